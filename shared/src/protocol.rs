@@ -1,0 +1,755 @@
+//! The decision protocol as a sans-IO state machine.
+//!
+//! Every agent runs one [`Protocol`]. In each round (a decision *step* of a *slot*) every member
+//! proposes exactly once — a [`Claim`] on one task or a pass — and broadcasts it. When a member has
+//! every live member's proposal for the round (or its deadline has passed), it resolves the round
+//! with [`resolve`]: claims on a task nobody else wants win outright; a contested task goes to the
+//! argmax of the Bayes posterior `π_k(task)·P(k) / Σ_k' π_k'(task)·P(k')` with the prior
+//! `P(k) = softmax(ρ)` over the claimants' headrooms; exact ties go to the lowest agent id. Winners
+//! commit; losers may claim again in the next step. A round in which nothing commits ends the slot.
+//!
+//! The resolution is a pure function of the *set* of proposals, so every member that saw the same
+//! proposals computes the same winners whatever order they arrived in. The machine never reads a
+//! clock (the caller passes `now`, in any monotone unit) and never does I/O: it consumes messages
+//! and returns [`Output`]s (messages to broadcast, decided rounds) for its driver to act on.
+//! What it must not do: assume a global clock, shared memory, or reliable delivery beyond the
+//! round deadline.
+
+use crate::resources::Resources;
+use crate::task::{NodeId, TaskId};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Version of the wire format of [`Message`]; a message with another version is refused.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// A decision round: step `step` of slot `slot`. Ordered by slot, then step.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default,
+)]
+pub struct Round {
+    /// Slot (the unit of time in which progress is made).
+    pub slot: u64,
+    /// Decision step within the slot.
+    pub step: u32,
+}
+
+impl std::fmt::Display for Round {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.slot, self.step)
+    }
+}
+
+/// A claim on one task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Claim {
+    /// The claimed task.
+    pub task: TaskId,
+    /// The allocation the claimant would give it.
+    pub alloc: Resources,
+    /// The claimant's selection probability for the task (Bayes likelihood), in [0, 1].
+    pub prob: f64,
+    /// The claimant's headroom ρ = min_r free_r / min_demand_r (Bayes prior), ≥ 0.
+    pub headroom: f64,
+}
+
+/// One member's proposal for a round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Proposal {
+    /// Nothing this round.
+    Pass,
+    /// A claim.
+    Claim(Claim),
+}
+
+/// The message a member broadcasts for a round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Must equal [`PROTOCOL_VERSION`].
+    pub version: u16,
+    /// The round it belongs to.
+    pub round: Round,
+    /// Sender.
+    pub from: NodeId,
+    /// What the sender proposes.
+    pub proposal: Proposal,
+}
+
+/// A winning claim.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Commit {
+    /// Task to start.
+    pub task: TaskId,
+    /// Agent that starts it.
+    pub agent: NodeId,
+    /// Allocation it starts with.
+    pub alloc: Resources,
+    /// Number of agents that claimed the task this round (1 = uncontested).
+    pub claimants: u32,
+}
+
+/// The result of one round, identical on every member that saw the same proposals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundOutcome {
+    /// The decided round.
+    pub round: Round,
+    /// Winners, sorted by task id.
+    pub commits: Vec<Commit>,
+    /// Claims that lost (agent, task), sorted.
+    pub lost: Vec<(NodeId, TaskId)>,
+    /// Tasks claimed by more than one agent.
+    pub contested: u32,
+    /// Members whose proposal was missing at the deadline (treated as passes).
+    pub missing: Vec<NodeId>,
+    /// True when nothing committed: the slot ends and the next round is step 0 of the next slot.
+    pub slot_ended: bool,
+    /// The round that follows.
+    pub next: Round,
+}
+
+/// What the driver must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Broadcast this message to every other member.
+    Send(Message),
+    /// A round was decided.
+    Decided(RoundOutcome),
+}
+
+/// Errors: a refused message or call. Refusing never corrupts the machine's state.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProtocolError {
+    /// Wire version mismatch.
+    #[error("protocol version {got} not supported (expected {PROTOCOL_VERSION})")]
+    Version {
+        /// Version received.
+        got: u16,
+    },
+    /// Sender is not a member.
+    #[error("message from {0}, which is not a member")]
+    UnknownPeer(NodeId),
+    /// The message belongs to a round already decided.
+    #[error("stale message for round {got} (current round {current})")]
+    Stale {
+        /// Message round.
+        got: Round,
+        /// Current round.
+        current: Round,
+    },
+    /// The message is too far in the future to buffer.
+    #[error("message for round {got} is too far ahead of round {current}")]
+    TooFarAhead {
+        /// Message round.
+        got: Round,
+        /// Current round.
+        current: Round,
+    },
+    /// A member sent two different proposals for one round; the first one stands.
+    #[error("{from} sent two different proposals for round {round}; the first stands")]
+    Equivocation {
+        /// Sender.
+        from: NodeId,
+        /// Round.
+        round: Round,
+    },
+    /// The local agent proposed twice in one round.
+    #[error("already proposed in round {0}")]
+    AlreadyProposed(Round),
+    /// A claim with an out-of-range probability or headroom; it is counted as a pass.
+    #[error("invalid claim from {from}: {reason}; counted as a pass")]
+    InvalidClaim {
+        /// Sender.
+        from: NodeId,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Settings of the state machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProtocolConfig {
+    /// After proposing, how long (in the caller's `now` unit) to wait for missing members before
+    /// deciding without them. `None` waits forever (the simulator, where delivery is instant).
+    pub round_timeout: Option<u64>,
+    /// How many rounds ahead a message may be buffered (peers that are faster than us).
+    pub max_rounds_ahead: u32,
+    /// How many committed task ids to remember (to reject claims on tasks already started).
+    pub committed_memory: usize,
+}
+
+impl Default for ProtocolConfig {
+    fn default() -> Self {
+        Self {
+            round_timeout: None,
+            max_rounds_ahead: 64,
+            committed_memory: 1 << 20,
+        }
+    }
+}
+
+/// One agent's protocol state.
+#[derive(Debug, Clone)]
+pub struct Protocol {
+    me: NodeId,
+    members: BTreeSet<NodeId>,
+    round: Round,
+    proposals: BTreeMap<NodeId, Proposal>,
+    future: BTreeMap<Round, BTreeMap<NodeId, Proposal>>,
+    committed: BTreeSet<TaskId>,
+    committed_order: std::collections::VecDeque<TaskId>,
+    proposed_at: Option<u64>,
+    config: ProtocolConfig,
+}
+
+impl Protocol {
+    /// A machine for agent `me` among `members` (which is made to include `me`), starting at `start`.
+    pub fn new(
+        me: NodeId,
+        members: impl IntoIterator<Item = NodeId>,
+        start: Round,
+        config: ProtocolConfig,
+    ) -> Self {
+        let mut members: BTreeSet<NodeId> = members.into_iter().collect();
+        members.insert(me);
+        Self {
+            me,
+            members,
+            round: start,
+            proposals: BTreeMap::new(),
+            future: BTreeMap::new(),
+            committed: BTreeSet::new(),
+            committed_order: std::collections::VecDeque::new(),
+            proposed_at: None,
+            config,
+        }
+    }
+
+    /// The round being decided.
+    pub fn round(&self) -> Round {
+        self.round
+    }
+
+    /// This agent's id.
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    /// Current members.
+    pub fn members(&self) -> &BTreeSet<NodeId> {
+        &self.members
+    }
+
+    /// True if the local agent has proposed in the current round.
+    pub fn has_proposed(&self) -> bool {
+        self.proposals.contains_key(&self.me)
+    }
+
+    /// True if `task` was committed in an earlier round (within the remembered window).
+    pub fn is_committed(&self, task: TaskId) -> bool {
+        self.committed.contains(&task)
+    }
+
+    /// Record a task as started through other means (e.g. recovered after a restart).
+    pub fn mark_committed(&mut self, task: TaskId) {
+        if self.committed.insert(task) {
+            self.committed_order.push_back(task);
+            while self.committed_order.len() > self.config.committed_memory {
+                if let Some(old) = self.committed_order.pop_front() {
+                    self.committed.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// The local agent's proposal for the current round. Returns the message to broadcast and,
+    /// if every member's proposal is now in, the decided round.
+    pub fn propose(&mut self, proposal: Proposal, now: u64) -> Result<Vec<Output>, ProtocolError> {
+        if self.has_proposed() {
+            return Err(ProtocolError::AlreadyProposed(self.round));
+        }
+        let msg = Message {
+            version: PROTOCOL_VERSION,
+            round: self.round,
+            from: self.me,
+            proposal,
+        };
+        self.proposals.insert(self.me, msg.proposal.clone());
+        self.proposed_at = Some(now);
+        let mut out = vec![Output::Send(msg)];
+        out.extend(self.try_decide(false));
+        Ok(out)
+    }
+
+    /// A peer's message. Errors describe why it was refused (a stale message is harmless). A claim
+    /// that fails validation is counted as a pass and reported as an error, so that the round can
+    /// still complete on every member in the same way.
+    pub fn receive(&mut self, msg: Message, _now: u64) -> Result<Vec<Output>, ProtocolError> {
+        if msg.version != PROTOCOL_VERSION {
+            return Err(ProtocolError::Version { got: msg.version });
+        }
+        if !self.members.contains(&msg.from) {
+            return Err(ProtocolError::UnknownPeer(msg.from));
+        }
+        if msg.from == self.me {
+            // Our own message echoed back (gossip); ignore.
+            return Ok(Vec::new());
+        }
+        if msg.round < self.round {
+            return Err(ProtocolError::Stale {
+                got: msg.round,
+                current: self.round,
+            });
+        }
+        let (proposal, invalid) = match validate(&msg) {
+            Ok(()) => (msg.proposal, None),
+            Err(reason) => (
+                Proposal::Pass,
+                Some(ProtocolError::InvalidClaim {
+                    from: msg.from,
+                    reason,
+                }),
+            ),
+        };
+        let slot = if msg.round == self.round {
+            &mut self.proposals
+        } else {
+            if !self.within_buffer(msg.round) {
+                return Err(ProtocolError::TooFarAhead {
+                    got: msg.round,
+                    current: self.round,
+                });
+            }
+            self.future.entry(msg.round).or_default()
+        };
+        match slot.get(&msg.from) {
+            Some(existing) if *existing != proposal => {
+                return Err(ProtocolError::Equivocation {
+                    from: msg.from,
+                    round: msg.round,
+                });
+            }
+            Some(_) => return Ok(Vec::new()),
+            None => {
+                slot.insert(msg.from, proposal);
+            }
+        }
+        if let Some(e) = invalid {
+            // Still try to decide: the pass counts.
+            let _ = self.try_decide(false);
+            return Err(e);
+        }
+        Ok(self.try_decide(false))
+    }
+
+    /// Advance time: if the round deadline has passed, decide without the missing members.
+    pub fn tick(&mut self, now: u64) -> Vec<Output> {
+        match (self.config.round_timeout, self.proposed_at) {
+            (Some(timeout), Some(at)) if now.saturating_sub(at) >= timeout => self.try_decide(true),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A member left (e.g. stopped heart-beating). May complete the current round.
+    pub fn remove_member(&mut self, id: NodeId) -> Vec<Output> {
+        if id == self.me {
+            return Vec::new();
+        }
+        self.members.remove(&id);
+        self.proposals.remove(&id);
+        for round in self.future.values_mut() {
+            round.remove(&id);
+        }
+        self.try_decide(false)
+    }
+
+    /// A member joined; it takes part from the current round on.
+    pub fn add_member(&mut self, id: NodeId) {
+        self.members.insert(id);
+    }
+
+    fn within_buffer(&self, r: Round) -> bool {
+        let ahead = if r.slot == self.round.slot {
+            u64::from(r.step - self.round.step)
+        } else {
+            // Rounds of later slots: count slots plus the steps of the target slot.
+            (r.slot - self.round.slot).saturating_add(u64::from(r.step))
+        };
+        ahead <= u64::from(self.config.max_rounds_ahead)
+            && self.future.len() < self.config.max_rounds_ahead as usize
+    }
+
+    fn try_decide(&mut self, deadline_passed: bool) -> Vec<Output> {
+        if !self.has_proposed() {
+            return Vec::new();
+        }
+        let missing: Vec<NodeId> = self
+            .members
+            .iter()
+            .filter(|m| !self.proposals.contains_key(m))
+            .copied()
+            .collect();
+        if !missing.is_empty() && !deadline_passed {
+            return Vec::new();
+        }
+        let proposals = std::mem::take(&mut self.proposals);
+        let mut outcome = resolve(self.round, &proposals, &self.committed);
+        outcome.missing = missing;
+        for c in &outcome.commits {
+            self.mark_committed(c.task);
+        }
+        self.round = outcome.next;
+        self.proposed_at = None;
+        // Proposals that arrived early for the new round become current; older buffered ones are
+        // dropped (they belong to rounds this member will never run).
+        let later = self.future.split_off(&self.round);
+        if let Some((r, p)) = later.first_key_value() {
+            if *r == self.round {
+                self.proposals = p.clone();
+            }
+        }
+        self.future = later;
+        self.future.remove(&self.round);
+        vec![Output::Decided(outcome)]
+    }
+}
+
+fn validate(msg: &Message) -> Result<(), String> {
+    if let Proposal::Claim(c) = &msg.proposal {
+        if !(c.prob.is_finite() && (0.0..=1.0).contains(&c.prob)) {
+            return Err(format!("probability {} outside [0, 1]", c.prob));
+        }
+        if !(c.headroom.is_finite() && c.headroom >= 0.0) {
+            return Err(format!(
+                "headroom {} is not a finite non-negative number",
+                c.headroom
+            ));
+        }
+        if c.alloc.is_zero() {
+            return Err("empty allocation".into());
+        }
+    }
+    Ok(())
+}
+
+/// Largest headroom used in the prior; larger values (a node with nothing demanded of a kind)
+/// would overflow `exp` without changing the argmax.
+const MAX_HEADROOM: f64 = 1e6;
+
+/// Resolve one round: the pure, order-independent core of the protocol.
+///
+/// `proposals` is keyed by agent id, so iteration (and therefore every floating-point sum) runs in
+/// agent-id order on every member. Claims on tasks in `committed` lose.
+pub fn resolve(
+    round: Round,
+    proposals: &BTreeMap<NodeId, Proposal>,
+    committed: &BTreeSet<TaskId>,
+) -> RoundOutcome {
+    let mut by_task: BTreeMap<TaskId, Vec<(NodeId, &Claim)>> = BTreeMap::new();
+    let mut lost = Vec::new();
+    for (agent, p) in proposals {
+        if let Proposal::Claim(c) = p {
+            if committed.contains(&c.task) {
+                lost.push((*agent, c.task));
+            } else {
+                by_task.entry(c.task).or_default().push((*agent, c));
+            }
+        }
+    }
+    let mut commits = Vec::new();
+    let mut contested = 0;
+    for (task, claims) in &by_task {
+        let winner = if claims.len() == 1 {
+            0
+        } else {
+            contested += 1;
+            posterior_argmax(claims)
+        };
+        for (i, (agent, c)) in claims.iter().enumerate() {
+            if i == winner {
+                commits.push(Commit {
+                    task: *task,
+                    agent: *agent,
+                    alloc: c.alloc.clone(),
+                    claimants: u32::try_from(claims.len()).unwrap_or(u32::MAX),
+                });
+            } else {
+                lost.push((*agent, *task));
+            }
+        }
+    }
+    lost.sort();
+    let slot_ended = commits.is_empty();
+    let next = if slot_ended {
+        Round {
+            slot: round.slot + 1,
+            step: 0,
+        }
+    } else {
+        Round {
+            slot: round.slot,
+            step: round.step + 1,
+        }
+    };
+    RoundOutcome {
+        round,
+        commits,
+        lost,
+        contested,
+        missing: Vec::new(),
+        slot_ended,
+        next,
+    }
+}
+
+/// The Bayes posterior of each claimant of one task, in the order given.
+pub fn posteriors(claims: &[(NodeId, &Claim)]) -> Vec<f64> {
+    let rho: Vec<f64> = claims
+        .iter()
+        .map(|(_, c)| c.headroom.min(MAX_HEADROOM))
+        .collect();
+    let max_rho = rho.iter().copied().fold(f64::MIN, f64::max);
+    let prior: Vec<f64> = rho.iter().map(|r| (r - max_rho).exp()).collect();
+    let z_prior: f64 = prior.iter().sum();
+    let joint: Vec<f64> = claims
+        .iter()
+        .zip(&prior)
+        .map(|((_, c), p)| c.prob * p / z_prior)
+        .collect();
+    let z: f64 = joint.iter().sum();
+    if z > 0.0 {
+        joint.iter().map(|j| j / z).collect()
+    } else {
+        // Every likelihood is zero: the posterior is the prior.
+        prior.iter().map(|p| p / z_prior).collect()
+    }
+}
+
+/// Index of the winning claim: the posterior argmax; ties go to the lowest agent id.
+fn posterior_argmax(claims: &[(NodeId, &Claim)]) -> usize {
+    let post = posteriors(claims);
+    let mut best = 0;
+    for i in 1..claims.len() {
+        let better =
+            post[i] > post[best] || (post[i] == post[best] && claims[i].0 < claims[best].0);
+        if better {
+            best = i;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(task: u64, prob: f64, headroom: f64) -> Proposal {
+        Proposal::Claim(Claim {
+            task: TaskId(task),
+            alloc: Resources(vec![2, 1]),
+            prob,
+            headroom,
+        })
+    }
+
+    fn msg(from: u32, round: Round, proposal: Proposal) -> Message {
+        Message {
+            version: PROTOCOL_VERSION,
+            round,
+            from: NodeId(from),
+            proposal,
+        }
+    }
+
+    fn decided(out: &[Output]) -> Option<&RoundOutcome> {
+        out.iter().find_map(|o| match o {
+            Output::Decided(d) => Some(d),
+            Output::Send(_) => None,
+        })
+    }
+
+    #[test]
+    fn winner_is_posterior_argmax() {
+        // Agent 1: prob 0.9, headroom 1; agent 2: prob 0.3, headroom 2.
+        // posterior ∝ 0.9·e^1 = 2.45 vs 0.3·e^2 = 2.22 → agent 1.
+        let mut p = BTreeMap::new();
+        p.insert(NodeId(1), claim(7, 0.9, 1.0));
+        p.insert(NodeId(2), claim(7, 0.3, 2.0));
+        let o = resolve(Round::default(), &p, &BTreeSet::new());
+        assert_eq!(o.commits.len(), 1);
+        assert_eq!(o.commits[0].agent, NodeId(1));
+        assert_eq!(o.lost, vec![(NodeId(2), TaskId(7))]);
+        assert_eq!(o.contested, 1);
+        // Make the headroom gap bigger: 0.3·e^3 = 6.0 > 2.45 → agent 2.
+        p.insert(NodeId(2), claim(7, 0.3, 3.0));
+        let o = resolve(Round::default(), &p, &BTreeSet::new());
+        assert_eq!(o.commits[0].agent, NodeId(2));
+    }
+
+    #[test]
+    fn posterior_matches_formula() {
+        let a = Claim {
+            task: TaskId(1),
+            alloc: Resources(vec![1]),
+            prob: 0.5,
+            headroom: 0.0,
+        };
+        let b = Claim {
+            task: TaskId(1),
+            alloc: Resources(vec![1]),
+            prob: 0.25,
+            headroom: 1.0,
+        };
+        let post = posteriors(&[(NodeId(0), &a), (NodeId(1), &b)]);
+        let pa = 0.5 * 1.0 / (1.0 + 1f64.exp());
+        let pb = 0.25 * 1f64.exp() / (1.0 + 1f64.exp());
+        assert!((post[0] - pa / (pa + pb)).abs() < 1e-12);
+        assert!((post[1] - pb / (pa + pb)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn ties_go_to_lowest_agent_id() {
+        let mut p = BTreeMap::new();
+        p.insert(NodeId(5), claim(3, 0.5, 1.0));
+        p.insert(NodeId(2), claim(3, 0.5, 1.0));
+        p.insert(NodeId(9), claim(3, 0.5, 1.0));
+        let o = resolve(Round::default(), &p, &BTreeSet::new());
+        assert_eq!(o.commits[0].agent, NodeId(2));
+        assert_eq!(o.lost, vec![(NodeId(5), TaskId(3)), (NodeId(9), TaskId(3))]);
+    }
+
+    #[test]
+    fn zero_likelihoods_fall_back_to_prior() {
+        let mut p = BTreeMap::new();
+        p.insert(NodeId(1), claim(3, 0.0, 1.0));
+        p.insert(NodeId(2), claim(3, 0.0, 2.0));
+        let o = resolve(Round::default(), &p, &BTreeSet::new());
+        assert_eq!(o.commits[0].agent, NodeId(2));
+    }
+
+    #[test]
+    fn claims_on_committed_tasks_lose_and_passes_end_the_slot() {
+        let mut p = BTreeMap::new();
+        p.insert(NodeId(1), claim(3, 1.0, 1.0));
+        p.insert(NodeId(2), Proposal::Pass);
+        let committed: BTreeSet<TaskId> = [TaskId(3)].into();
+        let o = resolve(Round { slot: 4, step: 2 }, &p, &committed);
+        assert!(o.commits.is_empty());
+        assert_eq!(o.lost, vec![(NodeId(1), TaskId(3))]);
+        assert!(o.slot_ended);
+        assert_eq!(o.next, Round { slot: 5, step: 0 });
+    }
+
+    #[test]
+    fn machine_decides_when_all_members_proposed_and_advances() {
+        let r0 = Round::default();
+        let mut a = Protocol::new(NodeId(0), [NodeId(1)], r0, ProtocolConfig::default());
+        let out = a.propose(claim(1, 1.0, 1.0), 0).unwrap();
+        assert!(matches!(out[0], Output::Send(_)));
+        assert!(decided(&out).is_none());
+        let out = a.receive(msg(1, r0, claim(2, 1.0, 1.0)), 0).unwrap();
+        let d = decided(&out).unwrap();
+        assert_eq!(d.commits.len(), 2);
+        assert!(!d.slot_ended);
+        assert_eq!(a.round(), Round { slot: 0, step: 1 });
+        // A later claim on task 1 loses even uncontested.
+        a.propose(claim(1, 1.0, 1.0), 1).unwrap();
+        let out = a.receive(msg(1, a.round(), Proposal::Pass), 1).unwrap();
+        let d = decided(&out).unwrap();
+        assert!(d.commits.is_empty() && d.slot_ended);
+        assert_eq!(a.round(), Round { slot: 1, step: 0 });
+    }
+
+    #[test]
+    fn early_messages_are_buffered_and_stale_ones_refused() {
+        let r0 = Round::default();
+        let r1 = Round { slot: 0, step: 1 };
+        let mut a = Protocol::new(NodeId(0), [NodeId(1)], r0, ProtocolConfig::default());
+        // Peer is one round ahead already.
+        assert!(a.receive(msg(1, r1, Proposal::Pass), 0).unwrap().is_empty());
+        a.receive(msg(1, r0, claim(9, 1.0, 1.0)), 0).unwrap();
+        let out = a.propose(Proposal::Pass, 0).unwrap();
+        assert!(decided(&out).is_some());
+        assert_eq!(a.round(), r1);
+        // The buffered proposal counts: our pass completes round r1 at once.
+        let out = a.propose(Proposal::Pass, 0).unwrap();
+        assert!(decided(&out).unwrap().slot_ended);
+        assert!(matches!(
+            a.receive(msg(1, r0, Proposal::Pass), 0),
+            Err(ProtocolError::Stale { .. })
+        ));
+    }
+
+    #[test]
+    fn bad_messages_are_refused_without_harm() {
+        let r0 = Round::default();
+        let mut a = Protocol::new(NodeId(0), [NodeId(1)], r0, ProtocolConfig::default());
+        let mut m = msg(1, r0, Proposal::Pass);
+        m.version = 99;
+        assert!(matches!(
+            a.receive(m, 0),
+            Err(ProtocolError::Version { got: 99 })
+        ));
+        assert!(matches!(
+            a.receive(msg(7, r0, Proposal::Pass), 0),
+            Err(ProtocolError::UnknownPeer(_))
+        ));
+        let far = Round {
+            slot: 1000,
+            step: 0,
+        };
+        assert!(matches!(
+            a.receive(msg(1, far, Proposal::Pass), 0),
+            Err(ProtocolError::TooFarAhead { .. })
+        ));
+        // NaN probability: counted as a pass, reported.
+        let bad = claim(1, f64::NAN, 1.0);
+        assert!(matches!(
+            a.receive(msg(1, r0, bad), 0),
+            Err(ProtocolError::InvalidClaim { .. })
+        ));
+        // Equivocation: the first (pass) stands.
+        assert!(matches!(
+            a.receive(msg(1, r0, claim(1, 1.0, 1.0)), 0),
+            Err(ProtocolError::Equivocation { .. })
+        ));
+        let out = a.propose(claim(1, 0.5, 1.0), 0).unwrap();
+        let d = decided(&out).unwrap();
+        assert_eq!(d.commits.len(), 1);
+        assert_eq!(d.commits[0].agent, NodeId(0));
+        assert!(matches!(a.propose(Proposal::Pass, 0), Ok(_)));
+        assert!(matches!(
+            a.propose(Proposal::Pass, 0),
+            Err(ProtocolError::AlreadyProposed(_))
+        ));
+    }
+
+    #[test]
+    fn deadline_decides_without_silent_members() {
+        let cfg = ProtocolConfig {
+            round_timeout: Some(100),
+            ..ProtocolConfig::default()
+        };
+        let mut a = Protocol::new(NodeId(0), [NodeId(1), NodeId(2)], Round::default(), cfg);
+        a.propose(claim(1, 1.0, 1.0), 10).unwrap();
+        a.receive(msg(1, Round::default(), Proposal::Pass), 20)
+            .unwrap();
+        assert!(a.tick(50).is_empty());
+        let out = a.tick(110);
+        let d = decided(&out).unwrap();
+        assert_eq!(d.missing, vec![NodeId(2)]);
+        assert_eq!(d.commits.len(), 1);
+    }
+
+    #[test]
+    fn removing_a_member_completes_the_round() {
+        let mut a = Protocol::new(
+            NodeId(0),
+            [NodeId(1)],
+            Round::default(),
+            ProtocolConfig::default(),
+        );
+        a.propose(Proposal::Pass, 0).unwrap();
+        let out = a.remove_member(NodeId(1));
+        assert!(decided(&out).unwrap().slot_ended);
+    }
+}

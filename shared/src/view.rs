@@ -1,0 +1,142 @@
+//! What an agent knows when it decides: the cluster view.
+//!
+//! A [`ClusterView`] is a snapshot of every node's capacity, free units and pending window, the
+//! tasks in those windows, and the running tasks. A [`View`] is that snapshot seen from one agent
+//! (`me`). The simulator builds one `ClusterView` per decision step and lends it to every agent;
+//! a daemon builds it from its own state and its peers' heartbeats. This module only describes
+//! data; it never decides anything and never hides or reveals speed information (there is none).
+
+use crate::resources::Resources;
+use crate::task::{NodeId, Task, TaskId, TaskTypeId};
+use serde::{Deserialize, Serialize};
+
+/// One node as seen in a view.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeView {
+    /// Node (and agent) id.
+    pub id: NodeId,
+    /// Total units per kind.
+    pub capacity: Resources,
+    /// Units not allocated to any running task.
+    pub free: Resources,
+    /// Indices into [`ClusterView::pending`] of the node's pending window, oldest first.
+    pub window: Vec<usize>,
+    /// Pending tasks reachable from this node that wait beyond the window (FIFO overflow).
+    pub overflow: usize,
+    /// Indices into [`ClusterView::running`] of the tasks running on this node.
+    pub running: Vec<usize>,
+}
+
+impl NodeView {
+    /// Window + overflow: the node's whole pending queue length.
+    pub fn queue_len(&self) -> usize {
+        self.window.len() + self.overflow
+    }
+}
+
+/// A pending task in at least one window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingView {
+    /// The task as submitted.
+    pub task: Task,
+}
+
+/// A running task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunningView {
+    /// Task id.
+    pub id: TaskId,
+    /// Task type.
+    pub ty: TaskTypeId,
+    /// Node it runs on.
+    pub node: NodeId,
+    /// Current allocation.
+    pub alloc: Resources,
+    /// Minimum demand (elastic policies never go below it).
+    pub min_demand: Resources,
+    /// Per-task cap, if any.
+    pub max_demand: Option<Resources>,
+    /// Slot in which it arrived.
+    pub arrival: u64,
+    /// Slot in which it started.
+    pub started: u64,
+    /// Progress in [0, 1] as reported by the task (a training loop knows its epoch count).
+    pub progress: f64,
+    /// Attained service: Σ over slots run of the allocation's units of the *last* kind that the
+    /// task demands (GPU-slots in the CPU/GPU setting), as Tiresias counts it.
+    pub attained: f64,
+}
+
+/// A snapshot of the cluster for one decision step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ClusterView {
+    /// Current slot.
+    pub slot: u64,
+    /// Decision step within the slot.
+    pub step: u32,
+    /// Number of task types (for one-hot features).
+    pub num_types: usize,
+    /// All nodes, sorted by id.
+    pub nodes: Vec<NodeView>,
+    /// Tasks in at least one window, sorted by id.
+    pub pending: Vec<PendingView>,
+    /// Running tasks, sorted by id.
+    pub running: Vec<RunningView>,
+}
+
+impl ClusterView {
+    /// Index of a node in `nodes`.
+    pub fn node_index(&self, id: NodeId) -> Option<usize> {
+        self.nodes.binary_search_by_key(&id, |n| n.id).ok()
+    }
+
+    /// View of this snapshot from agent `me`; `None` if `me` is not a node of the view.
+    pub fn for_agent(&self, me: NodeId) -> Option<View<'_>> {
+        let idx = self.node_index(me)?;
+        Some(View {
+            me,
+            idx,
+            cluster: self,
+        })
+    }
+}
+
+/// A [`ClusterView`] as seen by one agent.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    /// The deciding agent.
+    pub me: NodeId,
+    idx: usize,
+    /// The shared snapshot.
+    pub cluster: &'a ClusterView,
+}
+
+impl<'a> View<'a> {
+    /// The agent's own node.
+    pub fn node(&self) -> &'a NodeView {
+        &self.cluster.nodes[self.idx]
+    }
+
+    /// Index of the agent's node in `cluster.nodes`.
+    pub fn node_index(&self) -> usize {
+        self.idx
+    }
+
+    /// The agent's pending window, oldest first.
+    pub fn window(&self) -> impl Iterator<Item = &'a Task> + 'a {
+        let c = self.cluster;
+        self.node().window.iter().map(move |&i| &c.pending[i].task)
+    }
+
+    /// Window tasks whose minimum demand fits in the node's free units right now.
+    pub fn feasible(&self) -> impl Iterator<Item = &'a Task> + 'a {
+        let free = &self.node().free;
+        self.window().filter(move |t| t.min_demand.fits_in(free))
+    }
+
+    /// Tasks running on the agent's node.
+    pub fn running(&self) -> impl Iterator<Item = &'a RunningView> + 'a {
+        let c = self.cluster;
+        self.node().running.iter().map(move |&i| &c.running[i])
+    }
+}
