@@ -129,11 +129,11 @@ pub fn build(view: &ClusterView, me: NodeId) -> HeteroGraph {
             let mut f: Vec<f32> = (0..kinds)
                 .map(|k| r.alloc.get(k) as f32 / scale[k])
                 .collect();
-            f.extend(onehot(r.ty.0));
+            f.extend(onehot(r.task.ty.0));
             f.push(view.slot.saturating_sub(r.started) as f32 / 10.0);
             g.add_node(GraphNode {
                 kind: NodeKind::Running,
-                refers: NodeRef::Task(r.id),
+                refers: NodeRef::Task(r.task.id),
                 features: f,
             })
         })
@@ -180,7 +180,7 @@ mod tests {
         let view = ClusterView {
             num_types: 2,
             nodes: vec![node(0), node(1)],
-            pending: vec![PendingView { task }],
+            pending: vec![PendingView { task: task.into() }],
             ..Default::default()
         };
         let g = build(&view, NodeId(1));

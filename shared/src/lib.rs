@@ -6,6 +6,7 @@
 //! wall clock: time and randomness are passed in, so every driver (simulator or daemon) gets the
 //! same decisions from the same inputs.
 
+pub mod baselines;
 pub mod graph;
 pub mod policy;
 pub mod protocol;

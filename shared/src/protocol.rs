@@ -261,6 +261,15 @@ impl Protocol {
         }
     }
 
+    /// Forget that `task` was committed, so it can be claimed again: the task was handed back
+    /// (its run failed and it is re-queued, or its node died). Every member must release it in the
+    /// same round for the members to keep agreeing.
+    pub fn release(&mut self, task: TaskId) {
+        if self.committed.remove(&task) {
+            self.committed_order.retain(|t| *t != task);
+        }
+    }
+
     /// The local agent's proposal for the current round. Returns the message to broadcast and,
     /// if every member's proposal is now in, the decided round.
     pub fn propose(&mut self, proposal: Proposal, now: u64) -> Result<Vec<Output>, ProtocolError> {
@@ -738,6 +747,18 @@ mod tests {
         let d = decided(&out).unwrap();
         assert_eq!(d.missing, vec![NodeId(2)]);
         assert_eq!(d.commits.len(), 1);
+    }
+
+    #[test]
+    fn released_tasks_can_be_claimed_again() {
+        let mut a = Protocol::new(NodeId(0), [], Round::default(), ProtocolConfig::default());
+        let out = a.propose(claim(4, 1.0, 1.0), 0).unwrap();
+        assert_eq!(decided(&out).unwrap().commits.len(), 1);
+        assert!(a.is_committed(TaskId(4)));
+        a.release(TaskId(4));
+        assert!(!a.is_committed(TaskId(4)));
+        let out = a.propose(claim(4, 1.0, 1.0), 1).unwrap();
+        assert_eq!(decided(&out).unwrap().commits.len(), 1);
     }
 
     #[test]

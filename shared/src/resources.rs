@@ -147,7 +147,9 @@ impl ResourceSpace {
 }
 
 /// A vector of grid units, one entry per resource kind.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
+// Deliberately not `Ord`: a lexicographic `min`/`max` would silently shadow the entry-wise
+// `min_each`/`max_each` that allocation code means.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(transparent)]
 pub struct Resources(pub Vec<u32>);
 
@@ -222,7 +224,7 @@ impl Resources {
     }
 
     /// Entry-wise minimum.
-    pub fn min(&self, other: &Resources) -> Resources {
+    pub fn min_each(&self, other: &Resources) -> Resources {
         Resources(
             self.0
                 .iter()
@@ -233,7 +235,7 @@ impl Resources {
     }
 
     /// Entry-wise maximum.
-    pub fn max(&self, other: &Resources) -> Resources {
+    pub fn max_each(&self, other: &Resources) -> Resources {
         Resources(
             self.0
                 .iter()

@@ -58,7 +58,7 @@ impl Task {
     /// The cap on an allocation on a node with `free` units left: min(free, max_demand).
     pub fn cap(&self, free: &Resources) -> Resources {
         match &self.max_demand {
-            Some(m) => free.min(m),
+            Some(m) => free.min_each(m),
             None => free.clone(),
         }
     }

@@ -7,8 +7,9 @@
 //! data; it never decides anything and never hides or reveals speed information (there is none).
 
 use crate::resources::Resources;
-use crate::task::{NodeId, Task, TaskId, TaskTypeId};
+use crate::task::{NodeId, Task};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// One node as seen in a view.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -37,33 +38,25 @@ impl NodeView {
 /// A pending task in at least one window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingView {
-    /// The task as submitted.
-    pub task: Task,
+    /// The task as submitted (shared, so that building a view per step stays cheap).
+    pub task: Arc<Task>,
 }
 
 /// A running task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunningView {
-    /// Task id.
-    pub id: TaskId,
-    /// Task type.
-    pub ty: TaskTypeId,
+    /// The task as submitted (type, minimum demand, cap, arrival).
+    pub task: Arc<Task>,
     /// Node it runs on.
     pub node: NodeId,
     /// Current allocation.
     pub alloc: Resources,
-    /// Minimum demand (elastic policies never go below it).
-    pub min_demand: Resources,
-    /// Per-task cap, if any.
-    pub max_demand: Option<Resources>,
-    /// Slot in which it arrived.
-    pub arrival: u64,
     /// Slot in which it started.
     pub started: u64,
     /// Progress in [0, 1] as reported by the task (a training loop knows its epoch count).
     pub progress: f64,
-    /// Attained service: Σ over slots run of the allocation's units of the *last* kind that the
-    /// task demands (GPU-slots in the CPU/GPU setting), as Tiresias counts it.
+    /// Attained service as Tiresias counts it: Σ over the slots run of the allocated units of the
+    /// service kind (GPUs where the cluster has them, else the first kind).
     pub attained: f64,
 }
 
@@ -125,7 +118,7 @@ impl<'a> View<'a> {
     /// The agent's pending window, oldest first.
     pub fn window(&self) -> impl Iterator<Item = &'a Task> + 'a {
         let c = self.cluster;
-        self.node().window.iter().map(move |&i| &c.pending[i].task)
+        self.node().window.iter().map(move |&i| &*c.pending[i].task)
     }
 
     /// Window tasks whose minimum demand fits in the node's free units right now.

@@ -1,1 +1,17 @@
-//! placeholder
+//! `tapfinger-sim`: a seeded, slotted simulator that drives the shared decision protocol with the
+//! TapFinger semantics, plus scenarios, speed models, baselines, metrics, reports and plots.
+//!
+//! The simulator never decides anything itself: policies decide and the protocol of `tapfinger`
+//! resolves, exactly as on real agents.
+
+pub mod env;
+pub mod metrics;
+pub mod plot;
+pub mod policies;
+pub mod report;
+pub mod scenario;
+pub mod speed;
+pub mod workload;
+
+pub use env::{EpisodeResult, SimError, Simulator};
+pub use scenario::{Scenario, ScenarioError};

@@ -1,0 +1,474 @@
+//! Heuristic baseline policies: Random, Min, Optimus (elastic and non-preemptive), Tiresias
+//! (elastic and non-preemptive), DRF and greedy first-fit-max.
+//!
+//! They implement the same [`Policy`] trait as the learned policy and see only the [`View`]. None
+//! of them may read a task's true speed: Optimus fits its own speed model from profiling samples
+//! ([`ProfileSample`]) exactly as the Optimus scheduler profiles jobs before placing them.
+
+use crate::policy::{Decision, Policy};
+use crate::resources::Resources;
+use crate::task::{Task, TaskId, TaskTypeId};
+use crate::view::{RunningView, View};
+use crate::Rng;
+use rand::RngExt;
+use serde::{Deserialize, Serialize};
+
+/// Names accepted by [`by_name`], in the order reports list them.
+pub const BASELINES: &[&str] =
+    &["optimus", "optimus-np", "tiresias", "tiresias-np", "drf", "first-fit-max", "random", "min"];
+
+/// A profiling measurement: how many slots a task of type `ty` took from start to finish alone
+/// with allocation `alloc` (fractional; what a profiler extrapolates from a short run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileSample {
+    /// Task type.
+    pub ty: TaskTypeId,
+    /// Allocation profiled.
+    pub alloc: Resources,
+    /// Measured completion time in slots.
+    pub slots: f64,
+}
+
+/// What baselines need to know about the cluster besides the view.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BaselineContext {
+    /// Number of task types.
+    pub num_types: usize,
+    /// Index of the CPU-like kind of Optimus's model (`cpu`, else kind 0).
+    pub cpu_kind: usize,
+    /// Index of the GPU-like kind of Optimus's model and Tiresias's service (`gpu`, else the last kind).
+    pub gpu_kind: usize,
+    /// Profiling samples for Optimus.
+    pub profile: Vec<ProfileSample>,
+}
+
+/// Error from [`by_name`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BaselineError {
+    /// No baseline of that name.
+    #[error("unknown policy {0:?}; known baselines: {known}", known = BASELINES.join(", "))]
+    Unknown(String),
+    /// Optimus could not fit its model.
+    #[error("optimus: no profiling samples for task type #{0}")]
+    NoProfile(u16),
+}
+
+/// Build a baseline by name.
+pub fn by_name(name: &str, ctx: &BaselineContext) -> Result<Box<dyn Policy>, BaselineError> {
+    Ok(match name {
+        "random" => Box::new(RandomPolicy),
+        "min" => Box::new(MinPolicy),
+        "first-fit-max" => Box::new(FirstFitMax),
+        "drf" => Box::new(Drf),
+        "tiresias" => Box::new(Tiresias { gpu_kind: ctx.gpu_kind, elastic: true }),
+        "tiresias-np" => Box::new(Tiresias { gpu_kind: ctx.gpu_kind, elastic: false }),
+        "optimus" => Box::new(Optimus::fit(ctx, true)?),
+        "optimus-np" => Box::new(Optimus::fit(ctx, false)?),
+        other => return Err(BaselineError::Unknown(other.to_string())),
+    })
+}
+
+fn random_alloc(task: &Task, free: &Resources, rng: &mut Rng) -> Resources {
+    let cap = task.cap(free);
+    Resources(
+        task.min_demand.0.iter().zip(&cap.0).map(|(&lo, &hi)| if hi > lo { rng.random_range(lo..=hi) } else { lo }).collect(),
+    )
+}
+
+fn claim(task: &Task, alloc: Resources, prob: f64) -> Decision {
+    Decision::Claim { task: task.id, alloc, prob }
+}
+
+/// Random: a uniformly random feasible window task with a uniformly random feasible allocation.
+#[derive(Debug, Clone, Default)]
+pub struct RandomPolicy;
+
+impl Policy for RandomPolicy {
+    fn name(&self) -> &str {
+        "random"
+    }
+    fn decide(&mut self, view: &View<'_>, rng: &mut Rng) -> Decision {
+        let feasible: Vec<&Task> = view.feasible().collect();
+        if feasible.is_empty() {
+            return Decision::Pass;
+        }
+        let t = feasible[rng.random_range(0..feasible.len())];
+        claim(t, random_alloc(t, &view.node().free, rng), 1.0 / feasible.len() as f64)
+    }
+}
+
+/// Min: a uniformly random feasible window task with exactly its minimum demand.
+#[derive(Debug, Clone, Default)]
+pub struct MinPolicy;
+
+impl Policy for MinPolicy {
+    fn name(&self) -> &str {
+        "min"
+    }
+    fn decide(&mut self, view: &View<'_>, rng: &mut Rng) -> Decision {
+        let feasible: Vec<&Task> = view.feasible().collect();
+        if feasible.is_empty() {
+            return Decision::Pass;
+        }
+        let t = feasible[rng.random_range(0..feasible.len())];
+        claim(t, t.min_demand.clone(), 1.0 / feasible.len() as f64)
+    }
+}
+
+/// Greedy first-fit-max: the oldest feasible window task gets everything free (up to its cap).
+#[derive(Debug, Clone, Default)]
+pub struct FirstFitMax;
+
+impl Policy for FirstFitMax {
+    fn name(&self) -> &str {
+        "first-fit-max"
+    }
+    fn decide(&mut self, view: &View<'_>, _rng: &mut Rng) -> Decision {
+        match view.feasible().next() {
+            Some(t) => claim(t, t.cap(&view.node().free), 1.0),
+            None => Decision::Pass,
+        }
+    }
+}
+
+/// Dominant resource fairness (non-preemptive): the feasible task with the smallest dominant share
+/// starts with its minimum demand scaled up to the node's fair share 1 / (tasks on the node).
+#[derive(Debug, Clone, Default)]
+pub struct Drf;
+
+impl Policy for Drf {
+    fn name(&self) -> &str {
+        "drf"
+    }
+    fn decide(&mut self, view: &View<'_>, _rng: &mut Rng) -> Decision {
+        let node = view.node();
+        let best = view.feasible().min_by(|a, b| {
+            let da = a.min_demand.dominant_share(&node.capacity);
+            let db = b.min_demand.dominant_share(&node.capacity);
+            da.total_cmp(&db).then(a.arrival.cmp(&b.arrival)).then(a.id.cmp(&b.id))
+        });
+        let Some(t) = best else { return Decision::Pass };
+        let sharers = (node.running.len() + node.queue_len()).max(1) as f64;
+        let fair = (1.0 / sharers).max(t.min_demand.dominant_share(&node.capacity));
+        let cap = t.cap(&node.free);
+        let mut alloc = t.min_demand.clone();
+        for k in 2u32.. {
+            let next = Resources(t.min_demand.0.iter().map(|m| m * k).collect());
+            if !next.fits_in(&cap) || next.dominant_share(&node.capacity) > fair + 1e-12 {
+                break;
+            }
+            alloc = next;
+        }
+        claim(t, alloc, 1.0)
+    }
+}
+
+/// Attained service above which a task drops to Tiresias's low-priority queue (service-kind slots).
+pub const TIRESIAS_THRESHOLD: f64 = 16.0;
+
+/// Tiresias: two-queue discretized least-attained-service.
+///
+/// Non-preemptive form: the oldest feasible pending task starts with an equal share
+/// ⌈capacity / (pending + running)⌉ per kind, clamped to [minimum, free].
+/// Elastic form: pending tasks are admitted at their minimum demand in queue order, and every slot
+/// the node's spare units are handed out one by one, round robin in queue order (high-priority
+/// queue first, then by arrival), so CPUs and GPUs end up split evenly with priority to new tasks.
+#[derive(Debug, Clone)]
+pub struct Tiresias {
+    /// The service kind (GPUs).
+    pub gpu_kind: usize,
+    /// Elastic or non-preemptive.
+    pub elastic: bool,
+}
+
+impl Policy for Tiresias {
+    fn name(&self) -> &str {
+        if self.elastic { "tiresias" } else { "tiresias-np" }
+    }
+    fn elastic(&self) -> bool {
+        self.elastic
+    }
+    fn decide(&mut self, view: &View<'_>, _rng: &mut Rng) -> Decision {
+        let Some(t) = view.feasible().next() else { return Decision::Pass };
+        if self.elastic {
+            return claim(t, t.min_demand.clone(), 1.0);
+        }
+        let node = view.node();
+        let sharers = (node.queue_len() + node.running.len()).max(1) as u32;
+        let cap = t.cap(&node.free);
+        let alloc = Resources(
+            node.capacity.0.iter().enumerate().map(|(k, c)| c.div_ceil(sharers).clamp(t.min_demand.get(k), cap.get(k))).collect(),
+        );
+        claim(t, alloc, 1.0)
+    }
+    fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(TaskId, Resources)> {
+        let mut tasks: Vec<&RunningView> = view.running().collect();
+        tasks.sort_by(|a, b| {
+            let qa = a.attained >= TIRESIAS_THRESHOLD;
+            let qb = b.attained >= TIRESIAS_THRESHOLD;
+            qa.cmp(&qb).then(a.task.arrival.cmp(&b.task.arrival)).then(a.task.id.cmp(&b.task.id))
+        });
+        let mut allocs: Vec<Resources> = tasks.iter().map(|r| r.alloc.clone()).collect();
+        let mut free = view.node().free.clone();
+        for k in 0..free.len() {
+            // Round robin over the queue until nobody can take another unit of kind k.
+            loop {
+                let mut gave = false;
+                for (i, r) in tasks.iter().enumerate() {
+                    if free.0[k] == 0 {
+                        break;
+                    }
+                    let cap = r.task.max_demand.as_ref().map_or(u32::MAX, |m| m.get(k));
+                    if allocs[i].0[k] < cap {
+                        allocs[i].0[k] += 1;
+                        free.0[k] -= 1;
+                        gave = true;
+                    }
+                }
+                if !gave || free.0[k] == 0 {
+                    break;
+                }
+            }
+        }
+        tasks.iter().zip(allocs).map(|(r, a)| (r.task.id, a)).collect()
+    }
+}
+
+/// Optimus's speed model for one task type: completion time
+/// `T(p, w) = a/w + b + c·w/p + d·w + e·p` slots with `p` CPUs and `w` GPUs (the inverse of
+/// Optimus's `f(p, w)`), fitted by non-negative least squares on profiling samples.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OptimusModel {
+    /// Coefficients (a, b, c, d, e), all ≥ 0.
+    pub theta: [f64; 5],
+}
+
+fn optimus_features(p: f64, w: f64) -> [f64; 5] {
+    let p = p.max(0.5);
+    let w = w.max(0.5);
+    [1.0 / w, 1.0, w / p, w, p]
+}
+
+impl OptimusModel {
+    /// Fit from (cpus, gpus, slots) samples.
+    pub fn fit(samples: &[(f64, f64, f64)]) -> Self {
+        let x: Vec<[f64; 5]> = samples.iter().map(|s| optimus_features(s.0, s.1)).collect();
+        let y: Vec<f64> = samples.iter().map(|s| s.2).collect();
+        Self { theta: nnls(&x, &y) }
+    }
+
+    /// Predicted completion time in slots with `p` CPUs and `w` GPUs.
+    pub fn slots(&self, p: f64, w: f64) -> f64 {
+        optimus_features(p, w).iter().zip(&self.theta).map(|(f, t)| f * t).sum::<f64>().max(1e-6)
+    }
+}
+
+/// Non-negative least squares for 5 unknowns by the Lawson–Hanson active-set method.
+fn nnls(x: &[[f64; 5]], y: &[f64]) -> [f64; 5] {
+    let mut active = [true; 5];
+    let mut theta = [0.0; 5];
+    for _ in 0..10 {
+        let idx: Vec<usize> = (0..5).filter(|&j| active[j]).collect();
+        let sol = least_squares(x, y, &idx);
+        let mut neg = false;
+        theta = [0.0; 5];
+        for (i, &j) in idx.iter().enumerate() {
+            if sol[i] < 0.0 {
+                active[j] = false;
+                neg = true;
+            } else {
+                theta[j] = sol[i];
+            }
+        }
+        if !neg {
+            break;
+        }
+    }
+    theta
+}
+
+/// Ordinary least squares over the columns `idx` (normal equations with a tiny ridge, Gaussian
+/// elimination with partial pivoting; 5×5 at most).
+fn least_squares(x: &[[f64; 5]], y: &[f64], idx: &[usize]) -> Vec<f64> {
+    let n = idx.len();
+    let mut a = vec![vec![0.0; n + 1]; n];
+    for (row, yv) in x.iter().zip(y) {
+        for i in 0..n {
+            for j in 0..n {
+                a[i][j] += row[idx[i]] * row[idx[j]];
+            }
+            a[i][n] += row[idx[i]] * yv;
+        }
+    }
+    for (i, r) in a.iter_mut().enumerate() {
+        r[i] += 1e-9;
+    }
+    for c in 0..n {
+        let piv = (c..n).max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs())).unwrap_or(c);
+        a.swap(c, piv);
+        let d = a[c][c];
+        if d.abs() < 1e-15 {
+            continue;
+        }
+        for r in 0..n {
+            if r != c {
+                let f = a[r][c] / d;
+                for k in c..=n {
+                    a[r][k] -= f * a[c][k];
+                }
+            }
+        }
+    }
+    (0..n).map(|i| if a[i][i].abs() < 1e-15 { 0.0 } else { a[i][n] / a[i][i] }).collect()
+}
+
+/// Optimus: greedy marginal-gain allocation on a fitted speed model.
+///
+/// Elastic form: pending tasks are admitted at their minimum demand in arrival order, and every
+/// slot the node's spare CPU and GPU units go one at a time to the running task whose estimated
+/// remaining time drops most. Non-preemptive form: plans that greedy allocation over the window
+/// tasks that fit together, then starts the planned task with the largest GPU share.
+#[derive(Debug, Clone)]
+pub struct Optimus {
+    models: Vec<OptimusModel>,
+    cpu: usize,
+    gpu: usize,
+    elastic: bool,
+}
+
+impl Optimus {
+    /// Fit one model per task type from the context's profiling samples.
+    pub fn fit(ctx: &BaselineContext, elastic: bool) -> Result<Self, BaselineError> {
+        let mut models = Vec::with_capacity(ctx.num_types);
+        for ty in 0..ctx.num_types {
+            let samples: Vec<(f64, f64, f64)> = ctx
+                .profile
+                .iter()
+                .filter(|s| usize::from(s.ty.0) == ty && s.slots.is_finite())
+                .map(|s| (f64::from(s.alloc.get(ctx.cpu_kind)), f64::from(s.alloc.get(ctx.gpu_kind)), s.slots))
+                .collect();
+            if samples.is_empty() {
+                return Err(BaselineError::NoProfile(u16::try_from(ty).unwrap_or(u16::MAX)));
+            }
+            models.push(OptimusModel::fit(&samples));
+        }
+        Ok(Self { models, cpu: ctx.cpu_kind, gpu: ctx.gpu_kind, elastic })
+    }
+
+    /// The fitted models, one per task type.
+    pub fn models(&self) -> &[OptimusModel] {
+        &self.models
+    }
+
+    fn remaining(&self, ty: TaskTypeId, progress: f64, a: &Resources) -> f64 {
+        let m = &self.models[usize::from(ty.0).min(self.models.len() - 1)];
+        (1.0 - progress).max(0.0) * m.slots(f64::from(a.get(self.cpu)), f64::from(a.get(self.gpu)))
+    }
+
+    /// Greedy: hand out `free` one unit at a time (CPU or GPU) to the entry whose estimated
+    /// remaining time drops most per unit. Entries are (type, progress, allocation, cap).
+    fn greedy(&self, entries: &mut [(TaskTypeId, f64, Resources, Resources)], free: &mut Resources) {
+        let kinds = if self.cpu == self.gpu { vec![self.cpu] } else { vec![self.cpu, self.gpu] };
+        loop {
+            let mut best: Option<(usize, usize, f64)> = None;
+            for (i, (ty, p, a, cap)) in entries.iter().enumerate() {
+                let now = self.remaining(*ty, *p, a);
+                for &k in &kinds {
+                    if free.get(k) == 0 || a.get(k) >= cap.get(k) {
+                        continue;
+                    }
+                    let mut b = a.clone();
+                    b.0[k] += 1;
+                    let gain = now - self.remaining(*ty, *p, &b);
+                    if gain > 1e-9 && best.is_none_or(|(_, _, g)| gain > g) {
+                        best = Some((i, k, gain));
+                    }
+                }
+            }
+            let Some((i, k, _)) = best else { break };
+            entries[i].2 .0[k] += 1;
+            free.0[k] -= 1;
+        }
+    }
+}
+
+impl Policy for Optimus {
+    fn name(&self) -> &str {
+        if self.elastic { "optimus" } else { "optimus-np" }
+    }
+    fn elastic(&self) -> bool {
+        self.elastic
+    }
+    fn decide(&mut self, view: &View<'_>, _rng: &mut Rng) -> Decision {
+        if self.elastic {
+            return match view.feasible().next() {
+                Some(t) => claim(t, t.min_demand.clone(), 1.0),
+                None => Decision::Pass,
+            };
+        }
+        let node = view.node();
+        let mut free = node.free.clone();
+        let mut tasks: Vec<&Task> = Vec::new();
+        let mut entries = Vec::new();
+        for t in view.feasible() {
+            if let Ok(rest) = free.checked_sub(&t.min_demand) {
+                free = rest;
+                tasks.push(t);
+                entries.push((t.ty, 0.0, t.min_demand.clone(), t.cap(&node.free)));
+            }
+        }
+        if tasks.is_empty() {
+            return Decision::Pass;
+        }
+        self.greedy(&mut entries, &mut free);
+        let best = (0..tasks.len())
+            .max_by(|&i, &j| entries[i].2.get(self.gpu).cmp(&entries[j].2.get(self.gpu)).then(j.cmp(&i)))
+            .unwrap_or(0);
+        claim(tasks[best], entries[best].2.clone(), 1.0)
+    }
+    fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(TaskId, Resources)> {
+        let mut free = view.node().free.clone();
+        let running: Vec<&RunningView> = view.running().collect();
+        let mut entries: Vec<_> = running
+            .iter()
+            .map(|r| {
+                let cap = r.task.max_demand.clone().unwrap_or_else(|| view.node().capacity.clone());
+                (r.task.ty, r.progress, r.alloc.clone(), cap)
+            })
+            .collect();
+        self.greedy(&mut entries, &mut free);
+        running.iter().zip(entries).map(|(r, e)| (r.task.id, e.2)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nnls_recovers_a_separable_model() {
+        // T = 8/w + 1 + 0.5·p
+        let mut s = Vec::new();
+        for p in 1..=8 {
+            for w in 1..=8 {
+                let (p, w) = (f64::from(p), f64::from(w));
+                s.push((p, w, 8.0 / w + 1.0 + 0.5 * p));
+            }
+        }
+        let m = OptimusModel::fit(&s);
+        assert!((m.theta[0] - 8.0).abs() < 1e-6, "{:?}", m.theta);
+        assert!((m.theta[1] - 1.0).abs() < 1e-6, "{:?}", m.theta);
+        assert!((m.theta[4] - 0.5).abs() < 1e-6, "{:?}", m.theta);
+        assert!(m.theta.iter().all(|t| *t >= 0.0));
+        assert!((m.slots(4.0, 2.0) - 7.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn unknown_baseline_is_an_error() {
+        assert!(matches!(by_name("nope", &BaselineContext::default()), Err(BaselineError::Unknown(_))));
+        assert!(matches!(
+            by_name("optimus", &BaselineContext { num_types: 1, ..Default::default() }),
+            Err(BaselineError::NoProfile(0))
+        ));
+    }
+}

@@ -1,0 +1,134 @@
+//! Metrics of an episode and their aggregation over seeds.
+//!
+//! Pure arithmetic over [`EpisodeResult`]s: JCT statistics, JCT relative to the lower bound,
+//! makespan, utilization per resource kind, conflicts and decisions per slot. Nothing is simulated
+//! here.
+
+use crate::env::EpisodeResult;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Summary of one episode.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// Mean JCT (slots).
+    pub avg_jct: f64,
+    /// Median JCT.
+    pub median_jct: f64,
+    /// 95th percentile JCT.
+    pub p95_jct: f64,
+    /// 99th percentile JCT.
+    pub p99_jct: f64,
+    /// Mean best isolated runtime of the same tasks.
+    pub lower_bound_jct: f64,
+    /// Mean of per-task JCT / lower bound.
+    pub jct_over_lower_bound: f64,
+    /// Slot at whose end the last task finished.
+    pub makespan: f64,
+    /// Mean allocated share per kind over the slots up to the makespan.
+    pub utilization: BTreeMap<String, f64>,
+    /// Mean contested tasks per slot.
+    pub conflicts_per_slot: f64,
+    /// Mean tasks started per slot.
+    pub decisions_per_slot: f64,
+    /// Mean decision steps (protocol rounds) per slot.
+    pub steps_per_slot: f64,
+    /// Failed runs (below the true need).
+    pub failures: f64,
+    /// Sum of all agents' returns.
+    pub episode_return: f64,
+}
+
+/// Nearest-rank percentile of sorted values.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+/// Summarize one episode; `kinds` names the resource kinds.
+pub fn summarize(r: &EpisodeResult, kinds: &[String]) -> Summary {
+    let mut jct: Vec<f64> = r.tasks.iter().map(|t| t.jct as f64).collect();
+    jct.sort_by(f64::total_cmp);
+    let n = jct.len().max(1) as f64;
+    let slots = r.slots.len().max(1) as f64;
+    let utilization = kinds
+        .iter()
+        .enumerate()
+        .map(|(k, name)| (name.clone(), r.slots.iter().map(|s| s.utilization.get(k).copied().unwrap_or(0.0)).sum::<f64>() / slots))
+        .collect();
+    Summary {
+        avg_jct: jct.iter().sum::<f64>() / n,
+        median_jct: percentile(&jct, 0.5),
+        p95_jct: percentile(&jct, 0.95),
+        p99_jct: percentile(&jct, 0.99),
+        lower_bound_jct: r.tasks.iter().map(|t| t.lower_bound as f64).sum::<f64>() / n,
+        jct_over_lower_bound: r.tasks.iter().map(|t| t.jct as f64 / t.lower_bound.max(1) as f64).sum::<f64>() / n,
+        makespan: r.tasks.iter().map(|t| t.finish).max().unwrap_or(0) as f64,
+        utilization,
+        conflicts_per_slot: r.slots.iter().map(|s| f64::from(s.conflicts)).sum::<f64>() / slots,
+        decisions_per_slot: r.slots.iter().map(|s| f64::from(s.commits)).sum::<f64>() / slots,
+        steps_per_slot: r.slots.iter().map(|s| f64::from(s.steps)).sum::<f64>() / slots,
+        failures: r.tasks.iter().map(|t| f64::from(t.failures)).sum(),
+        episode_return: r.returns.iter().sum(),
+    }
+}
+
+/// Mean and sample standard deviation.
+pub fn mean_std(xs: &[f64]) -> (f64, f64) {
+    if xs.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let m = xs.iter().sum::<f64>() / xs.len() as f64;
+    if xs.len() < 2 {
+        return (m, 0.0);
+    }
+    let v = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (xs.len() - 1) as f64;
+    (m, v.sqrt())
+}
+
+/// Per-field mean over seeds (utilization averaged per kind).
+pub fn mean_summary(s: &[Summary]) -> Summary {
+    let f = |g: fn(&Summary) -> f64| mean_std(&s.iter().map(g).collect::<Vec<_>>()).0;
+    let mut utilization = BTreeMap::new();
+    if let Some(first) = s.first() {
+        for k in first.utilization.keys() {
+            let v: Vec<f64> = s.iter().map(|x| x.utilization.get(k).copied().unwrap_or(0.0)).collect();
+            utilization.insert(k.clone(), mean_std(&v).0);
+        }
+    }
+    Summary {
+        avg_jct: f(|x| x.avg_jct),
+        median_jct: f(|x| x.median_jct),
+        p95_jct: f(|x| x.p95_jct),
+        p99_jct: f(|x| x.p99_jct),
+        lower_bound_jct: f(|x| x.lower_bound_jct),
+        jct_over_lower_bound: f(|x| x.jct_over_lower_bound),
+        makespan: f(|x| x.makespan),
+        utilization,
+        conflicts_per_slot: f(|x| x.conflicts_per_slot),
+        decisions_per_slot: f(|x| x.decisions_per_slot),
+        steps_per_slot: f(|x| x.steps_per_slot),
+        failures: f(|x| x.failures),
+        episode_return: f(|x| x.episode_return),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_and_spread() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), 50.0);
+        assert_eq!(percentile(&v, 0.95), 95.0);
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&[3.0], 0.99), 3.0);
+        let (m, s) = mean_std(&[1.0, 3.0]);
+        assert_eq!(m, 2.0);
+        assert!((s - 2f64.sqrt()).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,188 @@
+//! Comparisons of policies over seeds and their output as a table, JSON or CSV.
+//!
+//! The JSON of `compare --json` is a contract for scripts: one object
+//! `{"scenario", "seeds", "results": [{"policy", "avg_jct", "median_jct", "p95_jct", "p99_jct",
+//! "makespan", "lower_bound_jct", "utilization", ...}]}` with per-policy means over the seeds.
+//! Fields may be added; these names stay.
+
+use crate::env::{EpisodeResult, SimError, Simulator};
+use crate::metrics::{mean_std, mean_summary, summarize, Summary};
+use crate::policies::{self, CLAIRVOYANT};
+use serde::Serialize;
+use std::fmt::Write as _;
+use tapfinger::baselines::BaselineError;
+
+/// Errors of a comparison.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// Unknown policy or failed policy construction.
+    #[error(transparent)]
+    Policy(#[from] BaselineError),
+    /// An episode failed.
+    #[error("policy {policy}, seed {seed}: {source}")]
+    Episode {
+        /// Policy.
+        policy: String,
+        /// Seed.
+        seed: u64,
+        /// Cause.
+        source: SimError,
+    },
+}
+
+/// One policy's results over the seeds.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyResult {
+    /// Policy name.
+    pub policy: String,
+    /// True for the reference that reads the true speed model.
+    pub clairvoyant: bool,
+    /// Per-field means over the seeds.
+    #[serde(flatten)]
+    pub mean: Summary,
+    /// Standard deviation of the average JCT over the seeds.
+    pub avg_jct_std: f64,
+    /// The paper's average JCT for this policy on this preset, if published.
+    pub published_avg_jct: Option<f64>,
+    /// The episodes (not serialized).
+    #[serde(skip)]
+    pub episodes: Vec<EpisodeResult>,
+}
+
+/// A comparison of policies on one scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    /// Scenario name.
+    pub scenario: String,
+    /// Seeds used.
+    pub seeds: Vec<u64>,
+    /// One entry per policy, in the order asked.
+    pub results: Vec<PolicyResult>,
+}
+
+/// Run one episode of `policy` on `seed`.
+pub fn run_one(sim: &Simulator, policy: &str, seed: u64) -> Result<EpisodeResult, CompareError> {
+    let ps = policies::build(sim, policy)?;
+    sim.run(ps, seed).map_err(|source| CompareError::Episode { policy: policy.into(), seed, source })
+}
+
+/// Run every policy on every seed; `tick` is called after each episode.
+pub fn compare(sim: &Simulator, policy_names: &[String], seeds: &[u64], tick: &mut dyn FnMut()) -> Result<Comparison, CompareError> {
+    let sc = sim.scenario();
+    let kinds: Vec<String> = sc.space.kinds().iter().map(|k| k.name.clone()).collect();
+    // Fail fast on an unknown name before running anything.
+    for p in policy_names {
+        policies::build(sim, p)?;
+    }
+    let mut results = Vec::new();
+    for p in policy_names {
+        let mut episodes = Vec::new();
+        for &seed in seeds {
+            episodes.push(run_one(sim, p, seed)?);
+            tick();
+        }
+        let sums: Vec<Summary> = episodes.iter().map(|e| summarize(e, &kinds)).collect();
+        let (_, std) = mean_std(&sums.iter().map(|s| s.avg_jct).collect::<Vec<_>>());
+        results.push(PolicyResult {
+            policy: p.clone(),
+            clairvoyant: p == CLAIRVOYANT,
+            mean: mean_summary(&sums),
+            avg_jct_std: std,
+            published_avg_jct: sc.published.get(p.as_str()).copied(),
+            episodes,
+        });
+    }
+    Ok(Comparison { scenario: sc.name.clone(), seeds: seeds.to_vec(), results })
+}
+
+/// Human-readable table.
+pub fn table(c: &Comparison) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "scenario {} — {} seed(s): {:?} — JCT in slots, mean over seeds (± std of the average)", c.scenario, c.seeds.len(), c.seeds);
+    let kinds: Vec<String> = c.results.first().map(|r| r.mean.utilization.keys().cloned().collect()).unwrap_or_default();
+    let _ = write!(s, "{:<15} {:>14} {:>9} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9}", "policy", "avg JCT", "paper", "median", "p95", "p99", "JCT/LB", "makespan", "conflicts");
+    for k in &kinds {
+        let _ = write!(s, " {:>7}", format!("util {k}"));
+    }
+    s.push('\n');
+    for r in &c.results {
+        let m = &r.mean;
+        let paper = r.published_avg_jct.map_or("-".to_string(), |v| format!("{v:.2}"));
+        let name = if r.clairvoyant { format!("{}*", r.policy) } else { r.policy.clone() };
+        let _ = write!(
+            s,
+            "{:<15} {:>14} {:>9} {:>7.2} {:>7.2} {:>7.2} {:>8.2} {:>8.1} {:>9.2}",
+            name,
+            format!("{:.2} ± {:.2}", m.avg_jct, r.avg_jct_std),
+            paper,
+            m.median_jct,
+            m.p95_jct,
+            m.p99_jct,
+            m.jct_over_lower_bound,
+            m.makespan,
+            m.conflicts_per_slot
+        );
+        for k in &kinds {
+            let _ = write!(s, " {:>7.1}%", 100.0 * m.utilization.get(k).copied().unwrap_or(0.0));
+        }
+        s.push('\n');
+    }
+    if let Some(r) = c.results.first() {
+        let _ = writeln!(s, "lower bound (best isolated runtime, mean over tasks): {:.2} slots", r.mean.lower_bound_jct);
+    }
+    if c.results.iter().any(|r| r.clairvoyant) {
+        let _ = writeln!(s, "* clairvoyant: reads the true speed model — a reference, not a deployable policy");
+    }
+    if c.results.iter().any(|r| r.published_avg_jct.is_some()) {
+        let _ = writeln!(s, "paper: average JCT published for TapFinger's setting (arXiv 2302.00571); our re-implementations differ in details");
+    }
+    s
+}
+
+/// CSV, one row per policy.
+pub fn csv(c: &Comparison) -> String {
+    let kinds: Vec<String> = c.results.first().map(|r| r.mean.utilization.keys().cloned().collect()).unwrap_or_default();
+    let mut s = String::from("scenario,policy,clairvoyant,seeds,avg_jct,avg_jct_std,published_avg_jct,median_jct,p95_jct,p99_jct,lower_bound_jct,jct_over_lower_bound,makespan,conflicts_per_slot,decisions_per_slot,steps_per_slot,failures");
+    for k in &kinds {
+        let _ = write!(s, ",util_{k}");
+    }
+    s.push('\n');
+    for r in &c.results {
+        let m = &r.mean;
+        let _ = write!(
+            s,
+            "{},{},{},{},{:.4},{:.4},{},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4}",
+            c.scenario,
+            r.policy,
+            r.clairvoyant,
+            c.seeds.len(),
+            m.avg_jct,
+            r.avg_jct_std,
+            r.published_avg_jct.map_or(String::new(), |v| format!("{v}")),
+            m.median_jct,
+            m.p95_jct,
+            m.p99_jct,
+            m.lower_bound_jct,
+            m.jct_over_lower_bound,
+            m.makespan,
+            m.conflicts_per_slot,
+            m.decisions_per_slot,
+            m.steps_per_slot,
+            m.failures
+        );
+        for k in &kinds {
+            let _ = write!(s, ",{:.4}", m.utilization.get(k).copied().unwrap_or(0.0));
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// Per-task CSV of one episode.
+pub fn tasks_csv(e: &EpisodeResult) -> String {
+    let mut s = String::from("id,type,arrival,start,finish,node,jct,lower_bound,failures\n");
+    for t in &e.tasks {
+        let _ = writeln!(s, "{},{},{},{},{},{},{},{},{}", t.id, t.ty, t.arrival, t.start, t.finish, t.node, t.jct, t.lower_bound, t.failures);
+    }
+    s
+}
