@@ -5,17 +5,25 @@
 //! of them may read a task's true speed: Optimus fits its own speed model from profiling samples
 //! ([`ProfileSample`]) exactly as the Optimus scheduler profiles jobs before placing them.
 
+use crate::Rng;
 use crate::policy::{Decision, Policy};
 use crate::resources::Resources;
 use crate::task::{Task, TaskId, TaskTypeId};
 use crate::view::{RunningView, View};
-use crate::Rng;
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
 /// Names accepted by [`by_name`], in the order reports list them.
-pub const BASELINES: &[&str] =
-    &["optimus", "optimus-np", "tiresias", "tiresias-np", "drf", "first-fit-max", "random", "min"];
+pub const BASELINES: &[&str] = &[
+    "optimus",
+    "optimus-np",
+    "tiresias",
+    "tiresias-np",
+    "drf",
+    "first-fit-max",
+    "random",
+    "min",
+];
 
 /// A profiling measurement: how many slots a task of type `ty` took from start to finish alone
 /// with allocation `alloc` (fractional; what a profiler extrapolates from a short run).
@@ -60,8 +68,14 @@ pub fn by_name(name: &str, ctx: &BaselineContext) -> Result<Box<dyn Policy>, Bas
         "min" => Box::new(MinPolicy),
         "first-fit-max" => Box::new(FirstFitMax),
         "drf" => Box::new(Drf),
-        "tiresias" => Box::new(Tiresias { gpu_kind: ctx.gpu_kind, elastic: true }),
-        "tiresias-np" => Box::new(Tiresias { gpu_kind: ctx.gpu_kind, elastic: false }),
+        "tiresias" => Box::new(Tiresias {
+            gpu_kind: ctx.gpu_kind,
+            elastic: true,
+        }),
+        "tiresias-np" => Box::new(Tiresias {
+            gpu_kind: ctx.gpu_kind,
+            elastic: false,
+        }),
         "optimus" => Box::new(Optimus::fit(ctx, true)?),
         "optimus-np" => Box::new(Optimus::fit(ctx, false)?),
         other => return Err(BaselineError::Unknown(other.to_string())),
@@ -71,12 +85,27 @@ pub fn by_name(name: &str, ctx: &BaselineContext) -> Result<Box<dyn Policy>, Bas
 fn random_alloc(task: &Task, free: &Resources, rng: &mut Rng) -> Resources {
     let cap = task.cap(free);
     Resources(
-        task.min_demand.0.iter().zip(&cap.0).map(|(&lo, &hi)| if hi > lo { rng.random_range(lo..=hi) } else { lo }).collect(),
+        task.min_demand
+            .0
+            .iter()
+            .zip(&cap.0)
+            .map(|(&lo, &hi)| {
+                if hi > lo {
+                    rng.random_range(lo..=hi)
+                } else {
+                    lo
+                }
+            })
+            .collect(),
     )
 }
 
 fn claim(task: &Task, alloc: Resources, prob: f64) -> Decision {
-    Decision::Claim { task: task.id, alloc, prob }
+    Decision::Claim {
+        task: task.id,
+        alloc,
+        prob,
+    }
 }
 
 /// Random: a uniformly random feasible window task with a uniformly random feasible allocation.
@@ -93,7 +122,11 @@ impl Policy for RandomPolicy {
             return Decision::Pass;
         }
         let t = feasible[rng.random_range(0..feasible.len())];
-        claim(t, random_alloc(t, &view.node().free, rng), 1.0 / feasible.len() as f64)
+        claim(
+            t,
+            random_alloc(t, &view.node().free, rng),
+            1.0 / feasible.len() as f64,
+        )
     }
 }
 
@@ -145,7 +178,9 @@ impl Policy for Drf {
         let best = view.feasible().min_by(|a, b| {
             let da = a.min_demand.dominant_share(&node.capacity);
             let db = b.min_demand.dominant_share(&node.capacity);
-            da.total_cmp(&db).then(a.arrival.cmp(&b.arrival)).then(a.id.cmp(&b.id))
+            da.total_cmp(&db)
+                .then(a.arrival.cmp(&b.arrival))
+                .then(a.id.cmp(&b.id))
         });
         let Some(t) = best else { return Decision::Pass };
         let sharers = (node.running.len() + node.queue_len()).max(1) as f64;
@@ -183,13 +218,19 @@ pub struct Tiresias {
 
 impl Policy for Tiresias {
     fn name(&self) -> &str {
-        if self.elastic { "tiresias" } else { "tiresias-np" }
+        if self.elastic {
+            "tiresias"
+        } else {
+            "tiresias-np"
+        }
     }
     fn elastic(&self) -> bool {
         self.elastic
     }
     fn decide(&mut self, view: &View<'_>, _rng: &mut Rng) -> Decision {
-        let Some(t) = view.feasible().next() else { return Decision::Pass };
+        let Some(t) = view.feasible().next() else {
+            return Decision::Pass;
+        };
         if self.elastic {
             return claim(t, t.min_demand.clone(), 1.0);
         }
@@ -197,7 +238,12 @@ impl Policy for Tiresias {
         let sharers = (node.queue_len() + node.running.len()).max(1) as u32;
         let cap = t.cap(&node.free);
         let alloc = Resources(
-            node.capacity.0.iter().enumerate().map(|(k, c)| c.div_ceil(sharers).clamp(t.min_demand.get(k), cap.get(k))).collect(),
+            node.capacity
+                .0
+                .iter()
+                .enumerate()
+                .map(|(k, c)| c.div_ceil(sharers).clamp(t.min_demand.get(k), cap.get(k)))
+                .collect(),
         );
         claim(t, alloc, 1.0)
     }
@@ -206,7 +252,9 @@ impl Policy for Tiresias {
         tasks.sort_by(|a, b| {
             let qa = a.attained >= TIRESIAS_THRESHOLD;
             let qb = b.attained >= TIRESIAS_THRESHOLD;
-            qa.cmp(&qb).then(a.task.arrival.cmp(&b.task.arrival)).then(a.task.id.cmp(&b.task.id))
+            qa.cmp(&qb)
+                .then(a.task.arrival.cmp(&b.task.arrival))
+                .then(a.task.id.cmp(&b.task.id))
         });
         let mut allocs: Vec<Resources> = tasks.iter().map(|r| r.alloc.clone()).collect();
         let mut free = view.node().free.clone();
@@ -230,7 +278,11 @@ impl Policy for Tiresias {
                 }
             }
         }
-        tasks.iter().zip(allocs).map(|(r, a)| (r.task.id, a)).collect()
+        tasks
+            .iter()
+            .zip(allocs)
+            .map(|(r, a)| (r.task.id, a))
+            .collect()
     }
 }
 
@@ -254,12 +306,19 @@ impl OptimusModel {
     pub fn fit(samples: &[(f64, f64, f64)]) -> Self {
         let x: Vec<[f64; 5]> = samples.iter().map(|s| optimus_features(s.0, s.1)).collect();
         let y: Vec<f64> = samples.iter().map(|s| s.2).collect();
-        Self { theta: nnls(&x, &y) }
+        Self {
+            theta: nnls(&x, &y),
+        }
     }
 
     /// Predicted completion time in slots with `p` CPUs and `w` GPUs.
     pub fn slots(&self, p: f64, w: f64) -> f64 {
-        optimus_features(p, w).iter().zip(&self.theta).map(|(f, t)| f * t).sum::<f64>().max(1e-6)
+        optimus_features(p, w)
+            .iter()
+            .zip(&self.theta)
+            .map(|(f, t)| f * t)
+            .sum::<f64>()
+            .max(1e-6)
     }
 }
 
@@ -304,7 +363,9 @@ fn least_squares(x: &[[f64; 5]], y: &[f64], idx: &[usize]) -> Vec<f64> {
         r[i] += 1e-9;
     }
     for c in 0..n {
-        let piv = (c..n).max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs())).unwrap_or(c);
+        let piv = (c..n)
+            .max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs()))
+            .unwrap_or(c);
         a.swap(c, piv);
         let d = a[c][c];
         if d.abs() < 1e-15 {
@@ -319,7 +380,15 @@ fn least_squares(x: &[[f64; 5]], y: &[f64], idx: &[usize]) -> Vec<f64> {
             }
         }
     }
-    (0..n).map(|i| if a[i][i].abs() < 1e-15 { 0.0 } else { a[i][n] / a[i][i] }).collect()
+    (0..n)
+        .map(|i| {
+            if a[i][i].abs() < 1e-15 {
+                0.0
+            } else {
+                a[i][n] / a[i][i]
+            }
+        })
+        .collect()
 }
 
 /// Optimus: greedy marginal-gain allocation on a fitted speed model.
@@ -345,14 +414,27 @@ impl Optimus {
                 .profile
                 .iter()
                 .filter(|s| usize::from(s.ty.0) == ty && s.slots.is_finite())
-                .map(|s| (f64::from(s.alloc.get(ctx.cpu_kind)), f64::from(s.alloc.get(ctx.gpu_kind)), s.slots))
+                .map(|s| {
+                    (
+                        f64::from(s.alloc.get(ctx.cpu_kind)),
+                        f64::from(s.alloc.get(ctx.gpu_kind)),
+                        s.slots,
+                    )
+                })
                 .collect();
             if samples.is_empty() {
-                return Err(BaselineError::NoProfile(u16::try_from(ty).unwrap_or(u16::MAX)));
+                return Err(BaselineError::NoProfile(
+                    u16::try_from(ty).unwrap_or(u16::MAX),
+                ));
             }
             models.push(OptimusModel::fit(&samples));
         }
-        Ok(Self { models, cpu: ctx.cpu_kind, gpu: ctx.gpu_kind, elastic })
+        Ok(Self {
+            models,
+            cpu: ctx.cpu_kind,
+            gpu: ctx.gpu_kind,
+            elastic,
+        })
     }
 
     /// The fitted models, one per task type.
@@ -367,8 +449,16 @@ impl Optimus {
 
     /// Greedy: hand out `free` one unit at a time (CPU or GPU) to the entry whose estimated
     /// remaining time drops most per unit. Entries are (type, progress, allocation, cap).
-    fn greedy(&self, entries: &mut [(TaskTypeId, f64, Resources, Resources)], free: &mut Resources) {
-        let kinds = if self.cpu == self.gpu { vec![self.cpu] } else { vec![self.cpu, self.gpu] };
+    fn greedy(
+        &self,
+        entries: &mut [(TaskTypeId, f64, Resources, Resources)],
+        free: &mut Resources,
+    ) {
+        let kinds = if self.cpu == self.gpu {
+            vec![self.cpu]
+        } else {
+            vec![self.cpu, self.gpu]
+        };
         loop {
             let mut best: Option<(usize, usize, f64)> = None;
             for (i, (ty, p, a, cap)) in entries.iter().enumerate() {
@@ -386,7 +476,7 @@ impl Optimus {
                 }
             }
             let Some((i, k, _)) = best else { break };
-            entries[i].2 .0[k] += 1;
+            entries[i].2.0[k] += 1;
             free.0[k] -= 1;
         }
     }
@@ -394,7 +484,11 @@ impl Optimus {
 
 impl Policy for Optimus {
     fn name(&self) -> &str {
-        if self.elastic { "optimus" } else { "optimus-np" }
+        if self.elastic {
+            "optimus"
+        } else {
+            "optimus-np"
+        }
     }
     fn elastic(&self) -> bool {
         self.elastic
@@ -422,7 +516,13 @@ impl Policy for Optimus {
         }
         self.greedy(&mut entries, &mut free);
         let best = (0..tasks.len())
-            .max_by(|&i, &j| entries[i].2.get(self.gpu).cmp(&entries[j].2.get(self.gpu)).then(j.cmp(&i)))
+            .max_by(|&i, &j| {
+                entries[i]
+                    .2
+                    .get(self.gpu)
+                    .cmp(&entries[j].2.get(self.gpu))
+                    .then(j.cmp(&i))
+            })
             .unwrap_or(0);
         claim(tasks[best], entries[best].2.clone(), 1.0)
     }
@@ -432,12 +532,20 @@ impl Policy for Optimus {
         let mut entries: Vec<_> = running
             .iter()
             .map(|r| {
-                let cap = r.task.max_demand.clone().unwrap_or_else(|| view.node().capacity.clone());
+                let cap = r
+                    .task
+                    .max_demand
+                    .clone()
+                    .unwrap_or_else(|| view.node().capacity.clone());
                 (r.task.ty, r.progress, r.alloc.clone(), cap)
             })
             .collect();
         self.greedy(&mut entries, &mut free);
-        running.iter().zip(entries).map(|(r, e)| (r.task.id, e.2)).collect()
+        running
+            .iter()
+            .zip(entries)
+            .map(|(r, e)| (r.task.id, e.2))
+            .collect()
     }
 }
 
@@ -465,9 +573,18 @@ mod tests {
 
     #[test]
     fn unknown_baseline_is_an_error() {
-        assert!(matches!(by_name("nope", &BaselineContext::default()), Err(BaselineError::Unknown(_))));
         assert!(matches!(
-            by_name("optimus", &BaselineContext { num_types: 1, ..Default::default() }),
+            by_name("nope", &BaselineContext::default()),
+            Err(BaselineError::Unknown(_))
+        ));
+        assert!(matches!(
+            by_name(
+                "optimus",
+                &BaselineContext {
+                    num_types: 1,
+                    ..Default::default()
+                }
+            ),
             Err(BaselineError::NoProfile(0))
         ));
     }

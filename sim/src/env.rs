@@ -13,7 +13,10 @@ use crate::workload;
 use std::sync::Arc;
 use tapfinger::protocol::{Output, ProtocolConfig};
 use tapfinger::view::{ClusterView, NodeView, PendingView, RunningView};
-use tapfinger::{Decision, NodeId, Policy, Proposal, Protocol, ProtocolError, Resources, Round, RoundOutcome, Task, TaskId};
+use tapfinger::{
+    Decision, NodeId, Policy, Proposal, Protocol, ProtocolError, Resources, Round, RoundOutcome,
+    Task, TaskId,
+};
 
 /// Errors that end an episode.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +56,9 @@ pub enum SimError {
     #[error("round {0} was not decided by every agent")]
     Undecided(Round),
     /// The episode hit its slot limit.
-    #[error("episode did not finish within {slots} slots: {unfinished} task(s) unfinished ({stalled} stalled below their true need)")]
+    #[error(
+        "episode did not finish within {slots} slots: {unfinished} task(s) unfinished ({stalled} stalled below their true need)"
+    )]
     DidNotFinish {
         /// Limit.
         slots: u64,
@@ -123,7 +128,12 @@ pub struct EpisodeResult {
 
 enum State {
     Pending,
-    Running { node: usize, alloc: Resources, started: u64, prev: Option<Resources> },
+    Running {
+        node: usize,
+        alloc: Resources,
+        started: u64,
+        prev: Option<Resources>,
+    },
     Done,
 }
 
@@ -152,7 +162,12 @@ const MAX_GRID: usize = 200_000;
 pub fn allocations(lo: &Resources, hi: &Resources) -> Vec<Resources> {
     let mut out = vec![Vec::new()];
     for k in 0..lo.len() {
-        out = out.into_iter().flat_map(|p: Vec<u32>| (lo.get(k)..=hi.get(k)).map(move |v| [p.clone(), vec![v]].concat())).collect();
+        out = out
+            .into_iter()
+            .flat_map(|p: Vec<u32>| {
+                (lo.get(k)..=hi.get(k)).map(move |v| [p.clone(), vec![v]].concat())
+            })
+            .collect();
     }
     out.into_iter().map(Resources).collect()
 }
@@ -170,11 +185,23 @@ impl Simulator {
                         if !t.min_demand.fits_in(&n.capacity) {
                             return None;
                         }
-                        let hi = t.max_demand.as_ref().map_or(n.capacity.clone(), |m| m.min_each(&n.capacity));
+                        let hi = t
+                            .max_demand
+                            .as_ref()
+                            .map_or(n.capacity.clone(), |m| m.min_each(&n.capacity));
                         let lo = t.min_demand.max_each(&t.need).min_each(&hi);
-                        let size: usize = (0..lo.len()).map(|k| (hi.get(k) - lo.get(k) + 1) as usize).product();
-                        let cands = if size <= MAX_GRID { allocations(&lo, &hi) } else { vec![hi] };
-                        cands.iter().filter_map(|a| t.speed.isolated(a, sc.slot_seconds).map(|x| x.0)).min()
+                        let size: usize = (0..lo.len())
+                            .map(|k| (hi.get(k) - lo.get(k) + 1) as usize)
+                            .product();
+                        let cands = if size <= MAX_GRID {
+                            allocations(&lo, &hi)
+                        } else {
+                            vec![hi]
+                        };
+                        cands
+                            .iter()
+                            .filter_map(|a| t.speed.isolated(a, sc.slot_seconds).map(|x| x.0))
+                            .min()
                     })
                     .collect()
             })
@@ -189,29 +216,79 @@ impl Simulator {
 
     /// Best isolated slots for a task: min over its reachable nodes.
     pub fn lower_bound(&self, task: &Task) -> u64 {
-        task.reachable.iter().filter_map(|n| self.best[usize::from(task.ty.0)][n.0 as usize]).min().unwrap_or(u64::MAX)
+        task.reachable
+            .iter()
+            .filter_map(|n| self.best[usize::from(task.ty.0)][n.0 as usize])
+            .min()
+            .unwrap_or(u64::MAX)
     }
 
     /// Run one episode with one policy instance per node (node i is agent i).
-    pub fn run(&self, mut policies: Vec<Box<dyn Policy>>, seed: u64) -> Result<EpisodeResult, SimError> {
+    pub fn run(
+        &self,
+        policies: Vec<Box<dyn Policy>>,
+        seed: u64,
+    ) -> Result<EpisodeResult, SimError> {
+        self.run_observed(policies, seed, None)
+    }
+
+    /// [`Simulator::run`], showing `observe` the cluster after every decision step and after every
+    /// elastic re-allocation (the state each slot progresses with). For audits and tests.
+    pub fn run_observed(
+        &self,
+        mut policies: Vec<Box<dyn Policy>>,
+        seed: u64,
+        mut observe: Option<&mut dyn FnMut(&ClusterView)>,
+    ) -> Result<EpisodeResult, SimError> {
         let sc = &self.sc;
         let n = sc.nodes.len();
         if policies.len() != n {
-            return Err(SimError::PolicyCount { policies: policies.len(), nodes: n });
+            return Err(SimError::PolicyCount {
+                policies: policies.len(),
+                nodes: n,
+            });
         }
-        let policy_name = policies.first().map(|p| p.name().to_string()).unwrap_or_default();
+        let policy_name = policies
+            .first()
+            .map(|p| p.name().to_string())
+            .unwrap_or_default();
         let ids: Vec<NodeId> = (0..n).map(|i| NodeId(i as u32)).collect();
-        let mut protocols: Vec<Protocol> =
-            ids.iter().map(|&id| Protocol::new(id, ids.iter().copied(), Round::default(), ProtocolConfig::default())).collect();
-        let mut rngs: Vec<tapfinger::Rng> =
-            (0..n).map(|i| tapfinger::seeded_rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(i as u64 + 1))).collect();
+        let mut protocols: Vec<Protocol> = ids
+            .iter()
+            .map(|&id| {
+                Protocol::new(
+                    id,
+                    ids.iter().copied(),
+                    Round::default(),
+                    ProtocolConfig::default(),
+                )
+            })
+            .collect();
+        let mut rngs: Vec<tapfinger::Rng> = (0..n)
+            .map(|i| {
+                tapfinger::seeded_rng(
+                    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                        .wrapping_add(i as u64 + 1),
+                )
+            })
+            .collect();
         let (_, gpu_kind) = sc.cpu_gpu_kinds();
         let mut live: Vec<Live> = workload::generate(sc, seed)
             .into_iter()
-            .map(|t| Live { task: Arc::new(t), state: State::Pending, progress: 0.0, attained: 0.0, failures: 0, start: 0, record: None })
+            .map(|t| Live {
+                task: Arc::new(t),
+                state: State::Pending,
+                progress: 0.0,
+                attained: 0.0,
+                failures: 0,
+                start: 0,
+                record: None,
+            })
             .collect();
         let capacity: Vec<Resources> = sc.nodes.iter().map(|nd| nd.capacity.clone()).collect();
-        let total_cap: Vec<f64> = (0..sc.space.len()).map(|k| capacity.iter().map(|c| f64::from(c.get(k))).sum()).collect();
+        let total_cap: Vec<f64> = (0..sc.space.len())
+            .map(|k| capacity.iter().map(|c| f64::from(c.get(k))).sum())
+            .collect();
         let mut free = capacity.clone();
         let mut queues: Vec<Vec<usize>> = vec![Vec::new(); n];
         let mut running: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -230,7 +307,11 @@ impl Simulator {
                     .iter()
                     .filter(|l| matches!(&l.state, State::Running { alloc, .. } if !sc.types[usize::from(l.task.ty.0)].need.fits_in(alloc)))
                     .count();
-                return Err(SimError::DidNotFinish { slots: sc.max_slots, unfinished: live.len() - done, stalled });
+                return Err(SimError::DidNotFinish {
+                    slots: sc.max_slots,
+                    unfinished: live.len() - done,
+                    stalled,
+                });
             }
             // Arrivals.
             while next_arrival < live.len() && live[next_arrival].task.arrival == slot {
@@ -254,21 +335,37 @@ impl Simulator {
             // Decision steps.
             let (mut conflicts, mut commits, mut steps) = (0u32, 0u32, 0u32);
             loop {
-                let view = build_view(sc, slot, steps, &live, &queues, &running, &free, &capacity, &mut scratch);
+                let view = build_view(
+                    sc,
+                    slot,
+                    steps,
+                    &live,
+                    &queues,
+                    &running,
+                    &free,
+                    &capacity,
+                    &mut scratch,
+                );
                 let round = protocols[0].round();
                 let mut sends = Vec::with_capacity(n);
                 let mut decided: Vec<Option<RoundOutcome>> = vec![None; n];
                 for i in 0..n {
-                    let Some(v) = view.for_agent(ids[i]) else { continue };
+                    let Some(v) = view.for_agent(ids[i]) else {
+                        continue;
+                    };
                     let decision = policies[i].decide(&v, &mut rngs[i]);
-                    let proposal = check_decision(&decision, &v).map_err(|reason| SimError::PolicyViolation {
-                        policy: policies[i].name().to_string(),
-                        agent: ids[i],
-                        slot,
-                        reason,
+                    let proposal = check_decision(&decision, &v).map_err(|reason| {
+                        SimError::PolicyViolation {
+                            policy: policies[i].name().to_string(),
+                            agent: ids[i],
+                            slot,
+                            reason,
+                        }
                     })?;
                     let now = slot * 1_000_000 + u64::from(steps);
-                    let out = protocols[i].propose(proposal, now).map_err(|source| SimError::Protocol { round, source })?;
+                    let out = protocols[i]
+                        .propose(proposal, now)
+                        .map_err(|source| SimError::Protocol { round, source })?;
                     collect(out, &mut sends, &mut decided[i]);
                 }
                 for i in 0..n {
@@ -278,12 +375,16 @@ impl Simulator {
                         }
                         messages += 1;
                         let now = slot * 1_000_000 + u64::from(steps);
-                        let out = protocols[i].receive(m.clone(), now).map_err(|source| SimError::Protocol { round, source })?;
+                        let out = protocols[i]
+                            .receive(m.clone(), now)
+                            .map_err(|source| SimError::Protocol { round, source })?;
                         let mut ignored = Vec::new();
                         collect(out, &mut ignored, &mut decided[i]);
                     }
                 }
-                let Some(outcome) = decided[0].take() else { return Err(SimError::Undecided(round)) };
+                let Some(outcome) = decided[0].take() else {
+                    return Err(SimError::Undecided(round));
+                };
                 for d in decided.iter().skip(1) {
                     if d.as_ref() != Some(&outcome) {
                         return Err(SimError::Divergence(round));
@@ -295,18 +396,38 @@ impl Simulator {
                     let t = c.task.0 as usize;
                     let node = c.agent.0 as usize;
                     commits += 1;
-                    free[node] = free[node].checked_sub(&c.alloc).map_err(|e| SimError::PolicyViolation {
-                        policy: policies[node].name().to_string(),
-                        agent: c.agent,
-                        slot,
-                        reason: format!("committed allocation does not fit: {e}"),
+                    free[node] = free[node].checked_sub(&c.alloc).map_err(|e| {
+                        SimError::PolicyViolation {
+                            policy: policies[node].name().to_string(),
+                            agent: c.agent,
+                            slot,
+                            reason: format!("committed allocation does not fit: {e}"),
+                        }
                     })?;
                     for q in &live[t].task.reachable {
                         queues[q.0 as usize].retain(|&x| x != t);
                     }
                     running[node].push(t);
                     live[t].start = slot;
-                    live[t].state = State::Running { node, alloc: c.alloc.clone(), started: slot, prev: None };
+                    live[t].state = State::Running {
+                        node,
+                        alloc: c.alloc.clone(),
+                        started: slot,
+                        prev: None,
+                    };
+                }
+                if let Some(f) = observe.as_mut() {
+                    f(&build_view(
+                        sc,
+                        slot,
+                        steps,
+                        &live,
+                        &queues,
+                        &running,
+                        &free,
+                        &capacity,
+                        &mut scratch,
+                    ));
                 }
                 if outcome.slot_ended {
                     break;
@@ -317,16 +438,43 @@ impl Simulator {
                 if !elastic[i] || running[i].is_empty() {
                     continue;
                 }
-                let view = build_view(sc, slot, steps, &live, &queues, &running, &free, &capacity, &mut scratch);
-                let Some(v) = view.for_agent(ids[i]) else { continue };
-                let changes = policies[i].rebalance(&v, &mut rngs[i]);
-                apply_rebalance(&changes, i, &running[i], &mut live, &capacity[i]).map_err(|reason| SimError::PolicyViolation {
-                    policy: policies[i].name().to_string(),
-                    agent: ids[i],
+                let view = build_view(
+                    sc,
                     slot,
-                    reason,
-                })?;
+                    steps,
+                    &live,
+                    &queues,
+                    &running,
+                    &free,
+                    &capacity,
+                    &mut scratch,
+                );
+                let Some(v) = view.for_agent(ids[i]) else {
+                    continue;
+                };
+                let changes = policies[i].rebalance(&v, &mut rngs[i]);
+                apply_rebalance(&changes, i, &running[i], &mut live, &capacity[i]).map_err(
+                    |reason| SimError::PolicyViolation {
+                        policy: policies[i].name().to_string(),
+                        agent: ids[i],
+                        slot,
+                        reason,
+                    },
+                )?;
                 free[i] = node_free(&capacity[i], &running[i], &live);
+                if let Some(f) = observe.as_mut() {
+                    f(&build_view(
+                        sc,
+                        slot,
+                        steps,
+                        &live,
+                        &queues,
+                        &running,
+                        &free,
+                        &capacity,
+                        &mut scratch,
+                    ));
+                }
             }
             // Measurements of the slot as it will run.
             let mut used = vec![0.0; sc.space.len()];
@@ -348,7 +496,9 @@ impl Simulator {
                 for &t in &running[i] {
                     let ty = &sc.types[usize::from(live[t].task.ty.0)];
                     let l = &mut live[t];
-                    let State::Running { alloc, prev, .. } = &mut l.state else { continue };
+                    let State::Running { alloc, prev, .. } = &mut l.state else {
+                        continue;
+                    };
                     l.attained += f64::from(alloc.get(gpu_kind));
                     if !ty.need.fits_in(alloc) {
                         if sc.memory == MemoryMode::Fail {
@@ -366,7 +516,11 @@ impl Simulator {
                         keep.push(t);
                         continue;
                     }
-                    let penalty = if prev.as_ref().is_some_and(|p| p != alloc) { sc.switch_weight } else { 1.0 };
+                    let penalty = if prev.as_ref().is_some_and(|p| p != alloc) {
+                        sc.switch_weight
+                    } else {
+                        1.0
+                    };
                     l.progress += ty.speed.delta(alloc, l.progress, sc.slot_seconds) * penalty;
                     *prev = Some(alloc.clone());
                     if l.progress >= 1.0 - 1e-12 {
@@ -404,7 +558,11 @@ impl Simulator {
             slots.push(SlotRecord {
                 slot,
                 in_system,
-                utilization: used.iter().zip(&total_cap).map(|(u, c)| if *c > 0.0 { u / c } else { 0.0 }).collect(),
+                utilization: used
+                    .iter()
+                    .zip(&total_cap)
+                    .map(|(u, c)| if *c > 0.0 { u / c } else { 0.0 })
+                    .collect(),
                 conflicts,
                 commits,
                 steps,
@@ -412,11 +570,22 @@ impl Simulator {
             slot += 1;
         }
         let tasks = live.into_iter().filter_map(|l| l.record).collect();
-        Ok(EpisodeResult { policy: policy_name, seed, tasks, slots, returns, messages })
+        Ok(EpisodeResult {
+            policy: policy_name,
+            seed,
+            tasks,
+            slots,
+            returns,
+            messages,
+        })
     }
 }
 
-fn collect(out: Vec<Output>, sends: &mut Vec<tapfinger::Message>, decided: &mut Option<RoundOutcome>) {
+fn collect(
+    out: Vec<Output>,
+    sends: &mut Vec<tapfinger::Message>,
+    decided: &mut Option<RoundOutcome>,
+) {
     for o in out {
         match o {
             Output::Send(m) => sends.push(m),
@@ -435,12 +604,21 @@ fn check_decision(d: &Decision, v: &tapfinger::View<'_>) -> Result<Proposal, Str
             };
             let free = &v.node().free;
             if !t.allows(alloc, free) {
-                return Err(format!("allocation {alloc} for {task} is outside [min {}, cap {}]", t.min_demand, t.cap(free)));
+                return Err(format!(
+                    "allocation {alloc} for {task} is outside [min {}, cap {}]",
+                    t.min_demand,
+                    t.cap(free)
+                ));
             }
             if !(prob.is_finite() && (0.0..=1.0).contains(prob)) {
                 return Err(format!("selection probability {prob} outside [0, 1]"));
             }
-            Ok(Proposal::Claim(tapfinger::Claim { task: *task, alloc: alloc.clone(), prob: *prob, headroom: free.headroom(&t.min_demand) }))
+            Ok(Proposal::Claim(tapfinger::Claim {
+                task: *task,
+                alloc: alloc.clone(),
+                prob: *prob,
+                headroom: free.headroom(&t.min_demand),
+            }))
         }
     }
 }
@@ -457,31 +635,49 @@ fn node_free(capacity: &Resources, running: &[usize], live: &[Live]) -> Resource
     free
 }
 
-fn apply_rebalance(changes: &[(TaskId, Resources)], node: usize, running: &[usize], live: &mut [Live], cap: &Resources) -> Result<(), String> {
+fn apply_rebalance(
+    changes: &[(TaskId, Resources)],
+    node: usize,
+    running: &[usize],
+    live: &mut [Live],
+    cap: &Resources,
+) -> Result<(), String> {
     let mut proposed: Vec<(usize, Resources)> = Vec::new();
     for (id, a) in changes {
         let t = id.0 as usize;
         if !running.contains(&t) {
-            return Err(format!("re-allocated {id}, which does not run on node {node}"));
+            return Err(format!(
+                "re-allocated {id}, which does not run on node {node}"
+            ));
         }
         let task = &live[t].task;
         if !task.min_demand.fits_in(a) || !a.fits_in(&task.cap(cap)) {
-            return Err(format!("re-allocation {a} for {id} is outside [min {}, cap {}]", task.min_demand, task.cap(cap)));
+            return Err(format!(
+                "re-allocation {a} for {id} is outside [min {}, cap {}]",
+                task.min_demand,
+                task.cap(cap)
+            ));
         }
         proposed.push((t, a.clone()));
     }
     let mut total = Resources::zeros(cap.len());
     for &t in running {
-        let a = proposed.iter().find(|(x, _)| *x == t).map(|(_, a)| a.clone()).or_else(|| match &live[t].state {
-            State::Running { alloc, .. } => Some(alloc.clone()),
-            _ => None,
-        });
+        let a = proposed
+            .iter()
+            .find(|(x, _)| *x == t)
+            .map(|(_, a)| a.clone())
+            .or_else(|| match &live[t].state {
+                State::Running { alloc, .. } => Some(alloc.clone()),
+                _ => None,
+            });
         if let Some(a) = a {
             total = total.checked_add(&a).map_err(|e| e.to_string())?;
         }
     }
     if !total.fits_in(cap) {
-        return Err(format!("re-allocations total {total}, above the node's capacity {cap}"));
+        return Err(format!(
+            "re-allocations total {total}, above the node's capacity {cap}"
+        ));
     }
     for (t, a) in proposed {
         if let State::Running { alloc, .. } = &mut live[t].state {
@@ -503,7 +699,10 @@ fn build_view(
     capacity: &[Resources],
     scratch: &mut [usize],
 ) -> ClusterView {
-    let mut ids: Vec<usize> = queues.iter().flat_map(|q| q.iter().take(sc.window).copied()).collect();
+    let mut ids: Vec<usize> = queues
+        .iter()
+        .flat_map(|q| q.iter().take(sc.window).copied())
+        .collect();
     ids.sort_unstable();
     ids.dedup();
     for (i, &t) in ids.iter().enumerate() {
@@ -511,11 +710,21 @@ fn build_view(
     }
     let mut run_ids: Vec<usize> = running.iter().flatten().copied().collect();
     run_ids.sort_unstable();
-    let pending: Vec<PendingView> = ids.iter().map(|&t| PendingView { task: live[t].task.clone() }).collect();
+    let pending: Vec<PendingView> = ids
+        .iter()
+        .map(|&t| PendingView {
+            task: live[t].task.clone(),
+        })
+        .collect();
     let running_views: Vec<RunningView> = run_ids
         .iter()
         .filter_map(|&t| match &live[t].state {
-            State::Running { node, alloc, started, .. } => Some(RunningView {
+            State::Running {
+                node,
+                alloc,
+                started,
+                ..
+            } => Some(RunningView {
                 task: live[t].task.clone(),
                 node: NodeId(*node as u32),
                 alloc: alloc.clone(),
@@ -528,8 +737,15 @@ fn build_view(
         .collect();
     let nodes = (0..queues.len())
         .map(|i| {
-            let window: Vec<usize> = queues[i].iter().take(sc.window).map(|&t| scratch[t]).collect();
-            let mut rv: Vec<usize> = running[i].iter().filter_map(|t| run_ids.binary_search(t).ok()).collect();
+            let window: Vec<usize> = queues[i]
+                .iter()
+                .take(sc.window)
+                .map(|&t| scratch[t])
+                .collect();
+            let mut rv: Vec<usize> = running[i]
+                .iter()
+                .filter_map(|t| run_ids.binary_search(t).ok())
+                .collect();
             rv.sort_unstable();
             NodeView {
                 id: NodeId(i as u32),
@@ -544,5 +760,12 @@ fn build_view(
     for &t in &ids {
         scratch[t] = usize::MAX;
     }
-    ClusterView { slot, step, num_types: sc.types.len(), nodes, pending, running: running_views }
+    ClusterView {
+        slot,
+        step,
+        num_types: sc.types.len(),
+        nodes,
+        pending,
+        running: running_views,
+    }
 }

@@ -1,16 +1,20 @@
 //! `tapfinger-sim` command line: list presets, run one episode, compare policies. Thin: it parses
 //! arguments and calls the library; every error becomes a message and a non-zero exit.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tapfinger_sim::report::{self, Comparison};
-use tapfinger_sim::{metrics, plot, policies, scenario, Scenario, Simulator};
+use tapfinger_sim::{Scenario, Simulator, metrics, plot, policies, scenario};
 
 #[derive(Parser)]
-#[command(name = "tapfinger-sim", version, about = "Simulate and compare tapfinger scheduling policies")]
+#[command(
+    name = "tapfinger-sim",
+    version,
+    about = "Simulate and compare tapfinger scheduling policies"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -83,10 +87,16 @@ struct Progress {
 impl Progress {
     fn new(total: u64) -> Self {
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
-        if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} episodes {elapsed} (eta {eta})") {
+        if let Ok(style) =
+            ProgressStyle::with_template("{bar:40} {pos}/{len} episodes {elapsed} (eta {eta})")
+        {
             bar.set_style(style);
         }
-        Self { bar, started: Instant::now(), shown: false }
+        Self {
+            bar,
+            started: Instant::now(),
+            shown: false,
+        }
     }
     fn tick(&mut self) {
         if !self.shown && self.started.elapsed() > Duration::from_secs(1) {
@@ -126,14 +136,21 @@ fn run(cli: Cli) -> Result<()> {
                 println!("{name:<15} {desc}");
             }
         }
-        Cmd::Run { scenario, policy, seed, out } => {
+        Cmd::Run {
+            scenario,
+            policy,
+            seed,
+            out,
+        } => {
             let sim = load(&scenario)?;
             let mut progress = Progress::new(1);
             let c = report::compare(&sim, &[policy], &[seed], &mut || progress.tick())?;
             progress.finish();
             if out.csv {
                 // One episode: the per-task records are the useful CSV.
-                let Some(e) = c.results.first().and_then(|r| r.episodes.first()) else { bail!("no episode ran") };
+                let Some(e) = c.results.first().and_then(|r| r.episodes.first()) else {
+                    bail!("no episode ran")
+                };
                 print!("{}", report::tasks_csv(e));
                 if let Some(dir) = &out.plot {
                     plot::write_plots(&c, dir)?;
@@ -143,7 +160,13 @@ fn run(cli: Cli) -> Result<()> {
             if out.json {
                 let r = c.results.first().context("no result")?;
                 let e = r.episodes.first().context("no episode")?;
-                let kinds: Vec<String> = sim.scenario().space.kinds().iter().map(|k| k.name.clone()).collect();
+                let kinds: Vec<String> = sim
+                    .scenario()
+                    .space
+                    .kinds()
+                    .iter()
+                    .map(|k| k.name.clone())
+                    .collect();
                 let v = serde_json::json!({
                     "scenario": c.scenario,
                     "policy": r.policy,
@@ -161,13 +184,25 @@ fn run(cli: Cli) -> Result<()> {
             }
             emit(&c, &out)?;
         }
-        Cmd::Compare { scenario, policies: names, seeds, seed_base, out } => {
+        Cmd::Compare {
+            scenario,
+            policies: names,
+            seeds,
+            seed_base,
+            out,
+        } => {
             if seeds == 0 {
                 bail!("--seeds must be at least 1");
             }
             let sim = load(&scenario)?;
-            let names: Vec<String> =
-                if names.is_empty() { policies::all_policies().iter().map(|s| s.to_string()).collect() } else { names };
+            let names: Vec<String> = if names.is_empty() {
+                policies::all_policies()
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
+            } else {
+                names
+            };
             let seed_list: Vec<u64> = (seed_base..seed_base.saturating_add(seeds)).collect();
             let mut progress = Progress::new(seeds * names.len() as u64);
             let c = report::compare(&sim, &names, &seed_list, &mut || progress.tick())?;

@@ -57,7 +57,16 @@ pub fn summarize(r: &EpisodeResult, kinds: &[String]) -> Summary {
     let utilization = kinds
         .iter()
         .enumerate()
-        .map(|(k, name)| (name.clone(), r.slots.iter().map(|s| s.utilization.get(k).copied().unwrap_or(0.0)).sum::<f64>() / slots))
+        .map(|(k, name)| {
+            (
+                name.clone(),
+                r.slots
+                    .iter()
+                    .map(|s| s.utilization.get(k).copied().unwrap_or(0.0))
+                    .sum::<f64>()
+                    / slots,
+            )
+        })
         .collect();
     Summary {
         avg_jct: jct.iter().sum::<f64>() / n,
@@ -65,7 +74,12 @@ pub fn summarize(r: &EpisodeResult, kinds: &[String]) -> Summary {
         p95_jct: percentile(&jct, 0.95),
         p99_jct: percentile(&jct, 0.99),
         lower_bound_jct: r.tasks.iter().map(|t| t.lower_bound as f64).sum::<f64>() / n,
-        jct_over_lower_bound: r.tasks.iter().map(|t| t.jct as f64 / t.lower_bound.max(1) as f64).sum::<f64>() / n,
+        jct_over_lower_bound: r
+            .tasks
+            .iter()
+            .map(|t| t.jct as f64 / t.lower_bound.max(1) as f64)
+            .sum::<f64>()
+            / n,
         makespan: r.tasks.iter().map(|t| t.finish).max().unwrap_or(0) as f64,
         utilization,
         conflicts_per_slot: r.slots.iter().map(|s| f64::from(s.conflicts)).sum::<f64>() / slots,
@@ -95,7 +109,10 @@ pub fn mean_summary(s: &[Summary]) -> Summary {
     let mut utilization = BTreeMap::new();
     if let Some(first) = s.first() {
         for k in first.utilization.keys() {
-            let v: Vec<f64> = s.iter().map(|x| x.utilization.get(k).copied().unwrap_or(0.0)).collect();
+            let v: Vec<f64> = s
+                .iter()
+                .map(|x| x.utilization.get(k).copied().unwrap_or(0.0))
+                .collect();
             utilization.insert(k.clone(), mean_std(&v).0);
         }
     }

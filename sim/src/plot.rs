@@ -28,8 +28,17 @@ pub enum PlotError {
 
 type Series = Vec<(String, Vec<(f64, f64)>)>;
 
-fn line_chart(path: &Path, title: &str, x_label: &str, y_label: &str, series: &Series) -> Result<(), PlotError> {
-    let err = |e: String| PlotError::Draw { path: path.display().to_string(), reason: e };
+fn line_chart(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &Series,
+) -> Result<(), PlotError> {
+    let err = |e: String| PlotError::Draw {
+        path: path.display().to_string(),
+        reason: e,
+    };
     let (mut x_max, mut y_max) = (1.0f64, 0.0f64);
     for (_, pts) in series {
         for (x, y) in pts {
@@ -47,14 +56,21 @@ fn line_chart(path: &Path, title: &str, x_label: &str, y_label: &str, series: &S
         .y_label_area_size(56)
         .build_cartesian_2d(0.0..x_max, 0.0..y_max)
         .map_err(|e| err(e.to_string()))?;
-    chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(|e| err(e.to_string()))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .draw()
+        .map_err(|e| err(e.to_string()))?;
     for (i, (name, pts)) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         chart
             .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
             .map_err(|e| err(e.to_string()))?
             .label(name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()
@@ -70,40 +86,97 @@ fn line_chart(path: &Path, title: &str, x_label: &str, y_label: &str, series: &S
 /// Write `jct_cdf.svg`, `tasks_in_system.svg` and `utilization_<kind>.svg` into `dir`; returns the
 /// files written. Time series use the first seed.
 pub fn write_plots(c: &Comparison, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
-    std::fs::create_dir_all(dir).map_err(|source| PlotError::Dir { path: dir.display().to_string(), source })?;
+    std::fs::create_dir_all(dir).map_err(|source| PlotError::Dir {
+        path: dir.display().to_string(),
+        source,
+    })?;
     let mut files = Vec::new();
     let cdf: Series = c
         .results
         .iter()
         .map(|r| {
-            let mut j: Vec<f64> = r.episodes.iter().flat_map(|e| e.tasks.iter().map(|t| t.jct as f64)).collect();
+            let mut j: Vec<f64> = r
+                .episodes
+                .iter()
+                .flat_map(|e| e.tasks.iter().map(|t| t.jct as f64))
+                .collect();
             j.sort_by(f64::total_cmp);
             let n = j.len().max(1) as f64;
-            (r.policy.clone(), j.iter().enumerate().map(|(i, x)| (*x, (i + 1) as f64 / n)).collect())
+            (
+                r.policy.clone(),
+                j.iter()
+                    .enumerate()
+                    .map(|(i, x)| (*x, (i + 1) as f64 / n))
+                    .collect(),
+            )
         })
         .collect();
     let p = dir.join("jct_cdf.svg");
-    line_chart(&p, &format!("{}: JCT CDF (all seeds)", c.scenario), "JCT (slots)", "fraction of tasks", &cdf)?;
+    line_chart(
+        &p,
+        &format!("{}: JCT CDF (all seeds)", c.scenario),
+        "JCT (slots)",
+        "fraction of tasks",
+        &cdf,
+    )?;
     files.push(p);
     let in_sys: Series = c
         .results
         .iter()
-        .filter_map(|r| r.episodes.first().map(|e| (r.policy.clone(), e.slots.iter().map(|s| (s.slot as f64, f64::from(s.in_system))).collect())))
+        .filter_map(|r| {
+            r.episodes.first().map(|e| {
+                (
+                    r.policy.clone(),
+                    e.slots
+                        .iter()
+                        .map(|s| (s.slot as f64, f64::from(s.in_system)))
+                        .collect(),
+                )
+            })
+        })
         .collect();
     let p = dir.join("tasks_in_system.svg");
-    line_chart(&p, &format!("{}: tasks in system (seed {})", c.scenario, c.seeds.first().copied().unwrap_or(0)), "slot", "tasks", &in_sys)?;
+    line_chart(
+        &p,
+        &format!(
+            "{}: tasks in system (seed {})",
+            c.scenario,
+            c.seeds.first().copied().unwrap_or(0)
+        ),
+        "slot",
+        "tasks",
+        &in_sys,
+    )?;
     files.push(p);
-    let kinds: Vec<String> = c.results.first().map(|r| r.mean.utilization.keys().cloned().collect()).unwrap_or_default();
+    let kinds: Vec<String> = c
+        .results
+        .first()
+        .map(|r| r.mean.utilization.keys().cloned().collect())
+        .unwrap_or_default();
     for (k, kind) in kinds.iter().enumerate() {
         let util: Series = c
             .results
             .iter()
             .filter_map(|r| {
-                r.episodes.first().map(|e| (r.policy.clone(), e.slots.iter().map(|s| (s.slot as f64, s.utilization.get(k).copied().unwrap_or(0.0))).collect()))
+                r.episodes.first().map(|e| {
+                    (
+                        r.policy.clone(),
+                        e.slots
+                            .iter()
+                            .map(|s| (s.slot as f64, s.utilization.get(k).copied().unwrap_or(0.0)))
+                            .collect(),
+                    )
+                })
             })
             .collect();
         let p = dir.join(format!("utilization_{kind}.svg"));
-        line_chart(&p, &format!("{}: {kind} utilization", c.scenario), "slot", "allocated / capacity", &util)?;
+        line_chart(
+            &p,
+            &format!("{}: {kind} utilization", c.scenario),
+            "slot",
+            "allocated / capacity",
+            &util,
+        )?;
         files.push(p);
     }
     Ok(files)

@@ -5,7 +5,7 @@
 //! type alone at a few configurations and timing it to completion. The policy then sees only those
 //! numbers, never the formula or the table.
 
-use crate::env::{allocations, Simulator};
+use crate::env::{Simulator, allocations};
 use crate::scenario::Scenario;
 use tapfinger::baselines::{self, BaselineContext, BaselineError, ProfileSample};
 use tapfinger::view::View;
@@ -23,7 +23,11 @@ pub const CLAIRVOYANT: &str = "clairvoyant";
 
 /// Label for reports: the clairvoyant reference is marked.
 pub fn label(name: &str) -> String {
-    if name == CLAIRVOYANT { format!("{name} (reads true speed; reference only)") } else { name.to_string() }
+    if name == CLAIRVOYANT {
+        format!("{name} (reads true speed; reference only)")
+    } else {
+        name.to_string()
+    }
 }
 
 /// Profiling levels of one kind: min, quarter, half and full of the largest usable amount.
@@ -41,7 +45,17 @@ pub fn profile(sc: &Scenario) -> Vec<ProfileSample> {
     let mut out = Vec::new();
     for (ty, t) in sc.types.iter().enumerate() {
         let base = t.min_demand.max_each(&t.need);
-        let Some(host) = sc.nodes.iter().map(|n| t.max_demand.as_ref().map_or(n.capacity.clone(), |m| m.min_each(&n.capacity))).filter(|c| base.fits_in(c)).max_by_key(|c| c.0.iter().map(|x| u64::from(*x)).sum::<u64>()) else {
+        let Some(host) = sc
+            .nodes
+            .iter()
+            .map(|n| {
+                t.max_demand
+                    .as_ref()
+                    .map_or(n.capacity.clone(), |m| m.min_each(&n.capacity))
+            })
+            .filter(|c| base.fits_in(c))
+            .max_by_key(|c| c.0.iter().map(|x| u64::from(*x)).sum::<u64>())
+        else {
             continue;
         };
         for c in levels(base.get(cpu), host.get(cpu)) {
@@ -50,7 +64,11 @@ pub fn profile(sc: &Scenario) -> Vec<ProfileSample> {
                 a.0[cpu] = c;
                 a.0[gpu] = g;
                 if let Some((_, slots)) = t.speed.isolated(&a, sc.slot_seconds) {
-                    out.push(ProfileSample { ty: TaskTypeId(ty as u16), alloc: a, slots });
+                    out.push(ProfileSample {
+                        ty: TaskTypeId(ty as u16),
+                        alloc: a,
+                        slots,
+                    });
                 }
             }
         }
@@ -63,16 +81,24 @@ pub fn build(sim: &Simulator, name: &str) -> Result<Vec<Box<dyn Policy>>, Baseli
     let sc = sim.scenario();
     if name == CLAIRVOYANT {
         let c = Clairvoyant::new(sc);
-        return Ok((0..sc.nodes.len()).map(|_| Box::new(c.clone()) as Box<dyn Policy>).collect());
+        return Ok((0..sc.nodes.len())
+            .map(|_| Box::new(c.clone()) as Box<dyn Policy>)
+            .collect());
     }
     let (cpu_kind, gpu_kind) = sc.cpu_gpu_kinds();
     let ctx = BaselineContext {
         num_types: sc.types.len(),
         cpu_kind,
         gpu_kind,
-        profile: if name.starts_with("optimus") { profile(sc) } else { Vec::new() },
+        profile: if name.starts_with("optimus") {
+            profile(sc)
+        } else {
+            Vec::new()
+        },
     };
-    (0..sc.nodes.len()).map(|_| baselines::by_name(name, &ctx)).collect()
+    (0..sc.nodes.len())
+        .map(|_| baselines::by_name(name, &ctx))
+        .collect()
 }
 
 /// Clairvoyant reference: knows each type's true isolated runtime at every allocation. It starts
@@ -88,19 +114,42 @@ impl Clairvoyant {
     /// Tabulate the true isolated runtimes up to the largest node.
     pub fn new(sc: &Scenario) -> Self {
         let kinds = sc.space.len();
-        let biggest = Resources((0..kinds).map(|k| sc.nodes.iter().map(|n| n.capacity.get(k)).max().unwrap_or(0)).collect());
-        let size = |a: &Resources| -> f64 { (0..kinds).map(|k| f64::from(a.get(k)) / f64::from(biggest.get(k).max(1))).sum() };
+        let biggest = Resources(
+            (0..kinds)
+                .map(|k| {
+                    sc.nodes
+                        .iter()
+                        .map(|n| n.capacity.get(k))
+                        .max()
+                        .unwrap_or(0)
+                })
+                .collect(),
+        );
+        let size = |a: &Resources| -> f64 {
+            (0..kinds)
+                .map(|k| f64::from(a.get(k)) / f64::from(biggest.get(k).max(1)))
+                .sum()
+        };
         let table = sc
             .types
             .iter()
             .map(|t| {
-                let hi = t.max_demand.as_ref().map_or(biggest.clone(), |m| m.min_each(&biggest));
+                let hi = t
+                    .max_demand
+                    .as_ref()
+                    .map_or(biggest.clone(), |m| m.min_each(&biggest));
                 let lo = t.min_demand.min_each(&hi);
                 let mut rows: Vec<(Resources, u64)> = allocations(&lo, &hi)
                     .into_iter()
-                    .filter_map(|a| if t.need.fits_in(&a) { t.speed.isolated(&a, sc.slot_seconds).map(|x| (a, x.0)) } else { None })
+                    .filter_map(|a| {
+                        if t.need.fits_in(&a) {
+                            t.speed.isolated(&a, sc.slot_seconds).map(|x| (a, x.0))
+                        } else {
+                            None
+                        }
+                    })
                     .collect();
-                rows.sort_by(|a, b| size(&a.0).total_cmp(&size(&b.0)).then(a.0 .0.cmp(&b.0 .0)));
+                rows.sort_by(|a, b| size(&a.0).total_cmp(&size(&b.0)).then(a.0.0.cmp(&b.0.0)));
                 rows
             })
             .collect();
@@ -118,17 +167,28 @@ impl Policy for Clairvoyant {
         for t in view.feasible() {
             let cap = t.cap(free);
             let rows = &self.table[usize::from(t.ty.0)];
-            let fits = || rows.iter().filter(|(a, _)| t.min_demand.fits_in(a) && a.fits_in(&cap));
-            let Some(fastest) = fits().map(|r| r.1).min() else { continue };
+            let fits = || {
+                rows.iter()
+                    .filter(|(a, _)| t.min_demand.fits_in(a) && a.fits_in(&cap))
+            };
+            let Some(fastest) = fits().map(|r| r.1).min() else {
+                continue;
+            };
             let limit = fastest + fastest / 10;
-            let Some((alloc, slots)) = fits().find(|r| r.1 <= limit) else { continue };
+            let Some((alloc, slots)) = fits().find(|r| r.1 <= limit) else {
+                continue;
+            };
             let key = (*slots, t.arrival);
             if best.as_ref().is_none_or(|b| key < (b.0, b.1)) {
                 best = Some((*slots, t.arrival, alloc, t.id));
             }
         }
         match best {
-            Some((_, _, alloc, task)) => Decision::Claim { task, alloc: alloc.clone(), prob: 1.0 },
+            Some((_, _, alloc, task)) => Decision::Claim {
+                task,
+                alloc: alloc.clone(),
+                prob: 1.0,
+            },
             None => Decision::Pass,
         }
     }

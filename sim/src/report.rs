@@ -6,7 +6,7 @@
 //! Fields may be added; these names stay.
 
 use crate::env::{EpisodeResult, SimError, Simulator};
-use crate::metrics::{mean_std, mean_summary, summarize, Summary};
+use crate::metrics::{Summary, mean_std, mean_summary, summarize};
 use crate::policies::{self, CLAIRVOYANT};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -63,11 +63,20 @@ pub struct Comparison {
 /// Run one episode of `policy` on `seed`.
 pub fn run_one(sim: &Simulator, policy: &str, seed: u64) -> Result<EpisodeResult, CompareError> {
     let ps = policies::build(sim, policy)?;
-    sim.run(ps, seed).map_err(|source| CompareError::Episode { policy: policy.into(), seed, source })
+    sim.run(ps, seed).map_err(|source| CompareError::Episode {
+        policy: policy.into(),
+        seed,
+        source,
+    })
 }
 
 /// Run every policy on every seed; `tick` is called after each episode.
-pub fn compare(sim: &Simulator, policy_names: &[String], seeds: &[u64], tick: &mut dyn FnMut()) -> Result<Comparison, CompareError> {
+pub fn compare(
+    sim: &Simulator,
+    policy_names: &[String],
+    seeds: &[u64],
+    tick: &mut dyn FnMut(),
+) -> Result<Comparison, CompareError> {
     let sc = sim.scenario();
     let kinds: Vec<String> = sc.space.kinds().iter().map(|k| k.name.clone()).collect();
     // Fail fast on an unknown name before running anything.
@@ -92,23 +101,47 @@ pub fn compare(sim: &Simulator, policy_names: &[String], seeds: &[u64], tick: &m
             episodes,
         });
     }
-    Ok(Comparison { scenario: sc.name.clone(), seeds: seeds.to_vec(), results })
+    Ok(Comparison {
+        scenario: sc.name.clone(),
+        seeds: seeds.to_vec(),
+        results,
+    })
 }
 
 /// Human-readable table.
 pub fn table(c: &Comparison) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "scenario {} — {} seed(s): {:?} — JCT in slots, mean over seeds (± std of the average)", c.scenario, c.seeds.len(), c.seeds);
-    let kinds: Vec<String> = c.results.first().map(|r| r.mean.utilization.keys().cloned().collect()).unwrap_or_default();
-    let _ = write!(s, "{:<15} {:>14} {:>9} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9}", "policy", "avg JCT", "paper", "median", "p95", "p99", "JCT/LB", "makespan", "conflicts");
+    let _ = writeln!(
+        s,
+        "scenario {} — {} seed(s): {:?} — JCT in slots, mean over seeds (± std of the average)",
+        c.scenario,
+        c.seeds.len(),
+        c.seeds
+    );
+    let kinds: Vec<String> = c
+        .results
+        .first()
+        .map(|r| r.mean.utilization.keys().cloned().collect())
+        .unwrap_or_default();
+    let _ = write!(
+        s,
+        "{:<15} {:>14} {:>9} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9}",
+        "policy", "avg JCT", "paper", "median", "p95", "p99", "JCT/LB", "makespan", "conflicts"
+    );
     for k in &kinds {
         let _ = write!(s, " {:>7}", format!("util {k}"));
     }
     s.push('\n');
     for r in &c.results {
         let m = &r.mean;
-        let paper = r.published_avg_jct.map_or("-".to_string(), |v| format!("{v:.2}"));
-        let name = if r.clairvoyant { format!("{}*", r.policy) } else { r.policy.clone() };
+        let paper = r
+            .published_avg_jct
+            .map_or("-".to_string(), |v| format!("{v:.2}"));
+        let name = if r.clairvoyant {
+            format!("{}*", r.policy)
+        } else {
+            r.policy.clone()
+        };
         let _ = write!(
             s,
             "{:<15} {:>14} {:>9} {:>7.2} {:>7.2} {:>7.2} {:>8.2} {:>8.1} {:>9.2}",
@@ -123,26 +156,46 @@ pub fn table(c: &Comparison) -> String {
             m.conflicts_per_slot
         );
         for k in &kinds {
-            let _ = write!(s, " {:>7.1}%", 100.0 * m.utilization.get(k).copied().unwrap_or(0.0));
+            let _ = write!(
+                s,
+                " {:>7.1}%",
+                100.0 * m.utilization.get(k).copied().unwrap_or(0.0)
+            );
         }
         s.push('\n');
     }
     if let Some(r) = c.results.first() {
-        let _ = writeln!(s, "lower bound (best isolated runtime, mean over tasks): {:.2} slots", r.mean.lower_bound_jct);
+        let _ = writeln!(
+            s,
+            "lower bound (best isolated runtime, mean over tasks): {:.2} slots",
+            r.mean.lower_bound_jct
+        );
     }
     if c.results.iter().any(|r| r.clairvoyant) {
-        let _ = writeln!(s, "* clairvoyant: reads the true speed model — a reference, not a deployable policy");
+        let _ = writeln!(
+            s,
+            "* clairvoyant: reads the true speed model — a reference, not a deployable policy"
+        );
     }
     if c.results.iter().any(|r| r.published_avg_jct.is_some()) {
-        let _ = writeln!(s, "paper: average JCT published for TapFinger's setting (arXiv 2302.00571); our re-implementations differ in details");
+        let _ = writeln!(
+            s,
+            "paper: average JCT published for TapFinger's setting (arXiv 2302.00571); our re-implementations differ in details"
+        );
     }
     s
 }
 
 /// CSV, one row per policy.
 pub fn csv(c: &Comparison) -> String {
-    let kinds: Vec<String> = c.results.first().map(|r| r.mean.utilization.keys().cloned().collect()).unwrap_or_default();
-    let mut s = String::from("scenario,policy,clairvoyant,seeds,avg_jct,avg_jct_std,published_avg_jct,median_jct,p95_jct,p99_jct,lower_bound_jct,jct_over_lower_bound,makespan,conflicts_per_slot,decisions_per_slot,steps_per_slot,failures");
+    let kinds: Vec<String> = c
+        .results
+        .first()
+        .map(|r| r.mean.utilization.keys().cloned().collect())
+        .unwrap_or_default();
+    let mut s = String::from(
+        "scenario,policy,clairvoyant,seeds,avg_jct,avg_jct_std,published_avg_jct,median_jct,p95_jct,p99_jct,lower_bound_jct,jct_over_lower_bound,makespan,conflicts_per_slot,decisions_per_slot,steps_per_slot,failures",
+    );
     for k in &kinds {
         let _ = write!(s, ",util_{k}");
     }
@@ -158,7 +211,8 @@ pub fn csv(c: &Comparison) -> String {
             c.seeds.len(),
             m.avg_jct,
             r.avg_jct_std,
-            r.published_avg_jct.map_or(String::new(), |v| format!("{v}")),
+            r.published_avg_jct
+                .map_or(String::new(), |v| format!("{v}")),
             m.median_jct,
             m.p95_jct,
             m.p99_jct,
@@ -182,7 +236,11 @@ pub fn csv(c: &Comparison) -> String {
 pub fn tasks_csv(e: &EpisodeResult) -> String {
     let mut s = String::from("id,type,arrival,start,finish,node,jct,lower_bound,failures\n");
     for t in &e.tasks {
-        let _ = writeln!(s, "{},{},{},{},{},{},{},{},{}", t.id, t.ty, t.arrival, t.start, t.finish, t.node, t.jct, t.lower_bound, t.failures);
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{},{},{}",
+            t.id, t.ty, t.arrival, t.start, t.finish, t.node, t.jct, t.lower_bound, t.failures
+        );
     }
     s
 }

@@ -18,17 +18,41 @@ struct Preset {
 }
 
 const PRESETS: &[Preset] = &[
-    Preset { name: "synthetic3", toml: include_str!("../presets/synthetic3.toml") },
-    Preset { name: "synthetic6-l2", toml: include_str!("../presets/synthetic6-l2.toml") },
-    Preset { name: "synthetic6-l3", toml: include_str!("../presets/synthetic6-l3.toml") },
-    Preset { name: "synthetic6-l4", toml: include_str!("../presets/synthetic6-l4.toml") },
-    Preset { name: "hetero6", toml: include_str!("../presets/hetero6.toml") },
-    Preset { name: "multitask3", toml: include_str!("../presets/multitask3.toml") },
-    Preset { name: "edge-synergy", toml: include_str!("../presets/edge-synergy.toml") },
+    Preset {
+        name: "synthetic3",
+        toml: include_str!("../presets/synthetic3.toml"),
+    },
+    Preset {
+        name: "synthetic6-l2",
+        toml: include_str!("../presets/synthetic6-l2.toml"),
+    },
+    Preset {
+        name: "synthetic6-l3",
+        toml: include_str!("../presets/synthetic6-l3.toml"),
+    },
+    Preset {
+        name: "synthetic6-l4",
+        toml: include_str!("../presets/synthetic6-l4.toml"),
+    },
+    Preset {
+        name: "hetero6",
+        toml: include_str!("../presets/hetero6.toml"),
+    },
+    Preset {
+        name: "multitask3",
+        toml: include_str!("../presets/multitask3.toml"),
+    },
+    Preset {
+        name: "edge-synergy",
+        toml: include_str!("../presets/edge-synergy.toml"),
+    },
 ];
 
 /// Embedded data files that presets refer to by relative path.
-const PRESET_FILES: &[(&str, &str)] = &[("edge_synergy.csv", include_str!("../presets/edge_synergy.csv"))];
+const PRESET_FILES: &[(&str, &str)] = &[(
+    "edge_synergy.csv",
+    include_str!("../presets/edge_synergy.csv"),
+)];
 
 /// Errors while loading a scenario.
 #[derive(Debug, thiserror::Error)]
@@ -276,7 +300,9 @@ pub fn presets() -> Vec<(String, String)> {
     PRESETS
         .iter()
         .map(|p| {
-            let desc = toml::from_str::<ScenarioFile>(p.toml).map(|f| f.description).unwrap_or_default();
+            let desc = toml::from_str::<ScenarioFile>(p.toml)
+                .map(|f| f.description)
+                .unwrap_or_default();
             (p.name.to_string(), desc)
         })
         .collect()
@@ -291,78 +317,147 @@ impl Scenario {
         let path = Path::new(name_or_path);
         let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Unknown {
             name: name_or_path.into(),
-            known: PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", "),
+            known: PRESETS
+                .iter()
+                .map(|p| p.name)
+                .collect::<Vec<_>>()
+                .join(", "),
             source,
         })?;
-        Self::from_toml(&text, &path.display().to_string(), Some(path.parent().map(Path::to_path_buf).unwrap_or_default()))
+        Self::from_toml(
+            &text,
+            &path.display().to_string(),
+            Some(path.parent().map(Path::to_path_buf).unwrap_or_default()),
+        )
     }
 
     /// Parse and validate TOML text; `dir` resolves relative table paths (`None`: embedded files).
-    pub fn from_toml(text: &str, origin: &str, dir: Option<PathBuf>) -> Result<Self, ScenarioError> {
-        let file: ScenarioFile =
-            toml::from_str(text).map_err(|e| ScenarioError::Parse { origin: origin.into(), message: e.to_string() })?;
+    pub fn from_toml(
+        text: &str,
+        origin: &str,
+        dir: Option<PathBuf>,
+    ) -> Result<Self, ScenarioError> {
+        let file: ScenarioFile = toml::from_str(text).map_err(|e| ScenarioError::Parse {
+            origin: origin.into(),
+            message: e.to_string(),
+        })?;
         Self::from_file(file, origin, dir.as_deref())
     }
 
     /// Validate a parsed file.
-    pub fn from_file(f: ScenarioFile, origin: &str, dir: Option<&Path>) -> Result<Self, ScenarioError> {
-        let invalid = |field: String, reason: String| ScenarioError::Invalid { origin: origin.into(), field, reason };
+    pub fn from_file(
+        f: ScenarioFile,
+        origin: &str,
+        dir: Option<&Path>,
+    ) -> Result<Self, ScenarioError> {
+        let invalid = |field: String, reason: String| ScenarioError::Invalid {
+            origin: origin.into(),
+            field,
+            reason,
+        };
         let space = ResourceSpace::new(f.resources.clone()).map_err(|e| match e {
-            ResourceError::InvalidKind { name, reason } => invalid(format!("resources ({name:?})"), reason),
+            ResourceError::InvalidKind { name, reason } => {
+                invalid(format!("resources ({name:?})"), reason)
+            }
             other => invalid("resources".into(), other.to_string()),
         })?;
         let n = space.len();
         let names: Vec<String> = space.kinds().iter().map(|k| k.name.clone()).collect();
-        let vector = |field: String, v: &[i64], allow_zero_all: bool| -> Result<Resources, ScenarioError> {
-            if v.len() != n {
-                return Err(invalid(field, format!("has {} entries, expected {} ({})", v.len(), n, names.join(", "))));
-            }
-            let mut out = Vec::with_capacity(n);
-            for (k, x) in v.iter().enumerate() {
-                if *x < 0 {
-                    return Err(invalid(field, format!("{} is {x}; must be ≥ 0", names[k])));
+        let vector =
+            |field: String, v: &[i64], allow_zero_all: bool| -> Result<Resources, ScenarioError> {
+                if v.len() != n {
+                    return Err(invalid(
+                        field,
+                        format!(
+                            "has {} entries, expected {} ({})",
+                            v.len(),
+                            n,
+                            names.join(", ")
+                        ),
+                    ));
                 }
-                out.push(u32::try_from(*x).map_err(|_| invalid(field.clone(), format!("{} is too large: {x}", names[k])))?);
-            }
-            if !allow_zero_all && out.iter().all(|x| *x == 0) {
-                return Err(invalid(field, "must not be all zero".into()));
-            }
-            Ok(Resources(out))
-        };
+                let mut out = Vec::with_capacity(n);
+                for (k, x) in v.iter().enumerate() {
+                    if *x < 0 {
+                        return Err(invalid(field, format!("{} is {x}; must be ≥ 0", names[k])));
+                    }
+                    out.push(u32::try_from(*x).map_err(|_| {
+                        invalid(field.clone(), format!("{} is too large: {x}", names[k]))
+                    })?);
+                }
+                if !allow_zero_all && out.iter().all(|x| *x == 0) {
+                    return Err(invalid(field, "must not be all zero".into()));
+                }
+                Ok(Resources(out))
+            };
         if !(f.lambda.is_finite() && f.lambda > 0.0) {
-            return Err(invalid("lambda".into(), format!("arrival rate must be > 0, got {}", f.lambda)));
+            return Err(invalid(
+                "lambda".into(),
+                format!("arrival rate must be > 0, got {}", f.lambda),
+            ));
         }
         if f.tasks <= 0 || f.tasks > 10_000_000 {
-            return Err(invalid("tasks".into(), format!("must be between 1 and 10000000, got {}", f.tasks)));
+            return Err(invalid(
+                "tasks".into(),
+                format!("must be between 1 and 10000000, got {}", f.tasks),
+            ));
         }
         if f.window <= 0 || f.window > 1000 {
-            return Err(invalid("window".into(), format!("must be between 1 and 1000, got {}", f.window)));
+            return Err(invalid(
+                "window".into(),
+                format!("must be between 1 and 1000, got {}", f.window),
+            ));
         }
         if !(f.switch_weight > 0.0 && f.switch_weight <= 1.0) {
-            return Err(invalid("switch_weight".into(), format!("must be in (0, 1], got {}", f.switch_weight)));
+            return Err(invalid(
+                "switch_weight".into(),
+                format!("must be in (0, 1], got {}", f.switch_weight),
+            ));
         }
         if !(f.slot_seconds.is_finite() && f.slot_seconds > 0.0) {
-            return Err(invalid("slot_seconds".into(), format!("must be > 0, got {}", f.slot_seconds)));
+            return Err(invalid(
+                "slot_seconds".into(),
+                format!("must be > 0, got {}", f.slot_seconds),
+            ));
         }
         if f.max_slots <= 0 {
-            return Err(invalid("max_slots".into(), format!("must be > 0, got {}", f.max_slots)));
+            return Err(invalid(
+                "max_slots".into(),
+                format!("must be > 0, got {}", f.max_slots),
+            ));
         }
         if f.nodes.is_empty() {
-            return Err(invalid("nodes".into(), "the cluster is empty: at least one node is required".into()));
+            return Err(invalid(
+                "nodes".into(),
+                "the cluster is empty: at least one node is required".into(),
+            ));
         }
         let mut nodes = Vec::new();
         for (i, spec) in f.nodes.iter().enumerate() {
             let cap = vector(format!("nodes[{i}].capacity"), &spec.capacity, false)?;
             if spec.count <= 0 || spec.count > 10_000 {
-                return Err(invalid(format!("nodes[{i}].count"), format!("must be between 1 and 10000, got {}", spec.count)));
+                return Err(invalid(
+                    format!("nodes[{i}].count"),
+                    format!("must be between 1 and 10000, got {}", spec.count),
+                ));
             }
             for c in 0..spec.count {
-                let name = if spec.count > 1 { format!("{}-{c}", spec.name) } else { spec.name.clone() };
-                nodes.push(NodeDef { name, capacity: cap.clone() });
+                let name = if spec.count > 1 {
+                    format!("{}-{c}", spec.name)
+                } else {
+                    spec.name.clone()
+                };
+                nodes.push(NodeDef {
+                    name,
+                    capacity: cap.clone(),
+                });
             }
         }
         if f.task_types.is_empty() {
-            return Err(invalid("task_types".into(), "at least one task type is required".into()));
+            return Err(invalid(
+                "task_types".into(),
+                "at least one task type is required".into(),
+            ));
         }
         if f.task_types.len() > usize::from(u16::MAX) {
             return Err(invalid("task_types".into(), "too many task types".into()));
@@ -372,13 +467,19 @@ impl Scenario {
             let field = |s: &str| format!("task_types[{i}] ({}).{s}", t.name);
             let min = vector(field("min_demand"), &t.min_demand, false)?;
             if !nodes.iter().any(|nd| min.fits_in(&nd.capacity)) {
-                return Err(invalid(field("min_demand"), format!("{min} is larger than every node's capacity")));
+                return Err(invalid(
+                    field("min_demand"),
+                    format!("{min} is larger than every node's capacity"),
+                ));
             }
             let max = match &t.max_demand {
                 Some(m) => {
                     let m = vector(field("max_demand"), m, false)?;
                     if !min.fits_in(&m) {
-                        return Err(invalid(field("max_demand"), format!("{m} is below the minimum demand {min}")));
+                        return Err(invalid(
+                            field("max_demand"),
+                            format!("{m} is below the minimum demand {min}"),
+                        ));
                     }
                     Some(m)
                 }
@@ -387,45 +488,91 @@ impl Scenario {
             let need = match &t.need {
                 Some(v) => {
                     let need = vector(field("need"), v, true)?;
-                    if !nodes.iter().any(|nd| need.fits_in(&nd.capacity.min_each(max.as_ref().unwrap_or(&nd.capacity)))) {
-                        return Err(invalid(field("need"), format!("{need} cannot be met on any node within the cap")));
+                    let both = need.max_each(&min);
+                    if !nodes.iter().any(|nd| {
+                        both.fits_in(&nd.capacity.min_each(max.as_ref().unwrap_or(&nd.capacity)))
+                    }) {
+                        return Err(invalid(
+                            field("need"),
+                            format!("{need} cannot be met on any node within the cap"),
+                        ));
                     }
                     need
                 }
                 None => min.clone(),
             };
             if !(t.weight.is_finite() && t.weight > 0.0) {
-                return Err(invalid(field("weight"), format!("must be > 0, got {}", t.weight)));
+                return Err(invalid(
+                    field("weight"),
+                    format!("must be > 0, got {}", t.weight),
+                ));
             }
             let speed = match &t.speed {
                 SpeedSpec::Synthetic { w, b } => {
                     if w.len() != n {
-                        return Err(invalid(field("speed.w"), format!("has {} entries, expected {n}", w.len())));
+                        return Err(invalid(
+                            field("speed.w"),
+                            format!("has {} entries, expected {n}", w.len()),
+                        ));
                     }
                     if w.iter().any(|x| !x.is_finite() || *x < 0.0) || !b.is_finite() || *b < 0.0 {
-                        return Err(invalid(field("speed"), "weights and b must be finite and ≥ 0".into()));
+                        return Err(invalid(
+                            field("speed"),
+                            "weights and b must be finite and ≥ 0".into(),
+                        ));
                     }
                     if *b == 0.0 && w.iter().all(|x| *x == 0.0) {
-                        return Err(invalid(field("speed"), "w and b are all zero: the task would never progress".into()));
+                        return Err(invalid(
+                            field("speed"),
+                            "w and b are all zero: the task would never progress".into(),
+                        ));
                     }
-                    SpeedModel::Synthetic { w: w.clone(), b: *b }
+                    SpeedModel::Synthetic {
+                        w: w.clone(),
+                        b: *b,
+                    }
                 }
-                SpeedSpec::Table { csv, row_type, startup_seconds } => {
+                SpeedSpec::Table {
+                    csv,
+                    row_type,
+                    startup_seconds,
+                } => {
                     if !(startup_seconds.is_finite() && *startup_seconds >= 0.0) {
-                        return Err(invalid(field("speed.startup_seconds"), format!("must be ≥ 0, got {startup_seconds}")));
+                        return Err(invalid(
+                            field("speed.startup_seconds"),
+                            format!("must be ≥ 0, got {startup_seconds}"),
+                        ));
                     }
                     let row = row_type.clone().unwrap_or_else(|| t.name.clone());
                     let table = match dir {
                         Some(d) => TableModel::load(&d.join(csv), &row, &names, *startup_seconds),
                         None => match PRESET_FILES.iter().find(|(n, _)| n == csv) {
-                            Some((_, text)) => TableModel::parse(text, csv, &row, &names, *startup_seconds),
-                            None => Err(TableError::Incomplete { path: csv.clone(), reason: "no such embedded file".into() }),
+                            Some((_, text)) => {
+                                TableModel::parse(text, csv, &row, &names, *startup_seconds)
+                            }
+                            None => Err(TableError::Incomplete {
+                                path: csv.clone(),
+                                reason: "no such embedded file".into(),
+                            }),
                         },
                     }
-                    .map_err(|source| ScenarioError::Table { origin: origin.into(), source })?;
+                    .map_err(|source| ScenarioError::Table {
+                        origin: origin.into(),
+                        source,
+                    })?;
                     let model = SpeedModel::Table(table);
-                    if !nodes.iter().any(|nd| model.isolated(&nd.capacity.min_each(max.as_ref().unwrap_or(&nd.capacity)), f.slot_seconds).is_some()) {
-                        return Err(invalid(field("speed"), "no node can run this type at any allocation the table covers".into()));
+                    if !nodes.iter().any(|nd| {
+                        model
+                            .isolated(
+                                &nd.capacity.min_each(max.as_ref().unwrap_or(&nd.capacity)),
+                                f.slot_seconds,
+                            )
+                            .is_some()
+                    }) {
+                        return Err(invalid(
+                            field("speed"),
+                            "no node can run this type at any allocation the table covers".into(),
+                        ));
                     }
                     model
                 }
@@ -442,7 +589,10 @@ impl Scenario {
         }
         for (p, v) in &f.published {
             if !v.is_finite() || *v < 0.0 {
-                return Err(invalid(format!("published.{p}"), format!("must be a non-negative number, got {v}")));
+                return Err(invalid(
+                    format!("published.{p}"),
+                    format!("must be a non-negative number, got {v}"),
+                ));
             }
         }
         Ok(Scenario {
@@ -491,22 +641,32 @@ mod tests {
 
     fn bad(edit: impl Fn(&str) -> String) -> String {
         let base = include_str!("../presets/synthetic3.toml");
-        Scenario::from_toml(&edit(base), "test", None).unwrap_err().to_string()
+        Scenario::from_toml(&edit(base), "test", None)
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
     fn invalid_scenarios_name_the_field() {
-        assert!(bad(|s| s.replace("capacity = [16, 16]", "capacity = [-4, 16]")).contains("nodes[0].capacity: cpu is -4"));
+        assert!(
+            bad(|s| s.replace("capacity = [16, 16]", "capacity = [-4, 16]"))
+                .contains("nodes[0].capacity: cpu is -4")
+        );
         assert!(bad(|s| s.replace("lambda = 2.0", "lambda = 0.0")).contains("lambda"));
         assert!(bad(|s| s.replace("lambda = 2.0", "lambda = -1.0")).contains("lambda"));
-        assert!(bad(|s| s.replacen("min_demand = [2, 1]", "min_demand = [20, 1]", 1)).contains("larger than every node"));
+        assert!(
+            bad(|s| s.replacen("min_demand = [2, 1]", "min_demand = [20, 1]", 1))
+                .contains("larger than every node")
+        );
         let empty = bad(|s| {
             let start = s.find("[[nodes]]").unwrap();
             let end = s.find("[[task_types]]").unwrap();
-            format!("{}nodes = []\n{}", &s[..start], &s[end..])
+            format!("nodes = []\n{}{}", &s[..start], &s[end..])
         });
         assert!(empty.contains("cluster is empty"), "{empty}");
-        assert!(bad(|s| s.replace("window = 10", "window = 10\nbogus = 1")).contains("unknown field"));
+        assert!(
+            bad(|s| s.replace("window = 10", "window = 10\nbogus = 1")).contains("unknown field")
+        );
         assert!(bad(|s| s.replace("tasks = 192", "tasks = \"many\"")).contains("tasks"));
         assert!(bad(|s| s.replacen("[0.0, 0.0]", "[0.0]", 1)).contains("speed.w"));
     }

@@ -56,26 +56,53 @@ pub struct TableModel {
 impl TableModel {
     /// Parse `text` (CSV with a header) and keep the rows of `row_type`; `kinds` names the resource
     /// columns. `path` is only used in messages.
-    pub fn parse(text: &str, path: &str, row_type: &str, kinds: &[String], startup_seconds: f64) -> Result<Self, TableError> {
-        let malformed = |line: usize, reason: String| TableError::Malformed { path: path.into(), line, reason };
-        let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    pub fn parse(
+        text: &str,
+        path: &str,
+        row_type: &str,
+        kinds: &[String],
+        startup_seconds: f64,
+    ) -> Result<Self, TableError> {
+        let malformed = |line: usize, reason: String| TableError::Malformed {
+            path: path.into(),
+            line,
+            reason,
+        };
+        let mut lines = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty());
         let Some((_, header)) = lines.next() else {
-            return Err(malformed(1, "empty file (a header `type,<kinds>,seconds` is required)".into()));
+            return Err(malformed(
+                1,
+                "empty file (a header `type,<kinds>,seconds` is required)".into(),
+            ));
         };
         let cols: Vec<&str> = header.split(',').map(str::trim).collect();
         let find = |name: &str| cols.iter().position(|c| *c == name);
         let type_col = find("type").ok_or_else(|| malformed(1, "missing column `type`".into()))?;
-        let secs_col = find("seconds").ok_or_else(|| malformed(1, "missing column `seconds`".into()))?;
+        let secs_col =
+            find("seconds").ok_or_else(|| malformed(1, "missing column `seconds`".into()))?;
         let kind_cols: Vec<usize> = kinds
             .iter()
-            .map(|k| find(k).ok_or_else(|| malformed(1, format!("missing column `{k}` (one column per resource kind)"))))
+            .map(|k| {
+                find(k).ok_or_else(|| {
+                    malformed(
+                        1,
+                        format!("missing column `{k}` (one column per resource kind)"),
+                    )
+                })
+            })
             .collect::<Result<_, _>>()?;
         let mut points: BTreeMap<Vec<u32>, f64> = BTreeMap::new();
         for (i, line) in lines {
             let n = i + 1;
             let f: Vec<&str> = line.split(',').map(str::trim).collect();
             if f.len() != cols.len() {
-                return Err(malformed(n, format!("{} fields, header has {}", f.len(), cols.len())));
+                return Err(malformed(
+                    n,
+                    format!("{} fields, header has {}", f.len(), cols.len()),
+                ));
             }
             if f[type_col] != row_type {
                 continue;
@@ -83,20 +110,34 @@ impl TableModel {
             let mut cfg = Vec::with_capacity(kinds.len());
             for (k, &c) in kind_cols.iter().enumerate() {
                 let v: u32 = f[c].parse().map_err(|_| {
-                    malformed(n, format!("column `{}`: {:?} is not a non-negative integer (grid units)", kinds[k], f[c]))
+                    malformed(
+                        n,
+                        format!(
+                            "column `{}`: {:?} is not a non-negative integer (grid units)",
+                            kinds[k], f[c]
+                        ),
+                    )
                 })?;
                 cfg.push(v);
             }
-            let s: f64 = f[secs_col].parse().map_err(|_| malformed(n, format!("seconds: {:?} is not a number", f[secs_col])))?;
+            let s: f64 = f[secs_col]
+                .parse()
+                .map_err(|_| malformed(n, format!("seconds: {:?} is not a number", f[secs_col])))?;
             if !(s.is_finite() && s > 0.0) {
                 return Err(malformed(n, format!("seconds must be positive, got {s}")));
             }
             if points.insert(cfg.clone(), s).is_some() {
-                return Err(malformed(n, format!("duplicate configuration {cfg:?} for type {row_type}")));
+                return Err(malformed(
+                    n,
+                    format!("duplicate configuration {cfg:?} for type {row_type}"),
+                ));
             }
         }
         if points.is_empty() {
-            return Err(TableError::Incomplete { path: path.into(), reason: format!("no rows for type {row_type:?}") });
+            return Err(TableError::Incomplete {
+                path: path.into(),
+                reason: format!("no rows for type {row_type:?}"),
+            });
         }
         let axes: Vec<Vec<u32>> = (0..kinds.len())
             .map(|k| {
@@ -130,13 +171,31 @@ impl TableModel {
                 ),
             });
         }
-        Ok(Self { axes, seconds, startup_seconds })
+        Ok(Self {
+            axes,
+            seconds,
+            startup_seconds,
+        })
     }
 
     /// Load from a file.
-    pub fn load(path: &Path, row_type: &str, kinds: &[String], startup_seconds: f64) -> Result<Self, TableError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TableError::Io { path: path.display().to_string(), source })?;
-        Self::parse(&text, &path.display().to_string(), row_type, kinds, startup_seconds)
+    pub fn load(
+        path: &Path,
+        row_type: &str,
+        kinds: &[String],
+        startup_seconds: f64,
+    ) -> Result<Self, TableError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TableError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(
+            &text,
+            &path.display().to_string(),
+            row_type,
+            kinds,
+            startup_seconds,
+        )
     }
 
     /// Seconds to complete the whole task alone with allocation `a` (start-up included);
@@ -180,7 +239,13 @@ impl TableModel {
 fn grid(axes: &[Vec<u32>]) -> Vec<Vec<u32>> {
     let mut out = vec![Vec::new()];
     for axis in axes {
-        out = out.into_iter().flat_map(|prefix| axis.iter().map(move |v| [prefix.clone(), vec![*v]].concat())).collect();
+        out = out
+            .into_iter()
+            .flat_map(|prefix| {
+                axis.iter()
+                    .map(move |v| [prefix.clone(), vec![*v]].concat())
+            })
+            .collect();
     }
     out
 }
@@ -205,7 +270,11 @@ impl SpeedModel {
     pub fn delta(&self, a: &Resources, p: f64, slot_seconds: f64) -> f64 {
         match self {
             SpeedModel::Synthetic { w, b } => {
-                let x: f64 = w.iter().enumerate().map(|(k, wk)| wk * f64::from(a.get(k))).sum();
+                let x: f64 = w
+                    .iter()
+                    .enumerate()
+                    .map(|(k, wk)| wk * f64::from(a.get(k)))
+                    .sum();
                 x.tanh() * (1.2 - p).max(0.0).sqrt() + b
             }
             SpeedModel::Table(t) => t.seconds(a).map_or(0.0, |s| slot_seconds / s),
@@ -241,9 +310,15 @@ mod tests {
 
     #[test]
     fn synthetic_matches_reference_formula() {
-        let img = SpeedModel::Synthetic { w: vec![0.0, 0.0], b: 0.25 };
+        let img = SpeedModel::Synthetic {
+            w: vec![0.0, 0.0],
+            b: 0.25,
+        };
         assert_eq!(img.isolated(&Resources(vec![2, 1]), 1.0).unwrap().0, 4);
-        let lm = SpeedModel::Synthetic { w: vec![0.0, 1.0 / 16.0], b: 0.0 };
+        let lm = SpeedModel::Synthetic {
+            w: vec![0.0, 1.0 / 16.0],
+            b: 0.0,
+        };
         let d = lm.delta(&Resources(vec![2, 16]), 0.0, 1.0);
         assert!((d - 1f64.tanh() * 1.2f64.sqrt()).abs() < 1e-12);
         let fast = lm.isolated(&Resources(vec![2, 16]), 1.0).unwrap().0;
@@ -271,7 +346,11 @@ mod tests {
     #[test]
     fn malformed_tables_are_reported() {
         let k = kinds();
-        let err = |csv: &str| TableModel::parse(csv, "t.csv", "A", &k, 0.0).unwrap_err().to_string();
+        let err = |csv: &str| {
+            TableModel::parse(csv, "t.csv", "A", &k, 0.0)
+                .unwrap_err()
+                .to_string()
+        };
         assert!(err("").contains("empty"));
         assert!(err("type,cpu,seconds\n").contains("missing column `gpu`"));
         assert!(err("type,cpu,gpu,seconds\nA,1,x,3\n").contains("line 2"));

@@ -46,12 +46,15 @@ pub fn generate(sc: &Scenario, seed: u64) -> Vec<Task> {
                 x -= t.weight;
             }
             let def = &sc.types[ty];
-            // Only nodes that can ever hold the task are candidates (validation guarantees one).
+            // Only nodes that can ever run the task are candidates: its request *and* its true need
+            // must fit (a task re-queued after running out of memory asks for its need). Validation
+            // guarantees one.
+            let must_fit = def.min_demand.max_each(&def.need);
             let hosts: Vec<NodeId> = sc
                 .nodes
                 .iter()
                 .enumerate()
-                .filter(|(_, n)| def.min_demand.fits_in(&n.capacity))
+                .filter(|(_, n)| must_fit.fits_in(&n.capacity))
                 .map(|(i, _)| NodeId(i as u32))
                 .collect();
             let mut reachable = match sc.reachability {
@@ -92,8 +95,14 @@ mod tests {
         let mut rng = tapfinger::seeded_rng(1);
         for lambda in [0.5, 3.0, 45.0] {
             let n = 20_000;
-            let mean = (0..n).map(|_| f64::from(poisson(lambda, &mut rng))).sum::<f64>() / f64::from(n);
-            assert!((mean - lambda).abs() < 0.05 * lambda + 0.02, "λ={lambda} mean={mean}");
+            let mean = (0..n)
+                .map(|_| f64::from(poisson(lambda, &mut rng)))
+                .sum::<f64>()
+                / f64::from(n);
+            assert!(
+                (mean - lambda).abs() < 0.05 * lambda + 0.02,
+                "λ={lambda} mean={mean}"
+            );
         }
     }
 

@@ -1,0 +1,234 @@
+//! The command line: bad input gets a clear message and a non-zero exit; the JSON of
+//! `compare --json` keeps the names scripts rely on.
+
+use std::process::Command;
+
+fn sim(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tapfinger-sim"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+fn write(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tapfinger-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const BASE: &str = include_str!("../presets/synthetic3.toml");
+
+fn fails_with(args: &[&str], needle: &str) {
+    let (ok, _, err) = sim(args);
+    assert!(!ok, "{args:?} should fail");
+    assert!(
+        err.contains(needle),
+        "{args:?}: expected {needle:?} in {err:?}"
+    );
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    fails_with(&["run", "--scenario", "nope"], "unknown scenario \"nope\"");
+    fails_with(
+        &["run", "--scenario", "synthetic3", "--policy", "magic"],
+        "unknown policy \"magic\"",
+    );
+    fails_with(
+        &[
+            "compare",
+            "--scenario",
+            "synthetic3",
+            "--policies",
+            "random,magic",
+        ],
+        "unknown policy \"magic\"",
+    );
+    let cases = [
+        (
+            "neg.toml",
+            BASE.replace("capacity = [16, 16]", "capacity = [-1, 16]"),
+            "nodes[0].capacity: cpu is -1",
+        ),
+        (
+            "big.toml",
+            BASE.replacen("min_demand = [2, 1]", "min_demand = [99, 1]", 1),
+            "larger than every node",
+        ),
+        (
+            "lambda.toml",
+            BASE.replace("lambda = 2.0", "lambda = 0"),
+            "lambda",
+        ),
+        (
+            "syntax.toml",
+            BASE.replace("lambda = 2.0", "lambda = = 2"),
+            "line",
+        ),
+        (
+            "empty.toml",
+            format!(
+                "nodes = []\n{}{}",
+                &BASE[..BASE.find("[[nodes]]").unwrap()],
+                &BASE[BASE.find("[[task_types]]").unwrap()..]
+            ),
+            "cluster is empty",
+        ),
+    ];
+    for (file, text, needle) in cases {
+        let p = write(file, &text);
+        fails_with(&["run", "--scenario", p.to_str().unwrap()], needle);
+    }
+    // A table scenario whose CSV misses a configuration.
+    write("t.csv", "type,cpu,gpu,seconds\nA,1,1,10\nA,2,2,5\n");
+    let toml = r#"
+name = "t"
+lambda = 1.0
+tasks = 5
+[[resources]]
+name = "cpu"
+[[resources]]
+name = "gpu"
+[[nodes]]
+name = "n"
+capacity = [2, 2]
+[[task_types]]
+name = "A"
+min_demand = [1, 1]
+speed = { model = "table", csv = "t.csv" }
+"#;
+    let p = write("table.toml", toml);
+    fails_with(
+        &["run", "--scenario", p.to_str().unwrap()],
+        "configuration(s) missing",
+    );
+    fails_with(&["compare", "--seeds", "0"], "at least 1");
+}
+
+#[test]
+fn a_table_scenario_runs_from_a_file() {
+    write(
+        "full.csv",
+        "type,cpu,gpu,seconds\nA,1,1,10\nA,1,2,6\nA,2,1,7\nA,2,2,4\n",
+    );
+    let toml = r#"
+name = "t"
+lambda = 1.0
+tasks = 20
+slot_seconds = 2.0
+[[resources]]
+name = "cpu"
+[[resources]]
+name = "gpu"
+[[nodes]]
+name = "n"
+capacity = [4, 4]
+count = 2
+[[task_types]]
+name = "A"
+min_demand = [1, 1]
+speed = { model = "table", csv = "full.csv", startup_seconds = 1.0 }
+"#;
+    let p = write("full.toml", toml);
+    let (ok, out, err) = sim(&[
+        "run",
+        "--scenario",
+        p.to_str().unwrap(),
+        "--policy",
+        "first-fit-max",
+        "--csv",
+    ]);
+    assert!(ok, "{err}");
+    // 20 tasks, and with (2,2) a task needs (4 + 1) s / 2 s per slot → 3 slots at best.
+    assert_eq!(out.lines().count(), 21, "{out}");
+    assert!(
+        out.lines()
+            .skip(1)
+            .all(|l| l.split(',').nth(7) == Some("3")),
+        "{out}"
+    );
+}
+
+#[test]
+fn compare_json_has_the_documented_shape() {
+    let (ok, out, err) = sim(&[
+        "compare",
+        "--scenario",
+        "synthetic3",
+        "--policies",
+        "tiresias,min",
+        "--seeds",
+        "2",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["scenario"], "synthetic3");
+    assert_eq!(v["seeds"], serde_json::json!([0, 1]));
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    for r in results {
+        for key in [
+            "policy",
+            "avg_jct",
+            "median_jct",
+            "p95_jct",
+            "p99_jct",
+            "makespan",
+            "lower_bound_jct",
+        ] {
+            assert!(r.get(key).is_some(), "missing {key} in {r}");
+        }
+        assert!(r["utilization"]["cpu"].as_f64().unwrap() > 0.0);
+        assert!(r["avg_jct"].as_f64().unwrap() >= r["lower_bound_jct"].as_f64().unwrap());
+    }
+    assert_eq!(results[0]["policy"], "tiresias");
+    assert_eq!(results[0]["published_avg_jct"], 14.66);
+}
+
+#[test]
+fn plots_and_listing() {
+    let (ok, out, _) = sim(&["scenarios"]);
+    assert!(ok);
+    for p in [
+        "synthetic3",
+        "synthetic6-l2",
+        "synthetic6-l3",
+        "synthetic6-l4",
+        "hetero6",
+        "multitask3",
+        "edge-synergy",
+    ] {
+        assert!(out.contains(p), "{p} not listed");
+    }
+    let dir = std::env::temp_dir().join(format!("tapfinger-plots-{}", std::process::id()));
+    let (ok, _, err) = sim(&[
+        "compare",
+        "--scenario",
+        "synthetic3",
+        "--policies",
+        "random",
+        "--seeds",
+        "1",
+        "--plot",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    for f in [
+        "jct_cdf.svg",
+        "tasks_in_system.svg",
+        "utilization_cpu.svg",
+        "utilization_gpu.svg",
+    ] {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        assert!(text.starts_with("<svg") && text.contains("random"), "{f}");
+    }
+}
