@@ -1,6 +1,9 @@
 //! Cross-crate tests of the simulator driving the shared protocol: determinism, the scheduling
 //! invariants over random clusters, workloads and policies, and the reproduction ordering.
 
+// Test helpers may unwrap: a failure there is a test failure with its message.
+#![allow(clippy::unwrap_used)]
+
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use tapfinger::view::ClusterView;

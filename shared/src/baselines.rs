@@ -371,11 +371,12 @@ fn least_squares(x: &[[f64; 5]], y: &[f64], idx: &[usize]) -> Vec<f64> {
         if d.abs() < 1e-15 {
             continue;
         }
-        for r in 0..n {
+        let pivot_row = a[c].clone();
+        for (r, row) in a.iter_mut().enumerate() {
             if r != c {
-                let f = a[r][c] / d;
-                for k in c..=n {
-                    a[r][k] -= f * a[c][k];
+                let f = row[c] / d;
+                for (x, p) in row.iter_mut().zip(&pivot_row).skip(c) {
+                    *x -= f * p;
                 }
             }
         }

@@ -411,10 +411,10 @@ impl Protocol {
         // Proposals that arrived early for the new round become current; older buffered ones are
         // dropped (they belong to rounds this member will never run).
         let later = self.future.split_off(&self.round);
-        if let Some((r, p)) = later.first_key_value() {
-            if *r == self.round {
-                self.proposals = p.clone();
-            }
+        if let Some((r, p)) = later.first_key_value()
+            && *r == self.round
+        {
+            self.proposals = p.clone();
         }
         self.future = later;
         self.future.remove(&self.round);
@@ -725,7 +725,7 @@ mod tests {
         let d = decided(&out).unwrap();
         assert_eq!(d.commits.len(), 1);
         assert_eq!(d.commits[0].agent, NodeId(0));
-        assert!(matches!(a.propose(Proposal::Pass, 0), Ok(_)));
+        assert!(a.propose(Proposal::Pass, 0).is_ok());
         assert!(matches!(
             a.propose(Proposal::Pass, 0),
             Err(ProtocolError::AlreadyProposed(_))

@@ -1,6 +1,9 @@
 //! Property tests of the decision protocol: every member decides the same outcome whatever the
 //! order in which proposals arrive, and the winner of a contested task is the posterior argmax.
 
+// Test helpers may unwrap: a failure there is a test failure with its message.
+#![allow(clippy::unwrap_used)]
+
 use proptest::prelude::*;
 use tapfinger::protocol::{Output, ProtocolConfig, posteriors};
 use tapfinger::{

@@ -26,7 +26,7 @@ pub fn poisson(lambda: f64, rng: &mut tapfinger::Rng) -> u32 {
 
 /// All tasks of an episode, in arrival order (ids 0..n).
 pub fn generate(sc: &Scenario, seed: u64) -> Vec<Task> {
-    let mut rng = tapfinger::seeded_rng(seed ^ 0x5EED_0F_7A5C);
+    let mut rng = tapfinger::seeded_rng(seed ^ 0x005E_ED0F_7A5C);
     let total_weight: f64 = sc.types.iter().map(|t| t.weight).sum();
     let mut tasks = Vec::with_capacity(sc.tasks as usize);
     let mut slot = 0u64;

@@ -1,6 +1,9 @@
 //! The command line: bad input gets a clear message and a non-zero exit; the JSON of
 //! `compare --json` keeps the names scripts rely on.
 
+// Test helpers may unwrap: a failure there is a test failure with its message.
+#![allow(clippy::unwrap_used)]
+
 use std::process::Command;
 
 fn sim(args: &[&str]) -> (bool, String, String) {

@@ -1,0 +1,67 @@
+//! Resource discovery: what this box can offer the cluster. CPU cores and memory from the OS
+//! (sysinfo), GPUs through NVML (nvml-wrapper). A box without NVIDIA drivers has no NVML library:
+//! that means zero GPUs, never an error.
+
+use serde::Serialize;
+
+/// One GPU as NVML reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Gpu {
+    /// Device index.
+    pub index: u32,
+    /// Model name.
+    pub model: String,
+    /// Total memory in bytes.
+    pub memory_bytes: u64,
+}
+
+/// What the box has.
+#[derive(Debug, Clone, Serialize)]
+pub struct Discovered {
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// Total memory in bytes.
+    pub memory_bytes: u64,
+    /// GPUs (empty without NVML).
+    pub gpus: Vec<Gpu>,
+    /// Why GPUs could not be listed, if they could not.
+    pub gpu_note: Option<String>,
+}
+
+/// Discover CPU, memory and GPUs.
+pub fn discover() -> anyhow::Result<Discovered> {
+    let mut sys = sysinfo::System::new()
+        .map_err(|e| anyhow::anyhow!("cannot read system information: {e}"))?;
+    sys.refresh_memory();
+    sys.refresh_cpu_list(sysinfo::CpuRefreshKind::nothing());
+    let cpus = sys
+        .cpus()
+        .len()
+        .max(std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let (gpus, gpu_note) = match nvml_wrapper::Nvml::init() {
+        Ok(nvml) => {
+            let count = nvml.device_count().unwrap_or(0);
+            let mut gpus = Vec::new();
+            for index in 0..count {
+                if let Ok(d) = nvml.device_by_index(index) {
+                    gpus.push(Gpu {
+                        index,
+                        model: d.name().unwrap_or_else(|_| "unknown".into()),
+                        memory_bytes: d.memory_info().map_or(0, |m| m.total),
+                    });
+                }
+            }
+            (gpus, None)
+        }
+        Err(e) => (
+            Vec::new(),
+            Some(format!("NVML unavailable ({e}); reporting 0 GPUs")),
+        ),
+    };
+    Ok(Discovered {
+        cpus,
+        memory_bytes: sys.total_memory(),
+        gpus,
+        gpu_note,
+    })
+}
