@@ -409,6 +409,9 @@ pub struct Optimus {
 impl Optimus {
     /// Fit one model per task type from the context's profiling samples.
     pub fn fit(ctx: &BaselineContext, elastic: bool) -> Result<Self, BaselineError> {
+        if ctx.num_types == 0 {
+            return Err(BaselineError::NoProfile(0));
+        }
         let mut models = Vec::with_capacity(ctx.num_types);
         for ty in 0..ctx.num_types {
             let samples: Vec<(f64, f64, f64)> = ctx
