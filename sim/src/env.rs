@@ -313,6 +313,22 @@ impl Simulator {
         let mut messages = 0u64;
         let mut scratch = vec![usize::MAX; live.len()];
         let elastic: Vec<bool> = policies.iter().map(|p| p.elastic()).collect();
+        // The cluster as agents see it at (slot, step); a macro because it borrows most locals.
+        macro_rules! snapshot {
+            ($slot:expr, $step:expr) => {
+                build_view(
+                    sc,
+                    $slot,
+                    $step,
+                    &live,
+                    &queues,
+                    &running,
+                    &free,
+                    &capacity,
+                    &mut scratch,
+                )
+            };
+        }
 
         let mut slot = 0u64;
         while done < live.len() {
@@ -349,17 +365,7 @@ impl Simulator {
             // Decision steps.
             let (mut conflicts, mut commits, mut steps) = (0u32, 0u32, 0u32);
             loop {
-                let view = build_view(
-                    sc,
-                    slot,
-                    steps,
-                    &live,
-                    &queues,
-                    &running,
-                    &free,
-                    &capacity,
-                    &mut scratch,
-                );
+                let view = snapshot!(slot, steps);
                 let round = protocols[0].round();
                 let mut sends = Vec::with_capacity(n);
                 let mut decided: Vec<Option<RoundOutcome>> = vec![None; n];
@@ -431,17 +437,7 @@ impl Simulator {
                     };
                 }
                 if let Some(f) = observe.as_mut() {
-                    f(&build_view(
-                        sc,
-                        slot,
-                        steps,
-                        &live,
-                        &queues,
-                        &running,
-                        &free,
-                        &capacity,
-                        &mut scratch,
-                    ));
+                    f(&snapshot!(slot, steps));
                 }
                 if outcome.slot_ended {
                     break;
@@ -452,17 +448,7 @@ impl Simulator {
                 if !elastic[i] || running[i].is_empty() {
                     continue;
                 }
-                let view = build_view(
-                    sc,
-                    slot,
-                    steps,
-                    &live,
-                    &queues,
-                    &running,
-                    &free,
-                    &capacity,
-                    &mut scratch,
-                );
+                let view = snapshot!(slot, steps);
                 let Some(v) = view.for_agent(ids[i]) else {
                     continue;
                 };
@@ -477,17 +463,7 @@ impl Simulator {
                 )?;
                 free[i] = node_free(&capacity[i], &running[i], &live);
                 if let Some(f) = observe.as_mut() {
-                    f(&build_view(
-                        sc,
-                        slot,
-                        steps,
-                        &live,
-                        &queues,
-                        &running,
-                        &free,
-                        &capacity,
-                        &mut scratch,
-                    ));
+                    f(&snapshot!(slot, steps));
                 }
             }
             // Measurements of the slot as it will run.
@@ -701,23 +677,6 @@ fn apply_rebalance(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn allocation_grid_is_complete_when_small_and_thinned_when_huge() {
-        let all = allocations(&Resources(vec![1, 2]), &Resources(vec![3, 3]));
-        assert_eq!(all.len(), 6);
-        assert!(all.contains(&Resources(vec![2, 3])));
-        let lo = Resources(vec![1, 1, 1]);
-        let hi = Resources(vec![100_000, 64, 1 << 20]);
-        let thin = allocations(&lo, &hi);
-        assert!(thin.len() <= MAX_GRID, "{}", thin.len());
-        assert!(thin.contains(&lo) && thin.contains(&hi));
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn build_view(
     sc: &Scenario,
@@ -798,5 +757,22 @@ fn build_view(
         nodes,
         pending,
         running: running_views,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocation_grid_is_complete_when_small_and_thinned_when_huge() {
+        let all = allocations(&Resources(vec![1, 2]), &Resources(vec![3, 3]));
+        assert_eq!(all.len(), 6);
+        assert!(all.contains(&Resources(vec![2, 3])));
+        let lo = Resources(vec![1, 1, 1]);
+        let hi = Resources(vec![100_000, 64, 1 << 20]);
+        let thin = allocations(&lo, &hi);
+        assert!(thin.len() <= MAX_GRID, "{}", thin.len());
+        assert!(thin.contains(&lo) && thin.contains(&hi));
     }
 }
