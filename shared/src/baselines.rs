@@ -108,6 +108,18 @@ fn claim(task: &Task, alloc: Resources, prob: f64) -> Decision {
     }
 }
 
+/// A uniformly random feasible window task and its selection probability.
+fn uniform_feasible<'a>(view: &View<'a>, rng: &mut Rng) -> Option<(&'a Task, f64)> {
+    let feasible: Vec<&Task> = view.feasible().collect();
+    if feasible.is_empty() {
+        return None;
+    }
+    Some((
+        feasible[rng.random_range(0..feasible.len())],
+        1.0 / feasible.len() as f64,
+    ))
+}
+
 /// Random: a uniformly random feasible window task with a uniformly random feasible allocation.
 #[derive(Debug, Clone, Default)]
 pub struct RandomPolicy;
@@ -117,16 +129,10 @@ impl Policy for RandomPolicy {
         "random"
     }
     fn decide(&mut self, view: &View<'_>, rng: &mut Rng) -> Decision {
-        let feasible: Vec<&Task> = view.feasible().collect();
-        if feasible.is_empty() {
-            return Decision::Pass;
+        match uniform_feasible(view, rng) {
+            Some((t, p)) => claim(t, random_alloc(t, &view.node().free, rng), p),
+            None => Decision::Pass,
         }
-        let t = feasible[rng.random_range(0..feasible.len())];
-        claim(
-            t,
-            random_alloc(t, &view.node().free, rng),
-            1.0 / feasible.len() as f64,
-        )
     }
 }
 
@@ -139,12 +145,10 @@ impl Policy for MinPolicy {
         "min"
     }
     fn decide(&mut self, view: &View<'_>, rng: &mut Rng) -> Decision {
-        let feasible: Vec<&Task> = view.feasible().collect();
-        if feasible.is_empty() {
-            return Decision::Pass;
+        match uniform_feasible(view, rng) {
+            Some((t, p)) => claim(t, t.min_demand.clone(), p),
+            None => Decision::Pass,
         }
-        let t = feasible[rng.random_range(0..feasible.len())];
-        claim(t, t.min_demand.clone(), 1.0 / feasible.len() as f64)
     }
 }
 

@@ -1,6 +1,7 @@
 //! SVG plots of a comparison: JCT CDF per policy, tasks in system over time, utilization over
 //! time. Rendering only; the numbers come from [`crate::report`].
 
+use crate::env::SlotRecord;
 use crate::report::Comparison;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -83,6 +84,21 @@ fn line_chart(
     Ok(())
 }
 
+/// One series per policy over the slots of its first-seed episode.
+fn first_seed_series(c: &Comparison, y: impl Fn(&SlotRecord) -> f64) -> Series {
+    c.results
+        .iter()
+        .filter_map(|r| {
+            r.episodes.first().map(|e| {
+                (
+                    r.policy.clone(),
+                    e.slots.iter().map(|s| (s.slot as f64, y(s))).collect(),
+                )
+            })
+        })
+        .collect()
+}
+
 /// Write `jct_cdf.svg`, `tasks_in_system.svg` and `utilization_<kind>.svg` into `dir`; returns the
 /// files written. Time series use the first seed.
 pub fn write_plots(c: &Comparison, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
@@ -120,21 +136,7 @@ pub fn write_plots(c: &Comparison, dir: &Path) -> Result<Vec<PathBuf>, PlotError
         &cdf,
     )?;
     files.push(p);
-    let in_sys: Series = c
-        .results
-        .iter()
-        .filter_map(|r| {
-            r.episodes.first().map(|e| {
-                (
-                    r.policy.clone(),
-                    e.slots
-                        .iter()
-                        .map(|s| (s.slot as f64, f64::from(s.in_system)))
-                        .collect(),
-                )
-            })
-        })
-        .collect();
+    let in_sys = first_seed_series(c, |s| f64::from(s.in_system));
     let p = dir.join("tasks_in_system.svg");
     line_chart(
         &p,
@@ -154,21 +156,7 @@ pub fn write_plots(c: &Comparison, dir: &Path) -> Result<Vec<PathBuf>, PlotError
         .map(|r| r.mean.utilization.keys().cloned().collect())
         .unwrap_or_default();
     for (k, kind) in kinds.iter().enumerate() {
-        let util: Series = c
-            .results
-            .iter()
-            .filter_map(|r| {
-                r.episodes.first().map(|e| {
-                    (
-                        r.policy.clone(),
-                        e.slots
-                            .iter()
-                            .map(|s| (s.slot as f64, s.utilization.get(k).copied().unwrap_or(0.0)))
-                            .collect(),
-                    )
-                })
-            })
-            .collect();
+        let util = first_seed_series(c, |s| s.utilization.get(k).copied().unwrap_or(0.0));
         let p = dir.join(format!("utilization_{kind}.svg"));
         line_chart(
             &p,
