@@ -8,6 +8,7 @@
 
 pub mod baselines;
 pub mod graph;
+pub mod model;
 pub mod policy;
 pub mod protocol;
 pub mod resources;

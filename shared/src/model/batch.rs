@@ -1,0 +1,156 @@
+//! Block-diagonal batching of heterogeneous graphs into flat arrays for the network.
+//!
+//! Many agents' views become one batch: per node type, one feature matrix with the graphs' nodes
+//! stacked (plus one padding node per type, so no type is ever empty); per edge type, source and
+//! destination indices shifted by each graph's offset. Because no edge crosses graphs, a forward
+//! pass over the batch equals forward passes over each graph alone. Pure data: no tensors here.
+
+use crate::NodeId;
+use crate::graph::{self, EdgeKind, NodeKind};
+use crate::view::ClusterView;
+
+/// Node types in a fixed order (index = position).
+pub const NODE_KINDS: [NodeKind; 4] = [
+    NodeKind::Server,
+    NodeKind::Pending,
+    NodeKind::Running,
+    NodeKind::Summary,
+];
+
+/// Edge types in a fixed order with (source type, destination type) indices into [`NODE_KINDS`].
+pub const EDGE_KINDS: [(EdgeKind, usize, usize); 6] = [
+    (EdgeKind::PendingServer, 1, 0),
+    (EdgeKind::RunningServer, 2, 0),
+    (EdgeKind::SummaryServer, 3, 0),
+    (EdgeKind::ServerPending, 0, 1),
+    (EdgeKind::ServerRunning, 0, 2),
+    (EdgeKind::ServerSummary, 0, 3),
+];
+
+/// Sizes that fix the network's input and output shapes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Dims {
+    /// Resource kinds.
+    pub kinds: usize,
+    /// Task types (one-hot width).
+    pub types: usize,
+    /// Pending window per agent.
+    pub window: usize,
+}
+
+impl Dims {
+    /// Feature width of each node type (as built by [`graph::build`]).
+    pub fn feature_width(&self, kind: usize) -> usize {
+        match kind {
+            0 => self.kinds + 2,
+            1 => self.kinds + self.types,
+            2 => self.kinds + self.types + 1,
+            _ => 1,
+        }
+    }
+}
+
+/// A batch of graphs, one per (view, deciding agent).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphBatch {
+    /// Number of graphs.
+    pub graphs: usize,
+    /// Nodes per type (padding included).
+    pub counts: [usize; 4],
+    /// Row-major features per type: `counts[t] × Dims::feature_width(t)`.
+    pub features: [Vec<f32>; 4],
+    /// Per edge type (order of [`EDGE_KINDS`]): source and destination indices.
+    pub edges: [(Vec<i32>, Vec<i32>); 6],
+    /// Per graph: index of the deciding agent's server node.
+    pub me: Vec<i32>,
+    /// Per graph: index of its summary node.
+    pub summary: Vec<i32>,
+    /// `graphs × window`: pending-node index of each window slot (the padding node when empty).
+    pub window: Vec<i32>,
+    /// `graphs × window`: true where the slot is empty.
+    pub empty: Vec<bool>,
+}
+
+/// Batch `items` (a view and the agent deciding in it). Views whose agent is not a node of the
+/// view contribute an empty window.
+pub fn batch(items: &[(&ClusterView, NodeId)], dims: &Dims) -> GraphBatch {
+    let mut counts = [0usize; 4];
+    let mut features: [Vec<f32>; 4] = Default::default();
+    let mut edges: [(Vec<i32>, Vec<i32>); 6] = Default::default();
+    let (mut me, mut summary, mut window, mut empty) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut pending_slots: Vec<Vec<i32>> = Vec::with_capacity(items.len());
+    for (view, agent) in items {
+        let g = graph::build(view, *agent);
+        // Local index of every graph node within its type, offset by the batch so far.
+        let mut local = vec![0i32; g.node_count()];
+        for idx in g.node_indices() {
+            let n = &g[idx];
+            let t = NODE_KINDS.iter().position(|k| *k == n.kind).unwrap_or(0);
+            local[idx.index()] = counts[t] as i32;
+            counts[t] += 1;
+            let w = dims.feature_width(t);
+            let mut f = n.features.clone();
+            f.resize(w, 0.0);
+            features[t].extend(f);
+            if n.kind == NodeKind::Server && n.refers == graph::NodeRef::Server(*agent) {
+                me.push(local[idx.index()]);
+            }
+            if n.kind == NodeKind::Summary {
+                summary.push(local[idx.index()]);
+            }
+        }
+        if me.len() < summary.len() {
+            // The agent is not in this view: point at the first server (its window is empty).
+            me.push(local.first().copied().unwrap_or(0));
+        }
+        for e in g.edge_indices() {
+            let Some((s, d)) = g.edge_endpoints(e) else {
+                continue;
+            };
+            if let Some(k) = EDGE_KINDS.iter().position(|(kind, _, _)| *kind == g[e]) {
+                edges[k].0.push(local[s.index()]);
+                edges[k].1.push(local[d.index()]);
+            }
+        }
+        // Pending nodes are added in `view.pending` order, so window entry i is pending node i.
+        let first_pending = g
+            .node_indices()
+            .find(|i| g[*i].kind == NodeKind::Pending)
+            .map(|i| local[i.index()]);
+        let slots: Vec<i32> = view
+            .node_index(*agent)
+            .map(|ni| {
+                view.nodes[ni]
+                    .window
+                    .iter()
+                    .take(dims.window)
+                    .map(|&p| first_pending.unwrap_or(0) + p as i32)
+                    .collect()
+            })
+            .unwrap_or_default();
+        pending_slots.push(slots);
+    }
+    // One padding node per type: keeps every type non-empty; empty window slots point at it.
+    for (t, count) in counts.iter_mut().enumerate() {
+        features[t].extend(std::iter::repeat_n(0.0, dims.feature_width(t)));
+        *count += 1;
+    }
+    let pad_pending = counts[1] as i32 - 1;
+    for slots in &pending_slots {
+        for i in 0..dims.window {
+            window.push(slots.get(i).copied().unwrap_or(pad_pending));
+            empty.push(i >= slots.len());
+        }
+    }
+    GraphBatch {
+        graphs: items.len(),
+        counts,
+        features,
+        edges,
+        me,
+        summary,
+        window,
+        empty,
+    }
+}

@@ -1,0 +1,126 @@
+//! The learned TapFinger policy (issue #3, in progress): graph batching ([`batch`]), the burn
+//! network ([`net`]) and [`TapfingerPolicy`], which implements the shared [`Policy`] trait.
+//!
+//! Decisions sample from the network's masked distributions with the caller's seeded RNG (never
+//! burn's), so a decision is reproducible from the seed. The masks are exact: a task is selectable
+//! only if its minimum demand fits the node's free units (and the head's grid), and each kind's
+//! units are drawn between the task's minimum and `min(free, cap, max_units)`.
+
+pub mod batch;
+pub mod net;
+
+use crate::Rng;
+use crate::policy::{Decision, Policy};
+use crate::resources::Resources;
+use crate::view::View;
+use batch::{Dims, batch};
+use burn::tensor::Device;
+use net::{Net, NetConfig};
+use rand::RngExt;
+
+/// The learned policy.
+#[derive(Debug)]
+pub struct TapfingerPolicy {
+    net: Net,
+    cfg: NetConfig,
+    device: Device,
+}
+
+/// Sample an index from logits; returns it and its probability. Masked (≈ −1e9) entries have
+/// probability exactly 0 and are never returned.
+pub fn sample(logits: &[f32], rng: &mut Rng) -> Option<(usize, f64)> {
+    let max = logits.iter().copied().fold(f32::MIN, f32::max);
+    let w: Vec<f64> = logits.iter().map(|l| f64::from(l - max).exp()).collect();
+    let z: f64 = w.iter().sum();
+    if !(z.is_finite() && z > 0.0) {
+        return None;
+    }
+    let u = rng.random::<f64>() * z;
+    let mut acc = 0.0;
+    let mut last = None;
+    for (i, wi) in w.iter().enumerate() {
+        if *wi > 0.0 {
+            acc += wi;
+            last = Some(i);
+            if u < acc {
+                return Some((i, wi / z));
+            }
+        }
+    }
+    last.map(|i| (i, w[i] / z))
+}
+
+impl TapfingerPolicy {
+    /// A policy with a freshly initialized network (untrained).
+    pub fn untrained(cfg: NetConfig, device: Device) -> Self {
+        let net = Net::new(&cfg, &device);
+        Self { net, cfg, device }
+    }
+
+    /// The network configuration.
+    pub fn config(&self) -> &NetConfig {
+        &self.cfg
+    }
+
+    fn try_decide(&self, view: &View<'_>, rng: &mut Rng) -> Option<Decision> {
+        let dims: &Dims = &self.cfg.dims;
+        let b = batch(&[(view.cluster, view.me)], dims);
+        let enc = self.net.encode(&b, &self.device);
+        let free = &view.node().free;
+        let max_units = self.net.max_units() as u32;
+        let window: Vec<&crate::Task> = view.window().take(dims.window).collect();
+        let blocked: Vec<bool> = (0..dims.window)
+            .map(|i| {
+                window.get(i).is_none_or(|t| {
+                    !t.min_demand.fits_in(free) || t.min_demand.0.iter().any(|m| *m > max_units)
+                })
+            })
+            .collect();
+        let logits = self
+            .net
+            .pointer_logits(&enc, &b, &blocked, &self.device)
+            .into_data()
+            .try_to_vec::<f32>()
+            .ok()?;
+        let (slot, prob) = sample(&logits, rng)?;
+        if slot >= window.len() {
+            return Some(Decision::Pass);
+        }
+        let task = window[slot];
+        let cap = task.cap(free);
+        let kinds = dims.kinds;
+        let mut prev = vec![0.0f32; kinds];
+        let mut alloc = Vec::with_capacity(kinds);
+        for k in 0..kinds {
+            let lo = task.min_demand.get(k);
+            let hi = cap.get(k).min(max_units);
+            let l = self
+                .net
+                .alloc_logits(&enc, &b, &[slot], k, &prev, &[lo], &[hi], &self.device)
+                .into_data()
+                .try_to_vec::<f32>()
+                .ok()?;
+            let (units, _) = sample(&l, rng)?;
+            prev[k] = units as f32;
+            alloc.push(units as u32);
+        }
+        Some(Decision::Claim {
+            task: task.id,
+            alloc: Resources(alloc),
+            prob,
+        })
+    }
+}
+
+impl Policy for TapfingerPolicy {
+    fn name(&self) -> &str {
+        "tapfinger"
+    }
+    fn decide(&mut self, view: &View<'_>, rng: &mut Rng) -> Decision {
+        // A numerical failure must not stop an agent: it passes this step.
+        self.try_decide(view, rng).unwrap_or(Decision::Pass)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,317 @@
+//! The TapFinger network in burn: a heterogeneous graph-attention (HAN) encoder, a pointer over the
+//! agent's pending window, a masked allocation head decomposed per resource kind, and a value head.
+//!
+//! Design choices (small and fast on 2 CPU cores; the reference used 8 layers × 256 without
+//! residuals): width 64, 4 heads, 2 layers, a residual connection and layer norm after each layer.
+//! Semantic attention over edge types is computed *per destination node* (HAN averages it over all
+//! nodes of a type), so a node's embedding never depends on other graphs in a batch: batched and
+//! single-graph forward passes agree. Masks use a large negative number, never −∞ (NaN-safe).
+
+use super::batch::{Dims, EDGE_KINDS, GraphBatch};
+use burn::module::Module;
+use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::tensor::activation::{leaky_relu, relu, tanh};
+use burn::tensor::{Bool, Device, IndexingUpdateOp, Int, Tensor, TensorData};
+
+/// Added to masked logits.
+pub const MASKED: f32 = -1.0e9;
+
+/// Network sizes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NetConfig {
+    /// Input sizes.
+    pub dims: Dims,
+    /// Embedding width.
+    pub width: usize,
+    /// Attention heads (must divide `width`).
+    pub heads: usize,
+    /// HAN layers.
+    pub layers: usize,
+    /// Largest number of units of one kind the allocation head can give (grid 0..=max_units).
+    pub max_units: usize,
+}
+
+impl NetConfig {
+    /// Defaults for the given input sizes.
+    pub fn new(dims: Dims) -> Self {
+        Self {
+            dims,
+            width: 64,
+            heads: 4,
+            layers: 2,
+            max_units: 32,
+        }
+    }
+}
+
+/// Node-level attention for one edge type.
+#[derive(Module, Debug)]
+struct EdgeAttention {
+    msg: Linear,
+    a_src: Linear,
+    a_dst: Linear,
+}
+
+/// One HAN layer: attention per edge type, semantic attention per destination node.
+#[derive(Module, Debug)]
+struct HanLayer {
+    edges: Vec<EdgeAttention>,
+    sem_w: Linear,
+    sem_q: Linear,
+    norms: Vec<LayerNorm>,
+}
+
+/// The whole network.
+#[derive(Module, Debug)]
+pub struct Net {
+    input: Vec<Linear>,
+    layers: Vec<HanLayer>,
+    ptr_slot: Linear,
+    ptr_query: Linear,
+    ptr_v: Linear,
+    pass: Linear,
+    alloc_hidden: Vec<Linear>,
+    alloc_out: Vec<Linear>,
+    value_hidden: Linear,
+    value_out: Linear,
+    heads: usize,
+    width: usize,
+    kinds: usize,
+    window: usize,
+    max_units: usize,
+}
+
+/// Node embeddings per type.
+pub struct Encoded {
+    /// `[counts[t], width]` per node type.
+    pub h: Vec<Tensor<2>>,
+}
+
+fn ints(v: &[i32], device: &Device) -> Tensor<1, Int> {
+    Tensor::from_data(TensorData::new(v.to_vec(), [v.len()]), device)
+}
+
+impl Net {
+    /// A freshly initialized network.
+    pub fn new(cfg: &NetConfig, device: &Device) -> Self {
+        let d = cfg.width;
+        let lin = |i: usize, o: usize| LinearConfig::new(i, o).init(device);
+        let nobias = |i: usize, o: usize| LinearConfig::new(i, o).with_bias(false).init(device);
+        let input = (0..4).map(|t| lin(cfg.dims.feature_width(t), d)).collect();
+        let layers = (0..cfg.layers)
+            .map(|_| HanLayer {
+                edges: EDGE_KINDS
+                    .iter()
+                    .map(|_| EdgeAttention {
+                        msg: lin(d, d),
+                        a_src: nobias(d, cfg.heads),
+                        a_dst: nobias(d, cfg.heads),
+                    })
+                    .collect(),
+                sem_w: lin(d, d),
+                sem_q: nobias(d, 1),
+                norms: (0..4)
+                    .map(|_| LayerNormConfig::new(d).init(device))
+                    .collect(),
+            })
+            .collect();
+        let k = cfg.dims.kinds;
+        Self {
+            input,
+            layers,
+            ptr_slot: lin(d, d),
+            ptr_query: lin(d, d),
+            ptr_v: nobias(d, 1),
+            pass: lin(d, 1),
+            alloc_hidden: (0..k).map(|_| lin(2 * d + k, d)).collect(),
+            alloc_out: (0..k).map(|_| lin(d, cfg.max_units + 1)).collect(),
+            value_hidden: lin(2 * d, d),
+            value_out: lin(d, 1),
+            heads: cfg.heads,
+            width: d,
+            kinds: k,
+            window: cfg.dims.window,
+            max_units: cfg.max_units,
+        }
+    }
+
+    /// Units per kind the allocation head can express.
+    pub fn max_units(&self) -> usize {
+        self.max_units
+    }
+
+    /// Encode a batch.
+    pub fn encode(&self, b: &GraphBatch, device: &Device) -> Encoded {
+        let mut h: Vec<Tensor<2>> = (0..4)
+            .map(|t| {
+                let w = b.features[t].len() / b.counts[t].max(1);
+                let x = Tensor::<2>::from_data(
+                    TensorData::new(b.features[t].clone(), [b.counts[t], w]),
+                    device,
+                );
+                relu(self.input[t].forward(x))
+            })
+            .collect();
+        let edges: Vec<(Tensor<1, Int>, Tensor<1, Int>)> = b
+            .edges
+            .iter()
+            .map(|(s, d)| (ints(s, device), ints(d, device)))
+            .collect();
+        let dh = self.width / self.heads;
+        for layer in &self.layers {
+            // Messages per edge type, then semantic attention per destination type.
+            let mut incoming: Vec<Vec<Tensor<2>>> = vec![Vec::new(); 4];
+            for (k, (_, src_t, dst_t)) in EDGE_KINDS.iter().enumerate() {
+                let n_edges = b.edges[k].0.len();
+                let n_dst = b.counts[*dst_t];
+                if n_edges == 0 {
+                    incoming[*dst_t].push(Tensor::zeros([n_dst, self.width], device));
+                    continue;
+                }
+                let att = &layer.edges[k];
+                let (src, dst) = (&edges[k].0, &edges[k].1);
+                let m = att.msg.forward(h[*src_t].clone());
+                let score = leaky_relu(
+                    att.a_src.forward(m.clone()).select(0, src.clone())
+                        + att.a_dst.forward(h[*dst_t].clone()).select(0, dst.clone()),
+                    0.2,
+                );
+                // Segment softmax over each destination's incoming edges, shifted by the
+                // (detached) per-destination maximum for stability.
+                let max = Tensor::<2>::full([n_dst, self.heads], -1.0e30, device).select_assign(
+                    0,
+                    dst.clone(),
+                    score.clone().detach(),
+                    IndexingUpdateOp::Max,
+                );
+                let e = (score - max.select(0, dst.clone())).exp();
+                let denom = Tensor::<2>::zeros([n_dst, self.heads], device).select_assign(
+                    0,
+                    dst.clone(),
+                    e.clone(),
+                    IndexingUpdateOp::Add,
+                );
+                let alpha = e / (denom.select(0, dst.clone()) + 1e-16);
+                let msg = m.select(0, src.clone()).reshape([n_edges, self.heads, dh])
+                    * alpha.unsqueeze_dim::<3>(2);
+                let agg = Tensor::<2>::zeros([n_dst, self.width], device).select_assign(
+                    0,
+                    dst.clone(),
+                    msg.reshape([n_edges, self.width]),
+                    IndexingUpdateOp::Add,
+                );
+                incoming[*dst_t].push(agg);
+            }
+            let mut next = Vec::with_capacity(4);
+            for (t, zs) in incoming.into_iter().enumerate() {
+                let z = if zs.len() == 1 {
+                    zs.into_iter()
+                        .next()
+                        .unwrap_or_else(|| Tensor::zeros([b.counts[t], self.width], device))
+                } else {
+                    // Per-node semantic attention: β_k = softmax_k(q · tanh(W z_k)).
+                    let scores: Vec<Tensor<2>> = zs
+                        .iter()
+                        .map(|z| layer.sem_q.forward(tanh(layer.sem_w.forward(z.clone()))))
+                        .collect();
+                    let beta = burn::tensor::activation::softmax(Tensor::cat(scores, 1), 1);
+                    let n = zs.len();
+                    let stacked = Tensor::stack::<3>(zs, 1);
+                    (stacked * beta.reshape([b.counts[t], n, 1]))
+                        .sum_dim(1)
+                        .reshape([b.counts[t], self.width])
+                };
+                next.push(layer.norms[t].forward(h[t].clone() + relu(z)));
+            }
+            h = next;
+        }
+        Encoded { h }
+    }
+
+    /// The deciding agent's server embedding per graph, `[graphs, width]`.
+    fn me(&self, enc: &Encoded, b: &GraphBatch, device: &Device) -> Tensor<2> {
+        enc.h[0].clone().select(0, ints(&b.me, device))
+    }
+
+    /// Pointer logits `[graphs, window + 1]`: one per window slot, the last one "do nothing".
+    /// `blocked` (`graphs × window`) masks slots besides empty ones (e.g. infeasible tasks).
+    pub fn pointer_logits(
+        &self,
+        enc: &Encoded,
+        b: &GraphBatch,
+        blocked: &[bool],
+        device: &Device,
+    ) -> Tensor<2> {
+        let g = b.graphs;
+        let q = self.me(enc, b, device);
+        let slots = enc.h[1].clone().select(0, ints(&b.window, device));
+        let keys = self
+            .ptr_slot
+            .forward(slots)
+            .reshape([g, self.window, self.width]);
+        let query = self
+            .ptr_query
+            .forward(q.clone())
+            .reshape([g, 1, self.width]);
+        let u = self
+            .ptr_v
+            .forward(tanh(keys + query).reshape([g * self.window, self.width]))
+            .reshape([g, self.window]);
+        let mask: Vec<bool> = b.empty.iter().zip(blocked).map(|(e, x)| *e || *x).collect();
+        let mask = Tensor::<2, Bool>::from_data(TensorData::new(mask, [g, self.window]), device);
+        let u = u.mask_fill(mask, MASKED);
+        Tensor::cat(vec![u, self.pass.forward(q)], 1)
+    }
+
+    /// Allocation logits `[graphs, max_units + 1]` for kind `k`, for the window slot `slot[g]`
+    /// (ignored where it is the pass action), given the units already chosen for kinds `< k`
+    /// (`prev`, `graphs × kinds`, zeros after `k`) and the legal range `lo[g]..=hi[g]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn alloc_logits(
+        &self,
+        enc: &Encoded,
+        b: &GraphBatch,
+        slot: &[usize],
+        k: usize,
+        prev: &[f32],
+        lo: &[u32],
+        hi: &[u32],
+        device: &Device,
+    ) -> Tensor<2> {
+        let g = b.graphs;
+        let idx: Vec<i32> = (0..g)
+            .map(|i| b.window[i * self.window + slot[i].min(self.window - 1)])
+            .collect();
+        let task = enc.h[1].clone().select(0, ints(&idx, device));
+        let q = self.me(enc, b, device);
+        let scale = self.max_units.max(1) as f32;
+        let prev = Tensor::<2>::from_data(
+            TensorData::new(
+                prev.iter().map(|p| p / scale).collect::<Vec<f32>>(),
+                [g, self.kinds],
+            ),
+            device,
+        );
+        let x = relu(self.alloc_hidden[k].forward(Tensor::cat(vec![task, q, prev], 1)));
+        let logits = self.alloc_out[k].forward(x);
+        let units = self.max_units + 1;
+        let mask: Vec<bool> = (0..g)
+            .flat_map(|i| (0..units).map(move |u| (u as u32) < lo[i] || (u as u32) > hi[i]))
+            .collect();
+        logits.mask_fill(
+            Tensor::<2, Bool>::from_data(TensorData::new(mask, [g, units]), device),
+            MASKED,
+        )
+    }
+
+    /// Value per graph `[graphs]`, from the summary node (which sees every server) and the
+    /// deciding agent's server. Unbounded output: returns are negative.
+    pub fn value(&self, enc: &Encoded, b: &GraphBatch, device: &Device) -> Tensor<1> {
+        let s = enc.h[3].clone().select(0, ints(&b.summary, device));
+        let x = relu(
+            self.value_hidden
+                .forward(Tensor::cat(vec![s, self.me(enc, b, device)], 1)),
+        );
+        self.value_out.forward(x).reshape([b.graphs])
+    }
+}

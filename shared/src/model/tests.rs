@@ -1,0 +1,221 @@
+//! Tests of the learned policy's plumbing: batching equivalence and exact masks.
+
+use super::batch::{Dims, batch};
+use super::net::{Net, NetConfig};
+use super::*;
+use crate::task::{NodeId, Task, TaskId, TaskTypeId};
+use crate::view::{ClusterView, NodeView, PendingView, RunningView};
+use std::sync::Arc;
+
+/// A random but valid cluster view: 2 kinds, 2 types.
+fn random_view(seed: u64) -> ClusterView {
+    let mut rng = crate::seeded_rng(seed);
+    let n_nodes = rng.random_range(1..=5usize);
+    let n_pending = rng.random_range(0..=8usize);
+    let pending: Vec<PendingView> = (0..n_pending)
+        .map(|i| PendingView {
+            task: Arc::new(Task {
+                id: TaskId(i as u64),
+                ty: TaskTypeId(rng.random_range(0..2u16)),
+                min_demand: Resources(vec![rng.random_range(1..=4), rng.random_range(0..=2)]),
+                max_demand: if rng.random_bool(0.5) {
+                    Some(Resources(vec![8, 8]))
+                } else {
+                    None
+                },
+                priority: 0,
+                reachable: vec![],
+                arrival: 0,
+            }),
+        })
+        .collect();
+    let mut running = Vec::new();
+    let mut nodes = Vec::new();
+    for n in 0..n_nodes {
+        let capacity = Resources(vec![rng.random_range(2..=16), rng.random_range(1..=16)]);
+        let mut free = capacity.clone();
+        let mut mine = Vec::new();
+        for _ in 0..rng.random_range(0..3usize) {
+            let a = Resources(vec![
+                rng.random_range(0..=free.get(0)),
+                rng.random_range(0..=free.get(1)),
+            ]);
+            if a.is_zero() {
+                continue;
+            }
+            free = free.checked_sub(&a).unwrap();
+            mine.push(running.len());
+            running.push(RunningView {
+                task: Arc::new(Task {
+                    id: TaskId(100 + running.len() as u64),
+                    ty: TaskTypeId(1),
+                    min_demand: a.clone(),
+                    max_demand: None,
+                    priority: 0,
+                    reachable: vec![],
+                    arrival: 0,
+                }),
+                node: NodeId(n as u32),
+                alloc: a,
+                started: 0,
+                progress: 0.3,
+                attained: 1.0,
+            });
+        }
+        let window: Vec<usize> = (0..n_pending).filter(|_| rng.random_bool(0.6)).collect();
+        nodes.push(NodeView {
+            id: NodeId(n as u32),
+            capacity,
+            free,
+            window,
+            overflow: 0,
+            running: mine,
+        });
+    }
+    ClusterView {
+        slot: 3,
+        step: 0,
+        num_types: 2,
+        nodes,
+        pending,
+        running,
+    }
+}
+
+fn dims() -> Dims {
+    Dims {
+        kinds: 2,
+        types: 2,
+        window: 10,
+    }
+}
+
+fn floats(t: burn::tensor::Tensor<2>) -> Vec<f32> {
+    t.into_data().try_to_vec::<f32>().unwrap()
+}
+
+#[test]
+fn batched_and_single_forward_passes_agree() {
+    let device = Device::flex();
+    device.seed(3);
+    let cfg = NetConfig::new(dims());
+    let net = Net::new(&cfg, &device);
+    let views: Vec<ClusterView> = (0..4).map(random_view).collect();
+    let items: Vec<(&ClusterView, NodeId)> = views
+        .iter()
+        .map(|v| (v, NodeId(v.nodes.len() as u32 - 1)))
+        .collect();
+    let all = batch(&items, &dims());
+    let enc = net.encode(&all, &device);
+    let blocked = vec![false; all.graphs * 10];
+    let ptr = floats(net.pointer_logits(&enc, &all, &blocked, &device));
+    let val = net
+        .value(&enc, &all, &device)
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    let slots = vec![0usize; all.graphs];
+    let prev = vec![1.0f32; all.graphs * 2];
+    let (lo, hi) = (vec![1u32; all.graphs], vec![6u32; all.graphs]);
+    let alloc = floats(net.alloc_logits(&enc, &all, &slots, 1, &prev, &lo, &hi, &device));
+    let units = cfg.max_units + 1;
+    // Not vacuous: graphs differ, and empty window slots are masked.
+    assert!(
+        val.windows(2).any(|w| (w[0] - w[1]).abs() > 1e-6),
+        "values {val:?}"
+    );
+    for (g, item) in items.iter().enumerate() {
+        let n_window = item.0.nodes[item.0.node_index(item.1).unwrap()]
+            .window
+            .len()
+            .min(10);
+        for s in n_window..10 {
+            assert_eq!(ptr[g * 11 + s], net::MASKED);
+        }
+    }
+    for (g, item) in items.iter().enumerate() {
+        let one = batch(&[*item], &dims());
+        let e1 = net.encode(&one, &device);
+        let p1 = floats(net.pointer_logits(&e1, &one, &blocked[..10], &device));
+        let v1 = net
+            .value(&e1, &one, &device)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let a1 = floats(net.alloc_logits(
+            &e1,
+            &one,
+            &slots[..1],
+            1,
+            &prev[..2],
+            &lo[..1],
+            &hi[..1],
+            &device,
+        ));
+        for (x, y) in p1.iter().zip(&ptr[g * 11..(g + 1) * 11]) {
+            assert!(
+                (x - y).abs() <= 1e-4 * (1.0 + x.abs()),
+                "graph {g}: pointer {x} vs {y}"
+            );
+        }
+        assert!(
+            (v1[0] - val[g]).abs() < 1e-4,
+            "graph {g}: value {} vs {}",
+            v1[0],
+            val[g]
+        );
+        for (x, y) in a1.iter().zip(&alloc[g * units..(g + 1) * units]) {
+            assert!(
+                (x - y).abs() <= 1e-4 * (1.0 + x.abs()),
+                "graph {g}: allocation {x} vs {y}"
+            );
+        }
+    }
+}
+
+#[test]
+fn sampled_decisions_are_always_feasible() {
+    let device = Device::flex();
+    device.seed(5);
+    let mut policy = TapfingerPolicy::untrained(NetConfig::new(dims()), device);
+    let mut rng = crate::seeded_rng(9);
+    let mut claims = 0;
+    for seed in 0..60 {
+        let view = random_view(seed);
+        for node in &view.nodes {
+            let v = view.for_agent(node.id).unwrap();
+            match policy.decide(&v, &mut rng) {
+                Decision::Pass => {}
+                Decision::Claim { task, alloc, prob } => {
+                    claims += 1;
+                    let t = v
+                        .window()
+                        .find(|t| t.id == task)
+                        .expect("claimed task is in the window");
+                    assert!(
+                        t.allows(&alloc, &node.free),
+                        "{task}: {alloc} not in [{}, {}]",
+                        t.min_demand,
+                        t.cap(&node.free)
+                    );
+                    assert!(prob > 0.0 && prob <= 1.0);
+                }
+            }
+        }
+    }
+    assert!(
+        claims > 20,
+        "an untrained policy should still claim often ({claims})"
+    );
+}
+
+#[test]
+fn sampling_never_returns_masked_entries() {
+    let mut rng = crate::seeded_rng(1);
+    for _ in 0..1000 {
+        let (i, p) = sample(&[net::MASKED, 0.3, net::MASKED, -0.2], &mut rng).unwrap();
+        assert!(i == 1 || i == 3);
+        assert!(p > 0.0);
+    }
+    assert!(sample(&[f32::NAN], &mut rng).is_none());
+}
