@@ -151,6 +151,17 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         )
 }
 
+struct Audit<'a>(&'a mut BTreeMap<u64, u32>);
+
+impl tapfinger_sim::env::Observer for Audit<'_> {
+    fn wants_views(&self) -> bool {
+        true
+    }
+    fn view(&mut self, v: &ClusterView) {
+        audit(v, self.0);
+    }
+}
+
 /// Checks every observed state: capacity, minimum demand, and no task in two places.
 fn audit(v: &ClusterView, started: &mut BTreeMap<u64, u32>) {
     for n in &v.nodes {
@@ -201,8 +212,8 @@ proptest! {
         let sim = Simulator::new(sc);
         let ps = policies::build(&sim, name).unwrap();
         let mut started = BTreeMap::new();
-        let mut obs = |v: &ClusterView| audit(v, &mut started);
-        let r = sim.run_observed(ps, seed, Some(&mut obs)).unwrap();
+        let mut obs = Audit(&mut started);
+        let r = sim.run_observed(ps, seed, &mut obs).unwrap();
         // Every arrived task finished, exactly once.
         prop_assert_eq!(r.tasks.len(), n_tasks);
         let ids: std::collections::BTreeSet<u64> = r.tasks.iter().map(|t| t.id).collect();

@@ -69,6 +69,26 @@ pub enum SimError {
     },
 }
 
+/// Watches an episode as it runs (audits, training data collection). Every method has a no-op
+/// default.
+pub trait Observer {
+    /// Whether [`Observer::view`] should be called (building a snapshot costs time).
+    fn wants_views(&self) -> bool {
+        false
+    }
+    /// The cluster after every decision step and after every elastic re-allocation.
+    fn view(&mut self, _view: &ClusterView) {}
+    /// Every decided round, as all agents decided it.
+    fn round(&mut self, _outcome: &RoundOutcome) {}
+    /// End of a slot: each agent's reward for it (−tasks queued or running at its node).
+    fn slot_end(&mut self, _slot: u64, _rewards: &[f64]) {}
+}
+
+/// An observer that watches nothing.
+pub struct NoObserver;
+
+impl Observer for NoObserver {}
+
 /// What happened to one task.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct TaskRecord {
@@ -243,16 +263,15 @@ impl Simulator {
         policies: Vec<Box<dyn Policy>>,
         seed: u64,
     ) -> Result<EpisodeResult, SimError> {
-        self.run_observed(policies, seed, None)
+        self.run_observed(policies, seed, &mut NoObserver)
     }
 
-    /// [`Simulator::run`], showing `observe` the cluster after every decision step and after every
-    /// elastic re-allocation (the state each slot progresses with). For audits and tests.
+    /// [`Simulator::run`], reporting views, rounds and rewards to `observe` (audits, training).
     pub fn run_observed(
         &self,
         mut policies: Vec<Box<dyn Policy>>,
         seed: u64,
-        mut observe: Option<&mut dyn FnMut(&ClusterView)>,
+        observe: &mut dyn Observer,
     ) -> Result<EpisodeResult, SimError> {
         let sc = &self.sc;
         let n = sc.nodes.len();
@@ -410,6 +429,7 @@ impl Simulator {
                         return Err(SimError::Divergence(round));
                     }
                 }
+                observe.round(&outcome);
                 steps += 1;
                 conflicts += outcome.contested;
                 for c in &outcome.commits {
@@ -436,8 +456,8 @@ impl Simulator {
                         prev: None,
                     };
                 }
-                if let Some(f) = observe.as_mut() {
-                    f(&snapshot!(slot, steps));
+                if observe.wants_views() {
+                    observe.view(&snapshot!(slot, steps));
                 }
                 if outcome.slot_ended {
                     break;
@@ -462,8 +482,8 @@ impl Simulator {
                     },
                 )?;
                 free[i] = node_free(&capacity[i], &running[i], &live);
-                if let Some(f) = observe.as_mut() {
-                    f(&snapshot!(slot, steps));
+                if observe.wants_views() {
+                    observe.view(&snapshot!(slot, steps));
                 }
             }
             // Measurements of the slot as it will run.
@@ -479,6 +499,10 @@ impl Simulator {
             for i in 0..n {
                 returns[i] -= (running[i].len() + queues[i].len()) as f64;
             }
+            let rewards: Vec<f64> = (0..n)
+                .map(|i| -((running[i].len() + queues[i].len()) as f64))
+                .collect();
+            observe.slot_end(slot, &rewards);
             // Progress.
             let mut released = Vec::new();
             for i in 0..n {

@@ -11,6 +11,7 @@ pub mod policies;
 pub mod report;
 pub mod scenario;
 pub mod speed;
+pub mod train;
 pub mod workload;
 
 pub use env::{EpisodeResult, SimError, Simulator};

@@ -18,12 +18,48 @@ use burn::tensor::Device;
 use net::{Net, NetConfig};
 use rand::RngExt;
 
+/// One decision of the learned policy, as training needs it.
+#[derive(Debug, Clone)]
+pub struct DecisionRecord {
+    /// The snapshot decided on.
+    pub view: crate::view::ClusterView,
+    /// The deciding agent.
+    pub me: crate::NodeId,
+    /// Window slots that were not selectable (besides empty ones).
+    pub blocked: Vec<bool>,
+    /// Chosen pointer index (`window` = do nothing).
+    pub slot: usize,
+    /// Chosen units per kind (empty when passing).
+    pub units: Vec<u32>,
+    /// Legal range per kind for the chosen task.
+    pub lo: Vec<u32>,
+    /// Legal range per kind for the chosen task.
+    pub hi: Vec<u32>,
+    /// Log-probability of the pointer choice.
+    pub logp_ptr: f32,
+    /// Log-probability of the allocation choices (0 when passing).
+    pub logp_alloc: f32,
+}
+
+/// Where recorded decisions go (one buffer shared by the agents of an episode).
+pub type Recorder = std::sync::Arc<std::sync::Mutex<Vec<DecisionRecord>>>;
+
 /// The learned policy.
 #[derive(Debug)]
 pub struct TapfingerPolicy {
     net: Net,
     cfg: NetConfig,
     device: Device,
+    greedy: bool,
+    recorder: Option<Recorder>,
+}
+
+/// Index of the largest logit and its probability.
+pub fn argmax(logits: &[f32]) -> Option<(usize, f64)> {
+    let max = logits.iter().copied().fold(f32::MIN, f32::max);
+    let z: f64 = logits.iter().map(|l| f64::from(l - max).exp()).sum();
+    let i = logits.iter().position(|l| *l == max)?;
+    (z.is_finite() && z > 0.0).then(|| (i, 1.0 / z))
 }
 
 /// Sample an index from logits; returns it and its probability. Masked (≈ −1e9) entries have
@@ -54,7 +90,38 @@ impl TapfingerPolicy {
     /// A policy with a freshly initialized network (untrained).
     pub fn untrained(cfg: NetConfig, device: Device) -> Self {
         let net = Net::new(&cfg, &device);
-        Self { net, cfg, device }
+        Self::from_net(net, cfg, device)
+    }
+
+    /// A policy around an existing network (sampling, not recording).
+    pub fn from_net(net: Net, cfg: NetConfig, device: Device) -> Self {
+        Self {
+            net,
+            cfg,
+            device,
+            greedy: false,
+            recorder: None,
+        }
+    }
+
+    /// Take the most likely action instead of sampling (evaluation and deployment).
+    pub fn greedy(mut self, greedy: bool) -> Self {
+        self.greedy = greedy;
+        self
+    }
+
+    /// Record every decision into `recorder` (training).
+    pub fn recording(mut self, recorder: Recorder) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    fn pick(&self, logits: &[f32], rng: &mut Rng) -> Option<(usize, f64)> {
+        if self.greedy {
+            argmax(logits)
+        } else {
+            sample(logits, rng)
+        }
     }
 
     /// The network configuration.
@@ -82,8 +149,20 @@ impl TapfingerPolicy {
             .into_data()
             .try_to_vec::<f32>()
             .ok()?;
-        let (slot, prob) = sample(&logits, rng)?;
+        let (slot, prob) = self.pick(&logits, rng)?;
+        let mut record = DecisionRecord {
+            view: view.cluster.clone(),
+            me: view.me,
+            blocked,
+            slot,
+            units: Vec::new(),
+            lo: Vec::new(),
+            hi: Vec::new(),
+            logp_ptr: prob.ln() as f32,
+            logp_alloc: 0.0,
+        };
         if slot >= window.len() {
+            self.record(record);
             return Some(Decision::Pass);
         }
         let task = window[slot];
@@ -100,15 +179,28 @@ impl TapfingerPolicy {
                 .into_data()
                 .try_to_vec::<f32>()
                 .ok()?;
-            let (units, _) = sample(&l, rng)?;
+            let (units, p) = self.pick(&l, rng)?;
             prev[k] = units as f32;
             alloc.push(units as u32);
+            record.lo.push(lo);
+            record.hi.push(hi);
+            record.logp_alloc += p.ln() as f32;
         }
+        record.units = alloc.clone();
+        self.record(record);
         Some(Decision::Claim {
             task: task.id,
             alloc: Resources(alloc),
             prob,
         })
+    }
+
+    fn record(&self, r: DecisionRecord) {
+        if let Some(rec) = &self.recorder
+            && let Ok(mut buf) = rec.lock()
+        {
+            buf.push(r);
+        }
     }
 }
 

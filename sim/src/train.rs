@@ -1,0 +1,527 @@
+//! PPO training of the learned TapFinger policy in the simulator (issue #3, in progress).
+//!
+//! One iteration: run `envs` episodes with every agent sampling from the current network through
+//! the shared protocol, record each decision (view, pointer and allocation choices, their
+//! log-probabilities), whether its claim lost a conflict, and each agent's per-slot reward; compute
+//! per-agent GAE advantages (γ = 1, so the return is minus the agent's summed queue lengths); then
+//! run PPO epochs over shuffled minibatches: clipped objective, value loss, pointer entropy bonus,
+//! advantage normalization per minibatch, global-norm gradient clipping. A lost claim's allocation
+//! terms are masked out of the loss (the claim never ran). Everything is seeded.
+
+use crate::env::{Observer, Simulator};
+use burn::module::Module;
+use burn::optim::grad_clipping::GradientClippingConfig;
+use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
+use burn::tensor::activation::{log_softmax, softmax};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use rand::RngExt;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use tapfinger::model::batch::{Dims, batch};
+use tapfinger::model::net::{Net, NetConfig};
+use tapfinger::model::{DecisionRecord, Recorder, TapfingerPolicy};
+use tapfinger::protocol::RoundOutcome;
+use tapfinger::{NodeId, Policy};
+
+/// Training settings (saved beside every checkpoint).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    /// Network sizes.
+    pub net: NetConfig,
+    /// Seed of workloads, sampling and initialization.
+    pub seed: u64,
+    /// Episodes per iteration.
+    pub envs: usize,
+    /// PPO epochs per iteration.
+    pub epochs: usize,
+    /// Minibatch size (decisions).
+    pub minibatch: usize,
+    /// Adam learning rate.
+    pub lr: f64,
+    /// PPO clip range.
+    pub clip: f32,
+    /// GAE λ.
+    pub gae_lambda: f32,
+    /// Value loss weight.
+    pub value_coef: f32,
+    /// Entropy bonus weight.
+    pub entropy_coef: f32,
+    /// Global gradient-norm clip.
+    pub grad_clip: f32,
+    /// Rewards are multiplied by this before learning (returns are large negative numbers).
+    pub reward_scale: f32,
+}
+
+impl TrainConfig {
+    /// Defaults of the reference (PPO clip 0.2, λ 0.95, value 0.5, entropy 0.01), with a larger
+    /// learning rate than its 1e-4 because our network is smaller.
+    pub fn new(dims: Dims, seed: u64) -> Self {
+        Self {
+            net: NetConfig::new(dims),
+            seed,
+            envs: 8,
+            epochs: 2,
+            minibatch: 256,
+            lr: 3e-4,
+            clip: 0.2,
+            gae_lambda: 0.95,
+            value_coef: 0.5,
+            entropy_coef: 0.01,
+            grad_clip: 0.5,
+            reward_scale: 0.1,
+        }
+    }
+}
+
+/// Input sizes of a simulator's scenario.
+pub fn dims_of(sim: &Simulator) -> Dims {
+    let sc = sim.scenario();
+    Dims {
+        kinds: sc.space.len(),
+        types: sc.types.len(),
+        window: sc.window,
+    }
+}
+
+/// One point of the training curve.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CurvePoint {
+    /// Iteration (1-based).
+    pub iteration: u64,
+    /// Mean average JCT of the iteration's (sampling) episodes.
+    pub avg_jct: f64,
+    /// Mean episode return (sum over agents).
+    pub episode_return: f64,
+    /// Decisions learned from.
+    pub decisions: usize,
+    /// Mean policy loss of the last epoch.
+    pub policy_loss: f64,
+    /// Mean value loss of the last epoch.
+    pub value_loss: f64,
+    /// Mean pointer entropy of the last epoch.
+    pub entropy: f64,
+}
+
+/// A decision ready for learning.
+struct Sample {
+    rec: DecisionRecord,
+    lost: bool,
+    advantage: f32,
+    ret: f32,
+}
+
+/// Records which claims lost and every agent's reward per slot.
+#[derive(Default)]
+struct Collector {
+    lost: BTreeSet<(u64, u32, NodeId)>,
+    rewards: BTreeMap<(u64, NodeId), f64>,
+}
+
+impl Observer for Collector {
+    fn round(&mut self, o: &RoundOutcome) {
+        for (agent, _) in &o.lost {
+            self.lost.insert((o.round.slot, o.round.step, *agent));
+        }
+    }
+    fn slot_end(&mut self, slot: u64, rewards: &[f64]) {
+        for (i, r) in rewards.iter().enumerate() {
+            self.rewards.insert((slot, NodeId(i as u32)), *r);
+        }
+    }
+}
+
+/// Errors of training.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// An episode failed.
+    #[error("episode with seed {seed}: {source}")]
+    Episode {
+        /// Seed.
+        seed: u64,
+        /// Cause.
+        source: crate::env::SimError,
+    },
+    /// Reading or writing a checkpoint failed.
+    #[error("checkpoint {path}: {reason}")]
+    Checkpoint {
+        /// Path.
+        path: String,
+        /// Cause.
+        reason: String,
+    },
+}
+
+/// The PPO trainer.
+pub struct Trainer {
+    /// Settings.
+    pub cfg: TrainConfig,
+    sim: Simulator,
+    net: Net,
+    optim: ModuleOptimizer,
+    device: Device,
+    rng: tapfinger::Rng,
+    /// Completed iterations.
+    pub iteration: u64,
+    /// Training curve so far.
+    pub curve: Vec<CurvePoint>,
+}
+
+fn floats(t: Tensor<1>) -> Vec<f32> {
+    t.into_data().try_to_vec::<f32>().unwrap_or_default()
+}
+
+impl Trainer {
+    /// A trainer with a fresh network.
+    pub fn new(sim: Simulator, cfg: TrainConfig) -> Self {
+        let device = Device::flex().autodiff();
+        device.seed(cfg.seed);
+        let net = Net::new(&cfg.net, &device);
+        let optim = AdamConfig::new()
+            .with_grad_clipping(Some(GradientClippingConfig::Norm(cfg.grad_clip)))
+            .init();
+        let rng = tapfinger::seeded_rng(cfg.seed ^ 0x7EA1);
+        Self {
+            cfg,
+            sim,
+            net,
+            optim,
+            device,
+            rng,
+            iteration: 0,
+            curve: Vec::new(),
+        }
+    }
+
+    /// The current network without autodiff (for evaluation and saving).
+    pub fn inference_net(&self) -> Net {
+        self.net.valid()
+    }
+
+    /// Greedy policies for every node, from the current network.
+    pub fn policies(&self, greedy: bool) -> Vec<Box<dyn Policy>> {
+        let net = self.inference_net();
+        (0..self.sim.scenario().nodes.len())
+            .map(|_| {
+                Box::new(
+                    TapfingerPolicy::from_net(net.clone(), self.cfg.net.clone(), Device::flex())
+                        .greedy(greedy),
+                ) as Box<dyn Policy>
+            })
+            .collect()
+    }
+
+    fn collect(&mut self) -> Result<(Vec<Sample>, f64, f64), TrainError> {
+        let net = self.inference_net();
+        let kinds: Vec<String> = self
+            .sim
+            .scenario()
+            .space
+            .kinds()
+            .iter()
+            .map(|k| k.name.clone())
+            .collect();
+        let mut samples = Vec::new();
+        let (mut jct, mut ret) = (0.0, 0.0);
+        for e in 0..self.cfg.envs {
+            let seed = self
+                .cfg
+                .seed
+                .wrapping_mul(1_000_003)
+                .wrapping_add(self.iteration * self.cfg.envs as u64 + e as u64);
+            let recorder: Recorder = Arc::new(Mutex::new(Vec::new()));
+            let policies: Vec<Box<dyn Policy>> = (0..self.sim.scenario().nodes.len())
+                .map(|_| {
+                    Box::new(
+                        TapfingerPolicy::from_net(
+                            net.clone(),
+                            self.cfg.net.clone(),
+                            Device::flex(),
+                        )
+                        .recording(recorder.clone()),
+                    ) as Box<dyn Policy>
+                })
+                .collect();
+            let mut col = Collector::default();
+            let result = self
+                .sim
+                .run_observed(policies, seed, &mut col)
+                .map_err(|source| TrainError::Episode { seed, source })?;
+            let summary = crate::metrics::summarize(&result, &kinds);
+            jct += summary.avg_jct;
+            ret += summary.episode_return;
+            let records =
+                std::mem::take(&mut *recorder.lock().map_err(|_| TrainError::Checkpoint {
+                    path: String::new(),
+                    reason: "recorder poisoned".into(),
+                })?);
+            samples.extend(self.advantages(records, &col));
+        }
+        let n = self.cfg.envs.max(1) as f64;
+        Ok((samples, jct / n, ret / n))
+    }
+
+    /// Per-agent GAE over the agent's decisions; the slot's reward is paid to its last decision.
+    fn advantages(&self, records: Vec<DecisionRecord>, col: &Collector) -> Vec<Sample> {
+        let values = self.values(&records);
+        let mut by_agent: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
+        for (i, r) in records.iter().enumerate() {
+            by_agent.entry(r.me).or_default().push(i);
+        }
+        let mut adv = vec![0.0f32; records.len()];
+        let mut rets = vec![0.0f32; records.len()];
+        for idx in by_agent.values() {
+            let mut next_v = 0.0f32;
+            let mut gae = 0.0f32;
+            for (pos, &i) in idx.iter().enumerate().rev() {
+                let r = &records[i];
+                let last_of_slot = idx
+                    .get(pos + 1)
+                    .is_none_or(|&j| records[j].view.slot != r.view.slot);
+                let reward = if last_of_slot {
+                    col.rewards
+                        .get(&(r.view.slot, r.me))
+                        .copied()
+                        .unwrap_or(0.0) as f32
+                        * self.cfg.reward_scale
+                } else {
+                    0.0
+                };
+                let delta = reward + next_v - values[i];
+                gae = delta + self.cfg.gae_lambda * gae;
+                adv[i] = gae;
+                rets[i] = gae + values[i];
+                next_v = values[i];
+            }
+        }
+        records
+            .into_iter()
+            .enumerate()
+            .map(|(i, rec)| {
+                let lost = col.lost.contains(&(rec.view.slot, rec.view.step, rec.me));
+                Sample {
+                    rec,
+                    lost,
+                    advantage: adv[i],
+                    ret: rets[i],
+                }
+            })
+            .collect()
+    }
+
+    fn values(&self, records: &[DecisionRecord]) -> Vec<f32> {
+        let net = self.inference_net();
+        let device = Device::flex();
+        let mut out = Vec::with_capacity(records.len());
+        for chunk in records.chunks(512) {
+            let items: Vec<_> = chunk.iter().map(|r| (&r.view, r.me)).collect();
+            let b = batch(&items, &self.cfg.net.dims);
+            let enc = net.encode(&b, &device);
+            out.extend(floats(net.value(&enc, &b, &device)));
+        }
+        out
+    }
+
+    /// One PPO minibatch step; returns (policy loss, value loss, entropy).
+    fn step(&mut self, mb: &[&Sample]) -> (f64, f64, f64) {
+        let device = self.device.clone();
+        let dims = &self.cfg.net.dims;
+        let g = mb.len();
+        let w = dims.window;
+        let items: Vec<_> = mb.iter().map(|s| (&s.rec.view, s.rec.me)).collect();
+        let b = batch(&items, dims);
+        let enc = self.net.encode(&b, &device);
+        let blocked: Vec<bool> = mb
+            .iter()
+            .flat_map(|s| s.rec.blocked.iter().copied())
+            .collect();
+        let ptr = log_softmax(self.net.pointer_logits(&enc, &b, &blocked, &device), 1);
+        let chosen: Vec<i32> = mb.iter().map(|s| s.rec.slot as i32).collect();
+        let idx = |v: Vec<i32>| Tensor::<2, Int>::from_data(TensorData::new(v, [g, 1]), &device);
+        let mut new_logp = ptr.clone().gather(1, idx(chosen)).reshape([g]);
+        let entropy = -(softmax(ptr.clone(), 1) * ptr).sum_dim(1).reshape([g]);
+        // Allocation terms only for claims that won (a lost claim's allocation never ran).
+        let keep: Vec<f32> = mb
+            .iter()
+            .map(|s| {
+                if s.rec.slot < w && !s.lost && !s.rec.units.is_empty() {
+                    1.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let keep_t = Tensor::<1>::from_data(TensorData::new(keep.clone(), [g]), &device);
+        let slots: Vec<usize> = mb.iter().map(|s| s.rec.slot.min(w)).collect();
+        let max_units = self.cfg.net.max_units as u32;
+        let mut prev = vec![0.0f32; g * dims.kinds];
+        let mut alloc_logp = Tensor::<1>::zeros([g], &device);
+        for k in 0..dims.kinds {
+            let lo: Vec<u32> = mb
+                .iter()
+                .map(|s| s.rec.lo.get(k).copied().unwrap_or(0))
+                .collect();
+            let hi: Vec<u32> = mb
+                .iter()
+                .map(|s| s.rec.hi.get(k).copied().unwrap_or(max_units))
+                .collect();
+            let units: Vec<i32> = mb
+                .iter()
+                .map(|s| s.rec.units.get(k).copied().unwrap_or(0) as i32)
+                .collect();
+            let l = log_softmax(
+                self.net
+                    .alloc_logits(&enc, &b, &slots, k, &prev, &lo, &hi, &device),
+                1,
+            );
+            alloc_logp = alloc_logp + l.gather(1, idx(units.clone())).reshape([g]);
+            for (i, u) in units.iter().enumerate() {
+                prev[i * dims.kinds + k] = *u as f32;
+            }
+        }
+        new_logp = new_logp + alloc_logp * keep_t;
+        let old: Vec<f32> = mb
+            .iter()
+            .zip(&keep)
+            .map(|(s, k)| s.rec.logp_ptr + k * s.rec.logp_alloc)
+            .collect();
+        let old = Tensor::<1>::from_data(TensorData::new(old, [g]), &device);
+        let adv: Vec<f32> = mb.iter().map(|s| s.advantage).collect();
+        let mean = adv.iter().sum::<f32>() / g as f32;
+        let std = (adv.iter().map(|a| (a - mean).powi(2)).sum::<f32>() / g as f32).sqrt() + 1e-8;
+        let adv = Tensor::<1>::from_data(
+            TensorData::new(
+                adv.iter().map(|a| (a - mean) / std).collect::<Vec<f32>>(),
+                [g],
+            ),
+            &device,
+        );
+        let ratio = (new_logp - old).exp();
+        let clipped = ratio
+            .clone()
+            .clamp(1.0 - self.cfg.clip, 1.0 + self.cfg.clip);
+        let surrogate = (ratio * adv.clone()).min_pair(clipped * adv);
+        let policy_loss = -surrogate.mean();
+        let rets = Tensor::<1>::from_data(
+            TensorData::new(mb.iter().map(|s| s.ret).collect::<Vec<f32>>(), [g]),
+            &device,
+        );
+        let value_loss = (self.net.value(&enc, &b, &device) - rets)
+            .powf_scalar(2.0)
+            .mean();
+        let entropy = entropy.mean();
+        let loss = policy_loss.clone() + value_loss.clone() * self.cfg.value_coef
+            - entropy.clone() * self.cfg.entropy_coef;
+        let grads = GradientsParams::from_grads(loss.backward(), &self.net);
+        let net = self.net.clone();
+        self.net = self.optim.step(self.cfg.lr, net, grads);
+        let scalar = |t: Tensor<1>| floats(t).first().copied().unwrap_or(f32::NAN) as f64;
+        (scalar(policy_loss), scalar(value_loss), scalar(entropy))
+    }
+
+    /// One iteration: collect, then PPO epochs.
+    pub fn iterate(&mut self) -> Result<CurvePoint, TrainError> {
+        let (samples, avg_jct, episode_return) = self.collect()?;
+        let mut order: Vec<usize> = (0..samples.len()).collect();
+        let (mut pl, mut vl, mut en, mut n) = (0.0, 0.0, 0.0, 0.0);
+        for _ in 0..self.cfg.epochs {
+            for i in (1..order.len()).rev() {
+                let j = self.rng.random_range(0..=i);
+                order.swap(i, j);
+            }
+            (pl, vl, en, n) = (0.0, 0.0, 0.0, 0.0);
+            for chunk in order.chunks(self.cfg.minibatch.max(2)) {
+                if chunk.len() < 2 {
+                    continue;
+                }
+                let mb: Vec<&Sample> = chunk.iter().map(|&i| &samples[i]).collect();
+                let (a, b, c) = self.step(&mb);
+                pl += a;
+                vl += b;
+                en += c;
+                n += 1.0;
+            }
+        }
+        self.iteration += 1;
+        let n: f64 = if n > 0.0 { n } else { 1.0 };
+        let point = CurvePoint {
+            iteration: self.iteration,
+            avg_jct,
+            episode_return,
+            decisions: samples.len(),
+            policy_loss: pl / n,
+            value_loss: vl / n,
+            entropy: en / n,
+        };
+        self.curve.push(point.clone());
+        Ok(point)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Scenario;
+
+    /// One box, GPU-hungry tasks only: the better the allocations, the shorter the queue.
+    const TINY: &str = r#"
+name = "tiny"
+lambda = 0.7
+tasks = 24
+window = 4
+[[resources]]
+name = "cpu"
+[[resources]]
+name = "gpu"
+[[nodes]]
+name = "box"
+capacity = [4, 8]
+[[task_types]]
+name = "LM"
+min_demand = [1, 1]
+speed = { model = "synthetic", w = [0.0, 0.25], b = 0.0 }
+"#;
+
+    fn greedy_jct(t: &Trainer, seeds: &[u64]) -> f64 {
+        let kinds = vec!["cpu".to_string(), "gpu".to_string()];
+        let total: f64 = seeds
+            .iter()
+            .map(|&s| {
+                crate::metrics::summarize(&t.sim.run(t.policies(true), s).unwrap(), &kinds).avg_jct
+            })
+            .sum();
+        total / seeds.len() as f64
+    }
+
+    #[test]
+    fn ppo_improves_a_tiny_environment() {
+        let sim = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
+        let mut cfg = TrainConfig::new(dims_of(&sim), 11);
+        cfg.net.width = 32;
+        cfg.net.layers = 1;
+        cfg.net.max_units = 8;
+        cfg.envs = 4;
+        cfg.minibatch = 64;
+        cfg.lr = 3e-3;
+        let mut t = Trainer::new(sim, cfg);
+        let eval: Vec<u64> = (1000..1004).collect();
+        let before = greedy_jct(&t, &eval);
+        let mut curve = Vec::new();
+        for _ in 0..15 {
+            curve.push(t.iterate().unwrap());
+        }
+        let after = greedy_jct(&t, &eval);
+        let first: f64 = curve[..3].iter().map(|p| p.avg_jct).sum::<f64>() / 3.0;
+        let last: f64 = curve[12..].iter().map(|p| p.avg_jct).sum::<f64>() / 3.0;
+        eprintln!(
+            "greedy before {before:.2} after {after:.2}; sampling first {first:.2} last {last:.2}"
+        );
+        assert!(
+            curve
+                .iter()
+                .all(|p| p.policy_loss.is_finite() && p.value_loss.is_finite())
+        );
+        assert!(after < before, "greedy JCT {before:.2} → {after:.2}");
+        assert!(last < first, "sampling JCT {first:.2} → {last:.2}");
+    }
+}
