@@ -7,6 +7,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tapfinger_sim::report::{self, Comparison};
+use tapfinger_sim::train::{self, TrainConfig, Trainer};
 use tapfinger_sim::{Scenario, Simulator, metrics, plot, policies, scenario};
 
 #[derive(Parser)]
@@ -42,12 +43,15 @@ enum Cmd {
         /// Preset name or path to a scenario TOML file.
         #[arg(long, default_value = "hetero6")]
         scenario: String,
-        /// Policy name (see `compare --help` for the list).
+        /// Policy name: a baseline, `clairvoyant`, or `tapfinger` (with --model).
         #[arg(long, default_value = "tiresias")]
         policy: String,
         /// Seed of the workload and of the policies' randomness.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Trained model (folder or model.bpk) for `--policy tapfinger`.
+        #[arg(long, value_name = "PATH")]
+        model: Option<PathBuf>,
         #[command(flatten)]
         out: Output,
     },
@@ -65,8 +69,35 @@ enum Cmd {
         /// First seed.
         #[arg(long, default_value_t = 0)]
         seed_base: u64,
+        /// Trained model (folder or model.bpk) for the policy `tapfinger`.
+        #[arg(long, value_name = "PATH")]
+        model: Option<PathBuf>,
         #[command(flatten)]
         out: Output,
+    },
+    /// Train the learned TapFinger policy with PPO; checkpoints, curve CSV and plot go to --out.
+    Train {
+        /// Preset name or path to a scenario TOML file.
+        #[arg(long, default_value = "hetero6")]
+        scenario: String,
+        /// Stop after this many minutes of wall time.
+        #[arg(long, default_value_t = 10.0)]
+        minutes: f64,
+        /// Stop after this many iterations (whichever comes first).
+        #[arg(long)]
+        iterations: Option<u64>,
+        /// Output folder (checkpoint, train.json, curve.csv, curve.svg).
+        #[arg(long, default_value = "out/train")]
+        out: PathBuf,
+        /// Continue from a checkpoint folder.
+        #[arg(long, value_name = "DIR")]
+        resume: Option<PathBuf>,
+        /// Seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Episodes per iteration.
+        #[arg(long, default_value_t = 8)]
+        envs: usize,
     },
 }
 
@@ -140,11 +171,14 @@ fn run(cli: Cli) -> Result<()> {
             scenario,
             policy,
             seed,
+            model,
             out,
         } => {
             let sim = load(&scenario)?;
             let mut progress = Progress::new(1);
-            let c = report::compare(&sim, &[policy], &[seed], &mut || progress.tick())?;
+            let c = report::compare_with(&sim, &[policy], &[seed], model.as_deref(), &mut || {
+                progress.tick()
+            })?;
             progress.finish();
             if out.csv {
                 // One episode: the per-task records are the useful CSV.
@@ -184,11 +218,70 @@ fn run(cli: Cli) -> Result<()> {
             }
             emit(&c, &out)?;
         }
+        Cmd::Train {
+            scenario,
+            minutes,
+            iterations,
+            out,
+            resume,
+            seed,
+            envs,
+        } => {
+            if !(minutes.is_finite() && minutes > 0.0) {
+                bail!("--minutes must be a positive number");
+            }
+            let sim = load(&scenario)?;
+            let mut trainer = match &resume {
+                Some(dir) => Trainer::resume(sim, dir)?,
+                None => {
+                    let mut cfg = TrainConfig::new(train::dims_of(&sim), seed);
+                    cfg.envs = envs.max(1);
+                    Trainer::new(sim, cfg)
+                }
+            };
+            let started = Instant::now();
+            let budget = Duration::from_secs_f64(minutes * 60.0);
+            let bar = ProgressBar::new_spinner();
+            bar.enable_steady_tick(Duration::from_millis(200));
+            let mut done = 0u64;
+            while started.elapsed() < budget && iterations.is_none_or(|n| done < n) {
+                let p = trainer.iterate()?;
+                done += 1;
+                bar.set_message(format!(
+                    "iteration {} — avg JCT {:.2} slots (sampling) — {:.0}s",
+                    p.iteration,
+                    p.avg_jct,
+                    started.elapsed().as_secs_f64()
+                ));
+                eprintln!(
+                    "iteration {} avg_jct {:.3} return {:.1} decisions {} entropy {:.3} t {:.0}s",
+                    p.iteration,
+                    p.avg_jct,
+                    p.episode_return,
+                    p.decisions,
+                    p.entropy,
+                    started.elapsed().as_secs_f64()
+                );
+                if done % 5 == 0 {
+                    trainer.save(&out)?;
+                }
+            }
+            trainer.save(&out)?;
+            bar.finish_and_clear();
+            let last = trainer.curve.last().map_or(f64::NAN, |p| p.avg_jct);
+            println!(
+                "trained {done} iteration(s) ({} in all) in {:.0}s; last avg JCT {last:.2} slots; checkpoint in {}",
+                trainer.iteration,
+                started.elapsed().as_secs_f64(),
+                out.display()
+            );
+        }
         Cmd::Compare {
             scenario,
             policies: names,
             seeds,
             seed_base,
+            model,
             out,
         } => {
             if seeds == 0 {
@@ -205,7 +298,9 @@ fn run(cli: Cli) -> Result<()> {
             };
             let seed_list: Vec<u64> = (seed_base..seed_base.saturating_add(seeds)).collect();
             let mut progress = Progress::new(seeds * names.len() as u64);
-            let c = report::compare(&sim, &names, &seed_list, &mut || progress.tick())?;
+            let c = report::compare_with(&sim, &names, &seed_list, model.as_deref(), &mut || {
+                progress.tick()
+            })?;
             progress.finish();
             emit(&c, &out)?;
         }

@@ -27,9 +27,11 @@ pub enum PlotError {
     },
 }
 
-type Series = Vec<(String, Vec<(f64, f64)>)>;
+/// Named (x, y) series.
+pub type Series = Vec<(String, Vec<(f64, f64)>)>;
 
-fn line_chart(
+/// Draw one SVG line chart.
+pub fn line_chart(
     path: &Path,
     title: &str,
     x_label: &str,

@@ -18,6 +18,29 @@ pub fn all_policies() -> Vec<&'static str> {
     v
 }
 
+/// Name of the learned policy.
+pub const TAPFINGER: &str = "tapfinger";
+
+/// The learned policy (greedy decisions) for every node, from a trained model.
+pub fn learned(
+    sim: &Simulator,
+    model: &std::path::Path,
+) -> Result<Vec<Box<dyn Policy>>, crate::train::TrainError> {
+    let (net, cfg) = crate::train::load_policy_net(model, &crate::train::dims_of(sim))?;
+    Ok((0..sim.scenario().nodes.len())
+        .map(|_| {
+            Box::new(
+                tapfinger::model::TapfingerPolicy::from_net(
+                    net.clone(),
+                    cfg.clone(),
+                    burn::tensor::Device::flex(),
+                )
+                .greedy(true),
+            ) as Box<dyn Policy>
+        })
+        .collect())
+}
+
 /// Name of the clairvoyant reference.
 pub const CLAIRVOYANT: &str = "clairvoyant";
 

@@ -10,6 +10,7 @@ use crate::metrics::{Summary, mean_std, mean_summary, summarize};
 use crate::policies::{self, CLAIRVOYANT};
 use serde::Serialize;
 use std::fmt::Write as _;
+use std::path::Path;
 use tapfinger::baselines::BaselineError;
 
 /// Errors of a comparison.
@@ -18,6 +19,14 @@ pub enum CompareError {
     /// Unknown policy or failed policy construction.
     #[error(transparent)]
     Policy(#[from] BaselineError),
+    /// The learned policy could not be loaded.
+    #[error("policy tapfinger: {0}")]
+    Model(#[from] crate::train::TrainError),
+    /// The learned policy was asked for without a model.
+    #[error(
+        "policy tapfinger needs trained weights: pass --model DIR_OR_FILE (train them with `tapfinger-sim train`); no model is shipped for this scenario yet"
+    )]
+    NoModel,
     /// An episode failed.
     #[error("policy {policy}, seed {seed}: {source}")]
     Episode {
@@ -62,7 +71,30 @@ pub struct Comparison {
 
 /// Run one episode of `policy` on `seed`.
 pub fn run_one(sim: &Simulator, policy: &str, seed: u64) -> Result<EpisodeResult, CompareError> {
-    let ps = policies::build(sim, policy)?;
+    run_one_with(sim, policy, seed, None)
+}
+
+/// Policy instances by name; `tapfinger` loads the learned policy from `model`.
+fn instances(
+    sim: &Simulator,
+    policy: &str,
+    model: Option<&Path>,
+) -> Result<Vec<Box<dyn tapfinger::Policy>>, CompareError> {
+    if policy == policies::TAPFINGER {
+        let model = model.ok_or(CompareError::NoModel)?;
+        return Ok(policies::learned(sim, model)?);
+    }
+    Ok(policies::build(sim, policy)?)
+}
+
+/// [`run_one`] with an optional learned-policy model.
+pub fn run_one_with(
+    sim: &Simulator,
+    policy: &str,
+    seed: u64,
+    model: Option<&Path>,
+) -> Result<EpisodeResult, CompareError> {
+    let ps = instances(sim, policy, model)?;
     sim.run(ps, seed).map_err(|source| CompareError::Episode {
         policy: policy.into(),
         seed,
@@ -77,17 +109,28 @@ pub fn compare(
     seeds: &[u64],
     tick: &mut dyn FnMut(),
 ) -> Result<Comparison, CompareError> {
+    compare_with(sim, policy_names, seeds, None, tick)
+}
+
+/// [`compare`] with an optional learned-policy model (for the policy `tapfinger`).
+pub fn compare_with(
+    sim: &Simulator,
+    policy_names: &[String],
+    seeds: &[u64],
+    model: Option<&Path>,
+    tick: &mut dyn FnMut(),
+) -> Result<Comparison, CompareError> {
     let sc = sim.scenario();
     let kinds: Vec<String> = sc.space.kinds().iter().map(|k| k.name.clone()).collect();
     // Fail fast on an unknown name before running anything.
     for p in policy_names {
-        policies::build(sim, p)?;
+        instances(sim, p, model)?;
     }
     let mut results = Vec::new();
     for p in policy_names {
         let mut episodes = Vec::new();
         for &seed in seeds {
-            episodes.push(run_one(sim, p, seed)?);
+            episodes.push(run_one_with(sim, p, seed, model)?);
             tick();
         }
         let sums: Vec<Summary> = episodes.iter().map(|e| summarize(e, &kinds)).collect();

@@ -17,6 +17,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tapfinger::model::batch::{Dims, batch};
 use tapfinger::model::net::{Net, NetConfig};
@@ -101,6 +102,71 @@ pub struct CurvePoint {
     pub value_loss: f64,
     /// Mean pointer entropy of the last epoch.
     pub entropy: f64,
+}
+
+/// File name of the weights in a checkpoint folder.
+pub const MODEL_FILE: &str = "model.bpk";
+/// File name of the training configuration in a checkpoint folder.
+pub const CONFIG_FILE: &str = "train.json";
+
+/// What `train.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Training settings (the network sizes among them).
+    pub config: TrainConfig,
+    /// Scenario trained on.
+    pub scenario: String,
+    /// Completed iterations.
+    pub iteration: u64,
+}
+
+fn read_checkpoint(dir: &Path) -> Result<(NetConfig, Checkpoint), TrainError> {
+    let json = dir.join(CONFIG_FILE);
+    let text = std::fs::read_to_string(&json).map_err(|e| TrainError::Checkpoint {
+        path: json.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    let meta: Checkpoint = serde_json::from_str(&text).map_err(|e| TrainError::Checkpoint {
+        path: json.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok((meta.config.net.clone(), meta))
+}
+
+/// Load a trained policy for inference from a model file (`model.bpk`, with its `train.json`
+/// beside it) or from the checkpoint folder holding both.
+pub fn load_policy_net(path: &Path, dims: &Dims) -> Result<(Net, NetConfig), TrainError> {
+    let (dir, model) = if path.is_dir() {
+        (path.to_path_buf(), path.join(MODEL_FILE))
+    } else {
+        (
+            path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            path.to_path_buf(),
+        )
+    };
+    let (cfg, meta) = read_checkpoint(&dir)?;
+    if cfg.dims != *dims {
+        return Err(TrainError::Checkpoint {
+            path: model.display().to_string(),
+            reason: format!(
+                "trained for {} resource kind(s), {} task type(s), window {} (scenario {}); this scenario has {}, {}, {}",
+                cfg.dims.kinds,
+                cfg.dims.types,
+                cfg.dims.window,
+                meta.scenario,
+                dims.kinds,
+                dims.types,
+                dims.window
+            ),
+        });
+    }
+    let net = Net::new(&cfg, &Device::flex())
+        .try_load_file(&model)
+        .map_err(|e| TrainError::Checkpoint {
+            path: model.display().to_string(),
+            reason: e.to_string(),
+        })?;
+    Ok((net, cfg))
 }
 
 /// A decision ready for learning.
@@ -419,6 +485,96 @@ impl Trainer {
         (scalar(policy_loss), scalar(value_loss), scalar(entropy))
     }
 
+    /// Write a checkpoint into `dir`: `model.bpk` (burn record), `train.json` (configuration,
+    /// scenario and iteration), `curve.csv` and `curve.svg`. The optimizer's moments are not saved:
+    /// a resumed run restarts Adam's moment estimates.
+    pub fn save(&self, dir: &Path) -> Result<(), TrainError> {
+        let err = |path: &Path, reason: String| TrainError::Checkpoint {
+            path: path.display().to_string(),
+            reason,
+        };
+        std::fs::create_dir_all(dir).map_err(|e| err(dir, e.to_string()))?;
+        let model = dir.join(MODEL_FILE);
+        self.inference_net()
+            .save_file(&model)
+            .map_err(|e| err(&model, e.to_string()))?;
+        let meta = Checkpoint {
+            config: self.cfg.clone(),
+            scenario: self.sim.scenario().name.clone(),
+            iteration: self.iteration,
+        };
+        let json = dir.join(CONFIG_FILE);
+        let text = serde_json::to_string_pretty(&meta).map_err(|e| err(&json, e.to_string()))?;
+        std::fs::write(&json, text).map_err(|e| err(&json, e.to_string()))?;
+        let mut csv = String::from(
+            "iteration,avg_jct,episode_return,decisions,policy_loss,value_loss,entropy\n",
+        );
+        for p in &self.curve {
+            csv.push_str(&format!(
+                "{},{:.4},{:.2},{},{:.5},{:.5},{:.5}\n",
+                p.iteration,
+                p.avg_jct,
+                p.episode_return,
+                p.decisions,
+                p.policy_loss,
+                p.value_loss,
+                p.entropy
+            ));
+        }
+        let curve = dir.join("curve.csv");
+        std::fs::write(&curve, csv).map_err(|e| err(&curve, e.to_string()))?;
+        let series = vec![(
+            "avg JCT (sampling)".to_string(),
+            self.curve
+                .iter()
+                .map(|p| (p.iteration as f64, p.avg_jct))
+                .collect(),
+        )];
+        crate::plot::line_chart(
+            &dir.join("curve.svg"),
+            &format!("{}: training curve", meta.scenario),
+            "iteration",
+            "average JCT (slots)",
+            &series,
+        )
+        .map_err(|e| err(dir, e.to_string()))?;
+        Ok(())
+    }
+
+    /// Resume from a checkpoint folder written by [`Trainer::save`].
+    pub fn resume(sim: Simulator, dir: &Path) -> Result<Self, TrainError> {
+        let (net_cfg, meta) = read_checkpoint(dir)?;
+        let curve_text = std::fs::read_to_string(dir.join("curve.csv")).unwrap_or_default();
+        let mut t = Trainer::new(sim, meta.config.clone());
+        let device = t.device.clone();
+        let path = dir.join(MODEL_FILE);
+        t.net = Net::new(&net_cfg, &device)
+            .try_load_file(&path)
+            .map_err(|e| TrainError::Checkpoint {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            })?;
+        t.iteration = meta.iteration;
+        t.rng = tapfinger::seeded_rng(meta.config.seed ^ 0x7EA1 ^ meta.iteration);
+        t.curve = curve_text
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                Some(CurvePoint {
+                    iteration: f.first()?.parse().ok()?,
+                    avg_jct: f.get(1)?.parse().ok()?,
+                    episode_return: f.get(2)?.parse().ok()?,
+                    decisions: f.get(3)?.parse().ok()?,
+                    policy_loss: f.get(4)?.parse().ok()?,
+                    value_loss: f.get(5)?.parse().ok()?,
+                    entropy: f.get(6)?.parse().ok()?,
+                })
+            })
+            .collect();
+        Ok(t)
+    }
+
     /// One iteration: collect, then PPO epochs.
     pub fn iterate(&mut self) -> Result<CurvePoint, TrainError> {
         let (samples, avg_jct, episode_return) = self.collect()?;
@@ -523,5 +679,27 @@ speed = { model = "synthetic", w = [0.0, 0.25], b = 0.0 }
         );
         assert!(after < before, "greedy JCT {before:.2} → {after:.2}");
         assert!(last < first, "sampling JCT {first:.2} → {last:.2}");
+
+        // A checkpoint resumes with the same weights: the same greedy decisions.
+        let dir = std::env::temp_dir().join(format!("tapfinger-ckpt-{}", std::process::id()));
+        t.save(&dir).unwrap();
+        let sim2 = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
+        let resumed = Trainer::resume(sim2, &dir).unwrap();
+        assert_eq!(resumed.iteration, 15);
+        assert_eq!(resumed.curve.len(), 15);
+        assert_eq!(greedy_jct(&resumed, &eval), after);
+        let (_, cfg) = load_policy_net(&dir.join(MODEL_FILE), &dims_of(&t.sim)).unwrap();
+        assert_eq!(cfg, t.cfg.net);
+        let wrong = Dims {
+            kinds: 3,
+            types: 1,
+            window: 4,
+        };
+        assert!(
+            load_policy_net(&dir, &wrong)
+                .unwrap_err()
+                .to_string()
+                .contains("trained for 2")
+        );
     }
 }
