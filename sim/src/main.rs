@@ -98,6 +98,9 @@ enum Cmd {
         /// Episodes per iteration.
         #[arg(long, default_value_t = 8)]
         envs: usize,
+        /// Adam learning rate (new runs only; a resumed run keeps its own).
+        #[arg(long, default_value_t = 3e-4)]
+        lr: f64,
     },
 }
 
@@ -194,13 +197,7 @@ fn run(cli: Cli) -> Result<()> {
             if out.json {
                 let r = c.results.first().context("no result")?;
                 let e = r.episodes.first().context("no episode")?;
-                let kinds: Vec<String> = sim
-                    .scenario()
-                    .space
-                    .kinds()
-                    .iter()
-                    .map(|k| k.name.clone())
-                    .collect();
+                let kinds: Vec<String> = sim.scenario().kind_names();
                 let v = serde_json::json!({
                     "scenario": c.scenario,
                     "policy": r.policy,
@@ -226,6 +223,7 @@ fn run(cli: Cli) -> Result<()> {
             resume,
             seed,
             envs,
+            lr,
         } => {
             if !(minutes.is_finite() && minutes > 0.0) {
                 bail!("--minutes must be a positive number");
@@ -236,6 +234,10 @@ fn run(cli: Cli) -> Result<()> {
                 None => {
                     let mut cfg = TrainConfig::new(train::dims_of(&sim), seed);
                     cfg.envs = envs.max(1);
+                    if !(lr.is_finite() && lr > 0.0) {
+                        bail!("--lr must be a positive number");
+                    }
+                    cfg.lr = lr;
                     Trainer::new(sim, cfg)
                 }
             };
@@ -253,7 +255,8 @@ fn run(cli: Cli) -> Result<()> {
                     p.avg_jct,
                     started.elapsed().as_secs_f64()
                 ));
-                eprintln!(
+                // A log line per iteration, also when stderr is not a terminal (no bar drawn).
+                bar.suspend(|| eprintln!(
                     "iteration {} avg_jct {:.3} return {:.1} decisions {} entropy {:.3} t {:.0}s",
                     p.iteration,
                     p.avg_jct,
@@ -261,8 +264,8 @@ fn run(cli: Cli) -> Result<()> {
                     p.decisions,
                     p.entropy,
                     started.elapsed().as_secs_f64()
-                );
-                if done % 5 == 0 {
+                ));
+                if done.is_multiple_of(5) {
                     trainer.save(&out)?;
                 }
             }

@@ -121,7 +121,7 @@ pub fn compare_with(
     tick: &mut dyn FnMut(),
 ) -> Result<Comparison, CompareError> {
     let sc = sim.scenario();
-    let kinds: Vec<String> = sc.space.kinds().iter().map(|k| k.name.clone()).collect();
+    let kinds: Vec<String> = sc.kind_names();
     // Fail fast on an unknown name before running anything.
     for p in policy_names {
         instances(sim, p, model)?;

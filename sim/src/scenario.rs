@@ -613,6 +613,11 @@ impl Scenario {
         })
     }
 
+    /// Names of the resource kinds, in order.
+    pub fn kind_names(&self) -> Vec<String> {
+        self.space.kinds().iter().map(|k| k.name.clone()).collect()
+    }
+
     /// Index of the CPU-like kind (`cpu`, else 0) and GPU-like kind (`gpu`, else the last).
     pub fn cpu_gpu_kinds(&self) -> (usize, usize) {
         let cpu = self.space.index_of("cpu").unwrap_or(0);

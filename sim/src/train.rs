@@ -279,14 +279,7 @@ impl Trainer {
 
     fn collect(&mut self) -> Result<(Vec<Sample>, f64, f64), TrainError> {
         let net = self.inference_net();
-        let kinds: Vec<String> = self
-            .sim
-            .scenario()
-            .space
-            .kinds()
-            .iter()
-            .map(|k| k.name.clone())
-            .collect();
+        let kinds: Vec<String> = self.sim.scenario().kind_names();
         let mut samples = Vec::new();
         let (mut jct, mut ret) = (0.0, 0.0);
         for e in 0..self.cfg.envs {

@@ -1,0 +1,55 @@
+//! Decision latency of the learned policy: one agent's decision (graph batching, HAN encoder,
+//! pointer and allocation heads, sampling) on a mid-episode `hetero6` state. Goal: under 2 ms.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use std::hint::black_box;
+use tapfinger::model::TapfingerPolicy;
+use tapfinger::model::net::NetConfig;
+use tapfinger::view::ClusterView;
+use tapfinger::{NodeId, Policy};
+use tapfinger_sim::env::Observer;
+use tapfinger_sim::{Scenario, Simulator, policies, train};
+
+/// Keeps the busiest snapshot seen (most pending + running tasks).
+#[derive(Default)]
+struct Busiest(Option<ClusterView>);
+
+impl Observer for Busiest {
+    fn wants_views(&self) -> bool {
+        true
+    }
+    fn view(&mut self, v: &ClusterView) {
+        let size = |c: &ClusterView| c.pending.len() + c.running.len();
+        if self.0.as_ref().is_none_or(|b| size(v) > size(b)) {
+            self.0 = Some(v.clone());
+        }
+    }
+}
+
+fn decision(c: &mut Criterion) {
+    let sim = Simulator::new(Scenario::load("hetero6").expect("preset"));
+    let mut obs = Busiest::default();
+    sim.run_observed(
+        policies::build(&sim, "tiresias").expect("policy"),
+        0,
+        &mut obs,
+    )
+    .expect("episode");
+    let view = obs.0.expect("a snapshot");
+    let device = burn::tensor::Device::flex();
+    let mut policy = TapfingerPolicy::untrained(NetConfig::new(train::dims_of(&sim)), device);
+    let mut rng = tapfinger::seeded_rng(1);
+    // The agent with the fullest window.
+    let me = view
+        .nodes
+        .iter()
+        .max_by_key(|n| n.window.len())
+        .map_or(NodeId(0), |n| n.id);
+    let v = view.for_agent(me).expect("agent");
+    c.bench_function("tapfinger_decision_hetero6", |b| {
+        b.iter(|| black_box(policy.decide(&v, &mut rng)))
+    });
+}
+
+criterion_group!(benches, decision);
+criterion_main!(benches);
