@@ -615,6 +615,7 @@ mod tests {
     /// One box, GPU-hungry tasks only: the better the allocations, the shorter the queue.
     const TINY: &str = r#"
 name = "tiny"
+max_slots = 3000
 lambda = 0.7
 tasks = 24
 window = 4

@@ -104,7 +104,8 @@ impl TapfingerPolicy {
         }
     }
 
-    /// Take the most likely action instead of sampling (evaluation and deployment).
+    /// Take the most likely action instead of sampling (evaluation and deployment). Greedy mode
+    /// is work-conserving: an idle node does not pass while a task in its window fits.
     pub fn greedy(mut self, greedy: bool) -> Self {
         self.greedy = greedy;
         self
@@ -149,7 +150,16 @@ impl TapfingerPolicy {
             .into_data()
             .try_to_vec::<f32>()
             .ok()?;
-        let (slot, prob) = self.pick(&logits, rng)?;
+        let (mut slot, mut prob) = self.pick(&logits, rng)?;
+        if self.greedy && slot >= window.len() && view.node().running.is_empty() {
+            // Work-conserving guard for deployment: an idle node never passes while a task in its
+            // window fits; it takes the most likely such task. (Training samples without it.)
+            if let Some((s, p)) =
+                argmax(&logits[..dims.window]).filter(|(s, _)| !blocked[*s] && *s < window.len())
+            {
+                (slot, prob) = (s, p);
+            }
+        }
         let mut record = DecisionRecord {
             view: view.cluster.clone(),
             me: view.me,

@@ -1,6 +1,9 @@
 //! The TapFinger network in burn: a heterogeneous graph-attention (HAN) encoder, a pointer over the
 //! agent's pending window, a masked allocation head decomposed per resource kind, and a value head.
 //!
+//! The pointer runs one transformer-encoder layer over the agent's window (with the agent's server
+//! as an extra, never-padded token) before additive attention.
+//!
 //! Design choices (small and fast on 2 CPU cores; the reference used 8 layers × 256 without
 //! residuals): width 64, 4 heads, 2 layers, a residual connection and layer norm after each layer.
 //! Semantic attention over edge types is computed *per destination node* (HAN averages it over all
@@ -9,6 +12,9 @@
 
 use super::batch::{Dims, EDGE_KINDS, GraphBatch};
 use burn::module::Module;
+use burn::nn::transformer::{
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
+};
 use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::activation::{leaky_relu, relu, tanh};
 use burn::tensor::{Bool, Device, IndexingUpdateOp, Int, Tensor, TensorData};
@@ -66,6 +72,7 @@ struct HanLayer {
 pub struct Net {
     input: Vec<Linear>,
     layers: Vec<HanLayer>,
+    window_enc: TransformerEncoder,
     ptr_slot: Linear,
     ptr_query: Linear,
     ptr_v: Linear,
@@ -119,6 +126,9 @@ impl Net {
         Self {
             input,
             layers,
+            window_enc: TransformerEncoderConfig::new(d, 2 * d, cfg.heads, 1)
+                .with_dropout(0.0)
+                .init(device),
             ptr_slot: lin(d, d),
             ptr_query: lin(d, d),
             ptr_v: nobias(d, 1),
@@ -245,6 +255,24 @@ impl Net {
         let g = b.graphs;
         let q = self.me(enc, b, device);
         let slots = enc.h[1].clone().select(0, ints(&b.window, device));
+        // A transformer layer over [agent's server, slot 1..W] lets each slot see the others and
+        // the agent's context; the server token is never padded, so no row is fully masked.
+        let w = self.window;
+        let seq = Tensor::cat(
+            vec![
+                q.clone().reshape([g, 1, self.width]),
+                slots.reshape([g, w, self.width]),
+            ],
+            1,
+        );
+        let pad: Vec<bool> = (0..g)
+            .flat_map(|i| std::iter::once(false).chain(b.empty[i * w..(i + 1) * w].iter().copied()))
+            .collect();
+        let pad = Tensor::<2, Bool>::from_data(TensorData::new(pad, [g, w + 1]), device);
+        let ctx = self
+            .window_enc
+            .forward(TransformerEncoderInput::new(seq).mask_pad(pad));
+        let slots = ctx.narrow(1, 1, w).reshape([g * w, self.width]);
         let keys = self
             .ptr_slot
             .forward(slots)

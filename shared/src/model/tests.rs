@@ -219,3 +219,36 @@ fn sampling_never_returns_masked_entries() {
     }
     assert!(sample(&[f32::NAN], &mut rng).is_none());
 }
+
+#[test]
+fn greedy_decisions_are_feasible_and_work_conserving() {
+    let device = Device::flex();
+    device.seed(6);
+    let mut policy = TapfingerPolicy::untrained(NetConfig::new(dims()), device).greedy(true);
+    let mut rng = crate::seeded_rng(2);
+    let mut checked = 0;
+    for seed in 100..160 {
+        let view = random_view(seed);
+        for node in &view.nodes {
+            let v = view.for_agent(node.id).unwrap();
+            let idle_with_work = node.running.is_empty() && v.feasible().next().is_some();
+            checked += usize::from(idle_with_work);
+            match policy.decide(&v, &mut rng) {
+                Decision::Pass => {
+                    assert!(!idle_with_work, "an idle node passed with feasible work")
+                }
+                Decision::Claim { task, alloc, .. } => {
+                    let t = v
+                        .window()
+                        .find(|t| t.id == task)
+                        .expect("claimed task is in the window");
+                    assert!(t.allows(&alloc, &node.free));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 5,
+        "too few idle nodes with work to test the guard ({checked})"
+    );
+}
