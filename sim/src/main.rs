@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use tapfinger::model::net::{NetConfig, VARIANTS};
 use tapfinger_sim::report::{self, Comparison};
 use tapfinger_sim::train::{self, TrainConfig, Trainer};
 use tapfinger_sim::{Scenario, Simulator, metrics, plot, policies, scenario};
@@ -98,6 +99,9 @@ enum Cmd {
         /// Episodes per iteration.
         #[arg(long, default_value_t = 8)]
         envs: usize,
+        /// Policy variant: tapfinger, or the ablations nohan, nopointer, vanilla (new runs only).
+        #[arg(long, default_value = "tapfinger")]
+        variant: String,
         /// Adam learning rate (new runs only; a resumed run keeps its own).
         #[arg(long, default_value_t = 3e-4)]
         lr: f64,
@@ -224,6 +228,7 @@ fn run(cli: Cli) -> Result<()> {
             seed,
             envs,
             lr,
+            variant,
         } => {
             if !(minutes.is_finite() && minutes > 0.0) {
                 bail!("--minutes must be a positive number");
@@ -233,6 +238,13 @@ fn run(cli: Cli) -> Result<()> {
                 Some(dir) => Trainer::resume(sim, dir)?,
                 None => {
                     let mut cfg = TrainConfig::new(train::dims_of(&sim), seed);
+                    cfg.net =
+                        NetConfig::variant(train::dims_of(&sim), &variant).with_context(|| {
+                            format!(
+                                "unknown variant {variant:?}; known: {}",
+                                VARIANTS.join(", ")
+                            )
+                        })?;
                     cfg.envs = envs.max(1);
                     if !(lr.is_finite() && lr > 0.0) {
                         bail!("--lr must be a positive number");

@@ -18,7 +18,9 @@ pub fn all_policies() -> Vec<&'static str> {
     v
 }
 
-/// Name of the learned policy.
+/// Name of the learned policy. Its ablations (`nohan`, `nopointer`, `vanilla`) are trained with
+/// `tapfinger-sim train --variant NAME` and evaluated as `tapfinger` with their own `--model`: the
+/// variant is part of the model's `train.json`.
 pub const TAPFINGER: &str = "tapfinger";
 
 /// The learned policy (greedy decisions) for every node, from a trained model.

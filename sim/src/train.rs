@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tapfinger::model::batch::{Dims, batch};
-use tapfinger::model::net::{Net, NetConfig};
+use tapfinger::model::net::{Net, NetConfig, Selection};
 use tapfinger::model::{DecisionRecord, Recorder, TapfingerPolicy};
 use tapfinger::protocol::RoundOutcome;
 use tapfinger::{NodeId, Policy};
@@ -397,8 +397,20 @@ impl Trainer {
         let ptr = log_softmax(self.net.pointer_logits(&enc, &b, &blocked, &device), 1);
         let chosen: Vec<i32> = mb.iter().map(|s| s.rec.slot as i32).collect();
         let idx = |v: Vec<i32>| Tensor::<2, Int>::from_data(TensorData::new(v, [g, 1]), &device);
-        let mut new_logp = ptr.clone().gather(1, idx(chosen)).reshape([g]);
-        let entropy = -(softmax(ptr.clone(), 1) * ptr).sum_dim(1).reshape([g]);
+        let (mut new_logp, entropy) = if self.cfg.net.selection == Selection::Pointer {
+            let logp = ptr.clone().gather(1, idx(chosen)).reshape([g]);
+            (
+                logp,
+                -(softmax(ptr.clone(), 1) * ptr).sum_dim(1).reshape([g]),
+            )
+        } else {
+            // Ablations choose the task by a fixed rule: that term is a constant of the data.
+            let fixed: Vec<f32> = mb.iter().map(|s| s.rec.logp_ptr).collect();
+            (
+                Tensor::<1>::from_data(TensorData::new(fixed, [g]), &device),
+                Tensor::<1>::zeros([g], &device),
+            )
+        };
         // Allocation terms only for claims that won (a lost claim's allocation never ran).
         let keep: Vec<f32> = mb
             .iter()
@@ -695,5 +707,29 @@ speed = { model = "synthetic", w = [0.0, 0.25], b = 0.0 }
                 .to_string()
                 .contains("trained for 2")
         );
+    }
+
+    #[test]
+    fn ablations_train_without_error() {
+        for variant in ["nohan", "nopointer", "vanilla"] {
+            let sim = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
+            let mut cfg = TrainConfig::new(dims_of(&sim), 3);
+            cfg.net = NetConfig::variant(dims_of(&sim), variant).unwrap();
+            cfg.net.width = 16;
+            cfg.net.max_units = 8;
+            cfg.envs = 2;
+            let mut t = Trainer::new(sim, cfg);
+            let p = t.iterate().unwrap();
+            assert!(
+                p.policy_loss.is_finite() && p.value_loss.is_finite(),
+                "{variant}: {p:?}"
+            );
+            if variant != "nohan" {
+                assert_eq!(
+                    p.entropy, 0.0,
+                    "{variant}: a fixed selection rule has no pointer entropy"
+                );
+            }
+        }
     }
 }

@@ -144,14 +144,38 @@ impl TapfingerPolicy {
                 })
             })
             .collect();
-        let logits = self
-            .net
-            .pointer_logits(&enc, &b, &blocked, &self.device)
-            .into_data()
-            .try_to_vec::<f32>()
-            .ok()?;
-        let (mut slot, mut prob) = self.pick(&logits, rng)?;
-        if self.greedy && slot >= window.len() && view.node().running.is_empty() {
+        let selectable: Vec<usize> = (0..window.len()).filter(|&i| !blocked[i]).collect();
+        let (mut slot, mut prob, logits) = match self.cfg.selection {
+            net::Selection::Pointer => {
+                let logits = self
+                    .net
+                    .pointer_logits(&enc, &b, &blocked, &self.device)
+                    .into_data()
+                    .try_to_vec::<f32>()
+                    .ok()?;
+                let (s, p) = self.pick(&logits, rng)?;
+                (s, p, logits)
+            }
+            // Ablations: a fixed rule picks the task; they pass only when nothing fits.
+            net::Selection::Uniform => match selectable.len() {
+                0 => (dims.window, 1.0, Vec::new()),
+                n => (
+                    selectable[rng.random_range(0..n)],
+                    1.0 / n as f64,
+                    Vec::new(),
+                ),
+            },
+            net::Selection::Fifo => (
+                selectable.first().copied().unwrap_or(dims.window),
+                1.0,
+                Vec::new(),
+            ),
+        };
+        if self.greedy
+            && !logits.is_empty()
+            && slot >= window.len()
+            && view.node().running.is_empty()
+        {
             // Work-conserving guard for deployment: an idle node never passes while a task in its
             // window fits; it takes the most likely such task. (Training samples without it.)
             if let Some((s, p)) =

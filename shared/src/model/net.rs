@@ -35,6 +35,45 @@ pub struct NetConfig {
     pub layers: usize,
     /// Largest number of units of one kind the allocation head can give (grid 0..=max_units).
     pub max_units: usize,
+    /// How the task is selected (the paper's ablations replace the pointer).
+    #[serde(default)]
+    pub selection: Selection,
+}
+
+/// Task selection: the learned pointer, or the ablations' fixed rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Selection {
+    /// The pointer network (with "do nothing").
+    #[default]
+    Pointer,
+    /// Uniformly among feasible window tasks (the No-pointer ablation).
+    Uniform,
+    /// The oldest feasible window task (Vanilla DRL's first-come choice).
+    Fifo,
+}
+
+/// Named variants: the full policy and the paper's ablations.
+pub const VARIANTS: &[&str] = &["tapfinger", "nohan", "nopointer", "vanilla"];
+
+impl NetConfig {
+    /// The configuration of a named variant: `nohan` drops the graph attention layers (each node
+    /// is embedded from its own features by an MLP), `nopointer` selects uniformly, `vanilla` is
+    /// both an MLP encoder and first-come selection.
+    pub fn variant(dims: Dims, name: &str) -> Option<Self> {
+        let mut c = Self::new(dims);
+        match name {
+            "tapfinger" => {}
+            "nohan" => c.layers = 0,
+            "nopointer" => c.selection = Selection::Uniform,
+            "vanilla" => {
+                c.layers = 0;
+                c.selection = Selection::Fifo;
+            }
+            _ => return None,
+        }
+        Some(c)
+    }
 }
 
 impl NetConfig {
@@ -46,6 +85,7 @@ impl NetConfig {
             heads: 4,
             layers: 2,
             max_units: 32,
+            selection: Selection::Pointer,
         }
     }
 }

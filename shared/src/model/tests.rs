@@ -252,3 +252,37 @@ fn greedy_decisions_are_feasible_and_work_conserving() {
         "too few idle nodes with work to test the guard ({checked})"
     );
 }
+
+#[test]
+fn ablation_variants_decide_feasibly() {
+    for name in net::VARIANTS {
+        let device = Device::flex();
+        device.seed(8);
+        let cfg = NetConfig::variant(dims(), name).unwrap();
+        let mut policy = TapfingerPolicy::untrained(cfg.clone(), device);
+        let mut rng = crate::seeded_rng(4);
+        for seed in 200..230 {
+            let view = random_view(seed);
+            for node in &view.nodes {
+                let v = view.for_agent(node.id).unwrap();
+                let first = v.feasible().next().map(|t| t.id);
+                match policy.decide(&v, &mut rng) {
+                    Decision::Pass => {
+                        assert!(
+                            cfg.selection == net::Selection::Pointer || first.is_none(),
+                            "{name} passed with work"
+                        )
+                    }
+                    Decision::Claim { task, alloc, .. } => {
+                        let t = v.window().find(|t| t.id == task).unwrap();
+                        assert!(t.allows(&alloc, &node.free), "{name}");
+                        if cfg.selection == net::Selection::Fifo {
+                            assert_eq!(Some(task), first, "vanilla takes the oldest feasible task");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(NetConfig::variant(dims(), "nope").is_none());
+}
