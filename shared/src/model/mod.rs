@@ -207,6 +207,10 @@ impl TapfingerPolicy {
         for k in 0..kinds {
             let lo = task.min_demand.get(k);
             let hi = cap.get(k).min(max_units);
+            if lo > hi {
+                // A cap below the minimum (a malformed task): no legal allocation, so pass.
+                return Some(Decision::Pass);
+            }
             let l = self
                 .net
                 .alloc_logits(&enc, &b, &[slot], k, &prev, &[lo], &[hi], &self.device)
