@@ -6,6 +6,7 @@
 
 pub mod env;
 pub mod metrics;
+pub mod models;
 pub mod plot;
 pub mod policies;
 pub mod report;

@@ -44,9 +44,11 @@ enum Cmd {
         /// Preset name or path to a scenario TOML file.
         #[arg(long, default_value = "hetero6")]
         scenario: String,
-        /// Policy name: a baseline, `clairvoyant`, or `tapfinger` (with --model).
-        #[arg(long, default_value = "tiresias")]
-        policy: String,
+        /// Policy name: `tapfinger` (the learned policy: the model shipped for a preset, or
+        /// --model), a baseline, `clairvoyant`, or LABEL=MODEL_PATH [default: tapfinger where a
+        /// model ships or --model is given, else tiresias].
+        #[arg(long)]
+        policy: Option<String>,
         /// Seed of the workload and of the policies' randomness.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -61,7 +63,9 @@ enum Cmd {
         /// Preset name or path to a scenario TOML file.
         #[arg(long, default_value = "hetero6")]
         scenario: String,
-        /// Comma-separated policies; default: every baseline and the clairvoyant reference.
+        /// Comma-separated policies (names as for `run`, LABEL=MODEL_PATH for extra trained
+        /// models); default: tapfinger (where a model ships or --model is given), every baseline
+        /// and the clairvoyant reference.
         #[arg(long, value_delimiter = ',')]
         policies: Vec<String>,
         /// Number of seeds.
@@ -102,9 +106,18 @@ enum Cmd {
         /// Policy variant: tapfinger, or the ablations nohan, nopointer, vanilla (new runs only).
         #[arg(long, default_value = "tapfinger")]
         variant: String,
-        /// Adam learning rate (new runs only; a resumed run keeps its own).
-        #[arg(long, default_value_t = 3e-4)]
-        lr: f64,
+        /// Adam learning rate [default: 3e-4; a resumed run keeps its own unless given].
+        #[arg(long)]
+        lr: Option<f64>,
+        /// Imitation (DAgger) iterations before PPO (new runs only).
+        #[arg(long, default_value_t = 0)]
+        imitate: u64,
+        /// Teacher policy for imitation (new runs only).
+        #[arg(long, default_value = "clairvoyant")]
+        teacher: String,
+        /// OS threads running episodes (default: all cores); results do not depend on it.
+        #[arg(long)]
+        threads: Option<usize>,
     },
 }
 
@@ -182,6 +195,13 @@ fn run(cli: Cli) -> Result<()> {
             out,
         } => {
             let sim = load(&scenario)?;
+            let policy = policy.unwrap_or_else(|| {
+                if model.is_some() || policies::has_shipped_model(&sim) {
+                    policies::TAPFINGER.to_string()
+                } else {
+                    "tiresias".to_string()
+                }
+            });
             let mut progress = Progress::new(1);
             let c = report::compare_with(&sim, &[policy], &[seed], model.as_deref(), &mut || {
                 progress.tick()
@@ -229,6 +249,9 @@ fn run(cli: Cli) -> Result<()> {
             envs,
             lr,
             variant,
+            imitate,
+            teacher,
+            threads,
         } => {
             if !(minutes.is_finite() && minutes > 0.0) {
                 bail!("--minutes must be a positive number");
@@ -246,13 +269,29 @@ fn run(cli: Cli) -> Result<()> {
                             )
                         })?;
                     cfg.envs = envs.max(1);
-                    if !(lr.is_finite() && lr > 0.0) {
-                        bail!("--lr must be a positive number");
+                    if let Some(lr) = lr {
+                        cfg.lr = lr;
                     }
-                    cfg.lr = lr;
+                    if imitate > 0 && !policies::all_policies().contains(&teacher.as_str()) {
+                        bail!(
+                            "unknown teacher {teacher:?}; known: {}",
+                            policies::all_policies().join(", ")
+                        );
+                    }
+                    cfg.imitate = imitate;
+                    cfg.teacher = teacher;
                     Trainer::new(sim, cfg)
                 }
             };
+            if let Some(t) = threads {
+                trainer.threads = t.max(1);
+            }
+            if let Some(lr) = lr {
+                if !(lr.is_finite() && lr > 0.0) {
+                    bail!("--lr must be a positive number");
+                }
+                trainer.cfg.lr = lr;
+            }
             let started = Instant::now();
             let budget = Duration::from_secs_f64(minutes * 60.0);
             let bar = ProgressBar::new_spinner();
@@ -269,11 +308,14 @@ fn run(cli: Cli) -> Result<()> {
                 ));
                 // A log line per iteration, also when stderr is not a terminal (no bar drawn).
                 bar.suspend(|| eprintln!(
-                    "iteration {} avg_jct {:.3} return {:.1} decisions {} entropy {:.3} t {:.0}s",
+                    "iteration {} {} avg_jct {:.3} return {:.1} decisions {} loss {:.4} value_loss {:.3} entropy {:.3} t {:.0}s",
                     p.iteration,
+                    p.phase,
                     p.avg_jct,
                     p.episode_return,
                     p.decisions,
+                    p.policy_loss,
+                    p.value_loss,
                     p.entropy,
                     started.elapsed().as_secs_f64()
                 ));
@@ -304,8 +346,11 @@ fn run(cli: Cli) -> Result<()> {
             }
             let sim = load(&scenario)?;
             let names: Vec<String> = if names.is_empty() {
-                policies::all_policies()
-                    .iter()
+                let learned = model.is_some() || policies::has_shipped_model(&sim);
+                learned
+                    .then_some(policies::TAPFINGER)
+                    .into_iter()
+                    .chain(policies::all_policies())
                     .map(|s| s.to_string())
                     .collect()
             } else {

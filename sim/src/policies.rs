@@ -23,12 +23,29 @@ pub fn all_policies() -> Vec<&'static str> {
 /// variant is part of the model's `train.json`.
 pub const TAPFINGER: &str = "tapfinger";
 
-/// The learned policy (greedy decisions) for every node, from a trained model.
+/// The learned policy (greedy decisions) for every node, from a trained model: `model` if given,
+/// else the model shipped for the scenario (see [`crate::models`]).
 pub fn learned(
     sim: &Simulator,
-    model: &std::path::Path,
+    model: Option<&std::path::Path>,
 ) -> Result<Vec<Box<dyn Policy>>, crate::train::TrainError> {
-    let (net, cfg) = crate::train::load_policy_net(model, &crate::train::dims_of(sim))?;
+    let dims = crate::train::dims_of(sim);
+    let (net, cfg) = match model {
+        Some(path) => crate::train::load_policy_net(path, &dims)?,
+        None => {
+            let name = &sim.scenario().name;
+            let shipped =
+                crate::models::shipped(name).ok_or_else(|| crate::train::TrainError::NoModel {
+                    scenario: name.clone(),
+                    shipped: crate::models::SHIPPED
+                        .iter()
+                        .map(|m| m.scenario)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })?;
+            shipped.load(&dims)?
+        }
+    };
     Ok((0..sim.scenario().nodes.len())
         .map(|_| {
             Box::new(
@@ -41,6 +58,11 @@ pub fn learned(
             ) as Box<dyn Policy>
         })
         .collect())
+}
+
+/// True if `tapfinger` can run on this simulator without `--model` (a model ships for it).
+pub fn has_shipped_model(sim: &Simulator) -> bool {
+    crate::models::shipped(&sim.scenario().name).is_some()
 }
 
 /// Name of the clairvoyant reference.

@@ -20,13 +20,8 @@ pub enum CompareError {
     #[error(transparent)]
     Policy(#[from] BaselineError),
     /// The learned policy could not be loaded.
-    #[error("policy tapfinger: {0}")]
+    #[error("learned policy: {0}")]
     Model(#[from] crate::train::TrainError),
-    /// The learned policy was asked for without a model.
-    #[error(
-        "policy tapfinger needs trained weights: pass --model DIR_OR_FILE (train them with `tapfinger-sim train`); no model is shipped for this scenario yet"
-    )]
-    NoModel,
     /// An episode failed.
     #[error("policy {policy}, seed {seed}: {source}")]
     Episode {
@@ -74,17 +69,26 @@ pub fn run_one(sim: &Simulator, policy: &str, seed: u64) -> Result<EpisodeResult
     run_one_with(sim, policy, seed, None)
 }
 
-/// Policy instances by name; `tapfinger` loads the learned policy from `model`.
+/// Policy instances by name. `tapfinger` is the learned policy from `model`, or the model shipped
+/// for the scenario; `LABEL=PATH` is the learned policy with the model at PATH, reported as LABEL
+/// (to compare several trained models, e.g. the ablations, in one table).
 fn instances(
     sim: &Simulator,
     policy: &str,
     model: Option<&Path>,
 ) -> Result<Vec<Box<dyn tapfinger::Policy>>, CompareError> {
+    if let Some((_, path)) = policy.split_once('=') {
+        return Ok(policies::learned(sim, Some(Path::new(path)))?);
+    }
     if policy == policies::TAPFINGER {
-        let model = model.ok_or(CompareError::NoModel)?;
         return Ok(policies::learned(sim, model)?);
     }
     Ok(policies::build(sim, policy)?)
+}
+
+/// The name a policy spec is reported under (`LABEL=PATH` → `LABEL`).
+pub fn display_name(policy: &str) -> &str {
+    policy.split_once('=').map_or(policy, |(label, _)| label)
 }
 
 /// [`run_one`] with an optional learned-policy model.
@@ -136,7 +140,7 @@ pub fn compare_with(
         let sums: Vec<Summary> = episodes.iter().map(|e| summarize(e, &kinds)).collect();
         let (_, std) = mean_std(&sums.iter().map(|s| s.avg_jct).collect::<Vec<_>>());
         results.push(PolicyResult {
-            policy: p.clone(),
+            policy: display_name(p).to_string(),
             clairvoyant: p == CLAIRVOYANT,
             mean: mean_summary(&sums),
             avg_jct_std: std,

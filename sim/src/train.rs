@@ -23,7 +23,7 @@ use tapfinger::model::batch::{Dims, batch};
 use tapfinger::model::net::{Net, NetConfig, Selection};
 use tapfinger::model::{DecisionRecord, Recorder, TapfingerPolicy};
 use tapfinger::protocol::RoundOutcome;
-use tapfinger::{NodeId, Policy};
+use tapfinger::{Decision, NodeId, Policy};
 
 /// Training settings (saved beside every checkpoint).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,6 +52,18 @@ pub struct TrainConfig {
     pub grad_clip: f32,
     /// Rewards are multiplied by this before learning (returns are large negative numbers).
     pub reward_scale: f32,
+    /// Imitation (DAgger) iterations before PPO: the network learns the teacher's decisions on the
+    /// states it visits itself, the teacher acting with a probability that falls from 1 to 0.
+    #[serde(default)]
+    pub imitate: u64,
+    /// The teacher for imitation: a simulator policy name (default the clairvoyant reference,
+    /// which reads the simulator's true speed model; the trained network never does).
+    #[serde(default = "default_teacher")]
+    pub teacher: String,
+}
+
+fn default_teacher() -> String {
+    crate::policies::CLAIRVOYANT.to_string()
 }
 
 impl TrainConfig {
@@ -71,6 +83,8 @@ impl TrainConfig {
             entropy_coef: 0.01,
             grad_clip: 0.5,
             reward_scale: 0.1,
+            imitate: 0,
+            teacher: default_teacher(),
         }
     }
 }
@@ -102,7 +116,12 @@ pub struct CurvePoint {
     pub value_loss: f64,
     /// Mean pointer entropy of the last epoch.
     pub entropy: f64,
+    /// `imitate` or `ppo`.
+    pub phase: String,
 }
+
+/// First workload seed of training episodes.
+pub const TRAIN_SEEDS: u64 = 1 << 40;
 
 /// File name of the weights in a checkpoint folder.
 pub const MODEL_FILE: &str = "model.bpk";
@@ -144,28 +163,47 @@ pub fn load_policy_net(path: &Path, dims: &Dims) -> Result<(Net, NetConfig), Tra
             path.to_path_buf(),
         )
     };
-    let (cfg, meta) = read_checkpoint(&dir)?;
+    let json = dir.join(CONFIG_FILE);
+    let err = |p: &Path, e: std::io::Error| TrainError::Checkpoint {
+        path: p.display().to_string(),
+        reason: e.to_string(),
+    };
+    let text = std::fs::read_to_string(&json).map_err(|e| err(&json, e))?;
+    let bytes = std::fs::read(&model).map_err(|e| err(&model, e))?;
+    load_net_bytes(bytes, &text, &model.display().to_string(), dims)
+}
+
+/// Load a policy from the bytes of a `model.bpk` and the text of its `train.json`; `label` names
+/// the source in errors. A model trained for other input sizes is refused with both sizes named.
+pub fn load_net_bytes(
+    bytes: Vec<u8>,
+    train_json: &str,
+    label: &str,
+    dims: &Dims,
+) -> Result<(Net, NetConfig), TrainError> {
+    let err = |reason: String| TrainError::Checkpoint {
+        path: label.to_string(),
+        reason,
+    };
+    let meta: Checkpoint = serde_json::from_str(train_json).map_err(|e| err(e.to_string()))?;
+    let cfg = meta.config.net.clone();
     if cfg.dims != *dims {
-        return Err(TrainError::Checkpoint {
-            path: model.display().to_string(),
-            reason: format!(
-                "trained for {} resource kind(s), {} task type(s), window {} (scenario {}); this scenario has {}, {}, {}",
-                cfg.dims.kinds,
-                cfg.dims.types,
-                cfg.dims.window,
-                meta.scenario,
-                dims.kinds,
-                dims.types,
-                dims.window
-            ),
-        });
+        return Err(err(format!(
+            "trained for {} resource kind(s), {} task type(s), window {} (scenario {}); this scenario has {}, {}, {}",
+            cfg.dims.kinds,
+            cfg.dims.types,
+            cfg.dims.window,
+            meta.scenario,
+            dims.kinds,
+            dims.types,
+            dims.window
+        )));
     }
+    let record = burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
+        .map_err(|e| err(e.to_string()))?;
     let net = Net::new(&cfg, &Device::flex())
-        .try_load_file(&model)
-        .map_err(|e| TrainError::Checkpoint {
-            path: model.display().to_string(),
-            reason: e.to_string(),
-        })?;
+        .try_load_record(record)
+        .map_err(|e| err(e.to_string()))?;
     Ok((net, cfg))
 }
 
@@ -175,6 +213,40 @@ struct Sample {
     lost: bool,
     advantage: f32,
     ret: f32,
+}
+
+/// One collected episode.
+struct Episode {
+    records: Vec<DecisionRecord>,
+    col: Collector,
+    avg_jct: f64,
+    ret: f64,
+}
+
+/// Imitation: the teacher's decision is the label; who acts is a coin flip with weight `beta`.
+struct Imitator {
+    student: TapfingerPolicy,
+    teacher: Box<dyn Policy>,
+    beta: f64,
+    recorder: Recorder,
+}
+
+impl Policy for Imitator {
+    fn name(&self) -> &str {
+        "imitator"
+    }
+    fn decide(&mut self, view: &tapfinger::view::View<'_>, rng: &mut tapfinger::Rng) -> Decision {
+        let teach = self.teacher.decide(view, rng);
+        if let (Some(label), Ok(mut buf)) = (self.student.label(view, &teach), self.recorder.lock())
+        {
+            buf.push(label);
+        }
+        if self.beta >= 1.0 || rng.random::<f64>() < self.beta {
+            teach
+        } else {
+            self.student.decide(view, rng)
+        }
+    }
 }
 
 /// Records which claims lost and every agent's reward per slot.
@@ -208,6 +280,24 @@ pub enum TrainError {
         /// Cause.
         source: crate::env::SimError,
     },
+    /// The imitation teacher could not be built.
+    #[error("teacher {name:?}: {reason}")]
+    Teacher {
+        /// Policy name.
+        name: String,
+        /// Cause.
+        reason: String,
+    },
+    /// The learned policy was asked for without a model, and none ships for the scenario.
+    #[error(
+        "policy tapfinger needs trained weights and none ships for scenario {scenario:?} (shipped: {shipped}): pass --model DIR_OR_FILE (train one with `tapfinger-sim train --scenario ...`)"
+    )]
+    NoModel {
+        /// Scenario name.
+        scenario: String,
+        /// Scenarios with a shipped model.
+        shipped: String,
+    },
     /// Reading or writing a checkpoint failed.
     #[error("checkpoint {path}: {reason}")]
     Checkpoint {
@@ -231,6 +321,8 @@ pub struct Trainer {
     pub iteration: u64,
     /// Training curve so far.
     pub curve: Vec<CurvePoint>,
+    /// OS threads for episodes (default: the machine's parallelism). Results do not depend on it.
+    pub threads: usize,
 }
 
 fn floats(t: Tensor<1>) -> Vec<f32> {
@@ -256,6 +348,7 @@ impl Trainer {
             rng,
             iteration: 0,
             curve: Vec::new(),
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
 
@@ -277,52 +370,118 @@ impl Trainer {
             .collect()
     }
 
-    fn collect(&mut self) -> Result<(Vec<Sample>, f64, f64), TrainError> {
+    /// Run the iteration's episodes, spread over `threads` OS threads (each episode is seeded by
+    /// its index, so the result does not depend on the thread count). `beta`: `None` for PPO
+    /// (every agent samples from the network and records), `Some(β)` for imitation (the teacher's
+    /// decision is recorded as the label; the teacher acts with probability β, else the network
+    /// greedily).
+    fn collect(&self, beta: Option<f64>) -> Result<(Vec<Episode>, f64, f64), TrainError> {
         let net = self.inference_net();
-        let kinds: Vec<String> = self.sim.scenario().kind_names();
-        let mut samples = Vec::new();
-        let (mut jct, mut ret) = (0.0, 0.0);
-        for e in 0..self.cfg.envs {
-            let seed = self
-                .cfg
-                .seed
-                .wrapping_mul(1_000_003)
-                .wrapping_add(self.iteration * self.cfg.envs as u64 + e as u64);
-            let recorder: Recorder = Arc::new(Mutex::new(Vec::new()));
-            let policies: Vec<Box<dyn Policy>> = (0..self.sim.scenario().nodes.len())
-                .map(|_| {
-                    Box::new(
-                        TapfingerPolicy::from_net(
-                            net.clone(),
-                            self.cfg.net.clone(),
-                            Device::flex(),
-                        )
-                        .recording(recorder.clone()),
-                    ) as Box<dyn Policy>
+        let envs = self.cfg.envs.max(1);
+        let threads = self.threads.clamp(1, envs);
+        // Training workloads come from their own seed range (from 2^40 on), never the small
+        // seeds that `compare` evaluates on.
+        let seeds: Vec<u64> = (0..envs)
+            .map(|e| {
+                TRAIN_SEEDS
+                    .wrapping_add(self.cfg.seed.wrapping_mul(1_000_003))
+                    .wrapping_add(self.iteration * envs as u64 + e as u64)
+            })
+            .collect();
+        let mut results: Vec<Option<Result<Episode, TrainError>>> = (0..envs).map(|_| None).collect();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|th| {
+                    let net = net.clone();
+                    let seeds = &seeds;
+                    scope.spawn(move || {
+                        (th..envs)
+                            .step_by(threads)
+                            .map(|e| (e, self.episode(&net, seeds[e], beta)))
+                            .collect::<Vec<_>>()
+                    })
                 })
                 .collect();
-            let mut col = Collector::default();
-            let result = self
-                .sim
-                .run_observed(policies, seed, &mut col)
-                .map_err(|source| TrainError::Episode { seed, source })?;
-            let summary = crate::metrics::summarize(&result, &kinds);
-            jct += summary.avg_jct;
-            ret += summary.episode_return;
-            let records =
-                std::mem::take(&mut *recorder.lock().map_err(|_| TrainError::Checkpoint {
-                    path: String::new(),
-                    reason: "recorder poisoned".into(),
-                })?);
-            samples.extend(self.advantages(records, &col));
+            for h in handles {
+                match h.join() {
+                    Ok(done) => {
+                        for (e, r) in done {
+                            results[e] = Some(r);
+                        }
+                    }
+                    Err(_) => {
+                        results.push(Some(Err(TrainError::Checkpoint {
+                            path: String::new(),
+                            reason: "an episode thread panicked".into(),
+                        })));
+                    }
+                }
+            }
+        });
+        let mut episodes = Vec::with_capacity(envs);
+        for r in results.into_iter().flatten() {
+            episodes.push(r?);
         }
-        let n = self.cfg.envs.max(1) as f64;
-        Ok((samples, jct / n, ret / n))
+        let n = episodes.len().max(1) as f64;
+        let jct = episodes.iter().map(|e| e.avg_jct).sum::<f64>() / n;
+        let ret = episodes.iter().map(|e| e.ret).sum::<f64>() / n;
+        Ok((episodes, jct, ret))
+    }
+
+    /// One training episode.
+    fn episode(&self, net: &Net, seed: u64, beta: Option<f64>) -> Result<Episode, TrainError> {
+        let kinds: Vec<String> = self.sim.scenario().kind_names();
+        let recorder: Recorder = Arc::new(Mutex::new(Vec::new()));
+        let student = || {
+            TapfingerPolicy::from_net(net.clone(), self.cfg.net.clone(), Device::flex())
+        };
+        let policies: Vec<Box<dyn Policy>> = match beta {
+            None => (0..self.sim.scenario().nodes.len())
+                .map(|_| Box::new(student().recording(recorder.clone())) as Box<dyn Policy>)
+                .collect(),
+            Some(beta) => crate::policies::build(&self.sim, &self.cfg.teacher)
+                .map_err(|e| TrainError::Teacher {
+                    name: self.cfg.teacher.clone(),
+                    reason: e.to_string(),
+                })?
+                .into_iter()
+                .map(|teacher| {
+                    Box::new(Imitator {
+                        student: student().greedy(true),
+                        teacher,
+                        beta,
+                        recorder: recorder.clone(),
+                    }) as Box<dyn Policy>
+                })
+                .collect(),
+        };
+        let mut col = Collector::default();
+        let result = self
+            .sim
+            .run_observed(policies, seed, &mut col)
+            .map_err(|source| TrainError::Episode { seed, source })?;
+        let summary = crate::metrics::summarize(&result, &kinds);
+        let records = std::mem::take(&mut *recorder.lock().map_err(|_| TrainError::Checkpoint {
+            path: String::new(),
+            reason: "recorder poisoned".into(),
+        })?);
+        Ok(Episode {
+            records,
+            col,
+            avg_jct: summary.avg_jct,
+            ret: summary.episode_return,
+        })
     }
 
     /// Per-agent GAE over the agent's decisions; the slot's reward is paid to its last decision.
-    fn advantages(&self, records: Vec<DecisionRecord>, col: &Collector) -> Vec<Sample> {
-        let values = self.values(&records);
+    /// With `values` all zero and `lambda` 1 the targets are plain Monte-Carlo returns.
+    fn advantages(
+        &self,
+        records: Vec<DecisionRecord>,
+        col: &Collector,
+        values: &[f32],
+        lambda: f32,
+    ) -> Vec<Sample> {
         let mut by_agent: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
         for (i, r) in records.iter().enumerate() {
             by_agent.entry(r.me).or_default().push(i);
@@ -347,7 +506,7 @@ impl Trainer {
                     0.0
                 };
                 let delta = reward + next_v - values[i];
-                gae = delta + self.cfg.gae_lambda * gae;
+                gae = delta + lambda * gae;
                 adv[i] = gae;
                 rets[i] = gae + values[i];
                 next_v = values[i];
@@ -381,8 +540,10 @@ impl Trainer {
         out
     }
 
-    /// One PPO minibatch step; returns (policy loss, value loss, entropy).
-    fn step(&mut self, mb: &[&Sample]) -> (f64, f64, f64) {
+    /// One minibatch step; returns (policy loss, value loss, entropy). PPO: clipped surrogate on
+    /// the advantages. Imitation (`imitate`): cross-entropy of the labels (pointer and allocation),
+    /// with the same value regression so that PPO starts from a warm critic.
+    fn step(&mut self, mb: &[&Sample], imitate: bool) -> (f64, f64, f64) {
         let device = self.device.clone();
         let dims = &self.cfg.net.dims;
         let g = mb.len();
@@ -467,12 +628,15 @@ impl Trainer {
             ),
             &device,
         );
-        let ratio = (new_logp - old).exp();
-        let clipped = ratio
-            .clone()
-            .clamp(1.0 - self.cfg.clip, 1.0 + self.cfg.clip);
-        let surrogate = (ratio * adv.clone()).min_pair(clipped * adv);
-        let policy_loss = -surrogate.mean();
+        let policy_loss = if imitate {
+            -new_logp.mean()
+        } else {
+            let ratio = (new_logp - old).exp();
+            let clipped = ratio
+                .clone()
+                .clamp(1.0 - self.cfg.clip, 1.0 + self.cfg.clip);
+            -(ratio * adv.clone()).min_pair(clipped * adv).mean()
+        };
         let rets = Tensor::<1>::from_data(
             TensorData::new(mb.iter().map(|s| s.ret).collect::<Vec<f32>>(), [g]),
             &device,
@@ -512,24 +676,25 @@ impl Trainer {
         let text = serde_json::to_string_pretty(&meta).map_err(|e| err(&json, e.to_string()))?;
         std::fs::write(&json, text).map_err(|e| err(&json, e.to_string()))?;
         let mut csv = String::from(
-            "iteration,avg_jct,episode_return,decisions,policy_loss,value_loss,entropy\n",
+            "iteration,avg_jct,episode_return,decisions,policy_loss,value_loss,entropy,phase\n",
         );
         for p in &self.curve {
             csv.push_str(&format!(
-                "{},{:.4},{:.2},{},{:.5},{:.5},{:.5}\n",
+                "{},{:.4},{:.2},{},{:.5},{:.5},{:.5},{}\n",
                 p.iteration,
                 p.avg_jct,
                 p.episode_return,
                 p.decisions,
                 p.policy_loss,
                 p.value_loss,
-                p.entropy
+                p.entropy,
+                p.phase
             ));
         }
         let curve = dir.join("curve.csv");
         std::fs::write(&curve, csv).map_err(|e| err(&curve, e.to_string()))?;
         let series = vec![(
-            "avg JCT (sampling)".to_string(),
+            "avg JCT (episodes of the iteration)".to_string(),
             self.curve
                 .iter()
                 .map(|p| (p.iteration as f64, p.avg_jct))
@@ -574,15 +739,36 @@ impl Trainer {
                     policy_loss: f.get(4)?.parse().ok()?,
                     value_loss: f.get(5)?.parse().ok()?,
                     entropy: f.get(6)?.parse().ok()?,
+                    phase: f.get(7).unwrap_or(&"ppo").to_string(),
                 })
             })
             .collect();
         Ok(t)
     }
 
-    /// One iteration: collect, then PPO epochs.
+    /// One iteration: collect episodes, then epochs over shuffled minibatches. The first
+    /// `imitate` iterations imitate the teacher (the teacher acts with probability falling from
+    /// 1 to 1/imitate); later ones are PPO.
     pub fn iterate(&mut self) -> Result<CurvePoint, TrainError> {
-        let (samples, avg_jct, episode_return) = self.collect()?;
+        let imitate = self.iteration < self.cfg.imitate;
+        let beta = imitate.then(|| 1.0 - self.iteration as f64 / self.cfg.imitate as f64);
+        let (episodes, avg_jct, episode_return) = self.collect(beta)?;
+        let mut samples = Vec::new();
+        for ep in episodes {
+            if imitate {
+                let zeros = vec![0.0; ep.records.len()];
+                let mut s = self.advantages(ep.records, &ep.col, &zeros, 1.0);
+                // A teacher's allocation is a good label even when its claim lost the round.
+                s.iter_mut().for_each(|x| x.lost = false);
+                samples.extend(s);
+            } else {
+                let values = self.values(&ep.records);
+                samples.extend(self.advantages(ep.records, &ep.col, &values, self.cfg.gae_lambda));
+            }
+        }
+        // A decision with nothing selectable ("do nothing" forced) has no policy gradient; it
+        // only served the advantages above. Dropping it makes an update several times cheaper.
+        samples.retain(|s| s.rec.blocked.iter().any(|b| !b));
         let mut order: Vec<usize> = (0..samples.len()).collect();
         let (mut pl, mut vl, mut en, mut n) = (0.0, 0.0, 0.0, 0.0);
         for _ in 0..self.cfg.epochs {
@@ -596,7 +782,7 @@ impl Trainer {
                     continue;
                 }
                 let mb: Vec<&Sample> = chunk.iter().map(|&i| &samples[i]).collect();
-                let (a, b, c) = self.step(&mb);
+                let (a, b, c) = self.step(&mb, imitate);
                 pl += a;
                 vl += b;
                 en += c;
@@ -613,6 +799,7 @@ impl Trainer {
             policy_loss: pl / n,
             value_loss: vl / n,
             entropy: en / n,
+            phase: if imitate { "imitate" } else { "ppo" }.to_string(),
         };
         self.curve.push(point.clone());
         Ok(point)

@@ -130,6 +130,62 @@ impl TapfingerPolicy {
         &self.cfg
     }
 
+    /// The window slots the pointer must not choose: empty ones and tasks whose minimum demand
+    /// does not fit the node's free units or the allocation head's grid.
+    fn blocked(&self, view: &View<'_>, window: &[&crate::Task]) -> Vec<bool> {
+        let free = &view.node().free;
+        let max_units = self.net.max_units() as u32;
+        (0..self.cfg.dims.window)
+            .map(|i| {
+                window.get(i).is_none_or(|t| {
+                    !t.min_demand.fits_in(free) || t.min_demand.0.iter().any(|m| *m > max_units)
+                })
+            })
+            .collect()
+    }
+
+    /// The record this policy would have made had it taken `decision` (another policy's, e.g. a
+    /// teacher's) on `view`: what imitation learning trains on. `None` when the network cannot
+    /// express the decision (a task outside the window or blocked, units outside the legal
+    /// range). Log-probabilities are left at 0.
+    pub fn label(&self, view: &View<'_>, decision: &Decision) -> Option<DecisionRecord> {
+        let dims = &self.cfg.dims;
+        let window: Vec<&crate::Task> = view.window().take(dims.window).collect();
+        let blocked = self.blocked(view, &window);
+        let mut record = DecisionRecord {
+            view: view.cluster.clone(),
+            me: view.me,
+            blocked,
+            slot: dims.window,
+            units: Vec::new(),
+            lo: Vec::new(),
+            hi: Vec::new(),
+            logp_ptr: 0.0,
+            logp_alloc: 0.0,
+        };
+        let Decision::Claim { task, alloc, .. } = decision else {
+            return Some(record);
+        };
+        let slot = window.iter().position(|t| t.id == *task)?;
+        if record.blocked[slot] {
+            return None;
+        }
+        let t = window[slot];
+        let cap = t.cap(&view.node().free);
+        let max_units = self.net.max_units() as u32;
+        for k in 0..dims.kinds {
+            let (lo, hi) = (t.min_demand.get(k), cap.get(k).min(max_units));
+            if !(lo..=hi).contains(&alloc.get(k)) {
+                return None;
+            }
+            record.lo.push(lo);
+            record.hi.push(hi);
+        }
+        record.slot = slot;
+        record.units = alloc.0.clone();
+        Some(record)
+    }
+
     fn try_decide(&self, view: &View<'_>, rng: &mut Rng) -> Option<Decision> {
         let dims: &Dims = &self.cfg.dims;
         let b = batch(&[(view.cluster, view.me)], dims);
@@ -137,13 +193,7 @@ impl TapfingerPolicy {
         let free = &view.node().free;
         let max_units = self.net.max_units() as u32;
         let window: Vec<&crate::Task> = view.window().take(dims.window).collect();
-        let blocked: Vec<bool> = (0..dims.window)
-            .map(|i| {
-                window.get(i).is_none_or(|t| {
-                    !t.min_demand.fits_in(free) || t.min_demand.0.iter().any(|m| *m > max_units)
-                })
-            })
-            .collect();
+        let blocked = self.blocked(view, &window);
         let selectable: Vec<usize> = (0..window.len()).filter(|&i| !blocked[i]).collect();
         let (mut slot, mut prob, logits) = match self.cfg.selection {
             net::Selection::Pointer => {
