@@ -301,17 +301,20 @@ fn run(cli: Cli) -> Result<()> {
                 let p = trainer.iterate()?;
                 done += 1;
                 bar.set_message(format!(
-                    "iteration {} — avg JCT {:.2} slots (sampling) — {:.0}s",
+                    "iteration {} ({}) — avg JCT {:.2} slots (training), {:.2} (greedy, validation) — {:.0}s",
                     p.iteration,
+                    p.phase,
                     p.avg_jct,
+                    p.eval_jct,
                     started.elapsed().as_secs_f64()
                 ));
                 // A log line per iteration, also when stderr is not a terminal (no bar drawn).
                 bar.suspend(|| eprintln!(
-                    "iteration {} {} avg_jct {:.3} return {:.1} decisions {} loss {:.4} value_loss {:.3} entropy {:.3} t {:.0}s",
+                    "iteration {} {} avg_jct {:.3} eval_jct {:.3} return {:.1} decisions {} loss {:.4} value_loss {:.3} entropy {:.3} t {:.0}s",
                     p.iteration,
                     p.phase,
                     p.avg_jct,
+                    p.eval_jct,
                     p.episode_return,
                     p.decisions,
                     p.policy_loss,

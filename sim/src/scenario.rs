@@ -39,6 +39,14 @@ const PRESETS: &[Preset] = &[
         toml: include_str!("../presets/hetero6.toml"),
     },
     Preset {
+        name: "hetero3",
+        toml: include_str!("../presets/hetero3.toml"),
+    },
+    Preset {
+        name: "hetero12",
+        toml: include_str!("../presets/hetero12.toml"),
+    },
+    Preset {
         name: "multitask3",
         toml: include_str!("../presets/multitask3.toml"),
     },

@@ -60,6 +60,10 @@ pub struct TrainConfig {
     /// which reads the simulator's true speed model; the trained network never does).
     #[serde(default = "default_teacher")]
     pub teacher: String,
+    /// Greedy evaluation episodes after every iteration, on validation workloads (their own seed
+    /// range, disjoint from training and from `compare`'s seeds); 0 turns evaluation off.
+    #[serde(default)]
+    pub eval_episodes: usize,
 }
 
 fn default_teacher() -> String {
@@ -85,6 +89,7 @@ impl TrainConfig {
             reward_scale: 0.1,
             imitate: 0,
             teacher: default_teacher(),
+            eval_episodes: 4,
         }
     }
 }
@@ -118,10 +123,14 @@ pub struct CurvePoint {
     pub entropy: f64,
     /// `imitate` or `ppo`.
     pub phase: String,
+    /// Greedy average JCT on the validation workloads after the iteration (NaN if not evaluated).
+    pub eval_jct: f64,
 }
 
 /// First workload seed of training episodes.
 pub const TRAIN_SEEDS: u64 = 1 << 40;
+/// First workload seed of the validation episodes evaluated during training.
+pub const VALIDATION_SEEDS: u64 = 1 << 41;
 
 /// File name of the weights in a checkpoint folder.
 pub const MODEL_FILE: &str = "model.bpk";
@@ -428,6 +437,50 @@ impl Trainer {
         Ok((episodes, jct, ret))
     }
 
+    /// Greedy average JCT of the current network over the validation workloads (NaN when
+    /// `eval_episodes` is 0). Episodes run on up to `threads` threads.
+    pub fn evaluate(&self) -> Result<f64, TrainError> {
+        let n = self.cfg.eval_episodes;
+        if n == 0 {
+            return Ok(f64::NAN);
+        }
+        let kinds: Vec<String> = self.sim.scenario().kind_names();
+        let threads = self.threads.clamp(1, n);
+        let mut jcts = vec![f64::NAN; n];
+        let mut failure = None;
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|th| {
+                    let kinds = &kinds;
+                    scope.spawn(move || {
+                        (th..n)
+                            .step_by(threads)
+                            .map(|e| {
+                                let seed = VALIDATION_SEEDS + e as u64;
+                                self.sim
+                                    .run(self.policies(true), seed)
+                                    .map(|r| (e, crate::metrics::summarize(&r, kinds).avg_jct))
+                                    .map_err(|source| TrainError::Episode { seed, source })
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            for h in handles {
+                for r in h.join().unwrap_or_default() {
+                    match r {
+                        Ok((e, j)) => jcts[e] = j,
+                        Err(e) => failure = Some(e),
+                    }
+                }
+            }
+        });
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        Ok(jcts.iter().sum::<f64>() / n as f64)
+    }
+
     /// One training episode.
     fn episode(&self, net: &Net, seed: u64, beta: Option<f64>) -> Result<Episode, TrainError> {
         let kinds: Vec<String> = self.sim.scenario().kind_names();
@@ -676,11 +729,11 @@ impl Trainer {
         let text = serde_json::to_string_pretty(&meta).map_err(|e| err(&json, e.to_string()))?;
         std::fs::write(&json, text).map_err(|e| err(&json, e.to_string()))?;
         let mut csv = String::from(
-            "iteration,avg_jct,episode_return,decisions,policy_loss,value_loss,entropy,phase\n",
+            "iteration,avg_jct,episode_return,decisions,policy_loss,value_loss,entropy,phase,eval_jct\n",
         );
         for p in &self.curve {
             csv.push_str(&format!(
-                "{},{:.4},{:.2},{},{:.5},{:.5},{:.5},{}\n",
+                "{},{:.4},{:.2},{},{:.5},{:.5},{:.5},{},{:.4}\n",
                 p.iteration,
                 p.avg_jct,
                 p.episode_return,
@@ -688,18 +741,28 @@ impl Trainer {
                 p.policy_loss,
                 p.value_loss,
                 p.entropy,
-                p.phase
+                p.phase,
+                p.eval_jct
             ));
         }
         let curve = dir.join("curve.csv");
         std::fs::write(&curve, csv).map_err(|e| err(&curve, e.to_string()))?;
-        let series = vec![(
-            "avg JCT (episodes of the iteration)".to_string(),
+        let mut series = vec![(
+            "avg JCT (training episodes)".to_string(),
             self.curve
                 .iter()
                 .map(|p| (p.iteration as f64, p.avg_jct))
-                .collect(),
+                .collect::<Vec<_>>(),
         )];
+        let eval: Vec<(f64, f64)> = self
+            .curve
+            .iter()
+            .filter(|p| p.eval_jct.is_finite())
+            .map(|p| (p.iteration as f64, p.eval_jct))
+            .collect();
+        if !eval.is_empty() {
+            series.push(("avg JCT (greedy, validation)".to_string(), eval));
+        }
         crate::plot::line_chart(
             &dir.join("curve.svg"),
             &format!("{}: training curve", meta.scenario),
@@ -740,6 +803,7 @@ impl Trainer {
                     value_loss: f.get(5)?.parse().ok()?,
                     entropy: f.get(6)?.parse().ok()?,
                     phase: f.get(7).unwrap_or(&"ppo").to_string(),
+                    eval_jct: f.get(8).and_then(|x| x.parse().ok()).unwrap_or(f64::NAN),
                 })
             })
             .collect();
@@ -790,6 +854,7 @@ impl Trainer {
             }
         }
         self.iteration += 1;
+        let eval_jct = self.evaluate()?;
         let n: f64 = if n > 0.0 { n } else { 1.0 };
         let point = CurvePoint {
             iteration: self.iteration,
@@ -800,6 +865,7 @@ impl Trainer {
             value_loss: vl / n,
             entropy: en / n,
             phase: if imitate { "imitate" } else { "ppo" }.to_string(),
+            eval_jct,
         };
         self.curve.push(point.clone());
         Ok(point)
@@ -852,6 +918,7 @@ speed = { model = "synthetic", w = [0.0, 0.25], b = 0.0 }
         cfg.envs = 4;
         cfg.minibatch = 64;
         cfg.lr = 3e-3;
+        cfg.eval_episodes = 0;
         let mut t = Trainer::new(sim, cfg);
         let eval: Vec<u64> = (1000..1004).collect();
         let before = greedy_jct(&t, &eval);
@@ -893,6 +960,46 @@ speed = { model = "synthetic", w = [0.0, 0.25], b = 0.0 }
                 .unwrap_err()
                 .to_string()
                 .contains("trained for 2")
+        );
+    }
+
+    #[test]
+    fn imitation_learns_from_the_teacher_then_hands_over_to_ppo() {
+        let sim = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
+        let mut cfg = TrainConfig::new(dims_of(&sim), 11);
+        cfg.net.width = 32;
+        cfg.net.layers = 1;
+        cfg.net.max_units = 8;
+        cfg.envs = 4;
+        cfg.minibatch = 64;
+        cfg.lr = 3e-3;
+        cfg.imitate = 4;
+        cfg.eval_episodes = 2;
+        let mut t = Trainer::new(sim, cfg);
+        let eval: Vec<u64> = (2000..2004).collect();
+        let before = greedy_jct(&t, &eval);
+        let teacher: f64 = {
+            let kinds = vec!["cpu".to_string(), "gpu".to_string()];
+            eval.iter()
+                .map(|&s| {
+                    let ps = crate::policies::build(&t.sim, "clairvoyant").unwrap();
+                    crate::metrics::summarize(&t.sim.run(ps, s).unwrap(), &kinds).avg_jct
+                })
+                .sum::<f64>()
+                / eval.len() as f64
+        };
+        let curve: Vec<CurvePoint> = (0..5).map(|_| t.iterate().unwrap()).collect();
+        let after = greedy_jct(&t, &eval);
+        eprintln!("greedy before {before:.2}, after imitation {after:.2}, teacher {teacher:.2}");
+        let phases: Vec<&str> = curve.iter().map(|p| p.phase.as_str()).collect();
+        assert_eq!(phases, ["imitate", "imitate", "imitate", "imitate", "ppo"]);
+        assert!(curve.iter().all(|p| p.eval_jct.is_finite()));
+        // The cross-entropy to the teacher's labels falls, and the student closes most of the gap
+        // between the untrained network and the teacher.
+        assert!(curve[3].policy_loss < curve[0].policy_loss, "{curve:?}");
+        assert!(
+            after < before && after - teacher < 0.5 * (before - teacher),
+            "before {before:.2}, after {after:.2}, teacher {teacher:.2}"
         );
     }
 

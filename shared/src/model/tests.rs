@@ -286,3 +286,68 @@ fn ablation_variants_decide_feasibly() {
     }
     assert!(NetConfig::variant(dims(), "nope").is_none());
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Property: on any random view, every sampled decision is feasible (the masks are exact),
+    /// and `label` of the policy's own decision reproduces exactly what it recorded — so that
+    /// imitation labels are expressed in the same action space the policy samples from.
+    #[test]
+    fn masks_are_exact_and_labels_match_decisions(seed in 0u64..1_000_000, policy_seed in 0u64..4) {
+        let device = Device::flex();
+        device.seed(policy_seed);
+        let recorder: Recorder = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut policy = TapfingerPolicy::untrained(NetConfig::new(dims()), device)
+            .recording(recorder.clone());
+        let mut rng = crate::seeded_rng(seed ^ 0xABCD);
+        let view = random_view(seed);
+        for node in &view.nodes {
+            let v = view.for_agent(node.id).unwrap();
+            let decision = policy.decide(&v, &mut rng);
+            if let Decision::Claim { task, alloc, .. } = &decision {
+                let t = v.window().find(|t| t.id == *task).expect("claimed task is in the window");
+                proptest::prop_assert!(t.allows(alloc, &node.free), "{}: {} not allowed", task, alloc);
+            }
+            let recorded = recorder.lock().unwrap().pop().expect("every decision is recorded");
+            let label = policy.label(&v, &decision).expect("the policy's own decision is expressible");
+            proptest::prop_assert_eq!(label.slot, recorded.slot);
+            proptest::prop_assert_eq!(&label.units, &recorded.units);
+            proptest::prop_assert_eq!(&label.lo, &recorded.lo);
+            proptest::prop_assert_eq!(&label.hi, &recorded.hi);
+            proptest::prop_assert_eq!(&label.blocked, &recorded.blocked);
+        }
+    }
+}
+
+#[test]
+fn labels_refuse_decisions_the_network_cannot_express() {
+    let policy = TapfingerPolicy::untrained(NetConfig::new(dims()), Device::flex());
+    for seed in 0..40 {
+        let view = random_view(seed);
+        for node in &view.nodes {
+            let v = view.for_agent(node.id).unwrap();
+            // A task that is not in the window.
+            let absent = Decision::Claim {
+                task: TaskId(u64::MAX),
+                alloc: Resources(vec![1, 1]),
+                prob: 1.0,
+            };
+            assert!(policy.label(&v, &absent).is_none());
+            // An allocation above the free units.
+            if let Some(t) = v.feasible().next() {
+                let mut too_much = node.free.clone();
+                too_much.0[0] += 1;
+                let over = Decision::Claim {
+                    task: t.id,
+                    alloc: too_much,
+                    prob: 1.0,
+                };
+                assert!(policy.label(&v, &over).is_none());
+            }
+            // Passing is always expressible.
+            let pass = policy.label(&v, &Decision::Pass).unwrap();
+            assert_eq!(pass.slot, dims().window);
+        }
+    }
+}
