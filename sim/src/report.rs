@@ -20,7 +20,7 @@ pub enum CompareError {
     #[error(transparent)]
     Policy(#[from] BaselineError),
     /// The learned policy could not be loaded.
-    #[error("learned policy: {0}")]
+    #[error(transparent)]
     Model(#[from] crate::train::TrainError),
     /// An episode failed.
     #[error("policy {policy}, seed {seed}: {source}")]

@@ -164,6 +164,12 @@ fn read_checkpoint(dir: &Path) -> Result<(NetConfig, Checkpoint), TrainError> {
 /// Load a trained policy for inference from a model file (`model.bpk`, with its `train.json`
 /// beside it) or from the checkpoint folder holding both.
 pub fn load_policy_net(path: &Path, dims: &Dims) -> Result<(Net, NetConfig), TrainError> {
+    if !path.exists() {
+        return Err(TrainError::Checkpoint {
+            path: path.display().to_string(),
+            reason: "no such file or folder (expected a checkpoint folder written by `tapfinger-sim train`, or the model.bpk in it)".into(),
+        });
+    }
     let (dir, model) = if path.is_dir() {
         (path.to_path_buf(), path.join(MODEL_FILE))
     } else {

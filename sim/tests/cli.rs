@@ -235,3 +235,60 @@ fn plots_and_listing() {
         assert!(text.starts_with("<svg") && text.contains("random"), "{f}");
     }
 }
+
+#[test]
+fn the_shipped_model_is_the_default_and_beats_the_baselines_on_hetero6() {
+    // `compare` with no --policies puts the learned policy first where a model ships.
+    let (ok, out, err) = sim(&["compare", "--scenario", "hetero6", "--seeds", "1", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["results"][0]["policy"], "tapfinger");
+    // The shipped hetero6 model against the two strongest baselines over the README's 5 seeds
+    // (deterministic: this pins the shipped weights' quality, it is not a timing).
+    let (ok, out, err) = sim(&[
+        "compare",
+        "--scenario",
+        "hetero6",
+        "--policies",
+        "tapfinger,optimus,tiresias",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let jct = |i: usize| v["results"][i]["avg_jct"].as_f64().unwrap();
+    assert!(jct(0) <= 4.5, "TapFinger on hetero6: {}", jct(0));
+    assert!(jct(0) < jct(1) && jct(0) < jct(2), "{out}");
+    // A `LABEL=PATH` policy is reported under its label; a scenario without a shipped model
+    // names the way out.
+    let (ok, _, err) = sim(&[
+        "run",
+        "--scenario",
+        "synthetic3",
+        "--policy",
+        "mine=/no/such/model",
+    ]);
+    assert!(!ok && err.contains("/no/such/model"), "{err}");
+    let toml = r#"
+name = "custom"
+lambda = 1.0
+tasks = 5
+[[resources]]
+name = "gpu"
+[[nodes]]
+name = "n"
+capacity = [4]
+[[task_types]]
+name = "A"
+min_demand = [1]
+speed = { model = "synthetic", w = [0.25], b = 0.0 }
+"#;
+    let p = write("custom.toml", toml);
+    fails_with(
+        &["run", "--scenario", p.to_str().unwrap(), "--policy", "tapfinger"],
+        "none ships for scenario \"custom\"",
+    );
+    // Without --policy and without a model, `run` falls back to a baseline.
+    let (ok, out, err) = sim(&["run", "--scenario", p.to_str().unwrap(), "--json"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("\"policy\": \"tiresias\""), "{out}");
+}
