@@ -12,8 +12,10 @@ pub mod model;
 pub mod policy;
 pub mod protocol;
 pub mod resources;
+pub mod spec;
 pub mod task;
 pub mod view;
+pub mod wire;
 
 pub use policy::{Decision, Policy};
 pub use protocol::{

@@ -403,7 +403,8 @@ impl Trainer {
                     .wrapping_add(self.iteration * envs as u64 + e as u64)
             })
             .collect();
-        let mut results: Vec<Option<Result<Episode, TrainError>>> = (0..envs).map(|_| None).collect();
+        let mut results: Vec<Option<Result<Episode, TrainError>>> =
+            (0..envs).map(|_| None).collect();
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..threads)
                 .map(|th| {
@@ -491,9 +492,8 @@ impl Trainer {
     fn episode(&self, net: &Net, seed: u64, beta: Option<f64>) -> Result<Episode, TrainError> {
         let kinds: Vec<String> = self.sim.scenario().kind_names();
         let recorder: Recorder = Arc::new(Mutex::new(Vec::new()));
-        let student = || {
-            TapfingerPolicy::from_net(net.clone(), self.cfg.net.clone(), Device::flex())
-        };
+        let student =
+            || TapfingerPolicy::from_net(net.clone(), self.cfg.net.clone(), Device::flex());
         let policies: Vec<Box<dyn Policy>> = match beta {
             None => (0..self.sim.scenario().nodes.len())
                 .map(|_| Box::new(student().recording(recorder.clone())) as Box<dyn Policy>)
@@ -520,10 +520,11 @@ impl Trainer {
             .run_observed(policies, seed, &mut col)
             .map_err(|source| TrainError::Episode { seed, source })?;
         let summary = crate::metrics::summarize(&result, &kinds);
-        let records = std::mem::take(&mut *recorder.lock().map_err(|_| TrainError::Checkpoint {
-            path: String::new(),
-            reason: "recorder poisoned".into(),
-        })?);
+        let records =
+            std::mem::take(&mut *recorder.lock().map_err(|_| TrainError::Checkpoint {
+                path: String::new(),
+                reason: "recorder poisoned".into(),
+            })?);
         Ok(Episode {
             records,
             col,
@@ -1007,6 +1008,24 @@ speed = { model = "synthetic", w = [0.0, 0.25], b = 0.0 }
             after < before && after - teacher < 0.5 * (before - teacher),
             "before {before:.2}, after {after:.2}, teacher {teacher:.2}"
         );
+    }
+
+    #[test]
+    fn results_do_not_depend_on_the_number_of_threads() {
+        let run = |threads: usize| {
+            let sim = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
+            let mut cfg = TrainConfig::new(dims_of(&sim), 21);
+            cfg.net.width = 16;
+            cfg.net.layers = 1;
+            cfg.net.max_units = 8;
+            cfg.envs = 3;
+            cfg.imitate = 1;
+            cfg.eval_episodes = 3;
+            let mut t = Trainer::new(sim, cfg);
+            t.threads = threads;
+            (t.iterate().unwrap(), t.iterate().unwrap())
+        };
+        assert_eq!(run(1), run(2));
     }
 
     #[test]

@@ -284,7 +284,13 @@ speed = { model = "synthetic", w = [0.25], b = 0.0 }
 "#;
     let p = write("custom.toml", toml);
     fails_with(
-        &["run", "--scenario", p.to_str().unwrap(), "--policy", "tapfinger"],
+        &[
+            "run",
+            "--scenario",
+            p.to_str().unwrap(),
+            "--policy",
+            "tapfinger",
+        ],
         "none ships for scenario \"custom\"",
     );
     // Without --policy and without a model, `run` falls back to a baseline.

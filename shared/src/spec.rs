@@ -1,0 +1,375 @@
+//! What a user submits: a [`TaskSpec`] (the command to run, its demand per resource kind, its
+//! placement constraints), and its validation into a [`Task`] for a given cluster.
+//!
+//! Specs arrive as TOML (`tapfinger-agent submit task.toml`) or JSON (the HTTP API), so unknown
+//! fields are refused rather than ignored (a misspelt `min_demand` must not silently schedule a
+//! task with no demand), and every validation error names the offending field. Demands are parsed
+//! as signed integers so that a negative number is reported as such instead of as a type error.
+
+use crate::resources::{ResourceSpace, Resources};
+use crate::task::{NodeId, Task, TaskId, TaskTypeId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Longest accepted name, label key or value, argument or environment entry (bytes).
+pub const MAX_STRING: usize = 4096;
+/// Most accepted arguments, environment entries, labels or peers.
+pub const MAX_ITEMS: usize = 256;
+
+/// A task as submitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSpec {
+    /// Human-readable name (defaults to the program's file name).
+    #[serde(default)]
+    pub name: String,
+    /// Program and arguments; the program is looked up in `PATH` when not a path.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Extra environment variables for the process.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Task type name as the policy knows it (e.g. `LM`); unknown types use type 0.
+    #[serde(default, rename = "type")]
+    pub task_type: String,
+    /// Minimum units per resource kind (`cpu`, `gpu`, `mem`, ...); kinds not named get 0.
+    #[serde(default)]
+    pub min_demand: BTreeMap<String, i64>,
+    /// Largest useful units per kind (optional; kinds not named are uncapped).
+    #[serde(default)]
+    pub max_demand: BTreeMap<String, i64>,
+    /// Labels a node must carry (all of them) to run the task, e.g. `site = "plant-3"`.
+    #[serde(default)]
+    pub require_labels: BTreeMap<String, String>,
+    /// If not empty, only these nodes (by name) may run the task, e.g. where its data lives.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// Priority class; 0 is the highest.
+    #[serde(default)]
+    pub priority: u8,
+}
+
+/// A spec that cannot be accepted; `field` names the offending field (`min_demand.cpu`, ...).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct SpecError {
+    /// Dotted path of the field.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+fn err(field: impl Into<String>, message: impl Into<String>) -> SpecError {
+    SpecError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// A node as placement sees it: name, labels and capacity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement<'a> {
+    /// Node id.
+    pub id: NodeId,
+    /// Node name.
+    pub name: &'a str,
+    /// Node labels.
+    pub labels: &'a BTreeMap<String, String>,
+    /// Capacity offered to the cluster.
+    pub capacity: &'a Resources,
+}
+
+impl TaskSpec {
+    /// Parse TOML; a syntax error or unknown field is a [`SpecError`] naming it.
+    pub fn from_toml(text: &str) -> Result<Self, SpecError> {
+        toml_error(text)
+    }
+
+    /// Parse JSON; a syntax error or unknown field is a [`SpecError`] naming it.
+    pub fn from_json(text: &str) -> Result<Self, SpecError> {
+        serde_json::from_str(text).map_err(|e| {
+            let m = e.to_string();
+            let field = field_of(&m).unwrap_or("spec").to_string();
+            err(field, m)
+        })
+    }
+
+    /// Check the spec against the cluster's resource kinds and nodes, and build the [`Task`]
+    /// (reachable = nodes that match the labels and names and whose capacity fits the minimum).
+    pub fn validate(
+        &self,
+        space: &ResourceSpace,
+        types: &[String],
+        nodes: &[Placement<'_>],
+        id: TaskId,
+        arrival: u64,
+    ) -> Result<Task, SpecError> {
+        let program = self.command.first().map(String::as_str).unwrap_or("");
+        if program.trim().is_empty() {
+            return Err(err(
+                "command",
+                "must name a program, e.g. [\"python3\", \"train.py\"]",
+            ));
+        }
+        check_strings("command", self.command.iter())?;
+        check_strings("env", self.env.keys().chain(self.env.values()))?;
+        check_strings(
+            "require_labels",
+            self.require_labels
+                .keys()
+                .chain(self.require_labels.values()),
+        )?;
+        check_strings("nodes", self.nodes.iter())?;
+        check_strings("name", std::iter::once(&self.name))?;
+        let kinds = space.len();
+        let units = |field: &str, map: &BTreeMap<String, i64>| -> Result<Resources, SpecError> {
+            let mut r = Resources(vec![0; kinds]);
+            for (name, v) in map {
+                let k = space.index_of(name).ok_or_else(|| {
+                    err(
+                        format!("{field}.{name}"),
+                        format!(
+                            "unknown resource kind; this cluster has {}",
+                            kind_names(space).join(", ")
+                        ),
+                    )
+                })?;
+                if *v < 0 {
+                    return Err(err(
+                        format!("{field}.{name}"),
+                        format!("must not be negative ({v})"),
+                    ));
+                }
+                r.0[k] = u32::try_from(*v)
+                    .map_err(|_| err(format!("{field}.{name}"), format!("too large ({v})")))?;
+            }
+            Ok(r)
+        };
+        let min = units("min_demand", &self.min_demand)?;
+        if min.0.iter().all(|u| *u == 0) {
+            return Err(err(
+                "min_demand",
+                format!(
+                    "at least one kind must be positive (kinds: {})",
+                    kind_names(space).join(", ")
+                ),
+            ));
+        }
+        let max = if self.max_demand.is_empty() {
+            None
+        } else {
+            let mut m = units("max_demand", &self.max_demand)?;
+            for (k, v) in m.0.iter_mut().enumerate() {
+                if !self.max_demand.contains_key(&kind_names(space)[k]) {
+                    *v = u32::MAX;
+                }
+                if *v < min.get(k) {
+                    return Err(err(
+                        format!("max_demand.{}", kind_names(space)[k]),
+                        format!("{v} is below min_demand ({})", min.get(k)),
+                    ));
+                }
+            }
+            Some(m)
+        };
+        for name in &self.nodes {
+            if !nodes.iter().any(|n| n.name == name) {
+                return Err(err(format!("nodes.{name}"), "no such node in the cluster"));
+            }
+        }
+        let matches = |n: &Placement<'_>| {
+            (self.nodes.is_empty() || self.nodes.iter().any(|x| x == n.name))
+                && self
+                    .require_labels
+                    .iter()
+                    .all(|(k, v)| n.labels.get(k) == Some(v))
+        };
+        let eligible: Vec<&Placement<'_>> = nodes.iter().filter(|n| matches(n)).collect();
+        if eligible.is_empty() {
+            return Err(err(
+                "require_labels",
+                "no node carries all the required labels (and is among `nodes`)",
+            ));
+        }
+        let reachable: Vec<NodeId> = eligible
+            .iter()
+            .filter(|n| min.fits_in(n.capacity))
+            .map(|n| n.id)
+            .collect();
+        if reachable.is_empty() {
+            return Err(err(
+                "min_demand",
+                format!("{min} fits on no eligible node (largest capacities: {})", {
+                    let caps: Vec<String> = eligible
+                        .iter()
+                        .map(|n| format!("{}={}", n.name, n.capacity))
+                        .collect();
+                    caps.join(", ")
+                }),
+            ));
+        }
+        let ty = types.iter().position(|t| *t == self.task_type).unwrap_or(0);
+        let mut reachable = reachable;
+        reachable.sort();
+        Ok(Task {
+            id,
+            ty: TaskTypeId(u16::try_from(ty).unwrap_or(0)),
+            min_demand: min,
+            max_demand: max,
+            priority: self.priority,
+            reachable,
+            arrival,
+        })
+    }
+}
+
+fn kind_names(space: &ResourceSpace) -> Vec<String> {
+    space.kinds().iter().map(|k| k.name.clone()).collect()
+}
+
+fn check_strings<'a>(
+    field: &str,
+    items: impl Iterator<Item = &'a String>,
+) -> Result<(), SpecError> {
+    let mut n = 0;
+    for s in items {
+        n += 1;
+        if s.len() > MAX_STRING {
+            return Err(err(
+                field,
+                format!("an entry is longer than {MAX_STRING} bytes"),
+            ));
+        }
+        if s.contains('\0') {
+            return Err(err(field, "an entry contains a NUL byte"));
+        }
+    }
+    if n > 2 * MAX_ITEMS {
+        return Err(err(field, format!("more than {MAX_ITEMS} entries")));
+    }
+    Ok(())
+}
+
+/// The field a serde message names (`unknown field `x``, `missing field `y``), if any.
+fn field_of(message: &str) -> Option<&str> {
+    let at = ["unknown field `", "missing field `", "duplicate field `"]
+        .iter()
+        .find_map(|p| message.find(p).map(|i| i + p.len() - 1))?;
+    let start = at + 1;
+    let len = message[start..].find('`')?;
+    Some(&message[start..start + len])
+}
+
+fn toml_error(text: &str) -> Result<TaskSpec, SpecError> {
+    toml::from_str(text).map_err(|e| {
+        let m = e.message().to_string();
+        let field = field_of(&m)
+            .map(str::to_string)
+            .unwrap_or_else(|| "spec".into());
+        err(field, e.to_string().trim().to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn space() -> ResourceSpace {
+        ResourceSpace::cpu_gpu()
+    }
+
+    fn check(text: &str) -> Result<Task, SpecError> {
+        let labels_a: BTreeMap<String, String> = [("site".to_string(), "a".to_string())].into();
+        let labels_b: BTreeMap<String, String> = [("site".to_string(), "b".to_string())].into();
+        let (ca, cb) = (Resources(vec![4, 0]), Resources(vec![16, 2]));
+        let nodes = [
+            Placement {
+                id: NodeId(0),
+                name: "small",
+                labels: &labels_a,
+                capacity: &ca,
+            },
+            Placement {
+                id: NodeId(1),
+                name: "big",
+                labels: &labels_b,
+                capacity: &cb,
+            },
+        ];
+        TaskSpec::from_toml(text)?.validate(
+            &space(),
+            &["IMG".into(), "LM".into()],
+            &nodes,
+            TaskId(7),
+            3,
+        )
+    }
+
+    #[test]
+    fn a_good_spec_becomes_a_task() {
+        let t = check(
+            "command = [\"python3\", \"train.py\"]\ntype = \"LM\"\nmin_demand = { cpu = 2 }\nmax_demand = { cpu = 8 }\n",
+        )
+        .unwrap();
+        assert_eq!(t.ty, TaskTypeId(1));
+        assert_eq!(t.min_demand, Resources(vec![2, 0]));
+        assert_eq!(t.max_demand, Some(Resources(vec![8, u32::MAX])));
+        assert_eq!(t.reachable, vec![NodeId(0), NodeId(1)]);
+        let gpu = check("command = [\"x\"]\nmin_demand = { cpu = 1, gpu = 1 }\n").unwrap();
+        assert_eq!(gpu.reachable, vec![NodeId(1)], "only the GPU node fits");
+        let labelled = check(
+            "command = [\"x\"]\nmin_demand = { cpu = 1 }\nrequire_labels = { site = \"a\" }\n",
+        )
+        .unwrap();
+        assert_eq!(labelled.reachable, vec![NodeId(0)]);
+    }
+
+    #[test]
+    fn bad_specs_name_the_field() {
+        let cases = [
+            ("min_demand = { cpu = 1 }\n", "command"),
+            ("command = [\"\"]\nmin_demand = { cpu = 1 }\n", "command"),
+            ("command = [\"x\"]\n", "min_demand"),
+            (
+                "command = [\"x\"]\nmin_demand = { cpu = 0 }\n",
+                "min_demand",
+            ),
+            (
+                "command = [\"x\"]\nmin_demand = { cpu = -2 }\n",
+                "min_demand.cpu",
+            ),
+            (
+                "command = [\"x\"]\nmin_demand = { tpu = 1 }\n",
+                "min_demand.tpu",
+            ),
+            (
+                "command = [\"x\"]\nmin_demand = { cpu = 64 }\n",
+                "min_demand",
+            ),
+            (
+                "command = [\"x\"]\nmin_demand = { cpu = 4 }\nmax_demand = { cpu = 2 }\n",
+                "max_demand.cpu",
+            ),
+            (
+                "command = [\"x\"]\nmin_demand = { cpu = 1 }\nnodes = [\"nope\"]\n",
+                "nodes.nope",
+            ),
+            (
+                "command = [\"x\"]\nmin_demand = { cpu = 1 }\nrequire_labels = { site = \"c\" }\n",
+                "require_labels",
+            ),
+            (
+                "command = [\"x\"]\nmin_demand = { cpu = 1 }\nmin_demnd = { cpu = 1 }\n",
+                "min_demnd",
+            ),
+            ("command = [\"x\"\n", "spec"),
+        ];
+        for (text, field) in cases {
+            let e = check(text).unwrap_err();
+            assert_eq!(e.field, field, "{text:?}: {e}");
+        }
+        let e = TaskSpec::from_json(r#"{"command": ["x"], "min_demand": {"cpu": 1}, "gpus": 2}"#)
+            .unwrap_err();
+        assert_eq!(e.field, "gpus", "{e}");
+    }
+}

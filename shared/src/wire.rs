@@ -1,0 +1,424 @@
+//! The agents' wire format: one versioned [`Envelope`] per network message, encoded with bincode,
+//! decoded defensively.
+//!
+//! Everything an agent receives comes from the network, so [`decode`] never trusts it: the frame
+//! size is checked before parsing, bincode runs with a byte limit (a forged length prefix cannot
+//! make it allocate gigabytes), the version must match, and [`Envelope::validate`] bounds every
+//! collection and checks resource vectors against each other. A message that fails any check is a
+//! [`WireError`] for the caller to drop (and to count against the sender); nothing here panics on
+//! any input (a property test feeds it random and mutated bytes).
+
+use crate::protocol::Message as ProtocolMessage;
+use crate::resources::Resources;
+use crate::spec::{MAX_ITEMS, MAX_STRING, TaskSpec};
+use crate::task::{NodeId, Task, TaskId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Version of the envelope format; a message with another version is refused.
+pub const WIRE_VERSION: u16 = 1;
+/// Largest accepted frame (bytes).
+pub const MAX_FRAME: usize = 256 * 1024;
+/// Most resource kinds a vector may carry.
+pub const MAX_KINDS: usize = 16;
+
+/// A running task in a heartbeat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunningState {
+    /// The task.
+    pub task: TaskId,
+    /// Its allocation.
+    pub alloc: Resources,
+    /// Progress in [0, 1] (from the task's progress lines; 0 if it prints none).
+    pub progress: f64,
+    /// Slot in which it started.
+    pub started: u64,
+}
+
+/// A node's state, broadcast every heartbeat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeState {
+    /// Node name (from the configuration).
+    pub name: String,
+    /// Placement labels.
+    pub labels: BTreeMap<String, String>,
+    /// Units offered to the cluster.
+    pub capacity: Resources,
+    /// Units not allocated.
+    pub free: Resources,
+    /// Tasks running here.
+    pub running: Vec<RunningState>,
+    /// Incarnation: increases on every restart, so peers can tell a restart from a delay.
+    pub incarnation: u64,
+}
+
+/// What a message says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Body {
+    /// Periodic state.
+    Heartbeat(NodeState),
+    /// A new (or re-queued) task, with the spec its runner needs.
+    Announce {
+        /// The task as the scheduler sees it.
+        task: Task,
+        /// The submitted spec (command, environment).
+        spec: TaskSpec,
+    },
+    /// A decision-protocol message (claims and passes of a round).
+    Protocol(ProtocolMessage),
+    /// The sender started a task it won.
+    Started {
+        /// Task.
+        task: TaskId,
+        /// Allocation.
+        alloc: Resources,
+    },
+    /// The sender's task finished.
+    Finished {
+        /// Task.
+        task: TaskId,
+        /// Exit code, if the process exited normally.
+        exit_code: Option<i32>,
+    },
+    /// The sender's task failed or was handed back; `requeue` says whether it should run again.
+    Failed {
+        /// Task.
+        task: TaskId,
+        /// Why.
+        reason: String,
+        /// Re-queue it (a box shutting down) or not (the command failed).
+        requeue: bool,
+    },
+}
+
+/// One network message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Must equal [`WIRE_VERSION`].
+    pub version: u16,
+    /// Sender.
+    pub from: NodeId,
+    /// Sender's sequence number (per incarnation), for de-duplication.
+    pub seq: u64,
+    /// Content.
+    pub body: Body,
+}
+
+/// Why a frame was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WireError {
+    /// Larger than [`MAX_FRAME`].
+    #[error("frame of {0} bytes exceeds the limit of {MAX_FRAME}")]
+    TooLarge(usize),
+    /// Not a valid encoding (truncated, garbled, trailing bytes).
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+    /// Another format version.
+    #[error("wire version {0}, expected {WIRE_VERSION}")]
+    Version(u16),
+    /// Well-formed but inconsistent content.
+    #[error("invalid message: {0}")]
+    Invalid(String),
+}
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_FRAME>()
+}
+
+/// Encode a message (validating it first, so that an agent never sends what peers would refuse).
+pub fn encode(e: &Envelope) -> Result<Vec<u8>, WireError> {
+    e.validate()?;
+    let bytes = bincode::serde::encode_to_vec(e, config())
+        .map_err(|err| WireError::Malformed(err.to_string()))?;
+    if bytes.len() > MAX_FRAME {
+        return Err(WireError::TooLarge(bytes.len()));
+    }
+    Ok(bytes)
+}
+
+/// Decode and validate a frame received from the network.
+pub fn decode(bytes: &[u8]) -> Result<Envelope, WireError> {
+    if bytes.len() > MAX_FRAME {
+        return Err(WireError::TooLarge(bytes.len()));
+    }
+    let (e, used): (Envelope, usize) = bincode::serde::decode_from_slice(bytes, config())
+        .map_err(|err| WireError::Malformed(err.to_string()))?;
+    if used != bytes.len() {
+        return Err(WireError::Malformed(format!(
+            "{} trailing byte(s)",
+            bytes.len() - used
+        )));
+    }
+    if e.version != WIRE_VERSION {
+        return Err(WireError::Version(e.version));
+    }
+    e.validate()?;
+    Ok(e)
+}
+
+fn invalid(m: impl Into<String>) -> WireError {
+    WireError::Invalid(m.into())
+}
+
+fn check_vec(what: &str, r: &Resources, kinds: Option<usize>) -> Result<(), WireError> {
+    if r.len() > MAX_KINDS {
+        return Err(invalid(format!(
+            "{what}: {} kinds (max {MAX_KINDS})",
+            r.len()
+        )));
+    }
+    if let Some(k) = kinds
+        && r.len() != k
+    {
+        return Err(invalid(format!("{what}: {} kinds, expected {k}", r.len())));
+    }
+    Ok(())
+}
+
+fn check_str(what: &str, s: &str) -> Result<(), WireError> {
+    if s.len() > MAX_STRING {
+        return Err(invalid(format!("{what}: longer than {MAX_STRING} bytes")));
+    }
+    Ok(())
+}
+
+impl Envelope {
+    /// Bounds and consistency of the content (see the module docs).
+    pub fn validate(&self) -> Result<(), WireError> {
+        if self.version != WIRE_VERSION {
+            return Err(WireError::Version(self.version));
+        }
+        match &self.body {
+            Body::Heartbeat(s) => {
+                check_str("name", &s.name)?;
+                if s.labels.len() > MAX_ITEMS || s.running.len() > 4 * MAX_ITEMS {
+                    return Err(invalid("heartbeat: too many labels or running tasks"));
+                }
+                for (k, v) in &s.labels {
+                    check_str("label", k)?;
+                    check_str("label", v)?;
+                }
+                check_vec("capacity", &s.capacity, None)?;
+                check_vec("free", &s.free, Some(s.capacity.len()))?;
+                if !s.free.fits_in(&s.capacity) {
+                    return Err(invalid("heartbeat: free exceeds capacity"));
+                }
+                let mut used = Resources::zeros(s.capacity.len());
+                for r in &s.running {
+                    check_vec("running alloc", &r.alloc, Some(s.capacity.len()))?;
+                    if !(0.0..=1.0).contains(&r.progress) {
+                        return Err(invalid(format!("progress {} outside [0, 1]", r.progress)));
+                    }
+                    used = used
+                        .checked_add(&r.alloc)
+                        .map_err(|e| invalid(e.to_string()))?;
+                }
+                if !used.fits_in(&s.capacity) {
+                    return Err(invalid(format!(
+                        "heartbeat: running tasks use {used}, more than the capacity {}",
+                        s.capacity
+                    )));
+                }
+            }
+            Body::Announce { task, spec } => {
+                check_vec("min_demand", &task.min_demand, None)?;
+                if let Some(m) = &task.max_demand {
+                    check_vec("max_demand", m, Some(task.min_demand.len()))?;
+                }
+                if task.reachable.is_empty() || task.reachable.len() > 4 * MAX_ITEMS {
+                    return Err(invalid("announce: reachable must list 1 to 1024 nodes"));
+                }
+                if spec.command.is_empty() || spec.command.len() > MAX_ITEMS {
+                    return Err(invalid("announce: command must have 1 to 256 entries"));
+                }
+                if spec.env.len() > MAX_ITEMS
+                    || spec.require_labels.len() > MAX_ITEMS
+                    || spec.nodes.len() > MAX_ITEMS
+                    || spec.min_demand.len() > MAX_KINDS
+                    || spec.max_demand.len() > MAX_KINDS
+                {
+                    return Err(invalid("announce: too many entries in the spec"));
+                }
+                for s in spec
+                    .command
+                    .iter()
+                    .chain(spec.env.keys())
+                    .chain(spec.env.values())
+                    .chain(std::iter::once(&spec.name))
+                {
+                    check_str("spec", s)?;
+                }
+            }
+            Body::Protocol(m) => {
+                if let crate::protocol::Proposal::Claim(c) = &m.proposal {
+                    check_vec("claim alloc", &c.alloc, None)?;
+                    let ok = c.prob.is_finite()
+                        && (0.0..=1.0).contains(&c.prob)
+                        && c.headroom.is_finite()
+                        && c.headroom >= 0.0;
+                    if !ok {
+                        return Err(invalid("claim: probability or headroom out of range"));
+                    }
+                }
+            }
+            Body::Started { alloc, .. } => check_vec("alloc", alloc, None)?,
+            Body::Finished { .. } => {}
+            Body::Failed { reason, .. } => check_str("reason", reason)?,
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Claim, PROTOCOL_VERSION, Proposal, Round};
+    use crate::task::TaskTypeId;
+    use proptest::prelude::*;
+
+    fn samples() -> Vec<Envelope> {
+        let task = Task {
+            id: TaskId(9),
+            ty: TaskTypeId(1),
+            min_demand: Resources(vec![2, 1]),
+            max_demand: Some(Resources(vec![16, 16])),
+            priority: 0,
+            reachable: vec![NodeId(0), NodeId(2)],
+            arrival: 4,
+        };
+        let spec = TaskSpec {
+            name: "mlp".into(),
+            command: vec!["demo".into(), "--epochs".into(), "3".into()],
+            env: BTreeMap::new(),
+            task_type: "LM".into(),
+            min_demand: [("cpu".to_string(), 2)].into(),
+            max_demand: BTreeMap::new(),
+            require_labels: BTreeMap::new(),
+            nodes: Vec::new(),
+            priority: 0,
+        };
+        let body = [
+            Body::Heartbeat(NodeState {
+                name: "box-1".into(),
+                labels: [("site".to_string(), "plant-3".to_string())].into(),
+                capacity: Resources(vec![8, 1]),
+                free: Resources(vec![4, 0]),
+                running: vec![RunningState {
+                    task: TaskId(3),
+                    alloc: Resources(vec![4, 1]),
+                    progress: 0.4,
+                    started: 2,
+                }],
+                incarnation: 2,
+            }),
+            Body::Announce { task, spec },
+            Body::Protocol(ProtocolMessage {
+                version: PROTOCOL_VERSION,
+                round: Round { slot: 3, step: 1 },
+                from: NodeId(1),
+                proposal: Proposal::Claim(Claim {
+                    task: TaskId(9),
+                    alloc: Resources(vec![4, 1]),
+                    prob: 0.7,
+                    headroom: 2.0,
+                }),
+            }),
+            Body::Started {
+                task: TaskId(9),
+                alloc: Resources(vec![4, 1]),
+            },
+            Body::Finished {
+                task: TaskId(9),
+                exit_code: Some(0),
+            },
+            Body::Failed {
+                task: TaskId(9),
+                reason: "box shutting down".into(),
+                requeue: true,
+            },
+        ];
+        body.into_iter()
+            .enumerate()
+            .map(|(i, body)| Envelope {
+                version: WIRE_VERSION,
+                from: NodeId(1),
+                seq: i as u64,
+                body,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for e in samples() {
+            let bytes = encode(&e).unwrap();
+            assert_eq!(decode(&bytes).unwrap(), e);
+        }
+    }
+
+    #[test]
+    fn refuses_bad_frames() {
+        let good = encode(&samples()[0]).unwrap();
+        assert!(matches!(
+            decode(&vec![0; MAX_FRAME + 1]),
+            Err(WireError::TooLarge(_))
+        ));
+        assert!(matches!(
+            decode(&good[..good.len() - 1]),
+            Err(WireError::Malformed(_))
+        ));
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert!(matches!(decode(&trailing), Err(WireError::Malformed(_))));
+        let mut old = samples()[0].clone();
+        old.version = 0;
+        let bytes = bincode::serde::encode_to_vec(&old, config()).unwrap();
+        assert_eq!(decode(&bytes), Err(WireError::Version(0)));
+        // Well-formed but lying: running tasks use more than the capacity.
+        let mut lie = samples()[0].clone();
+        if let Body::Heartbeat(s) = &mut lie.body {
+            s.running[0].alloc = Resources(vec![9, 1]);
+        }
+        let bytes = bincode::serde::encode_to_vec(&lie, config()).unwrap();
+        assert!(matches!(decode(&bytes), Err(WireError::Invalid(_))));
+        assert!(
+            encode(&lie).is_err(),
+            "an agent never sends what peers refuse"
+        );
+        // A huge announced length must not allocate: the limit refuses it.
+        let mut huge = good[..4].to_vec();
+        huge.extend([0xFF; 12]);
+        assert!(decode(&huge).is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        /// Random bytes never panic the decoder.
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            let _ = decode(&bytes);
+        }
+
+        /// Valid frames with bytes flipped, cut or extended either decode to a valid message
+        /// or are refused — never a panic, never an invalid message accepted.
+        #[test]
+        fn mutated_frames_are_refused_or_valid(
+            which in 0usize..6,
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let mut bytes = encode(&samples()[which]).unwrap();
+            for (i, b) in &flips {
+                let i = i.index(bytes.len());
+                bytes[i] ^= b;
+            }
+            let n = bytes.len();
+            let cut_bytes = &bytes[..cut.index(n + 1)];
+            for frame in [&bytes[..], cut_bytes] {
+                if let Ok(e) = decode(frame) {
+                    prop_assert!(e.validate().is_ok());
+                }
+            }
+        }
+    }
+}
