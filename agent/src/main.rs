@@ -2,7 +2,7 @@
 //! the resources it would offer (`tapfinger-agent discover`). The negotiation it will run is the
 //! sans-IO protocol of the `tapfinger` crate, the same one the simulator drives.
 
-mod discovery;
+use tapfinger_agent::discovery;
 
 use clap::{Parser, Subcommand};
 

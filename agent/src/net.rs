@@ -1,0 +1,361 @@
+//! The agent's network: a libp2p swarm (TCP with an optional private-network pre-shared key, noise,
+//! yamux; identify, ping, gossipsub, optional mDNS) that carries [`wire::Envelope`]s between agents.
+//!
+//! The swarm runs in its own tokio task; the agent talks to it through bounded channels only
+//! ([`Network::send`] and [`Network::next_event`]), so a slow consumer applies back-pressure
+//! instead of growing a queue without bound. Every inbound message is decoded with
+//! [`wire::decode`] (size-limited, validated): a malformed one is dropped, reported as
+//! [`NetEvent::Dropped`], and rejected to gossipsub so that it is not forwarded and its sender's
+//! score falls. With a pre-shared key, a peer without it cannot even finish the handshake; with an
+//! allowlist, a peer not on it is disconnected as soon as it connects and its messages are ignored.
+//!
+//! QUIC cannot carry the pre-shared key (pnet wraps a byte stream), so QUIC is only offered when no
+//! key is configured.
+
+use futures::StreamExt;
+use libp2p::core::transport::Transport as _;
+use libp2p::core::upgrade::Version;
+use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance, MessageAuthenticity};
+use libp2p::pnet::{PnetConfig, PreSharedKey};
+use libp2p::swarm::behaviour::toggle::Toggle;
+use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
+use libp2p::{Multiaddr, PeerId, Swarm, identify, identity, mdns, noise, ping, tcp, yamux};
+use std::collections::BTreeSet;
+use std::time::Duration;
+use tapfinger::wire::{self, Envelope, MAX_FRAME};
+use tokio::sync::mpsc;
+
+/// Gossipsub topic of a cluster (one per wire version, so versions never mix).
+pub fn topic(cluster: &str) -> IdentTopic {
+    IdentTopic::new(format!("tapfinger/{cluster}/v{}", wire::WIRE_VERSION))
+}
+
+/// Network settings.
+#[derive(Clone)]
+pub struct NetConfig {
+    /// Identity (peer id = hash of its public key).
+    pub keypair: identity::Keypair,
+    /// Cluster name (part of the topic).
+    pub cluster: String,
+    /// Addresses to listen on, e.g. `/ip4/0.0.0.0/tcp/7600`.
+    pub listen: Vec<Multiaddr>,
+    /// Peers to dial at start (and again when disconnected).
+    pub bootstrap: Vec<Multiaddr>,
+    /// Private-network key: peers without it cannot connect.
+    pub psk: Option<PreSharedKey>,
+    /// If set, only these peers may talk to us.
+    pub allow: Option<BTreeSet<PeerId>>,
+    /// Discover peers on the LAN with mDNS.
+    pub mdns: bool,
+    /// Capacity of the inbound and outbound channels.
+    pub channel: usize,
+}
+
+/// What the network reports.
+#[derive(Debug, Clone)]
+pub enum NetEvent {
+    /// Listening on an address.
+    Listening(Multiaddr),
+    /// A peer connected (and, with an allowlist, is on it).
+    PeerUp(PeerId),
+    /// The last connection to a peer closed.
+    PeerDown(PeerId),
+    /// A valid message from a peer.
+    Message {
+        /// Who sent it (the gossipsub source).
+        from: PeerId,
+        /// The message (boxed: it is much larger than the other events).
+        envelope: Box<Envelope>,
+    },
+    /// A message that failed decoding or validation, dropped.
+    Dropped {
+        /// Who propagated it.
+        from: PeerId,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Errors of the network layer.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// Building the transport or behaviour failed.
+    #[error("network setup: {0}")]
+    Setup(String),
+    /// Listening failed.
+    #[error("cannot listen on {addr}: {reason}")]
+    Listen {
+        /// Address.
+        addr: Multiaddr,
+        /// Cause.
+        reason: String,
+    },
+    /// The swarm task has stopped.
+    #[error("the network task has stopped")]
+    Closed,
+    /// A message could not be encoded.
+    #[error(transparent)]
+    Wire(#[from] wire::WireError),
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(NetworkBehaviour)]
+struct Behaviour {
+    gossipsub: gossipsub::Behaviour,
+    identify: identify::Behaviour,
+    ping: ping::Behaviour,
+    mdns: Toggle<mdns::tokio::Behaviour>,
+}
+
+/// A running network.
+pub struct Network {
+    /// Our peer id.
+    pub peer_id: PeerId,
+    out: mpsc::Sender<Vec<u8>>,
+    events: mpsc::Receiver<NetEvent>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Network {
+    /// Build the swarm, start listening and dialing, and run it in a background task.
+    pub async fn start(cfg: NetConfig) -> Result<Self, NetError> {
+        let setup = |e: &dyn std::fmt::Display| NetError::Setup(e.to_string());
+        let gossip_cfg = gossipsub::ConfigBuilder::default()
+            .max_transmit_size(MAX_FRAME + 4096)
+            .validation_mode(gossipsub::ValidationMode::Strict)
+            .validate_messages()
+            .heartbeat_interval(Duration::from_millis(500))
+            .build()
+            .map_err(|e| setup(&e))?;
+        let mdns_on = cfg.mdns;
+        let behaviour = move |key: &identity::Keypair| -> Result<Behaviour, BoxError> {
+            let gossipsub =
+                gossipsub::Behaviour::new(MessageAuthenticity::Signed(key.clone()), gossip_cfg)
+                    .map_err(BoxError::from)?;
+            let identify = identify::Behaviour::new(identify::Config::new(
+                "/tapfinger/1".into(),
+                key.public(),
+            ));
+            let ping = ping::Behaviour::new(ping::Config::new());
+            let mdns = if mdns_on {
+                Some(
+                    mdns::tokio::Behaviour::new(mdns::Config::default(), key.public().to_peer_id())
+                        .map_err(BoxError::from)?,
+                )
+            } else {
+                None
+            };
+            Ok(Behaviour {
+                gossipsub,
+                identify,
+                ping,
+                mdns: Toggle::from(mdns),
+            })
+        };
+        let swarm_cfg =
+            |c: libp2p::swarm::Config| c.with_idle_connection_timeout(Duration::from_secs(60));
+        let mut swarm: Swarm<Behaviour> = match cfg.psk {
+            Some(psk) => {
+                let pnet = PnetConfig::new(psk);
+                libp2p::SwarmBuilder::with_existing_identity(cfg.keypair.clone())
+                    .with_tokio()
+                    .with_other_transport(|key| -> Result<_, BoxError> {
+                        let noise = noise::Config::new(key)?;
+                        Ok(tcp::tokio::Transport::new(tcp::Config::default())
+                            .and_then(move |socket, _| pnet.handshake(socket))
+                            .upgrade(Version::V1Lazy)
+                            .authenticate(noise)
+                            .multiplex(yamux::Config::default()))
+                    })
+                    .map_err(|e| setup(&e))?
+                    .with_behaviour(behaviour)
+                    .map_err(|e| setup(&e))?
+                    .with_swarm_config(swarm_cfg)
+                    .build()
+            }
+            None => libp2p::SwarmBuilder::with_existing_identity(cfg.keypair.clone())
+                .with_tokio()
+                .with_tcp(
+                    tcp::Config::default(),
+                    noise::Config::new,
+                    yamux::Config::default,
+                )
+                .map_err(|e| setup(&e))?
+                .with_quic()
+                .with_behaviour(behaviour)
+                .map_err(|e| setup(&e))?
+                .with_swarm_config(swarm_cfg)
+                .build(),
+        };
+        let topic = topic(&cfg.cluster);
+        swarm
+            .behaviour_mut()
+            .gossipsub
+            .subscribe(&topic)
+            .map_err(|e| setup(&e))?;
+        for addr in &cfg.listen {
+            swarm
+                .listen_on(addr.clone())
+                .map_err(|e| NetError::Listen {
+                    addr: addr.clone(),
+                    reason: e.to_string(),
+                })?;
+        }
+        for addr in &cfg.bootstrap {
+            if let Err(e) = swarm.dial(addr.clone()) {
+                tracing::warn!(%addr, error = %e, "cannot dial bootstrap peer");
+            }
+        }
+        let peer_id = *swarm.local_peer_id();
+        let (out_tx, out_rx) = mpsc::channel(cfg.channel.max(1));
+        let (ev_tx, ev_rx) = mpsc::channel(cfg.channel.max(1));
+        let task = tokio::spawn(run(swarm, topic, cfg, out_rx, ev_tx));
+        Ok(Self {
+            peer_id,
+            out: out_tx,
+            events: ev_rx,
+            task,
+        })
+    }
+
+    /// Broadcast a message to every peer (waits while the outbound channel is full).
+    pub async fn send(&self, e: &Envelope) -> Result<(), NetError> {
+        let bytes = wire::encode(e)?;
+        self.out.send(bytes).await.map_err(|_| NetError::Closed)
+    }
+
+    /// Broadcast raw bytes without encoding or validation: only for tests of how peers treat
+    /// garbage (a real agent always goes through [`Network::send`]).
+    #[doc(hidden)]
+    pub async fn send_raw(&self, bytes: Vec<u8>) -> Result<(), NetError> {
+        self.out.send(bytes).await.map_err(|_| NetError::Closed)
+    }
+
+    /// The next event; `None` once the network has stopped.
+    pub async fn next_event(&mut self) -> Option<NetEvent> {
+        self.events.recv().await
+    }
+
+    /// Stop the swarm (connections close).
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn run(
+    mut swarm: Swarm<Behaviour>,
+    topic: IdentTopic,
+    cfg: NetConfig,
+    mut out: mpsc::Receiver<Vec<u8>>,
+    events: mpsc::Sender<NetEvent>,
+) {
+    let allowed = |p: &PeerId| cfg.allow.as_ref().is_none_or(|a| a.contains(p));
+    let mut redial = tokio::time::interval(Duration::from_secs(5));
+    redial.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            msg = out.recv() => {
+                let Some(bytes) = msg else { return };
+                // "No peers subscribed" is normal while alone; anything else is worth a log line.
+                if let Err(e) = swarm.behaviour_mut().gossipsub.publish(topic.clone(), bytes)
+                    && !matches!(e, gossipsub::PublishError::NoPeersSubscribedToTopic)
+                {
+                    tracing::warn!(error = %e, "publish failed");
+                }
+            }
+            _ = redial.tick() => {
+                // Keep trying bootstrap peers we are not connected to (a restarted peer returns).
+                if swarm.connected_peers().count() == 0 {
+                    for addr in &cfg.bootstrap {
+                        let _ = swarm.dial(addr.clone());
+                    }
+                }
+            }
+            ev = swarm.select_next_some() => {
+                let report = match ev {
+                    SwarmEvent::NewListenAddr { address, .. } => Some(NetEvent::Listening(address)),
+                    SwarmEvent::ConnectionEstablished { peer_id, num_established, .. } => {
+                        if !allowed(&peer_id) {
+                            tracing::warn!(%peer_id, "peer not on the allowlist: disconnecting");
+                            let _ = swarm.disconnect_peer_id(peer_id);
+                            None
+                        } else if num_established.get() == 1 {
+                            swarm.behaviour_mut().gossipsub.add_explicit_peer(&peer_id);
+                            Some(NetEvent::PeerUp(peer_id))
+                        } else {
+                            None
+                        }
+                    }
+                    SwarmEvent::ConnectionClosed { peer_id, num_established: 0, .. } if allowed(&peer_id) => {
+                        Some(NetEvent::PeerDown(peer_id))
+                    }
+                    SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Discovered(list))) => {
+                        for (peer, addr) in list {
+                            if allowed(&peer) {
+                                let _ = swarm.dial(addr);
+                            }
+                        }
+                        None
+                    }
+                    SwarmEvent::Behaviour(BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. })) => {
+                        tracing::debug!(%peer_id, agent = %info.agent_version, "identified peer");
+                        None
+                    }
+                    SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(gossipsub::Event::Message {
+                        propagation_source,
+                        message_id,
+                        message,
+                    })) => {
+                        let from = message.source.unwrap_or(propagation_source);
+                        let (acceptance, report) = if !allowed(&from) || !allowed(&propagation_source) {
+                            (MessageAcceptance::Reject, None)
+                        } else {
+                            match wire::decode(&message.data) {
+                                Ok(envelope) => (MessageAcceptance::Accept, Some(NetEvent::Message { from, envelope: Box::new(envelope) })),
+                                Err(e) => {
+                                    tracing::warn!(%from, error = %e, "dropped a malformed message");
+                                    (MessageAcceptance::Reject, Some(NetEvent::Dropped { from, reason: e.to_string() }))
+                                }
+                            }
+                        };
+                        swarm.behaviour_mut().gossipsub.report_message_validation_result(
+                            &message_id,
+                            &propagation_source,
+                            acceptance,
+                        );
+                        report
+                    }
+                    SwarmEvent::IncomingConnectionError { error, .. } => {
+                        tracing::debug!(error = %error, "incoming connection failed");
+                        None
+                    }
+                    SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
+                        tracing::debug!(?peer_id, error = %error, "outgoing connection failed");
+                        None
+                    }
+                    _ => None,
+                };
+                if let Some(r) = report
+                    && events.send(r).await.is_err()
+                {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Read a pre-shared key file in the go-libp2p / IPFS `swarm.key` format
+/// (`/key/swarm/psk/1.0.0/`, `/base16/`, 64 hex digits).
+pub fn parse_psk(text: &str) -> Result<PreSharedKey, String> {
+    text.parse::<PreSharedKey>().map_err(|e| {
+        format!("not a swarm key ({e}); expected the lines /key/swarm/psk/1.0.0/, /base16/ and 64 hex digits")
+    })
+}
