@@ -43,7 +43,7 @@ macro_rules! shipped {
 }
 
 /// Every shipped model.
-pub const SHIPPED: &[Shipped] = shipped!["hetero6"];
+pub const SHIPPED: &[Shipped] = shipped!["hetero6", "synthetic6-l3", "multitask3"];
 
 /// The model shipped for a scenario name, if any.
 pub fn shipped(scenario: &str) -> Option<&'static Shipped> {
