@@ -6,4 +6,5 @@
 //! store are not built yet.
 
 pub mod discovery;
+pub mod exec;
 pub mod net;
