@@ -118,6 +118,10 @@ enum Cmd {
         /// OS threads running episodes (default: all cores); results do not depend on it.
         #[arg(long)]
         threads: Option<usize>,
+        /// Greedy validation episodes after each iteration (0: none) [default: 4; a resumed run
+        /// keeps its own unless given].
+        #[arg(long)]
+        eval_episodes: Option<usize>,
     },
 }
 
@@ -252,6 +256,7 @@ fn run(cli: Cli) -> Result<()> {
             imitate,
             teacher,
             threads,
+            eval_episodes,
         } => {
             if !(minutes.is_finite() && minutes > 0.0) {
                 bail!("--minutes must be a positive number");
@@ -285,6 +290,9 @@ fn run(cli: Cli) -> Result<()> {
             };
             if let Some(t) = threads {
                 trainer.threads = t.max(1);
+            }
+            if let Some(n) = eval_episodes {
+                trainer.cfg.eval_episodes = n;
             }
             if let Some(lr) = lr {
                 if !(lr.is_finite() && lr > 0.0) {

@@ -258,6 +258,22 @@ fn the_shipped_model_is_the_default_and_beats_the_baselines_on_hetero6() {
     let jct = |i: usize| v["results"][i]["avg_jct"].as_f64().unwrap();
     assert!(jct(0) <= 4.5, "TapFinger on hetero6: {}", jct(0));
     assert!(jct(0) < jct(1) && jct(0) < jct(2), "{out}");
+    // Generalization: the hetero6 model on a 3-agent cluster still beats the baselines there.
+    let model = format!("{}/models/hetero6", env!("CARGO_MANIFEST_DIR"));
+    let (ok, out, err) = sim(&[
+        "compare",
+        "--scenario",
+        "hetero3",
+        "--policies",
+        "tapfinger,optimus,tiresias",
+        "--model",
+        &model,
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let jct = |i: usize| v["results"][i]["avg_jct"].as_f64().unwrap();
+    assert!(jct(0) < jct(1) && jct(0) < jct(2), "{out}");
     // A `LABEL=PATH` policy is reported under its label; a scenario without a shipped model
     // names the way out.
     let (ok, _, err) = sim(&[
