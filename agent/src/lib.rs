@@ -5,6 +5,7 @@
 //! carries the shared wire format between agents. The negotiation loop, executors, HTTP API and
 //! store are not built yet.
 
+pub mod config;
 pub mod discovery;
 pub mod exec;
 pub mod net;

@@ -1,0 +1,324 @@
+//! The agent's configuration (`agent.toml`; every setting can also be given as a flag, which wins)
+//! and what the box offers to the cluster.
+//!
+//! Unknown keys are refused (a misspelt `reserve` must not silently offer the whole box), and every
+//! error names its field. The offer is what discovery found, capped by `[offer]` and reduced by
+//! `[reserve]` (units kept for the host); offering more than the box has is an error, not a clamp,
+//! because an operator who writes `gpu = 2` on a box with one GPU has made a mistake worth hearing.
+
+use crate::discovery::Discovered;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// One GiB.
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Units per resource kind, as written in the config: `cpu` (cores), `gpu` (devices), `mem_gb`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Amounts {
+    /// CPU cores.
+    pub cpu: Option<f64>,
+    /// GPUs.
+    pub gpu: Option<f64>,
+    /// Memory in GiB.
+    pub mem_gb: Option<f64>,
+}
+
+/// `agent.toml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// Node name (default: the host name).
+    pub name: String,
+    /// Cluster name: agents only talk to agents of the same cluster.
+    pub cluster: String,
+    /// Where the agent keeps its store, identity key and task logs.
+    pub data_dir: PathBuf,
+    /// libp2p listen addresses.
+    pub listen: Vec<String>,
+    /// Peers to dial at start (multiaddrs ending in `/p2p/<peer id>`).
+    pub bootstrap: Vec<String>,
+    /// Find peers on the LAN with mDNS.
+    pub mdns: bool,
+    /// Private-network key file (`swarm.key` format): peers without it cannot connect.
+    pub cluster_key_file: Option<PathBuf>,
+    /// If not empty, only these peer ids may talk to this agent.
+    pub allow_peers: Vec<String>,
+    /// Address of the local HTTP API.
+    pub api: String,
+    /// Bearer-token file for the API (required when `api` is not a loopback address).
+    pub api_token_file: Option<PathBuf>,
+    /// Length of a decision round's deadline (ms).
+    pub round_ms: u64,
+    /// Length of a slot (ms): how often the cluster re-considers placements.
+    pub slot_ms: u64,
+    /// Heartbeat period (ms); a peer silent for 5 periods is considered gone.
+    pub heartbeat_ms: u64,
+    /// Policy: `tapfinger` (the shipped model) or a baseline name.
+    pub policy: String,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Placement labels of this node.
+    pub labels: BTreeMap<String, String>,
+    /// Caps on what is offered (default: everything discovered).
+    pub offer: Amounts,
+    /// Units kept for the host (subtracted from the offer).
+    pub reserve: Amounts,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            name: hostname(),
+            cluster: "default".into(),
+            data_dir: PathBuf::from("/var/lib/tapfinger"),
+            listen: vec!["/ip4/0.0.0.0/tcp/7600".into()],
+            bootstrap: Vec::new(),
+            mdns: false,
+            cluster_key_file: None,
+            allow_peers: Vec::new(),
+            api: "127.0.0.1:7601".into(),
+            api_token_file: None,
+            round_ms: 300,
+            slot_ms: 5000,
+            heartbeat_ms: 1000,
+            policy: "tapfinger".into(),
+            log_format: LogFormat::Human,
+            labels: BTreeMap::new(),
+            offer: Amounts::default(),
+            reserve: Amounts::default(),
+        }
+    }
+}
+
+fn hostname() -> String {
+    sysinfo::System::host_name().unwrap_or_else(|_| "edge-box".into())
+}
+
+/// A configuration error naming its field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ConfigError {
+    /// Dotted field path.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn err(field: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// What the box offers the cluster, in natural units.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Offer {
+    /// CPU cores.
+    pub cpus: f64,
+    /// GPUs (whole devices).
+    pub gpus: u32,
+    /// Memory in bytes.
+    pub memory_bytes: u64,
+}
+
+impl AgentConfig {
+    /// Parse `agent.toml`.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let cfg: Self = toml::from_str(text).map_err(|e| {
+            let m = e.message().to_string();
+            let field = m
+                .split('`')
+                .nth(1)
+                .filter(|_| m.starts_with("unknown field") || m.starts_with("missing field"))
+                .unwrap_or("config")
+                .to_string();
+            err(&field, e.to_string().trim().to_string())
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks that do not need the machine.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.name.trim().is_empty() {
+            return Err(err("name", "must not be empty"));
+        }
+        if self.cluster.trim().is_empty() {
+            return Err(err("cluster", "must not be empty"));
+        }
+        for (i, a) in self.listen.iter().enumerate() {
+            a.parse::<libp2p::Multiaddr>().map_err(|e| {
+                err(
+                    &format!("listen[{i}]"),
+                    format!("{a:?} is not a multiaddr ({e})"),
+                )
+            })?;
+        }
+        for (i, a) in self.bootstrap.iter().enumerate() {
+            a.parse::<libp2p::Multiaddr>().map_err(|e| {
+                err(
+                    &format!("bootstrap[{i}]"),
+                    format!("{a:?} is not a multiaddr ({e})"),
+                )
+            })?;
+        }
+        for (i, p) in self.allow_peers.iter().enumerate() {
+            p.parse::<libp2p::PeerId>().map_err(|e| {
+                err(
+                    &format!("allow_peers[{i}]"),
+                    format!("{p:?} is not a peer id ({e})"),
+                )
+            })?;
+        }
+        let api: std::net::SocketAddr = self.api.parse().map_err(|e| {
+            err(
+                "api",
+                format!("{:?} is not an address:port ({e})", self.api),
+            )
+        })?;
+        if !api.ip().is_loopback() && self.api_token_file.is_none() {
+            return Err(err(
+                "api_token_file",
+                format!(
+                    "required when the API listens on {} (not loopback)",
+                    api.ip()
+                ),
+            ));
+        }
+        for (field, v) in [
+            ("round_ms", self.round_ms),
+            ("slot_ms", self.slot_ms),
+            ("heartbeat_ms", self.heartbeat_ms),
+        ] {
+            if v == 0 {
+                return Err(err(field, "must be positive"));
+            }
+        }
+        if self.slot_ms < self.round_ms {
+            return Err(err("slot_ms", "must be at least round_ms"));
+        }
+        for (section, a) in [("offer", &self.offer), ("reserve", &self.reserve)] {
+            for (k, v) in [("cpu", a.cpu), ("gpu", a.gpu), ("mem_gb", a.mem_gb)] {
+                if let Some(v) = v
+                    && !(v.is_finite() && v >= 0.0)
+                {
+                    return Err(err(
+                        &format!("{section}.{k}"),
+                        format!("must be a non-negative number, got {v}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What this box offers: discovered, capped by `[offer]`, minus `[reserve]`.
+    pub fn offer(&self, d: &Discovered) -> Result<Offer, ConfigError> {
+        let pick = |k: &str, have: f64, cap: Option<f64>, keep: Option<f64>| {
+            let cap_v = cap.unwrap_or(have);
+            if cap_v > have {
+                return Err(err(
+                    &format!("offer.{k}"),
+                    format!("{cap_v} is more than this box has ({have})"),
+                ));
+            }
+            let left = cap_v - keep.unwrap_or(0.0);
+            if left < 0.0 {
+                return Err(err(
+                    &format!("reserve.{k}"),
+                    format!("{} is more than is offered ({cap_v})", keep.unwrap_or(0.0)),
+                ));
+            }
+            Ok(left)
+        };
+        let cpus = pick("cpu", d.cpus as f64, self.offer.cpu, self.reserve.cpu)?;
+        let gpus = pick("gpu", d.gpus.len() as f64, self.offer.gpu, self.reserve.gpu)?;
+        if gpus.fract() != 0.0 {
+            return Err(err("offer.gpu", "GPUs are offered as whole devices"));
+        }
+        let mem = pick(
+            "mem_gb",
+            d.memory_bytes as f64 / GIB,
+            self.offer.mem_gb,
+            self.reserve.mem_gb,
+        )?;
+        Ok(Offer {
+            cpus,
+            gpus: gpus as u32,
+            memory_bytes: (mem * GIB) as u64,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn box8() -> Discovered {
+        Discovered {
+            cpus: 8,
+            memory_bytes: 16 << 30,
+            gpus: Vec::new(),
+            gpu_note: Some("NVML unavailable".into()),
+        }
+    }
+
+    #[test]
+    fn the_example_config_is_valid() {
+        let text = include_str!("../../deploy/agent.toml");
+        let cfg = AgentConfig::from_toml(text).unwrap();
+        assert_eq!(cfg.labels["site"], "plant-3");
+        let offer = cfg.offer(&box8()).unwrap();
+        assert_eq!(offer.cpus, 7.0);
+        assert_eq!(offer.gpus, 0);
+        assert_eq!(offer.memory_bytes, 14 << 30);
+    }
+
+    #[test]
+    fn defaults_offer_the_whole_box() {
+        let cfg = AgentConfig::from_toml("").unwrap();
+        assert_eq!(cfg.api, "127.0.0.1:7601");
+        let o = cfg.offer(&box8()).unwrap();
+        assert_eq!((o.cpus, o.gpus, o.memory_bytes), (8.0, 0, 16 << 30));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            ("reserv = { cpu = 1 }", "reserv"),
+            ("listen = [\"not an address\"]", "listen[0]"),
+            ("bootstrap = [\"/ip4/1.2.3.4/tcp/x\"]", "bootstrap[0]"),
+            ("allow_peers = [\"nope\"]", "allow_peers[0]"),
+            ("api = \"0.0.0.0:7601\"", "api_token_file"),
+            ("api = \"localhost\"", "api"),
+            ("round_ms = 0", "round_ms"),
+            ("slot_ms = 100\nround_ms = 200", "slot_ms"),
+            ("reserve = { cpu = -1 }", "reserve.cpu"),
+            ("offer = { tpu = 1 }", "tpu"),
+            ("name = \"\"", "name"),
+        ];
+        for (text, field) in cases {
+            let e = AgentConfig::from_toml(text).unwrap_err();
+            assert_eq!(e.field, field, "{text:?}: {e}");
+        }
+        let over = AgentConfig::from_toml("offer = { gpu = 2 }").unwrap();
+        assert_eq!(over.offer(&box8()).unwrap_err().field, "offer.gpu");
+        let reserve = AgentConfig::from_toml("reserve = { cpu = 9 }").unwrap();
+        assert_eq!(reserve.offer(&box8()).unwrap_err().field, "reserve.cpu");
+    }
+}
