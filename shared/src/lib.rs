@@ -9,6 +9,7 @@
 pub mod baselines;
 pub mod graph;
 pub mod model;
+pub mod node;
 pub mod policy;
 pub mod protocol;
 pub mod resources;

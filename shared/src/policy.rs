@@ -47,3 +47,35 @@ pub trait Policy: Send {
         Vec::new()
     }
 }
+
+/// Check a policy's decision against the view it was made on and turn it into the protocol's
+/// proposal (the claim carries the node's headroom for the Bayes prior). Shared by every driver
+/// (simulator and agent) so that both refuse the same decisions.
+pub fn to_proposal(d: &Decision, v: &View<'_>) -> Result<crate::protocol::Proposal, String> {
+    use crate::protocol::{Claim, Proposal};
+    match d {
+        Decision::Pass => Ok(Proposal::Pass),
+        Decision::Claim { task, alloc, prob } => {
+            let Some(t) = v.window().find(|t| t.id == *task) else {
+                return Err(format!("claimed {task}, which is not in its window"));
+            };
+            let free = &v.node().free;
+            if !t.allows(alloc, free) {
+                return Err(format!(
+                    "allocation {alloc} for {task} is outside [min {}, cap {}]",
+                    t.min_demand,
+                    t.cap(free)
+                ));
+            }
+            if !(prob.is_finite() && (0.0..=1.0).contains(prob)) {
+                return Err(format!("selection probability {prob} outside [0, 1]"));
+            }
+            Ok(Proposal::Claim(Claim {
+                task: *task,
+                alloc: alloc.clone(),
+                prob: *prob,
+                headroom: free.headroom(&t.min_demand),
+            }))
+        }
+    }
+}

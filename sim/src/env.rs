@@ -14,8 +14,7 @@ use std::sync::Arc;
 use tapfinger::protocol::{Output, ProtocolConfig};
 use tapfinger::view::{ClusterView, NodeView, PendingView, RunningView};
 use tapfinger::{
-    Decision, NodeId, Policy, Proposal, Protocol, ProtocolError, Resources, Round, RoundOutcome,
-    Task, TaskId,
+    NodeId, Policy, Protocol, ProtocolError, Resources, Round, RoundOutcome, Task, TaskId,
 };
 
 /// Errors that end an episode.
@@ -393,14 +392,15 @@ impl Simulator {
                         continue;
                     };
                     let decision = policies[i].decide(&v, &mut rngs[i]);
-                    let proposal = check_decision(&decision, &v).map_err(|reason| {
-                        SimError::PolicyViolation {
-                            policy: policies[i].name().to_string(),
-                            agent: ids[i],
-                            slot,
-                            reason,
-                        }
-                    })?;
+                    let proposal =
+                        tapfinger::policy::to_proposal(&decision, &v).map_err(|reason| {
+                            SimError::PolicyViolation {
+                                policy: policies[i].name().to_string(),
+                                agent: ids[i],
+                                slot,
+                                reason,
+                            }
+                        })?;
                     let now = slot * 1_000_000 + u64::from(steps);
                     let out = protocols[i]
                         .propose(proposal, now)
@@ -609,34 +609,6 @@ fn collect(
 }
 
 /// Turn a policy's decision into a proposal, refusing what the rules forbid.
-fn check_decision(d: &Decision, v: &tapfinger::View<'_>) -> Result<Proposal, String> {
-    match d {
-        Decision::Pass => Ok(Proposal::Pass),
-        Decision::Claim { task, alloc, prob } => {
-            let Some(t) = v.window().find(|t| t.id == *task) else {
-                return Err(format!("claimed {task}, which is not in its window"));
-            };
-            let free = &v.node().free;
-            if !t.allows(alloc, free) {
-                return Err(format!(
-                    "allocation {alloc} for {task} is outside [min {}, cap {}]",
-                    t.min_demand,
-                    t.cap(free)
-                ));
-            }
-            if !(prob.is_finite() && (0.0..=1.0).contains(prob)) {
-                return Err(format!("selection probability {prob} outside [0, 1]"));
-            }
-            Ok(Proposal::Claim(tapfinger::Claim {
-                task: *task,
-                alloc: alloc.clone(),
-                prob: *prob,
-                headroom: free.headroom(&t.min_demand),
-            }))
-        }
-    }
-}
-
 fn node_free(capacity: &Resources, running: &[usize], live: &[Live]) -> Resources {
     let mut free = capacity.clone();
     for &t in running {
