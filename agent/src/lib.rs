@@ -6,6 +6,7 @@
 //! store are not built yet.
 
 pub mod config;
+pub mod daemon;
 pub mod discovery;
 pub mod exec;
 pub mod net;

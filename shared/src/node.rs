@@ -176,6 +176,33 @@ impl NodeCore {
         &self.tasks
     }
 
+    /// The current slot (what a task submitted now records as its arrival).
+    pub fn slot(&self) -> u64 {
+        self.protocol.round().slot
+    }
+
+    /// Names of this node and its live peers.
+    pub fn node_names(&self) -> BTreeMap<NodeId, String> {
+        let mut m: BTreeMap<NodeId, String> = self
+            .peers
+            .iter()
+            .map(|(id, p)| (*id, p.state.name.clone()))
+            .collect();
+        m.insert(self.cfg.me, self.cfg.name.clone());
+        m
+    }
+
+    /// Labels of this node and its live peers.
+    pub fn node_labels(&self) -> BTreeMap<NodeId, BTreeMap<String, String>> {
+        let mut m: BTreeMap<NodeId, BTreeMap<String, String>> = self
+            .peers
+            .iter()
+            .map(|(id, p)| (*id, p.state.labels.clone()))
+            .collect();
+        m.insert(self.cfg.me, self.cfg.labels.clone());
+        m
+    }
+
     /// Live peers.
     pub fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.peers.keys().copied()

@@ -1,0 +1,278 @@
+//! The agent's event loop: binds the sans-IO [`NodeCore`] to the network ([`crate::net`]), an
+//! [`Executor`] and the wall clock.
+//!
+//! One tokio task owns the core; everything reaches it through bounded channels (network events,
+//! executor events, commands from the API or tests), and a 10 ms ticker drives its timers. Actions
+//! are carried out in order: broadcasts go to the network, starts and stops to the executor. The
+//! loop publishes a [`Status`] snapshot after every step for the API and tests to read.
+
+use crate::exec::{Allocation, ExecEvent, Executor};
+use crate::net::{NetEvent, Network};
+use libp2p::PeerId;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use tapfinger::node::{Action, NodeCore, TaskState};
+use tapfinger::resources::ResourceSpace;
+use tapfinger::spec::{Placement, SpecError, TaskSpec};
+use tapfinger::{NodeId, Resources, TaskId};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// The node id of a peer: a hash of its peer id, so every agent derives the same one.
+pub fn node_id(peer: &PeerId) -> NodeId {
+    // FNV-1a over the peer id's bytes.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in peer.to_bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    NodeId(h)
+}
+
+/// A command for the loop.
+pub enum Command {
+    /// Submit a task spec; the reply is its id or why it was refused.
+    Submit(TaskSpec, oneshot::Sender<Result<TaskId, SpecError>>),
+    /// Hand running tasks back to the cluster and stop.
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// What the loop publishes after every step.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Status {
+    /// This node.
+    pub id: Option<NodeId>,
+    /// Live peers.
+    pub peers: Vec<NodeId>,
+    /// Units allocated here.
+    pub used: Option<Resources>,
+    /// Capacity offered.
+    pub capacity: Option<Resources>,
+    /// Every known task and its state.
+    pub tasks: BTreeMap<TaskId, TaskState>,
+    /// Tasks this node ran to completion (exit code 0 or not), in order.
+    pub finished_here: Vec<TaskId>,
+    /// Malformed messages dropped.
+    pub dropped: u64,
+}
+
+/// Converts grid units to what an executor needs (natural units of each kind).
+pub type ToAllocation = Box<dyn Fn(&Resources) -> Allocation + Send>;
+
+/// A running agent.
+pub struct Agent {
+    /// Command channel.
+    pub commands: mpsc::Sender<Command>,
+    /// Status snapshots.
+    pub status: watch::Receiver<Status>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Agent {
+    /// Submit a task and wait for its id.
+    pub async fn submit(&self, spec: TaskSpec) -> Result<TaskId, String> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Submit(spec, tx))
+            .await
+            .map_err(|_| "agent stopped".to_string())?;
+        rx.await
+            .map_err(|_| "agent stopped".to_string())?
+            .map_err(|e| e.to_string())
+    }
+
+    /// Stop abruptly, as a SIGKILL would: no hand-back, no goodbye.
+    pub fn kill(&self) {
+        self.task.abort();
+    }
+
+    /// Hand back running tasks and stop.
+    pub async fn shutdown(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::Shutdown(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+/// Everything the loop needs.
+pub struct Parts {
+    /// The node core.
+    pub core: NodeCore,
+    /// The network.
+    pub net: Network,
+    /// The executor and its events.
+    pub executor: Box<dyn Executor>,
+    /// Executor events.
+    pub exec_events: mpsc::Receiver<ExecEvent>,
+    /// Grid units → executor allocation.
+    pub to_allocation: ToAllocation,
+    /// Resource kinds (for validating specs).
+    pub space: ResourceSpace,
+    /// Task type names (for validating specs).
+    pub types: Vec<String>,
+}
+
+/// Start the loop.
+pub fn spawn(parts: Parts) -> Agent {
+    let (cmd_tx, cmd_rx) = mpsc::channel(64);
+    let (status_tx, status_rx) = watch::channel(Status::default());
+    let task = tokio::spawn(run(parts, cmd_rx, status_tx));
+    Agent {
+        commands: cmd_tx,
+        status: status_rx,
+        task,
+    }
+}
+
+async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch::Sender<Status>) {
+    let epoch = Instant::now();
+    let now_ms = || epoch.elapsed().as_millis() as u64;
+    let me = p.core.id();
+    let mut next_local: u32 = 0;
+    let mut stopped_here: std::collections::BTreeSet<TaskId> = Default::default();
+    let mut finished_here = Vec::new();
+    let mut dropped = 0u64;
+    let mut ticker = tokio::time::interval(Duration::from_millis(10));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        let actions = tokio::select! {
+            _ = ticker.tick() => p.core.tick(now_ms()),
+            ev = p.net.next_event() => match ev {
+                Some(NetEvent::Message { from, envelope }) => {
+                    // The sender must be who it claims: its node id derives from its peer id.
+                    if envelope.from == node_id(&from) {
+                        p.core.on_message(*envelope, now_ms())
+                    } else {
+                        dropped += 1;
+                        Vec::new()
+                    }
+                }
+                Some(NetEvent::Dropped { .. }) => { dropped += 1; Vec::new() }
+                Some(_) => Vec::new(),
+                None => return,
+            },
+            ev = p.exec_events.recv() => match ev {
+                Some(ExecEvent::Progress { task, progress, .. }) => { p.core.on_progress(task, progress); Vec::new() }
+                Some(ExecEvent::Exited { task, code }) => {
+                    let stopped = stopped_here.remove(&task);
+                    if !stopped {
+                        finished_here.push(task);
+                    }
+                    p.core.on_exit(task, code, stopped)
+                }
+                None => return,
+            },
+            cmd = commands.recv() => match cmd {
+                Some(Command::Submit(spec, reply)) => {
+                    match validate(&p, &spec, me, next_local) {
+                        Ok(task) => {
+                            next_local += 1;
+                            let id = task.id;
+                            let _ = reply.send(Ok(id));
+                            p.core.submit(task, spec)
+                        }
+                        Err(e) => { let _ = reply.send(Err(e)); Vec::new() }
+                    }
+                }
+                Some(Command::Shutdown(done)) => {
+                    let actions = p.core.shutdown();
+                    for a in actions {
+                        match a {
+                            Action::Broadcast(e) => { let _ = p.net.send(&e).await; }
+                            Action::Stop { task } => p.executor.stop(task),
+                            Action::Start { .. } => {}
+                        }
+                    }
+                    // Give the hand-back messages a moment to leave.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let _ = done.send(());
+                    return;
+                }
+                None => return,
+            },
+        };
+        for a in actions {
+            match a {
+                Action::Broadcast(e) => {
+                    if let Err(err) = p.net.send(&e).await {
+                        tracing::warn!(error = %err, "cannot broadcast");
+                    }
+                }
+                Action::Start { task, spec, alloc } => {
+                    let allocation = (p.to_allocation)(&alloc);
+                    match p.executor.start(task, &spec, &allocation) {
+                        Ok(enforcement) => tracing::info!(%task, %alloc, ?enforcement, "started"),
+                        Err(e) => {
+                            tracing::warn!(%task, error = %e, "cannot start");
+                            let more = p.core.on_exit(task, None, false);
+                            for m in more {
+                                if let Action::Broadcast(e) = m {
+                                    let _ = p.net.send(&e).await;
+                                }
+                            }
+                        }
+                    }
+                }
+                Action::Stop { task } => {
+                    stopped_here.insert(task);
+                    p.executor.stop(task);
+                }
+            }
+        }
+        let snapshot = Status {
+            id: Some(me),
+            peers: p.core.peers().collect(),
+            used: Some(p.core.used()),
+            capacity: Some(
+                p.core
+                    .view()
+                    .nodes
+                    .iter()
+                    .find(|n| n.id == me)
+                    .map(|n| n.capacity.clone())
+                    .unwrap_or_default(),
+            ),
+            tasks: p
+                .core
+                .tasks()
+                .iter()
+                .map(|(id, t)| (*id, t.state.clone()))
+                .collect(),
+            finished_here: finished_here.clone(),
+            dropped,
+        };
+        status.send_if_modified(|s| {
+            if *s == snapshot {
+                false
+            } else {
+                *s = snapshot;
+                true
+            }
+        });
+    }
+}
+
+/// Validate a submitted spec against the nodes this agent knows (itself and its peers).
+fn validate(
+    p: &Parts,
+    spec: &TaskSpec,
+    me: NodeId,
+    local: u32,
+) -> Result<tapfinger::Task, SpecError> {
+    let view = p.core.view();
+    let names = p.core.node_names();
+    let labels = p.core.node_labels();
+    let empty = BTreeMap::new();
+    let placements: Vec<Placement<'_>> = view
+        .nodes
+        .iter()
+        .map(|n| Placement {
+            id: n.id,
+            name: names.get(&n.id).map_or("", String::as_str),
+            labels: labels.get(&n.id).unwrap_or(&empty),
+            capacity: &n.capacity,
+        })
+        .collect();
+    let id = TaskId((u64::from(me.0) << 32) | u64::from(local));
+    spec.validate(&p.space, &p.types, &placements, id, p.core.slot())
+}

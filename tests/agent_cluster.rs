@@ -1,0 +1,212 @@
+//! Real agents on loopback: each runs the node core, the libp2p network (with a cluster key) and
+//! a simulated executor, in this process. Checked from the agents' own state: tasks submitted at
+//! different agents all finish exactly once, no agent ever allocates more than its capacity, and
+//! an agent killed mid-run loses no task.
+#![allow(clippy::unwrap_used)]
+
+use libp2p::pnet::PreSharedKey;
+use libp2p::{Multiaddr, identity};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tapfinger::baselines::{self, BaselineContext};
+use tapfinger::node::{NodeConfig, NodeCore};
+use tapfinger::resources::{ResourceKind, ResourceSpace};
+use tapfinger::spec::TaskSpec;
+use tapfinger::{Resources, TaskId};
+use tapfinger_agent::daemon::{self, Agent, Parts, Status, node_id};
+use tapfinger_agent::exec::{Allocation, SimulatedExecutor};
+use tapfinger_agent::net::{NetConfig, NetEvent, Network};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, timeout};
+
+const CAPACITY: u32 = 4;
+
+async fn agent(name: &str, bootstrap: Vec<Multiaddr>, rate: f64) -> (Agent, Multiaddr) {
+    let cfg = NetConfig {
+        keypair: identity::Keypair::generate_ed25519(),
+        cluster: "it".into(),
+        listen: vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()],
+        bootstrap,
+        psk: Some(PreSharedKey::new([42; 32])),
+        allow: None,
+        mdns: false,
+        channel: 256,
+    };
+    let mut net = Network::start(cfg).await.unwrap();
+    let addr = loop {
+        match timeout(Duration::from_secs(10), net.next_event()).await {
+            Ok(Some(NetEvent::Listening(a))) => break a,
+            Ok(Some(_)) => continue,
+            other => panic!("no listen address: {other:?}"),
+        }
+    };
+    let addr: Multiaddr = format!("{addr}/p2p/{}", net.peer_id).parse().unwrap();
+    let me = node_id(&net.peer_id);
+    let node = NodeConfig {
+        me,
+        name: name.into(),
+        capacity: Resources(vec![CAPACITY]),
+        labels: BTreeMap::new(),
+        incarnation: 1,
+        num_types: 1,
+        window: 10,
+        slot_ms: 150,
+        round_ms: 100,
+        heartbeat_ms: 100,
+        peer_timeout_ms: 800,
+    };
+    let ctx = BaselineContext {
+        num_types: 1,
+        cpu_kind: 0,
+        gpu_kind: 0,
+        profile: Vec::new(),
+    };
+    let policy = baselines::by_name("min", &ctx).unwrap();
+    let core = NodeCore::new(node, policy, u64::from(me.0));
+    let (tx, rx) = mpsc::channel(256);
+    let speed = Arc::new(move |_: &TaskSpec, a: &Allocation| rate * a.cpus);
+    let executor = SimulatedExecutor::new(tx, Duration::from_millis(20), speed);
+    let space = ResourceSpace::new(vec![ResourceKind {
+        name: "cpu".into(),
+        unit: "core".into(),
+        step: 1.0,
+    }])
+    .unwrap();
+    let agent = daemon::spawn(Parts {
+        core,
+        net,
+        executor: Box::new(executor),
+        exec_events: rx,
+        to_allocation: Box::new(|r: &Resources| Allocation {
+            cpus: f64::from(r.get(0)),
+            ..Allocation::default()
+        }),
+        space,
+        types: vec!["job".into()],
+    });
+    (agent, addr)
+}
+
+fn spec() -> TaskSpec {
+    TaskSpec::from_toml("command = [\"train\"]\nmin_demand = { cpu = 1 }\n").unwrap()
+}
+
+fn statuses(agents: &[&Agent]) -> Vec<Status> {
+    agents.iter().map(|a| a.status.borrow().clone()).collect()
+}
+
+/// Poll until `done` holds (checking capacity on every poll), or panic after `limit`.
+async fn wait(agents: &[&Agent], limit: Duration, what: &str, done: impl Fn(&[Status]) -> bool) {
+    let end = Instant::now() + limit;
+    loop {
+        let s = statuses(agents);
+        for st in &s {
+            if let (Some(used), Some(_)) = (&st.used, &st.capacity) {
+                assert!(
+                    used.get(0) <= CAPACITY,
+                    "{:?} allocates {used} > {CAPACITY}",
+                    st.id
+                );
+            }
+        }
+        if done(&s) {
+            return;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}: {s:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn finished(s: &[Status]) -> Vec<TaskId> {
+    s.iter()
+        .flat_map(|st| st.finished_here.iter().copied())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_tasks_finish_exactly_once_within_capacity() {
+    let (a, addr) = agent("a", vec![], 0.1).await;
+    let (b, _) = agent("b", vec![addr.clone()], 0.1).await;
+    let (c, _) = agent("c", vec![addr], 0.1).await;
+    let all = [&a, &b, &c];
+    wait(&all, Duration::from_secs(20), "peers", |s| {
+        s.iter().all(|st| st.peers.len() == 2)
+    })
+    .await;
+    let mut ids = BTreeSet::new();
+    for i in 0..30 {
+        let id = all[i % 3].submit(spec()).await.unwrap();
+        assert!(ids.insert(id), "duplicate id {id}");
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    // A bad spec is refused with the field named.
+    let bad = TaskSpec::from_toml("command = [\"x\"]\nmin_demand = { cpu = 9 }\n").unwrap();
+    let e = a.submit(bad).await.unwrap_err();
+    assert!(e.contains("min_demand"), "{e}");
+    wait(&all, Duration::from_secs(60), "30 tasks", |s| {
+        finished(s).len() >= 30
+    })
+    .await;
+    // Let late notices arrive, then check: each task finished once, on one agent.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let f = finished(&statuses(&all));
+    let unique: BTreeSet<TaskId> = f.iter().copied().collect();
+    assert_eq!(f.len(), 30, "some task ran to completion twice: {f:?}");
+    assert_eq!(unique, ids);
+    let per_agent: Vec<usize> = statuses(&all)
+        .iter()
+        .map(|s| s.finished_here.len())
+        .collect();
+    assert!(
+        per_agent.iter().filter(|n| **n > 0).count() >= 2,
+        "the work was not shared: {per_agent:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_agent_loses_no_task() {
+    let (a, addr) = agent("a", vec![], 0.05).await;
+    let (b, _) = agent("b", vec![addr.clone()], 0.05).await;
+    let (c, _) = agent("c", vec![addr], 0.05).await;
+    let all = [&a, &b, &c];
+    wait(&all, Duration::from_secs(20), "peers", |s| {
+        s.iter().all(|st| st.peers.len() == 2)
+    })
+    .await;
+    let mut ids = BTreeSet::new();
+    for i in 0..18 {
+        ids.insert(all[i % 3].submit(spec()).await.unwrap());
+    }
+    let c_id = c.status.borrow().id.unwrap();
+    // Wait until c runs something, then kill it (no hand-back, like SIGKILL).
+    wait(&all, Duration::from_secs(20), "c to run a task", |s| {
+        s[2].used.as_ref().is_some_and(|u| u.get(0) > 0)
+    })
+    .await;
+    let on_c: BTreeSet<TaskId> = c
+        .status
+        .borrow()
+        .tasks
+        .iter()
+        .filter(|(_, st)| matches!(st, tapfinger::node::TaskState::Running { node, .. } if *node == c_id))
+        .map(|(id, _)| *id)
+        .collect();
+    let done_by_c: BTreeSet<TaskId> = c.status.borrow().finished_here.iter().copied().collect();
+    c.kill();
+    assert!(!on_c.is_empty());
+    let survivors = [&a, &b];
+    wait(&survivors, Duration::from_secs(60), "every task", |s| {
+        let mut f: BTreeSet<TaskId> = finished(s).into_iter().collect();
+        f.extend(done_by_c.iter().copied());
+        f == ids
+    })
+    .await;
+    let f = finished(&statuses(&survivors));
+    for t in &on_c {
+        assert!(
+            f.contains(t),
+            "{t} was running on the killed agent and never finished"
+        );
+    }
+}
