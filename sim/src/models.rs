@@ -43,7 +43,15 @@ macro_rules! shipped {
 }
 
 /// Every shipped model.
-pub const SHIPPED: &[Shipped] = shipped!["hetero6", "synthetic6-l3", "multitask3"];
+pub const SHIPPED: &[Shipped] = shipped![
+    "hetero6",
+    "synthetic6-l3",
+    "multitask3",
+    "synthetic3",
+    "synthetic6-l2",
+    "synthetic6-l4",
+    "edge-synergy",
+];
 
 /// The model shipped for a scenario name, if any.
 pub fn shipped(scenario: &str) -> Option<&'static Shipped> {
