@@ -210,3 +210,79 @@ async fn a_killed_agent_loses_no_task() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_api_accepts_lists_refuses_and_guards() {
+    use tapfinger_agent::api::{ApiState, router};
+    use tapfinger_agent::run::http;
+    let (a, _) = agent("a", vec![], 0.2).await;
+    let serve = |token: Option<String>| {
+        let app = router(ApiState {
+            commands: a.commands.clone(),
+            status: a.status.clone(),
+            token,
+        });
+        async move {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap().to_string();
+            tokio::spawn(async move { axum::serve(l, app).await });
+            addr
+        }
+    };
+    let api = serve(None).await;
+    wait(&[&a], Duration::from_secs(10), "first heartbeat", |s| {
+        s[0].capacity.is_some()
+    })
+    .await;
+    let good = r#"{"command": ["train"], "min_demand": {"cpu": 1}}"#;
+    let (code, body) = http(&api, "POST", "/v1/tasks", Some(good.into()), None)
+        .await
+        .unwrap();
+    assert_eq!(code, 201, "{body}");
+    let id: serde_json::Value = serde_json::from_str(&body).unwrap();
+    for (spec, field) in [
+        (r#"{"min_demand": {"cpu": 1}}"#, "command"),
+        (
+            r#"{"command": ["x"], "min_demand": {"cpu": 0}}"#,
+            "min_demand",
+        ),
+        (
+            r#"{"command": ["x"], "min_demand": {"cpu": -1}}"#,
+            "min_demand.cpu",
+        ),
+        (
+            r#"{"command": ["x"], "min_demand": {"cpu": 99}}"#,
+            "min_demand",
+        ),
+        (
+            r#"{"command": ["x"], "min_demand": {"cpu": 1}, "gpus": 2}"#,
+            "gpus",
+        ),
+        ("not json", "spec"),
+    ] {
+        let (code, body) = http(&api, "POST", "/v1/tasks", Some(spec.into()), None)
+            .await
+            .unwrap();
+        assert_eq!(code, 400, "{spec}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["field"], field, "{spec}: {body}");
+    }
+    let (code, body) = http(&api, "GET", "/v1/tasks", None, None).await.unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains(&id["id"].to_string()), "{body}");
+    let (code, body) = http(&api, "GET", "/metrics", None, None).await.unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains("tapfinger_tasks{state="), "{body}");
+    let (code, _) = http(&api, "GET", "/v1/tasks/12345", None, None)
+        .await
+        .unwrap();
+    assert_eq!(code, 404);
+    // With a token configured, requests without it are refused.
+    let guarded = serve(Some("s3cret".into())).await;
+    let (code, _) = http(&guarded, "GET", "/v1/node", None, None).await.unwrap();
+    assert_eq!(code, 401);
+    let (code, _) = http(&guarded, "GET", "/v1/node", None, Some("s3cret"))
+        .await
+        .unwrap();
+    assert_eq!(code, 200);
+}

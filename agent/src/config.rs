@@ -67,7 +67,8 @@ pub struct AgentConfig {
     pub slot_ms: u64,
     /// Heartbeat period (ms); a peer silent for 5 periods is considered gone.
     pub heartbeat_ms: u64,
-    /// Policy: `tapfinger` (the shipped model) or a baseline name.
+    /// Policy: a baseline name (`tiresias-np`, `drf`, `min`, ...). The learned policy is not yet
+    /// available in the agent.
     pub policy: String,
     /// Log format.
     pub log_format: LogFormat,
@@ -95,7 +96,7 @@ impl Default for AgentConfig {
             round_ms: 300,
             slot_ms: 5000,
             heartbeat_ms: 1000,
-            policy: "tapfinger".into(),
+            policy: "tiresias-np".into(),
             log_format: LogFormat::Human,
             labels: BTreeMap::new(),
             offer: Amounts::default(),

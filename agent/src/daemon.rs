@@ -148,7 +148,12 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                     }
                 }
                 Some(NetEvent::Dropped { .. }) => { dropped += 1; Vec::new() }
-                Some(_) => Vec::new(),
+                Some(NetEvent::Listening(addr)) => {
+                    tracing::info!(address = %format!("{addr}/p2p/{}", p.net.peer_id), "listening");
+                    Vec::new()
+                }
+                Some(NetEvent::PeerUp(peer)) => { tracing::info!(%peer, "peer connected"); Vec::new() }
+                Some(NetEvent::PeerDown(peer)) => { tracing::info!(%peer, "peer disconnected"); Vec::new() }
                 None => return,
             },
             ev = p.exec_events.recv() => match ev {

@@ -1,12 +1,15 @@
 //! `tapfinger-agent` as a library: the pieces of the edge daemon (issue #4, in progress), usable by
 //! the binary and by the integration tests that start several agents on loopback.
 //!
-//! Built so far: resource discovery ([`discovery`]) and the libp2p network layer ([`net`]) that
-//! carries the shared wire format between agents. The negotiation loop, executors, HTTP API and
-//! store are not built yet.
+//! [`config`] (agent.toml), [`discovery`] (what the box has), [`net`] (libp2p), [`exec`] (process
+//! and simulated executors), [`daemon`] (the event loop around the shared node state machine),
+//! [`api`] (local HTTP API), [`run`] (assembles the daemon). Not built yet: the durable task store
+//! and restart recovery, the learned policy in the agent.
 
+pub mod api;
 pub mod config;
 pub mod daemon;
 pub mod discovery;
 pub mod exec;
 pub mod net;
+pub mod run;

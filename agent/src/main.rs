@@ -1,6 +1,6 @@
-//! `tapfinger-agent`: the daemon for every edge box. Work in progress (issue #4): today it reports
-//! the resources it would offer (`tapfinger-agent discover`). The negotiation it will run is the
-//! sans-IO protocol of the `tapfinger` crate, the same one the simulator drives.
+//! `tapfinger-agent`: the daemon for every edge box (`run`), and the CLI that talks to a running
+//! daemon's local API (`submit`, `tasks`, `show`, `node`, `peers`). Thin: the work is in the
+//! library (`tapfinger_agent::run` and the modules it assembles).
 
 use tapfinger_agent::config::AgentConfig;
 use tapfinger_agent::discovery;
@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "tapfinger-agent",
     version,
-    about = "tapfinger edge agent (work in progress: discovery and configuration checks; the daemon is not built yet)"
+    about = "tapfinger edge agent: negotiates tasks with its peers over libp2p and runs them with enforced shares"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -20,6 +20,65 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Run the daemon until SIGINT/SIGTERM (running tasks are handed back on exit).
+    Run {
+        /// Path to agent.toml.
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        /// Overrides `name`.
+        #[arg(long)]
+        name: Option<String>,
+        /// Overrides `listen` (repeatable).
+        #[arg(long)]
+        listen: Vec<String>,
+        /// Overrides `bootstrap` (repeatable).
+        #[arg(long)]
+        bootstrap: Vec<String>,
+        /// Overrides `api`.
+        #[arg(long)]
+        api: Option<String>,
+        /// Overrides `data_dir`.
+        #[arg(long)]
+        data_dir: Option<std::path::PathBuf>,
+        /// Overrides `cluster_key_file`.
+        #[arg(long)]
+        cluster_key_file: Option<std::path::PathBuf>,
+        /// Overrides `policy`.
+        #[arg(long)]
+        policy: Option<String>,
+        /// Overrides `log_format`.
+        #[arg(long, value_enum)]
+        log_format: Option<tapfinger_agent::config::LogFormat>,
+    },
+    /// Submit a task spec (TOML) to a running agent.
+    Submit {
+        /// The task spec.
+        file: std::path::PathBuf,
+        #[command(flatten)]
+        client: Client,
+    },
+    /// List the tasks a running agent knows.
+    Tasks {
+        #[command(flatten)]
+        client: Client,
+    },
+    /// Show one task.
+    Show {
+        /// Task id.
+        id: String,
+        #[command(flatten)]
+        client: Client,
+    },
+    /// Show the agent's node.
+    Node {
+        #[command(flatten)]
+        client: Client,
+    },
+    /// List the agent's live peers.
+    Peers {
+        #[command(flatten)]
+        client: Client,
+    },
     /// Check a configuration file and print what this box would offer the cluster.
     Check {
         /// Path to agent.toml (default: built-in defaults).
@@ -34,16 +93,57 @@ enum Cmd {
     },
 }
 
-fn check(path: Option<&std::path::Path>) -> anyhow::Result<()> {
+#[derive(clap::Args)]
+struct Client {
+    /// The agent's API address.
+    #[arg(long, default_value = "127.0.0.1:7601")]
+    api: String,
+    /// Bearer token file (when the API requires one).
+    #[arg(long)]
+    token_file: Option<std::path::PathBuf>,
+}
+
+fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<AgentConfig> {
     use anyhow::Context;
-    let cfg = match path {
+    match path {
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .with_context(|| format!("cannot read {}", p.display()))?;
-            AgentConfig::from_toml(&text).with_context(|| format!("{}", p.display()))?
+            Ok(AgentConfig::from_toml(&text).with_context(|| format!("{}", p.display()))?)
         }
-        None => AgentConfig::default(),
+        None => Ok(AgentConfig::default()),
+    }
+}
+
+fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyhow::Result<()> {
+    let token = match &client.token_file {
+        Some(p) => Some(std::fs::read_to_string(p)?.trim().to_string()),
+        None => None,
     };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (status, body) = rt.block_on(tapfinger_agent::run::http(
+        &client.api,
+        method,
+        path,
+        body,
+        token.as_deref(),
+    ))?;
+    let pretty = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or(body);
+    if (200..300).contains(&status) {
+        println!("{pretty}");
+        Ok(())
+    } else {
+        anyhow::bail!("HTTP {status}: {pretty}")
+    }
+}
+
+fn check(path: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let cfg = load_config(path)?;
     let d = discovery::discover()?;
     let offer = cfg.offer(&d)?;
     println!("name     {}", cfg.name);
@@ -65,6 +165,61 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Check { config } => check(config.as_deref()),
+        Cmd::Run {
+            config,
+            name,
+            listen,
+            bootstrap,
+            api,
+            data_dir,
+            cluster_key_file,
+            policy,
+            log_format,
+        } => load_config(config.as_deref()).and_then(|mut cfg| {
+            if let Some(v) = name {
+                cfg.name = v;
+            }
+            if !listen.is_empty() {
+                cfg.listen = listen;
+            }
+            if !bootstrap.is_empty() {
+                cfg.bootstrap = bootstrap;
+            }
+            if let Some(v) = api {
+                cfg.api = v;
+            }
+            if let Some(v) = data_dir {
+                cfg.data_dir = v;
+            }
+            if let Some(v) = cluster_key_file {
+                cfg.cluster_key_file = Some(v);
+            }
+            if let Some(v) = policy {
+                cfg.policy = v;
+            }
+            if let Some(v) = log_format {
+                cfg.log_format = v;
+            }
+            tapfinger_agent::run::init_logging(cfg.log_format);
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(tapfinger_agent::run::run(cfg))
+        }),
+        Cmd::Submit { file, client } => (|| {
+            let text = std::fs::read_to_string(&file)?;
+            let spec = tapfinger::spec::TaskSpec::from_toml(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            call(
+                &client,
+                "POST",
+                "/v1/tasks",
+                Some(serde_json::to_string(&spec)?),
+            )
+        })(),
+        Cmd::Tasks { client } => call(&client, "GET", "/v1/tasks", None),
+        Cmd::Show { id, client } => tapfinger_agent::run::task_id(&id)
+            .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{}", id.0), None)),
+        Cmd::Node { client } => call(&client, "GET", "/v1/node", None),
+        Cmd::Peers { client } => call(&client, "GET", "/v1/peers", None),
         Cmd::Discover { json } => discovery::discover().and_then(|d| {
             if json {
                 println!("{}", serde_json::to_string_pretty(&d)?);

@@ -1,0 +1,221 @@
+//! The agent's local HTTP API (axum): submit, list and show tasks, this node, its peers, and
+//! Prometheus metrics. It only talks to the event loop through its command channel and status
+//! snapshots, so a slow client never blocks scheduling.
+//!
+//! Bound to 127.0.0.1 by default; when a bearer token is configured every request must carry
+//! `Authorization: Bearer <token>` (the configuration requires a token for non-loopback binds).
+//! A task spec that cannot be accepted gets a 400 whose JSON names the field.
+
+use crate::daemon::{Command, Status};
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::json;
+use tapfinger::TaskId;
+use tapfinger::node::TaskState;
+use tapfinger::spec::TaskSpec;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Largest accepted request body (a task spec).
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct ApiState {
+    /// Commands to the event loop.
+    pub commands: mpsc::Sender<Command>,
+    /// Status snapshots from the event loop.
+    pub status: watch::Receiver<Status>,
+    /// Required bearer token, if any.
+    pub token: Option<String>,
+}
+
+/// The routes.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/v1/tasks", get(list).post(submit))
+        .route("/v1/tasks/{id}", get(show))
+        .route("/v1/node", get(node))
+        .route("/v1/peers", get(peers))
+        .route("/metrics", get(metrics))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// The refusal to send, if the request lacks the configured token.
+fn refused(s: &ApiState, headers: &HeaderMap) -> Option<Response> {
+    let Some(token) = &s.token else {
+        return None;
+    };
+    let given = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    (given != Some(token.as_str())).then(|| {
+        (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({"error": "missing or wrong bearer token"})),
+        )
+            .into_response()
+    })
+}
+
+fn bad(field: &str, message: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(json!({"error": format!("{field}: {message}"), "field": field})),
+    )
+        .into_response()
+}
+
+fn state_json(st: &TaskState) -> serde_json::Value {
+    match st {
+        TaskState::Pending => json!({"state": "pending"}),
+        TaskState::Running {
+            node,
+            alloc,
+            progress,
+            ..
+        } => json!({"state": "running", "node": node.0, "alloc": alloc.0, "progress": progress}),
+        TaskState::Done { node, code } => {
+            json!({"state": "done", "node": node.0, "exit_code": code})
+        }
+    }
+}
+
+async fn submit(State(s): State<ApiState>, headers: HeaderMap, body: String) -> Response {
+    if let Some(r) = refused(&s, &headers) {
+        return r;
+    }
+    let spec = match TaskSpec::from_json(&body) {
+        Ok(spec) => spec,
+        Err(e) => return bad(&e.field, &e.message),
+    };
+    let (tx, rx) = oneshot::channel();
+    if s.commands.send(Command::Submit(spec, tx)).await.is_err() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
+    }
+    match rx.await {
+        Ok(Ok(id)) => (StatusCode::CREATED, axum::Json(json!({"id": id.0}))).into_response(),
+        Ok(Err(e)) => bad(&e.field, &e.message),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response(),
+    }
+}
+
+async fn list(State(s): State<ApiState>, headers: HeaderMap) -> Response {
+    if let Some(r) = refused(&s, &headers) {
+        return r;
+    }
+    let st = s.status.borrow().clone();
+    let tasks: Vec<serde_json::Value> = st
+        .tasks
+        .iter()
+        .map(|(id, t)| {
+            let mut v = state_json(t);
+            v["id"] = json!(id.0);
+            v
+        })
+        .collect();
+    axum::Json(json!({ "tasks": tasks })).into_response()
+}
+
+async fn show(State(s): State<ApiState>, headers: HeaderMap, Path(id): Path<u64>) -> Response {
+    if let Some(r) = refused(&s, &headers) {
+        return r;
+    }
+    let st = s.status.borrow().clone();
+    match st.tasks.get(&TaskId(id)) {
+        Some(t) => {
+            let mut v = state_json(t);
+            v["id"] = json!(id);
+            axum::Json(v).into_response()
+        }
+        None => (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"error": format!("no task {id}")})),
+        )
+            .into_response(),
+    }
+}
+
+async fn node(State(s): State<ApiState>, headers: HeaderMap) -> Response {
+    if let Some(r) = refused(&s, &headers) {
+        return r;
+    }
+    let st = s.status.borrow().clone();
+    axum::Json(json!({
+        "id": st.id.map(|i| i.0),
+        "capacity": st.capacity.map(|c| c.0),
+        "used": st.used.map(|u| u.0),
+        "peers": st.peers.len(),
+        "dropped_messages": st.dropped,
+    }))
+    .into_response()
+}
+
+async fn peers(State(s): State<ApiState>, headers: HeaderMap) -> Response {
+    if let Some(r) = refused(&s, &headers) {
+        return r;
+    }
+    let st = s.status.borrow().clone();
+    axum::Json(json!({"peers": st.peers.iter().map(|p| p.0).collect::<Vec<_>>()})).into_response()
+}
+
+/// Prometheus text format, rendered from the status snapshot.
+pub fn render_metrics(st: &Status) -> String {
+    let (mut pending, mut running, mut done) = (0, 0, 0);
+    for t in st.tasks.values() {
+        match t {
+            TaskState::Pending => pending += 1,
+            TaskState::Running { .. } => running += 1,
+            TaskState::Done { .. } => done += 1,
+        }
+    }
+    let mut out = String::new();
+    out.push_str(
+        "# HELP tapfinger_tasks Tasks this agent knows, by state.\n# TYPE tapfinger_tasks gauge\n",
+    );
+    for (state, n) in [("pending", pending), ("running", running), ("done", done)] {
+        out.push_str(&format!("tapfinger_tasks{{state=\"{state}\"}} {n}\n"));
+    }
+    out.push_str("# HELP tapfinger_allocated_units Units allocated on this node, by resource kind index.\n# TYPE tapfinger_allocated_units gauge\n");
+    if let (Some(used), Some(cap)) = (&st.used, &st.capacity) {
+        for k in 0..cap.len() {
+            out.push_str(&format!(
+                "tapfinger_allocated_units{{kind=\"{k}\"}} {}\ntapfinger_capacity_units{{kind=\"{k}\"}} {}\n",
+                used.get(k),
+                cap.get(k)
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "# HELP tapfinger_peers Live peers.\n# TYPE tapfinger_peers gauge\ntapfinger_peers {}\n",
+        st.peers.len()
+    ));
+    out.push_str(&format!(
+        "# HELP tapfinger_dropped_messages_total Malformed or spoofed messages dropped.\n# TYPE tapfinger_dropped_messages_total counter\ntapfinger_dropped_messages_total {}\n",
+        st.dropped
+    ));
+    out.push_str(&format!(
+        "# HELP tapfinger_finished_here_total Tasks run to completion on this node.\n# TYPE tapfinger_finished_here_total counter\ntapfinger_finished_here_total {}\n",
+        st.finished_here.len()
+    ));
+    out
+}
+
+async fn metrics(State(s): State<ApiState>, headers: HeaderMap) -> Response {
+    if let Some(r) = refused(&s, &headers) {
+        return r;
+    }
+    let st = s.status.borrow().clone();
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        render_metrics(&st),
+    )
+        .into_response()
+}

@@ -1,0 +1,263 @@
+//! `tapfinger-agent run`: assemble the daemon from its configuration — discovery and offer, the
+//! persistent identity, the network, the node core with its policy, the process executor, the
+//! HTTP API — and run it until SIGINT or SIGTERM, when running tasks are handed back to the
+//! cluster before exiting.
+//!
+//! Resource kinds of a real node: `cpu` (cores), `gpu` (devices), `mem` (GiB), in that order.
+
+use crate::api::{ApiState, router};
+use crate::config::{AgentConfig, LogFormat};
+use crate::daemon::{self, Parts, node_id};
+use crate::exec::{Allocation, Cgroups, ProcessExecutor};
+use crate::net::{NetConfig, Network, parse_psk};
+use anyhow::{Context, bail};
+use libp2p::identity::Keypair;
+use std::collections::BTreeSet;
+use tapfinger::baselines::{self, BaselineContext};
+use tapfinger::node::{NodeConfig, NodeCore};
+use tapfinger::resources::{ResourceKind, ResourceSpace};
+use tapfinger::{Resources, TaskId};
+
+/// The resource kinds every agent schedules.
+pub fn space() -> ResourceSpace {
+    let kind = |name: &str, unit: &str| ResourceKind {
+        name: name.into(),
+        unit: unit.into(),
+        step: 1.0,
+    };
+    ResourceSpace::new(vec![
+        kind("cpu", "core"),
+        kind("gpu", "GPU"),
+        kind("mem", "GiB"),
+    ])
+    .unwrap_or_else(|_| ResourceSpace::cpu_gpu())
+}
+
+/// Set up logging (call once).
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Human => builder.try_init(),
+    };
+}
+
+fn identity(dir: &std::path::Path) -> anyhow::Result<Keypair> {
+    let path = dir.join("identity.key");
+    if let Ok(bytes) = std::fs::read(&path) {
+        return Keypair::from_protobuf_encoding(&bytes)
+            .with_context(|| format!("{} is not an identity key", path.display()));
+    }
+    let key = Keypair::generate_ed25519();
+    let bytes = key
+        .to_protobuf_encoding()
+        .context("encoding the identity key")?;
+    std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(key)
+}
+
+/// Run the daemon until a signal.
+pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
+    cfg.validate()?;
+    let discovered = crate::discovery::discover()?;
+    if let Some(note) = &discovered.gpu_note {
+        tracing::info!("{note}");
+    }
+    let offer = cfg.offer(&discovered)?;
+    let capacity = Resources(vec![
+        offer.cpus.floor() as u32,
+        offer.gpus,
+        (offer.memory_bytes >> 30) as u32,
+    ]);
+    std::fs::create_dir_all(&cfg.data_dir)
+        .with_context(|| format!("cannot create data_dir {}", cfg.data_dir.display()))?;
+    let keypair = identity(&cfg.data_dir)?;
+    let psk = match &cfg.cluster_key_file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read cluster_key_file {}", p.display()))?;
+            Some(parse_psk(&text).map_err(|e| anyhow::anyhow!("cluster_key_file: {e}"))?)
+        }
+        None => None,
+    };
+    let allow = if cfg.allow_peers.is_empty() {
+        None
+    } else {
+        Some(
+            cfg.allow_peers
+                .iter()
+                .map(|p| p.parse())
+                .collect::<Result<BTreeSet<_>, _>>()
+                .context("allow_peers")?,
+        )
+    };
+    let net = Network::start(NetConfig {
+        keypair,
+        cluster: cfg.cluster.clone(),
+        listen: cfg
+            .listen
+            .iter()
+            .map(|a| a.parse())
+            .collect::<Result<_, _>>()?,
+        bootstrap: cfg
+            .bootstrap
+            .iter()
+            .map(|a| a.parse())
+            .collect::<Result<_, _>>()?,
+        psk,
+        allow,
+        mdns: cfg.mdns,
+        channel: 1024,
+    })
+    .await?;
+    let me = node_id(&net.peer_id);
+    tracing::info!(peer_id = %net.peer_id, node = me.0, %capacity, "agent starting");
+    let ctx = BaselineContext {
+        num_types: 1,
+        cpu_kind: 0,
+        gpu_kind: 1,
+        profile: Vec::new(),
+    };
+    if cfg.policy == "tapfinger" {
+        bail!(
+            "policy: the learned policy is not yet available in the agent (issue #4); choose a baseline, e.g. policy = \"tiresias-np\""
+        );
+    }
+    let policy =
+        baselines::by_name(&cfg.policy, &ctx).map_err(|e| anyhow::anyhow!("policy: {e}"))?;
+    let core = NodeCore::new(
+        NodeConfig {
+            me,
+            name: cfg.name.clone(),
+            capacity: capacity.clone(),
+            labels: cfg.labels.clone(),
+            incarnation: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_secs()),
+            num_types: 1,
+            window: 10,
+            slot_ms: cfg.slot_ms,
+            round_ms: cfg.round_ms,
+            heartbeat_ms: cfg.heartbeat_ms,
+            peer_timeout_ms: 5 * cfg.heartbeat_ms,
+        },
+        policy,
+        u64::from(me.0),
+    );
+    let cgroups = Cgroups::detect(std::path::Path::new("/sys/fs/cgroup"), "tapfinger");
+    if let Cgroups::Unavailable(why) = &cgroups {
+        tracing::warn!(
+            "cgroups unavailable ({why}): CPU shares fall back to affinity, memory is not limited"
+        );
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(1024);
+    let executor = ProcessExecutor::new(cgroups, cfg.data_dir.join("logs"), tx);
+    let agent = daemon::spawn(Parts {
+        core,
+        net,
+        executor: Box::new(executor),
+        exec_events: rx,
+        to_allocation: Box::new(|r: &Resources| Allocation {
+            cpus: f64::from(r.get(0)),
+            memory_bytes: (r.get(2) > 0).then(|| u64::from(r.get(2)) << 30),
+            gpus: (0..r.get(1)).collect(),
+            gpu_percent: None,
+        }),
+        space: space(),
+        types: vec!["default".into()],
+    });
+    let token = match &cfg.api_token_file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read api_token_file {}", p.display()))?
+                .trim()
+                .to_string(),
+        ),
+        None => None,
+    };
+    let listener = tokio::net::TcpListener::bind(&cfg.api)
+        .await
+        .with_context(|| format!("api: cannot bind {}", cfg.api))?;
+    tracing::info!(api = %cfg.api, "HTTP API listening");
+    let app = router(ApiState {
+        commands: agent.commands.clone(),
+        status: agent.status.clone(),
+        token,
+    });
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    wait_for_signal().await;
+    tracing::info!("shutting down: handing running tasks back");
+    agent.shutdown().await;
+    server.abort();
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// A minimal HTTP/1.1 client for the CLI subcommands (loopback API; no TLS).
+pub async fn http(
+    api: &str,
+    method: &str,
+    path: &str,
+    body: Option<String>,
+    token: Option<&str>,
+) -> anyhow::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(api).await.with_context(|| {
+        format!("cannot reach the agent's API at {api} (is `tapfinger-agent run` running?)")
+    })?;
+    let body = body.unwrap_or_default();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {api}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{auth}Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await?;
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).await?;
+    let text = String::from_utf8_lossy(&resp).to_string();
+    let status: u16 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("malformed HTTP response")?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Parse a task id as printed by `submit`.
+pub fn task_id(s: &str) -> anyhow::Result<TaskId> {
+    Ok(TaskId(
+        s.parse()
+            .with_context(|| format!("{s:?} is not a task id"))?,
+    ))
+}
