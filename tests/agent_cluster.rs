@@ -84,6 +84,8 @@ async fn agent(name: &str, bootstrap: Vec<Multiaddr>, rate: f64) -> (Agent, Mult
         }),
         space,
         types: vec!["job".into()],
+        store: None,
+        recovered: Vec::new(),
     });
     (agent, addr)
 }

@@ -110,6 +110,10 @@ pub struct Parts {
     pub space: ResourceSpace,
     /// Task type names (for validating specs).
     pub types: Vec<String>,
+    /// The durable journal (None: tasks are kept in memory only, as in tests).
+    pub store: Option<crate::store::Store>,
+    /// Tasks recovered from the journal, re-announced at start.
+    pub recovered: Vec<(tapfinger::Task, TaskSpec)>,
 }
 
 /// Start the loop.
@@ -134,8 +138,20 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
     let mut dropped = 0u64;
     let mut ticker = tokio::time::interval(Duration::from_millis(10));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    // Replay the journal: our own tasks keep their ids, and numbering continues after them.
+    let mut pending_actions = Vec::new();
+    let mut recorded: std::collections::BTreeSet<TaskId> = Default::default();
+    for (task, spec) in std::mem::take(&mut p.recovered) {
+        if task.id.0 >> 32 == u64::from(me.0) {
+            next_local = next_local.max((task.id.0 & 0xFFFF_FFFF) as u32 + 1);
+        }
+        tracing::info!(task = %task.id, "recovered from the journal");
+        pending_actions.extend(p.core.submit(task, spec));
+    }
     loop {
-        let actions = tokio::select! {
+        let replay = std::mem::take(&mut pending_actions);
+        let mut actions = replay;
+        actions.extend(tokio::select! {
             _ = ticker.tick() => p.core.tick(now_ms()),
             ev = p.net.next_event() => match ev {
                 Some(NetEvent::Message { from, envelope }) => {
@@ -169,7 +185,17 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
             },
             cmd = commands.recv() => match cmd {
                 Some(Command::Submit(spec, reply)) => {
-                    match validate(&p, &spec, me, next_local) {
+                    let checked = validate(&p, &spec, me, next_local).and_then(|task| {
+                        // Durable before the caller hears "accepted".
+                        match &mut p.store {
+                            Some(store) => store.accepted(&task, &spec).map(|()| task).map_err(|e| SpecError {
+                                field: "store".into(),
+                                message: format!("cannot record the task durably: {e}"),
+                            }),
+                            None => Ok(task),
+                        }
+                    });
+                    match checked {
                         Ok(task) => {
                             next_local += 1;
                             let id = task.id;
@@ -195,7 +221,7 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                 }
                 None => return,
             },
-        };
+        });
         for a in actions {
             match a {
                 Action::Broadcast(e) => {
@@ -221,6 +247,18 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                 Action::Stop { task } => {
                     stopped_here.insert(task);
                     p.executor.stop(task);
+                }
+            }
+        }
+        // Journal the tasks accepted here once they are known finished (anywhere).
+        if let Some(store) = &mut p.store {
+            for (id, t) in p.core.tasks() {
+                if matches!(t.state, TaskState::Done { .. })
+                    && id.0 >> 32 == u64::from(me.0)
+                    && recorded.insert(*id)
+                    && let Err(e) = store.finished(*id)
+                {
+                    tracing::warn!(task = %id, error = %e, "cannot journal a finished task");
                 }
             }
         }

@@ -3,8 +3,8 @@
 //!
 //! [`config`] (agent.toml), [`discovery`] (what the box has), [`net`] (libp2p), [`exec`] (process
 //! and simulated executors), [`daemon`] (the event loop around the shared node state machine),
-//! [`api`] (local HTTP API), [`run`] (assembles the daemon). Not built yet: the durable task store
-//! and restart recovery, the learned policy in the agent.
+//! [`api`] (local HTTP API), [`store`] (durable task journal), [`run`] (assembles the daemon). Not
+//! built yet: the learned policy in the agent.
 
 pub mod api;
 pub mod config;
@@ -13,3 +13,4 @@ pub mod discovery;
 pub mod exec;
 pub mod net;
 pub mod run;
+pub mod store;

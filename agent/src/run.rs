@@ -156,6 +156,15 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     }
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
     let executor = ProcessExecutor::new(cgroups, cfg.data_dir.join("logs"), tx);
+    let journal = cfg.data_dir.join("tasks.jsonl");
+    let (store, recovered) = crate::store::Store::open(&journal)
+        .with_context(|| format!("cannot open the task journal {}", journal.display()))?;
+    if !recovered.unfinished.is_empty() {
+        tracing::info!(
+            tasks = recovered.unfinished.len(),
+            "re-announcing unfinished tasks from the journal"
+        );
+    }
     let agent = daemon::spawn(Parts {
         core,
         net,
@@ -169,6 +178,8 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         }),
         space: space(),
         types: vec!["default".into()],
+        store: Some(store),
+        recovered: recovered.unfinished,
     });
     let token = match &cfg.api_token_file {
         Some(p) => Some(

@@ -128,6 +128,9 @@ pub struct NodeCore {
     last_heartbeat: Option<u64>,
     /// When the current slot's first round may start.
     slot_start: u64,
+    /// First tick: a node proposes only after two heartbeat periods, so that a (re)started node
+    /// first hears its peers and their answers to its re-announced tasks.
+    first_tick: Option<u64>,
 }
 
 impl std::fmt::Debug for NodeCore {
@@ -163,6 +166,7 @@ impl NodeCore {
             seq: 0,
             last_heartbeat: None,
             slot_start: 0,
+            first_tick: None,
         }
     }
 
@@ -356,11 +360,32 @@ impl NodeCore {
             }
             Body::Announce { task, spec } => {
                 let id = task.id;
-                self.tasks.entry(id).or_insert_with(|| TaskEntry {
-                    task: Arc::new(task),
-                    spec,
-                    state: TaskState::Pending,
-                });
+                match self.tasks.get(&id).map(|t| t.state.clone()) {
+                    None => {
+                        self.tasks.insert(
+                            id,
+                            TaskEntry {
+                                task: Arc::new(task),
+                                spec,
+                                state: TaskState::Pending,
+                            },
+                        );
+                    }
+                    // A re-announcement (a restarted agent replaying its journal): the node that
+                    // runs the task answers, so the announcer does not start it again.
+                    Some(TaskState::Running { node, alloc, .. }) if node == self.cfg.me => {
+                        out.push(self.envelope(Body::Started { task: id, alloc }));
+                    }
+                    // Anyone who knows it finished says so (the runner may be gone). The
+                    // announcer then records the replier as the node: the state is what matters.
+                    Some(TaskState::Done { code, .. }) => {
+                        out.push(self.envelope(Body::Finished {
+                            task: id,
+                            exit_code: code,
+                        }));
+                    }
+                    Some(_) => {}
+                }
             }
             Body::Protocol(m) => {
                 if !self.peers.contains_key(&from) {
@@ -385,6 +410,7 @@ impl NodeCore {
                         node: from,
                         code: exit_code,
                     };
+                    self.protocol.mark_committed(task);
                 }
             }
             Body::Failed {
@@ -549,7 +575,8 @@ impl NodeCore {
         }
         let outputs = self.protocol.tick(now);
         out.extend(self.handle(outputs, now));
-        if !self.protocol.has_proposed() && now >= self.slot_start {
+        let warm = now >= *self.first_tick.get_or_insert(now) + 2 * self.cfg.heartbeat_ms;
+        if warm && !self.protocol.has_proposed() && now >= self.slot_start {
             out.extend(self.propose(now));
         }
         out
@@ -896,6 +923,46 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_restarted_node_replays_its_tasks_without_running_them_twice() {
+        let mut c = Cluster::new(3, "min");
+        for _ in 0..30 {
+            c.step();
+        }
+        for id in 0..18u64 {
+            c.submit(0, id);
+        }
+        // Let some tasks finish, then restart node 0 with a blank memory and the journal's replay
+        // (every task it accepted, as the store would return the unfinished ones and more).
+        while c.finished.len() < 6 {
+            c.step();
+        }
+        c.running.retain(|(_, n, _)| *n != 0);
+        let ctx = baselines::BaselineContext {
+            num_types: 1,
+            cpu_kind: 0,
+            gpu_kind: 1,
+            profile: Vec::new(),
+        };
+        let mut cfg = c.nodes[0].cfg.clone();
+        cfg.incarnation = 2;
+        c.nodes[0] = NodeCore::new(cfg, baselines::by_name("min", &ctx).unwrap(), 99);
+        for id in 0..18u64 {
+            c.submit(0, id);
+        }
+        let mut steps = 0;
+        while c.finished.len() < 18 && steps < 10_000 {
+            c.step();
+            steps += 1;
+        }
+        assert_eq!(c.finished.len(), 18);
+        assert!(
+            c.finished.values().all(|n| *n == 1),
+            "a task ran to completion twice: {:?}",
+            c.finished
+        );
     }
 
     #[test]
