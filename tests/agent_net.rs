@@ -119,3 +119,53 @@ async fn agents_with_the_key_talk_and_strangers_stay_out() {
         "a did not report c's garbage: {da:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_off_the_allowlist_is_not_heard() {
+    // a allows only b; c has the key but is not on the list.
+    let psk = PreSharedKey::new([9; 32]);
+    let kb = identity::Keypair::generate_ed25519();
+    let b_id = kb.public().to_peer_id();
+    let start_with = |keypair: identity::Keypair,
+                      allow: Option<BTreeSet<PeerId>>,
+                      bootstrap: Vec<Multiaddr>| async move {
+        let cfg = NetConfig {
+            keypair,
+            cluster: "test".into(),
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()],
+            bootstrap,
+            psk: Some(psk),
+            allow,
+            mdns: false,
+            channel: 64,
+        };
+        let mut net = Network::start(cfg).await.unwrap();
+        let addr = loop {
+            match timeout(Duration::from_secs(10), net.next_event()).await {
+                Ok(Some(NetEvent::Listening(a))) => break a,
+                Ok(Some(_)) => continue,
+                other => panic!("no listen address: {other:?}"),
+            }
+        };
+        let full: Multiaddr = format!("{addr}/p2p/{}", net.peer_id).parse().unwrap();
+        (net, full)
+    };
+    let (mut a, addr_a) = start_with(
+        identity::Keypair::generate_ed25519(),
+        Some(BTreeSet::from([b_id])),
+        vec![],
+    )
+    .await;
+    let (mut b, _) = start_with(kb, None, vec![addr_a.clone()]).await;
+    let (mut c, _) = start_with(identity::Keypair::generate_ed25519(), None, vec![addr_a]).await;
+    let c_id = c.peer_id;
+    let run = Duration::from_secs(4);
+    let ((ha, ua, _), _, _) = tokio::join!(
+        talk(&mut a, 0, run),
+        talk(&mut b, 1, run),
+        talk(&mut c, 2, run)
+    );
+    assert!(ha.contains(&1), "a did not hear b: {ha:?}");
+    assert!(!ha.contains(&2), "a heard c, which is not on its allowlist");
+    assert!(ua.contains(&b_id) && !ua.contains(&c_id), "{ua:?}");
+}
