@@ -23,8 +23,33 @@ use tokio::time::{Instant, timeout};
 const CAPACITY: u32 = 4;
 
 async fn agent(name: &str, bootstrap: Vec<Multiaddr>, rate: f64) -> (Agent, Multiaddr) {
+    agent_with(
+        name,
+        bootstrap,
+        rate,
+        identity::Keypair::generate_ed25519(),
+        None,
+    )
+    .await
+}
+
+/// An agent with a given identity and, optionally, a durable journal at `journal`.
+async fn agent_with(
+    name: &str,
+    bootstrap: Vec<Multiaddr>,
+    rate: f64,
+    keypair: identity::Keypair,
+    journal: Option<&std::path::Path>,
+) -> (Agent, Multiaddr) {
+    let (store, recovered) = match journal {
+        Some(path) => {
+            let (s, r) = tapfinger_agent::store::Store::open(path).unwrap();
+            (Some(s), r.unfinished)
+        }
+        None => (None, Vec::new()),
+    };
     let cfg = NetConfig {
-        keypair: identity::Keypair::generate_ed25519(),
+        keypair,
         cluster: "it".into(),
         listen: vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()],
         bootstrap,
@@ -84,8 +109,8 @@ async fn agent(name: &str, bootstrap: Vec<Multiaddr>, rate: f64) -> (Agent, Mult
         }),
         space,
         types: vec!["job".into()],
-        store: None,
-        recovered: Vec::new(),
+        store,
+        recovered,
     });
     (agent, addr)
 }
@@ -287,4 +312,44 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
         .await
         .unwrap();
     assert_eq!(code, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_recovers_its_journaled_tasks() {
+    let dir = std::env::temp_dir().join(format!("tf-journal-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let journal = dir.join("tasks.jsonl");
+    let _ = std::fs::remove_file(&journal);
+    let key = identity::Keypair::generate_ed25519();
+    // Alone, slow tasks: accept 6, let a few start, then die without a word.
+    let (a, _) = agent_with("a", vec![], 0.02, key.clone(), Some(&journal)).await;
+    wait(&[&a], Duration::from_secs(10), "first heartbeat", |s| {
+        s[0].capacity.is_some()
+    })
+    .await;
+    let mut ids = BTreeSet::new();
+    for _ in 0..6 {
+        ids.insert(a.submit(spec()).await.unwrap());
+    }
+    wait(&[&a], Duration::from_secs(20), "a task to start", |s| {
+        s[0].used.as_ref().is_some_and(|u| u.get(0) > 0)
+    })
+    .await;
+    a.kill();
+    drop(a);
+    // The same identity and journal: every accepted task comes back and finishes.
+    let (a2, _) = agent_with("a", vec![], 0.2, key, Some(&journal)).await;
+    wait(
+        &[&a2],
+        Duration::from_secs(30),
+        "the recovered tasks",
+        |s| s[0].finished_here.iter().copied().collect::<BTreeSet<_>>() == ids,
+    )
+    .await;
+    // Numbering continues after the recovered ids.
+    let next = a2.submit(spec()).await.unwrap();
+    assert!(
+        ids.iter().all(|id| *id < next),
+        "{next} reuses an id of {ids:?}"
+    );
 }
