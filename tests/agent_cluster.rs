@@ -248,6 +248,7 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
             commands: a.commands.clone(),
             status: a.status.clone(),
             token,
+            log_dir: None,
         });
         async move {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -304,6 +305,18 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
         .await
         .unwrap();
     assert_eq!(code, 404);
+    // Cancel: the task ends (wherever it was), a second cancel finds nothing to cancel.
+    let path = format!("/v1/tasks/{}", id["id"]);
+    let (code, body) = http(&api, "DELETE", &path, None, None).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    let (_, body) = http(&api, "GET", &path, None, None).await.unwrap();
+    assert!(body.contains("\"done\""), "{body}");
+    let (code, _) = http(&api, "DELETE", &path, None, None).await.unwrap();
+    assert_eq!(code, 404);
+    let (code, _) = http(&api, "GET", &format!("{path}/logs"), None, None)
+        .await
+        .unwrap();
+    assert_eq!(code, 404, "this agent keeps no logs");
     // With a token configured, requests without it are refused.
     let guarded = serve(Some("s3cret".into())).await;
     let (code, _) = http(&guarded, "GET", "/v1/node", None, None).await.unwrap();

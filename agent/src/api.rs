@@ -30,13 +30,16 @@ pub struct ApiState {
     pub status: watch::Receiver<Status>,
     /// Required bearer token, if any.
     pub token: Option<String>,
+    /// Where the executor writes task logs (`<id>.stdout`, `<id>.stderr`).
+    pub log_dir: Option<std::path::PathBuf>,
 }
 
 /// The routes.
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/v1/tasks", get(list).post(submit))
-        .route("/v1/tasks/{id}", get(show))
+        .route("/v1/tasks/{id}", get(show).delete(cancel))
+        .route("/v1/tasks/{id}/logs", get(logs))
         .route("/v1/node", get(node))
         .route("/v1/peers", get(peers))
         .route("/metrics", get(metrics))
@@ -137,6 +140,59 @@ async fn show(State(s): State<ApiState>, headers: HeaderMap, Path(id): Path<u64>
             axum::Json(json!({"error": format!("no task {id}")})),
         )
             .into_response(),
+    }
+}
+
+async fn cancel(State(s): State<ApiState>, headers: HeaderMap, Path(id): Path<u64>) -> Response {
+    if let Some(r) = refused(&s, &headers) {
+        return r;
+    }
+    let (tx, rx) = oneshot::channel();
+    if s.commands
+        .send(Command::Cancel(TaskId(id), tx))
+        .await
+        .is_err()
+    {
+        return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
+    }
+    match rx.await {
+        Ok(true) => axum::Json(json!({"id": id, "state": "cancelled"})).into_response(),
+        Ok(false) => (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"error": format!("no unfinished task {id}")})),
+        )
+            .into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response(),
+    }
+}
+
+/// Most bytes of a log returned (the end of it).
+const MAX_LOG: u64 = 1 << 20;
+
+async fn logs(State(s): State<ApiState>, headers: HeaderMap, Path(id): Path<u64>) -> Response {
+    if let Some(r) = refused(&s, &headers) {
+        return r;
+    }
+    let Some(dir) = &s.log_dir else {
+        return (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"error": "this agent keeps no logs"})),
+        )
+            .into_response();
+    };
+    let read = |ext: &str| -> Option<String> {
+        let path = dir.join(format!("{id}.{ext}"));
+        let bytes = std::fs::read(&path).ok()?;
+        let start = bytes.len().saturating_sub(MAX_LOG as usize);
+        Some(String::from_utf8_lossy(&bytes[start..]).into_owned())
+    };
+    match (read("stdout"), read("stderr")) {
+        (None, None) => (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"error": format!("task {id} has no logs on this agent (it may have run on another; ask that agent)")})),
+        )
+            .into_response(),
+        (out, err) => axum::Json(json!({"id": id, "stdout": out.unwrap_or_default(), "stderr": err.unwrap_or_default()})).into_response(),
     }
 }
 

@@ -32,6 +32,8 @@ pub fn node_id(peer: &PeerId) -> NodeId {
 pub enum Command {
     /// Submit a task spec; the reply is its id or why it was refused.
     Submit(TaskSpec, oneshot::Sender<Result<TaskId, SpecError>>),
+    /// Cancel a task; the reply says whether it was known and not finished.
+    Cancel(TaskId, oneshot::Sender<bool>),
     /// Hand running tasks back to the cluster and stop.
     Shutdown(oneshot::Sender<()>),
 }
@@ -205,6 +207,10 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                         Err(e) => { let _ = reply.send(Err(e)); Vec::new() }
                     }
                 }
+                Some(Command::Cancel(task, reply)) => match p.core.cancel(task) {
+                    Some(actions) => { let _ = reply.send(true); actions }
+                    None => { let _ = reply.send(false); Vec::new() }
+                },
                 Some(Command::Shutdown(done)) => {
                     let actions = p.core.shutdown();
                     for a in actions {

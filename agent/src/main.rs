@@ -69,6 +69,20 @@ enum Cmd {
         #[command(flatten)]
         client: Client,
     },
+    /// Cancel a task (it stops wherever it runs).
+    Cancel {
+        /// Task id.
+        id: String,
+        #[command(flatten)]
+        client: Client,
+    },
+    /// Print a task's logs (from the agent that ran it).
+    Logs {
+        /// Task id.
+        id: String,
+        #[command(flatten)]
+        client: Client,
+    },
     /// Show the agent's node.
     Node {
         #[command(flatten)]
@@ -218,6 +232,10 @@ fn main() {
         Cmd::Tasks { client } => call(&client, "GET", "/v1/tasks", None),
         Cmd::Show { id, client } => tapfinger_agent::run::task_id(&id)
             .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{}", id.0), None)),
+        Cmd::Cancel { id, client } => tapfinger_agent::run::task_id(&id)
+            .and_then(|id| call(&client, "DELETE", &format!("/v1/tasks/{}", id.0), None)),
+        Cmd::Logs { id, client } => tapfinger_agent::run::task_id(&id)
+            .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{}/logs", id.0), None)),
         Cmd::Node { client } => call(&client, "GET", "/v1/node", None),
         Cmd::Peers { client } => call(&client, "GET", "/v1/peers", None),
         Cmd::Discover { json } => discovery::discover().and_then(|d| {

@@ -198,6 +198,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         commands: agent.commands.clone(),
         status: agent.status.clone(),
         token,
+        log_dir: Some(cfg.data_dir.join("logs")),
     });
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     wait_for_signal().await;

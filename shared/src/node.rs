@@ -418,20 +418,51 @@ impl NodeCore {
                 requeue,
                 reason: _,
             } => {
+                let me = self.cfg.me;
                 if let Some(t) = self.tasks.get_mut(&task) {
                     if requeue {
                         t.state = TaskState::Pending;
                         self.protocol.release(task);
                     } else {
+                        // Failed for good, or cancelled by a user at any agent: if it runs here,
+                        // stop it.
+                        if matches!(&t.state, TaskState::Running { node, .. } if *node == me) {
+                            out.push(Action::Stop { task });
+                        }
                         t.state = TaskState::Done {
                             node: from,
                             code: None,
                         };
+                        self.protocol.mark_committed(task);
                     }
                 }
             }
         }
         out
+    }
+
+    /// A user cancelled a task (at this agent): stop it if it runs here, and tell every peer (the
+    /// node running it stops it; nobody claims it any more). Unknown or finished tasks: nothing.
+    pub fn cancel(&mut self, task: TaskId) -> Option<Vec<Action>> {
+        let t = self.tasks.get_mut(&task)?;
+        if matches!(t.state, TaskState::Done { .. }) {
+            return None;
+        }
+        let mut out = Vec::new();
+        if matches!(&t.state, TaskState::Running { node, .. } if *node == self.cfg.me) {
+            out.push(Action::Stop { task });
+        }
+        t.state = TaskState::Done {
+            node: self.cfg.me,
+            code: None,
+        };
+        self.protocol.mark_committed(task);
+        out.push(self.envelope(Body::Failed {
+            task,
+            reason: "cancelled".into(),
+            requeue: false,
+        }));
+        Some(out)
     }
 
     fn fresh_protocol(&self, round: Round) -> Protocol {
@@ -963,6 +994,37 @@ mod tests {
             "a task ran to completion twice: {:?}",
             c.finished
         );
+    }
+
+    #[test]
+    fn a_cancelled_task_stops_wherever_it_runs() {
+        let mut c = Cluster::new(2, "min");
+        for _ in 0..30 {
+            c.step();
+        }
+        c.submit(0, 1);
+        while c.running.is_empty() {
+            c.step();
+        }
+        let runner = c.running[0].1;
+        let other = 1 - runner;
+        let acts = c.nodes[other].cancel(TaskId(1)).unwrap();
+        c.act(other, acts);
+        for _ in 0..20 {
+            c.step();
+        }
+        assert!(
+            c.running.is_empty(),
+            "the runner did not stop the cancelled task"
+        );
+        assert!(c.finished.is_empty());
+        for n in &c.nodes {
+            assert!(matches!(
+                n.tasks()[&TaskId(1)].state,
+                TaskState::Done { .. }
+            ));
+        }
+        assert!(c.nodes[0].cancel(TaskId(1)).is_none(), "already ended");
     }
 
     #[test]
