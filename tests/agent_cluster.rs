@@ -4,6 +4,8 @@
 //! an agent killed mid-run loses no task.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use libp2p::pnet::PreSharedKey;
 use libp2p::{Multiaddr, identity};
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,9 +18,9 @@ use tapfinger::spec::TaskSpec;
 use tapfinger::{Resources, TaskId};
 use tapfinger_agent::daemon::{self, Agent, Parts, Status, node_id};
 use tapfinger_agent::exec::{Allocation, SimulatedExecutor};
-use tapfinger_agent::net::{NetConfig, NetEvent, Network};
+use tapfinger_agent::net::NetConfig;
 use tokio::sync::mpsc;
-use tokio::time::{Instant, timeout};
+use tokio::time::Instant;
 
 const CAPACITY: u32 = 4;
 
@@ -48,25 +50,17 @@ async fn agent_with(
         }
         None => (None, Vec::new()),
     };
-    let cfg = NetConfig {
+    let (net, addr) = support::start_listening(NetConfig {
         keypair,
         cluster: "it".into(),
-        listen: vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()],
+        listen: Vec::new(),
         bootstrap,
         psk: Some(PreSharedKey::new([42; 32])),
         allow: None,
         mdns: false,
         channel: 256,
-    };
-    let mut net = Network::start(cfg).await.unwrap();
-    let addr = loop {
-        match timeout(Duration::from_secs(10), net.next_event()).await {
-            Ok(Some(NetEvent::Listening(a))) => break a,
-            Ok(Some(_)) => continue,
-            other => panic!("no listen address: {other:?}"),
-        }
-    };
-    let addr: Multiaddr = format!("{addr}/p2p/{}", net.peer_id).parse().unwrap();
+    })
+    .await;
     let me = node_id(&net.peer_id);
     let node = NodeConfig {
         me,

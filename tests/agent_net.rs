@@ -3,6 +3,8 @@
 //! without the key never connects. Ephemeral ports on 127.0.0.1 only.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use libp2p::pnet::PreSharedKey;
 use libp2p::{Multiaddr, PeerId, identity};
 use std::collections::BTreeSet;
@@ -10,29 +12,29 @@ use std::time::Duration;
 use tapfinger::wire::{Body, Envelope, NodeState, WIRE_VERSION};
 use tapfinger::{NodeId, Resources};
 use tapfinger_agent::net::{NetConfig, NetEvent, Network};
-use tokio::time::{Instant, timeout};
+use tokio::time::Instant;
 
 async fn start(psk: Option<PreSharedKey>, bootstrap: Vec<Multiaddr>) -> (Network, Multiaddr) {
-    let cfg = NetConfig {
-        keypair: identity::Keypair::generate_ed25519(),
+    start_with(identity::Keypair::generate_ed25519(), psk, None, bootstrap).await
+}
+
+async fn start_with(
+    keypair: identity::Keypair,
+    psk: Option<PreSharedKey>,
+    allow: Option<BTreeSet<PeerId>>,
+    bootstrap: Vec<Multiaddr>,
+) -> (Network, Multiaddr) {
+    support::start_listening(NetConfig {
+        keypair,
         cluster: "test".into(),
-        listen: vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()],
+        listen: Vec::new(),
         bootstrap,
         psk,
-        allow: None,
+        allow,
         mdns: false,
         channel: 64,
-    };
-    let mut net = Network::start(cfg).await.unwrap();
-    let addr = loop {
-        match timeout(Duration::from_secs(10), net.next_event()).await {
-            Ok(Some(NetEvent::Listening(a))) => break a,
-            Ok(Some(_)) => continue,
-            other => panic!("no listen address: {other:?}"),
-        }
-    };
-    let full = format!("{addr}/p2p/{}", net.peer_id).parse().unwrap();
-    (net, full)
+    })
+    .await
 }
 
 fn heartbeat(id: u32) -> Envelope {
@@ -126,38 +128,21 @@ async fn a_peer_off_the_allowlist_is_not_heard() {
     let psk = PreSharedKey::new([9; 32]);
     let kb = identity::Keypair::generate_ed25519();
     let b_id = kb.public().to_peer_id();
-    let start_with = |keypair: identity::Keypair,
-                      allow: Option<BTreeSet<PeerId>>,
-                      bootstrap: Vec<Multiaddr>| async move {
-        let cfg = NetConfig {
-            keypair,
-            cluster: "test".into(),
-            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()],
-            bootstrap,
-            psk: Some(psk),
-            allow,
-            mdns: false,
-            channel: 64,
-        };
-        let mut net = Network::start(cfg).await.unwrap();
-        let addr = loop {
-            match timeout(Duration::from_secs(10), net.next_event()).await {
-                Ok(Some(NetEvent::Listening(a))) => break a,
-                Ok(Some(_)) => continue,
-                other => panic!("no listen address: {other:?}"),
-            }
-        };
-        let full: Multiaddr = format!("{addr}/p2p/{}", net.peer_id).parse().unwrap();
-        (net, full)
-    };
     let (mut a, addr_a) = start_with(
         identity::Keypair::generate_ed25519(),
+        Some(psk),
         Some(BTreeSet::from([b_id])),
         vec![],
     )
     .await;
-    let (mut b, _) = start_with(kb, None, vec![addr_a.clone()]).await;
-    let (mut c, _) = start_with(identity::Keypair::generate_ed25519(), None, vec![addr_a]).await;
+    let (mut b, _) = start_with(kb, Some(psk), None, vec![addr_a.clone()]).await;
+    let (mut c, _) = start_with(
+        identity::Keypair::generate_ed25519(),
+        Some(psk),
+        None,
+        vec![addr_a],
+    )
+    .await;
     let c_id = c.peer_id;
     let run = Duration::from_secs(4);
     let ((ha, ua, _), _, _) = tokio::join!(

@@ -272,15 +272,7 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
             id: Some(me),
             peers: p.core.peers().collect(),
             used: Some(p.core.used()),
-            capacity: Some(
-                p.core
-                    .view()
-                    .nodes
-                    .iter()
-                    .find(|n| n.id == me)
-                    .map(|n| n.capacity.clone())
-                    .unwrap_or_default(),
-            ),
+            capacity: Some(p.core.capacity().clone()),
             tasks: p
                 .core
                 .tasks()

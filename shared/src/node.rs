@@ -212,6 +212,11 @@ impl NodeCore {
         self.peers.keys().copied()
     }
 
+    /// Units this node offers.
+    pub fn capacity(&self) -> &Resources {
+        &self.cfg.capacity
+    }
+
     /// Units not allocated to tasks running here.
     pub fn free(&self) -> Resources {
         let mut free = self.cfg.capacity.clone();

@@ -474,7 +474,14 @@ impl Trainer {
                 })
                 .collect();
             for h in handles {
-                for r in h.join().unwrap_or_default() {
+                let Ok(done) = h.join() else {
+                    failure = Some(TrainError::Checkpoint {
+                        path: String::new(),
+                        reason: "an evaluation thread panicked".into(),
+                    });
+                    continue;
+                };
+                for r in done {
                     match r {
                         Ok((e, j)) => jcts[e] = j,
                         Err(e) => failure = Some(e),
@@ -915,18 +922,26 @@ speed = { model = "synthetic", w = [0.0, 0.25], b = 0.0 }
         total / seeds.len() as f64
     }
 
-    #[test]
-    fn ppo_improves_a_tiny_environment() {
+    /// A trainer on the tiny scenario with a small network: `width`, 1 layer, 8 units per kind,
+    /// minibatch 64; `tune` sets the rest.
+    fn tiny(seed: u64, width: usize, tune: impl FnOnce(&mut TrainConfig)) -> Trainer {
         let sim = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
-        let mut cfg = TrainConfig::new(dims_of(&sim), 11);
-        cfg.net.width = 32;
+        let mut cfg = TrainConfig::new(dims_of(&sim), seed);
+        cfg.net.width = width;
         cfg.net.layers = 1;
         cfg.net.max_units = 8;
-        cfg.envs = 4;
         cfg.minibatch = 64;
-        cfg.lr = 3e-3;
-        cfg.eval_episodes = 0;
-        let mut t = Trainer::new(sim, cfg);
+        tune(&mut cfg);
+        Trainer::new(sim, cfg)
+    }
+
+    #[test]
+    fn ppo_improves_a_tiny_environment() {
+        let mut t = tiny(11, 32, |cfg| {
+            cfg.envs = 4;
+            cfg.lr = 3e-3;
+            cfg.eval_episodes = 0;
+        });
         let eval: Vec<u64> = (1000..1004).collect();
         let before = greedy_jct(&t, &eval);
         let mut curve = Vec::new();
@@ -972,17 +987,12 @@ speed = { model = "synthetic", w = [0.0, 0.25], b = 0.0 }
 
     #[test]
     fn imitation_learns_from_the_teacher_then_hands_over_to_ppo() {
-        let sim = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
-        let mut cfg = TrainConfig::new(dims_of(&sim), 11);
-        cfg.net.width = 32;
-        cfg.net.layers = 1;
-        cfg.net.max_units = 8;
-        cfg.envs = 4;
-        cfg.minibatch = 64;
-        cfg.lr = 3e-3;
-        cfg.imitate = 4;
-        cfg.eval_episodes = 2;
-        let mut t = Trainer::new(sim, cfg);
+        let mut t = tiny(11, 32, |cfg| {
+            cfg.envs = 4;
+            cfg.lr = 3e-3;
+            cfg.imitate = 4;
+            cfg.eval_episodes = 2;
+        });
         let eval: Vec<u64> = (2000..2004).collect();
         let before = greedy_jct(&t, &eval);
         let teacher: f64 = {
@@ -1013,15 +1023,13 @@ speed = { model = "synthetic", w = [0.0, 0.25], b = 0.0 }
     #[test]
     fn results_do_not_depend_on_the_number_of_threads() {
         let run = |threads: usize| {
-            let sim = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
-            let mut cfg = TrainConfig::new(dims_of(&sim), 21);
-            cfg.net.width = 16;
-            cfg.net.layers = 1;
-            cfg.net.max_units = 8;
-            cfg.envs = 3;
-            cfg.imitate = 1;
-            cfg.eval_episodes = 3;
-            let mut t = Trainer::new(sim, cfg);
+            let mut t = tiny(21, 16, |cfg| {
+                // The default minibatch (256) is what this test always used.
+                cfg.minibatch = 256;
+                cfg.envs = 3;
+                cfg.imitate = 1;
+                cfg.eval_episodes = 3;
+            });
             t.threads = threads;
             (t.iterate().unwrap(), t.iterate().unwrap())
         };
