@@ -150,6 +150,9 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
         tracing::info!(task = %task.id, "recovered from the journal");
         pending_actions.extend(p.core.submit(task, spec));
     }
+    // Replies to API commands wait until the status they imply is published, so a caller that
+    // reads the status right after the reply sees its own change (a cancelled task is done).
+    let mut replies: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
     loop {
         let replay = std::mem::take(&mut pending_actions);
         let mut actions = replay;
@@ -201,16 +204,18 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                         Ok(task) => {
                             next_local += 1;
                             let id = task.id;
-                            let _ = reply.send(Ok(id));
+                            replies.push(Box::new(move || { let _ = reply.send(Ok(id)); }));
                             p.core.submit(task, spec)
                         }
                         Err(e) => { let _ = reply.send(Err(e)); Vec::new() }
                     }
                 }
-                Some(Command::Cancel(task, reply)) => match p.core.cancel(task) {
-                    Some(actions) => { let _ = reply.send(true); actions }
-                    None => { let _ = reply.send(false); Vec::new() }
-                },
+                Some(Command::Cancel(task, reply)) => {
+                    let actions = p.core.cancel(task);
+                    let found = actions.is_some();
+                    replies.push(Box::new(move || { let _ = reply.send(found); }));
+                    actions.unwrap_or_default()
+                }
                 Some(Command::Shutdown(done)) => {
                     let actions = p.core.shutdown();
                     for a in actions {
@@ -290,6 +295,9 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                 true
             }
         });
+        for r in replies.drain(..) {
+            r();
+        }
     }
 }
 
