@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 variant="${VARIANT:-tapfinger}"
 presets=("$@")
 if [ ${#presets[@]} -eq 0 ]; then
-  presets=(hetero6 synthetic6-l3 multitask3 synthetic3 synthetic6-l2 synthetic6-l4 edge-synergy)
+  presets=(hetero6 synthetic6-l3 multitask3 synthetic3 synthetic6-l2 synthetic6-l4 edge-synergy edge-agent)
 fi
 cargo build --release -p tapfinger-sim
 bin=target/release/tapfinger-sim

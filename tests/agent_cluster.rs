@@ -1,7 +1,9 @@
-//! Real agents on loopback: each runs the node core, the libp2p network (with a cluster key) and
-//! a simulated executor, in this process. Checked from the agents' own state: tasks submitted at
-//! different agents all finish exactly once, no agent ever allocates more than its capacity, and
-//! an agent killed mid-run loses no task.
+//! Real agents on loopback: each runs the node core with the agent's default policy (the shipped
+//! TapFinger model) in the agent's resource space (cores, GPUs, GiB), the libp2p network (with a
+//! cluster key) and an executor — real child processes, or the simulated executor where many
+//! tasks must run fast — in this process. Checked from the agents' own state: tasks submitted at
+//! different agents all finish exactly once, no agent ever allocates more than its capacity (any
+//! kind), no GPU device is handed to two tasks at once, and an agent killed mid-run loses no task.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -11,24 +13,35 @@ use libp2p::{Multiaddr, identity};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
-use tapfinger::baselines::{self, BaselineContext};
 use tapfinger::node::{NodeConfig, NodeCore};
-use tapfinger::resources::{ResourceKind, ResourceSpace};
 use tapfinger::spec::TaskSpec;
 use tapfinger::{Resources, TaskId};
 use tapfinger_agent::daemon::{self, Agent, Parts, Status, node_id};
-use tapfinger_agent::exec::{Allocation, SimulatedExecutor};
+use tapfinger_agent::exec::{Allocation, Cgroups, Executor, ProcessExecutor, SimulatedExecutor};
 use tapfinger_agent::net::NetConfig;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-const CAPACITY: u32 = 4;
+/// Every test agent offers 4 cores, 1 GPU (device 7, to see that the daemon, not the count,
+/// names the device) and 8 GiB.
+fn capacity() -> Resources {
+    Resources(vec![4, 1, 8])
+}
+
+/// How an agent runs its tasks.
+#[derive(Clone)]
+enum Exec {
+    /// The simulated executor: progress `rate × cores` per 20 ms tick.
+    Simulated(f64),
+    /// Real child processes, logs under the path.
+    Processes(std::path::PathBuf),
+}
 
 async fn agent(name: &str, bootstrap: Vec<Multiaddr>, rate: f64) -> (Agent, Multiaddr) {
     agent_with(
         name,
         bootstrap,
-        rate,
+        Exec::Simulated(rate),
         identity::Keypair::generate_ed25519(),
         None,
     )
@@ -39,7 +52,7 @@ async fn agent(name: &str, bootstrap: Vec<Multiaddr>, rate: f64) -> (Agent, Mult
 async fn agent_with(
     name: &str,
     bootstrap: Vec<Multiaddr>,
-    rate: f64,
+    exec: Exec,
     keypair: identity::Keypair,
     journal: Option<&std::path::Path>,
 ) -> (Agent, Multiaddr) {
@@ -65,7 +78,7 @@ async fn agent_with(
     let node = NodeConfig {
         me,
         name: name.into(),
-        capacity: Resources(vec![CAPACITY]),
+        capacity: capacity(),
         labels: BTreeMap::new(),
         incarnation: 1,
         num_types: 1,
@@ -75,42 +88,37 @@ async fn agent_with(
         heartbeat_ms: 100,
         peer_timeout_ms: 800,
     };
-    let ctx = BaselineContext {
-        num_types: 1,
-        cpu_kind: 0,
-        gpu_kind: 0,
-        profile: Vec::new(),
-    };
-    let policy = baselines::by_name("min", &ctx).unwrap();
+    let policy = tapfinger_agent::policy::build("tapfinger", None, 10).unwrap();
     let core = NodeCore::new(node, policy, u64::from(me.0));
     let (tx, rx) = mpsc::channel(256);
-    let speed = Arc::new(move |_: &TaskSpec, a: &Allocation| rate * a.cpus);
-    let executor = SimulatedExecutor::new(tx, Duration::from_millis(20), speed);
-    let space = ResourceSpace::new(vec![ResourceKind {
-        name: "cpu".into(),
-        unit: "core".into(),
-        step: 1.0,
-    }])
-    .unwrap();
+    let executor: Box<dyn Executor> = match exec {
+        Exec::Simulated(rate) => {
+            let speed = Arc::new(move |_: &TaskSpec, a: &Allocation| rate * a.cpus);
+            Box::new(SimulatedExecutor::new(tx, Duration::from_millis(20), speed))
+        }
+        Exec::Processes(logs) => Box::new(ProcessExecutor::new(
+            Cgroups::Unavailable("not used in this test".into()),
+            logs,
+            tx,
+        )),
+    };
     let agent = daemon::spawn(Parts {
         core,
         net,
-        executor: Box::new(executor),
+        executor,
         exec_events: rx,
-        to_allocation: Box::new(|r: &Resources| Allocation {
-            cpus: f64::from(r.get(0)),
-            ..Allocation::default()
-        }),
-        space,
-        types: vec!["job".into()],
+        to_allocation: Box::new(tapfinger_agent::run::to_allocation),
+        space: tapfinger_agent::run::space(),
+        types: vec!["default".into()],
         store,
         recovered,
+        gpu_devices: vec![7],
     });
     (agent, addr)
 }
 
 fn spec() -> TaskSpec {
-    TaskSpec::from_toml("command = [\"train\"]\nmin_demand = { cpu = 1 }\n").unwrap()
+    TaskSpec::from_toml("command = [\"train\"]\nmin_demand = { cpu = 1, mem = 1 }\n").unwrap()
 }
 
 fn statuses(agents: &[&Agent]) -> Vec<Status> {
@@ -125,9 +133,10 @@ async fn wait(agents: &[&Agent], limit: Duration, what: &str, done: impl Fn(&[St
         for st in &s {
             if let (Some(used), Some(_)) = (&st.used, &st.capacity) {
                 assert!(
-                    used.get(0) <= CAPACITY,
-                    "{:?} allocates {used} > {CAPACITY}",
-                    st.id
+                    used.fits_in(&capacity()),
+                    "{:?} allocates {used} > {}",
+                    st.id,
+                    capacity()
                 );
             }
         }
@@ -146,11 +155,22 @@ fn finished(s: &[Status]) -> Vec<TaskId> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thirty_tasks_finish_exactly_once_within_capacity() {
-    let (a, addr) = agent("a", vec![], 0.1).await;
-    let (b, _) = agent("b", vec![addr.clone()], 0.1).await;
-    let (c, _) = agent("c", vec![addr], 0.1).await;
+async fn thirty_real_tasks_finish_exactly_once_within_capacity() {
+    // Real short processes: each reports progress, sleeps, and prints the GPU it was given.
+    let logs = std::env::temp_dir().join(format!("tf-thirty-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&logs);
+    let proc = |n: &str| Exec::Processes(logs.join(n));
+    let key = identity::Keypair::generate_ed25519;
+    let (a, addr) = agent_with("a", vec![], proc("a"), key(), None).await;
+    let (b, _) = agent_with("b", vec![addr.clone()], proc("b"), key(), None).await;
+    let (c, _) = agent_with("c", vec![addr], proc("c"), key(), None).await;
     let all = [&a, &b, &c];
+    let spec = || {
+        TaskSpec::from_toml(
+            "command = [\"sh\", \"-c\", \"echo 'TAPFINGER progress=0.5'; sleep 0.2; echo gpu=$CUDA_VISIBLE_DEVICES\"]\nmin_demand = { cpu = 1, mem = 1 }\n",
+        )
+        .unwrap()
+    };
     wait(&all, Duration::from_secs(20), "peers", |s| {
         s.iter().all(|st| st.peers.len() == 2)
     })
@@ -183,6 +203,19 @@ async fn thirty_tasks_finish_exactly_once_within_capacity() {
         per_agent.iter().filter(|n| **n > 0).count() >= 2,
         "the work was not shared: {per_agent:?}"
     );
+    // Every task ran as a process and saw either no GPU or the node's device 7, never a count.
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&logs).unwrap() {
+        for log in std::fs::read_dir(entry.unwrap().path()).unwrap() {
+            let text = std::fs::read_to_string(log.unwrap().path()).unwrap();
+            if let Some(line) = text.lines().find(|l| l.starts_with("gpu=")) {
+                assert!(line == "gpu=" || line == "gpu=7", "{line}");
+                seen += 1;
+            }
+        }
+    }
+    assert_eq!(seen, 30, "every task writes its log");
+    let _ = std::fs::remove_dir_all(&logs);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,7 +362,14 @@ async fn a_restarted_agent_recovers_its_journaled_tasks() {
     let _ = std::fs::remove_file(&journal);
     let key = identity::Keypair::generate_ed25519();
     // Alone, slow tasks: accept 6, let a few start, then die without a word.
-    let (a, _) = agent_with("a", vec![], 0.02, key.clone(), Some(&journal)).await;
+    let (a, _) = agent_with(
+        "a",
+        vec![],
+        Exec::Simulated(0.02),
+        key.clone(),
+        Some(&journal),
+    )
+    .await;
     wait(&[&a], Duration::from_secs(10), "first heartbeat", |s| {
         s[0].capacity.is_some()
     })
@@ -345,7 +385,7 @@ async fn a_restarted_agent_recovers_its_journaled_tasks() {
     a.kill();
     drop(a);
     // The same identity and journal: every accepted task comes back and finishes.
-    let (a2, _) = agent_with("a", vec![], 0.2, key, Some(&journal)).await;
+    let (a2, _) = agent_with("a", vec![], Exec::Simulated(0.2), key, Some(&journal)).await;
     wait(
         &[&a2],
         Duration::from_secs(30),

@@ -258,6 +258,56 @@ pub fn render_metrics(st: &Status) -> String {
         "# HELP tapfinger_finished_here_total Tasks run to completion on this node.\n# TYPE tapfinger_finished_here_total counter\ntapfinger_finished_here_total {}\n",
         st.finished_here.len()
     ));
+    let n = &st.stats;
+    for (name, help, v) in [
+        ("rounds", "Negotiation rounds decided.", n.rounds),
+        ("claims", "Claims this agent made.", n.claims),
+        (
+            "claims_lost",
+            "Claims of this agent that lost a conflict.",
+            n.claims_lost,
+        ),
+        (
+            "conflicts",
+            "Tasks claimed by more than one agent in a round.",
+            n.conflicts,
+        ),
+        (
+            "missing_proposals",
+            "Peers whose proposal missed a round deadline.",
+            n.missing,
+        ),
+        (
+            "messages_received",
+            "Messages received from peers.",
+            n.received,
+        ),
+    ] {
+        out.push_str(&format!(
+            "# HELP tapfinger_{name}_total {help}\n# TYPE tapfinger_{name}_total counter\ntapfinger_{name}_total {v}\n"
+        ));
+    }
+    out.push_str("# HELP tapfinger_messages_sent_total Messages this agent broadcast, by kind.\n# TYPE tapfinger_messages_sent_total counter\n");
+    for (kind, v) in &n.sent {
+        out.push_str(&format!(
+            "tapfinger_messages_sent_total{{kind=\"{kind}\"}} {v}\n"
+        ));
+    }
+    out.push_str("# HELP tapfinger_round_latency_ms From this agent's proposal to the round's decision.\n# TYPE tapfinger_round_latency_ms histogram\n");
+    let mut cumulative = 0;
+    for i in 0..=tapfinger::node::LATENCY_BUCKETS_MS.len() {
+        cumulative += n.latency_buckets.get(i).copied().unwrap_or(0);
+        let le = tapfinger::node::LATENCY_BUCKETS_MS
+            .get(i)
+            .map_or("+Inf".to_string(), |b| b.to_string());
+        out.push_str(&format!(
+            "tapfinger_round_latency_ms_bucket{{le=\"{le}\"}} {cumulative}\n"
+        ));
+    }
+    out.push_str(&format!(
+        "tapfinger_round_latency_ms_sum {}\ntapfinger_round_latency_ms_count {cumulative}\n",
+        n.latency_sum_ms
+    ));
     out
 }
 

@@ -67,9 +67,12 @@ pub struct AgentConfig {
     pub slot_ms: u64,
     /// Heartbeat period (ms); a peer silent for 5 periods is considered gone.
     pub heartbeat_ms: u64,
-    /// Policy: a baseline name (`tiresias-np`, `drf`, `min`, ...). The learned policy is not yet
-    /// available in the agent.
+    /// Policy: `tapfinger` (the learned policy, default) or a baseline name (`tiresias-np`,
+    /// `optimus`, `drf`, `first-fit-max`, `min`, ...).
     pub policy: String,
+    /// For `tapfinger`: a checkpoint directory written by `tapfinger-sim train` (`model.bpk` and
+    /// `train.json`) instead of the model compiled into the agent.
+    pub model: Option<PathBuf>,
     /// Log format.
     pub log_format: LogFormat,
     /// Placement labels of this node.
@@ -96,7 +99,8 @@ impl Default for AgentConfig {
             round_ms: 300,
             slot_ms: 5000,
             heartbeat_ms: 1000,
-            policy: "tiresias-np".into(),
+            policy: "tapfinger".into(),
+            model: None,
             log_format: LogFormat::Human,
             labels: BTreeMap::new(),
             offer: Amounts::default(),
@@ -152,6 +156,46 @@ impl AgentConfig {
         })?;
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// Parse `text` (agent.toml, may be empty) with `overrides` applied on top: each is
+    /// `key=value` with a dotted key (`slot_ms=2000`, `reserve.cpu=1`, `labels.site="plant-3"`,
+    /// `bootstrap=["/ip4/..."]`) and a TOML value; a value that is not valid TOML is taken as a
+    /// string (`name=box-7`). This makes every setting of the file also a command-line flag
+    /// (`--set`), checked by the same rules (unknown keys refused, errors name the field).
+    pub fn from_toml_with(text: &str, overrides: &[String]) -> Result<Self, ConfigError> {
+        if overrides.is_empty() {
+            return Self::from_toml(text);
+        }
+        let mut table: toml::Table =
+            toml::from_str(text).map_err(|e| err("config", e.to_string().trim().to_string()))?;
+        for o in overrides {
+            let Some((key, raw)) = o.split_once('=') else {
+                return Err(err("--set", format!("`{o}` is not key=value")));
+            };
+            let (key, raw) = (key.trim(), raw.trim());
+            let value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+                .ok()
+                .and_then(|mut t| t.remove("v"))
+                .unwrap_or_else(|| toml::Value::String(raw.to_string()));
+            let mut parts: Vec<&str> = key.split('.').collect();
+            let last = parts.pop().filter(|l| !l.is_empty());
+            let Some(last) = last else {
+                return Err(err("--set", format!("`{o}` has an empty key")));
+            };
+            let mut at = &mut table;
+            for p in parts {
+                let entry = at
+                    .entry(p.to_string())
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                at = entry
+                    .as_table_mut()
+                    .ok_or_else(|| err(key, format!("`{p}` is not a table")))?;
+            }
+            at.insert(last.to_string(), value);
+        }
+        let text = toml::to_string(&table).map_err(|e| err("--set", e.to_string()))?;
+        Self::from_toml(&text)
     }
 
     /// Checks that do not need the machine.
@@ -296,6 +340,40 @@ mod tests {
         assert_eq!(cfg.api, "127.0.0.1:7601");
         let o = cfg.offer(&box8()).unwrap();
         assert_eq!((o.cpus, o.gpus, o.memory_bytes), (8.0, 0, 16 << 30));
+    }
+
+    #[test]
+    fn every_setting_is_also_a_flag() {
+        let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let c = AgentConfig::from_toml_with(
+            "slot_ms = 1000\n[labels]\nsite = \"a\"\n",
+            &set(&[
+                "slot_ms=2000",
+                "reserve.cpu=1.5",
+                "labels.gpu=jetson",
+                "name=box-7",
+                "bootstrap=[\"/ip4/127.0.0.1/tcp/1\"]",
+                "mdns=true",
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.slot_ms, 2000);
+        assert_eq!(c.reserve.cpu, Some(1.5));
+        assert_eq!(c.labels.get("site").map(String::as_str), Some("a"));
+        assert_eq!(c.labels.get("gpu").map(String::as_str), Some("jetson"));
+        assert_eq!(c.name, "box-7");
+        assert_eq!(c.bootstrap, vec!["/ip4/127.0.0.1/tcp/1".to_string()]);
+        assert!(c.mdns);
+        assert_eq!(c.policy, "tapfinger", "the learned policy is the default");
+        let e = AgentConfig::from_toml_with("", &set(&["slot_mss=1"])).unwrap_err();
+        assert_eq!(e.field, "slot_mss");
+        let e = AgentConfig::from_toml_with("", &set(&["slot_ms"])).unwrap_err();
+        assert_eq!(e.field, "--set");
+        let e = AgentConfig::from_toml_with("", &set(&["slot_ms=\"x\""])).unwrap_err();
+        assert!(
+            e.to_string().contains("slot_ms") || e.field == "config",
+            "{e}"
+        );
     }
 
     #[test]

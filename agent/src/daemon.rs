@@ -55,9 +55,12 @@ pub struct Status {
     pub finished_here: Vec<TaskId>,
     /// Malformed messages dropped.
     pub dropped: u64,
+    /// Negotiation counters (rounds, claims, conflicts, messages, round latency).
+    pub stats: tapfinger::node::NodeStats,
 }
 
-/// Converts grid units to what an executor needs (natural units of each kind).
+/// Converts grid units to what an executor needs (natural units of each kind). GPUs come out as a
+/// count (`gpus` holds `0..n`); the daemon replaces them with the devices it hands the task.
 pub type ToAllocation = Box<dyn Fn(&Resources) -> Allocation + Send>;
 
 /// A running agent.
@@ -116,6 +119,47 @@ pub struct Parts {
     pub store: Option<crate::store::Store>,
     /// Tasks recovered from the journal, re-announced at start.
     pub recovered: Vec<(tapfinger::Task, TaskSpec)>,
+    /// GPU device indices this node offers (their count is the GPU capacity).
+    pub gpu_devices: Vec<u32>,
+}
+
+/// Which GPU devices each task running here holds, so that two tasks never get the same device
+/// (the node core counts GPUs; only the daemon knows device indices).
+#[derive(Debug, Default)]
+struct GpuPool {
+    free: std::collections::BTreeSet<u32>,
+    held: BTreeMap<TaskId, Vec<u32>>,
+}
+
+impl GpuPool {
+    fn new(devices: &[u32]) -> Self {
+        Self {
+            free: devices.iter().copied().collect(),
+            held: BTreeMap::new(),
+        }
+    }
+
+    /// Take `n` free devices for `task` (lowest indices first); None if fewer are free, which the
+    /// core's capacity accounting should make impossible.
+    fn take(&mut self, task: TaskId, n: usize) -> Option<Vec<u32>> {
+        if self.free.len() < n {
+            return None;
+        }
+        let got: Vec<u32> = self.free.iter().take(n).copied().collect();
+        for d in &got {
+            self.free.remove(d);
+        }
+        if !got.is_empty() {
+            self.held.insert(task, got.clone());
+        }
+        Some(got)
+    }
+
+    fn release(&mut self, task: TaskId) {
+        if let Some(ds) = self.held.remove(&task) {
+            self.free.extend(ds);
+        }
+    }
 }
 
 /// Start the loop.
@@ -153,6 +197,7 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
     // Replies to API commands wait until the status they imply is published, so a caller that
     // reads the status right after the reply sees its own change (a cancelled task is done).
     let mut replies: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
+    let mut gpus = GpuPool::new(&p.gpu_devices);
     loop {
         let replay = std::mem::take(&mut pending_actions);
         let mut actions = replay;
@@ -180,6 +225,7 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
             ev = p.exec_events.recv() => match ev {
                 Some(ExecEvent::Progress { task, progress, .. }) => { p.core.on_progress(task, progress); Vec::new() }
                 Some(ExecEvent::Exited { task, code }) => {
+                    gpus.release(task);
                     let stopped = stopped_here.remove(&task);
                     if !stopped {
                         finished_here.push(task);
@@ -241,10 +287,31 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                     }
                 }
                 Action::Start { task, spec, alloc } => {
-                    let allocation = (p.to_allocation)(&alloc);
-                    match p.executor.start(task, &spec, &allocation) {
+                    let mut allocation = (p.to_allocation)(&alloc);
+                    let started = if gpus.held.contains_key(&task) {
+                        Err(crate::exec::ExecError::AlreadyRunning(task))
+                    } else {
+                        match gpus.take(task, allocation.gpus.len()) {
+                            Some(devices) => {
+                                allocation.gpus = devices;
+                                p.executor.start(task, &spec, &allocation)
+                            }
+                            None => Err(crate::exec::ExecError::Spawn {
+                                task,
+                                reason: format!(
+                                    "{} GPU(s) needed, {} free",
+                                    allocation.gpus.len(),
+                                    gpus.free.len()
+                                ),
+                            }),
+                        }
+                    };
+                    match started {
                         Ok(enforcement) => tracing::info!(%task, %alloc, ?enforcement, "started"),
                         Err(e) => {
+                            if !matches!(e, crate::exec::ExecError::AlreadyRunning(_)) {
+                                gpus.release(task);
+                            }
                             tracing::warn!(%task, error = %e, "cannot start");
                             let more = p.core.on_exit(task, None, false);
                             for m in more {
@@ -286,6 +353,7 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                 .collect(),
             finished_here: finished_here.clone(),
             dropped,
+            stats: p.core.stats().clone(),
         };
         status.send_if_modified(|s| {
             if *s == snapshot {
@@ -324,4 +392,24 @@ fn validate(
         .collect();
     let id = TaskId((u64::from(me.0) << 32) | u64::from(local));
     spec.validate(&p.space, &p.types, &placements, id, p.core.slot())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_devices_are_never_shared_and_come_back() {
+        let mut pool = GpuPool::new(&[0, 1, 2]);
+        assert_eq!(pool.take(TaskId(1), 2), Some(vec![0, 1]));
+        assert_eq!(pool.take(TaskId(2), 2), None, "only one is free");
+        assert_eq!(pool.take(TaskId(2), 1), Some(vec![2]));
+        assert_eq!(pool.take(TaskId(3), 0), Some(vec![]));
+        pool.release(TaskId(1));
+        pool.release(TaskId(3));
+        assert_eq!(pool.take(TaskId(4), 2), Some(vec![0, 1]));
+        pool.release(TaskId(2));
+        pool.release(TaskId(2));
+        assert_eq!(pool.free.iter().copied().collect::<Vec<_>>(), vec![2]);
+    }
 }

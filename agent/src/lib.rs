@@ -12,5 +12,6 @@ pub mod daemon;
 pub mod discovery;
 pub mod exec;
 pub mod net;
+pub mod policy;
 pub mod run;
 pub mod store;

@@ -43,9 +43,16 @@ enum Cmd {
         /// Overrides `cluster_key_file`.
         #[arg(long)]
         cluster_key_file: Option<std::path::PathBuf>,
-        /// Overrides `policy`.
+        /// Overrides `policy` (`tapfinger`, the default, or a baseline name).
         #[arg(long)]
         policy: Option<String>,
+        /// Overrides `model` (a checkpoint directory from `tapfinger-sim train`).
+        #[arg(long)]
+        model: Option<std::path::PathBuf>,
+        /// Any setting of agent.toml as KEY=VALUE (dotted keys, TOML values), e.g.
+        /// `--set slot_ms=2000 --set reserve.cpu=1 --set labels.site=plant-3` (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
         /// Overrides `log_format`.
         #[arg(long, value_enum)]
         log_format: Option<tapfinger_agent::config::LogFormat>,
@@ -117,15 +124,17 @@ struct Client {
     token_file: Option<std::path::PathBuf>,
 }
 
-fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<AgentConfig> {
+fn load_config(path: Option<&std::path::Path>, set: &[String]) -> anyhow::Result<AgentConfig> {
     use anyhow::Context;
     match path {
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .with_context(|| format!("cannot read {}", p.display()))?;
-            Ok(AgentConfig::from_toml(&text).with_context(|| format!("{}", p.display()))?)
+            Ok(AgentConfig::from_toml_with(&text, set)
+                .with_context(|| format!("{}", p.display()))?)
         }
-        None => Ok(AgentConfig::default()),
+        None if set.is_empty() => Ok(AgentConfig::default()),
+        None => Ok(AgentConfig::from_toml_with("", set)?),
     }
 }
 
@@ -157,7 +166,7 @@ fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyh
 }
 
 fn check(path: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let cfg = load_config(path)?;
+    let cfg = load_config(path, &[])?;
     let d = discovery::discover()?;
     let offer = cfg.offer(&d)?;
     println!("name     {}", cfg.name);
@@ -169,6 +178,11 @@ fn check(path: Option<&std::path::Path>) -> anyhow::Result<()> {
         offer.gpus,
         offer.memory_bytes as f64 / f64::from(1u32 << 30)
     );
+    tapfinger_agent::policy::build(&cfg.policy, cfg.model.as_deref(), 10)?;
+    match &cfg.model {
+        Some(m) => println!("policy   {} ({})", cfg.policy, m.display()),
+        None => println!("policy   {}", cfg.policy),
+    }
     if let Some(note) = &d.gpu_note {
         println!("note     {note}");
     }
@@ -188,8 +202,10 @@ fn main() {
             data_dir,
             cluster_key_file,
             policy,
+            model,
+            set,
             log_format,
-        } => load_config(config.as_deref()).and_then(|mut cfg| {
+        } => load_config(config.as_deref(), &set).and_then(|mut cfg| {
             if let Some(v) = name {
                 cfg.name = v;
             }
@@ -210,6 +226,9 @@ fn main() {
             }
             if let Some(v) = policy {
                 cfg.policy = v;
+            }
+            if let Some(v) = model {
+                cfg.model = Some(v);
             }
             if let Some(v) = log_format {
                 cfg.log_format = v;

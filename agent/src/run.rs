@@ -10,10 +10,9 @@ use crate::config::{AgentConfig, LogFormat};
 use crate::daemon::{self, Parts, node_id};
 use crate::exec::{Allocation, Cgroups, ProcessExecutor};
 use crate::net::{NetConfig, Network, parse_psk};
-use anyhow::{Context, bail};
+use anyhow::Context;
 use libp2p::identity::Keypair;
 use std::collections::BTreeSet;
-use tapfinger::baselines::{self, BaselineContext};
 use tapfinger::node::{NodeConfig, NodeCore};
 use tapfinger::resources::{ResourceKind, ResourceSpace};
 use tapfinger::{Resources, TaskId};
@@ -31,6 +30,17 @@ pub fn space() -> ResourceSpace {
         kind("mem", "GiB"),
     ])
     .unwrap_or_else(|_| ResourceSpace::cpu_gpu())
+}
+
+/// Grid units of the agent's space (cores, GPUs, GiB) → what the executor enforces. GPUs are a
+/// count here; the daemon picks the devices.
+pub fn to_allocation(r: &Resources) -> Allocation {
+    Allocation {
+        cpus: f64::from(r.get(0)),
+        memory_bytes: (r.get(2) > 0).then(|| u64::from(r.get(2)) << 30),
+        gpus: (0..r.get(1)).collect(),
+        gpu_percent: None,
+    }
 }
 
 /// Set up logging (call once).
@@ -68,6 +78,13 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         tracing::info!("{note}");
     }
     let offer = cfg.offer(&discovered)?;
+    // The offered GPUs are the first `offer.gpus` devices NVML lists.
+    let gpu_devices: Vec<u32> = discovered
+        .gpus
+        .iter()
+        .map(|g| g.index)
+        .take(offer.gpus as usize)
+        .collect();
     let capacity = Resources(vec![
         offer.cpus.floor() as u32,
         offer.gpus,
@@ -116,19 +133,8 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     .await?;
     let me = node_id(&net.peer_id);
     tracing::info!(peer_id = %net.peer_id, node = me.0, %capacity, "agent starting");
-    let ctx = BaselineContext {
-        num_types: 1,
-        cpu_kind: 0,
-        gpu_kind: 1,
-        profile: Vec::new(),
-    };
-    if cfg.policy == "tapfinger" {
-        bail!(
-            "policy: the learned policy is not yet available in the agent (issue #4); choose a baseline, e.g. policy = \"tiresias-np\""
-        );
-    }
-    let policy =
-        baselines::by_name(&cfg.policy, &ctx).map_err(|e| anyhow::anyhow!("policy: {e}"))?;
+    let window = 10;
+    let policy = crate::policy::build(&cfg.policy, cfg.model.as_deref(), window)?;
     let core = NodeCore::new(
         NodeConfig {
             me,
@@ -139,7 +145,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_secs()),
             num_types: 1,
-            window: 10,
+            window,
             slot_ms: cfg.slot_ms,
             round_ms: cfg.round_ms,
             heartbeat_ms: cfg.heartbeat_ms,
@@ -170,16 +176,12 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         net,
         executor: Box::new(executor),
         exec_events: rx,
-        to_allocation: Box::new(|r: &Resources| Allocation {
-            cpus: f64::from(r.get(0)),
-            memory_bytes: (r.get(2) > 0).then(|| u64::from(r.get(2)) << 30),
-            gpus: (0..r.get(1)).collect(),
-            gpu_percent: None,
-        }),
+        to_allocation: Box::new(to_allocation),
         space: space(),
         types: vec!["default".into()],
         store: Some(store),
         recovered: recovered.unfinished,
+        gpu_devices,
     });
     let token = match &cfg.api_token_file {
         Some(p) => Some(

@@ -110,6 +110,99 @@ pub struct TaskEntry {
     pub state: TaskState,
 }
 
+/// Upper bounds (ms) of the round-latency histogram buckets (the last bucket is unbounded).
+pub const LATENCY_BUCKETS_MS: [u64; 20] = [
+    1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700, 1000, 2000, 5000,
+];
+
+/// What a node counts about its own negotiation (for metrics and benchmarks). Counters only
+/// grow; a histogram keeps round latency without keeping every sample.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NodeStats {
+    /// Rounds decided here.
+    pub rounds: u64,
+    /// Claims this node made (proposals that were not a pass).
+    pub claims: u64,
+    /// Claims of this node that lost to another agent's.
+    pub claims_lost: u64,
+    /// Tasks claimed by more than one agent, summed over rounds.
+    pub conflicts: u64,
+    /// Members whose proposal was missing at a round's deadline, summed over rounds.
+    pub missing: u64,
+    /// Messages this node broadcast, by kind (`heartbeat`, `protocol`, ...).
+    pub sent: BTreeMap<String, u64>,
+    /// Messages received from peers.
+    pub received: u64,
+    /// Round latency: from this node's proposal to the round's decision here. Counts per bucket
+    /// of [`LATENCY_BUCKETS_MS`] plus one overflow bucket.
+    pub latency_buckets: Vec<u64>,
+    /// Sum of the latencies (ms).
+    pub latency_sum_ms: u64,
+}
+
+impl NodeStats {
+    fn observe_latency(&mut self, ms: u64) {
+        if self.latency_buckets.is_empty() {
+            self.latency_buckets = vec![0; LATENCY_BUCKETS_MS.len() + 1];
+        }
+        let i = LATENCY_BUCKETS_MS
+            .iter()
+            .position(|b| ms <= *b)
+            .unwrap_or(LATENCY_BUCKETS_MS.len());
+        self.latency_buckets[i] += 1;
+        self.latency_sum_ms += ms;
+    }
+
+    /// Total messages sent.
+    pub fn sent_total(&self) -> u64 {
+        self.sent.values().sum()
+    }
+
+    /// Add another node's counters to these (for cluster-wide figures).
+    pub fn merge(&mut self, o: &NodeStats) {
+        self.rounds += o.rounds;
+        self.claims += o.claims;
+        self.claims_lost += o.claims_lost;
+        self.conflicts += o.conflicts;
+        self.missing += o.missing;
+        for (k, v) in &o.sent {
+            *self.sent.entry(k.clone()).or_default() += v;
+        }
+        self.received += o.received;
+        if self.latency_buckets.len() < o.latency_buckets.len() {
+            self.latency_buckets.resize(o.latency_buckets.len(), 0);
+        }
+        for (a, b) in self.latency_buckets.iter_mut().zip(&o.latency_buckets) {
+            *a += b;
+        }
+        self.latency_sum_ms += o.latency_sum_ms;
+    }
+
+    /// The `q`-quantile of round latency (ms), interpolated linearly inside its bucket as
+    /// Prometheus' `histogram_quantile` does; None without samples. The overflow bucket
+    /// reports its lower bound.
+    pub fn latency_quantile(&self, q: f64) -> Option<f64> {
+        let total: u64 = self.latency_buckets.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = q.clamp(0.0, 1.0) * total as f64;
+        let mut seen = 0u64;
+        for (i, c) in self.latency_buckets.iter().enumerate() {
+            if *c > 0 && (seen + c) as f64 >= rank {
+                let lo = if i == 0 { 0 } else { LATENCY_BUCKETS_MS[i - 1] } as f64;
+                let Some(hi) = LATENCY_BUCKETS_MS.get(i) else {
+                    return Some(lo);
+                };
+                let frac = (rank - seen as f64) / *c as f64;
+                return Some(lo + (*hi as f64 - lo) * frac.clamp(0.0, 1.0));
+            }
+            seen += c;
+        }
+        None
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Peer {
     state: NodeState,
@@ -131,6 +224,9 @@ pub struct NodeCore {
     /// First tick: a node proposes only after two heartbeat periods, so that a (re)started node
     /// first hears its peers and their answers to its re-announced tasks.
     first_tick: Option<u64>,
+    /// When this node proposed in the current round (for round latency).
+    proposed_at: Option<u64>,
+    stats: NodeStats,
 }
 
 impl std::fmt::Debug for NodeCore {
@@ -167,7 +263,14 @@ impl NodeCore {
             last_heartbeat: None,
             slot_start: 0,
             first_tick: None,
+            proposed_at: None,
+            stats: NodeStats::default(),
         }
+    }
+
+    /// Negotiation counters.
+    pub fn stats(&self) -> &NodeStats {
+        &self.stats
     }
 
     /// This node's id.
@@ -249,6 +352,15 @@ impl NodeCore {
 
     fn envelope(&mut self, body: Body) -> Action {
         self.seq += 1;
+        let kind = match &body {
+            Body::Heartbeat(_) => "heartbeat",
+            Body::Announce { .. } => "announce",
+            Body::Protocol(_) => "protocol",
+            Body::Started { .. } => "started",
+            Body::Finished { .. } => "finished",
+            Body::Failed { .. } => "failed",
+        };
+        *self.stats.sent.entry(kind.to_string()).or_default() += 1;
         Action::Broadcast(Envelope {
             version: WIRE_VERSION,
             from: self.cfg.me,
@@ -311,6 +423,7 @@ impl NodeCore {
         if from == self.cfg.me {
             return Vec::new();
         }
+        self.stats.received += 1;
         let mut out = Vec::new();
         match e.body {
             Body::Heartbeat(state) => {
@@ -401,6 +514,7 @@ impl NodeCore {
                     // Far behind the cluster (we just started, or were cut off): join its current
                     // round instead of replaying slots nobody else runs.
                     self.protocol = self.fresh_protocol(m.round);
+                    self.proposed_at = None;
                 }
                 if let Ok(outputs) = self.protocol.receive(m, now) {
                     out.extend(self.handle(outputs, now));
@@ -627,8 +741,13 @@ impl NodeCore {
             }
             None => crate::protocol::Proposal::Pass,
         };
+        let claim = !matches!(proposal, crate::protocol::Proposal::Pass);
         match self.protocol.propose(proposal, now) {
-            Ok(outputs) => self.handle(outputs, now),
+            Ok(outputs) => {
+                self.stats.claims += u64::from(claim);
+                self.proposed_at = Some(now);
+                self.handle(outputs, now)
+            }
             Err(_) => Vec::new(),
         }
     }
@@ -646,6 +765,17 @@ impl NodeCore {
 
     fn apply(&mut self, outcome: RoundOutcome, now: u64) -> Vec<Action> {
         let mut out = Vec::new();
+        self.stats.rounds += 1;
+        self.stats.conflicts += u64::from(outcome.contested);
+        self.stats.missing += outcome.missing.len() as u64;
+        self.stats.claims_lost += outcome
+            .lost
+            .iter()
+            .filter(|(a, _)| *a == self.cfg.me)
+            .count() as u64;
+        if let Some(t) = self.proposed_at.take() {
+            self.stats.observe_latency(now.saturating_sub(t));
+        }
         for c in &outcome.commits {
             let Some(t) = self.tasks.get_mut(&c.task) else {
                 continue;

@@ -51,6 +51,7 @@ pub const SHIPPED: &[Shipped] = shipped![
     "synthetic6-l2",
     "synthetic6-l4",
     "edge-synergy",
+    "edge-agent",
 ];
 
 /// The model shipped for a scenario name, if any.

@@ -51,6 +51,10 @@ const PRESETS: &[Preset] = &[
         toml: include_str!("../presets/multitask3.toml"),
     },
     Preset {
+        name: "edge-agent",
+        toml: include_str!("../presets/edge-agent.toml"),
+    },
+    Preset {
         name: "edge-synergy",
         toml: include_str!("../presets/edge-synergy.toml"),
     },

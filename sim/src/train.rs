@@ -196,30 +196,12 @@ pub fn load_net_bytes(
     label: &str,
     dims: &Dims,
 ) -> Result<(Net, NetConfig), TrainError> {
-    let err = |reason: String| TrainError::Checkpoint {
-        path: label.to_string(),
-        reason,
-    };
-    let meta: Checkpoint = serde_json::from_str(train_json).map_err(|e| err(e.to_string()))?;
-    let cfg = meta.config.net.clone();
-    if cfg.dims != *dims {
-        return Err(err(format!(
-            "trained for {} resource kind(s), {} task type(s), window {} (scenario {}); this scenario has {}, {}, {}",
-            cfg.dims.kinds,
-            cfg.dims.types,
-            cfg.dims.window,
-            meta.scenario,
-            dims.kinds,
-            dims.types,
-            dims.window
-        )));
-    }
-    let record = burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
-        .map_err(|e| err(e.to_string()))?;
-    let net = Net::new(&cfg, &Device::flex())
-        .try_load_record(record)
-        .map_err(|e| err(e.to_string()))?;
-    Ok((net, cfg))
+    tapfinger::model::load_bytes(bytes, train_json, label, dims)
+        .map(|(net, cfg, _)| (net, cfg))
+        .map_err(|e| TrainError::Checkpoint {
+            path: e.label,
+            reason: e.reason,
+        })
 }
 
 /// A decision ready for learning.

@@ -1,0 +1,107 @@
+//! The agent's policy: the learned TapFinger model by default, any baseline by name.
+//!
+//! The default model is the one `tapfinger-sim` trains on its `edge-agent` preset, whose resource
+//! kinds and units are the agent's own (CPU cores, GPUs, GiB of memory; one task type). It is
+//! compiled into the binary so that a fresh install schedules with it and no file can go missing.
+//! An operator can point `model` at a checkpoint directory written by `tapfinger-sim train`
+//! (`model.bpk` + `train.json`); a model trained for other input sizes is refused at start with
+//! both sizes named, never loaded half-way.
+
+use std::path::Path;
+use tapfinger::Policy;
+use tapfinger::baselines::{self, BaselineContext};
+use tapfinger::model::TapfingerPolicy;
+use tapfinger::model::batch::Dims;
+
+/// `model.bpk` of the shipped agent model.
+const SHIPPED_MODEL: &[u8] = include_bytes!("../../sim/models/edge-agent/model.bpk");
+/// Its `train.json`.
+const SHIPPED_CONFIG: &str = include_str!("../../sim/models/edge-agent/train.json");
+
+/// Input sizes of the agent's view: three resource kinds, one task type, and `window` pending tasks.
+pub fn dims(window: usize) -> Dims {
+    Dims {
+        kinds: 3,
+        types: 1,
+        window,
+    }
+}
+
+/// Build the policy named `name`; for `tapfinger`, from `model` (a checkpoint directory) or the
+/// shipped model. The learned policy decides greedily: on a real cluster there is no exploration
+/// to do, and greedy is what the shipped figures measure.
+pub fn build(name: &str, model: Option<&Path>, window: usize) -> anyhow::Result<Box<dyn Policy>> {
+    if name == "tapfinger" {
+        let dims = dims(window);
+        let (bytes, json, label) = match model {
+            Some(dir) => {
+                let read = |f: &str| {
+                    let p = dir.join(f);
+                    std::fs::read(&p)
+                        .map_err(|e| anyhow::anyhow!("model: cannot read {}: {e}", p.display()))
+                };
+                let json = String::from_utf8(read("train.json")?).map_err(|_| {
+                    anyhow::anyhow!("model: {}/train.json is not UTF-8", dir.display())
+                })?;
+                (read("model.bpk")?, json, dir.display().to_string())
+            }
+            None => (
+                SHIPPED_MODEL.to_vec(),
+                SHIPPED_CONFIG.to_string(),
+                "shipped agent model".to_string(),
+            ),
+        };
+        let (net, cfg, scenario) = tapfinger::model::load_bytes(bytes, &json, &label, &dims)
+            .map_err(|e| anyhow::anyhow!("model: {e}"))?;
+        tracing::info!(model = %label, trained_on = %scenario, "learned policy loaded");
+        return Ok(Box::new(
+            TapfingerPolicy::from_net(net, cfg, burn::tensor::Device::flex()).greedy(true),
+        ));
+    }
+    if model.is_some() {
+        anyhow::bail!("model: only the `tapfinger` policy uses a model (policy is `{name}`)");
+    }
+    let ctx = BaselineContext {
+        num_types: 1,
+        cpu_kind: 0,
+        gpu_kind: 1,
+        profile: Vec::new(),
+    };
+    baselines::by_name(name, &ctx)
+        .map_err(|e| anyhow::anyhow!("policy: {e}; or `tapfinger` (the default)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_model_loads_for_the_agent_dims() {
+        let p = build("tapfinger", None, 10).unwrap();
+        assert_eq!(p.name(), "tapfinger");
+    }
+
+    #[test]
+    fn a_model_for_other_sizes_is_refused_with_both_sizes() {
+        let e = build("tapfinger", None, 7).err().unwrap().to_string();
+        assert!(e.contains("window 10") && e.contains("7"), "{e}");
+    }
+
+    #[test]
+    fn unknown_policies_and_stray_models_are_errors() {
+        assert!(build("nope", None, 10).is_err());
+        let e = build("drf", Some(Path::new("/x")), 10)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("only the `tapfinger` policy"), "{e}");
+        let e = build("tapfinger", Some(Path::new("/nonexistent")), 10)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("/nonexistent/train.json") || e.contains("/nonexistent/model.bpk"),
+            "{e}"
+        );
+    }
+}
