@@ -6,152 +6,37 @@
 //! kind), no GPU device is handed to two tasks at once, and an agent killed mid-run loses no task.
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
-use libp2p::pnet::PreSharedKey;
-use libp2p::{Multiaddr, identity};
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use libp2p::identity;
+use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::Duration;
-use tapfinger::node::{NodeConfig, NodeCore};
+use tapfinger::TaskId;
 use tapfinger::spec::TaskSpec;
-use tapfinger::{Resources, TaskId};
-use tapfinger_agent::daemon::{self, Agent, Parts, Status, node_id};
-use tapfinger_agent::exec::{Allocation, Cgroups, Executor, ProcessExecutor, SimulatedExecutor};
-use tapfinger_agent::net::NetConfig;
-use tokio::sync::mpsc;
-use tokio::time::Instant;
+use tapfinger_agent::daemon::Agent;
+use tapfinger_tests::{Exec, Local, finished, spec, statuses, wait};
 
-/// Every test agent offers 4 cores, 1 GPU (device 7, to see that the daemon, not the count,
-/// names the device) and 8 GiB.
-fn capacity() -> Resources {
-    Resources(vec![4, 1, 8])
+async fn agent(
+    name: &str,
+    bootstrap: Vec<libp2p::Multiaddr>,
+    rate: f64,
+) -> (Agent, libp2p::Multiaddr) {
+    Local::new(name, Exec::Simulated(rate))
+        .bootstrap(bootstrap)
+        .start()
+        .await
 }
 
-/// How an agent runs its tasks.
-#[derive(Clone)]
-enum Exec {
-    /// The simulated executor: progress `rate × cores` per 20 ms tick.
-    Simulated(f64),
-    /// Real child processes, logs under the path.
-    Processes(std::path::PathBuf),
-}
-
-async fn agent(name: &str, bootstrap: Vec<Multiaddr>, rate: f64) -> (Agent, Multiaddr) {
-    agent_with(
-        name,
-        bootstrap,
-        Exec::Simulated(rate),
-        identity::Keypair::generate_ed25519(),
-        None,
-    )
-    .await
-}
-
-/// An agent with a given identity and, optionally, a durable journal at `journal`.
 async fn agent_with(
     name: &str,
-    bootstrap: Vec<Multiaddr>,
+    bootstrap: Vec<libp2p::Multiaddr>,
     exec: Exec,
     keypair: identity::Keypair,
-    journal: Option<&std::path::Path>,
-) -> (Agent, Multiaddr) {
-    let (store, recovered) = match journal {
-        Some(path) => {
-            let (s, r) = tapfinger_agent::store::Store::open(path).unwrap();
-            (Some(s), r.unfinished)
-        }
-        None => (None, Vec::new()),
-    };
-    let (net, addr) = support::start_listening(NetConfig {
-        keypair,
-        cluster: "it".into(),
-        listen: Vec::new(),
-        bootstrap,
-        psk: Some(PreSharedKey::new([42; 32])),
-        allow: None,
-        mdns: false,
-        channel: 256,
-    })
-    .await;
-    let me = node_id(&net.peer_id);
-    let node = NodeConfig {
-        me,
-        name: name.into(),
-        capacity: capacity(),
-        labels: BTreeMap::new(),
-        incarnation: 1,
-        num_types: 1,
-        window: 10,
-        slot_ms: 150,
-        round_ms: 100,
-        heartbeat_ms: 100,
-        peer_timeout_ms: 800,
-    };
-    let policy = tapfinger_agent::policy::build("tapfinger", None, 10).unwrap();
-    let core = NodeCore::new(node, policy, u64::from(me.0));
-    let (tx, rx) = mpsc::channel(256);
-    let executor: Box<dyn Executor> = match exec {
-        Exec::Simulated(rate) => {
-            let speed = Arc::new(move |_: &TaskSpec, a: &Allocation| rate * a.cpus);
-            Box::new(SimulatedExecutor::new(tx, Duration::from_millis(20), speed))
-        }
-        Exec::Processes(logs) => Box::new(ProcessExecutor::new(
-            Cgroups::Unavailable("not used in this test".into()),
-            logs,
-            tx,
-        )),
-    };
-    let agent = daemon::spawn(Parts {
-        core,
-        net,
-        executor,
-        exec_events: rx,
-        to_allocation: Box::new(tapfinger_agent::run::to_allocation),
-        space: tapfinger_agent::run::space(),
-        types: vec!["default".into()],
-        store,
-        recovered,
-        gpu_devices: vec![7],
-    });
-    (agent, addr)
-}
-
-fn spec() -> TaskSpec {
-    TaskSpec::from_toml("command = [\"train\"]\nmin_demand = { cpu = 1, mem = 1 }\n").unwrap()
-}
-
-fn statuses(agents: &[&Agent]) -> Vec<Status> {
-    agents.iter().map(|a| a.status.borrow().clone()).collect()
-}
-
-/// Poll until `done` holds (checking capacity on every poll), or panic after `limit`.
-async fn wait(agents: &[&Agent], limit: Duration, what: &str, done: impl Fn(&[Status]) -> bool) {
-    let end = Instant::now() + limit;
-    loop {
-        let s = statuses(agents);
-        for st in &s {
-            if let (Some(used), Some(_)) = (&st.used, &st.capacity) {
-                assert!(
-                    used.fits_in(&capacity()),
-                    "{:?} allocates {used} > {}",
-                    st.id,
-                    capacity()
-                );
-            }
-        }
-        if done(&s) {
-            return;
-        }
-        assert!(Instant::now() < end, "timed out waiting for {what}: {s:#?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn finished(s: &[Status]) -> Vec<TaskId> {
-    s.iter()
-        .flat_map(|st| st.finished_here.iter().copied())
-        .collect()
+    journal: Option<&Path>,
+) -> (Agent, libp2p::Multiaddr) {
+    let mut l = Local::new(name, exec).bootstrap(bootstrap);
+    l.keypair = keypair;
+    l.journal = journal.map(Path::to_path_buf);
+    l.start().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

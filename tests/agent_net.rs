@@ -3,8 +3,6 @@
 //! without the key never connects. Ephemeral ports on 127.0.0.1 only.
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use libp2p::pnet::PreSharedKey;
 use libp2p::{Multiaddr, PeerId, identity};
 use std::collections::BTreeSet;
@@ -24,7 +22,7 @@ async fn start_with(
     allow: Option<BTreeSet<PeerId>>,
     bootstrap: Vec<Multiaddr>,
 ) -> (Network, Multiaddr) {
-    support::start_listening(NetConfig {
+    tapfinger_tests::start_listening(NetConfig {
         keypair,
         cluster: "test".into(),
         listen: Vec::new(),

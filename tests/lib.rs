@@ -1,1 +1,210 @@
-//! Cross-crate integration tests live in the `[[test]]` targets of this crate; the library is empty.
+//! Helpers shared by the cross-crate integration tests (the `[[test]]` targets of this crate) and
+//! the cluster benchmark (`benches/cluster.rs`): networks on ephemeral loopback ports, and whole
+//! agents (node core + libp2p + an executor) started in this process.
+//!
+//! Everything binds 127.0.0.1 only. Helpers panic on setup failures: they serve tests, where a
+//! panic with a message is the right report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use libp2p::pnet::PreSharedKey;
+use libp2p::{Multiaddr, identity};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tapfinger::node::{NodeConfig, NodeCore};
+use tapfinger::spec::TaskSpec;
+use tapfinger::{Resources, TaskId};
+use tapfinger_agent::daemon::{self, Agent, Parts, Status, node_id};
+use tapfinger_agent::exec::{Allocation, Cgroups, Executor, ProcessExecutor, SimulatedExecutor};
+use tapfinger_agent::net::{NetConfig, NetEvent, Network};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, timeout};
+
+/// `cfg` with `listen` set to an ephemeral loopback port; panics if it does not come up in 10 s.
+pub async fn start_listening(mut cfg: NetConfig) -> (Network, Multiaddr) {
+    cfg.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().expect("a valid multiaddr")];
+    let mut net = Network::start(cfg).await.expect("network starts");
+    let addr = loop {
+        match timeout(Duration::from_secs(10), net.next_event()).await {
+            Ok(Some(NetEvent::Listening(a))) => break a,
+            Ok(Some(_)) => continue,
+            other => panic!("no listen address: {other:?}"),
+        }
+    };
+    let full = format!("{addr}/p2p/{}", net.peer_id)
+        .parse()
+        .expect("a dialable address");
+    (net, full)
+}
+
+/// What every local agent offers: 4 cores, 1 GPU (device 7, so that a test sees that the daemon
+/// names the device rather than passing a count) and 8 GiB.
+pub fn capacity() -> Resources {
+    Resources(vec![4, 1, 8])
+}
+
+/// How an agent runs its tasks.
+#[derive(Debug, Clone)]
+pub enum Exec {
+    /// The simulated executor: progress `rate × cores` per 20 ms tick.
+    Simulated(f64),
+    /// Real child processes, logs under the path.
+    Processes(PathBuf),
+}
+
+/// A local agent to start.
+#[derive(Debug, Clone)]
+pub struct Local {
+    /// Node name.
+    pub name: String,
+    /// Addresses to dial.
+    pub bootstrap: Vec<Multiaddr>,
+    /// Executor.
+    pub exec: Exec,
+    /// Identity (a restarted agent keeps its key).
+    pub keypair: identity::Keypair,
+    /// Durable journal, if any.
+    pub journal: Option<PathBuf>,
+    /// Policy name (`tapfinger` is the agent's default).
+    pub policy: String,
+    /// Slot, round deadline and heartbeat (ms); a peer is gone after 8 heartbeats.
+    pub slot_ms: u64,
+    /// Round deadline (ms).
+    pub round_ms: u64,
+    /// Heartbeat period (ms).
+    pub heartbeat_ms: u64,
+}
+
+impl Local {
+    /// Fast timings for tests: 150 ms slots, 100 ms rounds and heartbeats.
+    pub fn new(name: &str, exec: Exec) -> Self {
+        Self {
+            name: name.into(),
+            bootstrap: Vec::new(),
+            exec,
+            keypair: identity::Keypair::generate_ed25519(),
+            journal: None,
+            policy: "tapfinger".into(),
+            slot_ms: 150,
+            round_ms: 100,
+            heartbeat_ms: 100,
+        }
+    }
+
+    /// Dial these peers at start.
+    pub fn bootstrap(mut self, addrs: Vec<Multiaddr>) -> Self {
+        self.bootstrap = addrs;
+        self
+    }
+
+    /// Start it: the agent's own resource space, conversion and policy, the libp2p network with
+    /// the test cluster's key, on an ephemeral loopback port.
+    pub async fn start(self) -> (Agent, Multiaddr) {
+        let (store, recovered) = match &self.journal {
+            Some(path) => {
+                let (s, r) = tapfinger_agent::store::Store::open(path).unwrap();
+                (Some(s), r.unfinished)
+            }
+            None => (None, Vec::new()),
+        };
+        let (net, addr) = start_listening(NetConfig {
+            keypair: self.keypair,
+            cluster: "it".into(),
+            listen: Vec::new(),
+            bootstrap: self.bootstrap,
+            psk: Some(PreSharedKey::new([42; 32])),
+            allow: None,
+            mdns: false,
+            channel: 1024,
+        })
+        .await;
+        let me = node_id(&net.peer_id);
+        let node = NodeConfig {
+            me,
+            name: self.name,
+            capacity: capacity(),
+            labels: BTreeMap::new(),
+            incarnation: 1,
+            num_types: 1,
+            window: 10,
+            slot_ms: self.slot_ms,
+            round_ms: self.round_ms,
+            heartbeat_ms: self.heartbeat_ms,
+            peer_timeout_ms: 8 * self.heartbeat_ms,
+        };
+        let policy = tapfinger_agent::policy::build(&self.policy, None, 10).unwrap();
+        let core = NodeCore::new(node, policy, u64::from(me.0));
+        let (tx, rx) = mpsc::channel(256);
+        let executor: Box<dyn Executor> = match self.exec {
+            Exec::Simulated(rate) => {
+                let speed = Arc::new(move |_: &TaskSpec, a: &Allocation| rate * a.cpus);
+                Box::new(SimulatedExecutor::new(tx, Duration::from_millis(20), speed))
+            }
+            Exec::Processes(logs) => Box::new(ProcessExecutor::new(
+                Cgroups::Unavailable("not used in this test".into()),
+                logs,
+                tx,
+            )),
+        };
+        let agent = daemon::spawn(Parts {
+            core,
+            net,
+            executor,
+            exec_events: rx,
+            to_allocation: Box::new(tapfinger_agent::run::to_allocation),
+            space: tapfinger_agent::run::space(),
+            types: vec!["default".into()],
+            store,
+            recovered,
+            gpu_devices: vec![7],
+        });
+        (agent, addr)
+    }
+}
+
+/// A task needing one core and 1 GiB (`train` is never run by the simulated executor).
+pub fn spec() -> TaskSpec {
+    TaskSpec::from_toml("command = [\"train\"]\nmin_demand = { cpu = 1, mem = 1 }\n").unwrap()
+}
+
+/// Current status of each agent.
+pub fn statuses(agents: &[&Agent]) -> Vec<Status> {
+    agents.iter().map(|a| a.status.borrow().clone()).collect()
+}
+
+/// Poll until `done` holds, checking on every poll that no agent allocates more than its
+/// capacity of any kind; panic after `limit`.
+pub async fn wait(
+    agents: &[&Agent],
+    limit: Duration,
+    what: &str,
+    done: impl Fn(&[Status]) -> bool,
+) {
+    let end = Instant::now() + limit;
+    loop {
+        let s = statuses(agents);
+        for st in &s {
+            if let (Some(used), Some(_)) = (&st.used, &st.capacity) {
+                assert!(
+                    used.fits_in(&capacity()),
+                    "{:?} allocates {used} > {}",
+                    st.id,
+                    capacity()
+                );
+            }
+        }
+        if done(&s) {
+            return;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}: {s:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every completion the agents report, one entry per run (a task run twice appears twice).
+pub fn finished(s: &[Status]) -> Vec<TaskId> {
+    s.iter()
+        .flat_map(|st| st.finished_here.iter().copied())
+        .collect()
+}

@@ -9,6 +9,7 @@
 pub mod api;
 pub mod config;
 pub mod daemon;
+pub mod demo;
 pub mod discovery;
 pub mod exec;
 pub mod net;

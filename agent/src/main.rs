@@ -57,6 +57,9 @@ enum Cmd {
         #[arg(long, value_enum)]
         log_format: Option<tapfinger_agent::config::LogFormat>,
     },
+    /// The demo workload: train a small MLP (burn, CPU) on generated data, printing
+    /// `TAPFINGER progress=...` lines; its speed follows the CPU share it is given.
+    Demo(tapfinger_agent::demo::DemoArgs),
     /// Submit a task spec (TOML) to a running agent.
     Submit {
         /// The task spec.
@@ -193,6 +196,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Check { config } => check(config.as_deref()),
+        Cmd::Demo(args) => tapfinger_agent::demo::run(&args, &mut std::io::stdout()).map(|_| ()),
         Cmd::Run {
             config,
             name,

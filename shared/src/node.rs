@@ -110,6 +110,15 @@ pub struct TaskEntry {
     pub state: TaskState,
 }
 
+/// A per-node pseudo-random rank of a task (splitmix64 of task and node id): deterministic, so
+/// every agent computes the same windows for every node.
+fn spread(task: TaskId, node: NodeId) -> u64 {
+    let mut z = task.0 ^ (u64::from(node.0)).rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// Upper bounds (ms) of the round-latency histogram buckets (the last bucket is unbounded).
 pub const LATENCY_BUCKETS_MS: [u64; 20] = [
     1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700, 1000, 2000, 5000,
@@ -726,7 +735,10 @@ impl NodeCore {
         let outputs = self.protocol.tick(now);
         out.extend(self.handle(outputs, now));
         let warm = now >= *self.first_tick.get_or_insert(now) + 2 * self.cfg.heartbeat_ms;
-        if warm && !self.protocol.has_proposed() && now >= self.slot_start {
+        if warm
+            && !self.protocol.has_proposed()
+            && (now >= self.slot_start || self.protocol.round_begun_elsewhere())
+        {
             out.extend(self.propose(now));
         }
         out
@@ -835,7 +847,13 @@ impl NodeCore {
                     .filter(|(_, t)| t.task.reachable.binary_search(id).is_ok())
                     .map(|(i, _)| i)
                     .collect();
-                queue.sort_by_key(|&i| (pending[i].task.arrival, pending[i].task.id));
+                // Oldest first; tasks of the same age in an order of this node's own (a hash of
+                // task and node), so that agents whose windows hold the same tasks do not all
+                // claim the same one and lose the round to each other.
+                queue.sort_by_key(|&i| {
+                    let t = &pending[i].task;
+                    (t.arrival, spread(t.id, *id), t.id)
+                });
                 let overflow = queue.len().saturating_sub(self.cfg.window);
                 queue.truncate(self.cfg.window);
                 NodeView {

@@ -244,6 +244,13 @@ impl Protocol {
         self.proposals.contains_key(&self.me)
     }
 
+    /// True if another member has already proposed in the current round: the round has begun
+    /// somewhere, so a driver waiting for its own slot timer should join now (slot timers on
+    /// different machines drift apart; the earliest one starts the slot for everyone).
+    pub fn round_begun_elsewhere(&self) -> bool {
+        self.proposals.keys().any(|k| *k != self.me)
+    }
+
     /// True if `task` was committed in an earlier round (within the remembered window).
     pub fn is_committed(&self, task: TaskId) -> bool {
         self.committed.contains(&task)
@@ -391,10 +398,14 @@ impl Protocol {
         if !self.has_proposed() {
             return Vec::new();
         }
+        // A member that has proposed in a later round has decided this one and moved on (rounds
+        // only go forward), so it will never propose here: waiting for it until the deadline
+        // would only make every later round wait too. It counts as a pass.
+        let moved_on = |m: &NodeId| self.future.values().any(|ps| ps.contains_key(m));
         let missing: Vec<NodeId> = self
             .members
             .iter()
-            .filter(|m| !self.proposals.contains_key(m))
+            .filter(|m| !self.proposals.contains_key(m) && !moved_on(m))
             .copied()
             .collect();
         if !missing.is_empty() && !deadline_passed {
@@ -747,6 +758,38 @@ mod tests {
         let d = decided(&out).unwrap();
         assert_eq!(d.missing, vec![NodeId(2)]);
         assert_eq!(d.commits.len(), 1);
+    }
+
+    #[test]
+    fn a_member_already_in_a_later_round_counts_as_a_pass() {
+        let mut a = Protocol::new(
+            NodeId(0),
+            [NodeId(1), NodeId(2)],
+            Round::default(),
+            ProtocolConfig {
+                round_timeout: Some(100),
+                ..ProtocolConfig::default()
+            },
+        );
+        a.propose(claim(1, 1.0, 1.0), 0).unwrap();
+        a.receive(msg(1, Round::default(), Proposal::Pass), 1)
+            .unwrap();
+        // Member 2 decided this round without us (a deadline) and is already in the next slot.
+        let next = Round { slot: 1, step: 0 };
+        let out = a.receive(msg(2, next, Proposal::Pass), 2).unwrap();
+        let d = decided(&out).expect("no need to wait for the deadline");
+        assert!(d.missing.is_empty());
+        assert_eq!(d.commits.len(), 1);
+        // A commit keeps us in slot 0 (step 1); member 2 is still ahead, so it passes here too.
+        assert_eq!(a.round(), Round { slot: 0, step: 1 });
+        assert!(!a.round_begun_elsewhere());
+        a.propose(Proposal::Pass, 3).unwrap();
+        let out = a.receive(msg(1, a.round(), Proposal::Pass), 4).unwrap();
+        let d = decided(&out).expect("member 2 has moved on");
+        assert!(d.slot_ended);
+        // Its buffered proposal is not lost: it is current once we reach its round.
+        assert_eq!(a.round(), next);
+        assert!(a.round_begun_elsewhere());
     }
 
     #[test]

@@ -1,0 +1,187 @@
+//! Cluster benchmark: N agents (default 16) with the simulated executor, in this process on
+//! loopback, schedule M tasks (default 500) submitted round-robin at every agent. It fails (exit
+//! code 1) on any duplicate or lost task or any capacity breach, and prints the negotiation
+//! figures: round latency p50/p99 (from this node's proposal to the round's decision, estimated
+//! from the agents' histograms as Prometheus would), messages per round, conflicts.
+//!
+//! `cargo bench -p tapfinger-tests --bench cluster [-- --agents 16 --tasks 500 --slot-ms 1000
+//! --round-ms 300 --heartbeat-ms 250 --policy tapfinger]`
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+use tapfinger::node::NodeStats;
+use tapfinger_tests::{Exec, Local, finished, spec, statuses, wait};
+
+struct Args {
+    agents: usize,
+    tasks: usize,
+    slot_ms: u64,
+    round_ms: u64,
+    heartbeat_ms: u64,
+    policy: String,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        agents: 16,
+        tasks: 500,
+        slot_ms: 1000,
+        round_ms: 300,
+        heartbeat_ms: 250,
+        policy: "tapfinger".into(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--bench" {
+            continue; // added by `cargo bench`
+        }
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        let num = |v: String| v.parse::<u64>().map_err(|e| format!("{flag}: {e}"));
+        match flag.as_str() {
+            "--agents" => a.agents = num(value()?)? as usize,
+            "--tasks" => a.tasks = num(value()?)? as usize,
+            "--slot-ms" => a.slot_ms = num(value()?)?,
+            "--round-ms" => a.round_ms = num(value()?)?,
+            "--heartbeat-ms" => a.heartbeat_ms = num(value()?)?,
+            "--policy" => a.policy = value()?,
+            _ => return Err(format!("unknown argument {flag}")),
+        }
+    }
+    if a.agents < 2 || a.tasks == 0 {
+        return Err("need at least 2 agents and 1 task".into());
+    }
+    Ok(a)
+}
+
+fn main() {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("cluster bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    rt.block_on(run(a));
+}
+
+async fn run(a: Args) {
+    let t0 = Instant::now();
+    let mut agents = Vec::new();
+    let mut addrs: Vec<libp2p::Multiaddr> = Vec::new();
+    for i in 0..a.agents {
+        // Each dials the first agent and its two predecessors: a connected graph, not a star.
+        let mut boot: Vec<_> = [0, i.saturating_sub(1), i / 2]
+            .into_iter()
+            .filter(|j| *j < i)
+            .map(|j| addrs[j].clone())
+            .collect();
+        boot.dedup();
+        let mut l = Local::new(&format!("n{i}"), Exec::Simulated(0.01)).bootstrap(boot);
+        l.policy = a.policy.clone();
+        l.slot_ms = a.slot_ms;
+        l.round_ms = a.round_ms;
+        l.heartbeat_ms = a.heartbeat_ms;
+        let (agent, addr) = l.start().await;
+        agents.push(agent);
+        addrs.push(addr);
+    }
+    let all: Vec<_> = agents.iter().collect();
+    let n = a.agents;
+    wait(
+        &all,
+        Duration::from_secs(120),
+        "every agent to see every other",
+        |s| s.iter().all(|st| st.peers.len() == n - 1),
+    )
+    .await;
+    let joined = t0.elapsed();
+    let before: Vec<NodeStats> = statuses(&all).into_iter().map(|s| s.stats).collect();
+    let t1 = Instant::now();
+    let mut ids = BTreeSet::new();
+    for i in 0..a.tasks {
+        let id = all[i % n].submit(spec()).await.expect("accepted");
+        assert!(ids.insert(id), "duplicate id {id}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    wait(
+        &all,
+        Duration::from_secs(1800),
+        "every task to finish",
+        |s| finished(s).len() >= a.tasks,
+    )
+    .await;
+    let elapsed = t1.elapsed();
+    tokio::time::sleep(Duration::from_millis(3 * a.heartbeat_ms)).await;
+    let after = statuses(&all);
+    let f = finished(&after);
+    let unique: BTreeSet<_> = f.iter().copied().collect();
+    let duplicates = f.len() - unique.len();
+    let lost = ids.difference(&unique).count();
+    // Only the scheduling phase: subtract what the agents counted while joining.
+    let mut cluster = NodeStats::default();
+    for (st, b) in after.iter().zip(&before) {
+        let mut d = st.stats.clone();
+        d.rounds -= b.rounds;
+        d.claims -= b.claims;
+        d.claims_lost -= b.claims_lost;
+        d.conflicts -= b.conflicts;
+        d.missing -= b.missing;
+        d.received -= b.received;
+        for (k, v) in &b.sent {
+            *d.sent.get_mut(k).expect("counters only grow") -= v;
+        }
+        for (x, y) in d.latency_buckets.iter_mut().zip(&b.latency_buckets) {
+            *x -= y;
+        }
+        d.latency_sum_ms -= b.latency_sum_ms;
+        cluster.merge(&d);
+    }
+    // Every agent decides every round, so cluster rounds are the per-agent mean.
+    let rounds = cluster.rounds as f64 / n as f64;
+    let per_round = |v: u64| v as f64 / rounds.max(1.0);
+    let protocol = cluster.sent.get("protocol").copied().unwrap_or(0);
+    println!(
+        "cluster bench: {n} agents, {} tasks, policy {}, slot {} ms, round deadline {} ms, heartbeat {} ms",
+        a.tasks, a.policy, a.slot_ms, a.round_ms, a.heartbeat_ms
+    );
+    println!(
+        "  joined in {:.1} s; all tasks finished {:.1} s after the first submission",
+        joined.as_secs_f64(),
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "  duplicates {duplicates}, lost {lost}, finished {} distinct of {} submitted",
+        unique.len(),
+        ids.len()
+    );
+    println!(
+        "  rounds {rounds:.0} ({:.1} per second)",
+        rounds / elapsed.as_secs_f64()
+    );
+    println!(
+        "  round latency p50 {:.1} ms, p99 {:.1} ms, mean {:.1} ms (proposal to decision, per agent)",
+        cluster.latency_quantile(0.5).unwrap_or(f64::NAN),
+        cluster.latency_quantile(0.99).unwrap_or(f64::NAN),
+        cluster.latency_sum_ms as f64 / cluster.latency_buckets.iter().sum::<u64>().max(1) as f64
+    );
+    println!(
+        "  messages per round: {:.1} broadcast in all ({:.1} protocol = claims and passes), {:.1} received in all",
+        per_round(cluster.sent_total()),
+        per_round(protocol),
+        per_round(cluster.received)
+    );
+    println!(
+        "  claims {} ({} lost), conflicts {} ({:.3} per round), proposals missing at a deadline {}",
+        cluster.claims,
+        cluster.claims_lost,
+        cluster.conflicts,
+        per_round(cluster.conflicts),
+        cluster.missing
+    );
+    println!("  messages by kind: {:?}", cluster.sent);
+    if duplicates > 0 || lost > 0 {
+        eprintln!("FAILED: {duplicates} duplicate(s), {lost} lost task(s)");
+        std::process::exit(1);
+    }
+}
