@@ -125,6 +125,9 @@ struct Client {
     /// Bearer token file (when the API requires one).
     #[arg(long)]
     token_file: Option<std::path::PathBuf>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 fn load_config(path: Option<&std::path::Path>, set: &[String]) -> anyhow::Result<AgentConfig> {
@@ -161,7 +164,11 @@ fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyh
         .and_then(|v| serde_json::to_string_pretty(&v).ok())
         .unwrap_or(body);
     if (200..300).contains(&status) {
-        println!("{pretty}");
+        let table = (method == "GET" && path == "/v1/tasks" && !client.json)
+            .then(|| serde_json::from_str(&pretty).ok())
+            .flatten()
+            .and_then(|v| tapfinger_agent::run::tasks_table(&v));
+        println!("{}", table.unwrap_or(pretty));
         Ok(())
     } else {
         anyhow::bail!("HTTP {status}: {pretty}")

@@ -275,3 +275,59 @@ pub fn task_id(s: &str) -> anyhow::Result<TaskId> {
             .with_context(|| format!("{s:?} is not a task id"))?,
     ))
 }
+
+/// `GET /v1/tasks` as a table for people (`tapfinger-agent tasks`); None if the body is not the
+/// documented shape, in which case the CLI prints the JSON as is.
+pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
+    let tasks = body.get("tasks")?.as_array()?;
+    let mut out = format!(
+        "{:<22} {:<8} {:<11} {:<14} {:>8}\n",
+        "ID", "STATE", "NODE", "ALLOC c,g,m", "PROGRESS"
+    );
+    for t in tasks {
+        let field = |k: &str| t.get(k).map_or(String::new(), |v| v.to_string());
+        let alloc = t
+            .get("alloc")
+            .and_then(|a| a.as_array())
+            .map_or(String::new(), |a| {
+                a.iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            });
+        let progress = t
+            .get("progress")
+            .and_then(serde_json::Value::as_f64)
+            .map_or(String::new(), |p| format!("{:.0}%", p * 100.0));
+        out.push_str(&format!(
+            "{:<22} {:<8} {:<11} {:<14} {:>8}\n",
+            field("id"),
+            t.get("state").and_then(|s| s.as_str()).unwrap_or("?"),
+            field("node"),
+            alloc,
+            progress
+        ));
+    }
+    out.push_str(&format!("{} task(s)", tasks.len()));
+    Some(out)
+}
+
+#[cfg(test)]
+mod table_tests {
+    #[test]
+    fn tasks_render_as_a_table() {
+        let v = serde_json::json!({"tasks": [
+            {"id": 7, "state": "running", "node": 3, "alloc": [2, 0, 2], "progress": 0.25},
+            {"id": 8, "state": "pending"}
+        ]});
+        let t = super::tasks_table(&v).unwrap();
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("ID"));
+        assert!(
+            lines[1].contains("running") && lines[1].contains("2,0,2") && lines[1].contains("25%")
+        );
+        assert!(lines[2].starts_with("8 ") && lines[2].contains("pending"));
+        assert_eq!(lines[3], "2 task(s)");
+        assert!(super::tasks_table(&serde_json::json!({"x": 1})).is_none());
+    }
+}
