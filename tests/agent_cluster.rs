@@ -285,3 +285,72 @@ async fn a_restarted_agent_recovers_its_journaled_tasks() {
         "{next} reuses an id of {ids:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_rejoins_its_live_peers() {
+    let dir = std::env::temp_dir().join(format!("tf-rejoin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let journal = dir.join("tasks.jsonl");
+    let _ = std::fs::remove_file(&journal);
+    let (a, addr) = agent("a", vec![], 0.05).await;
+    let (b, _) = agent("b", vec![addr.clone()], 0.05).await;
+    let key = identity::Keypair::generate_ed25519();
+    let mut lc = Local::new("c", Exec::Simulated(0.05)).bootstrap(vec![addr.clone()]);
+    lc.keypair = key.clone();
+    lc.journal = Some(journal.clone());
+    let (c, _) = lc.clone().start().await;
+    wait(&[&a, &b, &c], Duration::from_secs(20), "peers", |s| {
+        s.iter().all(|st| st.peers.len() == 2)
+    })
+    .await;
+    let mut ids = BTreeSet::new();
+    for _ in 0..6 {
+        ids.insert(c.submit(spec()).await.unwrap());
+    }
+    wait(
+        &[&a, &b, &c],
+        Duration::from_secs(20),
+        "c to run a task",
+        |s| s[2].used.as_ref().is_some_and(|u| u.get(0) > 0),
+    )
+    .await;
+    let done_by_c: Vec<TaskId> = c.status.borrow().finished_here.clone();
+    c.kill();
+    wait(
+        &[&a, &b],
+        Duration::from_secs(20),
+        "the survivors to drop c",
+        |s| s.iter().all(|st| st.peers.len() == 1),
+    )
+    .await;
+    // Back with the same identity and journal, a new incarnation, dialing a live peer.
+    lc.incarnation = 2;
+    let (c2, _) = lc.start().await;
+    let all = [&a, &b, &c2];
+    wait(&all, Duration::from_secs(30), "c to rejoin", |s| {
+        s.iter().all(|st| st.peers.len() == 2)
+    })
+    .await;
+    for i in 0..6 {
+        ids.insert(all[i % 3].submit(spec()).await.unwrap());
+    }
+    wait(&all, Duration::from_secs(60), "every task", |s| {
+        let f: BTreeSet<TaskId> = finished(s)
+            .into_iter()
+            .chain(done_by_c.iter().copied())
+            .collect();
+        f == ids
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut f = finished(&statuses(&all));
+    f.extend(done_by_c.iter().copied());
+    let unique: BTreeSet<TaskId> = f.iter().copied().collect();
+    assert_eq!(
+        f.len(),
+        unique.len(),
+        "a task ran to completion twice: {f:?}"
+    );
+    assert_eq!(unique, ids);
+    let _ = std::fs::remove_dir_all(&dir);
+}

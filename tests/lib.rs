@@ -74,6 +74,8 @@ pub struct Local {
     pub round_ms: u64,
     /// Heartbeat period (ms).
     pub heartbeat_ms: u64,
+    /// Incarnation (a restarted agent announces a higher one).
+    pub incarnation: u64,
 }
 
 impl Local {
@@ -89,6 +91,7 @@ impl Local {
             slot_ms: 150,
             round_ms: 100,
             heartbeat_ms: 100,
+            incarnation: 1,
         }
     }
 
@@ -125,7 +128,7 @@ impl Local {
             name: self.name,
             capacity: capacity(),
             labels: BTreeMap::new(),
-            incarnation: 1,
+            incarnation: self.incarnation,
             num_types: 1,
             window: 10,
             slot_ms: self.slot_ms,
