@@ -216,7 +216,12 @@ async fn peers(State(s): State<ApiState>, headers: HeaderMap) -> Response {
         return r;
     }
     let st = s.status.borrow().clone();
-    axum::Json(json!({"peers": st.peers.iter().map(|p| p.0).collect::<Vec<_>>()})).into_response()
+    let peers: Vec<_> = st
+        .peer_table
+        .iter()
+        .map(|(id, name, cap, free)| json!({"id": id.0, "name": name, "capacity": cap.0, "free": free.0}))
+        .collect();
+    axum::Json(json!({ "peers": peers })).into_response()
 }
 
 /// Prometheus text format, rendered from the status snapshot.

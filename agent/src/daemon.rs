@@ -45,6 +45,8 @@ pub struct Status {
     pub id: Option<NodeId>,
     /// Live peers.
     pub peers: Vec<NodeId>,
+    /// Live peers: id, name, capacity, free units (from their last heartbeat).
+    pub peer_table: Vec<(NodeId, String, Resources, Resources)>,
     /// Units allocated here.
     pub used: Option<Resources>,
     /// Capacity offered.
@@ -343,6 +345,7 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
         let snapshot = Status {
             id: Some(me),
             peers: p.core.peers().collect(),
+            peer_table: p.core.peer_table(),
             used: Some(p.core.used()),
             capacity: Some(p.core.capacity().clone()),
             tasks: p

@@ -164,10 +164,18 @@ fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyh
         .and_then(|v| serde_json::to_string_pretty(&v).ok())
         .unwrap_or(body);
     if (200..300).contains(&status) {
-        let table = (method == "GET" && path == "/v1/tasks" && !client.json)
-            .then(|| serde_json::from_str(&pretty).ok())
-            .flatten()
-            .and_then(|v| tapfinger_agent::run::tasks_table(&v));
+        let render: Option<fn(&serde_json::Value) -> Option<String>> = match path {
+            _ if method != "GET" || client.json => None,
+            "/v1/tasks" => Some(tapfinger_agent::run::tasks_table),
+            "/v1/peers" => Some(tapfinger_agent::run::peers_table),
+            "/v1/node" => Some(tapfinger_agent::run::node_lines),
+            _ => None,
+        };
+        let table = render.and_then(|f| {
+            serde_json::from_str(&pretty)
+                .ok()
+                .and_then(|v: serde_json::Value| f(&v))
+        });
         println!("{}", table.unwrap_or(pretty));
         Ok(())
     } else {

@@ -312,6 +312,45 @@ pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
     Some(out)
 }
 
+/// `GET /v1/peers` as a table for people (`tapfinger-agent peers`).
+pub fn peers_table(body: &serde_json::Value) -> Option<String> {
+    let peers = body.get("peers")?.as_array()?;
+    let units = |v: Option<&serde_json::Value>| {
+        v.and_then(|a| a.as_array()).map_or(String::new(), |a| {
+            a.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+    };
+    let mut out = format!(
+        "{:<11} {:<20} {:<14} {:<14}\n",
+        "NODE", "NAME", "CAPACITY c,g,m", "FREE c,g,m"
+    );
+    for p in peers {
+        out.push_str(&format!(
+            "{:<11} {:<20} {:<14} {:<14}\n",
+            p.get("id").map_or(String::new(), |v| v.to_string()),
+            p.get("name").and_then(|s| s.as_str()).unwrap_or("?"),
+            units(p.get("capacity")),
+            units(p.get("free"))
+        ));
+    }
+    out.push_str(&format!("{} peer(s)", peers.len()));
+    Some(out)
+}
+
+/// `GET /v1/node` as aligned `key  value` lines (`tapfinger-agent node`).
+pub fn node_lines(body: &serde_json::Value) -> Option<String> {
+    let o = body.as_object()?;
+    Some(
+        o.iter()
+            .map(|(k, v)| format!("{k:<18} {v}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
+
 #[cfg(test)]
 mod table_tests {
     #[test]
@@ -329,5 +368,14 @@ mod table_tests {
         assert!(lines[2].starts_with("8 ") && lines[2].contains("pending"));
         assert_eq!(lines[3], "2 task(s)");
         assert!(super::tasks_table(&serde_json::json!({"x": 1})).is_none());
+        let p = serde_json::json!({"peers": [{"id": 5, "name": "box-b", "capacity": [4, 1, 8], "free": [2, 1, 6]}]});
+        let t = super::peers_table(&p).unwrap();
+        assert!(
+            t.contains("box-b") && t.contains("4,1,8") && t.contains("2,1,6"),
+            "{t}"
+        );
+        assert!(t.ends_with("1 peer(s)"));
+        let n = super::node_lines(&serde_json::json!({"id": 3, "peers": 2})).unwrap();
+        assert_eq!(n.lines().count(), 2);
     }
 }

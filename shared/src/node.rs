@@ -298,6 +298,22 @@ impl NodeCore {
     }
 
     /// Names of this node and its live peers.
+    /// Live peers as their last heartbeat described them: name, capacity, free units.
+    pub fn peer_table(&self) -> Vec<(NodeId, String, Resources, Resources)> {
+        self.peers
+            .iter()
+            .map(|(id, p)| {
+                (
+                    *id,
+                    p.state.name.clone(),
+                    p.state.capacity.clone(),
+                    p.state.free.clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// Names of this node and its live peers.
     pub fn node_names(&self) -> BTreeMap<NodeId, String> {
         let mut m: BTreeMap<NodeId, String> = self
             .peers
