@@ -18,6 +18,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use tapfinger::TaskId;
 use tapfinger::spec::TaskSpec;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -228,8 +229,32 @@ pub struct ProcessExecutor {
     cgroups: Cgroups,
     log_dir: PathBuf,
     events: mpsc::Sender<ExecEvent>,
-    running: BTreeMap<TaskId, tokio::sync::oneshot::Sender<()>>,
+    /// Running tasks: how to stop each, and the CPUs it is pinned to (taskset fallback). Shared
+    /// with each task's waiter, which removes the entry when the process exits.
+    running: Arc<Mutex<BTreeMap<TaskId, Running>>>,
     taskset: bool,
+    cpus: usize,
+}
+
+struct Running {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    pinned: Vec<usize>,
+}
+
+/// The `n` CPUs (of `total`) that the fewest running tasks are pinned to, lowest index first on
+/// ties, so that tasks under the affinity fallback do not all share the first CPUs.
+fn least_used_cpus(total: usize, n: usize, pinned: impl Iterator<Item = usize>) -> Vec<usize> {
+    let mut load = vec![0usize; total.max(1)];
+    for c in pinned {
+        if let Some(l) = load.get_mut(c) {
+            *l += 1;
+        }
+    }
+    let mut order: Vec<usize> = (0..load.len()).collect();
+    order.sort_by_key(|&c| (load[c], c));
+    let mut got: Vec<usize> = order.into_iter().take(n.max(1)).collect();
+    got.sort_unstable();
+    got
 }
 
 impl ProcessExecutor {
@@ -245,8 +270,9 @@ impl ProcessExecutor {
             cgroups,
             log_dir,
             events,
-            running: BTreeMap::new(),
+            running: Arc::new(Mutex::new(BTreeMap::new())),
             taskset,
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
 
@@ -263,9 +289,11 @@ impl Executor for ProcessExecutor {
         spec: &TaskSpec,
         alloc: &Allocation,
     ) -> Result<Enforcement, ExecError> {
-        if self.running.contains_key(&task) {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        if running.contains_key(&task) {
             return Err(ExecError::AlreadyRunning(task));
         }
+        let mut pinned = Vec::new();
         let spawn_err = |reason: String| ExecError::Spawn { task, reason };
         std::fs::create_dir_all(&self.log_dir).map_err(|e| spawn_err(e.to_string()))?;
         let (enforcement, mut argv): (Enforcement, Vec<String>) = match self
@@ -289,7 +317,16 @@ impl Executor for ProcessExecutor {
             }
             Err(e) if self.taskset => {
                 let n = alloc.cpus.ceil().max(1.0) as usize;
-                let cpus = format!("0-{}", n - 1);
+                pinned = least_used_cpus(
+                    self.cpus,
+                    n,
+                    running.values().flat_map(|r| r.pinned.iter().copied()),
+                );
+                let cpus = pinned
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",");
                 (
                     Enforcement::Affinity(format!(
                         "cgroups not writable ({e}); pinned to CPUs {cpus}, memory not limited"
@@ -327,7 +364,15 @@ impl Executor for ProcessExecutor {
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-        self.running.insert(task, stop_tx);
+        running.insert(
+            task,
+            Running {
+                stop: Some(stop_tx),
+                pinned,
+            },
+        );
+        drop(running);
+        let registry = self.running.clone();
         let events = self.events.clone();
         let log = self.log_dir.join(format!("{}", task.0));
         let cgroups = self.cgroups.clone();
@@ -348,13 +393,24 @@ impl Executor for ProcessExecutor {
             let _ = out.await;
             let _ = err.await;
             cgroups.remove(task);
+            registry
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&task);
             let _ = events.send(ExecEvent::Exited { task, code }).await;
         });
         Ok(enforcement)
     }
 
     fn stop(&mut self, task: TaskId) {
-        if let Some(tx) = self.running.remove(&task) {
+        // The entry stays until the process has exited (its waiter removes it).
+        let stop = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&task)
+            .and_then(|r| r.stop.take());
+        if let Some(tx) = stop {
             let _ = tx.send(());
         }
     }
@@ -420,6 +476,8 @@ impl Executor for SimulatedExecutor {
         spec: &TaskSpec,
         alloc: &Allocation,
     ) -> Result<Enforcement, ExecError> {
+        // Tasks that completed on their own dropped their receiver: forget them.
+        self.running.retain(|_, tx| !tx.is_closed());
         if self.running.contains_key(&task) {
             return Err(ExecError::AlreadyRunning(task));
         }
@@ -482,6 +540,23 @@ mod tests {
     }
 
     #[test]
+    fn affinity_spreads_tasks_over_the_least_used_cpus() {
+        assert_eq!(least_used_cpus(4, 2, [].into_iter()), vec![0, 1]);
+        assert_eq!(least_used_cpus(4, 2, [0, 1].into_iter()), vec![2, 3]);
+        assert_eq!(least_used_cpus(4, 1, [0, 1, 2, 3, 0].into_iter()), vec![1]);
+        assert_eq!(
+            least_used_cpus(2, 3, [].into_iter()),
+            vec![0, 1],
+            "never more than exist"
+        );
+        assert_eq!(
+            least_used_cpus(4, 0, [].into_iter()),
+            vec![0],
+            "at least one"
+        );
+    }
+
+    #[test]
     fn progress_lines() {
         let (p, m) = parse_progress("TAPFINGER progress=0.42 loss=1.7").unwrap();
         assert_eq!(p, 0.42);
@@ -537,6 +612,10 @@ mod tests {
             std::fs::read_to_string(dir.join("1.stderr")).unwrap(),
             "oops\n"
         );
+        // A task that exited (e.g. failed and was re-queued) can be started here again.
+        let again = ex.start(TaskId(1), &spec(&["true"]), &Allocation::default());
+        assert!(again.is_ok(), "{again:?}");
+        assert_eq!(until_exit(&mut rx).await.1, Some(0));
         // A missing program is an error at start, or (behind a taskset wrapper) a failed exit.
         if ex
             .start(
