@@ -26,6 +26,15 @@ async fn agent(
         .await
 }
 
+/// A folder for this test process and an empty journal path in it.
+fn fresh_journal(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let journal = dir.join("tasks.jsonl");
+    let _ = std::fs::remove_file(&journal);
+    (dir, journal)
+}
+
 async fn agent_with(
     name: &str,
     bootstrap: Vec<libp2p::Multiaddr>,
@@ -241,10 +250,7 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_agent_recovers_its_journaled_tasks() {
-    let dir = std::env::temp_dir().join(format!("tf-journal-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let journal = dir.join("tasks.jsonl");
-    let _ = std::fs::remove_file(&journal);
+    let (_dir, journal) = fresh_journal("tf-journal");
     let key = identity::Keypair::generate_ed25519();
     // Alone, slow tasks: accept 6, let a few start, then die without a word.
     let (a, _) = agent_with(
@@ -288,10 +294,7 @@ async fn a_restarted_agent_recovers_its_journaled_tasks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_agent_rejoins_its_live_peers() {
-    let dir = std::env::temp_dir().join(format!("tf-rejoin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let journal = dir.join("tasks.jsonl");
-    let _ = std::fs::remove_file(&journal);
+    let (dir, journal) = fresh_journal("tf-rejoin");
     let (a, addr) = agent("a", vec![], 0.05).await;
     let (b, _) = agent("b", vec![addr.clone()], 0.05).await;
     let key = identity::Keypair::generate_ed25519();
