@@ -1,6 +1,7 @@
 //! The agents' network layer on loopback: agents that share the cluster key find each other through
 //! a bootstrap address and exchange messages; a malformed message is dropped and reported; a peer
-//! without the key never connects. Ephemeral ports on 127.0.0.1 only.
+//! without the key never connects. Ephemeral ports on 127.0.0.1 only, except for the mDNS test,
+//! which runs in a network namespace it creates itself (loopback carries no multicast).
 #![allow(clippy::unwrap_used)]
 
 use libp2p::pnet::PreSharedKey;
@@ -151,4 +152,102 @@ async fn a_peer_off_the_allowlist_is_not_heard() {
     assert!(ha.contains(&1), "a did not hear b: {ha:?}");
     assert!(!ha.contains(&2), "a heard c, which is not on its allowlist");
     assert!(ua.contains(&b_id) && !ua.contains(&c_id), "{ua:?}");
+}
+
+/// The environment variable that tells the mDNS test it is the copy inside the namespace.
+const IN_NETNS: &str = "TAPFINGER_TEST_IN_NETNS";
+/// The LAN address inside the namespace.
+const LAN_ADDR: &str = "10.77.0.1";
+
+/// mDNS: two agents with no bootstrap address find each other on a LAN. Multicast needs a
+/// non-loopback interface, and a test must not touch the machine's own, so the test re-runs itself
+/// in a fresh user + network namespace (`unshare -rn`) with a veth interface that carries
+/// multicast. Where namespaces or `ip` are not available it says it skipped, and passes.
+#[test]
+fn mdns_finds_peers_on_a_lan() {
+    if std::env::var_os(IN_NETNS).is_some() {
+        return mdns_inside_the_namespace();
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--net", "--"])
+        .arg(&exe)
+        .args(["--exact", "mdns_finds_peers_on_a_lan", "--nocapture"])
+        .env(IN_NETNS, "1")
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("SKIPPED the mDNS test: cannot run unshare ({e})");
+            return;
+        }
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if stderr.contains("SKIP-NETNS") || (!out.status.success() && stderr.contains("unshare:")) {
+        eprintln!("SKIPPED the mDNS test: no network namespace here: {stderr}");
+        return;
+    }
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "mDNS test in the namespace failed:\n{stdout}\n{stderr}"
+    );
+}
+
+/// The part that runs inside the namespace: bring up the LAN, start two networks with mDNS
+/// on and no bootstrap, and wait until each hears the other.
+fn mdns_inside_the_namespace() {
+    let ip = |args: &str| {
+        std::process::Command::new("ip")
+            .args(args.split_whitespace())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    let lan = [
+        "link set lo up".to_string(),
+        // A veth pair (dummy interfaces need a kernel module that containers often lack).
+        "link add tf0 type veth peer name tf1".to_string(),
+        "link set tf0 multicast on".to_string(),
+        format!("addr add {LAN_ADDR}/24 dev tf0"),
+        "link set tf1 up".to_string(),
+        "link set tf0 up".to_string(),
+        "route add 224.0.0.0/4 dev tf0".to_string(),
+    ];
+    if !lan.iter().all(|a| ip(a)) {
+        eprintln!("SKIP-NETNS: `ip` could not set up the veth interface");
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let psk = PreSharedKey::new([5; 32]);
+        let start = || {
+            Network::start(NetConfig {
+                keypair: identity::Keypair::generate_ed25519(),
+                cluster: "test".into(),
+                listen: vec![format!("/ip4/{LAN_ADDR}/tcp/0").parse().unwrap()],
+                bootstrap: Vec::new(),
+                psk: Some(psk),
+                allow: None,
+                mdns: true,
+                channel: 64,
+            })
+        };
+        let mut a = start().await.unwrap();
+        let mut b = start().await.unwrap();
+        // mDNS queries go out at start and then every few minutes; ten seconds is ample for the
+        // first round.
+        let run = Duration::from_secs(10);
+        let ((ha, ua, _), (hb, ub, _)) = tokio::join!(talk(&mut a, 0, run), talk(&mut b, 1, run));
+        assert!(
+            ua.contains(&b.peer_id) && ub.contains(&a.peer_id),
+            "{ua:?} {ub:?}"
+        );
+        assert_eq!(ha, BTreeSet::from([1]), "a heard {ha:?}");
+        assert_eq!(hb, BTreeSet::from([0]), "b heard {hb:?}");
+    });
 }
