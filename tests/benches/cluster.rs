@@ -9,7 +9,10 @@
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
+use tapfinger::TaskId;
 use tapfinger::node::NodeStats;
+use tapfinger::node::TaskState;
+use tapfinger_agent::daemon::Status;
 use tapfinger_tests::{Exec, Local, finished, spec, statuses, wait};
 
 struct Args {
@@ -104,13 +107,24 @@ async fn run(a: Args) {
         assert!(ids.insert(id), "duplicate id {id}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    wait(
-        &all,
-        Duration::from_secs(1800),
-        "every task to finish",
-        |s| finished(s).len() >= a.tasks,
-    )
-    .await;
+    // Wait for every task, but report a stall rather than hang: if no task finishes for
+    // `STALL`, print where every unfinished task stands at every agent and fail.
+    const STALL: Duration = Duration::from_secs(60);
+    let (mut done, mut last_change) = (0, Instant::now());
+    loop {
+        let s = statuses(&all);
+        let now_done = finished(&s).len();
+        if now_done >= a.tasks {
+            break;
+        }
+        if now_done != done {
+            (done, last_change) = (now_done, Instant::now());
+        } else if last_change.elapsed() > STALL {
+            report_stall(&s, &ids);
+            std::process::exit(3);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let elapsed = t1.elapsed();
     tokio::time::sleep(Duration::from_millis(3 * a.heartbeat_ms)).await;
     let after = statuses(&all);
@@ -183,5 +197,41 @@ async fn run(a: Args) {
     if duplicates > 0 || lost > 0 {
         eprintln!("FAILED: {duplicates} duplicate(s), {lost} lost task(s)");
         std::process::exit(1);
+    }
+}
+
+/// What a stalled run looks like: every unfinished task with its state at each agent, and each
+/// agent's round counter, used units and live peers.
+fn report_stall(s: &[Status], ids: &BTreeSet<TaskId>) {
+    let done: BTreeSet<TaskId> = finished(s).into_iter().collect();
+    let open: Vec<&TaskId> = ids.difference(&done).collect();
+    eprintln!(
+        "STALLED: no task finished for 60 s; {} of {} unfinished",
+        open.len(),
+        ids.len()
+    );
+    for st in s {
+        eprintln!(
+            "  agent {:?}: rounds {}, used {:?} of {:?}, {} peers",
+            st.id,
+            st.stats.rounds,
+            st.used.as_ref().map(|r| r.to_string()),
+            st.capacity.as_ref().map(|r| r.to_string()),
+            st.peers.len()
+        );
+    }
+    for id in open.iter().take(20) {
+        let states: Vec<String> = s
+            .iter()
+            .map(|st| match st.tasks.get(id) {
+                None => "-".into(),
+                Some(TaskState::Pending) => "pending".into(),
+                Some(TaskState::Running { node, progress, .. }) => {
+                    format!("running@{}:{progress:.2}", node.0)
+                }
+                Some(TaskState::Done { node, .. }) => format!("done@{}", node.0),
+            })
+            .collect();
+        eprintln!("  task {id:?}: {}", states.join(" "));
     }
 }
