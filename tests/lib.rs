@@ -76,6 +76,8 @@ pub struct Local {
     pub heartbeat_ms: u64,
     /// Incarnation (a restarted agent announces a higher one).
     pub incarnation: u64,
+    /// Online learning with a coordinator (its settings; `start` is filled in).
+    pub online: Option<tapfinger_agent::online::OnlineConfig>,
 }
 
 impl Local {
@@ -92,6 +94,7 @@ impl Local {
             round_ms: 100,
             heartbeat_ms: 100,
             incarnation: 1,
+            online: None,
         }
     }
 
@@ -137,7 +140,10 @@ impl Local {
             peer_timeout_ms: 8 * self.heartbeat_ms,
         };
         let policy = tapfinger_agent::policy::build(&self.policy, None, 10).unwrap();
-        let core = NodeCore::new(node, policy, u64::from(me.0));
+        let mut core = NodeCore::new(node, policy, u64::from(me.0));
+        let online = self.online.map(|cfg| {
+            tapfinger_agent::online::Online::open(cfg, &mut core).expect("online learning starts")
+        });
         let (tx, rx) = mpsc::channel(256);
         let executor: Box<dyn Executor> = match self.exec {
             Exec::Simulated(rate) => {
@@ -161,6 +167,7 @@ impl Local {
             store,
             recovered,
             gpu_devices: vec![7],
+            online,
         });
         (agent, addr)
     }

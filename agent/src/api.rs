@@ -42,6 +42,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/tasks/{id}/logs", get(logs))
         .route("/v1/node", get(node))
         .route("/v1/peers", get(peers))
+        .route("/v1/policy", get(policy))
+        .route("/v1/policy/rollback", axum::routing::post(rollback))
         .route("/metrics", get(metrics))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
@@ -222,6 +224,32 @@ async fn peers(State(s): State<ApiState>, headers: HeaderMap) -> Response {
         .map(|(id, name, cap, free)| json!({"id": id.0, "name": name, "capacity": cap.0, "free": free.0}))
         .collect();
     axum::Json(json!({ "peers": peers })).into_response()
+}
+
+async fn policy(State(s): State<ApiState>, headers: HeaderMap) -> Response {
+    if let Some(r) = refused(&s, &headers) {
+        return r;
+    }
+    let st = s.status.borrow().clone();
+    match st.policy {
+        Some(p) => axum::Json(json!(p)).into_response(),
+        None => axum::Json(json!({"version": 0, "coordinator": null})).into_response(),
+    }
+}
+
+async fn rollback(State(s): State<ApiState>, headers: HeaderMap) -> Response {
+    if let Some(r) = refused(&s, &headers) {
+        return r;
+    }
+    let (tx, rx) = oneshot::channel();
+    if s.commands.send(Command::Rollback(tx)).await.is_err() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
+    }
+    match rx.await {
+        Ok(Ok(v)) => axum::Json(json!({"version": v})).into_response(),
+        Ok(Err(e)) => (StatusCode::CONFLICT, axum::Json(json!({"error": e}))).into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response(),
+    }
 }
 
 /// Prometheus text format, rendered from the status snapshot.

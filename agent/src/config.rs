@@ -81,6 +81,37 @@ pub struct AgentConfig {
     pub offer: Amounts,
     /// Units kept for the host (subtracted from the offer).
     pub reserve: Amounts,
+    /// The coordinator (optional): where new policy versions come from and experience goes.
+    pub coordinator: CoordinatorLink,
+}
+
+/// `[coordinator]`: the link to the optional coordinator (issue #5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CoordinatorLink {
+    /// The coordinator's peer id: the only signer whose weights are accepted. Unset: no
+    /// coordinator, the agent keeps its model.
+    pub peer: Option<String>,
+    /// Learning mode: record decisions (sampled, not greedy) and ship them to the coordinator.
+    pub learning: bool,
+    /// Most experience batches kept on disk while the coordinator is away (oldest dropped).
+    pub spool_max_batches: usize,
+    /// Decisions per experience batch.
+    pub batch_decisions: usize,
+    /// How often to ask the coordinator for a new version (ms).
+    pub poll_ms: u64,
+}
+
+impl Default for CoordinatorLink {
+    fn default() -> Self {
+        Self {
+            peer: None,
+            learning: false,
+            spool_max_batches: 1000,
+            batch_decisions: 64,
+            poll_ms: 2000,
+        }
+    }
 }
 
 impl Default for AgentConfig {
@@ -105,6 +136,7 @@ impl Default for AgentConfig {
             labels: BTreeMap::new(),
             offer: Amounts::default(),
             reserve: Amounts::default(),
+            coordinator: CoordinatorLink::default(),
         }
     }
 }

@@ -36,6 +36,8 @@ pub enum Command {
     Cancel(TaskId, oneshot::Sender<bool>),
     /// Hand running tasks back to the cluster and stop.
     Shutdown(oneshot::Sender<()>),
+    /// Go back to the previous policy version; the reply is the version now in use.
+    Rollback(oneshot::Sender<Result<u64, String>>),
 }
 
 /// What the loop publishes after every step.
@@ -59,6 +61,8 @@ pub struct Status {
     pub dropped: u64,
     /// Negotiation counters (rounds, claims, conflicts, messages, round latency).
     pub stats: tapfinger::node::NodeStats,
+    /// Policy version and online learning (None: no coordinator configured).
+    pub policy: Option<crate::online::PolicyStatus>,
 }
 
 /// Converts grid units to what an executor needs (natural units of each kind). GPUs come out as a
@@ -123,6 +127,8 @@ pub struct Parts {
     pub recovered: Vec<(tapfinger::Task, TaskSpec)>,
     /// GPU device indices this node offers (their count is the GPU capacity).
     pub gpu_devices: Vec<u32>,
+    /// Online learning and policy rollout (None: no coordinator configured).
+    pub online: Option<crate::online::Online>,
 }
 
 /// Which GPU devices each task running here holds, so that two tasks never get the same device
@@ -220,8 +226,34 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                     tracing::info!(address = %format!("{addr}/p2p/{}", p.net.peer_id), "listening");
                     Vec::new()
                 }
-                Some(NetEvent::PeerUp(peer)) => { tracing::info!(%peer, "peer connected"); Vec::new() }
-                Some(NetEvent::PeerDown(peer)) => { tracing::info!(%peer, "peer disconnected"); Vec::new() }
+                Some(NetEvent::PeerUp(peer)) => {
+                    tracing::info!(%peer, "peer connected");
+                    if let Some(o) = &mut p.online { o.connection(peer, true); }
+                    Vec::new()
+                }
+                Some(NetEvent::PeerDown(peer)) => {
+                    tracing::info!(%peer, "peer disconnected");
+                    if let Some(o) = &mut p.online { o.connection(peer, false); }
+                    Vec::new()
+                }
+                Some(NetEvent::Request { channel, .. }) => {
+                    // Agents serve no requests; only the coordinator does.
+                    let _ = p.net.respond(channel, crate::learn::Response::Error("not a coordinator".into())).await;
+                    Vec::new()
+                }
+                Some(NetEvent::Response { from, response }) => {
+                    if let Some(o) = &mut p.online {
+                        for (to, r) in o.on_response(from, *response, &mut p.core) {
+                            let _ = p.net.request(to, r).await;
+                        }
+                    }
+                    Vec::new()
+                }
+                Some(NetEvent::RequestFailed { to, reason }) => {
+                    tracing::debug!(%to, %reason, "request failed");
+                    if let Some(o) = &mut p.online { o.on_failure(to); }
+                    Vec::new()
+                }
                 None => return,
             },
             ev = p.exec_events.recv() => match ev {
@@ -263,6 +295,14 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                     let found = actions.is_some();
                     replies.push(Box::new(move || { let _ = reply.send(found); }));
                     actions.unwrap_or_default()
+                }
+                Some(Command::Rollback(reply)) => {
+                    let r = match &mut p.online {
+                        Some(o) => o.rollback(&mut p.core).map_err(|e| e.to_string()),
+                        None => Err("no coordinator is configured, so there are no versions to roll back".into()),
+                    };
+                    replies.push(Box::new(move || { let _ = reply.send(r); }));
+                    Vec::new()
                 }
                 Some(Command::Shutdown(done)) => {
                     let actions = p.core.shutdown();
@@ -330,6 +370,13 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                 }
             }
         }
+        if let Some(o) = &mut p.online {
+            for (to, r) in o.step(&mut p.core, now_ms()) {
+                if let Err(e) = p.net.request(to, r).await {
+                    tracing::warn!(error = %e, "cannot send a request");
+                }
+            }
+        }
         // Journal the tasks accepted here once they are known finished (anywhere).
         if let Some(store) = &mut p.store {
             for (id, t) in p.core.tasks() {
@@ -357,6 +404,7 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
             finished_here: finished_here.clone(),
             dropped,
             stats: p.core.stats().clone(),
+            policy: p.online.as_ref().map(|o| o.status().clone()),
         };
         status.send_if_modified(|s| {
             if *s == snapshot {

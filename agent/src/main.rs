@@ -103,6 +103,15 @@ enum Cmd {
         #[command(flatten)]
         client: Client,
     },
+    /// The policy version in use (`policy`), or go back to the previous one (`policy rollback`;
+    /// the version rolled back from and older ones are refused from then on).
+    Policy {
+        /// `show` (default) or `rollback`.
+        #[arg(default_value = "show")]
+        action: String,
+        #[command(flatten)]
+        client: Client,
+    },
     /// Check a configuration file and print what this box would offer the cluster.
     Check {
         /// Path to agent.toml (default: built-in defaults).
@@ -276,6 +285,13 @@ fn main() {
             .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{}/logs", id.0), None)),
         Cmd::Node { client } => call(&client, "GET", "/v1/node", None),
         Cmd::Peers { client } => call(&client, "GET", "/v1/peers", None),
+        Cmd::Policy { action, client } => match action.as_str() {
+            "show" => call(&client, "GET", "/v1/policy", None),
+            "rollback" => call(&client, "POST", "/v1/policy/rollback", None),
+            other => Err(anyhow::anyhow!(
+                "policy: unknown action `{other}` (show or rollback)"
+            )),
+        },
         Cmd::Discover { json } => discovery::discover().and_then(|d| {
             if json {
                 println!("{}", serde_json::to_string_pretty(&d)?);

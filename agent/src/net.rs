@@ -9,17 +9,25 @@
 //! score falls. With a pre-shared key, a peer without it cannot even finish the handshake; with an
 //! allowlist, a peer not on it is disconnected as soon as it connects and its messages are ignored.
 //!
+//! Beside gossip, a request-response protocol ([`crate::learn::PROTOCOL`], CBOR, size-limited)
+//! carries experience to the coordinator and checkpoints back ([`Network::request`],
+//! [`Network::respond`], [`NetEvent::Request`], [`NetEvent::Response`]).
+//!
 //! QUIC cannot carry the pre-shared key (pnet wraps a byte stream), so QUIC is only offered when no
 //! key is configured.
 
+use crate::learn;
 use futures::StreamExt;
 use libp2p::core::transport::Transport as _;
 use libp2p::core::upgrade::Version;
 use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance, MessageAuthenticity};
 use libp2p::pnet::{PnetConfig, PreSharedKey};
+use libp2p::request_response::{self, ProtocolSupport, ResponseChannel};
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
-use libp2p::{Multiaddr, PeerId, Swarm, identify, identity, mdns, noise, ping, tcp, yamux};
+use libp2p::{
+    Multiaddr, PeerId, StreamProtocol, Swarm, identify, identity, mdns, noise, ping, tcp, yamux,
+};
 use std::collections::BTreeSet;
 use std::time::Duration;
 use tapfinger::wire::{self, Envelope, MAX_FRAME};
@@ -52,7 +60,7 @@ pub struct NetConfig {
 }
 
 /// What the network reports.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum NetEvent {
     /// Listening on an address.
     Listening(Multiaddr),
@@ -74,6 +82,36 @@ pub enum NetEvent {
         /// Why.
         reason: String,
     },
+    /// A request from a peer; answer it with [`Network::respond`] (dropping `channel` fails it).
+    Request {
+        /// Who asks.
+        from: PeerId,
+        /// What.
+        request: Box<learn::Request>,
+        /// Where the answer goes.
+        channel: ResponseChannel<learn::Response>,
+    },
+    /// The answer to one of our requests.
+    Response {
+        /// Who answered.
+        from: PeerId,
+        /// The answer.
+        response: Box<learn::Response>,
+    },
+    /// One of our requests failed (peer unreachable, timeout, closed connection).
+    RequestFailed {
+        /// To whom.
+        to: PeerId,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What the agent asks of the swarm task.
+enum Out {
+    Publish(Vec<u8>),
+    Request(PeerId, Box<learn::Request>),
+    Respond(ResponseChannel<learn::Response>, Box<learn::Response>),
 }
 
 /// Errors of the network layer.
@@ -106,13 +144,14 @@ struct Behaviour {
     identify: identify::Behaviour,
     ping: ping::Behaviour,
     mdns: Toggle<mdns::tokio::Behaviour>,
+    rr: request_response::cbor::Behaviour<learn::Request, learn::Response>,
 }
 
 /// A running network.
 pub struct Network {
     /// Our peer id.
     pub peer_id: PeerId,
-    out: mpsc::Sender<Vec<u8>>,
+    out: mpsc::Sender<Out>,
     events: mpsc::Receiver<NetEvent>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -146,11 +185,20 @@ impl Network {
             } else {
                 None
             };
+            let codec = request_response::cbor::codec::Codec::default()
+                .set_request_size_maximum(learn::MAX_REQUEST)
+                .set_response_size_maximum(learn::MAX_RESPONSE);
+            let rr = request_response::Behaviour::with_codec(
+                codec,
+                [(StreamProtocol::new(learn::PROTOCOL), ProtocolSupport::Full)],
+                request_response::Config::default().with_request_timeout(Duration::from_secs(30)),
+            );
             Ok(Behaviour {
                 gossipsub,
                 identify,
                 ping,
                 mdns: Toggle::from(mdns),
+                rr,
             })
         };
         let swarm_cfg =
@@ -222,14 +270,41 @@ impl Network {
     /// Broadcast a message to every peer (waits while the outbound channel is full).
     pub async fn send(&self, e: &Envelope) -> Result<(), NetError> {
         let bytes = wire::encode(e)?;
-        self.out.send(bytes).await.map_err(|_| NetError::Closed)
+        self.out
+            .send(Out::Publish(bytes))
+            .await
+            .map_err(|_| NetError::Closed)
+    }
+
+    /// Send a request to `peer` (its answer arrives as [`NetEvent::Response`] or
+    /// [`NetEvent::RequestFailed`]).
+    pub async fn request(&self, peer: PeerId, r: learn::Request) -> Result<(), NetError> {
+        self.out
+            .send(Out::Request(peer, Box::new(r)))
+            .await
+            .map_err(|_| NetError::Closed)
+    }
+
+    /// Answer a [`NetEvent::Request`].
+    pub async fn respond(
+        &self,
+        channel: ResponseChannel<learn::Response>,
+        r: learn::Response,
+    ) -> Result<(), NetError> {
+        self.out
+            .send(Out::Respond(channel, Box::new(r)))
+            .await
+            .map_err(|_| NetError::Closed)
     }
 
     /// Broadcast raw bytes without encoding or validation: only for tests of how peers treat
     /// garbage (a real agent always goes through [`Network::send`]).
     #[doc(hidden)]
     pub async fn send_raw(&self, bytes: Vec<u8>) -> Result<(), NetError> {
-        self.out.send(bytes).await.map_err(|_| NetError::Closed)
+        self.out
+            .send(Out::Publish(bytes))
+            .await
+            .map_err(|_| NetError::Closed)
     }
 
     /// The next event; `None` once the network has stopped.
@@ -253,7 +328,7 @@ async fn run(
     mut swarm: Swarm<Behaviour>,
     topic: IdentTopic,
     cfg: NetConfig,
-    mut out: mpsc::Receiver<Vec<u8>>,
+    mut out: mpsc::Receiver<Out>,
     events: mpsc::Sender<NetEvent>,
 ) {
     let allowed = |p: &PeerId| cfg.allow.as_ref().is_none_or(|a| a.contains(p));
@@ -261,15 +336,25 @@ async fn run(
     redial.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            msg = out.recv() => {
-                let Some(bytes) = msg else { return };
-                // "No peers subscribed" is normal while alone; anything else is worth a log line.
-                if let Err(e) = swarm.behaviour_mut().gossipsub.publish(topic.clone(), bytes)
-                    && !matches!(e, gossipsub::PublishError::NoPeersSubscribedToTopic)
-                {
-                    tracing::warn!(error = %e, "publish failed");
+            msg = out.recv() => match msg {
+                None => return,
+                Some(Out::Publish(bytes)) => {
+                    // "No peers subscribed" is normal while alone; anything else is worth a log line.
+                    if let Err(e) = swarm.behaviour_mut().gossipsub.publish(topic.clone(), bytes)
+                        && !matches!(e, gossipsub::PublishError::NoPeersSubscribedToTopic)
+                    {
+                        tracing::warn!(error = %e, "publish failed");
+                    }
                 }
-            }
+                Some(Out::Request(peer, r)) => {
+                    swarm.behaviour_mut().rr.send_request(&peer, *r);
+                }
+                Some(Out::Respond(channel, r)) => {
+                    if swarm.behaviour_mut().rr.send_response(channel, *r).is_err() {
+                        tracing::debug!("a response could not be sent (the asker is gone)");
+                    }
+                }
+            },
             _ = redial.tick() => {
                 // Keep trying bootstrap peers we are not connected to (a restarted peer returns).
                 if swarm.connected_peers().count() == 0 {
@@ -331,6 +416,27 @@ async fn run(
                             acceptance,
                         );
                         report
+                    }
+                    SwarmEvent::Behaviour(BehaviourEvent::Rr(request_response::Event::Message { peer, message, .. })) => {
+                        if !allowed(&peer) {
+                            None
+                        } else {
+                            match message {
+                                request_response::Message::Request { request, channel, .. } => {
+                                    Some(NetEvent::Request { from: peer, request: Box::new(request), channel })
+                                }
+                                request_response::Message::Response { response, .. } => {
+                                    Some(NetEvent::Response { from: peer, response: Box::new(response) })
+                                }
+                            }
+                        }
+                    }
+                    SwarmEvent::Behaviour(BehaviourEvent::Rr(request_response::Event::OutboundFailure { peer, error, .. })) => {
+                        Some(NetEvent::RequestFailed { to: peer, reason: error.to_string() })
+                    }
+                    SwarmEvent::Behaviour(BehaviourEvent::Rr(request_response::Event::InboundFailure { peer, error, .. })) => {
+                        tracing::debug!(%peer, error = %error, "inbound request failed");
+                        None
                     }
                     SwarmEvent::IncomingConnectionError { error, .. } => {
                         tracing::debug!(error = %error, "incoming connection failed");

@@ -27,36 +27,56 @@ pub fn dims(window: usize) -> Dims {
     }
 }
 
+/// The learned policy from checkpoint bytes (`model.bpk`, `train.json`), refused if trained for
+/// other input sizes. `recorder`: learning mode — the policy samples (exploration, and the
+/// log-probabilities PPO needs are those of what it did) and records every decision there;
+/// otherwise it decides greedily.
+pub fn learned(
+    bytes: Vec<u8>,
+    json: &str,
+    label: &str,
+    window: usize,
+    recorder: Option<tapfinger::model::Recorder>,
+) -> anyhow::Result<Box<dyn Policy>> {
+    let (net, cfg, scenario) = tapfinger::model::load_bytes(bytes, json, label, &dims(window))
+        .map_err(|e| anyhow::anyhow!("model: {e}"))?;
+    tracing::info!(model = %label, trained_on = %scenario, "learned policy loaded");
+    let p = TapfingerPolicy::from_net(net, cfg, burn::tensor::Device::flex());
+    Ok(match recorder {
+        Some(r) => Box::new(p.greedy(false).recording(r)),
+        None => Box::new(p.greedy(true)),
+    })
+}
+
+/// The checkpoint the agent starts from: `model` (a checkpoint directory) or the shipped model;
+/// returns `model.bpk`, `train.json` and a label for messages.
+pub fn initial_checkpoint(model: Option<&Path>) -> anyhow::Result<(Vec<u8>, String, String)> {
+    Ok(match model {
+        Some(dir) => {
+            let read = |f: &str| {
+                let p = dir.join(f);
+                std::fs::read(&p)
+                    .map_err(|e| anyhow::anyhow!("model: cannot read {}: {e}", p.display()))
+            };
+            let json = String::from_utf8(read("train.json")?)
+                .map_err(|_| anyhow::anyhow!("model: {}/train.json is not UTF-8", dir.display()))?;
+            (read("model.bpk")?, json, dir.display().to_string())
+        }
+        None => (
+            SHIPPED_MODEL.to_vec(),
+            SHIPPED_CONFIG.to_string(),
+            "shipped agent model".to_string(),
+        ),
+    })
+}
+
 /// Build the policy named `name`; for `tapfinger`, from `model` (a checkpoint directory) or the
 /// shipped model. The learned policy decides greedily: on a real cluster there is no exploration
 /// to do, and greedy is what the shipped figures measure.
 pub fn build(name: &str, model: Option<&Path>, window: usize) -> anyhow::Result<Box<dyn Policy>> {
     if name == "tapfinger" {
-        let dims = dims(window);
-        let (bytes, json, label) = match model {
-            Some(dir) => {
-                let read = |f: &str| {
-                    let p = dir.join(f);
-                    std::fs::read(&p)
-                        .map_err(|e| anyhow::anyhow!("model: cannot read {}: {e}", p.display()))
-                };
-                let json = String::from_utf8(read("train.json")?).map_err(|_| {
-                    anyhow::anyhow!("model: {}/train.json is not UTF-8", dir.display())
-                })?;
-                (read("model.bpk")?, json, dir.display().to_string())
-            }
-            None => (
-                SHIPPED_MODEL.to_vec(),
-                SHIPPED_CONFIG.to_string(),
-                "shipped agent model".to_string(),
-            ),
-        };
-        let (net, cfg, scenario) = tapfinger::model::load_bytes(bytes, &json, &label, &dims)
-            .map_err(|e| anyhow::anyhow!("model: {e}"))?;
-        tracing::info!(model = %label, trained_on = %scenario, "learned policy loaded");
-        return Ok(Box::new(
-            TapfingerPolicy::from_net(net, cfg, burn::tensor::Device::flex()).greedy(true),
-        ));
+        let (bytes, json, label) = initial_checkpoint(model)?;
+        return learned(bytes, &json, &label, window, None);
     }
     if model.is_some() {
         anyhow::bail!("model: only the `tapfinger` policy uses a model (policy is `{name}`)");

@@ -56,7 +56,8 @@ pub fn init_logging(format: LogFormat) {
     };
 }
 
-fn identity(dir: &std::path::Path) -> anyhow::Result<Keypair> {
+/// The persistent identity key in `dir` (`identity.key`), created on first use.
+pub fn identity(dir: &std::path::Path) -> anyhow::Result<Keypair> {
     let path = dir.join("identity.key");
     if let Ok(bytes) = std::fs::read(&path) {
         return Keypair::from_protobuf_encoding(&bytes)
@@ -135,7 +136,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     tracing::info!(peer_id = %net.peer_id, node = me.0, %capacity, "agent starting");
     let window = 10;
     let policy = crate::policy::build(&cfg.policy, cfg.model.as_deref(), window)?;
-    let core = NodeCore::new(
+    let mut core = NodeCore::new(
         NodeConfig {
             me,
             name: cfg.name.clone(),
@@ -154,6 +155,37 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         policy,
         u64::from(me.0),
     );
+    let online = match &cfg.coordinator.peer {
+        None => {
+            anyhow::ensure!(
+                !cfg.coordinator.learning,
+                "coordinator.learning: needs coordinator.peer (where experience goes)"
+            );
+            None
+        }
+        Some(peer) => {
+            anyhow::ensure!(
+                cfg.policy == "tapfinger",
+                "coordinator.peer: only the learned policy (`tapfinger`) takes weights from a coordinator (policy is `{}`)",
+                cfg.policy
+            );
+            Some(crate::online::Online::open(
+                crate::online::OnlineConfig {
+                    coordinator: peer
+                        .parse()
+                        .map_err(|e| anyhow::anyhow!("coordinator.peer: not a peer id: {e}"))?,
+                    learning: cfg.coordinator.learning,
+                    dir: cfg.data_dir.join("online"),
+                    spool_max: cfg.coordinator.spool_max_batches,
+                    batch_decisions: cfg.coordinator.batch_decisions,
+                    poll_ms: cfg.coordinator.poll_ms,
+                    window,
+                    start: crate::policy::initial_checkpoint(cfg.model.as_deref())?,
+                },
+                &mut core,
+            )?)
+        }
+    };
     let cgroups = Cgroups::detect(std::path::Path::new("/sys/fs/cgroup"), "tapfinger");
     if let Cgroups::Unavailable(why) = &cgroups {
         tracing::warn!(
@@ -182,6 +214,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         store: Some(store),
         recovered: recovered.unfinished,
         gpu_devices,
+        online,
     });
     let token = match &cfg.api_token_file {
         Some(p) => Some(

@@ -1,24 +1,152 @@
-//! `tapfinger-coordinator`: optional centralized critic training and policy rollout. Not built
-//! yet (issue #5); this binary exists so the workspace's pinned dependency set (burn) is compiled
-//! and checked together with the rest. It refuses to pretend: every invocation says so and exits
-//! non-zero.
+//! `tapfinger-coordinator`: `run` (the daemon), `train` (offline: the same learner fed by
+//! simulated agents), `status` (ask a running coordinator).
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use tapfinger_coordinator::config::CoordinatorConfig;
+use tapfinger_coordinator::learner::Learner;
 
 #[derive(Parser)]
 #[command(
     name = "tapfinger-coordinator",
     version,
-    about = "tapfinger coordinator (not implemented yet; see issue #5)"
+    about = "tapfinger coordinator: trains the shared policy from agents' experience and rolls out better weights"
 )]
-struct Cli {}
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the daemon until SIGINT/SIGTERM.
+    Run {
+        /// Path to coordinator.toml (default: built-in defaults).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Overrides `data_dir`.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Offline training: the coordinator's learner fed by simulated agents of a scenario;
+    /// writes the same checkpoint format (`DIR/trainer/`, `DIR/published/v<N>/`).
+    Train {
+        /// Scenario (preset or TOML file) whose agents are simulated.
+        #[arg(long, default_value = "edge-agent")]
+        scenario: String,
+        /// Updates to run.
+        #[arg(long, default_value_t = 5)]
+        updates: u64,
+        /// Simulated episodes per update.
+        #[arg(long, default_value_t = 2)]
+        episodes: u64,
+        /// Output directory (resumed if it holds a checkpoint).
+        #[arg(long, default_value = "out/coordinator")]
+        out: PathBuf,
+        /// Start model: `shipped` or a checkpoint directory.
+        #[arg(long, default_value = "shipped")]
+        start: String,
+    },
+    /// Print a running coordinator's status.
+    Status {
+        /// API address.
+        #[arg(long, default_value = "127.0.0.1:7701")]
+        api: String,
+    },
+}
 
 fn main() {
-    let _ = Cli::parse();
-    // Touch burn so the pinned version is compiled and type-checked with the workspace.
-    let _device_kind = std::any::type_name::<burn::tensor::Tensor<1>>();
-    eprintln!(
-        "tapfinger-coordinator is not implemented yet (issue #5); use tapfinger-sim for training and evaluation"
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Run { config, data_dir } => run(config, data_dir),
+        Cmd::Train {
+            scenario,
+            updates,
+            episodes,
+            out,
+            start,
+        } => train(scenario, updates, episodes, out, start),
+        Cmd::Status { api } => status(&api),
+    };
+    if let Err(e) = r {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let mut cfg = match config {
+        Some(p) => CoordinatorConfig::from_toml(&std::fs::read_to_string(&p)?)?,
+        None => CoordinatorConfig::default(),
+    };
+    if let Some(d) = data_dir {
+        cfg.data_dir = d;
+    }
+    tapfinger_agent::run::init_logging(tapfinger_agent::config::LogFormat::Human);
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let (key, net) = tapfinger_coordinator::serve::start_network(&cfg).await?;
+        tracing::info!(peer_id = %key.public().to_peer_id(), "coordinator starting (agents set coordinator.peer to this id)");
+        let c = tapfinger_coordinator::serve::spawn(cfg.clone(), key, net)?;
+        let api = tapfinger_coordinator::serve::api(&cfg.api, c.shared.clone());
+        tokio::select! {
+            r = api => r,
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    })
+}
+
+fn train(
+    scenario: String,
+    updates: u64,
+    episodes: u64,
+    out: PathBuf,
+    start: String,
+) -> anyhow::Result<()> {
+    let cfg = CoordinatorConfig {
+        data_dir: out.clone(),
+        scenario,
+        start,
+        // Offline, every candidate is judged but the run does not stop at a refusal.
+        ..CoordinatorConfig::default()
+    };
+    let mut l = Learner::open(cfg, libp2p::identity::Keypair::generate_ed25519())?;
+    println!(
+        "start: validation avg JCT {:.3} slots (version {})",
+        l.state.published_jct, l.state.version
     );
-    std::process::exit(2);
+    for u in 0..updates {
+        let mut batches = Vec::new();
+        for e in 0..episodes {
+            batches.extend(l.simulated_batches((1 << 42) + l.iteration() * episodes + e)?);
+        }
+        let eval = l.update(batches)?;
+        println!(
+            "update {}: candidate {:.3} vs published {:.3} -> {}",
+            u + 1,
+            eval.candidate_jct,
+            eval.published_jct,
+            match eval.version {
+                Some(v) => format!("published as version {v}"),
+                None => "refused".into(),
+            }
+        );
+    }
+    println!("checkpoint: {}", out.join("trainer").display());
+    Ok(())
+}
+
+fn status(api: &str) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(api)
+        .map_err(|e| anyhow::anyhow!("cannot reach the coordinator at {api}: {e}"))?;
+    write!(
+        s,
+        "GET /v1/status HTTP/1.1\r\nHost: {api}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)?;
+    let json = body.split("\r\n\r\n").nth(1).unwrap_or("");
+    println!("{json}");
+    Ok(())
 }

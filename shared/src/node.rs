@@ -236,6 +236,8 @@ pub struct NodeCore {
     /// When this node proposed in the current round (for round latency).
     proposed_at: Option<u64>,
     stats: NodeStats,
+    /// Learning mode: where the policy records its decisions, and what this node adds.
+    learning: Option<(crate::model::Recorder, crate::model::Experience)>,
 }
 
 impl std::fmt::Debug for NodeCore {
@@ -274,7 +276,53 @@ impl NodeCore {
             first_tick: None,
             proposed_at: None,
             stats: NodeStats::default(),
+            learning: None,
         }
+    }
+
+    /// Record experience for the coordinator (learning mode): the policy must push its decisions
+    /// into `recorder` (a [`crate::model::TapfingerPolicy`] built `.recording(recorder)`); this
+    /// node adds which of its claims lost and its reward at every slot end. Collect it with
+    /// [`NodeCore::take_experience`].
+    pub fn learn(&mut self, recorder: crate::model::Recorder) {
+        self.learning = Some((recorder, crate::model::Experience::default()));
+    }
+
+    /// Experience recorded since the last call (empty when not learning).
+    pub fn take_experience(&mut self) -> crate::model::Experience {
+        let Some((recorder, exp)) = self.learning.as_mut() else {
+            return crate::model::Experience::default();
+        };
+        let mut out = std::mem::take(exp);
+        if let Ok(mut recs) = recorder.lock() {
+            out.records.append(&mut recs);
+        }
+        out
+    }
+
+    /// Replace the policy (a new model version). Called between events, so the round in
+    /// progress keeps the proposal the old policy made and the next one uses the new policy.
+    pub fn set_policy(&mut self, policy: Box<dyn Policy>) {
+        self.policy = policy;
+    }
+
+    /// This node's reward for the slot that just ended, as the simulator defines it: minus the
+    /// tasks running here and its share of the pending tasks (each split evenly among the live
+    /// nodes that can run it), so that the nodes' rewards sum to minus the tasks in the system.
+    fn reward(&self) -> f64 {
+        let live = |n: &NodeId| *n == self.cfg.me || self.peers.contains_key(n);
+        let mut r = 0.0;
+        for t in self.tasks.values() {
+            match &t.state {
+                TaskState::Running { node, .. } if *node == self.cfg.me => r -= 1.0,
+                TaskState::Pending if t.task.reachable.binary_search(&self.cfg.me).is_ok() => {
+                    let n = t.task.reachable.iter().filter(|n| live(n)).count().max(1);
+                    r -= 1.0 / n as f64;
+                }
+                _ => {}
+            }
+        }
+        r
     }
 
     /// Negotiation counters.
@@ -832,6 +880,19 @@ impl NodeCore {
         }
         if outcome.slot_ended {
             self.slot_start = now + self.cfg.slot_ms;
+        }
+        if self.learning.is_some() {
+            let me = self.cfg.me;
+            let reward = outcome.slot_ended.then(|| self.reward());
+            if let Some((_, exp)) = self.learning.as_mut() {
+                if outcome.lost.iter().any(|(a, _)| *a == me) {
+                    exp.lost
+                        .insert((outcome.round.slot, outcome.round.step, me));
+                }
+                if let Some(r) = reward {
+                    exp.rewards.insert((outcome.round.slot, me), r);
+                }
+            }
         }
         out
     }

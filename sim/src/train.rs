@@ -16,12 +16,12 @@ use burn::tensor::activation::{log_softmax, softmax};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tapfinger::model::batch::{Dims, batch};
 use tapfinger::model::net::{Net, NetConfig, Selection};
-use tapfinger::model::{DecisionRecord, Recorder, TapfingerPolicy};
+use tapfinger::model::{DecisionRecord, Experience, Recorder, TapfingerPolicy};
 use tapfinger::protocol::RoundOutcome;
 use tapfinger::{Decision, NodeId, Policy};
 
@@ -216,8 +216,7 @@ struct Sample {
 
 /// One collected episode.
 struct Episode {
-    records: Vec<DecisionRecord>,
-    col: Collector,
+    exp: Experience,
     avg_jct: f64,
     ret: f64,
 }
@@ -248,22 +247,20 @@ impl Policy for Imitator {
     }
 }
 
-/// Records which claims lost and every agent's reward per slot.
+/// Records which claims lost and every agent's reward per slot (the simulator as the source of
+/// [`Experience`]).
 #[derive(Default)]
-struct Collector {
-    lost: BTreeSet<(u64, u32, NodeId)>,
-    rewards: BTreeMap<(u64, NodeId), f64>,
-}
+struct Collector(Experience);
 
 impl Observer for Collector {
     fn round(&mut self, o: &RoundOutcome) {
         for (agent, _) in &o.lost {
-            self.lost.insert((o.round.slot, o.round.step, *agent));
+            self.0.lost.insert((o.round.slot, o.round.step, *agent));
         }
     }
     fn slot_end(&mut self, slot: u64, rewards: &[f64]) {
         for (i, r) in rewards.iter().enumerate() {
-            self.rewards.insert((slot, NodeId(i as u32)), *r);
+            self.0.rewards.insert((slot, NodeId(i as u32)), *r);
         }
     }
 }
@@ -351,6 +348,25 @@ impl Trainer {
         }
     }
 
+    /// A trainer that starts from the weights of `net` (an inference network, e.g. a shipped
+    /// model) instead of random ones; the optimizer starts fresh.
+    pub fn with_net(sim: Simulator, cfg: TrainConfig, net: Net) -> Result<Self, TrainError> {
+        let mut t = Trainer::new(sim, cfg);
+        let record = net.into_record();
+        t.net = Net::new(&t.cfg.net, &t.device)
+            .try_load_record(record)
+            .map_err(|e| TrainError::Checkpoint {
+                path: "initial weights".into(),
+                reason: e.to_string(),
+            })?;
+        Ok(t)
+    }
+
+    /// The simulator the trainer evaluates on.
+    pub fn simulator(&self) -> &Simulator {
+        &self.sim
+    }
+
     /// The current network without autodiff (for evaluation and saving).
     pub fn inference_net(&self) -> Net {
         self.net.valid()
@@ -358,7 +374,10 @@ impl Trainer {
 
     /// Greedy policies for every node, from the current network.
     pub fn policies(&self, greedy: bool) -> Vec<Box<dyn Policy>> {
-        let net = self.inference_net();
+        self.policies_of(&self.inference_net(), greedy)
+    }
+
+    fn policies_of(&self, net: &Net, greedy: bool) -> Vec<Box<dyn Policy>> {
         (0..self.sim.scenario().nodes.len())
             .map(|_| {
                 Box::new(
@@ -428,10 +447,22 @@ impl Trainer {
         Ok((episodes, jct, ret))
     }
 
+    /// One episode of simulated agents sampling from the current network, as [`Experience`]
+    /// (what live agents in learning mode report): the simulator as a data source for
+    /// [`Trainer::learn`] outside [`Trainer::iterate`], e.g. the coordinator's offline mode.
+    pub fn sample_experience(&self, seed: u64) -> Result<Experience, TrainError> {
+        Ok(self.episode(&self.inference_net(), seed, None)?.exp)
+    }
+
     /// Greedy average JCT of the current network over the validation workloads (NaN when
     /// `eval_episodes` is 0). Episodes run on up to `threads` threads.
     pub fn evaluate(&self) -> Result<f64, TrainError> {
-        let n = self.cfg.eval_episodes;
+        self.evaluate_net(&self.inference_net(), self.cfg.eval_episodes)
+    }
+
+    /// Greedy average JCT of `net` over the first `n` validation workloads (NaN when `n` is 0):
+    /// what an evaluation gate compares candidates with.
+    pub fn evaluate_net(&self, net: &Net, n: usize) -> Result<f64, TrainError> {
         if n == 0 {
             return Ok(f64::NAN);
         }
@@ -449,7 +480,7 @@ impl Trainer {
                             .map(|e| {
                                 let seed = VALIDATION_SEEDS + e as u64;
                                 self.sim
-                                    .run(self.policies(true), seed)
+                                    .run(self.policies_of(net, true), seed)
                                     .map(|r| (e, crate::metrics::summarize(&r, kinds).avg_jct))
                                     .map_err(|source| TrainError::Episode { seed, source })
                             })
@@ -516,9 +547,9 @@ impl Trainer {
                 path: String::new(),
                 reason: "recorder poisoned".into(),
             })?);
+        col.0.records = records;
         Ok(Episode {
-            records,
-            col,
+            exp: col.0,
             avg_jct: summary.avg_jct,
             ret: summary.episode_return,
         })
@@ -529,7 +560,7 @@ impl Trainer {
     fn advantages(
         &self,
         records: Vec<DecisionRecord>,
-        col: &Collector,
+        col: &Experience,
         values: &[f32],
         lambda: f32,
     ) -> Vec<Sample> {
@@ -827,17 +858,33 @@ impl Trainer {
         let imitate = self.iteration < self.cfg.imitate;
         let beta = imitate.then(|| 1.0 - self.iteration as f64 / self.cfg.imitate as f64);
         let (episodes, avg_jct, episode_return) = self.collect(beta)?;
+        let exps = episodes.into_iter().map(|e| e.exp).collect();
+        self.learn(exps, imitate, avg_jct, episode_return)
+    }
+
+    /// One update from experience, whatever its source: the simulator's episodes
+    /// ([`Trainer::iterate`]) or live agents' reports (the coordinator). Each [`Experience`] is
+    /// one stream of decisions (an episode, or one agent's run); advantages are computed per
+    /// agent within it. `avg_jct` and `episode_return` only label the curve point.
+    pub fn learn(
+        &mut self,
+        exps: Vec<Experience>,
+        imitate: bool,
+        avg_jct: f64,
+        episode_return: f64,
+    ) -> Result<CurvePoint, TrainError> {
         let mut samples = Vec::new();
-        for ep in episodes {
+        for mut exp in exps {
+            let records = std::mem::take(&mut exp.records);
             if imitate {
-                let zeros = vec![0.0; ep.records.len()];
-                let mut s = self.advantages(ep.records, &ep.col, &zeros, 1.0);
+                let zeros = vec![0.0; records.len()];
+                let mut s = self.advantages(records, &exp, &zeros, 1.0);
                 // A teacher's allocation is a good label even when its claim lost the round.
                 s.iter_mut().for_each(|x| x.lost = false);
                 samples.extend(s);
             } else {
-                let values = self.values(&ep.records);
-                samples.extend(self.advantages(ep.records, &ep.col, &values, self.cfg.gae_lambda));
+                let values = self.values(&records);
+                samples.extend(self.advantages(records, &exp, &values, self.cfg.gae_lambda));
             }
         }
         // A decision with nothing selectable ("do nothing" forced) has no policy gradient; it

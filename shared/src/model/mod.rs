@@ -19,7 +19,7 @@ use net::{Net, NetConfig};
 use rand::RngExt;
 
 /// One decision of the learned policy, as training needs it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DecisionRecord {
     /// The snapshot decided on.
     pub view: crate::view::ClusterView,
@@ -43,6 +43,56 @@ pub struct DecisionRecord {
 
 /// Where recorded decisions go (one buffer shared by the agents of an episode).
 pub type Recorder = std::sync::Arc<std::sync::Mutex<Vec<DecisionRecord>>>;
+
+/// What PPO learns from, whatever produced it — the simulator's episodes or live agents' reports
+/// to the coordinator: the recorded decisions, which claims lost their round, and each agent's
+/// reward per slot (−tasks queued at or running on it).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Experience {
+    /// Decisions, in the order each agent made them.
+    pub records: Vec<DecisionRecord>,
+    /// Claims that lost their round: (slot, step, agent).
+    pub lost: std::collections::BTreeSet<(u64, u32, crate::NodeId)>,
+    /// Reward per (slot, agent) (a list of triples on the wire: JSON maps need string keys).
+    #[serde(with = "reward_list")]
+    pub rewards: std::collections::BTreeMap<(u64, crate::NodeId), f64>,
+}
+
+/// Serde of the reward map as a list of `(slot, agent, reward)`.
+mod reward_list {
+    use crate::NodeId;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::BTreeMap;
+
+    pub fn serialize<S: Serializer>(
+        m: &BTreeMap<(u64, NodeId), f64>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let v: Vec<(u64, NodeId, f64)> = m.iter().map(|((a, b), r)| (*a, *b, *r)).collect();
+        v.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<(u64, NodeId), f64>, D::Error> {
+        let v: Vec<(u64, NodeId, f64)> = Vec::deserialize(d)?;
+        Ok(v.into_iter().map(|(a, b, r)| ((a, b), r)).collect())
+    }
+}
+
+impl Experience {
+    /// Nothing recorded.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.lost.is_empty() && self.rewards.is_empty()
+    }
+
+    /// Append `other` (another batch of the same or another agent).
+    pub fn extend(&mut self, other: Experience) {
+        self.records.extend(other.records);
+        self.lost.extend(other.lost);
+        self.rewards.extend(other.rewards);
+    }
+}
 
 /// The learned policy.
 #[derive(Debug)]

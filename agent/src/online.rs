@@ -1,0 +1,394 @@
+//! The agent's side of online learning (issue #5): shipping experience to the coordinator and
+//! taking new policy versions from it, with rollback.
+//!
+//! Sans-IO like the node core: the daemon feeds it ticks, connection changes and responses, and
+//! sends the requests it returns. Experience is taken from the core after every step, spooled to
+//! disk in batches of `batch_decisions` decisions (bounded; oldest dropped and counted when full)
+//! and offered one batch at a time while the coordinator is connected; a batch leaves the spool
+//! only when acknowledged. Every `poll_ms` the agent asks the coordinator for its announcement;
+//! a newer version signed by the configured coordinator is fetched, hash-checked, loaded (refused
+//! if its input sizes differ), kept on disk under `policies/v<N>/`, and swapped into the core
+//! between rounds. With no coordinator around nothing changes: the agent keeps deciding with the
+//! weights it has.
+
+use crate::learn::{Announcement, Checkpoint, Request, Response, Spool, hex};
+use libp2p::PeerId;
+use std::path::PathBuf;
+use tapfinger::model::{Experience, Recorder};
+use tapfinger::node::NodeCore;
+
+/// Settings.
+#[derive(Debug, Clone)]
+pub struct OnlineConfig {
+    /// The only peer whose weights are accepted (and where experience goes).
+    pub coordinator: PeerId,
+    /// Learning mode: record and ship experience (the policy then samples instead of deciding
+    /// greedily).
+    pub learning: bool,
+    /// Where spooled experience and accepted policies live.
+    pub dir: PathBuf,
+    /// Most batches kept waiting for the coordinator.
+    pub spool_max: usize,
+    /// Decisions per batch.
+    pub batch_decisions: usize,
+    /// How often to ask for the published version (ms).
+    pub poll_ms: u64,
+    /// The policy's window (input size check of new weights).
+    pub window: usize,
+    /// The checkpoint the agent started with (version 0): `model.bpk`, `train.json`, a label.
+    pub start: (Vec<u8>, String, String),
+}
+
+/// What the status shows of it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct PolicyStatus {
+    /// Version in use (0: the model the agent started with).
+    pub version: u64,
+    /// SHA-256 of the checkpoint in use (hex; empty for version 0).
+    pub hash: String,
+    /// Versions at or below this are refused (set by a rollback).
+    pub floor: u64,
+    /// Announcements or checkpoints refused (bad signer, signature, hash or sizes).
+    pub refused: u64,
+    /// Learning mode on.
+    pub learning: bool,
+    /// Experience batches acknowledged by the coordinator.
+    pub batches_shipped: u64,
+    /// Batches waiting in the spool.
+    pub batches_waiting: u64,
+    /// Batches dropped because the spool was full.
+    pub batches_dropped: u64,
+    /// Decisions recorded so far.
+    pub decisions_recorded: u64,
+    /// Connected to the coordinator now.
+    pub coordinator_connected: bool,
+}
+
+/// The agent's online-learning state.
+pub struct Online {
+    cfg: OnlineConfig,
+    spool: Option<Spool>,
+    recorder: Option<Recorder>,
+    pending: Experience,
+    in_flight: Option<u64>,
+    fetching: Option<Announcement>,
+    last_poll: u64,
+    /// Accepted versions in order (0 = the start model), for rollback.
+    history: Vec<u64>,
+    status: PolicyStatus,
+}
+
+impl std::fmt::Debug for Online {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Online")
+            .field("status", &self.status)
+            .finish()
+    }
+}
+
+impl Online {
+    /// Set up; in learning mode the core records into the returned recorder, which every policy
+    /// built by [`Online::policy`] records into too. Restores the last accepted version (and a
+    /// rollback floor) from disk, if any: returns it for the daemon to load.
+    pub fn open(cfg: OnlineConfig, core: &mut NodeCore) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(cfg.dir.join("policies"))?;
+        let spool = if cfg.learning {
+            Some(Spool::open(&cfg.dir.join("spool"), cfg.spool_max)?)
+        } else {
+            None
+        };
+        let recorder = cfg.learning.then(Recorder::default);
+        if let Some(r) = &recorder {
+            core.learn(r.clone());
+        }
+        if let Some(r) = &recorder {
+            // The start model must sample and record too.
+            let (bytes, json, label) = &cfg.start;
+            core.set_policy(crate::policy::learned(
+                bytes.clone(),
+                json,
+                label,
+                cfg.window,
+                Some(r.clone()),
+            )?);
+        }
+        let floor = std::fs::read_to_string(cfg.dir.join("policies").join("floor"))
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        let mut me = Self {
+            status: PolicyStatus {
+                learning: cfg.learning,
+                floor,
+                ..PolicyStatus::default()
+            },
+            cfg,
+            spool,
+            recorder,
+            pending: Experience::default(),
+            in_flight: None,
+            fetching: None,
+            last_poll: 0,
+            history: vec![0],
+        };
+        // The version in use before a restart (kept in `policies/current`), if still intact.
+        let current: u64 = std::fs::read_to_string(me.cfg.dir.join("policies").join("current"))
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        if current > 0 {
+            match me.read_stored(current).map(|(c, a)| (me.policy(&c), a)) {
+                Some((Ok(p), a)) => {
+                    core.set_policy(p);
+                    me.adopt(&a);
+                }
+                Some((Err(e), _)) => {
+                    tracing::warn!(version = current, error = %e, "stored policy not usable")
+                }
+                None => tracing::warn!(version = current, "stored policy missing or altered"),
+            }
+        }
+        Ok(me)
+    }
+
+    fn read_stored(&self, v: u64) -> Option<(Checkpoint, Announcement)> {
+        let dir = self.cfg.dir.join("policies").join(format!("v{v}"));
+        let a: Announcement =
+            serde_json::from_slice(&std::fs::read(dir.join("announcement.json")).ok()?).ok()?;
+        let c = Checkpoint {
+            version: v,
+            model: std::fs::read(dir.join("model.bpk")).ok()?,
+            train_json: std::fs::read_to_string(dir.join("train.json")).ok()?,
+        };
+        // A file changed on disk is not loaded.
+        (a.verify(&self.cfg.coordinator).is_ok() && a.check(&c).is_ok()).then_some((c, a))
+    }
+
+    /// A policy from a checkpoint, recording in learning mode.
+    fn policy(&self, c: &Checkpoint) -> anyhow::Result<Box<dyn tapfinger::Policy>> {
+        crate::policy::learned(
+            c.model.clone(),
+            &c.train_json,
+            &format!("policy version {}", c.version),
+            self.cfg.window,
+            self.recorder.clone(),
+        )
+    }
+
+    fn remember_current(&self) {
+        let p = self.cfg.dir.join("policies").join("current");
+        if let Err(e) = std::fs::write(&p, self.status.version.to_string()) {
+            tracing::warn!(error = %e, "cannot record the policy version in use");
+        }
+    }
+
+    fn adopt(&mut self, a: &Announcement) {
+        self.status.version = a.version;
+        self.status.hash = hex(&a.hash);
+        if self.history.last() != Some(&a.version) {
+            self.history.push(a.version);
+        }
+    }
+
+    /// The coordinator connected or left.
+    pub fn connection(&mut self, peer: PeerId, up: bool) {
+        if peer == self.cfg.coordinator {
+            self.status.coordinator_connected = up;
+            if !up {
+                self.in_flight = None;
+                self.fetching = None;
+            }
+        }
+    }
+
+    /// After every step: collect experience, spool full batches, and say what to send.
+    pub fn step(&mut self, core: &mut NodeCore, now_ms: u64) -> Vec<(PeerId, Request)> {
+        let mut out = Vec::new();
+        if let Some(spool) = &mut self.spool {
+            let exp = core.take_experience();
+            self.status.decisions_recorded += exp.records.len() as u64;
+            self.pending.extend(exp);
+            if self.pending.records.len() >= self.cfg.batch_decisions.max(1) {
+                let batch = std::mem::take(&mut self.pending);
+                if let Err(e) = spool.push(&batch) {
+                    tracing::warn!(error = %e, "cannot spool experience");
+                }
+            }
+            self.status.batches_dropped = spool.dropped;
+            let waiting = spool.waiting().unwrap_or_default();
+            self.status.batches_waiting = waiting.len() as u64;
+            if self.status.coordinator_connected
+                && self.in_flight.is_none()
+                && let Some(&n) = waiting.first()
+                && let Ok(Some(exp)) = spool.read(n)
+            {
+                self.in_flight = Some(n);
+                out.push((
+                    self.cfg.coordinator,
+                    Request::Experience {
+                        node: core.id(),
+                        batch: n,
+                        exp: Box::new(exp),
+                    },
+                ));
+            }
+        }
+        if self.status.coordinator_connected
+            && self.fetching.is_none()
+            && now_ms >= self.last_poll + self.cfg.poll_ms
+        {
+            self.last_poll = now_ms;
+            out.push((self.cfg.coordinator, Request::Announcement));
+        }
+        out
+    }
+
+    /// A response from `from`.
+    pub fn on_response(
+        &mut self,
+        from: PeerId,
+        r: Response,
+        core: &mut NodeCore,
+    ) -> Vec<(PeerId, Request)> {
+        if from != self.cfg.coordinator {
+            return Vec::new();
+        }
+        match r {
+            Response::Ack { batch } => {
+                if let Some(spool) = &mut self.spool {
+                    if let Err(e) = spool.ack(batch) {
+                        tracing::warn!(error = %e, "cannot drop an acknowledged batch");
+                    }
+                    self.status.batches_shipped += 1;
+                }
+                if self.in_flight == Some(batch) {
+                    self.in_flight = None;
+                }
+                Vec::new()
+            }
+            Response::Announcement(Some(a)) => {
+                if a.version <= self.status.version || a.version <= self.status.floor {
+                    return Vec::new();
+                }
+                match a.verify(&self.cfg.coordinator) {
+                    Ok(()) => {
+                        let version = a.version;
+                        self.fetching = Some(a);
+                        vec![(self.cfg.coordinator, Request::Checkpoint { version })]
+                    }
+                    Err(e) => {
+                        self.status.refused += 1;
+                        tracing::warn!(version = a.version, error = %e, "policy announcement refused");
+                        Vec::new()
+                    }
+                }
+            }
+            Response::Announcement(None) => Vec::new(),
+            Response::Checkpoint(c) => {
+                let Some(a) = self.fetching.take() else {
+                    return Vec::new();
+                };
+                if let Err(e) = self.accept(&a, &c, core) {
+                    self.status.refused += 1;
+                    tracing::warn!(version = a.version, error = %e, "policy checkpoint refused");
+                }
+                Vec::new()
+            }
+            Response::Error(e) => {
+                tracing::warn!(error = %e, "the coordinator refused a request");
+                self.fetching = None;
+                self.in_flight = None;
+                Vec::new()
+            }
+        }
+    }
+
+    /// A request to the coordinator failed: retry later.
+    pub fn on_failure(&mut self, to: PeerId) {
+        if to == self.cfg.coordinator {
+            self.in_flight = None;
+            self.fetching = None;
+        }
+    }
+
+    /// Check, load, store and swap in a fetched checkpoint.
+    pub fn accept(
+        &mut self,
+        a: &Announcement,
+        c: &Checkpoint,
+        core: &mut NodeCore,
+    ) -> anyhow::Result<()> {
+        a.verify(&self.cfg.coordinator)?;
+        a.check(c)?;
+        let policy = self.policy(c)?;
+        let dir = self
+            .cfg
+            .dir
+            .join("policies")
+            .join(format!("v{}", a.version));
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("model.bpk"), &c.model)?;
+        std::fs::write(dir.join("train.json"), &c.train_json)?;
+        std::fs::write(dir.join("announcement.json"), serde_json::to_vec(a)?)?;
+        core.set_policy(policy);
+        self.adopt(a);
+        self.remember_current();
+        tracing::info!(version = a.version, hash = %self.status.hash, "new policy version in use");
+        Ok(())
+    }
+
+    /// Go back to the version before the current one (version 0: the start model, `start`), and
+    /// refuse the current and older versions from now on (a newer one is taken again).
+    pub fn rollback(&mut self, core: &mut NodeCore) -> anyhow::Result<u64> {
+        let current = self.status.version;
+        anyhow::ensure!(
+            current > 0,
+            "nothing to roll back: version 0 (the start model) is in use"
+        );
+        let previous = self
+            .history
+            .iter()
+            .rev()
+            .copied()
+            .find(|v| *v < current)
+            .unwrap_or(0);
+        let policy = if previous == 0 {
+            let (bytes, json, label) = &self.cfg.start;
+            crate::policy::learned(
+                bytes.clone(),
+                json,
+                label,
+                self.cfg.window,
+                self.recorder.clone(),
+            )?
+        } else {
+            let (c, _) = self
+                .read_stored(previous)
+                .ok_or_else(|| anyhow::anyhow!("version {previous} is no longer stored intact"))?;
+            self.policy(&c)?
+        };
+        core.set_policy(policy);
+        self.status.floor = current;
+        std::fs::write(
+            self.cfg.dir.join("policies").join("floor"),
+            current.to_string(),
+        )?;
+        self.history.retain(|v| *v <= previous);
+        self.status.version = previous;
+        self.status.hash = if previous == 0 {
+            String::new()
+        } else {
+            self.read_stored(previous)
+                .map(|(_, a)| hex(&a.hash))
+                .unwrap_or_default()
+        };
+        self.remember_current();
+        tracing::info!(from = current, to = previous, "policy rolled back");
+        Ok(previous)
+    }
+
+    /// For the status.
+    pub fn status(&self) -> &PolicyStatus {
+        &self.status
+    }
+}

@@ -1,0 +1,318 @@
+//! The coordinator's learning core, without network: experience in, PPO updates with the
+//! simulator's trainer ([`tapfinger_sim::train::Trainer::learn`] — one trainer, two data sources),
+//! an evaluation gate, signed publication, and checkpoints that survive a crash.
+//!
+//! State on disk under `data_dir`:
+//! - `trainer/` — the trainer's checkpoint (`model.bpk`, `optim.bpk`, `train.json`, curve), written
+//!   after every update; a restarted coordinator resumes from it;
+//! - `published/v<N>/` — every published version (`model.bpk`, `train.json`, `announcement.json`);
+//! - `state.json` — counters and the last evaluation.
+//!
+//! The gate: a candidate (the trainer's weights after an update) is evaluated greedily in the
+//! simulator on the configured scenario's validation workloads and published only if its average
+//! JCT is not worse than the published version's by more than `tolerance` slots.
+
+use crate::config::CoordinatorConfig;
+use libp2p::identity::Keypair;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tapfinger::NodeId;
+use tapfinger::model::Experience;
+use tapfinger::model::net::Net;
+use tapfinger_agent::learn::{Announcement, Checkpoint, hex};
+use tapfinger_sim::train::{CONFIG_FILE, MODEL_FILE, TrainConfig, Trainer, dims_of};
+use tapfinger_sim::{Scenario, Simulator};
+
+/// One agent's batch as the coordinator keeps it until an update uses it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Batch {
+    /// The reporting node.
+    pub node: NodeId,
+    /// Its experience.
+    pub exp: Experience,
+}
+
+/// The last evaluation of a candidate.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    /// Candidate's greedy average JCT (slots).
+    pub candidate_jct: f64,
+    /// The published version's.
+    pub published_jct: f64,
+    /// Whether it was published.
+    pub published: bool,
+    /// The version it became (if published).
+    pub version: Option<u64>,
+}
+
+/// Counters and results, persisted in `state.json` and shown by `status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    /// Published version (0: the start model, not published).
+    pub version: u64,
+    /// SHA-256 of the published checkpoint (hex).
+    pub hash: String,
+    /// Greedy average JCT of the published (or start) model on the validation workloads.
+    pub published_jct: f64,
+    /// Updates run.
+    pub updates: u64,
+    /// Decisions received per agent (node id).
+    pub received: BTreeMap<u32, u64>,
+    /// Value (critic) loss of the last update.
+    pub critic_loss: f64,
+    /// Policy loss of the last update.
+    pub policy_loss: f64,
+    /// Candidates the gate refused.
+    pub refused: u64,
+    /// The last evaluation.
+    pub last_evaluation: Option<Evaluation>,
+}
+
+/// The learning core.
+pub struct Learner {
+    cfg: CoordinatorConfig,
+    key: Keypair,
+    trainer: Trainer,
+    /// What is published (None before the first publication).
+    published: Option<(Announcement, Checkpoint)>,
+    /// Counters and results.
+    pub state: State,
+}
+
+impl std::fmt::Debug for Learner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Learner")
+            .field("state", &self.state)
+            .finish()
+    }
+}
+
+fn io(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("{}: {e}", path.display())
+}
+
+impl Learner {
+    /// Open: resume the trainer and the published versions from `data_dir` if they exist,
+    /// else start from the configured model (`start`: `shipped`, or a checkpoint directory).
+    pub fn open(cfg: CoordinatorConfig, key: Keypair) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(cfg.data_dir.join("published"))
+            .map_err(|e| io(&cfg.data_dir, e))?;
+        let sim = Simulator::new(Scenario::load(&cfg.scenario)?);
+        let dims = dims_of(&sim);
+        let tdir = cfg.data_dir.join("trainer");
+        let resumed = tdir.join(CONFIG_FILE).exists();
+        let mut trainer = if resumed {
+            Trainer::resume(sim, &tdir)?
+        } else {
+            let (bytes, json, label) = start_checkpoint(&cfg.start)?;
+            let (net, net_cfg, _) = tapfinger::model::load_bytes(bytes, &json, &label, &dims)
+                .map_err(|e| anyhow::anyhow!("start model: {e}"))?;
+            let mut tc = TrainConfig::new(dims, cfg.seed);
+            tc.net = net_cfg;
+            tc.lr = cfg.lr;
+            tc.epochs = cfg.epochs;
+            tc.minibatch = cfg.minibatch;
+            tc.eval_episodes = cfg.eval_episodes;
+            Trainer::with_net(sim, tc, net)?
+        };
+        trainer.threads = trainer.threads.max(1);
+        let state: State = std::fs::read(cfg.data_dir.join("state.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let mut me = Self {
+            published: None,
+            cfg,
+            key,
+            trainer,
+            state,
+        };
+        if me.state.version > 0 {
+            me.published = Some(me.read_published(me.state.version)?);
+        }
+        if !resumed {
+            // The bar a first candidate must meet: the start model.
+            me.state.published_jct = me.evaluate(&me.trainer.inference_net())?;
+            me.checkpoint()?;
+        }
+        tracing::info!(
+            resumed,
+            version = me.state.version,
+            published_jct = me.state.published_jct,
+            "learner ready"
+        );
+        Ok(me)
+    }
+
+    fn read_published(&self, v: u64) -> anyhow::Result<(Announcement, Checkpoint)> {
+        let dir = self.cfg.data_dir.join("published").join(format!("v{v}"));
+        let a: Announcement = serde_json::from_slice(
+            &std::fs::read(dir.join("announcement.json")).map_err(|e| io(&dir, e))?,
+        )?;
+        let c = Checkpoint {
+            version: v,
+            model: std::fs::read(dir.join(MODEL_FILE)).map_err(|e| io(&dir, e))?,
+            train_json: std::fs::read_to_string(dir.join(CONFIG_FILE)).map_err(|e| io(&dir, e))?,
+        };
+        a.check(&c)?;
+        Ok((a, c))
+    }
+
+    /// Greedy average JCT of `net` on the validation workloads.
+    pub fn evaluate(&self, net: &Net) -> anyhow::Result<f64> {
+        Ok(self
+            .trainer
+            .evaluate_net(net, self.cfg.eval_episodes.max(1))?)
+    }
+
+    /// The announcement of the published version.
+    pub fn announcement(&self) -> Option<Announcement> {
+        self.published.as_ref().map(|(a, _)| a.clone())
+    }
+
+    /// A published checkpoint (only the current version is served).
+    pub fn checkpoint_of(&self, version: u64) -> Option<Checkpoint> {
+        self.published
+            .as_ref()
+            .filter(|(a, _)| a.version == version)
+            .map(|(_, c)| c.clone())
+    }
+
+    /// Learn from agents' batches (each agent's batches are joined in order into one stream),
+    /// then run the gate. Returns the evaluation.
+    pub fn update(&mut self, batches: Vec<Batch>) -> anyhow::Result<Evaluation> {
+        let mut by_node: BTreeMap<NodeId, Experience> = BTreeMap::new();
+        for b in batches {
+            *self.state.received.entry(b.node.0).or_default() += b.exp.records.len() as u64;
+            by_node.entry(b.node).or_default().extend(b.exp);
+        }
+        let agents = by_node.len().max(1) as f64;
+        let ret: f64 = by_node
+            .values()
+            .map(|e| e.rewards.values().sum::<f64>())
+            .sum::<f64>()
+            / agents;
+        let point = self
+            .trainer
+            .learn(by_node.into_values().collect(), false, f64::NAN, ret)?;
+        self.state.updates += 1;
+        self.state.critic_loss = point.value_loss;
+        self.state.policy_loss = point.policy_loss;
+        let candidate = self.trainer.inference_net();
+        let eval = self.consider(&candidate)?;
+        self.checkpoint()?;
+        Ok(eval)
+    }
+
+    /// The gate: evaluate `candidate` and publish it as the next version unless it is worse
+    /// than the published one by more than the tolerance.
+    pub fn consider(&mut self, candidate: &Net) -> anyhow::Result<Evaluation> {
+        let jct = self.evaluate(candidate)?;
+        let ok = jct <= self.state.published_jct + self.cfg.tolerance;
+        let mut eval = Evaluation {
+            candidate_jct: jct,
+            published_jct: self.state.published_jct,
+            published: ok,
+            version: None,
+        };
+        if ok {
+            let v = self.publish(candidate)?;
+            self.state.published_jct = jct;
+            eval.version = Some(v);
+        } else {
+            self.state.refused += 1;
+            tracing::info!(
+                candidate = jct,
+                published = self.state.published_jct,
+                "candidate refused by the gate"
+            );
+        }
+        self.state.last_evaluation = Some(eval.clone());
+        self.save_state()?;
+        Ok(eval)
+    }
+
+    fn publish(&mut self, net: &Net) -> anyhow::Result<u64> {
+        let v = self.state.version + 1;
+        let dir = self.cfg.data_dir.join("published").join(format!("v{v}"));
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        burn::module::Module::save_file(net.clone(), dir.join(MODEL_FILE))
+            .map_err(|e| io(&dir, e))?;
+        // train.json as agents read it: the trainer's configuration and scenario.
+        let meta = serde_json::json!({
+            "config": self.trainer.cfg,
+            "scenario": self.cfg.scenario,
+            "iteration": self.trainer.iteration,
+        });
+        std::fs::write(dir.join(CONFIG_FILE), serde_json::to_string_pretty(&meta)?)
+            .map_err(|e| io(&dir, e))?;
+        let c = Checkpoint {
+            version: v,
+            model: std::fs::read(dir.join(MODEL_FILE)).map_err(|e| io(&dir, e))?,
+            train_json: std::fs::read_to_string(dir.join(CONFIG_FILE)).map_err(|e| io(&dir, e))?,
+        };
+        let a = Announcement::sign(&self.key, &c).map_err(|e| anyhow::anyhow!("signing: {e}"))?;
+        std::fs::write(
+            dir.join("announcement.json"),
+            serde_json::to_vec_pretty(&a)?,
+        )
+        .map_err(|e| io(&dir, e))?;
+        self.state.version = v;
+        self.state.hash = hex(&a.hash);
+        self.published = Some((a, c));
+        tracing::info!(version = v, hash = %self.state.hash, "published a new policy version");
+        Ok(v)
+    }
+
+    fn save_state(&self) -> anyhow::Result<()> {
+        let p = self.cfg.data_dir.join("state.json");
+        let tmp = p.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&self.state)?).map_err(|e| io(&tmp, e))?;
+        std::fs::rename(&tmp, &p).map_err(|e| io(&p, e))
+    }
+
+    /// Write the trainer's checkpoint and the state.
+    pub fn checkpoint(&self) -> anyhow::Result<()> {
+        self.trainer.save(&self.cfg.data_dir.join("trainer"))?;
+        self.save_state()
+    }
+
+    /// Training iterations so far.
+    pub fn iteration(&self) -> u64 {
+        self.trainer.iteration
+    }
+
+    /// Simulated agents as the data source (offline mode and tests): one episode of the
+    /// configured scenario sampled from the current weights, as one batch per simulated agent.
+    pub fn simulated_batches(&self, seed: u64) -> anyhow::Result<Vec<Batch>> {
+        let exp = self.trainer.sample_experience(seed)?;
+        let mut by_node: BTreeMap<NodeId, Experience> = BTreeMap::new();
+        for r in exp.records {
+            by_node.entry(r.me).or_default().records.push(r);
+        }
+        for l in exp.lost {
+            by_node.entry(l.2).or_default().lost.insert(l);
+        }
+        for ((slot, node), r) in exp.rewards {
+            by_node
+                .entry(node)
+                .or_default()
+                .rewards
+                .insert((slot, node), r);
+        }
+        Ok(by_node
+            .into_iter()
+            .map(|(node, exp)| Batch { node, exp })
+            .collect())
+    }
+}
+
+/// The start model: `shipped` (the agent's compiled-in model) or a checkpoint directory.
+pub fn start_checkpoint(start: &str) -> anyhow::Result<(Vec<u8>, String, String)> {
+    if start == "shipped" {
+        tapfinger_agent::policy::initial_checkpoint(None)
+    } else {
+        tapfinger_agent::policy::initial_checkpoint(Some(&PathBuf::from(start)))
+    }
+}

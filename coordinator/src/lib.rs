@@ -1,0 +1,11 @@
+//! `tapfinger-coordinator`: the optional piece that learns from live agents (issue #5).
+//!
+//! Agents decide on their own; in learning mode they ship their experience to the coordinator,
+//! which trains the shared actor and the centralized critic with the simulator's PPO trainer
+//! ([`learner`]), evaluates every candidate in the simulator, and publishes only candidates that
+//! are not worse, signed with its libp2p identity key ([`serve`]). Agents accept weights only from
+//! the coordinator peer id they are configured with (`tapfinger_agent::online`).
+
+pub mod config;
+pub mod learner;
+pub mod serve;

@@ -1,0 +1,316 @@
+//! The coordinator daemon: joins the agents' network, stores experience batches before it
+//! acknowledges them, runs updates on a separate thread (so requests keep being answered), serves
+//! the signed announcement and checkpoint, and a local HTTP API (`/v1/status`, `/metrics`).
+
+use crate::config::CoordinatorConfig;
+use crate::learner::{Batch, Learner, State};
+use libp2p::identity::Keypair;
+use std::sync::{Arc, Mutex};
+use tapfinger_agent::daemon::node_id;
+use tapfinger_agent::learn::{Announcement, Checkpoint, Request, Response, Spool};
+use tapfinger_agent::net::{NetConfig, NetEvent, Network};
+use tokio::sync::mpsc;
+
+/// What the loop and the API share.
+#[derive(Debug, Default, Clone)]
+pub struct Shared {
+    /// Counters and last evaluation.
+    pub state: State,
+    /// The published version.
+    pub published: Option<(Announcement, Checkpoint)>,
+    /// Batches waiting for an update.
+    pub inbox_batches: u64,
+    /// Batches dropped because the inbox was full.
+    pub inbox_dropped: u64,
+    /// Decisions received since the start of this process, per node.
+    pub received_live: std::collections::BTreeMap<u32, u64>,
+}
+
+/// A running coordinator.
+pub struct Coordinator {
+    /// Shared state (for the API and tests).
+    pub shared: Arc<Mutex<Shared>>,
+    /// Our peer id.
+    pub peer_id: libp2p::PeerId,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Coordinator {
+    /// Stop abruptly (as a crash would).
+    pub fn kill(&self) {
+        self.task.abort();
+    }
+
+    /// A snapshot of the shared state.
+    pub fn snapshot(&self) -> Shared {
+        self.shared.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for Coordinator {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Start the coordinator on an already started network.
+pub fn spawn(cfg: CoordinatorConfig, key: Keypair, net: Network) -> anyhow::Result<Coordinator> {
+    let learner = Learner::open(cfg.clone(), key)?;
+    let shared = Arc::new(Mutex::new(Shared {
+        state: learner.state.clone(),
+        published: learner
+            .announcement()
+            .and_then(|a| learner.checkpoint_of(a.version).map(|c| (a, c))),
+        ..Shared::default()
+    }));
+    let inbox: Spool<Batch> = Spool::open(&cfg.data_dir.join("inbox"), cfg.inbox_max_batches)?;
+    let peer_id = net.peer_id;
+    let task = tokio::spawn(run(cfg, learner, inbox, net, shared.clone()));
+    Ok(Coordinator {
+        shared,
+        peer_id,
+        task,
+    })
+}
+
+async fn run(
+    cfg: CoordinatorConfig,
+    learner: Learner,
+    mut inbox: Spool<Batch>,
+    mut net: Network,
+    shared: Arc<Mutex<Shared>>,
+) {
+    // Updates run on a blocking thread; it owns the learner and reports back the batches used.
+    let (work_tx, mut work_rx) = mpsc::channel::<Vec<(u64, Batch)>>(1);
+    let (done_tx, mut done_rx) = mpsc::channel::<Vec<u64>>(1);
+    let learner = Arc::new(Mutex::new(learner));
+    {
+        let learner = learner.clone();
+        let shared = shared.clone();
+        std::thread::spawn(move || {
+            while let Some(work) = work_rx.blocking_recv() {
+                let ids: Vec<u64> = work.iter().map(|(n, _)| *n).collect();
+                let batches = work.into_iter().map(|(_, b)| b).collect();
+                let Ok(mut l) = learner.lock() else { return };
+                match l.update(batches) {
+                    Ok(eval) => tracing::info!(?eval, "update done"),
+                    Err(e) => tracing::warn!(error = %e, "update failed"),
+                }
+                if let Ok(mut s) = shared.lock() {
+                    s.state = l.state.clone();
+                    s.published = l
+                        .announcement()
+                        .and_then(|a| l.checkpoint_of(a.version).map(|c| (a, c)));
+                }
+                drop(l);
+                if done_tx.blocking_send(ids).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    let mut busy = false;
+    let mut waiting_decisions: usize = inbox
+        .waiting()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|n| inbox.read(n).ok().flatten())
+        .map(|b| b.exp.records.len())
+        .sum();
+    loop {
+        tokio::select! {
+            done = done_rx.recv() => {
+                let Some(ids) = done else { return };
+                for n in ids {
+                    if let Err(e) = inbox.ack(n) {
+                        tracing::warn!(error = %e, "cannot drop a used batch");
+                    }
+                }
+                busy = false;
+            }
+            ev = net.next_event() => match ev {
+                None => return,
+                Some(NetEvent::Request { from, request, channel }) => {
+                    let answer = match *request {
+                        Request::Experience { node, batch, exp } => {
+                            if node != node_id(&from) {
+                                Response::Error("the batch's node is not the sender".into())
+                            } else {
+                                let n = exp.records.len();
+                                match inbox.push(&Batch { node, exp: *exp }) {
+                                    Ok(_) => {
+                                        waiting_decisions += n;
+                                        if let Ok(mut s) = shared.lock() {
+                                            *s.received_live.entry(node.0).or_default() += n as u64;
+                                            s.inbox_dropped = inbox.dropped;
+                                        }
+                                        Response::Ack { batch }
+                                    }
+                                    Err(e) => Response::Error(format!("cannot store the batch: {e}")),
+                                }
+                            }
+                        }
+                        Request::Announcement => Response::Announcement(
+                            shared.lock().ok().and_then(|s| s.published.as_ref().map(|(a, _)| a.clone())),
+                        ),
+                        Request::Checkpoint { version } => {
+                            let c = shared.lock().ok().and_then(|s| {
+                                s.published.as_ref().filter(|(a, _)| a.version == version).map(|(_, c)| c.clone())
+                            });
+                            match c {
+                                Some(c) => Response::Checkpoint(Box::new(c)),
+                                None => Response::Error(format!("version {version} is not the published one")),
+                            }
+                        }
+                    };
+                    if let Err(e) = net.respond(channel, answer).await {
+                        tracing::warn!(error = %e, "cannot answer");
+                    }
+                }
+                Some(NetEvent::Listening(addr)) => {
+                    tracing::info!(address = %format!("{addr}/p2p/{}", net.peer_id), "listening");
+                }
+                Some(_) => {}
+            },
+        }
+        if let Ok(mut s) = shared.lock() {
+            s.inbox_batches = inbox.waiting().map_or(0, |w| w.len() as u64);
+        }
+        if !busy && waiting_decisions >= cfg.update_decisions {
+            let work: Vec<(u64, Batch)> = inbox
+                .waiting()
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|n| inbox.read(n).ok().flatten().map(|b| (n, b)))
+                .collect();
+            if work_tx.try_send(work).is_ok() {
+                busy = true;
+                waiting_decisions = 0;
+            }
+        }
+    }
+}
+
+/// Start the network from the configuration (identity in `data_dir`).
+pub async fn start_network(cfg: &CoordinatorConfig) -> anyhow::Result<(Keypair, Network)> {
+    std::fs::create_dir_all(&cfg.data_dir)?;
+    let key = tapfinger_agent::run::identity(&cfg.data_dir)?;
+    let psk = match &cfg.cluster_key_file {
+        Some(p) => Some(
+            tapfinger_agent::net::parse_psk(&std::fs::read_to_string(p)?)
+                .map_err(|e| anyhow::anyhow!("cluster_key_file: {e}"))?,
+        ),
+        None => None,
+    };
+    let net = Network::start(NetConfig {
+        keypair: key.clone(),
+        cluster: cfg.cluster.clone(),
+        listen: cfg
+            .listen
+            .iter()
+            .map(|a| a.parse())
+            .collect::<Result<_, _>>()?,
+        bootstrap: cfg
+            .bootstrap
+            .iter()
+            .map(|a| a.parse())
+            .collect::<Result<_, _>>()?,
+        psk,
+        allow: None,
+        mdns: false,
+        channel: 256,
+    })
+    .await?;
+    Ok((key, net))
+}
+
+/// The status as JSON (the API's `/v1/status`).
+pub fn status_json(s: &Shared) -> serde_json::Value {
+    serde_json::json!({
+        "policy_version": s.state.version,
+        "hash": s.state.hash,
+        "published_jct": s.state.published_jct,
+        "updates": s.state.updates,
+        "decisions_received": s.state.received,
+        "decisions_received_since_start": s.received_live,
+        "critic_loss": s.state.critic_loss,
+        "policy_loss": s.state.policy_loss,
+        "candidates_refused": s.state.refused,
+        "last_evaluation": s.state.last_evaluation,
+        "inbox_batches": s.inbox_batches,
+        "inbox_dropped": s.inbox_dropped,
+    })
+}
+
+/// Prometheus text (`/metrics`).
+pub fn metrics(s: &Shared) -> String {
+    let mut out = String::new();
+    let mut g = |name: &str, help: &str, v: f64| {
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"
+        ));
+    };
+    g(
+        "tapfinger_coordinator_policy_version",
+        "Published policy version.",
+        s.state.version as f64,
+    );
+    g(
+        "tapfinger_coordinator_updates",
+        "Training updates run.",
+        s.state.updates as f64,
+    );
+    g(
+        "tapfinger_coordinator_critic_loss",
+        "Value loss of the last update.",
+        s.state.critic_loss,
+    );
+    g(
+        "tapfinger_coordinator_published_jct",
+        "Validation average JCT of the published policy (slots).",
+        s.state.published_jct,
+    );
+    g(
+        "tapfinger_coordinator_candidates_refused",
+        "Candidates the evaluation gate refused.",
+        s.state.refused as f64,
+    );
+    g(
+        "tapfinger_coordinator_inbox_batches",
+        "Experience batches waiting for an update.",
+        s.inbox_batches as f64,
+    );
+    out.push_str("# HELP tapfinger_coordinator_decisions_received Decisions received per agent.\n# TYPE tapfinger_coordinator_decisions_received counter\n");
+    for (node, n) in &s.state.received {
+        out.push_str(&format!(
+            "tapfinger_coordinator_decisions_received{{node=\"{node}\"}} {n}\n"
+        ));
+    }
+    out
+}
+
+/// Serve the HTTP API on `addr` until the process ends.
+pub async fn api(addr: &str, shared: Arc<Mutex<Shared>>) -> anyhow::Result<()> {
+    use axum::routing::get;
+    let s1 = shared.clone();
+    let app = axum::Router::new()
+        .route(
+            "/v1/status",
+            get(move || {
+                let s = s1.lock().map(|s| s.clone()).unwrap_or_default();
+                async move { axum::Json(status_json(&s)) }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let s = shared.lock().map(|s| s.clone()).unwrap_or_default();
+                async move { metrics(&s) }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("api: cannot bind {addr}: {e}"))?;
+    axum::serve(listener, app).await?;
+    Ok(())
+}
