@@ -109,10 +109,10 @@ pub enum Refusal {
     /// Signed by someone other than the configured coordinator.
     #[error("signed by {signer}, not by the configured coordinator {expected}")]
     WrongSigner {
-        /// Who signed.
-        signer: PeerId,
+        /// Who signed (peer id, base58).
+        signer: String,
         /// Who should have.
-        expected: PeerId,
+        expected: String,
     },
     /// The signature does not verify.
     #[error("the signature does not verify")]
@@ -162,8 +162,8 @@ impl Announcement {
         let signer = key.to_peer_id();
         if signer != *coordinator {
             return Err(Refusal::WrongSigner {
-                signer,
-                expected: *coordinator,
+                signer: signer.to_string(),
+                expected: coordinator.to_string(),
             });
         }
         if !key.verify(

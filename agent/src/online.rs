@@ -392,3 +392,86 @@ impl Online {
         &self.status
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libp2p::identity::Keypair;
+    use tapfinger::node::NodeConfig;
+    use tapfinger::{NodeId, Resources};
+
+    fn core() -> NodeCore {
+        let cfg = NodeConfig {
+            me: NodeId(1),
+            name: "n1".into(),
+            capacity: Resources(vec![4, 1, 8]),
+            labels: Default::default(),
+            incarnation: 1,
+            num_types: 1,
+            window: 10,
+            slot_ms: 100,
+            round_ms: 100,
+            heartbeat_ms: 100,
+            peer_timeout_ms: 500,
+        };
+        NodeCore::new(cfg, crate::policy::build("tapfinger", None, 10).unwrap(), 1)
+    }
+
+    #[test]
+    fn agents_refuse_other_signers_and_wrong_hashes_accept_the_coordinator_and_roll_back() {
+        let dir = std::env::temp_dir().join(format!("tapfinger-online-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let coordinator = Keypair::generate_ed25519();
+        let cid = coordinator.public().to_peer_id();
+        let start = crate::policy::initial_checkpoint(None).unwrap();
+        let mut core = core();
+        let mut o = Online::open(
+            OnlineConfig {
+                coordinator: cid,
+                learning: false,
+                dir: dir.clone(),
+                spool_max: 10,
+                batch_decisions: 4,
+                poll_ms: 100,
+                window: 10,
+                start: start.clone(),
+            },
+            &mut core,
+        )
+        .unwrap();
+        o.connection(cid, true);
+        let good = Checkpoint {
+            version: 1,
+            model: start.0.clone(),
+            train_json: start.1.clone(),
+        };
+        // Signed by another key (even if relayed by the coordinator's peer id): refused.
+        let stranger = Announcement::sign(&Keypair::generate_ed25519(), &good).unwrap();
+        let asks = o.on_response(cid, Response::Announcement(Some(stranger)), &mut core);
+        assert!(asks.is_empty());
+        assert_eq!((o.status().refused, o.status().version), (1, 0));
+        // The coordinator's announcement, but bytes that do not match its hash: refused.
+        let a = Announcement::sign(&coordinator, &good).unwrap();
+        let asks = o.on_response(cid, Response::Announcement(Some(a.clone())), &mut core);
+        assert!(matches!(asks.as_slice(), [(p, Request::Checkpoint { version: 1 })] if *p == cid));
+        let mut tampered = good.clone();
+        tampered.model[100] ^= 0xFF;
+        o.on_response(cid, Response::Checkpoint(Box::new(tampered)), &mut core);
+        assert_eq!((o.status().refused, o.status().version), (2, 0));
+        // The real thing: accepted, stored, in use.
+        o.on_response(cid, Response::Announcement(Some(a.clone())), &mut core);
+        o.on_response(cid, Response::Checkpoint(Box::new(good)), &mut core);
+        assert_eq!((o.status().refused, o.status().version), (2, 1));
+        assert_eq!(o.status().hash, hex(&a.hash));
+        // Rollback: back to the start model, and version 1 is not taken again.
+        assert_eq!(o.rollback(&mut core).unwrap(), 0);
+        assert_eq!((o.status().version, o.status().floor), (0, 1));
+        let asks = o.on_response(cid, Response::Announcement(Some(a)), &mut core);
+        assert!(asks.is_empty());
+        assert!(o.rollback(&mut core).is_err(), "nothing left to roll back");
+        // A restart keeps the rollback.
+        let o = Online::open(o.cfg.clone(), &mut core).unwrap();
+        assert_eq!((o.status().version, o.status().floor), (0, 1));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -316,3 +316,77 @@ pub fn start_checkpoint(start: &str) -> anyhow::Result<(Vec<u8>, String, String)
         tapfinger_agent::policy::initial_checkpoint(Some(&PathBuf::from(start)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(dir: &Path) -> CoordinatorConfig {
+        CoordinatorConfig {
+            data_dir: dir.to_path_buf(),
+            eval_episodes: 2,
+            ..CoordinatorConfig::default()
+        }
+    }
+
+    fn fresh(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("tapfinger-coord-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn a_candidate_that_evaluates_worse_is_not_published() {
+        let dir = fresh("gate");
+        let mut l = Learner::open(cfg(&dir), Keypair::generate_ed25519()).unwrap();
+        let bar = l.state.published_jct;
+        // A deliberately worse actor: the same network with random weights.
+        let untrained = Net::new(&l.trainer.cfg.net, &burn::tensor::Device::flex());
+        let eval = l.consider(&untrained).unwrap();
+        assert!(
+            eval.candidate_jct > bar && !eval.published,
+            "random weights {:.2} vs the shipped model {bar:.2}",
+            eval.candidate_jct
+        );
+        assert_eq!((l.state.version, l.state.refused), (0, 1));
+        assert!(l.announcement().is_none());
+        // The start model itself is "not worse": published as version 1, signed.
+        let same = l.trainer.inference_net();
+        let eval = l.consider(&same).unwrap();
+        assert_eq!(eval.version, Some(1));
+        let a = l.announcement().unwrap();
+        assert_eq!(a.verify(&l.key.public().to_peer_id()), Ok(()));
+        assert_eq!(a.check(&l.checkpoint_of(1).unwrap()), Ok(()));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_restarted_learner_resumes_from_its_checkpoint() {
+        let dir = fresh("resume");
+        let key = Keypair::generate_ed25519();
+        let mut c = cfg(&dir);
+        c.tolerance = 1e9; // publish every candidate: this test is about resuming
+        let (version, hash, iteration, decisions) = {
+            let mut l = Learner::open(c.clone(), key.clone()).unwrap();
+            let batches = l.simulated_batches(7).unwrap();
+            let decisions: u64 = batches.iter().map(|b| b.exp.records.len() as u64).sum();
+            assert!(decisions > 0);
+            l.update(batches).unwrap();
+            (
+                l.state.version,
+                l.state.hash.clone(),
+                l.iteration(),
+                decisions,
+            )
+            // Dropped without any shutdown step, as a killed process would be.
+        };
+        assert_eq!((version, iteration), (1, 1));
+        let l = Learner::open(c, key).unwrap();
+        assert_eq!(l.state.version, 1);
+        assert_eq!(l.state.hash, hash);
+        assert_eq!(l.iteration(), 1, "the trainer resumed, not restarted");
+        assert_eq!(l.state.received.values().sum::<u64>(), decisions);
+        assert_eq!(l.announcement().map(|a| a.version), Some(1));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

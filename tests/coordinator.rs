@@ -1,0 +1,108 @@
+//! The coordinator with live agents on loopback: three agents in learning mode (simulated
+//! executor) and a coordinator; tasks flow, experience reaches the coordinator, an update runs, a
+//! new version is published, and every agent ends up on the same version and weight hash.
+#![allow(clippy::unwrap_used)]
+
+use libp2p::identity;
+use libp2p::pnet::PreSharedKey;
+use std::time::Duration;
+use tapfinger_agent::net::NetConfig;
+use tapfinger_agent::online::OnlineConfig;
+use tapfinger_coordinator::config::CoordinatorConfig;
+use tapfinger_tests::{Exec, Local, spec, statuses, wait};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_learn_through_the_coordinator_and_converge_on_one_version() {
+    let root = std::env::temp_dir().join(format!("tapfinger-coord-it-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let key = identity::Keypair::generate_ed25519();
+    let (net, coord_addr) = tapfinger_tests::start_listening(NetConfig {
+        keypair: key.clone(),
+        cluster: "it".into(),
+        listen: Vec::new(),
+        bootstrap: Vec::new(),
+        psk: Some(PreSharedKey::new([42; 32])),
+        allow: None,
+        mdns: false,
+        channel: 256,
+    })
+    .await;
+    let cfg = CoordinatorConfig {
+        data_dir: root.join("coordinator"),
+        update_decisions: 24,
+        eval_episodes: 1,
+        // Publish every candidate: the gate is tested on its own (a worse candidate is refused).
+        tolerance: 1e9,
+        ..CoordinatorConfig::default()
+    };
+    let coordinator = tapfinger_coordinator::serve::spawn(cfg, key.clone(), net).unwrap();
+    let start = tapfinger_agent::policy::initial_checkpoint(None).unwrap();
+    let mut agents = Vec::new();
+    let mut addrs = vec![coord_addr.clone()];
+    for i in 0..3 {
+        let mut l = Local::new(&format!("n{i}"), Exec::Simulated(0.05)).bootstrap(addrs.clone());
+        l.online = Some(OnlineConfig {
+            coordinator: key.public().to_peer_id(),
+            learning: true,
+            dir: root.join(format!("agent{i}")),
+            spool_max: 100,
+            batch_decisions: 4,
+            poll_ms: 200,
+            window: 10,
+            start: start.clone(),
+        });
+        let (agent, addr) = l.start().await;
+        agents.push(agent);
+        addrs.push(addr);
+    }
+    let all: Vec<_> = agents.iter().collect();
+    wait(
+        &all,
+        Duration::from_secs(60),
+        "agents to see each other",
+        |s| s.iter().all(|st| st.peers.len() == 2),
+    )
+    .await;
+    for i in 0..30 {
+        all[i % 3].submit(spec()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    // Every agent on the coordinator's current version (≥ 1), with its hash.
+    let converged = |s: &[tapfinger_agent::daemon::Status]| {
+        let c = coordinator.snapshot();
+        c.state.version >= 1
+            && s.iter().all(|st| {
+                st.policy
+                    .as_ref()
+                    .is_some_and(|p| p.version == c.state.version && p.hash == c.state.hash)
+            })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let s = statuses(&all);
+        if converged(&s) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no convergence: coordinator {:?}; agents {:?}",
+            coordinator.snapshot().state,
+            s.iter().map(|st| st.policy.clone()).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let c = coordinator.snapshot();
+    assert!(c.state.updates >= 1);
+    assert!(c.state.critic_loss.is_finite());
+    // Experience came from all three agents.
+    assert_eq!(c.received_live.len(), 3, "{:?}", c.received_live);
+    for st in statuses(&all) {
+        let p = st.policy.unwrap();
+        assert!(
+            p.learning && p.batches_shipped > 0 && p.refused == 0,
+            "{p:?}"
+        );
+    }
+    coordinator.kill();
+    std::fs::remove_dir_all(&root).ok();
+}
