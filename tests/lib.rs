@@ -76,8 +76,10 @@ pub struct Local {
     pub heartbeat_ms: u64,
     /// Incarnation (a restarted agent announces a higher one).
     pub incarnation: u64,
-    /// Online learning with a coordinator (its settings; `start` is filled in).
+    /// Online learning with a coordinator.
     pub online: Option<tapfinger_agent::online::OnlineConfig>,
+    /// For `tapfinger`: a checkpoint directory instead of the shipped model.
+    pub model: Option<PathBuf>,
 }
 
 impl Local {
@@ -95,6 +97,7 @@ impl Local {
             heartbeat_ms: 100,
             incarnation: 1,
             online: None,
+            model: None,
         }
     }
 
@@ -139,7 +142,8 @@ impl Local {
             heartbeat_ms: self.heartbeat_ms,
             peer_timeout_ms: 8 * self.heartbeat_ms,
         };
-        let policy = tapfinger_agent::policy::build(&self.policy, None, 10).unwrap();
+        let policy =
+            tapfinger_agent::policy::build(&self.policy, self.model.as_deref(), 10).unwrap();
         let mut core = NodeCore::new(node, policy, u64::from(me.0));
         let online = self.online.map(|cfg| {
             tapfinger_agent::online::Online::open(cfg, &mut core).expect("online learning starts")

@@ -341,6 +341,39 @@ pub fn render_metrics(st: &Status) -> String {
         "tapfinger_round_latency_ms_sum {}\ntapfinger_round_latency_ms_count {cumulative}\n",
         n.latency_sum_ms
     ));
+    if let Some(p) = &st.policy {
+        for (name, help, v) in [
+            (
+                "tapfinger_policy_version",
+                "Policy version in use (0: the start model).",
+                p.version,
+            ),
+            (
+                "tapfinger_policy_refused",
+                "Policy announcements or checkpoints refused.",
+                p.refused,
+            ),
+            (
+                "tapfinger_experience_batches_shipped",
+                "Experience batches acknowledged by the coordinator.",
+                p.batches_shipped,
+            ),
+            (
+                "tapfinger_experience_batches_waiting",
+                "Experience batches waiting on disk.",
+                p.batches_waiting,
+            ),
+            (
+                "tapfinger_experience_batches_dropped",
+                "Experience batches dropped because the spool was full.",
+                p.batches_dropped,
+            ),
+        ] {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"
+            ));
+        }
+    }
     out
 }
 

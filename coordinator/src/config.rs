@@ -88,6 +88,10 @@ mod tests {
         assert_eq!(c.scenario, "edge-agent");
         let e = CoordinatorConfig::from_toml("learning_rate = 1").unwrap_err();
         assert!(e.to_string().contains("learning_rate"), "{e}");
+        // The commented example holds the defaults.
+        let example =
+            CoordinatorConfig::from_toml(include_str!("../../deploy/coordinator.toml")).unwrap();
+        assert_eq!(example, CoordinatorConfig::default());
         let e = CoordinatorConfig::from_toml("lr = -1.0").unwrap_err();
         assert!(e.to_string().contains("lr"), "{e}");
     }

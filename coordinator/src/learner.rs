@@ -308,14 +308,34 @@ impl Learner {
     }
 }
 
-/// The start model: `shipped` (the agent's compiled-in model) or a checkpoint directory.
+/// The start model: `shipped` (the agent's compiled-in model), `untrained` (the same network
+/// with random weights, seeded), or a checkpoint directory.
 pub fn start_checkpoint(start: &str) -> anyhow::Result<(Vec<u8>, String, String)> {
-    if start == "shipped" {
-        tapfinger_agent::policy::initial_checkpoint(None)
-    } else {
-        tapfinger_agent::policy::initial_checkpoint(Some(&PathBuf::from(start)))
+    match start {
+        "shipped" => tapfinger_agent::policy::initial_checkpoint(None),
+        "untrained" => {
+            let (bytes, json, label) = tapfinger_agent::policy::initial_checkpoint(None)?;
+            let (_, cfg, _) = tapfinger::model::load_bytes(
+                bytes,
+                &json,
+                &label,
+                &tapfinger_agent::policy::dims(10),
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let device = burn::tensor::Device::flex();
+            device.seed(UNTRAINED_SEED);
+            let net = Net::new(&cfg, &device);
+            let bytes = burn::module::Module::into_record(net)
+                .into_bytes()
+                .map_err(|e| anyhow::anyhow!("untrained model: {e}"))?;
+            Ok((bytes.to_vec(), json, "untrained".into()))
+        }
+        dir => tapfinger_agent::policy::initial_checkpoint(Some(&PathBuf::from(dir))),
     }
 }
+
+/// Seed of the `untrained` start model's weights.
+pub const UNTRAINED_SEED: u64 = 12345;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,247 @@
+//! Online-learning benchmark: a live cluster (N agents with the simulated executor, in this
+//! process on loopback) before and after training through the coordinator, starting from an
+//! untrained actor.
+//!
+//! 1. *Before*: the agents decide greedily with random weights; M tasks are submitted at a fixed
+//!    interval; the average JCT (submission to completion, in slots) is measured.
+//! 2. *Training*: the agents run in learning mode (sampling, recording) with the same random
+//!    start; the coordinator learns from their experience for the given time and publishes the
+//!    candidates its evaluation gate lets through.
+//! 3. *After*: fresh agents decide greedily with the coordinator's last published version (or
+//!    the random weights again if nothing passed the gate) on the same workload.
+//!
+//! `cargo bench -p tapfinger-tests --bench online [-- --agents 4 --tasks 120 --train-secs 300
+//! --interval-ms 60 --update-decisions 512]`
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tapfinger::TaskId;
+use tapfinger::node::TaskState;
+use tapfinger_agent::daemon::Agent;
+use tapfinger_agent::net::NetConfig;
+use tapfinger_agent::online::OnlineConfig;
+use tapfinger_coordinator::config::CoordinatorConfig;
+use tapfinger_tests::{Exec, Local, statuses};
+
+struct Args {
+    agents: usize,
+    tasks: usize,
+    train_secs: u64,
+    interval_ms: u64,
+    update_decisions: usize,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        agents: 4,
+        tasks: 120,
+        train_secs: 300,
+        interval_ms: 60,
+        update_decisions: 512,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--bench" {
+            continue;
+        }
+        let v = it
+            .next()
+            .ok_or(format!("{flag} needs a value"))?
+            .parse::<u64>()
+            .map_err(|e| format!("{flag}: {e}"))?;
+        match flag.as_str() {
+            "--agents" => a.agents = v as usize,
+            "--tasks" => a.tasks = v as usize,
+            "--train-secs" => a.train_secs = v,
+            "--interval-ms" => a.interval_ms = v,
+            "--update-decisions" => a.update_decisions = v as usize,
+            _ => return Err(format!("unknown argument {flag}")),
+        }
+    }
+    Ok(a)
+}
+
+/// A task that can use 1 to 4 cores (the simulated executor runs it `cores` times as fast).
+fn task() -> tapfinger::spec::TaskSpec {
+    tapfinger::spec::TaskSpec::from_toml(
+        "command = [\"train\"]\nmin_demand = { cpu = 1, mem = 1 }\nmax_demand = { cpu = 4, mem = 2 }\n",
+    )
+    .expect("a valid spec")
+}
+
+/// The coordinator's `untrained` start model (the shipped network, random seeded weights), as a
+/// checkpoint directory the agents load.
+fn untrained(dir: &Path) -> PathBuf {
+    let (bytes, json, _) =
+        tapfinger_coordinator::learner::start_checkpoint("untrained").expect("untrained model");
+    std::fs::create_dir_all(dir).expect("dir");
+    std::fs::write(dir.join("model.bpk"), bytes).expect("model.bpk");
+    std::fs::write(dir.join("train.json"), json).expect("train.json");
+    dir.to_path_buf()
+}
+
+async fn cluster(
+    n: usize,
+    model: &Path,
+    online: Option<(&OnlineConfig, &libp2p::Multiaddr)>,
+) -> Vec<Agent> {
+    let mut agents = Vec::new();
+    let mut addrs: Vec<libp2p::Multiaddr> = online.iter().map(|(_, a)| (*a).clone()).collect();
+    for i in 0..n {
+        let mut l = Local::new(&format!("n{i}"), Exec::Simulated(0.01)).bootstrap(addrs.clone());
+        l.model = Some(model.to_path_buf());
+        if let Some((cfg, _)) = online {
+            let mut c = cfg.clone();
+            c.dir = cfg.dir.join(format!("agent{i}"));
+            l.online = Some(c);
+        }
+        let (agent, addr) = l.start().await;
+        agents.push(agent);
+        addrs.push(addr);
+    }
+    let all: Vec<&Agent> = agents.iter().collect();
+    tapfinger_tests::wait(&all, Duration::from_secs(60), "agents to meet", |s| {
+        s.iter().all(|st| st.peers.len() == n - 1)
+    })
+    .await;
+    agents
+}
+
+/// Submit `m` tasks, one every `interval`, round-robin; return the average JCT in slots.
+async fn workload(agents: &[Agent], m: usize, interval: Duration, slot_ms: u64) -> f64 {
+    let all: Vec<&Agent> = agents.iter().collect();
+    let mut submitted: BTreeMap<TaskId, Instant> = BTreeMap::new();
+    let mut done: BTreeMap<TaskId, Instant> = BTreeMap::new();
+    let mut next = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    while done.len() < m {
+        if submitted.len() < m && Instant::now() >= next {
+            let id = all[submitted.len() % all.len()]
+                .submit(task())
+                .await
+                .expect("accepted");
+            submitted.insert(id, Instant::now());
+            next += interval;
+        }
+        for st in statuses(&all) {
+            for (id, s) in &st.tasks {
+                if matches!(s, TaskState::Done { .. }) && submitted.contains_key(id) {
+                    done.entry(*id).or_insert_with(Instant::now);
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "workload did not finish");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let total: f64 = done
+        .iter()
+        .map(|(id, t)| t.duration_since(submitted[id]).as_secs_f64())
+        .sum();
+    total / m as f64 * 1000.0 / slot_ms as f64
+}
+
+fn main() {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("online bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(run(a));
+}
+
+async fn run(a: Args) {
+    let root = std::env::temp_dir().join(format!("tapfinger-online-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let start = untrained(&root.join("untrained"));
+    let slot_ms = Local::new("x", Exec::Simulated(0.0)).slot_ms;
+    let interval = Duration::from_millis(a.interval_ms);
+
+    // 1. Before.
+    let agents = cluster(a.agents, &start, None).await;
+    let before = workload(&agents, a.tasks, interval, slot_ms).await;
+    agents.iter().for_each(Agent::kill);
+    println!(
+        "before (untrained actor, greedy): average JCT {before:.2} slots over {} tasks",
+        a.tasks
+    );
+
+    // 2. Training through the coordinator.
+    let key = libp2p::identity::Keypair::generate_ed25519();
+    let (net, coord_addr) = tapfinger_tests::start_listening(NetConfig {
+        keypair: key.clone(),
+        cluster: "it".into(),
+        listen: Vec::new(),
+        bootstrap: Vec::new(),
+        psk: Some(libp2p::pnet::PreSharedKey::new([42; 32])),
+        allow: None,
+        mdns: false,
+        channel: 256,
+    })
+    .await;
+    let ccfg = CoordinatorConfig {
+        data_dir: root.join("coordinator"),
+        start: start.display().to_string(),
+        update_decisions: a.update_decisions,
+        eval_episodes: 4,
+        ..CoordinatorConfig::default()
+    };
+    let coordinator =
+        tapfinger_coordinator::serve::spawn(ccfg, key.clone(), net).expect("coordinator");
+    let online = OnlineConfig {
+        coordinator: key.public().to_peer_id(),
+        learning: true,
+        dir: root.join("agents"),
+        spool_max: 10_000,
+        batch_decisions: 64,
+        poll_ms: 500,
+        window: 10,
+        start: (
+            std::fs::read(start.join("model.bpk")).expect("model"),
+            std::fs::read_to_string(start.join("train.json")).expect("json"),
+            "untrained".into(),
+        ),
+    };
+    let agents = cluster(a.agents, &start, Some((&online, &coord_addr))).await;
+    let t0 = Instant::now();
+    let mut trained_tasks = 0;
+    while t0.elapsed() < Duration::from_secs(a.train_secs) {
+        trained_tasks += a.tasks / 4;
+        workload(&agents, a.tasks / 4, interval, slot_ms).await;
+    }
+    // Let an update in progress finish.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let c = coordinator.snapshot();
+    agents.iter().for_each(Agent::kill);
+    coordinator.kill();
+    println!(
+        "training: {:.0} s, {trained_tasks} tasks, {} decisions received, {} updates, {} refused by the gate, published version {} (validation JCT {:.2}; evaluations {:?})",
+        t0.elapsed().as_secs_f64(),
+        c.received_live.values().sum::<u64>(),
+        c.state.updates,
+        c.state.refused,
+        c.state.version,
+        c.state.published_jct,
+        c.state.last_evaluation
+    );
+
+    // 3. After.
+    let after_model = if c.state.version > 0 {
+        root.join("coordinator")
+            .join("published")
+            .join(format!("v{}", c.state.version))
+    } else {
+        start.clone()
+    };
+    let agents = cluster(a.agents, &after_model, None).await;
+    let after = workload(&agents, a.tasks, interval, slot_ms).await;
+    agents.iter().for_each(Agent::kill);
+    println!(
+        "after (version {}, greedy): average JCT {after:.2} slots over {} tasks",
+        c.state.version, a.tasks
+    );
+    std::fs::remove_dir_all(&root).ok();
+}
