@@ -1,4 +1,4 @@
-//! `tapfinger-agent` as a library: the pieces of the edge daemon (issue #4, in progress), usable by
+//! `tapfinger-agent` as a library: the pieces of the edge daemon, usable by
 //! the binary and by the integration tests that start several agents on loopback.
 //!
 //! [`config`] (agent.toml), [`discovery`] (what the box has), [`net`] (libp2p), [`exec`] (process

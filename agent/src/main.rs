@@ -6,6 +6,7 @@ use tapfinger_agent::config::AgentConfig;
 use tapfinger_agent::discovery;
 
 use clap::{Parser, Subcommand};
+use std::io::Write as _;
 
 #[derive(Parser)]
 #[command(
@@ -185,8 +186,12 @@ fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyh
                 .ok()
                 .and_then(|v: serde_json::Value| f(&v))
         });
-        println!("{}", table.unwrap_or(pretty));
-        Ok(())
+        // A reader that went away (`| head`) is not an error worth a panic.
+        let mut out = std::io::stdout().lock();
+        match writeln!(out, "{}", table.unwrap_or(pretty)) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+            _ => Ok(()),
+        }
     } else {
         anyhow::bail!("HTTP {status}: {pretty}")
     }

@@ -1,4 +1,4 @@
-//! PPO training of the learned TapFinger policy in the simulator (issue #3, in progress).
+//! PPO training of the learned TapFinger policy in the simulator.
 //!
 //! One iteration: run `envs` episodes with every agent sampling from the current network through
 //! the shared protocol, record each decision (view, pointer and allocation choices, their
@@ -7,6 +7,9 @@
 //! run PPO epochs over shuffled minibatches: clipped objective, value loss, pointer entropy bonus,
 //! advantage normalization per minibatch, global-norm gradient clipping. A lost claim's allocation
 //! terms are masked out of the loss (the claim never ran). Everything is seeded.
+//!
+//! The update itself ([`Trainer::learn`]) takes [`Experience`] from any source: the simulator's
+//! episodes here, or live agents' reports in the coordinator (`tapfinger-coordinator`).
 
 use crate::env::{Observer, Simulator};
 use burn::module::Module;

@@ -1,4 +1,4 @@
-//! The learned TapFinger policy (issue #3, in progress): graph batching ([`batch`]), the burn
+//! The learned TapFinger policy: graph batching ([`batch`]), the burn
 //! network ([`net`]) and [`TapfingerPolicy`], which implements the shared [`Policy`] trait.
 //!
 //! Decisions sample from the network's masked distributions with the caller's seeded RNG (never
