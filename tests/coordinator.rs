@@ -1,6 +1,7 @@
 //! The coordinator with live agents on loopback: three agents in learning mode (simulated
 //! executor) and a coordinator; tasks flow, experience reaches the coordinator, an update runs, a
-//! new version is published, and every agent ends up on the same version and weight hash.
+//! new version is published, and every agent ends up on the same version and weight hash; the
+//! coordinator killed and restarted resumes from its checkpoint.
 #![allow(clippy::unwrap_used)]
 
 use libp2p::identity;
@@ -35,7 +36,7 @@ async fn agents_learn_through_the_coordinator_and_converge_on_one_version() {
         tolerance: 1e9,
         ..CoordinatorConfig::default()
     };
-    let coordinator = tapfinger_coordinator::serve::spawn(cfg, key.clone(), net).unwrap();
+    let coordinator = tapfinger_coordinator::serve::spawn(cfg.clone(), key.clone(), net).unwrap();
     let start = tapfinger_agent::policy::initial_checkpoint(None).unwrap();
     let mut agents = Vec::new();
     let mut addrs = vec![coord_addr.clone()];
@@ -103,6 +104,35 @@ async fn agents_learn_through_the_coordinator_and_converge_on_one_version() {
             "{p:?}"
         );
     }
+    // Killed (no shutdown step) and restarted from its data directory: it resumes its
+    // published version, hash and counters.
+    agents.iter().for_each(|a| a.kill());
+    // No experience arrives any more; let an update in flight complete.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    while coordinator.snapshot().updating {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = coordinator.snapshot().state;
     coordinator.kill();
+    drop(coordinator);
+    let (net, _) = tapfinger_tests::start_listening(NetConfig {
+        keypair: key.clone(),
+        cluster: "it".into(),
+        listen: Vec::new(),
+        bootstrap: Vec::new(),
+        psk: Some(PreSharedKey::new([42; 32])),
+        allow: None,
+        mdns: false,
+        channel: 256,
+    })
+    .await;
+    let again = tapfinger_coordinator::serve::spawn(cfg, key, net).unwrap();
+    let after = again.snapshot();
+    assert_eq!(after.state, before);
+    assert_eq!(
+        after.published.map(|(a, _)| a.version),
+        Some(before.version)
+    );
+    again.kill();
     std::fs::remove_dir_all(&root).ok();
 }

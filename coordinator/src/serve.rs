@@ -24,6 +24,8 @@ pub struct Shared {
     pub inbox_dropped: u64,
     /// Decisions received since the start of this process, per node.
     pub received_live: std::collections::BTreeMap<u32, u64>,
+    /// An update is running.
+    pub updating: bool,
 }
 
 /// A running coordinator.
@@ -127,6 +129,9 @@ async fn run(
                     }
                 }
                 busy = false;
+                if let Ok(mut s) = shared.lock() {
+                    s.updating = false;
+                }
             }
             ev = net.next_event() => match ev {
                 None => return,
@@ -186,6 +191,9 @@ async fn run(
             if work_tx.try_send(work).is_ok() {
                 busy = true;
                 waiting_decisions = 0;
+                if let Ok(mut s) = shared.lock() {
+                    s.updating = true;
+                }
             }
         }
     }
