@@ -209,7 +209,9 @@ impl Online {
             self.status.decisions_recorded += exp.records.len() as u64;
             self.pending.extend(exp);
             if self.pending.records.len() >= self.cfg.batch_decisions.max(1) {
-                let batch = std::mem::take(&mut self.pending);
+                let mut batch = std::mem::take(&mut self.pending);
+                // The agent goes on deciding after this batch.
+                batch.truncated = true;
                 if let Err(e) = spool.push(&batch) {
                     tracing::warn!(error = %e, "cannot spool experience");
                 }

@@ -34,6 +34,8 @@ pub struct CoordinatorConfig {
     pub tolerance: f64,
     /// Learning rate.
     pub lr: f64,
+    /// Discount per decision (agents' streams never end; the simulator's episodes use 1).
+    pub gamma: f32,
     /// PPO epochs per update.
     pub epochs: usize,
     /// Minibatch size.
@@ -59,6 +61,7 @@ impl Default for CoordinatorConfig {
             eval_episodes: 4,
             tolerance: 0.0,
             lr: 1e-4,
+            gamma: 0.99,
             epochs: 2,
             minibatch: 256,
             seed: 0,

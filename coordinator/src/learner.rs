@@ -114,6 +114,7 @@ impl Learner {
             tc.epochs = cfg.epochs;
             tc.minibatch = cfg.minibatch;
             tc.eval_episodes = cfg.eval_episodes;
+            tc.gamma = cfg.gamma;
             Trainer::with_net(sim, tc, net)?
         };
         trainer.threads = trainer.threads.max(1);

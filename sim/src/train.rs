@@ -47,6 +47,10 @@ pub struct TrainConfig {
     pub clip: f32,
     /// GAE λ.
     pub gae_lambda: f32,
+    /// Discount per decision: 1 for the simulator's finite episodes; below 1 for live agents'
+    /// never-ending streams (the coordinator), whose returns would otherwise grow without bound.
+    #[serde(default = "one")]
+    pub gamma: f32,
     /// Value loss weight.
     pub value_coef: f32,
     /// Entropy bonus weight.
@@ -69,6 +73,10 @@ pub struct TrainConfig {
     pub eval_episodes: usize,
 }
 
+fn one() -> f32 {
+    1.0
+}
+
 fn default_teacher() -> String {
     crate::policies::CLAIRVOYANT.to_string()
 }
@@ -86,6 +94,7 @@ impl TrainConfig {
             lr: 3e-4,
             clip: 0.2,
             gae_lambda: 0.95,
+            gamma: 1.0,
             value_coef: 0.5,
             entropy_coef: 0.01,
             grad_clip: 0.5,
@@ -573,8 +582,14 @@ impl Trainer {
         }
         let mut adv = vec![0.0f32; records.len()];
         let mut rets = vec![0.0f32; records.len()];
+        let gamma = self.cfg.gamma;
         for idx in by_agent.values() {
-            let mut next_v = 0.0f32;
+            // A stream cut off mid-way (live agents) is bootstrapped from the critic's value of
+            // its last state; a finished episode's return ends at zero.
+            let mut next_v = match idx.last() {
+                Some(&l) if col.truncated => values[l],
+                _ => 0.0f32,
+            };
             let mut gae = 0.0f32;
             for (pos, &i) in idx.iter().enumerate().rev() {
                 let r = &records[i];
@@ -590,8 +605,8 @@ impl Trainer {
                 } else {
                     0.0
                 };
-                let delta = reward + next_v - values[i];
-                gae = delta + lambda * gae;
+                let delta = reward + gamma * next_v - values[i];
+                gae = delta + gamma * lambda * gae;
                 adv[i] = gae;
                 rets[i] = gae + values[i];
                 next_v = values[i];

@@ -56,6 +56,10 @@ pub struct Experience {
     /// Reward per (slot, agent) (a list of triples on the wire: JSON maps need string keys).
     #[serde(with = "reward_list")]
     pub rewards: std::collections::BTreeMap<(u64, crate::NodeId), f64>,
+    /// The stream goes on after its last record (a live agent's, cut into batches): learning
+    /// bootstraps its return from the critic instead of ending it at zero.
+    #[serde(default)]
+    pub truncated: bool,
 }
 
 /// Serde of the reward map as a list of `(slot, agent, reward)`.
@@ -91,6 +95,7 @@ impl Experience {
         self.records.extend(other.records);
         self.lost.extend(other.lost);
         self.rewards.extend(other.rewards);
+        self.truncated |= other.truncated;
     }
 }
 
