@@ -11,7 +11,9 @@
 //!    the random weights again if nothing passed the gate) on the same workload.
 //!
 //! `cargo bench -p tapfinger-tests --bench online [-- --agents 4 --tasks 120 --train-secs 300
-//! --interval-ms 60 --update-decisions 512]`
+//! --interval-ms 60 --update-decisions 512 --tolerance 0]` (`--tolerance 1e9` publishes every
+//! candidate, so the agents learn on-policy and the effect on the live cluster shows whatever the
+//! simulator's evaluation says)
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,6 +32,8 @@ struct Args {
     train_secs: u64,
     interval_ms: u64,
     update_decisions: usize,
+    /// The gate's tolerance in slots (huge: publish every candidate).
+    tolerance: f64,
 }
 
 fn args() -> Result<Args, String> {
@@ -39,10 +43,19 @@ fn args() -> Result<Args, String> {
         train_secs: 300,
         interval_ms: 60,
         update_decisions: 512,
+        tolerance: 0.0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--bench" {
+            continue;
+        }
+        if flag == "--tolerance" {
+            a.tolerance = it
+                .next()
+                .ok_or("--tolerance needs a value")?
+                .parse()
+                .map_err(|e| format!("--tolerance: {e}"))?;
             continue;
         }
         let v = it
@@ -187,6 +200,7 @@ async fn run(a: Args) {
         start: start.display().to_string(),
         update_decisions: a.update_decisions,
         eval_episodes: 4,
+        tolerance: a.tolerance,
         ..CoordinatorConfig::default()
     };
     let coordinator =
