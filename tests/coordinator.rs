@@ -5,9 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use libp2p::identity;
-use libp2p::pnet::PreSharedKey;
 use std::time::Duration;
-use tapfinger_agent::net::NetConfig;
 use tapfinger_agent::online::OnlineConfig;
 use tapfinger_coordinator::config::CoordinatorConfig;
 use tapfinger_tests::{Exec, Local, spec, statuses, wait};
@@ -17,17 +15,7 @@ async fn agents_learn_through_the_coordinator_and_converge_on_one_version() {
     let root = std::env::temp_dir().join(format!("tapfinger-coord-it-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let key = identity::Keypair::generate_ed25519();
-    let (net, coord_addr) = tapfinger_tests::start_listening(NetConfig {
-        keypair: key.clone(),
-        cluster: "it".into(),
-        listen: Vec::new(),
-        bootstrap: Vec::new(),
-        psk: Some(PreSharedKey::new([42; 32])),
-        allow: None,
-        mdns: false,
-        channel: 256,
-    })
-    .await;
+    let (net, coord_addr) = tapfinger_tests::start_member(key.clone()).await;
     let cfg = CoordinatorConfig {
         data_dir: root.join("coordinator"),
         update_decisions: 24,
@@ -115,17 +103,7 @@ async fn agents_learn_through_the_coordinator_and_converge_on_one_version() {
     let before = coordinator.snapshot().state;
     coordinator.kill();
     drop(coordinator);
-    let (net, _) = tapfinger_tests::start_listening(NetConfig {
-        keypair: key.clone(),
-        cluster: "it".into(),
-        listen: Vec::new(),
-        bootstrap: Vec::new(),
-        psk: Some(PreSharedKey::new([42; 32])),
-        allow: None,
-        mdns: false,
-        channel: 256,
-    })
-    .await;
+    let (net, _) = tapfinger_tests::start_member(key.clone()).await;
     let again = tapfinger_coordinator::serve::spawn(cfg, key, net).unwrap();
     let after = again.snapshot();
     assert_eq!(after.state, before);

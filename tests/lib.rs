@@ -38,6 +38,22 @@ pub async fn start_listening(mut cfg: NetConfig) -> (Network, Multiaddr) {
     (net, full)
 }
 
+/// A network for a coordinator (or any non-agent member) of the test cluster: its key, the test
+/// cluster's name and pre-shared key, an ephemeral loopback port.
+pub async fn start_member(keypair: identity::Keypair) -> (Network, Multiaddr) {
+    start_listening(NetConfig {
+        keypair,
+        cluster: "it".into(),
+        listen: Vec::new(),
+        bootstrap: Vec::new(),
+        psk: Some(PreSharedKey::new([42; 32])),
+        allow: None,
+        mdns: false,
+        channel: 256,
+    })
+    .await
+}
+
 /// What every local agent offers: 4 cores, 1 GPU (device 7, so that a test sees that the daemon
 /// names the device rather than passing a count) and 8 GiB.
 pub fn capacity() -> Resources {

@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use tapfinger::TaskId;
 use tapfinger::node::TaskState;
 use tapfinger_agent::daemon::Agent;
-use tapfinger_agent::net::NetConfig;
 use tapfinger_agent::online::OnlineConfig;
 use tapfinger_coordinator::config::CoordinatorConfig;
 use tapfinger_tests::{Exec, Local, statuses};
@@ -184,17 +183,7 @@ async fn run(a: Args) {
 
     // 2. Training through the coordinator.
     let key = libp2p::identity::Keypair::generate_ed25519();
-    let (net, coord_addr) = tapfinger_tests::start_listening(NetConfig {
-        keypair: key.clone(),
-        cluster: "it".into(),
-        listen: Vec::new(),
-        bootstrap: Vec::new(),
-        psk: Some(libp2p::pnet::PreSharedKey::new([42; 32])),
-        allow: None,
-        mdns: false,
-        channel: 256,
-    })
-    .await;
+    let (net, coord_addr) = tapfinger_tests::start_member(key.clone()).await;
     let ccfg = CoordinatorConfig {
         data_dir: root.join("coordinator"),
         start: start.display().to_string(),
