@@ -24,11 +24,12 @@ use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance, MessageAuthenticity
 use libp2p::pnet::{PnetConfig, PreSharedKey};
 use libp2p::request_response::{self, ProtocolSupport, ResponseChannel};
 use libp2p::swarm::behaviour::toggle::Toggle;
+use libp2p::swarm::dial_opts::DialOpts;
 use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
 use libp2p::{
     Multiaddr, PeerId, StreamProtocol, Swarm, identify, identity, mdns, noise, ping, tcp, yamux,
 };
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tapfinger::wire::{self, Envelope, MAX_FRAME};
 use tokio::sync::mpsc;
@@ -324,6 +325,20 @@ impl Drop for Network {
     }
 }
 
+/// Dial a peer found on the LAN. Two agents usually discover each other at the same instant and
+/// dial each other; from their listening ports (libp2p's default port reuse) the two dials become
+/// one TCP simultaneous open in which both sides think they dialed, and the handshake fails. A
+/// fresh source port per dial keeps the two connections apart (a redundant one is harmless).
+fn dial_lan_peer(swarm: &mut Swarm<Behaviour>, peer: PeerId, addrs: Vec<Multiaddr>) {
+    let opts = DialOpts::peer_id(peer)
+        .addresses(addrs)
+        .allocate_new_port()
+        .build();
+    if let Err(e) = swarm.dial(opts) {
+        tracing::debug!(%peer, error = %e, "LAN peer not dialed");
+    }
+}
+
 async fn run(
     mut swarm: Swarm<Behaviour>,
     topic: IdentTopic,
@@ -334,6 +349,9 @@ async fn run(
     let allowed = |p: &PeerId| cfg.allow.as_ref().is_none_or(|a| a.contains(p));
     let mut redial = tokio::time::interval(Duration::from_secs(5));
     redial.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Peers mDNS found and has not yet expired. mDNS reports a peer once, so a dial that fails
+    // must be retried from here.
+    let mut lan: BTreeMap<PeerId, Vec<Multiaddr>> = BTreeMap::new();
     loop {
         tokio::select! {
             msg = out.recv() => match msg {
@@ -362,6 +380,11 @@ async fn run(
                         let _ = swarm.dial(addr.clone());
                     }
                 }
+                for (peer, addrs) in &lan {
+                    if !swarm.is_connected(peer) {
+                        dial_lan_peer(&mut swarm, *peer, addrs.clone());
+                    }
+                }
             }
             ev = swarm.select_next_some() => {
                 let report = match ev {
@@ -384,7 +407,23 @@ async fn run(
                     SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Discovered(list))) => {
                         for (peer, addr) in list {
                             if allowed(&peer) {
-                                let _ = swarm.dial(addr);
+                                lan.entry(peer).or_default().push(addr);
+                            }
+                        }
+                        for (peer, addrs) in &lan {
+                            if !swarm.is_connected(peer) {
+                                dial_lan_peer(&mut swarm, *peer, addrs.clone());
+                            }
+                        }
+                        None
+                    }
+                    SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Expired(list))) => {
+                        for (peer, addr) in list {
+                            if let Some(addrs) = lan.get_mut(&peer) {
+                                addrs.retain(|a| *a != addr);
+                                if addrs.is_empty() {
+                                    lan.remove(&peer);
+                                }
                             }
                         }
                         None

@@ -118,10 +118,15 @@ impl Learner {
             Trainer::with_net(sim, tc, net)?
         };
         trainer.threads = trainer.threads.max(1);
-        let state: State = std::fs::read(cfg.data_dir.join("state.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
+        // No state file: a fresh coordinator. An unreadable one is an error, never a silent
+        // restart from version 0 (agents would then refuse every later announcement as old).
+        let state_file = cfg.data_dir.join("state.json");
+        let state: State = match std::fs::read(&state_file) {
+            Ok(b) => serde_json::from_slice(&b)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", state_file.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
+            Err(e) => return Err(io(&state_file, e)),
+        };
         let mut me = Self {
             published: None,
             cfg,
@@ -408,6 +413,28 @@ mod tests {
         assert_eq!(l.iteration(), 1, "the trainer resumed, not restarted");
         assert_eq!(l.state.received.values().sum::<u64>(), decisions);
         assert_eq!(l.announcement().map(|a| a.version), Some(1));
+        drop(l);
+        // A damaged state file stops the coordinator with the file's name.
+        std::fs::write(dir.join("state.json"), b"{ not json").unwrap();
+        let err = Learner::open(cfg(&dir), Keypair::generate_ed25519())
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("state.json"), "{err}");
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// The state file keeps every float exactly (serde_json's default parser may be off by one
+    /// unit in the last place; the restarted coordinator must report the same numbers).
+    #[test]
+    fn the_state_file_round_trips_floats_exactly() {
+        let state = State {
+            policy_loss: 0.009801897220313547,
+            critic_loss: 2.396975517272949,
+            published_jct: 2.504166666666667,
+            ..State::default()
+        };
+        let back: State =
+            serde_json::from_slice(&serde_json::to_vec_pretty(&state).unwrap()).unwrap();
+        assert_eq!(back, state);
     }
 }
