@@ -301,10 +301,10 @@ fn multicast_works() -> Result<(), String> {
     for _ in 0..3 {
         send.send_to(b"tapfinger", (group, port))
             .map_err(|e| format!("send: {e}"))?;
-        if let Ok((n, _)) = recv.recv_from(&mut buf) {
-            if &buf[..n] == b"tapfinger" {
-                return Ok(());
-            }
+        if let Ok((n, _)) = recv.recv_from(&mut buf)
+            && &buf[..n] == b"tapfinger"
+        {
+            return Ok(());
         }
     }
     Err("a datagram sent to 224.0.0.251 did not arrive".into())
