@@ -83,6 +83,17 @@ async fn agents_learn_through_the_coordinator_and_converge_on_one_version() {
     let c = coordinator.snapshot();
     assert!(c.state.updates >= 1);
     assert!(c.state.critic_loss.is_finite());
+    // The critic trained on assembled rounds (how many reports share a round depends on when
+    // batches arrive; the merge itself is unit-tested in shared and sim).
+    assert!(
+        c.state.rounds_assembled > 0 && c.state.reports_per_round >= 1.0,
+        "{:?}",
+        c.state
+    );
+    eprintln!(
+        "critic: {} rounds assembled, {} merged, {:.2} reports per round",
+        c.state.rounds_assembled, c.state.rounds_merged, c.state.reports_per_round
+    );
     // Experience came from all three agents.
     assert_eq!(c.received_live.len(), 3, "{:?}", c.received_live);
     for st in statuses(&all) {

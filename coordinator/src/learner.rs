@@ -67,6 +67,15 @@ pub struct State {
     pub refused: u64,
     /// The last evaluation.
     pub last_evaluation: Option<Evaluation>,
+    /// Rounds whose global state the critic was given, over all updates.
+    #[serde(default)]
+    pub rounds_assembled: u64,
+    /// Of those, rounds in which some agent's own view differed from the merged global state.
+    #[serde(default)]
+    pub rounds_merged: u64,
+    /// Mean number of agents' reports per round in the last update.
+    #[serde(default)]
+    pub reports_per_round: f64,
 }
 
 /// The learning core.
@@ -203,6 +212,14 @@ impl Learner {
             .trainer
             .learn(by_node.into_values().collect(), false, f64::NAN, ret)?;
         self.state.updates += 1;
+        let (rounds, reports, merged) = self.trainer.last_assembly;
+        self.state.rounds_assembled += rounds as u64;
+        self.state.rounds_merged += merged as u64;
+        self.state.reports_per_round = if rounds > 0 {
+            reports as f64 / rounds as f64
+        } else {
+            0.0
+        };
         self.state.critic_loss = point.value_loss;
         self.state.policy_loss = point.policy_loss;
         let candidate = self.trainer.inference_net();

@@ -242,6 +242,9 @@ pub fn status_json(s: &Shared) -> serde_json::Value {
         "decisions_received": s.state.received,
         "decisions_received_since_start": s.received_live,
         "critic_loss": s.state.critic_loss,
+        "critic_rounds_assembled": s.state.rounds_assembled,
+        "critic_rounds_merged": s.state.rounds_merged,
+        "critic_reports_per_round": s.state.reports_per_round,
         "policy_loss": s.state.policy_loss,
         "candidates_refused": s.state.refused,
         "last_evaluation": s.state.last_evaluation,
@@ -272,6 +275,16 @@ pub fn metrics(s: &Shared) -> String {
         "tapfinger_coordinator_critic_loss",
         "Value loss of the last update.",
         s.state.critic_loss,
+    );
+    g(
+        "tapfinger_coordinator_critic_rounds_assembled",
+        "Rounds whose global state (all agents' reports merged) the critic trained on.",
+        s.state.rounds_assembled as f64,
+    );
+    g(
+        "tapfinger_coordinator_critic_reports_per_round",
+        "Mean agents' reports per round in the last update.",
+        s.state.reports_per_round,
     );
     g(
         "tapfinger_coordinator_published_jct",

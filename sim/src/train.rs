@@ -221,6 +221,9 @@ pub fn load_net_bytes(
 /// A decision ready for learning.
 struct Sample {
     rec: DecisionRecord,
+    /// The critic's view of the record's round when it differs from the record's own (live
+    /// agents: the round's reports merged); the actor always learns on its own view.
+    critic: Option<std::sync::Arc<tapfinger::view::ClusterView>>,
     lost: bool,
     advantage: f32,
     ret: f32,
@@ -331,6 +334,9 @@ pub struct Trainer {
     pub curve: Vec<CurvePoint>,
     /// OS threads for episodes (default: the machine's parallelism). Results do not depend on it.
     pub threads: usize,
+    /// What the last [`Trainer::learn`] assembled for the centralized critic: (rounds, reports,
+    /// rounds whose merged global view differs from some agent's own view).
+    pub last_assembly: (usize, usize, usize),
 }
 
 fn floats(t: Tensor<1>) -> Vec<f32> {
@@ -357,6 +363,7 @@ impl Trainer {
             iteration: 0,
             curve: Vec::new(),
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            last_assembly: (0, 0, 0),
         }
     }
 
@@ -575,6 +582,7 @@ impl Trainer {
         col: &Experience,
         values: &[f32],
         lambda: f32,
+        asm: &tapfinger::model::critic::Assembly,
     ) -> Vec<Sample> {
         let mut by_agent: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
         for (i, r) in records.iter().enumerate() {
@@ -618,6 +626,7 @@ impl Trainer {
             .map(|(i, rec)| {
                 let lost = col.lost.contains(&(rec.view.slot, rec.view.step, rec.me));
                 Sample {
+                    critic: asm.view(&rec).cloned(),
                     rec,
                     lost,
                     advantage: adv[i],
@@ -627,12 +636,19 @@ impl Trainer {
             .collect()
     }
 
-    fn values(&self, records: &[DecisionRecord]) -> Vec<f32> {
+    fn values(
+        &self,
+        records: &[DecisionRecord],
+        asm: &tapfinger::model::critic::Assembly,
+    ) -> Vec<f32> {
         let net = self.inference_net();
         let device = Device::flex();
         let mut out = Vec::with_capacity(records.len());
         for chunk in records.chunks(512) {
-            let items: Vec<_> = chunk.iter().map(|r| (&r.view, r.me)).collect();
+            let items: Vec<_> = chunk
+                .iter()
+                .map(|r| (asm.view(r).map_or(&r.view, |g| &**g), r.me))
+                .collect();
             let b = batch(&items, &self.cfg.net.dims);
             let enc = net.encode(&b, &device);
             out.extend(floats(net.value(&enc, &b, &device)));
@@ -741,9 +757,20 @@ impl Trainer {
             TensorData::new(mb.iter().map(|s| s.ret).collect::<Vec<f32>>(), [g]),
             &device,
         );
-        let value_loss = (self.net.value(&enc, &b, &device) - rets)
-            .powf_scalar(2.0)
-            .mean();
+        // The critic's input: the round's global state where it differs from the agent's own
+        // view (live agents), else the encoding the actor already made (one forward pass).
+        let value = if mb.iter().any(|s| s.critic.is_some()) {
+            let items: Vec<_> = mb
+                .iter()
+                .map(|s| (s.critic.as_deref().unwrap_or(&s.rec.view), s.rec.me))
+                .collect();
+            let cb = batch(&items, dims);
+            let cenc = self.net.encode(&cb, &device);
+            self.net.value(&cenc, &cb, &device)
+        } else {
+            self.net.value(&enc, &b, &device)
+        };
+        let value_loss = (value - rets).powf_scalar(2.0).mean();
         let entropy = entropy.mean();
         let loss = policy_loss.clone() + value_loss.clone() * self.cfg.value_coef
             - entropy.clone() * self.cfg.entropy_coef;
@@ -891,18 +918,22 @@ impl Trainer {
         avg_jct: f64,
         episode_return: f64,
     ) -> Result<CurvePoint, TrainError> {
+        // The centralized critic values each round's global state, merged from all reports of
+        // that round (across agents and batches); the simulator's rounds need no merge.
+        let asm = tapfinger::model::critic::assemble(exps.iter().flat_map(|e| e.records.iter()));
+        self.last_assembly = (asm.rounds.len(), asm.reports, asm.merged);
         let mut samples = Vec::new();
         for mut exp in exps {
             let records = std::mem::take(&mut exp.records);
             if imitate {
                 let zeros = vec![0.0; records.len()];
-                let mut s = self.advantages(records, &exp, &zeros, 1.0);
+                let mut s = self.advantages(records, &exp, &zeros, 1.0, &asm);
                 // A teacher's allocation is a good label even when its claim lost the round.
                 s.iter_mut().for_each(|x| x.lost = false);
                 samples.extend(s);
             } else {
-                let values = self.values(&records);
-                samples.extend(self.advantages(records, &exp, &values, self.cfg.gae_lambda));
+                let values = self.values(&records, &asm);
+                samples.extend(self.advantages(records, &exp, &values, self.cfg.gae_lambda, &asm));
             }
         }
         // A decision with nothing selectable ("do nothing" forced) has no policy gradient; it
@@ -1049,6 +1080,43 @@ speed = { model = "synthetic", w = [0.0, 0.25], b = 0.0 }
                 .to_string()
                 .contains("trained for 2")
         );
+    }
+
+    /// The centralized critic's assembly: in the simulator every agent of a round decides on the
+    /// same snapshot, so the rounds of a multi-agent episode need no merge (one forward pass);
+    /// once one agent's view of its peers goes stale, its rounds are merged.
+    #[test]
+    fn simulated_rounds_need_no_merge_and_stale_views_do() {
+        let sim = Simulator::new(Scenario::load("hetero6").unwrap());
+        let dims = dims_of(&sim);
+        let t = Trainer::new(sim, TrainConfig::new(dims, 5));
+        let mut exp = t.sample_experience(5).unwrap();
+        let asm = tapfinger::model::critic::assemble(&exp.records);
+        assert!(asm.reports_per_round() > 1.5, "{}", asm.reports_per_round());
+        assert_eq!(asm.merged, 0);
+        // Agent 0 has not heard node 1's last heartbeat: it still sees node 1 with all its
+        // capacity free.
+        let stale = exp
+            .records
+            .iter()
+            .position(|r| {
+                r.me == NodeId(0) && r.view.nodes.get(1).is_some_and(|n| n.free != n.capacity)
+            })
+            .expect("a round in which node 1 runs something");
+        let n1 = &mut exp.records[stale].view.nodes[1];
+        n1.free = n1.capacity.clone();
+        let round = (exp.records[stale].view.slot, exp.records[stale].view.step);
+        let asm = tapfinger::model::critic::assemble(&exp.records);
+        assert_eq!(asm.merged, 1);
+        let g = asm.rounds[&round].as_ref().unwrap();
+        // Node 1's own report wins.
+        let own = exp
+            .records
+            .iter()
+            .find(|r| r.me == NodeId(1) && (r.view.slot, r.view.step) == round)
+            .unwrap();
+        assert_eq!(g.nodes[1].free, own.view.nodes[1].free);
+        assert_ne!(g.nodes[1].free, g.nodes[1].capacity);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! units are drawn between the task's minimum and `min(free, cap, max_units)`.
 
 pub mod batch;
+pub mod critic;
 pub mod net;
 
 use crate::Rng;
