@@ -61,12 +61,24 @@ pub fn capacity() -> Resources {
 }
 
 /// How an agent runs its tasks.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum Exec {
     /// The simulated executor: progress `rate × cores` per 20 ms tick.
     Simulated(f64),
+    /// The simulated executor with a speed function of its own (progress per 20 ms tick).
+    Speed(tapfinger_agent::exec::SpeedFn),
     /// Real child processes, logs under the path.
     Processes(PathBuf),
+}
+
+impl std::fmt::Debug for Exec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exec::Simulated(r) => write!(f, "Simulated({r})"),
+            Exec::Speed(_) => write!(f, "Speed(..)"),
+            Exec::Processes(p) => write!(f, "Processes({})", p.display()),
+        }
+    }
 }
 
 /// A local agent to start.
@@ -168,6 +180,9 @@ impl Local {
         let executor: Box<dyn Executor> = match self.exec {
             Exec::Simulated(rate) => {
                 let speed = Arc::new(move |_: &TaskSpec, a: &Allocation| rate * a.cpus);
+                Box::new(SimulatedExecutor::new(tx, Duration::from_millis(20), speed))
+            }
+            Exec::Speed(speed) => {
                 Box::new(SimulatedExecutor::new(tx, Duration::from_millis(20), speed))
             }
             Exec::Processes(logs) => Box::new(ProcessExecutor::new(

@@ -604,11 +604,16 @@ impl Trainer {
                 let last_of_slot = idx
                     .get(pos + 1)
                     .is_none_or(|&j| records[j].view.slot != r.view.slot);
+                // The reward of every slot from this one up to the agent's next decision: a live
+                // agent need not decide in every slot (the simulator's agents do), and a slot
+                // without a decision still costs what it costs.
                 let reward = if last_of_slot {
+                    let until = idx.get(pos + 1).map_or(u64::MAX, |&j| records[j].view.slot);
                     col.rewards
-                        .get(&(r.view.slot, r.me))
-                        .copied()
-                        .unwrap_or(0.0) as f32
+                        .range((r.view.slot, NodeId(0))..(until, NodeId(0)))
+                        .filter(|((_, who), _)| *who == r.me)
+                        .map(|(_, v)| *v)
+                        .sum::<f64>() as f32
                         * self.cfg.reward_scale
                 } else {
                     0.0
@@ -1028,6 +1033,49 @@ speed = { model = "synthetic", w = [0.0, 0.25], b = 0.0 }
         cfg.minibatch = 64;
         tune(&mut cfg);
         Trainer::new(sim, cfg)
+    }
+
+    /// Rewards of slots in which an agent made no decision (possible live) are charged to its
+    /// previous decision, and the simulator's episodes have a decision in every slot of every agent.
+    #[test]
+    fn slots_without_a_decision_still_count() {
+        let t = tiny(1, 16, |cfg| {
+            cfg.gamma = 1.0;
+            cfg.reward_scale = 1.0;
+        });
+        let rec = |slot: u64| DecisionRecord {
+            view: tapfinger::view::ClusterView {
+                slot,
+                ..Default::default()
+            },
+            me: NodeId(0),
+            blocked: Vec::new(),
+            slot: 0,
+            units: Vec::new(),
+            lo: Vec::new(),
+            hi: Vec::new(),
+            logp_ptr: 0.0,
+            logp_alloc: 0.0,
+        };
+        let mut exp = Experience::default();
+        for (slot, r) in [(1, -1.0), (2, -2.0), (3, -4.0), (4, -8.0)] {
+            exp.rewards.insert((slot, NodeId(0)), r);
+            // Another agent's rewards are not ours.
+            exp.rewards.insert((slot, NodeId(1)), -100.0);
+        }
+        let records = vec![rec(1), rec(3)];
+        let asm = tapfinger::model::critic::assemble(&records);
+        let s = t.advantages(records, &exp, &[0.0, 0.0], 1.0, &asm);
+        assert_eq!((s[0].ret, s[1].ret), (-15.0, -12.0));
+
+        let sim = Simulator::new(Scenario::load("hetero6").unwrap());
+        let dims = dims_of(&sim);
+        let exp = Trainer::new(sim, TrainConfig::new(dims, 5))
+            .sample_experience(5)
+            .unwrap();
+        let decided: std::collections::BTreeSet<(u64, NodeId)> =
+            exp.records.iter().map(|r| (r.view.slot, r.me)).collect();
+        assert!(exp.rewards.keys().all(|k| decided.contains(k)));
     }
 
     #[test]

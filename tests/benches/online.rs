@@ -10,10 +10,16 @@
 //! 3. *After*: fresh agents decide greedily with the coordinator's last published version (or
 //!    the random weights again if nothing passed the gate) on the same workload.
 //!
+//! The cluster: boxes of 4 cores, 1 GPU and 8 GiB (`tapfinger_tests::capacity`); every task needs
+//! a core and 1 GiB and can use up to 4 cores, a GPU and 2 GiB; the simulated executor runs it at
+//! `tanh(0.06·cores + 0.5·GPUs)·0.8167 + 0.02` progress per slot (the `edge-agent` preset's speed
+//! formula averaged over progress): a GPU matters far more than cores, so allocations matter.
+//! The evaluation gate judges candidates on the same cluster described as a scenario
+//! (`benches/online/cluster.toml`, `--gate` to choose another, e.g. `edge-agent`).
+//!
 //! `cargo bench -p tapfinger-tests --bench online [-- --agents 4 --tasks 120 --train-secs 300
-//! --interval-ms 60 --update-decisions 512 --tolerance 0]` (`--tolerance 1e9` publishes every
-//! candidate, so the agents learn on-policy and the effect on the live cluster shows whatever the
-//! simulator's evaluation says)
+//! --interval-ms 150 --update-decisions 512 --tolerance 0 --gate FILE]` (`--tolerance 1e9`
+//! publishes every candidate, so the agents learn on-policy)
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,6 +39,8 @@ struct Args {
     update_decisions: usize,
     /// The gate's tolerance in slots (huge: publish every candidate).
     tolerance: f64,
+    /// The gate's evaluation scenario (preset or file).
+    gate: String,
 }
 
 fn args() -> Result<Args, String> {
@@ -40,13 +48,18 @@ fn args() -> Result<Args, String> {
         agents: 4,
         tasks: 120,
         train_secs: 300,
-        interval_ms: 60,
+        interval_ms: 150,
         update_decisions: 512,
         tolerance: 0.0,
+        gate: concat!(env!("CARGO_MANIFEST_DIR"), "/benches/online/cluster.toml").to_string(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--bench" {
+            continue;
+        }
+        if flag == "--gate" {
+            a.gate = it.next().ok_or("--gate needs a scenario")?;
             continue;
         }
         if flag == "--tolerance" {
@@ -74,12 +87,26 @@ fn args() -> Result<Args, String> {
     Ok(a)
 }
 
-/// A task that can use 1 to 4 cores (the simulated executor runs it `cores` times as fast).
+/// A task that needs a core and 1 GiB and can use up to 4 cores, a GPU and 2 GiB.
 fn task() -> tapfinger::spec::TaskSpec {
     tapfinger::spec::TaskSpec::from_toml(
-        "command = [\"train\"]\nmin_demand = { cpu = 1, mem = 1 }\nmax_demand = { cpu = 4, mem = 2 }\n",
+        "command = [\"train\"]\nmin_demand = { cpu = 1, mem = 1 }\nmax_demand = { cpu = 4, gpu = 1, mem = 2 }\n",
     )
     .expect("a valid spec")
+}
+
+/// Progress per 20 ms tick of the simulated executor: the `edge-agent` speed formula per slot
+/// (`tanh(0.06·cores + 0.5·GPUs)`, times 0.8167, the mean of its `sqrt(1.2 − p)` factor over
+/// progress, plus 0.02), scaled from a slot to a tick. `benches/online/cluster.csv` holds the
+/// same speeds as seconds alone.
+fn edge_speed(slot_ms: u64) -> tapfinger_agent::exec::SpeedFn {
+    std::sync::Arc::new(
+        move |_: &tapfinger::spec::TaskSpec, a: &tapfinger_agent::exec::Allocation| {
+            let gpus = a.gpus.len() as f64;
+            let per_slot = (0.06 * a.cpus + 0.5 * gpus).tanh() * 0.8167 + 0.02;
+            per_slot * 20.0 / slot_ms as f64
+        },
+    )
 }
 
 /// The coordinator's `untrained` start model (the shipped network, random seeded weights), as a
@@ -101,7 +128,9 @@ async fn cluster(
     let mut agents = Vec::new();
     let mut addrs: Vec<libp2p::Multiaddr> = online.iter().map(|(_, a)| (*a).clone()).collect();
     for i in 0..n {
-        let mut l = Local::new(&format!("n{i}"), Exec::Simulated(0.01)).bootstrap(addrs.clone());
+        let slot_ms = Local::new("x", Exec::Simulated(0.0)).slot_ms;
+        let mut l =
+            Local::new(&format!("n{i}"), Exec::Speed(edge_speed(slot_ms))).bootstrap(addrs.clone());
         l.model = Some(model.to_path_buf());
         if let Some((cfg, _)) = online {
             let mut c = cfg.clone();
@@ -190,6 +219,7 @@ async fn run(a: Args) {
         update_decisions: a.update_decisions,
         eval_episodes: 4,
         tolerance: a.tolerance,
+        scenario: a.gate.clone(),
         ..CoordinatorConfig::default()
     };
     let coordinator =
