@@ -229,3 +229,21 @@ proptest! {
         prop_assert_eq!(starts as usize, n_tasks + restarts as usize);
     }
 }
+
+/// The online bench's gate scenario describes the bench's live cluster in the agents' own shape:
+/// it loads, has the dimensions the agents' model takes, and in it the allocation matters (the
+/// best baseline is several times better than the worst), so learning has something to show.
+#[test]
+fn the_online_bench_cluster_is_a_valid_scenario_for_the_agents_model() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/online/cluster.toml");
+    let sim = Simulator::new(Scenario::load(path).unwrap());
+    let edge = Simulator::new(Scenario::load("edge-agent").unwrap());
+    assert_eq!(
+        tapfinger_sim::train::dims_of(&sim),
+        tapfinger_sim::train::dims_of(&edge)
+    );
+    let names = vec!["first-fit-max".to_string(), "min".to_string()];
+    let c = report::compare(&sim, &names, &[0], &mut || {}).unwrap();
+    let (good, bad) = (c.results[0].mean.avg_jct, c.results[1].mean.avg_jct);
+    assert!(bad > 3.0 * good, "first-fit-max {good:.2}, min {bad:.2}");
+}

@@ -248,6 +248,23 @@ async fn run(a: Args) {
     // Let an update in progress finish.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let c = coordinator.snapshot();
+    let all: Vec<&Agent> = agents.iter().collect();
+    for (i, st) in statuses(&all).iter().enumerate() {
+        if let Some(p) = &st.policy {
+            println!(
+                "agent {i}: {} decisions recorded, batches shipped {} / waiting {} / dropped {}, version {}",
+                p.decisions_recorded,
+                p.batches_shipped,
+                p.batches_waiting,
+                p.batches_dropped,
+                p.version
+            );
+        }
+    }
+    println!(
+        "coordinator: decisions received per agent {:?}; critic: {} rounds assembled, {} merged, {:.2} reports per round",
+        c.received_live, c.state.rounds_assembled, c.state.rounds_merged, c.state.reports_per_round
+    );
     agents.iter().for_each(Agent::kill);
     coordinator.kill();
     println!(
