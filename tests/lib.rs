@@ -108,6 +108,8 @@ pub struct Local {
     pub online: Option<tapfinger_agent::online::OnlineConfig>,
     /// For `tapfinger`: a checkpoint directory instead of the shipped model.
     pub model: Option<PathBuf>,
+    /// What it offers (cores, GPUs, GiB); GPUs are devices 7, 8, ...
+    pub capacity: Resources,
 }
 
 impl Local {
@@ -126,6 +128,7 @@ impl Local {
             incarnation: 1,
             online: None,
             model: None,
+            capacity: capacity(),
         }
     }
 
@@ -160,7 +163,7 @@ impl Local {
         let node = NodeConfig {
             me,
             name: self.name,
-            capacity: capacity(),
+            capacity: self.capacity.clone(),
             labels: BTreeMap::new(),
             incarnation: self.incarnation,
             num_types: 1,
@@ -201,7 +204,7 @@ impl Local {
             types: vec!["default".into()],
             store,
             recovered,
-            gpu_devices: vec![7],
+            gpu_devices: (0..self.capacity.get(1)).map(|i| 7 + i).collect(),
             online,
         });
         (agent, addr)

@@ -230,20 +230,25 @@ proptest! {
     }
 }
 
-/// The online bench's gate scenario describes the bench's live cluster in the agents' own shape:
-/// it loads, has the dimensions the agents' model takes, and in it the allocation matters (the
+/// The online bench's gate scenarios describe the bench's live clusters in the agents' own shape:
+/// they load, have the dimensions the agents' model takes, and in them the allocation matters (the
 /// best baseline is several times better than the worst), so learning has something to show.
 #[test]
-fn the_online_bench_cluster_is_a_valid_scenario_for_the_agents_model() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/online/cluster.toml");
-    let sim = Simulator::new(Scenario::load(path).unwrap());
+fn the_online_bench_clusters_are_valid_scenarios_for_the_agents_model() {
     let edge = Simulator::new(Scenario::load("edge-agent").unwrap());
-    assert_eq!(
-        tapfinger_sim::train::dims_of(&sim),
-        tapfinger_sim::train::dims_of(&edge)
-    );
-    let names = vec!["first-fit-max".to_string(), "min".to_string()];
-    let c = report::compare(&sim, &names, &[0], &mut || {}).unwrap();
-    let (good, bad) = (c.results[0].mean.avg_jct, c.results[1].mean.avg_jct);
-    assert!(bad > 3.0 * good, "first-fit-max {good:.2}, min {bad:.2}");
+    for file in ["cluster.toml", "mixed.toml"] {
+        let path = format!("{}/benches/online/{file}", env!("CARGO_MANIFEST_DIR"));
+        let sim = Simulator::new(Scenario::load(&path).unwrap());
+        assert_eq!(
+            tapfinger_sim::train::dims_of(&sim),
+            tapfinger_sim::train::dims_of(&edge)
+        );
+        let names = vec!["first-fit-max".to_string(), "min".to_string()];
+        let c = report::compare(&sim, &names, &[0], &mut || {}).unwrap();
+        let (good, bad) = (c.results[0].mean.avg_jct, c.results[1].mean.avg_jct);
+        assert!(
+            bad > 3.0 * good,
+            "{file}: first-fit-max {good:.2}, min {bad:.2}"
+        );
+    }
 }

@@ -16,9 +16,11 @@
 //! formula averaged over progress): a GPU matters far more than cores, so allocations matter.
 //! The evaluation gate judges candidates on the same cluster described as a scenario
 //! (`benches/online/cluster.toml`, `--gate` to choose another, e.g. `edge-agent`).
+//! `--cluster mixed` runs boxes of different sizes, two without a GPU (`benches/online/mixed.toml`,
+//! for 4 agents).
 //!
 //! `cargo bench -p tapfinger-tests --bench online [-- --agents 4 --tasks 120 --train-secs 300
-//! --interval-ms 150 --update-decisions 512 --tolerance 0 --gate FILE]` (`--tolerance 1e9`
+//! --interval-ms 150 --update-decisions 512 --tolerance 0 --cluster uniform|mixed --gate FILE]` (`--tolerance 1e9`
 //! publishes every candidate, so the agents learn on-policy)
 
 use std::collections::BTreeMap;
@@ -40,8 +42,15 @@ struct Args {
     /// The gate's tolerance in slots (huge: publish every candidate).
     tolerance: f64,
     /// The gate's evaluation scenario (preset or file).
-    gate: String,
+    gate: Option<String>,
+    /// Box sizes (cores, GPUs, GiB), agent `i` gets entry `i % len`.
+    cluster: Vec<[u32; 3]>,
+    /// The scenario file describing `cluster`.
+    cluster_file: &'static str,
 }
+
+const UNIFORM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/online/cluster.toml");
+const MIXED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/online/mixed.toml");
 
 fn args() -> Result<Args, String> {
     let mut a = Args {
@@ -51,7 +60,9 @@ fn args() -> Result<Args, String> {
         interval_ms: 150,
         update_decisions: 512,
         tolerance: 0.0,
-        gate: concat!(env!("CARGO_MANIFEST_DIR"), "/benches/online/cluster.toml").to_string(),
+        gate: None,
+        cluster: vec![[4, 1, 8]],
+        cluster_file: UNIFORM,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -59,7 +70,18 @@ fn args() -> Result<Args, String> {
             continue;
         }
         if flag == "--gate" {
-            a.gate = it.next().ok_or("--gate needs a scenario")?;
+            a.gate = Some(it.next().ok_or("--gate needs a scenario")?);
+            continue;
+        }
+        if flag == "--cluster" {
+            match it.next().as_deref() {
+                Some("uniform") => (a.cluster, a.cluster_file) = (vec![[4, 1, 8]], UNIFORM),
+                Some("mixed") => {
+                    a.cluster = vec![[4, 1, 8], [8, 0, 16], [4, 0, 8], [8, 1, 16]];
+                    a.cluster_file = MIXED;
+                }
+                other => return Err(format!("--cluster: uniform or mixed, not {other:?}")),
+            }
             continue;
         }
         if flag == "--tolerance" {
@@ -122,6 +144,7 @@ fn untrained(dir: &Path) -> PathBuf {
 
 async fn cluster(
     n: usize,
+    sizes: &[[u32; 3]],
     model: &Path,
     online: Option<(&OnlineConfig, &libp2p::Multiaddr)>,
 ) -> Vec<Agent> {
@@ -132,6 +155,7 @@ async fn cluster(
         let mut l =
             Local::new(&format!("n{i}"), Exec::Speed(edge_speed(slot_ms))).bootstrap(addrs.clone());
         l.model = Some(model.to_path_buf());
+        l.capacity = tapfinger::Resources(sizes[i % sizes.len()].to_vec());
         if let Some((cfg, _)) = online {
             let mut c = cfg.clone();
             c.dir = cfg.dir.join(format!("agent{i}"));
@@ -202,7 +226,7 @@ async fn run(a: Args) {
     let interval = Duration::from_millis(a.interval_ms);
 
     // 1. Before.
-    let agents = cluster(a.agents, &start, None).await;
+    let agents = cluster(a.agents, &a.cluster, &start, None).await;
     let before = workload(&agents, a.tasks, interval, slot_ms).await;
     agents.iter().for_each(Agent::kill);
     println!(
@@ -219,7 +243,7 @@ async fn run(a: Args) {
         update_decisions: a.update_decisions,
         eval_episodes: 4,
         tolerance: a.tolerance,
-        scenario: a.gate.clone(),
+        scenario: a.gate.clone().unwrap_or_else(|| a.cluster_file.to_string()),
         ..CoordinatorConfig::default()
     };
     let coordinator =
@@ -238,7 +262,7 @@ async fn run(a: Args) {
             "untrained".into(),
         ),
     };
-    let agents = cluster(a.agents, &start, Some((&online, &coord_addr))).await;
+    let agents = cluster(a.agents, &a.cluster, &start, Some((&online, &coord_addr))).await;
     let t0 = Instant::now();
     let mut trained_tasks = 0;
     while t0.elapsed() < Duration::from_secs(a.train_secs) {
@@ -286,7 +310,7 @@ async fn run(a: Args) {
     } else {
         start.clone()
     };
-    let agents = cluster(a.agents, &after_model, None).await;
+    let agents = cluster(a.agents, &a.cluster, &after_model, None).await;
     let after = workload(&agents, a.tasks, interval, slot_ms).await;
     agents.iter().for_each(Agent::kill);
     println!(
