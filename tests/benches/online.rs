@@ -219,6 +219,12 @@ fn main() {
 }
 
 async fn run(a: Args) {
+    if a.gate.is_none() && a.agents != 4 {
+        eprintln!(
+            "note: {} describes 4 boxes; with {} agents the gate judges another cluster than the live one (--gate FILE)",
+            a.cluster_file, a.agents
+        );
+    }
     let root = std::env::temp_dir().join(format!("tapfinger-online-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let start = untrained(&root.join("untrained"));
