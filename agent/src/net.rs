@@ -407,7 +407,10 @@ async fn run(
                     SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Discovered(list))) => {
                         for (peer, addr) in list {
                             if allowed(&peer) {
-                                lan.entry(peer).or_default().push(addr);
+                                let known = lan.entry(peer).or_default();
+                                if !known.contains(&addr) {
+                                    known.push(addr);
+                                }
                             }
                         }
                         for (peer, addrs) in &lan {
