@@ -37,6 +37,7 @@ async fn agents_learn_through_the_coordinator_and_converge_on_one_version() {
             spool_max: 100,
             batch_decisions: 4,
             poll_ms: 200,
+            explore_candidates: false,
             window: 10,
             start: start.clone(),
         });
@@ -90,6 +91,11 @@ async fn agents_learn_through_the_coordinator_and_converge_on_one_version() {
         "{:?}",
         c.state
     );
+    // The latest candidate is served as a signed trial (for agents that explore with it).
+    let (t, tc) = c.trial.clone().expect("a trial after an update");
+    assert!(t.trial && t.version == c.state.updates, "{t:?}");
+    assert_eq!(t.verify(&key.public().to_peer_id()), Ok(()));
+    assert_eq!(t.check(&tc), Ok(()));
     eprintln!(
         "critic: {} rounds assembled, {} merged, {:.2} reports per round",
         c.state.rounds_assembled, c.state.rounds_merged, c.state.reports_per_round

@@ -100,6 +100,10 @@ pub struct CoordinatorLink {
     pub batch_decisions: usize,
     /// How often to ask the coordinator for a new version (ms).
     pub poll_ms: u64,
+    /// In learning mode, explore with the coordinator's latest candidate (signed, but not passed
+    /// by its evaluation gate) instead of the published version. Learning then stays on-policy
+    /// when the gate refuses candidates, at the price of running them; off by default.
+    pub explore_candidates: bool,
 }
 
 impl Default for CoordinatorLink {
@@ -110,6 +114,7 @@ impl Default for CoordinatorLink {
             spool_max_batches: 1000,
             batch_decisions: 64,
             poll_ms: 2000,
+            explore_candidates: false,
         }
     }
 }

@@ -41,6 +41,8 @@ pub enum Request {
     },
     /// Which policy is published?
     Announcement,
+    /// The trainer's latest candidate (learning agents that explore with candidates).
+    Trial,
     /// The checkpoint of a published version.
     Checkpoint {
         /// Version.
@@ -58,6 +60,8 @@ pub enum Response {
     },
     /// The published policy, if any.
     Announcement(Option<Announcement>),
+    /// The latest candidate with its checkpoint, if an update has run.
+    Trial(Option<Box<(Announcement, Checkpoint)>>),
     /// A checkpoint: `model.bpk` and `train.json`.
     Checkpoint(Box<Checkpoint>),
     /// The request could not be served.
@@ -98,6 +102,11 @@ pub struct Announcement {
     pub public_key: Vec<u8>,
     /// Signature over [`Announcement::signed_bytes`].
     pub signature: Vec<u8>,
+    /// A trial: the trainer's latest candidate, not passed by the evaluation gate, for agents in
+    /// learning mode to explore with (`version` is then the update number). Signed under another
+    /// domain tag, so a trial can never be taken for a published version, nor the reverse.
+    #[serde(default)]
+    pub trial: bool,
 }
 
 /// Why an announcement or checkpoint was refused.
@@ -134,25 +143,40 @@ pub enum Refusal {
 }
 
 impl Announcement {
-    /// What the signature covers: a domain tag, the version and the hash.
-    pub fn signed_bytes(version: u64, hash: &[u8; 32]) -> Vec<u8> {
-        let mut m = b"tapfinger-policy\0".to_vec();
+    /// What the signature covers: a domain tag (published version or trial), the version and
+    /// the hash.
+    pub fn signed_bytes(version: u64, hash: &[u8; 32], trial: bool) -> Vec<u8> {
+        let mut m = if trial {
+            b"tapfinger-trial\0".to_vec()
+        } else {
+            b"tapfinger-policy\0".to_vec()
+        };
         m.extend_from_slice(&version.to_be_bytes());
         m.extend_from_slice(hash);
         m
     }
 
-    /// Sign `checkpoint` as `version` with `key`.
+    /// Sign `checkpoint` as published version `checkpoint.version` with `key`.
     pub fn sign(key: &Keypair, checkpoint: &Checkpoint) -> Result<Self, String> {
+        Self::sign_as(key, checkpoint, false)
+    }
+
+    /// Sign `checkpoint` as a trial (update number `checkpoint.version`) with `key`.
+    pub fn sign_trial(key: &Keypair, checkpoint: &Checkpoint) -> Result<Self, String> {
+        Self::sign_as(key, checkpoint, true)
+    }
+
+    fn sign_as(key: &Keypair, checkpoint: &Checkpoint, trial: bool) -> Result<Self, String> {
         let hash = checkpoint.hash();
         let signature = key
-            .sign(&Self::signed_bytes(checkpoint.version, &hash))
+            .sign(&Self::signed_bytes(checkpoint.version, &hash, trial))
             .map_err(|e| e.to_string())?;
         Ok(Self {
             version: checkpoint.version,
             hash,
             public_key: key.public().encode_protobuf(),
             signature,
+            trial,
         })
     }
 
@@ -167,7 +191,7 @@ impl Announcement {
             });
         }
         if !key.verify(
-            &Self::signed_bytes(self.version, &self.hash),
+            &Self::signed_bytes(self.version, &self.hash, self.trial),
             &self.signature,
         ) {
             return Err(Refusal::BadSignature);
@@ -329,6 +353,26 @@ mod tests {
             model: vec![1, 2, 3, version as u8],
             train_json: "{}".into(),
         }
+    }
+
+    /// A trial's signature does not make it a published version (and the reverse): flipping the
+    /// flag breaks the signature.
+    #[test]
+    fn a_trial_cannot_pass_for_a_published_version() {
+        let key = Keypair::generate_ed25519();
+        let me = key.public().to_peer_id();
+        let c = checkpoint(5);
+        let t = Announcement::sign_trial(&key, &c).unwrap();
+        assert!(t.trial);
+        assert_eq!(t.verify(&me), Ok(()));
+        let forged = Announcement {
+            trial: false,
+            ..t.clone()
+        };
+        assert_eq!(forged.verify(&me), Err(Refusal::BadSignature));
+        let p = Announcement::sign(&key, &c).unwrap();
+        let forged = Announcement { trial: true, ..p };
+        assert_eq!(forged.verify(&me), Err(Refusal::BadSignature));
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub struct OnlineConfig {
     pub batch_decisions: usize,
     /// How often to ask for the published version (ms).
     pub poll_ms: u64,
+    /// Learning mode: explore with the coordinator's latest candidate (a trial) rather than the
+    /// published version.
+    pub explore_candidates: bool,
     /// The policy's window (input size check of new weights).
     pub window: usize,
     /// The checkpoint the agent started with (version 0): `model.bpk`, `train.json`, a label.
@@ -62,6 +65,9 @@ pub struct PolicyStatus {
     pub decisions_recorded: u64,
     /// Connected to the coordinator now.
     pub coordinator_connected: bool,
+    /// The coordinator's update whose candidate this agent explores with (0: none; only with
+    /// `explore_candidates`).
+    pub trial: u64,
 }
 
 /// The agent's online-learning state.
@@ -241,6 +247,9 @@ impl Online {
         {
             self.last_poll = now_ms;
             out.push((self.cfg.coordinator, Request::Announcement));
+            if self.cfg.explore_candidates {
+                out.push((self.cfg.coordinator, Request::Trial));
+            }
         }
         out
     }
@@ -285,7 +294,18 @@ impl Online {
                     }
                 }
             }
-            Response::Announcement(None) => Vec::new(),
+            Response::Announcement(None) | Response::Trial(None) => Vec::new(),
+            Response::Trial(Some(t)) => {
+                let (a, c) = *t;
+                if self.cfg.explore_candidates
+                    && a.version > self.status.trial
+                    && let Err(e) = self.explore(&a, &c, core)
+                {
+                    self.status.refused += 1;
+                    tracing::warn!(update = a.version, error = %e, "candidate refused");
+                }
+                Vec::new()
+            }
             Response::Checkpoint(c) => {
                 let Some(a) = self.fetching.take() else {
                     return Vec::new();
@@ -313,6 +333,27 @@ impl Online {
         }
     }
 
+    /// Explore with a candidate (a trial): checked like a published version, but neither stored
+    /// nor adopted as the version in use; a later published version is stored and shown but
+    /// does not replace the candidate in the core.
+    fn explore(
+        &mut self,
+        a: &Announcement,
+        c: &Checkpoint,
+        core: &mut NodeCore,
+    ) -> anyhow::Result<()> {
+        anyhow::ensure!(a.trial, "a published version was offered as a candidate");
+        a.verify(&self.cfg.coordinator)?;
+        a.check(c)?;
+        core.set_policy(self.policy(c)?);
+        self.status.trial = a.version;
+        tracing::info!(
+            update = a.version,
+            "exploring with the coordinator's latest candidate"
+        );
+        Ok(())
+    }
+
     /// Check, load, store and swap in a fetched checkpoint.
     pub fn accept(
         &mut self,
@@ -320,6 +361,7 @@ impl Online {
         c: &Checkpoint,
         core: &mut NodeCore,
     ) -> anyhow::Result<()> {
+        anyhow::ensure!(!a.trial, "a candidate was offered as a published version");
         a.verify(&self.cfg.coordinator)?;
         a.check(c)?;
         let policy = self.policy(c)?;
@@ -332,7 +374,11 @@ impl Online {
         std::fs::write(dir.join("model.bpk"), &c.model)?;
         std::fs::write(dir.join("train.json"), &c.train_json)?;
         std::fs::write(dir.join("announcement.json"), serde_json::to_vec(a)?)?;
-        core.set_policy(policy);
+        // While exploring with a candidate, the core keeps it (the published version is kept for
+        // a restart and shown in the status).
+        if self.status.trial == 0 {
+            core.set_policy(policy);
+        }
         self.adopt(a);
         self.remember_current();
         tracing::info!(version = a.version, hash = %self.status.hash, "new policy version in use");
@@ -435,6 +481,7 @@ mod tests {
                 spool_max: 10,
                 batch_decisions: 4,
                 poll_ms: 100,
+                explore_candidates: false,
                 window: 10,
                 start: start.clone(),
             },
@@ -474,6 +521,89 @@ mod tests {
         // A restart keeps the rollback.
         let o = Online::open(o.cfg.clone(), &mut core).unwrap();
         assert_eq!((o.status().version, o.status().floor), (0, 1));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+    /// Exploring with candidates: only the coordinator's trials are taken, never as a published
+    /// version, and a published version is never taken as a trial.
+    #[test]
+    fn learning_agents_explore_with_signed_trials_only() {
+        let dir = std::env::temp_dir().join(format!("tapfinger-trial-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let coordinator = Keypair::generate_ed25519();
+        let cid = coordinator.public().to_peer_id();
+        let start = crate::policy::initial_checkpoint(None).unwrap();
+        let mut core = core();
+        let cfg = OnlineConfig {
+            coordinator: cid,
+            learning: true,
+            dir: dir.clone(),
+            spool_max: 10,
+            batch_decisions: 4,
+            poll_ms: 100,
+            explore_candidates: true,
+            window: 10,
+            start: start.clone(),
+        };
+        let mut o = Online::open(cfg.clone(), &mut core).unwrap();
+        o.connection(cid, true);
+        let asks = o.step(&mut core, 1_000);
+        assert!(asks.iter().any(|(_, r)| matches!(r, Request::Trial)));
+        let c = |version| Checkpoint {
+            version,
+            model: start.0.clone(),
+            train_json: start.1.clone(),
+        };
+        let trial = |key: &Keypair, v| {
+            Response::Trial(Some(Box::new((
+                Announcement::sign_trial(key, &c(v)).unwrap(),
+                c(v),
+            ))))
+        };
+        // Another signer's trial: refused.
+        o.on_response(cid, trial(&Keypair::generate_ed25519(), 3), &mut core);
+        assert_eq!((o.status().refused, o.status().trial), (1, 0));
+        // A published version offered as a trial: refused.
+        let published = Announcement::sign(&coordinator, &c(3)).unwrap();
+        o.on_response(
+            cid,
+            Response::Trial(Some(Box::new((published, c(3))))),
+            &mut core,
+        );
+        assert_eq!((o.status().refused, o.status().trial), (2, 0));
+        // The coordinator's trial: explored with, not adopted as a version.
+        o.on_response(cid, trial(&coordinator, 3), &mut core);
+        assert_eq!(
+            (o.status().refused, o.status().trial, o.status().version),
+            (2, 3, 0)
+        );
+        // An older one is ignored.
+        o.on_response(cid, trial(&Keypair::generate_ed25519(), 2), &mut core);
+        assert_eq!((o.status().refused, o.status().trial), (2, 3));
+        // A trial announced as the published version passes its signature check but is refused
+        // when its checkpoint arrives.
+        let t = Announcement::sign_trial(&coordinator, &c(4)).unwrap();
+        o.on_response(cid, Response::Announcement(Some(t)), &mut core);
+        o.on_response(cid, Response::Checkpoint(Box::new(c(4))), &mut core);
+        assert_eq!((o.status().refused, o.status().version), (3, 0));
+        // Without `explore_candidates` trials are ignored.
+        let mut plain = Online::open(
+            OnlineConfig {
+                explore_candidates: false,
+                dir: dir.join("plain"),
+                ..cfg
+            },
+            &mut core,
+        )
+        .unwrap();
+        plain.connection(cid, true);
+        assert!(
+            !plain
+                .step(&mut core, 1_000)
+                .iter()
+                .any(|(_, r)| matches!(r, Request::Trial))
+        );
+        plain.on_response(cid, trial(&coordinator, 5), &mut core);
+        assert_eq!(plain.status().trial, 0);
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -155,6 +155,10 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         policy,
         u64::from(me.0),
     );
+    anyhow::ensure!(
+        !cfg.coordinator.explore_candidates || cfg.coordinator.learning,
+        "coordinator.explore_candidates: only in learning mode (coordinator.learning = true)"
+    );
     let online = match &cfg.coordinator.peer {
         None => {
             anyhow::ensure!(
@@ -179,6 +183,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
                     spool_max: cfg.coordinator.spool_max_batches,
                     batch_decisions: cfg.coordinator.batch_decisions,
                     poll_ms: cfg.coordinator.poll_ms,
+                    explore_candidates: cfg.coordinator.explore_candidates,
                     window,
                     start: crate::policy::initial_checkpoint(cfg.model.as_deref())?,
                 },

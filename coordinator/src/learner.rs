@@ -85,6 +85,8 @@ pub struct Learner {
     trainer: Trainer,
     /// What is published (None before the first publication).
     published: Option<(Announcement, Checkpoint)>,
+    /// The latest candidate, signed as a trial (None before the first update).
+    trial: Option<(Announcement, Checkpoint)>,
     /// Counters and results.
     pub state: State,
 }
@@ -138,6 +140,7 @@ impl Learner {
         };
         let mut me = Self {
             published: None,
+            trial: None,
             cfg,
             key,
             trainer,
@@ -145,6 +148,10 @@ impl Learner {
         };
         if me.state.version > 0 {
             me.published = Some(me.read_published(me.state.version)?);
+        }
+        if me.state.updates > 0 {
+            // The trainer resumed at its last update: that is the latest candidate.
+            me.make_trial()?;
         }
         if !resumed {
             // The bar a first candidate must meet: the start model.
@@ -225,6 +232,7 @@ impl Learner {
         let candidate = self.trainer.inference_net();
         let eval = self.consider(&candidate)?;
         self.checkpoint()?;
+        self.make_trial()?;
         Ok(eval)
     }
 
@@ -256,12 +264,11 @@ impl Learner {
         Ok(eval)
     }
 
-    fn publish(&mut self, net: &Net) -> anyhow::Result<u64> {
-        let v = self.state.version + 1;
-        let dir = self.cfg.data_dir.join("published").join(format!("v{v}"));
-        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+    /// Write `net` as a checkpoint agents load (`model.bpk`, `train.json`) into `dir`.
+    fn write_checkpoint(&self, net: &Net, dir: &Path, version: u64) -> anyhow::Result<Checkpoint> {
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
         burn::module::Module::save_file(net.clone(), dir.join(MODEL_FILE))
-            .map_err(|e| io(&dir, e))?;
+            .map_err(|e| io(dir, e))?;
         // train.json as agents read it: the trainer's configuration and scenario.
         let meta = serde_json::json!({
             "config": self.trainer.cfg,
@@ -269,12 +276,35 @@ impl Learner {
             "iteration": self.trainer.iteration,
         });
         std::fs::write(dir.join(CONFIG_FILE), serde_json::to_string_pretty(&meta)?)
-            .map_err(|e| io(&dir, e))?;
-        let c = Checkpoint {
-            version: v,
-            model: std::fs::read(dir.join(MODEL_FILE)).map_err(|e| io(&dir, e))?,
-            train_json: std::fs::read_to_string(dir.join(CONFIG_FILE)).map_err(|e| io(&dir, e))?,
-        };
+            .map_err(|e| io(dir, e))?;
+        Ok(Checkpoint {
+            version,
+            model: std::fs::read(dir.join(MODEL_FILE)).map_err(|e| io(dir, e))?,
+            train_json: std::fs::read_to_string(dir.join(CONFIG_FILE)).map_err(|e| io(dir, e))?,
+        })
+    }
+
+    /// The trainer's current weights as a signed trial (its update number as version), for
+    /// learning agents that explore with candidates.
+    fn make_trial(&mut self) -> anyhow::Result<()> {
+        let net = self.trainer.inference_net();
+        let dir = self.cfg.data_dir.join("trial");
+        let c = self.write_checkpoint(&net, &dir, self.state.updates)?;
+        let a =
+            Announcement::sign_trial(&self.key, &c).map_err(|e| anyhow::anyhow!("signing: {e}"))?;
+        self.trial = Some((a, c));
+        Ok(())
+    }
+
+    /// The latest candidate as a signed trial (none before the first update).
+    pub fn trial(&self) -> Option<(Announcement, Checkpoint)> {
+        self.trial.clone()
+    }
+
+    fn publish(&mut self, net: &Net) -> anyhow::Result<u64> {
+        let v = self.state.version + 1;
+        let dir = self.cfg.data_dir.join("published").join(format!("v{v}"));
+        let c = self.write_checkpoint(net, &dir, v)?;
         let a = Announcement::sign(&self.key, &c).map_err(|e| anyhow::anyhow!("signing: {e}"))?;
         std::fs::write(
             dir.join("announcement.json"),

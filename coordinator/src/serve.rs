@@ -18,6 +18,8 @@ pub struct Shared {
     pub state: State,
     /// The published version.
     pub published: Option<(Announcement, Checkpoint)>,
+    /// The latest candidate, signed as a trial.
+    pub trial: Option<(Announcement, Checkpoint)>,
     /// Batches waiting for an update.
     pub inbox_batches: u64,
     /// Batches dropped because the inbox was full.
@@ -63,6 +65,7 @@ pub fn spawn(cfg: CoordinatorConfig, key: Keypair, net: Network) -> anyhow::Resu
         published: learner
             .announcement()
             .and_then(|a| learner.checkpoint_of(a.version).map(|c| (a, c))),
+        trial: learner.trial(),
         ..Shared::default()
     }));
     let inbox: Spool<Batch> = Spool::open(&cfg.data_dir.join("inbox"), cfg.inbox_max_batches)?;
@@ -103,6 +106,7 @@ async fn run(
                     s.published = l
                         .announcement()
                         .and_then(|a| l.checkpoint_of(a.version).map(|c| (a, c)));
+                    s.trial = l.trial();
                 }
                 drop(l);
                 if done_tx.blocking_send(ids).is_err() {
@@ -155,6 +159,9 @@ async fn run(
                                 }
                             }
                         }
+                        Request::Trial => Response::Trial(
+                            shared.lock().ok().and_then(|s| s.trial.clone()).map(Box::new),
+                        ),
                         Request::Announcement => Response::Announcement(
                             shared.lock().ok().and_then(|s| s.published.as_ref().map(|(a, _)| a.clone())),
                         ),

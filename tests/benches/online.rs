@@ -16,6 +16,8 @@
 //! formula averaged over progress): a GPU matters far more than cores, so allocations matter.
 //! The evaluation gate judges candidates on the same cluster described as a scenario
 //! (`benches/online/cluster.toml`, `--gate` to choose another, e.g. `edge-agent`).
+//! `--explore`: the learning agents explore with the coordinator's latest candidate, not only
+//! with what the gate published (`explore_candidates` in the agent's config).
 //! `--cluster mixed` runs boxes of different sizes, two without a GPU (`benches/online/mixed.toml`,
 //! for 4 agents).
 //!
@@ -47,6 +49,8 @@ struct Args {
     cluster: Vec<[u32; 3]>,
     /// The scenario file describing `cluster`.
     cluster_file: &'static str,
+    /// Learning agents explore with the coordinator's latest candidate (`--explore`).
+    explore: bool,
 }
 
 const UNIFORM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/online/cluster.toml");
@@ -63,6 +67,7 @@ fn args() -> Result<Args, String> {
         gate: None,
         cluster: vec![[4, 1, 8]],
         cluster_file: UNIFORM,
+        explore: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -71,6 +76,10 @@ fn args() -> Result<Args, String> {
         }
         if flag == "--gate" {
             a.gate = Some(it.next().ok_or("--gate needs a scenario")?);
+            continue;
+        }
+        if flag == "--explore" {
+            a.explore = true;
             continue;
         }
         if flag == "--cluster" {
@@ -261,6 +270,7 @@ async fn run(a: Args) {
         spool_max: 10_000,
         batch_decisions: 64,
         poll_ms: 500,
+        explore_candidates: a.explore,
         window: 10,
         start: (
             std::fs::read(start.join("model.bpk")).expect("model"),
@@ -282,12 +292,13 @@ async fn run(a: Args) {
     for (i, st) in statuses(&all).iter().enumerate() {
         if let Some(p) = &st.policy {
             println!(
-                "agent {i}: {} decisions recorded, batches shipped {} / waiting {} / dropped {}, version {}",
+                "agent {i}: {} decisions recorded, batches shipped {} / waiting {} / dropped {}, version {}, exploring with update {}",
                 p.decisions_recorded,
                 p.batches_shipped,
                 p.batches_waiting,
                 p.batches_dropped,
-                p.version
+                p.version,
+                p.trial
             );
         }
     }
