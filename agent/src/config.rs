@@ -391,9 +391,12 @@ mod tests {
                 "name=box-7",
                 "bootstrap=[\"/ip4/127.0.0.1/tcp/1\"]",
                 "mdns=true",
+                "coordinator.learning=true",
+                "coordinator.explore_candidates=true",
             ]),
         )
         .unwrap();
+        assert!(c.coordinator.learning && c.coordinator.explore_candidates);
         assert_eq!(c.slot_ms, 2000);
         assert_eq!(c.reserve.cpu, Some(1.5));
         assert_eq!(c.labels.get("site").map(String::as_str), Some("a"));
