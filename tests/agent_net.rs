@@ -255,16 +255,17 @@ fn mdns_inside_the_namespace() {
         let mut b = start().await.unwrap();
         // mDNS probes at 0.5 s, 1 s, 2 s, 4 s, ... after start; talk in short spells until both
         // have heard each other, for at most 30 s (a loaded machine can be slow to answer).
-        let (mut ha, mut ua, mut hb, mut ub) = Default::default();
+        let (mut ha, mut hb) = (BTreeSet::new(), BTreeSet::new());
+        let (mut ua, mut ub) = (BTreeSet::new(), BTreeSet::new());
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             let spell = Duration::from_secs(2);
             let ((h1, u1, _), (h2, u2, _)) =
                 tokio::join!(talk(&mut a, 0, spell), talk(&mut b, 1, spell));
-            extend(&mut ha, h1);
-            extend(&mut ua, u1);
-            extend(&mut hb, h2);
-            extend(&mut ub, u2);
+            ha.extend(h1);
+            ua.extend(u1);
+            hb.extend(h2);
+            ub.extend(u2);
             if ha.contains(&1) && hb.contains(&0) {
                 break;
             }
@@ -276,10 +277,6 @@ fn mdns_inside_the_namespace() {
         assert_eq!(ha, BTreeSet::from([1]), "a heard {ha:?}");
         assert_eq!(hb, BTreeSet::from([0]), "b heard {hb:?}");
     });
-}
-
-fn extend<T: Ord>(into: &mut BTreeSet<T>, from: BTreeSet<T>) {
-    into.extend(from);
 }
 
 /// Send one datagram to the mDNS group from the LAN address and receive it on a socket that

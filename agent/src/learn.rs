@@ -41,8 +41,12 @@ pub enum Request {
     },
     /// Which policy is published?
     Announcement,
-    /// The trainer's latest candidate (learning agents that explore with candidates).
-    Trial,
+    /// The trainer's latest candidate if newer than update `after` (learning agents that explore
+    /// with candidates; the checkpoint travels only when it is new to the asker).
+    Trial {
+        /// The update of the candidate the asker has (0: none).
+        after: u64,
+    },
     /// The checkpoint of a published version.
     Checkpoint {
         /// Version.

@@ -248,7 +248,12 @@ impl Online {
             self.last_poll = now_ms;
             out.push((self.cfg.coordinator, Request::Announcement));
             if self.cfg.explore_candidates {
-                out.push((self.cfg.coordinator, Request::Trial));
+                out.push((
+                    self.cfg.coordinator,
+                    Request::Trial {
+                        after: self.status.trial,
+                    },
+                ));
             }
         }
         out
@@ -547,7 +552,10 @@ mod tests {
         let mut o = Online::open(cfg.clone(), &mut core).unwrap();
         o.connection(cid, true);
         let asks = o.step(&mut core, 1_000);
-        assert!(asks.iter().any(|(_, r)| matches!(r, Request::Trial)));
+        assert!(
+            asks.iter()
+                .any(|(_, r)| matches!(r, Request::Trial { after: 0 }))
+        );
         let c = |version| Checkpoint {
             version,
             model: start.0.clone(),
@@ -576,6 +584,12 @@ mod tests {
             (o.status().refused, o.status().trial, o.status().version),
             (2, 3, 0)
         );
+        // From now on the checkpoint is asked for only when newer.
+        let asks = o.step(&mut core, 2_000);
+        assert!(
+            asks.iter()
+                .any(|(_, r)| matches!(r, Request::Trial { after: 3 }))
+        );
         // An older one is ignored.
         o.on_response(cid, trial(&Keypair::generate_ed25519(), 2), &mut core);
         assert_eq!((o.status().refused, o.status().trial), (2, 3));
@@ -600,7 +614,7 @@ mod tests {
             !plain
                 .step(&mut core, 1_000)
                 .iter()
-                .any(|(_, r)| matches!(r, Request::Trial))
+                .any(|(_, r)| matches!(r, Request::Trial { .. }))
         );
         plain.on_response(cid, trial(&coordinator, 5), &mut core);
         assert_eq!(plain.status().trial, 0);

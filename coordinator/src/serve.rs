@@ -159,8 +159,13 @@ async fn run(
                                 }
                             }
                         }
-                        Request::Trial => Response::Trial(
-                            shared.lock().ok().and_then(|s| s.trial.clone()).map(Box::new),
+                        Request::Trial { after } => Response::Trial(
+                            shared
+                                .lock()
+                                .ok()
+                                .and_then(|s| s.trial.clone())
+                                .filter(|(a, _)| a.version > after)
+                                .map(Box::new),
                         ),
                         Request::Announcement => Response::Announcement(
                             shared.lock().ok().and_then(|s| s.published.as_ref().map(|(a, _)| a.clone())),

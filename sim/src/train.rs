@@ -1043,19 +1043,12 @@ speed = { model = "synthetic", w = [0.0, 0.25], b = 0.0 }
             cfg.gamma = 1.0;
             cfg.reward_scale = 1.0;
         });
-        let rec = |slot: u64| DecisionRecord {
-            view: tapfinger::view::ClusterView {
+        let rec = |slot: u64| {
+            let view = tapfinger::view::ClusterView {
                 slot,
                 ..Default::default()
-            },
-            me: NodeId(0),
-            blocked: Vec::new(),
-            slot: 0,
-            units: Vec::new(),
-            lo: Vec::new(),
-            hi: Vec::new(),
-            logp_ptr: 0.0,
-            logp_alloc: 0.0,
+            };
+            DecisionRecord::new(view, NodeId(0), Vec::new(), 0)
         };
         let mut exp = Experience::default();
         for (slot, r) in [(1, -1.0), (2, -2.0), (3, -4.0), (4, -8.0)] {

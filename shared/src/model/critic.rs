@@ -76,8 +76,8 @@ pub fn assemble<'a>(records: impl IntoIterator<Item = &'a DecisionRecord>) -> As
         let mut it = views.values();
         let first = it.next().copied();
         let same = it.all(|v| Some(*v) == first);
-        let merged = if same { None } else { Some(merge(&views)) };
-        let merged = merged.filter(|m| views.values().any(|v| *v != m));
+        // Reports that differ cannot all equal their merge: a merge is needed exactly then.
+        let merged = (!same).then(|| merge(&views));
         if merged.is_some() {
             out.merged += 1;
         }
@@ -88,7 +88,7 @@ pub fn assemble<'a>(records: impl IntoIterator<Item = &'a DecisionRecord>) -> As
 
 /// One round: every node as its own report shows it, or else as the lowest-id reporter knows it.
 fn merge(views: &BTreeMap<NodeId, &ClusterView>) -> ClusterView {
-    let any = views.values().next().copied().cloned().unwrap_or_default();
+    let any = views.values().next().copied();
     // Which view speaks for each node, and whether that is the node's own report.
     let mut source: BTreeMap<NodeId, (&ClusterView, &NodeView, bool)> = BTreeMap::new();
     for (&me, v) in views {
@@ -151,9 +151,9 @@ fn merge(views: &BTreeMap<NodeId, &ClusterView>) -> ClusterView {
         })
         .collect();
     ClusterView {
-        slot: any.slot,
-        step: any.step,
-        num_types: any.num_types,
+        slot: any.map_or(0, |v| v.slot),
+        step: any.map_or(0, |v| v.step),
+        num_types: any.map_or(0, |v| v.num_types),
         nodes,
         pending: pending.into_values().collect(),
         running: running.into_values().collect(),
@@ -191,17 +191,7 @@ mod tests {
     }
 
     fn record(me: u32, view: ClusterView) -> DecisionRecord {
-        DecisionRecord {
-            view,
-            me: NodeId(me),
-            blocked: Vec::new(),
-            slot: 0,
-            units: Vec::new(),
-            lo: Vec::new(),
-            hi: Vec::new(),
-            logp_ptr: 0.0,
-            logp_alloc: 0.0,
-        }
+        DecisionRecord::new(view, NodeId(me), Vec::new(), 0)
     }
 
     /// Two agents, each up to date about itself and a heartbeat behind about the other.

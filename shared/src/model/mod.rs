@@ -42,6 +42,29 @@ pub struct DecisionRecord {
     pub logp_alloc: f32,
 }
 
+impl DecisionRecord {
+    /// A decision by `me` on `view` choosing pointer index `slot` (`window`: do nothing), with
+    /// no allocation yet and log-probabilities 0; the policy fills in what it chose.
+    pub fn new(
+        view: crate::view::ClusterView,
+        me: crate::NodeId,
+        blocked: Vec<bool>,
+        slot: usize,
+    ) -> Self {
+        Self {
+            view,
+            me,
+            blocked,
+            slot,
+            units: Vec::new(),
+            lo: Vec::new(),
+            hi: Vec::new(),
+            logp_ptr: 0.0,
+            logp_alloc: 0.0,
+        }
+    }
+}
+
 /// Where recorded decisions go (one buffer shared by the agents of an episode).
 pub type Recorder = std::sync::Arc<std::sync::Mutex<Vec<DecisionRecord>>>;
 
@@ -208,17 +231,7 @@ impl TapfingerPolicy {
         let dims = &self.cfg.dims;
         let window: Vec<&crate::Task> = view.window().take(dims.window).collect();
         let blocked = self.blocked(view, &window);
-        let mut record = DecisionRecord {
-            view: view.cluster.clone(),
-            me: view.me,
-            blocked,
-            slot: dims.window,
-            units: Vec::new(),
-            lo: Vec::new(),
-            hi: Vec::new(),
-            logp_ptr: 0.0,
-            logp_alloc: 0.0,
-        };
+        let mut record = DecisionRecord::new(view.cluster.clone(), view.me, blocked, dims.window);
         let Decision::Claim { task, alloc, .. } = decision else {
             return Some(record);
         };
@@ -290,17 +303,8 @@ impl TapfingerPolicy {
                 (slot, prob) = (s, p);
             }
         }
-        let mut record = DecisionRecord {
-            view: view.cluster.clone(),
-            me: view.me,
-            blocked,
-            slot,
-            units: Vec::new(),
-            lo: Vec::new(),
-            hi: Vec::new(),
-            logp_ptr: prob.ln() as f32,
-            logp_alloc: 0.0,
-        };
+        let mut record = DecisionRecord::new(view.cluster.clone(), view.me, blocked, slot);
+        record.logp_ptr = prob.ln() as f32;
         if slot >= window.len() {
             self.record(record);
             return Some(Decision::Pass);
