@@ -154,6 +154,71 @@ async fn a_peer_off_the_allowlist_is_not_heard() {
     assert!(ua.contains(&b_id) && !ua.contains(&c_id), "{ua:?}");
 }
 
+/// Keep a network's events flowing (its swarm waits while its bounded event channel is full) for
+/// the rest of the test.
+fn drain(mut net: Network) {
+    tokio::spawn(async move { while net.next_event().await.is_some() {} });
+}
+
+/// A bootstrap peer that is not up when an agent starts is dialled again until it is, even while
+/// the agent is connected to other peers: an agent that reached its fellow agents but not the
+/// coordinator must not give up on the coordinator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bootstrap_peer_that_comes_up_later_is_reached_while_others_are_connected() {
+    let psk = PreSharedKey::new([5; 32]);
+    let (a, addr_a) = start(Some(psk), vec![]).await;
+    let a_id = a.peer_id;
+    drain(a);
+    // b's address is fixed before b exists: a free loopback port, and b's key.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let kb = identity::Keypair::generate_ed25519();
+    let b_id = kb.public().to_peer_id();
+    let addr_b: Multiaddr = format!("/ip4/127.0.0.1/tcp/{port}/p2p/{b_id}")
+        .parse()
+        .unwrap();
+    let (mut x, _) = start(Some(psk), vec![addr_a, addr_b]).await;
+    let mut up = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !up.contains(&a_id) {
+        match tokio::time::timeout_at(deadline, x.next_event()).await {
+            Ok(Some(NetEvent::PeerUp(p))) => {
+                up.insert(p);
+            }
+            Ok(Some(_)) => {}
+            other => panic!("x never reached a: {other:?}"),
+        }
+    }
+    // x is connected (to a) and its first dial to b has failed; now b comes up.
+    let b = Network::start(NetConfig {
+        keypair: kb,
+        cluster: "test".into(),
+        listen: vec![format!("/ip4/127.0.0.1/tcp/{port}").parse().unwrap()],
+        bootstrap: Vec::new(),
+        psk: Some(psk),
+        allow: None,
+        mdns: false,
+        channel: 64,
+    })
+    .await
+    .unwrap();
+    drain(b);
+    // The redial tick is 5 s; allow a few of them on a loaded machine.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !up.contains(&b_id) {
+        match tokio::time::timeout_at(deadline, x.next_event()).await {
+            Ok(Some(NetEvent::PeerUp(p))) => {
+                up.insert(p);
+            }
+            Ok(Some(_)) => {}
+            other => panic!("x never reached b, which came up late: {other:?} (connected: {up:?})"),
+        }
+    }
+}
+
 /// The environment variable that tells the mDNS test it is the copy inside the namespace.
 const IN_NETNS: &str = "TAPFINGER_TEST_IN_NETNS";
 /// The LAN address inside the namespace.

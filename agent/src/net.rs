@@ -25,7 +25,7 @@ use libp2p::pnet::{PnetConfig, PreSharedKey};
 use libp2p::request_response::{self, ProtocolSupport, ResponseChannel};
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::swarm::dial_opts::DialOpts;
-use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
+use libp2p::swarm::{ConnectionId, DialError, NetworkBehaviour, SwarmEvent};
 use libp2p::{
     Multiaddr, PeerId, StreamProtocol, Swarm, identify, identity, mdns, noise, ping, tcp, yamux,
 };
@@ -48,7 +48,7 @@ pub struct NetConfig {
     pub cluster: String,
     /// Addresses to listen on, e.g. `/ip4/0.0.0.0/tcp/7600`.
     pub listen: Vec<Multiaddr>,
-    /// Peers to dial at start (and again when disconnected).
+    /// Peers to dial at start, and again every 5 s while the peer that answered is not connected.
     pub bootstrap: Vec<Multiaddr>,
     /// Private-network key: peers without it cannot connect.
     pub psk: Option<PreSharedKey>,
@@ -251,11 +251,6 @@ impl Network {
                     reason: e.to_string(),
                 })?;
         }
-        for addr in &cfg.bootstrap {
-            if let Err(e) = swarm.dial(addr.clone()) {
-                tracing::warn!(%addr, error = %e, "cannot dial bootstrap peer");
-            }
-        }
         let peer_id = *swarm.local_peer_id();
         let (out_tx, out_rx) = mpsc::channel(cfg.channel.max(1));
         let (ev_tx, ev_rx) = mpsc::channel(cfg.channel.max(1));
@@ -339,6 +334,87 @@ fn dial_lan_peer(swarm: &mut Swarm<Behaviour>, peer: PeerId, addrs: Vec<Multiadd
     }
 }
 
+/// The bootstrap addresses and what became of them. Each address is dialled until a connection
+/// dialled to it is up, and again whenever the peer that answered there is no longer connected
+/// (a restarted peer returns). Being connected to *some* peers is not enough: an agent that
+/// reached its fellow agents but not the coordinator would otherwise never try the coordinator
+/// again. An address that turns out to be this agent itself is dropped.
+struct Bootstrap {
+    addrs: Vec<Multiaddr>,
+    /// Who answered at each address (once a dial to it succeeded).
+    peer: Vec<Option<PeerId>>,
+    /// The address is our own (an operator may list every box, this one included).
+    own: Vec<bool>,
+    /// A failure is logged as a warning once per address and outage, then at debug level.
+    warned: Vec<bool>,
+    /// Dials in flight, by connection, with the address they try.
+    pending: BTreeMap<ConnectionId, usize>,
+}
+
+impl Bootstrap {
+    fn new(addrs: Vec<Multiaddr>) -> Self {
+        let n = addrs.len();
+        Self {
+            addrs,
+            peer: vec![None; n],
+            own: vec![false; n],
+            warned: vec![false; n],
+            pending: BTreeMap::new(),
+        }
+    }
+
+    /// Dial every address that has no live connection and no dial in flight. A fresh source port
+    /// per dial: with bootstrap lists that name each other, two agents started together would
+    /// otherwise dial each other from their listening ports, and the two dials would become one
+    /// TCP simultaneous open whose handshake fails (see [`dial_lan_peer`]).
+    fn dial_missing(&mut self, swarm: &mut Swarm<Behaviour>) {
+        for i in 0..self.addrs.len() {
+            let in_flight = self.pending.values().any(|&j| j == i);
+            let up = self.peer[i].is_some_and(|p| swarm.is_connected(&p));
+            if self.own[i] || in_flight || up {
+                continue;
+            }
+            let opts = DialOpts::unknown_peer_id()
+                .address(self.addrs[i].clone())
+                .allocate_new_port()
+                .build();
+            let id = opts.connection_id();
+            match swarm.dial(opts) {
+                Ok(()) => {
+                    self.pending.insert(id, i);
+                }
+                Err(e) => self.failed_at(i, &e),
+            }
+        }
+    }
+
+    fn established(&mut self, connection: ConnectionId, peer: PeerId) {
+        if let Some(i) = self.pending.remove(&connection) {
+            self.peer[i] = Some(peer);
+            self.warned[i] = false;
+        }
+    }
+
+    fn failed(&mut self, connection: ConnectionId, error: &DialError) {
+        if let Some(i) = self.pending.remove(&connection) {
+            self.failed_at(i, error);
+        }
+    }
+
+    fn failed_at(&mut self, i: usize, error: &DialError) {
+        let addr = &self.addrs[i];
+        if matches!(error, DialError::LocalPeerId { .. }) {
+            tracing::info!(%addr, "bootstrap address is this agent itself: not dialled again");
+            self.own[i] = true;
+        } else if !self.warned[i] {
+            self.warned[i] = true;
+            tracing::warn!(%addr, error = %error, "cannot reach bootstrap peer (retrying every 5 s)");
+        } else {
+            tracing::debug!(%addr, error = %error, "bootstrap peer still unreachable");
+        }
+    }
+}
+
 async fn run(
     mut swarm: Swarm<Behaviour>,
     topic: IdentTopic,
@@ -352,6 +428,8 @@ async fn run(
     // Peers mDNS found and has not yet expired. mDNS reports a peer once, so a dial that fails
     // must be retried from here.
     let mut lan: BTreeMap<PeerId, Vec<Multiaddr>> = BTreeMap::new();
+    let mut bootstrap = Bootstrap::new(cfg.bootstrap.clone());
+    bootstrap.dial_missing(&mut swarm);
     loop {
         tokio::select! {
             msg = out.recv() => match msg {
@@ -374,12 +452,7 @@ async fn run(
                 }
             },
             _ = redial.tick() => {
-                // Keep trying bootstrap peers we are not connected to (a restarted peer returns).
-                if swarm.connected_peers().count() == 0 {
-                    for addr in &cfg.bootstrap {
-                        let _ = swarm.dial(addr.clone());
-                    }
-                }
+                bootstrap.dial_missing(&mut swarm);
                 for (peer, addrs) in &lan {
                     if !swarm.is_connected(peer) {
                         dial_lan_peer(&mut swarm, *peer, addrs.clone());
@@ -389,7 +462,8 @@ async fn run(
             ev = swarm.select_next_some() => {
                 let report = match ev {
                     SwarmEvent::NewListenAddr { address, .. } => Some(NetEvent::Listening(address)),
-                    SwarmEvent::ConnectionEstablished { peer_id, num_established, .. } => {
+                    SwarmEvent::ConnectionEstablished { peer_id, connection_id, num_established, .. } => {
+                        bootstrap.established(connection_id, peer_id);
                         if !allowed(&peer_id) {
                             tracing::warn!(%peer_id, "peer not on the allowlist: disconnecting");
                             let _ = swarm.disconnect_peer_id(peer_id);
@@ -484,7 +558,8 @@ async fn run(
                         tracing::debug!(error = %error, "incoming connection failed");
                         None
                     }
-                    SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
+                    SwarmEvent::OutgoingConnectionError { peer_id, connection_id, error } => {
+                        bootstrap.failed(connection_id, &error);
                         tracing::debug!(?peer_id, error = %error, "outgoing connection failed");
                         None
                     }
