@@ -165,6 +165,11 @@ fn drain(mut net: Network) {
 /// coordinator must not give up on the coordinator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bootstrap_peer_that_comes_up_later_is_reached_while_others_are_connected() {
+    // Printed only if the test fails: why a dial or handshake did not complete.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("libp2p_swarm=debug,libp2p_tcp=debug,libp2p_noise=debug,libp2p_pnet=debug,tapfinger_agent=debug")
+        .with_writer(std::io::stderr)
+        .try_init();
     let psk = PreSharedKey::new([5; 32]);
     let (a, addr_a) = start(Some(psk), vec![]).await;
     let a_id = a.peer_id;

@@ -22,15 +22,16 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout};
 
 /// `cfg` with `listen` set to an ephemeral loopback port; panics if it does not come up in 10 s.
+///
+/// The listen address must be the network's first event: anything before it would be consumed
+/// here and never reach the agent (a lost `PeerUp` of the coordinator once left an agent believing
+/// it had no coordinator), so any other event first is a failure.
 pub async fn start_listening(mut cfg: NetConfig) -> (Network, Multiaddr) {
     cfg.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().expect("a valid multiaddr")];
     let mut net = Network::start(cfg).await.expect("network starts");
-    let addr = loop {
-        match timeout(Duration::from_secs(10), net.next_event()).await {
-            Ok(Some(NetEvent::Listening(a))) => break a,
-            Ok(Some(_)) => continue,
-            other => panic!("no listen address: {other:?}"),
-        }
+    let addr = match timeout(Duration::from_secs(10), net.next_event()).await {
+        Ok(Some(NetEvent::Listening(a))) => a,
+        other => panic!("the listen address was not the first event: {other:?}"),
     };
     let full = format!("{addr}/p2p/{}", net.peer_id)
         .parse()

@@ -48,7 +48,8 @@ pub struct NetConfig {
     pub cluster: String,
     /// Addresses to listen on, e.g. `/ip4/0.0.0.0/tcp/7600`.
     pub listen: Vec<Multiaddr>,
-    /// Peers to dial at start, and again every 5 s while the peer that answered is not connected.
+    /// Peers to dial once listening, and again every 5 s while the peer that answered is not
+    /// connected.
     pub bootstrap: Vec<Multiaddr>,
     /// Private-network key: peers without it cannot connect.
     pub psk: Option<PreSharedKey>,
@@ -429,7 +430,12 @@ async fn run(
     // must be retried from here.
     let mut lan: BTreeMap<PeerId, Vec<Multiaddr>> = BTreeMap::new();
     let mut bootstrap = Bootstrap::new(cfg.bootstrap.clone());
-    bootstrap.dial_missing(&mut swarm);
+    // Bootstrap peers are dialled once we listen, so that `Listening` is always reported before
+    // any peer we dialled is (a consumer waiting for the listen address cannot skip a `PeerUp`),
+    // and identify can tell them where to reach us. At the latest from the second tick on (5 s),
+    // should no listen address ever be reported.
+    let mut dial = cfg.listen.is_empty();
+    let mut ticks = 0u32;
     loop {
         tokio::select! {
             msg = out.recv() => match msg {
@@ -452,7 +458,11 @@ async fn run(
                 }
             },
             _ = redial.tick() => {
-                bootstrap.dial_missing(&mut swarm);
+                ticks += 1;
+                dial |= ticks > 1;
+                if dial {
+                    bootstrap.dial_missing(&mut swarm);
+                }
                 for (peer, addrs) in &lan {
                     if !swarm.is_connected(peer) {
                         dial_lan_peer(&mut swarm, *peer, addrs.clone());
@@ -461,7 +471,13 @@ async fn run(
             }
             ev = swarm.select_next_some() => {
                 let report = match ev {
-                    SwarmEvent::NewListenAddr { address, .. } => Some(NetEvent::Listening(address)),
+                    SwarmEvent::NewListenAddr { address, .. } => {
+                        if !dial {
+                            dial = true;
+                            bootstrap.dial_missing(&mut swarm);
+                        }
+                        Some(NetEvent::Listening(address))
+                    }
                     SwarmEvent::ConnectionEstablished { peer_id, connection_id, num_established, .. } => {
                         bootstrap.established(connection_id, peer_id);
                         if !allowed(&peer_id) {
