@@ -348,8 +348,8 @@ struct Bootstrap {
     own: Vec<bool>,
     /// A failure is logged as a warning once per address and outage, then at debug level.
     warned: Vec<bool>,
-    /// Dials in flight, by connection, with the address they try.
-    pending: BTreeMap<ConnectionId, usize>,
+    /// Dials in flight, by connection, with the address they try and when they began.
+    pending: BTreeMap<ConnectionId, (usize, tokio::time::Instant)>,
 }
 
 impl Bootstrap {
@@ -369,8 +369,13 @@ impl Bootstrap {
     /// otherwise dial each other from their listening ports, and the two dials would become one
     /// TCP simultaneous open whose handshake fails (see [`dial_lan_peer`]).
     fn dial_missing(&mut self, swarm: &mut Swarm<Behaviour>) {
+        // The TCP transport has no handshake timeout: a dial that neither connected nor failed in
+        // 30 s is given up here, so that a stuck handshake cannot stop the redials for good.
+        let now = tokio::time::Instant::now();
+        self.pending
+            .retain(|_, (_, began)| now.duration_since(*began) < Duration::from_secs(30));
         for i in 0..self.addrs.len() {
-            let in_flight = self.pending.values().any(|&j| j == i);
+            let in_flight = self.pending.values().any(|&(j, _)| j == i);
             let up = self.peer[i].is_some_and(|p| swarm.is_connected(&p));
             if self.own[i] || in_flight || up {
                 continue;
@@ -382,7 +387,7 @@ impl Bootstrap {
             let id = opts.connection_id();
             match swarm.dial(opts) {
                 Ok(()) => {
-                    self.pending.insert(id, i);
+                    self.pending.insert(id, (i, now));
                 }
                 Err(e) => self.failed_at(i, &e),
             }
@@ -390,14 +395,14 @@ impl Bootstrap {
     }
 
     fn established(&mut self, connection: ConnectionId, peer: PeerId) {
-        if let Some(i) = self.pending.remove(&connection) {
+        if let Some((i, _)) = self.pending.remove(&connection) {
             self.peer[i] = Some(peer);
             self.warned[i] = false;
         }
     }
 
     fn failed(&mut self, connection: ConnectionId, error: &DialError) {
-        if let Some(i) = self.pending.remove(&connection) {
+        if let Some((i, _)) = self.pending.remove(&connection) {
             self.failed_at(i, error);
         }
     }
