@@ -160,6 +160,18 @@ fn drain(mut net: Network) {
     tokio::spawn(async move { while net.next_event().await.is_some() {} });
 }
 
+/// Wait until `net` reports `peer` connected; panics after `within`.
+async fn reach(net: &mut Network, peer: PeerId, within: Duration, who: &str) {
+    let deadline = Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, net.next_event()).await {
+            Ok(Some(NetEvent::PeerUp(p))) if p == peer => return,
+            Ok(Some(_)) => {}
+            other => panic!("never reached {who}: {other:?}"),
+        }
+    }
+}
+
 /// A bootstrap peer that is not up when an agent starts is dialled again until it is, even while
 /// the agent is connected to other peers: an agent that reached its fellow agents but not the
 /// coordinator must not give up on the coordinator.
@@ -186,17 +198,7 @@ async fn a_bootstrap_peer_that_comes_up_later_is_reached_while_others_are_connec
         .parse()
         .unwrap();
     let (mut x, _) = start(Some(psk), vec![addr_a, addr_b]).await;
-    let mut up = BTreeSet::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !up.contains(&a_id) {
-        match tokio::time::timeout_at(deadline, x.next_event()).await {
-            Ok(Some(NetEvent::PeerUp(p))) => {
-                up.insert(p);
-            }
-            Ok(Some(_)) => {}
-            other => panic!("x never reached a: {other:?}"),
-        }
-    }
+    reach(&mut x, a_id, Duration::from_secs(20), "a").await;
     // x is connected (to a) and its first dial to b has failed; now b comes up.
     let b = Network::start(NetConfig {
         keypair: kb,
@@ -212,16 +214,13 @@ async fn a_bootstrap_peer_that_comes_up_later_is_reached_while_others_are_connec
     .unwrap();
     drain(b);
     // The redial tick is 5 s; allow a few of them on a loaded machine.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !up.contains(&b_id) {
-        match tokio::time::timeout_at(deadline, x.next_event()).await {
-            Ok(Some(NetEvent::PeerUp(p))) => {
-                up.insert(p);
-            }
-            Ok(Some(_)) => {}
-            other => panic!("x never reached b, which came up late: {other:?} (connected: {up:?})"),
-        }
-    }
+    reach(
+        &mut x,
+        b_id,
+        Duration::from_secs(30),
+        "b, which came up late",
+    )
+    .await;
 }
 
 /// The environment variable that tells the mDNS test it is the copy inside the namespace.
