@@ -111,16 +111,17 @@ impl TaskSpec {
                 "must name a program, e.g. [\"python3\", \"train.py\"]",
             ));
         }
-        check_strings("command", self.command.iter())?;
-        check_strings("env", self.env.keys().chain(self.env.values()))?;
+        check_strings("command", self.command.iter(), MAX_ITEMS)?;
+        check_strings("env", self.env.keys().chain(self.env.values()), 2 * MAX_ITEMS)?;
         check_strings(
             "require_labels",
             self.require_labels
                 .keys()
                 .chain(self.require_labels.values()),
+            2 * MAX_ITEMS,
         )?;
-        check_strings("nodes", self.nodes.iter())?;
-        check_strings("name", std::iter::once(&self.name))?;
+        check_strings("nodes", self.nodes.iter(), MAX_ITEMS)?;
+        check_strings("name", std::iter::once(&self.name), 1)?;
         let kinds = space.len();
         let units = |field: &str, map: &BTreeMap<String, i64>| -> Result<Resources, SpecError> {
             let mut r = Resources(vec![0; kinds]);
@@ -227,9 +228,13 @@ fn kind_names(space: &ResourceSpace) -> Vec<String> {
     space.kinds().iter().map(|k| k.name.clone()).collect()
 }
 
+/// Check the strings of one field: each at most [`MAX_STRING`] bytes, no NUL, and at most `max`
+/// of them. The limits are the wire's ([`crate::wire::Envelope::validate`]), so that whatever the
+/// API accepts can be announced to every peer.
 fn check_strings<'a>(
     field: &str,
     items: impl Iterator<Item = &'a String>,
+    max: usize,
 ) -> Result<(), SpecError> {
     let mut n = 0;
     for s in items {
@@ -244,8 +249,8 @@ fn check_strings<'a>(
             return Err(err(field, "an entry contains a NUL byte"));
         }
     }
-    if n > 2 * MAX_ITEMS {
-        return Err(err(field, format!("more than {MAX_ITEMS} entries")));
+    if n > max {
+        return Err(err(field, format!("more than {max} entries")));
     }
     Ok(())
 }

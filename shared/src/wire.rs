@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Version of the envelope format; a message with another version is refused.
-pub const WIRE_VERSION: u16 = 1;
+pub const WIRE_VERSION: u16 = 2;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.
@@ -33,6 +33,8 @@ pub struct RunningState {
     pub progress: f64,
     /// Slot in which it started.
     pub started: u64,
+    /// Epoch of this copy (a fencing token: a copy with a lower epoch than another is stopped).
+    pub epoch: u64,
 }
 
 /// A node's state, broadcast every heartbeat.
@@ -50,7 +52,42 @@ pub struct NodeState {
     pub running: Vec<RunningState>,
     /// Incarnation: increases on every restart, so peers can tell a restart from a delay.
     pub incarnation: u64,
+    /// The peers this node heard within its peer timeout: a peer counts toward a node's quorum
+    /// (its lease) only while it hears that node too, so a one-way cut is a cut.
+    pub hears: Vec<NodeId>,
 }
+
+/// What became of a task, as the node that knows it says (see [`Body::Outcomes`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// The task.
+    pub task: TaskId,
+    /// The node that ran the copy that finished (or that cancelled it).
+    pub node: NodeId,
+    /// Epoch of that copy ([`CANCELLED`] for a cancellation, which beats every copy).
+    pub epoch: u64,
+    /// Exit code, if the process exited normally.
+    pub exit_code: Option<i32>,
+}
+
+/// The epoch of a cancellation: above any copy's, so a cancel always wins a reconciliation.
+pub const CANCELLED: u64 = u64::MAX;
+
+/// A finished task with its outcome, as a (re)joining peer is told of it: with the task and its
+/// spec, so that a node that never heard of the task (it was submitted on the other side of a
+/// partition) knows it afterwards like every other node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FinishedTask {
+    /// The task.
+    pub task: Task,
+    /// Its spec.
+    pub spec: TaskSpec,
+    /// What became of it.
+    pub outcome: Outcome,
+}
+
+/// Most outcomes one [`Body::Outcomes`] message carries (longer lists go in several).
+pub const MAX_OUTCOMES: usize = 64;
 
 /// What a message says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,6 +100,14 @@ pub enum Body {
         task: Task,
         /// The submitted spec (command, environment).
         spec: TaskSpec,
+        /// Who may start it during a partition: the node that accepted it, or `None` (handed
+        /// back or taken over: any node whose side holds a quorum).
+        owner: Option<NodeId>,
+        /// Highest epoch of any start of it so far (0: never started).
+        epoch: u64,
+        /// The sender runs the copy of `epoch`, with this allocation (told to a peer that joins,
+        /// which may never have heard of the task); `None`: the task is pending.
+        runs: Option<Resources>,
     },
     /// A decision-protocol message (claims and passes of a round).
     Protocol(ProtocolMessage),
@@ -72,14 +117,14 @@ pub enum Body {
         task: TaskId,
         /// Allocation.
         alloc: Resources,
+        /// Epoch of this start: above every epoch the sender knew for the task.
+        epoch: u64,
     },
-    /// The sender's task finished.
-    Finished {
-        /// Task.
-        task: TaskId,
-        /// Exit code, if the process exited normally.
-        exit_code: Option<i32>,
-    },
+    /// A task finished (run by the sender, or by `outcome.node` as the sender knows).
+    Finished(Outcome),
+    /// What the sender knows finished, sent to a peer that (re)joins so that both sides of a
+    /// healed partition agree in one exchange (at most [`MAX_OUTCOMES`] per message).
+    Outcomes(Vec<FinishedTask>),
     /// The sender's task failed or was handed back; `requeue` says whether it should run again.
     Failed {
         /// Task.
@@ -182,6 +227,38 @@ fn check_str(what: &str, s: &str) -> Result<(), WireError> {
     Ok(())
 }
 
+/// Bounds of an announced task and its spec (the API's limits: [`crate::spec`]).
+fn check_task(task: &Task, spec: &TaskSpec) -> Result<(), WireError> {
+        check_vec("min_demand", &task.min_demand, None)?;
+        if let Some(m) = &task.max_demand {
+            check_vec("max_demand", m, Some(task.min_demand.len()))?;
+        }
+        if task.reachable.is_empty() || task.reachable.len() > 4 * MAX_ITEMS {
+            return Err(invalid("announce: reachable must list 1 to 1024 nodes"));
+        }
+        if spec.command.is_empty() || spec.command.len() > MAX_ITEMS {
+            return Err(invalid("announce: command must have 1 to 256 entries"));
+        }
+        if spec.env.len() > MAX_ITEMS
+            || spec.require_labels.len() > MAX_ITEMS
+            || spec.nodes.len() > MAX_ITEMS
+            || spec.min_demand.len() > MAX_KINDS
+            || spec.max_demand.len() > MAX_KINDS
+        {
+            return Err(invalid("announce: too many entries in the spec"));
+        }
+        for s in spec
+            .command
+            .iter()
+            .chain(spec.env.keys())
+            .chain(spec.env.values())
+            .chain(std::iter::once(&spec.name))
+        {
+            check_str("spec", s)?;
+        }
+    Ok(())
+}
+
 impl Envelope {
     /// Bounds and consistency of the content (see the module docs).
     pub fn validate(&self) -> Result<(), WireError> {
@@ -191,7 +268,10 @@ impl Envelope {
         match &self.body {
             Body::Heartbeat(s) => {
                 check_str("name", &s.name)?;
-                if s.labels.len() > MAX_ITEMS || s.running.len() > 4 * MAX_ITEMS {
+                if s.labels.len() > MAX_ITEMS
+                    || s.running.len() > 4 * MAX_ITEMS
+                    || s.hears.len() > 4 * MAX_ITEMS
+                {
                     return Err(invalid("heartbeat: too many labels or running tasks"));
                 }
                 for (k, v) in &s.labels {
@@ -220,33 +300,12 @@ impl Envelope {
                     )));
                 }
             }
-            Body::Announce { task, spec } => {
-                check_vec("min_demand", &task.min_demand, None)?;
-                if let Some(m) = &task.max_demand {
-                    check_vec("max_demand", m, Some(task.min_demand.len()))?;
-                }
-                if task.reachable.is_empty() || task.reachable.len() > 4 * MAX_ITEMS {
-                    return Err(invalid("announce: reachable must list 1 to 1024 nodes"));
-                }
-                if spec.command.is_empty() || spec.command.len() > MAX_ITEMS {
-                    return Err(invalid("announce: command must have 1 to 256 entries"));
-                }
-                if spec.env.len() > MAX_ITEMS
-                    || spec.require_labels.len() > MAX_ITEMS
-                    || spec.nodes.len() > MAX_ITEMS
-                    || spec.min_demand.len() > MAX_KINDS
-                    || spec.max_demand.len() > MAX_KINDS
-                {
-                    return Err(invalid("announce: too many entries in the spec"));
-                }
-                for s in spec
-                    .command
-                    .iter()
-                    .chain(spec.env.keys())
-                    .chain(spec.env.values())
-                    .chain(std::iter::once(&spec.name))
-                {
-                    check_str("spec", s)?;
+            Body::Announce {
+                task, spec, runs, ..
+            } => {
+                check_task(task, spec)?;
+                if let Some(a) = runs {
+                    check_vec("runs", a, Some(task.min_demand.len()))?;
                 }
             }
             Body::Protocol(m) => {
@@ -262,7 +321,21 @@ impl Envelope {
                 }
             }
             Body::Started { alloc, .. } => check_vec("alloc", alloc, None)?,
-            Body::Finished { .. } => {}
+            Body::Finished(_) => {}
+            Body::Outcomes(o) => {
+                if o.len() > MAX_OUTCOMES {
+                    return Err(invalid(format!(
+                        "outcomes: {} entries (max {MAX_OUTCOMES})",
+                        o.len()
+                    )));
+                }
+                for f in o {
+                    check_task(&f.task, &f.spec)?;
+                    if f.task.id != f.outcome.task {
+                        return Err(invalid("outcomes: the outcome names another task"));
+                    }
+                }
+            }
             Body::Failed { reason, .. } => check_str("reason", reason)?,
         }
         Ok(())
@@ -308,10 +381,18 @@ mod tests {
                     alloc: Resources(vec![4, 1]),
                     progress: 0.4,
                     started: 2,
+                    epoch: 1,
                 }],
                 incarnation: 2,
+                hears: vec![NodeId(0), NodeId(2)],
             }),
-            Body::Announce { task, spec },
+            Body::Announce {
+                task: task.clone(),
+                spec: spec.clone(),
+                owner: Some(NodeId(1)),
+                epoch: 0,
+                runs: None,
+            },
             Body::Protocol(ProtocolMessage {
                 version: PROTOCOL_VERSION,
                 round: Round { slot: 3, step: 1 },
@@ -326,11 +407,27 @@ mod tests {
             Body::Started {
                 task: TaskId(9),
                 alloc: Resources(vec![4, 1]),
+                epoch: 2,
             },
-            Body::Finished {
+            Body::Finished(Outcome {
                 task: TaskId(9),
+                node: NodeId(1),
+                epoch: 2,
                 exit_code: Some(0),
-            },
+            }),
+            Body::Outcomes(vec![FinishedTask {
+                task: Task {
+                    id: TaskId(8),
+                    ..task.clone()
+                },
+                spec: spec.clone(),
+                outcome: Outcome {
+                    task: TaskId(8),
+                    node: NodeId(2),
+                    epoch: CANCELLED,
+                    exit_code: None,
+                },
+            }]),
             Body::Failed {
                 task: TaskId(9),
                 reason: "box shutting down".into(),

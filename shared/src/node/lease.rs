@@ -1,0 +1,190 @@
+//! Leases, quorum and takeover: who may start a task while the cluster is split.
+//!
+//! A node holds its **lease** while a quorum of the known members (itself included) hear each
+//! other: more than half of them sent a heartbeat within `peer_timeout_ms` that says they hear
+//! this node. The lease lasts `autonomy_ms` past the last moment a quorum held. While it holds,
+//! the node keeps running its tasks and may start the pending tasks whose owner is on its side;
+//! when it lapses, the node stops its copies itself and starts nothing until a quorum is back
+//! (then it first listens for two heartbeat periods, so it learns what the other side did).
+//!
+//! A peer silent for `peer_timeout_ms` leaves the protocol's members at once (its missing
+//! proposals stop holding rounds up), but its tasks stay its own: only after
+//! `peer_timeout_ms + autonomy_ms + grace` of silence, and only on a side that holds a quorum,
+//! are they taken over (running copies re-queued, pending ones un-owned). The silent node has
+//! stopped its copies by then, on its own clock, because its lease lapsed no later than
+//! `peer_timeout_ms + autonomy_ms` after the peers last heard it; `grace` covers the heartbeat
+//! period and the time to stop a process. So two copies never run at once: an epoch higher than
+//! any before marks the new start, and a copy that meets a higher epoch stops.
+//!
+//! This module decides nothing else and does no I/O.
+
+use super::{Action, NodeCore, TaskEntry, TaskState};
+use crate::task::NodeId;
+
+impl NodeCore {
+    /// Extra wait before taking over a silent node's tasks, beyond `peer_timeout_ms +
+    /// autonomy_ms`: two heartbeat periods (the node's last heartbeat may have left up to one
+    /// period before the peers' last) and one second to stop its processes.
+    pub fn takeover_grace_ms(&self) -> u64 {
+        2 * self.cfg.heartbeat_ms + 1000
+    }
+
+    /// How long a silent node's tasks stay its own before a quorum side takes them over.
+    pub fn takeover_ms(&self) -> u64 {
+        self.cfg.peer_timeout_ms + self.cfg.autonomy_ms + self.takeover_grace_ms()
+    }
+
+    /// Members this node counts for its quorum: itself and every node heard from (from earlier
+    /// runs too, as the driver persisted them), until silent for `forget_ms`.
+    pub fn known(&self) -> &std::collections::BTreeSet<NodeId> {
+        &self.known
+    }
+
+    /// True once since the known members changed (the driver persists them then).
+    pub fn take_known_changed(&mut self) -> bool {
+        std::mem::take(&mut self.known_changed)
+    }
+
+    /// Whether more than half of the known members (this node included) hear each other now.
+    pub fn has_quorum(&self, now: u64) -> bool {
+        let me = self.cfg.me;
+        let mutual = 1 + self
+            .peers
+            .values()
+            .filter(|p| {
+                now.saturating_sub(p.last_seen) <= self.cfg.peer_timeout_ms
+                    && p.state.hears.contains(&me)
+            })
+            .count();
+        2 * mutual > self.known.len().max(1)
+    }
+
+    /// Whether this node holds its lease (a quorum within the last `autonomy_ms`).
+    pub fn lease_held(&self, now: u64) -> bool {
+        self.last_quorum
+            .is_some_and(|t| i128::from(now) <= t + i128::from(self.cfg.autonomy_ms))
+    }
+
+    /// When a quorum last held (ms on the driver's clock; negative: before this run began).
+    pub fn last_quorum(&self) -> Option<i128> {
+        self.last_quorum
+    }
+
+    /// A member to remember: a peer we hear, or the owner of a task we were told of. A node we
+    /// never heard counts as silent from now on, so its tasks are taken over only after a full
+    /// takeover period.
+    pub(super) fn note_member(&mut self, id: NodeId, now: u64) {
+        if id == self.cfg.me || self.peers.contains_key(&id) {
+            return;
+        }
+        if self.known.insert(id) {
+            self.known_changed = true;
+        }
+        self.silent.entry(id).or_insert(now);
+    }
+
+    /// Whether this node may start `t` now (the rule of the module doc).
+    pub(super) fn may_start(&self, t: &TaskEntry, now: u64) -> bool {
+        if !self.lease_held(now) {
+            return false;
+        }
+        match t.owner {
+            Some(o) if o == self.cfg.me || self.peers.contains_key(&o) => true,
+            Some(o) => {
+                self.has_quorum(now)
+                    && self
+                        .silent
+                        .get(&o)
+                        .is_some_and(|s| now >= s + self.takeover_ms())
+            }
+            None => self.has_quorum(now),
+        }
+    }
+
+    /// Leases and takeovers, once per tick.
+    pub(super) fn tick_leases(&mut self, now: u64) -> Vec<Action> {
+        let me = self.cfg.me;
+        let mut out = Vec::new();
+        if self.first_lease_tick {
+            self.first_lease_tick = false;
+            self.last_quorum = self
+                .cfg
+                .lease_age_ms
+                .map(|a| i128::from(now) - i128::from(a));
+        }
+        let quorum = self.has_quorum(now);
+        if quorum {
+            self.last_quorum = Some(i128::from(now));
+            if self.lease_lost {
+                // Back with a quorum after stopping everything: listen before deciding.
+                self.lease_lost = false;
+                self.first_tick = None;
+            }
+        }
+        if !self.lease_held(now) && !self.lease_lost {
+            self.lease_lost = true;
+            self.first_tick = None;
+            let mine: Vec<_> = self
+                .tasks
+                .iter()
+                .filter(|(_, t)| matches!(&t.state, TaskState::Running { node, .. } if *node == me))
+                .map(|(id, _)| *id)
+                .collect();
+            for id in mine {
+                // The other side may start it once our lease is over: our copy must end now.
+                out.push(Action::Stop { task: id });
+                self.stats.lease_stops += 1;
+                if let Some(t) = self.tasks.get_mut(&id) {
+                    t.state = TaskState::Pending;
+                    t.owner = Some(me);
+                    self.protocol.release(id);
+                }
+            }
+        }
+        // Members we remember but do not hear count as silent from the first tick on.
+        let unheard: Vec<NodeId> = self
+            .known
+            .iter()
+            .filter(|id| **id != me && !self.peers.contains_key(id))
+            .copied()
+            .collect();
+        for id in unheard {
+            self.silent.entry(id).or_insert(now);
+        }
+        let forget: Vec<NodeId> = self
+            .silent
+            .iter()
+            .filter(|(_, s)| now.saturating_sub(**s) > self.cfg.forget_ms)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in forget {
+            self.silent.remove(&id);
+            self.taken_over.remove(&id);
+            self.known.remove(&id);
+            self.known_changed = true;
+        }
+        if quorum {
+            let due: Vec<NodeId> = self
+                .silent
+                .iter()
+                .filter(|(id, s)| now >= **s + self.takeover_ms() && !self.taken_over.contains(id))
+                .map(|(id, _)| *id)
+                .collect();
+            for id in due {
+                self.taken_over.insert(id);
+                for (tid, t) in self.tasks.iter_mut() {
+                    match &t.state {
+                        TaskState::Running { node, .. } if *node == id => {
+                            t.state = TaskState::Pending;
+                            t.owner = None;
+                            self.protocol.release(*tid);
+                        }
+                        TaskState::Pending if t.owner == Some(id) => t.owner = None,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        out
+    }
+}

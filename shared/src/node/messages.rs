@@ -1,0 +1,386 @@
+//! What a node does with each message from a peer: heartbeats (liveness, leases, the peer's
+//! running copies), announcements, protocol messages, starts and outcomes.
+//!
+//! Reconciliation rules, the same on every node so that all agree without a coordinator:
+//! a copy with a higher epoch beats one with a lower epoch (equal epochs: the lower node id wins),
+//! and a finished task stays finished (an outcome beats every running copy; among outcomes the
+//! higher epoch wins, a cancellation beats all). A node whose copy loses stops it at once.
+//! Nothing here does I/O: the driver carries out the returned [`Action`]s.
+
+use super::{Action, NodeCore, Peer, TaskEntry, TaskState};
+use crate::resources::Resources;
+use crate::spec::TaskSpec;
+use crate::task::{NodeId, Task, TaskId};
+use crate::wire::{Body, CANCELLED, Envelope, FinishedTask, MAX_OUTCOMES, NodeState, Outcome};
+use std::sync::Arc;
+
+/// Whether copy `(epoch, node)` beats copy `(other_epoch, other_node)`.
+pub(super) fn beats(epoch: u64, node: NodeId, other_epoch: u64, other_node: NodeId) -> bool {
+    epoch > other_epoch || (epoch == other_epoch && node < other_node)
+}
+
+impl NodeCore {
+    /// A message from a peer (already decoded and validated by the wire layer).
+    pub fn on_message(&mut self, e: Envelope, now: u64) -> Vec<Action> {
+        let from = e.from;
+        if from == self.cfg.me {
+            return Vec::new();
+        }
+        self.now = self.now.max(now);
+        self.stats.received += 1;
+        match e.body {
+            Body::Heartbeat(state) => self.on_heartbeat(from, state, now),
+            Body::Announce {
+                task,
+                spec,
+                owner,
+                epoch,
+                runs,
+            } => {
+                let id = task.id;
+                let mut out = self.on_announce(from, task, spec, owner, epoch, now);
+                if let Some(alloc) = runs {
+                    out.extend(self.on_copy(id, from, &alloc, epoch, None));
+                }
+                out
+            }
+            Body::Protocol(m) => {
+                if !self.peers.contains_key(&from) {
+                    // Not heard a heartbeat yet: it will be a member from its first heartbeat.
+                    return Vec::new();
+                }
+                if m.round.slot > self.protocol.round().slot + 1 {
+                    // Far behind the cluster (we just started, or were cut off): join its current
+                    // round instead of replaying slots nobody else runs.
+                    self.protocol = self.fresh_protocol(m.round);
+                    self.proposed_at = None;
+                }
+                match self.protocol.receive(m, now) {
+                    Ok(outputs) => self.handle(outputs, now),
+                    Err(_) => Vec::new(),
+                }
+            }
+            Body::Started { task, alloc, epoch } => self.on_started(task, from, alloc, epoch),
+            Body::Finished(o) => self.apply_outcome(o),
+            Body::Outcomes(list) => {
+                let mut out = Vec::new();
+                for f in list {
+                    // A task we never heard of (submitted across a partition): learn it first.
+                    if !self.tasks.contains_key(&f.task.id) {
+                        let id = f.task.id;
+                        self.tasks.insert(
+                            id,
+                            TaskEntry {
+                                task: Arc::new(f.task),
+                                spec: f.spec,
+                                state: TaskState::Pending,
+                                owner: Some(f.outcome.node),
+                                epoch: 0,
+                            },
+                        );
+                    }
+                    out.extend(self.apply_outcome(f.outcome));
+                }
+                out
+            }
+            Body::Failed {
+                task,
+                requeue,
+                reason: _,
+            } => {
+                if requeue {
+                    // Handed back by a node that is leaving: anyone whose side holds a quorum
+                    // may run it.
+                    if let Some(t) = self.tasks.get_mut(&task)
+                        && matches!(&t.state, TaskState::Running { node, .. } if *node == from)
+                    {
+                        t.state = TaskState::Pending;
+                        t.owner = None;
+                        self.protocol.release(task);
+                    }
+                    Vec::new()
+                } else {
+                    // Cancelled by a user at any agent.
+                    self.apply_outcome(Outcome {
+                        task,
+                        node: from,
+                        epoch: CANCELLED,
+                        exit_code: None,
+                    })
+                }
+            }
+        }
+    }
+
+    fn on_heartbeat(&mut self, from: NodeId, state: NodeState, now: u64) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.silent.remove(&from);
+        self.taken_over.remove(&from);
+        if self.known.insert(from) {
+            self.known_changed = true;
+        }
+        let restarted = self
+            .incarnations
+            .insert(from, state.incarnation)
+            .is_some_and(|i| i != state.incarnation);
+        if restarted {
+            // What it ran before its restart and does not list now died with it (it adopts what
+            // still runs, and lists that).
+            let listed: std::collections::BTreeSet<TaskId> =
+                state.running.iter().map(|r| r.task).collect();
+            for (id, t) in self.tasks.iter_mut() {
+                if matches!(&t.state, TaskState::Running { node, .. } if *node == from)
+                    && !listed.contains(id)
+                {
+                    t.state = TaskState::Pending;
+                    t.owner = Some(from);
+                    self.protocol.release(*id);
+                }
+            }
+        }
+        if !self.peers.contains_key(&from) || restarted {
+            if !self.peers.contains_key(&from) {
+                self.protocol.add_member(from);
+            }
+            out.extend(self.greet());
+        }
+        // Its running list is authoritative for its copies; fencing by epoch.
+        for r in &state.running {
+            out.extend(self.on_copy(r.task, from, &r.alloc, r.epoch, Some(r.progress)));
+        }
+        self.peers.insert(
+            from,
+            Peer {
+                state,
+                last_seen: now,
+            },
+        );
+        out
+    }
+
+    /// What a (re)joining peer must hear from us: our pending tasks (announcing again is
+    /// idempotent), the tasks we run and the outcomes of the tasks we ran, each with its task
+    /// and spec, so both sides of a healed partition agree in one exchange.
+    fn greet(&mut self) -> Vec<Action> {
+        let me = self.cfg.me;
+        let mut out = Vec::new();
+        type Told = (Task, TaskSpec, Option<NodeId>, u64, Option<Resources>);
+        let tell: Vec<Told> = self
+            .tasks
+            .values()
+            .filter_map(|t| {
+                let runs = match &t.state {
+                    TaskState::Pending => None,
+                    TaskState::Running { node, alloc, .. } if *node == me => Some(alloc.clone()),
+                    _ => return None,
+                };
+                Some(((*t.task).clone(), t.spec.clone(), t.owner, t.epoch, runs))
+            })
+            .collect();
+        for (task, spec, owner, epoch, runs) in tell {
+            out.push(self.envelope(Body::Announce {
+                task,
+                spec,
+                owner,
+                epoch,
+                runs,
+            }));
+        }
+        let mine: Vec<FinishedTask> = self
+            .tasks
+            .iter()
+            .filter_map(|(id, t)| match &t.state {
+                TaskState::Done { node, code, epoch } if *node == me => Some(FinishedTask {
+                    task: (*t.task).clone(),
+                    spec: t.spec.clone(),
+                    outcome: Outcome {
+                        task: *id,
+                        node: *node,
+                        epoch: *epoch,
+                        exit_code: *code,
+                    },
+                }),
+                _ => None,
+            })
+            .collect();
+        for chunk in mine.chunks(MAX_OUTCOMES) {
+            out.push(self.envelope(Body::Outcomes(chunk.to_vec())));
+        }
+        out
+    }
+
+    fn on_announce(
+        &mut self,
+        from: NodeId,
+        task: Task,
+        spec: TaskSpec,
+        owner: Option<NodeId>,
+        epoch: u64,
+        now: u64,
+    ) -> Vec<Action> {
+        let id = task.id;
+        if let Some(o) = owner {
+            self.note_member(o, now);
+        }
+        let Some(t) = self.tasks.get_mut(&id) else {
+            self.tasks.insert(
+                id,
+                TaskEntry {
+                    task: Arc::new(task),
+                    spec,
+                    state: TaskState::Pending,
+                    owner,
+                    epoch,
+                },
+            );
+            return Vec::new();
+        };
+        if t.spec != spec {
+            // An id reused for another task (a node that lost its data and its identity's
+            // counter): refuse it, loudly, rather than mistake one task for the other.
+            self.stats.refused_announces += 1;
+            return vec![Action::Refused {
+                task: id,
+                from,
+                reason: "announced with another spec than the task known under this id".into(),
+            }];
+        }
+        if epoch > t.epoch {
+            t.epoch = epoch;
+            t.owner = owner;
+        }
+        match t.state.clone() {
+            // A re-announcement (a restarted agent replaying its journal): the node that runs
+            // the task answers, so the announcer does not start it again.
+            TaskState::Running { node, alloc, .. } if node == self.cfg.me => {
+                let epoch = t.epoch;
+                vec![self.envelope(Body::Started {
+                    task: id,
+                    alloc,
+                    epoch,
+                })]
+            }
+            // Anyone who knows it finished says so, naming who ran it (the runner may be gone).
+            TaskState::Done { node, code, epoch } => vec![self.envelope(Body::Finished(Outcome {
+                task: id,
+                node,
+                epoch,
+                exit_code: code,
+            }))],
+            _ => Vec::new(),
+        }
+    }
+
+    fn on_started(
+        &mut self,
+        task: TaskId,
+        node: NodeId,
+        alloc: Resources,
+        epoch: u64,
+    ) -> Vec<Action> {
+        self.on_copy(task, node, &alloc, epoch, None)
+    }
+
+    /// `node` runs a copy of `task` with `epoch` (from its start message or its heartbeat).
+    fn on_copy(
+        &mut self,
+        task: TaskId,
+        node: NodeId,
+        alloc: &Resources,
+        epoch: u64,
+        progress: Option<f64>,
+    ) -> Vec<Action> {
+        let me = self.cfg.me;
+        let slot = self.protocol.round().slot;
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        match t.state.clone() {
+            TaskState::Done {
+                node: ran,
+                code,
+                epoch: e,
+            } => {
+                // Finished already: tell the node running a late copy, so it stops it.
+                out.push(self.envelope(Body::Finished(Outcome {
+                    task,
+                    node: ran,
+                    epoch: e,
+                    exit_code: code,
+                })));
+                return out;
+            }
+            TaskState::Running { node: n, .. } if n == node && t.epoch == epoch => {
+                // The copy we know: only its progress changes.
+                if let (TaskState::Running { progress: p, .. }, Some(np)) = (&mut t.state, progress)
+                {
+                    *p = np;
+                }
+            }
+            TaskState::Running { node: n, .. } => {
+                if beats(epoch, node, t.epoch, n) {
+                    if n == me {
+                        // Our copy lost (a higher epoch started elsewhere, or the same round was
+                        // decided differently and the lower id keeps it): stop it.
+                        out.push(Action::Stop { task });
+                        self.stats.copies_stopped += 1;
+                    }
+                    t.epoch = epoch;
+                    t.state = TaskState::Running {
+                        node,
+                        alloc: alloc.clone(),
+                        progress: progress.unwrap_or(0.0),
+                        started: slot,
+                    };
+                }
+                // Otherwise the other copy loses: its node stops it when it hears of ours.
+            }
+            TaskState::Pending => {
+                if epoch >= t.epoch {
+                    t.epoch = epoch;
+                    t.state = TaskState::Running {
+                        node,
+                        alloc: alloc.clone(),
+                        progress: progress.unwrap_or(0.0),
+                        started: slot,
+                    };
+                }
+            }
+        }
+        if matches!(self.tasks[&task].state, TaskState::Running { .. }) {
+            self.protocol.mark_committed(task);
+        }
+        out
+    }
+
+    /// An outcome of `o.task` (a peer's finish, a cancellation, or a reconciliation entry).
+    pub(super) fn apply_outcome(&mut self, o: Outcome) -> Vec<Action> {
+        let me = self.cfg.me;
+        let Some(t) = self.tasks.get_mut(&o.task) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        match &t.state {
+            TaskState::Done { node, epoch, .. } => {
+                if !beats(o.epoch, o.node, *epoch, *node) {
+                    return out;
+                }
+            }
+            TaskState::Running { node, .. } if *node == me && o.node != me => {
+                // Finished elsewhere (or cancelled): our copy is a duplicate; stop it.
+                out.push(Action::Stop { task: o.task });
+                self.stats.copies_stopped += 1;
+            }
+            _ => {}
+        }
+        t.epoch = t.epoch.max(if o.epoch == CANCELLED { 0 } else { o.epoch });
+        t.state = TaskState::Done {
+            node: o.node,
+            code: o.exit_code,
+            epoch: o.epoch,
+        };
+        self.protocol.mark_committed(o.task);
+        out
+    }
+}

@@ -1,0 +1,551 @@
+//! An in-memory cluster: nodes exchange messages through a delayed, in-order bus; tasks run
+//! for a time set by their allocation. Checked: every task finishes exactly once, no node ever
+//! allocates more than its capacity, and a node that dies mid-run loses no task.
+use super::*;
+use crate::baselines;
+use std::collections::BTreeSet;
+
+const STEP: u64 = 10;
+
+struct Cluster {
+    nodes: Vec<NodeCore>,
+    alive: Vec<bool>,
+    /// (deliver at, to, envelope)
+    bus: Vec<(u64, usize, Envelope)>,
+    /// (ends at, node, task)
+    running: Vec<(u64, usize, TaskId)>,
+    finished: BTreeMap<TaskId, u32>,
+    starts: u32,
+    /// Starts per task, and (task, ms) whenever two copies of a task ran at the same time.
+    started: BTreeMap<TaskId, u32>,
+    overlaps: Vec<(TaskId, u64)>,
+    /// The side of a partition each node is on (messages cross only within a side).
+    side: Vec<u8>,
+    /// Work of a task in ms at one core.
+    work_ms: u64,
+    now: u64,
+}
+
+fn spec() -> TaskSpec {
+    TaskSpec::from_toml("command = [\"x\"]\nmin_demand = { cpu = 1 }\n").unwrap()
+}
+
+impl Cluster {
+    fn new(n: usize, policy: &str) -> Self {
+        let ctx = baselines::BaselineContext {
+            num_types: 1,
+            cpu_kind: 0,
+            gpu_kind: 1,
+            profile: Vec::new(),
+        };
+        let nodes = (0..n)
+            .map(|i| {
+                let cfg = NodeConfig {
+                    me: NodeId(i as u32),
+                    name: format!("n{i}"),
+                    capacity: Resources(vec![4, 0]),
+                    labels: BTreeMap::new(),
+                    incarnation: 1,
+                    num_types: 1,
+                    window: 10,
+                    slot_ms: 200,
+                    round_ms: 50,
+                    heartbeat_ms: 50,
+                    peer_timeout_ms: 300,
+                    autonomy_ms: 1000,
+                    forget_ms: DEFAULT_FORGET_MS,
+                    known: BTreeSet::new(),
+                    lease_age_ms: None,
+                };
+                NodeCore::new(cfg, baselines::by_name(policy, &ctx).unwrap(), i as u64)
+            })
+            .collect();
+        Self {
+            nodes,
+            alive: vec![true; n],
+            bus: Vec::new(),
+            running: Vec::new(),
+            finished: BTreeMap::new(),
+            starts: 0,
+            started: BTreeMap::new(),
+            overlaps: Vec::new(),
+            side: vec![0; n],
+            work_ms: 1000,
+            now: 0,
+        }
+    }
+
+    fn act(&mut self, from: usize, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Broadcast(e) => {
+                    // Encode and decode as the wire would: what a node sends must pass.
+                    let bytes = crate::wire::encode(&e).unwrap();
+                    let e = crate::wire::decode(&bytes).unwrap();
+                    for to in 0..self.nodes.len() {
+                        if to != from {
+                            self.bus.push((self.now + STEP, to, e.clone()));
+                        }
+                    }
+                }
+                Action::Start { task, alloc, .. } => {
+                    self.starts += 1;
+                    *self.started.entry(task).or_default() += 1;
+                    if self.running.iter().any(|(_, _, t)| *t == task) {
+                        self.overlaps.push((task, self.now));
+                    }
+                    // 1 s of work at 1 core (by default), 250 ms at 4.
+                    let ms = self.work_ms / u64::from(alloc.get(0).max(1));
+                    self.running.push((self.now + ms, from, task));
+                }
+                Action::Refused { .. } => {}
+                Action::Stop { task } => {
+                    self.running.retain(|(_, n, t)| !(*n == from && *t == task));
+                    let more = self.nodes[from].on_exit(task, None, true);
+                    self.act(from, more);
+                }
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        self.now += STEP;
+        let now = self.now;
+        let due: Vec<(u64, usize, Envelope)> = {
+            let (due, later): (Vec<_>, Vec<_>) =
+                self.bus.drain(..).partition(|(t, _, _)| *t <= now);
+            self.bus = later;
+            due
+        };
+        for (_, to, e) in due {
+            if self.alive[to] && self.side[to] == self.side[e.from.0 as usize] {
+                let acts = self.nodes[to].on_message(e, now);
+                self.act(to, acts);
+            }
+        }
+        let (done, rest): (Vec<_>, Vec<_>) =
+            self.running.drain(..).partition(|(t, _, _)| *t <= now);
+        self.running = rest;
+        for (_, node, task) in done {
+            if self.alive[node] {
+                *self.finished.entry(task).or_default() += 1;
+                let acts = self.nodes[node].on_exit(task, Some(0), false);
+                self.act(node, acts);
+            }
+        }
+        for i in 0..self.nodes.len() {
+            if self.alive[i] {
+                let acts = self.nodes[i].tick(now);
+                self.act(i, acts);
+                let used = self.nodes[i].used();
+                assert!(
+                    used.fits_in(&Resources(vec![4, 0])),
+                    "node {i} allocates {used} at {now} ms"
+                );
+            }
+        }
+    }
+
+    fn submit(&mut self, at: usize, id: u64) {
+        let reachable: Vec<NodeId> = (0..self.nodes.len() as u32).map(NodeId).collect();
+        let task = Task {
+            id: TaskId(id),
+            ty: crate::TaskTypeId(0),
+            min_demand: Resources(vec![1, 0]),
+            max_demand: None,
+            priority: 0,
+            reachable,
+            arrival: self.now / 200,
+        };
+        let acts = self.nodes[at].submit(task, spec());
+        self.act(at, acts);
+    }
+
+    fn kill(&mut self, i: usize) {
+        self.alive[i] = false;
+        self.running.retain(|(_, n, _)| *n != i);
+    }
+}
+
+#[test]
+fn tasks_finish_exactly_once_within_capacity() {
+    for policy in ["min", "random", "first-fit-max", "drf"] {
+        let mut c = Cluster::new(4, policy);
+        for s in 0..40 {
+            c.step();
+            if s == 39 {
+                assert!(
+                    c.nodes.iter().all(|n| n.peers().count() == 3),
+                    "{:?}",
+                    c.nodes
+                );
+            }
+        }
+        for id in 0..30u64 {
+            c.submit((id % 4) as usize, id);
+            c.step();
+        }
+        let mut steps = 0;
+        while c.finished.len() < 30 && steps < 5000 {
+            c.step();
+            steps += 1;
+        }
+        assert_eq!(
+            c.finished.len(),
+            30,
+            "{policy}: {} finished",
+            c.finished.len()
+        );
+        assert!(
+            c.finished.values().all(|n| *n == 1),
+            "{policy}: {:?}",
+            c.finished
+        );
+        // Once the last notices are delivered, every node agrees every task is done.
+        for _ in 0..5 {
+            c.step();
+        }
+        for n in &c.nodes {
+            let left: Vec<_> = n
+                .tasks()
+                .iter()
+                .filter(|(_, t)| !matches!(t.state, TaskState::Done { .. }))
+                .collect();
+            assert!(
+                left.is_empty(),
+                "{policy}: node {} still has {left:?}",
+                n.id().0
+            );
+        }
+    }
+}
+
+#[test]
+fn a_restarted_node_replays_its_tasks_without_running_them_twice() {
+    let mut c = Cluster::new(3, "min");
+    for _ in 0..30 {
+        c.step();
+    }
+    for id in 0..18u64 {
+        c.submit(0, id);
+    }
+    // Let some tasks finish, then restart node 0 with a blank memory and the journal's replay
+    // (every task it accepted, as the store would return the unfinished ones and more).
+    while c.finished.len() < 6 {
+        c.step();
+    }
+    c.running.retain(|(_, n, _)| *n != 0);
+    let ctx = baselines::BaselineContext {
+        num_types: 1,
+        cpu_kind: 0,
+        gpu_kind: 1,
+        profile: Vec::new(),
+    };
+    let mut cfg = c.nodes[0].cfg.clone();
+    cfg.incarnation = 2;
+    c.nodes[0] = NodeCore::new(cfg, baselines::by_name("min", &ctx).unwrap(), 99);
+    for id in 0..18u64 {
+        c.submit(0, id);
+    }
+    let mut steps = 0;
+    while c.finished.len() < 18 && steps < 10_000 {
+        c.step();
+        steps += 1;
+    }
+    assert_eq!(c.finished.len(), 18);
+    assert!(
+        c.finished.values().all(|n| *n == 1),
+        "a task ran to completion twice: {:?}",
+        c.finished
+    );
+}
+
+#[test]
+fn a_cancelled_task_stops_wherever_it_runs() {
+    let mut c = Cluster::new(2, "min");
+    for _ in 0..30 {
+        c.step();
+    }
+    c.submit(0, 1);
+    while c.running.is_empty() {
+        c.step();
+    }
+    let runner = c.running[0].1;
+    let other = 1 - runner;
+    let acts = c.nodes[other].cancel(TaskId(1)).unwrap();
+    c.act(other, acts);
+    for _ in 0..20 {
+        c.step();
+    }
+    assert!(
+        c.running.is_empty(),
+        "the runner did not stop the cancelled task"
+    );
+    assert!(c.finished.is_empty());
+    for n in &c.nodes {
+        assert!(matches!(
+            n.tasks()[&TaskId(1)].state,
+            TaskState::Done { .. }
+        ));
+    }
+    assert!(c.nodes[0].cancel(TaskId(1)).is_none(), "already ended");
+}
+
+#[test]
+fn a_dead_node_loses_no_task() {
+    let mut c = Cluster::new(3, "min");
+    for _ in 0..30 {
+        c.step();
+    }
+    for id in 0..24u64 {
+        c.submit((id % 3) as usize, id);
+    }
+    // Run until node 2 runs something, then kill it.
+    let mut guard = 0;
+    while !c.running.iter().any(|(_, n, _)| *n == 2) && guard < 1000 {
+        c.step();
+        guard += 1;
+    }
+    let lost: BTreeSet<TaskId> = c
+        .running
+        .iter()
+        .filter(|(_, n, _)| *n == 2)
+        .map(|(_, _, t)| *t)
+        .collect();
+    assert!(!lost.is_empty());
+    c.kill(2);
+    let mut steps = 0;
+    while c.finished.len() < 24 && steps < 10_000 {
+        c.step();
+        steps += 1;
+    }
+    assert_eq!(c.finished.len(), 24, "finished {:?}", c.finished.keys());
+    assert!(c.finished.values().all(|n| *n == 1));
+    for t in lost {
+        let TaskState::Done { node, .. } = &c.nodes[0].tasks()[&t].state else {
+            panic!("{t} not done");
+        };
+        assert_ne!(*node, NodeId(2), "{t} finished on the dead node");
+    }
+}
+
+impl Cluster {
+    /// Run until every task of `0..n` finished somewhere, or `limit` steps.
+    fn run_until_finished(&mut self, n: usize, limit: u32) {
+        let mut steps = 0;
+        while self.finished.len() < n && steps < limit {
+            self.step();
+            steps += 1;
+        }
+    }
+
+    /// Each node's view of each task's outcome (node, code, epoch).
+    fn outcomes(&self) -> Vec<BTreeMap<TaskId, TaskState>> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                n.tasks()
+                    .iter()
+                    .map(|(id, t)| (*id, t.state.clone()))
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// A 5-node cluster split 2|3 for `cut_ms` while 30 tasks of `work_ms` run, then healed.
+fn partition(cut_ms: u64, work_ms: u64) -> Cluster {
+    let mut c = Cluster::new(5, "min");
+    c.work_ms = work_ms;
+    for _ in 0..40 {
+        c.step();
+    }
+    for id in 0..15u64 {
+        c.submit((id % 5) as usize, id);
+    }
+    for _ in 0..20 {
+        c.step();
+    }
+    c.side = vec![1, 1, 0, 0, 0];
+    // Tasks submitted on both sides during the cut.
+    for id in 15..30u64 {
+        c.submit((id % 5) as usize, id);
+    }
+    for _ in 0..cut_ms / STEP {
+        c.step();
+    }
+    c.side = vec![0; 5];
+    c.run_until_finished(30, 20_000);
+    for _ in 0..40 {
+        c.step();
+    }
+    c
+}
+
+fn assert_agree(c: &Cluster) {
+    let o = c.outcomes();
+    for (i, m) in o.iter().enumerate() {
+        for (id, s) in m {
+            assert_eq!(Some(s), o[0].get(id), "node {i} and node 0 disagree on {id}");
+        }
+        assert_eq!(m.len(), o[0].len(), "node {i} knows other tasks");
+    }
+}
+
+#[test]
+fn a_partition_shorter_than_the_autonomy_time_runs_nothing_twice() {
+    // Longer than the peer timeout (300 ms), shorter than the autonomy time (1 s).
+    let c = partition(700, 3000);
+    assert_eq!(c.finished.len(), 30, "finished {:?}", c.finished.keys());
+    assert!(c.overlaps.is_empty(), "copies overlapped: {:?}", c.overlaps);
+    assert!(
+        c.started.values().all(|n| *n == 1),
+        "a task started twice: {:?}",
+        c.started
+    );
+    assert_agree(&c);
+}
+
+#[test]
+fn a_partition_longer_than_the_autonomy_time_never_overlaps_and_heals_to_one_outcome() {
+    // Takeover after 300 + 1000 + 1100 ms; the cut lasts 5 s; tasks run 3 s.
+    let c = partition(5000, 3000);
+    assert_eq!(c.finished.len(), 30, "finished {:?}", c.finished.keys());
+    assert!(c.overlaps.is_empty(), "copies overlapped: {:?}", c.overlaps);
+    assert!(
+        c.started.values().any(|n| *n > 1),
+        "the majority side took nothing over: {:?}",
+        c.started
+    );
+    // The minority nodes (0 and 1) stopped what they ran when their lease lapsed.
+    let stops: u64 = c.nodes[..2].iter().map(|n| n.stats().lease_stops).sum();
+    assert!(stops > 0, "the cut-off side stopped nothing");
+    assert_agree(&c);
+    let o = c.outcomes();
+    for (id, s) in &o[0] {
+        assert!(
+            matches!(s, TaskState::Done { code: Some(0), .. }),
+            "{id}: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn a_node_without_a_quorum_starts_nothing_once_its_lease_lapsed() {
+    let mut c = Cluster::new(3, "min");
+    for _ in 0..40 {
+        c.step();
+    }
+    // Node 0 alone on its side: no quorum (1 of 3).
+    c.side = vec![1, 0, 0];
+    for _ in 0..200 {
+        c.step();
+    }
+    assert!(!c.nodes[0].has_quorum(c.now));
+    assert!(!c.nodes[0].lease_held(c.now));
+    assert!(c.nodes[1].has_quorum(c.now));
+    c.submit(0, 7);
+    for _ in 0..100 {
+        c.step();
+    }
+    assert!(
+        c.started.is_empty(),
+        "a node without a lease started a task"
+    );
+    c.side = vec![0; 3];
+    c.run_until_finished(1, 5000);
+    assert_eq!(c.started.get(&TaskId(7)), Some(&1));
+}
+
+#[test]
+fn an_id_known_with_another_task_is_refused() {
+    let mut c = Cluster::new(2, "min");
+    for _ in 0..40 {
+        c.step();
+    }
+    c.submit(0, 5);
+    c.step();
+    c.step();
+    // Node 1 now knows t5; a node that lost its counter announces another task under it.
+    let mut other = spec();
+    other.command = vec!["other".into()];
+    let task = c.nodes[0].tasks()[&TaskId(5)].task.as_ref().clone();
+    let e = Envelope {
+        version: WIRE_VERSION,
+        from: NodeId(0),
+        seq: 999,
+        body: Body::Announce {
+            task,
+            spec: other,
+            owner: Some(NodeId(0)),
+            epoch: 0,
+            runs: None,
+        },
+    };
+    let acts = c.nodes[1].on_message(e, c.now);
+    assert!(
+        matches!(&acts[..], [Action::Refused { task: TaskId(5), .. }]),
+        "{acts:?}"
+    );
+    assert_eq!(c.nodes[1].stats().refused_announces, 1);
+    assert_eq!(c.nodes[1].tasks()[&TaskId(5)].spec, spec());
+}
+
+#[test]
+fn a_killed_node_restarted_within_the_autonomy_time_keeps_its_copies() {
+    let mut c = Cluster::new(3, "min");
+    c.work_ms = 2000;
+    for _ in 0..40 {
+        c.step();
+    }
+    for id in 0..6u64 {
+        c.submit((id % 3) as usize, id);
+    }
+    while !c.running.iter().any(|(_, n, _)| *n == 2) {
+        c.step();
+    }
+    // Node 2's agent dies; its task processes live on (adopted on restart, as the agent's
+    // supervisor allows). It comes back after 600 ms: beyond the peer timeout, within autonomy.
+    let adopted: Vec<(TaskId, TaskEntry)> = c.nodes[2]
+        .tasks()
+        .iter()
+        .filter(|(_, t)| matches!(&t.state, TaskState::Running { node, .. } if *node == NodeId(2)))
+        .map(|(id, t)| (*id, t.clone()))
+        .collect();
+    assert!(!adopted.is_empty());
+    c.alive[2] = false;
+    for _ in 0..60 {
+        c.step();
+    }
+    let mut cfg = c.nodes[2].cfg.clone();
+    cfg.incarnation = 2;
+    cfg.known = c.nodes[2].known().clone();
+    cfg.lease_age_ms = Some(600);
+    let ctx = baselines::BaselineContext {
+        num_types: 1,
+        cpu_kind: 0,
+        gpu_kind: 1,
+        profile: Vec::new(),
+    };
+    let mut fresh = NodeCore::new(cfg, baselines::by_name("min", &ctx).unwrap(), 7);
+    for (_, t) in &adopted {
+        let acts = fresh.restore(
+            (*t.task).clone(),
+            t.spec.clone(),
+            t.state.clone(),
+            t.owner,
+            t.epoch,
+        );
+        assert!(acts.is_empty());
+    }
+    c.nodes[2] = fresh;
+    c.alive[2] = true;
+    c.run_until_finished(6, 20_000);
+    assert_eq!(c.finished.len(), 6);
+    assert!(c.overlaps.is_empty(), "{:?}", c.overlaps);
+    assert!(
+        c.started.values().all(|n| *n == 1),
+        "a task started twice: {:?}",
+        c.started
+    );
+}
