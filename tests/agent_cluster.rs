@@ -174,7 +174,11 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
         async move {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = l.local_addr().unwrap().to_string();
-            tokio::spawn(async move { axum::serve(l, app).await });
+            tokio::spawn(tapfinger_agent::api::serve_with(
+                l,
+                app,
+                Duration::from_millis(300),
+            ));
             addr
         }
     };
@@ -208,6 +212,14 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
             "gpus",
         ),
         ("not json", "spec"),
+        // More arguments than the wire carries: refused here, not lost on the way to peers.
+        (
+            &format!(
+                r#"{{"command": [{}], "min_demand": {{"cpu": 1}}}}"#,
+                vec!["\"x\""; 257].join(",")
+            ),
+            "command",
+        ),
     ] {
         let (code, body) = http(&api, "POST", "/v1/tasks", Some(spec.into()), None)
             .await
@@ -231,7 +243,7 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
     let (code, body) = http(&api, "DELETE", &path, None, None).await.unwrap();
     assert_eq!(code, 200, "{body}");
     let (_, body) = http(&api, "GET", &path, None, None).await.unwrap();
-    assert!(body.contains("\"done\""), "{body}");
+    assert!(body.contains("\"cancelled\""), "{body}");
     let (code, _) = http(&api, "DELETE", &path, None, None).await.unwrap();
     assert_eq!(code, 404);
     let (code, _) = http(&api, "GET", &format!("{path}/logs"), None, None)
@@ -246,6 +258,23 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
         .await
         .unwrap();
     assert_eq!(code, 200);
+    // The token comes first: without it, a bad spec, a huge body or a bad path say nothing more.
+    let huge = "x".repeat(tapfinger_agent::api::MAX_BODY + 1);
+    for (method, path, body) in [
+        ("POST", "/v1/tasks", Some("not json".to_string())),
+        ("POST", "/v1/tasks", Some(huge)),
+        ("GET", "/v1/tasks/not-a-number", None),
+    ] {
+        let (code, _) = http(&guarded, method, path, body, None).await.unwrap();
+        assert_eq!(code, 401, "{method} {path}");
+    }
+    // A client that sends half a request is cut off after the header timeout.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut half = tokio::net::TcpStream::connect(&guarded).await.unwrap();
+    half.write_all(b"GET /v1/node HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    let mut buf = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), half.read_to_end(&mut buf)).await;
+    assert!(closed.is_ok(), "the half-sent request still holds its connection");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -105,6 +105,9 @@ pub struct Local {
     pub heartbeat_ms: u64,
     /// Incarnation (a restarted agent announces a higher one).
     pub incarnation: u64,
+    /// Autonomy time (ms): a killed agent's tasks run elsewhere after 8 heartbeats plus this
+    /// plus the takeover grace.
+    pub autonomy_ms: u64,
     /// Online learning with a coordinator.
     pub online: Option<tapfinger_agent::online::OnlineConfig>,
     /// For `tapfinger`: a checkpoint directory instead of the shipped model.
@@ -127,6 +130,7 @@ impl Local {
             round_ms: 100,
             heartbeat_ms: 100,
             incarnation: 1,
+            autonomy_ms: 1000,
             online: None,
             model: None,
             capacity: capacity(),
@@ -145,9 +149,9 @@ impl Local {
         let (store, recovered) = match &self.journal {
             Some(path) => {
                 let (s, r) = tapfinger_agent::store::Store::open(path).unwrap();
-                (Some(s), r.unfinished)
+                (Some(s), r)
             }
-            None => (None, Vec::new()),
+            None => (None, Default::default()),
         };
         let (net, addr) = start_listening(NetConfig {
             keypair: self.keypair,
@@ -173,6 +177,10 @@ impl Local {
             round_ms: self.round_ms,
             heartbeat_ms: self.heartbeat_ms,
             peer_timeout_ms: 8 * self.heartbeat_ms,
+            autonomy_ms: self.autonomy_ms,
+            forget_ms: tapfinger::node::DEFAULT_FORGET_MS,
+            known: Default::default(),
+            lease_age_ms: None,
         };
         let policy =
             tapfinger_agent::policy::build(&self.policy, self.model.as_deref(), 10).unwrap();
@@ -205,6 +213,7 @@ impl Local {
             types: vec!["default".into()],
             store,
             recovered,
+            files: None,
             gpu_devices: (0..self.capacity.get(1)).map(|i| 7 + i).collect(),
             online,
         });

@@ -3,13 +3,20 @@
 //! snapshots, so a slow client never blocks scheduling.
 //!
 //! Bound to 127.0.0.1 by default; when a bearer token is configured every request must carry
-//! `Authorization: Bearer <token>` (the configuration requires a token for non-loopback binds).
-//! A task spec that cannot be accepted gets a 400 whose JSON names the field.
+//! `Authorization: Bearer <token>` (the configuration requires a token for non-loopback binds),
+//! checked before anything else is looked at (so a caller without it learns nothing, not even
+//! that a body was too large). A task spec that cannot be accepted gets a 400 whose JSON names the
+//! field. A client must send its headers within [`HEADER_TIMEOUT`] and its whole request within
+//! [`REQUEST_TIMEOUT`] ([`serve`]), so a half-sent request cannot hold a connection forever.
+//!
+//! A task's `state` is `pending`, `running`, `succeeded` (exit code 0), `failed` (any other exit,
+//! a program that could not be started, a task stopped by a crash) or `cancelled`.
 
 use crate::daemon::{Command, Status};
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
+
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
@@ -20,6 +27,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 /// Largest accepted request body (a task spec).
 pub const MAX_BODY: usize = 64 * 1024;
+/// How long a client may take to send a request's headers.
+pub const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a request may take, body and answer included.
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Tasks per page of `GET /v1/tasks` (`?offset=N&limit=M`, at most this many).
+pub const MAX_PAGE: usize = 1000;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -46,7 +59,56 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/policy/rollback", axum::routing::post(rollback))
         .route("/metrics", get(metrics))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        // Outermost: runs before any extractor can answer 400 or 413.
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
+}
+
+/// The token check and the request timeout, before any handler or extractor runs.
+async fn guard(
+    State(s): State<ApiState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(r) = refused(&s, req.headers()) {
+        return r;
+    }
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => (
+            StatusCode::REQUEST_TIMEOUT,
+            axum::Json(json!({"error": "request not completed in time"})),
+        )
+            .into_response(),
+    }
+}
+
+/// Serve `app` on `listener` (HTTP/1.1) with [`HEADER_TIMEOUT`] until the task is dropped.
+pub async fn serve(listener: tokio::net::TcpListener, app: Router) {
+    serve_with(listener, app, HEADER_TIMEOUT).await
+}
+
+/// [`serve`] with another header timeout (tests use a short one).
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    header_timeout: std::time::Duration,
+) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "API connection ended");
+            }
+        });
+    }
 }
 
 /// The refusal to send, if the request lacks the configured token.
@@ -84,16 +146,20 @@ fn state_json(st: &TaskState) -> serde_json::Value {
             progress,
             ..
         } => json!({"state": "running", "node": node.0, "alloc": alloc.0, "progress": progress}),
-        TaskState::Done { node, code } => {
-            json!({"state": "done", "node": node.0, "exit_code": code})
+        TaskState::Done { node, code, epoch } => {
+            let state = if *epoch == tapfinger::wire::CANCELLED {
+                "cancelled"
+            } else if st.succeeded() {
+                "succeeded"
+            } else {
+                "failed"
+            };
+            json!({"state": state, "node": node.0, "exit_code": code, "epoch": epoch})
         }
     }
 }
 
-async fn submit(State(s): State<ApiState>, headers: HeaderMap, body: String) -> Response {
-    if let Some(r) = refused(&s, &headers) {
-        return r;
-    }
+async fn submit(State(s): State<ApiState>, body: String) -> Response {
     let spec = match TaskSpec::from_json(&body) {
         Ok(spec) => spec,
         Err(e) => return bad(&e.field, &e.message),
@@ -109,27 +175,40 @@ async fn submit(State(s): State<ApiState>, headers: HeaderMap, body: String) -> 
     }
 }
 
-async fn list(State(s): State<ApiState>, headers: HeaderMap) -> Response {
-    if let Some(r) = refused(&s, &headers) {
-        return r;
-    }
-    let st = s.status.borrow().clone();
+/// `?offset=N&limit=M` of `GET /v1/tasks`.
+#[derive(Debug, serde::Deserialize)]
+struct Page {
+    #[serde(default)]
+    offset: usize,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// The tasks this agent knows (its own finished history included, from the journal after a
+/// restart), by id, a page at a time: `next_offset` is set while more remain.
+async fn list(
+    State(s): State<ApiState>,
+    axum::extract::Query(page): axum::extract::Query<Page>,
+) -> Response {
+    let limit = page.limit.unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE);
+    let st = s.status.borrow();
+    let total = st.tasks.len();
     let tasks: Vec<serde_json::Value> = st
         .tasks
         .iter()
+        .skip(page.offset)
+        .take(limit)
         .map(|(id, t)| {
             let mut v = state_json(t);
             v["id"] = json!(id.0);
             v
         })
         .collect();
-    axum::Json(json!({ "tasks": tasks })).into_response()
+    let next = (page.offset + tasks.len() < total).then_some(page.offset + tasks.len());
+    axum::Json(json!({ "tasks": tasks, "total": total, "next_offset": next })).into_response()
 }
 
-async fn show(State(s): State<ApiState>, headers: HeaderMap, Path(id): Path<u64>) -> Response {
-    if let Some(r) = refused(&s, &headers) {
-        return r;
-    }
+async fn show(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
     let st = s.status.borrow().clone();
     match st.tasks.get(&TaskId(id)) {
         Some(t) => {
@@ -145,10 +224,7 @@ async fn show(State(s): State<ApiState>, headers: HeaderMap, Path(id): Path<u64>
     }
 }
 
-async fn cancel(State(s): State<ApiState>, headers: HeaderMap, Path(id): Path<u64>) -> Response {
-    if let Some(r) = refused(&s, &headers) {
-        return r;
-    }
+async fn cancel(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
     let (tx, rx) = oneshot::channel();
     if s.commands
         .send(Command::Cancel(TaskId(id), tx))
@@ -171,10 +247,7 @@ async fn cancel(State(s): State<ApiState>, headers: HeaderMap, Path(id): Path<u6
 /// Most bytes of a log returned (the end of it).
 const MAX_LOG: u64 = 1 << 20;
 
-async fn logs(State(s): State<ApiState>, headers: HeaderMap, Path(id): Path<u64>) -> Response {
-    if let Some(r) = refused(&s, &headers) {
-        return r;
-    }
+async fn logs(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
     let Some(dir) = &s.log_dir else {
         return (
             StatusCode::NOT_FOUND,
@@ -198,10 +271,7 @@ async fn logs(State(s): State<ApiState>, headers: HeaderMap, Path(id): Path<u64>
     }
 }
 
-async fn node(State(s): State<ApiState>, headers: HeaderMap) -> Response {
-    if let Some(r) = refused(&s, &headers) {
-        return r;
-    }
+async fn node(State(s): State<ApiState>) -> Response {
     let st = s.status.borrow().clone();
     axum::Json(json!({
         "id": st.id.map(|i| i.0),
@@ -213,10 +283,7 @@ async fn node(State(s): State<ApiState>, headers: HeaderMap) -> Response {
     .into_response()
 }
 
-async fn peers(State(s): State<ApiState>, headers: HeaderMap) -> Response {
-    if let Some(r) = refused(&s, &headers) {
-        return r;
-    }
+async fn peers(State(s): State<ApiState>) -> Response {
     let st = s.status.borrow().clone();
     let peers: Vec<_> = st
         .peer_table
@@ -226,10 +293,7 @@ async fn peers(State(s): State<ApiState>, headers: HeaderMap) -> Response {
     axum::Json(json!({ "peers": peers })).into_response()
 }
 
-async fn policy(State(s): State<ApiState>, headers: HeaderMap) -> Response {
-    if let Some(r) = refused(&s, &headers) {
-        return r;
-    }
+async fn policy(State(s): State<ApiState>) -> Response {
     let st = s.status.borrow().clone();
     match st.policy {
         Some(p) => axum::Json(json!(p)).into_response(),
@@ -237,10 +301,7 @@ async fn policy(State(s): State<ApiState>, headers: HeaderMap) -> Response {
     }
 }
 
-async fn rollback(State(s): State<ApiState>, headers: HeaderMap) -> Response {
-    if let Some(r) = refused(&s, &headers) {
-        return r;
-    }
+async fn rollback(State(s): State<ApiState>) -> Response {
     let (tx, rx) = oneshot::channel();
     if s.commands.send(Command::Rollback(tx)).await.is_err() {
         return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
@@ -377,10 +438,7 @@ pub fn render_metrics(st: &Status) -> String {
     out
 }
 
-async fn metrics(State(s): State<ApiState>, headers: HeaderMap) -> Response {
-    if let Some(r) = refused(&s, &headers) {
-        return r;
-    }
+async fn metrics(State(s): State<ApiState>) -> Response {
     let st = s.status.borrow().clone();
     (
         [(

@@ -65,8 +65,22 @@ pub struct AgentConfig {
     pub round_ms: u64,
     /// Length of a slot (ms): how often the cluster re-considers placements.
     pub slot_ms: u64,
-    /// Heartbeat period (ms); a peer silent for 5 periods is considered gone.
+    /// Heartbeat period (ms).
     pub heartbeat_ms: u64,
+    /// Silence (ms) after which a peer leaves the negotiation rounds (default: 5 heartbeats).
+    /// Its tasks stay its own until `autonomy_ms` more have passed.
+    pub peer_timeout_ms: Option<u64>,
+    /// Autonomy time (ms, default 120000): how long a box cut off from a quorum of its cluster
+    /// keeps running its tasks (then it stops them), and how long its peers wait beyond the peer
+    /// timeout before running a silent box's tasks elsewhere. Longer: edge boxes ride out longer
+    /// outages without losing work; shorter: a dead box's tasks start elsewhere sooner.
+    pub autonomy_ms: u64,
+    /// A box silent this long (ms, default one day) is forgotten: it no longer counts toward the
+    /// quorum. Until then a cluster that lost half its boxes or more stops after `autonomy_ms`.
+    pub forget_ms: u64,
+    /// Task logs (`<data_dir>/logs`) of tasks that ended are deleted after this many hours
+    /// (default 168, a week; 0 keeps them forever).
+    pub log_retention_hours: u64,
     /// Policy: `tapfinger` (the learned policy, default) or a baseline name (`tiresias-np`,
     /// `optimus`, `drf`, `first-fit-max`, `min`, ...).
     pub policy: String,
@@ -135,6 +149,10 @@ impl Default for AgentConfig {
             round_ms: 300,
             slot_ms: 5000,
             heartbeat_ms: 1000,
+            peer_timeout_ms: None,
+            autonomy_ms: tapfinger::node::DEFAULT_AUTONOMY_MS,
+            forget_ms: tapfinger::node::DEFAULT_FORGET_MS,
+            log_retention_hours: 168,
             policy: "tapfinger".into(),
             model: None,
             log_format: LogFormat::Human,
@@ -294,6 +312,24 @@ impl AgentConfig {
         if self.slot_ms < self.round_ms {
             return Err(err("slot_ms", "must be at least round_ms"));
         }
+        if self.peer_timeout() < 2 * self.heartbeat_ms {
+            return Err(err(
+                "peer_timeout_ms",
+                "must be at least two heartbeats (heartbeat_ms)",
+            ));
+        }
+        if self.autonomy_ms < self.peer_timeout() {
+            return Err(err(
+                "autonomy_ms",
+                "must be at least the peer timeout (peer_timeout_ms)",
+            ));
+        }
+        if self.forget_ms <= self.autonomy_ms + self.peer_timeout() {
+            return Err(err(
+                "forget_ms",
+                "must be longer than the peer timeout plus the autonomy time",
+            ));
+        }
         for (section, a) in [("offer", &self.offer), ("reserve", &self.reserve)] {
             for (k, v) in [("cpu", a.cpu), ("gpu", a.gpu), ("mem_gb", a.mem_gb)] {
                 if let Some(v) = v
@@ -307,6 +343,11 @@ impl AgentConfig {
             }
         }
         Ok(())
+    }
+
+    /// The peer timeout in force (`peer_timeout_ms`, or five heartbeats).
+    pub fn peer_timeout(&self) -> u64 {
+        self.peer_timeout_ms.unwrap_or(5 * self.heartbeat_ms)
     }
 
     /// What this box offers: discovered, capped by `[offer]`, minus `[reserve]`.

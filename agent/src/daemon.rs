@@ -123,12 +123,27 @@ pub struct Parts {
     pub types: Vec<String>,
     /// The durable journal (None: tasks are kept in memory only, as in tests).
     pub store: Option<crate::store::Store>,
-    /// Tasks recovered from the journal, re-announced at start.
-    pub recovered: Vec<(tapfinger::Task, TaskSpec)>,
+    /// What the journal held at start (replayed before anything else: see [`crate::recover`]).
+    pub recovered: crate::store::Recovered,
+    /// Files beside the journal (None: kept in memory only).
+    pub files: Option<Files>,
     /// GPU device indices this node offers (their count is the GPU capacity).
     pub gpu_devices: Vec<u32>,
     /// Online learning and policy rollout (None: no coordinator configured).
     pub online: Option<crate::online::Online>,
+}
+
+/// The data directory's files the loop keeps up to date.
+#[derive(Debug, Clone)]
+pub struct Files {
+    /// The lease file: touched while this node holds a quorum (task supervisors read it).
+    pub lease: std::path::PathBuf,
+    /// The members counted for the quorum.
+    pub members: std::path::PathBuf,
+    /// Task logs and exit records, swept after `retention` (None: kept forever).
+    pub sweep: Vec<std::path::PathBuf>,
+    /// How long logs of tasks that ended are kept.
+    pub retention: Option<Duration>,
 }
 
 /// Which GPU devices each task running here holds, so that two tasks never get the same device
@@ -163,6 +178,16 @@ impl GpuPool {
         Some(got)
     }
 
+    /// Devices an adopted task holds (from the journal).
+    fn hold(&mut self, task: TaskId, devices: Vec<u32>) {
+        for d in &devices {
+            self.free.remove(d);
+        }
+        if !devices.is_empty() {
+            self.held.insert(task, devices);
+        }
+    }
+
     fn release(&mut self, task: TaskId) {
         if let Some(ds) = self.held.remove(&task) {
             self.free.extend(ds);
@@ -186,26 +211,32 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
     let epoch = Instant::now();
     let now_ms = || epoch.elapsed().as_millis() as u64;
     let me = p.core.id();
-    let mut next_local: u32 = 0;
     let mut stopped_here: std::collections::BTreeSet<TaskId> = Default::default();
     let mut finished_here = Vec::new();
     let mut dropped = 0u64;
     let mut ticker = tokio::time::interval(Duration::from_millis(10));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    // Replay the journal: our own tasks keep their ids, and numbering continues after them.
-    let mut pending_actions = Vec::new();
-    let mut recorded: std::collections::BTreeSet<TaskId> = Default::default();
-    for (task, spec) in std::mem::take(&mut p.recovered) {
-        if task.id.0 >> 32 == u64::from(me.0) {
-            next_local = next_local.max((task.id.0 & 0xFFFF_FFFF) as u32 + 1);
-        }
-        tracing::info!(task = %task.id, "recovered from the journal");
-        pending_actions.extend(p.core.submit(task, spec));
+    // Replay the journal before deciding anything: adopt what still runs, announce what is
+    // unfinished, restore the history; numbering continues after every id ever accepted here.
+    let recovered = std::mem::take(&mut p.recovered);
+    let mut next_local =
+        crate::recover::next_local(me, recovered.last_id, p.core.config().incarnation);
+    let mut recorded: std::collections::BTreeSet<TaskId> = recovered
+        .outcomes
+        .keys()
+        .copied()
+        .collect();
+    let (mut pending_actions, held) =
+        crate::recover::replay(&mut p.core, p.executor.as_mut(), &mut p.store, recovered);
+    let mut gpus = GpuPool::new(&p.gpu_devices);
+    for (task, devices) in held {
+        gpus.hold(task, devices);
     }
+    let mut last_touch: Option<Instant> = None;
+    let mut last_sweep: Option<Instant> = None;
     // Replies to API commands wait until the status they imply is published, so a caller that
     // reads the status right after the reply sees its own change (a cancelled task is done).
     let mut replies: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
-    let mut gpus = GpuPool::new(&p.gpu_devices);
     loop {
         let replay = std::mem::take(&mut pending_actions);
         let mut actions = replay;
@@ -260,6 +291,9 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                 Some(ExecEvent::Progress { task, progress, .. }) => { p.core.on_progress(task, progress); Vec::new() }
                 Some(ExecEvent::Exited { task, code }) => {
                     gpus.release(task);
+                    if let Some(store) = &mut p.store && let Err(e) = store.ended(task) {
+                        tracing::warn!(%task, error = %e, "cannot journal the end of a run");
+                    }
                     let stopped = stopped_here.remove(&task);
                     if !stopped {
                         finished_here.push(task);
@@ -270,6 +304,10 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
             },
             cmd = commands.recv() => match cmd {
                 Some(Command::Submit(spec, reply)) => {
+                    // Never an id any node knows (ids also continue after the journal's).
+                    while p.core.tasks().contains_key(&task_id(me, next_local)) {
+                        next_local += 1;
+                    }
                     let checked = validate(&p, &spec, me, next_local).and_then(|task| {
                         // Durable before the caller hears "accepted".
                         match &mut p.store {
@@ -310,7 +348,7 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                         match a {
                             Action::Broadcast(e) => { let _ = p.net.send(&e).await; }
                             Action::Stop { task } => p.executor.stop(task),
-                            Action::Start { .. } => {}
+                            Action::Start { .. } | Action::Refused { .. } => {}
                         }
                     }
                     // Give the hand-back messages a moment to leave.
@@ -328,7 +366,13 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                         tracing::warn!(error = %err, "cannot broadcast");
                     }
                 }
-                Action::Start { task, spec, alloc } => {
+                Action::Start { task, mut spec, alloc } => {
+                    // What a task may want to know of itself: its id, where it runs, and its epoch
+                    // (a fencing token it can hand to external storage).
+                    let epoch = p.core.tasks().get(&task).map_or(0, |t| t.epoch);
+                    spec.env.insert("TAPFINGER_TASK_ID".into(), task.0.to_string());
+                    spec.env.insert("TAPFINGER_NODE".into(), p.core.config().name.clone());
+                    spec.env.insert("TAPFINGER_EPOCH".into(), epoch.to_string());
                     let mut allocation = (p.to_allocation)(&alloc);
                     let started = if gpus.held.contains_key(&task) {
                         Err(crate::exec::ExecError::AlreadyRunning(task))
@@ -348,6 +392,21 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                             }),
                         }
                     };
+                    if started.is_ok() && let Some(store) = &mut p.store {
+                        // Durable before anyone hears of the start, so a restart adopts it.
+                        let entry = &p.core.tasks()[&task];
+                        let run = crate::store::Run {
+                            task: (*entry.task).clone(),
+                            spec: spec.clone(),
+                            epoch: entry.epoch,
+                            alloc: alloc.clone(),
+                            gpus: gpus.held.get(&task).cloned().unwrap_or_default(),
+                            handle: p.executor.handle(task),
+                        };
+                        if let Err(e) = store.run(&run) {
+                            tracing::warn!(%task, error = %e, "cannot journal a start");
+                        }
+                    }
                     match started {
                         Ok(enforcement) => tracing::info!(%task, %alloc, ?enforcement, "started"),
                         Err(e) => {
@@ -368,7 +427,13 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                     stopped_here.insert(task);
                     p.executor.stop(task);
                 }
+                Action::Refused { task, from, reason } => {
+                    tracing::warn!(%task, peer = %from, %reason, "refused a peer's message");
+                }
             }
+        }
+        if let Some(files) = &p.files {
+            upkeep(&mut p.core, files, now_ms(), &mut last_touch, &mut last_sweep);
         }
         if let Some(o) = &mut p.online {
             for (to, r) in o.step(&mut p.core, now_ms()) {
@@ -380,10 +445,10 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
         // Journal the tasks accepted here once they are known finished (anywhere).
         if let Some(store) = &mut p.store {
             for (id, t) in p.core.tasks() {
-                if matches!(t.state, TaskState::Done { .. })
+                if let TaskState::Done { node, code, epoch } = t.state
                     && id.0 >> 32 == u64::from(me.0)
                     && recorded.insert(*id)
-                    && let Err(e) = store.finished(*id)
+                    && let Err(e) = store.outcome(*id, crate::store::Finish { node, code, epoch })
                 {
                     tracing::warn!(task = %id, error = %e, "cannot journal a finished task");
                 }
@@ -420,6 +485,50 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
     }
 }
 
+/// The id of this node's `local`-th task.
+fn task_id(me: NodeId, local: u32) -> TaskId {
+    TaskId((u64::from(me.0) << 32) | u64::from(local))
+}
+
+/// The lease file (touched at most every 200 ms while a quorum holds, so that the supervisors
+/// see when the lease started to run out), the persisted members, and the sweep of old logs.
+fn upkeep(
+    core: &mut NodeCore,
+    files: &Files,
+    now: u64,
+    last_touch: &mut Option<Instant>,
+    last_sweep: &mut Option<Instant>,
+) {
+    if core.has_quorum(now) && last_touch.is_none_or(|t| t.elapsed() >= Duration::from_millis(200)) {
+        *last_touch = Some(Instant::now());
+        if let Err(e) = crate::supervise::touch(&files.lease) {
+            tracing::warn!(path = %files.lease.display(), error = %e, "cannot touch the lease file");
+        }
+    }
+    if core.take_known_changed()
+        && let Err(e) = crate::store::save_members(&files.members, core.known())
+    {
+        tracing::warn!(path = %files.members.display(), error = %e, "cannot save the members");
+    }
+    if let Some(retention) = files.retention
+        && last_sweep.is_none_or(|t| t.elapsed() >= Duration::from_secs(3600))
+    {
+        *last_sweep = Some(Instant::now());
+        let me = core.id();
+        let keep = core
+            .tasks()
+            .iter()
+            .filter(|(_, t)| matches!(&t.state, TaskState::Running { node, .. } if *node == me))
+            .map(|(id, _)| *id)
+            .collect();
+        let dirs: Vec<&std::path::Path> = files.sweep.iter().map(|d| d.as_path()).collect();
+        let n = crate::recover::sweep(&dirs, retention, &keep);
+        if n > 0 {
+            tracing::info!(files = n, "deleted task logs past their retention");
+        }
+    }
+}
+
 /// Validate a submitted spec against the nodes this agent knows (itself and its peers).
 fn validate(
     p: &Parts,
@@ -441,7 +550,7 @@ fn validate(
             capacity: &n.capacity,
         })
         .collect();
-    let id = TaskId((u64::from(me.0) << 32) | u64::from(local));
+    let id = task_id(me, local);
     spec.validate(&p.space, &p.types, &placements, id, p.core.slot())
 }
 

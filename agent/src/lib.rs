@@ -3,8 +3,11 @@
 //!
 //! [`config`] (agent.toml), [`discovery`] (what the box has), [`net`] (libp2p), [`exec`] (process
 //! and simulated executors), [`daemon`] (the event loop around the shared node state machine),
-//! [`api`] (local HTTP API), [`store`] (durable task journal), [`run`] (assembles the daemon). Not
-//! built yet: the learned policy in the agent.
+//! [`api`] (local HTTP API), [`store`] (durable task journal), [`recover`] (what a restart does
+//! with the data directory), [`supervise`] (the process between the agent and each task, so tasks
+//! are adopted after a restart and never outlive the agent's lease), [`policy`] (the learned
+//! policy and baselines), [`online`]/[`learn`] (the coordinator link), [`run`] (assembles the
+//! daemon).
 
 pub mod api;
 pub mod config;
@@ -16,5 +19,7 @@ pub mod learn;
 pub mod net;
 pub mod online;
 pub mod policy;
+pub mod recover;
 pub mod run;
 pub mod store;
+pub mod supervise;

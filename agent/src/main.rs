@@ -61,6 +61,9 @@ enum Cmd {
     /// The demo workload: train a small MLP (burn, CPU) on generated data, printing
     /// `TAPFINGER progress=...` lines; its speed follows the CPU share it is given.
     Demo(tapfinger_agent::demo::DemoArgs),
+    /// Run one task under supervision (started by the agent for every task; not for people).
+    #[command(hide = true)]
+    Supervise(tapfinger_agent::supervise::SuperviseArgs),
     /// Submit a task spec (TOML) to a running agent.
     Submit {
         /// The task spec.
@@ -70,6 +73,12 @@ enum Cmd {
     },
     /// List the tasks a running agent knows.
     Tasks {
+        /// Skip this many tasks (pages of the listing, by id).
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
+        /// At most this many tasks (the API's page size at most).
+        #[arg(long)]
+        limit: Option<usize>,
         #[command(flatten)]
         client: Client,
     },
@@ -176,7 +185,9 @@ fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyh
     if (200..300).contains(&status) {
         let render: Option<fn(&serde_json::Value) -> Option<String>> = match path {
             _ if method != "GET" || client.json => None,
-            "/v1/tasks" => Some(tapfinger_agent::run::tasks_table),
+            p if p.starts_with("/v1/tasks?") || p == "/v1/tasks" => {
+                Some(tapfinger_agent::run::tasks_table)
+            }
             "/v1/peers" => Some(tapfinger_agent::run::peers_table),
             "/v1/node" => Some(tapfinger_agent::run::node_lines),
             _ => None,
@@ -226,6 +237,14 @@ fn main() {
     let result = match cli.cmd {
         Cmd::Check { config } => check(config.as_deref()),
         Cmd::Demo(args) => tapfinger_agent::demo::run(&args, &mut std::io::stdout()).map(|_| ()),
+        Cmd::Supervise(args) => {
+            let code = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map(|rt| rt.block_on(tapfinger_agent::supervise::run(args)))
+                .unwrap_or(1);
+            std::process::exit(code)
+        }
         Cmd::Run {
             config,
             name,
@@ -281,7 +300,17 @@ fn main() {
                 Some(serde_json::to_string(&spec)?),
             )
         })(),
-        Cmd::Tasks { client } => call(&client, "GET", "/v1/tasks", None),
+        Cmd::Tasks {
+            offset,
+            limit,
+            client,
+        } => {
+            let mut path = format!("/v1/tasks?offset={offset}");
+            if let Some(l) = limit {
+                path.push_str(&format!("&limit={l}"));
+            }
+            call(&client, "GET", &path, None)
+        }
         Cmd::Show { id, client } => tapfinger_agent::run::task_id(&id)
             .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{}", id.0), None)),
         Cmd::Cancel { id, client } => tapfinger_agent::run::task_id(&id)

@@ -466,6 +466,10 @@ mod tests {
             round_ms: 100,
             heartbeat_ms: 100,
             peer_timeout_ms: 500,
+            autonomy_ms: 1000,
+            forget_ms: tapfinger::node::DEFAULT_FORGET_MS,
+            known: Default::default(),
+            lease_age_ms: None,
         };
         NodeCore::new(cfg, crate::policy::build("tapfinger", None, 10).unwrap(), 1)
     }

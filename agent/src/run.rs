@@ -136,6 +136,9 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     tracing::info!(peer_id = %net.peer_id, node = me.0, %capacity, "agent starting");
     let window = 10;
     let policy = crate::policy::build(&cfg.policy, cfg.model.as_deref(), window)?;
+    let lease_file = cfg.data_dir.join("lease");
+    let members_file = cfg.data_dir.join("members.json");
+    let lease_age_ms = crate::supervise::lease_age(&lease_file).map(|d| d.as_millis() as u64);
     let mut core = NodeCore::new(
         NodeConfig {
             me,
@@ -150,7 +153,11 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             slot_ms: cfg.slot_ms,
             round_ms: cfg.round_ms,
             heartbeat_ms: cfg.heartbeat_ms,
-            peer_timeout_ms: 5 * cfg.heartbeat_ms,
+            peer_timeout_ms: cfg.peer_timeout(),
+            autonomy_ms: cfg.autonomy_ms,
+            forget_ms: cfg.forget_ms,
+            known: crate::store::load_members(&members_file),
+            lease_age_ms,
         },
         policy,
         u64::from(me.0),
@@ -198,14 +205,22 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         );
     }
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
-    let executor = ProcessExecutor::new(cgroups, cfg.data_dir.join("logs"), tx);
+    let run_dir = cfg.data_dir.join("runs");
+    let executor = ProcessExecutor::new(cgroups, cfg.data_dir.join("logs"), tx).supervised(
+        crate::exec::Supervision {
+            program: std::env::current_exe().context("cannot find the agent's own binary")?,
+            lease: lease_file.clone(),
+            autonomy_ms: cfg.autonomy_ms,
+            run_dir: run_dir.clone(),
+        },
+    );
     let journal = cfg.data_dir.join("tasks.jsonl");
     let (store, recovered) = crate::store::Store::open(&journal)
         .with_context(|| format!("cannot open the task journal {}", journal.display()))?;
-    if !recovered.unfinished.is_empty() {
-        tracing::info!(
-            tasks = recovered.unfinished.len(),
-            "re-announcing unfinished tasks from the journal"
+    if recovered.skipped > 0 {
+        tracing::warn!(
+            lines = recovered.skipped,
+            "the journal had unreadable lines (a torn write)"
         );
     }
     let agent = daemon::spawn(Parts {
@@ -217,7 +232,14 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         space: space(),
         types: vec!["default".into()],
         store: Some(store),
-        recovered: recovered.unfinished,
+        recovered,
+        files: Some(crate::daemon::Files {
+            lease: lease_file,
+            members: members_file,
+            sweep: vec![cfg.data_dir.join("logs"), run_dir],
+            retention: (cfg.log_retention_hours > 0)
+                .then(|| std::time::Duration::from_secs(3600 * cfg.log_retention_hours)),
+        }),
         gpu_devices,
         online,
     });
@@ -240,7 +262,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         token,
         log_dir: Some(cfg.data_dir.join("logs")),
     });
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let server = tokio::spawn(crate::api::serve(listener, app));
     wait_for_signal().await;
     tracing::info!("shutting down: handing running tasks back");
     agent.shutdown().await;
@@ -319,7 +341,7 @@ pub fn task_id(s: &str) -> anyhow::Result<TaskId> {
 pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
     let tasks = body.get("tasks")?.as_array()?;
     let mut out = format!(
-        "{:<22} {:<8} {:<11} {:<14} {:>8}\n",
+        "{:<22} {:<10} {:<11} {:<14} {:>8}\n",
         "ID", "STATE", "NODE", "ALLOC c,g,m", "PROGRESS"
     );
     for t in tasks {
@@ -338,7 +360,7 @@ pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
             .and_then(serde_json::Value::as_f64)
             .map_or(String::new(), |p| format!("{:.0}%", p * 100.0));
         out.push_str(&format!(
-            "{:<22} {:<8} {:<11} {:<14} {:>8}\n",
+            "{:<22} {:<10} {:<11} {:<14} {:>8}\n",
             field("id"),
             t.get("state").and_then(|s| s.as_str()).unwrap_or("?"),
             field("node"),
@@ -347,6 +369,10 @@ pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
         ));
     }
     out.push_str(&format!("{} task(s)", tasks.len()));
+    if let Some(next) = body.get("next_offset").and_then(serde_json::Value::as_u64) {
+        let total = body.get("total").and_then(serde_json::Value::as_u64).unwrap_or(0);
+        out.push_str(&format!(" of {total}; more with --offset {next}"));
+    }
     Some(out)
 }
 

@@ -278,6 +278,11 @@ impl NodeCore {
         self.policy = policy;
     }
 
+    /// This node's settings.
+    pub fn config(&self) -> &NodeConfig {
+        &self.cfg
+    }
+
     /// Negotiation counters.
     pub fn stats(&self) -> &NodeStats {
         &self.stats
@@ -443,8 +448,9 @@ impl NodeCore {
     }
 
     /// A task as the driver's journal recorded it before a restart: pending (announced again),
-    /// running here (a copy the driver adopted: its heartbeat lists it), or finished (announced as
-    /// an outcome). A task already known is left as it is.
+    /// running here (a copy the driver adopted: its heartbeat lists it; if it ended while the
+    /// driver was away, the driver reports that with [`NodeCore::on_exit`] next), or finished
+    /// (history: peers learn it when they greet this node). A task already known is left as it is.
     pub fn restore(
         &mut self,
         task: Task,
@@ -465,13 +471,7 @@ impl NodeCore {
                 epoch,
                 runs: None,
             }),
-            TaskState::Running { .. } => None,
-            TaskState::Done { node, code, epoch } => Some(Body::Finished(Outcome {
-                task: id,
-                node: *node,
-                epoch: *epoch,
-                exit_code: *code,
-            })),
+            TaskState::Running { .. } | TaskState::Done { .. } => None,
         };
         if state != TaskState::Pending {
             self.protocol.mark_committed(id);

@@ -16,13 +16,19 @@
 //! task's log files `<log_dir>/<task>.stdout` / `.stderr`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use tapfinger::TaskId;
 use tapfinger::spec::TaskSpec;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
+
+mod cgroups;
+mod sim;
+mod supervised;
+pub use cgroups::{CFS_PERIOD_US, Cgroups};
+pub use sim::{SimulatedExecutor, SpeedFn};
 
 /// What a task is given, in natural units (the agent converts grid units with the kinds' steps).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -98,6 +104,38 @@ pub trait Executor: Send {
     ) -> Result<Enforcement, ExecError>;
     /// Stop a task (its `Exited` event follows with code `None`); unknown tasks are ignored.
     fn stop(&mut self, task: TaskId);
+    /// The process to record in the journal for a task running here, so that a restarted agent
+    /// can adopt it (`None`: this executor's tasks do not outlive the agent).
+    fn handle(&self, _task: TaskId) -> Option<Handle> {
+        None
+    }
+    /// Adopt a task that a previous run of the agent started (see [`Handle`]): its events follow
+    /// as if this executor had started it. Executors whose tasks do not outlive the agent answer
+    /// [`Adopted::Lost`].
+    fn adopt(&mut self, _task: TaskId, _handle: &Handle) -> Adopted {
+        Adopted::Lost
+    }
+}
+
+/// A supervised task's process, as the journal records it: the supervisor's pid and its start
+/// time (so that a later process reusing the pid is not mistaken for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Handle {
+    /// Supervisor pid.
+    pub pid: u32,
+    /// Its start time (clock ticks since boot).
+    pub start: u64,
+}
+
+/// What became of a task a previous run of the agent started.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Adopted {
+    /// Still running: adopted (its `Exited` event follows when it ends).
+    Running,
+    /// It ended while the agent was away, with this exit code (`None`: stopped or killed).
+    Exited(Option<i32>),
+    /// Nothing is known of it (the box rebooted, or the executor does not supervise).
+    Lost,
 }
 
 /// Parse a progress line; `None` if the line is not one.
@@ -117,113 +155,6 @@ pub fn parse_progress(line: &str) -> Option<(f64, BTreeMap<String, f64>)> {
     Some((progress?, metrics))
 }
 
-/// Where cgroups can be created.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Cgroups {
-    /// Unified hierarchy (v2) at this path.
-    V2(PathBuf),
-    /// v1 controllers: cpu (required) and memory (optional).
-    V1 {
-        /// `.../cpu/<prefix>`.
-        cpu: PathBuf,
-        /// `.../memory/<prefix>`.
-        memory: Option<PathBuf>,
-    },
-    /// Not writable; why.
-    Unavailable(String),
-}
-
-/// CFS period used for quotas (100 ms, the kernel default).
-pub const CFS_PERIOD_US: u64 = 100_000;
-
-impl Cgroups {
-    /// Find a writable hierarchy under `root` (normally `/sys/fs/cgroup`) and create the agent's
-    /// parent group `prefix` in it.
-    pub fn detect(root: &Path, prefix: &str) -> Self {
-        let v2 = root.join("cgroup.controllers");
-        if v2.exists() {
-            let dir = root.join(prefix);
-            return match std::fs::create_dir_all(&dir) {
-                Ok(()) => {
-                    // Controllers must be enabled for children of our group (best effort).
-                    let _ = std::fs::write(root.join("cgroup.subtree_control"), "+cpu +memory");
-                    let _ = std::fs::write(dir.join("cgroup.subtree_control"), "+cpu +memory");
-                    Cgroups::V2(dir)
-                }
-                Err(e) => Cgroups::Unavailable(format!("{}: {e}", dir.display())),
-            };
-        }
-        let cpu = root.join("cpu");
-        if cpu.join("cpu.cfs_quota_us").exists() {
-            let dir = cpu.join(prefix);
-            return match std::fs::create_dir_all(&dir) {
-                Ok(()) => {
-                    let mem = root.join("memory").join(prefix);
-                    let memory = std::fs::create_dir_all(&mem).ok().map(|()| mem);
-                    Cgroups::V1 { cpu: dir, memory }
-                }
-                Err(e) => Cgroups::Unavailable(format!("{}: {e}", dir.display())),
-            };
-        }
-        Cgroups::Unavailable(format!(
-            "no cgroup hierarchy found under {}",
-            root.display()
-        ))
-    }
-
-    /// Create the task's group(s) and write the limits; returns the files whose `cgroup.procs` the
-    /// child must join.
-    fn create(&self, task: TaskId, alloc: &Allocation) -> std::io::Result<Vec<PathBuf>> {
-        let quota = (alloc.cpus * CFS_PERIOD_US as f64).round().max(1000.0) as u64;
-        let name = format!("task-{}", task.0);
-        match self {
-            Cgroups::V2(dir) => {
-                let g = dir.join(&name);
-                std::fs::create_dir_all(&g)?;
-                std::fs::write(g.join("cpu.max"), format!("{quota} {CFS_PERIOD_US}"))?;
-                if let Some(m) = alloc.memory_bytes {
-                    std::fs::write(g.join("memory.max"), m.to_string())?;
-                }
-                Ok(vec![g])
-            }
-            Cgroups::V1 { cpu, memory } => {
-                let g = cpu.join(&name);
-                std::fs::create_dir_all(&g)?;
-                std::fs::write(g.join("cpu.cfs_period_us"), CFS_PERIOD_US.to_string())?;
-                std::fs::write(g.join("cpu.cfs_quota_us"), quota.to_string())?;
-                let mut groups = vec![g];
-                if let (Some(mem), Some(bytes)) = (memory, alloc.memory_bytes) {
-                    let m = mem.join(&name);
-                    std::fs::create_dir_all(&m)?;
-                    std::fs::write(m.join("memory.limit_in_bytes"), bytes.to_string())?;
-                    groups.push(m);
-                }
-                Ok(groups)
-            }
-            Cgroups::Unavailable(why) => Err(std::io::Error::other(why.clone())),
-        }
-    }
-
-    /// Remove a finished task's groups (they must be empty; failures are left for the next start).
-    fn remove(&self, task: TaskId) {
-        let name = format!("task-{}", task.0);
-        let dirs: Vec<PathBuf> = match self {
-            Cgroups::V2(d) => vec![d.join(&name)],
-            Cgroups::V1 { cpu, memory } => {
-                let mut v = vec![cpu.join(&name)];
-                if let Some(m) = memory {
-                    v.push(m.join(&name));
-                }
-                v
-            }
-            Cgroups::Unavailable(_) => Vec::new(),
-        };
-        for d in dirs {
-            let _ = std::fs::remove_dir(d);
-        }
-    }
-}
-
 /// Runs each task as a child process with its allocation enforced.
 pub struct ProcessExecutor {
     cgroups: Cgroups,
@@ -234,11 +165,30 @@ pub struct ProcessExecutor {
     running: Arc<Mutex<BTreeMap<TaskId, Running>>>,
     taskset: bool,
     cpus: usize,
+    /// Run every task under a supervisor process (the agent binary's `supervise`), so tasks
+    /// survive the agent and can be adopted; `None`: tasks are children of the agent, each in a
+    /// process group of its own, killed when the executor drops them.
+    supervision: Option<Supervision>,
+}
+
+/// How tasks are supervised (see [`crate::supervise`]).
+#[derive(Debug, Clone)]
+pub struct Supervision {
+    /// The program whose `supervise` subcommand runs a task (the agent binary).
+    pub program: PathBuf,
+    /// The agent's lease file.
+    pub lease: PathBuf,
+    /// The autonomy time (ms): the supervisor kills a task whose agent's lease is that old.
+    pub autonomy_ms: u64,
+    /// Where exit records go (`<task>.exit`).
+    pub run_dir: PathBuf,
 }
 
 struct Running {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     pinned: Vec<usize>,
+    /// The supervisor's process (supervised tasks only).
+    handle: Option<Handle>,
 }
 
 /// The `n` CPUs (of `total`) that the fewest running tasks are pinned to, lowest index first on
@@ -273,7 +223,14 @@ impl ProcessExecutor {
             running: Arc::new(Mutex::new(BTreeMap::new())),
             taskset,
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            supervision: None,
         }
+    }
+
+    /// Run every task under a supervisor (see [`Supervision`]).
+    pub fn supervised(mut self, s: Supervision) -> Self {
+        self.supervision = Some(s);
+        self
     }
 
     /// The cgroup situation (for the node's status).
@@ -342,6 +299,29 @@ impl Executor for ProcessExecutor {
             ),
         };
         argv.extend(spec.command.iter().cloned());
+        let log = self.log_dir.join(format!("{}", task.0));
+        if let Some(sup) = &self.supervision {
+            // The supervisor runs the same command line; it owns the task's output and outlives
+            // the agent (see `supervise`).
+            let mut full = vec![
+                "supervise".to_string(),
+                "--lease".into(),
+                sup.lease.display().to_string(),
+                "--autonomy-ms".into(),
+                sup.autonomy_ms.to_string(),
+                "--exit-file".into(),
+                sup.run_dir.join(format!("{}.exit", task.0)).display().to_string(),
+                "--stdout".into(),
+                log.with_extension("stdout").display().to_string(),
+                "--stderr".into(),
+                log.with_extension("stderr").display().to_string(),
+                "--".into(),
+            ];
+            full.extend(argv);
+            argv = std::iter::once(sup.program.display().to_string())
+                .chain(full)
+                .collect();
+        }
         let mut cmd = tokio::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .envs(&spec.env)
@@ -358,7 +338,13 @@ impl Executor for ProcessExecutor {
         if let Some(p) = alloc.gpu_percent {
             cmd.env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", p.to_string());
         }
+        if let Some(sup) = &self.supervision {
+            drop(running);
+            return supervised::start(self, sup.clone(), task, cmd, log, pinned)
+                .map(|()| enforcement);
+        }
         let mut child = cmd
+            .process_group(0)
             .spawn()
             .map_err(|e| spawn_err(format!("{}: {e}", argv[0])))?;
         let stdout = child.stdout.take();
@@ -369,12 +355,12 @@ impl Executor for ProcessExecutor {
             Running {
                 stop: Some(stop_tx),
                 pinned,
+                handle: None,
             },
         );
         drop(running);
         let registry = self.running.clone();
         let events = self.events.clone();
-        let log = self.log_dir.join(format!("{}", task.0));
         let cgroups = self.cgroups.clone();
         tokio::spawn(async move {
             let out = tokio::spawn(pump(
@@ -414,6 +400,21 @@ impl Executor for ProcessExecutor {
             let _ = tx.send(());
         }
     }
+
+    fn handle(&self, task: TaskId) -> Option<Handle> {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&task)
+            .and_then(|r| r.handle)
+    }
+
+    fn adopt(&mut self, task: TaskId, handle: &Handle) -> Adopted {
+        match self.supervision.clone() {
+            Some(sup) => supervised::adopt(self, sup, task, *handle),
+            None => Adopted::Lost,
+        }
+    }
 }
 
 /// Copy a child's output to its log file, reporting progress lines.
@@ -445,87 +446,10 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(
     let _ = file.flush().await;
 }
 
-/// Progress per tick of a simulated task, from its spec and allocation.
-pub type SpeedFn = std::sync::Arc<dyn Fn(&TaskSpec, &Allocation) -> f64 + Send + Sync>;
-
-/// Simulated tasks: progress per tick from a speed function of the allocation, no process. For
-/// tests and benchmarks with many agents on one machine.
-pub struct SimulatedExecutor {
-    events: mpsc::Sender<ExecEvent>,
-    speed: SpeedFn,
-    tick: std::time::Duration,
-    running: BTreeMap<TaskId, tokio::sync::oneshot::Sender<()>>,
-}
-
-impl SimulatedExecutor {
-    /// `speed(spec, alloc)` is the progress made per `tick` (a task finishes at progress 1).
-    pub fn new(events: mpsc::Sender<ExecEvent>, tick: std::time::Duration, speed: SpeedFn) -> Self {
-        Self {
-            events,
-            speed,
-            tick,
-            running: BTreeMap::new(),
-        }
-    }
-}
-
-impl Executor for SimulatedExecutor {
-    fn start(
-        &mut self,
-        task: TaskId,
-        spec: &TaskSpec,
-        alloc: &Allocation,
-    ) -> Result<Enforcement, ExecError> {
-        // Tasks that completed on their own dropped their receiver: forget them.
-        self.running.retain(|_, tx| !tx.is_closed());
-        if self.running.contains_key(&task) {
-            return Err(ExecError::AlreadyRunning(task));
-        }
-        let rate = (self.speed)(spec, alloc);
-        if !(rate.is_finite() && rate > 0.0) {
-            return Err(ExecError::Spawn {
-                task,
-                reason: format!("simulated speed {rate} makes no progress"),
-            });
-        }
-        let (tx, mut rx) = tokio::sync::oneshot::channel();
-        self.running.insert(task, tx);
-        let events = self.events.clone();
-        let tick = self.tick;
-        tokio::spawn(async move {
-            let mut p = 0.0f64;
-            let mut interval = tokio::time::interval(tick);
-            interval.tick().await;
-            loop {
-                tokio::select! {
-                    _ = interval.tick() => {
-                        p = (p + rate).min(1.0);
-                        let _ = events.send(ExecEvent::Progress { task, progress: p, metrics: BTreeMap::new() }).await;
-                        if p >= 1.0 {
-                            let _ = events.send(ExecEvent::Exited { task, code: Some(0) }).await;
-                            return;
-                        }
-                    }
-                    _ = &mut rx => {
-                        let _ = events.send(ExecEvent::Exited { task, code: None }).await;
-                        return;
-                    }
-                }
-            }
-        });
-        Ok(Enforcement::Simulated)
-    }
-
-    fn stop(&mut self, task: TaskId) {
-        if let Some(tx) = self.running.remove(&task) {
-            let _ = tx.send(());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
     use std::time::Duration;
 
     fn spec(cmd: &[&str]) -> TaskSpec {

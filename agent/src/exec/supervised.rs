@@ -1,0 +1,201 @@
+//! Supervised tasks: the process executor's side of [`crate::supervise`]. A task is started as a
+//! supervisor process (its own process group, not killed with the agent), followed by polling:
+//! its progress from the tail of its stdout log, its end from the supervisor's exit and exit
+//! record. A restarted agent adopts a task the same way from the pid its journal recorded.
+
+use super::{Adopted, ExecError, ExecEvent, Handle, ProcessExecutor, Running, Supervision};
+use crate::supervise::{ExitRecord, alive, start_time};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use tapfinger::TaskId;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::sync::{mpsc, oneshot};
+
+/// How often a supervised task's log and process are looked at.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Spawn the supervisor `cmd` (already the full `supervise` command line) for `task`.
+pub(super) fn start(
+    ex: &ProcessExecutor,
+    sup: Supervision,
+    task: TaskId,
+    mut cmd: tokio::process::Command,
+    log: PathBuf,
+    pinned: Vec<usize>,
+) -> Result<(), ExecError> {
+    let spawn_err = |reason: String| ExecError::Spawn { task, reason };
+    std::fs::create_dir_all(&sup.run_dir).map_err(|e| spawn_err(e.to_string()))?;
+    let exit_file = sup.run_dir.join(format!("{}.exit", task.0));
+    // A record from an earlier run of the same task here must not be read as this one's.
+    let _ = std::fs::remove_file(&exit_file);
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(false)
+        // Its own group: a Ctrl-C or a signal to the agent's group does not reach it.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| spawn_err(format!("{}: {e}", sup.program.display())))?;
+    let pid = child.id().unwrap_or(0);
+    let handle = start_time(pid).map(|start| Handle { pid, start });
+    let (stop_tx, stop_rx) = oneshot::channel();
+    ex.running
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(
+            task,
+            Running {
+                stop: Some(stop_tx),
+                pinned,
+                handle,
+            },
+        );
+    let end = async move {
+        let _ = child.wait().await;
+    };
+    follow(ex, task, pid, end, stop_rx, exit_file, log);
+    Ok(())
+}
+
+/// Adopt a task a previous run started.
+pub(super) fn adopt(
+    ex: &ProcessExecutor,
+    sup: Supervision,
+    task: TaskId,
+    h: Handle,
+) -> Adopted {
+    let exit_file = sup.run_dir.join(format!("{}.exit", task.0));
+    if !alive(h.pid, h.start) {
+        return match ExitRecord::read(&exit_file) {
+            Some(r) => Adopted::Exited(if r.how == "exited" { r.code } else { None }),
+            None => Adopted::Lost,
+        };
+    }
+    let (stop_tx, stop_rx) = oneshot::channel();
+    ex.running
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(
+            task,
+            Running {
+                stop: Some(stop_tx),
+                pinned: Vec::new(),
+                handle: Some(h),
+            },
+        );
+    // Not our child: poll until the process is gone.
+    let end = async move {
+        while alive(h.pid, h.start) {
+            tokio::time::sleep(POLL).await;
+        }
+    };
+    let log = ex.log_dir.join(format!("{}", task.0));
+    follow(ex, task, h.pid, end, stop_rx, exit_file, log);
+    Adopted::Running
+}
+
+/// Report progress until `end` completes (or a stop is asked: SIGTERM to the supervisor, which
+/// kills the task's group), then the exit.
+fn follow(
+    ex: &ProcessExecutor,
+    task: TaskId,
+    pid: u32,
+    end: impl std::future::Future<Output = ()> + Send + 'static,
+    stop: oneshot::Receiver<()>,
+    exit_file: PathBuf,
+    log: PathBuf,
+) {
+    let registry = ex.running.clone();
+    let events = ex.events.clone();
+    let cgroups = ex.cgroups.clone();
+    tokio::spawn(async move {
+        let mut tail = Tail::new(log.with_extension("stdout"));
+        let mut end = std::pin::pin!(end);
+        let mut stop = std::pin::pin!(stop);
+        let mut tick = tokio::time::interval(POLL);
+        let mut stopping = false;
+        loop {
+            tokio::select! {
+                _ = &mut end => break,
+                r = &mut stop, if !stopping => {
+                    stopping = true;
+                    if r.is_ok() && let Ok(p) = i32::try_from(pid) {
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(p),
+                            nix::sys::signal::Signal::SIGTERM,
+                        );
+                    }
+                }
+                _ = tick.tick() => tail.report(task, &events).await,
+            }
+        }
+        tail.report(task, &events).await;
+        let record = ExitRecord::read(&exit_file);
+        let code = match &record {
+            Some(r) if r.how == "exited" => r.code,
+            Some(r) => {
+                if !r.message.is_empty() {
+                    tracing::warn!(%task, how = %r.how, message = %r.message, "task ended");
+                }
+                None
+            }
+            None => None,
+        };
+        cgroups.remove(task);
+        registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&task);
+        let _ = events.send(ExecEvent::Exited { task, code }).await;
+    });
+}
+
+/// Follows a growing log file and reports its progress lines.
+struct Tail {
+    path: PathBuf,
+    offset: u64,
+    partial: Vec<u8>,
+}
+
+impl Tail {
+    fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            offset: 0,
+            partial: Vec::new(),
+        }
+    }
+
+    async fn report(&mut self, task: TaskId, events: &mpsc::Sender<ExecEvent>) {
+        let Ok(mut f) = tokio::fs::File::open(&self.path).await else {
+            return;
+        };
+        if f.seek(std::io::SeekFrom::Start(self.offset)).await.is_err() {
+            return;
+        }
+        let mut buf = Vec::new();
+        let Ok(n) = f.read_to_end(&mut buf).await else {
+            return;
+        };
+        self.offset += n as u64;
+        self.partial.extend_from_slice(&buf);
+        // Only the latest complete progress line matters.
+        let mut last = None;
+        while let Some(i) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=i).collect();
+            if let Some(p) = super::parse_progress(&String::from_utf8_lossy(&line)) {
+                last = Some(p);
+            }
+        }
+        if let Some((progress, metrics)) = last {
+            let _ = events
+                .send(ExecEvent::Progress {
+                    task,
+                    progress,
+                    metrics,
+                })
+                .await;
+        }
+    }
+}

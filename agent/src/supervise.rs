@@ -1,0 +1,241 @@
+//! The task supervisor (`tapfinger-agent supervise ...`, started by the process executor for
+//! every task): a small process between the agent and the task, so that a task never runs unknown
+//! to the cluster.
+//!
+//! - The task runs in a process group of its own (its cgroup join happens in the command the
+//!   executor gives), with its output going straight to its log files, so it does not depend on
+//!   the agent being alive to write anything.
+//! - The supervisor survives the agent (it is in its own process group too): an agent restarted
+//!   with its data directory **adopts** the tasks still running (its journal records the
+//!   supervisor's pid and start time) and no work is lost.
+//! - It is the backstop for an agent that dies and does not come back: the agent touches its lease
+//!   file while it holds a quorum ([`tapfinger::node::lease`]); when the file is older than the
+//!   autonomy time, the supervisor kills the task's process group, exactly when the agent would
+//!   have stopped the task itself, and before any peer may start the task elsewhere.
+//! - SIGTERM (the agent stopping the task) kills the task's process group.
+//! - When the task ends, the supervisor writes its exit record (exit code, or how it was stopped)
+//!   atomically to the exit file, where the agent (or its successor) reads it.
+//!
+//! It makes no scheduling decision and talks to nobody but the files it is given.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// Arguments of `tapfinger-agent supervise`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SuperviseArgs {
+    /// The agent's lease file (its modification time: when the agent last held a quorum).
+    #[arg(long)]
+    pub lease: PathBuf,
+    /// Kill the task when the lease file is older than this (ms).
+    #[arg(long)]
+    pub autonomy_ms: u64,
+    /// Where to write the exit record.
+    #[arg(long)]
+    pub exit_file: PathBuf,
+    /// The task's standard output log.
+    #[arg(long)]
+    pub stdout: PathBuf,
+    /// The task's standard error log.
+    #[arg(long)]
+    pub stderr: PathBuf,
+    /// The task's command line.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// How a supervised task ended (the exit file's content, JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    /// The task's exit code, if it exited by itself.
+    pub code: Option<i32>,
+    /// `exited`, `stopped` (SIGTERM to the supervisor), `lease` (the agent's lease ran out),
+    /// or `spawn` (the program could not be started; `message` says why).
+    pub how: String,
+    /// Details.
+    #[serde(default)]
+    pub message: String,
+}
+
+impl ExitRecord {
+    /// Read an exit file; `None` if absent or unreadable.
+    pub fn read(path: &Path) -> Option<Self> {
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    }
+
+    fn write(&self, path: &Path) -> std::io::Result<()> {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec(self).map_err(std::io::Error::other)?)?;
+        std::fs::rename(&tmp, path)
+    }
+}
+
+/// How old a file's modification time is; `None` if it cannot be read (no lease file: the agent
+/// never held a quorum, which counts as expired).
+fn age(path: &Path) -> Option<Duration> {
+    let m = std::fs::metadata(path).ok()?.modified().ok()?;
+    Some(SystemTime::now().duration_since(m).unwrap_or_default())
+}
+
+fn kill_group(pgid: u32) {
+    let Ok(pid) = i32::try_from(pgid) else { return };
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+/// Run the supervisor; returns its exit code (the task's, or 1).
+pub async fn run(a: SuperviseArgs) -> i32 {
+    let record = supervise(&a).await;
+    if let Err(e) = record.write(&a.exit_file) {
+        eprintln!("tapfinger supervise: cannot write {}: {e}", a.exit_file.display());
+    }
+    record.code.unwrap_or(1)
+}
+
+async fn supervise(a: &SuperviseArgs) -> ExitRecord {
+    let open = |p: &Path| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(p)
+    };
+    let (out, err) = match (open(&a.stdout), open(&a.stderr)) {
+        (Ok(o), Ok(e)) => (o, e),
+        (Err(e), _) | (_, Err(e)) => {
+            return ExitRecord {
+                code: None,
+                how: "spawn".into(),
+                message: format!("cannot open the task's log files: {e}"),
+            };
+        }
+    };
+    let mut child = match tokio::process::Command::new(&a.command[0])
+        .args(&a.command[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            return ExitRecord {
+                code: None,
+                how: "spawn".into(),
+                message: format!("{}: {e}", a.command[0]),
+            };
+        }
+    };
+    let pgid = child.id().unwrap_or(0);
+    let mut term =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                kill_group(pgid);
+                let _ = child.wait().await;
+                return ExitRecord {
+                    code: None,
+                    how: "spawn".into(),
+                    message: format!("cannot handle SIGTERM: {e}"),
+                };
+            }
+        };
+    let limit = Duration::from_millis(a.autonomy_ms);
+    let mut check = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                // The group may hold processes the task left behind: they end with it.
+                kill_group(pgid);
+                return ExitRecord {
+                    code: status.ok().and_then(|s| s.code()),
+                    how: "exited".into(),
+                    message: String::new(),
+                };
+            }
+            _ = term.recv() => {
+                kill_group(pgid);
+                let _ = child.wait().await;
+                return ExitRecord { code: None, how: "stopped".into(), message: String::new() };
+            }
+            _ = check.tick() => {
+                if age(&a.lease).is_none_or(|d| d > limit) {
+                    kill_group(pgid);
+                    let _ = child.wait().await;
+                    return ExitRecord {
+                        code: None,
+                        how: "lease".into(),
+                        message: "the agent's lease ran out (no quorum within the autonomy time)".into(),
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// The start time of process `pid` (clock ticks since boot, field 22 of `/proc/<pid>/stat`), to
+/// tell a process from a later one that reuses its pid; `None` if there is no such process.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may contain spaces: split after it.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state); field 22 is at index 19. A zombie counts as gone.
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// Whether the process `pid` started at `start` is still alive.
+pub fn alive(pid: u32, start: u64) -> bool {
+    start_time(pid) == Some(start)
+}
+
+/// Touch the lease file: the agent holds a quorum now.
+pub fn touch(path: &Path) -> std::io::Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    f.set_modified(SystemTime::now())
+}
+
+/// How long ago the lease file was touched (`None`: never).
+pub fn lease_age(path: &Path) -> Option<Duration> {
+    age(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_tells_this_process_and_no_other() {
+        let me = std::process::id();
+        let t = start_time(me).expect("this process has a start time");
+        assert!(alive(me, t));
+        assert!(!alive(me, t + 1));
+        assert_eq!(start_time(u32::MAX - 1), None);
+    }
+
+    #[test]
+    fn exit_records_round_trip() {
+        let dir = std::env::temp_dir().join(format!("tf-sup-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("t.exit");
+        let r = ExitRecord {
+            code: Some(3),
+            how: "exited".into(),
+            message: String::new(),
+        };
+        r.write(&p).unwrap();
+        assert_eq!(ExitRecord::read(&p), Some(r));
+        assert_eq!(ExitRecord::read(&dir.join("none")), None);
+    }
+}
