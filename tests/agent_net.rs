@@ -49,6 +49,7 @@ fn heartbeat(id: u32) -> Envelope {
             running: Vec::new(),
             incarnation: 1,
             hears: Vec::new(),
+            recent: Vec::new(),
         }),
     }
 }

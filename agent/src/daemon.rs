@@ -234,6 +234,7 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
     }
     let mut last_touch: Option<Instant> = None;
     let mut last_sweep: Option<Instant> = None;
+    let mut had_quorum: Option<bool> = None;
     // Replies to API commands wait until the status they imply is published, so a caller that
     // reads the status right after the reply sees its own change (a cancelled task is done).
     let mut replies: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
@@ -289,12 +290,12 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
             },
             ev = p.exec_events.recv() => match ev {
                 Some(ExecEvent::Progress { task, progress, .. }) => { p.core.on_progress(task, progress); Vec::new() }
-                Some(ExecEvent::Exited { task, code }) => {
+                Some(ExecEvent::Exited { task, code, stopped: by_executor }) => {
                     gpus.release(task);
                     if let Some(store) = &mut p.store && let Err(e) = store.ended(task) {
                         tracing::warn!(%task, error = %e, "cannot journal the end of a run");
                     }
-                    let stopped = stopped_here.remove(&task);
+                    let stopped = stopped_here.remove(&task) || by_executor;
                     if !stopped {
                         finished_here.push(task);
                     }
@@ -373,6 +374,8 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                     spec.env.insert("TAPFINGER_TASK_ID".into(), task.0.to_string());
                     spec.env.insert("TAPFINGER_NODE".into(), p.core.config().name.clone());
                     spec.env.insert("TAPFINGER_EPOCH".into(), epoch.to_string());
+                    // A stop asked for an earlier run of this task here is not about this one.
+                    stopped_here.remove(&task);
                     let mut allocation = (p.to_allocation)(&alloc);
                     let started = if gpus.held.contains_key(&task) {
                         Err(crate::exec::ExecError::AlreadyRunning(task))
@@ -433,7 +436,7 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
             }
         }
         if let Some(files) = &p.files {
-            upkeep(&mut p.core, files, now_ms(), &mut last_touch, &mut last_sweep);
+            upkeep(&mut p.core, files, now_ms(), &mut last_touch, &mut last_sweep, &mut had_quorum);
         }
         if let Some(o) = &mut p.online {
             for (to, r) in o.step(&mut p.core, now_ms()) {
@@ -498,8 +501,23 @@ fn upkeep(
     now: u64,
     last_touch: &mut Option<Instant>,
     last_sweep: &mut Option<Instant>,
+    had_quorum: &mut Option<bool>,
 ) {
-    if core.has_quorum(now) && last_touch.is_none_or(|t| t.elapsed() >= Duration::from_millis(200)) {
+    let quorum = core.has_quorum(now);
+    if *had_quorum != Some(quorum) {
+        let known = core.known().len();
+        if quorum {
+            tracing::info!(members = known, "a quorum of the cluster is reachable: lease held");
+        } else {
+            tracing::warn!(
+                members = known,
+                autonomy_ms = core.config().autonomy_ms,
+                "no quorum of the cluster is reachable: tasks here keep running for the autonomy time"
+            );
+        }
+        *had_quorum = Some(quorum);
+    }
+    if quorum && last_touch.is_none_or(|t| t.elapsed() >= Duration::from_millis(200)) {
         *last_touch = Some(Instant::now());
         if let Err(e) = crate::supervise::touch(&files.lease) {
             tracing::warn!(path = %files.lease.display(), error = %e, "cannot touch the lease file");

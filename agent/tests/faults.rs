@@ -174,7 +174,9 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// A cluster for scenario `name` (its first word names the directory).
     fn start(name: &str) -> Self {
+        let name = name.split_whitespace().next().unwrap_or("x");
         let net = Net::build().unwrap_or_else(|e| {
             panic!(
                 "the fault harness needs root and network namespaces (CI has both): {e}"

@@ -55,7 +55,15 @@ pub struct NodeState {
     /// The peers this node heard within its peer timeout: a peer counts toward a node's quorum
     /// (its lease) only while it hears that node too, so a one-way cut is a cut.
     pub hears: Vec<NodeId>,
+    /// The latest outcomes of tasks this node ran (at most [`MAX_RECENT`]), repeated in every
+    /// heartbeat so that a lost finish message is made good (anti-entropy).
+    pub recent: Vec<Outcome>,
 }
+
+/// Most outcomes a heartbeat repeats.
+pub const MAX_RECENT: usize = 64;
+/// Most task ids one [`Body::Want`] asks for.
+pub const MAX_WANT: usize = 64;
 
 /// What became of a task, as the node that knows it says (see [`Body::Outcomes`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -125,6 +133,10 @@ pub enum Body {
     /// What the sender knows finished, sent to a peer that (re)joins so that both sides of a
     /// healed partition agree in one exchange (at most [`MAX_OUTCOMES`] per message).
     Outcomes(Vec<FinishedTask>),
+    /// The sender lacks these tasks (ids in a peer's heartbeat it never heard of, or a copy it
+    /// believes runs on a peer that does not list it): whoever can speak for a task answers
+    /// with its announcement or its outcome. Repeated every heartbeat until answered.
+    Want(Vec<TaskId>),
     /// The sender's task failed or was handed back; `requeue` says whether it should run again.
     Failed {
         /// Task.
@@ -271,6 +283,7 @@ impl Envelope {
                 if s.labels.len() > MAX_ITEMS
                     || s.running.len() > 4 * MAX_ITEMS
                     || s.hears.len() > 4 * MAX_ITEMS
+                    || s.recent.len() > MAX_RECENT
                 {
                     return Err(invalid("heartbeat: too many labels or running tasks"));
                 }
@@ -322,6 +335,11 @@ impl Envelope {
             }
             Body::Started { alloc, .. } => check_vec("alloc", alloc, None)?,
             Body::Finished(_) => {}
+            Body::Want(ids) => {
+                if ids.len() > MAX_WANT {
+                    return Err(invalid(format!("want: {} ids (max {MAX_WANT})", ids.len())));
+                }
+            }
             Body::Outcomes(o) => {
                 if o.len() > MAX_OUTCOMES {
                     return Err(invalid(format!(
@@ -385,7 +403,14 @@ mod tests {
                 }],
                 incarnation: 2,
                 hears: vec![NodeId(0), NodeId(2)],
+                recent: vec![Outcome {
+                    task: TaskId(2),
+                    node: NodeId(1),
+                    epoch: 1,
+                    exit_code: Some(0),
+                }],
             }),
+            Body::Want(vec![TaskId(3)]),
             Body::Announce {
                 task: task.clone(),
                 spec: spec.clone(),

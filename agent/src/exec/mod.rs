@@ -74,6 +74,9 @@ pub enum ExecEvent {
         task: TaskId,
         /// Exit code.
         code: Option<i32>,
+        /// It was stopped (asked by the agent, or by its supervisor when the agent's lease ran
+        /// out) rather than ending by itself: not an outcome of the task.
+        stopped: bool,
     },
 }
 
@@ -369,11 +372,11 @@ impl Executor for ProcessExecutor {
                 Some((task, events.clone())),
             ));
             let err = tokio::spawn(pump(stderr, log.with_extension("stderr"), None));
-            let code = tokio::select! {
-                status = child.wait() => status.ok().and_then(|s| s.code()),
+            let (code, stopped) = tokio::select! {
+                status = child.wait() => (status.ok().and_then(|s| s.code()), false),
                 _ = stop_rx => {
                     let _ = child.kill().await;
-                    None
+                    (None, true)
                 }
             };
             let _ = out.await;
@@ -383,7 +386,13 @@ impl Executor for ProcessExecutor {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&task);
-            let _ = events.send(ExecEvent::Exited { task, code }).await;
+            let _ = events
+                .send(ExecEvent::Exited {
+                    task,
+                    code,
+                    stopped,
+                })
+                .await;
         });
         Ok(enforcement)
     }

@@ -64,12 +64,12 @@ impl Executor for SimulatedExecutor {
                         p = (p + rate).min(1.0);
                         let _ = events.send(ExecEvent::Progress { task, progress: p, metrics: BTreeMap::new() }).await;
                         if p >= 1.0 {
-                            let _ = events.send(ExecEvent::Exited { task, code: Some(0) }).await;
+                            let _ = events.send(ExecEvent::Exited { task, code: Some(0), stopped: false }).await;
                             return;
                         }
                     }
                     _ = &mut rx => {
-                        let _ = events.send(ExecEvent::Exited { task, code: None }).await;
+                        let _ = events.send(ExecEvent::Exited { task, code: None, stopped: true }).await;
                         return;
                     }
                 }

@@ -132,22 +132,29 @@ fn follow(
         }
         tail.report(task, &events).await;
         let record = ExitRecord::read(&exit_file);
-        let code = match &record {
-            Some(r) if r.how == "exited" => r.code,
+        let (code, stopped) = match &record {
+            Some(r) if r.how == "exited" => (r.code, false),
             Some(r) => {
                 if !r.message.is_empty() {
                     tracing::warn!(%task, how = %r.how, message = %r.message, "task ended");
                 }
-                None
+                // A program that could not start failed; a stop or a lapsed lease is no outcome.
+                (None, r.how == "stopped" || r.how == "lease")
             }
-            None => None,
+            None => (None, stopping),
         };
         cgroups.remove(task);
         registry
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&task);
-        let _ = events.send(ExecEvent::Exited { task, code }).await;
+        let _ = events
+            .send(ExecEvent::Exited {
+                task,
+                code,
+                stopped,
+            })
+            .await;
     });
 }
 

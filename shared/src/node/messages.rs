@@ -11,7 +11,9 @@ use super::{Action, NodeCore, Peer, TaskEntry, TaskState};
 use crate::resources::Resources;
 use crate::spec::TaskSpec;
 use crate::task::{NodeId, Task, TaskId};
-use crate::wire::{Body, CANCELLED, Envelope, FinishedTask, MAX_OUTCOMES, NodeState, Outcome};
+use crate::wire::{
+    Body, CANCELLED, Envelope, FinishedTask, MAX_OUTCOMES, MAX_WANT, NodeState, Outcome,
+};
 use std::sync::Arc;
 
 /// Whether copy `(epoch, node)` beats copy `(other_epoch, other_node)`.
@@ -61,6 +63,7 @@ impl NodeCore {
                 }
             }
             Body::Started { task, alloc, epoch } => self.on_started(task, from, alloc, epoch),
+            Body::Want(ids) => self.on_want(&ids),
             Body::Finished(o) => self.apply_outcome(o),
             Body::Outcomes(list) => {
                 let mut out = Vec::new();
@@ -145,8 +148,38 @@ impl NodeCore {
             out.extend(self.greet());
         }
         // Its running list is authoritative for its copies; fencing by epoch.
+        let mut want = std::collections::BTreeSet::new();
         for r in &state.running {
+            if !self.tasks.contains_key(&r.task) {
+                want.insert(r.task);
+            }
             out.extend(self.on_copy(r.task, from, &r.alloc, r.epoch, Some(r.progress)));
+        }
+        // Its latest outcomes make good a finish message that was lost.
+        for o in &state.recent {
+            if self.tasks.contains_key(&o.task) {
+                out.extend(self.apply_outcome(o.clone()));
+            } else {
+                want.insert(o.task);
+            }
+        }
+        // A copy we believe it runs, which it neither lists nor recently finished: ask.
+        let listed: std::collections::BTreeSet<TaskId> = state
+            .running
+            .iter()
+            .map(|r| r.task)
+            .chain(state.recent.iter().map(|o| o.task))
+            .collect();
+        for (id, t) in &self.tasks {
+            if matches!(&t.state, TaskState::Running { node, .. } if *node == from)
+                && !listed.contains(id)
+            {
+                want.insert(*id);
+            }
+        }
+        if !want.is_empty() {
+            let ids: Vec<TaskId> = want.into_iter().take(MAX_WANT).collect();
+            out.push(self.envelope(Body::Want(ids)));
         }
         self.peers.insert(
             from,
@@ -249,6 +282,14 @@ impl NodeCore {
             t.epoch = epoch;
             t.owner = owner;
         }
+        // The sender speaks for its own copies: if it says the task is pending, it does not run
+        // it (it stopped it when its lease ran out, or lost it in a restart).
+        if matches!(&t.state, TaskState::Running { node, .. } if *node == from) && epoch >= t.epoch {
+            t.state = TaskState::Pending;
+            t.owner = owner;
+            self.protocol.release(id);
+            return Vec::new();
+        }
         match t.state.clone() {
             // A re-announcement (a restarted agent replaying its journal): the node that runs
             // the task answers, so the announcer does not start it again.
@@ -269,6 +310,56 @@ impl NodeCore {
             }))],
             _ => Vec::new(),
         }
+    }
+
+    /// A peer lacks these tasks: answer for those we can speak for (outcomes we know, copies we
+    /// run, pending tasks we own).
+    fn on_want(&mut self, ids: &[TaskId]) -> Vec<Action> {
+        let me = self.cfg.me;
+        let mut out = Vec::new();
+        let mut done = Vec::new();
+        for id in ids {
+            let Some(t) = self.tasks.get(id) else {
+                continue;
+            };
+            match &t.state {
+                TaskState::Done { node, code, epoch } => done.push(FinishedTask {
+                    task: (*t.task).clone(),
+                    spec: t.spec.clone(),
+                    outcome: Outcome {
+                        task: *id,
+                        node: *node,
+                        epoch: *epoch,
+                        exit_code: *code,
+                    },
+                }),
+                TaskState::Running { node, alloc, .. } if *node == me => {
+                    let body = Body::Announce {
+                        task: (*t.task).clone(),
+                        spec: t.spec.clone(),
+                        owner: t.owner,
+                        epoch: t.epoch,
+                        runs: Some(alloc.clone()),
+                    };
+                    out.push(self.envelope(body));
+                }
+                TaskState::Pending if t.owner == Some(me) => {
+                    let body = Body::Announce {
+                        task: (*t.task).clone(),
+                        spec: t.spec.clone(),
+                        owner: t.owner,
+                        epoch: t.epoch,
+                        runs: None,
+                    };
+                    out.push(self.envelope(body));
+                }
+                _ => {}
+            }
+        }
+        for chunk in done.chunks(MAX_OUTCOMES) {
+            out.push(self.envelope(Body::Outcomes(chunk.to_vec())));
+        }
+        out
     }
 
     fn on_started(

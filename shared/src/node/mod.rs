@@ -201,6 +201,8 @@ pub struct NodeCore {
     lease_lost: bool,
     /// No tick yet: the first one sets `last_quorum` from the driver's record.
     first_lease_tick: bool,
+    /// The latest outcomes of tasks run here, repeated in heartbeats.
+    recent: std::collections::VecDeque<Outcome>,
 }
 
 impl std::fmt::Debug for NodeCore {
@@ -248,6 +250,7 @@ impl NodeCore {
             last_quorum: None,
             lease_lost: false,
             first_lease_tick: true,
+            recent: std::collections::VecDeque::new(),
             cfg,
         }
     }
@@ -390,6 +393,7 @@ impl NodeCore {
             Body::Started { .. } => "started",
             Body::Finished(_) => "finished",
             Body::Outcomes(_) => "outcomes",
+            Body::Want(_) => "want",
             Body::Failed { .. } => "failed",
         };
         *self.stats.sent.entry(kind.to_string()).or_default() += 1;
@@ -436,6 +440,7 @@ impl NodeCore {
             running,
             incarnation: self.cfg.incarnation,
             hears,
+            recent: self.recent.iter().cloned().collect(),
         };
         self.envelope(Body::Heartbeat(state))
     }
@@ -558,12 +563,17 @@ impl NodeCore {
             code,
             epoch,
         };
-        vec![self.envelope(Body::Finished(Outcome {
+        let o = Outcome {
             task,
             node: self.cfg.me,
             epoch,
             exit_code: code,
-        }))]
+        };
+        if self.recent.len() >= crate::wire::MAX_RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(o.clone());
+        vec![self.envelope(Body::Finished(o))]
     }
 
     /// The node is shutting down: hand back every task running here (peers re-queue them).
@@ -673,7 +683,18 @@ impl NodeCore {
         if let Some(t) = self.proposed_at.take() {
             self.stats.observe_latency(now.saturating_sub(t));
         }
-        for c in &outcome.commits {
+        // A round decided at its deadline without some members' proposals may have been decided
+        // otherwise by a member that missed ours (rounds out of step after a partition heals, or
+        // a node that just joined): it starts nothing, so a task never starts twice at once. The
+        // tasks are claimable again in the next round.
+        let tentative = !outcome.missing.is_empty();
+        if tentative {
+            self.stats.rounds_held_back += u64::from(!outcome.commits.is_empty());
+            for c in &outcome.commits {
+                self.protocol.release(c.task);
+            }
+        }
+        for c in outcome.commits.iter().filter(|_| !tentative) {
             let Some(t) = self.tasks.get_mut(&c.task) else {
                 continue;
             };

@@ -40,6 +40,9 @@ pub struct NodeStats {
     /// Announcements refused: a task id known with another task.
     #[serde(default)]
     pub refused_announces: u64,
+    /// Rounds whose commits were not started because some member's proposal was missing.
+    #[serde(default)]
+    pub rounds_held_back: u64,
 }
 
 impl NodeStats {
@@ -81,6 +84,7 @@ impl NodeStats {
         self.copies_stopped += o.copies_stopped;
         self.lease_stops += o.lease_stops;
         self.refused_announces += o.refused_announces;
+        self.rounds_held_back += o.rounds_held_back;
     }
 
     /// The `q`-quantile of round latency (ms), interpolated linearly inside its bucket as
