@@ -271,10 +271,15 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
     // A client that sends half a request is cut off after the header timeout.
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut half = tokio::net::TcpStream::connect(&guarded).await.unwrap();
-    half.write_all(b"GET /v1/node HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    half.write_all(b"GET /v1/node HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
     let mut buf = Vec::new();
     let closed = tokio::time::timeout(Duration::from_secs(10), half.read_to_end(&mut buf)).await;
-    assert!(closed.is_ok(), "the half-sent request still holds its connection");
+    assert!(
+        closed.is_ok(),
+        "the half-sent request still holds its connection"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -221,11 +221,8 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
     let recovered = std::mem::take(&mut p.recovered);
     let mut next_local =
         crate::recover::next_local(me, recovered.last_id, p.core.config().incarnation);
-    let mut recorded: std::collections::BTreeSet<TaskId> = recovered
-        .outcomes
-        .keys()
-        .copied()
-        .collect();
+    let mut recorded: std::collections::BTreeSet<TaskId> =
+        recovered.outcomes.keys().copied().collect();
     let (mut pending_actions, held) =
         crate::recover::replay(&mut p.core, p.executor.as_mut(), &mut p.store, recovered);
     let mut gpus = GpuPool::new(&p.gpu_devices);
@@ -367,12 +364,18 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                         tracing::warn!(error = %err, "cannot broadcast");
                     }
                 }
-                Action::Start { task, mut spec, alloc } => {
+                Action::Start {
+                    task,
+                    mut spec,
+                    alloc,
+                } => {
                     // What a task may want to know of itself: its id, where it runs, and its epoch
                     // (a fencing token it can hand to external storage).
                     let epoch = p.core.tasks().get(&task).map_or(0, |t| t.epoch);
-                    spec.env.insert("TAPFINGER_TASK_ID".into(), task.0.to_string());
-                    spec.env.insert("TAPFINGER_NODE".into(), p.core.config().name.clone());
+                    spec.env
+                        .insert("TAPFINGER_TASK_ID".into(), task.0.to_string());
+                    spec.env
+                        .insert("TAPFINGER_NODE".into(), p.core.config().name.clone());
                     spec.env.insert("TAPFINGER_EPOCH".into(), epoch.to_string());
                     // A stop asked for an earlier run of this task here is not about this one.
                     stopped_here.remove(&task);
@@ -395,7 +398,9 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                             }),
                         }
                     };
-                    if started.is_ok() && let Some(store) = &mut p.store {
+                    if started.is_ok()
+                        && let Some(store) = &mut p.store
+                    {
                         // Durable before anyone hears of the start, so a restart adopts it.
                         let entry = &p.core.tasks()[&task];
                         let run = crate::store::Run {
@@ -436,7 +441,14 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
             }
         }
         if let Some(files) = &p.files {
-            upkeep(&mut p.core, files, now_ms(), &mut last_touch, &mut last_sweep, &mut had_quorum);
+            upkeep(
+                &mut p.core,
+                files,
+                now_ms(),
+                &mut last_touch,
+                &mut last_sweep,
+                &mut had_quorum,
+            );
         }
         if let Some(o) = &mut p.online {
             for (to, r) in o.step(&mut p.core, now_ms()) {
@@ -507,7 +519,10 @@ fn upkeep(
     if *had_quorum != Some(quorum) {
         let known = core.known().len();
         if quorum {
-            tracing::info!(members = known, "a quorum of the cluster is reachable: lease held");
+            tracing::info!(
+                members = known,
+                "a quorum of the cluster is reachable: lease held"
+            );
         } else {
             tracing::warn!(
                 members = known,
@@ -519,7 +534,7 @@ fn upkeep(
     }
     if quorum && last_touch.is_none_or(|t| t.elapsed() >= Duration::from_millis(200)) {
         *last_touch = Some(Instant::now());
-        if let Err(e) = crate::supervise::touch(&files.lease) {
+        if let Err(e) = crate::supervise::touch(&files.lease, &core.id().0.to_string()) {
             tracing::warn!(path = %files.lease.display(), error = %e, "cannot touch the lease file");
         }
     }

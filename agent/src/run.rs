@@ -211,6 +211,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             program: std::env::current_exe().context("cannot find the agent's own binary")?,
             lease: lease_file.clone(),
             autonomy_ms: cfg.autonomy_ms,
+            owner: me.0.to_string(),
             run_dir: run_dir.clone(),
         },
     );
@@ -370,7 +371,10 @@ pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
     }
     out.push_str(&format!("{} task(s)", tasks.len()));
     if let Some(next) = body.get("next_offset").and_then(serde_json::Value::as_u64) {
-        let total = body.get("total").and_then(serde_json::Value::as_u64).unwrap_or(0);
+        let total = body
+            .get("total")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
         out.push_str(&format!(" of {total}; more with --offset {next}"));
     }
     Some(out)

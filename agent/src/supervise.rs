@@ -31,6 +31,10 @@ pub struct SuperviseArgs {
     /// Kill the task when the lease file is older than this (ms).
     #[arg(long)]
     pub autonomy_ms: u64,
+    /// Whose lease it is (the agent's node id): a lease file of another identity (a data
+    /// directory that was lost and recreated) is no lease for this task.
+    #[arg(long)]
+    pub owner: String,
     /// Where to write the exit record.
     #[arg(long)]
     pub exit_file: PathBuf,
@@ -66,7 +70,10 @@ impl ExitRecord {
 
     fn write(&self, path: &Path) -> std::io::Result<()> {
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, serde_json::to_vec(self).map_err(std::io::Error::other)?)?;
+        std::fs::write(
+            &tmp,
+            serde_json::to_vec(self).map_err(std::io::Error::other)?,
+        )?;
         std::fs::rename(&tmp, path)
     }
 }
@@ -90,7 +97,10 @@ fn kill_group(pgid: u32) {
 pub async fn run(a: SuperviseArgs) -> i32 {
     let record = supervise(&a).await;
     if let Err(e) = record.write(&a.exit_file) {
-        eprintln!("tapfinger supervise: cannot write {}: {e}", a.exit_file.display());
+        eprintln!(
+            "tapfinger supervise: cannot write {}: {e}",
+            a.exit_file.display()
+        );
     }
     record.code.unwrap_or(1)
 }
@@ -131,19 +141,18 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
         }
     };
     let pgid = child.id().unwrap_or(0);
-    let mut term =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(e) => {
-                kill_group(pgid);
-                let _ = child.wait().await;
-                return ExitRecord {
-                    code: None,
-                    how: "spawn".into(),
-                    message: format!("cannot handle SIGTERM: {e}"),
-                };
-            }
-        };
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            kill_group(pgid);
+            let _ = child.wait().await;
+            return ExitRecord {
+                code: None,
+                how: "spawn".into(),
+                message: format!("cannot handle SIGTERM: {e}"),
+            };
+        }
+    };
     let limit = Duration::from_millis(a.autonomy_ms);
     let mut check = tokio::time::interval(Duration::from_millis(100));
     loop {
@@ -163,7 +172,8 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
                 return ExitRecord { code: None, how: "stopped".into(), message: String::new() };
             }
             _ = check.tick() => {
-                if age(&a.lease).is_none_or(|d| d > limit) {
+                let theirs = std::fs::read_to_string(&a.lease).ok().filter(|o| *o == a.owner);
+                if theirs.is_none() || age(&a.lease).is_none_or(|d| d > limit) {
                     kill_group(pgid);
                     let _ = child.wait().await;
                     return ExitRecord {
@@ -196,13 +206,15 @@ pub fn alive(pid: u32, start: u64) -> bool {
     start_time(pid) == Some(start)
 }
 
-/// Touch the lease file: the agent holds a quorum now.
-pub fn touch(path: &Path) -> std::io::Result<()> {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)?;
+/// Touch the lease file of `owner` (the agent's node id, its content): the agent holds a quorum
+/// now.
+pub fn touch(path: &Path, owner: &str) -> std::io::Result<()> {
+    if std::fs::read_to_string(path).ok().as_deref() != Some(owner) {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, owner)?;
+        std::fs::rename(&tmp, path)?;
+    }
+    let f = std::fs::OpenOptions::new().write(true).open(path)?;
     f.set_modified(SystemTime::now())
 }
 

@@ -112,7 +112,11 @@ impl TaskSpec {
             ));
         }
         check_strings("command", self.command.iter(), MAX_ITEMS)?;
-        check_strings("env", self.env.keys().chain(self.env.values()), 2 * MAX_ITEMS)?;
+        check_strings(
+            "env",
+            self.env.keys().chain(self.env.values()),
+            2 * MAX_ITEMS,
+        )?;
         check_strings(
             "require_labels",
             self.require_labels

@@ -241,33 +241,33 @@ fn check_str(what: &str, s: &str) -> Result<(), WireError> {
 
 /// Bounds of an announced task and its spec (the API's limits: [`crate::spec`]).
 fn check_task(task: &Task, spec: &TaskSpec) -> Result<(), WireError> {
-        check_vec("min_demand", &task.min_demand, None)?;
-        if let Some(m) = &task.max_demand {
-            check_vec("max_demand", m, Some(task.min_demand.len()))?;
-        }
-        if task.reachable.is_empty() || task.reachable.len() > 4 * MAX_ITEMS {
-            return Err(invalid("announce: reachable must list 1 to 1024 nodes"));
-        }
-        if spec.command.is_empty() || spec.command.len() > MAX_ITEMS {
-            return Err(invalid("announce: command must have 1 to 256 entries"));
-        }
-        if spec.env.len() > MAX_ITEMS
-            || spec.require_labels.len() > MAX_ITEMS
-            || spec.nodes.len() > MAX_ITEMS
-            || spec.min_demand.len() > MAX_KINDS
-            || spec.max_demand.len() > MAX_KINDS
-        {
-            return Err(invalid("announce: too many entries in the spec"));
-        }
-        for s in spec
-            .command
-            .iter()
-            .chain(spec.env.keys())
-            .chain(spec.env.values())
-            .chain(std::iter::once(&spec.name))
-        {
-            check_str("spec", s)?;
-        }
+    check_vec("min_demand", &task.min_demand, None)?;
+    if let Some(m) = &task.max_demand {
+        check_vec("max_demand", m, Some(task.min_demand.len()))?;
+    }
+    if task.reachable.is_empty() || task.reachable.len() > 4 * MAX_ITEMS {
+        return Err(invalid("announce: reachable must list 1 to 1024 nodes"));
+    }
+    if spec.command.is_empty() || spec.command.len() > MAX_ITEMS {
+        return Err(invalid("announce: command must have 1 to 256 entries"));
+    }
+    if spec.env.len() > MAX_ITEMS
+        || spec.require_labels.len() > MAX_ITEMS
+        || spec.nodes.len() > MAX_ITEMS
+        || spec.min_demand.len() > MAX_KINDS
+        || spec.max_demand.len() > MAX_KINDS
+    {
+        return Err(invalid("announce: too many entries in the spec"));
+    }
+    for s in spec
+        .command
+        .iter()
+        .chain(spec.env.keys())
+        .chain(spec.env.values())
+        .chain(std::iter::once(&spec.name))
+    {
+        check_str("spec", s)?;
+    }
     Ok(())
 }
 

@@ -183,6 +183,8 @@ pub struct Supervision {
     pub lease: PathBuf,
     /// The autonomy time (ms): the supervisor kills a task whose agent's lease is that old.
     pub autonomy_ms: u64,
+    /// The agent's node id, written in its lease file.
+    pub owner: String,
     /// Where exit records go (`<task>.exit`).
     pub run_dir: PathBuf,
 }
@@ -312,8 +314,13 @@ impl Executor for ProcessExecutor {
                 sup.lease.display().to_string(),
                 "--autonomy-ms".into(),
                 sup.autonomy_ms.to_string(),
+                "--owner".into(),
+                sup.owner.clone(),
                 "--exit-file".into(),
-                sup.run_dir.join(format!("{}.exit", task.0)).display().to_string(),
+                sup.run_dir
+                    .join(format!("{}.exit", task.0))
+                    .display()
+                    .to_string(),
                 "--stdout".into(),
                 log.with_extension("stdout").display().to_string(),
                 "--stderr".into(),

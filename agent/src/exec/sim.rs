@@ -84,4 +84,3 @@ impl Executor for SimulatedExecutor {
         }
     }
 }
-

@@ -40,17 +40,14 @@ pub(super) fn start(
     let pid = child.id().unwrap_or(0);
     let handle = start_time(pid).map(|start| Handle { pid, start });
     let (stop_tx, stop_rx) = oneshot::channel();
-    ex.running
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(
-            task,
-            Running {
-                stop: Some(stop_tx),
-                pinned,
-                handle,
-            },
-        );
+    ex.running.lock().unwrap_or_else(|e| e.into_inner()).insert(
+        task,
+        Running {
+            stop: Some(stop_tx),
+            pinned,
+            handle,
+        },
+    );
     let end = async move {
         let _ = child.wait().await;
     };
@@ -59,12 +56,7 @@ pub(super) fn start(
 }
 
 /// Adopt a task a previous run started.
-pub(super) fn adopt(
-    ex: &ProcessExecutor,
-    sup: Supervision,
-    task: TaskId,
-    h: Handle,
-) -> Adopted {
+pub(super) fn adopt(ex: &ProcessExecutor, sup: Supervision, task: TaskId, h: Handle) -> Adopted {
     let exit_file = sup.run_dir.join(format!("{}.exit", task.0));
     if !alive(h.pid, h.start) {
         return match ExitRecord::read(&exit_file) {
@@ -73,17 +65,14 @@ pub(super) fn adopt(
         };
     }
     let (stop_tx, stop_rx) = oneshot::channel();
-    ex.running
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(
-            task,
-            Running {
-                stop: Some(stop_tx),
-                pinned: Vec::new(),
-                handle: Some(h),
-            },
-        );
+    ex.running.lock().unwrap_or_else(|e| e.into_inner()).insert(
+        task,
+        Running {
+            stop: Some(stop_tx),
+            pinned: Vec::new(),
+            handle: Some(h),
+        },
+    );
     // Not our child: poll until the process is gone.
     let end = async move {
         while alive(h.pid, h.start) {

@@ -284,7 +284,8 @@ impl NodeCore {
         }
         // The sender speaks for its own copies: if it says the task is pending, it does not run
         // it (it stopped it when its lease ran out, or lost it in a restart).
-        if matches!(&t.state, TaskState::Running { node, .. } if *node == from) && epoch >= t.epoch {
+        if matches!(&t.state, TaskState::Running { node, .. } if *node == from) && epoch >= t.epoch
+        {
             t.state = TaskState::Pending;
             t.owner = owner;
             self.protocol.release(id);

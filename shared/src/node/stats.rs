@@ -111,4 +111,3 @@ impl NodeStats {
         None
     }
 }
-

@@ -386,7 +386,11 @@ fn assert_agree(c: &Cluster) {
     let o = c.outcomes();
     for (i, m) in o.iter().enumerate() {
         for (id, s) in m {
-            assert_eq!(Some(s), o[0].get(id), "node {i} and node 0 disagree on {id}");
+            assert_eq!(
+                Some(s),
+                o[0].get(id),
+                "node {i} and node 0 disagree on {id}"
+            );
         }
         assert_eq!(m.len(), o[0].len(), "node {i} knows other tasks");
     }
@@ -484,7 +488,13 @@ fn an_id_known_with_another_task_is_refused() {
     };
     let acts = c.nodes[1].on_message(e, c.now);
     assert!(
-        matches!(&acts[..], [Action::Refused { task: TaskId(5), .. }]),
+        matches!(
+            &acts[..],
+            [Action::Refused {
+                task: TaskId(5),
+                ..
+            }]
+        ),
         "{acts:?}"
     );
     assert_eq!(c.nodes[1].stats().refused_announces, 1);
