@@ -14,6 +14,7 @@
 //!
 //! It needs root, `ip` (iproute2) and network namespaces; without them it fails (CI has them).
 //! The figures it prints per scenario are the ones in docs/BENCHMARKS.md.
+#![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -389,7 +390,7 @@ impl Cluster {
 
     /// Every agent's report of every submitted task: equal, and finished.
     fn agreement(&self) -> Result<(), String> {
-        let mut views: Vec<BTreeMap<u64, (String, Option<u64>, Option<i64>)>> = Vec::new();
+        let mut views: Vec<BTreeMap<u64, Report>> = Vec::new();
         for i in 0..AGENTS {
             let mut all = BTreeMap::new();
             let mut offset = 0u64;
@@ -443,6 +444,9 @@ impl Drop for Cluster {
         }
     }
 }
+
+/// What an agent reports of a task: state, node, exit code.
+type Report = (String, Option<u64>, Option<i64>);
 
 /// One copy of a task, as its record tells.
 #[derive(Debug, Clone)]

@@ -388,18 +388,7 @@ impl Executor for ProcessExecutor {
             };
             let _ = out.await;
             let _ = err.await;
-            cgroups.remove(task);
-            registry
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&task);
-            let _ = events
-                .send(ExecEvent::Exited {
-                    task,
-                    code,
-                    stopped,
-                })
-                .await;
+            ended(&registry, &cgroups, &events, task, code, stopped).await;
         });
         Ok(enforcement)
     }
@@ -431,6 +420,29 @@ impl Executor for ProcessExecutor {
             None => Adopted::Lost,
         }
     }
+}
+
+/// A task's process is gone: free its cgroup and its registry entry, then report the exit.
+async fn ended(
+    registry: &Mutex<BTreeMap<TaskId, Running>>,
+    cgroups: &Cgroups,
+    events: &mpsc::Sender<ExecEvent>,
+    task: TaskId,
+    code: Option<i32>,
+    stopped: bool,
+) {
+    cgroups.remove(task);
+    registry
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&task);
+    let _ = events
+        .send(ExecEvent::Exited {
+            task,
+            code,
+            stopped,
+        })
+        .await;
 }
 
 /// Copy a child's output to its log file, reporting progress lines.

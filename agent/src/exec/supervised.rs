@@ -132,18 +132,7 @@ fn follow(
             }
             None => (None, stopping),
         };
-        cgroups.remove(task);
-        registry
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&task);
-        let _ = events
-            .send(ExecEvent::Exited {
-                task,
-                code,
-                stopped,
-            })
-            .await;
+        super::ended(&registry, &cgroups, &events, task, code, stopped).await;
     });
 }
 

@@ -197,44 +197,25 @@ impl NodeCore {
     fn greet(&mut self) -> Vec<Action> {
         let me = self.cfg.me;
         let mut out = Vec::new();
-        type Told = (Task, TaskSpec, Option<NodeId>, u64, Option<Resources>);
-        let tell: Vec<Told> = self
+        let tell: Vec<Body> = self
             .tasks
             .values()
-            .filter_map(|t| {
-                let runs = match &t.state {
-                    TaskState::Pending => None,
-                    TaskState::Running { node, alloc, .. } if *node == me => Some(alloc.clone()),
-                    _ => return None,
-                };
-                Some(((*t.task).clone(), t.spec.clone(), t.owner, t.epoch, runs))
+            .filter_map(|t| match &t.state {
+                TaskState::Pending => Some(t.announcement(None)),
+                TaskState::Running { node, alloc, .. } if *node == me => {
+                    Some(t.announcement(Some(alloc.clone())))
+                }
+                _ => None,
             })
             .collect();
-        for (task, spec, owner, epoch, runs) in tell {
-            out.push(self.envelope(Body::Announce {
-                task,
-                spec,
-                owner,
-                epoch,
-                runs,
-            }));
+        for body in tell {
+            out.push(self.envelope(body));
         }
         let mine: Vec<FinishedTask> = self
             .tasks
-            .iter()
-            .filter_map(|(id, t)| match &t.state {
-                TaskState::Done { node, code, epoch } if *node == me => Some(FinishedTask {
-                    task: (*t.task).clone(),
-                    spec: t.spec.clone(),
-                    outcome: Outcome {
-                        task: *id,
-                        node: *node,
-                        epoch: *epoch,
-                        exit_code: *code,
-                    },
-                }),
-                _ => None,
-            })
+            .values()
+            .filter(|t| matches!(&t.state, TaskState::Done { node, .. } if *node == me))
+            .filter_map(TaskEntry::finished_task)
             .collect();
         for chunk in mine.chunks(MAX_OUTCOMES) {
             out.push(self.envelope(Body::Outcomes(chunk.to_vec())));
@@ -319,43 +300,22 @@ impl NodeCore {
         let me = self.cfg.me;
         let mut out = Vec::new();
         let mut done = Vec::new();
+        let mut tell = Vec::new();
         for id in ids {
             let Some(t) = self.tasks.get(id) else {
                 continue;
             };
             match &t.state {
-                TaskState::Done { node, code, epoch } => done.push(FinishedTask {
-                    task: (*t.task).clone(),
-                    spec: t.spec.clone(),
-                    outcome: Outcome {
-                        task: *id,
-                        node: *node,
-                        epoch: *epoch,
-                        exit_code: *code,
-                    },
-                }),
+                TaskState::Done { .. } => done.extend(t.finished_task()),
                 TaskState::Running { node, alloc, .. } if *node == me => {
-                    let body = Body::Announce {
-                        task: (*t.task).clone(),
-                        spec: t.spec.clone(),
-                        owner: t.owner,
-                        epoch: t.epoch,
-                        runs: Some(alloc.clone()),
-                    };
-                    out.push(self.envelope(body));
+                    tell.push(t.announcement(Some(alloc.clone())));
                 }
-                TaskState::Pending if t.owner == Some(me) => {
-                    let body = Body::Announce {
-                        task: (*t.task).clone(),
-                        spec: t.spec.clone(),
-                        owner: t.owner,
-                        epoch: t.epoch,
-                        runs: None,
-                    };
-                    out.push(self.envelope(body));
-                }
+                TaskState::Pending if t.owner == Some(me) => tell.push(t.announcement(None)),
                 _ => {}
             }
+        }
+        for body in tell {
+            out.push(self.envelope(body));
         }
         for chunk in done.chunks(MAX_OUTCOMES) {
             out.push(self.envelope(Body::Outcomes(chunk.to_vec())));
@@ -454,10 +414,8 @@ impl NodeCore {
         };
         let mut out = Vec::new();
         match &t.state {
-            TaskState::Done { node, epoch, .. } => {
-                if !beats(o.epoch, o.node, *epoch, *node) {
-                    return out;
-                }
+            TaskState::Done { node, epoch, .. } if !beats(o.epoch, o.node, *epoch, *node) => {
+                return out;
             }
             TaskState::Running { node, .. } if *node == me && o.node != me => {
                 // Finished elsewhere (or cancelled): our copy is a duplicate; stop it.
@@ -474,5 +432,35 @@ impl NodeCore {
         };
         self.protocol.mark_committed(o.task);
         out
+    }
+}
+
+impl TaskEntry {
+    /// This task as a finished one, with its outcome (None unless it is done).
+    pub(super) fn finished_task(&self) -> Option<FinishedTask> {
+        let TaskState::Done { node, code, epoch } = &self.state else {
+            return None;
+        };
+        Some(FinishedTask {
+            task: (*self.task).clone(),
+            spec: self.spec.clone(),
+            outcome: Outcome {
+                task: self.task.id,
+                node: *node,
+                epoch: *epoch,
+                exit_code: *code,
+            },
+        })
+    }
+
+    /// Its announcement; `runs`: the sender runs it with this allocation.
+    pub(super) fn announcement(&self, runs: Option<Resources>) -> Body {
+        Body::Announce {
+            task: (*self.task).clone(),
+            spec: self.spec.clone(),
+            owner: self.owner,
+            epoch: self.epoch,
+            runs,
+        }
     }
 }

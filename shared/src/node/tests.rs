@@ -23,6 +23,8 @@ struct Cluster {
     side: Vec<u8>,
     /// Work of a task in ms at one core.
     work_ms: u64,
+    /// Drop every finish message (to check that heartbeats make good a lost one).
+    lose_finishes: bool,
     now: u64,
 }
 
@@ -71,6 +73,7 @@ impl Cluster {
             overlaps: Vec::new(),
             side: vec![0; n],
             work_ms: 1000,
+            lose_finishes: false,
             now: 0,
         }
     }
@@ -78,6 +81,8 @@ impl Cluster {
     fn act(&mut self, from: usize, actions: Vec<Action>) {
         for a in actions {
             match a {
+                Action::Broadcast(e)
+                    if self.lose_finishes && matches!(e.body, Body::Finished(_)) => {}
                 Action::Broadcast(e) => {
                     // Encode and decode as the wire would: what a node sends must pass.
                     let bytes = crate::wire::encode(&e).unwrap();
@@ -558,4 +563,26 @@ fn a_killed_node_restarted_within_the_autonomy_time_keeps_its_copies() {
         "a task started twice: {:?}",
         c.started
     );
+}
+
+#[test]
+fn lost_finish_messages_are_made_good_by_heartbeats() {
+    let mut c = Cluster::new(3, "min");
+    c.lose_finishes = true;
+    for _ in 0..40 {
+        c.step();
+    }
+    for id in 0..9u64 {
+        c.submit((id % 3) as usize, id);
+    }
+    c.run_until_finished(9, 10_000);
+    for _ in 0..20 {
+        c.step();
+    }
+    assert_eq!(c.finished.len(), 9);
+    assert!(c.finished.values().all(|n| *n == 1), "{:?}", c.finished);
+    assert_agree(&c);
+    for (id, s) in &c.outcomes()[0] {
+        assert!(s.succeeded(), "{id}: {s:?}");
+    }
 }
