@@ -208,16 +208,23 @@ impl NodeCore {
                 _ => None,
             })
             .collect();
-        for body in tell {
-            out.push(self.envelope(body));
-        }
         let mine: Vec<FinishedTask> = self
             .tasks
             .values()
             .filter(|t| matches!(&t.state, TaskState::Done { node, .. } if *node == me))
             .filter_map(TaskEntry::finished_task)
             .collect();
-        for chunk in mine.chunks(MAX_OUTCOMES) {
+        out.extend(self.tell(tell, mine));
+        out
+    }
+
+    /// Announcements, then outcomes in messages of at most [`MAX_OUTCOMES`].
+    fn tell(&mut self, announcements: Vec<Body>, finished: Vec<FinishedTask>) -> Vec<Action> {
+        let mut out: Vec<Action> = announcements
+            .into_iter()
+            .map(|b| self.envelope(b))
+            .collect();
+        for chunk in finished.chunks(MAX_OUTCOMES) {
             out.push(self.envelope(Body::Outcomes(chunk.to_vec())));
         }
         out
@@ -298,7 +305,6 @@ impl NodeCore {
     /// run, pending tasks we own).
     fn on_want(&mut self, ids: &[TaskId]) -> Vec<Action> {
         let me = self.cfg.me;
-        let mut out = Vec::new();
         let mut done = Vec::new();
         let mut tell = Vec::new();
         for id in ids {
@@ -314,13 +320,7 @@ impl NodeCore {
                 _ => {}
             }
         }
-        for body in tell {
-            out.push(self.envelope(body));
-        }
-        for chunk in done.chunks(MAX_OUTCOMES) {
-            out.push(self.envelope(Body::Outcomes(chunk.to_vec())));
-        }
-        out
+        self.tell(tell, done)
     }
 
     fn on_started(

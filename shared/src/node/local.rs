@@ -1,0 +1,148 @@
+//! What this node's driver tells it: tasks accepted here or restored from its journal,
+//! cancellations, progress and exits of its own processes, and its shutdown. Each returns the
+//! actions (announcements, stops) that follow; nothing here does I/O.
+
+use super::{Action, NodeCore, TaskEntry, TaskState};
+use crate::spec::TaskSpec;
+use crate::task::{NodeId, Task, TaskId};
+use crate::wire::{Body, CANCELLED, Outcome};
+use std::sync::Arc;
+
+impl NodeCore {
+    /// A task accepted here (already validated and persisted by the driver): announce it, with
+    /// this node as its owner. An id already known is refused (the driver checks first).
+    pub fn submit(&mut self, task: Task, spec: TaskSpec) -> Vec<Action> {
+        let owner = Some(self.cfg.me);
+        self.restore(task, spec, TaskState::Pending, owner, 0)
+    }
+
+    /// A task as the driver's journal recorded it before a restart: pending (announced again),
+    /// running here (a copy the driver adopted: its heartbeat lists it; if it ended while the
+    /// driver was away, the driver reports that with [`NodeCore::on_exit`] next), or finished
+    /// (history: peers learn it when they greet this node). A task already known is left as it is.
+    pub fn restore(
+        &mut self,
+        task: Task,
+        spec: TaskSpec,
+        state: TaskState,
+        owner: Option<NodeId>,
+        epoch: u64,
+    ) -> Vec<Action> {
+        let id = task.id;
+        if self.tasks.contains_key(&id) {
+            return Vec::new();
+        }
+        let body = match &state {
+            TaskState::Pending => Some(Body::Announce {
+                task: task.clone(),
+                spec: spec.clone(),
+                owner,
+                epoch,
+                runs: None,
+            }),
+            TaskState::Running { .. } | TaskState::Done { .. } => None,
+        };
+        if state != TaskState::Pending {
+            self.protocol.mark_committed(id);
+        }
+        self.tasks.insert(
+            id,
+            TaskEntry {
+                task: Arc::new(task),
+                spec,
+                state,
+                owner,
+                epoch,
+            },
+        );
+        body.map(|b| vec![self.envelope(b)]).unwrap_or_default()
+    }
+
+    /// A user cancelled a task (at this agent): stop it if it runs here, and tell every peer (the
+    /// node running it stops it; nobody claims it any more). Unknown or finished tasks: nothing.
+    pub fn cancel(&mut self, task: TaskId) -> Option<Vec<Action>> {
+        let t = self.tasks.get_mut(&task)?;
+        if matches!(t.state, TaskState::Done { .. }) {
+            return None;
+        }
+        let mut out = Vec::new();
+        if matches!(&t.state, TaskState::Running { node, .. } if *node == self.cfg.me) {
+            out.push(Action::Stop { task });
+        }
+        t.state = TaskState::Done {
+            node: self.cfg.me,
+            code: None,
+            epoch: CANCELLED,
+        };
+        self.protocol.mark_committed(task);
+        out.push(self.envelope(Body::Failed {
+            task,
+            reason: "cancelled".into(),
+            requeue: false,
+        }));
+        Some(out)
+    }
+
+    /// Progress of a task running here (from the executor).
+    pub fn on_progress(&mut self, task: TaskId, p: f64) {
+        if let Some(TaskEntry {
+            state: TaskState::Running { progress, node, .. },
+            ..
+        }) = self.tasks.get_mut(&task)
+            && *node == self.cfg.me
+        {
+            *progress = p.clamp(0.0, 1.0);
+        }
+    }
+
+    /// A task running here ended. `stopped` = we stopped it (a duplicate): say nothing.
+    pub fn on_exit(&mut self, task: TaskId, code: Option<i32>, stopped: bool) -> Vec<Action> {
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return Vec::new();
+        };
+        if stopped || !matches!(&t.state, TaskState::Running { node, .. } if *node == self.cfg.me) {
+            return Vec::new();
+        }
+        let epoch = t.epoch;
+        t.state = TaskState::Done {
+            node: self.cfg.me,
+            code,
+            epoch,
+        };
+        let o = Outcome {
+            task,
+            node: self.cfg.me,
+            epoch,
+            exit_code: code,
+        };
+        if self.recent.len() >= crate::wire::MAX_RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(o.clone());
+        vec![self.envelope(Body::Finished(o))]
+    }
+
+    /// The node is shutting down: hand back every task running here (peers re-queue them).
+    pub fn shutdown(&mut self) -> Vec<Action> {
+        let mine: Vec<TaskId> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| matches!(&t.state, TaskState::Running { node, .. } if *node == self.cfg.me))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut out = Vec::new();
+        for task in mine {
+            out.push(Action::Stop { task });
+            if let Some(t) = self.tasks.get_mut(&task) {
+                t.state = TaskState::Pending;
+                t.owner = None;
+            }
+            out.push(self.envelope(Body::Failed {
+                task,
+                reason: "node shutting down".into(),
+                requeue: true,
+            }));
+        }
+        out
+    }
+}

@@ -1,0 +1,173 @@
+//! Time and rounds: heartbeats, peer timeouts, leases, round deadlines, this node's proposal,
+//! and what a decided round means here (starts with a new epoch). The protocol itself is
+//! [`crate::protocol`]; this module only drives it.
+
+use super::{Action, NodeCore, TaskState};
+use crate::policy::to_proposal;
+use crate::protocol::{Output, Protocol, ProtocolConfig, Round, RoundOutcome};
+use crate::task::NodeId;
+use crate::wire::Body;
+
+impl NodeCore {
+    pub(super) fn fresh_protocol(&self, round: Round) -> Protocol {
+        let mut p = Protocol::new(
+            self.cfg.me,
+            self.peers.keys().copied(),
+            round,
+            ProtocolConfig {
+                round_timeout: Some(self.cfg.round_ms),
+                ..ProtocolConfig::default()
+            },
+        );
+        for (id, t) in &self.tasks {
+            if t.state != TaskState::Pending {
+                p.mark_committed(*id);
+            }
+        }
+        p
+    }
+
+    /// Advance time: heartbeats, peer timeouts, round deadlines, and this node's proposal when a
+    /// round is due.
+    pub fn tick(&mut self, now: u64) -> Vec<Action> {
+        self.now = self.now.max(now);
+        let mut out = Vec::new();
+        if self
+            .last_heartbeat
+            .is_none_or(|t| now.saturating_sub(t) >= self.cfg.heartbeat_ms)
+        {
+            out.push(self.heartbeat(now));
+        }
+        let gone: Vec<NodeId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| now.saturating_sub(p.last_seen) > self.cfg.peer_timeout_ms)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            // Out of the rounds at once; its tasks stay its own until a takeover ([`lease`]).
+            if let Some(p) = self.peers.remove(&id) {
+                self.silent.insert(id, p.last_seen);
+            }
+            let outputs = self.protocol.remove_member(id);
+            out.extend(self.handle(outputs, now));
+        }
+        out.extend(self.tick_leases(now));
+        let outputs = self.protocol.tick(now);
+        out.extend(self.handle(outputs, now));
+        let warm = now >= *self.first_tick.get_or_insert(now) + 2 * self.cfg.heartbeat_ms;
+        if warm
+            && !self.protocol.has_proposed()
+            && (now >= self.slot_start || self.protocol.round_begun_elsewhere())
+        {
+            out.extend(self.propose(now));
+        }
+        out
+    }
+
+    fn propose(&mut self, now: u64) -> Vec<Action> {
+        let view = self.view();
+        let proposal = match view.for_agent(self.cfg.me) {
+            // Without a lease this node starts nothing, but still passes so rounds go on.
+            Some(v) if self.lease_held(now) => {
+                let d = self.policy.decide(&v, &mut self.rng);
+                to_proposal(&d, &v).unwrap_or(crate::protocol::Proposal::Pass)
+            }
+            _ => crate::protocol::Proposal::Pass,
+        };
+        let claim = !matches!(proposal, crate::protocol::Proposal::Pass);
+        match self.protocol.propose(proposal, now) {
+            Ok(outputs) => {
+                self.stats.claims += u64::from(claim);
+                self.proposed_at = Some(now);
+                self.handle(outputs, now)
+            }
+            Err(_) => Vec::new(),
+        }
+    }
+
+    pub(super) fn handle(&mut self, outputs: Vec<Output>, now: u64) -> Vec<Action> {
+        let mut out = Vec::new();
+        for o in outputs {
+            match o {
+                Output::Send(m) => out.push(self.envelope(Body::Protocol(m))),
+                Output::Decided(outcome) => out.extend(self.apply(outcome, now)),
+            }
+        }
+        out
+    }
+
+    fn apply(&mut self, outcome: RoundOutcome, now: u64) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.stats.rounds += 1;
+        self.stats.conflicts += u64::from(outcome.contested);
+        self.stats.missing += outcome.missing.len() as u64;
+        self.stats.claims_lost += outcome
+            .lost
+            .iter()
+            .filter(|(a, _)| *a == self.cfg.me)
+            .count() as u64;
+        if let Some(t) = self.proposed_at.take() {
+            self.stats.observe_latency(now.saturating_sub(t));
+        }
+        // A round decided at its deadline without some members' proposals may have been decided
+        // otherwise by a member that missed ours (rounds out of step after a partition heals, or
+        // a node that just joined): it starts nothing, so a task never starts twice at once. The
+        // tasks are claimable again in the next round.
+        let tentative = !outcome.missing.is_empty();
+        if tentative {
+            self.stats.rounds_held_back += u64::from(!outcome.commits.is_empty());
+            for c in &outcome.commits {
+                self.protocol.release(c.task);
+            }
+        }
+        for c in outcome.commits.iter().filter(|_| !tentative) {
+            let Some(t) = self.tasks.get_mut(&c.task) else {
+                continue;
+            };
+            if matches!(t.state, TaskState::Done { .. }) {
+                continue;
+            }
+            // A new start: an epoch above every one known for the task (a fencing token).
+            t.epoch += 1;
+            t.owner = Some(c.agent);
+            t.state = TaskState::Running {
+                node: c.agent,
+                alloc: c.alloc.clone(),
+                progress: 0.0,
+                started: outcome.round.slot,
+            };
+            if c.agent == self.cfg.me {
+                let spec = t.spec.clone();
+                let epoch = t.epoch;
+                out.push(Action::Start {
+                    task: c.task,
+                    spec,
+                    alloc: c.alloc.clone(),
+                });
+                out.push(self.envelope(Body::Started {
+                    task: c.task,
+                    alloc: c.alloc.clone(),
+                    epoch,
+                }));
+            }
+        }
+        if outcome.slot_ended {
+            self.slot_start = now + self.cfg.slot_ms;
+        }
+        if self.learning.is_some() {
+            let me = self.cfg.me;
+            let reward = outcome.slot_ended.then(|| self.reward());
+            if let Some((_, exp)) = self.learning.as_mut() {
+                if outcome.lost.iter().any(|(a, _)| *a == me) {
+                    exp.lost
+                        .insert((outcome.round.slot, outcome.round.step, me));
+                }
+                if let Some(r) = reward {
+                    exp.rewards.insert((outcome.round.slot, me), r);
+                }
+            }
+        }
+        out
+    }
+}
