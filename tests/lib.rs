@@ -173,6 +173,7 @@ impl Local {
             incarnation: self.incarnation,
             num_types: 1,
             window: 10,
+            service_kind: 1,
             slot_ms: self.slot_ms,
             round_ms: self.round_ms,
             heartbeat_ms: self.heartbeat_ms,

@@ -303,7 +303,7 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
             cmd = commands.recv() => match cmd {
                 Some(Command::Submit(spec, reply)) => {
                     // Never an id any node knows (ids also continue after the journal's).
-                    while p.core.tasks().contains_key(&task_id(me, next_local)) {
+                    while p.core.tasks().contains(task_id(me, next_local)) {
                         next_local += 1;
                     }
                     let checked = validate(&p, &spec, me, next_local).and_then(|task| {
@@ -371,7 +371,7 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                 } => {
                     // What a task may want to know of itself: its id, where it runs, and its epoch
                     // (a fencing token it can hand to external storage).
-                    let epoch = p.core.tasks().get(&task).map_or(0, |t| t.epoch);
+                    let epoch = p.core.tasks().get(task).map_or(0, |t| t.meta.epoch);
                     spec.env
                         .insert("TAPFINGER_TASK_ID".into(), task.0.to_string());
                     spec.env
@@ -406,7 +406,7 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                         let run = crate::store::Run {
                             task: (*entry.task).clone(),
                             spec: spec.clone(),
-                            epoch: entry.epoch,
+                            epoch: entry.meta.epoch,
                             alloc: alloc.clone(),
                             gpus: gpus.held.get(&task).cloned().unwrap_or_default(),
                             handle: p.executor.handle(task),
@@ -459,11 +459,11 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
         }
         // Journal the tasks accepted here once they are known finished (anywhere).
         if let Some(store) = &mut p.store {
-            for (id, t) in p.core.tasks() {
+            for (id, t) in p.core.tasks().iter() {
                 if let TaskState::Done { node, code, epoch } = t.state
                     && id.0 >> 32 == u64::from(me.0)
-                    && recorded.insert(*id)
-                    && let Err(e) = store.outcome(*id, crate::store::Finish { node, code, epoch })
+                    && recorded.insert(id)
+                    && let Err(e) = store.outcome(id, crate::store::Finish { node, code, epoch })
                 {
                     tracing::warn!(task = %id, error = %e, "cannot journal a finished task");
                 }
@@ -479,7 +479,7 @@ async fn run(mut p: Parts, mut commands: mpsc::Receiver<Command>, status: watch:
                 .core
                 .tasks()
                 .iter()
-                .map(|(id, t)| (*id, t.state.clone()))
+                .map(|(id, t)| (id, t.state.clone()))
                 .collect(),
             finished_here: finished_here.clone(),
             dropped,
@@ -552,7 +552,7 @@ fn upkeep(
             .tasks()
             .iter()
             .filter(|(_, t)| matches!(&t.state, TaskState::Running { node, .. } if *node == me))
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect();
         let dirs: Vec<&std::path::Path> = files.sweep.iter().map(|d| d.as_path()).collect();
         let n = crate::recover::sweep(&dirs, retention, &keep);

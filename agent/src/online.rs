@@ -462,6 +462,7 @@ mod tests {
             incarnation: 1,
             num_types: 1,
             window: 10,
+            service_kind: 1,
             slot_ms: 100,
             round_ms: 100,
             heartbeat_ms: 100,

@@ -84,12 +84,24 @@ pub fn build(name: &str, model: Option<&Path>, window: usize) -> anyhow::Result<
     let ctx = BaselineContext {
         num_types: 1,
         cpu_kind: 0,
-        gpu_kind: 1,
+        gpu_kind: SERVICE_KIND,
         profile: Vec::new(),
     };
-    baselines::by_name(name, &ctx)
-        .map_err(|e| anyhow::anyhow!("policy: {e}; or `tapfinger` (the default)"))
+    let policy = baselines::by_name(name, &ctx)
+        .map_err(|e| anyhow::anyhow!("policy: {e}; or `tapfinger` (the default)"))?;
+    // Elastic policies re-allocate running tasks every slot. The agent does not: it gives a task
+    // its allocation when it starts and keeps it (changing a running process's shares is not
+    // done yet), so an elastic policy here would not be the policy the simulator measured.
+    anyhow::ensure!(
+        !policy.elastic(),
+        "policy: `{name}` re-allocates running tasks (elastic), which the agent does not do; use \
+         its non-preemptive form (`{name}-np`) or `tapfinger`"
+    );
+    Ok(policy)
 }
+
+/// The resource kind whose units count as attained service (GPUs, kind 1 of the agent's space).
+pub const SERVICE_KIND: usize = 1;
 
 #[cfg(test)]
 mod tests {
@@ -105,6 +117,19 @@ mod tests {
     fn a_model_for_other_sizes_is_refused_with_both_sizes() {
         let e = build("tapfinger", None, 7).err().unwrap().to_string();
         assert!(e.contains("window 10") && e.contains("7"), "{e}");
+    }
+
+    #[test]
+    fn elastic_baselines_are_refused_with_their_non_preemptive_form() {
+        for name in ["tiresias"] {
+            let e = build(name, None, 10).err().map(|e| e.to_string());
+            let e = e.unwrap_or_default();
+            assert!(
+                e.contains("elastic") && e.contains(&format!("{name}-np")),
+                "{e}"
+            );
+        }
+        assert!(build("tiresias-np", None, 10).is_ok());
     }
 
     #[test]

@@ -150,6 +150,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
                 .map_or(1, |d| d.as_secs()),
             num_types: 1,
             window,
+            service_kind: crate::policy::SERVICE_KIND,
             slot_ms: cfg.slot_ms,
             round_ms: cfg.round_ms,
             heartbeat_ms: cfg.heartbeat_ms,

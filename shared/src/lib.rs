@@ -8,6 +8,7 @@
 
 pub mod baselines;
 pub mod graph;
+pub mod ledger;
 pub mod model;
 pub mod node;
 pub mod policy;

@@ -5,6 +5,7 @@
 //! resolves, exactly as on real agents.
 
 pub mod env;
+mod episode;
 pub mod metrics;
 pub mod models;
 pub mod plot;

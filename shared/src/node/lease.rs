@@ -88,7 +88,7 @@ impl NodeCore {
         if !self.lease_held(now) {
             return false;
         }
-        match t.owner {
+        match t.meta.owner {
             Some(o) if o == self.cfg.me || self.peers.contains_key(&o) => true,
             Some(o) => {
                 self.has_quorum(now)
@@ -124,21 +124,16 @@ impl NodeCore {
         if !self.lease_held(now) && !self.lease_lost {
             self.lease_lost = true;
             self.first_tick = None;
-            let mine: Vec<_> = self
-                .tasks
-                .iter()
-                .filter(|(_, t)| matches!(&t.state, TaskState::Running { node, .. } if *node == me))
-                .map(|(id, _)| *id)
-                .collect();
+            let mine: Vec<_> = self.tasks.running_on(me).collect();
             for id in mine {
                 // The other side may start it once our lease is over: our copy must end now.
                 out.push(Action::Stop { task: id });
                 self.stats.lease_stops += 1;
-                if let Some(t) = self.tasks.get_mut(&id) {
-                    t.state = TaskState::Pending;
-                    t.owner = Some(me);
-                    self.protocol.release(id);
+                self.tasks.set_state(id, TaskState::Pending);
+                if let Some(m) = self.tasks.meta_mut(id) {
+                    m.owner = Some(me);
                 }
+                self.protocol.release(id);
             }
         }
         // Members we remember but do not hear count as silent from the first tick on.
@@ -172,15 +167,23 @@ impl NodeCore {
                 .collect();
             for id in due {
                 self.taken_over.insert(id);
-                for (tid, t) in self.tasks.iter_mut() {
-                    match &t.state {
-                        TaskState::Running { node, .. } if *node == id => {
-                            t.state = TaskState::Pending;
-                            t.owner = None;
-                            self.protocol.release(*tid);
-                        }
-                        TaskState::Pending if t.owner == Some(id) => t.owner = None,
-                        _ => {}
+                let theirs: Vec<_> = self
+                    .tasks
+                    .iter()
+                    .filter(|(_, t)| match &t.state {
+                        TaskState::Running { node, .. } => *node == id,
+                        TaskState::Pending => t.meta.owner == Some(id),
+                        TaskState::Done { .. } => false,
+                    })
+                    .map(|(tid, _)| tid)
+                    .collect();
+                for tid in theirs {
+                    if self.tasks.get(tid).and_then(|t| t.state.running_on()) == Some(id) {
+                        self.tasks.set_state(tid, TaskState::Pending);
+                        self.protocol.release(tid);
+                    }
+                    if let Some(m) = self.tasks.meta_mut(tid) {
+                        m.owner = None;
                     }
                 }
             }

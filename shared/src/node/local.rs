@@ -2,7 +2,7 @@
 //! cancellations, progress and exits of its own processes, and its shutdown. Each returns the
 //! actions (announcements, stops) that follow; nothing here does I/O.
 
-use super::{Action, NodeCore, TaskEntry, TaskState};
+use super::{Action, NodeCore, TaskMeta, TaskState};
 use crate::spec::TaskSpec;
 use crate::task::{NodeId, Task, TaskId};
 use crate::wire::{Body, CANCELLED, Outcome};
@@ -29,7 +29,7 @@ impl NodeCore {
         epoch: u64,
     ) -> Vec<Action> {
         let id = task.id;
-        if self.tasks.contains_key(&id) {
+        if self.tasks.contains(id) {
             return Vec::new();
         }
         let body = match &state {
@@ -45,35 +45,30 @@ impl NodeCore {
         if state != TaskState::Pending {
             self.protocol.mark_committed(id);
         }
-        self.tasks.insert(
-            id,
-            TaskEntry {
-                task: Arc::new(task),
-                spec,
-                state,
-                owner,
-                epoch,
-            },
-        );
+        self.tasks
+            .insert(Arc::new(task), state, TaskMeta { spec, owner, epoch });
         body.map(|b| vec![self.envelope(b)]).unwrap_or_default()
     }
 
     /// A user cancelled a task (at this agent): stop it if it runs here, and tell every peer (the
     /// node running it stops it; nobody claims it any more). Unknown or finished tasks: nothing.
     pub fn cancel(&mut self, task: TaskId) -> Option<Vec<Action>> {
-        let t = self.tasks.get_mut(&task)?;
+        let t = self.tasks.get(task)?;
         if matches!(t.state, TaskState::Done { .. }) {
             return None;
         }
         let mut out = Vec::new();
-        if matches!(&t.state, TaskState::Running { node, .. } if *node == self.cfg.me) {
+        if t.state.running_on() == Some(self.cfg.me) {
             out.push(Action::Stop { task });
         }
-        t.state = TaskState::Done {
-            node: self.cfg.me,
-            code: None,
-            epoch: CANCELLED,
-        };
+        self.tasks.set_state(
+            task,
+            TaskState::Done {
+                node: self.cfg.me,
+                code: None,
+                epoch: CANCELLED,
+            },
+        );
         self.protocol.mark_committed(task);
         out.push(self.envelope(Body::Failed {
             task,
@@ -85,30 +80,28 @@ impl NodeCore {
 
     /// Progress of a task running here (from the executor).
     pub fn on_progress(&mut self, task: TaskId, p: f64) {
-        if let Some(TaskEntry {
-            state: TaskState::Running { progress, node, .. },
-            ..
-        }) = self.tasks.get_mut(&task)
-            && *node == self.cfg.me
-        {
-            *progress = p.clamp(0.0, 1.0);
+        if self.tasks.get(task).and_then(|t| t.state.running_on()) == Some(self.cfg.me) {
+            self.tasks.set_progress(task, p);
         }
     }
 
     /// A task running here ended. `stopped` = we stopped it (a duplicate): say nothing.
     pub fn on_exit(&mut self, task: TaskId, code: Option<i32>, stopped: bool) -> Vec<Action> {
-        let Some(t) = self.tasks.get_mut(&task) else {
+        let Some(t) = self.tasks.get(task) else {
             return Vec::new();
         };
-        if stopped || !matches!(&t.state, TaskState::Running { node, .. } if *node == self.cfg.me) {
+        if stopped || t.state.running_on() != Some(self.cfg.me) {
             return Vec::new();
         }
-        let epoch = t.epoch;
-        t.state = TaskState::Done {
-            node: self.cfg.me,
-            code,
-            epoch,
-        };
+        let epoch = t.meta.epoch;
+        self.tasks.set_state(
+            task,
+            TaskState::Done {
+                node: self.cfg.me,
+                code,
+                epoch,
+            },
+        );
         let o = Outcome {
             task,
             node: self.cfg.me,
@@ -124,18 +117,13 @@ impl NodeCore {
 
     /// The node is shutting down: hand back every task running here (peers re-queue them).
     pub fn shutdown(&mut self) -> Vec<Action> {
-        let mine: Vec<TaskId> = self
-            .tasks
-            .iter()
-            .filter(|(_, t)| matches!(&t.state, TaskState::Running { node, .. } if *node == self.cfg.me))
-            .map(|(id, _)| *id)
-            .collect();
+        let mine: Vec<TaskId> = self.tasks.running_on(self.cfg.me).collect();
         let mut out = Vec::new();
         for task in mine {
             out.push(Action::Stop { task });
-            if let Some(t) = self.tasks.get_mut(&task) {
-                t.state = TaskState::Pending;
-                t.owner = None;
+            self.tasks.set_state(task, TaskState::Pending);
+            if let Some(m) = self.tasks.meta_mut(task) {
+                m.owner = None;
             }
             out.push(self.envelope(Body::Failed {
                 task,

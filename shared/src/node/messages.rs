@@ -7,7 +7,7 @@
 //! higher epoch wins, a cancellation beats all). A node whose copy loses stops it at once.
 //! Nothing here does I/O: the driver carries out the returned [`Action`]s.
 
-use super::{Action, NodeCore, Peer, TaskEntry, TaskState};
+use super::{Action, NodeCore, Peer, TaskEntry, TaskMeta, TaskState};
 use crate::resources::Resources;
 use crate::spec::TaskSpec;
 use crate::task::{NodeId, Task, TaskId};
@@ -69,14 +69,12 @@ impl NodeCore {
                 let mut out = Vec::new();
                 for f in list {
                     // A task we never heard of (submitted across a partition): learn it first.
-                    if !self.tasks.contains_key(&f.task.id) {
-                        let id = f.task.id;
+                    if !self.tasks.contains(f.task.id) {
                         self.tasks.insert(
-                            id,
-                            TaskEntry {
-                                task: Arc::new(f.task),
+                            Arc::new(f.task),
+                            TaskState::Pending,
+                            TaskMeta {
                                 spec: f.spec,
-                                state: TaskState::Pending,
                                 owner: Some(f.outcome.node),
                                 epoch: 0,
                             },
@@ -94,11 +92,11 @@ impl NodeCore {
                 if requeue {
                     // Handed back by a node that is leaving: anyone whose side holds a quorum
                     // may run it.
-                    if let Some(t) = self.tasks.get_mut(&task)
-                        && matches!(&t.state, TaskState::Running { node, .. } if *node == from)
-                    {
-                        t.state = TaskState::Pending;
-                        t.owner = None;
+                    if self.tasks.get(task).and_then(|t| t.state.running_on()) == Some(from) {
+                        self.tasks.set_state(task, TaskState::Pending);
+                        if let Some(m) = self.tasks.meta_mut(task) {
+                            m.owner = None;
+                        }
                         self.protocol.release(task);
                     }
                     Vec::new()
@@ -131,14 +129,17 @@ impl NodeCore {
             // still runs, and lists that).
             let listed: std::collections::BTreeSet<TaskId> =
                 state.running.iter().map(|r| r.task).collect();
-            for (id, t) in self.tasks.iter_mut() {
-                if matches!(&t.state, TaskState::Running { node, .. } if *node == from)
-                    && !listed.contains(id)
-                {
-                    t.state = TaskState::Pending;
-                    t.owner = Some(from);
-                    self.protocol.release(*id);
+            let lost: Vec<TaskId> = self
+                .tasks
+                .running_on(from)
+                .filter(|id| !listed.contains(id))
+                .collect();
+            for id in lost {
+                self.tasks.set_state(id, TaskState::Pending);
+                if let Some(m) = self.tasks.meta_mut(id) {
+                    m.owner = Some(from);
                 }
+                self.protocol.release(id);
             }
         }
         if !self.peers.contains_key(&from) || restarted {
@@ -150,14 +151,14 @@ impl NodeCore {
         // Its running list is authoritative for its copies; fencing by epoch.
         let mut want = std::collections::BTreeSet::new();
         for r in &state.running {
-            if !self.tasks.contains_key(&r.task) {
+            if !self.tasks.contains(r.task) {
                 want.insert(r.task);
             }
             out.extend(self.on_copy(r.task, from, &r.alloc, r.epoch, Some(r.progress)));
         }
         // Its latest outcomes make good a finish message that was lost.
         for o in &state.recent {
-            if self.tasks.contains_key(&o.task) {
+            if self.tasks.contains(o.task) {
                 out.extend(self.apply_outcome(o.clone()));
             } else {
                 want.insert(o.task);
@@ -170,17 +171,16 @@ impl NodeCore {
             .map(|r| r.task)
             .chain(state.recent.iter().map(|o| o.task))
             .collect();
-        for (id, t) in &self.tasks {
-            if matches!(&t.state, TaskState::Running { node, .. } if *node == from)
-                && !listed.contains(id)
-            {
-                want.insert(*id);
+        for id in self.tasks.running_on(from) {
+            if !listed.contains(&id) {
+                want.insert(id);
             }
         }
         if !want.is_empty() {
             let ids: Vec<TaskId> = want.into_iter().take(MAX_WANT).collect();
             out.push(self.envelope(Body::Want(ids)));
         }
+        self.tasks.set_node(from, state.capacity.clone());
         self.peers.insert(
             from,
             Peer {
@@ -243,20 +243,15 @@ impl NodeCore {
         if let Some(o) = owner {
             self.note_member(o, now);
         }
-        let Some(t) = self.tasks.get_mut(&id) else {
+        let Some(t) = self.tasks.get(id) else {
             self.tasks.insert(
-                id,
-                TaskEntry {
-                    task: Arc::new(task),
-                    spec,
-                    state: TaskState::Pending,
-                    owner,
-                    epoch,
-                },
+                Arc::new(task),
+                TaskState::Pending,
+                TaskMeta { spec, owner, epoch },
             );
             return Vec::new();
         };
-        if t.spec != spec {
+        if t.meta.spec != spec {
             // An id reused for another task (a node that lost its data and its identity's
             // counter): refuse it, loudly, rather than mistake one task for the other.
             self.stats.refused_announces += 1;
@@ -266,24 +261,28 @@ impl NodeCore {
                 reason: "announced with another spec than the task known under this id".into(),
             }];
         }
-        if epoch > t.epoch {
-            t.epoch = epoch;
-            t.owner = owner;
+        let (state, known_epoch) = (t.state.clone(), t.meta.epoch);
+        if let Some(m) = self.tasks.meta_mut(id)
+            && epoch > known_epoch
+        {
+            m.epoch = epoch;
+            m.owner = owner;
         }
         // The sender speaks for its own copies: if it says the task is pending, it does not run
         // it (it stopped it when its lease ran out, or lost it in a restart).
-        if matches!(&t.state, TaskState::Running { node, .. } if *node == from) && epoch >= t.epoch
-        {
-            t.state = TaskState::Pending;
-            t.owner = owner;
+        if state.running_on() == Some(from) && epoch >= known_epoch {
+            self.tasks.set_state(id, TaskState::Pending);
+            if let Some(m) = self.tasks.meta_mut(id) {
+                m.owner = owner;
+            }
             self.protocol.release(id);
             return Vec::new();
         }
-        match t.state.clone() {
+        match state {
             // A re-announcement (a restarted agent replaying its journal): the node that runs
             // the task answers, so the announcer does not start it again.
             TaskState::Running { node, alloc, .. } if node == self.cfg.me => {
-                let epoch = t.epoch;
+                let epoch = known_epoch.max(epoch);
                 vec![self.envelope(Body::Started {
                     task: id,
                     alloc,
@@ -308,7 +307,7 @@ impl NodeCore {
         let mut done = Vec::new();
         let mut tell = Vec::new();
         for id in ids {
-            let Some(t) = self.tasks.get(id) else {
+            let Some(t) = self.tasks.get(*id) else {
                 continue;
             };
             match &t.state {
@@ -316,7 +315,7 @@ impl NodeCore {
                 TaskState::Running { node, alloc, .. } if *node == me => {
                     tell.push(t.announcement(Some(alloc.clone())));
                 }
-                TaskState::Pending if t.owner == Some(me) => tell.push(t.announcement(None)),
+                TaskState::Pending if t.meta.owner == Some(me) => tell.push(t.announcement(None)),
                 _ => {}
             }
         }
@@ -344,10 +343,17 @@ impl NodeCore {
     ) -> Vec<Action> {
         let me = self.cfg.me;
         let slot = self.protocol.round().slot;
-        let Some(t) = self.tasks.get_mut(&task) else {
+        let Some(t) = self.tasks.get(task) else {
             return Vec::new();
         };
+        let known_epoch = t.meta.epoch;
         let mut out = Vec::new();
+        let moved = TaskState::Running {
+            node,
+            alloc: alloc.clone(),
+            progress: progress.unwrap_or(0.0),
+            started: slot,
+        };
         match t.state.clone() {
             TaskState::Done {
                 node: ran,
@@ -363,53 +369,51 @@ impl NodeCore {
                 })));
                 return out;
             }
-            TaskState::Running { node: n, .. } if n == node && t.epoch == epoch => {
+            TaskState::Running { node: n, .. } if n == node && known_epoch == epoch => {
                 // The copy we know: only its progress changes.
-                if let (TaskState::Running { progress: p, .. }, Some(np)) = (&mut t.state, progress)
-                {
-                    *p = np;
+                if let Some(np) = progress {
+                    self.tasks.set_progress(task, np);
                 }
             }
             TaskState::Running { node: n, .. } => {
-                if beats(epoch, node, t.epoch, n) {
+                if beats(epoch, node, known_epoch, n) {
                     if n == me {
                         // Our copy lost (a higher epoch started elsewhere, or the same round was
                         // decided differently and the lower id keeps it): stop it.
                         out.push(Action::Stop { task });
                         self.stats.copies_stopped += 1;
                     }
-                    t.epoch = epoch;
-                    t.state = TaskState::Running {
-                        node,
-                        alloc: alloc.clone(),
-                        progress: progress.unwrap_or(0.0),
-                        started: slot,
-                    };
+                    self.set_copy(task, moved, epoch);
                 }
                 // Otherwise the other copy loses: its node stops it when it hears of ours.
             }
             TaskState::Pending => {
-                if epoch >= t.epoch {
-                    t.epoch = epoch;
-                    t.state = TaskState::Running {
-                        node,
-                        alloc: alloc.clone(),
-                        progress: progress.unwrap_or(0.0),
-                        started: slot,
-                    };
+                if epoch >= known_epoch {
+                    self.set_copy(task, moved, epoch);
                 }
             }
         }
-        if matches!(self.tasks[&task].state, TaskState::Running { .. }) {
+        if self
+            .tasks
+            .get(task)
+            .is_some_and(|t| t.state.running_on().is_some())
+        {
             self.protocol.mark_committed(task);
         }
         out
     }
 
+    fn set_copy(&mut self, task: TaskId, state: TaskState, epoch: u64) {
+        self.tasks.set_state(task, state);
+        if let Some(m) = self.tasks.meta_mut(task) {
+            m.epoch = epoch;
+        }
+    }
+
     /// An outcome of `o.task` (a peer's finish, a cancellation, or a reconciliation entry).
     pub(super) fn apply_outcome(&mut self, o: Outcome) -> Vec<Action> {
         let me = self.cfg.me;
-        let Some(t) = self.tasks.get_mut(&o.task) else {
+        let Some(t) = self.tasks.get(o.task) else {
             return Vec::new();
         };
         let mut out = Vec::new();
@@ -424,12 +428,17 @@ impl NodeCore {
             }
             _ => {}
         }
-        t.epoch = t.epoch.max(if o.epoch == CANCELLED { 0 } else { o.epoch });
-        t.state = TaskState::Done {
-            node: o.node,
-            code: o.exit_code,
-            epoch: o.epoch,
-        };
+        if let Some(m) = self.tasks.meta_mut(o.task) {
+            m.epoch = m.epoch.max(if o.epoch == CANCELLED { 0 } else { o.epoch });
+        }
+        self.tasks.set_state(
+            o.task,
+            TaskState::Done {
+                node: o.node,
+                code: o.exit_code,
+                epoch: o.epoch,
+            },
+        );
         self.protocol.mark_committed(o.task);
         out
     }
@@ -443,7 +452,7 @@ impl TaskEntry {
         };
         Some(FinishedTask {
             task: (*self.task).clone(),
-            spec: self.spec.clone(),
+            spec: self.meta.spec.clone(),
             outcome: Outcome {
                 task: self.task.id,
                 node: *node,
@@ -457,9 +466,9 @@ impl TaskEntry {
     pub(super) fn announcement(&self, runs: Option<Resources>) -> Body {
         Body::Announce {
             task: (*self.task).clone(),
-            spec: self.spec.clone(),
-            owner: self.owner,
-            epoch: self.epoch,
+            spec: self.meta.spec.clone(),
+            owner: self.meta.owner,
+            epoch: self.meta.epoch,
             runs,
         }
     }

@@ -19,14 +19,14 @@
 //! pending. When a peer (re)joins, both exchange their pending tasks and their outcomes, so all
 //! agents agree on who ran each task.
 
+use crate::ledger::Ledger;
 use crate::policy::Policy;
 use crate::protocol::{Protocol, ProtocolConfig, Round};
 use crate::resources::Resources;
 use crate::spec::TaskSpec;
-use crate::task::{NodeId, Task, TaskId};
-use crate::wire::{Body, CANCELLED, Envelope, NodeState, Outcome, RunningState, WIRE_VERSION};
+use crate::task::{NodeId, TaskId};
+use crate::wire::{Body, Envelope, NodeState, Outcome, RunningState, WIRE_VERSION};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 pub mod lease;
 mod local;
@@ -53,6 +53,8 @@ pub struct NodeConfig {
     pub num_types: usize,
     /// Pending window per node (as in the policy's training).
     pub window: usize,
+    /// Resource kind whose units count as Tiresias's attained service (GPUs where there are).
+    pub service_kind: usize,
     /// Slot length (ms): a new slot's first round starts this long after the previous one began.
     pub slot_ms: u64,
     /// Round deadline (ms) after proposing.
@@ -110,50 +112,16 @@ pub enum Action {
     },
 }
 
-/// Where a task stands, as this node knows it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TaskState {
-    /// Waiting for a node.
-    Pending,
-    /// Running on `node`.
-    Running {
-        /// Node.
-        node: NodeId,
-        /// Allocation.
-        alloc: Resources,
-        /// Progress in [0, 1].
-        progress: f64,
-        /// Slot in which it started.
-        started: u64,
-    },
-    /// Finished (exit code, if any) on `node`, by the copy of `epoch` ([`CANCELLED`]: cancelled
-    /// by a user at `node`).
-    Done {
-        /// Node.
-        node: NodeId,
-        /// Exit code (`Some(0)`: succeeded; otherwise failed).
-        code: Option<i32>,
-        /// Epoch of the copy that finished.
-        epoch: u64,
-    },
-}
+pub use crate::ledger::TaskState;
 
-impl TaskState {
-    /// Whether it finished with exit code 0.
-    pub fn succeeded(&self) -> bool {
-        matches!(self, TaskState::Done { code: Some(0), epoch, .. } if *epoch != CANCELLED)
-    }
-}
+/// A task and what this node knows about it: the ledger's entry with this node's data.
+pub type TaskEntry = crate::ledger::Entry<TaskMeta>;
 
-/// A task and what this node knows about it.
+/// What the agent keeps per task beside its state.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TaskEntry {
-    /// The task.
-    pub task: Arc<Task>,
-    /// Its spec.
+pub struct TaskMeta {
+    /// Its spec (command, environment): what a node that wins it starts.
     pub spec: TaskSpec,
-    /// State.
-    pub state: TaskState,
     /// Who may start it during a partition ([`lease`]); `None`: any quorum side.
     pub owner: Option<NodeId>,
     /// Highest epoch of any start known (0: never started).
@@ -173,7 +141,8 @@ pub struct NodeCore {
     rng: crate::Rng,
     protocol: Protocol,
     peers: BTreeMap<NodeId, Peer>,
-    tasks: BTreeMap<TaskId, TaskEntry>,
+    /// Every task this node knows, and the nodes it hears: the ledger the simulator keeps too.
+    tasks: Ledger<TaskMeta>,
     seq: u64,
     last_heartbeat: Option<u64>,
     /// When the current slot's first round may start.
@@ -235,7 +204,11 @@ impl NodeCore {
             policy,
             protocol,
             peers: BTreeMap::new(),
-            tasks: BTreeMap::new(),
+            tasks: {
+                let mut l = Ledger::new(cfg.window, cfg.service_kind);
+                l.set_node(cfg.me, cfg.capacity.clone());
+                l
+            },
             seq: 0,
             last_heartbeat: None,
             slot_start: 0,
@@ -299,7 +272,7 @@ impl NodeCore {
     }
 
     /// Every task this node knows, by id.
-    pub fn tasks(&self) -> &BTreeMap<TaskId, TaskEntry> {
+    pub fn tasks(&self) -> &Ledger<TaskMeta> {
         &self.tasks
     }
 
@@ -358,32 +331,12 @@ impl NodeCore {
 
     /// Units not allocated to tasks running here.
     pub fn free(&self) -> Resources {
-        let mut free = self.cfg.capacity.clone();
-        for e in self.tasks.values() {
-            if let TaskState::Running { node, alloc, .. } = &e.state
-                && *node == self.cfg.me
-            {
-                for (k, f) in free.0.iter_mut().enumerate() {
-                    *f = f.saturating_sub(alloc.get(k));
-                }
-            }
-        }
-        free
+        self.tasks.free(self.cfg.me)
     }
 
     /// Units allocated here (never above the capacity: the invariant the tests check).
     pub fn used(&self) -> Resources {
-        let mut used = Resources::zeros(self.cfg.capacity.len());
-        for e in self.tasks.values() {
-            if let TaskState::Running { node, alloc, .. } = &e.state
-                && *node == self.cfg.me
-            {
-                for (k, u) in used.0.iter_mut().enumerate() {
-                    *u += alloc.get(k);
-                }
-            }
-        }
-        used
+        self.tasks.used(self.cfg.me)
     }
 
     fn envelope(&mut self, body: Body) -> Action {
@@ -411,21 +364,24 @@ impl NodeCore {
         self.last_heartbeat = Some(now);
         let running = self
             .tasks
-            .iter()
-            .filter_map(|(id, e)| match &e.state {
-                TaskState::Running {
-                    node,
-                    alloc,
-                    progress,
-                    started,
-                } if *node == self.cfg.me => Some(RunningState {
-                    task: *id,
-                    alloc: alloc.clone(),
-                    progress: *progress,
-                    started: *started,
-                    epoch: e.epoch,
-                }),
-                _ => None,
+            .running_on(self.cfg.me)
+            .filter_map(|id| {
+                let e = self.tasks.get(id)?;
+                match &e.state {
+                    TaskState::Running {
+                        alloc,
+                        progress,
+                        started,
+                        ..
+                    } => Some(RunningState {
+                        task: id,
+                        alloc: alloc.clone(),
+                        progress: *progress,
+                        started: *started,
+                        epoch: e.meta.epoch,
+                    }),
+                    _ => None,
+                }
             })
             .collect();
         let hears = self

@@ -19,9 +19,9 @@ impl NodeCore {
                 ..ProtocolConfig::default()
             },
         );
-        for (id, t) in &self.tasks {
+        for (id, t) in self.tasks.iter() {
             if t.state != TaskState::Pending {
-                p.mark_committed(*id);
+                p.mark_committed(id);
             }
         }
         p
@@ -49,6 +49,7 @@ impl NodeCore {
             if let Some(p) = self.peers.remove(&id) {
                 self.silent.insert(id, p.last_seen);
             }
+            self.tasks.set_live(id, false);
             let outputs = self.protocol.remove_member(id);
             out.extend(self.handle(outputs, now));
         }
@@ -122,24 +123,31 @@ impl NodeCore {
             }
         }
         for c in outcome.commits.iter().filter(|_| !tentative) {
-            let Some(t) = self.tasks.get_mut(&c.task) else {
-                continue;
-            };
-            if matches!(t.state, TaskState::Done { .. }) {
+            if self
+                .tasks
+                .get(c.task)
+                .is_none_or(|t| matches!(t.state, TaskState::Done { .. }))
+            {
                 continue;
             }
             // A new start: an epoch above every one known for the task (a fencing token).
-            t.epoch += 1;
-            t.owner = Some(c.agent);
-            t.state = TaskState::Running {
-                node: c.agent,
-                alloc: c.alloc.clone(),
-                progress: 0.0,
-                started: outcome.round.slot,
+            self.tasks.set_state(
+                c.task,
+                TaskState::Running {
+                    node: c.agent,
+                    alloc: c.alloc.clone(),
+                    progress: 0.0,
+                    started: outcome.round.slot,
+                },
+            );
+            let Some(m) = self.tasks.meta_mut(c.task) else {
+                continue;
             };
+            m.epoch += 1;
+            m.owner = Some(c.agent);
             if c.agent == self.cfg.me {
-                let spec = t.spec.clone();
-                let epoch = t.epoch;
+                let spec = m.spec.clone();
+                let epoch = m.epoch;
                 out.push(Action::Start {
                     task: c.task,
                     spec,
@@ -154,6 +162,7 @@ impl NodeCore {
         }
         if outcome.slot_ended {
             self.slot_start = now + self.cfg.slot_ms;
+            self.tasks.accrue_service();
         }
         if self.learning.is_some() {
             let me = self.cfg.me;

@@ -3,6 +3,7 @@
 //! allocates more than its capacity, and a node that dies mid-run loses no task.
 use super::*;
 use crate::baselines;
+use crate::task::Task;
 use std::collections::BTreeSet;
 
 const STEP: u64 = 10;
@@ -50,6 +51,7 @@ impl Cluster {
                     incarnation: 1,
                     num_types: 1,
                     window: 10,
+                    service_kind: 1,
                     slot_ms: 200,
                     round_ms: 50,
                     heartbeat_ms: 50,
@@ -351,7 +353,7 @@ impl Cluster {
             .map(|n| {
                 n.tasks()
                     .iter()
-                    .map(|(id, t)| (*id, t.state.clone()))
+                    .map(|(id, t)| (id, t.state.clone()))
                     .collect()
             })
             .collect()
@@ -503,7 +505,7 @@ fn an_id_known_with_another_task_is_refused() {
         "{acts:?}"
     );
     assert_eq!(c.nodes[1].stats().refused_announces, 1);
-    assert_eq!(c.nodes[1].tasks()[&TaskId(5)].spec, spec());
+    assert_eq!(c.nodes[1].tasks()[&TaskId(5)].meta.spec, spec());
 }
 
 #[test]
@@ -525,7 +527,7 @@ fn a_killed_node_restarted_within_the_autonomy_time_keeps_its_copies() {
         .tasks()
         .iter()
         .filter(|(_, t)| matches!(&t.state, TaskState::Running { node, .. } if *node == NodeId(2)))
-        .map(|(id, t)| (*id, t.clone()))
+        .map(|(id, t)| (id, t.clone()))
         .collect();
     assert!(!adopted.is_empty());
     c.alive[2] = false;
@@ -546,10 +548,10 @@ fn a_killed_node_restarted_within_the_autonomy_time_keeps_its_copies() {
     for (_, t) in &adopted {
         let acts = fresh.restore(
             (*t.task).clone(),
-            t.spec.clone(),
+            t.meta.spec.clone(),
             t.state.clone(),
-            t.owner,
-            t.epoch,
+            t.meta.owner,
+            t.meta.epoch,
         );
         assert!(acts.is_empty());
     }

@@ -1,0 +1,516 @@
+//! The cluster ledger: the one record of tasks and nodes that both drivers keep, so that the
+//! simulator's result is the agents' result.
+//!
+//! It holds every task's lifecycle ([`TaskState`]), each node's pending queue in window order,
+//! its running tasks and its used units, and from these builds the [`ClusterView`] a policy
+//! decides from ([`Ledger::view`]), the per-slot reward ([`Ledger::reward`]), Tiresias's attained
+//! service ([`Ledger::accrue_service`]) and elastic re-allocation ([`Ledger::rebalance`]). The
+//! simulator keeps one ledger for the whole cluster; every agent's [`crate::node::NodeCore`]
+//! keeps one with what it knows. A driver never changes a state by hand: every change goes
+//! through [`Ledger::set_state`] (or the narrower methods here), which keeps the indices right.
+//!
+//! Definitions, stated once:
+//! - **Window order**: oldest arrival first, then lowest task id. Every node's window is the
+//!   first `window` tasks of its queue that the driver lets it start.
+//! - **Free units** of a node: its capacity minus the allocations of the tasks running there.
+//! - **Reward** of a node for a slot: minus the tasks running on it and minus every pending task
+//!   it could run (its whole queue, window and overflow). The TapFinger objective: summed over
+//!   slots, a node's return is minus the time its tasks spent in the system.
+//! - **Attained service** (Tiresias): the units of the service kind (GPUs where the cluster has
+//!   them) a task held, summed over the slots it ran.
+//!
+//! `M` is the driver's own data per task (the agent: spec, owner, epoch; the simulator: its
+//! records); the ledger never reads it.
+
+use crate::resources::Resources;
+use crate::task::{NodeId, Task, TaskId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+mod view;
+
+/// Where a task stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskState {
+    /// Waiting for a node.
+    Pending,
+    /// Running on `node`.
+    Running {
+        /// Node.
+        node: NodeId,
+        /// Allocation.
+        alloc: Resources,
+        /// Progress in [0, 1].
+        progress: f64,
+        /// Slot in which it started.
+        started: u64,
+    },
+    /// Finished (exit code, if any) on `node`, by the copy of `epoch` ([`crate::wire::CANCELLED`]:
+    /// cancelled by a user at `node`).
+    Done {
+        /// Node.
+        node: NodeId,
+        /// Exit code (`Some(0)`: succeeded; otherwise failed).
+        code: Option<i32>,
+        /// Epoch of the copy that finished.
+        epoch: u64,
+    },
+}
+
+impl TaskState {
+    /// Whether it finished with exit code 0.
+    pub fn succeeded(&self) -> bool {
+        matches!(self, TaskState::Done { code: Some(0), epoch, .. } if *epoch != crate::wire::CANCELLED)
+    }
+
+    /// The node it runs on, if it runs.
+    pub fn running_on(&self) -> Option<NodeId> {
+        match self {
+            TaskState::Running { node, .. } => Some(*node),
+            _ => None,
+        }
+    }
+}
+
+/// A task in the ledger. Drivers read it; they change `meta` through [`Ledger::meta_mut`] and the
+/// state only through the ledger.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry<M> {
+    /// The task as submitted (shared with the views built from it).
+    pub task: Arc<Task>,
+    /// Where it stands.
+    pub state: TaskState,
+    /// Attained service so far (see the module doc); kept across re-queues.
+    pub attained: f64,
+    /// The driver's data.
+    pub meta: M,
+}
+
+/// Why a ledger change was refused (nothing changed).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LedgerError {
+    /// No such task.
+    #[error("unknown task {0}")]
+    UnknownTask(TaskId),
+    /// A re-allocation of a task that does not run on the node.
+    #[error("re-allocated {task}, which does not run on node {node}")]
+    NotRunningHere {
+        /// Task.
+        task: TaskId,
+        /// Node.
+        node: NodeId,
+    },
+    /// A re-allocation below the task's minimum or above its cap.
+    #[error("re-allocation {alloc} for {task} is outside [min {min}, cap {cap}]")]
+    OutOfBounds {
+        /// Task.
+        task: TaskId,
+        /// Allocation asked for.
+        alloc: Resources,
+        /// Its minimum demand.
+        min: Resources,
+        /// Its cap on this node.
+        cap: Resources,
+    },
+    /// Re-allocations that do not fit the node together.
+    #[error("re-allocations total {total}, above the node's capacity {capacity}")]
+    OverCapacity {
+        /// Sum of the allocations.
+        total: Resources,
+        /// The node's capacity.
+        capacity: Resources,
+    },
+}
+
+impl<M> std::ops::Index<&TaskId> for Ledger<M> {
+    type Output = Entry<M>;
+
+    /// The task; panics if unknown (as a map's index does).
+    fn index(&self, id: &TaskId) -> &Entry<M> {
+        &self.tasks[id]
+    }
+}
+
+/// One node's books.
+#[derive(Debug, Clone)]
+struct Book {
+    capacity: Resources,
+    /// Sum of the allocations of the tasks running here (kept as tasks start and end).
+    used: Resources,
+    /// Whether the node is in the views (the agent's live peers; every node in the simulator).
+    /// Books of nodes that are not live stay, so their running tasks keep their place.
+    live: bool,
+    /// Pending tasks this node could run, in window order.
+    queue: BTreeSet<(u64, TaskId)>,
+    running: BTreeSet<TaskId>,
+}
+
+/// The ledger (module doc).
+#[derive(Debug, Clone)]
+pub struct Ledger<M> {
+    window: usize,
+    service_kind: usize,
+    tasks: BTreeMap<TaskId, Entry<M>>,
+    nodes: BTreeMap<NodeId, Book>,
+}
+
+fn add_each(a: &mut Resources, b: &Resources) {
+    if a.len() < b.len() {
+        a.0.resize(b.len(), 0);
+    }
+    for (x, y) in a.0.iter_mut().zip(&b.0) {
+        *x = x.saturating_add(*y);
+    }
+}
+
+fn sub_each(a: &mut Resources, b: &Resources) {
+    for (x, y) in a.0.iter_mut().zip(&b.0) {
+        *x = x.saturating_sub(*y);
+    }
+}
+
+impl<M> Ledger<M> {
+    /// An empty ledger: windows of `window` tasks; attained service counted in kind
+    /// `service_kind`.
+    pub fn new(window: usize, service_kind: usize) -> Self {
+        Self {
+            window,
+            service_kind,
+            tasks: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+        }
+    }
+
+    /// The window size.
+    pub fn window(&self) -> usize {
+        self.window
+    }
+
+    /// Add a node (live), or update a known node's capacity and make it live.
+    pub fn set_node(&mut self, id: NodeId, capacity: Resources) {
+        self.book(id).capacity = capacity;
+        if let Some(b) = self.nodes.get_mut(&id) {
+            b.live = true;
+        }
+    }
+
+    /// Take a node out of the views (`false`) or back in. Unknown nodes: nothing.
+    pub fn set_live(&mut self, id: NodeId, live: bool) {
+        if let Some(b) = self.nodes.get_mut(&id) {
+            b.live = live;
+        }
+    }
+
+    /// Whether a node is in the views.
+    pub fn is_live(&self, id: NodeId) -> bool {
+        self.nodes.get(&id).is_some_and(|b| b.live)
+    }
+
+    /// The book of `id`, made (not live, no capacity) if new: its queue then gets every pending
+    /// task it could run.
+    fn book(&mut self, id: NodeId) -> &mut Book {
+        let tasks = &self.tasks;
+        self.nodes.entry(id).or_insert_with(|| Book {
+            capacity: Resources::default(),
+            used: Resources::default(),
+            live: false,
+            queue: tasks
+                .values()
+                .filter(|e| e.state == TaskState::Pending && e.task.reachable.contains(&id))
+                .map(|e| (e.task.arrival, e.task.id))
+                .collect(),
+            running: BTreeSet::new(),
+        })
+    }
+
+    /// Add a task in `state`. A known id: nothing changes, and `false`.
+    pub fn insert(&mut self, task: Arc<Task>, state: TaskState, meta: M) -> bool {
+        let id = task.id;
+        if self.tasks.contains_key(&id) {
+            return false;
+        }
+        self.index(&task, &state);
+        self.tasks.insert(
+            id,
+            Entry {
+                task,
+                state,
+                attained: 0.0,
+                meta,
+            },
+        );
+        true
+    }
+
+    /// Remove a task (and its place in every queue). Returns it.
+    pub fn remove(&mut self, id: TaskId) -> Option<Entry<M>> {
+        let e = self.tasks.remove(&id)?;
+        self.unindex(&e.task, &e.state);
+        Some(e)
+    }
+
+    /// Move a task to `state` (queues, running sets and used units follow). Unknown: `None`.
+    pub fn set_state(&mut self, id: TaskId, state: TaskState) -> Option<()> {
+        let e = self.tasks.get(&id)?;
+        let (task, old) = (e.task.clone(), e.state.clone());
+        self.unindex(&task, &old);
+        // The entry changes before it is indexed: a node's book made while indexing scans the
+        // tasks' states and must see this one's new state.
+        if let Some(e) = self.tasks.get_mut(&id) {
+            e.state = state.clone();
+        }
+        self.index(&task, &state);
+        Some(())
+    }
+
+    /// Replace a task's description (the simulator re-queues a task that ran out of memory
+    /// asking for more); its state and attained service stay.
+    pub fn replace_task(&mut self, task: Arc<Task>) -> Option<()> {
+        let e = self.tasks.get(&task.id)?;
+        let (old, state) = (e.task.clone(), e.state.clone());
+        self.unindex(&old, &state);
+        if let Some(e) = self.tasks.get_mut(&task.id) {
+            e.task = task.clone();
+        }
+        self.index(&task, &state);
+        Some(())
+    }
+
+    /// Progress of a running task (clamped to [0, 1]); other states: nothing.
+    pub fn set_progress(&mut self, id: TaskId, p: f64) {
+        if let Some(Entry {
+            state: TaskState::Running { progress, .. },
+            ..
+        }) = self.tasks.get_mut(&id)
+        {
+            *progress = p.clamp(0.0, 1.0);
+        }
+    }
+
+    fn index(&mut self, task: &Task, state: &TaskState) {
+        match state {
+            TaskState::Pending => {
+                for n in &task.reachable {
+                    if let Some(b) = self.nodes.get_mut(n) {
+                        b.queue.insert((task.arrival, task.id));
+                    }
+                }
+            }
+            TaskState::Running { node, alloc, .. } => {
+                let b = self.book(*node);
+                b.running.insert(task.id);
+                add_each(&mut b.used, alloc);
+            }
+            TaskState::Done { .. } => {}
+        }
+    }
+
+    fn unindex(&mut self, task: &Task, state: &TaskState) {
+        match state {
+            TaskState::Pending => {
+                for n in &task.reachable {
+                    if let Some(b) = self.nodes.get_mut(n) {
+                        b.queue.remove(&(task.arrival, task.id));
+                    }
+                }
+            }
+            TaskState::Running { node, alloc, .. } => {
+                if let Some(b) = self.nodes.get_mut(node) {
+                    b.running.remove(&task.id);
+                    sub_each(&mut b.used, alloc);
+                }
+            }
+            TaskState::Done { .. } => {}
+        }
+    }
+
+    /// A task.
+    pub fn get(&self, id: TaskId) -> Option<&Entry<M>> {
+        self.tasks.get(&id)
+    }
+
+    /// Whether a task is known.
+    pub fn contains(&self, id: TaskId) -> bool {
+        self.tasks.contains_key(&id)
+    }
+
+    /// The driver's data of a task, to change.
+    pub fn meta_mut(&mut self, id: TaskId) -> Option<&mut M> {
+        self.tasks.get_mut(&id).map(|e| &mut e.meta)
+    }
+
+    /// Every task, by id.
+    pub fn iter(&self) -> impl Iterator<Item = (TaskId, &Entry<M>)> + '_ {
+        self.tasks.iter().map(|(id, e)| (*id, e))
+    }
+
+    /// Every task, by id.
+    pub fn values(&self) -> impl Iterator<Item = &Entry<M>> + '_ {
+        self.tasks.values()
+    }
+
+    /// Number of tasks.
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Whether there is no task.
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// A node's capacity (zeros if unknown).
+    pub fn capacity(&self, node: NodeId) -> Resources {
+        self.nodes
+            .get(&node)
+            .map(|b| b.capacity.clone())
+            .unwrap_or_default()
+    }
+
+    /// Units allocated to the tasks running on a node.
+    pub fn used(&self, node: NodeId) -> Resources {
+        match self.nodes.get(&node) {
+            Some(b) => {
+                let mut u = b.used.clone();
+                u.0.resize(b.capacity.len().max(u.len()), 0);
+                u
+            }
+            None => Resources::default(),
+        }
+    }
+
+    /// Units of a node not allocated to tasks running there.
+    pub fn free(&self, node: NodeId) -> Resources {
+        match self.nodes.get(&node) {
+            Some(b) => {
+                let mut f = b.capacity.clone();
+                sub_each(&mut f, &b.used);
+                f
+            }
+            None => Resources::default(),
+        }
+    }
+
+    /// The tasks running on a node, by id.
+    pub fn running_on(&self, node: NodeId) -> impl Iterator<Item = TaskId> + '_ {
+        self.nodes
+            .get(&node)
+            .into_iter()
+            .flat_map(|b| b.running.iter().copied())
+    }
+
+    /// A node's whole pending queue length (window and overflow).
+    pub fn queue_len(&self, node: NodeId) -> usize {
+        self.nodes.get(&node).map_or(0, |b| b.queue.len())
+    }
+
+    /// A node's reward for the slot that ends now (module doc).
+    pub fn reward(&self, node: NodeId) -> f64 {
+        self.nodes
+            .get(&node)
+            .map_or(0.0, |b| -((b.running.len() + b.queue.len()) as f64))
+    }
+
+    /// End of a slot: every running task attains the units of the service kind it holds.
+    pub fn accrue_service(&mut self) {
+        let k = self.service_kind;
+        for e in self.tasks.values_mut() {
+            if let TaskState::Running { alloc, .. } = &e.state {
+                e.attained += f64::from(alloc.get(k));
+            }
+        }
+    }
+
+    /// Elastic nodes: every task running on `node` is shown at its minimum demand until the
+    /// node re-allocates ([`Ledger::rebalance`]).
+    pub fn shrink_to_min(&mut self, node: NodeId) {
+        let ids: Vec<TaskId> = self.running_on(node).collect();
+        for id in ids {
+            if let Some(e) = self.tasks.get(&id)
+                && let TaskState::Running {
+                    node,
+                    progress,
+                    started,
+                    ..
+                } = &e.state
+            {
+                let state = TaskState::Running {
+                    node: *node,
+                    alloc: e.task.min_demand.clone(),
+                    progress: *progress,
+                    started: *started,
+                };
+                self.set_state(id, state);
+            }
+        }
+    }
+
+    /// Re-allocate tasks running on `node`: each new allocation within [minimum, cap], all of
+    /// the node's tasks together within its capacity. On error nothing changes.
+    pub fn rebalance(
+        &mut self,
+        node: NodeId,
+        changes: &[(TaskId, Resources)],
+    ) -> Result<(), LedgerError> {
+        let cap = self.capacity(node);
+        let running: BTreeSet<TaskId> = self.running_on(node).collect();
+        for (id, a) in changes {
+            if !running.contains(id) {
+                return Err(LedgerError::NotRunningHere { task: *id, node });
+            }
+            let task = &self.tasks[id].task;
+            if !task.min_demand.fits_in(a) || !a.fits_in(&task.cap(&cap)) {
+                return Err(LedgerError::OutOfBounds {
+                    task: *id,
+                    alloc: a.clone(),
+                    min: task.min_demand.clone(),
+                    cap: task.cap(&cap),
+                });
+            }
+        }
+        let mut total = Resources::zeros(cap.len());
+        for id in &running {
+            let a = changes
+                .iter()
+                .rev()
+                .find(|(x, _)| x == id)
+                .map(|(_, a)| a)
+                .or_else(|| match &self.tasks[id].state {
+                    TaskState::Running { alloc, .. } => Some(alloc),
+                    _ => None,
+                });
+            if let Some(a) = a {
+                add_each(&mut total, a);
+            }
+        }
+        if !total.fits_in(&cap) {
+            return Err(LedgerError::OverCapacity {
+                total,
+                capacity: cap,
+            });
+        }
+        for (id, a) in changes {
+            if let Some(TaskState::Running {
+                node,
+                progress,
+                started,
+                ..
+            }) = self.tasks.get(id).map(|e| e.state.clone())
+            {
+                self.set_state(
+                    *id,
+                    TaskState::Running {
+                        node,
+                        alloc: a.clone(),
+                        progress,
+                        started,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,185 @@
+use super::*;
+use proptest::prelude::*;
+
+fn task(id: u64, arrival: u64, min: [u32; 2], reachable: &[u32]) -> Arc<Task> {
+    Arc::new(Task {
+        id: TaskId(id),
+        ty: crate::task::TaskTypeId(0),
+        min_demand: Resources(min.to_vec()),
+        max_demand: None,
+        priority: 0,
+        reachable: reachable.iter().map(|n| NodeId(*n)).collect(),
+        arrival,
+    })
+}
+
+fn two_nodes() -> Ledger<()> {
+    let mut l = Ledger::new(2, 1);
+    l.set_node(NodeId(0), Resources(vec![8, 2]));
+    l.set_node(NodeId(1), Resources(vec![4, 1]));
+    l
+}
+
+fn running(node: u32, alloc: [u32; 2]) -> TaskState {
+    TaskState::Running {
+        node: NodeId(node),
+        alloc: Resources(alloc.to_vec()),
+        progress: 0.0,
+        started: 0,
+    }
+}
+
+#[test]
+fn windows_hold_the_oldest_tasks_first_then_the_lowest_ids() {
+    let mut l = two_nodes();
+    l.insert(task(5, 1, [1, 0], &[0, 1]), TaskState::Pending, ());
+    l.insert(task(9, 0, [1, 0], &[0]), TaskState::Pending, ());
+    l.insert(task(2, 1, [1, 0], &[0, 1]), TaskState::Pending, ());
+    let v = l.view(3, 0, 1, None);
+    let ids = |n: usize| -> Vec<u64> {
+        v.nodes[n]
+            .window
+            .iter()
+            .map(|&i| v.pending[i].task.id.0)
+            .collect()
+    };
+    assert_eq!(ids(0), vec![9, 2]);
+    assert_eq!(v.nodes[0].overflow, 1);
+    assert_eq!(ids(1), vec![2, 5]);
+    assert_eq!(v.nodes[1].overflow, 0);
+    // Tasks in at least one window, by id.
+    let pending: Vec<u64> = v.pending.iter().map(|p| p.task.id.0).collect();
+    assert_eq!(pending, vec![2, 5, 9]);
+}
+
+#[test]
+fn a_filter_skips_tasks_and_counts_only_allowed_ones_as_overflow() {
+    let mut l = two_nodes();
+    for id in 0..5 {
+        l.insert(task(id, id, [1, 0], &[0]), TaskState::Pending, ());
+    }
+    let odd = |e: &Entry<()>| e.task.id.0 % 2 == 1;
+    let v = l.view(0, 0, 1, Some(&odd));
+    let w: Vec<u64> = v.nodes[0]
+        .window
+        .iter()
+        .map(|&i| v.pending[i].task.id.0)
+        .collect();
+    assert_eq!(w, vec![1, 3]);
+    assert_eq!(v.nodes[0].overflow, 0);
+}
+
+#[test]
+fn free_used_reward_and_attained_follow_the_states() {
+    let mut l = two_nodes();
+    l.insert(task(1, 0, [2, 1], &[0, 1]), TaskState::Pending, ());
+    l.insert(task(2, 0, [1, 0], &[0]), TaskState::Pending, ());
+    assert_eq!(l.reward(NodeId(0)), -2.0);
+    assert_eq!(l.reward(NodeId(1)), -1.0);
+    l.set_state(TaskId(1), running(0, [3, 1])).unwrap();
+    assert_eq!(l.free(NodeId(0)), Resources(vec![5, 1]));
+    assert_eq!(l.used(NodeId(0)), Resources(vec![3, 1]));
+    assert_eq!(l.queue_len(NodeId(1)), 0);
+    assert_eq!(l.reward(NodeId(0)), -2.0);
+    assert_eq!(l.reward(NodeId(1)), 0.0);
+    l.accrue_service();
+    l.accrue_service();
+    assert_eq!(l.get(TaskId(1)).unwrap().attained, 2.0);
+    let v = l.view(0, 0, 1, None);
+    assert_eq!(v.running[0].attained, 2.0);
+    // Back to pending: the units come back, the attained service stays.
+    l.set_state(TaskId(1), TaskState::Pending).unwrap();
+    assert_eq!(l.free(NodeId(0)), Resources(vec![8, 2]));
+    assert_eq!(l.queue_len(NodeId(1)), 1);
+    assert_eq!(l.get(TaskId(1)).unwrap().attained, 2.0);
+}
+
+#[test]
+fn a_node_added_late_queues_what_it_can_run_and_dead_nodes_leave_the_view() {
+    let mut l: Ledger<()> = Ledger::new(4, 1);
+    l.set_node(NodeId(0), Resources(vec![4, 1]));
+    l.insert(task(1, 0, [1, 0], &[0, 7]), TaskState::Pending, ());
+    l.insert(task(2, 0, [1, 0], &[0]), running(7, [1, 0]), ());
+    // A task on an unknown node keeps its place (not in the view until the node is live).
+    assert_eq!(l.view(0, 0, 1, None).running.len(), 0);
+    l.set_node(NodeId(7), Resources(vec![2, 0]));
+    assert_eq!(l.queue_len(NodeId(7)), 1);
+    assert_eq!(l.free(NodeId(7)), Resources(vec![1, 0]));
+    let v = l.view(0, 0, 1, None);
+    assert_eq!(v.nodes.len(), 2);
+    assert_eq!(v.running.len(), 1);
+    l.set_live(NodeId(7), false);
+    let v = l.view(0, 0, 1, None);
+    assert_eq!(v.nodes.len(), 1);
+    assert!(v.running.is_empty());
+}
+
+#[test]
+fn a_refused_rebalance_changes_nothing() {
+    let mut l = two_nodes();
+    l.insert(task(1, 0, [2, 0], &[0]), running(0, [2, 0]), ());
+    l.insert(task(2, 0, [2, 0], &[0]), running(0, [2, 0]), ());
+    let before = l.free(NodeId(0));
+    let e = l
+        .rebalance(NodeId(0), &[(TaskId(1), Resources(vec![1, 0]))])
+        .unwrap_err();
+    assert!(matches!(e, LedgerError::OutOfBounds { .. }), "{e}");
+    let e = l
+        .rebalance(
+            NodeId(0),
+            &[
+                (TaskId(1), Resources(vec![5, 0])),
+                (TaskId(2), Resources(vec![4, 0])),
+            ],
+        )
+        .unwrap_err();
+    assert!(matches!(e, LedgerError::OverCapacity { .. }), "{e}");
+    let e = l
+        .rebalance(NodeId(1), &[(TaskId(1), Resources(vec![2, 0]))])
+        .unwrap_err();
+    assert!(matches!(e, LedgerError::NotRunningHere { .. }), "{e}");
+    assert_eq!(l.free(NodeId(0)), before);
+    l.rebalance(NodeId(0), &[(TaskId(1), Resources(vec![6, 1]))])
+        .unwrap();
+    assert_eq!(l.free(NodeId(0)), Resources(vec![0, 1]));
+    l.shrink_to_min(NodeId(0));
+    assert_eq!(l.free(NodeId(0)), Resources(vec![4, 2]));
+}
+
+proptest! {
+    /// Whatever the order of changes, each node's used units are the sum of the allocations of
+    /// the tasks running there, and its queue holds exactly its reachable pending tasks.
+    #[test]
+    fn the_indices_always_match_the_states(ops in prop::collection::vec((0u64..6, 0u8..4, 0u32..3, 0u32..4), 1..60)) {
+        let mut l: Ledger<()> = Ledger::new(3, 1);
+        l.set_node(NodeId(0), Resources(vec![100, 100]));
+        for (id, op, node, units) in ops {
+            let id_t = TaskId(id);
+            if !l.contains(id_t) {
+                l.insert(task(id, id / 2, [1, 0], &[0, 1, 2]), TaskState::Pending, ());
+            }
+            match op {
+                0 => { l.set_state(id_t, TaskState::Pending); }
+                1 => { l.set_state(id_t, running(node, [units, 1])); }
+                2 => { l.set_state(id_t, TaskState::Done { node: NodeId(node), code: Some(0), epoch: 1 }); }
+                _ => l.set_node(NodeId(node), Resources(vec![100, 100])),
+            }
+        }
+        for n in 0..3 {
+            let node = NodeId(n);
+            let mut used = Resources::zeros(2);
+            let mut queued = 0;
+            for (_, e) in l.iter() {
+                match &e.state {
+                    TaskState::Running { node: m, alloc, .. } if *m == node => add_each(&mut used, alloc),
+                    TaskState::Pending if l.nodes.contains_key(&node) => queued += 1,
+                    _ => {}
+                }
+            }
+            if l.nodes.contains_key(&node) {
+                prop_assert_eq!(l.used(node), used);
+            }
+            prop_assert_eq!(l.queue_len(node), queued);
+        }
+    }
+}

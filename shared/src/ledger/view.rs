@@ -1,0 +1,121 @@
+//! The [`ClusterView`] built from the ledger: what every policy decides from, in the simulator and
+//! in the agent alike. Reads the ledger; changes nothing.
+
+use super::{Entry, Ledger, TaskState};
+use crate::task::{NodeId, TaskId};
+use crate::view::{ClusterView, NodeView, PendingView, RunningView};
+
+impl<M> Ledger<M> {
+    /// The cluster for a decision at (`slot`, `step`): every live node with its capacity, free
+    /// units, window (the first `window` tasks of its queue that `may_start` allows; all of them
+    /// when `None`) and overflow (the allowed tasks behind the window), the tasks in at least one
+    /// window, and the tasks running on live nodes, each list by id.
+    pub fn view(
+        &self,
+        slot: u64,
+        step: u32,
+        num_types: usize,
+        may_start: Option<&dyn Fn(&Entry<M>) -> bool>,
+    ) -> ClusterView {
+        let live: Vec<(NodeId, &super::Book)> = self
+            .nodes
+            .iter()
+            .filter(|(_, b)| b.live)
+            .map(|(id, b)| (*id, b))
+            .collect();
+        // Each live node's window (task ids in window order) and overflow.
+        let windows: Vec<(Vec<TaskId>, usize)> = live
+            .iter()
+            .map(|(_, b)| {
+                let mut window = Vec::with_capacity(self.window.min(b.queue.len()));
+                let mut overflow = 0;
+                for (_, id) in &b.queue {
+                    let allowed = match may_start {
+                        None => true,
+                        Some(f) => self.tasks.get(id).is_some_and(f),
+                    };
+                    if !allowed {
+                        continue;
+                    }
+                    if window.len() < self.window {
+                        window.push(*id);
+                    } else if may_start.is_none() {
+                        overflow = b.queue.len() - self.window;
+                        break;
+                    } else {
+                        overflow += 1;
+                    }
+                }
+                (window, overflow)
+            })
+            .collect();
+        let mut pending_ids: Vec<TaskId> = windows
+            .iter()
+            .flat_map(|(w, _)| w.iter().copied())
+            .collect();
+        pending_ids.sort_unstable();
+        pending_ids.dedup();
+        let mut running_ids: Vec<TaskId> = live
+            .iter()
+            .flat_map(|(_, b)| b.running.iter().copied())
+            .collect();
+        running_ids.sort_unstable();
+        let nodes = live
+            .iter()
+            .zip(windows)
+            .map(|((id, b), (window, overflow))| {
+                let mut free = b.capacity.clone();
+                super::sub_each(&mut free, &b.used);
+                NodeView {
+                    id: *id,
+                    capacity: b.capacity.clone(),
+                    free,
+                    window: window
+                        .iter()
+                        .filter_map(|t| pending_ids.binary_search(t).ok())
+                        .collect(),
+                    overflow,
+                    // Both lists are sorted by id, so the indices come out sorted.
+                    running: b
+                        .running
+                        .iter()
+                        .filter_map(|t| running_ids.binary_search(t).ok())
+                        .collect(),
+                }
+            })
+            .collect();
+        ClusterView {
+            slot,
+            step,
+            num_types,
+            nodes,
+            pending: pending_ids
+                .iter()
+                .filter_map(|id| self.tasks.get(id))
+                .map(|e| PendingView {
+                    task: e.task.clone(),
+                })
+                .collect(),
+            running: running_ids
+                .iter()
+                .filter_map(|id| self.tasks.get(id))
+                .filter_map(|e| match &e.state {
+                    TaskState::Running {
+                        node,
+                        alloc,
+                        progress,
+                        started,
+                    } => Some(RunningView {
+                        task: e.task.clone(),
+                        node: *node,
+                        alloc: alloc.clone(),
+                        started: *started,
+                        progress: *progress,
+                        attained: e.attained,
+                    }),
+                    _ => None,
+                })
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,438 @@
+//! One episode, step by step: the simulator's driver of the shared protocol and ledger.
+//!
+//! Each slot: tasks arrive ([`Episode::arrive`]); elastic nodes show their running tasks at
+//! minimum demand; decision steps repeat ([`Episode::step`]) — every agent's policy sees the same
+//! view of the [`Ledger`], proposes through its own [`Protocol`] instance, every message is
+//! delivered to every other instance, and each instance decides the round on its own (the
+//! simulator checks that they all agree) — until a step commits nothing; elastic policies
+//! re-allocate ([`Episode::rebalance`]); rewards are paid ([`Episode::pay`]); running tasks
+//! progress ([`Episode::progress`]). The view, the queues, free units and the reward are the
+//! ledger's, exactly as in every agent; only time and speed are the simulator's.
+
+use crate::env::{EpisodeResult, Observer, SimError, Simulator, SlotRecord, TaskRecord};
+use crate::scenario::MemoryMode;
+use crate::workload;
+use std::sync::Arc;
+use tapfinger::ledger::{Ledger, TaskState};
+use tapfinger::protocol::{Output, ProtocolConfig};
+use tapfinger::view::ClusterView;
+use tapfinger::{NodeId, Policy, Protocol, Resources, Round, RoundOutcome, Task, TaskId};
+
+/// What the simulator keeps per task beside the ledger's state.
+#[derive(Debug, Clone, Default)]
+struct SimMeta {
+    /// Failed runs (below the true need in `fail` mode).
+    failures: u32,
+    /// Slot of the (last) start.
+    start: u64,
+    /// Allocation in the previous slot it ran (a change costs the switch penalty).
+    prev: Option<Resources>,
+}
+
+/// Counters of one slot's decisions.
+#[derive(Default)]
+struct Decisions {
+    conflicts: u32,
+    commits: u32,
+    steps: u32,
+}
+
+/// An episode in progress.
+pub(crate) struct Episode<'a> {
+    sim: &'a Simulator,
+    policies: Vec<Box<dyn Policy>>,
+    protocols: Vec<Protocol>,
+    rngs: Vec<tapfinger::Rng>,
+    ids: Vec<NodeId>,
+    elastic: Vec<bool>,
+    ledger: Ledger<SimMeta>,
+    /// Every task of the episode, by arrival (and id).
+    arrivals: Vec<Arc<Task>>,
+    next_arrival: usize,
+    records: Vec<TaskRecord>,
+    slots: Vec<SlotRecord>,
+    returns: Vec<f64>,
+    messages: u64,
+    total_capacity: Vec<f64>,
+}
+
+impl<'a> Episode<'a> {
+    /// Prepare an episode of `sim` with one policy per node (node i is agent i).
+    pub(crate) fn new(
+        sim: &'a Simulator,
+        policies: Vec<Box<dyn Policy>>,
+        seed: u64,
+    ) -> Result<Self, SimError> {
+        let sc = sim.scenario();
+        let n = sc.nodes.len();
+        if policies.len() != n {
+            return Err(SimError::PolicyCount {
+                policies: policies.len(),
+                nodes: n,
+            });
+        }
+        let ids: Vec<NodeId> = (0..n).map(|i| NodeId(i as u32)).collect();
+        let protocols = ids
+            .iter()
+            .map(|&id| {
+                Protocol::new(
+                    id,
+                    ids.iter().copied(),
+                    Round::default(),
+                    ProtocolConfig::default(),
+                )
+            })
+            .collect();
+        let rngs = (0..n)
+            .map(|i| {
+                tapfinger::seeded_rng(
+                    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                        .wrapping_add(i as u64 + 1),
+                )
+            })
+            .collect();
+        let (_, gpu_kind) = sc.cpu_gpu_kinds();
+        let mut ledger = Ledger::new(sc.window, gpu_kind);
+        for (id, node) in ids.iter().zip(&sc.nodes) {
+            ledger.set_node(*id, node.capacity.clone());
+        }
+        let total_capacity = (0..sc.space.len())
+            .map(|k| {
+                sc.nodes
+                    .iter()
+                    .map(|nd| f64::from(nd.capacity.get(k)))
+                    .sum()
+            })
+            .collect();
+        Ok(Self {
+            sim,
+            elastic: policies.iter().map(|p| p.elastic()).collect(),
+            policies,
+            protocols,
+            rngs,
+            ids,
+            ledger,
+            arrivals: workload::generate(sc, seed)
+                .into_iter()
+                .map(Arc::new)
+                .collect(),
+            next_arrival: 0,
+            records: Vec::new(),
+            slots: Vec::new(),
+            returns: vec![0.0; n],
+            messages: 0,
+            total_capacity,
+        })
+    }
+
+    /// Run to the end (every task finished) or to the scenario's slot limit.
+    pub(crate) fn run(
+        mut self,
+        seed: u64,
+        observe: &mut dyn Observer,
+    ) -> Result<EpisodeResult, SimError> {
+        let max_slots = self.sim.scenario().max_slots;
+        let mut slot = 0u64;
+        while self.records.len() < self.arrivals.len() {
+            if slot >= max_slots {
+                return Err(self.did_not_finish());
+            }
+            self.arrive(slot);
+            for i in 0..self.ids.len() {
+                if self.elastic[i] {
+                    self.ledger.shrink_to_min(self.ids[i]);
+                }
+            }
+            let mut d = Decisions::default();
+            loop {
+                let outcome = self.step(slot, d.steps, observe)?;
+                d.steps += 1;
+                d.conflicts += outcome.contested;
+                d.commits += outcome.commits.len() as u32;
+                if observe.wants_views() {
+                    observe.view(&self.view(slot, d.steps));
+                }
+                if outcome.slot_ended {
+                    break;
+                }
+            }
+            self.rebalance(slot, d.steps, observe)?;
+            let in_system = (self.next_arrival - self.records.len()) as u32;
+            let utilization = self.utilization();
+            self.pay(slot, observe);
+            self.progress(slot);
+            self.slots.push(SlotRecord {
+                slot,
+                in_system,
+                utilization,
+                conflicts: d.conflicts,
+                commits: d.commits,
+                steps: d.steps,
+            });
+            slot += 1;
+        }
+        let mut tasks = self.records;
+        tasks.sort_by_key(|r| r.id);
+        Ok(EpisodeResult {
+            policy: self
+                .policies
+                .first()
+                .map(|p| p.name().to_string())
+                .unwrap_or_default(),
+            seed,
+            tasks,
+            slots: self.slots,
+            returns: self.returns,
+            messages: self.messages,
+        })
+    }
+
+    fn did_not_finish(&self) -> SimError {
+        let sc = self.sim.scenario();
+        let stalled = self
+            .ledger
+            .values()
+            .filter(|e| match &e.state {
+                TaskState::Running { alloc, .. } => {
+                    !sc.types[usize::from(e.task.ty.0)].need.fits_in(alloc)
+                }
+                _ => false,
+            })
+            .count();
+        SimError::DidNotFinish {
+            slots: sc.max_slots,
+            unfinished: self.arrivals.len() - self.records.len(),
+            stalled,
+        }
+    }
+
+    fn view(&self, slot: u64, step: u32) -> ClusterView {
+        let types = self.sim.scenario().types.len();
+        self.ledger.view(slot, step, types, None)
+    }
+
+    fn violation(&self, i: usize, slot: u64, reason: String) -> SimError {
+        SimError::PolicyViolation {
+            policy: self.policies[i].name().to_string(),
+            agent: self.ids[i],
+            slot,
+            reason,
+        }
+    }
+
+    /// The tasks arriving in `slot` join the queues of the nodes that can run them.
+    fn arrive(&mut self, slot: u64) {
+        while let Some(t) = self.arrivals.get(self.next_arrival)
+            && t.arrival == slot
+        {
+            self.ledger
+                .insert(t.clone(), TaskState::Pending, SimMeta::default());
+            self.next_arrival += 1;
+        }
+    }
+
+    /// One decision step: every agent proposes from the view, the messages are delivered, each
+    /// protocol instance decides, and the commits start their tasks.
+    fn step(
+        &mut self,
+        slot: u64,
+        step: u32,
+        observe: &mut dyn Observer,
+    ) -> Result<RoundOutcome, SimError> {
+        let n = self.ids.len();
+        let view = self.view(slot, step);
+        let round = self.protocols[0].round();
+        let now = slot * 1_000_000 + u64::from(step);
+        let protocol_error = |source| SimError::Protocol { round, source };
+        let mut sends = Vec::with_capacity(n);
+        let mut decided: Vec<Option<RoundOutcome>> = vec![None; n];
+        for i in 0..n {
+            let Some(v) = view.for_agent(self.ids[i]) else {
+                continue;
+            };
+            let decision = self.policies[i].decide(&v, &mut self.rngs[i]);
+            let proposal = tapfinger::policy::to_proposal(&decision, &v)
+                .map_err(|reason| self.violation(i, slot, reason))?;
+            let out = self.protocols[i]
+                .propose(proposal, now)
+                .map_err(protocol_error)?;
+            collect(out, &mut sends, &mut decided[i]);
+        }
+        for i in 0..n {
+            for m in &sends {
+                if m.from == self.ids[i] {
+                    continue;
+                }
+                self.messages += 1;
+                let out = self.protocols[i]
+                    .receive(m.clone(), now)
+                    .map_err(protocol_error)?;
+                collect(out, &mut Vec::new(), &mut decided[i]);
+            }
+        }
+        let Some(outcome) = decided[0].take() else {
+            return Err(SimError::Undecided(round));
+        };
+        if decided.iter().skip(1).any(|d| d.as_ref() != Some(&outcome)) {
+            return Err(SimError::Divergence(round));
+        }
+        observe.round(&outcome);
+        for c in &outcome.commits {
+            let free = self.ledger.free(c.agent);
+            if !c.alloc.fits_in(&free) {
+                let reason = format!(
+                    "committed allocation {} does not fit the node's free units {free}",
+                    c.alloc
+                );
+                return Err(self.violation(c.agent.0 as usize, slot, reason));
+            }
+            self.ledger.set_state(
+                c.task,
+                TaskState::Running {
+                    node: c.agent,
+                    alloc: c.alloc.clone(),
+                    progress: 0.0,
+                    started: slot,
+                },
+            );
+            if let Some(m) = self.ledger.meta_mut(c.task) {
+                m.start = slot;
+                m.prev = None;
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Elastic policies re-allocate the tasks running on their node.
+    fn rebalance(
+        &mut self,
+        slot: u64,
+        steps: u32,
+        observe: &mut dyn Observer,
+    ) -> Result<(), SimError> {
+        for i in 0..self.ids.len() {
+            let node = self.ids[i];
+            if !self.elastic[i] || self.ledger.running_on(node).next().is_none() {
+                continue;
+            }
+            let view = self.view(slot, steps);
+            let Some(v) = view.for_agent(node) else {
+                continue;
+            };
+            let changes = self.policies[i].rebalance(&v, &mut self.rngs[i]);
+            self.ledger
+                .rebalance(node, &changes)
+                .map_err(|e| self.violation(i, slot, e.to_string()))?;
+            if observe.wants_views() {
+                observe.view(&self.view(slot, steps));
+            }
+        }
+        Ok(())
+    }
+
+    /// Allocated / capacity per kind over the cluster, for the slot as it will run.
+    fn utilization(&self) -> Vec<f64> {
+        let mut used = vec![0.0; self.total_capacity.len()];
+        for id in &self.ids {
+            let u = self.ledger.used(*id);
+            for (k, x) in used.iter_mut().enumerate() {
+                *x += f64::from(u.get(k));
+            }
+        }
+        used.iter()
+            .zip(&self.total_capacity)
+            .map(|(u, c)| if *c > 0.0 { u / c } else { 0.0 })
+            .collect()
+    }
+
+    /// Every node's reward for the slot (the ledger's definition).
+    fn pay(&mut self, slot: u64, observe: &mut dyn Observer) {
+        let rewards: Vec<f64> = self.ids.iter().map(|id| self.ledger.reward(*id)).collect();
+        for (r, x) in self.returns.iter_mut().zip(&rewards) {
+            *r += x;
+        }
+        observe.slot_end(slot, &rewards);
+    }
+
+    /// The slot runs: attained service grows, running tasks progress at their true speed,
+    /// finish, stall below their need, or (memory `fail` mode) die and queue again.
+    fn progress(&mut self, slot: u64) {
+        let sc = self.sim.scenario();
+        self.ledger.accrue_service();
+        let running: Vec<TaskId> = self
+            .ids
+            .iter()
+            .flat_map(|n| self.ledger.running_on(*n).collect::<Vec<_>>())
+            .collect();
+        for id in running {
+            let e = &self.ledger[&id];
+            let TaskState::Running {
+                node,
+                alloc,
+                progress,
+                ..
+            } = e.state.clone()
+            else {
+                continue;
+            };
+            let task = e.task.clone();
+            let ty = &sc.types[usize::from(task.ty.0)];
+            let switched = e.meta.prev.as_ref().is_some_and(|p| *p != alloc);
+            if !ty.need.fits_in(&alloc) {
+                if sc.memory == MemoryMode::Fail {
+                    // Killed for lack of memory; re-queued asking for what it really needs.
+                    let mut again = (*task).clone();
+                    again.min_demand = again.min_demand.max_each(&ty.need);
+                    self.ledger.set_state(id, TaskState::Pending);
+                    self.ledger.replace_task(Arc::new(again));
+                    if let Some(m) = self.ledger.meta_mut(id) {
+                        m.failures += 1;
+                    }
+                    for p in &mut self.protocols {
+                        p.release(id);
+                    }
+                } else if let Some(m) = self.ledger.meta_mut(id) {
+                    m.prev = Some(alloc);
+                }
+                continue;
+            }
+            let penalty = if switched { sc.switch_weight } else { 1.0 };
+            let progress = progress + ty.speed.delta(&alloc, progress, sc.slot_seconds) * penalty;
+            if let Some(m) = self.ledger.meta_mut(id) {
+                m.prev = Some(alloc);
+            }
+            if progress >= 1.0 - 1e-12 {
+                let finish = slot + 1;
+                let meta = &self.ledger[&id].meta;
+                self.records.push(TaskRecord {
+                    id: id.0,
+                    ty: task.ty.0,
+                    arrival: task.arrival,
+                    start: meta.start,
+                    finish,
+                    node: node.0,
+                    jct: finish - task.arrival,
+                    lower_bound: self.sim.lower_bound(&task),
+                    failures: meta.failures,
+                });
+                // Finished tasks leave the ledger: the record is all that is kept of them.
+                self.ledger.remove(id);
+            } else {
+                self.ledger.set_progress(id, progress);
+            }
+        }
+    }
+}
+
+fn collect(
+    out: Vec<Output>,
+    sends: &mut Vec<tapfinger::Message>,
+    decided: &mut Option<RoundOutcome>,
+) {
+    for o in out {
+        match o {
+            Output::Send(m) => sends.push(m),
+            Output::Decided(d) => *decided = Some(d),
+        }
+    }
+}
