@@ -6,12 +6,14 @@
 
 use proptest::prelude::*;
 use std::collections::BTreeMap;
+use support::scenarios::scenario_with;
+use tapfinger::Resources;
 use tapfinger::view::ClusterView;
-use tapfinger::{ResourceKind, Resources};
-use tapfinger_sim::scenario::{
-    MemoryMode, NodeSpec, Reachability, ScenarioFile, SpeedSpec, TaskTypeSpec,
-};
 use tapfinger_sim::{Scenario, Simulator, policies, report};
+
+mod support {
+    pub mod scenarios;
+}
 
 #[test]
 fn same_seed_same_output() {
@@ -52,103 +54,6 @@ fn hetero6_ordering_matches_the_paper() {
             r.policy
         );
     }
-}
-
-fn kind(name: &str) -> ResourceKind {
-    ResourceKind {
-        name: name.into(),
-        unit: String::new(),
-        step: 1.0,
-    }
-}
-
-fn scenario() -> impl Strategy<Value = Scenario> {
-    (
-        2usize..=3,
-        1usize..=5,
-        1usize..=3,
-        0.3f64..4.0,
-        5i64..40,
-        any::<bool>(),
-        any::<bool>(),
-        0.5f64..=1.0,
-    )
-        .prop_flat_map(|(kinds, nodes, types, lambda, tasks, fail, all, sw)| {
-            (
-                proptest::collection::vec(proptest::collection::vec(1i64..12, kinds), nodes),
-                proptest::collection::vec(
-                    (
-                        proptest::collection::vec(0i64..4, kinds),
-                        proptest::collection::vec(0.0f64..0.3, kinds),
-                        0.0f64..0.5,
-                        proptest::option::of(proptest::collection::vec(0i64..3, kinds)),
-                    ),
-                    types,
-                ),
-                Just((lambda, tasks, fail, all, sw)),
-            )
-        })
-        .prop_filter_map(
-            "valid scenario",
-            |(caps, types, (lambda, tasks, fail, all, sw))| {
-                let k = caps[0].len();
-                let names = ["cpu", "gpu", "mem"];
-                let file = ScenarioFile {
-                    name: "prop".into(),
-                    description: String::new(),
-                    lambda,
-                    tasks,
-                    window: 3,
-                    switch_weight: sw,
-                    slot_seconds: 1.0,
-                    memory: if fail {
-                        MemoryMode::Fail
-                    } else {
-                        MemoryMode::Stall
-                    },
-                    reachability: if all {
-                        Reachability::All
-                    } else {
-                        Reachability::Random
-                    },
-                    max_slots: 5_000,
-                    resources: names[..k].iter().map(|n| kind(n)).collect(),
-                    nodes: caps
-                        .into_iter()
-                        .map(|capacity| NodeSpec {
-                            name: "n".into(),
-                            capacity,
-                            count: 1,
-                        })
-                        .collect(),
-                    task_types: types
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, (mut min, w, b, extra))| {
-                            if min.iter().all(|x| *x == 0) {
-                                min[0] = 1;
-                            }
-                            // In stall mode an under-requested task could wait forever; only fail mode
-                            // gets a need above the request.
-                            let need = extra
-                                .filter(|_| fail)
-                                .map(|e| min.iter().zip(e).map(|(m, e)| m + e).collect());
-                            TaskTypeSpec {
-                                name: format!("T{i}"),
-                                weight: 1.0,
-                                min_demand: min,
-                                max_demand: None,
-                                need,
-                                priority: 0,
-                                speed: SpeedSpec::Synthetic { w, b: b + 0.05 },
-                            }
-                        })
-                        .collect(),
-                    published: BTreeMap::new(),
-                };
-                Scenario::from_file(file, "prop", None).ok()
-            },
-        )
 }
 
 struct Audit<'a>(&'a mut BTreeMap<u64, u32>);
@@ -206,7 +111,7 @@ fn audit(v: &ClusterView, started: &mut BTreeMap<u64, u32>) {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
     #[test]
-    fn scheduling_invariants_hold(sc in scenario(), policy in 0usize..9, seed in 0u64..1000) {
+    fn scheduling_invariants_hold(sc in scenario_with(true), policy in 0usize..9, seed in 0u64..1000) {
         let name = policies::all_policies()[policy];
         let n_tasks = sc.tasks as usize;
         let sim = Simulator::new(sc);

@@ -5,7 +5,7 @@
 
 use crate::scenario::Scenario;
 use tapfinger::view::ClusterView;
-use tapfinger::{NodeId, Policy, ProtocolError, Resources, Round, RoundOutcome, Task};
+use tapfinger::{NodeId, Policy, ProtocolError, Resources, Round, RoundOutcome, Task, TaskId};
 
 /// Errors that end an episode.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +67,11 @@ pub trait Observer {
     }
     /// The cluster after every decision step and after every elastic re-allocation.
     fn view(&mut self, _view: &ClusterView) {}
+    /// The view every agent decides from at each decision step (only if
+    /// [`Observer::wants_views`]).
+    fn decision_view(&mut self, _view: &ClusterView) {}
+    /// End of a slot's run: a running task's progress, and whether it finished.
+    fn progressed(&mut self, _slot: u64, _task: TaskId, _progress: f64, _finished: bool) {}
     /// Every decided round, as all agents decided it.
     fn round(&mut self, _outcome: &RoundOutcome) {}
     /// End of a slot: each agent's reward for it (−tasks queued or running at its node).

@@ -160,7 +160,7 @@ impl<'a> Episode<'a> {
             let in_system = (self.next_arrival - self.records.len()) as u32;
             let utilization = self.utilization();
             self.pay(slot, observe);
-            self.progress(slot);
+            self.progress(slot, observe);
             self.slots.push(SlotRecord {
                 slot,
                 in_system,
@@ -241,12 +241,15 @@ impl<'a> Episode<'a> {
     ) -> Result<RoundOutcome, SimError> {
         let n = self.ids.len();
         let view = self.view(slot, step);
+        if observe.wants_views() {
+            observe.decision_view(&view);
+        }
         let round = self.protocols[0].round();
         let now = slot * 1_000_000 + u64::from(step);
         let protocol_error = |source| SimError::Protocol { round, source };
         let mut sends = Vec::with_capacity(n);
         let mut decided: Vec<Option<RoundOutcome>> = vec![None; n];
-        for i in 0..n {
+        for (i, decided) in decided.iter_mut().enumerate() {
             let Some(v) = view.for_agent(self.ids[i]) else {
                 continue;
             };
@@ -256,9 +259,9 @@ impl<'a> Episode<'a> {
             let out = self.protocols[i]
                 .propose(proposal, now)
                 .map_err(protocol_error)?;
-            collect(out, &mut sends, &mut decided[i]);
+            collect(out, &mut sends, decided);
         }
-        for i in 0..n {
+        for (i, decided) in decided.iter_mut().enumerate() {
             for m in &sends {
                 if m.from == self.ids[i] {
                     continue;
@@ -267,7 +270,7 @@ impl<'a> Episode<'a> {
                 let out = self.protocols[i]
                     .receive(m.clone(), now)
                     .map_err(protocol_error)?;
-                collect(out, &mut Vec::new(), &mut decided[i]);
+                collect(out, &mut Vec::new(), decided);
             }
         }
         let Some(outcome) = decided[0].take() else {
@@ -356,7 +359,7 @@ impl<'a> Episode<'a> {
 
     /// The slot runs: attained service grows, running tasks progress at their true speed,
     /// finish, stall below their need, or (memory `fail` mode) die and queue again.
-    fn progress(&mut self, slot: u64) {
+    fn progress(&mut self, slot: u64, observe: &mut dyn Observer) {
         let sc = self.sim.scenario();
         self.ledger.accrue_service();
         let running: Vec<TaskId> = self
@@ -401,7 +404,9 @@ impl<'a> Episode<'a> {
             if let Some(m) = self.ledger.meta_mut(id) {
                 m.prev = Some(alloc);
             }
-            if progress >= 1.0 - 1e-12 {
+            let finished = progress >= 1.0 - 1e-12;
+            observe.progressed(slot, id, progress, finished);
+            if finished {
                 let finish = slot + 1;
                 let meta = &self.ledger[&id].meta;
                 self.records.push(TaskRecord {

@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 mod view;
+pub use view::MayStart;
 
 /// Where a task stands.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,6 +5,9 @@ use super::{Entry, Ledger, TaskState};
 use crate::task::{NodeId, TaskId};
 use crate::view::{ClusterView, NodeView, PendingView, RunningView};
 
+/// Which pending tasks a node may start now (the agent's lease rule); see [`Ledger::view`].
+pub type MayStart<'a, M> = dyn Fn(&Entry<M>) -> bool + 'a;
+
 impl<M> Ledger<M> {
     /// The cluster for a decision at (`slot`, `step`): every live node with its capacity, free
     /// units, window (the first `window` tasks of its queue that `may_start` allows; all of them
@@ -15,7 +18,7 @@ impl<M> Ledger<M> {
         slot: u64,
         step: u32,
         num_types: usize,
-        may_start: Option<&dyn Fn(&Entry<M>) -> bool>,
+        may_start: Option<&MayStart<'_, M>>,
     ) -> ClusterView {
         let live: Vec<(NodeId, &super::Book)> = self
             .nodes

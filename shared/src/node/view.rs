@@ -8,7 +8,7 @@ use crate::view::ClusterView;
 
 impl NodeCore {
     /// This node's reward for the slot that just ended ([`crate::ledger`] defines it).
-    pub(super) fn reward(&self) -> f64 {
+    pub fn reward(&self) -> f64 {
         self.tasks.reward(self.cfg.me)
     }
 

@@ -1,0 +1,319 @@
+//! Parity of the two drivers: the simulator and N agents' node cores, fed the same arrivals and
+//! the same progress, show every policy the same views, pay the same rewards, start the same
+//! tasks on the same nodes with the same allocations, and finish them in the same slots.
+//!
+//! The simulator runs an episode and records what its policies saw, what every round started,
+//! the rewards and each running task's progress per slot. Then N [`NodeCore`]s (one per node,
+//! each with its own instance of the same policy and the simulator's per-agent seed) replay it
+//! over an in-memory bus, in lock step: each slot the tasks arriving in it are submitted, rounds
+//! run until one starts nothing, and the progress the simulator computed is reported by the
+//! node that runs each task (its exit when it finished). Every policy the agent accepts is
+//! checked (the elastic ones it refuses re-allocate in the simulator only), and the learned one.
+
+// Test helpers may unwrap: a failure there is a test failure with its message.
+#![allow(clippy::unwrap_used)]
+
+use proptest::prelude::*;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use support::scenarios::scenario_with;
+use tapfinger::node::{Action, NodeConfig, NodeCore, TaskState};
+use tapfinger::spec::TaskSpec;
+use tapfinger::view::ClusterView;
+use tapfinger::{NodeId, Policy, Resources, RoundOutcome, TaskId};
+use tapfinger_sim::env::Observer;
+use tapfinger_sim::{Scenario, Simulator, policies};
+
+mod support {
+    pub mod scenarios;
+}
+
+/// What the simulator's episode showed and did.
+#[derive(Default)]
+struct Recording {
+    /// The view decided from at each step, per slot, in order.
+    views: BTreeMap<u64, Vec<ClusterView>>,
+    rounds: Vec<RoundOutcome>,
+    rewards: BTreeMap<u64, Vec<f64>>,
+    progress: BTreeMap<u64, Vec<(TaskId, f64, bool)>>,
+}
+
+impl Observer for Recording {
+    fn wants_views(&self) -> bool {
+        true
+    }
+    fn decision_view(&mut self, v: &ClusterView) {
+        self.views.entry(v.slot).or_default().push(v.clone());
+    }
+    fn round(&mut self, o: &RoundOutcome) {
+        self.rounds.push(o.clone());
+    }
+    fn slot_end(&mut self, slot: u64, rewards: &[f64]) {
+        self.rewards.insert(slot, rewards.to_vec());
+    }
+    fn progressed(&mut self, slot: u64, task: TaskId, progress: f64, finished: bool) {
+        self.progress
+            .entry(slot)
+            .or_default()
+            .push((task, progress, finished));
+    }
+}
+
+/// The simulator's seed of agent `i`'s policy randomness (as its episode derives it).
+fn agent_seed(seed: u64, i: usize) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(i as u64 + 1)
+}
+
+const HEARTBEAT: u64 = 100;
+
+/// N node cores on a bus that delivers every broadcast to every other node at once.
+struct Agents {
+    cores: Vec<NodeCore>,
+    now: u64,
+    /// Starts per node: (task, allocation), in order.
+    starts: Vec<Vec<(TaskId, Resources)>>,
+}
+
+impl Agents {
+    fn new(sc: &Scenario, policies: Vec<Box<dyn Policy>>, seed: u64) -> Self {
+        let ids: BTreeSet<NodeId> = (0..sc.nodes.len()).map(|i| NodeId(i as u32)).collect();
+        let cores = policies
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let cfg = NodeConfig {
+                    me: NodeId(i as u32),
+                    name: format!("n{i}"),
+                    capacity: sc.nodes[i].capacity.clone(),
+                    labels: BTreeMap::new(),
+                    incarnation: 1,
+                    num_types: sc.types.len(),
+                    window: sc.window,
+                    service_kind: sc.cpu_gpu_kinds().1,
+                    // A slot is two heartbeats: progress spreads in the first, rounds run in
+                    // the second.
+                    slot_ms: 2 * HEARTBEAT,
+                    round_ms: u64::MAX / 4,
+                    heartbeat_ms: HEARTBEAT,
+                    peer_timeout_ms: u64::MAX / 4,
+                    autonomy_ms: u64::MAX / 4,
+                    forget_ms: u64::MAX / 4,
+                    known: ids.clone(),
+                    lease_age_ms: None,
+                };
+                NodeCore::new(cfg, p, agent_seed(seed, i))
+            })
+            .collect::<Vec<_>>();
+        let n = cores.len();
+        Self {
+            cores,
+            now: 0,
+            starts: vec![Vec::new(); n],
+        }
+    }
+
+    /// Carry out `actions` of node `from` and everything they cause, until the bus is quiet.
+    fn settle(&mut self, from: usize, actions: Vec<Action>) {
+        let mut queue: VecDeque<(usize, Action)> = actions.into_iter().map(|a| (from, a)).collect();
+        while let Some((i, a)) = queue.pop_front() {
+            match a {
+                Action::Broadcast(env) => {
+                    for j in 0..self.cores.len() {
+                        if j != i {
+                            let out = self.cores[j].on_message(env.clone(), self.now);
+                            queue.extend(out.into_iter().map(|a| (j, a)));
+                        }
+                    }
+                }
+                Action::Start { task, alloc, .. } => self.starts[i].push((task, alloc)),
+                other => panic!("node {i}: unexpected {other:?}"),
+            }
+        }
+    }
+
+    /// Every node ticks once, in order, at the current time.
+    fn tick_all(&mut self) {
+        for i in 0..self.cores.len() {
+            let out = self.cores[i].tick(self.now);
+            self.settle(i, out);
+        }
+    }
+}
+
+fn spec(task: TaskId) -> TaskSpec {
+    TaskSpec::from_toml(&format!("command = [\"task-{}\"]\n", task.0)).unwrap()
+}
+
+/// A view with only what a policy decides from (the slot and step are compared apart).
+fn normalized(v: &ClusterView) -> ClusterView {
+    ClusterView {
+        slot: 0,
+        step: 0,
+        ..v.clone()
+    }
+}
+
+/// Run `policy` on `sc` in the simulator, replay it on node cores, and compare.
+fn check_parity(sc: Scenario, policy: &str, seed: u64) -> Result<(), TestCaseError> {
+    let sim = Simulator::new(sc.clone());
+    let build = |sim: &Simulator| -> Vec<Box<dyn Policy>> {
+        if policy == policies::TAPFINGER {
+            policies::learned(sim, None).unwrap()
+        } else {
+            policies::build(sim, policy).unwrap()
+        }
+    };
+    let mut rec = Recording::default();
+    let result = sim.run_observed(build(&sim), seed, &mut rec).unwrap();
+    let mut agents = Agents::new(&sc, build(&sim), seed);
+    // Warm-up: heartbeats until every node holds its lease, then one more period; a node
+    // proposes two periods after it got its lease, so its first round is slot 0 of the loop.
+    loop {
+        agents.tick_all();
+        if agents.cores.iter().all(|c| c.lease_held(agents.now)) {
+            break;
+        }
+        agents.now += HEARTBEAT;
+    }
+    agents.now += HEARTBEAT;
+    agents.tick_all();
+    agents.now += HEARTBEAT;
+    let tasks = tapfinger_sim::workload::generate(&sc, seed);
+    let last_slot = result.slots.len() as u64;
+    let mut next = 0;
+    let mut round = 0;
+    for slot in 0..last_slot {
+        while let Some(t) = tasks.get(next).filter(|t| t.arrival == slot) {
+            // Submitted at the first node that can run it (its owner).
+            let at = t.reachable[0].0 as usize;
+            let out = agents.cores[at].submit(t.clone(), spec(t.id));
+            agents.settle(at, out);
+            next += 1;
+        }
+        let views = &rec.views[&slot];
+        for (step, expected) in views.iter().enumerate() {
+            for (i, core) in agents.cores.iter().enumerate() {
+                let v = core.view();
+                prop_assert_eq!((v.slot, v.step as usize), (slot, step), "node {} round", i);
+                prop_assert_eq!(
+                    normalized(&v),
+                    normalized(expected),
+                    "{} seed {}: node {} sees another view at slot {} step {}",
+                    policy,
+                    seed,
+                    i,
+                    slot,
+                    step
+                );
+            }
+            let before: Vec<usize> = agents.starts.iter().map(Vec::len).collect();
+            agents.tick_all();
+            let outcome = &rec.rounds[round];
+            round += 1;
+            for (i, b) in before.iter().enumerate() {
+                let started: Vec<(TaskId, Resources)> = agents.starts[i][*b..].to_vec();
+                let expected: Vec<(TaskId, Resources)> = outcome
+                    .commits
+                    .iter()
+                    .filter(|c| c.agent.0 as usize == i)
+                    .map(|c| (c.task, c.alloc.clone()))
+                    .collect();
+                prop_assert_eq!(
+                    started,
+                    expected,
+                    "{} seed {}: node {} starts",
+                    policy,
+                    seed,
+                    i
+                );
+            }
+        }
+        for (i, core) in agents.cores.iter().enumerate() {
+            prop_assert_eq!(
+                core.reward(),
+                rec.rewards[&slot][i],
+                "{} seed {}: node {} reward in slot {}",
+                policy,
+                seed,
+                i,
+                slot
+            );
+        }
+        // The slot runs: each runner reports its tasks' progress (or exit).
+        for (task, p, finished) in rec.progress.get(&slot).cloned().unwrap_or_default() {
+            let runner = agents.cores[0].tasks()[&task].state.running_on().unwrap();
+            let r = runner.0 as usize;
+            if finished {
+                let out = agents.cores[r].on_exit(task, Some(0), false);
+                agents.settle(r, out);
+            } else {
+                agents.cores[r].on_progress(task, p);
+            }
+        }
+        agents.now += HEARTBEAT;
+        agents.tick_all(); // heartbeats: the progress spreads
+        agents.now += HEARTBEAT;
+    }
+    // Every task finished where and when the simulator says, as every node knows it.
+    for rec_task in &result.tasks {
+        for core in &agents.cores {
+            let e = &core.tasks()[&TaskId(rec_task.id)];
+            prop_assert!(
+                matches!(e.state, TaskState::Done { node, code: Some(0), .. } if node.0 == rec_task.node),
+                "{} seed {}: task {} is {:?}",
+                policy,
+                seed,
+                rec_task.id,
+                e.state
+            );
+        }
+    }
+    prop_assert_eq!(round, rec.rounds.len());
+    Ok(())
+}
+
+/// The policies an agent runs: every baseline but the elastic ones, which it refuses (the
+/// clairvoyant reference reads the simulator's speed model and runs in the simulator only).
+fn agent_policies() -> Vec<&'static str> {
+    let sim = Simulator::new(Scenario::load("synthetic3").unwrap());
+    policies::all_policies()
+        .into_iter()
+        .filter(|p| *p != policies::CLAIRVOYANT)
+        .filter(|p| {
+            policies::build(&sim, p)
+                .unwrap()
+                .first()
+                .is_some_and(|x| !x.elastic())
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #[test]
+    fn agents_and_the_simulator_agree_for_every_baseline(
+        sc in scenario_with(false),
+        policy in 0usize..6,
+        seed in 0u64..1000,
+    ) {
+        let names = agent_policies();
+        check_parity(sc, names[policy % names.len()], seed)?;
+    }
+}
+
+#[test]
+fn agents_and_the_simulator_agree_for_the_learned_policy() {
+    let mut sc = Scenario::load("synthetic3").unwrap();
+    sc.tasks = 40;
+    for seed in [100, 101, 102] {
+        check_parity(sc.clone(), policies::TAPFINGER, seed).unwrap();
+    }
+}
+
+#[test]
+fn the_checked_policies_are_the_non_elastic_ones() {
+    let names = agent_policies();
+    assert!(names.contains(&"tiresias-np") && names.contains(&"optimus-np"));
+    assert!(!names.contains(&"tiresias") && !names.contains(&"optimus"));
+    assert!(names.len() >= 6, "{names:?}");
+}
