@@ -121,14 +121,9 @@ mod tests {
 
     #[test]
     fn elastic_baselines_are_refused_with_their_non_preemptive_form() {
-        for name in ["tiresias"] {
-            let e = build(name, None, 10).err().map(|e| e.to_string());
-            let e = e.unwrap_or_default();
-            assert!(
-                e.contains("elastic") && e.contains(&format!("{name}-np")),
-                "{e}"
-            );
-        }
+        let e = build("tiresias", None, 10).err().map(|e| e.to_string());
+        let e = e.unwrap_or_default();
+        assert!(e.contains("elastic") && e.contains("tiresias-np"), "{e}");
         assert!(build("tiresias-np", None, 10).is_ok());
     }
 
