@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Retrain the models shipped in sim/models/ (one per preset) with the recipe of docs/MODELS.md:
+# Retrain the models shipped in shared/models/ (one per preset) with the recipe of docs/MODELS.md:
 # 12 imitation (DAgger) iterations from the clairvoyant teacher at lr 1e-3, then 8 PPO iterations
 # at lr 1e-4.
 #   scripts/train-models.sh [PRESET...]          (default: every preset that ships a model)
 #   VARIANT=nohan scripts/train-models.sh hetero6  (an ablation, same recipe; not shipped)
 # Work folders go to out/models/<preset> (out/ablations/<variant>/<preset> for a variant); the
-# shipped files are copied into sim/models/<preset>.
+# shipped files are copied into shared/models/<preset>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 variant="${VARIANT:-tapfinger}"
@@ -21,7 +21,7 @@ for p in "${presets[@]}"; do
   "$bin" train --scenario "$p" --variant "$variant" --imitate 12 --iterations 12 --lr 1e-3 --out "$out"
   "$bin" train --scenario "$p" --resume "$out" --out "$out" --iterations 8 --lr 1e-4
   if [ "$variant" = tapfinger ]; then
-    mkdir -p "sim/models/$p"
-    cp "$out/model.bpk" "$out/train.json" "$out/curve.csv" "sim/models/$p/"
+    mkdir -p "shared/models/$p"
+    cp "$out/model.bpk" "$out/train.json" "$out/curve.csv" "shared/models/$p/"
   fi
 done

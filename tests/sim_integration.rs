@@ -144,10 +144,7 @@ fn the_online_bench_clusters_are_valid_scenarios_for_the_agents_model() {
     for file in ["cluster.toml", "mixed.toml"] {
         let path = format!("{}/benches/online/{file}", env!("CARGO_MANIFEST_DIR"));
         let sim = Simulator::new(Scenario::load(&path).unwrap());
-        assert_eq!(
-            tapfinger_sim::train::dims_of(&sim),
-            tapfinger_sim::train::dims_of(&edge)
-        );
+        assert_eq!(sim.dims(), edge.dims());
         let names = vec!["first-fit-max".to_string(), "min".to_string()];
         let c = report::compare(&sim, &names, &[0], &mut || {}).unwrap();
         let (good, bad) = (c.results[0].mean.avg_jct, c.results[1].mean.avg_jct);

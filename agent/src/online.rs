@@ -14,6 +14,7 @@
 use crate::learn::{Announcement, Checkpoint, Request, Response, Spool, hex};
 use libp2p::PeerId;
 use std::path::PathBuf;
+use tapfinger::model::checkpoint::{CONFIG_FILE, MODEL_FILE};
 use tapfinger::model::{Experience, Recorder};
 use tapfinger::node::NodeCore;
 
@@ -163,8 +164,8 @@ impl Online {
             serde_json::from_slice(&std::fs::read(dir.join("announcement.json")).ok()?).ok()?;
         let c = Checkpoint {
             version: v,
-            model: std::fs::read(dir.join("model.bpk")).ok()?,
-            train_json: std::fs::read_to_string(dir.join("train.json")).ok()?,
+            model: std::fs::read(dir.join(MODEL_FILE)).ok()?,
+            train_json: std::fs::read_to_string(dir.join(CONFIG_FILE)).ok()?,
         };
         // A file changed on disk is not loaded.
         (a.verify(&self.cfg.coordinator).is_ok() && a.check(&c).is_ok()).then_some((c, a))
@@ -376,8 +377,8 @@ impl Online {
             .join("policies")
             .join(format!("v{}", a.version));
         std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join("model.bpk"), &c.model)?;
-        std::fs::write(dir.join("train.json"), &c.train_json)?;
+        std::fs::write(dir.join(MODEL_FILE), &c.model)?;
+        std::fs::write(dir.join(CONFIG_FILE), &c.train_json)?;
         std::fs::write(dir.join("announcement.json"), serde_json::to_vec(a)?)?;
         // While exploring with a candidate, the core keeps it (the published version is kept for
         // a restart and shown in the status).

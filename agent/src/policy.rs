@@ -13,10 +13,7 @@ use tapfinger::baselines::{self, BaselineContext};
 use tapfinger::model::TapfingerPolicy;
 use tapfinger::model::batch::Dims;
 
-/// `model.bpk` of the shipped agent model.
-const SHIPPED_MODEL: &[u8] = include_bytes!("../../sim/models/edge-agent/model.bpk");
-/// Its `train.json`.
-const SHIPPED_CONFIG: &str = include_str!("../../sim/models/edge-agent/train.json");
+use tapfinger::model::checkpoint::{CONFIG_FILE, EDGE_AGENT, MODEL_FILE};
 
 /// Input sizes of the agent's view: three resource kinds, one task type, and `window` pending tasks.
 pub fn dims(window: usize) -> Dims {
@@ -58,13 +55,14 @@ pub fn initial_checkpoint(model: Option<&Path>) -> anyhow::Result<(Vec<u8>, Stri
                 std::fs::read(&p)
                     .map_err(|e| anyhow::anyhow!("model: cannot read {}: {e}", p.display()))
             };
-            let json = String::from_utf8(read("train.json")?)
-                .map_err(|_| anyhow::anyhow!("model: {}/train.json is not UTF-8", dir.display()))?;
-            (read("model.bpk")?, json, dir.display().to_string())
+            let json = String::from_utf8(read(CONFIG_FILE)?).map_err(|_| {
+                anyhow::anyhow!("model: {}/{CONFIG_FILE} is not UTF-8", dir.display())
+            })?;
+            (read(MODEL_FILE)?, json, dir.display().to_string())
         }
         None => (
-            SHIPPED_MODEL.to_vec(),
-            SHIPPED_CONFIG.to_string(),
+            EDGE_AGENT.model.to_vec(),
+            EDGE_AGENT.config.to_string(),
             "shipped agent model".to_string(),
         ),
     })

@@ -21,7 +21,7 @@ use tapfinger::NodeId;
 use tapfinger::model::Experience;
 use tapfinger::model::net::Net;
 use tapfinger_agent::learn::{Announcement, Checkpoint, hex};
-use tapfinger_sim::train::{CONFIG_FILE, MODEL_FILE, TrainConfig, Trainer, dims_of};
+use tapfinger_sim::train::{CONFIG_FILE, MODEL_FILE, TrainConfig, Trainer};
 use tapfinger_sim::{Scenario, Simulator};
 
 /// One agent's batch as the coordinator keeps it until an update uses it.
@@ -110,7 +110,7 @@ impl Learner {
         std::fs::create_dir_all(cfg.data_dir.join("published"))
             .map_err(|e| io(&cfg.data_dir, e))?;
         let sim = Simulator::new(Scenario::load(&cfg.scenario)?);
-        let dims = dims_of(&sim);
+        let dims = sim.dims();
         let tdir = cfg.data_dir.join("trainer");
         let resumed = tdir.join(CONFIG_FILE).exists();
         let mut trainer = if resumed {

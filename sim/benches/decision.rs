@@ -8,7 +8,7 @@ use tapfinger::model::net::NetConfig;
 use tapfinger::view::ClusterView;
 use tapfinger::{NodeId, Policy};
 use tapfinger_sim::env::Observer;
-use tapfinger_sim::{Scenario, Simulator, policies, train};
+use tapfinger_sim::{Scenario, Simulator, policies};
 
 /// Keeps the busiest snapshot seen (most pending + running tasks).
 #[derive(Default)]
@@ -37,7 +37,7 @@ fn decision(c: &mut Criterion) {
     .expect("episode");
     let view = obs.0.expect("a snapshot");
     let device = burn::tensor::Device::flex();
-    let mut policy = TapfingerPolicy::untrained(NetConfig::new(train::dims_of(&sim)), device);
+    let mut policy = TapfingerPolicy::untrained(NetConfig::new(sim.dims()), device);
     let mut rng = tapfinger::seeded_rng(1);
     // The agent with the fullest window.
     let me = view

@@ -9,14 +9,148 @@
 //! progress ([`Episode::progress`]). The view, the queues, free units and the reward are the
 //! ledger's, exactly as in every agent; only time and speed are the simulator's.
 
-use crate::env::{EpisodeResult, Observer, SimError, Simulator, SlotRecord, TaskRecord};
-use crate::scenario::MemoryMode;
+use crate::scenario::{MemoryMode, Scenario};
 use crate::workload;
 use std::sync::Arc;
 use tapfinger::ledger::{Ledger, TaskState};
 use tapfinger::protocol::{Output, ProtocolConfig};
 use tapfinger::view::ClusterView;
-use tapfinger::{NodeId, Policy, Protocol, Resources, Round, RoundOutcome, Task, TaskId};
+use tapfinger::{
+    NodeId, Policy, Protocol, ProtocolError, Resources, Round, RoundOutcome, Task, TaskId,
+};
+
+/// Errors that end an episode.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A policy returned something the rules forbid (a bug in the policy).
+    #[error("policy {policy} on agent {agent} in slot {slot}: {reason}")]
+    PolicyViolation {
+        /// Policy name.
+        policy: String,
+        /// Agent.
+        agent: NodeId,
+        /// Slot.
+        slot: u64,
+        /// What it did wrong.
+        reason: String,
+    },
+    /// The number of policies does not match the number of nodes.
+    #[error("{policies} policies given for {nodes} nodes")]
+    PolicyCount {
+        /// Policies.
+        policies: usize,
+        /// Nodes.
+        nodes: usize,
+    },
+    /// Two protocol instances decided a round differently (a protocol bug).
+    #[error("protocol instances disagree on round {0}")]
+    Divergence(Round),
+    /// A protocol instance refused a message or did not decide.
+    #[error("protocol error in round {round}: {source}")]
+    Protocol {
+        /// Round.
+        round: Round,
+        /// Cause.
+        source: ProtocolError,
+    },
+    /// The round did not complete (a protocol bug).
+    #[error("round {0} was not decided by every agent")]
+    Undecided(Round),
+    /// The episode hit its slot limit.
+    #[error(
+        "episode did not finish within {slots} slots: {unfinished} task(s) unfinished ({stalled} stalled below their true need)"
+    )]
+    DidNotFinish {
+        /// Limit.
+        slots: u64,
+        /// Tasks not done.
+        unfinished: usize,
+        /// Of which running below their need.
+        stalled: usize,
+    },
+}
+
+/// Watches an episode as it runs (audits, training data collection). Every method has a no-op
+/// default.
+pub trait Observer {
+    /// Whether [`Observer::view`] should be called (building a snapshot costs time).
+    fn wants_views(&self) -> bool {
+        false
+    }
+    /// The cluster after every decision step and after every elastic re-allocation.
+    fn view(&mut self, _view: &ClusterView) {}
+    /// The view every agent decides from at each decision step (only if
+    /// [`Observer::wants_views`]).
+    fn decision_view(&mut self, _view: &ClusterView) {}
+    /// End of a slot's run: a running task's progress, and whether it finished.
+    fn progressed(&mut self, _slot: u64, _task: TaskId, _progress: f64, _finished: bool) {}
+    /// Every decided round, as all agents decided it.
+    fn round(&mut self, _outcome: &RoundOutcome) {}
+    /// End of a slot: each agent's reward for it (−tasks queued or running at its node).
+    fn slot_end(&mut self, _slot: u64, _rewards: &[f64]) {}
+}
+
+/// An observer that watches nothing.
+pub struct NoObserver;
+
+impl Observer for NoObserver {}
+
+/// What happened to one task.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TaskRecord {
+    /// Task id.
+    pub id: u64,
+    /// Type name index.
+    pub ty: u16,
+    /// Arrival slot.
+    pub arrival: u64,
+    /// Slot of the (last) start.
+    pub start: u64,
+    /// End of the slot in which it finished.
+    pub finish: u64,
+    /// Node it finished on.
+    pub node: u32,
+    /// Completion time in slots (finish − arrival).
+    pub jct: u64,
+    /// Best isolated completion time in slots on any reachable node.
+    pub lower_bound: u64,
+    /// Failed runs (below the true need in `fail` mode).
+    pub failures: u32,
+}
+
+/// Per-slot measurements.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SlotRecord {
+    /// Slot.
+    pub slot: u64,
+    /// Tasks arrived and not finished (at the end of the slot's decisions).
+    pub in_system: u32,
+    /// Allocated / capacity per kind, summed over nodes.
+    pub utilization: Vec<f64>,
+    /// Contested tasks in the slot's rounds.
+    pub conflicts: u32,
+    /// Tasks started.
+    pub commits: u32,
+    /// Decision steps (rounds).
+    pub steps: u32,
+}
+
+/// The outcome of one episode.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EpisodeResult {
+    /// Policy name.
+    pub policy: String,
+    /// Seed.
+    pub seed: u64,
+    /// One record per task, by id.
+    pub tasks: Vec<TaskRecord>,
+    /// One record per slot.
+    pub slots: Vec<SlotRecord>,
+    /// Sum of per-slot rewards per agent (−tasks queued or running at that node).
+    pub returns: Vec<f64>,
+    /// Protocol messages delivered.
+    pub messages: u64,
+}
 
 /// What the simulator keeps per task beside the ledger's state.
 #[derive(Debug, Clone, Default)]
@@ -39,7 +173,9 @@ struct Decisions {
 
 /// An episode in progress.
 pub(crate) struct Episode<'a> {
-    sim: &'a Simulator,
+    sc: &'a Scenario,
+    /// A task's best isolated completion time on any node it can reach (its record's bound).
+    lower_bound: &'a dyn Fn(&Task) -> u64,
     policies: Vec<Box<dyn Policy>>,
     protocols: Vec<Protocol>,
     rngs: Vec<tapfinger::Rng>,
@@ -59,11 +195,11 @@ pub(crate) struct Episode<'a> {
 impl<'a> Episode<'a> {
     /// Prepare an episode of `sim` with one policy per node (node i is agent i).
     pub(crate) fn new(
-        sim: &'a Simulator,
+        sc: &'a Scenario,
+        lower_bound: &'a dyn Fn(&Task) -> u64,
         policies: Vec<Box<dyn Policy>>,
         seed: u64,
     ) -> Result<Self, SimError> {
-        let sc = sim.scenario();
         let n = sc.nodes.len();
         if policies.len() != n {
             return Err(SimError::PolicyCount {
@@ -105,7 +241,8 @@ impl<'a> Episode<'a> {
             })
             .collect();
         Ok(Self {
-            sim,
+            sc,
+            lower_bound,
             elastic: policies.iter().map(|p| p.elastic()).collect(),
             policies,
             protocols,
@@ -131,7 +268,7 @@ impl<'a> Episode<'a> {
         seed: u64,
         observe: &mut dyn Observer,
     ) -> Result<EpisodeResult, SimError> {
-        let max_slots = self.sim.scenario().max_slots;
+        let max_slots = self.sc.max_slots;
         let mut slot = 0u64;
         while self.records.len() < self.arrivals.len() {
             if slot >= max_slots {
@@ -188,7 +325,7 @@ impl<'a> Episode<'a> {
     }
 
     fn did_not_finish(&self) -> SimError {
-        let sc = self.sim.scenario();
+        let sc = self.sc;
         let stalled = self
             .ledger
             .values()
@@ -207,7 +344,7 @@ impl<'a> Episode<'a> {
     }
 
     fn view(&self, slot: u64, step: u32) -> ClusterView {
-        let types = self.sim.scenario().types.len();
+        let types = self.sc.types.len();
         self.ledger.view(slot, step, types, None)
     }
 
@@ -360,7 +497,7 @@ impl<'a> Episode<'a> {
     /// The slot runs: attained service grows, running tasks progress at their true speed,
     /// finish, stall below their need, or (memory `fail` mode) die and queue again.
     fn progress(&mut self, slot: u64, observe: &mut dyn Observer) {
-        let sc = self.sim.scenario();
+        let sc = self.sc;
         self.ledger.accrue_service();
         let running: Vec<TaskId> = self
             .ids
@@ -417,7 +554,7 @@ impl<'a> Episode<'a> {
                     finish,
                     node: node.0,
                     jct: finish - task.arrival,
-                    lower_bound: self.sim.lower_bound(&task),
+                    lower_bound: (self.lower_bound)(&task),
                     failures: meta.failures,
                 });
                 // Finished tasks leave the ledger: the record is all that is kept of them.

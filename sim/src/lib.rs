@@ -7,7 +7,6 @@
 pub mod env;
 mod episode;
 pub mod metrics;
-pub mod models;
 pub mod plot;
 pub mod policies;
 pub mod report;

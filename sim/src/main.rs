@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tapfinger::model::net::{NetConfig, VARIANTS};
 use tapfinger_sim::report::{self, Comparison};
-use tapfinger_sim::train::{self, TrainConfig, Trainer};
+use tapfinger_sim::train::{TrainConfig, Trainer};
 use tapfinger_sim::{Scenario, Simulator, metrics, plot, policies, scenario};
 
 #[derive(Parser)]
@@ -265,14 +265,13 @@ fn run(cli: Cli) -> Result<()> {
             let mut trainer = match &resume {
                 Some(dir) => Trainer::resume(sim, dir)?,
                 None => {
-                    let mut cfg = TrainConfig::new(train::dims_of(&sim), seed);
-                    cfg.net =
-                        NetConfig::variant(train::dims_of(&sim), &variant).with_context(|| {
-                            format!(
-                                "unknown variant {variant:?}; known: {}",
-                                VARIANTS.join(", ")
-                            )
-                        })?;
+                    let mut cfg = TrainConfig::new(sim.dims(), seed);
+                    cfg.net = NetConfig::variant(sim.dims(), &variant).with_context(|| {
+                        format!(
+                            "unknown variant {variant:?}; known: {}",
+                            VARIANTS.join(", ")
+                        )
+                    })?;
                     cfg.envs = envs.max(1);
                     if let Some(lr) = lr {
                         cfg.lr = lr;

@@ -8,6 +8,7 @@
 use crate::env::{Simulator, allocations};
 use crate::scenario::Scenario;
 use tapfinger::baselines::{self, BaselineContext, BaselineError, ProfileSample};
+use tapfinger::model::checkpoint::{self, LoadError};
 use tapfinger::view::View;
 use tapfinger::{Decision, Policy, Resources, TaskTypeId};
 
@@ -23,26 +24,43 @@ pub fn all_policies() -> Vec<&'static str> {
 /// variant is part of the model's `train.json`.
 pub const TAPFINGER: &str = "tapfinger";
 
+/// Why the learned policy could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum LearnedError {
+    /// Asked for without a model, and none ships for the scenario.
+    #[error(
+        "policy tapfinger needs trained weights and none ships for scenario {scenario:?} (shipped: {shipped}): pass --model DIR_OR_FILE (train one with `tapfinger-sim train --scenario ...`)"
+    )]
+    NoModel {
+        /// Scenario name.
+        scenario: String,
+        /// Scenarios with a shipped model.
+        shipped: String,
+    },
+    /// The model could not be loaded.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+}
+
 /// The learned policy (greedy decisions) for every node, from a trained model: `model` if given,
-/// else the model shipped for the scenario (see [`crate::models`]).
+/// else the model shipped for the scenario ([`tapfinger::model::checkpoint::SHIPPED`]).
 pub fn learned(
     sim: &Simulator,
     model: Option<&std::path::Path>,
-) -> Result<Vec<Box<dyn Policy>>, crate::train::TrainError> {
-    let dims = crate::train::dims_of(sim);
+) -> Result<Vec<Box<dyn Policy>>, LearnedError> {
+    let dims = sim.dims();
     let (net, cfg) = match model {
-        Some(path) => crate::train::load_policy_net(path, &dims)?,
+        Some(path) => checkpoint::load_path(path, &dims).map(|(net, cfg, _)| (net, cfg))?,
         None => {
             let name = &sim.scenario().name;
-            let shipped =
-                crate::models::shipped(name).ok_or_else(|| crate::train::TrainError::NoModel {
-                    scenario: name.clone(),
-                    shipped: crate::models::SHIPPED
-                        .iter()
-                        .map(|m| m.scenario)
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                })?;
+            let shipped = checkpoint::shipped(name).ok_or_else(|| LearnedError::NoModel {
+                scenario: name.clone(),
+                shipped: checkpoint::SHIPPED
+                    .iter()
+                    .map(|m| m.scenario)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?;
             shipped.load(&dims)?
         }
     };
@@ -62,7 +80,7 @@ pub fn learned(
 
 /// True if `tapfinger` can run on this simulator without `--model` (a model ships for it).
 pub fn has_shipped_model(sim: &Simulator) -> bool {
-    crate::models::shipped(&sim.scenario().name).is_some()
+    checkpoint::shipped(&sim.scenario().name).is_some()
 }
 
 /// Name of the clairvoyant reference.

@@ -21,7 +21,7 @@ pub enum CompareError {
     Policy(#[from] BaselineError),
     /// The learned policy could not be loaded.
     #[error(transparent)]
-    Model(#[from] crate::train::TrainError),
+    Model(#[from] crate::policies::LearnedError),
     /// An episode failed.
     #[error("policy {policy}, seed {seed}: {source}")]
     Episode {

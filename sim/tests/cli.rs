@@ -259,7 +259,7 @@ fn the_shipped_model_is_the_default_and_beats_the_baselines_on_hetero6() {
     assert!(jct(0) <= 4.5, "TapFinger on hetero6: {}", jct(0));
     assert!(jct(0) < jct(1) && jct(0) < jct(2), "{out}");
     // Generalization: the hetero6 model on a 3-agent cluster still beats the baselines there.
-    let model = format!("{}/models/hetero6", env!("CARGO_MANIFEST_DIR"));
+    let model = format!("{}/../shared/models/hetero6", env!("CARGO_MANIFEST_DIR"));
     let (ok, out, err) = sim(&[
         "compare",
         "--scenario",

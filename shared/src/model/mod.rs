@@ -7,8 +7,11 @@
 //! units are drawn between the task's minimum and `min(free, cap, max_units)`.
 
 pub mod batch;
+pub mod checkpoint;
 pub mod critic;
 pub mod net;
+
+pub use checkpoint::{LoadError, load_bytes};
 
 use crate::Rng;
 use crate::policy::{Decision, Policy};
@@ -360,64 +363,6 @@ impl Policy for TapfingerPolicy {
         // A numerical failure must not stop an agent: it passes this step.
         self.try_decide(view, rng).unwrap_or(Decision::Pass)
     }
-}
-
-/// Why a checkpoint could not be loaded.
-#[derive(Debug, thiserror::Error)]
-#[error("{label}: {reason}")]
-pub struct LoadError {
-    /// Where the checkpoint came from (a path, or "shipped model for ...").
-    pub label: String,
-    /// What is wrong.
-    pub reason: String,
-}
-
-/// The part of a checkpoint's `train.json` needed to rebuild the network (the trainer writes
-/// more; the rest is ignored here so that the agent does not depend on the trainer).
-#[derive(serde::Deserialize)]
-struct CheckpointMeta {
-    config: CheckpointNet,
-    scenario: String,
-}
-
-#[derive(serde::Deserialize)]
-struct CheckpointNet {
-    net: NetConfig,
-}
-
-/// Load a network from the bytes of a `model.bpk` and the text of its `train.json`; `label` names
-/// the source in errors. A model trained for other input sizes is refused with both sizes named,
-/// since loading it would fail deep inside burn with a shape error or, worse, silently misread
-/// features. Returns the network, its configuration and the scenario it was trained on.
-pub fn load_bytes(
-    bytes: Vec<u8>,
-    train_json: &str,
-    label: &str,
-    dims: &Dims,
-) -> Result<(Net, NetConfig, String), LoadError> {
-    let err = |reason: String| LoadError {
-        label: label.to_string(),
-        reason,
-    };
-    let meta: CheckpointMeta = serde_json::from_str(train_json).map_err(|e| err(e.to_string()))?;
-    let cfg = meta.config.net;
-    if cfg.dims != *dims {
-        return Err(err(format!(
-            "trained for {} resource kind(s), {} task type(s), window {} (scenario {}); this cluster has {}, {}, {}",
-            cfg.dims.kinds,
-            cfg.dims.types,
-            cfg.dims.window,
-            meta.scenario,
-            dims.kinds,
-            dims.types,
-            dims.window
-        )));
-    }
-    let record = burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
-        .map_err(|e| err(e.to_string()))?;
-    let net = burn::module::Module::try_load_record(Net::new(&cfg, &Device::flex()), record)
-        .map_err(|e| err(e.to_string()))?;
-    Ok((net, cfg, meta.scenario))
 }
 
 #[cfg(test)]

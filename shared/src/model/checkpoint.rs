@@ -1,0 +1,175 @@
+//! Trained models on disk and in the binary: the checkpoint folder's files, loading a network
+//! from them (refused with both sizes named when trained for other inputs), and the models
+//! shipped with the project, one per preset, compiled in so that the learned policy works with no
+//! training step and no file that can go missing.
+//!
+//! A checkpoint folder is what `tapfinger-sim train` writes: [`MODEL_FILE`] (the burn record),
+//! [`CONFIG_FILE`] (the training configuration, the scenario and the iteration; only the
+//! network's part is read here), [`OPTIM_FILE`] (the optimizer's state, for resuming) and
+//! `curve.csv`. The shipped ones live in `shared/models/<preset>/`.
+
+use super::batch::Dims;
+use super::net::{Net, NetConfig};
+use burn::tensor::Device;
+use std::path::Path;
+
+/// File name of the weights in a checkpoint folder.
+pub const MODEL_FILE: &str = "model.bpk";
+/// File name of the training configuration in a checkpoint folder.
+pub const CONFIG_FILE: &str = "train.json";
+/// File name of the optimizer's state (Adam's moments) in a checkpoint folder.
+pub const OPTIM_FILE: &str = "optim.bpk";
+
+/// Why a checkpoint could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[error("{label}: {reason}")]
+pub struct LoadError {
+    /// Where the checkpoint came from (a path, or "shipped model for ...").
+    pub label: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// The part of a checkpoint's `train.json` needed to rebuild the network (the trainer writes
+/// more; the rest is ignored here so that the agent does not depend on the trainer).
+#[derive(serde::Deserialize)]
+struct CheckpointMeta {
+    config: CheckpointNet,
+    scenario: String,
+}
+
+#[derive(serde::Deserialize)]
+struct CheckpointNet {
+    net: NetConfig,
+}
+
+/// Load a network from the bytes of a `model.bpk` and the text of its `train.json`; `label` names
+/// the source in errors. A model trained for other input sizes is refused with both sizes named,
+/// since loading it would fail deep inside burn with a shape error or, worse, silently misread
+/// features. Returns the network, its configuration and the scenario it was trained on.
+pub fn load_bytes(
+    bytes: Vec<u8>,
+    train_json: &str,
+    label: &str,
+    dims: &Dims,
+) -> Result<(Net, NetConfig, String), LoadError> {
+    let err = |reason: String| LoadError {
+        label: label.to_string(),
+        reason,
+    };
+    let meta: CheckpointMeta = serde_json::from_str(train_json).map_err(|e| err(e.to_string()))?;
+    let cfg = meta.config.net;
+    if cfg.dims != *dims {
+        return Err(err(format!(
+            "trained for {} resource kind(s), {} task type(s), window {} (scenario {}); this cluster has {}, {}, {}",
+            cfg.dims.kinds,
+            cfg.dims.types,
+            cfg.dims.window,
+            meta.scenario,
+            dims.kinds,
+            dims.types,
+            dims.window
+        )));
+    }
+    let record = burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
+        .map_err(|e| err(e.to_string()))?;
+    let net = burn::module::Module::try_load_record(Net::new(&cfg, &Device::flex()), record)
+        .map_err(|e| err(e.to_string()))?;
+    Ok((net, cfg, meta.scenario))
+}
+
+/// Load a network from a checkpoint folder, or from a `model.bpk` with its `train.json` beside
+/// it.
+pub fn load_path(path: &Path, dims: &Dims) -> Result<(Net, NetConfig, String), LoadError> {
+    let label = path.display().to_string();
+    if !path.exists() {
+        return Err(LoadError {
+            label,
+            reason: "no such file or folder (expected a checkpoint folder written by `tapfinger-sim train`, or the model.bpk in it)".into(),
+        });
+    }
+    let (dir, model) = if path.is_dir() {
+        (path.to_path_buf(), path.join(MODEL_FILE))
+    } else {
+        (
+            path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            path.to_path_buf(),
+        )
+    };
+    let read = |p: &Path| {
+        std::fs::read(p).map_err(|e| LoadError {
+            label: p.display().to_string(),
+            reason: e.to_string(),
+        })
+    };
+    let json = dir.join(CONFIG_FILE);
+    let text = String::from_utf8(read(&json)?).map_err(|_| LoadError {
+        label: json.display().to_string(),
+        reason: "not UTF-8".into(),
+    })?;
+    load_bytes(read(&model)?, &text, &model.display().to_string(), dims)
+}
+
+/// A model compiled into the binary.
+#[derive(Debug)]
+pub struct Shipped {
+    /// The preset it was trained on (and is loaded for).
+    pub scenario: &'static str,
+    /// `model.bpk`.
+    pub model: &'static [u8],
+    /// `train.json`.
+    pub config: &'static str,
+}
+
+impl Shipped {
+    /// The network, checked against the input sizes.
+    pub fn load(&self, dims: &Dims) -> Result<(Net, NetConfig), LoadError> {
+        load_bytes(
+            self.model.to_vec(),
+            self.config,
+            &format!("shipped model for {}", self.scenario),
+            dims,
+        )
+        .map(|(net, cfg, _)| (net, cfg))
+    }
+}
+
+macro_rules! shipped {
+    ($($(#[$doc:meta])* $konst:ident = $name:literal;)*) => {
+        $(
+            $(#[$doc])*
+            pub const $konst: Shipped = Shipped {
+                scenario: $name,
+                model: include_bytes!(concat!("../../models/", $name, "/model.bpk")),
+                config: include_str!(concat!("../../models/", $name, "/train.json")),
+            };
+        )*
+        /// Every shipped model. (A binary that names one model, as the agent does, carries only
+        /// that one.)
+        pub const SHIPPED: &[Shipped] = &[$($konst),*];
+    };
+}
+
+shipped! {
+    /// For the `hetero6` preset (and, by its input sizes, `hetero3` and `hetero12`).
+    HETERO6 = "hetero6";
+    /// For `synthetic6-l3`.
+    SYNTHETIC6_L3 = "synthetic6-l3";
+    /// For `multitask3`.
+    MULTITASK3 = "multitask3";
+    /// For `synthetic3`.
+    SYNTHETIC3 = "synthetic3";
+    /// For `synthetic6-l2`.
+    SYNTHETIC6_L2 = "synthetic6-l2";
+    /// For `synthetic6-l4`.
+    SYNTHETIC6_L4 = "synthetic6-l4";
+    /// For `edge-synergy`.
+    EDGE_SYNERGY = "edge-synergy";
+    /// The agent's default: trained on `edge-agent`, whose kinds and units are the agent's.
+    EDGE_AGENT = "edge-agent";
+}
+
+/// The model shipped for a scenario name, if any.
+pub fn shipped(scenario: &str) -> Option<&'static Shipped> {
+    SHIPPED.iter().find(|m| m.scenario == scenario)
+}

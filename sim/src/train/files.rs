@@ -1,0 +1,140 @@
+//! Checkpoints the trainer writes and resumes from: weights, configuration, optimizer state and
+//! the training curve (CSV and SVG).
+
+use super::{Checkpoint, CurvePoint, TrainError, Trainer};
+use crate::env::Simulator;
+use burn::module::Module;
+use burn::optim::AdamConfig;
+use std::path::Path;
+use tapfinger::model::checkpoint::{CONFIG_FILE, MODEL_FILE, OPTIM_FILE};
+use tapfinger::model::net::{Net, NetConfig};
+
+fn read_checkpoint(dir: &Path) -> Result<(NetConfig, Checkpoint), TrainError> {
+    let json = dir.join(CONFIG_FILE);
+    let text = std::fs::read_to_string(&json).map_err(|e| TrainError::Checkpoint {
+        path: json.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    let meta: Checkpoint = serde_json::from_str(&text).map_err(|e| TrainError::Checkpoint {
+        path: json.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok((meta.config.net.clone(), meta))
+}
+
+impl Trainer {
+    /// Write a checkpoint into `dir`: `model.bpk` (burn record), `train.json` (configuration,
+    /// scenario and iteration), `optim.bpk` (Adam's moments, so that a resumed run continues
+    /// exactly where this one stopped), `curve.csv` and `curve.svg`.
+    pub fn save(&self, dir: &Path) -> Result<(), TrainError> {
+        let err = |path: &Path, reason: String| TrainError::Checkpoint {
+            path: path.display().to_string(),
+            reason,
+        };
+        std::fs::create_dir_all(dir).map_err(|e| err(dir, e.to_string()))?;
+        let model = dir.join(MODEL_FILE);
+        self.inference_net()
+            .save_file(&model)
+            .map_err(|e| err(&model, e.to_string()))?;
+        let optim = dir.join(OPTIM_FILE);
+        self.optim
+            .save(&optim)
+            .map_err(|e| err(&optim, e.to_string()))?;
+        let meta = Checkpoint {
+            config: self.cfg.clone(),
+            scenario: self.sim.scenario().name.clone(),
+            iteration: self.iteration,
+        };
+        let json = dir.join(CONFIG_FILE);
+        let text = serde_json::to_string_pretty(&meta).map_err(|e| err(&json, e.to_string()))?;
+        std::fs::write(&json, text).map_err(|e| err(&json, e.to_string()))?;
+        let mut csv = String::from(
+            "iteration,avg_jct,episode_return,decisions,policy_loss,value_loss,entropy,phase,eval_jct\n",
+        );
+        for p in &self.curve {
+            csv.push_str(&format!(
+                "{},{:.4},{:.2},{},{:.5},{:.5},{:.5},{},{:.4}\n",
+                p.iteration,
+                p.avg_jct,
+                p.episode_return,
+                p.decisions,
+                p.policy_loss,
+                p.value_loss,
+                p.entropy,
+                p.phase,
+                p.eval_jct
+            ));
+        }
+        let curve = dir.join("curve.csv");
+        std::fs::write(&curve, csv).map_err(|e| err(&curve, e.to_string()))?;
+        let mut series = vec![(
+            "avg JCT (training episodes)".to_string(),
+            self.curve
+                .iter()
+                .map(|p| (p.iteration as f64, p.avg_jct))
+                .collect::<Vec<_>>(),
+        )];
+        let eval: Vec<(f64, f64)> = self
+            .curve
+            .iter()
+            .filter(|p| p.eval_jct.is_finite())
+            .map(|p| (p.iteration as f64, p.eval_jct))
+            .collect();
+        if !eval.is_empty() {
+            series.push(("avg JCT (greedy, validation)".to_string(), eval));
+        }
+        crate::plot::line_chart(
+            &dir.join("curve.svg"),
+            &format!("{}: training curve", meta.scenario),
+            "iteration",
+            "average JCT (slots)",
+            &series,
+        )
+        .map_err(|e| err(dir, e.to_string()))?;
+        Ok(())
+    }
+
+    /// Resume from a checkpoint folder written by [`Trainer::save`].
+    pub fn resume(sim: Simulator, dir: &Path) -> Result<Self, TrainError> {
+        let (net_cfg, meta) = read_checkpoint(dir)?;
+        let curve_text = std::fs::read_to_string(dir.join("curve.csv")).unwrap_or_default();
+        let mut t = Trainer::new(sim, meta.config.clone());
+        let device = t.device.clone();
+        let path = dir.join(MODEL_FILE);
+        t.net = Net::new(&net_cfg, &device)
+            .try_load_file(&path)
+            .map_err(|e| TrainError::Checkpoint {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            })?;
+        // A checkpoint from before the optimizer was saved resumes with fresh moments.
+        let optim = dir.join(OPTIM_FILE);
+        if optim.exists() {
+            let fresh = std::mem::replace(&mut t.optim, AdamConfig::new().init());
+            t.optim = fresh.load(&optim).map_err(|e| TrainError::Checkpoint {
+                path: optim.display().to_string(),
+                reason: e.to_string(),
+            })?;
+        }
+        t.iteration = meta.iteration;
+        t.curve = curve_text
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                Some(CurvePoint {
+                    iteration: f.first()?.parse().ok()?,
+                    avg_jct: f.get(1)?.parse().ok()?,
+                    episode_return: f.get(2)?.parse().ok()?,
+                    decisions: f.get(3)?.parse().ok()?,
+                    policy_loss: f.get(4)?.parse().ok()?,
+                    value_loss: f.get(5)?.parse().ok()?,
+                    entropy: f.get(6)?.parse().ok()?,
+                    phase: f.get(7).unwrap_or(&"ppo").to_string(),
+                    eval_jct: f.get(8).and_then(|x| x.parse().ok()).unwrap_or(f64::NAN),
+                })
+            })
+            .collect();
+        Ok(t)
+    }
+}

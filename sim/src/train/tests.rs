@@ -1,0 +1,284 @@
+use super::*;
+use crate::Scenario;
+use tapfinger::NodeId;
+use tapfinger::model::DecisionRecord;
+
+/// One box, GPU-hungry tasks only: the better the allocations, the shorter the queue.
+const TINY: &str = r#"
+name = "tiny"
+max_slots = 3000
+lambda = 0.7
+tasks = 24
+window = 4
+[[resources]]
+name = "cpu"
+[[resources]]
+name = "gpu"
+[[nodes]]
+name = "box"
+capacity = [4, 8]
+[[task_types]]
+name = "LM"
+min_demand = [1, 1]
+speed = { model = "synthetic", w = [0.0, 0.25], b = 0.0 }
+"#;
+
+fn greedy_jct(t: &Trainer, seeds: &[u64]) -> f64 {
+    let kinds = vec!["cpu".to_string(), "gpu".to_string()];
+    let total: f64 = seeds
+        .iter()
+        .map(|&s| {
+            crate::metrics::summarize(&t.sim.run(t.policies(true), s).unwrap(), &kinds).avg_jct
+        })
+        .sum();
+    total / seeds.len() as f64
+}
+
+/// A trainer on the tiny scenario with a small network: `width`, 1 layer, 8 units per kind,
+/// minibatch 64; `tune` sets the rest.
+fn tiny(seed: u64, width: usize, tune: impl FnOnce(&mut TrainConfig)) -> Trainer {
+    let sim = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
+    let mut cfg = TrainConfig::new(sim.dims(), seed);
+    cfg.net.width = width;
+    cfg.net.layers = 1;
+    cfg.net.max_units = 8;
+    cfg.minibatch = 64;
+    tune(&mut cfg);
+    Trainer::new(sim, cfg)
+}
+
+/// Rewards of slots in which an agent made no decision (possible live) are charged to its
+/// previous decision, and the simulator's episodes have a decision in every slot of every agent.
+#[test]
+fn slots_without_a_decision_still_count() {
+    let t = tiny(1, 16, |cfg| {
+        cfg.gamma = 1.0;
+        cfg.reward_scale = 1.0;
+    });
+    let rec = |slot: u64| {
+        let view = tapfinger::view::ClusterView {
+            slot,
+            ..Default::default()
+        };
+        DecisionRecord::new(view, NodeId(0), Vec::new(), 0)
+    };
+    let mut exp = Experience::default();
+    for (slot, r) in [(1, -1.0), (2, -2.0), (3, -4.0), (4, -8.0)] {
+        exp.rewards.insert((slot, NodeId(0)), r);
+        // Another agent's rewards are not ours.
+        exp.rewards.insert((slot, NodeId(1)), -100.0);
+    }
+    let records = vec![rec(1), rec(3)];
+    let asm = tapfinger::model::critic::assemble(&records);
+    let s = t.advantages(records, &exp, &[0.0, 0.0], 1.0, &asm);
+    assert_eq!((s[0].ret, s[1].ret), (-15.0, -12.0));
+
+    let sim = Simulator::new(Scenario::load("hetero6").unwrap());
+    let dims = sim.dims();
+    let exp = Trainer::new(sim, TrainConfig::new(dims, 5))
+        .sample_experience(5)
+        .unwrap();
+    let decided: std::collections::BTreeSet<(u64, NodeId)> =
+        exp.records.iter().map(|r| (r.view.slot, r.me)).collect();
+    assert!(exp.rewards.keys().all(|k| decided.contains(k)));
+}
+
+#[test]
+fn ppo_improves_a_tiny_environment() {
+    let mut t = tiny(11, 32, |cfg| {
+        cfg.envs = 4;
+        cfg.lr = 1e-3;
+        cfg.eval_episodes = 0;
+    });
+    let eval: Vec<u64> = (1000..1004).collect();
+    let before = greedy_jct(&t, &eval);
+    let mut curve = Vec::new();
+    for _ in 0..15 {
+        curve.push(t.iterate().unwrap());
+    }
+    let after = greedy_jct(&t, &eval);
+    let first: f64 = curve[..3].iter().map(|p| p.avg_jct).sum::<f64>() / 3.0;
+    let last: f64 = curve[12..].iter().map(|p| p.avg_jct).sum::<f64>() / 3.0;
+    // (lr 1e-3: at 3e-3 the sampling policy's JCT rose again after iteration 10.)
+    eprintln!("{:?}", curve.iter().map(|p| p.avg_jct).collect::<Vec<_>>());
+    eprintln!(
+        "greedy before {before:.2} after {after:.2}; sampling first {first:.2} last {last:.2}"
+    );
+    assert!(
+        curve
+            .iter()
+            .all(|p| p.policy_loss.is_finite() && p.value_loss.is_finite())
+    );
+    assert!(after < before, "greedy JCT {before:.2} → {after:.2}");
+    assert!(last < first, "sampling JCT {first:.2} → {last:.2}");
+
+    // A checkpoint resumes with the same weights: the same greedy decisions.
+    let dir = std::env::temp_dir().join(format!("tapfinger-ckpt-{}", std::process::id()));
+    t.save(&dir).unwrap();
+    let sim2 = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
+    let resumed = Trainer::resume(sim2, &dir).unwrap();
+    assert_eq!(resumed.iteration, 15);
+    assert_eq!(resumed.curve.len(), 15);
+    assert_eq!(greedy_jct(&resumed, &eval), after);
+    let (_, cfg, _) =
+        tapfinger::model::checkpoint::load_path(&dir.join(MODEL_FILE), &t.sim.dims()).unwrap();
+    assert_eq!(cfg, t.cfg.net);
+    let wrong = Dims {
+        kinds: 3,
+        types: 1,
+        window: 4,
+    };
+    assert!(
+        tapfinger::model::checkpoint::load_path(&dir, &wrong)
+            .unwrap_err()
+            .to_string()
+            .contains("trained for 2")
+    );
+}
+
+/// The centralized critic's assembly: in the simulator every agent of a round decides on the
+/// same snapshot, so the rounds of a multi-agent episode need no merge (one forward pass);
+/// once one agent's view of its peers goes stale, its rounds are merged.
+#[test]
+fn simulated_rounds_need_no_merge_and_stale_views_do() {
+    let sim = Simulator::new(Scenario::load("hetero6").unwrap());
+    let dims = sim.dims();
+    let t = Trainer::new(sim, TrainConfig::new(dims, 5));
+    let mut exp = t.sample_experience(5).unwrap();
+    let asm = tapfinger::model::critic::assemble(&exp.records);
+    assert!(asm.reports_per_round() > 1.5, "{}", asm.reports_per_round());
+    assert_eq!(asm.merged, 0);
+    // Agent 0 has not heard node 1's last heartbeat: it still sees node 1 with all its
+    // capacity free.
+    let stale = exp
+        .records
+        .iter()
+        .position(|r| {
+            r.me == NodeId(0) && r.view.nodes.get(1).is_some_and(|n| n.free != n.capacity)
+        })
+        .expect("a round in which node 1 runs something");
+    let n1 = &mut exp.records[stale].view.nodes[1];
+    n1.free = n1.capacity.clone();
+    let round = (exp.records[stale].view.slot, exp.records[stale].view.step);
+    let asm = tapfinger::model::critic::assemble(&exp.records);
+    assert_eq!(asm.merged, 1);
+    let g = asm.rounds[&round].as_ref().unwrap();
+    // Node 1's own report wins.
+    let own = exp
+        .records
+        .iter()
+        .find(|r| r.me == NodeId(1) && (r.view.slot, r.view.step) == round)
+        .unwrap();
+    assert_eq!(g.nodes[1].free, own.view.nodes[1].free);
+    assert_ne!(g.nodes[1].free, g.nodes[1].capacity);
+}
+
+#[test]
+fn imitation_learns_from_the_teacher_then_hands_over_to_ppo() {
+    let mut t = tiny(11, 32, |cfg| {
+        cfg.envs = 4;
+        cfg.lr = 3e-3;
+        cfg.imitate = 4;
+        cfg.eval_episodes = 2;
+    });
+    let eval: Vec<u64> = (2000..2004).collect();
+    let before = greedy_jct(&t, &eval);
+    let teacher: f64 = {
+        let kinds = vec!["cpu".to_string(), "gpu".to_string()];
+        eval.iter()
+            .map(|&s| {
+                let ps = crate::policies::build(&t.sim, "clairvoyant").unwrap();
+                crate::metrics::summarize(&t.sim.run(ps, s).unwrap(), &kinds).avg_jct
+            })
+            .sum::<f64>()
+            / eval.len() as f64
+    };
+    let curve: Vec<CurvePoint> = (0..5).map(|_| t.iterate().unwrap()).collect();
+    let after = greedy_jct(&t, &eval);
+    eprintln!("greedy before {before:.2}, after imitation {after:.2}, teacher {teacher:.2}");
+    let phases: Vec<&str> = curve.iter().map(|p| p.phase.as_str()).collect();
+    assert_eq!(phases, ["imitate", "imitate", "imitate", "imitate", "ppo"]);
+    assert!(curve.iter().all(|p| p.eval_jct.is_finite()));
+    // The cross-entropy to the teacher's labels falls, and the student closes most of the gap
+    // between the untrained network and the teacher.
+    assert!(curve[3].policy_loss < curve[0].policy_loss, "{curve:?}");
+    assert!(
+        after < before && after - teacher < 0.5 * (before - teacher),
+        "before {before:.2}, after {after:.2}, teacher {teacher:.2}"
+    );
+}
+
+#[test]
+fn results_do_not_depend_on_the_number_of_threads() {
+    let run = |threads: usize| {
+        let mut t = tiny(21, 16, |cfg| {
+            // The default minibatch (256) is what this test always used.
+            cfg.minibatch = 256;
+            cfg.envs = 3;
+            cfg.imitate = 1;
+            cfg.eval_episodes = 3;
+        });
+        t.threads = threads;
+        (t.iterate().unwrap(), t.iterate().unwrap())
+    };
+    assert_eq!(run(1), run(2));
+}
+
+#[test]
+fn a_resumed_run_continues_exactly_where_the_checkpoint_stopped() {
+    let make = || {
+        tiny(5, 16, |cfg| {
+            cfg.envs = 2;
+            cfg.imitate = 1;
+            cfg.eval_episodes = 0;
+        })
+    };
+    // Three iterations in one go ...
+    let mut straight = make();
+    let straight_curve: Vec<CurvePoint> = (0..3).map(|_| straight.iterate().unwrap()).collect();
+    // ... against two, a checkpoint, a fresh process's resume, and the third.
+    let mut first = make();
+    first.iterate().unwrap();
+    first.iterate().unwrap();
+    let dir = std::env::temp_dir().join(format!("tapfinger-resume-{}", std::process::id()));
+    first.save(&dir).unwrap();
+    assert!(dir.join(OPTIM_FILE).exists(), "Adam's moments are saved");
+    let sim = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
+    let mut resumed = Trainer::resume(sim, &dir).unwrap();
+    let third = resumed.iterate().unwrap();
+    // The losses of the third iteration depend on the weights, the optimizer's moments and
+    // the minibatch order: all three must have survived the checkpoint.
+    // (`eval_jct` is NaN with evaluation off, and NaN != NaN: compare the rest.)
+    let no_eval = |p: &CurvePoint| CurvePoint {
+        eval_jct: 0.0,
+        ..p.clone()
+    };
+    assert_eq!(no_eval(&third), no_eval(&straight_curve[2]));
+    let eval = [900, 901];
+    assert_eq!(greedy_jct(&resumed, &eval), greedy_jct(&straight, &eval));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn ablations_train_without_error() {
+    for variant in ["nohan", "nopointer", "vanilla"] {
+        let sim = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
+        let mut cfg = TrainConfig::new(sim.dims(), 3);
+        cfg.net = NetConfig::variant(sim.dims(), variant).unwrap();
+        cfg.net.width = 16;
+        cfg.net.max_units = 8;
+        cfg.envs = 2;
+        let mut t = Trainer::new(sim, cfg);
+        let p = t.iterate().unwrap();
+        assert!(
+            p.policy_loss.is_finite() && p.value_loss.is_finite(),
+            "{variant}: {p:?}"
+        );
+        if variant != "nohan" {
+            assert_eq!(
+                p.entropy, 0.0,
+                "{variant}: a fixed selection rule has no pointer entropy"
+            );
+        }
+    }
+}
