@@ -114,11 +114,15 @@ proptest! {
     fn scheduling_invariants_hold(sc in scenario_with(true), policy in 0usize..9, seed in 0u64..1000) {
         let name = policies::all_policies()[policy];
         let n_tasks = sc.tasks as usize;
-        let sim = Simulator::new(sc);
+        let fast = Simulator::new(sc.clone());
+        // Every agent's protocol instance, checked to agree on every round.
+        let sim = Simulator::new(sc).replicated(true);
         let ps = policies::build(&sim, name).unwrap();
         let mut started = BTreeMap::new();
         let mut obs = Audit(&mut started);
         let r = sim.run_observed(ps, seed, &mut obs).unwrap();
+        // Resolving each round once gives the same episode.
+        prop_assert_eq!(&fast.run(policies::build(&fast, name).unwrap(), seed).unwrap(), &r);
         // Every arrived task finished, exactly once.
         prop_assert_eq!(r.tasks.len(), n_tasks);
         let ids: std::collections::BTreeSet<u64> = r.tasks.iter().map(|t| t.id).collect();

@@ -75,6 +75,20 @@ pub struct Message {
     pub proposal: Proposal,
 }
 
+impl Message {
+    /// `from`'s proposal for `round`: what its [`Protocol::propose`] broadcasts. A driver that
+    /// stands for many members at once (the simulator, which resolves each round once) builds
+    /// their messages with it.
+    pub fn new(round: Round, from: NodeId, proposal: Proposal) -> Self {
+        Self {
+            version: PROTOCOL_VERSION,
+            round,
+            from,
+            proposal,
+        }
+    }
+}
+
 /// A winning claim.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Commit {
@@ -283,12 +297,7 @@ impl Protocol {
         if self.has_proposed() {
             return Err(ProtocolError::AlreadyProposed(self.round));
         }
-        let msg = Message {
-            version: PROTOCOL_VERSION,
-            round: self.round,
-            from: self.me,
-            proposal,
-        };
+        let msg = Message::new(self.round, self.me, proposal);
         self.proposals.insert(self.me, msg.proposal.clone());
         self.proposed_at = Some(now);
         let mut out = vec![Output::Send(msg)];

@@ -12,6 +12,8 @@ pub use crate::episode::{EpisodeResult, NoObserver, Observer, SimError, SlotReco
 /// A scenario prepared for running episodes: per-type, per-node best isolated runtimes.
 pub struct Simulator {
     sc: Scenario,
+    /// Every agent runs its own protocol instance and they must agree (a check; slower).
+    replicas: bool,
     /// `[type][node]`: best isolated slots on that node, if the type can run there.
     best: Vec<Vec<Option<u64>>>,
 }
@@ -82,7 +84,19 @@ impl Simulator {
                     .collect()
             })
             .collect();
-        Self { sc, best }
+        Self {
+            sc,
+            best,
+            replicas: false,
+        }
+    }
+
+    /// Run every agent's own protocol instance and fail an episode if any two decide a round
+    /// differently (a check of the protocol; the default resolves each round once, which gives
+    /// the same result because resolution depends only on the set of proposals).
+    pub fn replicated(mut self, on: bool) -> Self {
+        self.replicas = on;
+        self
     }
 
     /// The scenario.
@@ -124,7 +138,8 @@ impl Simulator {
         seed: u64,
         observe: &mut dyn Observer,
     ) -> Result<EpisodeResult, SimError> {
-        crate::episode::Episode::new(&self.sc, &|t| self.lower_bound(t), policies, seed)?
+        let bound = |t: &Task| self.lower_bound(t);
+        crate::episode::Episode::new(&self.sc, &bound, policies, seed, self.replicas)?
             .run(seed, observe)
     }
 }

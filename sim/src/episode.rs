@@ -2,12 +2,17 @@
 //!
 //! Each slot: tasks arrive ([`Episode::arrive`]); elastic nodes show their running tasks at
 //! minimum demand; decision steps repeat ([`Episode::step`]) — every agent's policy sees the same
-//! view of the [`Ledger`], proposes through its own [`Protocol`] instance, every message is
-//! delivered to every other instance, and each instance decides the round on its own (the
-//! simulator checks that they all agree) — until a step commits nothing; elastic policies
+//! view of the [`Ledger`] and proposes; the round is resolved by the shared [`Protocol`] — until
+//! a step commits nothing; elastic policies
 //! re-allocate ([`Episode::rebalance`]); rewards are paid ([`Episode::pay`]); running tasks
 //! progress ([`Episode::progress`]). The view, the queues, free units and the reward are the
 //! ledger's, exactly as in every agent; only time and speed are the simulator's.
+//!
+//! A round's resolution is a pure function of the set of proposals, the same on every member, so
+//! by default one protocol instance (agent 0's) receives every agent's message and decides for
+//! all: the cost of a step grows with the number of agents, not with its square. With
+//! `replicas` every agent runs its own instance, every message reaches every instance, and the
+//! episode fails if any two decide a round differently (the tests run this way).
 
 use crate::scenario::{MemoryMode, Scenario};
 use crate::workload;
@@ -199,6 +204,7 @@ impl<'a> Episode<'a> {
         lower_bound: &'a dyn Fn(&Task) -> u64,
         policies: Vec<Box<dyn Policy>>,
         seed: u64,
+        replicas: bool,
     ) -> Result<Self, SimError> {
         let n = sc.nodes.len();
         if policies.len() != n {
@@ -210,6 +216,7 @@ impl<'a> Episode<'a> {
         let ids: Vec<NodeId> = (0..n).map(|i| NodeId(i as u32)).collect();
         let protocols = ids
             .iter()
+            .take(if replicas { n } else { 1 })
             .map(|&id| {
                 Protocol::new(
                     id,
@@ -385,25 +392,30 @@ impl<'a> Episode<'a> {
         let now = slot * 1_000_000 + u64::from(step);
         let protocol_error = |source| SimError::Protocol { round, source };
         let mut sends = Vec::with_capacity(n);
-        let mut decided: Vec<Option<RoundOutcome>> = vec![None; n];
-        for (i, decided) in decided.iter_mut().enumerate() {
+        let mut decided: Vec<Option<RoundOutcome>> = vec![None; self.protocols.len()];
+        for i in 0..n {
             let Some(v) = view.for_agent(self.ids[i]) else {
                 continue;
             };
             let decision = self.policies[i].decide(&v, &mut self.rngs[i]);
             let proposal = tapfinger::policy::to_proposal(&decision, &v)
                 .map_err(|reason| self.violation(i, slot, reason))?;
-            let out = self.protocols[i]
-                .propose(proposal, now)
-                .map_err(protocol_error)?;
-            collect(out, &mut sends, decided);
+            match (self.protocols.get_mut(i), decided.get_mut(i)) {
+                (Some(p), Some(d)) => {
+                    let out = p.propose(proposal, now).map_err(protocol_error)?;
+                    collect(out, &mut sends, d);
+                }
+                // An agent without an instance of its own: its message, as it would send it.
+                _ => sends.push(tapfinger::Message::new(round, self.ids[i], proposal)),
+            }
         }
+        // What the agents would exchange: every message to every other agent.
+        self.messages += sends.len() as u64 * (n as u64).saturating_sub(1);
         for (i, decided) in decided.iter_mut().enumerate() {
             for m in &sends {
                 if m.from == self.ids[i] {
                     continue;
                 }
-                self.messages += 1;
                 let out = self.protocols[i]
                     .receive(m.clone(), now)
                     .map_err(protocol_error)?;
