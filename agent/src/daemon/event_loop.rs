@@ -1,0 +1,480 @@
+//! The loop: waits on its sources (the ticker, the network, the executor, commands), hands each
+//! event to its handler, which calls the node core, and carries out the core's actions with
+//! [`Daemon::execute`]; after every step the journal, the lease file and the status follow.
+
+use super::gpus::GpuPool;
+use super::{Command, Files, Parts, Status, node_id, task_id, validate};
+use crate::exec::ExecEvent;
+use crate::net::NetEvent;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+use tapfinger::node::NodeCore;
+use tapfinger::node::{Action, TaskState};
+use tapfinger::spec::{SpecError, TaskSpec};
+use tapfinger::{NodeId, Resources, TaskId};
+use tokio::sync::{mpsc, watch};
+
+/// Whether the loop goes on.
+enum Flow {
+    /// Carry these actions out and go on.
+    Continue(Vec<Action>),
+    /// A source closed, or the agent was asked to stop.
+    Stop,
+}
+
+/// The loop's state besides the core.
+struct Daemon {
+    p: Parts,
+    me: NodeId,
+    epoch: Instant,
+    /// Tasks this loop asked the executor to stop (their exit is no outcome).
+    stopped_here: BTreeSet<TaskId>,
+    /// Tasks run to completion here, in order.
+    finished_here: Vec<TaskId>,
+    /// Malformed or spoofed messages dropped.
+    dropped: u64,
+    /// The next local task number (ids continue after every id accepted here).
+    next_local: u32,
+    /// Outcomes already journaled.
+    recorded: BTreeSet<TaskId>,
+    gpus: GpuPool,
+    last_touch: Option<Instant>,
+    last_sweep: Option<Instant>,
+    had_quorum: Option<bool>,
+    /// Replies to API commands wait until the status they imply is published, so a caller that
+    /// reads the status right after the reply sees its own change (a cancelled task is done).
+    replies: Vec<Box<dyn FnOnce() + Send>>,
+}
+
+/// Run the loop until a source closes or the agent is shut down.
+pub(super) async fn run(
+    mut p: Parts,
+    mut commands: mpsc::Receiver<Command>,
+    status: watch::Sender<Status>,
+) {
+    let me = p.core.id();
+    // Replay the journal before deciding anything: adopt what still runs, announce what is
+    // unfinished, restore the history; numbering continues after every id ever accepted here.
+    let recovered = std::mem::take(&mut p.recovered);
+    let next_local = crate::recover::next_local(me, recovered.last_id, p.core.config().incarnation);
+    let recorded = recovered.outcomes.keys().copied().collect();
+    let (mut pending, held) =
+        crate::recover::replay(&mut p.core, p.executor.as_mut(), &mut p.store, recovered);
+    let mut gpus = GpuPool::new(&p.gpu_devices);
+    for (task, devices) in held {
+        gpus.hold(task, devices);
+    }
+    let mut d = Daemon {
+        p,
+        me,
+        epoch: Instant::now(),
+        stopped_here: BTreeSet::new(),
+        finished_here: Vec::new(),
+        dropped: 0,
+        next_local,
+        recorded,
+        gpus,
+        last_touch: None,
+        last_sweep: None,
+        had_quorum: None,
+        replies: Vec::new(),
+    };
+    let mut ticker = tokio::time::interval(Duration::from_millis(10));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        let flow = tokio::select! {
+            _ = ticker.tick() => Flow::Continue(d.p.core.tick(d.now())),
+            ev = d.p.net.next_event() => match ev {
+                Some(ev) => d.on_net(ev).await,
+                None => Flow::Stop,
+            },
+            ev = d.p.exec_events.recv() => match ev {
+                Some(ev) => Flow::Continue(d.on_exec(ev)),
+                None => Flow::Stop,
+            },
+            cmd = commands.recv() => match cmd {
+                Some(cmd) => d.on_command(cmd).await,
+                None => Flow::Stop,
+            },
+        };
+        let Flow::Continue(actions) = flow else {
+            return;
+        };
+        pending.extend(actions);
+        for a in std::mem::take(&mut pending) {
+            d.execute(a).await;
+        }
+        d.after_step().await;
+        d.publish(&status);
+    }
+}
+
+impl Daemon {
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    async fn on_net(&mut self, ev: NetEvent) -> Flow {
+        let p = &mut self.p;
+        let actions = match ev {
+            NetEvent::Message { from, envelope } => {
+                // The sender must be who it claims: its node id derives from its peer id.
+                if envelope.from == node_id(&from) {
+                    let now = self.epoch.elapsed().as_millis() as u64;
+                    p.core.on_message(*envelope, now)
+                } else {
+                    self.dropped += 1;
+                    Vec::new()
+                }
+            }
+            NetEvent::Dropped { .. } => {
+                self.dropped += 1;
+                Vec::new()
+            }
+            NetEvent::Listening(addr) => {
+                tracing::info!(address = %format!("{addr}/p2p/{}", p.net.peer_id), "listening");
+                Vec::new()
+            }
+            NetEvent::PeerUp(peer) | NetEvent::PeerDown(peer) => {
+                let up = matches!(ev, NetEvent::PeerUp(_));
+                tracing::info!(%peer, up, "peer connection");
+                if let Some(o) = &mut p.online {
+                    o.connection(peer, up);
+                }
+                Vec::new()
+            }
+            NetEvent::Request { channel, .. } => {
+                // Agents serve no requests; only the coordinator does.
+                let no = crate::learn::Response::Error("not a coordinator".into());
+                let _ = p.net.respond(channel, no).await;
+                Vec::new()
+            }
+            NetEvent::Response { from, response } => {
+                if let Some(o) = &mut p.online {
+                    for (to, r) in o.on_response(from, *response, &mut p.core) {
+                        let _ = p.net.request(to, r).await;
+                    }
+                }
+                Vec::new()
+            }
+            NetEvent::RequestFailed { to, reason } => {
+                tracing::debug!(%to, %reason, "request failed");
+                if let Some(o) = &mut p.online {
+                    o.on_failure(to);
+                }
+                Vec::new()
+            }
+        };
+        Flow::Continue(actions)
+    }
+
+    fn on_exec(&mut self, ev: ExecEvent) -> Vec<Action> {
+        match ev {
+            ExecEvent::Progress { task, progress, .. } => {
+                self.p.core.on_progress(task, progress);
+                Vec::new()
+            }
+            ExecEvent::Exited {
+                task,
+                code,
+                stopped: by_executor,
+            } => {
+                self.gpus.release(task);
+                if let Some(store) = &mut self.p.store
+                    && let Err(e) = store.ended(task)
+                {
+                    tracing::warn!(%task, error = %e, "cannot journal the end of a run");
+                }
+                let stopped = self.stopped_here.remove(&task) || by_executor;
+                if !stopped {
+                    self.finished_here.push(task);
+                }
+                self.p.core.on_exit(task, code, stopped)
+            }
+        }
+    }
+
+    async fn on_command(&mut self, cmd: Command) -> Flow {
+        let actions = match cmd {
+            Command::Submit(spec, reply) => match self.accept(&spec) {
+                Ok(task) => {
+                    let id = task.id;
+                    self.replies.push(Box::new(move || {
+                        let _ = reply.send(Ok(id));
+                    }));
+                    self.p.core.submit(task, spec)
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                    Vec::new()
+                }
+            },
+            Command::Cancel(task, reply) => {
+                let actions = self.p.core.cancel(task);
+                let found = actions.is_some();
+                self.replies.push(Box::new(move || {
+                    let _ = reply.send(found);
+                }));
+                actions.unwrap_or_default()
+            }
+            Command::Rollback(reply) => {
+                let r = match &mut self.p.online {
+                    Some(o) => o.rollback(&mut self.p.core).map_err(|e| e.to_string()),
+                    None => Err(
+                        "no coordinator is configured, so there are no versions to roll back"
+                            .into(),
+                    ),
+                };
+                self.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+                Vec::new()
+            }
+            Command::Shutdown(done) => {
+                for a in self.p.core.shutdown() {
+                    match a {
+                        Action::Broadcast(e) => {
+                            let _ = self.p.net.send(&e).await;
+                        }
+                        Action::Stop { task } => self.p.executor.stop(task),
+                        Action::Start { .. } | Action::Refused { .. } => {}
+                    }
+                }
+                // Give the hand-back messages a moment to leave.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let _ = done.send(());
+                return Flow::Stop;
+            }
+        };
+        Flow::Continue(actions)
+    }
+
+    /// A submitted spec, validated and journaled (durable before the caller hears "accepted"),
+    /// under an id no node knows.
+    fn accept(&mut self, spec: &TaskSpec) -> Result<tapfinger::Task, SpecError> {
+        while self
+            .p
+            .core
+            .tasks()
+            .contains(task_id(self.me, self.next_local))
+        {
+            self.next_local += 1;
+        }
+        let task = validate(&self.p, spec, self.me, self.next_local)?;
+        if let Some(store) = &mut self.p.store {
+            store.accepted(&task, spec).map_err(|e| SpecError {
+                field: "store".into(),
+                message: format!("cannot record the task durably: {e}"),
+            })?;
+        }
+        self.next_local += 1;
+        Ok(task)
+    }
+
+    /// Carry out one action of the core.
+    async fn execute(&mut self, action: Action) {
+        match action {
+            Action::Broadcast(e) => {
+                if let Err(err) = self.p.net.send(&e).await {
+                    tracing::warn!(error = %err, "cannot broadcast");
+                }
+            }
+            Action::Start { task, spec, alloc } => self.start(task, spec, alloc).await,
+            Action::Stop { task } => {
+                self.stopped_here.insert(task);
+                self.p.executor.stop(task);
+            }
+            Action::Refused { task, from, reason } => {
+                tracing::warn!(%task, peer = %from, %reason, "refused a peer's message");
+            }
+        }
+    }
+
+    /// Start a task this node won: its GPU devices, the process, the journal's run record.
+    async fn start(&mut self, task: TaskId, mut spec: TaskSpec, alloc: Resources) {
+        let p = &mut self.p;
+        // What a task may want to know of itself: its id, where it runs, and its epoch (a
+        // fencing token it can hand to external storage).
+        let epoch = p.core.tasks().get(task).map_or(0, |t| t.meta.epoch);
+        spec.env
+            .insert("TAPFINGER_TASK_ID".into(), task.0.to_string());
+        spec.env
+            .insert("TAPFINGER_NODE".into(), p.core.config().name.clone());
+        spec.env.insert("TAPFINGER_EPOCH".into(), epoch.to_string());
+        // A stop asked for an earlier run of this task here is not about this one.
+        self.stopped_here.remove(&task);
+        let mut allocation = (p.to_allocation)(&alloc);
+        let started = if self.gpus.held.contains_key(&task) {
+            Err(crate::exec::ExecError::AlreadyRunning(task))
+        } else {
+            match self.gpus.take(task, allocation.gpus.len()) {
+                Some(devices) => {
+                    allocation.gpus = devices;
+                    p.executor.start(task, &spec, &allocation)
+                }
+                None => Err(crate::exec::ExecError::Spawn {
+                    task,
+                    reason: format!(
+                        "{} GPU(s) needed, {} free",
+                        allocation.gpus.len(),
+                        self.gpus.free.len()
+                    ),
+                }),
+            }
+        };
+        if started.is_ok()
+            && let Some(store) = &mut p.store
+        {
+            // Durable before anyone hears of the start, so a restart adopts it.
+            let entry = &p.core.tasks()[&task];
+            let run = crate::store::Run {
+                task: (*entry.task).clone(),
+                spec: spec.clone(),
+                epoch: entry.meta.epoch,
+                alloc: alloc.clone(),
+                gpus: self.gpus.held.get(&task).cloned().unwrap_or_default(),
+                handle: p.executor.handle(task),
+            };
+            if let Err(e) = store.run(&run) {
+                tracing::warn!(%task, error = %e, "cannot journal a start");
+            }
+        }
+        match started {
+            Ok(enforcement) => tracing::info!(%task, %alloc, ?enforcement, "started"),
+            Err(e) => {
+                if !matches!(e, crate::exec::ExecError::AlreadyRunning(_)) {
+                    self.gpus.release(task);
+                }
+                tracing::warn!(%task, error = %e, "cannot start");
+                for m in p.core.on_exit(task, None, false) {
+                    if let Action::Broadcast(e) = m {
+                        let _ = p.net.send(&e).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// After every step: files, online learning, and the outcomes of tasks accepted here.
+    async fn after_step(&mut self) {
+        let now = self.now();
+        if let Some(files) = &self.p.files {
+            upkeep(
+                &mut self.p.core,
+                files,
+                now,
+                &mut self.last_touch,
+                &mut self.last_sweep,
+                &mut self.had_quorum,
+            );
+        }
+        if let Some(o) = &mut self.p.online {
+            for (to, r) in o.step(&mut self.p.core, now) {
+                if let Err(e) = self.p.net.request(to, r).await {
+                    tracing::warn!(error = %e, "cannot send a request");
+                }
+            }
+        }
+        // Journal the tasks accepted here once they are known finished (anywhere).
+        if let Some(store) = &mut self.p.store {
+            for (id, t) in self.p.core.tasks().iter() {
+                if let TaskState::Done { node, code, epoch } = t.state
+                    && id.0 >> 32 == u64::from(self.me.0)
+                    && self.recorded.insert(id)
+                    && let Err(e) = store.outcome(id, crate::store::Finish { node, code, epoch })
+                {
+                    tracing::warn!(task = %id, error = %e, "cannot journal a finished task");
+                }
+            }
+        }
+    }
+
+    /// Publish the status (if it changed), then answer the commands of this step.
+    fn publish(&mut self, status: &watch::Sender<Status>) {
+        let core = &self.p.core;
+        let snapshot = Status {
+            id: Some(self.me),
+            peers: core.peers().collect(),
+            peer_table: core.peer_table(),
+            used: Some(core.used()),
+            capacity: Some(core.capacity().clone()),
+            tasks: core
+                .tasks()
+                .iter()
+                .map(|(id, t)| (id, t.state.clone()))
+                .collect(),
+            finished_here: self.finished_here.clone(),
+            dropped: self.dropped,
+            stats: core.stats().clone(),
+            policy: self.p.online.as_ref().map(|o| o.status().clone()),
+        };
+        status.send_if_modified(|s| {
+            if *s == snapshot {
+                false
+            } else {
+                *s = snapshot;
+                true
+            }
+        });
+        for r in self.replies.drain(..) {
+            r();
+        }
+    }
+}
+
+/// The lease file (touched at most every 200 ms while a quorum holds, so that the supervisors
+/// see when the lease started to run out), the persisted members, and the sweep of old logs.
+fn upkeep(
+    core: &mut NodeCore,
+    files: &Files,
+    now: u64,
+    last_touch: &mut Option<Instant>,
+    last_sweep: &mut Option<Instant>,
+    had_quorum: &mut Option<bool>,
+) {
+    let quorum = core.has_quorum(now);
+    if *had_quorum != Some(quorum) {
+        let known = core.known().len();
+        if quorum {
+            tracing::info!(
+                members = known,
+                "a quorum of the cluster is reachable: lease held"
+            );
+        } else {
+            tracing::warn!(
+                members = known,
+                autonomy_ms = core.config().autonomy_ms,
+                "no quorum of the cluster is reachable: tasks here keep running for the autonomy time"
+            );
+        }
+        *had_quorum = Some(quorum);
+    }
+    if quorum && last_touch.is_none_or(|t| t.elapsed() >= Duration::from_millis(200)) {
+        *last_touch = Some(Instant::now());
+        if let Err(e) = crate::supervise::touch(&files.lease, &core.id().0.to_string()) {
+            tracing::warn!(path = %files.lease.display(), error = %e, "cannot touch the lease file");
+        }
+    }
+    if core.take_known_changed()
+        && let Err(e) = crate::store::save_members(&files.members, core.known())
+    {
+        tracing::warn!(path = %files.members.display(), error = %e, "cannot save the members");
+    }
+    if let Some(retention) = files.retention
+        && last_sweep.is_none_or(|t| t.elapsed() >= Duration::from_secs(3600))
+    {
+        *last_sweep = Some(Instant::now());
+        let me = core.id();
+        let keep = core
+            .tasks()
+            .iter()
+            .filter(|(_, t)| matches!(&t.state, TaskState::Running { node, .. } if *node == me))
+            .map(|(id, _)| id)
+            .collect();
+        let dirs: Vec<&std::path::Path> = files.sweep.iter().map(|d| d.as_path()).collect();
+        let n = crate::recover::sweep(&dirs, retention, &keep);
+        if n > 0 {
+            tracing::info!(files = n, "deleted task logs past their retention");
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The agent's event loop: binds the sans-IO [`NodeCore`] to the network ([`crate::net`]), an
+//! [`Executor`] and the wall clock.
+//!
+//! One tokio task owns the core; everything reaches it through bounded channels (network events,
+//! executor events, commands from the API or tests), and a 10 ms ticker drives its timers. Actions
+//! are carried out in order: broadcasts go to the network, starts and stops to the executor. The
+//! loop publishes a [`Status`] snapshot after every step for the API and tests to read.
+//!
+//! Here: the handle ([`Agent`]), what the loop needs ([`Parts`]) and publishes ([`Status`]); the
+//! loop itself, one handler per source and one `execute` per action, is `event_loop`; the GPU
+//! devices each task holds are `gpus`.
+
+mod event_loop;
+mod gpus;
+
+use crate::exec::{Allocation, ExecEvent, Executor};
+use crate::net::Network;
+use libp2p::PeerId;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tapfinger::node::{NodeCore, TaskState};
+use tapfinger::resources::ResourceSpace;
+use tapfinger::spec::{Placement, SpecError, TaskSpec};
+use tapfinger::{NodeId, Resources, TaskId};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// The node id of a peer: a hash of its peer id, so every agent derives the same one.
+pub fn node_id(peer: &PeerId) -> NodeId {
+    // FNV-1a over the peer id's bytes.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in peer.to_bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    NodeId(h)
+}
+
+/// A command for the loop.
+pub enum Command {
+    /// Submit a task spec; the reply is its id or why it was refused.
+    Submit(TaskSpec, oneshot::Sender<Result<TaskId, SpecError>>),
+    /// Cancel a task; the reply says whether it was known and not finished.
+    Cancel(TaskId, oneshot::Sender<bool>),
+    /// Hand running tasks back to the cluster and stop.
+    Shutdown(oneshot::Sender<()>),
+    /// Go back to the previous policy version; the reply is the version now in use.
+    Rollback(oneshot::Sender<Result<u64, String>>),
+}
+
+/// What the loop publishes after every step.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Status {
+    /// This node.
+    pub id: Option<NodeId>,
+    /// Live peers.
+    pub peers: Vec<NodeId>,
+    /// Live peers: id, name, capacity, free units (from their last heartbeat).
+    pub peer_table: Vec<(NodeId, String, Resources, Resources)>,
+    /// Units allocated here.
+    pub used: Option<Resources>,
+    /// Capacity offered.
+    pub capacity: Option<Resources>,
+    /// Every known task and its state.
+    pub tasks: BTreeMap<TaskId, TaskState>,
+    /// Tasks this node ran to completion (exit code 0 or not), in order.
+    pub finished_here: Vec<TaskId>,
+    /// Malformed messages dropped.
+    pub dropped: u64,
+    /// Negotiation counters (rounds, claims, conflicts, messages, round latency).
+    pub stats: tapfinger::node::NodeStats,
+    /// Policy version and online learning (None: no coordinator configured).
+    pub policy: Option<crate::online::PolicyStatus>,
+}
+
+/// Converts grid units to what an executor needs (natural units of each kind). GPUs come out as a
+/// count (`gpus` holds `0..n`); the daemon replaces them with the devices it hands the task.
+pub type ToAllocation = Box<dyn Fn(&Resources) -> Allocation + Send>;
+
+/// A running agent.
+pub struct Agent {
+    /// Command channel.
+    pub commands: mpsc::Sender<Command>,
+    /// Status snapshots.
+    pub status: watch::Receiver<Status>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Agent {
+    /// Submit a task and wait for its id.
+    pub async fn submit(&self, spec: TaskSpec) -> Result<TaskId, String> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Submit(spec, tx))
+            .await
+            .map_err(|_| "agent stopped".to_string())?;
+        rx.await
+            .map_err(|_| "agent stopped".to_string())?
+            .map_err(|e| e.to_string())
+    }
+
+    /// Stop abruptly, as a SIGKILL would: no hand-back, no goodbye.
+    pub fn kill(&self) {
+        self.task.abort();
+    }
+
+    /// Hand back running tasks and stop.
+    pub async fn shutdown(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::Shutdown(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+/// Everything the loop needs.
+pub struct Parts {
+    /// The node core.
+    pub core: NodeCore,
+    /// The network.
+    pub net: Network,
+    /// The executor and its events.
+    pub executor: Box<dyn Executor>,
+    /// Executor events.
+    pub exec_events: mpsc::Receiver<ExecEvent>,
+    /// Grid units → executor allocation.
+    pub to_allocation: ToAllocation,
+    /// Resource kinds (for validating specs).
+    pub space: ResourceSpace,
+    /// Task type names (for validating specs).
+    pub types: Vec<String>,
+    /// The durable journal (None: tasks are kept in memory only, as in tests).
+    pub store: Option<crate::store::Store>,
+    /// What the journal held at start (replayed before anything else: see [`crate::recover`]).
+    pub recovered: crate::store::Recovered,
+    /// Files beside the journal (None: kept in memory only).
+    pub files: Option<Files>,
+    /// GPU device indices this node offers (their count is the GPU capacity).
+    pub gpu_devices: Vec<u32>,
+    /// Online learning and policy rollout (None: no coordinator configured).
+    pub online: Option<crate::online::Online>,
+}
+
+/// The data directory's files the loop keeps up to date.
+#[derive(Debug, Clone)]
+pub struct Files {
+    /// The lease file: touched while this node holds a quorum (task supervisors read it).
+    pub lease: std::path::PathBuf,
+    /// The members counted for the quorum.
+    pub members: std::path::PathBuf,
+    /// Task logs and exit records, swept after `retention` (None: kept forever).
+    pub sweep: Vec<std::path::PathBuf>,
+    /// How long logs of tasks that ended are kept.
+    pub retention: Option<Duration>,
+}
+
+/// Start the loop.
+pub fn spawn(parts: Parts) -> Agent {
+    let (cmd_tx, cmd_rx) = mpsc::channel(64);
+    let (status_tx, status_rx) = watch::channel(Status::default());
+    let task = tokio::spawn(event_loop::run(parts, cmd_rx, status_tx));
+    Agent {
+        commands: cmd_tx,
+        status: status_rx,
+        task,
+    }
+}
+
+/// The id of this node's `local`-th task.
+fn task_id(me: NodeId, local: u32) -> TaskId {
+    TaskId((u64::from(me.0) << 32) | u64::from(local))
+}
+
+/// Validate a submitted spec against the nodes this agent knows (itself and its peers).
+fn validate(
+    p: &Parts,
+    spec: &TaskSpec,
+    me: NodeId,
+    local: u32,
+) -> Result<tapfinger::Task, SpecError> {
+    let view = p.core.view();
+    let names = p.core.node_names();
+    let labels = p.core.node_labels();
+    let empty = BTreeMap::new();
+    let placements: Vec<Placement<'_>> = view
+        .nodes
+        .iter()
+        .map(|n| Placement {
+            id: n.id,
+            name: names.get(&n.id).map_or("", String::as_str),
+            labels: labels.get(&n.id).unwrap_or(&empty),
+            capacity: &n.capacity,
+        })
+        .collect();
+    let id = task_id(me, local);
+    spec.validate(&p.space, &p.types, &placements, id, p.core.slot())
+}
