@@ -24,7 +24,7 @@ use tapfinger_sim::env::Observer;
 use tapfinger_sim::{Scenario, Simulator, policies};
 
 mod support {
-    pub mod scenarios;
+    pub(crate) mod scenarios;
 }
 
 /// What the simulator's episode showed and did.

@@ -12,7 +12,7 @@ use tapfinger::view::ClusterView;
 use tapfinger_sim::{Scenario, Simulator, policies, report};
 
 mod support {
-    pub mod scenarios;
+    pub(crate) mod scenarios;
 }
 
 #[test]

@@ -95,7 +95,7 @@ impl std::fmt::Debug for Online {
 
 impl Online {
     /// Set up; in learning mode the core records into the returned recorder, which every policy
-    /// built by [`Online::policy`] records into too. Restores the last accepted version (and a
+    /// built by `Online::policy` records into too. Restores the last accepted version (and a
     /// rollback floor) from disk, if any: returns it for the daemon to load.
     pub fn open(cfg: OnlineConfig, core: &mut NodeCore) -> anyhow::Result<Self> {
         std::fs::create_dir_all(cfg.dir.join("policies"))?;

@@ -1,7 +1,7 @@
 //! `tapfinger`: the core library shared by the agent, the coordinator and the simulator.
 //!
 //! It holds the resource and task model, the view an agent has of the cluster (and its
-//! heterogeneous-graph form), the [`Policy`](policy::Policy) trait, and the decision protocol as a
+//! heterogeneous-graph form), the [`Policy`] trait, and the decision protocol as a
 //! sans-IO state machine ([`protocol`]). Nothing here opens a socket, spawns a thread or reads the
 //! wall clock: time and randomness are passed in, so every driver (simulator or daemon) gets the
 //! same decisions from the same inputs.

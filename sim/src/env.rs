@@ -1,5 +1,5 @@
 //! The simulator's front: a scenario prepared for episodes ([`Simulator`]: best isolated
-//! runtimes, allocation grids), and, from [`crate::episode`], what an episode reports
+//! runtimes, allocation grids), and, from `episode.rs`, what an episode reports
 //! ([`EpisodeResult`]), who may watch it ([`Observer`]) and how it fails ([`SimError`]).
 //! Scheduling state is the shared [`tapfinger::ledger::Ledger`], decisions come from the
 //! policies and winners from the protocol.

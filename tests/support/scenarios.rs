@@ -19,7 +19,7 @@ fn kind(name: &str) -> ResourceKind {
 /// Random small clusters and workloads: 2–3 kinds, 1–5 nodes, 1–3 task types with synthetic
 /// speeds, 5–40 tasks; memory mode `fail` (tasks may need more than they ask) or `stall` when
 /// `fail_mode` allows it.
-pub fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> {
+pub(crate) fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> {
     (
         2usize..=3,
         1usize..=5,

@@ -6,7 +6,7 @@ use std::path::Path;
 
 /// One copy of a task, as its record tells.
 #[derive(Debug, Clone)]
-pub struct Copy {
+pub(crate) struct Copy {
     pub node: String,
     pub start: u64,
     /// Last sign of life (ms); a copy without an end line died within 100 ms of it.
@@ -16,7 +16,7 @@ pub struct Copy {
 
 impl Copy {
     /// Its life, stretched by 150 ms where it was killed (its last 100 ms are not recorded).
-    pub fn span(&self) -> (u64, u64) {
+    pub(crate) fn span(&self) -> (u64, u64) {
         (
             self.start,
             if self.ended {
@@ -29,12 +29,12 @@ impl Copy {
 }
 
 #[derive(Debug, Default)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     pub copies: BTreeMap<String, Vec<Copy>>,
 }
 
 impl Evidence {
-    pub fn read(dir: &Path) -> Self {
+    pub(crate) fn read(dir: &Path) -> Self {
         let mut e = Evidence::default();
         for f in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let name = f.file_name().to_string_lossy().into_owned();
@@ -71,7 +71,7 @@ impl Evidence {
     }
 
     /// Pairs of copies of one task alive at the same time: (key, ms of overlap).
-    pub fn overlaps(&self) -> Vec<(String, u64)> {
+    pub(crate) fn overlaps(&self) -> Vec<(String, u64)> {
         let mut out = Vec::new();
         for (k, cs) in &self.copies {
             for (i, a) in cs.iter().enumerate() {
@@ -89,7 +89,7 @@ impl Evidence {
     }
 
     /// The most copies alive at once on any node, by node.
-    pub fn peak_per_node(&self) -> BTreeMap<String, u64> {
+    pub(crate) fn peak_per_node(&self) -> BTreeMap<String, u64> {
         let mut events: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
         for c in self.copies.values().flatten() {
             let (s, e) = c.span();
@@ -111,7 +111,7 @@ impl Evidence {
             .collect()
     }
 
-    pub fn started_twice(&self) -> Vec<String> {
+    pub(crate) fn started_twice(&self) -> Vec<String> {
         self.copies
             .iter()
             .filter(|(_, c)| c.len() > 1)
@@ -119,7 +119,7 @@ impl Evidence {
             .collect()
     }
 
-    pub fn completed_twice(&self) -> Vec<String> {
+    pub(crate) fn completed_twice(&self) -> Vec<String> {
         self.copies
             .iter()
             .filter(|(_, c)| c.iter().filter(|c| c.ended).count() > 1)

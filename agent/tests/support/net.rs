@@ -7,7 +7,7 @@ use std::process::Command;
 
 use super::AGENTS;
 
-pub fn ip(args: &[&str]) -> Result<(), String> {
+pub(crate) fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip")
         .args(args)
         .output()
@@ -25,13 +25,13 @@ pub fn ip(args: &[&str]) -> Result<(), String> {
 
 /// The namespaces: one per agent and a hub with two bridges (`br0`, and `br1` for the cut-off
 /// side of a partition), plus a veth from the test's own namespace to `br0` for the API.
-pub struct Net {
+pub(crate) struct Net {
     pub tag: String,
     pub subnet: String,
 }
 
 impl Net {
-    pub fn ns(&self, i: usize) -> String {
+    pub(crate) fn ns(&self, i: usize) -> String {
         format!("{}a{i}", self.tag)
     }
     fn hub(&self) -> String {
@@ -40,11 +40,11 @@ impl Net {
     fn port(&self, i: usize) -> String {
         format!("{}h{i}", self.tag)
     }
-    pub fn addr(&self, i: usize) -> String {
+    pub(crate) fn addr(&self, i: usize) -> String {
         format!("{}.{}", self.subnet, i + 1)
     }
 
-    pub fn build() -> Result<Self, String> {
+    pub(crate) fn build() -> Result<Self, String> {
         let pid = std::process::id();
         let net = Net {
             tag: format!("tf{}", pid % 100_000),
@@ -110,7 +110,7 @@ impl Net {
     }
 
     /// Put agents `side` on the other bridge (a partition), or everyone back on `br0`.
-    pub fn cut(&self, side: &[usize]) {
+    pub(crate) fn cut(&self, side: &[usize]) {
         for i in 0..AGENTS {
             let br = if side.contains(&i) { "br1" } else { "br0" };
             ip(&[

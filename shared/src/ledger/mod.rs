@@ -2,7 +2,7 @@
 //! simulator's result is the agents' result.
 //!
 //! It holds every task's lifecycle ([`TaskState`]), each node's pending queue in window order,
-//! its running tasks and its used units, and from these builds the [`ClusterView`] a policy
+//! its running tasks and its used units, and from these builds the [`ClusterView`](crate::view::ClusterView) a policy
 //! decides from ([`Ledger::view`]), the per-slot reward ([`Ledger::reward`]), Tiresias's attained
 //! service ([`Ledger::accrue_service`]) and elastic re-allocation ([`Ledger::rebalance`]). The
 //! simulator keeps one ledger for the whole cluster; every agent's [`crate::node::NodeCore`]

@@ -1,4 +1,4 @@
-//! The learned TapFinger policy: graph batching ([`batch`]), the burn
+//! The learned TapFinger policy: graph batching ([`batch`](mod@batch)), the burn
 //! network ([`net`]) and [`TapfingerPolicy`], which implements the shared [`Policy`] trait.
 //!
 //! Decisions sample from the network's masked distributions with the caller's seeded RNG (never
@@ -95,7 +95,7 @@ mod reward_list {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
     use std::collections::BTreeMap;
 
-    pub fn serialize<S: Serializer>(
+    pub(super) fn serialize<S: Serializer>(
         m: &BTreeMap<(u64, NodeId), f64>,
         s: S,
     ) -> Result<S::Ok, S::Error> {
@@ -103,7 +103,7 @@ mod reward_list {
         v.serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
         d: D,
     ) -> Result<BTreeMap<(u64, NodeId), f64>, D::Error> {
         let v: Vec<(u64, NodeId, f64)> = Vec::deserialize(d)?;

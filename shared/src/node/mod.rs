@@ -3,7 +3,7 @@
 //!
 //! The [`NodeCore`] keeps the tasks it has heard of (announced by any agent), its peers' last
 //! heartbeats, its own running tasks, and one [`Protocol`] — the same decision protocol the
-//! simulator drives. Each slot it builds a [`ClusterView`] from that knowledge, asks its
+//! simulator drives. Each slot it builds a [`ClusterView`](crate::view::ClusterView) from that knowledge, asks its
 //! [`Policy`], and proposes; decided rounds start the tasks it won ([`Action::Start`]). It never
 //! does I/O and never reads a clock: every call takes `now` in milliseconds and returns
 //! [`Action`]s for the driver.

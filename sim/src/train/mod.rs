@@ -11,8 +11,8 @@
 //! The update itself ([`Trainer::learn`]) takes [`Experience`] from any source: the simulator's
 //! episodes here, or live agents' reports in the coordinator (`tapfinger-coordinator`).
 //!
-//! The parts: [`collect`] runs episodes (PPO sampling, imitation, greedy evaluation), [`ppo`]
-//! turns experience into advantages and gradient steps, [`files`] writes and resumes
+//! The parts: `collect` runs episodes (PPO sampling, imitation, greedy evaluation), `ppo`
+//! turns experience into advantages and gradient steps, `files` writes and resumes
 //! checkpoints (the loading side, which the agent shares, is [`tapfinger::model::checkpoint`]).
 
 mod collect;
