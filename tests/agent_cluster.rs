@@ -168,6 +168,7 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
         let app = router(ApiState {
             commands: a.commands.clone(),
             status: a.status.clone(),
+            metrics: a.metrics.clone(),
             token,
             log_dir: None,
         });

@@ -45,6 +45,8 @@ pub struct ApiState {
     pub token: Option<String>,
     /// Where the executor writes task logs (`<id>.stdout`, `<id>.stderr`).
     pub log_dir: Option<std::path::PathBuf>,
+    /// The agent's metrics, which its event loop keeps current.
+    pub metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
 }
 
 /// The routes.
@@ -313,139 +315,13 @@ async fn rollback(State(s): State<ApiState>) -> Response {
     }
 }
 
-/// Prometheus text format, rendered from the status snapshot.
-pub fn render_metrics(st: &Status) -> String {
-    let (mut pending, mut running, mut done) = (0, 0, 0);
-    for t in st.tasks.values() {
-        match t {
-            TaskState::Pending => pending += 1,
-            TaskState::Running { .. } => running += 1,
-            TaskState::Done { .. } => done += 1,
-        }
-    }
-    let mut out = String::new();
-    out.push_str(
-        "# HELP tapfinger_tasks Tasks this agent knows, by state.\n# TYPE tapfinger_tasks gauge\n",
-    );
-    for (state, n) in [("pending", pending), ("running", running), ("done", done)] {
-        out.push_str(&format!("tapfinger_tasks{{state=\"{state}\"}} {n}\n"));
-    }
-    out.push_str("# HELP tapfinger_allocated_units Units allocated on this node, by resource kind index.\n# TYPE tapfinger_allocated_units gauge\n");
-    if let (Some(used), Some(cap)) = (&st.used, &st.capacity) {
-        for k in 0..cap.len() {
-            out.push_str(&format!(
-                "tapfinger_allocated_units{{kind=\"{k}\"}} {}\ntapfinger_capacity_units{{kind=\"{k}\"}} {}\n",
-                used.get(k),
-                cap.get(k)
-            ));
-        }
-    }
-    out.push_str(&format!(
-        "# HELP tapfinger_peers Live peers.\n# TYPE tapfinger_peers gauge\ntapfinger_peers {}\n",
-        st.peers.len()
-    ));
-    out.push_str(&format!(
-        "# HELP tapfinger_dropped_messages_total Malformed or spoofed messages dropped.\n# TYPE tapfinger_dropped_messages_total counter\ntapfinger_dropped_messages_total {}\n",
-        st.dropped
-    ));
-    out.push_str(&format!(
-        "# HELP tapfinger_finished_here_total Tasks run to completion on this node.\n# TYPE tapfinger_finished_here_total counter\ntapfinger_finished_here_total {}\n",
-        st.finished_here.len()
-    ));
-    let n = &st.stats;
-    for (name, help, v) in [
-        ("rounds", "Negotiation rounds decided.", n.rounds),
-        ("claims", "Claims this agent made.", n.claims),
-        (
-            "claims_lost",
-            "Claims of this agent that lost a conflict.",
-            n.claims_lost,
-        ),
-        (
-            "conflicts",
-            "Tasks claimed by more than one agent in a round.",
-            n.conflicts,
-        ),
-        (
-            "missing_proposals",
-            "Peers whose proposal missed a round deadline.",
-            n.missing,
-        ),
-        (
-            "messages_received",
-            "Messages received from peers.",
-            n.received,
-        ),
-    ] {
-        out.push_str(&format!(
-            "# HELP tapfinger_{name}_total {help}\n# TYPE tapfinger_{name}_total counter\ntapfinger_{name}_total {v}\n"
-        ));
-    }
-    out.push_str("# HELP tapfinger_messages_sent_total Messages this agent broadcast, by kind.\n# TYPE tapfinger_messages_sent_total counter\n");
-    for (kind, v) in &n.sent {
-        out.push_str(&format!(
-            "tapfinger_messages_sent_total{{kind=\"{kind}\"}} {v}\n"
-        ));
-    }
-    out.push_str("# HELP tapfinger_round_latency_ms From this agent's proposal to the round's decision.\n# TYPE tapfinger_round_latency_ms histogram\n");
-    let mut cumulative = 0;
-    for i in 0..=tapfinger::node::LATENCY_BUCKETS_MS.len() {
-        cumulative += n.latency_buckets.get(i).copied().unwrap_or(0);
-        let le = tapfinger::node::LATENCY_BUCKETS_MS
-            .get(i)
-            .map_or("+Inf".to_string(), |b| b.to_string());
-        out.push_str(&format!(
-            "tapfinger_round_latency_ms_bucket{{le=\"{le}\"}} {cumulative}\n"
-        ));
-    }
-    out.push_str(&format!(
-        "tapfinger_round_latency_ms_sum {}\ntapfinger_round_latency_ms_count {cumulative}\n",
-        n.latency_sum_ms
-    ));
-    if let Some(p) = &st.policy {
-        for (name, help, v) in [
-            (
-                "tapfinger_policy_version",
-                "Policy version in use (0: the start model).",
-                p.version,
-            ),
-            (
-                "tapfinger_policy_refused",
-                "Policy announcements or checkpoints refused.",
-                p.refused,
-            ),
-            (
-                "tapfinger_experience_batches_shipped",
-                "Experience batches acknowledged by the coordinator.",
-                p.batches_shipped,
-            ),
-            (
-                "tapfinger_experience_batches_waiting",
-                "Experience batches waiting on disk.",
-                p.batches_waiting,
-            ),
-            (
-                "tapfinger_experience_batches_dropped",
-                "Experience batches dropped because the spool was full.",
-                p.batches_dropped,
-            ),
-        ] {
-            out.push_str(&format!(
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"
-            ));
-        }
-    }
-    out
-}
-
 async fn metrics(State(s): State<ApiState>) -> Response {
-    let st = s.status.borrow().clone();
     (
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4",
         )],
-        render_metrics(&st),
+        s.metrics.render(),
     )
         .into_response()
 }

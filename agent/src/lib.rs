@@ -16,6 +16,7 @@ pub mod demo;
 pub mod discovery;
 pub mod exec;
 pub mod learn;
+pub mod metrics;
 pub mod net;
 pub mod online;
 pub mod policy;

@@ -261,6 +261,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     let app = router(ApiState {
         commands: agent.commands.clone(),
         status: agent.status.clone(),
+        metrics: agent.metrics.clone(),
         token,
         log_dir: Some(cfg.data_dir.join("logs")),
     });

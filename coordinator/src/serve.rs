@@ -265,67 +265,85 @@ pub fn status_json(s: &Shared) -> serde_json::Value {
     })
 }
 
-/// Prometheus text (`/metrics`).
-pub fn metrics(s: &Shared) -> String {
-    let mut out = String::new();
-    let mut g = |name: &str, help: &str, v: f64| {
-        out.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"
-        ));
-    };
-    g(
-        "tapfinger_coordinator_policy_version",
-        "Published policy version.",
-        s.state.version as f64,
-    );
-    g(
-        "tapfinger_coordinator_updates",
-        "Training updates run.",
-        s.state.updates as f64,
-    );
-    g(
-        "tapfinger_coordinator_critic_loss",
-        "Value loss of the last update.",
-        s.state.critic_loss,
-    );
-    g(
-        "tapfinger_coordinator_critic_rounds_assembled",
-        "Rounds whose global state (all agents' reports merged) the critic trained on.",
-        s.state.rounds_assembled as f64,
-    );
-    g(
-        "tapfinger_coordinator_critic_reports_per_round",
-        "Mean agents' reports per round in the last update.",
-        s.state.reports_per_round,
-    );
-    g(
-        "tapfinger_coordinator_published_jct",
-        "Validation average JCT of the published policy (slots).",
-        s.state.published_jct,
-    );
-    g(
-        "tapfinger_coordinator_candidates_refused",
-        "Candidates the evaluation gate refused.",
-        s.state.refused as f64,
-    );
-    g(
-        "tapfinger_coordinator_inbox_batches",
-        "Experience batches waiting for an update.",
-        s.inbox_batches as f64,
-    );
-    out.push_str("# HELP tapfinger_coordinator_decisions_received Decisions received per agent.\n# TYPE tapfinger_coordinator_decisions_received counter\n");
-    for (node, n) in &s.state.received {
-        out.push_str(&format!(
-            "tapfinger_coordinator_decisions_received{{node=\"{node}\"}} {n}\n"
-        ));
+/// The coordinator's metrics (`/metrics`), in a registry of its own.
+pub struct Metrics(tapfinger_agent::metrics::Registry);
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
     }
-    out
+}
+
+impl Metrics {
+    /// A registry with every metric described.
+    pub fn new() -> Self {
+        use metrics::{describe_counter, describe_gauge};
+        let r = tapfinger_agent::metrics::Registry::new(&[]);
+        r.with(|| {
+            describe_gauge!(
+                "tapfinger_coordinator_policy_version",
+                "Published policy version."
+            );
+            describe_gauge!("tapfinger_coordinator_updates", "Training updates run.");
+            describe_gauge!(
+                "tapfinger_coordinator_critic_loss",
+                "Value loss of the last update."
+            );
+            describe_gauge!(
+                "tapfinger_coordinator_critic_rounds_assembled",
+                "Rounds whose global state (all agents' reports merged) the critic trained on."
+            );
+            describe_gauge!(
+                "tapfinger_coordinator_critic_reports_per_round",
+                "Mean agents' reports per round in the last update."
+            );
+            describe_gauge!(
+                "tapfinger_coordinator_published_jct",
+                "Validation average JCT of the published policy (slots)."
+            );
+            describe_gauge!(
+                "tapfinger_coordinator_candidates_refused",
+                "Candidates the evaluation gate refused."
+            );
+            describe_gauge!(
+                "tapfinger_coordinator_inbox_batches",
+                "Experience batches waiting for an update."
+            );
+            describe_counter!(
+                "tapfinger_coordinator_decisions_received",
+                "Decisions received per agent."
+            );
+        });
+        Self(r)
+    }
+
+    /// The Prometheus text for the state `s`.
+    pub fn render(&self, s: &Shared) -> String {
+        use metrics::{counter, gauge};
+        self.0.with(|| {
+            gauge!("tapfinger_coordinator_policy_version").set(s.state.version as f64);
+            gauge!("tapfinger_coordinator_updates").set(s.state.updates as f64);
+            gauge!("tapfinger_coordinator_critic_loss").set(s.state.critic_loss);
+            gauge!("tapfinger_coordinator_critic_rounds_assembled")
+                .set(s.state.rounds_assembled as f64);
+            gauge!("tapfinger_coordinator_critic_reports_per_round").set(s.state.reports_per_round);
+            gauge!("tapfinger_coordinator_published_jct").set(s.state.published_jct);
+            gauge!("tapfinger_coordinator_candidates_refused").set(s.state.refused as f64);
+            gauge!("tapfinger_coordinator_inbox_batches").set(s.inbox_batches as f64);
+            for (node, n) in &s.state.received {
+                counter!("tapfinger_coordinator_decisions_received", "node" => node.to_string())
+                    .absolute(*n);
+            }
+        });
+        self.0.render()
+    }
 }
 
 /// Serve the HTTP API on `addr` until the process ends.
 pub async fn api(addr: &str, shared: Arc<Mutex<Shared>>) -> anyhow::Result<()> {
     use axum::routing::get;
     let s1 = shared.clone();
+    let registry = Arc::new(Metrics::new());
     let app = axum::Router::new()
         .route(
             "/v1/status",
@@ -338,7 +356,8 @@ pub async fn api(addr: &str, shared: Arc<Mutex<Shared>>) -> anyhow::Result<()> {
             "/metrics",
             get(move || {
                 let s = shared.lock().map(|s| s.clone()).unwrap_or_default();
-                async move { metrics(&s) }
+                let text = registry.render(&s);
+                async move { text }
             }),
         );
     let listener = tokio::net::TcpListener::bind(addr)
@@ -346,4 +365,24 @@ pub async fn api(addr: &str, shared: Arc<Mutex<Shared>>) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("api: cannot bind {addr}: {e}"))?;
     axum::serve(listener, app).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod metrics_tests {
+    use super::*;
+
+    #[test]
+    fn the_state_renders_as_prometheus_metrics() {
+        let mut s = Shared::default();
+        s.state.version = 3;
+        s.state.received.insert(7, 120);
+        let text = Metrics::new().render(&s);
+        for line in [
+            "# TYPE tapfinger_coordinator_policy_version gauge",
+            "tapfinger_coordinator_policy_version 3",
+            "tapfinger_coordinator_decisions_received{node=\"7\"} 120",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from\n{text}");
+        }
+    }
 }

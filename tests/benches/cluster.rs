@@ -100,6 +100,10 @@ async fn run(a: Args) {
     .await;
     let joined = t0.elapsed();
     let before: Vec<NodeStats> = statuses(&all).into_iter().map(|s| s.stats).collect();
+    let before_latency: Vec<Histogram> = all
+        .iter()
+        .map(|a| Histogram::parse(&a.metrics.render()))
+        .collect();
     let t1 = Instant::now();
     let mut ids = BTreeSet::new();
     for i in 0..a.tasks {
@@ -132,6 +136,12 @@ async fn run(a: Args) {
     let unique: BTreeSet<_> = f.iter().copied().collect();
     let duplicates = f.len() - unique.len();
     let lost = ids.difference(&unique).count();
+    // Round latency from every agent's /metrics histogram, less what it held after joining.
+    let mut latency = Histogram::default();
+    for (agent, b) in all.iter().zip(&before_latency) {
+        latency.add(&Histogram::parse(&agent.metrics.render()), 1.0);
+        latency.add(b, -1.0);
+    }
     // Only the scheduling phase: subtract what the agents counted while joining.
     let mut cluster = NodeStats::default();
     for (st, b) in after.iter().zip(&before) {
@@ -145,10 +155,6 @@ async fn run(a: Args) {
         for (k, v) in &b.sent {
             *d.sent.get_mut(k).expect("counters only grow") -= v;
         }
-        for (x, y) in d.latency_buckets.iter_mut().zip(&b.latency_buckets) {
-            *x -= y;
-        }
-        d.latency_sum_ms -= b.latency_sum_ms;
         cluster.merge(&d);
     }
     // Every agent decides every round, so cluster rounds are the per-agent mean.
@@ -175,9 +181,9 @@ async fn run(a: Args) {
     );
     println!(
         "  round latency p50 {:.1} ms, p99 {:.1} ms, mean {:.1} ms (proposal to decision, per agent)",
-        cluster.latency_quantile(0.5).unwrap_or(f64::NAN),
-        cluster.latency_quantile(0.99).unwrap_or(f64::NAN),
-        cluster.latency_sum_ms as f64 / cluster.latency_buckets.iter().sum::<u64>().max(1) as f64
+        latency.quantile(0.5),
+        latency.quantile(0.99),
+        latency.sum / latency.count.max(1) as f64
     );
     println!(
         "  messages per round: {:.1} broadcast in all ({:.1} protocol = claims and passes), {:.1} received in all",
@@ -233,5 +239,74 @@ fn report_stall(s: &[Status], ids: &BTreeSet<TaskId>) {
             })
             .collect();
         eprintln!("  task {id:?}: {}", states.join(" "));
+    }
+}
+
+/// The round-latency histogram as an agent's `/metrics` renders it (cumulative buckets).
+#[derive(Default)]
+struct Histogram {
+    /// (upper bound, cumulative count), by bound; the last is +Inf.
+    buckets: Vec<(f64, f64)>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn parse(text: &str) -> Self {
+        let mut h = Histogram::default();
+        let name = tapfinger_agent::metrics::ROUND_LATENCY;
+        for line in text.lines() {
+            let Some((key, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let v: f64 = value.parse().unwrap_or(0.0);
+            if let Some(rest) = key.strip_prefix(&format!("{name}_bucket{{le=\"")) {
+                let le = rest.trim_end_matches("\"}");
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().unwrap_or(f64::NAN)
+                };
+                h.buckets.push((le, v));
+            } else if key == format!("{name}_sum") {
+                h.sum = v;
+            } else if key == format!("{name}_count") {
+                h.count = v as u64;
+            }
+        }
+        h.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        h
+    }
+
+    fn add(&mut self, o: &Histogram, sign: f64) {
+        for (le, c) in &o.buckets {
+            match self.buckets.iter_mut().find(|(l, _)| l == le) {
+                Some((_, x)) => *x += sign * c,
+                None => self.buckets.push((*le, sign * c)),
+            }
+        }
+        self.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        self.sum += sign * o.sum;
+        self.count = (self.count as f64 + sign * o.count as f64).max(0.0) as u64;
+    }
+
+    /// The `q`-quantile, interpolated inside its bucket as Prometheus' `histogram_quantile`
+    /// does (the +Inf bucket reports its lower bound).
+    fn quantile(&self, q: f64) -> f64 {
+        let Some(&(_, total)) = self.buckets.last() else {
+            return f64::NAN;
+        };
+        let rank = q * total;
+        let mut prev = (0.0, 0.0);
+        for &(le, c) in &self.buckets {
+            if c >= rank && c > prev.1 {
+                if le.is_infinite() {
+                    return prev.0;
+                }
+                return prev.0 + (le - prev.0) * (rank - prev.1) / (c - prev.1);
+            }
+            prev = (le, c);
+        }
+        f64::NAN
     }
 }

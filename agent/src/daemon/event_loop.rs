@@ -44,6 +44,7 @@ struct Daemon {
     /// Replies to API commands wait until the status they imply is published, so a caller that
     /// reads the status right after the reply sees its own change (a cancelled task is done).
     replies: Vec<Box<dyn FnOnce() + Send>>,
+    metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
 }
 
 /// Run the loop until a source closes or the agent is shut down.
@@ -51,6 +52,7 @@ pub(super) async fn run(
     mut p: Parts,
     mut commands: mpsc::Receiver<Command>,
     status: watch::Sender<Status>,
+    metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
 ) {
     let me = p.core.id();
     // Replay the journal before deciding anything: adopt what still runs, announce what is
@@ -78,6 +80,7 @@ pub(super) async fn run(
         last_sweep: None,
         had_quorum: None,
         replies: Vec::new(),
+        metrics,
     };
     let mut ticker = tokio::time::interval(Duration::from_millis(10));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -392,8 +395,9 @@ impl Daemon {
     /// Publish the status (if it changed), then answer the commands of this step.
     fn publish(&mut self, status: &watch::Sender<Status>) {
         let core = &self.p.core;
+        let me = self.me;
         let snapshot = Status {
-            id: Some(self.me),
+            id: Some(me),
             peers: core.peers().collect(),
             peer_table: core.peer_table(),
             used: Some(core.used()),
@@ -408,6 +412,8 @@ impl Daemon {
             stats: core.stats().clone(),
             policy: self.p.online.as_ref().map(|o| o.status().clone()),
         };
+        let latencies = self.p.core.take_latencies();
+        self.metrics.update(&snapshot, &latencies);
         status.send_if_modified(|s| {
             if *s == snapshot {
                 false

@@ -82,6 +82,8 @@ pub struct Agent {
     pub commands: mpsc::Sender<Command>,
     /// Status snapshots.
     pub status: watch::Receiver<Status>,
+    /// Its metrics, kept current by the loop (the API renders them).
+    pub metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -157,10 +159,12 @@ pub struct Files {
 pub fn spawn(parts: Parts) -> Agent {
     let (cmd_tx, cmd_rx) = mpsc::channel(64);
     let (status_tx, status_rx) = watch::channel(Status::default());
-    let task = tokio::spawn(event_loop::run(parts, cmd_rx, status_tx));
+    let metrics = std::sync::Arc::new(crate::metrics::AgentMetrics::new());
+    let task = tokio::spawn(event_loop::run(parts, cmd_rx, status_tx, metrics.clone()));
     Agent {
         commands: cmd_tx,
         status: status_rx,
+        metrics,
         task,
     }
 }

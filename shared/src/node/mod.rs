@@ -34,7 +34,7 @@ pub mod messages;
 mod rounds;
 mod stats;
 mod view;
-pub use stats::{LATENCY_BUCKETS_MS, NodeStats};
+pub use stats::NodeStats;
 
 /// Settings of one node.
 #[derive(Debug, Clone, PartialEq)]
@@ -174,7 +174,12 @@ pub struct NodeCore {
     first_lease_tick: bool,
     /// The latest outcomes of tasks run here, repeated in heartbeats.
     recent: std::collections::VecDeque<Outcome>,
+    /// Round latencies (ms) not yet taken by the driver; the oldest go beyond [`MAX_LATENCIES`].
+    latencies: std::collections::VecDeque<u64>,
 }
+
+/// Round-latency samples kept for a driver that does not take them.
+pub const MAX_LATENCIES: usize = 4096;
 
 impl std::fmt::Debug for NodeCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -226,6 +231,7 @@ impl NodeCore {
             lease_lost: false,
             first_lease_tick: true,
             recent: std::collections::VecDeque::new(),
+            latencies: std::collections::VecDeque::new(),
             cfg,
         }
     }
@@ -264,6 +270,12 @@ impl NodeCore {
     /// Negotiation counters.
     pub fn stats(&self) -> &NodeStats {
         &self.stats
+    }
+
+    /// Round latencies (ms, from this node's proposal to the round's decision here) since the
+    /// last call, oldest first.
+    pub fn take_latencies(&mut self) -> Vec<u64> {
+        self.latencies.drain(..).collect()
     }
 
     /// This node's id.

@@ -109,7 +109,10 @@ impl NodeCore {
             .filter(|(a, _)| *a == self.cfg.me)
             .count() as u64;
         if let Some(t) = self.proposed_at.take() {
-            self.stats.observe_latency(now.saturating_sub(t));
+            if self.latencies.len() >= super::MAX_LATENCIES {
+                self.latencies.pop_front();
+            }
+            self.latencies.push_back(now.saturating_sub(t));
         }
         // A round decided at its deadline without some members' proposals may have been decided
         // otherwise by a member that missed ours (rounds out of step after a partition heals, or

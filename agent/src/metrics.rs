@@ -1,0 +1,235 @@
+//! Metrics in the Prometheus text format through the `metrics` facade and its Prometheus
+//! exporter: one registry per agent (never the process-global recorder, since tests and the
+//! cluster bench run many agents in one process), real histograms, rendered for `/metrics`.
+//!
+//! [`Registry`] is the registry; [`AgentMetrics`] is what an agent publishes, updated by its
+//! event loop after every step from the status it publishes anyway.
+
+use crate::daemon::Status;
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
+use tapfinger::node::TaskState;
+
+/// A registry of its own, rendered on demand.
+#[derive(Debug)]
+pub struct Registry {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+}
+
+impl Registry {
+    /// A registry whose histograms `(name, bucket upper bounds)` render as Prometheus histograms.
+    pub fn new(histograms: &[(&str, &[f64])]) -> Self {
+        let mut b = PrometheusBuilder::new();
+        // The exporter refuses only an empty bucket list (that metric then renders as a summary).
+        for (name, buckets) in histograms.iter().filter(|(_, b)| !b.is_empty()) {
+            b = match b.set_buckets_for_metric(Matcher::Full((*name).to_string()), buckets) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(metric = name, error = %e, "histogram buckets refused");
+                    PrometheusBuilder::new()
+                }
+            };
+        }
+        let recorder = b.build_recorder();
+        let handle = recorder.handle();
+        Self { recorder, handle }
+    }
+
+    /// Record into this registry: the `metrics` macros inside `f` go here.
+    pub fn with<R>(&self, f: impl FnOnce() -> R) -> R {
+        metrics::with_local_recorder(&self.recorder, f)
+    }
+
+    /// The Prometheus text.
+    pub fn render(&self) -> String {
+        self.handle.render()
+    }
+}
+
+/// Upper bounds (ms) of the round-latency histogram's buckets.
+pub const ROUND_LATENCY_BUCKETS_MS: [f64; 20] = [
+    1.0, 2.0, 3.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0, 70.0, 100.0, 150.0, 200.0, 300.0, 500.0,
+    700.0, 1000.0, 2000.0, 5000.0,
+];
+
+/// Name of the round-latency histogram.
+pub const ROUND_LATENCY: &str = "tapfinger_round_latency_ms";
+
+/// What an agent publishes.
+#[derive(Debug)]
+pub struct AgentMetrics {
+    registry: Registry,
+}
+
+impl Default for AgentMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AgentMetrics {
+    /// A fresh registry with every metric described.
+    pub fn new() -> Self {
+        let registry = Registry::new(&[(ROUND_LATENCY, &ROUND_LATENCY_BUCKETS_MS)]);
+        registry.with(|| {
+            describe_gauge!("tapfinger_tasks", "Tasks this agent knows, by state.");
+            describe_gauge!(
+                "tapfinger_allocated_units",
+                "Units allocated on this node, by resource kind index."
+            );
+            describe_gauge!(
+                "tapfinger_capacity_units",
+                "Units this node offers, by resource kind index."
+            );
+            describe_gauge!("tapfinger_peers", "Live peers.");
+            describe_counter!(
+                "tapfinger_dropped_messages_total",
+                "Malformed or spoofed messages dropped."
+            );
+            describe_counter!(
+                "tapfinger_finished_here_total",
+                "Tasks run to completion on this node."
+            );
+            describe_counter!("tapfinger_rounds_total", "Negotiation rounds decided.");
+            describe_counter!("tapfinger_claims_total", "Claims this agent made.");
+            describe_counter!(
+                "tapfinger_claims_lost_total",
+                "Claims of this agent that lost a conflict."
+            );
+            describe_counter!(
+                "tapfinger_conflicts_total",
+                "Tasks claimed by more than one agent in a round."
+            );
+            describe_counter!(
+                "tapfinger_missing_proposals_total",
+                "Peers whose proposal missed a round deadline."
+            );
+            describe_counter!(
+                "tapfinger_messages_received_total",
+                "Messages received from peers."
+            );
+            describe_counter!(
+                "tapfinger_messages_sent_total",
+                "Messages this agent broadcast, by kind."
+            );
+            describe_histogram!(
+                ROUND_LATENCY,
+                metrics::Unit::Milliseconds,
+                "From this agent's proposal to the round's decision."
+            );
+            describe_gauge!(
+                "tapfinger_policy_version",
+                "Policy version in use (0: the start model)."
+            );
+            describe_gauge!(
+                "tapfinger_policy_refused",
+                "Policy announcements or checkpoints refused."
+            );
+            describe_gauge!(
+                "tapfinger_experience_batches_shipped",
+                "Experience batches acknowledged by the coordinator."
+            );
+            describe_gauge!(
+                "tapfinger_experience_batches_waiting",
+                "Experience batches waiting on disk."
+            );
+            describe_gauge!(
+                "tapfinger_experience_batches_dropped",
+                "Experience batches dropped because the spool was full."
+            );
+        });
+        Self { registry }
+    }
+
+    /// After a step: the status as published, and the round latencies observed since the last
+    /// step (ms).
+    pub fn update(&self, st: &Status, latencies: &[u64]) {
+        self.registry.with(|| {
+            let (mut pending, mut running, mut done) = (0u32, 0u32, 0u32);
+            for t in st.tasks.values() {
+                match t {
+                    TaskState::Pending => pending += 1,
+                    TaskState::Running { .. } => running += 1,
+                    TaskState::Done { .. } => done += 1,
+                }
+            }
+            for (state, n) in [("pending", pending), ("running", running), ("done", done)] {
+                gauge!("tapfinger_tasks", "state" => state).set(n);
+            }
+            if let (Some(used), Some(cap)) = (&st.used, &st.capacity) {
+                for k in 0..cap.len() {
+                    let kind = k.to_string();
+                    gauge!("tapfinger_allocated_units", "kind" => kind.clone()).set(used.get(k));
+                    gauge!("tapfinger_capacity_units", "kind" => kind).set(cap.get(k));
+                }
+            }
+            gauge!("tapfinger_peers").set(st.peers.len() as f64);
+            counter!("tapfinger_dropped_messages_total").absolute(st.dropped);
+            counter!("tapfinger_finished_here_total").absolute(st.finished_here.len() as u64);
+            let n = &st.stats;
+            counter!("tapfinger_rounds_total").absolute(n.rounds);
+            counter!("tapfinger_claims_total").absolute(n.claims);
+            counter!("tapfinger_claims_lost_total").absolute(n.claims_lost);
+            counter!("tapfinger_conflicts_total").absolute(n.conflicts);
+            counter!("tapfinger_missing_proposals_total").absolute(n.missing);
+            counter!("tapfinger_messages_received_total").absolute(n.received);
+            for (kind, v) in &n.sent {
+                counter!("tapfinger_messages_sent_total", "kind" => kind.clone()).absolute(*v);
+            }
+            let h = histogram!(ROUND_LATENCY);
+            for ms in latencies {
+                h.record(*ms as f64);
+            }
+            if let Some(p) = &st.policy {
+                gauge!("tapfinger_policy_version").set(p.version as f64);
+                gauge!("tapfinger_policy_refused").set(p.refused as f64);
+                gauge!("tapfinger_experience_batches_shipped").set(p.batches_shipped as f64);
+                gauge!("tapfinger_experience_batches_waiting").set(p.batches_waiting as f64);
+                gauge!("tapfinger_experience_batches_dropped").set(p.batches_dropped as f64);
+            }
+        });
+    }
+
+    /// The Prometheus text.
+    pub fn render(&self) -> String {
+        self.registry.render()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tapfinger::{NodeId, Resources, TaskId};
+
+    #[test]
+    fn the_status_and_latencies_render_as_prometheus_metrics() {
+        let m = AgentMetrics::new();
+        let mut st = Status {
+            used: Some(Resources(vec![2, 1, 4])),
+            capacity: Some(Resources(vec![8, 2, 16])),
+            peers: vec![NodeId(2), NodeId(3)],
+            ..Status::default()
+        };
+        st.tasks.insert(TaskId(1), TaskState::Pending);
+        st.stats.rounds = 7;
+        m.update(&st, &[3, 40]);
+        m.update(&st, &[4000]);
+        let text = m.render();
+        for line in [
+            "tapfinger_tasks{state=\"pending\"} 1",
+            "tapfinger_allocated_units{kind=\"2\"} 4",
+            "tapfinger_peers 2",
+            "tapfinger_rounds_total 7",
+            "tapfinger_round_latency_ms_bucket{le=\"3\"} 1",
+            "tapfinger_round_latency_ms_bucket{le=\"50\"} 2",
+            "tapfinger_round_latency_ms_bucket{le=\"+Inf\"} 3",
+            "tapfinger_round_latency_ms_count 3",
+            "# TYPE tapfinger_round_latency_ms histogram",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from\n{text}");
+        }
+    }
+}
