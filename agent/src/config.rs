@@ -7,6 +7,7 @@
 //! because an operator who writes `gpu = 2` on a box with one GPU has made a mistake worth hearing.
 
 use crate::discovery::Discovered;
+use libp2p::{Multiaddr, PeerId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -48,15 +49,15 @@ pub struct AgentConfig {
     /// Where the agent keeps its store, identity key and task logs.
     pub data_dir: PathBuf,
     /// libp2p listen addresses.
-    pub listen: Vec<String>,
+    pub listen: Vec<Multiaddr>,
     /// Peers to dial at start (multiaddrs ending in `/p2p/<peer id>`).
-    pub bootstrap: Vec<String>,
+    pub bootstrap: Vec<Multiaddr>,
     /// Find peers on the LAN with mDNS.
     pub mdns: bool,
     /// Private-network key file (`swarm.key` format): peers without it cannot connect.
     pub cluster_key_file: Option<PathBuf>,
     /// If not empty, only these peer ids may talk to this agent.
-    pub allow_peers: Vec<String>,
+    pub allow_peers: Vec<PeerId>,
     /// Address of the local HTTP API.
     pub api: String,
     /// Bearer-token file for the API (required when `api` is not a loopback address).
@@ -105,7 +106,7 @@ pub struct AgentConfig {
 pub struct CoordinatorLink {
     /// The coordinator's peer id: the only signer whose weights are accepted. Unset: no
     /// coordinator, the agent keeps its model.
-    pub peer: Option<String>,
+    pub peer: Option<PeerId>,
     /// Learning mode: record decisions (sampled, not greedy) and ship them to the coordinator.
     pub learning: bool,
     /// Most experience batches kept on disk while the coordinator is away (oldest dropped).
@@ -139,7 +140,13 @@ impl Default for AgentConfig {
             name: hostname(),
             cluster: "default".into(),
             data_dir: PathBuf::from("/var/lib/tapfinger"),
-            listen: vec!["/ip4/0.0.0.0/tcp/7600".into()],
+            listen: vec![
+                Multiaddr::empty()
+                    .with(libp2p::multiaddr::Protocol::Ip4(
+                        std::net::Ipv4Addr::UNSPECIFIED,
+                    ))
+                    .with(libp2p::multiaddr::Protocol::Tcp(7600)),
+            ],
             bootstrap: Vec::new(),
             mdns: false,
             cluster_key_file: None,
@@ -196,6 +203,30 @@ pub struct Offer {
     pub memory_bytes: u64,
 }
 
+/// The dotted key of the `key = value` line at byte `at` of a TOML text (with its `[table]`), so
+/// that a value of the wrong type or form (an address that is not a multiaddr) names its key.
+fn key_at(text: &str, at: usize) -> Option<String> {
+    let before = text.get(..at)?;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let key = text[line_start..].split('=').next()?.trim();
+    let bare = |k: &str| {
+        !k.is_empty()
+            && k.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+    };
+    if !bare(key) {
+        return None;
+    }
+    let table = before[..line_start].lines().rev().find_map(|l| {
+        let l = l.trim();
+        l.strip_prefix('[')?.strip_suffix(']').map(str::trim)
+    });
+    Some(match table {
+        Some(t) if bare(t) => format!("{t}.{key}"),
+        _ => key.to_string(),
+    })
+}
+
 impl AgentConfig {
     /// Parse `agent.toml`.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
@@ -205,8 +236,9 @@ impl AgentConfig {
                 .split('`')
                 .nth(1)
                 .filter(|_| m.starts_with("unknown field") || m.starts_with("missing field"))
-                .unwrap_or("config")
-                .to_string();
+                .map(str::to_string)
+                .or_else(|| key_at(text, e.span()?.start))
+                .unwrap_or_else(|| "config".to_string());
             err(&field, e.to_string().trim().to_string())
         })?;
         cfg.validate()?;
@@ -260,30 +292,6 @@ impl AgentConfig {
         }
         if self.cluster.trim().is_empty() {
             return Err(err("cluster", "must not be empty"));
-        }
-        for (i, a) in self.listen.iter().enumerate() {
-            a.parse::<libp2p::Multiaddr>().map_err(|e| {
-                err(
-                    &format!("listen[{i}]"),
-                    format!("{a:?} is not a multiaddr ({e})"),
-                )
-            })?;
-        }
-        for (i, a) in self.bootstrap.iter().enumerate() {
-            a.parse::<libp2p::Multiaddr>().map_err(|e| {
-                err(
-                    &format!("bootstrap[{i}]"),
-                    format!("{a:?} is not a multiaddr ({e})"),
-                )
-            })?;
-        }
-        for (i, p) in self.allow_peers.iter().enumerate() {
-            p.parse::<libp2p::PeerId>().map_err(|e| {
-                err(
-                    &format!("allow_peers[{i}]"),
-                    format!("{p:?} is not a peer id ({e})"),
-                )
-            })?;
         }
         let api: std::net::SocketAddr = self.api.parse().map_err(|e| {
             err(
@@ -443,7 +451,10 @@ mod tests {
         assert_eq!(c.labels.get("site").map(String::as_str), Some("a"));
         assert_eq!(c.labels.get("gpu").map(String::as_str), Some("jetson"));
         assert_eq!(c.name, "box-7");
-        assert_eq!(c.bootstrap, vec!["/ip4/127.0.0.1/tcp/1".to_string()]);
+        assert_eq!(
+            c.bootstrap,
+            vec!["/ip4/127.0.0.1/tcp/1".parse::<Multiaddr>().unwrap()]
+        );
         assert!(c.mdns);
         assert_eq!(c.policy, "tapfinger", "the learned policy is the default");
         let e = AgentConfig::from_toml_with("", &set(&["slot_mss=1"])).unwrap_err();
@@ -461,9 +472,10 @@ mod tests {
     fn errors_name_the_field() {
         let cases = [
             ("reserv = { cpu = 1 }", "reserv"),
-            ("listen = [\"not an address\"]", "listen[0]"),
-            ("bootstrap = [\"/ip4/1.2.3.4/tcp/x\"]", "bootstrap[0]"),
-            ("allow_peers = [\"nope\"]", "allow_peers[0]"),
+            ("listen = [\"not an address\"]", "listen"),
+            ("bootstrap = [\"/ip4/1.2.3.4/tcp/x\"]", "bootstrap"),
+            ("allow_peers = [\"nope\"]", "allow_peers"),
+            ("[coordinator]\npeer = \"nope\"", "coordinator.peer"),
             ("api = \"0.0.0.0:7601\"", "api_token_file"),
             ("api = \"localhost\"", "api"),
             ("round_ms = 0", "round_ms"),

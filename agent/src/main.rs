@@ -31,10 +31,10 @@ enum Cmd {
         name: Option<String>,
         /// Overrides `listen` (repeatable).
         #[arg(long)]
-        listen: Vec<String>,
+        listen: Vec<libp2p::Multiaddr>,
         /// Overrides `bootstrap` (repeatable).
         #[arg(long)]
-        bootstrap: Vec<String>,
+        bootstrap: Vec<libp2p::Multiaddr>,
         /// Overrides `api`.
         #[arg(long)]
         api: Option<String>,

@@ -102,30 +102,13 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let allow = if cfg.allow_peers.is_empty() {
-        None
-    } else {
-        Some(
-            cfg.allow_peers
-                .iter()
-                .map(|p| p.parse())
-                .collect::<Result<BTreeSet<_>, _>>()
-                .context("allow_peers")?,
-        )
-    };
+    let allow = (!cfg.allow_peers.is_empty())
+        .then(|| cfg.allow_peers.iter().copied().collect::<BTreeSet<_>>());
     let net = Network::start(NetConfig {
         keypair,
         cluster: cfg.cluster.clone(),
-        listen: cfg
-            .listen
-            .iter()
-            .map(|a| a.parse())
-            .collect::<Result<_, _>>()?,
-        bootstrap: cfg
-            .bootstrap
-            .iter()
-            .map(|a| a.parse())
-            .collect::<Result<_, _>>()?,
+        listen: cfg.listen.clone(),
+        bootstrap: cfg.bootstrap.clone(),
         psk,
         allow,
         mdns: cfg.mdns,
@@ -183,9 +166,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             );
             Some(crate::online::Online::open(
                 crate::online::OnlineConfig {
-                    coordinator: peer
-                        .parse()
-                        .map_err(|e| anyhow::anyhow!("coordinator.peer: not a peer id: {e}"))?,
+                    coordinator: *peer,
                     learning: cfg.coordinator.learning,
                     dir: cfg.data_dir.join("online"),
                     spool_max: cfg.coordinator.spool_max_batches,

@@ -12,9 +12,9 @@ pub struct CoordinatorConfig {
     /// Identity key, trainer checkpoint, published versions, received experience.
     pub data_dir: PathBuf,
     /// libp2p listen addresses.
-    pub listen: Vec<String>,
+    pub listen: Vec<libp2p::Multiaddr>,
     /// Agents to dial at start.
-    pub bootstrap: Vec<String>,
+    pub bootstrap: Vec<libp2p::Multiaddr>,
     /// The cluster's private-network key file (the agents' `cluster_key_file`).
     pub cluster_key_file: Option<PathBuf>,
     /// Local HTTP API (status, metrics).
@@ -51,7 +51,13 @@ impl Default for CoordinatorConfig {
         Self {
             cluster: "default".into(),
             data_dir: PathBuf::from("/var/lib/tapfinger-coordinator"),
-            listen: vec!["/ip4/0.0.0.0/tcp/7700".into()],
+            listen: vec![
+                libp2p::Multiaddr::empty()
+                    .with(libp2p::multiaddr::Protocol::Ip4(
+                        std::net::Ipv4Addr::UNSPECIFIED,
+                    ))
+                    .with(libp2p::multiaddr::Protocol::Tcp(7700)),
+            ],
             bootstrap: Vec::new(),
             cluster_key_file: None,
             api: "127.0.0.1:7701".into(),

@@ -225,16 +225,8 @@ pub async fn start_network(cfg: &CoordinatorConfig) -> anyhow::Result<(Keypair, 
     let net = Network::start(NetConfig {
         keypair: key.clone(),
         cluster: cfg.cluster.clone(),
-        listen: cfg
-            .listen
-            .iter()
-            .map(|a| a.parse())
-            .collect::<Result<_, _>>()?,
-        bootstrap: cfg
-            .bootstrap
-            .iter()
-            .map(|a| a.parse())
-            .collect::<Result<_, _>>()?,
+        listen: cfg.listen.clone(),
+        bootstrap: cfg.bootstrap.clone(),
         psk,
         allow: None,
         mdns: false,

@@ -410,6 +410,12 @@ impl Protocol {
         // A member that has proposed in a later round has decided this one and moved on (rounds
         // only go forward), so it will never propose here: waiting for it until the deadline
         // would only make every later round wait too. It counts as a pass.
+        // The common case, answered without a pass over the members (this runs once per message,
+        // so a pass would make a round quadratic in the members): proposals come only from
+        // members, so fewer proposals than members and nobody ahead means someone is missing.
+        if !deadline_passed && self.future.is_empty() && self.proposals.len() < self.members.len() {
+            return Vec::new();
+        }
         let moved_on = |m: &NodeId| self.future.values().any(|ps| ps.contains_key(m));
         let missing: Vec<NodeId> = self
             .members

@@ -455,19 +455,24 @@ impl<'a> Episode<'a> {
         Ok(outcome)
     }
 
-    /// Elastic policies re-allocate the tasks running on their node.
+    /// Elastic policies re-allocate the tasks running on their node. A re-allocation reads and
+    /// changes only its own node, so every node re-allocates from one view of the cluster
+    /// (rebuilding it for each node would make a slot cost quadratic in the node count).
     fn rebalance(
         &mut self,
         slot: u64,
         steps: u32,
         observe: &mut dyn Observer,
     ) -> Result<(), SimError> {
-        for i in 0..self.ids.len() {
+        let busy: Vec<usize> = (0..self.ids.len())
+            .filter(|&i| self.elastic[i] && self.ledger.running_on(self.ids[i]).next().is_some())
+            .collect();
+        if busy.is_empty() {
+            return Ok(());
+        }
+        let view = self.view(slot, steps);
+        for i in busy {
             let node = self.ids[i];
-            if !self.elastic[i] || self.ledger.running_on(node).next().is_none() {
-                continue;
-            }
-            let view = self.view(slot, steps);
             let Some(v) = view.for_agent(node) else {
                 continue;
             };
