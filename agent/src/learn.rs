@@ -146,6 +146,11 @@ pub enum Refusal {
     },
 }
 
+/// The key could not sign (a key type that cannot sign).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot sign the checkpoint: {0}")]
+pub struct SignError(#[from] libp2p::identity::SigningError);
+
 impl Announcement {
     /// What the signature covers: a domain tag (published version or trial), the version and
     /// the hash.
@@ -161,20 +166,18 @@ impl Announcement {
     }
 
     /// Sign `checkpoint` as published version `checkpoint.version` with `key`.
-    pub fn sign(key: &Keypair, checkpoint: &Checkpoint) -> Result<Self, String> {
+    pub fn sign(key: &Keypair, checkpoint: &Checkpoint) -> Result<Self, SignError> {
         Self::sign_as(key, checkpoint, false)
     }
 
     /// Sign `checkpoint` as a trial (update number `checkpoint.version`) with `key`.
-    pub fn sign_trial(key: &Keypair, checkpoint: &Checkpoint) -> Result<Self, String> {
+    pub fn sign_trial(key: &Keypair, checkpoint: &Checkpoint) -> Result<Self, SignError> {
         Self::sign_as(key, checkpoint, true)
     }
 
-    fn sign_as(key: &Keypair, checkpoint: &Checkpoint, trial: bool) -> Result<Self, String> {
+    fn sign_as(key: &Keypair, checkpoint: &Checkpoint, trial: bool) -> Result<Self, SignError> {
         let hash = checkpoint.hash();
-        let signature = key
-            .sign(&Self::signed_bytes(checkpoint.version, &hash, trial))
-            .map_err(|e| e.to_string())?;
+        let signature = key.sign(&Self::signed_bytes(checkpoint.version, &hash, trial))?;
         Ok(Self {
             version: checkpoint.version,
             hash,

@@ -598,8 +598,14 @@ async fn run(
 
 /// Read a pre-shared key file in the go-libp2p / IPFS `swarm.key` format
 /// (`/key/swarm/psk/1.0.0/`, `/base16/`, 64 hex digits).
-pub fn parse_psk(text: &str) -> Result<PreSharedKey, String> {
-    text.parse::<PreSharedKey>().map_err(|e| {
-        format!("not a swarm key ({e}); expected the lines /key/swarm/psk/1.0.0/, /base16/ and 64 hex digits")
-    })
+pub fn parse_psk(text: &str) -> Result<PreSharedKey, PskError> {
+    text.parse::<PreSharedKey>()
+        .map_err(|e| PskError(e.to_string()))
 }
+
+/// A cluster key file that is not a swarm key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "not a swarm key ({0}); expected the lines /key/swarm/psk/1.0.0/, /base16/ and 64 hex digits"
+)]
+pub struct PskError(String);

@@ -51,24 +51,25 @@ pub trait Policy: Send {
 /// Check a policy's decision against the view it was made on and turn it into the protocol's
 /// proposal (the claim carries the node's headroom for the Bayes prior). Shared by every driver
 /// (simulator and agent) so that both refuse the same decisions.
-pub fn to_proposal(d: &Decision, v: &View<'_>) -> Result<crate::protocol::Proposal, String> {
+pub fn to_proposal(d: &Decision, v: &View<'_>) -> Result<crate::protocol::Proposal, DecisionError> {
     use crate::protocol::{Claim, Proposal};
     match d {
         Decision::Pass => Ok(Proposal::Pass),
         Decision::Claim { task, alloc, prob } => {
             let Some(t) = v.window().find(|t| t.id == *task) else {
-                return Err(format!("claimed {task}, which is not in its window"));
+                return Err(DecisionError::NotInWindow(*task));
             };
             let free = &v.node().free;
             if !t.allows(alloc, free) {
-                return Err(format!(
-                    "allocation {alloc} for {task} is outside [min {}, cap {}]",
-                    t.min_demand,
-                    t.cap(free)
-                ));
+                return Err(DecisionError::OutOfBounds {
+                    task: *task,
+                    alloc: alloc.clone(),
+                    min: t.min_demand.clone(),
+                    cap: t.cap(free),
+                });
             }
             if !(prob.is_finite() && (0.0..=1.0).contains(prob)) {
-                return Err(format!("selection probability {prob} outside [0, 1]"));
+                return Err(DecisionError::Probability(*prob));
             }
             Ok(Proposal::Claim(Claim {
                 task: *task,
@@ -78,4 +79,27 @@ pub fn to_proposal(d: &Decision, v: &View<'_>) -> Result<crate::protocol::Propos
             }))
         }
     }
+}
+
+/// A decision the rules forbid (a bug in the policy that made it).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DecisionError {
+    /// A claim on a task outside the agent's window.
+    #[error("claimed {0}, which is not in its window")]
+    NotInWindow(crate::task::TaskId),
+    /// An allocation below the task's minimum or above its cap.
+    #[error("allocation {alloc} for {task} is outside [min {min}, cap {cap}]")]
+    OutOfBounds {
+        /// Task.
+        task: crate::task::TaskId,
+        /// Allocation claimed.
+        alloc: crate::resources::Resources,
+        /// The task's minimum demand.
+        min: crate::resources::Resources,
+        /// Its cap on the node.
+        cap: crate::resources::Resources,
+    },
+    /// A selection probability outside [0, 1].
+    #[error("selection probability {0} outside [0, 1]")]
+    Probability(f64),
 }

@@ -399,7 +399,7 @@ impl<'a> Episode<'a> {
             };
             let decision = self.policies[i].decide(&v, &mut self.rngs[i]);
             let proposal = tapfinger::policy::to_proposal(&decision, &v)
-                .map_err(|reason| self.violation(i, slot, reason))?;
+                .map_err(|e| self.violation(i, slot, e.to_string()))?;
             match (self.protocols.get_mut(i), decided.get_mut(i)) {
                 (Some(p), Some(d)) => {
                     let out = p.propose(proposal, now).map_err(protocol_error)?;

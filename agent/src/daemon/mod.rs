@@ -76,6 +76,17 @@ pub struct Status {
 /// count (`gpus` holds `0..n`); the daemon replaces them with the devices it hands the task.
 pub type ToAllocation = Box<dyn Fn(&Resources) -> Allocation + Send>;
 
+/// Why a submission was not accepted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SubmitError {
+    /// The agent's loop has stopped.
+    #[error("agent stopped")]
+    Stopped,
+    /// The spec was refused (the field is named).
+    #[error(transparent)]
+    Refused(#[from] SpecError),
+}
+
 /// A running agent.
 pub struct Agent {
     /// Command channel.
@@ -89,15 +100,13 @@ pub struct Agent {
 
 impl Agent {
     /// Submit a task and wait for its id.
-    pub async fn submit(&self, spec: TaskSpec) -> Result<TaskId, String> {
+    pub async fn submit(&self, spec: TaskSpec) -> Result<TaskId, SubmitError> {
         let (tx, rx) = oneshot::channel();
         self.commands
             .send(Command::Submit(spec, tx))
             .await
-            .map_err(|_| "agent stopped".to_string())?;
-        rx.await
-            .map_err(|_| "agent stopped".to_string())?
-            .map_err(|e| e.to_string())
+            .map_err(|_| SubmitError::Stopped)?;
+        Ok(rx.await.map_err(|_| SubmitError::Stopped)??)
     }
 
     /// Stop abruptly, as a SIGKILL would: no hand-back, no goodbye.
