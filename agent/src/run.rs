@@ -276,7 +276,9 @@ async fn wait_for_signal() {
     }
 }
 
-/// A minimal HTTP/1.1 client for the CLI subcommands (loopback API; no TLS).
+/// One request to the agent's API for the CLI subcommands (HTTP/1.1 over TCP, no TLS: the API
+/// listens on loopback or behind a token), with hyper's client: any framing the server chooses
+/// (length or chunked) is read. Returns the status code and the body.
 pub async fn http(
     api: &str,
     method: &str,
@@ -284,32 +286,41 @@ pub async fn http(
     body: Option<String>,
     token: Option<&str>,
 ) -> anyhow::Result<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(api).await.with_context(|| {
+    use http_body_util::{BodyExt, Full};
+    let stream = tokio::net::TcpStream::connect(api).await.with_context(|| {
         format!("cannot reach the agent's API at {api} (is `tapfinger-agent run` running?)")
     })?;
-    let body = body.unwrap_or_default();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {api}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{auth}Connection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await?;
-    let mut resp = Vec::new();
-    s.read_to_end(&mut resp).await?;
-    let text = String::from_utf8_lossy(&resp).to_string();
-    let status: u16 = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .context("malformed HTTP response")?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .context("HTTP handshake with the agent's API")?;
+    let conn = tokio::spawn(conn);
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, api)
+        .header(hyper::header::CONTENT_TYPE, "application/json");
+    if let Some(t) = token {
+        req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let req = req
+        .body(Full::new(hyper::body::Bytes::from(
+            body.unwrap_or_default(),
+        )))
+        .context("building the request")?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .context("the agent's API did not answer")?;
+    let status = resp.status().as_u16();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .context("reading the agent's answer")?
+        .to_bytes();
+    conn.abort();
+    Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
 }
 
 /// Parse a task id as printed by `submit`.
@@ -428,5 +439,38 @@ mod table_tests {
         assert!(t.ends_with("1 peer(s)"));
         let n = super::node_lines(&serde_json::json!({"id": 3, "peers": 2})).unwrap();
         assert_eq!(n.lines().count(), 2);
+    }
+}
+
+#[cfg(test)]
+mod client_tests {
+    use super::http;
+
+    /// The CLI's client reads a chunked answer (a streamed body has no Content-Length).
+    #[tokio::test]
+    async fn the_client_reads_chunked_responses() {
+        let chunks = futures::stream::iter(
+            ["{\"a\":", "1,", "\"b\":2}"]
+                .map(|c| Ok::<_, std::io::Error>(axum::body::Bytes::from_static(c.as_bytes()))),
+        );
+        let body = std::sync::Arc::new(std::sync::Mutex::new(Some(axum::body::Body::from_stream(
+            chunks,
+        ))));
+        let app = axum::Router::new().route(
+            "/x",
+            axum::routing::get(move || {
+                let b = body
+                    .lock()
+                    .ok()
+                    .and_then(|mut b| b.take())
+                    .unwrap_or_default();
+                async move { b }
+            }),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move { axum::serve(l, app).await });
+        let (code, text) = http(&addr, "GET", "/x", None, None).await.unwrap();
+        assert_eq!((code, text.as_str()), (200, "{\"a\":1,\"b\":2}"));
     }
 }
