@@ -331,45 +331,48 @@ pub fn task_id(s: &str) -> anyhow::Result<TaskId> {
     ))
 }
 
-/// `GET /v1/tasks` as a table for people (`tapfinger-agent tasks`); None if the body is not the
-/// documented shape, in which case the CLI prints the JSON as is.
+/// `GET /v1/tasks` as a table for people (`tapfinger-agent tasks`); None if the body is not a
+/// [`crate::api::TaskPage`], in which case the CLI prints the JSON as is.
 pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
-    let tasks = body.get("tasks")?.as_array()?;
+    use crate::api::{TaskPage, TaskStatus};
+    let page: TaskPage = serde_json::from_value(body.clone()).ok()?;
     let mut out = format!(
         "{:<22} {:<10} {:<11} {:<14} {:>8}\n",
         "ID", "STATE", "NODE", "ALLOC c,g,m", "PROGRESS"
     );
-    for t in tasks {
-        let field = |k: &str| t.get(k).map_or(String::new(), |v| v.to_string());
-        let alloc = t
-            .get("alloc")
-            .and_then(|a| a.as_array())
-            .map_or(String::new(), |a| {
-                a.iter()
-                    .map(|x| x.to_string())
+    for t in &page.tasks {
+        let (state, node, alloc, progress) = match &t.status {
+            TaskStatus::Pending => ("pending", None, String::new(), String::new()),
+            TaskStatus::Running {
+                node,
+                alloc,
+                progress,
+            } => (
+                "running",
+                Some(*node),
+                alloc
+                    .iter()
+                    .map(u32::to_string)
                     .collect::<Vec<_>>()
-                    .join(",")
-            });
-        let progress = t
-            .get("progress")
-            .and_then(serde_json::Value::as_f64)
-            .map_or(String::new(), |p| format!("{:.0}%", p * 100.0));
+                    .join(","),
+                format!("{:.0}%", progress * 100.0),
+            ),
+            TaskStatus::Succeeded(e) => ("succeeded", Some(e.node), String::new(), String::new()),
+            TaskStatus::Failed(e) => ("failed", Some(e.node), String::new(), String::new()),
+            TaskStatus::Cancelled(e) => ("cancelled", Some(e.node), String::new(), String::new()),
+        };
         out.push_str(&format!(
             "{:<22} {:<10} {:<11} {:<14} {:>8}\n",
-            field("id"),
-            t.get("state").and_then(|s| s.as_str()).unwrap_or("?"),
-            field("node"),
+            t.id,
+            state,
+            node.map_or(String::new(), |n| n.to_string()),
             alloc,
             progress
         ));
     }
-    out.push_str(&format!("{} task(s)", tasks.len()));
-    if let Some(next) = body.get("next_offset").and_then(serde_json::Value::as_u64) {
-        let total = body
-            .get("total")
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(0);
-        out.push_str(&format!(" of {total}; more with --offset {next}"));
+    out.push_str(&format!("{} task(s)", page.tasks.len()));
+    if let Some(next) = page.next_offset {
+        out.push_str(&format!(" of {}; more with --offset {next}", page.total));
     }
     Some(out)
 }
@@ -420,7 +423,7 @@ mod table_tests {
         let v = serde_json::json!({"tasks": [
             {"id": 7, "state": "running", "node": 3, "alloc": [2, 0, 2], "progress": 0.25},
             {"id": 8, "state": "pending"}
-        ]});
+        ], "total": 2, "next_offset": null});
         let t = super::tasks_table(&v).unwrap();
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[0].starts_with("ID"));

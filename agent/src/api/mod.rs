@@ -12,6 +12,9 @@
 //! A task's `state` is `pending`, `running`, `succeeded` (exit code 0), `failed` (any other exit,
 //! a program that could not be started, a task stopped by a crash) or `cancelled`.
 
+pub mod types;
+pub use types::{CancelledTask, ErrorBody, Submitted, TaskInfo, TaskPage, TaskStatus};
+
 use crate::daemon::{Command, Status};
 use axum::Router;
 use axum::extract::{Path, State};
@@ -21,7 +24,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 use tapfinger::TaskId;
-use tapfinger::node::TaskState;
 use tapfinger::spec::TaskSpec;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -79,7 +81,7 @@ async fn guard(
         Ok(r) => r,
         Err(_) => (
             StatusCode::REQUEST_TIMEOUT,
-            axum::Json(json!({"error": "request not completed in time"})),
+            axum::Json(ErrorBody::new("request not completed in time")),
         )
             .into_response(),
     }
@@ -125,7 +127,7 @@ fn refused(s: &ApiState, headers: &HeaderMap) -> Option<Response> {
     (given != Some(token.as_str())).then(|| {
         (
             StatusCode::UNAUTHORIZED,
-            axum::Json(json!({"error": "missing or wrong bearer token"})),
+            axum::Json(ErrorBody::new("missing or wrong bearer token")),
         )
             .into_response()
     })
@@ -134,31 +136,12 @@ fn refused(s: &ApiState, headers: &HeaderMap) -> Option<Response> {
 fn bad(field: &str, message: &str) -> Response {
     (
         StatusCode::BAD_REQUEST,
-        axum::Json(json!({"error": format!("{field}: {message}"), "field": field})),
+        axum::Json(ErrorBody {
+            error: format!("{field}: {message}"),
+            field: Some(field.to_string()),
+        }),
     )
         .into_response()
-}
-
-fn state_json(st: &TaskState) -> serde_json::Value {
-    match st {
-        TaskState::Pending => json!({"state": "pending"}),
-        TaskState::Running {
-            node,
-            alloc,
-            progress,
-            ..
-        } => json!({"state": "running", "node": node.0, "alloc": alloc.0, "progress": progress}),
-        TaskState::Done { node, code, epoch } => {
-            let state = if *epoch == tapfinger::wire::CANCELLED {
-                "cancelled"
-            } else if st.succeeded() {
-                "succeeded"
-            } else {
-                "failed"
-            };
-            json!({"state": state, "node": node.0, "exit_code": code, "epoch": epoch})
-        }
-    }
 }
 
 async fn submit(State(s): State<ApiState>, body: String) -> Response {
@@ -171,7 +154,7 @@ async fn submit(State(s): State<ApiState>, body: String) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
     }
     match rx.await {
-        Ok(Ok(id)) => (StatusCode::CREATED, axum::Json(json!({"id": id.0}))).into_response(),
+        Ok(Ok(id)) => (StatusCode::CREATED, axum::Json(Submitted { id: id.0 })).into_response(),
         Ok(Err(e)) => bad(&e.field, &e.message),
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response(),
     }
@@ -195,32 +178,36 @@ async fn list(
     let limit = page.limit.unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE);
     let st = s.status.borrow();
     let total = st.tasks.len();
-    let tasks: Vec<serde_json::Value> = st
+    let tasks: Vec<TaskInfo> = st
         .tasks
         .iter()
         .skip(page.offset)
         .take(limit)
-        .map(|(id, t)| {
-            let mut v = state_json(t);
-            v["id"] = json!(id.0);
-            v
+        .map(|(id, t)| TaskInfo {
+            id: id.0,
+            status: t.into(),
         })
         .collect();
-    let next = (page.offset + tasks.len() < total).then_some(page.offset + tasks.len());
-    axum::Json(json!({ "tasks": tasks, "total": total, "next_offset": next })).into_response()
+    let next_offset = (page.offset + tasks.len() < total).then_some(page.offset + tasks.len());
+    axum::Json(TaskPage {
+        tasks,
+        total,
+        next_offset,
+    })
+    .into_response()
 }
 
 async fn show(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
     let st = s.status.borrow().clone();
     match st.tasks.get(&TaskId(id)) {
-        Some(t) => {
-            let mut v = state_json(t);
-            v["id"] = json!(id);
-            axum::Json(v).into_response()
-        }
+        Some(t) => axum::Json(TaskInfo {
+            id,
+            status: t.into(),
+        })
+        .into_response(),
         None => (
             StatusCode::NOT_FOUND,
-            axum::Json(json!({"error": format!("no task {id}")})),
+            axum::Json(ErrorBody::new(format!("no task {id}"))),
         )
             .into_response(),
     }
@@ -236,10 +223,14 @@ async fn cancel(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
     }
     match rx.await {
-        Ok(true) => axum::Json(json!({"id": id, "state": "cancelled"})).into_response(),
+        Ok(true) => axum::Json(CancelledTask {
+            id,
+            state: "cancelled".into(),
+        })
+        .into_response(),
         Ok(false) => (
             StatusCode::NOT_FOUND,
-            axum::Json(json!({"error": format!("no unfinished task {id}")})),
+            axum::Json(ErrorBody::new(format!("no unfinished task {id}"))),
         )
             .into_response(),
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response(),
@@ -253,7 +244,7 @@ async fn logs(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
     let Some(dir) = &s.log_dir else {
         return (
             StatusCode::NOT_FOUND,
-            axum::Json(json!({"error": "this agent keeps no logs"})),
+            axum::Json(ErrorBody::new("this agent keeps no logs")),
         )
             .into_response();
     };
@@ -266,10 +257,15 @@ async fn logs(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
     match (read("stdout"), read("stderr")) {
         (None, None) => (
             StatusCode::NOT_FOUND,
-            axum::Json(json!({"error": format!("task {id} has no logs on this agent (it may have run on another; ask that agent)")})),
+            axum::Json(ErrorBody::new(format!(
+                "task {id} has no logs on this agent (it may have run on another; ask that agent)"
+            ))),
         )
             .into_response(),
-        (out, err) => axum::Json(json!({"id": id, "stdout": out.unwrap_or_default(), "stderr": err.unwrap_or_default()})).into_response(),
+        (out, err) => axum::Json(
+            json!({"id": id, "stdout": out.unwrap_or_default(), "stderr": err.unwrap_or_default()}),
+        )
+        .into_response(),
     }
 }
 
@@ -310,7 +306,7 @@ async fn rollback(State(s): State<ApiState>) -> Response {
     }
     match rx.await {
         Ok(Ok(v)) => axum::Json(json!({"version": v})).into_response(),
-        Ok(Err(e)) => (StatusCode::CONFLICT, axum::Json(json!({"error": e}))).into_response(),
+        Ok(Err(e)) => (StatusCode::CONFLICT, axum::Json(ErrorBody::new(e))).into_response(),
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response(),
     }
 }

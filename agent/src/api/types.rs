@@ -1,0 +1,128 @@
+//! The JSON the API sends and the CLI reads, as types both sides share (so a renamed field is a
+//! compile error, not a blank column).
+
+use serde::{Deserialize, Serialize};
+use tapfinger::node::TaskState;
+
+/// Any refusal: what went wrong, and the offending field where there is one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// For people.
+    pub error: String,
+    /// The field of the request at fault (`min_demand.cpu`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl ErrorBody {
+    /// An error without a field.
+    pub fn new(error: impl Into<String>) -> Self {
+        Self {
+            error: error.into(),
+            field: None,
+        }
+    }
+}
+
+/// `POST /v1/tasks` accepted a task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Submitted {
+    /// Its id.
+    pub id: u64,
+}
+
+/// Where a task stands, as the API reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum TaskStatus {
+    /// Waiting for a node.
+    Pending,
+    /// Running on `node`.
+    Running {
+        /// Node id.
+        node: u32,
+        /// Allocation in grid units per kind.
+        alloc: Vec<u32>,
+        /// Progress in [0, 1].
+        progress: f64,
+    },
+    /// Exited with code 0.
+    Succeeded(Ended),
+    /// Exited otherwise, or could not start.
+    Failed(Ended),
+    /// Cancelled by a user.
+    Cancelled(Ended),
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ended {
+    /// The node that ran it (or where it was cancelled).
+    pub node: u32,
+    /// Its exit code, if it exited.
+    pub exit_code: Option<i32>,
+    /// The epoch of the copy that ended.
+    pub epoch: u64,
+}
+
+impl From<&TaskState> for TaskStatus {
+    fn from(st: &TaskState) -> Self {
+        match st {
+            TaskState::Pending => TaskStatus::Pending,
+            TaskState::Running {
+                node,
+                alloc,
+                progress,
+                ..
+            } => TaskStatus::Running {
+                node: node.0,
+                alloc: alloc.0.clone(),
+                progress: *progress,
+            },
+            TaskState::Done { node, code, epoch } => {
+                let ended = Ended {
+                    node: node.0,
+                    exit_code: *code,
+                    epoch: *epoch,
+                };
+                if *epoch == tapfinger::wire::CANCELLED {
+                    TaskStatus::Cancelled(ended)
+                } else if st.succeeded() {
+                    TaskStatus::Succeeded(ended)
+                } else {
+                    TaskStatus::Failed(ended)
+                }
+            }
+        }
+    }
+}
+
+/// One task (`GET /v1/tasks/{id}`, and each entry of a page).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskInfo {
+    /// Its id.
+    pub id: u64,
+    /// Where it stands.
+    #[serde(flatten)]
+    pub status: TaskStatus,
+}
+
+/// `GET /v1/tasks`: a page of tasks by id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskPage {
+    /// The tasks of this page.
+    pub tasks: Vec<TaskInfo>,
+    /// Tasks known in all.
+    pub total: usize,
+    /// Where the next page starts, while more remain.
+    pub next_offset: Option<usize>,
+}
+
+/// `DELETE /v1/tasks/{id}` cancelled a task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CancelledTask {
+    /// Its id.
+    pub id: u64,
+    /// Always `cancelled`.
+    pub state: String,
+}
