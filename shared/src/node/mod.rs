@@ -415,6 +415,3 @@ impl NodeCore {
         self.envelope(Body::Heartbeat(state))
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,178 +1,16 @@
-//! An in-memory cluster: nodes exchange messages through a delayed, in-order bus; tasks run
-//! for a time set by their allocation. Checked: every task finishes exactly once, no node ever
-//! allocates more than its capacity, and a node that dies mid-run loses no task.
-use super::*;
-use crate::baselines;
-use crate::task::Task;
+//! The node cores of a cluster under the harness: every task finishes exactly once, no node
+//! ever allocates more than its capacity, a node that dies mid-run loses no task, partitions and
+//! restarts never run two copies at once, and all nodes agree on every outcome.
+
+// Test helpers may unwrap: a failure there is a test failure with its message.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeSet;
-
-const STEP: u64 = 10;
-
-struct Cluster {
-    nodes: Vec<NodeCore>,
-    alive: Vec<bool>,
-    /// (deliver at, to, envelope)
-    bus: Vec<(u64, usize, Envelope)>,
-    /// (ends at, node, task)
-    running: Vec<(u64, usize, TaskId)>,
-    finished: BTreeMap<TaskId, u32>,
-    starts: u32,
-    /// Starts per task, and (task, ms) whenever two copies of a task ran at the same time.
-    started: BTreeMap<TaskId, u32>,
-    overlaps: Vec<(TaskId, u64)>,
-    /// The side of a partition each node is on (messages cross only within a side).
-    side: Vec<u8>,
-    /// Work of a task in ms at one core.
-    work_ms: u64,
-    /// Drop every finish message (to check that heartbeats make good a lost one).
-    lose_finishes: bool,
-    now: u64,
-}
-
-fn spec() -> TaskSpec {
-    TaskSpec::from_toml("command = [\"x\"]\nmin_demand = { cpu = 1 }\n").unwrap()
-}
-
-impl Cluster {
-    fn new(n: usize, policy: &str) -> Self {
-        let ctx = baselines::BaselineContext {
-            num_types: 1,
-            cpu_kind: 0,
-            gpu_kind: 1,
-            profile: Vec::new(),
-        };
-        let nodes = (0..n)
-            .map(|i| {
-                let cfg = NodeConfig {
-                    me: NodeId(i as u32),
-                    name: format!("n{i}"),
-                    capacity: Resources(vec![4, 0]),
-                    labels: BTreeMap::new(),
-                    incarnation: 1,
-                    num_types: 1,
-                    window: 10,
-                    service_kind: 1,
-                    slot_ms: 200,
-                    round_ms: 50,
-                    heartbeat_ms: 50,
-                    peer_timeout_ms: 300,
-                    autonomy_ms: 1000,
-                    forget_ms: DEFAULT_FORGET_MS,
-                    known: BTreeSet::new(),
-                    lease_age_ms: None,
-                };
-                NodeCore::new(cfg, baselines::by_name(policy, &ctx).unwrap(), i as u64)
-            })
-            .collect();
-        Self {
-            nodes,
-            alive: vec![true; n],
-            bus: Vec::new(),
-            running: Vec::new(),
-            finished: BTreeMap::new(),
-            starts: 0,
-            started: BTreeMap::new(),
-            overlaps: Vec::new(),
-            side: vec![0; n],
-            work_ms: 1000,
-            lose_finishes: false,
-            now: 0,
-        }
-    }
-
-    fn act(&mut self, from: usize, actions: Vec<Action>) {
-        for a in actions {
-            match a {
-                Action::Broadcast(e)
-                    if self.lose_finishes && matches!(e.body, Body::Finished(_)) => {}
-                Action::Broadcast(e) => {
-                    // Encode and decode as the wire would: what a node sends must pass.
-                    let bytes = crate::wire::encode(&e).unwrap();
-                    let e = crate::wire::decode(&bytes).unwrap();
-                    for to in 0..self.nodes.len() {
-                        if to != from {
-                            self.bus.push((self.now + STEP, to, e.clone()));
-                        }
-                    }
-                }
-                Action::Start { task, alloc, .. } => {
-                    self.starts += 1;
-                    *self.started.entry(task).or_default() += 1;
-                    if self.running.iter().any(|(_, _, t)| *t == task) {
-                        self.overlaps.push((task, self.now));
-                    }
-                    // 1 s of work at 1 core (by default), 250 ms at 4.
-                    let ms = self.work_ms / u64::from(alloc.get(0).max(1));
-                    self.running.push((self.now + ms, from, task));
-                }
-                Action::Refused { .. } => {}
-                Action::Stop { task } => {
-                    self.running.retain(|(_, n, t)| !(*n == from && *t == task));
-                    let more = self.nodes[from].on_exit(task, None, true);
-                    self.act(from, more);
-                }
-            }
-        }
-    }
-
-    fn step(&mut self) {
-        self.now += STEP;
-        let now = self.now;
-        let due: Vec<(u64, usize, Envelope)> = {
-            let (due, later): (Vec<_>, Vec<_>) =
-                self.bus.drain(..).partition(|(t, _, _)| *t <= now);
-            self.bus = later;
-            due
-        };
-        for (_, to, e) in due {
-            if self.alive[to] && self.side[to] == self.side[e.from.0 as usize] {
-                let acts = self.nodes[to].on_message(e, now);
-                self.act(to, acts);
-            }
-        }
-        let (done, rest): (Vec<_>, Vec<_>) =
-            self.running.drain(..).partition(|(t, _, _)| *t <= now);
-        self.running = rest;
-        for (_, node, task) in done {
-            if self.alive[node] {
-                *self.finished.entry(task).or_default() += 1;
-                let acts = self.nodes[node].on_exit(task, Some(0), false);
-                self.act(node, acts);
-            }
-        }
-        for i in 0..self.nodes.len() {
-            if self.alive[i] {
-                let acts = self.nodes[i].tick(now);
-                self.act(i, acts);
-                let used = self.nodes[i].used();
-                assert!(
-                    used.fits_in(&Resources(vec![4, 0])),
-                    "node {i} allocates {used} at {now} ms"
-                );
-            }
-        }
-    }
-
-    fn submit(&mut self, at: usize, id: u64) {
-        let reachable: Vec<NodeId> = (0..self.nodes.len() as u32).map(NodeId).collect();
-        let task = Task {
-            id: TaskId(id),
-            ty: crate::TaskTypeId(0),
-            min_demand: Resources(vec![1, 0]),
-            max_demand: None,
-            priority: 0,
-            reachable,
-            arrival: self.now / 200,
-        };
-        let acts = self.nodes[at].submit(task, spec());
-        self.act(at, acts);
-    }
-
-    fn kill(&mut self, i: usize) {
-        self.alive[i] = false;
-        self.running.retain(|(_, n, _)| *n != i);
-    }
-}
+use tapfinger::baselines;
+use tapfinger::node::{Action, NodeCore, TaskEntry, TaskState};
+use tapfinger::task::{NodeId, TaskId};
+use tapfinger::wire::{Body, Envelope, WIRE_VERSION};
+use tapfinger_harness::{Cluster, STEP, spec};
 
 #[test]
 fn tasks_finish_exactly_once_within_capacity() {
@@ -248,7 +86,7 @@ fn a_restarted_node_replays_its_tasks_without_running_them_twice() {
         gpu_kind: 1,
         profile: Vec::new(),
     };
-    let mut cfg = c.nodes[0].cfg.clone();
+    let mut cfg = c.nodes[0].config().clone();
     cfg.incarnation = 2;
     c.nodes[0] = NodeCore::new(cfg, baselines::by_name("min", &ctx).unwrap(), 99);
     for id in 0..18u64 {
@@ -333,30 +171,6 @@ fn a_dead_node_loses_no_task() {
             panic!("{t} not done");
         };
         assert_ne!(*node, NodeId(2), "{t} finished on the dead node");
-    }
-}
-
-impl Cluster {
-    /// Run until every task of `0..n` finished somewhere, or `limit` steps.
-    fn run_until_finished(&mut self, n: usize, limit: u32) {
-        let mut steps = 0;
-        while self.finished.len() < n && steps < limit {
-            self.step();
-            steps += 1;
-        }
-    }
-
-    /// Each node's view of each task's outcome (node, code, epoch).
-    fn outcomes(&self) -> Vec<BTreeMap<TaskId, TaskState>> {
-        self.nodes
-            .iter()
-            .map(|n| {
-                n.tasks()
-                    .iter()
-                    .map(|(id, t)| (id, t.state.clone()))
-                    .collect()
-            })
-            .collect()
     }
 }
 
@@ -534,7 +348,7 @@ fn a_killed_node_restarted_within_the_autonomy_time_keeps_its_copies() {
     for _ in 0..60 {
         c.step();
     }
-    let mut cfg = c.nodes[2].cfg.clone();
+    let mut cfg = c.nodes[2].config().clone();
     cfg.incarnation = 2;
     cfg.known = c.nodes[2].known().clone();
     cfg.lease_age_ms = Some(600);

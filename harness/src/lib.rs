@@ -1,0 +1,227 @@
+//! An in-memory cluster of node cores for tests, in the manner of raft-rs's harness: the nodes
+//! exchange messages through a bus with a fixed delay (every message encoded and decoded as the
+//! wire would), can be cut into partition sides, killed and replaced; their tasks run for a time
+//! set by their allocation. It records every start, finish and overlap of two copies, so tests
+//! judge from what ran, not from what the nodes say.
+
+// A test harness: a failed encode or an unknown policy is a bug in the test, said at once.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use tapfinger::Resources;
+use tapfinger::node::{Action, DEFAULT_FORGET_MS, NodeConfig, NodeCore, TaskState};
+use tapfinger::spec::TaskSpec;
+use tapfinger::task::{NodeId, Task, TaskId};
+use tapfinger::wire::{Body, Envelope};
+
+/// Milliseconds per step of the cluster (and the bus delay of every message).
+pub const STEP: u64 = 10;
+
+/// N node cores, their network and their tasks (see the crate doc).
+pub struct Cluster {
+    /// The node cores, by index (node i has id i).
+    pub nodes: Vec<NodeCore>,
+    /// Which nodes are alive (a dead one hears and says nothing).
+    pub alive: Vec<bool>,
+    /// Messages in flight: (deliver at, to, envelope).
+    pub bus: Vec<(u64, usize, Envelope)>,
+    /// Copies running: (ends at, node, task).
+    pub running: Vec<(u64, usize, TaskId)>,
+    /// Finishes per task (more than one: a task ran to completion twice).
+    pub finished: BTreeMap<TaskId, u32>,
+    /// Starts in all.
+    pub starts: u32,
+    /// Starts per task.
+    pub started: BTreeMap<TaskId, u32>,
+    /// (task, ms) whenever two copies of a task ran at the same time.
+    pub overlaps: Vec<(TaskId, u64)>,
+    /// The side of a partition each node is on (messages cross only within a side).
+    pub side: Vec<u8>,
+    /// Work of a task in ms at one core.
+    pub work_ms: u64,
+    /// Drop every finish message (to check that heartbeats make good a lost one).
+    pub lose_finishes: bool,
+    /// The cluster's clock (ms).
+    pub now: u64,
+}
+
+/// The spec every harness task carries.
+pub fn spec() -> TaskSpec {
+    TaskSpec::from_toml("command = [\"x\"]\nmin_demand = { cpu = 1 }\n").unwrap()
+}
+
+impl Cluster {
+    /// `n` nodes (4 cores each) deciding with the baseline `policy`.
+    pub fn new(n: usize, policy: &str) -> Self {
+        let ctx = tapfinger::baselines::BaselineContext {
+            num_types: 1,
+            cpu_kind: 0,
+            gpu_kind: 1,
+            profile: Vec::new(),
+        };
+        let nodes = (0..n)
+            .map(|i| {
+                let cfg = NodeConfig {
+                    me: NodeId(i as u32),
+                    name: format!("n{i}"),
+                    capacity: Resources(vec![4, 0]),
+                    labels: BTreeMap::new(),
+                    incarnation: 1,
+                    num_types: 1,
+                    window: 10,
+                    service_kind: 1,
+                    slot_ms: 200,
+                    round_ms: 50,
+                    heartbeat_ms: 50,
+                    peer_timeout_ms: 300,
+                    autonomy_ms: 1000,
+                    forget_ms: DEFAULT_FORGET_MS,
+                    known: BTreeSet::new(),
+                    lease_age_ms: None,
+                };
+                NodeCore::new(
+                    cfg,
+                    tapfinger::baselines::by_name(policy, &ctx).unwrap(),
+                    i as u64,
+                )
+            })
+            .collect();
+        Self {
+            nodes,
+            alive: vec![true; n],
+            bus: Vec::new(),
+            running: Vec::new(),
+            finished: BTreeMap::new(),
+            starts: 0,
+            started: BTreeMap::new(),
+            overlaps: Vec::new(),
+            side: vec![0; n],
+            work_ms: 1000,
+            lose_finishes: false,
+            now: 0,
+        }
+    }
+
+    /// Carry out node `from`'s actions: broadcasts go on the bus, starts run for the task's
+    /// work divided by its cores, stops end the copy.
+    pub fn act(&mut self, from: usize, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Broadcast(e)
+                    if self.lose_finishes && matches!(e.body, Body::Finished(_)) => {}
+                Action::Broadcast(e) => {
+                    // Encode and decode as the wire would: what a node sends must pass.
+                    let bytes = tapfinger::wire::encode(&e).unwrap();
+                    let e = tapfinger::wire::decode(&bytes).unwrap();
+                    for to in 0..self.nodes.len() {
+                        if to != from {
+                            self.bus.push((self.now + STEP, to, e.clone()));
+                        }
+                    }
+                }
+                Action::Start { task, alloc, .. } => {
+                    self.starts += 1;
+                    *self.started.entry(task).or_default() += 1;
+                    if self.running.iter().any(|(_, _, t)| *t == task) {
+                        self.overlaps.push((task, self.now));
+                    }
+                    // 1 s of work at 1 core (by default), 250 ms at 4.
+                    let ms = self.work_ms / u64::from(alloc.get(0).max(1));
+                    self.running.push((self.now + ms, from, task));
+                }
+                Action::Refused { .. } => {}
+                Action::Stop { task } => {
+                    self.running.retain(|(_, n, t)| !(*n == from && *t == task));
+                    let more = self.nodes[from].on_exit(task, None, true);
+                    self.act(from, more);
+                }
+            }
+        }
+    }
+
+    /// One step: deliver due messages, finish due tasks, tick every live node; asserts that no
+    /// node allocates more than its capacity.
+    pub fn step(&mut self) {
+        self.now += STEP;
+        let now = self.now;
+        let due: Vec<(u64, usize, Envelope)> = {
+            let (due, later): (Vec<_>, Vec<_>) =
+                self.bus.drain(..).partition(|(t, _, _)| *t <= now);
+            self.bus = later;
+            due
+        };
+        for (_, to, e) in due {
+            if self.alive[to] && self.side[to] == self.side[e.from.0 as usize] {
+                let acts = self.nodes[to].on_message(e, now);
+                self.act(to, acts);
+            }
+        }
+        let (done, rest): (Vec<_>, Vec<_>) =
+            self.running.drain(..).partition(|(t, _, _)| *t <= now);
+        self.running = rest;
+        for (_, node, task) in done {
+            if self.alive[node] {
+                *self.finished.entry(task).or_default() += 1;
+                let acts = self.nodes[node].on_exit(task, Some(0), false);
+                self.act(node, acts);
+            }
+        }
+        for i in 0..self.nodes.len() {
+            if self.alive[i] {
+                let acts = self.nodes[i].tick(now);
+                self.act(i, acts);
+                let used = self.nodes[i].used();
+                assert!(
+                    used.fits_in(&Resources(vec![4, 0])),
+                    "node {i} allocates {used} at {now} ms"
+                );
+            }
+        }
+    }
+
+    /// Submit task `id` (1 core, reachable everywhere) at node `at`.
+    pub fn submit(&mut self, at: usize, id: u64) {
+        let reachable: Vec<NodeId> = (0..self.nodes.len() as u32).map(NodeId).collect();
+        let task = Task {
+            id: TaskId(id),
+            ty: tapfinger::TaskTypeId(0),
+            min_demand: Resources(vec![1, 0]),
+            max_demand: None,
+            priority: 0,
+            reachable,
+            arrival: self.now / 200,
+        };
+        let acts = self.nodes[at].submit(task, spec());
+        self.act(at, acts);
+    }
+
+    /// Node `i` dies: it hears nothing, ticks no more, and its copies are gone.
+    pub fn kill(&mut self, i: usize) {
+        self.alive[i] = false;
+        self.running.retain(|(_, n, _)| *n != i);
+    }
+}
+
+impl Cluster {
+    /// Run until every task of `0..n` finished somewhere, or `limit` steps.
+    pub fn run_until_finished(&mut self, n: usize, limit: u32) {
+        let mut steps = 0;
+        while self.finished.len() < n && steps < limit {
+            self.step();
+            steps += 1;
+        }
+    }
+
+    /// Each node's view of each task's outcome (node, code, epoch).
+    pub fn outcomes(&self) -> Vec<BTreeMap<TaskId, TaskState>> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                n.tasks()
+                    .iter()
+                    .map(|(id, t)| (id, t.state.clone()))
+                    .collect()
+            })
+            .collect()
+    }
+}
