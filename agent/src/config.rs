@@ -15,16 +15,7 @@ use std::path::PathBuf;
 /// One GiB.
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Human,
-    /// One JSON object per line.
-    Json,
-}
+pub use tapfinger_net::log::LogFormat;
 
 /// Units per resource kind, as written in the config: `cpu` (cores), `gpu` (devices), `mem_gb`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

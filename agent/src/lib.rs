@@ -15,12 +15,13 @@ pub mod daemon;
 pub mod demo;
 pub mod discovery;
 pub mod exec;
-pub mod learn;
 pub mod metrics;
-pub mod net;
 pub mod online;
 pub mod policy;
 pub mod recover;
 pub mod run;
 pub mod store;
 pub mod supervise;
+
+// The networking the coordinator shares lives in `tapfinger-net`; these paths stay for the agent.
+pub use tapfinger_net::{learn, swarm as net};

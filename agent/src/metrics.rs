@@ -1,53 +1,12 @@
-//! Metrics in the Prometheus text format through the `metrics` facade and its Prometheus
-//! exporter: one registry per agent (never the process-global recorder, since tests and the
-//! cluster bench run many agents in one process), real histograms, rendered for `/metrics`.
-//!
-//! [`Registry`] is the registry; [`AgentMetrics`] is what an agent publishes, updated by its
-//! event loop after every step from the status it publishes anyway.
+//! What an agent publishes in the Prometheus text format (`/metrics`): [`AgentMetrics`], in a
+//! [`Registry`] of its own, updated by the event loop after every step from the status it
+//! publishes anyway, with a real round-latency histogram.
 
 use crate::daemon::Status;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
-use metrics_exporter_prometheus::{
-    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
-};
 use tapfinger::node::TaskState;
 
-/// A registry of its own, rendered on demand.
-#[derive(Debug)]
-pub struct Registry {
-    recorder: PrometheusRecorder,
-    handle: PrometheusHandle,
-}
-
-impl Registry {
-    /// A registry whose histograms `(name, bucket upper bounds)` render as Prometheus histograms.
-    pub fn new(histograms: &[(&str, &[f64])]) -> Self {
-        let mut b = PrometheusBuilder::new();
-        // The exporter refuses only an empty bucket list (that metric then renders as a summary).
-        for (name, buckets) in histograms.iter().filter(|(_, b)| !b.is_empty()) {
-            b = match b.set_buckets_for_metric(Matcher::Full((*name).to_string()), buckets) {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::warn!(metric = name, error = %e, "histogram buckets refused");
-                    PrometheusBuilder::new()
-                }
-            };
-        }
-        let recorder = b.build_recorder();
-        let handle = recorder.handle();
-        Self { recorder, handle }
-    }
-
-    /// Record into this registry: the `metrics` macros inside `f` go here.
-    pub fn with<R>(&self, f: impl FnOnce() -> R) -> R {
-        metrics::with_local_recorder(&self.recorder, f)
-    }
-
-    /// The Prometheus text.
-    pub fn render(&self) -> String {
-        self.handle.render()
-    }
-}
+pub use tapfinger_net::metrics::Registry;
 
 /// Upper bounds (ms) of the round-latency histogram's buckets.
 pub const ROUND_LATENCY_BUCKETS_MS: [f64; 20] = [

@@ -13,7 +13,7 @@ use tapfinger::baselines::{self, BaselineContext};
 use tapfinger::model::TapfingerPolicy;
 use tapfinger::model::batch::Dims;
 
-use tapfinger::model::checkpoint::{CONFIG_FILE, EDGE_AGENT, MODEL_FILE};
+use tapfinger::model::checkpoint::EDGE_AGENT;
 
 /// Input sizes of the agent's view: three resource kinds, one task type, and `window` pending tasks.
 pub fn dims(window: usize) -> Dims {
@@ -50,15 +50,9 @@ pub fn learned(
 pub fn initial_checkpoint(model: Option<&Path>) -> anyhow::Result<(Vec<u8>, String, String)> {
     Ok(match model {
         Some(dir) => {
-            let read = |f: &str| {
-                let p = dir.join(f);
-                std::fs::read(&p)
-                    .map_err(|e| anyhow::anyhow!("model: cannot read {}: {e}", p.display()))
-            };
-            let json = String::from_utf8(read(CONFIG_FILE)?).map_err(|_| {
-                anyhow::anyhow!("model: {}/{CONFIG_FILE} is not UTF-8", dir.display())
-            })?;
-            (read(MODEL_FILE)?, json, dir.display().to_string())
+            let (bytes, json) = tapfinger::model::checkpoint::read_files(dir)
+                .map_err(|e| anyhow::anyhow!("model: {e}"))?;
+            (bytes, json, dir.display().to_string())
         }
         None => (
             EDGE_AGENT.model.to_vec(),

@@ -6,7 +6,7 @@
 //! Resource kinds of a real node: `cpu` (cores), `gpu` (devices), `mem` (GiB), in that order.
 
 use crate::api::{ApiState, router};
-use crate::config::{AgentConfig, LogFormat};
+use crate::config::AgentConfig;
 use crate::daemon::{self, Parts, node_id};
 use crate::exec::{Allocation, Cgroups, ProcessExecutor};
 use crate::net::{NetConfig, Network, parse_psk};
@@ -43,32 +43,11 @@ pub fn to_allocation(r: &Resources) -> Allocation {
     }
 }
 
-/// Set up logging (call once).
-pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Human => builder.try_init(),
-    };
-}
+pub use tapfinger_net::log::init_logging;
 
 /// The persistent identity key in `dir` (`identity.key`), created on first use.
 pub fn identity(dir: &std::path::Path) -> anyhow::Result<Keypair> {
-    let path = dir.join("identity.key");
-    if let Ok(bytes) = std::fs::read(&path) {
-        return Keypair::from_protobuf_encoding(&bytes)
-            .with_context(|| format!("{} is not an identity key", path.display()));
-    }
-    let key = Keypair::generate_ed25519();
-    let bytes = key
-        .to_protobuf_encoding()
-        .context("encoding the identity key")?;
-    std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(key)
+    Ok(tapfinger_net::identity::identity(dir)?)
 }
 
 /// Run the daemon until a signal.

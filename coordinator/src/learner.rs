@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use tapfinger::NodeId;
 use tapfinger::model::Experience;
 use tapfinger::model::net::Net;
-use tapfinger_agent::learn::{Announcement, Checkpoint, hex};
+use tapfinger_net::learn::{Announcement, Checkpoint, hex};
 use tapfinger_sim::train::{CONFIG_FILE, MODEL_FILE, TrainConfig, Trainer};
 use tapfinger_sim::{Scenario, Simulator};
 
@@ -364,17 +364,19 @@ impl Learner {
 /// The start model: `shipped` (the agent's compiled-in model), `untrained` (the same network
 /// with random weights, seeded), or a checkpoint directory.
 pub fn start_checkpoint(start: &str) -> anyhow::Result<(Vec<u8>, String, String)> {
+    use tapfinger::model::checkpoint::{EDGE_AGENT, net_config, read_files};
+    let shipped = || {
+        (
+            EDGE_AGENT.model.to_vec(),
+            EDGE_AGENT.config.to_string(),
+            "shipped agent model".to_string(),
+        )
+    };
     match start {
-        "shipped" => tapfinger_agent::policy::initial_checkpoint(None),
+        "shipped" => Ok(shipped()),
         "untrained" => {
-            let (bytes, json, label) = tapfinger_agent::policy::initial_checkpoint(None)?;
-            let (_, cfg, _) = tapfinger::model::load_bytes(
-                bytes,
-                &json,
-                &label,
-                &tapfinger_agent::policy::dims(10),
-            )
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let (_, json, _) = shipped();
+            let (cfg, _) = net_config(&json).map_err(|e| anyhow::anyhow!("{e}"))?;
             let device = burn::tensor::Device::flex();
             device.seed(UNTRAINED_SEED);
             let net = Net::new(&cfg, &device);
@@ -383,7 +385,11 @@ pub fn start_checkpoint(start: &str) -> anyhow::Result<(Vec<u8>, String, String)
                 .map_err(|e| anyhow::anyhow!("untrained model: {e}"))?;
             Ok((bytes.to_vec(), json, "untrained".into()))
         }
-        dir => tapfinger_agent::policy::initial_checkpoint(Some(&PathBuf::from(dir))),
+        dir => {
+            let (bytes, json) =
+                read_files(&PathBuf::from(dir)).map_err(|e| anyhow::anyhow!("model: {e}"))?;
+            Ok((bytes, json, dir.to_string()))
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! which trains the shared actor and the centralized critic with the simulator's PPO trainer
 //! ([`learner`]), evaluates every candidate in the simulator, and publishes only candidates that
 //! are not worse, signed with its libp2p identity key ([`serve`]). Agents accept weights only from
-//! the coordinator peer id they are configured with (`tapfinger_agent::online`).
+//! the coordinator peer id they are configured with (the agent's `online` module).
 
 pub mod config;
 pub mod learner;

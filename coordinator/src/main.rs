@@ -82,7 +82,7 @@ fn run(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<()>
     if let Some(d) = data_dir {
         cfg.data_dir = d;
     }
-    tapfinger_agent::run::init_logging(tapfinger_agent::config::LogFormat::Human);
+    tapfinger_net::log::init_logging(tapfinger_net::log::LogFormat::Human);
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let (key, net) = tapfinger_coordinator::serve::start_network(&cfg).await?;

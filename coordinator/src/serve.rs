@@ -6,9 +6,9 @@ use crate::config::CoordinatorConfig;
 use crate::learner::{Batch, Learner, State};
 use libp2p::identity::Keypair;
 use std::sync::{Arc, Mutex};
-use tapfinger_agent::daemon::node_id;
-use tapfinger_agent::learn::{Announcement, Checkpoint, Request, Response, Spool};
-use tapfinger_agent::net::{NetConfig, NetEvent, Network};
+use tapfinger_net::identity::node_id;
+use tapfinger_net::learn::{Announcement, Checkpoint, Request, Response, Spool};
+use tapfinger_net::swarm::{NetConfig, NetEvent, Network};
 use tokio::sync::mpsc;
 
 /// What the loop and the API share.
@@ -214,10 +214,10 @@ async fn run(
 /// Start the network from the configuration (identity in `data_dir`).
 pub async fn start_network(cfg: &CoordinatorConfig) -> anyhow::Result<(Keypair, Network)> {
     std::fs::create_dir_all(&cfg.data_dir)?;
-    let key = tapfinger_agent::run::identity(&cfg.data_dir)?;
+    let key = tapfinger_net::identity::identity(&cfg.data_dir)?;
     let psk = match &cfg.cluster_key_file {
         Some(p) => Some(
-            tapfinger_agent::net::parse_psk(&std::fs::read_to_string(p)?)
+            tapfinger_net::swarm::parse_psk(&std::fs::read_to_string(p)?)
                 .map_err(|e| anyhow::anyhow!("cluster_key_file: {e}"))?,
         ),
         None => None,
@@ -258,7 +258,7 @@ pub fn status_json(s: &Shared) -> serde_json::Value {
 }
 
 /// The coordinator's metrics (`/metrics`), in a registry of its own.
-pub struct Metrics(tapfinger_agent::metrics::Registry);
+pub struct Metrics(tapfinger_net::metrics::Registry);
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -270,7 +270,7 @@ impl Metrics {
     /// A registry with every metric described.
     pub fn new() -> Self {
         use metrics::{describe_counter, describe_gauge};
-        let r = tapfinger_agent::metrics::Registry::new(&[]);
+        let r = tapfinger_net::metrics::Registry::new(&[]);
         r.with(|| {
             describe_gauge!(
                 "tapfinger_coordinator_policy_version",

@@ -15,7 +15,6 @@ mod gpus;
 
 use crate::exec::{Allocation, ExecEvent, Executor};
 use crate::net::Network;
-use libp2p::PeerId;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tapfinger::node::{NodeCore, TaskState};
@@ -24,16 +23,7 @@ use tapfinger::spec::{Placement, SpecError, TaskSpec};
 use tapfinger::{NodeId, Resources, TaskId};
 use tokio::sync::{mpsc, oneshot, watch};
 
-/// The node id of a peer: a hash of its peer id, so every agent derives the same one.
-pub fn node_id(peer: &PeerId) -> NodeId {
-    // FNV-1a over the peer id's bytes.
-    let mut h: u32 = 0x811c_9dc5;
-    for b in peer.to_bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    NodeId(h)
-}
+pub use tapfinger_net::identity::node_id;
 
 /// A command for the loop.
 pub enum Command {

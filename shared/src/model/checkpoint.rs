@@ -110,6 +110,32 @@ pub fn load_path(path: &Path, dims: &Dims) -> Result<(Net, NetConfig, String), L
     load_bytes(read(&model)?, &text, &model.display().to_string(), dims)
 }
 
+/// The bytes of `model.bpk` and the text of `train.json` in a checkpoint folder.
+pub fn read_files(dir: &Path) -> Result<(Vec<u8>, String), LoadError> {
+    let read = |f: &str| {
+        let p = dir.join(f);
+        std::fs::read(&p).map_err(|e| LoadError {
+            label: p.display().to_string(),
+            reason: e.to_string(),
+        })
+    };
+    let json = String::from_utf8(read(CONFIG_FILE)?).map_err(|_| LoadError {
+        label: dir.join(CONFIG_FILE).display().to_string(),
+        reason: "not UTF-8".into(),
+    })?;
+    Ok((read(MODEL_FILE)?, json))
+}
+
+/// The network configuration (sizes included) and the scenario a `train.json` describes, without
+/// loading weights.
+pub fn net_config(train_json: &str) -> Result<(NetConfig, String), LoadError> {
+    let meta: CheckpointMeta = serde_json::from_str(train_json).map_err(|e| LoadError {
+        label: CONFIG_FILE.into(),
+        reason: e.to_string(),
+    })?;
+    Ok((meta.config.net, meta.scenario))
+}
+
 /// A model compiled into the binary.
 #[derive(Debug)]
 pub struct Shipped {
