@@ -356,43 +356,50 @@ pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
     Some(out)
 }
 
-/// `GET /v1/peers` as a table for people (`tapfinger-agent peers`).
+/// `GET /v1/peers` as a table for people (`tapfinger-agent peers`); None if the body is not a
+/// [`crate::api::Peers`].
 pub fn peers_table(body: &serde_json::Value) -> Option<String> {
-    let peers = body.get("peers")?.as_array()?;
-    let units = |v: Option<&serde_json::Value>| {
-        v.and_then(|a| a.as_array()).map_or(String::new(), |a| {
-            a.iter()
-                .map(|x| x.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-    };
+    let page: crate::api::Peers = serde_json::from_value(body.clone()).ok()?;
+    let units = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     let mut out = format!(
         "{:<11} {:<20} {:<14} {:<14}\n",
         "NODE", "NAME", "CAPACITY c,g,m", "FREE c,g,m"
     );
-    for p in peers {
+    for p in &page.peers {
         out.push_str(&format!(
             "{:<11} {:<20} {:<14} {:<14}\n",
-            p.get("id").map_or(String::new(), |v| v.to_string()),
-            p.get("name").and_then(|s| s.as_str()).unwrap_or("?"),
-            units(p.get("capacity")),
-            units(p.get("free"))
+            p.id,
+            p.name,
+            units(&p.capacity),
+            units(&p.free)
         ));
     }
-    out.push_str(&format!("{} peer(s)", peers.len()));
+    out.push_str(&format!("{} peer(s)", page.peers.len()));
     Some(out)
 }
 
-/// `GET /v1/node` as aligned `key  value` lines (`tapfinger-agent node`).
+/// `GET /v1/node` as aligned `key  value` lines (`tapfinger-agent node`); None if the body is not
+/// a [`crate::api::NodeInfo`].
 pub fn node_lines(body: &serde_json::Value) -> Option<String> {
-    let o = body.as_object()?;
-    Some(
-        o.iter()
-            .map(|(k, v)| format!("{k:<18} {v}"))
-            .collect::<Vec<_>>()
-            .join("\n"),
-    )
+    let n: crate::api::NodeInfo = serde_json::from_value(body.clone()).ok()?;
+    let units = |v: &Option<Vec<u32>>| {
+        v.as_ref().map_or("-".to_string(), |v| {
+            v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+        })
+    };
+    Some(format!(
+        "{:<18} {}\n{:<18} {}\n{:<18} {}\n{:<18} {}\n{:<18} {}",
+        "id",
+        n.id.map_or("-".to_string(), |i| i.to_string()),
+        "capacity",
+        units(&n.capacity),
+        "used",
+        units(&n.used),
+        "peers",
+        n.peers,
+        "dropped_messages",
+        n.dropped_messages
+    ))
 }
 
 #[cfg(test)]
@@ -419,8 +426,12 @@ mod table_tests {
             "{t}"
         );
         assert!(t.ends_with("1 peer(s)"));
-        let n = super::node_lines(&serde_json::json!({"id": 3, "peers": 2})).unwrap();
-        assert_eq!(n.lines().count(), 2);
+        let n = super::node_lines(&serde_json::json!({
+            "id": 3, "capacity": [4, 1, 8], "used": null, "peers": 2, "dropped_messages": 0
+        }))
+        .unwrap();
+        assert_eq!(n.lines().count(), 5);
+        assert!(n.contains("4,1,8") && n.contains("peers"), "{n}");
     }
 }
 

@@ -13,7 +13,10 @@
 //! a program that could not be started, a task stopped by a crash) or `cancelled`.
 
 pub mod types;
-pub use types::{CancelledTask, ErrorBody, Submitted, TaskInfo, TaskPage, TaskStatus};
+pub use types::{
+    CancelledTask, ErrorBody, NodeInfo, PeerInfo, Peers, PolicyVersion, Submitted, TaskInfo,
+    TaskLogs, TaskPage, TaskStatus,
+};
 
 use crate::daemon::{Command, Status};
 use axum::Router;
@@ -22,7 +25,6 @@ use axum::http::{HeaderMap, StatusCode};
 
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use serde_json::json;
 use tapfinger::TaskId;
 use tapfinger::spec::TaskSpec;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -262,40 +264,48 @@ async fn logs(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
             ))),
         )
             .into_response(),
-        (out, err) => axum::Json(
-            json!({"id": id, "stdout": out.unwrap_or_default(), "stderr": err.unwrap_or_default()}),
-        )
+        (out, err) => axum::Json(TaskLogs {
+            id,
+            stdout: out.unwrap_or_default(),
+            stderr: err.unwrap_or_default(),
+        })
         .into_response(),
     }
 }
 
 async fn node(State(s): State<ApiState>) -> Response {
     let st = s.status.borrow().clone();
-    axum::Json(json!({
-        "id": st.id.map(|i| i.0),
-        "capacity": st.capacity.map(|c| c.0),
-        "used": st.used.map(|u| u.0),
-        "peers": st.peers.len(),
-        "dropped_messages": st.dropped,
-    }))
+    axum::Json(NodeInfo {
+        id: st.id.map(|i| i.0),
+        capacity: st.capacity.map(|c| c.0),
+        used: st.used.map(|u| u.0),
+        peers: st.peers.len(),
+        dropped_messages: st.dropped,
+    })
     .into_response()
 }
 
 async fn peers(State(s): State<ApiState>) -> Response {
     let st = s.status.borrow().clone();
-    let peers: Vec<_> = st
+    let peers = st
         .peer_table
         .iter()
-        .map(|(id, name, cap, free)| json!({"id": id.0, "name": name, "capacity": cap.0, "free": free.0}))
+        .map(|(id, name, cap, free)| PeerInfo {
+            id: id.0,
+            name: name.clone(),
+            capacity: cap.0.clone(),
+            free: free.0.clone(),
+        })
         .collect();
-    axum::Json(json!({ "peers": peers })).into_response()
+    axum::Json(Peers { peers }).into_response()
 }
 
 async fn policy(State(s): State<ApiState>) -> Response {
     let st = s.status.borrow().clone();
     match st.policy {
-        Some(p) => axum::Json(json!(p)).into_response(),
-        None => axum::Json(json!({"version": 0, "coordinator": null})).into_response(),
+        Some(p) => axum::Json(p).into_response(),
+        // No coordinator configured: the start model, version 0.
+        None => axum::Json(crate::online::PolicyStatus::default()).into_response(),
     }
 }
 
@@ -305,7 +315,7 @@ async fn rollback(State(s): State<ApiState>) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
     }
     match rx.await {
-        Ok(Ok(v)) => axum::Json(json!({"version": v})).into_response(),
+        Ok(Ok(v)) => axum::Json(PolicyVersion { version: v }).into_response(),
         Ok(Err(e)) => (StatusCode::CONFLICT, axum::Json(ErrorBody::new(e))).into_response(),
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response(),
     }

@@ -126,3 +126,56 @@ pub struct CancelledTask {
     /// Always `cancelled`.
     pub state: String,
 }
+
+/// `GET /v1/tasks/{id}/logs`: the end of a task's output on this agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskLogs {
+    /// The task.
+    pub id: u64,
+    /// Its standard output (the last MiB).
+    pub stdout: String,
+    /// Its standard error (the last MiB).
+    pub stderr: String,
+}
+
+/// `GET /v1/node`: this agent's node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Its node id (before the network has started: none).
+    pub id: Option<u32>,
+    /// Units offered per kind.
+    pub capacity: Option<Vec<u32>>,
+    /// Units allocated per kind.
+    pub used: Option<Vec<u32>>,
+    /// Live peers.
+    pub peers: usize,
+    /// Malformed or spoofed messages dropped.
+    pub dropped_messages: u64,
+}
+
+/// One live peer as its last heartbeat described it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerInfo {
+    /// Its node id.
+    pub id: u32,
+    /// Its name.
+    pub name: String,
+    /// Units it offers per kind.
+    pub capacity: Vec<u32>,
+    /// Units it has free per kind.
+    pub free: Vec<u32>,
+}
+
+/// `GET /v1/peers`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Peers {
+    /// The live peers, by id.
+    pub peers: Vec<PeerInfo>,
+}
+
+/// `POST /v1/policy/rollback`: the version now in use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyVersion {
+    /// The version.
+    pub version: u64,
+}
