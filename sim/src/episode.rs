@@ -178,22 +178,35 @@ struct Decisions {
 
 /// An episode in progress.
 pub(crate) struct Episode<'a> {
+    /// The scenario: nodes, task types and their true speed.
     sc: &'a Scenario,
     /// A task's best isolated completion time on any node it can reach (its record's bound).
     lower_bound: &'a dyn Fn(&Task) -> u64,
+    /// One policy per agent (agent i decides for node i).
     policies: Vec<Box<dyn Policy>>,
+    /// Agent 0's protocol instance, or every agent's in the replicated mode.
     protocols: Vec<Protocol>,
+    /// Each agent's own seeded randomness (derived from the episode seed and its index).
     rngs: Vec<tapfinger::Rng>,
+    /// Node ids by index.
     ids: Vec<NodeId>,
+    /// Which agents re-allocate their running tasks every slot.
     elastic: Vec<bool>,
+    /// The cluster's scheduling state, the same structure every agent keeps.
     ledger: Ledger<SimMeta>,
     /// Every task of the episode, by arrival (and id).
     arrivals: Vec<Arc<Task>>,
+    /// The first task of `arrivals` not yet arrived.
     next_arrival: usize,
+    /// Finished tasks (a finished task leaves the ledger; this is all that is kept of it).
     records: Vec<TaskRecord>,
+    /// One record per slot run.
     slots: Vec<SlotRecord>,
+    /// Each agent's summed reward.
     returns: Vec<f64>,
+    /// Messages the agents would have exchanged (each to every other agent).
     messages: u64,
+    /// Capacity per kind over the cluster (for utilization).
     total_capacity: Vec<f64>,
 }
 

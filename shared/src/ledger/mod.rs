@@ -135,6 +135,8 @@ impl<M> std::ops::Index<&TaskId> for Ledger<M> {
 /// One node's books.
 #[derive(Debug, Clone)]
 struct Book {
+    /// Units the node offers (zeros until the node itself is known: a peer's running task can
+    /// be heard of before the peer's heartbeat).
     capacity: Resources,
     /// Sum of the allocations of the tasks running here (kept as tasks start and end).
     used: Resources,
@@ -143,15 +145,20 @@ struct Book {
     live: bool,
     /// Pending tasks this node could run, in window order.
     queue: BTreeSet<(u64, TaskId)>,
+    /// Tasks running here, by id (the view lists them in this order).
     running: BTreeSet<TaskId>,
 }
 
 /// The ledger (module doc).
 #[derive(Debug, Clone)]
 pub struct Ledger<M> {
+    /// Pending tasks per node a policy sees (what its network was trained for).
     window: usize,
+    /// The resource kind whose units count as attained service.
     service_kind: usize,
+    /// Every task, by id (ordered: views and rewards must not depend on hashing).
     tasks: BTreeMap<TaskId, Entry<M>>,
+    /// Every node ever heard of, by id.
     nodes: BTreeMap<NodeId, Book>,
 }
 
