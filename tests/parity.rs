@@ -155,7 +155,8 @@ fn normalized(v: &ClusterView) -> ClusterView {
 
 /// Run `policy` on `sc` in the simulator, replay it on node cores, and compare.
 fn check_parity(sc: Scenario, policy: &str, seed: u64) -> Result<(), TestCaseError> {
-    let sim = Simulator::new(sc.clone());
+    // The agents' window order (same-age tasks in an order of each node's own).
+    let sim = Simulator::new(sc.clone()).window_order(tapfinger::ledger::WindowOrder::Spread);
     let build = |sim: &Simulator| -> Vec<Box<dyn Policy>> {
         if policy == policies::TAPFINGER {
             policies::learned(sim, None).unwrap()

@@ -14,6 +14,8 @@ pub struct Simulator {
     sc: Scenario,
     /// Every agent runs its own protocol instance and they must agree (a check; slower).
     replicas: bool,
+    /// How a node's queue orders tasks of the same age (see [`tapfinger::ledger::WindowOrder`]).
+    order: tapfinger::ledger::WindowOrder,
     /// `[type][node]`: best isolated slots on that node, if the type can run there.
     best: Vec<Vec<Option<u64>>>,
 }
@@ -88,6 +90,7 @@ impl Simulator {
             sc,
             best,
             replicas: false,
+            order: tapfinger::ledger::WindowOrder::ById,
         }
     }
 
@@ -96,6 +99,13 @@ impl Simulator {
     /// the same result because resolution depends only on the set of proposals).
     pub fn replicated(mut self, on: bool) -> Self {
         self.replicas = on;
+        self
+    }
+
+    /// Order same-age tasks in each node's window with `order` (default `ById`, the order of the
+    /// published figures; the agents use `Spread`).
+    pub fn window_order(mut self, order: tapfinger::ledger::WindowOrder) -> Self {
+        self.order = order;
         self
     }
 
@@ -139,7 +149,7 @@ impl Simulator {
         observe: &mut dyn Observer,
     ) -> Result<EpisodeResult, SimError> {
         let bound = |t: &Task| self.lower_bound(t);
-        crate::episode::Episode::new(&self.sc, &bound, policies, seed, self.replicas)?
+        crate::episode::Episode::new(&self.sc, &bound, policies, seed, self.replicas, self.order)?
             .run(seed, observe)
     }
 }

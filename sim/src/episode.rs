@@ -218,6 +218,7 @@ impl<'a> Episode<'a> {
         policies: Vec<Box<dyn Policy>>,
         seed: u64,
         replicas: bool,
+        order: tapfinger::ledger::WindowOrder,
     ) -> Result<Self, SimError> {
         let n = sc.nodes.len();
         if policies.len() != n {
@@ -248,7 +249,7 @@ impl<'a> Episode<'a> {
             })
             .collect();
         let (_, gpu_kind) = sc.cpu_gpu_kinds();
-        let mut ledger = Ledger::new(sc.window, gpu_kind);
+        let mut ledger = Ledger::new(sc.window, gpu_kind).with_order(order);
         for (id, node) in ids.iter().zip(&sc.nodes) {
             ledger.set_node(*id, node.capacity.clone());
         }

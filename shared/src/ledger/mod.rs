@@ -10,8 +10,12 @@
 //! through [`Ledger::set_state`] (or the narrower methods here), which keeps the indices right.
 //!
 //! Definitions, stated once:
-//! - **Window order**: oldest arrival first, then lowest task id. Every node's window is the
-//!   first `window` tasks of its queue that the driver lets it start.
+//! - **Window order** ([`WindowOrder`]): oldest arrival first; tasks of the same age by id
+//!   ([`WindowOrder::ById`]) or in an order of each node's own ([`WindowOrder::Spread`], a hash
+//!   of task and node), so that agents whose windows hold the same tasks do not all claim the
+//!   same one and lose the round to each other. Every node's window is the first `window` tasks
+//!   of its queue that the driver lets it start. The agent uses `Spread`; the simulator uses
+//!   `ById` by default (its published figures) and `Spread` on request (the parity test).
 //! - **Free units** of a node: its capacity minus the allocations of the tasks running there.
 //! - **Reward** of a node for a slot: minus the tasks running on it and minus every pending task
 //!   it could run (its whole queue, window and overflow). The TapFinger objective: summed over
@@ -132,6 +136,33 @@ impl<M> std::ops::Index<&TaskId> for Ledger<M> {
     }
 }
 
+/// How a node's queue orders tasks of the same age (module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WindowOrder {
+    /// By task id.
+    #[default]
+    ById,
+    /// By a pseudo-random rank of each node's own (splitmix64 of task and node id):
+    /// deterministic, so every agent computes the same windows for every node.
+    Spread,
+}
+
+impl WindowOrder {
+    /// The queue key of `task` at `node`: arrival, rank, id.
+    fn key(self, task: &Task, node: NodeId) -> (u64, u64, TaskId) {
+        let rank = match self {
+            WindowOrder::ById => 0,
+            WindowOrder::Spread => {
+                let mut z = task.id.0 ^ (u64::from(node.0)).rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                z ^ (z >> 31)
+            }
+        };
+        (task.arrival, rank, task.id)
+    }
+}
+
 /// One node's books.
 #[derive(Debug, Clone)]
 struct Book {
@@ -144,7 +175,7 @@ struct Book {
     /// Books of nodes that are not live stay, so their running tasks keep their place.
     live: bool,
     /// Pending tasks this node could run, in window order.
-    queue: BTreeSet<(u64, TaskId)>,
+    queue: BTreeSet<(u64, u64, TaskId)>,
     /// Tasks running here, by id (the view lists them in this order).
     running: BTreeSet<TaskId>,
 }
@@ -154,6 +185,8 @@ struct Book {
 pub struct Ledger<M> {
     /// Pending tasks per node a policy sees (what its network was trained for).
     window: usize,
+    /// How a node's queue orders tasks of the same age.
+    order: WindowOrder,
     /// The resource kind whose units count as attained service.
     service_kind: usize,
     /// Every task, by id (ordered: views and rewards must not depend on hashing).
@@ -183,6 +216,7 @@ impl<M> Ledger<M> {
     pub fn new(window: usize, service_kind: usize) -> Self {
         Self {
             window,
+            order: WindowOrder::ById,
             service_kind,
             tasks: BTreeMap::new(),
             nodes: BTreeMap::new(),
@@ -192,6 +226,12 @@ impl<M> Ledger<M> {
     /// The window size.
     pub fn window(&self) -> usize {
         self.window
+    }
+
+    /// Order same-age tasks with `order` (set before the first task arrives).
+    pub fn with_order(mut self, order: WindowOrder) -> Self {
+        self.order = order;
+        self
     }
 
     /// Add a node (live), or update a known node's capacity and make it live.
@@ -218,6 +258,7 @@ impl<M> Ledger<M> {
     /// task it could run.
     fn book(&mut self, id: NodeId) -> &mut Book {
         let tasks = &self.tasks;
+        let order = self.order;
         self.nodes.entry(id).or_insert_with(|| Book {
             capacity: Resources::default(),
             used: Resources::default(),
@@ -225,7 +266,7 @@ impl<M> Ledger<M> {
             queue: tasks
                 .values()
                 .filter(|e| e.state == TaskState::Pending && e.task.reachable.contains(&id))
-                .map(|e| (e.task.arrival, e.task.id))
+                .map(|e| order.key(&e.task, id))
                 .collect(),
             running: BTreeSet::new(),
         })
@@ -300,7 +341,7 @@ impl<M> Ledger<M> {
             TaskState::Pending => {
                 for n in &task.reachable {
                     if let Some(b) = self.nodes.get_mut(n) {
-                        b.queue.insert((task.arrival, task.id));
+                        b.queue.insert(self.order.key(task, *n));
                     }
                 }
             }
@@ -318,7 +359,7 @@ impl<M> Ledger<M> {
             TaskState::Pending => {
                 for n in &task.reachable {
                     if let Some(b) = self.nodes.get_mut(n) {
-                        b.queue.remove(&(task.arrival, task.id));
+                        b.queue.remove(&self.order.key(task, *n));
                     }
                 }
             }

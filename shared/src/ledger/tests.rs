@@ -183,3 +183,28 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn spread_orders_same_age_tasks_differently_per_node_and_keeps_age_first() {
+    let mut l: Ledger<()> = Ledger::new(3, 1).with_order(WindowOrder::Spread);
+    for n in 0..4 {
+        l.set_node(NodeId(n), Resources(vec![8, 2]));
+    }
+    l.insert(task(99, 0, [1, 0], &[0, 1, 2, 3]), TaskState::Pending, ());
+    for id in 0..8 {
+        l.insert(task(id, 1, [1, 0], &[0, 1, 2, 3]), TaskState::Pending, ());
+    }
+    let v = l.view(2, 0, 1, None);
+    let windows: Vec<Vec<u64>> = v
+        .nodes
+        .iter()
+        .map(|n| n.window.iter().map(|&i| v.pending[i].task.id.0).collect())
+        .collect();
+    // The older task heads every window; after it, the nodes do not all agree.
+    assert!(windows.iter().all(|w| w[0] == 99), "{windows:?}");
+    assert!(
+        windows.iter().any(|w| w[1..] != windows[0][1..]),
+        "{windows:?}"
+    );
+    assert_eq!(l.view(2, 0, 1, None), v, "deterministic");
+}

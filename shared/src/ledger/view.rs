@@ -32,7 +32,7 @@ impl<M> Ledger<M> {
             .map(|(_, b)| {
                 let mut window = Vec::with_capacity(self.window.min(b.queue.len()));
                 let mut overflow = 0;
-                for (_, id) in &b.queue {
+                for (_, _, id) in &b.queue {
                     let allowed = match may_start {
                         None => true,
                         Some(f) => self.tasks.get(id).is_some_and(f),

@@ -210,7 +210,10 @@ impl NodeCore {
             protocol,
             peers: BTreeMap::new(),
             tasks: {
-                let mut l = Ledger::new(cfg.window, cfg.service_kind);
+                // Same-age tasks in an order of each node's own, so that agents whose windows
+                // hold the same tasks do not all claim the same one (conflicts, lost rounds).
+                let mut l = Ledger::new(cfg.window, cfg.service_kind)
+                    .with_order(crate::ledger::WindowOrder::Spread);
                 l.set_node(cfg.me, cfg.capacity.clone());
                 l
             },
