@@ -85,6 +85,9 @@ async fn run(a: Args) {
         l.slot_ms = a.slot_ms;
         l.round_ms = a.round_ms;
         l.heartbeat_ms = a.heartbeat_ms;
+        // The product's autonomy time, not the test helper's 1 s (which lets a briefly slow
+        // agent lose its lease and stop its tasks).
+        l.autonomy_ms = tapfinger::node::DEFAULT_AUTONOMY_MS;
         let (agent, addr) = l.start().await;
         agents.push(agent);
         addrs.push(addr);
