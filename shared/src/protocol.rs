@@ -185,6 +185,10 @@ pub struct ProtocolConfig {
     /// After proposing, how long (in the caller's `now` unit) to wait for missing members before
     /// deciding without them. `None` waits forever (the simulator, where delivery is instant).
     pub round_timeout: Option<u64>,
+    /// While members are missing, send this member's proposal again this often (same unit).
+    /// Sending the same proposal twice is harmless (a receiver keeps the first); a lost message
+    /// is the one cause of a missing proposal that waiting cannot cure. `None`: never.
+    pub resend_every: Option<u64>,
     /// How many rounds ahead a message may be buffered (peers that are faster than us).
     pub max_rounds_ahead: u32,
     /// How many committed task ids to remember (to reject claims on tasks already started).
@@ -195,6 +199,7 @@ impl Default for ProtocolConfig {
     fn default() -> Self {
         Self {
             round_timeout: None,
+            resend_every: None,
             max_rounds_ahead: 64,
             committed_memory: 1 << 20,
         }
@@ -212,6 +217,8 @@ pub struct Protocol {
     committed: BTreeSet<TaskId>,
     committed_order: std::collections::VecDeque<TaskId>,
     proposed_at: Option<u64>,
+    /// When this member last sent its proposal of the current round (for `resend_every`).
+    sent_at: Option<u64>,
     config: ProtocolConfig,
 }
 
@@ -234,6 +241,7 @@ impl Protocol {
             committed: BTreeSet::new(),
             committed_order: std::collections::VecDeque::new(),
             proposed_at: None,
+            sent_at: None,
             config,
         }
     }
@@ -300,6 +308,7 @@ impl Protocol {
         let msg = Message::new(self.round, self.me, proposal);
         self.proposals.insert(self.me, msg.proposal.clone());
         self.proposed_at = Some(now);
+        self.sent_at = Some(now);
         let mut out = vec![Output::Send(msg)];
         out.extend(self.try_decide(false));
         Ok(out)
@@ -366,12 +375,31 @@ impl Protocol {
         Ok(self.try_decide(false))
     }
 
-    /// Advance time: if the round deadline has passed, decide without the missing members.
+    /// Advance time: if the round deadline has passed, decide without the missing members;
+    /// before that, send this member's proposal again every `resend_every` while some are missing.
     pub fn tick(&mut self, now: u64) -> Vec<Output> {
-        match (self.config.round_timeout, self.proposed_at) {
-            (Some(timeout), Some(at)) if now.saturating_sub(at) >= timeout => self.try_decide(true),
-            _ => Vec::new(),
+        let Some(at) = self.proposed_at else {
+            return Vec::new();
+        };
+        if self
+            .config
+            .round_timeout
+            .is_some_and(|timeout| now.saturating_sub(at) >= timeout)
+        {
+            return self.try_decide(true);
         }
+        let due = match (self.config.resend_every, self.sent_at) {
+            (Some(every), Some(sent)) => now.saturating_sub(sent) >= every,
+            _ => false,
+        };
+        if !due || self.proposals.len() >= self.members.len() {
+            return Vec::new();
+        }
+        self.sent_at = Some(now);
+        let mine = self.proposals.get(&self.me).cloned();
+        mine.map(|p| Output::Send(Message::new(self.round, self.me, p)))
+            .into_iter()
+            .collect()
     }
 
     /// A member left (e.g. stopped heart-beating). May complete the current round.
@@ -434,6 +462,7 @@ impl Protocol {
         }
         self.round = outcome.next;
         self.proposed_at = None;
+        self.sent_at = None;
         // Proposals that arrived early for the new round become current; older buffered ones are
         // dropped (they belong to rounds this member will never run).
         let later = self.future.split_off(&self.round);
@@ -773,6 +802,39 @@ mod tests {
         let d = decided(&out).unwrap();
         assert_eq!(d.missing, vec![NodeId(2)]);
         assert_eq!(d.commits.len(), 1);
+    }
+
+    #[test]
+    fn a_missing_proposal_is_asked_for_by_sending_ours_again_until_the_deadline() {
+        let cfg = ProtocolConfig {
+            round_timeout: Some(1000),
+            resend_every: Some(100),
+            ..ProtocolConfig::default()
+        };
+        let mut a = Protocol::new(NodeId(0), [NodeId(1)], Round::default(), cfg);
+        let first = a.propose(claim(1, 1.0, 1.0), 0).unwrap();
+        let Output::Send(sent) = &first[0] else {
+            panic!("proposing sends the proposal");
+        };
+        assert!(a.tick(50).is_empty(), "not yet due");
+        let again = a.tick(100);
+        assert!(matches!(&again[..], [Output::Send(m)] if m == sent), "the same message again");
+        assert!(a.tick(150).is_empty(), "once per period");
+        assert_eq!(a.tick(200).len(), 1);
+        // Member 1's proposal arrives late: decided with it, nothing missing.
+        let out = a
+            .receive(msg(1, Round::default(), Proposal::Pass), 300)
+            .unwrap();
+        assert!(decided(&out).unwrap().missing.is_empty());
+        // A receiver that gets our proposal twice keeps the first.
+        let mut b = Protocol::new(
+            NodeId(1),
+            [NodeId(0)],
+            Round::default(),
+            ProtocolConfig::default(),
+        );
+        b.receive(sent.clone(), 0).unwrap();
+        assert!(b.receive(sent.clone(), 1).unwrap().is_empty());
     }
 
     #[test]

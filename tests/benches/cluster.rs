@@ -117,12 +117,33 @@ async fn run(a: Args) {
     // Wait for every task, but report a stall rather than hang: if no task finishes for
     // `STALL`, print where every unfinished task stands at every agent and fail.
     const STALL: Duration = Duration::from_secs(60);
-    let (mut done, mut last_change) = (0, Instant::now());
+    let (mut done, mut last_change, mut last_report) = (0, Instant::now(), Instant::now());
     loop {
         let s = statuses(&all);
-        let now_done = finished(&s).len();
+        // Distinct tasks: a task finished twice must not stand in for one not yet finished.
+        let now_done = finished(&s).into_iter().collect::<BTreeSet<_>>().len();
         if now_done >= a.tasks {
             break;
+        }
+        if last_report.elapsed() > Duration::from_secs(10) {
+            // A slow run shows where it stands instead of staying silent until the end.
+            last_report = Instant::now();
+            let heard: Vec<usize> = s.iter().map(|st| st.peers.len()).collect();
+            let mut sent = NodeStats::default();
+            for st in &s {
+                sent.merge(&st.stats);
+            }
+            eprintln!(
+                "  after {:.0} s: {now_done} of {} finished; peers heard {}..{}; rounds {} ({} held back, {} proposals missing); sent {:?}",
+                t1.elapsed().as_secs_f64(),
+                a.tasks,
+                heard.iter().min().unwrap_or(&0),
+                heard.iter().max().unwrap_or(&0),
+                sent.rounds,
+                sent.rounds_held_back,
+                sent.missing,
+                sent.sent
+            );
         }
         if now_done != done {
             (done, last_change) = (now_done, Instant::now());

@@ -63,7 +63,7 @@ impl NodeCore {
                 }
             }
             Body::Started { task, alloc, epoch } => self.on_started(task, from, alloc, epoch),
-            Body::Want(ids) => self.on_want(&ids),
+            Body::Want(ids) => self.on_want(from, &ids),
             Body::Finished(o) => self.apply_outcome(o),
             Body::Outcomes(list) => {
                 let mut out = Vec::new();
@@ -146,7 +146,9 @@ impl NodeCore {
             if !self.peers.contains_key(&from) {
                 self.protocol.add_member(from);
             }
-            out.extend(self.greet());
+            // Greeted at the next tick ([`NodeCore::tick`]): one greet for every peer that
+            // joins meanwhile.
+            self.greet_due = true;
         }
         // Its running list is authoritative for its copies; fencing by epoch.
         let mut want = std::collections::BTreeSet::new();
@@ -191,17 +193,21 @@ impl NodeCore {
         out
     }
 
-    /// What a (re)joining peer must hear from us: our pending tasks (announcing again is
-    /// idempotent), the tasks we run and the outcomes of the tasks we ran, each with its task
-    /// and spec, so both sides of a healed partition agree in one exchange.
-    fn greet(&mut self) -> Vec<Action> {
+    /// What a (re)joining peer must hear from us: the pending tasks we speak for (announcing
+    /// again is idempotent), the tasks we run and the outcomes of the tasks we ran, each with its
+    /// task and spec, so both sides of a healed partition agree in one exchange. Each task is
+    /// told by one node ([`NodeCore::answers_for`]), not by every node that knows it: with every
+    /// node telling every pending task, a greet cost the cluster nodes × tasks messages.
+    pub(super) fn greet(&mut self) -> Vec<Action> {
         let me = self.cfg.me;
         let mut out = Vec::new();
         let tell: Vec<Body> = self
             .tasks
             .values()
             .filter_map(|t| match &t.state {
-                TaskState::Pending => Some(t.announcement(None)),
+                TaskState::Pending if self.answers_for(t.meta.owner, None) => {
+                    Some(t.announcement(None))
+                }
                 TaskState::Running { node, alloc, .. } if *node == me => {
                     Some(t.announcement(Some(alloc.clone())))
                 }
@@ -216,6 +222,24 @@ impl NodeCore {
             .collect();
         out.extend(self.tell(tell, mine));
         out
+    }
+
+    /// Whether this node answers for what `node` (a task's owner or runner) would say, to a
+    /// question from `asker` (`None`: a broadcast to all): `node` itself while it is live and not
+    /// the asker; otherwise the live node with the lowest id other than the asker. Answers are
+    /// broadcasts, so one answer serves all; before, every node that knew a task answered, and
+    /// under load those answers (thousands per joining peer) made more peers time out and join
+    /// again.
+    pub(super) fn answers_for(&self, node: Option<NodeId>, asker: Option<NodeId>) -> bool {
+        let me = self.cfg.me;
+        match node {
+            Some(n) if Some(n) != asker && (n == me || self.peers.contains_key(&n)) => n == me,
+            _ => self
+                .peers
+                .keys()
+                .filter(|p| Some(**p) != asker)
+                .all(|p| *p > me),
+        }
     }
 
     /// Announcements, then outcomes in messages of at most [`MAX_OUTCOMES`].
@@ -289,20 +313,22 @@ impl NodeCore {
                     epoch,
                 })]
             }
-            // Anyone who knows it finished says so, naming who ran it (the runner may be gone).
-            TaskState::Done { node, code, epoch } => vec![self.envelope(Body::Finished(Outcome {
+            // It finished: the runner says so, or one live node for it if it is gone.
+            TaskState::Done { node, code, epoch } if self.answers_for(Some(node), Some(from)) => {
+                vec![self.envelope(Body::Finished(Outcome {
                 task: id,
                 node,
-                epoch,
-                exit_code: code,
-            }))],
+                    epoch,
+                    exit_code: code,
+                }))]
+            }
             _ => Vec::new(),
         }
     }
 
-    /// A peer lacks these tasks: answer for those we can speak for (outcomes we know, copies we
-    /// run, pending tasks we own).
-    fn on_want(&mut self, ids: &[TaskId]) -> Vec<Action> {
+    /// A peer lacks these tasks: answer for those we speak for (outcomes of tasks we ran, copies
+    /// we run, pending tasks we own; for an owner or runner that is gone, one live node).
+    fn on_want(&mut self, from: NodeId, ids: &[TaskId]) -> Vec<Action> {
         let me = self.cfg.me;
         let mut done = Vec::new();
         let mut tell = Vec::new();
@@ -311,11 +337,15 @@ impl NodeCore {
                 continue;
             };
             match &t.state {
-                TaskState::Done { .. } => done.extend(t.finished_task()),
+                TaskState::Done { node, .. } if self.answers_for(Some(*node), Some(from)) => {
+                    done.extend(t.finished_task());
+                }
                 TaskState::Running { node, alloc, .. } if *node == me => {
                     tell.push(t.announcement(Some(alloc.clone())));
                 }
-                TaskState::Pending if t.meta.owner == Some(me) => tell.push(t.announcement(None)),
+                TaskState::Pending if self.answers_for(t.meta.owner, Some(from)) => {
+                    tell.push(t.announcement(None));
+                }
                 _ => {}
             }
         }
@@ -360,13 +390,16 @@ impl NodeCore {
                 code,
                 epoch: e,
             } => {
-                // Finished already: tell the node running a late copy, so it stops it.
-                out.push(self.envelope(Body::Finished(Outcome {
-                    task,
-                    node: ran,
-                    epoch: e,
-                    exit_code: code,
-                })));
+                // Finished already: tell the node running a late copy, so it stops it (the
+                // runner tells, or one live node for it).
+                if self.answers_for(Some(ran), Some(node)) {
+                    out.push(self.envelope(Body::Finished(Outcome {
+                        task,
+                        node: ran,
+                        epoch: e,
+                        exit_code: code,
+                    })));
+                }
                 return out;
             }
             TaskState::Running { node: n, .. } if n == node && known_epoch == epoch => {

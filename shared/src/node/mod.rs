@@ -21,7 +21,7 @@
 
 use crate::ledger::Ledger;
 use crate::policy::Policy;
-use crate::protocol::{Protocol, ProtocolConfig, Round};
+use crate::protocol::{Protocol, Round};
 use crate::resources::Resources;
 use crate::spec::TaskSpec;
 use crate::task::{NodeId, TaskId};
@@ -57,7 +57,8 @@ pub struct NodeConfig {
     pub service_kind: usize,
     /// Slot length (ms): a new slot's first round starts this long after the previous one began.
     pub slot_ms: u64,
-    /// Round deadline (ms) after proposing.
+    /// Round deadline (ms) after proposing: while some member's proposal is missing, this node
+    /// sends its own again this often; it decides without that member only after the peer timeout.
     pub round_ms: u64,
     /// Heartbeat period (ms).
     pub heartbeat_ms: u64,
@@ -176,6 +177,12 @@ pub struct NodeCore {
     recent: std::collections::VecDeque<Outcome>,
     /// Round latencies (ms) not yet taken by the driver; the oldest go beyond [`MAX_LATENCIES`].
     latencies: std::collections::VecDeque<u64>,
+    /// A peer (re)joined since this node last greeted: greet at the next tick that may. A greet
+    /// is a broadcast, so one serves every peer that joined meanwhile; sending one per joiner
+    /// made 16 agents starting together (or flapping under load) send thousands of messages.
+    greet_due: bool,
+    /// When this node last greeted: at most one greet per heartbeat period.
+    last_greet: Option<u64>,
 }
 
 /// Round-latency samples kept for a driver that does not take them.
@@ -199,10 +206,7 @@ impl NodeCore {
             cfg.me,
             [cfg.me],
             Round::default(),
-            ProtocolConfig {
-                round_timeout: Some(cfg.round_ms),
-                ..ProtocolConfig::default()
-            },
+            rounds::protocol_config(&cfg),
         );
         Self {
             rng: crate::seeded_rng(seed),
@@ -235,6 +239,8 @@ impl NodeCore {
             first_lease_tick: true,
             recent: std::collections::VecDeque::new(),
             latencies: std::collections::VecDeque::new(),
+            greet_due: false,
+            last_greet: None,
             cfg,
         }
     }

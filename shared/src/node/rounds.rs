@@ -8,16 +8,27 @@ use crate::protocol::{Output, Protocol, ProtocolConfig, Round, RoundOutcome};
 use crate::task::NodeId;
 use crate::wire::Body;
 
+/// How a node runs the protocol. A round decided without some member's proposal starts nothing
+/// (see `apply`), so deciding early gains nothing: after `round_ms` a node sends its proposal
+/// again (in case it was lost), and decides without a member only when that member has been
+/// silent for the peer timeout (it leaves the members) or the peer timeout has passed since this
+/// node proposed. Deciding at `round_ms`, as before, held back almost every round when 16 agents
+/// shared 2 cores and proposals came late, and no task started.
+pub(super) fn protocol_config(cfg: &super::NodeConfig) -> ProtocolConfig {
+    ProtocolConfig {
+        round_timeout: Some(cfg.round_ms.max(cfg.peer_timeout_ms)),
+        resend_every: Some(cfg.round_ms),
+        ..ProtocolConfig::default()
+    }
+}
+
 impl NodeCore {
     pub(super) fn fresh_protocol(&self, round: Round) -> Protocol {
         let mut p = Protocol::new(
             self.cfg.me,
             self.peers.keys().copied(),
             round,
-            ProtocolConfig {
-                round_timeout: Some(self.cfg.round_ms),
-                ..ProtocolConfig::default()
-            },
+            protocol_config(&self.cfg),
         );
         for (id, t) in self.tasks.iter() {
             if t.state != TaskState::Pending {
@@ -37,6 +48,15 @@ impl NodeCore {
             .is_none_or(|t| now.saturating_sub(t) >= self.cfg.heartbeat_ms)
         {
             out.push(self.heartbeat(now));
+        }
+        if self.greet_due
+            && self
+                .last_greet
+                .is_none_or(|t| now.saturating_sub(t) >= self.cfg.heartbeat_ms)
+        {
+            self.greet_due = false;
+            self.last_greet = Some(now);
+            out.extend(self.greet());
         }
         let gone: Vec<NodeId> = self
             .peers
@@ -123,6 +143,19 @@ impl NodeCore {
             self.stats.rounds_held_back += u64::from(!outcome.commits.is_empty());
             for c in &outcome.commits {
                 self.protocol.release(c.task);
+                // Members that heard every proposal started it at `c.agent` with the next epoch:
+                // record the same epoch and owner, so that when they ask `c.agent` about the copy
+                // it does not list, its answer (pending, this epoch) puts the task back to pending
+                // there too. Without this they kept believing in a copy that never ran, asking
+                // about it at every heartbeat, and never scheduled the task again.
+                let pending = self
+                    .tasks
+                    .get(c.task)
+                    .is_some_and(|t| t.state == TaskState::Pending);
+                if let Some(m) = self.tasks.meta_mut(c.task).filter(|_| pending) {
+                    m.epoch += 1;
+                    m.owner = Some(c.agent);
+                }
             }
         }
         for c in outcome.commits.iter().filter(|_| !tentative) {
