@@ -179,15 +179,32 @@ pub enum ProtocolError {
     },
 }
 
+impl ProtocolError {
+    /// A short name of the kind, for counters.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Version { .. } => "version",
+            Self::UnknownPeer(_) => "unknown-peer",
+            Self::Stale { .. } => "stale",
+            Self::TooFarAhead { .. } => "too-far-ahead",
+            Self::Equivocation { .. } => "equivocation",
+            Self::AlreadyProposed(_) => "already-proposed",
+            Self::InvalidClaim { .. } => "invalid-claim",
+        }
+    }
+}
+
 /// Settings of the state machine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProtocolConfig {
     /// After proposing, how long (in the caller's `now` unit) to wait for missing members before
     /// deciding without them. `None` waits forever (the simulator, where delivery is instant).
     pub round_timeout: Option<u64>,
-    /// While members are missing, send this member's proposal again this often (same unit).
-    /// Sending the same proposal twice is harmless (a receiver keeps the first); a lost message
-    /// is the one cause of a missing proposal that waiting cannot cure. `None`: never.
+    /// While members are missing, send this member's proposal again after this long (same unit),
+    /// then after twice as long, and so on. Sending the same proposal twice is harmless (a
+    /// receiver keeps the first); a lost message is the one cause of a missing proposal that
+    /// waiting cannot cure, but a late one (a busy member) is the usual cause, so the gaps grow.
+    /// `None`: never.
     pub resend_every: Option<u64>,
     /// How many rounds ahead a message may be buffered (peers that are faster than us).
     pub max_rounds_ahead: u32,
@@ -217,8 +234,10 @@ pub struct Protocol {
     committed: BTreeSet<TaskId>,
     committed_order: std::collections::VecDeque<TaskId>,
     proposed_at: Option<u64>,
-    /// When this member last sent its proposal of the current round (for `resend_every`).
+    /// When this member last sent its proposal of the current round, and how often it has sent
+    /// it again (for `resend_every`).
     sent_at: Option<u64>,
+    resends: u32,
     config: ProtocolConfig,
 }
 
@@ -242,6 +261,7 @@ impl Protocol {
             committed_order: std::collections::VecDeque::new(),
             proposed_at: None,
             sent_at: None,
+            resends: 0,
             config,
         }
     }
@@ -389,13 +409,16 @@ impl Protocol {
             return self.try_decide(true);
         }
         let due = match (self.config.resend_every, self.sent_at) {
-            (Some(every), Some(sent)) => now.saturating_sub(sent) >= every,
+            (Some(every), Some(sent)) => {
+                now.saturating_sub(sent) >= every.saturating_mul(1 << self.resends.min(16))
+            }
             _ => false,
         };
         if !due || self.proposals.len() >= self.members.len() {
             return Vec::new();
         }
         self.sent_at = Some(now);
+        self.resends += 1;
         let mine = self.proposals.get(&self.me).cloned();
         mine.map(|p| Output::Send(Message::new(self.round, self.me, p)))
             .into_iter()
@@ -463,6 +486,7 @@ impl Protocol {
         self.round = outcome.next;
         self.proposed_at = None;
         self.sent_at = None;
+        self.resends = 0;
         // Proposals that arrived early for the new round become current; older buffered ones are
         // dropped (they belong to rounds this member will never run).
         let later = self.future.split_off(&self.round);
@@ -819,11 +843,13 @@ mod tests {
         assert!(a.tick(50).is_empty(), "not yet due");
         let again = a.tick(100);
         assert!(matches!(&again[..], [Output::Send(m)] if m == sent), "the same message again");
-        assert!(a.tick(150).is_empty(), "once per period");
-        assert_eq!(a.tick(200).len(), 1);
+        assert!(a.tick(250).is_empty(), "then after twice the gap");
+        assert_eq!(a.tick(300).len(), 1);
+        assert!(a.tick(650).is_empty());
+        assert_eq!(a.tick(700).len(), 1);
         // Member 1's proposal arrives late: decided with it, nothing missing.
         let out = a
-            .receive(msg(1, Round::default(), Proposal::Pass), 300)
+            .receive(msg(1, Round::default(), Proposal::Pass), 800)
             .unwrap();
         assert!(decided(&out).unwrap().missing.is_empty());
         // A receiver that gets our proposal twice keeps the first.

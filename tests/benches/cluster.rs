@@ -134,7 +134,7 @@ async fn run(a: Args) {
                 sent.merge(&st.stats);
             }
             eprintln!(
-                "  after {:.0} s: {now_done} of {} finished; peers heard {}..{}; rounds {} ({} held back, {} proposals missing); sent {:?}",
+                "  after {:.0} s: {now_done} of {} finished; peers heard {}..{}; rounds {} ({} held back, {} proposals missing); protocol messages refused {:?}; sent {:?}",
                 t1.elapsed().as_secs_f64(),
                 a.tasks,
                 heard.iter().min().unwrap_or(&0),
@@ -142,6 +142,7 @@ async fn run(a: Args) {
                 sent.rounds,
                 sent.rounds_held_back,
                 sent.missing,
+                sent.protocol_refused,
                 sent.sent
             );
         }

@@ -49,6 +49,7 @@ impl NodeCore {
             Body::Protocol(m) => {
                 if !self.peers.contains_key(&from) {
                     // Not heard a heartbeat yet: it will be a member from its first heartbeat.
+                    self.stats.refused("not-a-peer");
                     return Vec::new();
                 }
                 if m.round.slot > self.protocol.round().slot + 1 {
@@ -59,7 +60,10 @@ impl NodeCore {
                 }
                 match self.protocol.receive(m, now) {
                     Ok(outputs) => self.handle(outputs, now),
-                    Err(_) => Vec::new(),
+                    Err(e) => {
+                        self.stats.refused(e.kind());
+                        Vec::new()
+                    }
                 }
             }
             Body::Started { task, alloc, epoch } => self.on_started(task, from, alloc, epoch),
@@ -178,8 +182,27 @@ impl NodeCore {
                 want.insert(id);
             }
         }
-        if !want.is_empty() {
-            let ids: Vec<TaskId> = want.into_iter().take(MAX_WANT).collect();
+        // A task asked about within the peer timeout is not asked about again: the answer is a
+        // broadcast that may still be on its way, and asking at every heartbeat of every peer
+        // (4 a second each) was most of the cluster's traffic under load.
+        if self.asked.len() > 4 * MAX_WANT {
+            let timeout = self.cfg.peer_timeout_ms;
+            self.asked
+                .retain(|_, at| now.saturating_sub(*at) < timeout);
+        }
+        let ids: Vec<TaskId> = want
+            .into_iter()
+            .filter(|id| {
+                self.asked
+                    .get(id)
+                    .is_none_or(|at| now.saturating_sub(*at) >= self.cfg.peer_timeout_ms)
+            })
+            .take(MAX_WANT)
+            .collect();
+        if !ids.is_empty() {
+            for id in &ids {
+                self.asked.insert(*id, now);
+            }
             out.push(self.envelope(Body::Want(ids)));
         }
         self.tasks.set_node(from, state.capacity.clone());
@@ -193,8 +216,8 @@ impl NodeCore {
         out
     }
 
-    /// What a (re)joining peer must hear from us: the pending tasks we speak for (announcing
-    /// again is idempotent), the tasks we run and the outcomes of the tasks we ran, each with its
+    /// What a (re)joining peer must hear from us: the pending tasks we own (and, from one node,
+    /// those nobody owns; announcing again is idempotent), the tasks we run and the outcomes of the tasks we ran, each with its
     /// task and spec, so both sides of a healed partition agree in one exchange. Each task is
     /// told by one node ([`NodeCore::answers_for`]), not by every node that knows it: with every
     /// node telling every pending task, a greet cost the cluster nodes × tasks messages.
@@ -205,7 +228,12 @@ impl NodeCore {
             .tasks
             .values()
             .filter_map(|t| match &t.state {
-                TaskState::Pending if self.answers_for(t.meta.owner, None) => {
+                // Pending tasks of other owners are theirs to tell (a gone owner's are known to
+                // the nodes that schedule them, and a node that lacks one asks when it is started):
+                // telling them for a gone owner made a node that heard few peers, under load,
+                // announce every task in the cluster at every greet.
+                TaskState::Pending if t.meta.owner == Some(me) => Some(t.announcement(None)),
+                TaskState::Pending if t.meta.owner.is_none() && self.answers_for(None, None) => {
                     Some(t.announcement(None))
                 }
                 TaskState::Running { node, alloc, .. } if *node == me => {

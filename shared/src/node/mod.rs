@@ -58,7 +58,8 @@ pub struct NodeConfig {
     /// Slot length (ms): a new slot's first round starts this long after the previous one began.
     pub slot_ms: u64,
     /// Round deadline (ms) after proposing: while some member's proposal is missing, this node
-    /// sends its own again this often; it decides without that member only after the peer timeout.
+    /// sends its own again after this long (then after growing gaps); it decides without that
+    /// member only after the peer timeout.
     pub round_ms: u64,
     /// Heartbeat period (ms).
     pub heartbeat_ms: u64,
@@ -181,7 +182,11 @@ pub struct NodeCore {
     /// is a broadcast, so one serves every peer that joined meanwhile; sending one per joiner
     /// made 16 agents starting together (or flapping under load) send thousands of messages.
     greet_due: bool,
-    /// When this node last greeted: at most one greet per heartbeat period.
+    /// Tasks this node asked its peers about ([`Body::Want`]), and when: each at most once per
+    /// peer timeout.
+    asked: BTreeMap<TaskId, u64>,
+    /// When this node last greeted: at most one greet per peer timeout (peers that flap under
+    /// load would otherwise draw a greet from every node at every heartbeat).
     last_greet: Option<u64>,
 }
 
@@ -240,6 +245,7 @@ impl NodeCore {
             recent: std::collections::VecDeque::new(),
             latencies: std::collections::VecDeque::new(),
             greet_due: false,
+            asked: BTreeMap::new(),
             last_greet: None,
             cfg,
         }

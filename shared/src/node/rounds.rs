@@ -10,7 +10,7 @@ use crate::wire::Body;
 
 /// How a node runs the protocol. A round decided without some member's proposal starts nothing
 /// (see `apply`), so deciding early gains nothing: after `round_ms` a node sends its proposal
-/// again (in case it was lost), and decides without a member only when that member has been
+/// again (in case it was lost; then after 2, 4, ... times `round_ms`), and decides without a member only when that member has been
 /// silent for the peer timeout (it leaves the members) or the peer timeout has passed since this
 /// node proposed. Deciding at `round_ms`, as before, held back almost every round when 16 agents
 /// shared 2 cores and proposals came late, and no task started.
@@ -52,7 +52,7 @@ impl NodeCore {
         if self.greet_due
             && self
                 .last_greet
-                .is_none_or(|t| now.saturating_sub(t) >= self.cfg.heartbeat_ms)
+                .is_none_or(|t| now.saturating_sub(t) >= self.cfg.peer_timeout_ms)
         {
             self.greet_due = false;
             self.last_greet = Some(now);

@@ -34,6 +34,10 @@ pub struct NodeStats {
     /// Rounds whose commits were not started because some member's proposal was missing.
     #[serde(default)]
     pub rounds_held_back: u64,
+    /// Protocol messages not taken, by why (`not-a-peer`: before the sender's first heartbeat;
+    /// `stale`, `unknown-peer`, `too-far-ahead`, `equivocation`, `version`, `invalid-claim`).
+    #[serde(default)]
+    pub protocol_refused: BTreeMap<String, u64>,
 }
 
 impl NodeStats {
@@ -57,5 +61,13 @@ impl NodeStats {
         self.lease_stops += o.lease_stops;
         self.refused_announces += o.refused_announces;
         self.rounds_held_back += o.rounds_held_back;
+        for (k, v) in &o.protocol_refused {
+            *self.protocol_refused.entry(k.clone()).or_default() += v;
+        }
+    }
+
+    /// Count a protocol message not taken, for `why`.
+    pub(super) fn refused(&mut self, why: &str) {
+        *self.protocol_refused.entry(why.to_string()).or_default() += 1;
     }
 }
