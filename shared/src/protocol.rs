@@ -842,7 +842,10 @@ mod tests {
         };
         assert!(a.tick(50).is_empty(), "not yet due");
         let again = a.tick(100);
-        assert!(matches!(&again[..], [Output::Send(m)] if m == sent), "the same message again");
+        assert!(
+            matches!(&again[..], [Output::Send(m)] if m == sent),
+            "the same message again"
+        );
         assert!(a.tick(250).is_empty(), "then after twice the gap");
         assert_eq!(a.tick(300).len(), 1);
         assert!(a.tick(650).is_empty());

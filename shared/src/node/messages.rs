@@ -187,8 +187,7 @@ impl NodeCore {
         // (4 a second each) was most of the cluster's traffic under load.
         if self.asked.len() > 4 * MAX_WANT {
             let timeout = self.cfg.peer_timeout_ms;
-            self.asked
-                .retain(|_, at| now.saturating_sub(*at) < timeout);
+            self.asked.retain(|_, at| now.saturating_sub(*at) < timeout);
         }
         let ids: Vec<TaskId> = want
             .into_iter()
@@ -344,8 +343,8 @@ impl NodeCore {
             // It finished: the runner says so, or one live node for it if it is gone.
             TaskState::Done { node, code, epoch } if self.answers_for(Some(node), Some(from)) => {
                 vec![self.envelope(Body::Finished(Outcome {
-                task: id,
-                node,
+                    task: id,
+                    node,
                     epoch,
                     exit_code: code,
                 }))]
