@@ -402,3 +402,55 @@ fn lost_finish_messages_are_made_good_by_heartbeats() {
         assert!(s.succeeded(), "{id}: {s:?}");
     }
 }
+
+/// Anti-entropy is bounded: when a peer comes back after the peer timeout, each task is told by
+/// one node (its owner, or the node running it), not by every node that knows it. Before, every
+/// node announced every pending task to every (re)joining peer, which under load made the
+/// cluster's traffic grow with nodes × tasks at every rejoin.
+#[test]
+fn a_returning_peer_is_told_each_task_once() {
+    let mut c = Cluster::new(6, "min");
+    // Long tasks, more than fit: some run, the rest wait, and every node knows all of them.
+    c.work_ms = 1_000_000;
+    for _ in 0..40 {
+        c.step();
+    }
+    for id in 0..60u64 {
+        c.submit((id % 6) as usize, id);
+    }
+    for _ in 0..100 {
+        c.step();
+    }
+    let announced = |c: &Cluster| -> u64 {
+        c.nodes
+            .iter()
+            .map(|n| n.stats().sent.get("announce").copied().unwrap_or(0))
+            .sum()
+    };
+    let pending = |c: &Cluster| {
+        c.nodes[0]
+            .tasks()
+            .iter()
+            .filter(|(_, t)| t.state == TaskState::Pending)
+            .count()
+    };
+    assert!(pending(&c) > 20, "tasks wait (else the test shows nothing)");
+    let before = announced(&c);
+    // Node 5 is cut off for longer than the peer timeout (300 ms), less than the takeover.
+    c.side[5] = 1;
+    for _ in 0..50 {
+        c.step();
+    }
+    assert_eq!(c.nodes[0].peers().count(), 4, "node 5 timed out");
+    c.side[5] = 0;
+    for _ in 0..100 {
+        c.step();
+    }
+    assert_eq!(c.nodes[0].peers().count(), 5, "node 5 is back");
+    let told = announced(&c) - before;
+    assert!(told > 0, "the returning peer was greeted");
+    assert!(
+        told <= 60,
+        "{told} announcements for 60 tasks: some task was told by more than one node"
+    );
+}
