@@ -177,10 +177,28 @@ impl NodeCore {
             .map(|r| r.task)
             .chain(state.recent.iter().map(|o| o.task))
             .collect();
-        for id in self.tasks.running_on(from) {
-            if !listed.contains(&id) {
+        // Only once it has gone unlisted for a peer timeout: a copy this node saw start in a
+        // round it decided is often not yet in the runner's heartbeat (sent before the runner
+        // decided that round). Asking at once made every start draw a question from nearly
+        // every other node (in the 16-agent bench, all of the `Want`s).
+        let believed: Vec<TaskId> = self.tasks.running_on(from).collect();
+        for id in believed {
+            if listed.contains(&id) {
+                self.unlisted.remove(&id);
+                continue;
+            }
+            let since = *self.unlisted.entry(id).or_insert(now);
+            if now.saturating_sub(since) >= self.cfg.peer_timeout_ms {
                 want.insert(id);
             }
+        }
+        if self.unlisted.len() > 4 * MAX_WANT {
+            let tasks = &self.tasks;
+            self.unlisted.retain(|id, _| {
+                tasks
+                    .get(*id)
+                    .is_some_and(|t| t.state.running_on().is_some())
+            });
         }
         // A task asked about within the peer timeout is not asked about again: the answer is a
         // broadcast that may still be on its way, and asking at every heartbeat of every peer

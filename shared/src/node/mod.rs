@@ -182,6 +182,9 @@ pub struct NodeCore {
     /// is a broadcast, so one serves every peer that joined meanwhile; sending one per joiner
     /// made 16 agents starting together (or flapping under load) send thousands of messages.
     greet_due: bool,
+    /// Copies this node believes a peer runs that the peer's heartbeats did not list, and since
+    /// when: asked about only after a peer timeout.
+    unlisted: BTreeMap<TaskId, u64>,
     /// Tasks this node asked its peers about ([`Body::Want`]), and when: each at most once per
     /// peer timeout.
     asked: BTreeMap<TaskId, u64>,
@@ -246,6 +249,7 @@ impl NodeCore {
             latencies: std::collections::VecDeque::new(),
             greet_due: false,
             asked: BTreeMap::new(),
+            unlisted: BTreeMap::new(),
             last_greet: None,
             cfg,
         }
