@@ -43,6 +43,9 @@ pub struct Cluster {
     pub lose_finishes: bool,
     /// The cluster's clock (ms).
     pub now: u64,
+    /// Extra delay (ms) of every message to each node: a slow node decides its rounds later
+    /// than the others.
+    pub inbound_delay: Vec<u64>,
 }
 
 /// The spec every harness task carries.
@@ -99,6 +102,7 @@ impl Cluster {
             work_ms: 1000,
             lose_finishes: false,
             now: 0,
+            inbound_delay: vec![0; n],
         }
     }
 
@@ -115,7 +119,8 @@ impl Cluster {
                     let e = tapfinger::wire::decode(&bytes).unwrap();
                     for to in 0..self.nodes.len() {
                         if to != from {
-                            self.bus.push((self.now + STEP, to, e.clone()));
+                            let at = self.now + STEP + self.inbound_delay[to];
+                            self.bus.push((at, to, e.clone()));
                         }
                     }
                 }

@@ -454,3 +454,30 @@ fn a_returning_peer_is_told_each_task_once() {
         "{told} announcements for 60 tasks: some task was told by more than one node"
     );
 }
+
+/// Without faults nobody asks about anything: a copy started in the round just decided is often
+/// not yet in its runner's heartbeat, and is asked about only if it stays unlisted for a peer
+/// timeout. (Asking at once drew a question from nearly every node for every start.)
+#[test]
+fn a_cluster_without_faults_sends_no_want() {
+    let mut c = Cluster::new(6, "min");
+    c.work_ms = 400;
+    // Node 5 hears everything 40 ms late, so it decides each round after the others, and its
+    // heartbeats often predate the starts they have just decided.
+    c.inbound_delay[5] = 40;
+    for _ in 0..40 {
+        c.step();
+    }
+    for id in 0..60u64 {
+        c.submit((id % 6) as usize, id);
+        c.step();
+    }
+    c.run_until_finished(60, 10_000);
+    assert_eq!(c.finished.len(), 60);
+    let wants: u64 = c
+        .nodes
+        .iter()
+        .map(|n| n.stats().sent.get("want").copied().unwrap_or(0))
+        .sum();
+    assert_eq!(wants, 0, "questions in a cluster without faults");
+}
