@@ -24,8 +24,11 @@ enum Flow {
 
 /// The loop's state besides the core.
 struct Daemon {
+    /// The core, network, executor and files the loop drives.
     p: Parts,
+    /// This node's id (from its peer id).
     me: NodeId,
+    /// The loop's clock origin: the core's `now` is milliseconds since then.
     epoch: Instant,
     /// Tasks this loop asked the executor to stop (their exit is no outcome).
     stopped_here: BTreeSet<TaskId>,
@@ -37,9 +40,13 @@ struct Daemon {
     next_local: u32,
     /// Outcomes already journaled.
     recorded: BTreeSet<TaskId>,
+    /// Which GPU devices each task running here holds (a device goes to one task at a time).
     gpus: GpuPool,
+    /// When the lease file was last touched (at most every 200 ms, see [`upkeep`]).
     last_touch: Option<Instant>,
+    /// When old task logs and records were last swept (hourly, when a retention is set).
     last_sweep: Option<Instant>,
+    /// Whether a quorum held at the last upkeep (a change is logged once, not every step).
     had_quorum: Option<bool>,
     /// Replies to API commands wait until the status they imply is published, so a caller that
     /// reads the status right after the reply sees its own change (a cancelled task is done).

@@ -7,7 +7,9 @@ use tapfinger::TaskId;
 /// (the node core counts GPUs; only the daemon knows device indices).
 #[derive(Debug, Default)]
 pub(super) struct GpuPool {
+    /// Devices no task holds.
     pub(super) free: BTreeSet<u32>,
+    /// The devices each task running here holds (given back when it exits).
     pub(super) held: BTreeMap<TaskId, Vec<u32>>,
 }
 

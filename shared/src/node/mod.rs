@@ -138,14 +138,21 @@ struct Peer {
 
 /// One node's scheduling state machine.
 pub struct NodeCore {
+    /// Settings (identity, capacity, timings).
     cfg: NodeConfig,
+    /// What proposes this node's claims each round (replaced by [`NodeCore::set_policy`]).
     policy: Box<dyn Policy>,
+    /// The policy's randomness, seeded, so a node's decisions replay in tests.
     rng: crate::Rng,
+    /// The decision protocol the simulator drives too.
     protocol: Protocol,
+    /// Peers heard within the peer timeout, with their last heartbeat (the view's source).
     peers: BTreeMap<NodeId, Peer>,
     /// Every task this node knows, and the nodes it hears: the ledger the simulator keeps too.
     tasks: Ledger<TaskMeta>,
+    /// Sequence number of this node's envelopes (a receiver tells messages apart by it).
     seq: u64,
+    /// When this node last sent a heartbeat.
     last_heartbeat: Option<u64>,
     /// When the current slot's first round may start.
     slot_start: u64,
@@ -154,6 +161,7 @@ pub struct NodeCore {
     first_tick: Option<u64>,
     /// When this node proposed in the current round (for round latency).
     proposed_at: Option<u64>,
+    /// Counters for metrics and benchmarks.
     stats: NodeStats,
     /// Learning mode: where the policy records its decisions, and what this node adds.
     learning: Option<(crate::model::Recorder, crate::model::Experience)>,
