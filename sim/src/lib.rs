@@ -6,6 +6,7 @@
 
 pub mod env;
 mod episode;
+pub mod generate;
 pub mod metrics;
 pub mod plot;
 pub mod policies;

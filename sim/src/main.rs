@@ -39,6 +39,13 @@ struct Output {
 enum Cmd {
     /// List the built-in scenario presets.
     Scenarios,
+    /// Print generated scenario N as TOML (the scenario `gen:N` wherever a scenario is named).
+    /// Seeds from 10000 up are held out for evaluation: never train on them.
+    Generate {
+        /// Generator seed.
+        #[arg(long)]
+        seed: u64,
+    },
     /// Run one episode of one policy.
     Run {
         /// Preset name or path to a scenario TOML file.
@@ -190,7 +197,12 @@ fn run(cli: Cli) -> Result<()> {
             for (name, desc) in scenario::presets() {
                 println!("{name:<15} {desc}");
             }
+            println!(
+                "{:<15} a generated scenario (tapfinger-sim generate --seed N)",
+                "gen:N"
+            );
         }
+        Cmd::Generate { seed } => print!("{}", tapfinger_sim::generate::scenario_toml(seed)),
         Cmd::Run {
             scenario,
             policy,

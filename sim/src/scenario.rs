@@ -321,10 +321,14 @@ pub fn presets() -> Vec<(String, String)> {
 }
 
 impl Scenario {
-    /// A preset by name, or else a TOML file by path.
+    /// A preset by name, a generated scenario (`gen:N`, [`crate::generate`]), or else a TOML
+    /// file by path.
     pub fn load(name_or_path: &str) -> Result<Self, ScenarioError> {
         if let Some(p) = PRESETS.iter().find(|p| p.name == name_or_path) {
             return Self::from_toml(p.toml, &format!("preset {}", p.name), None);
+        }
+        if let Some(generated) = crate::generate::load(name_or_path) {
+            return generated;
         }
         let path = Path::new(name_or_path);
         let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Unknown {

@@ -314,3 +314,24 @@ speed = { model = "synthetic", w = [0.25], b = 0.0 }
     assert!(ok, "{err}");
     assert!(out.contains("\"policy\": \"tiresias\""), "{out}");
 }
+
+#[test]
+fn a_generated_scenario_prints_saves_and_runs() {
+    let (ok, text, err) = sim(&["generate", "--seed", "10007"]);
+    assert!(ok, "{err}");
+    assert!(text.contains("name = \"gen:10007\""), "{text}");
+    assert!(text.contains("Held out"), "seeds from 10000 up say so");
+    // The printed TOML is a scenario file like any other, and `gen:N` names the same scenario.
+    let path = write("generated.toml", &text);
+    let from_file = sim(&[
+        "run",
+        "--scenario",
+        path.to_str().unwrap(),
+        "--policy",
+        "tiresias",
+    ]);
+    let by_name = sim(&["run", "--scenario", "gen:10007", "--policy", "tiresias"]);
+    assert!(from_file.0 && by_name.0, "{} {}", from_file.2, by_name.2);
+    assert_eq!(from_file.1, by_name.1);
+    fails_with(&["run", "--scenario", "gen:twelve"], "gen:SEED");
+}

@@ -1,0 +1,338 @@
+//! Scenario generator: `gen:N` names a scenario drawn from seed N, so that a policy can be
+//! trained on many clusters and task mixes and judged on ones it never saw. Seeds below
+//! [`HELD_OUT_FROM`] are for training; seeds from it up are held out for evaluation.
+//!
+//! A generated scenario is TOML text (what `tapfinger-sim generate --seed N` prints), loaded by
+//! the same parser and validation as any scenario file, so a generated scenario can be saved,
+//! edited and run like a hand-written one. What it draws:
+//!
+//! - 2–24 nodes, each a CPU-only box or a GPU box, with CPU, GPU and memory capacities of
+//!   several sizes (memory in grid units of 4 GiB; a CPU-only box has 0 GPUs);
+//! - 1–6 task classes, each from a family of speed shapes of the synthetic formula
+//!   (`Δp = tanh(Σ w_k a_k)·sqrt(1.2 − p) + b`): CPU-bound, GPU-bound, memory-sensitive,
+//!   mixed, or insensitive to its allocation, with random weights and demands;
+//! - an offered load between 0.3 and 0.95: the arrival rate is set so that the tasks' minimum
+//!   demands, held for as long as a task takes alone at its minimum demand, fill that share of
+//!   the cluster's scarcest kind.
+//!
+//! Not yet drawn (issue #13 names them): measured speed tables (Synergy, Pollux), random
+//! monotone concave tables, bursty arrivals and heavy-tailed task sizes; the scenario format
+//! has no inline table or task-size field yet.
+
+use crate::scenario::{Scenario, ScenarioError};
+use crate::speed::SpeedModel;
+use rand::RngExt as _;
+use std::fmt::Write as _;
+use tapfinger::resources::Resources;
+
+/// Generator seeds from this one up are held out: never trained on.
+pub const HELD_OUT_FROM: u64 = 10_000;
+
+/// The prefix that names a generated scenario (`gen:42`).
+pub const PREFIX: &str = "gen:";
+
+/// Memory grid step of generated clusters (GiB).
+const MEM_STEP_GIB: u32 = 4;
+
+/// A node as drawn: capacity per kind (cpu, gpu, mem units).
+struct Box_ {
+    name: String,
+    capacity: [u32; 3],
+}
+
+/// A task class as drawn.
+struct Class {
+    name: String,
+    weight: f64,
+    min: [u32; 3],
+    max: [u32; 3],
+    w: [f64; 3],
+    b: f64,
+}
+
+/// Scenario `gen:N`, if `name` has the prefix (an error names the expected form).
+pub fn load(name: &str) -> Option<Result<Scenario, ScenarioError>> {
+    let seed = name.strip_prefix(PREFIX)?;
+    Some(match seed.parse() {
+        Ok(seed) => Scenario::from_toml(&scenario_toml(seed), name, None),
+        Err(e) => Err(ScenarioError::Parse {
+            origin: name.into(),
+            message: format!("a generated scenario is gen:SEED (a whole number): {e}"),
+        }),
+    })
+}
+
+/// The TOML text of generated scenario `seed`.
+pub fn scenario_toml(seed: u64) -> String {
+    // A stream of its own: the generator seed never shares randomness with a workload seed.
+    let mut rng = tapfinger::seeded_rng(seed ^ 0x6E6E_7261_746F_7221);
+    let boxes = draw_nodes(&mut rng);
+    let has_gpu = boxes.iter().any(|b| b.capacity[1] > 0);
+    let largest = largest_node(&boxes);
+    let classes = draw_classes(&mut rng, has_gpu, largest);
+    let load = rng.random_range(0.3..0.95);
+    let lambda = arrival_rate(&boxes, &classes, load);
+    let tasks = boxes.len() as u32 * rng.random_range(8..=24);
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "# Generated scenario {seed} (`tapfinger-sim generate --seed {seed}`).{}",
+        if seed >= HELD_OUT_FROM {
+            " Held out: never train on it."
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(t, "name = \"gen:{seed}\"");
+    let _ = writeln!(
+        t,
+        "description = \"generated: {} nodes ({} with GPUs), {} task classes, offered load {load:.2}\"",
+        boxes.len(),
+        boxes.iter().filter(|b| b.capacity[1] > 0).count(),
+        classes.len()
+    );
+    let _ = writeln!(t, "lambda = {lambda:.4}\ntasks = {tasks}\nwindow = 10\n");
+    for (name, unit, step) in [("cpu", "core", 1.0), ("gpu", "GPU", 1.0)] {
+        let _ = writeln!(
+            t,
+            "[[resources]]\nname = \"{name}\"\nunit = \"{unit}\"\nstep = {step:.1}\n"
+        );
+    }
+    let _ = writeln!(
+        t,
+        "[[resources]]\nname = \"mem\"\nunit = \"GiB\"\nstep = {:.1}\n",
+        f64::from(MEM_STEP_GIB)
+    );
+    for b in &boxes {
+        let [c, g, m] = b.capacity;
+        let _ = writeln!(
+            t,
+            "[[nodes]]\nname = \"{}\"\ncapacity = [{c}, {g}, {m}]\n",
+            b.name
+        );
+    }
+    for c in &classes {
+        let _ = writeln!(
+            t,
+            "[[task_types]]\nname = \"{}\"\nweight = {:.3}\nmin_demand = [{}, {}, {}]\nmax_demand = [{}, {}, {}]\nspeed = {{ model = \"synthetic\", w = [{:.4}, {:.4}, {:.4}], b = {:.4} }}\n",
+            c.name,
+            c.weight,
+            c.min[0],
+            c.min[1],
+            c.min[2],
+            c.max[0],
+            c.max[1],
+            c.max[2],
+            c.w[0],
+            c.w[1],
+            c.w[2],
+            c.b
+        );
+    }
+    t
+}
+
+fn draw_nodes(rng: &mut tapfinger::Rng) -> Vec<Box_> {
+    let n = rng.random_range(2..=24usize);
+    // At least one GPU box in most clusters; some clusters are CPU-only.
+    let gpu_share = if rng.random_bool(0.15) {
+        0.0
+    } else {
+        rng.random_range(0.2..0.8)
+    };
+    let pick = |rng: &mut tapfinger::Rng, xs: &[u32]| xs[rng.random_range(0..xs.len())];
+    (0..n)
+        .map(|i| {
+            let gpu_box = gpu_share > 0.0 && (i == 0 || rng.random_bool(gpu_share));
+            let capacity = if gpu_box {
+                [
+                    pick(rng, &[8, 16, 32]),
+                    pick(rng, &[1, 2, 4, 8]),
+                    pick(rng, &[8, 16, 32]),
+                ]
+            } else {
+                [pick(rng, &[2, 4, 8, 16]), 0, pick(rng, &[2, 4, 8, 16])]
+            };
+            Box_ {
+                name: format!("{}{i}", if gpu_box { "g" } else { "c" }),
+                capacity,
+            }
+        })
+        .collect()
+}
+
+/// The largest capacity of each kind on one node (a class must fit somewhere).
+fn largest_node(boxes: &[Box_]) -> [u32; 3] {
+    let mut m = [0; 3];
+    for b in boxes {
+        for (m, c) in m.iter_mut().zip(b.capacity) {
+            *m = (*m).max(c);
+        }
+    }
+    m
+}
+
+fn draw_classes(rng: &mut tapfinger::Rng, has_gpu: bool, largest: [u32; 3]) -> Vec<Class> {
+    let n = rng.random_range(1..=6usize);
+    (0..n)
+        .map(|i| {
+            // Families of speed shapes; GPU-bound ones only where there are GPUs.
+            let family = loop {
+                let f = rng.random_range(0..5u32);
+                if f != 1 || has_gpu {
+                    break f;
+                }
+            };
+            let (w, b, uses_gpu) = match family {
+                0 => ([rng.random_range(0.03..0.2), 0.0, 0.0], 0.0, false),
+                1 => (
+                    [
+                        rng.random_range(0.0..0.03),
+                        rng.random_range(0.05..0.4),
+                        0.0,
+                    ],
+                    0.0,
+                    true,
+                ),
+                2 => (
+                    [
+                        rng.random_range(0.02..0.1),
+                        0.0,
+                        rng.random_range(0.02..0.15),
+                    ],
+                    0.0,
+                    false,
+                ),
+                3 => (
+                    [
+                        rng.random_range(0.01..0.08),
+                        if has_gpu {
+                            rng.random_range(0.02..0.2)
+                        } else {
+                            0.0
+                        },
+                        rng.random_range(0.0..0.05),
+                    ],
+                    rng.random_range(0.0..0.02),
+                    has_gpu && rng.random_bool(0.5),
+                ),
+                _ => ([0.0, 0.0, 0.0], rng.random_range(0.05..0.3), false),
+            };
+            let cpu = rng.random_range(1..=largest[0].clamp(1, 4));
+            let gpu = if uses_gpu {
+                rng.random_range(1..=largest[1].clamp(1, 2))
+            } else {
+                0
+            };
+            let mem = rng.random_range(1..=largest[2].clamp(1, 4));
+            let min = [cpu, gpu, mem];
+            let max = [
+                (cpu * 4).min(largest[0]).max(cpu),
+                (gpu * 4).min(largest[1]).max(gpu),
+                (mem * 4).min(largest[2]).max(mem),
+            ];
+            Class {
+                name: format!("class{i}"),
+                weight: rng.random_range(0.5..2.0),
+                min,
+                max,
+                w,
+                b,
+            }
+        })
+        .collect()
+}
+
+/// Slots a class takes alone at its minimum demand (the stepping of the simulator).
+fn slots_at_min(c: &Class) -> f64 {
+    let model = SpeedModel::Synthetic {
+        w: c.w.to_vec(),
+        b: c.b,
+    };
+    model
+        .isolated(&Resources(c.min.to_vec()), 1.0)
+        .map_or(f64::INFINITY, |(slots, _)| slots as f64)
+}
+
+/// The arrival rate at which the minimum demands fill `load` of the scarcest kind.
+fn arrival_rate(boxes: &[Box_], classes: &[Class], load: f64) -> f64 {
+    let total_w: f64 = classes.iter().map(|c| c.weight).sum();
+    let mut lambda = f64::INFINITY;
+    for k in 0..3 {
+        let cap: f64 = boxes.iter().map(|b| f64::from(b.capacity[k])).sum();
+        let demand: f64 = classes
+            .iter()
+            .map(|c| c.weight / total_w * slots_at_min(c) * f64::from(c.min[k]))
+            .sum();
+        if demand > 0.0 && cap > 0.0 {
+            lambda = lambda.min(load * cap / demand);
+        }
+    }
+    if lambda.is_finite() { lambda } else { 1.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_generated_scenario_loads_and_is_the_same_for_its_seed() {
+        for seed in (0..200).chain(HELD_OUT_FROM..HELD_OUT_FROM + 50) {
+            let text = scenario_toml(seed);
+            assert_eq!(
+                text,
+                scenario_toml(seed),
+                "seed {seed} is not deterministic"
+            );
+            let sc = Scenario::load(&format!("gen:{seed}"))
+                .unwrap_or_else(|e| panic!("gen:{seed} does not load: {e}\n{text}"));
+            assert!((2..=24).contains(&sc.nodes.len()));
+            assert!((1..=6).contains(&sc.types.len()));
+            assert_eq!(sc.space.len(), 3, "cpu, gpu and mem everywhere");
+            // Every class fits on some node at its minimum demand.
+            for t in &sc.types {
+                assert!(
+                    sc.nodes.iter().any(|n| t.min_demand.fits_in(&n.capacity)),
+                    "gen:{seed}: {} fits nowhere",
+                    t.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_suite_spans_cpu_only_and_gpu_clusters_sizes_and_loads() {
+        let (mut cpu_only, mut gpu, mut small, mut large) = (0, 0, 0, 0);
+        let mut loads = Vec::new();
+        for seed in 0..300 {
+            let sc = Scenario::load(&format!("gen:{seed}")).unwrap();
+            if sc.nodes.iter().all(|n| n.capacity.get(1) == 0) {
+                cpu_only += 1;
+            } else {
+                gpu += 1;
+            }
+            small += usize::from(sc.nodes.len() <= 4);
+            large += usize::from(sc.nodes.len() >= 16);
+            let load: f64 = sc
+                .description
+                .rsplit("offered load ")
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            loads.push(load);
+        }
+        assert!(
+            cpu_only > 10 && gpu > 150,
+            "{cpu_only} CPU-only, {gpu} with GPUs"
+        );
+        assert!(small > 10 && large > 10, "{small} small, {large} large");
+        assert!(loads.iter().any(|l| *l < 0.4) && loads.iter().any(|l| *l > 0.85));
+    }
+
+    #[test]
+    fn a_bad_generator_name_says_so() {
+        let e = Scenario::load("gen:x").unwrap_err().to_string();
+        assert!(e.contains("gen:x"), "{e}");
+    }
+}
