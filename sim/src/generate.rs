@@ -8,16 +8,17 @@
 //!
 //! - 2–24 nodes, each a CPU-only box or a GPU box, with CPU, GPU and memory capacities of
 //!   several sizes (memory in grid units of 4 GiB; a CPU-only box has 0 GPUs);
-//! - 1–6 task classes, each from a family of speed shapes of the synthetic formula
-//!   (`Δp = tanh(Σ w_k a_k)·sqrt(1.2 − p) + b`): CPU-bound, GPU-bound, memory-sensitive,
-//!   mixed, or insensitive to its allocation, with random weights and demands;
+//! - 1–6 task classes, each from a family of speed shapes: of the synthetic formula
+//!   (`Δp = tanh(Σ w_k a_k)·sqrt(1.2 − p) + b`) CPU-bound, GPU-bound, memory-sensitive,
+//!   mixed, or insensitive to its allocation, with random weights; or a random monotone concave
+//!   table (inline CSV: seconds alone = t0 / Π (a_k / min_k)^alpha_k on the grid min, 2·min,
+//!   4·min); random demands;
 //! - an offered load between 0.3 and 0.95: the arrival rate is set so that the tasks' minimum
 //!   demands, held for as long as a task takes alone at its minimum demand, fill that share of
 //!   the cluster's scarcest kind.
 //!
-//! Not yet drawn (issue #13 names them): measured speed tables (Synergy, Pollux), random
-//! monotone concave tables, bursty arrivals and heavy-tailed task sizes; the scenario format
-//! has no inline table or task-size field yet.
+//! Not yet drawn (issue #13 names them): the measured speed tables (Synergy, Pollux), bursty
+//! arrivals and heavy-tailed task sizes (the scenario format has no task-size field yet).
 
 use crate::scenario::{Scenario, ScenarioError};
 use crate::speed::SpeedModel;
@@ -46,8 +47,16 @@ struct Class {
     weight: f64,
     min: [u32; 3],
     max: [u32; 3],
-    w: [f64; 3],
-    b: f64,
+    shape: Shape,
+}
+
+/// How a class's speed depends on its allocation.
+enum Shape {
+    /// The synthetic formula's weights and constant.
+    Synthetic { w: [f64; 3], b: f64 },
+    /// A table: `t0` seconds alone at the minimum demand, and per kind a concave power
+    /// `alpha` of throughput in the allocation (`(a / min)^alpha`), on the grid min, 2·min, 4·min.
+    Table { t0: f64, alpha: [f64; 3] },
 }
 
 /// Scenario `gen:N`, if `name` has the prefix (an error names the expected form).
@@ -112,24 +121,64 @@ pub fn scenario_toml(seed: u64) -> String {
         );
     }
     for c in &classes {
+        let [n0, n1, n2] = c.min;
+        let [x0, x1, x2] = c.max;
         let _ = writeln!(
             t,
-            "[[task_types]]\nname = \"{}\"\nweight = {:.3}\nmin_demand = [{}, {}, {}]\nmax_demand = [{}, {}, {}]\nspeed = {{ model = \"synthetic\", w = [{:.4}, {:.4}, {:.4}], b = {:.4} }}\n",
-            c.name,
-            c.weight,
-            c.min[0],
-            c.min[1],
-            c.min[2],
-            c.max[0],
-            c.max[1],
-            c.max[2],
-            c.w[0],
-            c.w[1],
-            c.w[2],
-            c.b
+            "[[task_types]]\nname = \"{}\"\nweight = {:.3}\nmin_demand = [{n0}, {n1}, {n2}]\nmax_demand = [{x0}, {x1}, {x2}]",
+            c.name, c.weight,
         );
+        match &c.shape {
+            Shape::Synthetic { w, b } => {
+                let _ = writeln!(
+                    t,
+                    "speed = {{ model = \"synthetic\", w = [{:.4}, {:.4}, {:.4}], b = {b:.4} }}\n",
+                    w[0], w[1], w[2]
+                );
+            }
+            Shape::Table { .. } => {
+                let _ = writeln!(
+                    t,
+                    "\n[task_types.speed]\nmodel = \"table\"\nrows = \"\"\"\n{}\"\"\"\n",
+                    table_rows(c)
+                );
+            }
+        }
     }
     t
+}
+
+/// The grid of a table class per kind: its minimum, twice and four times that, up to its cap
+/// (just 0 for a kind it does not use).
+fn table_axis(min: u32, max: u32) -> Vec<u32> {
+    let mut axis: Vec<u32> = [min, 2 * min, 4 * min]
+        .into_iter()
+        .filter(|v| *v <= max.max(min))
+        .collect();
+    axis.dedup();
+    axis
+}
+
+/// The CSV rows (`type,cpu,gpu,mem,seconds`) of a table class.
+fn table_rows(c: &Class) -> String {
+    let Shape::Table { t0, alpha } = &c.shape else {
+        return String::new();
+    };
+    let mut out = String::from("type,cpu,gpu,mem,seconds\n");
+    for cpu in table_axis(c.min[0], c.max[0]) {
+        for gpu in table_axis(c.min[1], c.max[1]) {
+            for mem in table_axis(c.min[2], c.max[2]) {
+                let mut speedup = 1.0;
+                for (k, a) in [cpu, gpu, mem].into_iter().enumerate() {
+                    if c.min[k] > 0 {
+                        speedup *= (f64::from(a) / f64::from(c.min[k])).powf(alpha[k]);
+                    }
+                }
+                let _ = writeln!(out, "{},{cpu},{gpu},{mem},{:.3}", c.name, t0 / speedup);
+            }
+        }
+    }
+    out
 }
 
 fn draw_nodes(rng: &mut tapfinger::Rng) -> Vec<Box_> {
@@ -178,7 +227,7 @@ fn draw_classes(rng: &mut tapfinger::Rng, has_gpu: bool, largest: [u32; 3]) -> V
         .map(|i| {
             // Families of speed shapes; GPU-bound ones only where there are GPUs.
             let family = loop {
-                let f = rng.random_range(0..5u32);
+                let f = rng.random_range(0..6u32);
                 if f != 1 || has_gpu {
                     break f;
                 }
@@ -216,7 +265,9 @@ fn draw_classes(rng: &mut tapfinger::Rng, has_gpu: bool, largest: [u32; 3]) -> V
                     rng.random_range(0.0..0.02),
                     has_gpu && rng.random_bool(0.5),
                 ),
-                _ => ([0.0, 0.0, 0.0], rng.random_range(0.05..0.3), false),
+                4 => ([0.0, 0.0, 0.0], rng.random_range(0.05..0.3), false),
+                // A table; the weights are unused (the shape is drawn below).
+                _ => ([0.0; 3], 0.0, has_gpu && rng.random_bool(0.5)),
             };
             let cpu = rng.random_range(1..=largest[0].clamp(1, 4));
             let gpu = if uses_gpu {
@@ -231,13 +282,24 @@ fn draw_classes(rng: &mut tapfinger::Rng, has_gpu: bool, largest: [u32; 3]) -> V
                 (gpu * 4).min(largest[1]).max(gpu),
                 (mem * 4).min(largest[2]).max(mem),
             ];
+            let shape = if family == 5 {
+                Shape::Table {
+                    t0: rng.random_range(4.0..30.0),
+                    alpha: [
+                        rng.random_range(0.2..0.9),
+                        rng.random_range(0.2..0.9),
+                        rng.random_range(0.0..0.5),
+                    ],
+                }
+            } else {
+                Shape::Synthetic { w, b }
+            };
             Class {
                 name: format!("class{i}"),
                 weight: rng.random_range(0.5..2.0),
                 min,
                 max,
-                w,
-                b,
+                shape,
             }
         })
         .collect()
@@ -245,13 +307,16 @@ fn draw_classes(rng: &mut tapfinger::Rng, has_gpu: bool, largest: [u32; 3]) -> V
 
 /// Slots a class takes alone at its minimum demand (the stepping of the simulator).
 fn slots_at_min(c: &Class) -> f64 {
-    let model = SpeedModel::Synthetic {
-        w: c.w.to_vec(),
-        b: c.b,
-    };
-    model
+    match &c.shape {
+        Shape::Synthetic { w, b } => SpeedModel::Synthetic {
+            w: w.to_vec(),
+            b: *b,
+        }
         .isolated(&Resources(c.min.to_vec()), 1.0)
-        .map_or(f64::INFINITY, |(slots, _)| slots as f64)
+        .map_or(f64::INFINITY, |(slots, _)| slots as f64),
+        // One-second slots: the table's seconds alone at the minimum demand.
+        Shape::Table { t0, .. } => t0.ceil(),
+    }
 }
 
 /// The arrival rate at which the minimum demands fill `load` of the scarcest kind.
@@ -302,10 +367,23 @@ mod tests {
 
     #[test]
     fn the_suite_spans_cpu_only_and_gpu_clusters_sizes_and_loads() {
-        let (mut cpu_only, mut gpu, mut small, mut large) = (0, 0, 0, 0);
+        let (mut cpu_only, mut gpu, mut small, mut large, mut tables) = (0, 0, 0, 0, 0);
         let mut loads = Vec::new();
         for seed in 0..300 {
             let sc = Scenario::load(&format!("gen:{seed}")).unwrap();
+            for t in &sc.types {
+                if let SpeedModel::Table(m) = &t.speed {
+                    tables += 1;
+                    // Monotone: more of everything is never slower.
+                    let lo = m.seconds(&t.min_demand).unwrap();
+                    let hi = m.seconds(t.max_demand.as_ref().unwrap()).unwrap();
+                    assert!(
+                        hi <= lo,
+                        "gen:{seed} {}: {hi} s at its cap, {lo} s at its minimum",
+                        t.name
+                    );
+                }
+            }
             if sc.nodes.iter().all(|n| n.capacity.get(1) == 0) {
                 cpu_only += 1;
             } else {
@@ -327,6 +405,7 @@ mod tests {
             "{cpu_only} CPU-only, {gpu} with GPUs"
         );
         assert!(small > 10 && large > 10, "{small} small, {large} large");
+        assert!(tables > 50, "{tables} table classes in 300 scenarios");
         assert!(loads.iter().any(|l| *l < 0.4) && loads.iter().any(|l| *l > 0.85));
     }
 
@@ -334,5 +413,17 @@ mod tests {
     fn a_bad_generator_name_says_so() {
         let e = Scenario::load("gen:x").unwrap_err().to_string();
         assert!(e.contains("gen:x"), "{e}");
+    }
+
+    #[test]
+    fn a_table_names_one_source() {
+        // Seed 0 has a table class.
+        let text =
+            scenario_toml(0).replace("model = \"table\"", "model = \"table\"\ncsv = \"x.csv\"");
+        assert_ne!(text, scenario_toml(0), "seed 0 has a table class");
+        let e = Scenario::from_toml(&text, "t", None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("exactly one of `csv`"), "{e}");
     }
 }

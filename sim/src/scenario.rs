@@ -235,8 +235,12 @@ pub enum SpeedSpec {
     },
     /// Measured table.
     Table {
-        /// CSV path, relative to the scenario file.
-        csv: String,
+        /// CSV path, relative to the scenario file (or give `rows`).
+        #[serde(default)]
+        csv: Option<String>,
+        /// The CSV text itself (generated scenarios carry their tables inline).
+        #[serde(default)]
+        rows: Option<String>,
         /// Rows to use (defaults to the type's name).
         #[serde(default)]
         row_type: Option<String>,
@@ -550,6 +554,7 @@ impl Scenario {
                 }
                 SpeedSpec::Table {
                     csv,
+                    rows,
                     row_type,
                     startup_seconds,
                 } => {
@@ -560,22 +565,17 @@ impl Scenario {
                         ));
                     }
                     let row = row_type.clone().unwrap_or_else(|| t.name.clone());
-                    let table = match dir {
-                        Some(d) => TableModel::load(&d.join(csv), &row, &names, *startup_seconds),
-                        None => match PRESET_FILES.iter().find(|(n, _)| n == csv) {
-                            Some((_, text)) => {
-                                TableModel::parse(text, csv, &row, &names, *startup_seconds)
-                            }
-                            None => Err(TableError::Incomplete {
-                                path: csv.clone(),
-                                reason: "no such embedded file".into(),
-                            }),
-                        },
-                    }
-                    .map_err(|source| ScenarioError::Table {
-                        origin: origin.into(),
-                        source,
-                    })?;
+                    let source = crate::speed::TableSource {
+                        csv: csv.as_deref(),
+                        rows: rows.as_deref(),
+                        dir,
+                        embedded: PRESET_FILES,
+                    };
+                    let table = TableModel::from_source(&source, &row, &names, *startup_seconds)
+                        .map_err(|source| ScenarioError::Table {
+                            origin: origin.into(),
+                            source,
+                        })?;
                     let model = SpeedModel::Table(table);
                     if !nodes.iter().any(|nd| {
                         model

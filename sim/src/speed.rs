@@ -42,6 +42,19 @@ pub enum TableError {
     },
 }
 
+/// Where a table comes from (see [`TableModel::from_source`]).
+#[derive(Debug, Clone, Copy)]
+pub struct TableSource<'a> {
+    /// A CSV path (relative to `dir`, or the name of an embedded file).
+    pub csv: Option<&'a str>,
+    /// Inline CSV text.
+    pub rows: Option<&'a str>,
+    /// The scenario file's folder (`None`: an embedded preset or generated scenario).
+    pub dir: Option<&'a std::path::Path>,
+    /// Embedded files by name.
+    pub embedded: &'a [(&'a str, &'a str)],
+}
+
 /// A measured table for one task type on a complete rectilinear grid.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableModel {
@@ -196,6 +209,31 @@ impl TableModel {
             kinds,
             startup_seconds,
         )
+    }
+
+    /// The table a scenario names: a file beside it (`csv` with `dir`), an embedded preset file
+    /// (`csv` without `dir`), or inline CSV text (`rows`); exactly one of `csv` and `rows`.
+    pub fn from_source(
+        src: &TableSource<'_>,
+        row_type: &str,
+        kinds: &[String],
+        startup_seconds: f64,
+    ) -> Result<Self, TableError> {
+        match (src.csv, src.rows, src.dir) {
+            (None, Some(text), _) => Self::parse(text, "inline rows", row_type, kinds, startup_seconds),
+            (Some(csv), None, Some(d)) => Self::load(&d.join(csv), row_type, kinds, startup_seconds),
+            (Some(csv), None, None) => match src.embedded.iter().find(|(n, _)| *n == csv) {
+                Some((_, text)) => Self::parse(text, csv, row_type, kinds, startup_seconds),
+                None => Err(TableError::Incomplete {
+                    path: csv.into(),
+                    reason: "no such embedded file".into(),
+                }),
+            },
+            _ => Err(TableError::Incomplete {
+                path: src.csv.unwrap_or("(none)").into(),
+                reason: "a table speed model needs exactly one of `csv` (a file) and `rows` (the CSV text)".into(),
+            }),
+        }
     }
 
     /// Seconds to complete the whole task alone with allocation `a` (start-up included);
