@@ -17,8 +17,12 @@
 //!   demands, held for as long as a task takes alone at its minimum demand, fill that share of
 //!   the cluster's scarcest kind.
 //!
-//! Not yet drawn (issue #13 names them): the measured speed tables (Synergy, Pollux), bursty
-//! arrivals and heavy-tailed task sizes (the scenario format has no task-size field yet).
+//! - where a GPU box has room (2 cores, 1 GPU, 60 GiB), now and then a class with Synergy's
+//!   measured CPU × memory profile of ResNet-18, LSTM or M5 (one GPU), scaled in time; the
+//!   generated file carries the data's attribution line.
+//!
+//! Not yet drawn (issue #13 names them): Pollux's GPU × batch profiles, bursty arrivals and
+//! heavy-tailed task sizes (the scenario format has no task-size field yet).
 
 use crate::scenario::{Scenario, ScenarioError};
 use crate::speed::SpeedModel;
@@ -57,6 +61,55 @@ enum Shape {
     /// A table: `t0` seconds alone at the minimum demand, and per kind a concave power
     /// `alpha` of throughput in the allocation (`(a / min)^alpha`), on the grid min, 2·min, 4·min.
     Table { t0: f64, alpha: [f64; 3] },
+    /// A measured Synergy profile (CPU × memory, one GPU), its seconds scaled so that the task
+    /// takes `t0` alone at its minimum demand: the CSV rows, ready.
+    Measured {
+        t0: f64,
+        model: &'static str,
+        rows: String,
+    },
+}
+
+/// Synergy's measured CPU × memory profiles (`sim/presets/edge_synergy.csv`, derived from
+/// msr-fiddle/synergy, MIT licence: see `sim/presets/README.md` and the licence file there).
+const SYNERGY: &str = include_str!("../presets/edge_synergy.csv");
+/// The models in it.
+const SYNERGY_MODELS: [&str; 3] = ["res18", "lstm", "m5"];
+/// Its memory unit (GB: 1/24 of a 500 GB server) and ours (4 GiB, in GB).
+const SYNERGY_MEM_GB: f64 = 20.8333;
+const MEM_UNIT_GB: f64 = 4.0 * 1.073_741_824;
+/// The minimum demand of a Synergy class in generated units: 2 cores, 1 GPU, 3 Synergy units
+/// of memory (62.5 GB = 15 of ours); its seconds are scaled to `t0` there.
+const SYNERGY_MIN: [u32; 3] = [2, 1, 15];
+
+/// Synergy profile `model` with its memory in generated units and seconds scaled to `t0` at
+/// [`SYNERGY_MIN`], as CSV rows named `name`.
+fn synergy_rows(model: &str, name: &str, t0: f64) -> String {
+    let rows: Vec<(u32, u32, u32, f64)> = SYNERGY
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f.first() == Some(&model)).then(|| {
+                let mem: f64 = f[3].parse().unwrap_or(0.0);
+                (
+                    f[1].parse().unwrap_or(0),
+                    f[2].parse().unwrap_or(0),
+                    (mem * SYNERGY_MEM_GB / MEM_UNIT_GB).round() as u32,
+                    f[4].parse().unwrap_or(f64::NAN),
+                )
+            })
+        })
+        .collect();
+    let reference = rows
+        .iter()
+        .find(|r| [r.0, r.1, r.2] == SYNERGY_MIN)
+        .map_or(1.0, |r| r.3);
+    let mut out = String::from("type,cpu,gpu,mem,seconds\n");
+    for (cpu, gpu, mem, secs) in rows {
+        let _ = writeln!(out, "{name},{cpu},{gpu},{mem},{:.3}", t0 * secs / reference);
+    }
+    out
 }
 
 /// Scenario `gen:N`, if `name` has the prefix (an error names the expected form).
@@ -76,9 +129,7 @@ pub fn scenario_toml(seed: u64) -> String {
     // A stream of its own: the generator seed never shares randomness with a workload seed.
     let mut rng = tapfinger::seeded_rng(seed ^ 0x6E6E_7261_746F_7221);
     let boxes = draw_nodes(&mut rng);
-    let has_gpu = boxes.iter().any(|b| b.capacity[1] > 0);
-    let largest = largest_node(&boxes);
-    let classes = draw_classes(&mut rng, has_gpu, largest);
+    let classes = draw_classes(&mut rng, &boxes);
     let load = rng.random_range(0.3..0.95);
     let lambda = arrival_rate(&boxes, &classes, load);
     let tasks = boxes.len() as u32 * rng.random_range(8..=24);
@@ -141,6 +192,12 @@ pub fn scenario_toml(seed: u64) -> String {
                     t,
                     "\n[task_types.speed]\nmodel = \"table\"\nrows = \"\"\"\n{}\"\"\"\n",
                     table_rows(c)
+                );
+            }
+            Shape::Measured { model, rows, .. } => {
+                let _ = writeln!(
+                    t,
+                    "# Speed: Synergy's measured profile of {model}, scaled. Contains data derived from\n# msr-fiddle/synergy (https://github.com/msr-fiddle/synergy, commit 1bb2bed), Copyright (c)\n# 2015 - present Microsoft Corporation, licensed under the MIT License.\n[task_types.speed]\nmodel = \"table\"\nrows = \"\"\"\n{rows}\"\"\"\n"
                 );
             }
         }
@@ -221,10 +278,36 @@ fn largest_node(boxes: &[Box_]) -> [u32; 3] {
     m
 }
 
-fn draw_classes(rng: &mut tapfinger::Rng, has_gpu: bool, largest: [u32; 3]) -> Vec<Class> {
+fn draw_classes(rng: &mut tapfinger::Rng, boxes: &[Box_]) -> Vec<Class> {
+    let has_gpu = boxes.iter().any(|b| b.capacity[1] > 0);
+    let largest = largest_node(boxes);
+    // The largest box that can hold a Synergy class (one GPU, 2 cores, 15 memory units).
+    let synergy_host = boxes
+        .iter()
+        .filter(|b| b.capacity.iter().zip(SYNERGY_MIN).all(|(c, m)| *c >= m))
+        .map(|b| b.capacity)
+        .max_by_key(|c| (c[2], c[0]));
     let n = rng.random_range(1..=6usize);
     (0..n)
         .map(|i| {
+            if let Some(host) = synergy_host
+                && rng.random_bool(1.0 / 7.0)
+            {
+                let model = SYNERGY_MODELS[rng.random_range(0..SYNERGY_MODELS.len())];
+                let t0 = rng.random_range(4.0..30.0);
+                let name = format!("class{i}");
+                return Class {
+                    weight: rng.random_range(0.5..2.0),
+                    min: SYNERGY_MIN,
+                    max: [host[0].min(24), 1, host[2].min(58)],
+                    shape: Shape::Measured {
+                        t0,
+                        model,
+                        rows: synergy_rows(model, &name, t0),
+                    },
+                    name,
+                };
+            }
             // Families of speed shapes; GPU-bound ones only where there are GPUs.
             let family = loop {
                 let f = rng.random_range(0..6u32);
@@ -315,7 +398,7 @@ fn slots_at_min(c: &Class) -> f64 {
         .isolated(&Resources(c.min.to_vec()), 1.0)
         .map_or(f64::INFINITY, |(slots, _)| slots as f64),
         // One-second slots: the table's seconds alone at the minimum demand.
-        Shape::Table { t0, .. } => t0.ceil(),
+        Shape::Table { t0, .. } | Shape::Measured { t0, .. } => t0.ceil(),
     }
 }
 
@@ -406,6 +489,13 @@ mod tests {
         );
         assert!(small > 10 && large > 10, "{small} small, {large} large");
         assert!(tables > 50, "{tables} table classes in 300 scenarios");
+        let measured = (0..300)
+            .filter(|seed| scenario_toml(*seed).contains("Synergy's measured profile"))
+            .count();
+        assert!(
+            measured > 10,
+            "{measured} scenarios with a measured profile"
+        );
         assert!(loads.iter().any(|l| *l < 0.4) && loads.iter().any(|l| *l > 0.85));
     }
 
