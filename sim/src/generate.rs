@@ -21,8 +21,10 @@
 //!   measured CPU × memory profile of ResNet-18, LSTM or M5 (one GPU), scaled in time; the
 //!   generated file carries the data's attribution line.
 //!
-//! Not yet drawn (issue #13 names them): Pollux's GPU × batch profiles, bursty arrivals and
-//! heavy-tailed task sizes (the scenario format has no task-size field yet).
+//! - bursty arrivals in half the scenarios (`burst`, [`crate::workload::Burst`]).
+//!
+//! Not yet drawn (issue #13 names them): Pollux's GPU × batch profiles and heavy-tailed task
+//! sizes (the scenario format has no task-size field yet).
 
 use crate::scenario::{Scenario, ScenarioError};
 use crate::speed::SpeedModel;
@@ -133,6 +135,14 @@ pub fn scenario_toml(seed: u64) -> String {
     let load = rng.random_range(0.3..0.95);
     let lambda = arrival_rate(&boxes, &classes, load);
     let tasks = boxes.len() as u32 * rng.random_range(8..=24);
+    // Half the scenarios have bursty arrivals (the same mean rate, spread unevenly in time).
+    let burst = rng.random_bool(0.5).then(|| {
+        (
+            rng.random_range(2.0..10.0),
+            rng.random_range(2.0..10.0),
+            rng.random_range(5.0..40.0),
+        )
+    });
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -151,7 +161,14 @@ pub fn scenario_toml(seed: u64) -> String {
         boxes.iter().filter(|b| b.capacity[1] > 0).count(),
         classes.len()
     );
-    let _ = writeln!(t, "lambda = {lambda:.4}\ntasks = {tasks}\nwindow = 10\n");
+    let _ = writeln!(t, "lambda = {lambda:.4}\ntasks = {tasks}\nwindow = 10");
+    if let Some((factor, on, off)) = burst {
+        let _ = writeln!(
+            t,
+            "burst = {{ factor = {factor:.2}, on_slots = {on:.1}, off_slots = {off:.1} }}"
+        );
+    }
+    let _ = writeln!(t);
     for (name, unit, step) in [("cpu", "core", 1.0), ("gpu", "GPU", 1.0)] {
         let _ = writeln!(
             t,
@@ -496,6 +513,15 @@ mod tests {
             measured > 10,
             "{measured} scenarios with a measured profile"
         );
+        let bursty = (0..300)
+            .filter(|seed| {
+                Scenario::load(&format!("gen:{seed}"))
+                    .unwrap()
+                    .burst
+                    .is_some()
+            })
+            .count();
+        assert!((100..200).contains(&bursty), "{bursty} of 300 bursty");
         assert!(loads.iter().any(|l| *l < 0.4) && loads.iter().any(|l| *l > 0.85));
     }
 

@@ -10,6 +10,7 @@ pub mod generate;
 pub mod metrics;
 pub mod plot;
 pub mod policies;
+mod presets;
 pub mod report;
 pub mod scenario;
 pub mod speed;

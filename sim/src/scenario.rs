@@ -5,66 +5,12 @@
 //! λ ≤ 0, a broken speed table) is rejected with a message that names the field. Nothing here
 //! simulates; it only describes.
 
+use crate::presets::{PRESET_FILES, PRESETS};
 use crate::speed::{SpeedModel, TableError, TableModel};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tapfinger::{ResourceError, ResourceKind, ResourceSpace, Resources};
-
-/// A built-in preset: name, TOML source.
-struct Preset {
-    name: &'static str,
-    toml: &'static str,
-}
-
-const PRESETS: &[Preset] = &[
-    Preset {
-        name: "synthetic3",
-        toml: include_str!("../presets/synthetic3.toml"),
-    },
-    Preset {
-        name: "synthetic6-l2",
-        toml: include_str!("../presets/synthetic6-l2.toml"),
-    },
-    Preset {
-        name: "synthetic6-l3",
-        toml: include_str!("../presets/synthetic6-l3.toml"),
-    },
-    Preset {
-        name: "synthetic6-l4",
-        toml: include_str!("../presets/synthetic6-l4.toml"),
-    },
-    Preset {
-        name: "hetero6",
-        toml: include_str!("../presets/hetero6.toml"),
-    },
-    Preset {
-        name: "hetero3",
-        toml: include_str!("../presets/hetero3.toml"),
-    },
-    Preset {
-        name: "hetero12",
-        toml: include_str!("../presets/hetero12.toml"),
-    },
-    Preset {
-        name: "multitask3",
-        toml: include_str!("../presets/multitask3.toml"),
-    },
-    Preset {
-        name: "edge-agent",
-        toml: include_str!("../presets/edge-agent.toml"),
-    },
-    Preset {
-        name: "edge-synergy",
-        toml: include_str!("../presets/edge-synergy.toml"),
-    },
-];
-
-/// Embedded data files that presets refer to by relative path.
-const PRESET_FILES: &[(&str, &str)] = &[(
-    "edge_synergy.csv",
-    include_str!("../presets/edge_synergy.csv"),
-)];
 
 /// Errors while loading a scenario.
 #[derive(Debug, thiserror::Error)]
@@ -166,6 +112,9 @@ pub struct ScenarioFile {
     pub nodes: Vec<NodeSpec>,
     /// Task types.
     pub task_types: Vec<TaskTypeSpec>,
+    /// Bursty arrivals (none: Poisson at `lambda` every slot).
+    #[serde(default)]
+    pub burst: Option<crate::workload::Burst>,
     /// Published average JCT per policy, shown beside ours.
     #[serde(default)]
     pub published: BTreeMap<String, f64>,
@@ -309,20 +258,11 @@ pub struct Scenario {
     pub max_slots: u64,
     /// Published average JCT per policy.
     pub published: BTreeMap<String, f64>,
+    /// Bursty arrivals.
+    pub burst: Option<crate::workload::Burst>,
 }
 
-/// Names and descriptions of the presets.
-pub fn presets() -> Vec<(String, String)> {
-    PRESETS
-        .iter()
-        .map(|p| {
-            let desc = toml::from_str::<ScenarioFile>(p.toml)
-                .map(|f| f.description)
-                .unwrap_or_default();
-            (p.name.to_string(), desc)
-        })
-        .collect()
-}
+pub use crate::presets::presets;
 
 impl Scenario {
     /// A preset by name, a generated scenario (`gen:N`, [`crate::generate`]), or else a TOML
@@ -410,6 +350,9 @@ impl Scenario {
                 }
                 Ok(Resources(out))
             };
+        if let Some(reason) = f.burst.as_ref().and_then(|b| b.invalid()) {
+            return Err(invalid("burst".into(), reason));
+        }
         if !(f.lambda.is_finite() && f.lambda > 0.0) {
             return Err(invalid(
                 "lambda".into(),
@@ -626,6 +569,7 @@ impl Scenario {
             reachability: f.reachability,
             max_slots: u64::try_from(f.max_slots).unwrap_or(u64::MAX),
             published: f.published,
+            burst: f.burst,
         })
     }
 

@@ -1,4 +1,5 @@
-//! Workload generation: Poisson arrivals, task types by weight, random reachable subsets.
+//! Workload generation: Poisson arrivals (optionally in bursts), task types by weight, random
+//! reachable subsets.
 //!
 //! The workload of an episode depends only on the scenario and the seed — never on the policy —
 //! so every policy compared on a seed schedules exactly the same tasks.
@@ -24,14 +25,63 @@ pub fn poisson(lambda: f64, rng: &mut tapfinger::Rng) -> u32 {
     total
 }
 
+/// Bursty arrivals: slots alternate between quiet spells and bursts (lengths geometric with these
+/// means), the arrival rate in a burst `factor` times the quiet rate, both set so that the mean
+/// rate stays the scenario's λ (so the offered load is unchanged; only its spread in time is).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Burst {
+    /// Arrival rate in a burst over the rate between bursts (≥ 1).
+    pub factor: f64,
+    /// Mean length of a burst, in slots (≥ 1).
+    pub on_slots: f64,
+    /// Mean length of the quiet spell between bursts, in slots (≥ 1).
+    pub off_slots: f64,
+}
+
+impl Burst {
+    /// Why these settings are invalid, if they are.
+    pub fn invalid(&self) -> Option<String> {
+        let ok = |x: f64| x.is_finite() && x >= 1.0;
+        (!(ok(self.factor) && ok(self.on_slots) && ok(self.off_slots))).then(|| {
+            format!(
+                "factor, on_slots and off_slots must be finite and ≥ 1, got {}, {}, {}",
+                self.factor, self.on_slots, self.off_slots
+            )
+        })
+    }
+
+    /// Arrival rates (quiet, burst) whose mean over time is `lambda`.
+    pub fn rates(&self, lambda: f64) -> (f64, f64) {
+        let on = self.on_slots / (self.on_slots + self.off_slots);
+        let quiet = lambda / (1.0 - on + self.factor * on);
+        (quiet, quiet * self.factor)
+    }
+}
+
 /// All tasks of an episode, in arrival order (ids 0..n).
 pub fn generate(sc: &Scenario, seed: u64) -> Vec<Task> {
     let mut rng = tapfinger::seeded_rng(seed ^ 0x005E_ED0F_7A5C);
     let total_weight: f64 = sc.types.iter().map(|t| t.weight).sum();
     let mut tasks = Vec::with_capacity(sc.tasks as usize);
     let mut slot = 0u64;
+    let mut burst = false;
     while tasks.len() < sc.tasks as usize {
-        let n = poisson(sc.lambda, &mut rng);
+        // Without bursts no extra random number is drawn: the workloads of every scenario
+        // written before bursts existed stay the same.
+        let rate = match &sc.burst {
+            None => sc.lambda,
+            Some(b) => {
+                let (quiet, loud) = b.rates(sc.lambda);
+                let rate = if burst { loud } else { quiet };
+                let mean = if burst { b.on_slots } else { b.off_slots };
+                if rng.random::<f64>() < 1.0 / mean {
+                    burst = !burst;
+                }
+                rate
+            }
+        };
+        let n = poisson(rate, &mut rng);
         for _ in 0..n {
             if tasks.len() >= sc.tasks as usize {
                 break;
@@ -104,6 +154,36 @@ mod tests {
                 "λ={lambda} mean={mean}"
             );
         }
+    }
+
+    #[test]
+    fn bursts_keep_the_mean_rate_and_spread_it() {
+        let b = Burst {
+            factor: 8.0,
+            on_slots: 5.0,
+            off_slots: 15.0,
+        };
+        let (quiet, loud) = b.rates(4.0);
+        assert!((0.25 * loud + 0.75 * quiet - 4.0).abs() < 1e-9);
+        let mut sc = Scenario::load("hetero6").unwrap();
+        sc.tasks = 4000;
+        let steady = generate(&sc, 1);
+        sc.burst = Some(b);
+        let bursty = generate(&sc, 1);
+        let per_slot = |ts: &[Task]| {
+            let mut n = vec![0f64; ts.last().unwrap().arrival as usize + 1];
+            for t in ts {
+                n[t.arrival as usize] += 1.0;
+            }
+            let mean = n.iter().sum::<f64>() / n.len() as f64;
+            let var = n.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n.len() as f64;
+            (mean, var)
+        };
+        let (m0, v0) = per_slot(&steady);
+        let (m1, v1) = per_slot(&bursty);
+        assert!((m1 - m0).abs() < 0.1 * m0, "mean {m0} steady, {m1} bursty");
+        assert!(v1 > 3.0 * v0, "variance {v0} steady, {v1} bursty");
+        assert!(Burst { factor: 0.5, ..b }.invalid().is_some());
     }
 
     #[test]

@@ -69,6 +69,7 @@ pub(crate) fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> 
                         Reachability::Random
                     },
                     max_slots: 5_000,
+                    burst: None,
                     resources: names[..k].iter().map(|n| kind(n)).collect(),
                     nodes: caps
                         .into_iter()
