@@ -73,8 +73,14 @@ enum Shape {
 }
 
 /// Synergy's measured CPU × memory profiles (`sim/presets/edge_synergy.csv`, derived from
-/// msr-fiddle/synergy, MIT licence: see `sim/presets/README.md` and the licence file there).
-const SYNERGY: &str = include_str!("../presets/edge_synergy.csv");
+/// msr-fiddle/synergy, MIT licence: see `sim/presets/README.md` and the licence file there):
+/// the file the edge-synergy preset embeds, not a second copy.
+fn synergy_csv() -> &'static str {
+    crate::presets::PRESET_FILES
+        .iter()
+        .find(|(name, _)| *name == "edge_synergy.csv")
+        .map_or("", |(_, text)| text)
+}
 /// The models in it.
 const SYNERGY_MODELS: [&str; 3] = ["res18", "lstm", "m5"];
 /// Its memory unit (GB: 1/24 of a 500 GB server) and ours (4 GiB, in GB).
@@ -87,7 +93,7 @@ const SYNERGY_MIN: [u32; 3] = [2, 1, 15];
 /// Synergy profile `model` with its memory in generated units and seconds scaled to `t0` at
 /// [`SYNERGY_MIN`], as CSV rows named `name`.
 fn synergy_rows(model: &str, name: &str, t0: f64) -> String {
-    let rows: Vec<(u32, u32, u32, f64)> = SYNERGY
+    let rows: Vec<(u32, u32, u32, f64)> = synergy_csv()
         .lines()
         .skip(1)
         .filter_map(|l| {

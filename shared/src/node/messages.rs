@@ -187,7 +187,14 @@ impl NodeCore {
                 self.unlisted.remove(&id);
                 continue;
             }
-            let since = *self.unlisted.entry(id).or_insert(now);
+            // Keyed by the runner too: a copy believed to have moved starts its wait again.
+            let since = match self.unlisted.get(&id) {
+                Some(&(node, since)) if node == from => since,
+                _ => {
+                    self.unlisted.insert(id, (from, now));
+                    now
+                }
+            };
             if now.saturating_sub(since) >= self.cfg.peer_timeout_ms {
                 want.insert(id);
             }

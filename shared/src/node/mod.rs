@@ -190,9 +190,9 @@ pub struct NodeCore {
     /// is a broadcast, so one serves every peer that joined meanwhile; sending one per joiner
     /// made 16 agents starting together (or flapping under load) send thousands of messages.
     greet_due: bool,
-    /// Copies this node believes a peer runs that the peer's heartbeats did not list, and since
-    /// when: asked about only after a peer timeout.
-    unlisted: BTreeMap<TaskId, u64>,
+    /// Copies this node believes a peer runs that the peer's heartbeats did not list: the peer,
+    /// and since when; asked about only after a peer timeout.
+    unlisted: BTreeMap<TaskId, (NodeId, u64)>,
     /// Tasks this node asked its peers about ([`Body::Want`]), and when: each at most once per
     /// peer timeout.
     asked: BTreeMap<TaskId, u64>,
