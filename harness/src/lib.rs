@@ -37,6 +37,9 @@ pub struct Cluster {
     pub overlaps: Vec<(TaskId, u64)>,
     /// The side of a partition each node is on (messages cross only within a side).
     pub side: Vec<u8>,
+    /// Links cut one way, (from, to), on top of the sides: a heal that reaches some nodes
+    /// before others.
+    pub cut: BTreeSet<(usize, usize)>,
     /// Work of a task in ms at one core.
     pub work_ms: u64,
     /// Drop every finish message (to check that heartbeats make good a lost one).
@@ -99,6 +102,7 @@ impl Cluster {
             started: BTreeMap::new(),
             overlaps: Vec::new(),
             side: vec![0; n],
+            cut: BTreeSet::new(),
             work_ms: 1000,
             lose_finishes: false,
             now: 0,
@@ -156,7 +160,9 @@ impl Cluster {
             due
         };
         for (_, to, e) in due {
-            if self.alive[to] && self.side[to] == self.side[e.from.0 as usize] {
+            let from = e.from.0 as usize;
+            if self.alive[to] && self.side[to] == self.side[from] && !self.cut.contains(&(from, to))
+            {
                 let acts = self.nodes[to].on_message(e, now);
                 self.act(to, acts);
             }

@@ -10,7 +10,10 @@
 //! A peer silent for `peer_timeout_ms` leaves the protocol's members at once (its missing
 //! proposals stop holding rounds up), but its tasks stay its own: only after
 //! `peer_timeout_ms + autonomy_ms + grace` of silence, and only on a side that holds a quorum,
-//! are they taken over (running copies re-queued, pending ones un-owned). The silent node has
+//! are they taken over (running copies re-queued, pending ones un-owned). Silence is silence to
+//! the quorum, not to this node alone: it counts only while this node holds a quorum (from the
+//! moment it regains one), and a node that a live peer says it hears is not silent (its silence
+//! counts from that peer's heartbeat). The silent node has
 //! stopped its copies by then, on its own clock, because its lease lapsed no later than
 //! `peer_timeout_ms + autonomy_ms` after the peers last heard it; `grace` covers the heartbeat
 //! period and the time to stop a process. So two copies never run at once: an epoch higher than
@@ -83,6 +86,22 @@ impl NodeCore {
         self.silent.entry(id).or_insert(now);
     }
 
+    /// A node this one does not hear but a live peer does is not silent: its silence counts
+    /// from that peer's last heartbeat (which said it heard the node). Without this, a node
+    /// whose own links to X are cut would take over X's tasks while X keeps its quorum, and
+    /// its copies, through the others.
+    fn heard_through_peers(&mut self, now: u64) {
+        for (x, s) in &mut self.silent {
+            for p in self.peers.values() {
+                if now.saturating_sub(p.last_seen) <= self.cfg.peer_timeout_ms
+                    && p.state.hears.contains(x)
+                {
+                    *s = (*s).max(p.last_seen);
+                }
+            }
+        }
+    }
+
     /// Whether this node may start `t` now (the rule of the module doc).
     pub(super) fn may_start(&self, t: &TaskEntry, now: u64) -> bool {
         if !self.lease_held(now) {
@@ -120,7 +139,16 @@ impl NodeCore {
                 self.lease_lost = false;
                 self.first_tick = None;
             }
+            if !self.had_quorum {
+                // Silence measured while this node had no quorum proves nothing: the silent
+                // node may have held a quorum on the other side all along. It counts from now.
+                for s in self.silent.values_mut() {
+                    *s = (*s).max(now);
+                }
+            }
         }
+        self.had_quorum = quorum;
+        self.heard_through_peers(now);
         if !self.lease_held(now) && !self.lease_lost {
             self.lease_lost = true;
             self.first_tick = None;

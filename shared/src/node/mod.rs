@@ -180,6 +180,8 @@ pub struct NodeCore {
     last_quorum: Option<i128>,
     /// The lease lapsed and this node stopped its copies.
     lease_lost: bool,
+    /// Whether a quorum held at the last tick (silence counts only while one does).
+    had_quorum: bool,
     /// No tick yet: the first one sets `last_quorum` from the driver's record.
     first_lease_tick: bool,
     /// The latest outcomes of tasks run here, repeated in heartbeats.
@@ -252,6 +254,7 @@ impl NodeCore {
             incarnations: BTreeMap::new(),
             last_quorum: None,
             lease_lost: false,
+            had_quorum: false,
             first_lease_tick: true,
             recent: std::collections::VecDeque::new(),
             latencies: std::collections::VecDeque::new(),
