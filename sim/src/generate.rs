@@ -134,6 +134,20 @@ pub fn load(name: &str) -> Option<Result<Scenario, ScenarioError>> {
 
 /// The TOML text of generated scenario `seed`.
 pub fn scenario_toml(seed: u64) -> String {
+    draw(seed).toml
+}
+
+/// A generated scenario: its TOML text and the offered load it was drawn with.
+#[derive(Debug, Clone)]
+pub struct Drawn {
+    /// The scenario as TOML (what `generate --seed N` prints).
+    pub toml: String,
+    /// Offered load: the fraction of the scarcest kind the minimum demands ask for on average.
+    pub load: f64,
+}
+
+/// Draw generated scenario `seed`.
+pub fn draw(seed: u64) -> Drawn {
     // A stream of its own: the generator seed never shares randomness with a workload seed.
     let mut rng = tapfinger::seeded_rng(seed ^ 0x6E6E_7261_746F_7221);
     let boxes = draw_nodes(&mut rng);
@@ -225,7 +239,7 @@ pub fn scenario_toml(seed: u64) -> String {
             }
         }
     }
-    t
+    Drawn { toml: t, load }
 }
 
 /// The grid of a table class per kind: its minimum, twice and four times that, up to its cap

@@ -14,6 +14,7 @@ mod presets;
 pub mod report;
 pub mod scenario;
 pub mod speed;
+pub mod suite;
 pub mod train;
 pub mod workload;
 

@@ -87,6 +87,32 @@ enum Cmd {
         #[command(flatten)]
         out: Output,
     },
+    /// Judge one policy against every baseline on generated scenarios (gen:N): per scenario, its
+    /// average JCT over the best non-clairvoyant baseline's. Seeds from 10000 up are held out.
+    Suite {
+        /// Generator seeds, A..B (B excluded), e.g. 10000..10100.
+        #[arg(long, value_name = "A..B", value_parser = parse_range)]
+        generator_seeds: std::ops::Range<u64>,
+        /// Workload seeds per scenario.
+        #[arg(long, default_value_t = 2)]
+        seeds: u64,
+        /// First workload seed (seeds below 100 are for development).
+        #[arg(long, default_value_t = 100)]
+        seed_base: u64,
+        /// The policy judged: tapfinger (needs --model until a general model ships), a baseline,
+        /// clairvoyant, or LABEL=MODEL_PATH.
+        #[arg(long, default_value = "tapfinger")]
+        candidate: String,
+        /// Trained model (folder or model.bpk) for the candidate `tapfinger`.
+        #[arg(long, value_name = "PATH")]
+        model: Option<PathBuf>,
+        /// OS threads (default: all cores); results do not depend on it.
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Train the learned TapFinger policy with PPO; checkpoints, curve CSV and plot go to --out.
     Train {
         /// Preset name or path to a scenario TOML file.
@@ -132,6 +158,19 @@ enum Cmd {
     },
 }
 
+/// `A..B` as a range of whole numbers.
+fn parse_range(s: &str) -> Result<std::ops::Range<u64>, String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("expected A..B (e.g. 10000..10100), got {s:?}"))?;
+    let a: u64 = a.trim().parse().map_err(|e| format!("{a:?}: {e}"))?;
+    let b: u64 = b.trim().parse().map_err(|e| format!("{b:?}: {e}"))?;
+    if b <= a {
+        return Err(format!("{s}: the range is empty (B must be above A)"));
+    }
+    Ok(a..b)
+}
+
 fn main() {
     if let Err(e) = run(Cli::parse()) {
         eprintln!("error: {e:#}");
@@ -149,16 +188,21 @@ struct Progress {
 impl Progress {
     fn new(total: u64) -> Self {
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
-        if let Ok(style) =
-            ProgressStyle::with_template("{bar:40} {pos}/{len} episodes {elapsed} (eta {eta})")
-        {
-            bar.set_style(style);
-        }
-        Self {
+        let mut p = Self {
             bar,
             started: Instant::now(),
             shown: false,
+        };
+        p = p.unit("episodes");
+        p
+    }
+    fn unit(self, unit: &str) -> Self {
+        if let Ok(style) = ProgressStyle::with_template(&format!(
+            "{{bar:40}} {{pos}}/{{len}} {unit} {{elapsed}} (eta {{eta}})"
+        )) {
+            self.bar.set_style(style);
         }
+        self
     }
     fn tick(&mut self) {
         if !self.shown && self.started.elapsed() > Duration::from_secs(1) {
@@ -354,6 +398,43 @@ fn run(cli: Cli) -> Result<()> {
                 started.elapsed().as_secs_f64(),
                 out.display()
             );
+        }
+        Cmd::Suite {
+            generator_seeds,
+            seeds,
+            seed_base,
+            candidate,
+            model,
+            threads,
+            json,
+        } => {
+            if seeds == 0 {
+                bail!("--seeds must be at least 1");
+            }
+            let cfg = tapfinger_sim::suite::SuiteConfig {
+                generator_seeds,
+                seeds,
+                seed_base,
+                candidate,
+                model,
+                threads: threads
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            };
+            let n = cfg.generator_seeds.end - cfg.generator_seeds.start;
+            let progress = std::sync::Mutex::new(Progress::new(n).unit("scenarios"));
+            let s = tapfinger_sim::suite::run(&cfg, &|| {
+                if let Ok(mut p) = progress.lock() {
+                    p.tick();
+                }
+            })?;
+            if let Ok(p) = progress.lock() {
+                p.finish();
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+            } else {
+                print!("{}", tapfinger_sim::suite::table(&s));
+            }
         }
         Cmd::Compare {
             scenario,

@@ -86,6 +86,16 @@ fn instances(
     Ok(policies::build(sim, policy)?)
 }
 
+/// Build `policy` once (an unknown name or a model that does not load is an error), running
+/// nothing.
+pub fn check_policy(
+    sim: &Simulator,
+    policy: &str,
+    model: Option<&Path>,
+) -> Result<(), CompareError> {
+    instances(sim, policy, model).map(|_| ())
+}
+
 /// The name a policy spec is reported under (`LABEL=PATH` → `LABEL`).
 pub fn display_name(policy: &str) -> &str {
     policy.split_once('=').map_or(policy, |(label, _)| label)

@@ -335,3 +335,51 @@ fn a_generated_scenario_prints_saves_and_runs() {
     assert_eq!(from_file.1, by_name.1);
     fails_with(&["run", "--scenario", "gen:twelve"], "gen:SEED");
 }
+
+#[test]
+fn suite_json_has_the_documented_shape_and_judges_against_the_best_baseline() {
+    let (ok, text, err) = sim(&[
+        "suite",
+        "--generator-seeds",
+        "3..6",
+        "--seeds",
+        "1",
+        "--candidate",
+        "random",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let scenarios = v["scenarios"].as_array().unwrap();
+    assert_eq!(scenarios.len(), 3);
+    for s in scenarios {
+        for key in ["generator_seed", "nodes", "classes", "load", "results"] {
+            assert!(!s[key].is_null(), "{key} missing in {s}");
+        }
+        let results = s["results"].as_array().unwrap();
+        assert_eq!(results[0]["policy"], "random", "the candidate comes first");
+        // The ratio is to the best non-clairvoyant policy other than the candidate.
+        let best = results[1..]
+            .iter()
+            .filter(|r| r["clairvoyant"] == false)
+            .map(|r| r["avg_jct"].as_f64().unwrap())
+            .fold(f64::INFINITY, f64::min);
+        let ratio = s["ratio"].as_f64().unwrap();
+        let want = results[0]["avg_jct"].as_f64().unwrap() / best;
+        assert!((ratio - want).abs() < 1e-9, "{ratio} vs {want}");
+        assert!(results.iter().any(|r| r["clairvoyant"] == true));
+    }
+    let sum = &v["summary"];
+    assert_eq!(sum["scenarios"], 3);
+    assert!(sum["wins"].as_u64().unwrap() <= 3);
+    assert!(sum["mean_ratio_to_best_baseline"].as_f64().unwrap() > 0.0);
+    fails_with(
+        &["suite", "--generator-seeds", "5..5"],
+        "the range is empty",
+    );
+    fails_with(&["suite", "--generator-seeds", "ten"], "expected A..B");
+    fails_with(
+        &["suite", "--generator-seeds", "0..1", "--candidate", "magic"],
+        "unknown policy \"magic\"",
+    );
+}

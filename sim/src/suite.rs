@@ -1,0 +1,276 @@
+//! The evaluation suite: one candidate policy against every baseline on generated scenarios.
+//!
+//! For each generator seed in a range, the scenario `gen:N` is run with every baseline, the
+//! clairvoyant reference and the candidate, on the same workload seeds. Per scenario the
+//! candidate's average JCT is divided by the best *non-clairvoyant* baseline's (the best of that
+//! scenario, never a chosen one); a ratio ≤ 1 is a win. Held-out seeds (from
+//! [`crate::generate::HELD_OUT_FROM`]) are what a learned policy is judged on.
+//!
+//! The JSON (`tapfinger-sim suite --json`) is a contract for scripts:
+//! `{"scenarios": [{"generator_seed", "nodes", "classes", "load", "results": [{"policy",
+//! "avg_jct", "clairvoyant"}], ...}], "summary": {"wins", "scenarios",
+//! "mean_ratio_to_best_baseline", ...}}`. Fields may be added; these names stay.
+
+use crate::metrics::summarize;
+use crate::policies::{self, CLAIRVOYANT};
+use crate::report::{self, CompareError};
+use crate::{Scenario, ScenarioError, Simulator};
+use serde::Serialize;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tapfinger::baselines;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct SuiteConfig {
+    /// Generator seeds (`gen:N` for N in the range).
+    pub generator_seeds: Range<u64>,
+    /// Workload seeds per scenario: `seed_base..seed_base + seeds`.
+    pub seeds: u64,
+    /// First workload seed.
+    pub seed_base: u64,
+    /// The policy judged (a name as for `compare`: `tapfinger`, a baseline, `clairvoyant`, or
+    /// LABEL=MODEL_PATH).
+    pub candidate: String,
+    /// Model for the candidate `tapfinger`.
+    pub model: Option<PathBuf>,
+    /// OS threads (scenarios run in parallel; results do not depend on it).
+    pub threads: usize,
+}
+
+/// Why the suite could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SuiteError {
+    /// A generated scenario failed to load (a generator bug).
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    /// A policy failed to build or an episode failed.
+    #[error("gen:{seed}")]
+    Compare {
+        /// Generator seed.
+        seed: u64,
+        /// Cause.
+        source: CompareError,
+    },
+    /// Nothing to run.
+    #[error("empty suite: give at least one generator seed and one workload seed")]
+    Empty,
+}
+
+/// One policy's mean over the workload seeds of one scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct SuiteResult {
+    /// Policy name.
+    pub policy: String,
+    /// Mean average JCT (slots).
+    pub avg_jct: f64,
+    /// True for the reference that reads the true speed model.
+    pub clairvoyant: bool,
+}
+
+/// One generated scenario's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct SuiteScenario {
+    /// Generator seed (`gen:N`).
+    pub generator_seed: u64,
+    /// Nodes.
+    pub nodes: usize,
+    /// Task classes.
+    pub classes: usize,
+    /// Offered load the scenario was drawn with.
+    pub load: f64,
+    /// Every policy, the candidate first.
+    pub results: Vec<SuiteResult>,
+    /// The best non-clairvoyant baseline here (the candidate excluded).
+    pub best_baseline: String,
+    /// Candidate avg JCT / best baseline's.
+    pub ratio: f64,
+}
+
+/// The summary over all scenarios.
+#[derive(Debug, Clone, Serialize)]
+pub struct SuiteSummary {
+    /// The policy judged.
+    pub candidate: String,
+    /// Scenarios where the candidate's ratio is ≤ 1.
+    pub wins: usize,
+    /// Scenarios run.
+    pub scenarios: usize,
+    /// Mean of the per-scenario ratios.
+    pub mean_ratio_to_best_baseline: f64,
+    /// Largest per-scenario ratio (the worst case).
+    pub worst_ratio: f64,
+    /// Workload seeds per scenario.
+    pub seeds: Vec<u64>,
+}
+
+/// The whole suite.
+#[derive(Debug, Clone, Serialize)]
+pub struct Suite {
+    /// Per scenario, by generator seed.
+    pub scenarios: Vec<SuiteScenario>,
+    /// Over all of them.
+    pub summary: SuiteSummary,
+}
+
+/// The policies run beside the candidate: every baseline and the clairvoyant reference.
+fn others(candidate: &str) -> Vec<String> {
+    let mut v: Vec<String> = baselines::BASELINES.iter().map(|s| s.to_string()).collect();
+    v.push(CLAIRVOYANT.into());
+    v.retain(|p| p != candidate);
+    v
+}
+
+/// Run one scenario.
+fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario, SuiteError> {
+    let sc = Scenario::load(&format!("{}{gen_seed}", crate::generate::PREFIX))?;
+    let (nodes, classes) = (sc.nodes.len(), sc.types.len());
+    let sim = Simulator::new(sc);
+    let kinds = sim.scenario().kind_names();
+    let names: Vec<String> = std::iter::once(cfg.candidate.clone())
+        .chain(others(&cfg.candidate))
+        .collect();
+    let mut results = Vec::new();
+    for p in &names {
+        let mut sum = 0.0;
+        for &seed in seeds {
+            let e =
+                report::run_one_with(&sim, p, seed, cfg.model.as_deref()).map_err(|source| {
+                    SuiteError::Compare {
+                        seed: gen_seed,
+                        source,
+                    }
+                })?;
+            sum += summarize(&e, &kinds).avg_jct;
+        }
+        results.push(SuiteResult {
+            policy: report::display_name(p).to_string(),
+            avg_jct: sum / seeds.len() as f64,
+            clairvoyant: p == CLAIRVOYANT,
+        });
+    }
+    let best = results[1..]
+        .iter()
+        .filter(|r| !r.clairvoyant)
+        .min_by(|a, b| a.avg_jct.total_cmp(&b.avg_jct))
+        .cloned();
+    let (best_baseline, ratio) = match best {
+        Some(b) => (b.policy, results[0].avg_jct / b.avg_jct),
+        None => (String::new(), f64::NAN),
+    };
+    Ok(SuiteScenario {
+        generator_seed: gen_seed,
+        nodes,
+        classes,
+        load: crate::generate::draw(gen_seed).load,
+        results,
+        best_baseline,
+        ratio,
+    })
+}
+
+/// Run the suite; `tick` is called after each scenario (from any thread).
+pub fn run(cfg: &SuiteConfig, tick: &(dyn Fn() + Sync)) -> Result<Suite, SuiteError> {
+    let gens: Vec<u64> = cfg.generator_seeds.clone().collect();
+    let seeds: Vec<u64> = (cfg.seed_base..cfg.seed_base.saturating_add(cfg.seeds)).collect();
+    if gens.is_empty() || seeds.is_empty() {
+        return Err(SuiteError::Empty);
+    }
+    // Fail fast on a candidate that cannot be built (an unknown name, a model that does not
+    // load) before hours of baselines.
+    check_candidate(cfg, gens[0])?;
+    let next = AtomicUsize::new(0);
+    let out: Mutex<Vec<Option<Result<SuiteScenario, SuiteError>>>> =
+        Mutex::new((0..gens.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..cfg.threads.max(1).min(gens.len()) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&g) = gens.get(i) else { break };
+                    let r = one(cfg, g, &seeds);
+                    let failed = r.is_err();
+                    if let Ok(mut o) = out.lock() {
+                        o[i] = Some(r);
+                    }
+                    tick();
+                    if failed {
+                        // Stop handing out work: the first error is the answer.
+                        next.store(gens.len(), Ordering::Relaxed);
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let mut scenarios = Vec::new();
+    for r in out.into_inner().unwrap_or_default().into_iter().flatten() {
+        scenarios.push(r?);
+    }
+    let ratios: Vec<f64> = scenarios.iter().map(|s| s.ratio).collect();
+    let summary = SuiteSummary {
+        candidate: report::display_name(&cfg.candidate).to_string(),
+        wins: ratios.iter().filter(|r| **r <= 1.0).count(),
+        scenarios: scenarios.len(),
+        mean_ratio_to_best_baseline: ratios.iter().sum::<f64>() / ratios.len().max(1) as f64,
+        worst_ratio: ratios.iter().copied().fold(f64::NAN, f64::max),
+        seeds,
+    };
+    Ok(Suite { scenarios, summary })
+}
+
+/// Build the candidate's policies on the first scenario, so a bad name or model fails at once.
+fn check_candidate(cfg: &SuiteConfig, gen_seed: u64) -> Result<(), SuiteError> {
+    let sc = Scenario::load(&format!("{}{gen_seed}", crate::generate::PREFIX))?;
+    let sim = Simulator::new(sc);
+    report::check_policy(&sim, &cfg.candidate, cfg.model.as_deref()).map_err(|source| {
+        SuiteError::Compare {
+            seed: gen_seed,
+            source,
+        }
+    })
+}
+
+/// A table: one line per scenario, then the summary.
+pub fn table(s: &Suite) -> String {
+    use std::fmt::Write as _;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "{:>8} {:>5} {:>7} {:>5} {:>10} {:>14} {:>10} {:>6}",
+        "gen", "nodes", "classes", "load", "candidate", "best baseline", "its JCT", "ratio"
+    );
+    for sc in &s.scenarios {
+        let best = sc
+            .results
+            .iter()
+            .find(|r| r.policy == sc.best_baseline)
+            .map_or(f64::NAN, |r| r.avg_jct);
+        let _ = writeln!(
+            t,
+            "{:>8} {:>5} {:>7} {:>5.2} {:>10.2} {:>14} {:>10.2} {:>6.3}",
+            sc.generator_seed,
+            sc.nodes,
+            sc.classes,
+            sc.load,
+            sc.results[0].avg_jct,
+            sc.best_baseline,
+            best,
+            sc.ratio
+        );
+    }
+    let m = &s.summary;
+    let _ = writeln!(
+        t,
+        "{}: {} wins of {} scenarios (ratio <= 1 to the best baseline); mean ratio {:.3}, worst {:.3}; workload seeds {:?}",
+        m.candidate, m.wins, m.scenarios, m.mean_ratio_to_best_baseline, m.worst_ratio, m.seeds
+    );
+    t
+}
+
+/// Whether `candidate` names the learned policy (it needs a model).
+pub fn is_learned(candidate: &str) -> bool {
+    candidate == policies::TAPFINGER || candidate.contains('=')
+}
