@@ -145,8 +145,9 @@ enum Cmd {
         /// Imitation (DAgger) iterations before PPO (new runs only).
         #[arg(long, default_value_t = 0)]
         imitate: u64,
-        /// Teacher policy for imitation (new runs only).
-        #[arg(long, default_value = "clairvoyant")]
+        /// Teacher policy for imitation (new runs only): a non-elastic policy, or auto (the one
+        /// with the least average JCT on development workloads of the scenario).
+        #[arg(long, default_value = "auto")]
         teacher: String,
         /// OS threads running episodes (default: all cores); results do not depend on it.
         #[arg(long)]
@@ -332,11 +333,10 @@ fn run(cli: Cli) -> Result<()> {
                     if let Some(lr) = lr {
                         cfg.lr = lr;
                     }
-                    if imitate > 0 && !policies::all_policies().contains(&teacher.as_str()) {
-                        bail!(
-                            "unknown teacher {teacher:?}; known: {}",
-                            policies::all_policies().join(", ")
-                        );
+                    if imitate > 0
+                        && let Err(why) = policies::check_teacher(&sim, &teacher)
+                    {
+                        bail!("teacher {teacher:?}: {why}");
                     }
                     cfg.imitate = imitate;
                     cfg.teacher = teacher;

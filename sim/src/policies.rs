@@ -10,7 +10,7 @@ use crate::scenario::Scenario;
 use tapfinger::baselines::{self, BaselineContext, BaselineError, ProfileSample};
 use tapfinger::model::checkpoint::{self, LoadError};
 use tapfinger::view::View;
-use tapfinger::{Decision, Policy, Resources, TaskTypeId};
+use tapfinger::{Decision, Policy, Resources, TaskId, TaskTypeId};
 
 /// Every policy name the simulator knows, in report order.
 pub fn all_policies() -> Vec<&'static str> {
@@ -81,6 +81,75 @@ pub fn learned(
 /// True if `tapfinger` can run on this simulator without `--model` (a model ships for it).
 pub fn has_shipped_model(sim: &Simulator) -> bool {
     checkpoint::shipped(&sim.scenario().name).is_some()
+}
+
+/// The imitation teacher chosen per scenario by evaluation ([`best_teacher`]).
+pub const AUTO_TEACHER: &str = "auto";
+
+/// Development workload seeds on which [`best_teacher`] ranks the candidates (never the seeds
+/// results are reported on, which start at 100).
+const TEACHER_SEEDS: std::ops::Range<u64> = 0..3;
+
+/// Whether `name` can teach the learned policy: a known policy that does not re-allocate running
+/// tasks (the learned policy cannot copy re-allocation). `Err` says why not.
+pub fn check_teacher(sim: &Simulator, name: &str) -> Result<(), String> {
+    if name == AUTO_TEACHER {
+        return Ok(());
+    }
+    let ps = build(sim, name).map_err(|e| e.to_string())?;
+    if ps.first().is_some_and(|p| p.elastic()) {
+        return Err(format!(
+            "{name} re-allocates running tasks every slot, which the learned policy cannot copy; \
+             choose a non-elastic policy ({}) or auto",
+            teachers().join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// The non-elastic policies that may teach.
+fn teachers() -> Vec<&'static str> {
+    let ctx = BaselineContext {
+        num_types: 1,
+        cpu_kind: 0,
+        gpu_kind: 1,
+        profile: Vec::new(),
+    };
+    baselines::BASELINES
+        .iter()
+        .copied()
+        .filter(|n| {
+            // Optimus needs profiles to build; its elasticity does not depend on them.
+            let elastic = match baselines::by_name(n, &ctx) {
+                Ok(p) => p.elastic(),
+                Err(_) => *n == "optimus",
+            };
+            !elastic
+        })
+        .collect()
+}
+
+/// The teacher for a scenario: the non-elastic policy with the least average JCT over the
+/// development seeds (ties: the first in the baseline list).
+pub fn best_teacher(sim: &Simulator) -> String {
+    let kinds = sim.scenario().kind_names();
+    let jct = |name: &str| -> f64 {
+        TEACHER_SEEDS
+            .map(|seed| {
+                build(sim, name)
+                    .ok()
+                    .and_then(|ps| sim.run(ps, seed).ok())
+                    .map_or(f64::INFINITY, |e| {
+                        crate::metrics::summarize(&e, &kinds).avg_jct
+                    })
+            })
+            .sum()
+    };
+    teachers()
+        .into_iter()
+        .map(|n| (n, jct(n)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map_or_else(|| "tiresias-np".to_string(), |(n, _)| n.to_string())
 }
 
 /// Name of the clairvoyant reference.
@@ -166,13 +235,17 @@ pub fn build(sim: &Simulator, name: &str) -> Result<Vec<Box<dyn Policy>>, Baseli
         .collect()
 }
 
-/// Clairvoyant reference: knows each type's true isolated runtime at every allocation. It starts
-/// the feasible task whose "knee" runtime is shortest (shortest job first), giving it the smallest
-/// allocation within 10% of the best runtime it could get now, so resources stay for the others.
-/// It is patient: it leaves a task whose runtime here and now would exceed by more than
-/// [`Clairvoyant::PATIENCE`] slots what the task could get on the best node that can reach it,
-/// because waiting a slot for a better node is cheaper than running slowly (on `hetero6` this takes
-/// the reference from 4.23 to 3.48 slots of average JCT).
+/// Clairvoyant reference: knows each type's true isolated runtime at every allocation, and
+/// re-allocates elastically like the elastic baselines, so it is never handicapped against them.
+///
+/// Decisions: it starts the feasible task whose best runtime here (at the largest allocation it
+/// could get now) is shortest (shortest job first, then oldest), at the smallest allocation that
+/// meets the task's true need, so every task that fits starts. Once per slot it re-allocates the
+/// node's running tasks shortest-remaining-first: each in turn gets the smallest allocation
+/// within 10% of the best remaining time it could reach with what is left ("its knee"), so the
+/// tasks nearest to finishing run near their full speed and the rest share what remains. (An
+/// earlier rule let a task wait for a better node: tuned on `hetero6`, it collapsed elsewhere,
+/// up to 2.3× the best baseline's JCT on generated scenarios.)
 #[derive(Debug, Clone)]
 pub struct Clairvoyant {
     /// `[type]`: (allocation, slots), ascending by allocation size.
@@ -180,9 +253,6 @@ pub struct Clairvoyant {
 }
 
 impl Clairvoyant {
-    /// Slots of slowdown accepted rather than waiting for a better node.
-    pub const PATIENCE: u64 = 2;
-
     /// Tabulate the true isolated runtimes up to the largest node.
     pub fn new(sc: &Scenario) -> Self {
         let kinds = sc.space.len();
@@ -227,59 +297,321 @@ impl Clairvoyant {
             .collect();
         Self { table }
     }
+
+    /// The rows of `t`'s type that fit within `cap` (its minimum demand met), smallest first.
+    fn fitting<'a>(
+        &'a self,
+        t: &tapfinger::Task,
+        cap: &Resources,
+    ) -> impl Iterator<Item = &'a (Resources, u64)> + use<'a> {
+        let (lo, cap) = (t.min_demand.clone(), cap.clone());
+        self.table[usize::from(t.ty.0)]
+            .iter()
+            .filter(move |(a, _)| lo.fits_in(a) && a.fits_in(&cap))
+    }
+
+    /// The knee within `cap`: the smallest allocation within 10% of the fastest runtime there.
+    fn knee<'a>(&'a self, t: &tapfinger::Task, cap: &Resources) -> Option<&'a (Resources, u64)> {
+        let fastest = self.fitting(t, cap).map(|r| r.1).min()?;
+        let limit = fastest + fastest / 10;
+        self.fitting(t, cap).find(|r| r.1 <= limit)
+    }
 }
 
 impl Policy for Clairvoyant {
     fn name(&self) -> &str {
         CLAIRVOYANT
     }
+    fn elastic(&self) -> bool {
+        true
+    }
     fn decide(&mut self, view: &View<'_>, _rng: &mut tapfinger::Rng) -> Decision {
         let free = &view.node().free;
-        let mut best: Option<(u64, u64, &Resources, tapfinger::TaskId)> = None;
-        for t in view.feasible() {
-            let cap = t.cap(free);
-            let rows = &self.table[usize::from(t.ty.0)];
-            let fits = || {
-                rows.iter()
-                    .filter(|(a, _)| t.min_demand.fits_in(a) && a.fits_in(&cap))
-            };
-            let Some(fastest) = fits().map(|r| r.1).min() else {
-                continue;
-            };
-            // Best runtime on any node that can reach the task, were that node empty.
-            let best_anywhere = view
-                .cluster
-                .nodes
-                .iter()
-                .filter(|n| t.reachable.binary_search(&n.id).is_ok())
-                .filter_map(|n| {
-                    let c = t.cap(&n.capacity);
-                    rows.iter()
-                        .filter(|(a, _)| t.min_demand.fits_in(a) && a.fits_in(&c))
-                        .map(|r| r.1)
-                        .min()
-                })
-                .min()
-                .unwrap_or(fastest);
-            if fastest > best_anywhere + Self::PATIENCE {
-                continue;
-            }
-            let limit = fastest + fastest / 10;
-            let Some((alloc, slots)) = fits().find(|r| r.1 <= limit) else {
-                continue;
-            };
-            let key = (*slots, t.arrival);
-            if best.as_ref().is_none_or(|b| key < (b.0, b.1)) {
-                best = Some((*slots, t.arrival, alloc, t.id));
-            }
+        let (mut tasks, pool) = Self::on_node(view);
+        let running = tasks.len();
+        tasks.extend(
+            view.feasible()
+                .filter(|t| self.fitting(t, &t.cap(free)).next().is_some())
+                .map(|t| (t, 1.0)),
+        );
+        if tasks.len() == running {
+            return Decision::Pass;
         }
-        match best {
-            Some((_, _, alloc, task)) => Decision::Claim {
-                task,
-                alloc: alloc.clone(),
-                prob: 1.0,
-            },
-            None => Decision::Pass,
-        }
+        // Start the shortest waiting task that the best rule would start now, at the smallest
+        // allocation that meets its need (the re-allocation at the end of the slot grows it).
+        let (order, allocs) = self.best_plan(&tasks, &pool, running);
+        order
+            .iter()
+            .find(|&&i| i >= running && allocs[i].is_some())
+            .and_then(|&i| {
+                let t = tasks[i].0;
+                self.fitting(t, &t.cap(free))
+                    .next()
+                    .map(|(a, _)| Decision::Claim {
+                        task: t.id,
+                        alloc: a.clone(),
+                        prob: 1.0,
+                    })
+            })
+            .unwrap_or(Decision::Pass)
     }
+    fn rebalance(
+        &mut self,
+        view: &View<'_>,
+        _rng: &mut tapfinger::Rng,
+    ) -> Vec<(TaskId, Resources)> {
+        let (tasks, pool) = Self::on_node(view);
+        let running = tasks.len();
+        let (_, allocs) = self.best_plan(&tasks, &pool, running);
+        tasks
+            .iter()
+            .zip(allocs)
+            .map(|((t, _), a)| (t.id, a.unwrap_or_else(|| t.min_demand.clone())))
+            .collect()
+    }
+}
+
+impl Clairvoyant {
+    /// The node's running tasks (with the fraction of their work left) and the pool they share:
+    /// they are shown at their minimum demand, so the pool is that plus what is free.
+    fn on_node<'a>(view: &View<'a>) -> (Vec<(&'a tapfinger::Task, f64)>, Resources) {
+        let mut pool = view.node().free.clone();
+        let mut tasks = Vec::new();
+        for r in view.running() {
+            pool = plus(&pool, &r.task.min_demand);
+            tasks.push((&*r.task, 1.0 - r.progress));
+        }
+        (tasks, pool)
+    }
+
+    /// A short look-ahead: play `tasks` (the first `running` of them running, the rest waiting)
+    /// out under each rule, with no arrivals, and plan by the rule with the least total
+    /// completion time. Returns the shortest-remaining-first order and each task's allocation
+    /// (`None`: it waits).
+    fn best_plan(
+        &self,
+        tasks: &[(&tapfinger::Task, f64)],
+        pool: &Resources,
+        running: usize,
+    ) -> (Vec<usize>, Vec<Option<Resources>>) {
+        let rule = Rule::ALL
+            .into_iter()
+            .map(|r| (r, self.play_out(tasks, pool, running, r)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map_or(Rule::Knee, |(r, _)| r);
+        let order = self.order(tasks, pool);
+        let allocs = self.plan(tasks, &order, pool, running, rule);
+        (order, allocs)
+    }
+}
+
+/// How the clairvoyant shares a node among its tasks, visited shortest-remaining first. Running
+/// tasks always keep the smallest allocation that meets their need (an elastic task can shrink,
+/// not pause).
+#[derive(Debug, Clone, Copy)]
+enum Rule {
+    /// Every task that fits starts at its smallest allocation; then each grows to its knee
+    /// (within 10% of the fastest it could reach).
+    Knee,
+    /// Each in turn takes the fastest allocation it can reach; a waiting task that gets nothing
+    /// waits (close to running them one by one).
+    Max,
+    /// Every task that fits starts at its smallest allocation; then units go round-robin.
+    Spread,
+}
+
+impl Rule {
+    const ALL: [Rule; 3] = [Rule::Knee, Rule::Max, Rule::Spread];
+}
+
+impl Clairvoyant {
+    /// Slots `t` takes alone at `a`, if the table has the allocation.
+    fn slots(&self, t: &tapfinger::Task, a: &Resources) -> Option<u64> {
+        self.table[usize::from(t.ty.0)]
+            .iter()
+            .find(|(x, _)| x == a)
+            .map(|r| r.1)
+    }
+
+    /// Indices of `tasks` shortest remaining first (at the best they could get from `pool`).
+    fn order(&self, tasks: &[(&tapfinger::Task, f64)], pool: &Resources) -> Vec<usize> {
+        let rem: Vec<f64> = tasks
+            .iter()
+            .map(|(t, left)| {
+                let best = self.fitting(t, &t.cap(pool)).map(|x| x.1).min();
+                left * best.map_or(f64::MAX, |b| b as f64)
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..tasks.len()).collect();
+        order.sort_by(|a, b| {
+            rem[*a]
+                .total_cmp(&rem[*b])
+                .then(tasks[*a].0.id.cmp(&tasks[*b].0.id))
+        });
+        order
+    }
+
+    /// Allocations (in `tasks`' order; `None`: waits) sharing `pool` by `rule`, visiting tasks
+    /// in `order`; the first `running` tasks are running.
+    fn plan(
+        &self,
+        tasks: &[(&tapfinger::Task, f64)],
+        order: &[usize],
+        pool: &Resources,
+        running: usize,
+        rule: Rule,
+    ) -> Vec<Option<Resources>> {
+        let mut free = pool.clone();
+        let mut out: Vec<Option<Resources>> = vec![None; tasks.len()];
+        // Running tasks first, each at the smallest allocation meeting its need.
+        for i in 0..running {
+            let t = tasks[i].0;
+            let a = self
+                .fitting(t, &t.cap(&free))
+                .next()
+                .map_or(t.min_demand.clone(), |x| x.0.clone());
+            free = minus(&free, &a);
+            out[i] = Some(a);
+        }
+        let take =
+            |i: usize, a: &Resources, free: &mut Resources, out: &mut [Option<Resources>]| {
+                let held = out[i].clone().unwrap_or_else(|| Resources::zeros(a.len()));
+                *free = minus(&plus(free, &held), a);
+                out[i] = Some(a.clone());
+            };
+        let reach = |i: usize, free: &Resources, out: &[Option<Resources>]| {
+            let held = out[i]
+                .clone()
+                .unwrap_or_else(|| Resources::zeros(free.len()));
+            tasks[i].0.cap(&plus(&held, free))
+        };
+        if !matches!(rule, Rule::Max) {
+            for &i in order.iter().filter(|&&i| i >= running) {
+                let cap = reach(i, &free, &out);
+                if let Some((a, _)) = self.fitting(tasks[i].0, &cap).next() {
+                    take(i, a, &mut free, &mut out);
+                }
+            }
+        }
+        match rule {
+            Rule::Knee | Rule::Max => {
+                for &i in order {
+                    let t = tasks[i].0;
+                    if matches!(rule, Rule::Knee) && out[i].is_none() {
+                        continue;
+                    }
+                    let cap = reach(i, &free, &out);
+                    let pick = match rule {
+                        Rule::Knee => self.knee(t, &cap),
+                        _ => self.fitting(t, &cap).min_by_key(|r| r.1),
+                    };
+                    if let Some((a, _)) = pick
+                        && out[i].as_ref().is_none_or(|h| h.fits_in(a))
+                    {
+                        take(i, a, &mut free, &mut out);
+                    }
+                }
+            }
+            Rule::Spread => {
+                for k in 0..free.len() {
+                    let mut gave = true;
+                    while gave && free.get(k) > 0 {
+                        gave = false;
+                        for &i in order {
+                            let Some(held) = out[i].clone() else { continue };
+                            let t = tasks[i].0;
+                            let mut a = held.clone();
+                            a.0[k] += 1;
+                            if free.get(k) > 0
+                                && a.fits_in(&t.cap(&plus(&held, &free)))
+                                && self.slots(t, &a).is_some()
+                            {
+                                free.0[k] -= 1;
+                                out[i] = Some(a);
+                                gave = true;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Total completion time (slots, continuous) of `tasks` sharing `pool` by `rule`, re-planned
+    /// whenever one finishes, with no arrivals.
+    fn play_out(
+        &self,
+        tasks: &[(&tapfinger::Task, f64)],
+        pool: &Resources,
+        running: usize,
+        rule: Rule,
+    ) -> f64 {
+        // (task, work left, started): a task that started keeps running.
+        let mut left: Vec<(&tapfinger::Task, f64, bool)> = tasks
+            .iter()
+            .enumerate()
+            .map(|(i, (t, f))| (*t, *f, i < running))
+            .collect();
+        let (mut now, mut total) = (0.0, 0.0);
+        while !left.is_empty() {
+            // Started tasks first, as `plan` wants them.
+            left.sort_by_key(|x| !x.2);
+            let started = left.iter().filter(|x| x.2).count();
+            let view: Vec<(&tapfinger::Task, f64)> = left.iter().map(|x| (x.0, x.1)).collect();
+            let order = self.order(&view, pool);
+            let allocs = self.plan(&view, &order, pool, started, rule);
+            let rates: Vec<f64> = view
+                .iter()
+                .zip(&allocs)
+                .map(|((t, _), a)| {
+                    a.as_ref()
+                        .and_then(|a| self.slots(t, a))
+                        .map_or(0.0, |s| 1.0 / s.max(1) as f64)
+                })
+                .collect();
+            let Some(dt) = view
+                .iter()
+                .zip(&rates)
+                .filter(|(_, r)| **r > 0.0)
+                .map(|((_, f), r)| f / r)
+                .min_by(f64::total_cmp)
+            else {
+                // Nothing can progress under this rule: the worst possible.
+                return f64::INFINITY;
+            };
+            now += dt;
+            let mut next = Vec::new();
+            for (x, r) in left.iter().zip(&rates) {
+                let f = x.1 - r * dt;
+                if f <= 1e-9 {
+                    total += now;
+                } else {
+                    next.push((x.0, f, x.2 || *r > 0.0));
+                }
+            }
+            left = next;
+        }
+        total
+    }
+}
+
+/// `a + b` per kind (saturating).
+fn plus(a: &Resources, b: &Resources) -> Resources {
+    Resources(
+        a.0.iter()
+            .zip(&b.0)
+            .map(|(x, y)| x.saturating_add(*y))
+            .collect(),
+    )
+}
+
+/// `a - b` per kind, floored at zero.
+fn minus(a: &Resources, b: &Resources) -> Resources {
+    Resources(
+        a.0.iter()
+            .zip(&b.0)
+            .map(|(x, y)| x.saturating_sub(*y))
+            .collect(),
+    )
 }

@@ -69,8 +69,10 @@ pub struct TrainConfig {
     /// states it visits itself, the teacher acting with a probability that falls from 1 to 0.
     #[serde(default)]
     pub imitate: u64,
-    /// The teacher for imitation: a simulator policy name (default the clairvoyant reference,
-    /// which reads the simulator's true speed model; the trained network never does).
+    /// The teacher for imitation: a non-elastic simulator policy name, or `auto` (the default):
+    /// the non-elastic policy with the least average JCT on development workloads of the
+    /// scenario, resolved when training starts (and recorded here). An elastic policy re-allocates
+    /// running tasks every slot, which the learned policy cannot copy.
     #[serde(default = "default_teacher")]
     pub teacher: String,
     /// Greedy evaluation episodes after every iteration, on validation workloads (their own seed
@@ -84,7 +86,7 @@ fn one() -> f32 {
 }
 
 fn default_teacher() -> String {
-    crate::policies::CLAIRVOYANT.to_string()
+    crate::policies::AUTO_TEACHER.to_string()
 }
 
 impl TrainConfig {
@@ -202,7 +204,10 @@ pub struct Trainer {
 
 impl Trainer {
     /// A trainer with a fresh network.
-    pub fn new(sim: Simulator, cfg: TrainConfig) -> Self {
+    pub fn new(sim: Simulator, mut cfg: TrainConfig) -> Self {
+        if cfg.imitate > 0 && cfg.teacher == crate::policies::AUTO_TEACHER {
+            cfg.teacher = crate::policies::best_teacher(&sim);
+        }
         let device = Device::flex().autodiff();
         device.seed(cfg.seed);
         let net = Net::new(&cfg.net, &device);

@@ -187,7 +187,7 @@ fn imitation_learns_from_the_teacher_then_hands_over_to_ppo() {
         let kinds = vec!["cpu".to_string(), "gpu".to_string()];
         eval.iter()
             .map(|&s| {
-                let ps = crate::policies::build(&t.sim, "clairvoyant").unwrap();
+                let ps = crate::policies::build(&t.sim, &t.cfg.teacher).unwrap();
                 crate::metrics::summarize(&t.sim.run(ps, s).unwrap(), &kinds).avg_jct
             })
             .sum::<f64>()
