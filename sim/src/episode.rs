@@ -196,6 +196,8 @@ pub(crate) struct Episode<'a> {
     ledger: Ledger<SimMeta>,
     /// Every task of the episode, by arrival (and id).
     arrivals: Vec<Arc<Task>>,
+    /// Each task's work over its type's, by id (the simulator's secret, like the speed model).
+    sizes: Vec<f64>,
     /// The first task of `arrivals` not yet arrived.
     next_arrival: usize,
     /// Finished tasks (a finished task leaves the ledger; this is all that is kept of it).
@@ -274,6 +276,7 @@ impl<'a> Episode<'a> {
                 .into_iter()
                 .map(Arc::new)
                 .collect(),
+            sizes: workload::sizes(sc, seed, sc.tasks as usize),
             next_arrival: 0,
             records: Vec::new(),
             slots: Vec::new(),
@@ -525,6 +528,15 @@ impl<'a> Episode<'a> {
         observe.slot_end(slot, &rewards);
     }
 
+    /// Task `id`'s work over its type's (1 without heavy-tailed sizes).
+    fn size(&self, id: TaskId) -> f64 {
+        usize::try_from(id.0)
+            .ok()
+            .and_then(|i| self.sizes.get(i))
+            .copied()
+            .unwrap_or(1.0)
+    }
+
     /// The slot runs: attained service grows, running tasks progress at their true speed,
     /// finish, stall below their need, or (memory `fail` mode) die and queue again.
     fn progress(&mut self, slot: u64, observe: &mut dyn Observer) {
@@ -568,7 +580,10 @@ impl<'a> Episode<'a> {
                 continue;
             }
             let penalty = if switched { sc.switch_weight } else { 1.0 };
-            let progress = progress + ty.speed.delta(&alloc, progress, sc.slot_seconds) * penalty;
+            // A task `size` times its type's work advances `size` times slower.
+            let size = self.size(id);
+            let progress =
+                progress + ty.speed.delta(&alloc, progress, sc.slot_seconds) * penalty / size;
             if let Some(m) = self.ledger.meta_mut(id) {
                 m.prev = Some(alloc);
             }
@@ -585,7 +600,7 @@ impl<'a> Episode<'a> {
                     finish,
                     node: node.0,
                     jct: finish - task.arrival,
-                    lower_bound: (self.lower_bound)(&task),
+                    lower_bound: ((self.lower_bound)(&task) as f64 * size).ceil().max(1.0) as u64,
                     failures: meta.failures,
                 });
                 // Finished tasks leave the ledger: the record is all that is kept of them.

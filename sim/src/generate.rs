@@ -21,10 +21,14 @@
 //!   measured CPU × memory profile of ResNet-18, LSTM or M5 (one GPU), scaled in time; the
 //!   generated file carries the data's attribution line.
 //!
-//! - bursty arrivals in half the scenarios (`burst`, [`crate::workload::Burst`]).
+//! - where a GPU box has room (2 cores, 1 GPU, 32 GiB), now and then a class with Pollux's
+//!   measured data-parallel profile (1–4 GPUs on one box, one model and per-GPU batch size of
+//!   BERT, ResNet-18/CIFAR-10, DeepSpeech2, ResNet-50/ImageNet, NeuMF or YOLOv3), scaled in
+//!   time; the generated file carries the data's attribution line.
 //!
-//! Not yet drawn (issue #13 names them): Pollux's GPU × batch profiles and heavy-tailed task
-//! sizes (the scenario format has no task-size field yet).
+//! - bursty arrivals in half the scenarios (`burst`, [`crate::workload::Burst`]);
+//! - heavy-tailed task sizes in half (`task_size`, [`crate::workload::TaskSize`]: Pareto with
+//!   shape 1.3–2.5, mean 1, capped at 10–30×).
 
 use crate::scenario::{Scenario, ScenarioError};
 use crate::speed::SpeedModel;
@@ -58,6 +62,14 @@ struct Class {
 
 /// How a class's speed depends on its allocation.
 enum Shape {
+    /// A measured Pollux profile (GPUs on one box, at one per-GPU batch size), its seconds
+    /// scaled so that the task takes `t0` alone on one GPU: the CSV rows, ready.
+    Pollux {
+        t0: f64,
+        model: String,
+        batch: String,
+        rows: String,
+    },
     /// The synthetic formula's weights and constant.
     Synthetic { w: [f64; 3], b: f64 },
     /// A table: `t0` seconds alone at the minimum demand, and per kind a concave power
@@ -81,6 +93,50 @@ fn synergy_csv() -> &'static str {
         .find(|(name, _)| *name == "edge_synergy.csv")
         .map_or("", |(_, text)| text)
 }
+/// Pollux's single-box data-parallel profiles (`sim/presets/pollux_single_node.csv`: step time
+/// at 1–4 GPUs on one box per model and per-GPU batch size, from petuum/adaptdl, Apache 2.0: see
+/// `sim/presets/README.md` and the licence file there).
+const POLLUX_CSV: &str = include_str!("../presets/pollux_single_node.csv");
+/// The minimum demand of a Pollux class in generated units: 2 cores, 1 GPU, 8 memory units.
+const POLLUX_MIN: [u32; 3] = [2, 1, 8];
+
+/// A Pollux profile drawn at random: (model, batch, CSV rows named `name` with seconds scaled
+/// to `t0` on one GPU). A job is a fixed number of samples: its time at `g` GPUs is
+/// proportional to `step_time(g) / g` (each step does `g × batch` samples).
+fn pollux_profile(rng: &mut tapfinger::Rng, name: &str, t0: f64) -> (String, String, String) {
+    let rows: Vec<(&str, &str, u32, f64)> = POLLUX_CSV
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Some((
+                *f.first()?,
+                *f.get(1)?,
+                f.get(2)?.parse().ok()?,
+                f.get(3)?.parse().ok()?,
+            ))
+        })
+        .collect();
+    let profiles: Vec<(&str, &str)> = rows
+        .iter()
+        .filter(|r| r.2 == 1)
+        .map(|r| (r.0, r.1))
+        .collect();
+    let (model, batch) = profiles[rng.random_range(0..profiles.len())];
+    let mine: Vec<(u32, f64)> = rows
+        .iter()
+        .filter(|r| r.0 == model && r.1 == batch)
+        .map(|r| (r.2, r.3 / f64::from(r.2)))
+        .collect();
+    let one = mine.iter().find(|r| r.0 == 1).map_or(1.0, |r| r.1);
+    let [cpu, _, mem] = POLLUX_MIN;
+    let mut out = String::from("type,cpu,gpu,mem,seconds\n");
+    for (g, per) in mine {
+        let _ = writeln!(out, "{name},{cpu},{g},{mem},{:.3}", t0 * per / one);
+    }
+    (model.to_string(), batch.to_string(), out)
+}
+
 /// The models in it.
 const SYNERGY_MODELS: [&str; 3] = ["res18", "lstm", "m5"];
 /// Its memory unit (GB: 1/24 of a 500 GB server) and ours (4 GiB, in GB).
@@ -163,6 +219,10 @@ pub fn draw(seed: u64) -> Drawn {
             rng.random_range(5.0..40.0),
         )
     });
+    // Half have heavy-tailed task sizes (Pareto, mean 1, capped).
+    let heavy = rng
+        .random_bool(0.5)
+        .then(|| (rng.random_range(1.3..2.5), rng.random_range(10.0..30.0)));
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -186,6 +246,12 @@ pub fn draw(seed: u64) -> Drawn {
         let _ = writeln!(
             t,
             "burst = {{ factor = {factor:.2}, on_slots = {on:.1}, off_slots = {off:.1} }}"
+        );
+    }
+    if let Some((shape, max)) = heavy {
+        let _ = writeln!(
+            t,
+            "task_size = {{ pareto_shape = {shape:.2}, max = {max:.1} }}"
         );
     }
     let _ = writeln!(t);
@@ -229,6 +295,14 @@ pub fn draw(seed: u64) -> Drawn {
                     t,
                     "\n[task_types.speed]\nmodel = \"table\"\nrows = \"\"\"\n{}\"\"\"\n",
                     table_rows(c)
+                );
+            }
+            Shape::Pollux {
+                model, batch, rows, ..
+            } => {
+                let _ = writeln!(
+                    t,
+                    "# Speed: Pollux's measured data-parallel profile of {model} (per-GPU batch {batch}), scaled.\n# Contains data from petuum/adaptdl (https://github.com/petuum/adaptdl, branch osdi21-artifact,\n# commit c793c70), Copyright 2020 Petuum, Inc., licensed under the Apache License 2.0.\n[task_types.speed]\nmodel = \"table\"\nrows = \"\"\"\n{rows}\"\"\"\n"
                 );
             }
             Shape::Measured { model, rows, .. } => {
@@ -324,9 +398,34 @@ fn draw_classes(rng: &mut tapfinger::Rng, boxes: &[Box_]) -> Vec<Class> {
         .filter(|b| b.capacity.iter().zip(SYNERGY_MIN).all(|(c, m)| *c >= m))
         .map(|b| b.capacity)
         .max_by_key(|c| (c[2], c[0]));
+    // The largest GPU box that can hold a Pollux class.
+    let pollux_host = boxes
+        .iter()
+        .filter(|b| b.capacity.iter().zip(POLLUX_MIN).all(|(c, m)| *c >= m))
+        .map(|b| b.capacity)
+        .max_by_key(|c| (c[1], c[0]));
     let n = rng.random_range(1..=6usize);
     (0..n)
         .map(|i| {
+            if let Some(host) = pollux_host
+                && rng.random_bool(1.0 / 7.0)
+            {
+                let t0 = rng.random_range(4.0..30.0);
+                let name = format!("class{i}");
+                let (model, batch, rows) = pollux_profile(rng, &name, t0);
+                return Class {
+                    weight: rng.random_range(0.5..2.0),
+                    min: POLLUX_MIN,
+                    max: [POLLUX_MIN[0], host[1].min(4), POLLUX_MIN[2]],
+                    shape: Shape::Pollux {
+                        t0,
+                        model,
+                        batch,
+                        rows,
+                    },
+                    name,
+                };
+            }
             if let Some(host) = synergy_host
                 && rng.random_bool(1.0 / 7.0)
             {
@@ -435,7 +534,9 @@ fn slots_at_min(c: &Class) -> f64 {
         .isolated(&Resources(c.min.to_vec()), 1.0)
         .map_or(f64::INFINITY, |(slots, _)| slots as f64),
         // One-second slots: the table's seconds alone at the minimum demand.
-        Shape::Table { t0, .. } | Shape::Measured { t0, .. } => t0.ceil(),
+        Shape::Table { t0, .. } | Shape::Measured { t0, .. } | Shape::Pollux { t0, .. } => {
+            t0.ceil()
+        }
     }
 }
 
@@ -526,12 +627,26 @@ mod tests {
         );
         assert!(small > 10 && large > 10, "{small} small, {large} large");
         assert!(tables > 50, "{tables} table classes in 300 scenarios");
-        let measured = (0..300)
-            .filter(|seed| scenario_toml(*seed).contains("Synergy's measured profile"))
+        for family in [
+            "Synergy's measured profile",
+            "Pollux's measured data-parallel",
+        ] {
+            let measured = (0..300)
+                .filter(|seed| scenario_toml(*seed).contains(family))
+                .count();
+            assert!(measured > 10, "{measured} scenarios with {family}");
+        }
+        let heavy = (0..300)
+            .filter(|seed| {
+                Scenario::load(&format!("gen:{seed}"))
+                    .unwrap()
+                    .task_size
+                    .is_some()
+            })
             .count();
         assert!(
-            measured > 10,
-            "{measured} scenarios with a measured profile"
+            (100..200).contains(&heavy),
+            "{heavy} of 300 with heavy-tailed sizes"
         );
         let bursty = (0..300)
             .filter(|seed| {

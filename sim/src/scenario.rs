@@ -115,6 +115,9 @@ pub struct ScenarioFile {
     /// Bursty arrivals (none: Poisson at `lambda` every slot).
     #[serde(default)]
     pub burst: Option<crate::workload::Burst>,
+    /// Heavy-tailed task sizes (none: every task of a type has the same work).
+    #[serde(default)]
+    pub task_size: Option<crate::workload::TaskSize>,
     /// Published average JCT per policy, shown beside ours.
     #[serde(default)]
     pub published: BTreeMap<String, f64>,
@@ -260,6 +263,8 @@ pub struct Scenario {
     pub published: BTreeMap<String, f64>,
     /// Bursty arrivals.
     pub burst: Option<crate::workload::Burst>,
+    /// Heavy-tailed task sizes.
+    pub task_size: Option<crate::workload::TaskSize>,
 }
 
 pub use crate::presets::presets;
@@ -352,6 +357,9 @@ impl Scenario {
             };
         if let Some(reason) = f.burst.as_ref().and_then(|b| b.invalid()) {
             return Err(invalid("burst".into(), reason));
+        }
+        if let Some(reason) = f.task_size.as_ref().and_then(|b| b.invalid()) {
+            return Err(invalid("task_size".into(), reason));
         }
         if !(f.lambda.is_finite() && f.lambda > 0.0) {
             return Err(invalid(
@@ -570,6 +578,7 @@ impl Scenario {
             max_slots: u64::try_from(f.max_slots).unwrap_or(u64::MAX),
             published: f.published,
             burst: f.burst,
+            task_size: f.task_size,
         })
     }
 

@@ -59,6 +59,52 @@ impl Burst {
     }
 }
 
+/// Heavy-tailed task sizes: each task's work is its type's times a Pareto draw with this shape,
+/// scaled to mean 1 and capped at `max` (so the offered load is unchanged; a few tasks are much
+/// longer than the rest). The size is the simulator's secret, like the speed model: no policy
+/// sees it.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSize {
+    /// Pareto shape α (> 1; smaller is heavier-tailed).
+    pub pareto_shape: f64,
+    /// Largest size (a multiple of the mean, ≥ 1).
+    pub max: f64,
+}
+
+impl TaskSize {
+    /// Why these settings are invalid, if they are.
+    pub fn invalid(&self) -> Option<String> {
+        (!(self.pareto_shape.is_finite()
+            && self.pareto_shape > 1.0
+            && self.max.is_finite()
+            && self.max >= 1.0))
+            .then(|| {
+                format!(
+                    "pareto_shape must be > 1 and max ≥ 1, got {} and {}",
+                    self.pareto_shape, self.max
+                )
+            })
+    }
+}
+
+/// The work multiplier of each of `n` tasks (by id): 1 without `task_size`. A stream of its own,
+/// so that sizes never change which tasks arrive when.
+pub fn sizes(sc: &Scenario, seed: u64, n: usize) -> Vec<f64> {
+    let Some(ts) = sc.task_size else {
+        return vec![1.0; n];
+    };
+    let mut rng = tapfinger::seeded_rng(seed ^ 0x51_2E5_EED5);
+    let a = ts.pareto_shape;
+    let scale = (a - 1.0) / a;
+    (0..n)
+        .map(|_| {
+            let u: f64 = 1.0 - rng.random::<f64>();
+            (scale / u.powf(1.0 / a)).min(ts.max)
+        })
+        .collect()
+}
+
 /// All tasks of an episode, in arrival order (ids 0..n).
 pub fn generate(sc: &Scenario, seed: u64) -> Vec<Task> {
     let mut rng = tapfinger::seeded_rng(seed ^ 0x005E_ED0F_7A5C);
@@ -203,5 +249,41 @@ mod tests {
         // λ = 6: 384 tasks arrive over about 64 slots.
         let last = a.last().unwrap().arrival;
         assert!((50..80).contains(&last), "{last}");
+    }
+
+    #[test]
+    fn heavy_tailed_sizes_keep_the_mean_and_the_cap_and_leave_arrivals_alone() {
+        let mut sc = Scenario::load("synthetic3").unwrap();
+        sc.tasks = 20_000;
+        let before = generate(&sc, 5);
+        assert_eq!(
+            sizes(&sc, 5, 10),
+            vec![1.0; 10],
+            "no sizes without task_size"
+        );
+        sc.task_size = Some(TaskSize {
+            pareto_shape: 2.0,
+            max: 20.0,
+        });
+        assert_eq!(
+            generate(&sc, 5),
+            before,
+            "sizes draw from a stream of their own"
+        );
+        let s = sizes(&sc, 5, 20_000);
+        let mean = s.iter().sum::<f64>() / s.len() as f64;
+        // The cap trims the mean a little below 1 (by 1/(2·20) for shape 2).
+        assert!((0.9..1.02).contains(&mean), "mean {mean}");
+        assert!(s.iter().all(|x| (0.5..=20.0).contains(x)));
+        assert!(s.iter().filter(|x| **x > 5.0).count() > 100, "a heavy tail");
+        assert_eq!(s, sizes(&sc, 5, 20_000));
+        assert!(
+            TaskSize {
+                pareto_shape: 1.0,
+                max: 5.0
+            }
+            .invalid()
+            .is_some()
+        );
     }
 }
