@@ -94,7 +94,7 @@ pub fn sizes(sc: &Scenario, seed: u64, n: usize) -> Vec<f64> {
     let Some(ts) = sc.task_size else {
         return vec![1.0; n];
     };
-    let mut rng = tapfinger::seeded_rng(seed ^ 0x51_2E5_EED5);
+    let mut rng = tapfinger::seeded_rng(seed ^ 0x0005_12E5_EED5);
     let a = ts.pareto_shape;
     let scale = (a - 1.0) / a;
     (0..n)
