@@ -210,11 +210,33 @@ pub fn profile(sc: &Scenario) -> Vec<ProfileSample> {
     out
 }
 
-/// One policy instance per node.
+/// One policy instance per node. The clairvoyant reference built here does not know the
+/// workload's task sizes ([`build_for_seed`] does).
 pub fn build(sim: &Simulator, name: &str) -> Result<Vec<Box<dyn Policy>>, BaselineError> {
+    build_with(sim, name, None)
+}
+
+/// [`build`] for the episode of workload `seed`: the clairvoyant reference also knows every
+/// task's true size there (heavy-tailed scenarios), as it knows the true speed model.
+pub fn build_for_seed(
+    sim: &Simulator,
+    name: &str,
+    seed: u64,
+) -> Result<Vec<Box<dyn Policy>>, BaselineError> {
+    build_with(sim, name, Some(seed))
+}
+
+fn build_with(
+    sim: &Simulator,
+    name: &str,
+    seed: Option<u64>,
+) -> Result<Vec<Box<dyn Policy>>, BaselineError> {
     let sc = sim.scenario();
     if name == CLAIRVOYANT {
-        let c = Clairvoyant::new(sc);
+        let mut c = Clairvoyant::new(sc);
+        if let Some(seed) = seed {
+            c.sizes = std::sync::Arc::new(crate::workload::sizes(sc, seed, sc.tasks as usize));
+        }
         return Ok((0..sc.nodes.len())
             .map(|_| Box::new(c.clone()) as Box<dyn Policy>)
             .collect());
@@ -250,6 +272,8 @@ pub fn build(sim: &Simulator, name: &str) -> Result<Vec<Box<dyn Policy>>, Baseli
 pub struct Clairvoyant {
     /// `[type]`: (allocation, slots), ascending by allocation size.
     table: Vec<Vec<(Resources, u64)>>,
+    /// Each task's work over its type's, by id (empty: all 1).
+    sizes: std::sync::Arc<Vec<f64>>,
 }
 
 impl Clairvoyant {
@@ -295,7 +319,10 @@ impl Clairvoyant {
                 rows
             })
             .collect();
-        Self { table }
+        Self {
+            table,
+            sizes: std::sync::Arc::default(),
+        }
     }
 
     /// The rows of `t`'s type that fit within `cap` (its minimum demand met), smallest first.
@@ -327,12 +354,12 @@ impl Policy for Clairvoyant {
     }
     fn decide(&mut self, view: &View<'_>, _rng: &mut tapfinger::Rng) -> Decision {
         let free = &view.node().free;
-        let (mut tasks, pool) = Self::on_node(view);
+        let (mut tasks, pool) = self.on_node(view);
         let running = tasks.len();
         tasks.extend(
             view.feasible()
                 .filter(|t| self.fitting(t, &t.cap(free)).next().is_some())
-                .map(|t| (t, 1.0)),
+                .map(|t| (t, self.size(t.id))),
         );
         if tasks.len() == running {
             return Decision::Pass;
@@ -360,7 +387,7 @@ impl Policy for Clairvoyant {
         view: &View<'_>,
         _rng: &mut tapfinger::Rng,
     ) -> Vec<(TaskId, Resources)> {
-        let (tasks, pool) = Self::on_node(view);
+        let (tasks, pool) = self.on_node(view);
         let running = tasks.len();
         let (_, allocs) = self.best_plan(&tasks, &pool, running);
         tasks
@@ -372,16 +399,25 @@ impl Policy for Clairvoyant {
 }
 
 impl Clairvoyant {
-    /// The node's running tasks (with the fraction of their work left) and the pool they share:
+    /// The node's running tasks (with their work left, in units of their type's) and the pool they share:
     /// they are shown at their minimum demand, so the pool is that plus what is free.
-    fn on_node<'a>(view: &View<'a>) -> (Vec<(&'a tapfinger::Task, f64)>, Resources) {
+    fn on_node<'a>(&self, view: &View<'a>) -> (Vec<(&'a tapfinger::Task, f64)>, Resources) {
         let mut pool = view.node().free.clone();
         let mut tasks = Vec::new();
         for r in view.running() {
             pool = plus(&pool, &r.task.min_demand);
-            tasks.push((&*r.task, 1.0 - r.progress));
+            tasks.push((&*r.task, (1.0 - r.progress) * self.size(r.task.id)));
         }
         (tasks, pool)
+    }
+
+    /// Task `id`'s work over its type's.
+    fn size(&self, id: TaskId) -> f64 {
+        usize::try_from(id.0)
+            .ok()
+            .and_then(|i| self.sizes.get(i))
+            .copied()
+            .unwrap_or(1.0)
     }
 
     /// A short look-ahead: play `tasks` (the first `running` of them running, the rest waiting)

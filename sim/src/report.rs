@@ -77,13 +77,27 @@ fn instances(
     policy: &str,
     model: Option<&Path>,
 ) -> Result<Vec<Box<dyn tapfinger::Policy>>, CompareError> {
+    instances_for(sim, policy, model, None)
+}
+
+/// [`instances`] for the episode of workload `seed` (the clairvoyant reference knows its task
+/// sizes).
+fn instances_for(
+    sim: &Simulator,
+    policy: &str,
+    model: Option<&Path>,
+    seed: Option<u64>,
+) -> Result<Vec<Box<dyn tapfinger::Policy>>, CompareError> {
     if let Some((_, path)) = policy.split_once('=') {
         return Ok(policies::learned(sim, Some(Path::new(path)))?);
     }
     if policy == policies::TAPFINGER {
         return Ok(policies::learned(sim, model)?);
     }
-    Ok(policies::build(sim, policy)?)
+    Ok(match seed {
+        Some(seed) => policies::build_for_seed(sim, policy, seed)?,
+        None => policies::build(sim, policy)?,
+    })
 }
 
 /// Build `policy` once (an unknown name or a model that does not load is an error), running
@@ -108,7 +122,7 @@ pub fn run_one_with(
     seed: u64,
     model: Option<&Path>,
 ) -> Result<EpisodeResult, CompareError> {
-    let ps = instances(sim, policy, model)?;
+    let ps = instances_for(sim, policy, model, Some(seed))?;
     sim.run(ps, seed).map_err(|source| CompareError::Episode {
         policy: policy.into(),
         seed,
