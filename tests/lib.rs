@@ -169,6 +169,7 @@ impl Local {
             me,
             name: self.name,
             capacity: self.capacity.clone(),
+            kinds: tapfinger::estimate::KindMap::from_names(&["cpu", "gpu", "mem"]),
             labels: BTreeMap::new(),
             incarnation: self.incarnation,
             num_types: 1,

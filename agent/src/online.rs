@@ -459,6 +459,7 @@ mod tests {
             me: NodeId(1),
             name: "n1".into(),
             capacity: Resources(vec![4, 1, 8]),
+            kinds: tapfinger::estimate::KindMap::from_names(&["cpu", "gpu", "mem"]),
             labels: Default::default(),
             incarnation: 1,
             num_types: 1,

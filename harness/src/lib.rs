@@ -71,6 +71,7 @@ impl Cluster {
                     me: NodeId(i as u32),
                     name: format!("n{i}"),
                     capacity: Resources(vec![4, 0]),
+                    kinds: tapfinger::estimate::KindMap::from_names(&["cpu", "gpu"]),
                     labels: BTreeMap::new(),
                     incarnation: 1,
                     num_types: 1,

@@ -311,7 +311,7 @@ impl OptimusModel {
         let x: Vec<[f64; 5]> = samples.iter().map(|s| optimus_features(s.0, s.1)).collect();
         let y: Vec<f64> = samples.iter().map(|s| s.2).collect();
         Self {
-            theta: nnls(&x, &y),
+            theta: crate::fit::nnls(&x, &y),
         }
     }
 
@@ -324,76 +324,6 @@ impl OptimusModel {
             .sum::<f64>()
             .max(1e-6)
     }
-}
-
-/// Non-negative least squares for 5 unknowns by the Lawson–Hanson active-set method.
-fn nnls(x: &[[f64; 5]], y: &[f64]) -> [f64; 5] {
-    let mut active = [true; 5];
-    let mut theta = [0.0; 5];
-    for _ in 0..10 {
-        let idx: Vec<usize> = (0..5).filter(|&j| active[j]).collect();
-        let sol = least_squares(x, y, &idx);
-        let mut neg = false;
-        theta = [0.0; 5];
-        for (i, &j) in idx.iter().enumerate() {
-            if sol[i] < 0.0 {
-                active[j] = false;
-                neg = true;
-            } else {
-                theta[j] = sol[i];
-            }
-        }
-        if !neg {
-            break;
-        }
-    }
-    theta
-}
-
-/// Ordinary least squares over the columns `idx` (normal equations with a tiny ridge, Gaussian
-/// elimination with partial pivoting; 5×5 at most).
-fn least_squares(x: &[[f64; 5]], y: &[f64], idx: &[usize]) -> Vec<f64> {
-    let n = idx.len();
-    let mut a = vec![vec![0.0; n + 1]; n];
-    for (row, yv) in x.iter().zip(y) {
-        for i in 0..n {
-            for j in 0..n {
-                a[i][j] += row[idx[i]] * row[idx[j]];
-            }
-            a[i][n] += row[idx[i]] * yv;
-        }
-    }
-    for (i, r) in a.iter_mut().enumerate() {
-        r[i] += 1e-9;
-    }
-    for c in 0..n {
-        let piv = (c..n)
-            .max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs()))
-            .unwrap_or(c);
-        a.swap(c, piv);
-        let d = a[c][c];
-        if d.abs() < 1e-15 {
-            continue;
-        }
-        let pivot_row = a[c].clone();
-        for (r, row) in a.iter_mut().enumerate() {
-            if r != c {
-                let f = row[c] / d;
-                for (x, p) in row.iter_mut().zip(&pivot_row).skip(c) {
-                    *x -= f * p;
-                }
-            }
-        }
-    }
-    (0..n)
-        .map(|i| {
-            if a[i][i].abs() < 1e-15 {
-                0.0
-            } else {
-                a[i][n] / a[i][i]
-            }
-        })
-        .collect()
 }
 
 /// Optimus: greedy marginal-gain allocation on a fitted speed model.

@@ -180,7 +180,10 @@ mod tests {
         let view = ClusterView {
             num_types: 2,
             nodes: vec![node(0), node(1)],
-            pending: vec![PendingView { task: task.into() }],
+            pending: vec![PendingView {
+                task: task.into(),
+                est: Default::default(),
+            }],
             ..Default::default()
         };
         let g = build(&view, NodeId(1));

@@ -7,6 +7,8 @@
 //! same decisions from the same inputs.
 
 pub mod baselines;
+pub mod estimate;
+pub mod fit;
 pub mod graph;
 pub mod ledger;
 pub mod model;

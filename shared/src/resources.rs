@@ -114,6 +114,11 @@ impl ResourceSpace {
         }
     }
 
+    /// The kinds' names, in order.
+    pub fn kind_names(&self) -> Vec<String> {
+        self.kinds().iter().map(|k| k.name.clone()).collect()
+    }
+
     /// The kinds, in order.
     pub fn kinds(&self) -> &[ResourceKind] {
         &self.kinds

@@ -4,7 +4,8 @@
 //! tasks in those windows, and the running tasks. A [`View`] is that snapshot seen from one agent
 //! (`me`). The simulator builds one `ClusterView` per decision step and lends it to every agent;
 //! a daemon builds it from its own state and its peers' heartbeats. This module only describes
-//! data; it never decides anything and never hides or reveals speed information (there is none).
+//! data; it never decides anything. Its only speed information is the online estimator's
+//! ([`TaskEstimate`]), built from observed progress, never from a speed model.
 
 use crate::resources::Resources;
 use crate::task::{NodeId, Task};
@@ -35,11 +36,29 @@ impl NodeView {
     }
 }
 
+/// What the online speed estimator ([`crate::estimate`]) says of a task: the only speed
+/// information a view carries. Times are slots alone for all of the task's work.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct TaskEstimate {
+    /// At its minimum demand.
+    pub at_min: f64,
+    /// At the largest allocation its cap allows on the cluster's largest node (per kind).
+    pub at_max: f64,
+    /// Per canonical kind (CPU, GPU, memory): the fraction of `at_min` that one more unit of it
+    /// saves (0 for a kind the cluster lacks).
+    pub gain: [f64; 3],
+    /// Samples of its class the estimator holds (0: the prior speaks).
+    pub samples: usize,
+}
+
 /// A pending task in at least one window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingView {
     /// The task as submitted (shared, so that building a view per step stays cheap).
     pub task: Arc<Task>,
+    /// The estimator's view of its speed.
+    #[serde(default)]
+    pub est: TaskEstimate,
 }
 
 /// A running task.
@@ -58,6 +77,13 @@ pub struct RunningView {
     /// Attained service as Tiresias counts it: Σ over the slots run of the allocated units of the
     /// service kind (GPUs where the cluster has them, else the first kind).
     pub attained: f64,
+    /// The estimator's view of its speed.
+    #[serde(default)]
+    pub est: TaskEstimate,
+    /// Estimated slots alone at its current allocation (all of its work; the remaining time is
+    /// `(1 - progress)` of it).
+    #[serde(default)]
+    pub est_alloc: f64,
 }
 
 /// A snapshot of the cluster for one decision step.

@@ -251,7 +251,9 @@ impl<'a> Episode<'a> {
             })
             .collect();
         let (_, gpu_kind) = sc.cpu_gpu_kinds();
-        let mut ledger = Ledger::new(sc.window, gpu_kind).with_order(order);
+        let mut ledger = Ledger::new(sc.window, gpu_kind)
+            .with_order(order)
+            .with_kinds(tapfinger::estimate::KindMap::from_names(&sc.kind_names()));
         for (id, node) in ids.iter().zip(&sc.nodes) {
             ledger.set_node(*id, node.capacity.clone());
         }
@@ -606,7 +608,7 @@ impl<'a> Episode<'a> {
                 // Finished tasks leave the ledger: the record is all that is kept of them.
                 self.ledger.remove(id);
             } else {
-                self.ledger.set_progress(id, progress);
+                self.ledger.set_progress(id, progress, (slot + 1) as f64);
             }
         }
     }

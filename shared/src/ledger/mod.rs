@@ -87,6 +87,9 @@ pub struct Entry<M> {
     pub state: TaskState,
     /// Attained service so far (see the module doc); kept across re-queues.
     pub attained: f64,
+    /// The last progress the speed estimator saw of the running copy: (progress, time in slots,
+    /// allocation); `None` until its first observation.
+    pub observed: Option<(f64, f64, Resources)>,
     /// The driver's data.
     pub meta: M,
 }
@@ -193,6 +196,8 @@ pub struct Ledger<M> {
     tasks: BTreeMap<TaskId, Entry<M>>,
     /// Every node ever heard of, by id.
     nodes: BTreeMap<NodeId, Book>,
+    /// The online speed estimator, fed by every running task's observed progress.
+    estimator: crate::estimate::Estimator,
 }
 
 fn add_each(a: &mut Resources, b: &Resources) {
@@ -220,7 +225,20 @@ impl<M> Ledger<M> {
             service_kind,
             tasks: BTreeMap::new(),
             nodes: BTreeMap::new(),
+            estimator: crate::estimate::Estimator::default(),
         }
+    }
+
+    /// Estimate speeds in the canonical kinds as `kinds` maps them (set before the first
+    /// observation; without it no kind is known and every estimate is the prior).
+    pub fn with_kinds(mut self, kinds: crate::estimate::KindMap) -> Self {
+        self.estimator = crate::estimate::Estimator::new(kinds);
+        self
+    }
+
+    /// The online speed estimator.
+    pub fn estimator(&self) -> &crate::estimate::Estimator {
+        &self.estimator
     }
 
     /// The window size.
@@ -285,6 +303,7 @@ impl<M> Ledger<M> {
                 task,
                 state,
                 attained: 0.0,
+                observed: None,
                 meta,
             },
         );
@@ -306,6 +325,25 @@ impl<M> Ledger<M> {
         // The entry changes before it is indexed: a node's book made while indexing scans the
         // tasks' states and must see this one's new state.
         if let Some(e) = self.tasks.get_mut(&id) {
+            e.observed = match (&old, &state, e.observed.take()) {
+                // The same copy re-allocated: the progress since the last observation is counted
+                // at the new allocation (the simulator re-allocates right after observing).
+                (
+                    TaskState::Running {
+                        node: n0,
+                        started: s0,
+                        ..
+                    },
+                    TaskState::Running {
+                        node,
+                        started,
+                        alloc,
+                        ..
+                    },
+                    Some((q, t, _)),
+                ) if n0 == node && s0 == started => Some((q, t, alloc.clone())),
+                _ => None,
+            };
             e.state = state.clone();
         }
         self.index(&task, &state);
@@ -325,15 +363,45 @@ impl<M> Ledger<M> {
         Some(())
     }
 
-    /// Progress of a running task (clamped to [0, 1]); other states: nothing.
-    pub fn set_progress(&mut self, id: TaskId, p: f64) {
-        if let Some(Entry {
-            state: TaskState::Running { progress, .. },
+    /// Progress of a running task (clamped to [0, 1]) observed at time `now` (in slots, on the
+    /// driver's clock); other states: nothing. The progress made since the copy's last
+    /// observation at the same allocation (or since its start) is a sample for the speed
+    /// estimator.
+    pub fn set_progress(&mut self, id: TaskId, p: f64, now: f64) {
+        let Some(Entry {
+            task,
+            state:
+                TaskState::Running {
+                    progress,
+                    alloc,
+                    started,
+                    ..
+                },
+            observed,
             ..
         }) = self.tasks.get_mut(&id)
-        {
-            *progress = p.clamp(0.0, 1.0);
+        else {
+            return;
+        };
+        let p = p.clamp(0.0, 1.0);
+        if observed.as_ref().is_some_and(|(_, t, _)| now <= *t) {
+            // No time has passed on the driver's clock (reports within one slot): the sample
+            // waits for the next slot.
+            *progress = p;
+            return;
         }
+        let since = match observed.take() {
+            Some((q, t, a)) if a == *alloc => Some((q, t)),
+            Some(_) => None,
+            // The first observation of a copy that has not progressed before: since its start.
+            None if *progress == 0.0 => Some((0.0, *started as f64)),
+            None => None,
+        };
+        if let Some((q, t)) = since {
+            self.estimator.observe(task, alloc, p - q, now - t);
+        }
+        *progress = p;
+        *observed = Some((p, now, alloc.clone()));
     }
 
     fn index(&mut self, task: &Task, state: &TaskState) {

@@ -2,8 +2,10 @@
 //! in the agent alike. Reads the ledger; changes nothing.
 
 use super::{Entry, Ledger, TaskState};
+use crate::resources::Resources;
+use crate::task::Task;
 use crate::task::{NodeId, TaskId};
-use crate::view::{ClusterView, NodeView, PendingView, RunningView};
+use crate::view::{ClusterView, NodeView, PendingView, RunningView, TaskEstimate};
 
 /// Which pending tasks a node may start now (the agent's lease rule); see [`Ledger::view`].
 pub type MayStart<'a, M> = dyn Fn(&Entry<M>) -> bool + 'a;
@@ -87,6 +89,16 @@ impl<M> Ledger<M> {
                 }
             })
             .collect();
+        // The largest node per kind: the ceiling of every task's `at_max`.
+        let mut largest = Resources::zeros(0);
+        for (_, b) in &live {
+            if largest.len() < b.capacity.len() {
+                largest.0.resize(b.capacity.len(), 0);
+            }
+            for (x, c) in largest.0.iter_mut().zip(&b.capacity.0) {
+                *x = (*x).max(*c);
+            }
+        }
         ClusterView {
             slot,
             step,
@@ -97,6 +109,7 @@ impl<M> Ledger<M> {
                 .filter_map(|id| self.tasks.get(id))
                 .map(|e| PendingView {
                     task: e.task.clone(),
+                    est: self.estimate(&e.task, &largest),
                 })
                 .collect(),
             running: running_ids
@@ -115,10 +128,37 @@ impl<M> Ledger<M> {
                         started: *started,
                         progress: *progress,
                         attained: e.attained,
+                        est: self.estimate(&e.task, &largest),
+                        est_alloc: self.estimator.slots(&e.task, alloc),
                     }),
                     _ => None,
                 })
                 .collect(),
+        }
+    }
+
+    /// The estimator's view of `task` in a cluster whose largest node (per kind) is `largest`.
+    fn estimate(&self, task: &Task, largest: &Resources) -> TaskEstimate {
+        let est = &self.estimator;
+        let at_min = est.slots(task, &task.min_demand);
+        let mut top = task.cap(largest);
+        for (x, m) in top.0.iter_mut().zip(&task.min_demand.0) {
+            *x = (*x).max(*m);
+        }
+        let kinds = est.kinds();
+        let gain = kinds.0.map(|k| {
+            k.filter(|&i| i < task.min_demand.len() && largest.get(i) > 0)
+                .map_or(0.0, |i| {
+                    let mut a = task.min_demand.clone();
+                    a.0[i] += 1;
+                    ((at_min - est.slots(task, &a)) / at_min).max(0.0)
+                })
+        });
+        TaskEstimate {
+            at_min,
+            at_max: est.slots(task, &top),
+            gain,
+            samples: est.samples(task.ty),
         }
     }
 }

@@ -203,7 +203,16 @@ mod tests {
             step: 0,
             num_types: 1,
             nodes: vec![node(0, 4, vec![0], vec![]), node(1, 4, vec![1], vec![])],
-            pending: vec![PendingView { task: task(1) }, PendingView { task: task(2) }],
+            pending: vec![
+                PendingView {
+                    task: task(1),
+                    est: Default::default(),
+                },
+                PendingView {
+                    task: task(2),
+                    est: Default::default(),
+                },
+            ],
             running: vec![],
         };
         // Agent 1 knows: node 0 (stale, task 1 not yet announced); itself running task 2 with 1
@@ -213,7 +222,10 @@ mod tests {
             step: 0,
             num_types: 1,
             nodes: vec![node(0, 4, vec![], vec![]), node(1, 1, vec![0], vec![0])],
-            pending: vec![PendingView { task: task(3) }],
+            pending: vec![PendingView {
+                task: task(3),
+                est: Default::default(),
+            }],
             running: vec![RunningView {
                 task: task(2),
                 node: NodeId(1),
@@ -221,6 +233,8 @@ mod tests {
                 started: 6,
                 progress: 0.1,
                 attained: 3.0,
+                est: Default::default(),
+                est_alloc: 0.0,
             }],
         };
         let recs = [record(0, a.clone()), record(1, b.clone())];
@@ -249,7 +263,10 @@ mod tests {
             step: 1,
             num_types: 1,
             nodes: vec![node(0, 4, vec![0], vec![]), node(1, 4, vec![0], vec![])],
-            pending: vec![PendingView { task: task(1) }],
+            pending: vec![PendingView {
+                task: task(1),
+                est: Default::default(),
+            }],
             running: vec![],
         };
         let recs = [record(0, v.clone()), record(1, v)];

@@ -27,6 +27,7 @@ fn random_view(seed: u64) -> ClusterView {
                 reachable: vec![],
                 arrival: 0,
             }),
+            est: Default::default(),
         })
         .collect();
     let mut running = Vec::new();
@@ -60,6 +61,8 @@ fn random_view(seed: u64) -> ClusterView {
                 started: 0,
                 progress: 0.3,
                 attained: 1.0,
+                est: Default::default(),
+                est_alloc: 0.0,
             });
         }
         let window: Vec<usize> = (0..n_pending).filter(|_| rng.random_bool(0.6)).collect();

@@ -81,7 +81,8 @@ impl NodeCore {
     /// Progress of a task running here (from the executor).
     pub fn on_progress(&mut self, task: TaskId, p: f64) {
         if self.tasks.get(task).and_then(|t| t.state.running_on()) == Some(self.cfg.me) {
-            self.tasks.set_progress(task, p);
+            let now = self.slot() as f64;
+            self.tasks.set_progress(task, p, now);
         }
     }
 

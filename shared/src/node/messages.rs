@@ -457,7 +457,7 @@ impl NodeCore {
             TaskState::Running { node: n, .. } if n == node && known_epoch == epoch => {
                 // The copy we know: only its progress changes.
                 if let Some(np) = progress {
-                    self.tasks.set_progress(task, np);
+                    self.tasks.set_progress(task, np, slot as f64);
                 }
             }
             TaskState::Running { node: n, .. } => {

@@ -45,6 +45,8 @@ pub struct NodeConfig {
     pub name: String,
     /// Units offered to the cluster.
     pub capacity: Resources,
+    /// Where CPU, GPU and memory sit among the capacity's kinds (the speed estimator's kinds).
+    pub kinds: crate::estimate::KindMap,
     /// Placement labels.
     pub labels: BTreeMap<String, String>,
     /// Incarnation (increase on every restart).
@@ -235,7 +237,8 @@ impl NodeCore {
                 // Same-age tasks in an order of each node's own, so that agents whose windows
                 // hold the same tasks do not all claim the same one (conflicts, lost rounds).
                 let mut l = Ledger::new(cfg.window, cfg.service_kind)
-                    .with_order(crate::ledger::WindowOrder::Spread);
+                    .with_order(crate::ledger::WindowOrder::Spread)
+                    .with_kinds(cfg.kinds);
                 l.set_node(cfg.me, cfg.capacity.clone());
                 l
             },

@@ -1,0 +1,348 @@
+//! The online speed estimator: how many slots a task of a class would take alone at an
+//! allocation, learned from the progress the cluster observes.
+//!
+//! Every running task's progress is observed (in the agent from the task's reports and peers'
+//! heartbeats, in the simulator from the slot that ran): `delta` of its work in `slots` at its
+//! allocation is one sample of the class's job time `slots / delta` there. Per class (the task
+//! type: a user-given name in the agent's spec) the estimator fits, like Optimus fits profiling
+//! runs, a small non-negative model of job time against the allocation in the canonical kinds
+//! CPU, GPU and memory ([`KINDS`]):
+//!
+//! `T(a) = θ₀ + Σ_k θ_k / (1 + a_k)`, θ ≥ 0 (least squares over every sample),
+//!
+//! so more of any kind never makes a task slower and the gain of each extra unit shrinks. A kind
+//! whose allocation never varied among a class's samples has no term (nothing says how the class
+//! responds to it). With samples at fewer than two distinct allocations, or before any sample,
+//! the estimate is the prior's shape ([`prior_shape`]) scaled to the samples' level, or to
+//! [`PRIOR_SLOTS`] at the minimum demand. The estimator sees only allocations and progress:
+//! never a speed model, which is what makes it the same in the simulator and in the agent.
+
+use crate::fit::nnls;
+use crate::resources::Resources;
+use crate::task::{Task, TaskTypeId};
+use std::collections::BTreeMap;
+
+/// The canonical resource kinds every feature and estimate uses; a cluster without one has zero
+/// of it.
+pub const KINDS: [&str; 3] = ["cpu", "gpu", "mem"];
+
+/// Job length in slots at the minimum demand assumed for a class never observed.
+pub const PRIOR_SLOTS: f64 = 10.0;
+
+/// Where each canonical kind sits among a cluster's own kinds (`None`: absent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct KindMap(pub [Option<usize>; 3]);
+
+impl KindMap {
+    /// From a cluster's kind names: `cpu`/`cpus`/`cores`, `gpu`/`gpus`, `mem`/`memory`/`ram`
+    /// (any case). Other kinds have no canonical place (features ignore them).
+    pub fn from_names<S: AsRef<str>>(names: &[S]) -> Self {
+        let mut m = [None; 3];
+        for (i, n) in names.iter().enumerate() {
+            let k = match n.as_ref().to_ascii_lowercase().as_str() {
+                "cpu" | "cpus" | "cores" => 0,
+                "gpu" | "gpus" => 1,
+                "mem" | "memory" | "ram" => 2,
+                _ => continue,
+            };
+            m[k].get_or_insert(i);
+        }
+        Self(m)
+    }
+
+    /// `r` in the canonical kinds.
+    pub fn canonical(&self, r: &Resources) -> [f64; 3] {
+        self.units(r).map(f64::from)
+    }
+
+    /// `r` in the canonical kinds, as units.
+    pub fn units(&self, r: &Resources) -> [u32; 3] {
+        self.0.map(|i| i.map_or(0, |i| r.get(i)))
+    }
+}
+
+/// The prior's shape at canonical allocation `a` for a task whose minimum demand is `min`: 1 at
+/// the minimum, falling towards 0.3 as every kind the task asks for grows (a guess: more helps,
+/// with diminishing returns).
+pub fn prior_shape(min: &[f64; 3], a: &[f64; 3]) -> f64 {
+    let used: Vec<usize> = (0..3).filter(|&k| min[k] > 0.0).collect();
+    if used.is_empty() {
+        return 1.0;
+    }
+    let mean = used
+        .iter()
+        .map(|&k| (1.0 + min[k]) / (1.0 + a[k].max(min[k])))
+        .sum::<f64>()
+        / used.len() as f64;
+    0.3 + 0.7 * mean
+}
+
+/// Job times are kept in integer nanoslots, so that sums do not depend on the order the samples
+/// came in (agents hear them in other orders than the simulator: their estimates must agree
+/// exactly).
+const NANO: f64 = 1e9;
+
+/// One class's samples and fit.
+#[derive(Debug, Clone, Default)]
+struct Class {
+    /// Per canonical allocation: (samples, sum of job times in nanoslots).
+    cells: BTreeMap<[u32; 3], (u64, u128)>,
+    /// The fitted model, once samples span two allocations.
+    theta: Option<[f64; 4]>,
+    /// Samples' level relative to the prior shape (time / shape, averaged per sample).
+    level: Option<f64>,
+    /// The minimum demand the prior shape is anchored at (the first observed task's).
+    min: [f64; 3],
+}
+
+fn terms(a: &[f64; 3]) -> [f64; 4] {
+    [
+        1.0,
+        1.0 / (1.0 + a[0]),
+        1.0 / (1.0 + a[1]),
+        1.0 / (1.0 + a[2]),
+    ]
+}
+
+fn as_f64(a: &[u32; 3]) -> [f64; 3] {
+    a.map(f64::from)
+}
+
+impl Class {
+    fn samples(&self) -> u64 {
+        self.cells.values().map(|c| c.0).sum()
+    }
+
+    fn refit(&mut self) {
+        // Per allocation: its mean job time and its weight (√samples, as least squares over
+        // every sample would weigh it).
+        let rows: Vec<([f64; 3], f64, f64)> = self
+            .cells
+            .iter()
+            .map(|(a, (n, sum))| (as_f64(a), *sum as f64 / NANO / *n as f64, *n as f64))
+            .collect();
+        let n: f64 = rows.iter().map(|r| r.2).sum();
+        self.level = Some(
+            rows.iter()
+                .map(|(a, t, w)| w * t / prior_shape(&self.min, a))
+                .sum::<f64>()
+                / n,
+        );
+        let varied: [bool; 3] = std::array::from_fn(|k| {
+            rows.iter()
+                .any(|(a, _, _)| (a[k] - rows[0].0[k]).abs() > 0.0)
+        });
+        if !varied.iter().any(|v| *v) {
+            self.theta = None;
+            return;
+        }
+        // Kinds that never varied get no term: the intercept carries them.
+        let x: Vec<[f64; 4]> = rows
+            .iter()
+            .map(|(a, _, w)| {
+                let mut f = terms(a);
+                for k in 0..3 {
+                    if !varied[k] {
+                        f[k + 1] = 0.0;
+                    }
+                }
+                f.map(|v| v * w.sqrt())
+            })
+            .collect();
+        let y: Vec<f64> = rows.iter().map(|(_, t, w)| t * w.sqrt()).collect();
+        self.theta = Some(nnls(&x, &y));
+    }
+
+    fn slots(&self, min: &[f64; 3], a: &[f64; 3]) -> f64 {
+        let t = match (&self.theta, self.level) {
+            (Some(th), _) => terms(a).iter().zip(th).map(|(f, t)| f * t).sum::<f64>(),
+            (None, Some(level)) => level * prior_shape(&self.min, a),
+            (None, None) => PRIOR_SLOTS * prior_shape(min, a),
+        };
+        t.max(1e-3)
+    }
+}
+
+/// The estimator of a cluster (module doc).
+#[derive(Debug, Clone, Default)]
+pub struct Estimator {
+    kinds: KindMap,
+    classes: BTreeMap<TaskTypeId, Class>,
+}
+
+impl Estimator {
+    /// An estimator for a cluster whose kinds sit as `kinds` says.
+    pub fn new(kinds: KindMap) -> Self {
+        Self {
+            kinds,
+            classes: BTreeMap::new(),
+        }
+    }
+
+    /// The kind map.
+    pub fn kinds(&self) -> KindMap {
+        self.kinds
+    }
+
+    /// `task` ran `slots` at `alloc` and did `delta` of its work. Samples without progress (a
+    /// stalled task, an allocation below its need) or without time are ignored.
+    pub fn observe(&mut self, task: &Task, alloc: &Resources, delta: f64, slots: f64) {
+        if !(delta > 1e-9 && slots > 1e-9 && delta.is_finite() && slots.is_finite()) {
+            return;
+        }
+        let a = self.kinds.units(alloc);
+        let min = self.kinds.canonical(&task.min_demand);
+        let c = self.classes.entry(task.ty).or_insert_with(|| Class {
+            min,
+            ..Class::default()
+        });
+        // Capped so that a runaway sample cannot overflow the sums.
+        let t = ((slots / delta).min(1e9) * NANO).round() as u128;
+        let cell = c.cells.entry(a).or_insert((0, 0));
+        cell.0 += 1;
+        cell.1 += t;
+        c.refit();
+    }
+
+    /// Estimated slots `task` takes alone at `alloc` (all of its work).
+    pub fn slots(&self, task: &Task, alloc: &Resources) -> f64 {
+        let a = self.kinds.canonical(alloc);
+        let min = self.kinds.canonical(&task.min_demand);
+        match self.classes.get(&task.ty) {
+            Some(c) => c.slots(&min, &a),
+            None => PRIOR_SLOTS * prior_shape(&min, &a),
+        }
+    }
+
+    /// Samples held for `class`.
+    pub fn samples(&self, class: TaskTypeId) -> usize {
+        self.classes
+            .get(&class)
+            .map_or(0, |c| usize::try_from(c.samples()).unwrap_or(usize::MAX))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::{NodeId, TaskId};
+    use proptest::prelude::*;
+
+    fn task(ty: u16, min: [u32; 3]) -> Task {
+        Task {
+            id: TaskId(1),
+            ty: TaskTypeId(ty),
+            min_demand: Resources(min.to_vec()),
+            max_demand: None,
+            priority: 0,
+            reachable: vec![NodeId(0)],
+            arrival: 0,
+        }
+    }
+
+    fn est() -> Estimator {
+        Estimator::new(KindMap::from_names(&["cpu", "gpu", "mem"]))
+    }
+
+    #[test]
+    fn kind_names_map_to_the_canonical_kinds_and_absent_ones_are_zero() {
+        let m = KindMap::from_names(&["GPUs", "cores", "disk"]);
+        assert_eq!(m, KindMap([Some(1), Some(0), None]));
+        assert_eq!(m.canonical(&Resources(vec![2, 8, 100])), [8.0, 2.0, 0.0]);
+    }
+
+    #[test]
+    fn an_unseen_class_gets_the_prior_and_the_prior_falls_with_more() {
+        let e = est();
+        let t = task(3, [2, 0, 1]);
+        let at_min = e.slots(&t, &Resources(vec![2, 0, 1]));
+        assert!((at_min - PRIOR_SLOTS).abs() < 1e-9);
+        let more = e.slots(&t, &Resources(vec![8, 0, 4]));
+        assert!(more < at_min && more >= 0.3 * PRIOR_SLOTS);
+        // GPUs the task never asked for change nothing in the prior.
+        assert_eq!(more, e.slots(&t, &Resources(vec![8, 4, 4])));
+    }
+
+    #[test]
+    fn it_recovers_a_model_of_its_own_form_from_progress() {
+        // T(a) = 2 + 12/(1 + cpu) + 6/(1 + gpu): observed as progress per slot.
+        let truth = |c: f64, g: f64| 2.0 + 12.0 / (1.0 + c) + 6.0 / (1.0 + g);
+        let mut e = est();
+        let t = task(0, [1, 1, 1]);
+        for c in [1u32, 2, 4, 8] {
+            for g in [1u32, 2, 4] {
+                let a = Resources(vec![c, g, 1]);
+                e.observe(&t, &a, 1.0 / truth(f64::from(c), f64::from(g)), 1.0);
+            }
+        }
+        for (c, g) in [(3u32, 3u32), (6, 1), (1, 4)] {
+            let got = e.slots(&t, &Resources(vec![c, g, 1]));
+            let want = truth(f64::from(c), f64::from(g));
+            assert!((got - want).abs() < 1e-6 * want, "{got} vs {want}");
+        }
+        // Memory never varied: no term, however much of it.
+        assert_eq!(
+            e.slots(&t, &Resources(vec![2, 2, 1])),
+            e.slots(&t, &Resources(vec![2, 2, 30]))
+        );
+    }
+
+    #[test]
+    fn one_allocation_scales_the_prior_to_what_was_seen() {
+        let mut e = est();
+        let t = task(1, [2, 0, 0]);
+        let a = Resources(vec![2, 0, 0]);
+        e.observe(&t, &a, 0.25, 1.0);
+        e.observe(&t, &a, 0.0, 1.0); // a stall: ignored
+        assert_eq!(e.samples(TaskTypeId(1)), 1);
+        assert!((e.slots(&t, &a) - 4.0).abs() < 1e-9);
+        assert!(e.slots(&t, &Resources(vec![4, 0, 0])) < 4.0);
+        // Another class is untouched.
+        assert!((e.slots(&task(2, [2, 0, 0]), &a) - PRIOR_SLOTS).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_order_samples_come_in_changes_nothing() {
+        // Agents hear progress in other orders than the simulator; their estimates must agree
+        // to the bit.
+        let samples: Vec<(u32, u32, f64)> = (0..40)
+            .map(|i| (1 + i % 5, i % 3, 0.013 + 0.0071 * f64::from(i % 7)))
+            .collect();
+        let t = task(0, [1, 0, 1]);
+        let run = |order: &[usize]| {
+            let mut e = est();
+            for &i in order {
+                let (c, g, d) = samples[i];
+                e.observe(&t, &Resources(vec![c, g, 1]), d, 1.0);
+            }
+            [
+                e.slots(&t, &Resources(vec![3, 1, 1])),
+                e.slots(&t, &Resources(vec![7, 2, 1])),
+            ]
+        };
+        let fwd: Vec<usize> = (0..samples.len()).collect();
+        let rev: Vec<usize> = fwd.iter().rev().copied().collect();
+        assert_eq!(run(&fwd).map(f64::to_bits), run(&rev).map(f64::to_bits));
+    }
+
+    proptest! {
+        #[test]
+        fn more_of_any_kind_is_never_estimated_slower(
+            samples in proptest::collection::vec((1u32..16, 0u32..8, 1u32..8, 0.01f64..1.0), 0..30),
+            a in (1u32..16, 0u32..8, 1u32..8),
+            k in 0usize..3,
+        ) {
+            let mut e = est();
+            let t = task(0, [1, 0, 1]);
+            for (c, g, m, d) in samples {
+                e.observe(&t, &Resources(vec![c, g, m]), d, 1.0);
+            }
+            let base = Resources(vec![a.0, a.1, a.2]);
+            let mut more = base.clone();
+            more.0[k] += 1;
+            let (x, y) = (e.slots(&t, &base), e.slots(&t, &more));
+            prop_assert!(x.is_finite() && x > 0.0);
+            prop_assert!(y <= x + 1e-9, "{y} > {x}");
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! What a policy sees reads nothing of the simulator's true speed model: swap the speed model
+//! and every view is the same until progress has been observed; after that, the speed estimates
+//! in the views differ (the estimator learned from what ran), and nothing else reveals speed.
+
+// Test code may unwrap: a failure there is a test failure with its message.
+#![allow(clippy::unwrap_used)]
+
+use tapfinger::view::ClusterView;
+use tapfinger_sim::env::Observer;
+use tapfinger_sim::speed::SpeedModel;
+use tapfinger_sim::{Scenario, Simulator, policies};
+
+#[derive(Default)]
+struct Views(Vec<ClusterView>);
+
+impl Observer for Views {
+    fn wants_views(&self) -> bool {
+        true
+    }
+    fn decision_view(&mut self, v: &ClusterView) {
+        self.0.push(v.clone());
+    }
+}
+
+fn views(sc: &Scenario) -> Vec<ClusterView> {
+    let sim = Simulator::new(sc.clone());
+    let mut v = Views::default();
+    sim.run_observed(policies::build(&sim, "tiresias-np").unwrap(), 3, &mut v)
+        .unwrap();
+    v.0
+}
+
+#[test]
+fn swapping_the_true_speed_model_changes_nothing_a_policy_sees_before_progress_is_observed() {
+    for preset in ["synthetic3", "hetero6", "edge-synergy", "gen:10003"] {
+        let a = Scenario::load(preset).unwrap();
+        let mut b = a.clone();
+        for t in &mut b.types {
+            // Twice as fast at every allocation (and a different shape for formulas).
+            t.speed = match &t.speed {
+                SpeedModel::Synthetic { w, b } => SpeedModel::Synthetic {
+                    w: w.iter().rev().map(|x| x * 2.0).collect(),
+                    b: b * 2.0,
+                },
+                SpeedModel::Table(_) => SpeedModel::Synthetic {
+                    w: vec![0.05; a.space.len()],
+                    b: 0.1,
+                },
+            };
+        }
+        let (va, vb) = (views(&a), views(&b));
+        // Every decision before the first slot has run: nothing observed yet.
+        let first: Vec<&ClusterView> = va.iter().take_while(|v| v.slot == 0).collect();
+        assert!(!first.is_empty(), "{preset}: no decision in slot 0");
+        for (x, y) in first.iter().zip(&vb) {
+            assert_eq!(*x, y, "{preset}: a view differs before any progress");
+        }
+        assert!(
+            first
+                .iter()
+                .flat_map(|v| &v.pending)
+                .all(|p| p.est.samples == 0),
+            "{preset}: samples before any slot ran"
+        );
+        // Later, the estimates have learned something, and differently for the two models.
+        let learned = |vs: &[ClusterView]| -> Vec<f64> {
+            vs.iter()
+                .flat_map(|v| v.pending.iter().map(|p| p.est.at_min))
+                .collect()
+        };
+        assert_ne!(
+            learned(&va),
+            learned(&vb),
+            "{preset}: the estimator learned nothing"
+        );
+        assert!(
+            va.iter()
+                .flat_map(|v| &v.pending)
+                .any(|p| p.est.samples > 0),
+            "{preset}: no samples"
+        );
+    }
+}
