@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Retrain the models shipped in shared/models/ (one per preset) with the recipe of docs/MODELS.md:
-# 12 imitation (DAgger) iterations from the clairvoyant teacher at lr 1e-3, then 8 PPO iterations
-# at lr 1e-4.
+# 12 imitation (DAgger) iterations at lr 1e-3, then 8 PPO iterations at lr 1e-4. The shipped
+# models imitated the clairvoyant reference as it was before 2026-11-23 (non-elastic); it is
+# elastic now and cannot teach, so this script uses the default teacher `auto` (the best
+# non-elastic policy of each preset on development workloads) and gives other models.
 #   scripts/train-models.sh [PRESET...]          (default: every preset that ships a model)
 #   VARIANT=nohan scripts/train-models.sh hetero6  (an ablation, same recipe; not shipped)
 # Work folders go to out/models/<preset> (out/ablations/<variant>/<preset> for a variant); the
