@@ -17,11 +17,7 @@ use tapfinger::model::checkpoint::EDGE_AGENT;
 
 /// Input sizes of the agent's view: three resource kinds, one task type, and `window` pending tasks.
 pub fn dims(window: usize) -> Dims {
-    Dims {
-        kinds: 3,
-        types: 1,
-        window,
-    }
+    Dims::per_preset(3, 1, window)
 }
 
 /// The learned policy from checkpoint bytes (`model.bpk`, `train.json`), refused if trained for

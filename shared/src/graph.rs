@@ -1,8 +1,9 @@
 //! The heterogeneous graph form of a [`ClusterView`], the input of graph-attention policies.
 //!
-//! Node types and features follow the TapFinger reference: servers (free units per kind, queue
-//! length, "is me" flag), pending tasks (minimum demand, one-hot type), running tasks (allocation,
-//! one-hot type, running time), and one summary node. Edges go both ways between a server and each
+//! Node types follow the TapFinger reference: servers, pending tasks, running tasks and one
+//! summary node. Two feature schemas: per preset ([`build`]: free units per kind, queue length,
+//! "is me"; minimum demand and a one-hot type; allocation, one-hot type, running time) and general
+//! ([`build_general`]: the canonical kinds and the online speed estimates, no task type). Edges go both ways between a server and each
 //! task in its window, each task it runs, and the summary node. Features are scaled by the largest
 //! node capacity per kind so that one set of weights works for clusters of any size. This module
 //! only builds data; it never decides.
@@ -67,7 +68,8 @@ pub struct GraphNode {
 /// The heterogeneous graph.
 pub type HeteroGraph = DiGraph<GraphNode, EdgeKind>;
 
-/// Build the graph of a snapshot, marking `me` in the server features.
+/// Build the graph of a snapshot, marking `me` in the server features (schema 1: the cluster's
+/// own kinds and a one-hot of the task type).
 pub fn build(view: &ClusterView, me: NodeId) -> HeteroGraph {
     let kinds = view.nodes.first().map_or(0, |n| n.capacity.len());
     let scale: Vec<f32> = (0..kinds)
@@ -85,6 +87,129 @@ pub fn build(view: &ClusterView, me: NodeId) -> HeteroGraph {
             .map(|i| if i == usize::from(ty) { 1.0 } else { 0.0 })
             .collect()
     };
+    let servers = view
+        .nodes
+        .iter()
+        .map(|n| {
+            let mut f: Vec<f32> = (0..kinds)
+                .map(|k| n.free.get(k) as f32 / scale[k])
+                .collect();
+            f.push(n.queue_len() as f32 / 10.0);
+            f.push(if n.id == me { 1.0 } else { 0.0 });
+            f
+        })
+        .collect();
+    let pending = view
+        .pending
+        .iter()
+        .map(|p| {
+            let mut f: Vec<f32> = (0..kinds)
+                .map(|k| p.task.min_demand.get(k) as f32 / scale[k])
+                .collect();
+            f.extend(onehot(p.task.ty.0));
+            f
+        })
+        .collect();
+    let running = view
+        .running
+        .iter()
+        .map(|r| {
+            let mut f: Vec<f32> = (0..kinds)
+                .map(|k| r.alloc.get(k) as f32 / scale[k])
+                .collect();
+            f.extend(onehot(r.task.ty.0));
+            f.push(view.slot.saturating_sub(r.started) as f32 / 10.0);
+            f
+        })
+        .collect();
+    assemble(view, servers, pending, running)
+}
+
+/// Feature widths of the general schema: server, pending task, running task.
+pub const GENERAL_WIDTHS: [usize; 3] = [9, 10, 8];
+
+/// A count or a time in slots, compressed: `ln(1 + x) / 4` (≈ 1 at 50 slots), so that heavy
+/// tails and long queues stay in range.
+fn squash(x: f64) -> f32 {
+    ((1.0 + x.max(0.0)).ln() / 4.0) as f32
+}
+
+/// Build the graph of a snapshot with the general features (schema 2), marking `me`. They mean
+/// the same on every cluster: the canonical kinds CPU, GPU and memory (an absent kind is zero),
+/// scaled by the largest node per kind; and for tasks, the online estimator's speeds instead of
+/// a task type, with waiting time, progress and attained service.
+///
+/// - server: free (3), capacity (3), queue length, running tasks (squashed), is me;
+/// - pending: minimum demand (3), estimated slots at the minimum and at the largest allocation
+///   (squashed), the gain of one more unit per kind (3), waiting time (squashed), whether its
+///   class has been observed;
+/// - running: allocation (3), estimated remaining and total slots at its allocation (squashed),
+///   progress, running time and attained service (squashed).
+pub fn build_general(view: &ClusterView, me: NodeId) -> HeteroGraph {
+    let map = view.kinds;
+    let canon = |r: &crate::resources::Resources| map.canonical(r);
+    let mut scale = [1.0f64; 3];
+    for n in &view.nodes {
+        for (s, c) in scale.iter_mut().zip(canon(&n.capacity)) {
+            *s = s.max(c);
+        }
+    }
+    let scaled = |r: &crate::resources::Resources| -> Vec<f32> {
+        canon(r)
+            .iter()
+            .zip(&scale)
+            .map(|(x, s)| (x / s) as f32)
+            .collect()
+    };
+    let servers = view
+        .nodes
+        .iter()
+        .map(|n| {
+            let mut f = scaled(&n.free);
+            f.extend(scaled(&n.capacity));
+            f.push(squash(n.queue_len() as f64));
+            f.push(squash(n.running.len() as f64));
+            f.push(if n.id == me { 1.0 } else { 0.0 });
+            f
+        })
+        .collect();
+    let pending = view
+        .pending
+        .iter()
+        .map(|p| {
+            let mut f = scaled(&p.task.min_demand);
+            f.push(squash(p.est.at_min));
+            f.push(squash(p.est.at_max));
+            f.extend(p.est.gain.iter().map(|g| g.clamp(0.0, 1.0) as f32));
+            f.push(squash(view.slot.saturating_sub(p.task.arrival) as f64));
+            f.push(if p.est.samples > 0 { 1.0 } else { 0.0 });
+            f
+        })
+        .collect();
+    let running = view
+        .running
+        .iter()
+        .map(|r| {
+            let mut f = scaled(&r.alloc);
+            f.push(squash((1.0 - r.progress) * r.est_alloc));
+            f.push(squash(r.est_alloc));
+            f.push(r.progress as f32);
+            f.push(squash(view.slot.saturating_sub(r.started) as f64));
+            f.push(squash(r.attained));
+            f
+        })
+        .collect();
+    assemble(view, servers, pending, running)
+}
+
+/// The graph of `view` with these features per server, pending and running task (in the view's
+/// orders): nodes, the summary node, and the edges of the module doc.
+fn assemble(
+    view: &ClusterView,
+    server_f: Vec<Vec<f32>>,
+    pending_f: Vec<Vec<f32>>,
+    running_f: Vec<Vec<f32>>,
+) -> HeteroGraph {
     let mut g = HeteroGraph::new();
     let summary = g.add_node(GraphNode {
         kind: NodeKind::Summary,
@@ -92,12 +217,7 @@ pub fn build(view: &ClusterView, me: NodeId) -> HeteroGraph {
         features: vec![1.0],
     });
     let mut servers: Vec<NodeIndex> = Vec::with_capacity(view.nodes.len());
-    for n in &view.nodes {
-        let mut f: Vec<f32> = (0..kinds)
-            .map(|k| n.free.get(k) as f32 / scale[k])
-            .collect();
-        f.push(n.queue_len() as f32 / 10.0);
-        f.push(if n.id == me { 1.0 } else { 0.0 });
+    for (n, f) in view.nodes.iter().zip(server_f) {
         let s = g.add_node(GraphNode {
             kind: NodeKind::Server,
             refers: NodeRef::Server(n.id),
@@ -110,11 +230,8 @@ pub fn build(view: &ClusterView, me: NodeId) -> HeteroGraph {
     let pending: Vec<NodeIndex> = view
         .pending
         .iter()
-        .map(|p| {
-            let mut f: Vec<f32> = (0..kinds)
-                .map(|k| p.task.min_demand.get(k) as f32 / scale[k])
-                .collect();
-            f.extend(onehot(p.task.ty.0));
+        .zip(pending_f)
+        .map(|(p, f)| {
             g.add_node(GraphNode {
                 kind: NodeKind::Pending,
                 refers: NodeRef::Task(p.task.id),
@@ -125,12 +242,8 @@ pub fn build(view: &ClusterView, me: NodeId) -> HeteroGraph {
     let running: Vec<NodeIndex> = view
         .running
         .iter()
-        .map(|r| {
-            let mut f: Vec<f32> = (0..kinds)
-                .map(|k| r.alloc.get(k) as f32 / scale[k])
-                .collect();
-            f.extend(onehot(r.task.ty.0));
-            f.push(view.slot.saturating_sub(r.started) as f32 / 10.0);
+        .zip(running_f)
+        .map(|(r, f)| {
             g.add_node(GraphNode {
                 kind: NodeKind::Running,
                 refers: NodeRef::Task(r.task.id),
@@ -200,5 +313,57 @@ mod tests {
             .find(|n| n.kind == NodeKind::Pending)
             .unwrap();
         assert_eq!(p.features, vec![0.125, 0.0625, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn general_features_have_fixed_widths_and_ignore_the_task_type() {
+        let task = |ty| Task {
+            id: TaskId(1),
+            ty: TaskTypeId(ty),
+            min_demand: Resources(vec![2, 4]),
+            max_demand: None,
+            priority: 0,
+            reachable: vec![NodeId(0)],
+            arrival: 0,
+        };
+        // A cluster with CPU and memory only (its kinds in another order): GPU is zero.
+        let kinds = crate::estimate::KindMap::from_names(&["mem", "cpu"]);
+        let view = |ty| ClusterView {
+            num_types: 7,
+            kinds,
+            nodes: vec![NodeView {
+                id: NodeId(0),
+                capacity: Resources(vec![16, 8]),
+                free: Resources(vec![8, 8]),
+                window: vec![0],
+                overflow: 0,
+                running: vec![],
+            }],
+            pending: vec![PendingView {
+                task: task(ty).into(),
+                est: Default::default(),
+            }],
+            ..Default::default()
+        };
+        let g = build_general(&view(3), NodeId(0));
+        for n in g.node_weights() {
+            let w = match n.kind {
+                NodeKind::Server => GENERAL_WIDTHS[0],
+                NodeKind::Pending => GENERAL_WIDTHS[1],
+                NodeKind::Running => GENERAL_WIDTHS[2],
+                NodeKind::Summary => 1,
+            };
+            assert_eq!(n.features.len(), w, "{:?}", n.kind);
+        }
+        let server = g
+            .node_weights()
+            .find(|n| n.kind == NodeKind::Server)
+            .unwrap();
+        // free: cpu 8/8, gpu 0, mem 8/16; capacity 1, 0, 1.
+        assert_eq!(server.features[..6], [1.0, 0.0, 0.5, 1.0, 0.0, 1.0]);
+        let feats = |g: &HeteroGraph| -> Vec<Vec<f32>> {
+            g.node_weights().map(|n| n.features.clone()).collect()
+        };
+        assert_eq!(feats(&g), feats(&build_general(&view(0), NodeId(0))));
     }
 }

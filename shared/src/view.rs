@@ -95,6 +95,10 @@ pub struct ClusterView {
     pub step: u32,
     /// Number of task types (for one-hot features).
     pub num_types: usize,
+    /// Where CPU, GPU and memory sit among the cluster's kinds (general features and the
+    /// estimator use these three).
+    #[serde(default)]
+    pub kinds: crate::estimate::KindMap,
     /// All nodes, sorted by id.
     pub nodes: Vec<NodeView>,
     /// Tasks in at least one window, sorted by id.

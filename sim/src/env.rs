@@ -116,11 +116,11 @@ impl Simulator {
 
     /// Input sizes of the learned policy on this scenario.
     pub fn dims(&self) -> tapfinger::model::batch::Dims {
-        tapfinger::model::batch::Dims {
-            kinds: self.sc.space.len(),
-            types: self.sc.types.len(),
-            window: self.sc.window,
-        }
+        tapfinger::model::batch::Dims::per_preset(
+            self.sc.space.len(),
+            self.sc.types.len(),
+            self.sc.window,
+        )
     }
 
     /// Best isolated slots for a task: min over its reachable nodes.

@@ -136,9 +136,14 @@ enum Cmd {
         /// Episodes per iteration.
         #[arg(long, default_value_t = 8)]
         envs: usize,
-        /// Policy variant: tapfinger, or the ablations nohan, nopointer, vanilla (new runs only).
+        /// Policy variant: tapfinger, or the ablations nohan, nopointer, vanilla, nomask (no
+        /// work-conserving mask) (new runs only).
         #[arg(long, default_value = "tapfinger")]
         variant: String,
+        /// Train a general model (feature schema 2: CPU, GPU and memory, the online speed
+        /// estimates, no task types), which loads on every cluster (new runs only).
+        #[arg(long)]
+        general: bool,
         /// Adam learning rate [default: 3e-4; a resumed run keeps its own unless given].
         #[arg(long)]
         lr: Option<f64>,
@@ -310,6 +315,7 @@ fn run(cli: Cli) -> Result<()> {
             envs,
             lr,
             variant,
+            general,
             imitate,
             teacher,
             threads,
@@ -322,8 +328,13 @@ fn run(cli: Cli) -> Result<()> {
             let mut trainer = match &resume {
                 Some(dir) => Trainer::resume(sim, dir)?,
                 None => {
-                    let mut cfg = TrainConfig::new(sim.dims(), seed);
-                    cfg.net = NetConfig::variant(sim.dims(), &variant).with_context(|| {
+                    let dims = if general {
+                        tapfinger::model::batch::Dims::general(sim.scenario().window)
+                    } else {
+                        sim.dims()
+                    };
+                    let mut cfg = TrainConfig::new(dims.clone(), seed);
+                    cfg.net = NetConfig::variant(dims, &variant).with_context(|| {
                         format!(
                             "unknown variant {variant:?}; known: {}",
                             VARIANTS.join(", ")

@@ -103,6 +103,7 @@ impl<M> Ledger<M> {
             slot,
             step,
             num_types,
+            kinds: self.estimator.kinds(),
             nodes,
             pending: pending_ids
                 .iter()

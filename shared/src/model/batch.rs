@@ -27,24 +27,65 @@ pub const EDGE_KINDS: [(EdgeKind, usize, usize); 6] = [
     (EdgeKind::ServerSummary, 0, 3),
 ];
 
-/// Sizes that fix the network's input and output shapes.
+/// Sizes that fix the network's input and output shapes, and the feature schema.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Dims {
-    /// Resource kinds.
+    /// Resource kinds (the cluster's own in schema 1; CPU, GPU, memory in schema 2).
     pub kinds: usize,
-    /// Task types (one-hot width).
+    /// Task types (one-hot width; schema 1 only).
     pub types: usize,
     /// Pending window per agent.
     pub window: usize,
+    /// Feature schema: 1, per-preset features (a one-hot of the task type, the cluster's own
+    /// kinds: a model fits one preset); 2, general features ([`graph::build_general`]: the
+    /// canonical kinds and the online speed estimates, the same meaning on every cluster).
+    #[serde(default = "schema_v1")]
+    pub schema: u32,
 }
 
+fn schema_v1() -> u32 {
+    1
+}
+
+/// The newest feature schema this build reads (and the one general models use).
+pub const SCHEMA_GENERAL: u32 = 2;
+
 impl Dims {
-    /// Feature width of each node type (as built by [`graph::build`]).
+    /// Schema-1 sizes (a model for one preset).
+    pub fn per_preset(kinds: usize, types: usize, window: usize) -> Self {
+        Self {
+            kinds,
+            types,
+            window,
+            schema: 1,
+        }
+    }
+
+    /// The general schema: canonical kinds, no task types, `window` pending tasks per agent.
+    pub fn general(window: usize) -> Self {
+        Self {
+            kinds: crate::estimate::KINDS.len(),
+            types: 0,
+            window,
+            schema: SCHEMA_GENERAL,
+        }
+    }
+
+    /// Whether this is the general schema (one model for every cluster).
+    pub fn is_general(&self) -> bool {
+        self.schema == SCHEMA_GENERAL
+    }
+
+    /// Feature width of each node type (as built by [`graph::build`] or
+    /// [`graph::build_general`]).
     pub fn feature_width(&self, kind: usize) -> usize {
-        match kind {
-            0 => self.kinds + 2,
-            1 => self.kinds + self.types,
-            2 => self.kinds + self.types + 1,
+        match (self.is_general(), kind) {
+            (true, 0) => graph::GENERAL_WIDTHS[0],
+            (true, 1) => graph::GENERAL_WIDTHS[1],
+            (true, 2) => graph::GENERAL_WIDTHS[2],
+            (false, 0) => self.kinds + 2,
+            (false, 1) => self.kinds + self.types,
+            (false, 2) => self.kinds + self.types + 1,
             _ => 1,
         }
     }
@@ -81,7 +122,11 @@ pub fn batch(items: &[(&ClusterView, NodeId)], dims: &Dims) -> GraphBatch {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut pending_slots: Vec<Vec<i32>> = Vec::with_capacity(items.len());
     for (view, agent) in items {
-        let g = graph::build(view, *agent);
+        let g = if dims.is_general() {
+            graph::build_general(view, *agent)
+        } else {
+            graph::build(view, *agent)
+        };
         // Local index of every graph node within its type, offset by the batch so far.
         let mut local = vec![0i32; g.node_count()];
         for idx in g.node_indices() {

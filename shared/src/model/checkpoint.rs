@@ -44,9 +44,10 @@ struct CheckpointNet {
 }
 
 /// Load a network from the bytes of a `model.bpk` and the text of its `train.json`; `label` names
-/// the source in errors. A model trained for other input sizes is refused with both sizes named,
-/// since loading it would fail deep inside burn with a shape error or, worse, silently misread
-/// features. Returns the network, its configuration and the scenario it was trained on.
+/// the source in errors. A general model (feature schema 2) loads on every cluster; a per-preset
+/// model trained for other input sizes is refused with both sizes named, since loading it would
+/// fail deep inside burn with a shape error or, worse, silently misread features; a model of a
+/// feature schema this build does not know is refused naming both versions. Returns the network, its configuration and the scenario it was trained on.
 pub fn load_bytes(
     bytes: Vec<u8>,
     train_json: &str,
@@ -59,7 +60,15 @@ pub fn load_bytes(
     };
     let meta: CheckpointMeta = serde_json::from_str(train_json).map_err(|e| err(e.to_string()))?;
     let cfg = meta.config.net;
-    if cfg.dims != *dims {
+    if cfg.dims.schema > super::batch::SCHEMA_GENERAL || cfg.dims.schema == 0 {
+        return Err(err(format!(
+            "written with feature schema {}; this build reads schemas 1 (per preset) and {} (general): use the tapfinger that trained it, or retrain",
+            cfg.dims.schema,
+            super::batch::SCHEMA_GENERAL
+        )));
+    }
+    // A general model reads every cluster; a per-preset one only the sizes it was trained for.
+    if !cfg.dims.is_general() && cfg.dims != *dims {
         return Err(err(format!(
             "trained for {} resource kind(s), {} task type(s), window {} (scenario {}); this cluster has {}, {}, {}",
             cfg.dims.kinds,

@@ -154,6 +154,7 @@ fn merge(views: &BTreeMap<NodeId, &ClusterView>) -> ClusterView {
         slot: any.map_or(0, |v| v.slot),
         step: any.map_or(0, |v| v.step),
         num_types: any.map_or(0, |v| v.num_types),
+        kinds: any.map(|v| v.kinds).unwrap_or_default(),
         nodes,
         pending: pending.into_values().collect(),
         running: running.into_values().collect(),
@@ -202,6 +203,7 @@ mod tests {
             slot: 7,
             step: 0,
             num_types: 1,
+            kinds: Default::default(),
             nodes: vec![node(0, 4, vec![0], vec![]), node(1, 4, vec![1], vec![])],
             pending: vec![
                 PendingView {
@@ -221,6 +223,7 @@ mod tests {
             slot: 7,
             step: 0,
             num_types: 1,
+            kinds: Default::default(),
             nodes: vec![node(0, 4, vec![], vec![]), node(1, 1, vec![0], vec![0])],
             pending: vec![PendingView {
                 task: task(3),
@@ -262,6 +265,7 @@ mod tests {
             slot: 3,
             step: 1,
             num_types: 1,
+            kinds: Default::default(),
             nodes: vec![node(0, 4, vec![0], vec![]), node(1, 4, vec![0], vec![])],
             pending: vec![PendingView {
                 task: task(1),
@@ -283,6 +287,7 @@ mod tests {
             slot: 1,
             step: 0,
             num_types: 1,
+            kinds: Default::default(),
             nodes: vec![node(0, 4, vec![], vec![])],
             pending: vec![],
             running: vec![],

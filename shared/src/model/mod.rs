@@ -43,6 +43,9 @@ pub struct DecisionRecord {
     pub logp_ptr: f32,
     /// Log-probability of the allocation choices (0 when passing).
     pub logp_alloc: f32,
+    /// Whether passing was masked (the work-conserving mask: an idle node with a task that fits).
+    #[serde(default)]
+    pub pass_blocked: bool,
 }
 
 impl DecisionRecord {
@@ -64,6 +67,7 @@ impl DecisionRecord {
             hi: Vec::new(),
             logp_ptr: 0.0,
             logp_alloc: 0.0,
+            pass_blocked: false,
         }
     }
 }
@@ -186,8 +190,8 @@ impl TapfingerPolicy {
         }
     }
 
-    /// Take the most likely action instead of sampling (evaluation and deployment). Greedy mode
-    /// is work-conserving: an idle node does not pass while a task in its window fits.
+    /// Take the most likely action instead of sampling (evaluation and deployment). The
+    /// work-conserving mask acts in both modes (see [`net::NetConfig::work_conserving`]).
     pub fn greedy(mut self, greedy: bool) -> Self {
         self.greedy = greedy;
         self
@@ -220,10 +224,57 @@ impl TapfingerPolicy {
         (0..self.cfg.dims.window)
             .map(|i| {
                 window.get(i).is_none_or(|t| {
-                    !t.min_demand.fits_in(free) || t.min_demand.0.iter().any(|m| *m > max_units)
+                    !t.min_demand.fits_in(free)
+                        || (0..self.cfg.dims.kinds).any(|k| {
+                            self.kind_of(view, k)
+                                .is_some_and(|c| t.min_demand.get(c) > max_units)
+                        })
                 })
             })
             .collect()
+    }
+
+    /// The work-conserving mask ([`net::NetConfig::work_conserving`]): whether this node may not
+    /// pass, being idle with a selectable task in its window.
+    fn pass_blocked(&self, view: &View<'_>, window: &[&crate::Task], blocked: &[bool]) -> bool {
+        self.cfg.work_conserving
+            && view.node().running.is_empty()
+            && (0..window.len()).any(|i| !blocked[i])
+    }
+
+    /// The cluster kind the network's kind `k` stands for: itself in a per-preset model; in a
+    /// general one, where the canonical kind sits in this cluster (`None`: it has none).
+    fn kind_of(&self, view: &View<'_>, k: usize) -> Option<usize> {
+        if self.cfg.dims.is_general() {
+            view.cluster.kinds.0.get(k).copied().flatten()
+        } else {
+            Some(k)
+        }
+    }
+
+    /// The legal units of the network's kind `k` for task `t` under `cap`: from its minimum to
+    /// `min(cap, max_units)`; 0 for a kind the cluster lacks.
+    fn range(&self, view: &View<'_>, t: &crate::Task, cap: &Resources, k: usize) -> (u32, u32) {
+        let max_units = self.net.max_units() as u32;
+        self.kind_of(view, k)
+            .map_or((0, 0), |c| (t.min_demand.get(c), cap.get(c).min(max_units)))
+    }
+
+    /// The allocation in the cluster's kinds for the network's `units`: kinds the network does
+    /// not cover stay at the task's minimum.
+    fn allocation(&self, view: &View<'_>, t: &crate::Task, units: &[u32]) -> Resources {
+        if !self.cfg.dims.is_general() {
+            return Resources(units.to_vec());
+        }
+        let mut a = t.min_demand.clone();
+        for (k, u) in units.iter().enumerate() {
+            if let Some(c) = self.kind_of(view, k)
+                && let Some(x) = a.0.get_mut(c)
+            {
+                *x = *u;
+            }
+        }
+        a
     }
 
     /// The record this policy would have made had it taken `decision` (another policy's, e.g. a
@@ -234,9 +285,12 @@ impl TapfingerPolicy {
         let dims = &self.cfg.dims;
         let window: Vec<&crate::Task> = view.window().take(dims.window).collect();
         let blocked = self.blocked(view, &window);
+        let pass_blocked = self.pass_blocked(view, &window, &blocked);
         let mut record = DecisionRecord::new(view.cluster.clone(), view.me, blocked, dims.window);
+        record.pass_blocked = pass_blocked;
         let Decision::Claim { task, alloc, .. } = decision else {
-            return Some(record);
+            // A pass the mask forbids cannot be expressed.
+            return (!pass_blocked).then_some(record);
         };
         let slot = window.iter().position(|t| t.id == *task)?;
         if record.blocked[slot] {
@@ -244,17 +298,23 @@ impl TapfingerPolicy {
         }
         let t = window[slot];
         let cap = t.cap(&view.node().free);
-        let max_units = self.net.max_units() as u32;
+        let mut units = Vec::with_capacity(dims.kinds);
         for k in 0..dims.kinds {
-            let (lo, hi) = (t.min_demand.get(k), cap.get(k).min(max_units));
-            if !(lo..=hi).contains(&alloc.get(k)) {
+            let (lo, hi) = self.range(view, t, &cap, k);
+            let u = self.kind_of(view, k).map_or(0, |c| alloc.get(c));
+            if !(lo..=hi).contains(&u) {
                 return None;
             }
             record.lo.push(lo);
             record.hi.push(hi);
+            units.push(u);
+        }
+        // Kinds the network does not cover must be at the minimum for it to express this.
+        if self.allocation(view, t, &units) != *alloc {
+            return None;
         }
         record.slot = slot;
-        record.units = alloc.0.clone();
+        record.units = units;
         Some(record)
     }
 
@@ -263,51 +323,30 @@ impl TapfingerPolicy {
         let b = batch(&[(view.cluster, view.me)], dims);
         let enc = self.net.encode(&b, &self.device);
         let free = &view.node().free;
-        let max_units = self.net.max_units() as u32;
         let window: Vec<&crate::Task> = view.window().take(dims.window).collect();
         let blocked = self.blocked(view, &window);
+        let pass_blocked = self.pass_blocked(view, &window, &blocked);
         let selectable: Vec<usize> = (0..window.len()).filter(|&i| !blocked[i]).collect();
-        let (mut slot, mut prob, logits) = match self.cfg.selection {
+        let (slot, prob) = match self.cfg.selection {
             net::Selection::Pointer => {
                 let logits = self
                     .net
-                    .pointer_logits(&enc, &b, &blocked, &self.device)
+                    .pointer_logits(&enc, &b, &blocked, &[pass_blocked], &self.device)
                     .into_data()
                     .try_to_vec::<f32>()
                     .ok()?;
-                let (s, p) = self.pick(&logits, rng)?;
-                (s, p, logits)
+                self.pick(&logits, rng)?
             }
             // Ablations: a fixed rule picks the task; they pass only when nothing fits.
             net::Selection::Uniform => match selectable.len() {
-                0 => (dims.window, 1.0, Vec::new()),
-                n => (
-                    selectable[rng.random_range(0..n)],
-                    1.0 / n as f64,
-                    Vec::new(),
-                ),
+                0 => (dims.window, 1.0),
+                n => (selectable[rng.random_range(0..n)], 1.0 / n as f64),
             },
-            net::Selection::Fifo => (
-                selectable.first().copied().unwrap_or(dims.window),
-                1.0,
-                Vec::new(),
-            ),
+            net::Selection::Fifo => (selectable.first().copied().unwrap_or(dims.window), 1.0),
         };
-        if self.greedy
-            && !logits.is_empty()
-            && slot >= window.len()
-            && view.node().running.is_empty()
-        {
-            // Work-conserving guard for deployment: an idle node never passes while a task in its
-            // window fits; it takes the most likely such task. (Training samples without it.)
-            if let Some((s, p)) =
-                argmax(&logits[..dims.window]).filter(|(s, _)| !blocked[*s] && *s < window.len())
-            {
-                (slot, prob) = (s, p);
-            }
-        }
         let mut record = DecisionRecord::new(view.cluster.clone(), view.me, blocked, slot);
         record.logp_ptr = prob.ln() as f32;
+        record.pass_blocked = pass_blocked;
         if slot >= window.len() {
             self.record(record);
             return Some(Decision::Pass);
@@ -318,8 +357,7 @@ impl TapfingerPolicy {
         let mut prev = vec![0.0f32; kinds];
         let mut alloc = Vec::with_capacity(kinds);
         for k in 0..kinds {
-            let lo = task.min_demand.get(k);
-            let hi = cap.get(k).min(max_units);
+            let (lo, hi) = self.range(view, task, &cap, k);
             if lo > hi {
                 // A cap below the minimum (a malformed task): no legal allocation, so pass.
                 return Some(Decision::Pass);
@@ -337,11 +375,12 @@ impl TapfingerPolicy {
             record.hi.push(hi);
             record.logp_alloc += p.ln() as f32;
         }
-        record.units = alloc.clone();
+        let claim = self.allocation(view, task, &alloc);
+        record.units = alloc;
         self.record(record);
         Some(Decision::Claim {
             task: task.id,
-            alloc: Resources(alloc),
+            alloc: claim,
             prob,
         })
     }

@@ -38,6 +38,11 @@ pub struct NetConfig {
     /// How the task is selected (the paper's ablations replace the pointer).
     #[serde(default)]
     pub selection: Selection,
+    /// The work-conserving action mask, in training and in deployment alike: an idle node (no
+    /// task running on it) may not pass while a task in its window fits. (Models written before
+    /// it existed were evaluated with the same rule as a greedy-mode guard.)
+    #[serde(default = "yes")]
+    pub work_conserving: bool,
 }
 
 /// Task selection: the learned pointer, or the ablations' fixed rules.
@@ -54,18 +59,20 @@ pub enum Selection {
 }
 
 /// Named variants: the full policy and the paper's ablations.
-pub const VARIANTS: &[&str] = &["tapfinger", "nohan", "nopointer", "vanilla"];
+pub const VARIANTS: &[&str] = &["tapfinger", "nohan", "nopointer", "vanilla", "nomask"];
 
 impl NetConfig {
     /// The configuration of a named variant: `nohan` drops the graph attention layers (each node
     /// is embedded from its own features by an MLP), `nopointer` selects uniformly, `vanilla` is
-    /// both an MLP encoder and first-come selection.
+    /// both an MLP encoder and first-come selection, `nomask` is the full policy without the
+    /// work-conserving mask (its ablation).
     pub fn variant(dims: Dims, name: &str) -> Option<Self> {
         let mut c = Self::new(dims);
         match name {
             "tapfinger" => {}
             "nohan" => c.layers = 0,
             "nopointer" => c.selection = Selection::Uniform,
+            "nomask" => c.work_conserving = false,
             "vanilla" => {
                 c.layers = 0;
                 c.selection = Selection::Fifo;
@@ -86,8 +93,13 @@ impl NetConfig {
             layers: 2,
             max_units: 32,
             selection: Selection::Pointer,
+            work_conserving: true,
         }
     }
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Node-level attention for one edge type.
@@ -290,6 +302,7 @@ impl Net {
         enc: &Encoded,
         b: &GraphBatch,
         blocked: &[bool],
+        pass_blocked: &[bool],
         device: &Device,
     ) -> Tensor<2> {
         let g = b.graphs;
@@ -328,7 +341,23 @@ impl Net {
         let mask: Vec<bool> = b.empty.iter().zip(blocked).map(|(e, x)| *e || *x).collect();
         let mask = Tensor::<2, Bool>::from_data(TensorData::new(mask, [g, self.window]), device);
         let u = u.mask_fill(mask, MASKED);
-        Tensor::cat(vec![u, self.pass.forward(q)], 1)
+        let pass = self.pass.forward(q);
+        let pass = if pass_blocked.iter().any(|x| *x) {
+            // The work-conserving mask: an idle node may not pass while a task fits.
+            let m = Tensor::<2, Bool>::from_data(
+                TensorData::new(
+                    (0..g)
+                        .map(|i| pass_blocked.get(i).copied().unwrap_or(false))
+                        .collect::<Vec<_>>(),
+                    [g, 1],
+                ),
+                device,
+            );
+            pass.mask_fill(m, MASKED)
+        } else {
+            pass
+        };
+        Tensor::cat(vec![u, pass], 1)
     }
 
     /// Allocation logits `[graphs, max_units + 1]` for kind `k`, for the window slot `slot[g]`

@@ -79,6 +79,7 @@ fn random_view(seed: u64) -> ClusterView {
         slot: 3,
         step: 0,
         num_types: 2,
+        kinds: Default::default(),
         nodes,
         pending,
         running,
@@ -86,11 +87,7 @@ fn random_view(seed: u64) -> ClusterView {
 }
 
 fn dims() -> Dims {
-    Dims {
-        kinds: 2,
-        types: 2,
-        window: 10,
-    }
+    Dims::per_preset(2, 2, 10)
 }
 
 fn floats(t: burn::tensor::Tensor<2>) -> Vec<f32> {
@@ -111,7 +108,7 @@ fn batched_and_single_forward_passes_agree() {
     let all = batch(&items, &dims());
     let enc = net.encode(&all, &device);
     let blocked = vec![false; all.graphs * 10];
-    let ptr = floats(net.pointer_logits(&enc, &all, &blocked, &device));
+    let ptr = floats(net.pointer_logits(&enc, &all, &blocked, &[], &device));
     let val = net
         .value(&enc, &all, &device)
         .into_data()
@@ -139,7 +136,7 @@ fn batched_and_single_forward_passes_agree() {
     for (g, item) in items.iter().enumerate() {
         let one = batch(&[*item], &dims());
         let e1 = net.encode(&one, &device);
-        let p1 = floats(net.pointer_logits(&e1, &one, &blocked[..10], &device));
+        let p1 = floats(net.pointer_logits(&e1, &one, &blocked[..10], &[], &device));
         let v1 = net
             .value(&e1, &one, &device)
             .into_data()
@@ -225,9 +222,39 @@ fn sampling_never_returns_masked_entries() {
 
 #[test]
 fn greedy_decisions_are_feasible_and_work_conserving() {
+    work_conserving_in(true);
+}
+
+#[test]
+fn sampled_decisions_are_work_conserving_too_and_the_ablation_may_pass() {
+    // The mask acts in training (sampling) as in deployment: no rule only evaluation sees.
+    work_conserving_in(false);
     let device = Device::flex();
     device.seed(6);
-    let mut policy = TapfingerPolicy::untrained(NetConfig::new(dims()), device).greedy(true);
+    let mut cfg = NetConfig::variant(dims(), "nomask").unwrap();
+    cfg.work_conserving = false;
+    let mut policy = TapfingerPolicy::untrained(cfg, device);
+    let mut rng = crate::seeded_rng(2);
+    let idle_passes = (100..160)
+        .flat_map(|seed| {
+            let view = random_view(seed);
+            let ids: Vec<_> = view.nodes.iter().map(|n| n.id).collect();
+            ids.into_iter().map(move |id| (view.clone(), id))
+        })
+        .filter(|(view, id)| {
+            let v = view.for_agent(*id).unwrap();
+            v.node().running.is_empty()
+                && v.feasible().next().is_some()
+                && policy.decide(&v, &mut rng) == Decision::Pass
+        })
+        .count();
+    assert!(idle_passes > 0, "without the mask an untrained policy never passed idle");
+}
+
+fn work_conserving_in(greedy: bool) {
+    let device = Device::flex();
+    device.seed(6);
+    let mut policy = TapfingerPolicy::untrained(NetConfig::new(dims()), device).greedy(greedy);
     let mut rng = crate::seeded_rng(2);
     let mut checked = 0;
     for seed in 100..160 {
@@ -348,9 +375,16 @@ fn labels_refuse_decisions_the_network_cannot_express() {
                 };
                 assert!(policy.label(&v, &over).is_none());
             }
-            // Passing is always expressible.
-            let pass = policy.label(&v, &Decision::Pass).unwrap();
-            assert_eq!(pass.slot, dims().window);
+            // Passing is expressible unless the work-conserving mask forbids it: an idle node
+            // with a task that fits.
+            let masked = v.node().running.is_empty() && v.feasible().next().is_some();
+            match policy.label(&v, &Decision::Pass) {
+                Some(pass) => {
+                    assert!(!masked, "a masked pass was labelled");
+                    assert_eq!(pass.slot, dims().window);
+                }
+                None => assert!(masked, "an allowed pass was refused"),
+            }
         }
     }
 }

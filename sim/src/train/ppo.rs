@@ -129,7 +129,12 @@ impl Trainer {
             .iter()
             .flat_map(|s| s.rec.blocked.iter().copied())
             .collect();
-        let ptr = log_softmax(self.net.pointer_logits(&enc, &b, &blocked, &device), 1);
+        let pass_blocked: Vec<bool> = mb.iter().map(|s| s.rec.pass_blocked).collect();
+        let ptr = log_softmax(
+            self.net
+                .pointer_logits(&enc, &b, &blocked, &pass_blocked, &device),
+            1,
+        );
         let chosen: Vec<i32> = mb.iter().map(|s| s.rec.slot as i32).collect();
         let idx = |v: Vec<i32>| Tensor::<2, Int>::from_data(TensorData::new(v, [g, 1]), &device);
         let (mut new_logp, entropy) = if self.cfg.net.selection == Selection::Pointer {

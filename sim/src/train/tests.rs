@@ -123,17 +123,46 @@ fn ppo_improves_a_tiny_environment() {
     let (_, cfg, _) =
         tapfinger::model::checkpoint::load_path(&dir.join(MODEL_FILE), &t.sim.dims()).unwrap();
     assert_eq!(cfg, t.cfg.net);
-    let wrong = Dims {
-        kinds: 3,
-        types: 1,
-        window: 4,
-    };
+    let wrong = Dims::per_preset(3, 1, 4);
     assert!(
         tapfinger::model::checkpoint::load_path(&dir, &wrong)
             .unwrap_err()
             .to_string()
             .contains("trained for 2")
     );
+}
+
+#[test]
+fn a_general_model_loads_on_every_cluster_and_an_unknown_schema_is_refused_naming_both() {
+    let sim = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
+    let dims = Dims::general(sim.scenario().window);
+    let mut cfg = TrainConfig::new(dims.clone(), 5);
+    cfg.net = tapfinger::model::net::NetConfig::new(dims);
+    cfg.envs = 1;
+    cfg.eval_episodes = 0;
+    let t = Trainer::new(sim, cfg);
+    let dir = std::env::temp_dir().join(format!("tapfinger-general-{}", std::process::id()));
+    t.save(&dir).unwrap();
+    for name in ["hetero6", "edge-synergy", "gen:10001"] {
+        let other = Simulator::new(Scenario::load(name).unwrap());
+        let ps =
+            crate::policies::learned(&other, Some(&dir)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(ps.len(), other.scenario().nodes.len());
+    }
+    // The same model file with a feature schema from the future.
+    let json = std::fs::read_to_string(dir.join("train.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let mut v = v;
+    v["config"]["net"]["dims"]["schema"] = serde_json::json!(3);
+    std::fs::write(dir.join("train.json"), v.to_string()).unwrap();
+    let e = tapfinger::model::checkpoint::load_path(&dir, &Dims::general(10))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("feature schema 3") && e.contains("2 (general)"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The centralized critic's assembly: in the simulator every agent of a round decides on the
