@@ -16,8 +16,9 @@ pub struct Simulator {
     replicas: bool,
     /// How a node's queue orders tasks of the same age (see [`tapfinger::ledger::WindowOrder`]).
     order: tapfinger::ledger::WindowOrder,
-    /// `[type][node]`: best isolated slots on that node, if the type can run there.
-    best: Vec<Vec<Option<u64>>>,
+    /// `[type][node]`: best isolated (slots, fractional slots, allocation) on that node, if the
+    /// type can run there.
+    best: Vec<Vec<Option<(u64, f64, Resources)>>>,
 }
 
 /// Largest allocation grid enumerated at once (lower bounds, the clairvoyant's table). A larger
@@ -80,8 +81,12 @@ impl Simulator {
                         let lo = t.min_demand.max_each(&t.need).min_each(&hi);
                         allocations(&lo, &hi)
                             .iter()
-                            .filter_map(|a| t.speed.isolated(a, sc.slot_seconds).map(|x| x.0))
-                            .min()
+                            .filter_map(|a| {
+                                t.speed
+                                    .isolated(a, sc.slot_seconds)
+                                    .map(|x| (x.0, x.1, a.clone()))
+                            })
+                            .min_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)))
                     })
                     .collect()
             })
@@ -127,7 +132,28 @@ impl Simulator {
     pub fn lower_bound(&self, task: &Task) -> u64 {
         task.reachable
             .iter()
-            .filter_map(|n| self.best[usize::from(task.ty.0)][n.0 as usize])
+            .filter_map(|n| {
+                self.best[usize::from(task.ty.0)][n.0 as usize]
+                    .as_ref()
+                    .map(|b| b.0)
+            })
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// [`Simulator::lower_bound`] for a task `size` times its type's work (heavy-tailed
+    /// sizes): its isolated slots at each node's best allocation, stepped as the simulator steps
+    /// a sized task (more work at every allocation never makes another allocation best).
+    pub fn lower_bound_sized(&self, task: &Task, size: f64) -> u64 {
+        if (size - 1.0).abs() < 1e-12 {
+            return self.lower_bound(task);
+        }
+        let ty = &self.sc.types[usize::from(task.ty.0)];
+        task.reachable
+            .iter()
+            .filter_map(|n| self.best[usize::from(task.ty.0)][n.0 as usize].as_ref())
+            .filter_map(|(_, _, a)| ty.speed.isolated_sized(a, self.sc.slot_seconds, size))
+            .map(|(slots, _)| slots)
             .min()
             .unwrap_or(u64::MAX)
     }
@@ -148,7 +174,7 @@ impl Simulator {
         seed: u64,
         observe: &mut dyn Observer,
     ) -> Result<EpisodeResult, SimError> {
-        let bound = |t: &Task| self.lower_bound(t);
+        let bound = |t: &Task, size: f64| self.lower_bound_sized(t, size);
         crate::episode::Episode::new(&self.sc, &bound, policies, seed, self.replicas, self.order)?
             .run(seed, observe)
     }

@@ -181,7 +181,7 @@ pub(crate) struct Episode<'a> {
     /// The scenario: nodes, task types and their true speed.
     sc: &'a Scenario,
     /// A task's best isolated completion time on any node it can reach (its record's bound).
-    lower_bound: &'a dyn Fn(&Task) -> u64,
+    lower_bound: &'a dyn Fn(&Task, f64) -> u64,
     /// One policy per agent (agent i decides for node i).
     policies: Vec<Box<dyn Policy>>,
     /// Agent 0's protocol instance, or every agent's in the replicated mode.
@@ -216,7 +216,7 @@ impl<'a> Episode<'a> {
     /// Prepare an episode of `sim` with one policy per node (node i is agent i).
     pub(crate) fn new(
         sc: &'a Scenario,
-        lower_bound: &'a dyn Fn(&Task) -> u64,
+        lower_bound: &'a dyn Fn(&Task, f64) -> u64,
         policies: Vec<Box<dyn Policy>>,
         seed: u64,
         replicas: bool,
@@ -602,7 +602,7 @@ impl<'a> Episode<'a> {
                     finish,
                     node: node.0,
                     jct: finish - task.arrival,
-                    lower_bound: ((self.lower_bound)(&task) as f64 * size).ceil().max(1.0) as u64,
+                    lower_bound: (self.lower_bound)(&task, size),
                     failures: meta.failures,
                 });
                 // Finished tasks leave the ledger: the record is all that is kept of them.

@@ -322,9 +322,20 @@ impl SpeedModel {
     /// Whole slots a task needs alone with allocation `a` (the same stepping as the simulator),
     /// and the fractional time a profiler would measure. `None` if it never finishes.
     pub fn isolated(&self, a: &Resources, slot_seconds: f64) -> Option<(u64, f64)> {
+        self.isolated_sized(a, slot_seconds, 1.0)
+    }
+
+    /// [`SpeedModel::isolated`] for a task `size` times its type's work (progress per slot
+    /// divided by `size`, as the simulator steps a sized task).
+    pub fn isolated_sized(
+        &self,
+        a: &Resources,
+        slot_seconds: f64,
+        size: f64,
+    ) -> Option<(u64, f64)> {
         let mut p = 0.0;
         for slot in 1..=100_000u64 {
-            let d = self.delta(a, p, slot_seconds);
+            let d = self.delta(a, p, slot_seconds) / size;
             if d <= 0.0 {
                 return None;
             }

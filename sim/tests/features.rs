@@ -119,3 +119,33 @@ fn one_set_of_general_weights_decides_on_every_preset_and_generated_scenario() {
         assert_eq!(r.tasks.len(), sim.scenario().tasks as usize, "{name}");
     }
 }
+
+#[test]
+fn no_task_beats_its_lower_bound_with_heavy_tailed_sizes() {
+    // gen:13 draws heavy-tailed sizes: the bound must scale with each task's size.
+    let sc = Scenario::load("gen:13").unwrap();
+    assert!(
+        sc.task_size.is_some(),
+        "gen:13 should have heavy-tailed sizes"
+    );
+    let sim = Simulator::new(sc);
+    for policy in ["tiresias", "optimus-np", "first-fit-max"] {
+        let r = sim
+            .run(policies::build(&sim, policy).unwrap(), 100)
+            .unwrap();
+        for t in &r.tasks {
+            assert!(
+                t.jct >= t.lower_bound,
+                "{policy}: task {} took {} slots, bound {}",
+                t.id,
+                t.jct,
+                t.lower_bound
+            );
+        }
+        assert!(
+            r.tasks
+                .iter()
+                .any(|t| t.lower_bound > 3 * r.tasks[0].lower_bound.min(3))
+        );
+    }
+}

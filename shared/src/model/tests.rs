@@ -248,7 +248,10 @@ fn sampled_decisions_are_work_conserving_too_and_the_ablation_may_pass() {
                 && policy.decide(&v, &mut rng) == Decision::Pass
         })
         .count();
-    assert!(idle_passes > 0, "without the mask an untrained policy never passed idle");
+    assert!(
+        idle_passes > 0,
+        "without the mask an untrained policy never passed idle"
+    );
 }
 
 fn work_conserving_in(greedy: bool) {
