@@ -67,6 +67,14 @@ pub fn load_bytes(
             super::batch::SCHEMA_GENERAL
         )));
     }
+    if dims.is_general() && !cfg.dims.is_general() {
+        return Err(err(format!(
+            "written with feature schema {} (per preset, scenario {}); a general model (feature schema {}) is needed here",
+            cfg.dims.schema,
+            meta.scenario,
+            super::batch::SCHEMA_GENERAL
+        )));
+    }
     // A general model reads every cluster; a per-preset one only the sizes it was trained for.
     if !cfg.dims.is_general() && cfg.dims != *dims {
         return Err(err(format!(

@@ -162,6 +162,15 @@ fn a_general_model_loads_on_every_cluster_and_an_unknown_schema_is_refused_namin
         e.contains("feature schema 3") && e.contains("2 (general)"),
         "{e}"
     );
+    // A per-preset model where a general one is needed: both schemas named.
+    let e = tapfinger::model::checkpoint::SHIPPED[0]
+        .load(&Dims::general(10))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("feature schema 1") && e.contains("feature schema 2"),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
