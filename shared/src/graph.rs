@@ -82,9 +82,15 @@ pub fn build(view: &ClusterView, me: NodeId) -> HeteroGraph {
                 .max(1) as f32
         })
         .collect();
+    // A type the model was not trained for (an agent's task class) reads as type 0.
     let onehot = |ty: u16| -> Vec<f32> {
+        let ty = if usize::from(ty) < view.num_types {
+            usize::from(ty)
+        } else {
+            0
+        };
         (0..view.num_types)
-            .map(|i| if i == usize::from(ty) { 1.0 } else { 0.0 })
+            .map(|i| if i == ty { 1.0 } else { 0.0 })
             .collect()
     };
     let servers = view

@@ -29,7 +29,10 @@ pub struct TaskSpec {
     /// Extra environment variables for the process.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Task type name as the policy knows it (e.g. `LM`); unknown types use type 0.
+    /// Task class (e.g. the model being trained, `resnet50`): the speed estimator learns per
+    /// class. A class the cluster's type list names gets its index there; any other gets a
+    /// stable id of its own (the same on every agent), which a per-preset model reads as type 0
+    /// and the estimator serves from its prior until the class has been observed.
     #[serde(default, rename = "type")]
     pub task_type: String,
     /// Minimum units per resource kind (`cpu`, `gpu`, `mem`, ...); kinds not named get 0.
@@ -213,12 +216,15 @@ impl TaskSpec {
                 }),
             ));
         }
-        let ty = types.iter().position(|t| *t == self.task_type).unwrap_or(0);
+        let ty = types.iter().position(|t| *t == self.task_type).map_or_else(
+            || class_id(&self.task_type),
+            |i| u16::try_from(i).unwrap_or(0),
+        );
         let mut reachable = reachable;
         reachable.sort();
         Ok(Task {
             id,
-            ty: TaskTypeId(u16::try_from(ty).unwrap_or(0)),
+            ty: TaskTypeId(ty),
             min_demand: min,
             max_demand: max,
             priority: self.priority,
@@ -279,6 +285,20 @@ fn toml_error(text: &str) -> Result<TaskSpec, SpecError> {
     })
 }
 
+/// The id of a task class no type list names: 0 for none, else a hash of the name (FNV-1a)
+/// above the ids type lists use (below 1024), so that every agent gives a class the same id.
+pub fn class_id(name: &str) -> u16 {
+    if name.is_empty() {
+        return 0;
+    }
+    let mut h: u32 = 0x811C_9DC5;
+    for b in name.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    1024 + (h % (u32::from(u16::MAX) - 1024)) as u16
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,6 +341,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t.ty, TaskTypeId(1));
+        // A class the type list does not name: a stable id of its own, outside the list's range.
+        let other = |class: &str| {
+            check(&format!(
+                "command = [\"x\"]\ntype = \"{class}\"\nmin_demand = {{ cpu = 1 }}\n"
+            ))
+            .unwrap()
+            .ty
+        };
+        assert_eq!(other("resnet50"), other("resnet50"));
+        assert_ne!(other("resnet50"), other("bert"));
+        assert!(other("resnet50").0 >= 1024);
+        assert_eq!(other(""), TaskTypeId(0));
+        assert_eq!(class_id("resnet50"), other("resnet50").0);
         assert_eq!(t.min_demand, Resources(vec![2, 0]));
         assert_eq!(t.max_demand, Some(Resources(vec![8, u32::MAX])));
         assert_eq!(t.reachable, vec![NodeId(0), NodeId(1)]);
