@@ -130,6 +130,10 @@ enum Cmd {
         /// Continue from a checkpoint folder.
         #[arg(long, value_name = "DIR")]
         resume: Option<PathBuf>,
+        /// Fine-tune: start a new run from this model's weights (a checkpoint folder or
+        /// model.bpk; a general model fits any scenario), with a fresh optimizer.
+        #[arg(long, value_name = "MODEL", conflicts_with = "resume")]
+        from: Option<PathBuf>,
         /// Seed.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -311,6 +315,7 @@ fn run(cli: Cli) -> Result<()> {
             iterations,
             out,
             resume,
+            from,
             seed,
             envs,
             lr,
@@ -325,9 +330,32 @@ fn run(cli: Cli) -> Result<()> {
                 bail!("--minutes must be a positive number");
             }
             let sim = load(&scenario)?;
-            let mut trainer = match &resume {
-                Some(dir) => Trainer::resume(sim, dir)?,
-                None => {
+            let mut trainer = match (&resume, &from) {
+                (Some(dir), _) => Trainer::resume(sim, dir)?,
+                (None, Some(model)) => {
+                    let (net, net_cfg, trained_on) =
+                        tapfinger::model::checkpoint::load_path(model, &sim.dims())?;
+                    let mut cfg = TrainConfig::new(net_cfg.dims.clone(), seed);
+                    cfg.net = net_cfg;
+                    cfg.envs = envs.max(1);
+                    if let Some(lr) = lr {
+                        cfg.lr = lr;
+                    }
+                    if imitate > 0
+                        && let Err(why) = policies::check_teacher(&sim, &teacher)
+                    {
+                        bail!("teacher {teacher:?}: {why}");
+                    }
+                    cfg.imitate = imitate;
+                    cfg.teacher = teacher;
+                    eprintln!(
+                        "fine-tuning {} (trained on {trained_on}) on {}",
+                        model.display(),
+                        sim.scenario().name
+                    );
+                    Trainer::with_net(sim, cfg, net)?
+                }
+                (None, None) => {
                     let dims = if general {
                         tapfinger::model::batch::Dims::general(sim.scenario().window)
                     } else {

@@ -383,3 +383,36 @@ fn suite_json_has_the_documented_shape_and_judges_against_the_best_baseline() {
         "unknown policy \"magic\"",
     );
 }
+
+#[test]
+fn training_refuses_what_it_cannot_learn_from() {
+    // The learned policy cannot copy re-allocation: an elastic teacher is refused.
+    fails_with(
+        &[
+            "train",
+            "--scenario",
+            "synthetic3",
+            "--imitate",
+            "1",
+            "--teacher",
+            "clairvoyant",
+            "--minutes",
+            "0.1",
+        ],
+        "re-allocates running tasks",
+    );
+    // Fine-tuning from a per-preset model of other sizes is refused with both named.
+    let hetero6 = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/models/hetero6");
+    fails_with(
+        &[
+            "train",
+            "--scenario",
+            "edge-synergy",
+            "--from",
+            hetero6,
+            "--iterations",
+            "1",
+        ],
+        "trained for 2 resource kind(s)",
+    );
+}
