@@ -44,6 +44,7 @@ impl Trainer {
             config: self.cfg.clone(),
             scenario: self.sim.scenario().name.clone(),
             iteration: self.iteration,
+            ret_scale: self.ret_scale,
         };
         let json = dir.join(CONFIG_FILE);
         let text = serde_json::to_string_pretty(&meta).map_err(|e| err(&json, e.to_string()))?;
@@ -117,6 +118,7 @@ impl Trainer {
             })?;
         }
         t.iteration = meta.iteration;
+        t.ret_scale = meta.ret_scale;
         t.curve = curve_text
             .lines()
             .skip(1)

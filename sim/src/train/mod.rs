@@ -79,6 +79,11 @@ pub struct TrainConfig {
     /// range, disjoint from training and from `compare`'s seeds); 0 turns evaluation off.
     #[serde(default)]
     pub eval_episodes: usize,
+    /// Train the value head on returns divided by their running scale (the root mean square of
+    /// the returns seen, an exponential average over iterations), so that its targets stay near
+    /// 1 whatever the cluster and load (new runs; a run written before keeps raw returns).
+    #[serde(default)]
+    pub normalize_returns: bool,
 }
 
 fn one() -> f32 {
@@ -110,6 +115,7 @@ impl TrainConfig {
             imitate: 0,
             teacher: default_teacher(),
             eval_episodes: 4,
+            normalize_returns: true,
         }
     }
 }
@@ -151,6 +157,13 @@ pub struct Checkpoint {
     pub scenario: String,
     /// Completed iterations.
     pub iteration: u64,
+    /// The running scale of returns the value head is trained in ([`TrainConfig::normalize_returns`]).
+    #[serde(default = "one_f64")]
+    pub ret_scale: f64,
+}
+
+fn one_f64() -> f64 {
+    1.0
 }
 
 /// Errors of training.
@@ -200,6 +213,9 @@ pub struct Trainer {
     /// What the last [`Trainer::learn`] assembled for the centralized critic: (rounds, reports,
     /// rounds whose merged global view differs from some agent's own view).
     pub last_assembly: (usize, usize, usize),
+    /// The running scale of returns (1 without [`TrainConfig::normalize_returns`]): the value head
+    /// predicts returns divided by it.
+    pub ret_scale: f64,
 }
 
 impl Trainer {
@@ -226,6 +242,7 @@ impl Trainer {
             curve: Vec::new(),
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             last_assembly: (0, 0, 0),
+            ret_scale: 1.0,
         }
     }
 
@@ -307,6 +324,22 @@ impl Trainer {
             } else {
                 let values = self.values(&records, &asm);
                 samples.extend(self.advantages(records, &exp, &values, self.cfg.gae_lambda, &asm));
+            }
+        }
+        if self.cfg.normalize_returns && !samples.is_empty() {
+            let ms = samples
+                .iter()
+                .map(|s| f64::from(s.ret).powi(2))
+                .sum::<f64>()
+                / samples.len() as f64;
+            if ms.is_finite() && ms > 0.0 {
+                let old = self.ret_scale.powi(2);
+                let new = if self.iteration == 0 {
+                    ms
+                } else {
+                    0.9 * old + 0.1 * ms
+                };
+                self.ret_scale = new.sqrt().max(1e-3);
             }
         }
         // A decision with nothing selectable ("do nothing" forced) has no policy gradient; it

@@ -109,7 +109,13 @@ impl Trainer {
                 .collect();
             let b = batch(&items, &self.cfg.net.dims);
             let enc = net.encode(&b, &device);
-            out.extend(floats(net.value(&enc, &b, &device)));
+            // The head predicts returns over their running scale.
+            let scale = self.ret_scale as f32;
+            out.extend(
+                floats(net.value(&enc, &b, &device))
+                    .into_iter()
+                    .map(|v| v * scale),
+            );
         }
         out
     }
@@ -217,7 +223,12 @@ impl Trainer {
             -(ratio * adv.clone()).min_pair(clipped * adv).mean()
         };
         let rets = Tensor::<1>::from_data(
-            TensorData::new(mb.iter().map(|s| s.ret).collect::<Vec<f32>>(), [g]),
+            TensorData::new(
+                mb.iter()
+                    .map(|s| s.ret / self.ret_scale as f32)
+                    .collect::<Vec<f32>>(),
+                [g],
+            ),
             &device,
         );
         // The critic's input: the round's global state where it differs from the agent's own
