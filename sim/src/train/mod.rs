@@ -59,8 +59,15 @@ pub struct TrainConfig {
     pub gamma: f32,
     /// Value loss weight.
     pub value_coef: f32,
-    /// Entropy bonus weight.
+    /// Entropy bonus weight (at the first PPO iteration).
     pub entropy_coef: f32,
+    /// The entropy weight decays linearly to `entropy_final` over this many PPO iterations
+    /// (0: no decay; runs written before it have none).
+    #[serde(default)]
+    pub entropy_decay_iterations: u64,
+    /// Entropy weight at the end of the decay.
+    #[serde(default)]
+    pub entropy_final: f32,
     /// Global gradient-norm clip.
     pub grad_clip: f32,
     /// Rewards are multiplied by this before learning (returns are large negative numbers).
@@ -84,6 +91,20 @@ pub struct TrainConfig {
     /// 1 whatever the cluster and load (new runs; a run written before keeps raw returns).
     #[serde(default)]
     pub normalize_returns: bool,
+}
+
+impl TrainConfig {
+    /// The entropy weight at (0-based) `iteration`: constant through imitation, then falling
+    /// linearly from `entropy_coef` to `entropy_final` over `entropy_decay_iterations` PPO
+    /// iterations.
+    pub fn entropy_at(&self, iteration: u64) -> f32 {
+        let ppo = iteration.saturating_sub(self.imitate);
+        if self.entropy_decay_iterations == 0 {
+            return self.entropy_coef;
+        }
+        let f = (ppo as f32 / self.entropy_decay_iterations as f32).min(1.0);
+        self.entropy_coef + (self.entropy_final - self.entropy_coef) * f
+    }
 }
 
 fn one() -> f32 {
@@ -110,6 +131,8 @@ impl TrainConfig {
             gamma: 1.0,
             value_coef: 0.5,
             entropy_coef: 0.01,
+            entropy_decay_iterations: 200,
+            entropy_final: 0.001,
             grad_clip: 0.5,
             reward_scale: 0.1,
             imitate: 0,

@@ -247,7 +247,7 @@ impl Trainer {
         let value_loss = (value - rets).powf_scalar(2.0).mean();
         let entropy = entropy.mean();
         let loss = policy_loss.clone() + value_loss.clone() * self.cfg.value_coef
-            - entropy.clone() * self.cfg.entropy_coef;
+            - entropy.clone() * self.cfg.entropy_at(self.iteration);
         let grads = GradientsParams::from_grads(loss.backward(), &self.net);
         let net = self.net.clone();
         self.net = self.optim.step(self.cfg.lr, net, grads);

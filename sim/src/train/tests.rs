@@ -340,3 +340,18 @@ fn the_value_head_learns_returns_over_their_running_scale() {
     assert!(scale > 2.0, "scale {scale}");
     assert!(loss < raw_loss / 4.0, "value loss {loss} vs raw {raw_loss}");
 }
+
+#[test]
+fn the_entropy_weight_decays_over_ppo_iterations_only() {
+    let mut cfg = TrainConfig::new(Dims::general(10), 0);
+    cfg.imitate = 10;
+    cfg.entropy_coef = 0.01;
+    cfg.entropy_final = 0.002;
+    cfg.entropy_decay_iterations = 100;
+    assert_eq!(cfg.entropy_at(0), 0.01);
+    assert_eq!(cfg.entropy_at(10), 0.01);
+    assert!((cfg.entropy_at(60) - 0.006).abs() < 1e-6);
+    assert!((cfg.entropy_at(500) - 0.002).abs() < 1e-9);
+    cfg.entropy_decay_iterations = 0;
+    assert_eq!(cfg.entropy_at(500), 0.01, "no decay: constant");
+}
