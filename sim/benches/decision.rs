@@ -1,5 +1,7 @@
 //! Decision latency of the learned policy: one agent's decision (graph batching, HAN encoder,
-//! pointer and allocation heads, sampling) on a mid-episode `hetero6` state. Goal: under 2 ms.
+//! pointer and allocation heads, sampling) on the busiest `hetero6` state of a Tiresias episode,
+//! with the per-preset features (schema 1) and with the general ones (schema 2, which also read
+//! the speed estimates the view carries). Goals: under 2 ms (per preset), 0.5 ms (general).
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
@@ -48,6 +50,13 @@ fn decision(c: &mut Criterion) {
     let v = view.for_agent(me).expect("agent");
     c.bench_function("tapfinger_decision_hetero6", |b| {
         b.iter(|| black_box(policy.decide(&v, &mut rng)))
+    });
+    let mut general = TapfingerPolicy::untrained(
+        NetConfig::new(tapfinger::model::batch::Dims::general(sim.scenario().window)),
+        burn::tensor::Device::flex(),
+    );
+    c.bench_function("tapfinger_decision_hetero6_general", |b| {
+        b.iter(|| black_box(general.decide(&v, &mut rng)))
     });
 }
 
