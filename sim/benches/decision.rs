@@ -52,7 +52,9 @@ fn decision(c: &mut Criterion) {
         b.iter(|| black_box(policy.decide(&v, &mut rng)))
     });
     let mut general = TapfingerPolicy::untrained(
-        NetConfig::new(tapfinger::model::batch::Dims::general(sim.scenario().window)),
+        NetConfig::new(tapfinger::model::batch::Dims::general(
+            sim.scenario().window,
+        )),
         burn::tensor::Device::flex(),
     );
     c.bench_function("tapfinger_decision_hetero6_general", |b| {
