@@ -4,8 +4,9 @@
 # first run imitates the `auto` teacher of its scenario for 16 iterations), for a wall-time budget
 # in seconds (default 2400). Output: out/general. Held-out seeds (from 10000) are never used.
 #   scripts/train-general.sh [SECONDS]
-# Needs the release binary (cargo build --release -p tapfinger-sim). Issue #13 replaces this loop
-# by a curriculum inside one trainer.
+# Needs the release binary (cargo build --release -p tapfinger-sim). Kept as the command that made
+# docs/experiments/general-2026-11-24; `tapfinger-sim train --general --generator-seeds A..B` now
+# runs such a curriculum inside one trainer.
 cd "$(dirname "$0")/.."
 B=./target/release/tapfinger-sim
 DIR=out/general

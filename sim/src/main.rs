@@ -148,6 +148,14 @@ enum Cmd {
         /// estimates, no task types), which loads on every cluster (new runs only).
         #[arg(long)]
         general: bool,
+        /// A curriculum: each iteration on the next generated scenario gen:N for N in A..B
+        /// (training seeds: below 10000) with at most --max-nodes nodes; needs a general model.
+        /// --scenario is the first one's stand-in (name it gen:A).
+        #[arg(long, value_name = "A..B", value_parser = parse_range)]
+        generator_seeds: Option<std::ops::Range<u64>>,
+        /// Largest cluster of the curriculum (train small, test big).
+        #[arg(long, default_value_t = 12)]
+        max_nodes: usize,
         /// Adam learning rate [default: 3e-4; a resumed run keeps its own unless given].
         #[arg(long)]
         lr: Option<f64>,
@@ -321,6 +329,8 @@ fn run(cli: Cli) -> Result<()> {
             lr,
             variant,
             general,
+            generator_seeds,
+            max_nodes,
             imitate,
             teacher,
             threads,
@@ -330,6 +340,7 @@ fn run(cli: Cli) -> Result<()> {
                 bail!("--minutes must be a positive number");
             }
             let sim = load(&scenario)?;
+            let auto_teacher = teacher == policies::AUTO_TEACHER;
             let mut trainer = match (&resume, &from) {
                 (Some(dir), _) => Trainer::resume(sim, dir)?,
                 (None, Some(model)) => {
@@ -394,12 +405,40 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 trainer.cfg.lr = lr;
             }
+            let curriculum: Vec<u64> = match &generator_seeds {
+                None => Vec::new(),
+                Some(r) => {
+                    if r.end > tapfinger_sim::generate::HELD_OUT_FROM {
+                        bail!(
+                            "--generator-seeds {}..{}: seeds from {} up are held out for evaluation",
+                            r.start,
+                            r.end,
+                            tapfinger_sim::generate::HELD_OUT_FROM
+                        );
+                    }
+                    let seeds: Vec<u64> = r
+                        .clone()
+                        .filter(|s| {
+                            Scenario::load(&format!("gen:{s}"))
+                                .is_ok_and(|sc| sc.nodes.len() <= max_nodes)
+                        })
+                        .collect();
+                    if seeds.is_empty() {
+                        bail!("no generated scenario in that range has at most {max_nodes} nodes");
+                    }
+                    seeds
+                }
+            };
             let started = Instant::now();
             let budget = Duration::from_secs_f64(minutes * 60.0);
             let bar = ProgressBar::new_spinner();
             bar.enable_steady_tick(Duration::from_millis(200));
             let mut done = 0u64;
             while started.elapsed() < budget && iterations.is_none_or(|n| done < n) {
+                if !curriculum.is_empty() {
+                    let s = curriculum[(trainer.iteration as usize) % curriculum.len()];
+                    trainer.set_simulator(load(&format!("gen:{s}"))?, auto_teacher)?;
+                }
                 let p = trainer.iterate()?;
                 done += 1;
                 bar.set_message(format!(

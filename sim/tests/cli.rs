@@ -415,4 +415,28 @@ fn training_refuses_what_it_cannot_learn_from() {
         ],
         "trained for 2 resource kind(s)",
     );
+    // A curriculum never trains on held-out scenarios, and needs a general model.
+    fails_with(
+        &[
+            "train",
+            "--scenario",
+            "gen:1",
+            "--general",
+            "--generator-seeds",
+            "9990..10010",
+        ],
+        "held out",
+    );
+    fails_with(
+        &[
+            "train",
+            "--scenario",
+            "gen:1",
+            "--generator-seeds",
+            "20..30",
+            "--iterations",
+            "1",
+        ],
+        "only a general model",
+    );
 }

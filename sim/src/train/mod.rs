@@ -288,6 +288,23 @@ impl Trainer {
         &self.sim
     }
 
+    /// Train on another scenario from the next iteration on (a curriculum over generated
+    /// scenarios). Only a general network fits every scenario; during imitation an `auto` teacher
+    /// is chosen again for the new scenario (`auto` stays `auto` in the configuration).
+    pub fn set_simulator(&mut self, sim: Simulator, auto_teacher: bool) -> Result<(), TrainError> {
+        if !self.cfg.net.dims.is_general() {
+            return Err(TrainError::Checkpoint {
+                path: sim.scenario().name.clone(),
+                reason: "only a general model (train --general) can move between scenarios".into(),
+            });
+        }
+        if auto_teacher && self.iteration < self.cfg.imitate {
+            self.cfg.teacher = crate::policies::best_teacher(&sim);
+        }
+        self.sim = sim;
+        Ok(())
+    }
+
     /// The current network without autodiff (for evaluation and saving).
     pub fn inference_net(&self) -> Net {
         self.net.valid()
