@@ -170,11 +170,7 @@ impl Clairvoyant {
 
     /// Task `id`'s work over its type's.
     fn size(&self, id: TaskId) -> f64 {
-        usize::try_from(id.0)
-            .ok()
-            .and_then(|i| self.sizes.get(i))
-            .copied()
-            .unwrap_or(1.0)
+        crate::workload::size_of(&self.sizes, id)
     }
 
     /// A short look-ahead: play `tasks` (the first `running` of them running, the rest waiting)

@@ -532,11 +532,7 @@ impl<'a> Episode<'a> {
 
     /// Task `id`'s work over its type's (1 without heavy-tailed sizes).
     fn size(&self, id: TaskId) -> f64 {
-        usize::try_from(id.0)
-            .ok()
-            .and_then(|i| self.sizes.get(i))
-            .copied()
-            .unwrap_or(1.0)
+        crate::workload::size_of(&self.sizes, id)
     }
 
     /// The slot runs: attained service grows, running tasks progress at their true speed,

@@ -176,6 +176,33 @@ enum Cmd {
     },
 }
 
+/// The configuration of a new training run (from scratch or `--from` a model) with network
+/// `net`; an imitation teacher the learned policy cannot copy is refused.
+fn new_run(
+    sim: &Simulator,
+    net: NetConfig,
+    seed: u64,
+    envs: usize,
+    lr: Option<f64>,
+    imitate: u64,
+    teacher: String,
+) -> Result<TrainConfig> {
+    if imitate > 0
+        && let Err(why) = policies::check_teacher(sim, &teacher)
+    {
+        bail!("teacher {teacher:?}: {why}");
+    }
+    let mut cfg = TrainConfig::new(net.dims.clone(), seed);
+    cfg.net = net;
+    cfg.envs = envs.max(1);
+    if let Some(lr) = lr {
+        cfg.lr = lr;
+    }
+    cfg.imitate = imitate;
+    cfg.teacher = teacher;
+    Ok(cfg)
+}
+
 /// `A..B` as a range of whole numbers.
 fn parse_range(s: &str) -> Result<std::ops::Range<u64>, String> {
     let (a, b) = s
@@ -346,19 +373,7 @@ fn run(cli: Cli) -> Result<()> {
                 (None, Some(model)) => {
                     let (net, net_cfg, trained_on) =
                         tapfinger::model::checkpoint::load_path(model, &sim.dims())?;
-                    let mut cfg = TrainConfig::new(net_cfg.dims.clone(), seed);
-                    cfg.net = net_cfg;
-                    cfg.envs = envs.max(1);
-                    if let Some(lr) = lr {
-                        cfg.lr = lr;
-                    }
-                    if imitate > 0
-                        && let Err(why) = policies::check_teacher(&sim, &teacher)
-                    {
-                        bail!("teacher {teacher:?}: {why}");
-                    }
-                    cfg.imitate = imitate;
-                    cfg.teacher = teacher;
+                    let cfg = new_run(&sim, net_cfg, seed, envs, lr, imitate, teacher)?;
                     eprintln!(
                         "fine-tuning {} (trained on {trained_on}) on {}",
                         model.display(),
@@ -372,24 +387,13 @@ fn run(cli: Cli) -> Result<()> {
                     } else {
                         sim.dims()
                     };
-                    let mut cfg = TrainConfig::new(dims.clone(), seed);
-                    cfg.net = NetConfig::variant(dims, &variant).with_context(|| {
+                    let net = NetConfig::variant(dims, &variant).with_context(|| {
                         format!(
                             "unknown variant {variant:?}; known: {}",
                             VARIANTS.join(", ")
                         )
                     })?;
-                    cfg.envs = envs.max(1);
-                    if let Some(lr) = lr {
-                        cfg.lr = lr;
-                    }
-                    if imitate > 0
-                        && let Err(why) = policies::check_teacher(&sim, &teacher)
-                    {
-                        bail!("teacher {teacher:?}: {why}");
-                    }
-                    cfg.imitate = imitate;
-                    cfg.teacher = teacher;
+                    let cfg = new_run(&sim, net, seed, envs, lr, imitate, teacher)?;
                     Trainer::new(sim, cfg)
                 }
             };

@@ -102,31 +102,18 @@ pub fn check_teacher(sim: &Simulator, name: &str) -> Result<(), String> {
         return Err(format!(
             "{name} re-allocates running tasks every slot, which the learned policy cannot copy; \
              choose a non-elastic policy ({}) or auto",
-            teachers().join(", ")
+            teachers(sim).join(", ")
         ));
     }
     Ok(())
 }
 
-/// The non-elastic policies that may teach.
-fn teachers() -> Vec<&'static str> {
-    let ctx = BaselineContext {
-        num_types: 1,
-        cpu_kind: 0,
-        gpu_kind: 1,
-        profile: Vec::new(),
-    };
+/// The non-elastic policies that may teach on `sim`'s scenario.
+fn teachers(sim: &Simulator) -> Vec<&'static str> {
     baselines::BASELINES
         .iter()
         .copied()
-        .filter(|n| {
-            // Optimus needs profiles to build; its elasticity does not depend on them.
-            let elastic = match baselines::by_name(n, &ctx) {
-                Ok(p) => p.elastic(),
-                Err(_) => *n == "optimus",
-            };
-            !elastic
-        })
+        .filter(|n| build(sim, n).is_ok_and(|ps| ps.first().is_some_and(|p| !p.elastic())))
         .collect()
 }
 
@@ -146,7 +133,7 @@ pub fn best_teacher(sim: &Simulator) -> String {
             })
             .sum()
     };
-    teachers()
+    teachers(sim)
         .into_iter()
         .map(|n| (n, jct(n)))
         .min_by(|a, b| a.1.total_cmp(&b.1))

@@ -105,6 +105,15 @@ pub fn sizes(sc: &Scenario, seed: u64, n: usize) -> Vec<f64> {
         .collect()
 }
 
+/// Task `id`'s size in `sizes` (from [`sizes`]); 1 where there is none.
+pub fn size_of(sizes: &[f64], id: TaskId) -> f64 {
+    usize::try_from(id.0)
+        .ok()
+        .and_then(|i| sizes.get(i))
+        .copied()
+        .unwrap_or(1.0)
+}
+
 /// All tasks of an episode, in arrival order (ids 0..n).
 pub fn generate(sc: &Scenario, seed: u64) -> Vec<Task> {
     let mut rng = tapfinger::seeded_rng(seed ^ 0x005E_ED0F_7A5C);
