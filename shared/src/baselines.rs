@@ -252,42 +252,50 @@ impl Policy for Tiresias {
         claim(t, alloc, 1.0)
     }
     fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(TaskId, Resources)> {
-        let mut tasks: Vec<&RunningView> = view.running().collect();
-        tasks.sort_by(|a, b| {
-            let qa = a.attained >= TIRESIAS_THRESHOLD;
-            let qb = b.attained >= TIRESIAS_THRESHOLD;
-            qa.cmp(&qb)
-                .then(a.task.arrival.cmp(&b.task.arrival))
-                .then(a.task.id.cmp(&b.task.id))
-        });
-        let mut allocs: Vec<Resources> = tasks.iter().map(|r| r.alloc.clone()).collect();
-        let mut free = view.node().free.clone();
-        for k in 0..free.len() {
-            // Round robin over the queue until nobody can take another unit of kind k.
-            loop {
-                let mut gave = false;
-                for (i, r) in tasks.iter().enumerate() {
-                    if free.0[k] == 0 {
-                        break;
-                    }
-                    let cap = r.task.max_demand.as_ref().map_or(u32::MAX, |m| m.get(k));
-                    if allocs[i].0[k] < cap {
-                        allocs[i].0[k] += 1;
-                        free.0[k] -= 1;
-                        gave = true;
-                    }
-                }
-                if !gave || free.0[k] == 0 {
+        least_attained_shares(view)
+    }
+}
+
+/// Tiresias's elastic sharing of a node, also the learned policy's in its elastic form: the
+/// running tasks (shown at their minimum demand) in least-attained-service order (the queue under
+/// [`TIRESIAS_THRESHOLD`] first, then by arrival), and the node's spare units of each kind handed
+/// out one by one, round robin in that order, up to each task's maximum demand.
+pub fn least_attained_shares(view: &View<'_>) -> Vec<(TaskId, Resources)> {
+    let mut tasks: Vec<&RunningView> = view.running().collect();
+    tasks.sort_by(|a, b| {
+        let qa = a.attained >= TIRESIAS_THRESHOLD;
+        let qb = b.attained >= TIRESIAS_THRESHOLD;
+        qa.cmp(&qb)
+            .then(a.task.arrival.cmp(&b.task.arrival))
+            .then(a.task.id.cmp(&b.task.id))
+    });
+    let mut allocs: Vec<Resources> = tasks.iter().map(|r| r.alloc.clone()).collect();
+    let mut free = view.node().free.clone();
+    for k in 0..free.len() {
+        // Round robin over the queue until nobody can take another unit of kind k.
+        loop {
+            let mut gave = false;
+            for (i, r) in tasks.iter().enumerate() {
+                if free.0[k] == 0 {
                     break;
                 }
+                let cap = r.task.max_demand.as_ref().map_or(u32::MAX, |m| m.get(k));
+                if allocs[i].0[k] < cap {
+                    allocs[i].0[k] += 1;
+                    free.0[k] -= 1;
+                    gave = true;
+                }
+            }
+            if !gave || free.0[k] == 0 {
+                break;
             }
         }
-        tasks
-            .iter()
-            .zip(allocs)
-            .map(|(r, a)| (r.task.id, a))
-            .collect()
     }
+    tasks
+        .iter()
+        .zip(allocs)
+        .map(|(r, a)| (r.task.id, a))
+        .collect()
 }
 
 /// Optimus's speed model for one task type: completion time

@@ -113,6 +113,81 @@ impl ClusterView {
         self.nodes.binary_search_by_key(&id, |n| n.id).ok()
     }
 
+    /// The part of this snapshot one decision of `me` attends to, at most `k` nodes: its own
+    /// node, then the nodes whose windows share the most tasks with its window (who competes for
+    /// what it may claim), then the most free capacity (a fraction of each kind, summed), then
+    /// id; the pending tasks of their windows and the tasks running on them. With `k` 0 or at
+    /// least the node count, the whole snapshot. This bounds a decision's cost on a large
+    /// cluster; `me`'s own window and running tasks are always kept whole and in order.
+    pub fn focus(&self, me: NodeId, k: usize) -> std::borrow::Cow<'_, ClusterView> {
+        use std::borrow::Cow;
+        use std::collections::BTreeSet;
+        let Some(mine) = self.node_index(me) else {
+            return Cow::Borrowed(self);
+        };
+        if k == 0 || self.nodes.len() <= k {
+            return Cow::Borrowed(self);
+        }
+        let my_window: BTreeSet<usize> = self.nodes[mine].window.iter().copied().collect();
+        let free_share = |n: &NodeView| -> f64 {
+            n.capacity
+                .0
+                .iter()
+                .zip(&n.free.0)
+                .filter(|(c, _)| **c > 0)
+                .map(|(c, f)| f64::from(*f) / f64::from(*c))
+                .sum()
+        };
+        let mut others: Vec<(usize, usize, f64)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != mine)
+            .map(|(i, n)| {
+                let shared = n.window.iter().filter(|w| my_window.contains(w)).count();
+                (i, shared, free_share(n))
+            })
+            .collect();
+        others.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.total_cmp(&a.2)).then(a.0.cmp(&b.0)));
+        let mut keep: Vec<usize> = std::iter::once(mine)
+            .chain(others.iter().take(k - 1).map(|o| o.0))
+            .collect();
+        keep.sort_unstable();
+        // Old index → new index, for the pending and running lists (kept in id order).
+        let pending: BTreeSet<usize> = keep
+            .iter()
+            .flat_map(|&i| self.nodes[i].window.iter().copied())
+            .collect();
+        let running: BTreeSet<usize> = keep
+            .iter()
+            .flat_map(|&i| self.nodes[i].running.iter().copied())
+            .collect();
+        let p_new: std::collections::BTreeMap<usize, usize> =
+            pending.iter().enumerate().map(|(n, &o)| (o, n)).collect();
+        let r_new: std::collections::BTreeMap<usize, usize> =
+            running.iter().enumerate().map(|(n, &o)| (o, n)).collect();
+        let nodes = keep
+            .iter()
+            .map(|&i| {
+                let n = &self.nodes[i];
+                NodeView {
+                    window: n.window.iter().map(|w| p_new[w]).collect(),
+                    running: n.running.iter().map(|r| r_new[r]).collect(),
+                    ..n.clone()
+                }
+            })
+            .collect();
+        Cow::Owned(ClusterView {
+            slot: self.slot,
+            step: self.step,
+            num_types: self.num_types,
+            kinds: self.kinds,
+            nodes,
+            pending: pending.iter().map(|&i| self.pending[i].clone()).collect(),
+            running: running.iter().map(|&i| self.running[i].clone()).collect(),
+        })
+    }
+
     /// View of this snapshot from agent `me`; `None` if `me` is not a node of the view.
     pub fn for_agent(&self, me: NodeId) -> Option<View<'_>> {
         let idx = self.node_index(me)?;

@@ -4,8 +4,9 @@
 //! the command again to see the spread). Prints the wall time, the time per task and its ratio
 //! to the smallest cluster's, and the episode's average JCT.
 //!
-//! `cargo bench -p tapfinger-sim --bench scale -- [--nodes 6,24,48,96] [--policy tiresias]`
-//! (1000 nodes: `--nodes 1002`).
+//! `cargo bench -p tapfinger-sim --bench scale -- [--nodes 6,24,48,96] [--policy tiresias]
+//! [--model DIR]` (1000 nodes: `--nodes 1002`; `--model` runs the learned policy `tapfinger`
+//! from that checkpoint, e.g. a general model whose decisions attend to a bounded set of nodes).
 
 use std::time::Instant;
 use tapfinger_sim::scenario::NodeDef;
@@ -32,6 +33,7 @@ fn scaled(copies: usize) -> Scenario {
 fn main() {
     let mut nodes = vec![6usize, 24, 48, 96];
     let mut policy = "tiresias".to_string();
+    let mut model: Option<std::path::PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -44,8 +46,12 @@ fn main() {
                     .collect()
             }
             "--policy" => policy = args.next().expect("--policy NAME"),
+            "--model" => model = Some(std::path::PathBuf::from(args.next().expect("--model DIR"))),
             _ => {} // cargo bench passes --bench
         }
+    }
+    if let Some(m) = &model {
+        policy = format!("tapfinger ({})", m.display());
     }
     println!("policy {policy}; hetero6 servers repeated; 64 tasks per node");
     println!(
@@ -55,7 +61,10 @@ fn main() {
     let mut first = None;
     for n in nodes {
         let sim = Simulator::new(scaled(n.div_ceil(6)));
-        let ps = policies::build(&sim, &policy).expect("policy");
+        let ps = match &model {
+            Some(m) => policies::learned(&sim, Some(m)).expect("model"),
+            None => policies::build(&sim, &policy).expect("policy"),
+        };
         let t = Instant::now();
         let r = sim.run(ps, 0).expect("episode");
         let secs = t.elapsed().as_secs_f64();

@@ -1,7 +1,10 @@
-//! The clairvoyant reference: a policy that reads the simulator's true speed model (and, in
-//! heavy-tailed scenarios, each task's true size), elastic like the elastic baselines, with a
-//! short look-ahead. It runs in the simulator only and is marked `*` in every report: a
-//! reference, never a deployable policy nor the yardstick of success.
+//! The clairvoyant reference's own rule: a policy that reads the simulator's true speed model
+//! (and, in heavy-tailed scenarios, each task's true size), elastic like the elastic baselines,
+//! with a short look-ahead. Reports run it as part of the reference (`report::run_one_with`),
+//! which also knows the whole workload in advance and keeps, per workload, the best of this
+//! rule's schedule and every baseline's: sound by construction (never worse than the best
+//! baseline). It runs in the simulator only and is marked `*` in every report: a reference,
+//! never a deployable policy nor the yardstick of success.
 
 use crate::env::allocations;
 use crate::scenario::Scenario;

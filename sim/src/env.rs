@@ -174,9 +174,33 @@ impl Simulator {
         seed: u64,
         observe: &mut dyn Observer,
     ) -> Result<EpisodeResult, SimError> {
+        self.run_split(policies, seed, seed, observe)
+    }
+
+    /// [`Simulator::run_observed`] with the workload (arrivals, task sizes) drawn from
+    /// `workload_seed` and the agents' randomness from `policy_seed`: rollouts that share a
+    /// workload and differ in their decisions (training's input-dependent baseline). With both
+    /// seeds equal it is `run_observed`.
+    pub fn run_split(
+        &self,
+        policies: Vec<Box<dyn Policy>>,
+        workload_seed: u64,
+        policy_seed: u64,
+        observe: &mut dyn Observer,
+    ) -> Result<EpisodeResult, SimError> {
         let bound = |t: &Task, size: f64| self.lower_bound_sized(t, size);
-        crate::episode::Episode::new(&self.sc, &bound, policies, seed, self.replicas, self.order)?
-            .run(seed, observe)
+        crate::episode::Episode::new(
+            &self.sc,
+            &bound,
+            policies,
+            crate::episode::Seeds {
+                workload: workload_seed,
+                policy: policy_seed,
+            },
+            self.replicas,
+            self.order,
+        )?
+        .run(workload_seed, observe)
     }
 }
 

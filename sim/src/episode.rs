@@ -176,6 +176,15 @@ struct Decisions {
     steps: u32,
 }
 
+/// Where an episode's randomness comes from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seeds {
+    /// Arrivals and task sizes.
+    pub(crate) workload: u64,
+    /// The agents' own randomness (sampling policies).
+    pub(crate) policy: u64,
+}
+
 /// An episode in progress.
 pub(crate) struct Episode<'a> {
     /// The scenario: nodes, task types and their true speed.
@@ -218,7 +227,7 @@ impl<'a> Episode<'a> {
         sc: &'a Scenario,
         lower_bound: &'a dyn Fn(&Task, f64) -> u64,
         policies: Vec<Box<dyn Policy>>,
-        seed: u64,
+        seeds: Seeds,
         replicas: bool,
         order: tapfinger::ledger::WindowOrder,
     ) -> Result<Self, SimError> {
@@ -245,7 +254,9 @@ impl<'a> Episode<'a> {
         let rngs = (0..n)
             .map(|i| {
                 tapfinger::seeded_rng(
-                    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    seeds
+                        .policy
+                        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
                         .wrapping_add(i as u64 + 1),
                 )
             })
@@ -274,11 +285,11 @@ impl<'a> Episode<'a> {
             rngs,
             ids,
             ledger,
-            arrivals: workload::generate(sc, seed)
+            arrivals: workload::generate(sc, seeds.workload)
                 .into_iter()
                 .map(Arc::new)
                 .collect(),
-            sizes: workload::sizes(sc, seed, sc.tasks as usize),
+            sizes: workload::sizes(sc, seeds.workload, sc.tasks as usize),
             next_arrival: 0,
             records: Vec::new(),
             slots: Vec::new(),

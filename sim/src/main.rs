@@ -51,9 +51,9 @@ enum Cmd {
         /// Preset name or path to a scenario TOML file.
         #[arg(long, default_value = "hetero6")]
         scenario: String,
-        /// Policy name: `tapfinger` (the learned policy: the model shipped for a preset, or
-        /// --model), a baseline, `clairvoyant`, or LABEL=MODEL_PATH [default: tapfinger where a
-        /// model ships or --model is given, else tiresias].
+        /// Policy name: `tapfinger` (the learned policy: --model, else the model shipped for a
+        /// preset, else the shipped general model), a baseline, `clairvoyant`, or
+        /// LABEL=MODEL_PATH [default: tapfinger].
         #[arg(long)]
         policy: Option<String>,
         /// Seed of the workload and of the policies' randomness.
@@ -71,8 +71,8 @@ enum Cmd {
         #[arg(long, default_value = "hetero6")]
         scenario: String,
         /// Comma-separated policies (names as for `run`, LABEL=MODEL_PATH for extra trained
-        /// models); default: tapfinger (where a model ships or --model is given), every baseline
-        /// and the clairvoyant reference.
+        /// models); default: tapfinger (as for `run`), every baseline and the clairvoyant
+        /// reference.
         #[arg(long, value_delimiter = ',')]
         policies: Vec<String>,
         /// Number of seeds.
@@ -99,7 +99,7 @@ enum Cmd {
         /// First workload seed (seeds below 100 are for development).
         #[arg(long, default_value_t = 100)]
         seed_base: u64,
-        /// The policy judged: tapfinger (needs --model until a general model ships), a baseline,
+        /// The policy judged: tapfinger (the shipped general model, or --model), a baseline,
         /// clairvoyant, or LABEL=MODEL_PATH.
         #[arg(long, default_value = "tapfinger")]
         candidate: String,
@@ -148,6 +148,15 @@ enum Cmd {
         /// estimates, no task types), which loads on every cluster (new runs only).
         #[arg(long)]
         general: bool,
+        /// How a node shares among its running tasks (new runs only): elastic (start at the
+        /// minimum demand, re-share spare units every slot), fixed (the allocation head chooses
+        /// once per task), or auto: elastic for a general model, fixed for a per-preset one.
+        #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "fixed"])]
+        sharing: String,
+        /// Each decision attends to at most this many nodes (0: the whole cluster) [default: 8
+        /// for a general model, 0 per preset; with --from, the model's own unless given].
+        #[arg(long)]
+        focus: Option<usize>,
         /// A curriculum: each iteration on the next generated scenario gen:N for N in A..B
         /// (training seeds: below 10000) with at most --max-nodes nodes; needs a general model.
         /// --scenario is the first one's stand-in (name it gen:A).
@@ -156,14 +165,19 @@ enum Cmd {
         /// Largest cluster of the curriculum (train small, test big).
         #[arg(long, default_value_t = 12)]
         max_nodes: usize,
+        /// PPO without the input-dependent baseline (advantages from the critic by GAE
+        /// instead): its ablation. Applies to resumed runs too.
+        #[arg(long)]
+        no_input_baseline: bool,
         /// Adam learning rate [default: 3e-4; a resumed run keeps its own unless given].
         #[arg(long)]
         lr: Option<f64>,
         /// Imitation (DAgger) iterations before PPO (new runs only).
         #[arg(long, default_value_t = 0)]
         imitate: u64,
-        /// Teacher policy for imitation (new runs only): a non-elastic policy, or auto (the one
-        /// with the least average JCT on development workloads of the scenario).
+        /// Teacher policy for imitation (new runs only): a policy that shares as the student
+        /// does (elastic or not), or auto (of those, the one with the least average JCT on
+        /// development workloads of the scenario).
         #[arg(long, default_value = "auto")]
         teacher: String,
         /// OS threads running episodes (default: all cores); results do not depend on it.
@@ -188,7 +202,7 @@ fn new_run(
     teacher: String,
 ) -> Result<TrainConfig> {
     if imitate > 0
-        && let Err(why) = policies::check_teacher(sim, &teacher)
+        && let Err(why) = policies::check_teacher(sim, &teacher, net.elastic)
     {
         bail!("teacher {teacher:?}: {why}");
     }
@@ -300,13 +314,7 @@ fn run(cli: Cli) -> Result<()> {
             out,
         } => {
             let sim = load(&scenario)?;
-            let policy = policy.unwrap_or_else(|| {
-                if model.is_some() || policies::has_shipped_model(&sim) {
-                    policies::TAPFINGER.to_string()
-                } else {
-                    "tiresias".to_string()
-                }
-            });
+            let policy = policy.unwrap_or_else(|| policies::TAPFINGER.to_string());
             let mut progress = Progress::new(1);
             let c = report::compare_with(&sim, &[policy], &[seed], model.as_deref(), &mut || {
                 progress.tick()
@@ -356,8 +364,11 @@ fn run(cli: Cli) -> Result<()> {
             lr,
             variant,
             general,
+            sharing,
+            focus,
             generator_seeds,
             max_nodes,
+            no_input_baseline,
             imitate,
             teacher,
             threads,
@@ -371,8 +382,11 @@ fn run(cli: Cli) -> Result<()> {
             let mut trainer = match (&resume, &from) {
                 (Some(dir), _) => Trainer::resume(sim, dir)?,
                 (None, Some(model)) => {
-                    let (net, net_cfg, trained_on) =
+                    let (net, mut net_cfg, trained_on) =
                         tapfinger::model::checkpoint::load_path(model, &sim.dims())?;
+                    if let Some(k) = focus {
+                        net_cfg.focus = k;
+                    }
                     let cfg = new_run(&sim, net_cfg, seed, envs, lr, imitate, teacher)?;
                     eprintln!(
                         "fine-tuning {} (trained on {trained_on}) on {}",
@@ -387,12 +401,18 @@ fn run(cli: Cli) -> Result<()> {
                     } else {
                         sim.dims()
                     };
-                    let net = NetConfig::variant(dims, &variant).with_context(|| {
+                    let mut net = NetConfig::variant(dims, &variant).with_context(|| {
                         format!(
                             "unknown variant {variant:?}; known: {}",
                             VARIANTS.join(", ")
                         )
                     })?;
+                    net.elastic = match sharing.as_str() {
+                        "elastic" => true,
+                        "fixed" => false,
+                        _ => general,
+                    };
+                    net.focus = focus.unwrap_or(if general { 8 } else { 0 });
                     let cfg = new_run(&sim, net, seed, envs, lr, imitate, teacher)?;
                     Trainer::new(sim, cfg)
                 }
@@ -402,6 +422,9 @@ fn run(cli: Cli) -> Result<()> {
             }
             if let Some(n) = eval_episodes {
                 trainer.cfg.eval_episodes = n;
+            }
+            if no_input_baseline {
+                trainer.cfg.input_baseline = false;
             }
             if let Some(lr) = lr {
                 if !(lr.is_finite() && lr > 0.0) {
@@ -531,10 +554,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             let sim = load(&scenario)?;
             let names: Vec<String> = if names.is_empty() {
-                let learned = model.is_some() || policies::has_shipped_model(&sim);
-                learned
-                    .then_some(policies::TAPFINGER)
-                    .into_iter()
+                std::iter::once(policies::TAPFINGER)
                     .chain(policies::all_policies())
                     .map(|s| s.to_string())
                     .collect()

@@ -28,23 +28,14 @@ pub const TAPFINGER: &str = "tapfinger";
 /// Why the learned policy could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum LearnedError {
-    /// Asked for without a model, and none ships for the scenario.
-    #[error(
-        "policy tapfinger needs trained weights and none ships for scenario {scenario:?} (shipped: {shipped}): pass --model DIR_OR_FILE (train one with `tapfinger-sim train --scenario ...`)"
-    )]
-    NoModel {
-        /// Scenario name.
-        scenario: String,
-        /// Scenarios with a shipped model.
-        shipped: String,
-    },
     /// The model could not be loaded.
     #[error(transparent)]
     Load(#[from] LoadError),
 }
 
 /// The learned policy (greedy decisions) for every node, from a trained model: `model` if given,
-/// else the model shipped for the scenario ([`tapfinger::model::checkpoint::SHIPPED`]).
+/// else the model shipped for the scenario ([`tapfinger::model::checkpoint::SHIPPED`]), else the
+/// general model ([`tapfinger::model::checkpoint::GENERAL`]).
 pub fn learned(
     sim: &Simulator,
     model: Option<&std::path::Path>,
@@ -52,18 +43,10 @@ pub fn learned(
     let dims = sim.dims();
     let (net, cfg) = match model {
         Some(path) => checkpoint::load_path(path, &dims).map(|(net, cfg, _)| (net, cfg))?,
-        None => {
-            let name = &sim.scenario().name;
-            let shipped = checkpoint::shipped(name).ok_or_else(|| LearnedError::NoModel {
-                scenario: name.clone(),
-                shipped: checkpoint::SHIPPED
-                    .iter()
-                    .map(|m| m.scenario)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })?;
-            shipped.load(&dims)?
-        }
+        // The model shipped for this preset, else the general model (it fits every cluster).
+        None => checkpoint::shipped(&sim.scenario().name)
+            .unwrap_or(&checkpoint::GENERAL)
+            .load(&dims)?,
     };
     Ok((0..sim.scenario().nodes.len())
         .map(|_| {
@@ -79,11 +62,6 @@ pub fn learned(
         .collect())
 }
 
-/// True if `tapfinger` can run on this simulator without `--model` (a model ships for it).
-pub fn has_shipped_model(sim: &Simulator) -> bool {
-    checkpoint::shipped(&sim.scenario().name).is_some()
-}
-
 /// The imitation teacher chosen per scenario by evaluation ([`best_teacher`]).
 pub const AUTO_TEACHER: &str = "auto";
 
@@ -91,35 +69,47 @@ pub const AUTO_TEACHER: &str = "auto";
 /// results are reported on, which start at 100).
 const TEACHER_SEEDS: std::ops::Range<u64> = 0..3;
 
-/// Whether `name` can teach the learned policy: a known policy that does not re-allocate running
-/// tasks (the learned policy cannot copy re-allocation). `Err` says why not.
-pub fn check_teacher(sim: &Simulator, name: &str) -> Result<(), String> {
+/// Whether `name` can teach a learned policy that is `elastic` or not: a known policy that
+/// shares the way the student does (an elastic student starts tasks at their minimum demand and
+/// re-shares every slot, so only elastic policies teach it; a fixed-share student cannot copy
+/// re-allocation, so only non-elastic ones teach it). `Err` says why not.
+pub fn check_teacher(sim: &Simulator, name: &str, elastic: bool) -> Result<(), String> {
     if name == AUTO_TEACHER {
         return Ok(());
     }
     let ps = build(sim, name).map_err(|e| e.to_string())?;
-    if ps.first().is_some_and(|p| p.elastic()) {
+    if ps.first().is_some_and(|p| p.elastic() != elastic) {
+        let (what, student) = if elastic {
+            (
+                "keeps each task's allocation for its whole run",
+                "an elastic",
+            )
+        } else {
+            ("re-allocates running tasks every slot", "a fixed-share")
+        };
         return Err(format!(
-            "{name} re-allocates running tasks every slot, which the learned policy cannot copy; \
-             choose a non-elastic policy ({}) or auto",
-            teachers(sim).join(", ")
+            "{name} {what}, which {student} learned policy cannot copy; choose one of {} or auto",
+            teachers(sim, elastic).join(", ")
         ));
     }
     Ok(())
 }
 
-/// The non-elastic policies that may teach on `sim`'s scenario.
-fn teachers(sim: &Simulator) -> Vec<&'static str> {
+/// The policies that may teach a learned policy that is `elastic` (or not) on `sim`'s scenario.
+fn teachers(sim: &Simulator, elastic: bool) -> Vec<&'static str> {
     baselines::BASELINES
         .iter()
         .copied()
-        .filter(|n| build(sim, n).is_ok_and(|ps| ps.first().is_some_and(|p| !p.elastic())))
+        .filter(|n| {
+            build(sim, n).is_ok_and(|ps| ps.first().is_some_and(|p| p.elastic() == elastic))
+        })
         .collect()
 }
 
-/// The teacher for a scenario: the non-elastic policy with the least average JCT over the
-/// development seeds (ties: the first in the baseline list).
-pub fn best_teacher(sim: &Simulator) -> String {
+/// The teacher for a scenario: of the policies that may teach a student that is `elastic` (or
+/// not), the one with the least average JCT over the development seeds (ties: the first in the
+/// baseline list).
+pub fn best_teacher(sim: &Simulator, elastic: bool) -> String {
     let kinds = sim.scenario().kind_names();
     let jct = |name: &str| -> f64 {
         TEACHER_SEEDS
@@ -133,7 +123,7 @@ pub fn best_teacher(sim: &Simulator) -> String {
             })
             .sum()
     };
-    teachers(sim)
+    teachers(sim, elastic)
         .into_iter()
         .map(|n| (n, jct(n)))
         .min_by(|a, b| a.1.total_cmp(&b.1))

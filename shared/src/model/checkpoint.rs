@@ -210,9 +210,15 @@ shipped! {
     EDGE_SYNERGY = "edge-synergy";
     /// The agent's default: trained on `edge-agent`, whose kinds and units are the agent's.
     EDGE_AGENT = "edge-agent";
+    /// The general model (feature schema 2): trained on generated scenarios, it loads on every
+    /// cluster; the learned policy's default wherever no model ships for the scenario.
+    GENERAL = "general";
 }
 
-/// The model shipped for a scenario name, if any.
+/// The model shipped for a scenario name, if any (the per-preset models; [`GENERAL`] is the
+/// default for every other scenario).
 pub fn shipped(scenario: &str) -> Option<&'static Shipped> {
-    SHIPPED.iter().find(|m| m.scenario == scenario)
+    SHIPPED
+        .iter()
+        .find(|m| m.scenario == scenario && m.scenario != GENERAL.scenario)
 }

@@ -282,6 +282,8 @@ impl TapfingerPolicy {
     /// express the decision (a task outside the window or blocked, units outside the legal
     /// range). Log-probabilities are left at 0.
     pub fn label(&self, view: &View<'_>, decision: &Decision) -> Option<DecisionRecord> {
+        let focused = view.cluster.focus(view.me, self.cfg.focus);
+        let view = &focused.for_agent(view.me)?;
         let dims = &self.cfg.dims;
         let window: Vec<&crate::Task> = view.window().take(dims.window).collect();
         let blocked = self.blocked(view, &window);
@@ -297,6 +299,11 @@ impl TapfingerPolicy {
             return None;
         }
         let t = window[slot];
+        if self.cfg.elastic {
+            // An elastic policy claims at the minimum demand and nothing else.
+            record.slot = slot;
+            return (*alloc == t.min_demand).then_some(record);
+        }
         let cap = t.cap(&view.node().free);
         let mut units = Vec::with_capacity(dims.kinds);
         for k in 0..dims.kinds {
@@ -319,6 +326,8 @@ impl TapfingerPolicy {
     }
 
     fn try_decide(&self, view: &View<'_>, rng: &mut Rng) -> Option<Decision> {
+        let focused = view.cluster.focus(view.me, self.cfg.focus);
+        let view = &focused.for_agent(view.me)?;
         let dims: &Dims = &self.cfg.dims;
         let b = batch(&[(view.cluster, view.me)], dims);
         let enc = self.net.encode(&b, &self.device);
@@ -352,6 +361,15 @@ impl TapfingerPolicy {
             return Some(Decision::Pass);
         }
         let task = window[slot];
+        if self.cfg.elastic {
+            // Elastic: the task starts at its minimum; the slot's re-sharing gives it more.
+            self.record(record);
+            return Some(Decision::Claim {
+                task: task.id,
+                alloc: task.min_demand.clone(),
+                prob,
+            });
+        }
         let cap = task.cap(free);
         let kinds = dims.kinds;
         let mut prev = vec![0.0f32; kinds];
@@ -401,6 +419,16 @@ impl Policy for TapfingerPolicy {
     fn decide(&mut self, view: &View<'_>, rng: &mut Rng) -> Decision {
         // A numerical failure must not stop an agent: it passes this step.
         self.try_decide(view, rng).unwrap_or(Decision::Pass)
+    }
+    fn elastic(&self) -> bool {
+        self.cfg.elastic
+    }
+    fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(crate::TaskId, Resources)> {
+        if self.cfg.elastic {
+            crate::baselines::least_attained_shares(view)
+        } else {
+            Vec::new()
+        }
     }
 }
 

@@ -43,6 +43,19 @@ pub struct NetConfig {
     /// it existed were evaluated with the same rule as a greedy-mode guard.)
     #[serde(default = "yes")]
     pub work_conserving: bool,
+    /// Elastic sharing, in training and in deployment alike: a claim starts the task at its
+    /// minimum demand (the allocation head is not used), and once per slot the node's spare units
+    /// are re-shared among its running tasks by [`crate::baselines::least_attained_shares`]
+    /// (Tiresias's rule). Off (models written before it existed): the allocation head chooses
+    /// each task's units once, for its whole run.
+    #[serde(default)]
+    pub elastic: bool,
+    /// Each decision attends to at most this many nodes ([`crate::view::ClusterView::focus`]:
+    /// the deciding node, those competing for its window, the freest), in training and in
+    /// deployment alike, so that a decision's cost stays bounded on a large cluster; 0 (models
+    /// written before it existed): the whole cluster.
+    #[serde(default)]
+    pub focus: usize,
 }
 
 /// Task selection: the learned pointer, or the ablations' fixed rules.
@@ -94,6 +107,8 @@ impl NetConfig {
             max_units: 32,
             selection: Selection::Pointer,
             work_conserving: true,
+            elastic: false,
+            focus: 0,
         }
     }
 }

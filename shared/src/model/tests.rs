@@ -391,3 +391,50 @@ fn labels_refuse_decisions_the_network_cannot_express() {
         }
     }
 }
+
+#[test]
+fn a_focused_view_keeps_the_deciders_window_and_each_kept_nodes_tasks_exactly() {
+    for seed in 0..300 {
+        let v = random_view(seed);
+        let ids = |c: &ClusterView, n: &NodeView| -> (Vec<TaskId>, Vec<TaskId>) {
+            (
+                n.window.iter().map(|&w| c.pending[w].task.id).collect(),
+                n.running.iter().map(|&r| c.running[r].task.id).collect(),
+            )
+        };
+        for me in v.nodes.iter().map(|n| n.id) {
+            for k in 1..=3 {
+                let f = v.focus(me, k);
+                assert!(
+                    f.nodes.len() <= k.max(1) || v.nodes.len() <= k,
+                    "seed {seed}"
+                );
+                if v.nodes.len() <= k {
+                    assert!(matches!(f, std::borrow::Cow::Borrowed(_)));
+                }
+                assert!(
+                    f.node_index(me).is_some(),
+                    "seed {seed}: the decider is kept"
+                );
+                for n in &f.nodes {
+                    let orig = &v.nodes[v.node_index(n.id).unwrap()];
+                    assert_eq!(ids(&f, n), ids(&v, orig), "seed {seed} node {:?}", n.id);
+                    assert_eq!((&n.free, n.overflow), (&orig.free, orig.overflow));
+                }
+                // Nothing beyond the kept nodes' windows and running tasks.
+                let referenced: std::collections::BTreeSet<usize> = f
+                    .nodes
+                    .iter()
+                    .flat_map(|n| n.window.iter().copied())
+                    .collect();
+                if let std::borrow::Cow::Owned(f) = &f {
+                    assert_eq!(referenced.len(), f.pending.len(), "seed {seed}");
+                }
+                let a = f.for_agent(me).unwrap();
+                let b = v.for_agent(me).unwrap();
+                let w = |x: &crate::view::View<'_>| x.window().map(|t| t.id).collect::<Vec<_>>();
+                assert_eq!(w(&a), w(&b));
+            }
+        }
+    }
+}

@@ -16,6 +16,8 @@ pub(super) struct Episode {
     pub(super) exp: Experience,
     avg_jct: f64,
     ret: f64,
+    /// Its workload seed.
+    workload: u64,
 }
 
 /// Imitation: the teacher's decision is the label; who acts is a coin flip with weight `beta`.
@@ -41,6 +43,17 @@ impl Policy for Imitator {
         } else {
             self.student.decide(view, rng)
         }
+    }
+    // Whoever decides, the slot's sharing is the student's: it is what the student will run.
+    fn elastic(&self) -> bool {
+        self.student.elastic()
+    }
+    fn rebalance(
+        &mut self,
+        view: &tapfinger::view::View<'_>,
+        rng: &mut tapfinger::Rng,
+    ) -> Vec<(tapfinger::TaskId, tapfinger::Resources)> {
+        self.student.rebalance(view, rng)
     }
 }
 
@@ -76,12 +89,18 @@ impl Trainer {
         let envs = self.cfg.envs.max(1);
         let threads = self.threads.clamp(1, envs);
         // Training workloads come from their own seed range (from 2^40 on), never the small
-        // seeds that `compare` evaluates on.
-        let seeds: Vec<u64> = (0..envs)
+        // seeds that `compare` evaluates on. With the input-dependent baseline, the iteration's
+        // episodes share one workload and differ in the agents' sampling.
+        let base = TRAIN_SEEDS.wrapping_add(self.cfg.seed.wrapping_mul(1_000_003));
+        let seeds: Vec<(u64, u64)> = (0..envs)
             .map(|e| {
-                TRAIN_SEEDS
-                    .wrapping_add(self.cfg.seed.wrapping_mul(1_000_003))
-                    .wrapping_add(self.iteration * envs as u64 + e as u64)
+                if self.cfg.input_baseline && beta.is_none() {
+                    let w = base.wrapping_add(self.iteration * envs as u64);
+                    (w, w ^ (e as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407))
+                } else {
+                    let s = base.wrapping_add(self.iteration * envs as u64 + e as u64);
+                    (s, s)
+                }
             })
             .collect();
         let mut results: Vec<Option<Result<Episode, TrainError>>> =
@@ -129,7 +148,7 @@ impl Trainer {
     /// (what live agents in learning mode report): the simulator as a data source for
     /// [`Trainer::learn`] outside [`Trainer::iterate`], e.g. the coordinator's offline mode.
     pub fn sample_experience(&self, seed: u64) -> Result<Experience, TrainError> {
-        Ok(self.episode(&self.inference_net(), seed, None)?.exp)
+        Ok(self.episode(&self.inference_net(), (seed, seed), None)?.exp)
     }
 
     /// Greedy average JCT of the current network over the validation workloads (NaN when
@@ -188,8 +207,13 @@ impl Trainer {
         Ok(jcts.iter().sum::<f64>() / n as f64)
     }
 
-    /// One training episode.
-    fn episode(&self, net: &Net, seed: u64, beta: Option<f64>) -> Result<Episode, TrainError> {
+    /// One training episode on workload `seeds.0` with sampling seeded by `seeds.1`.
+    fn episode(
+        &self,
+        net: &Net,
+        (seed, policy_seed): (u64, u64),
+        beta: Option<f64>,
+    ) -> Result<Episode, TrainError> {
         let kinds: Vec<String> = self.sim.scenario().kind_names();
         let recorder: Recorder = Arc::new(Mutex::new(Vec::new()));
         let student =
@@ -217,7 +241,7 @@ impl Trainer {
         let mut col = Collector::default();
         let result = self
             .sim
-            .run_observed(policies, seed, &mut col)
+            .run_split(policies, seed, policy_seed, &mut col)
             .map_err(|source| TrainError::Episode { seed, source })?;
         let summary = crate::metrics::summarize(&result, &kinds);
         let records =
@@ -230,6 +254,26 @@ impl Trainer {
             exp: col.0,
             avg_jct: summary.avg_jct,
             ret: summary.episode_return,
+            workload: seed,
         })
+    }
+
+    /// [`super::REFERENCE`]'s mean average JCT on the workloads of `episodes`, each run once
+    /// (NaN if it cannot run on this scenario).
+    pub(super) fn reference_jct(&self, episodes: &[Episode]) -> f64 {
+        let kinds: Vec<String> = self.sim.scenario().kind_names();
+        let seeds: std::collections::BTreeSet<u64> = episodes.iter().map(|e| e.workload).collect();
+        let jcts: Vec<f64> = seeds
+            .iter()
+            .filter_map(|&seed| {
+                let ps = crate::policies::build(&self.sim, super::REFERENCE).ok()?;
+                let r = self.sim.run(ps, seed).ok()?;
+                Some(crate::metrics::summarize(&r, &kinds).avg_jct)
+            })
+            .collect();
+        if jcts.is_empty() || jcts.len() < seeds.len() {
+            return f64::NAN;
+        }
+        jcts.iter().sum::<f64>() / jcts.len() as f64
     }
 }

@@ -50,11 +50,11 @@ impl Trainer {
         let text = serde_json::to_string_pretty(&meta).map_err(|e| err(&json, e.to_string()))?;
         std::fs::write(&json, text).map_err(|e| err(&json, e.to_string()))?;
         let mut csv = String::from(
-            "iteration,avg_jct,episode_return,decisions,policy_loss,value_loss,entropy,phase,eval_jct\n",
+            "iteration,avg_jct,episode_return,decisions,policy_loss,value_loss,entropy,phase,eval_jct,reference_jct\n",
         );
         for p in &self.curve {
             csv.push_str(&format!(
-                "{},{:.4},{:.2},{},{:.5},{:.5},{:.5},{},{:.4}\n",
+                "{},{:.4},{:.2},{},{:.5},{:.5},{:.5},{},{:.4},{:.4}\n",
                 p.iteration,
                 p.avg_jct,
                 p.episode_return,
@@ -63,7 +63,8 @@ impl Trainer {
                 p.value_loss,
                 p.entropy,
                 p.phase,
-                p.eval_jct
+                p.eval_jct,
+                p.reference_jct
             ));
         }
         let curve = dir.join("curve.csv");
@@ -92,6 +93,21 @@ impl Trainer {
             &series,
         )
         .map_err(|e| err(dir, e.to_string()))?;
+        let ratio = ratio_curve(&self.curve);
+        if !ratio.is_empty() {
+            crate::plot::line_chart(
+                &dir.join("curve-ratio.svg"),
+                &format!(
+                    "{}: training JCT over {} on the same workloads",
+                    meta.scenario,
+                    super::REFERENCE
+                ),
+                "iteration",
+                &format!("avg JCT / {}'s (mean of the last 10)", super::REFERENCE),
+                &vec![("learned policy (sampling)".to_string(), ratio)],
+            )
+            .map_err(|e| err(dir, e.to_string()))?;
+        }
         Ok(())
     }
 
@@ -134,9 +150,29 @@ impl Trainer {
                     entropy: f.get(6)?.parse().ok()?,
                     phase: f.get(7).unwrap_or(&"ppo").to_string(),
                     eval_jct: f.get(8).and_then(|x| x.parse().ok()).unwrap_or(f64::NAN),
+                    reference_jct: f.get(9).and_then(|x| x.parse().ok()).unwrap_or(f64::NAN),
                 })
             })
             .collect();
         Ok(t)
     }
+}
+
+/// Per iteration, the mean over the last (up to) 10 iterations of `avg_jct / reference_jct`,
+/// where the reference ran.
+pub fn ratio_curve(curve: &[super::CurvePoint]) -> Vec<(f64, f64)> {
+    let pts: Vec<(f64, f64)> = curve
+        .iter()
+        .filter(|p| p.reference_jct.is_finite() && p.reference_jct > 0.0)
+        .map(|p| (p.iteration as f64, p.avg_jct / p.reference_jct))
+        .collect();
+    (0..pts.len())
+        .map(|i| {
+            let w = &pts[i.saturating_sub(9)..=i];
+            (
+                pts[i].0,
+                w.iter().map(|p| p.1).sum::<f64>() / w.len() as f64,
+            )
+        })
+        .collect()
 }

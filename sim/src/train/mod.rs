@@ -17,6 +17,7 @@
 
 mod collect;
 mod files;
+pub use files::ratio_curve;
 mod ppo;
 
 use crate::env::Simulator;
@@ -76,10 +77,10 @@ pub struct TrainConfig {
     /// states it visits itself, the teacher acting with a probability that falls from 1 to 0.
     #[serde(default)]
     pub imitate: u64,
-    /// The teacher for imitation: a non-elastic simulator policy name, or `auto` (the default):
-    /// the non-elastic policy with the least average JCT on development workloads of the
-    /// scenario, resolved when training starts (and recorded here). An elastic policy re-allocates
-    /// running tasks every slot, which the learned policy cannot copy.
+    /// The teacher for imitation: a simulator policy that shares as the student does (elastic
+    /// for an elastic network, else non-elastic), or `auto` (the default): of those, the one with
+    /// the least average JCT on development workloads of the scenario, resolved when training
+    /// starts (and recorded here).
     #[serde(default = "default_teacher")]
     pub teacher: String,
     /// Greedy evaluation episodes after every iteration, on validation workloads (their own seed
@@ -91,6 +92,13 @@ pub struct TrainConfig {
     /// 1 whatever the cluster and load (new runs; a run written before keeps raw returns).
     #[serde(default)]
     pub normalize_returns: bool,
+    /// The input-dependent baseline (Mao et al., "Variance reduction for reinforcement learning
+    /// in input-driven environments"; Decima trains this way): a PPO iteration's episodes share
+    /// one workload, and each decision's advantage is its return from its slot on less the mean,
+    /// over those episodes, of the same agent's return from that slot — the part of the return
+    /// the arrivals explain is taken out. Off (runs written before it): GAE on the critic.
+    #[serde(default)]
+    pub input_baseline: bool,
 }
 
 impl TrainConfig {
@@ -139,6 +147,7 @@ impl TrainConfig {
             teacher: default_teacher(),
             eval_episodes: 4,
             normalize_returns: true,
+            input_baseline: true,
         }
     }
 }
@@ -164,6 +173,19 @@ pub struct CurvePoint {
     pub phase: String,
     /// Greedy average JCT on the validation workloads after the iteration (NaN if not evaluated).
     pub eval_jct: f64,
+    /// [`REFERENCE`]'s average JCT on the iteration's own training workloads (NaN where it was
+    /// not run): the yardstick that makes points of a curriculum over different scenarios
+    /// comparable (`avg_jct / reference_jct`).
+    #[serde(default = "nan")]
+    pub reference_jct: f64,
+}
+
+/// The baseline run beside every PPO iteration on its workloads ([`CurvePoint::reference_jct`]):
+/// elastic Tiresias, the best baseline on most generated scenarios.
+pub const REFERENCE: &str = "tiresias";
+
+fn nan() -> f64 {
+    f64::NAN
 }
 
 /// First workload seed of training episodes.
@@ -245,7 +267,7 @@ impl Trainer {
     /// A trainer with a fresh network.
     pub fn new(sim: Simulator, mut cfg: TrainConfig) -> Self {
         if cfg.imitate > 0 && cfg.teacher == crate::policies::AUTO_TEACHER {
-            cfg.teacher = crate::policies::best_teacher(&sim);
+            cfg.teacher = crate::policies::best_teacher(&sim, cfg.net.elastic);
         }
         let device = Device::flex().autodiff();
         device.seed(cfg.seed);
@@ -299,7 +321,7 @@ impl Trainer {
             });
         }
         if auto_teacher && self.iteration < self.cfg.imitate {
-            self.cfg.teacher = crate::policies::best_teacher(&sim);
+            self.cfg.teacher = crate::policies::best_teacher(&sim, self.cfg.net.elastic);
         }
         self.sim = sim;
         Ok(())
@@ -333,8 +355,16 @@ impl Trainer {
         let imitate = self.iteration < self.cfg.imitate;
         let beta = imitate.then(|| 1.0 - self.iteration as f64 / self.cfg.imitate as f64);
         let (episodes, avg_jct, episode_return) = self.collect(beta)?;
+        let reference = self.reference_jct(&episodes);
         let exps = episodes.into_iter().map(|e| e.exp).collect();
-        self.learn(exps, imitate, avg_jct, episode_return)
+        let point = self.learn(exps, imitate, avg_jct, episode_return)?;
+        if let Some(last) = self.curve.last_mut() {
+            last.reference_jct = reference;
+        }
+        Ok(CurvePoint {
+            reference_jct: reference,
+            ..point
+        })
     }
 
     /// One update from experience, whatever its source: the simulator's episodes
@@ -352,18 +382,34 @@ impl Trainer {
         // that round (across agents and batches); the simulator's rounds need no merge.
         let asm = tapfinger::model::critic::assemble(exps.iter().flat_map(|e| e.records.iter()));
         self.last_assembly = (asm.rounds.len(), asm.reports, asm.merged);
+        // The input-dependent baseline needs whole episodes of one workload (the simulator's
+        // iteration); live agents' streams learn on the critic.
+        let grouped = !imitate
+            && self.cfg.input_baseline
+            && exps.len() > 1
+            && !exps.iter().any(|e| e.truncated);
         let mut samples = Vec::new();
-        for mut exp in exps {
-            let records = std::mem::take(&mut exp.records);
-            if imitate {
-                let zeros = vec![0.0; records.len()];
-                let mut s = self.advantages(records, &exp, &zeros, 1.0, &asm);
-                // A teacher's allocation is a good label even when its claim lost the round.
-                s.iter_mut().for_each(|x| x.lost = false);
-                samples.extend(s);
-            } else {
-                let values = self.values(&records, &asm);
-                samples.extend(self.advantages(records, &exp, &values, self.cfg.gae_lambda, &asm));
+        if grouped {
+            samples = self.input_baseline_samples(exps, &asm);
+        } else {
+            for mut exp in exps {
+                let records = std::mem::take(&mut exp.records);
+                if imitate {
+                    let zeros = vec![0.0; records.len()];
+                    let mut s = self.advantages(records, &exp, &zeros, 1.0, &asm);
+                    // A teacher's allocation is a good label even when its claim lost the round.
+                    s.iter_mut().for_each(|x| x.lost = false);
+                    samples.extend(s);
+                } else {
+                    let values = self.values(&records, &asm);
+                    samples.extend(self.advantages(
+                        records,
+                        &exp,
+                        &values,
+                        self.cfg.gae_lambda,
+                        &asm,
+                    ));
+                }
             }
         }
         if self.cfg.normalize_returns && !samples.is_empty() {
@@ -421,6 +467,7 @@ impl Trainer {
             entropy: en / n,
             phase: if imitate { "imitate" } else { "ppo" }.to_string(),
             eval_jct,
+            reference_jct: f64::NAN,
         };
         self.curve.push(point.clone());
         Ok(point)
