@@ -33,6 +33,13 @@ pub fn learned(
 ) -> anyhow::Result<Box<dyn Policy>> {
     let (net, cfg, scenario) = tapfinger::model::load_bytes(bytes, json, label, &dims(window))
         .map_err(|e| anyhow::anyhow!("model: {e}"))?;
+    // An elastic model re-shares running tasks every slot, which the agent does not do (see
+    // `build`): run here, it would not be the policy that was trained.
+    anyhow::ensure!(
+        !cfg.elastic,
+        "model: {label} shares elastically (re-allocates running tasks every slot), which the \
+         agent does not do yet; use a model trained with `--sharing fixed`"
+    );
     tracing::info!(model = %label, trained_on = %scenario, "learned policy loaded");
     let p = TapfingerPolicy::from_net(net, cfg, burn::tensor::Device::flex());
     Ok(match recorder {
@@ -99,6 +106,23 @@ mod tests {
     fn the_shipped_model_loads_for_the_agent_dims() {
         let p = build("tapfinger", None, 10).unwrap();
         assert_eq!(p.name(), "tapfinger");
+    }
+
+    #[test]
+    fn an_elastic_model_is_refused_naming_the_fixed_form() {
+        // The shipped general model with its sharing set each way.
+        let m = &tapfinger::model::checkpoint::GENERAL;
+        let with = |elastic: bool| {
+            let mut j: serde_json::Value = serde_json::from_str(m.config).unwrap();
+            j["config"]["net"]["elastic"] = serde_json::Value::Bool(elastic);
+            learned(m.model.to_vec(), &j.to_string(), "general", 10, None)
+        };
+        let e = with(true).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            e.contains("elastic") && e.contains("--sharing fixed"),
+            "{e}"
+        );
+        assert!(with(false).is_ok());
     }
 
     #[test]

@@ -495,7 +495,7 @@ fn draw_classes(rng: &mut tapfinger::Rng, boxes: &[Box_]) -> Vec<Class> {
                 0
             };
             let mem = rng.random_range(1..=largest[2].clamp(1, 4));
-            let min = [cpu, gpu, mem];
+            let min = fit_somewhere([cpu, gpu, mem], boxes);
             let max = [
                 (cpu * 4).min(largest[0]).max(cpu),
                 (gpu * 4).min(largest[1]).max(gpu),
@@ -522,6 +522,36 @@ fn draw_classes(rng: &mut tapfinger::Rng, boxes: &[Box_]) -> Vec<Class> {
             }
         })
         .collect()
+}
+
+/// `min` if some box holds it; else cut down to the box that keeps the most of it (a GPU box
+/// for a class that needs GPUs). The kinds are drawn against the largest box of each kind, which
+/// need not be one box; this changes only the scenarios where that made a class fit nowhere (the
+/// generator's other scenarios stay exactly as they were).
+fn fit_somewhere(min: [u32; 3], boxes: &[Box_]) -> [u32; 3] {
+    if boxes
+        .iter()
+        .any(|b| (0..3).all(|k| min[k] <= b.capacity[k]))
+    {
+        return min;
+    }
+    let kept = |b: &Box_| -> f64 {
+        (0..3)
+            .filter(|&k| min[k] > 0)
+            .map(|k| f64::from(min[k].min(b.capacity[k])) / f64::from(min[k]))
+            .sum()
+    };
+    boxes
+        .iter()
+        .filter(|b| min[1] == 0 || b.capacity[1] > 0)
+        .max_by(|a, b| kept(a).total_cmp(&kept(b)))
+        .map_or(min, |b| {
+            [
+                min[0].min(b.capacity[0]).max(1),
+                min[1].min(b.capacity[1]),
+                min[2].min(b.capacity[2]).max(1),
+            ]
+        })
 }
 
 /// Slots a class takes alone at its minimum demand (the stepping of the simulator).
@@ -563,7 +593,10 @@ mod tests {
 
     #[test]
     fn every_generated_scenario_loads_and_is_the_same_for_its_seed() {
-        for seed in (0..200).chain(HELD_OUT_FROM..HELD_OUT_FROM + 50) {
+        for seed in (0..200)
+            .chain(9000..9100)
+            .chain(HELD_OUT_FROM..HELD_OUT_FROM + 200)
+        {
             let text = scenario_toml(seed);
             assert_eq!(
                 text,

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tapfinger::model::net::{NetConfig, VARIANTS};
 use tapfinger_sim::report::{self, Comparison};
@@ -112,6 +112,16 @@ enum Cmd {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Plot training runs side by side: per iteration, the run's training JCT over the reference
+    /// baseline's on the same workloads (mean of the last 10), from each run's curve.csv.
+    Curves {
+        /// A run as LABEL=DIR (a training output folder); repeat for several.
+        #[arg(long = "run", required = true)]
+        runs: Vec<String>,
+        /// The SVG file to write.
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Train the learned TapFinger policy with PPO; checkpoints, curve CSV and plot go to --out.
     Train {
@@ -503,6 +513,33 @@ fn run(cli: Cli) -> Result<()> {
                 started.elapsed().as_secs_f64(),
                 out.display()
             );
+        }
+        Cmd::Curves { runs, out } => {
+            let mut series = Vec::new();
+            for r in &runs {
+                let (label, dir) = r
+                    .split_once('=')
+                    .with_context(|| format!("--run {r:?}: expected LABEL=DIR"))?;
+                let curve = tapfinger_sim::train::read_curve(Path::new(dir))?;
+                let pts = tapfinger_sim::train::ratio_curve(&curve);
+                if pts.is_empty() {
+                    bail!(
+                        "--run {r:?}: its curve has no reference JCT (trained before it was kept)"
+                    );
+                }
+                series.push((label.to_string(), pts));
+            }
+            tapfinger_sim::plot::line_chart(
+                &out,
+                &format!(
+                    "training JCT over {}'s on the same workloads",
+                    tapfinger_sim::train::REFERENCE
+                ),
+                "iteration",
+                "ratio (mean of the last 10 iterations)",
+                &series,
+            )?;
+            println!("wrote {}", out.display());
         }
         Cmd::Suite {
             generator_seeds,

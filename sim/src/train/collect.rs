@@ -17,7 +17,7 @@ pub(super) struct Episode {
     avg_jct: f64,
     ret: f64,
     /// Its workload seed.
-    workload: u64,
+    pub(super) workload: u64,
 }
 
 /// Imitation: the teacher's decision is the label; who acts is a coin flip with weight `beta`.

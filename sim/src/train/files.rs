@@ -67,7 +67,7 @@ impl Trainer {
                 p.reference_jct
             ));
         }
-        let curve = dir.join("curve.csv");
+        let curve = dir.join(CURVE_FILE);
         std::fs::write(&curve, csv).map_err(|e| err(&curve, e.to_string()))?;
         let mut series = vec![(
             "avg JCT (training episodes)".to_string(),
@@ -114,7 +114,7 @@ impl Trainer {
     /// Resume from a checkpoint folder written by [`Trainer::save`].
     pub fn resume(sim: Simulator, dir: &Path) -> Result<Self, TrainError> {
         let (net_cfg, meta) = read_checkpoint(dir)?;
-        let curve_text = std::fs::read_to_string(dir.join("curve.csv")).unwrap_or_default();
+        let curve_text = std::fs::read_to_string(dir.join(CURVE_FILE)).unwrap_or_default();
         let mut t = Trainer::new(sim, meta.config.clone());
         let device = t.device.clone();
         let path = dir.join(MODEL_FILE);
@@ -135,25 +135,7 @@ impl Trainer {
         }
         t.iteration = meta.iteration;
         t.ret_scale = meta.ret_scale;
-        t.curve = curve_text
-            .lines()
-            .skip(1)
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split(',').collect();
-                Some(CurvePoint {
-                    iteration: f.first()?.parse().ok()?,
-                    avg_jct: f.get(1)?.parse().ok()?,
-                    episode_return: f.get(2)?.parse().ok()?,
-                    decisions: f.get(3)?.parse().ok()?,
-                    policy_loss: f.get(4)?.parse().ok()?,
-                    value_loss: f.get(5)?.parse().ok()?,
-                    entropy: f.get(6)?.parse().ok()?,
-                    phase: f.get(7).unwrap_or(&"ppo").to_string(),
-                    eval_jct: f.get(8).and_then(|x| x.parse().ok()).unwrap_or(f64::NAN),
-                    reference_jct: f.get(9).and_then(|x| x.parse().ok()).unwrap_or(f64::NAN),
-                })
-            })
-            .collect();
+        t.curve = parse_curve(&curve_text);
         Ok(t)
     }
 }
@@ -173,6 +155,42 @@ pub fn ratio_curve(curve: &[super::CurvePoint]) -> Vec<(f64, f64)> {
                 pts[i].0,
                 w.iter().map(|p| p.1).sum::<f64>() / w.len() as f64,
             )
+        })
+        .collect()
+}
+
+/// The training curve's file in a checkpoint folder.
+const CURVE_FILE: &str = "curve.csv";
+
+/// The training curve kept in checkpoint folder `dir`.
+pub fn read_curve(dir: &Path) -> Result<Vec<CurvePoint>, TrainError> {
+    let path = dir.join(CURVE_FILE);
+    std::fs::read_to_string(&path)
+        .map(|t| parse_curve(&t))
+        .map_err(|e| TrainError::Checkpoint {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })
+}
+
+/// Rows of `curve.csv` (columns added over time default to NaN).
+fn parse_curve(text: &str) -> Vec<CurvePoint> {
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Some(CurvePoint {
+                iteration: f.first()?.parse().ok()?,
+                avg_jct: f.get(1)?.parse().ok()?,
+                episode_return: f.get(2)?.parse().ok()?,
+                decisions: f.get(3)?.parse().ok()?,
+                policy_loss: f.get(4)?.parse().ok()?,
+                value_loss: f.get(5)?.parse().ok()?,
+                entropy: f.get(6)?.parse().ok()?,
+                phase: f.get(7).unwrap_or(&"ppo").to_string(),
+                eval_jct: f.get(8).and_then(|x| x.parse().ok()).unwrap_or(f64::NAN),
+                reference_jct: f.get(9).and_then(|x| x.parse().ok()).unwrap_or(f64::NAN),
+            })
         })
         .collect()
 }

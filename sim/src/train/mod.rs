@@ -17,7 +17,7 @@
 
 mod collect;
 mod files;
-pub use files::ratio_curve;
+pub use files::{ratio_curve, read_curve};
 mod ppo;
 
 use crate::env::Simulator;
@@ -94,9 +94,10 @@ pub struct TrainConfig {
     pub normalize_returns: bool,
     /// The input-dependent baseline (Mao et al., "Variance reduction for reinforcement learning
     /// in input-driven environments"; Decima trains this way): a PPO iteration's episodes share
-    /// one workload, and each decision's advantage is its return from its slot on less the mean,
-    /// over those episodes, of the same agent's return from that slot — the part of the return
-    /// the arrivals explain is taken out. Off (runs written before it): GAE on the critic.
+    /// one workload, and each decision's advantage is the cluster's return from its slot on less
+    /// the mean, over those episodes, of the cluster's return from that slot — the part of the
+    /// return the arrivals explain is taken out. Off (runs written before it): GAE on the critic
+    /// over each agent's own reward.
     #[serde(default)]
     pub input_baseline: bool,
 }

@@ -95,9 +95,11 @@ impl Trainer {
     }
 
     /// Samples under the input-dependent baseline ([`super::TrainConfig::input_baseline`]) from
-    /// episodes that share one workload. A decision's return is its agent's reward from the
-    /// decision's slot on (discounted per slot); its advantage is that less the mean over the
-    /// episodes of the same agent's return from the same slot (0 in an episode already over).
+    /// episodes that share one workload. A decision's return is the whole cluster's reward from
+    /// the decision's slot on (discounted per slot): the objective is the cluster's JCT, and an
+    /// agent's own queue would reward it for pushing work onto its peers. Its advantage is that
+    /// less the mean over the episodes of the cluster's return from the same slot (0 in an
+    /// episode already over).
     pub(super) fn input_baseline_samples(
         &self,
         exps: Vec<Experience>,
@@ -113,53 +115,36 @@ impl Trainer {
             .max()
             .unwrap_or(0);
         let (gamma, scale) = (self.cfg.gamma, self.cfg.reward_scale);
-        // Per episode and agent: the return from every slot on.
-        let togo: Vec<BTreeMap<NodeId, Vec<f32>>> = exps
+        // Per episode: the cluster's return from every slot on.
+        let togo: Vec<Vec<f32>> = exps
             .iter()
             .map(|e| {
-                let mut by_agent: BTreeMap<NodeId, Vec<f32>> = BTreeMap::new();
-                for ((slot, who), r) in &e.rewards {
-                    by_agent
-                        .entry(*who)
-                        .or_insert_with(|| vec![0.0; horizon + 1])[*slot as usize] +=
-                        *r as f32 * scale;
+                let mut g = vec![0.0f32; horizon + 1];
+                for ((slot, _), r) in &e.rewards {
+                    g[*slot as usize] += *r as f32 * scale;
                 }
-                for r in &e.records {
-                    by_agent
-                        .entry(r.me)
-                        .or_insert_with(|| vec![0.0; horizon + 1]);
+                for s in (0..horizon).rev() {
+                    g[s] += gamma * g[s + 1];
                 }
-                for g in by_agent.values_mut() {
-                    for s in (0..horizon).rev() {
-                        g[s] += gamma * g[s + 1];
-                    }
-                }
-                by_agent
+                g
             })
             .collect();
-        let mut baseline: BTreeMap<NodeId, Vec<f32>> = BTreeMap::new();
         let n = exps.len().max(1) as f32;
+        let mut baseline = vec![0.0f32; horizon + 1];
         for g in &togo {
-            for (who, v) in g {
-                let b = baseline
-                    .entry(*who)
-                    .or_insert_with(|| vec![0.0; horizon + 1]);
-                for (bs, x) in b.iter_mut().zip(v) {
-                    *bs += x / n;
-                }
+            for (b, x) in baseline.iter_mut().zip(g) {
+                *b += x / n;
             }
         }
         let mut out = Vec::new();
         for (e, exp) in exps.into_iter().enumerate() {
             for rec in exp.records {
                 let s = rec.view.slot as usize;
-                let ret = togo[e].get(&rec.me).map_or(0.0, |g| g[s]);
-                let base = baseline.get(&rec.me).map_or(0.0, |b| b[s]);
                 out.push(Sample {
                     critic: asm.view(&rec).cloned(),
                     lost: exp.lost.contains(&(rec.view.slot, rec.view.step, rec.me)),
-                    advantage: ret - base,
-                    ret,
+                    advantage: togo[e][s] - baseline[s],
+                    ret: togo[e][s],
                     rec,
                 });
             }

@@ -47,6 +47,15 @@ fn tiny(seed: u64, width: usize, tune: impl FnOnce(&mut TrainConfig)) -> Trainer
     Trainer::new(sim, cfg)
 }
 
+/// A decision of agent 0 in `slot` on an empty view (returns and advantages need no more).
+fn record_at(slot: u64) -> DecisionRecord {
+    let view = tapfinger::view::ClusterView {
+        slot,
+        ..Default::default()
+    };
+    DecisionRecord::new(view, NodeId(0), Vec::new(), 0)
+}
+
 /// Rewards of slots in which an agent made no decision (possible live) are charged to its
 /// previous decision, and the simulator's episodes have a decision in every slot of every agent.
 #[test]
@@ -55,13 +64,7 @@ fn slots_without_a_decision_still_count() {
         cfg.gamma = 1.0;
         cfg.reward_scale = 1.0;
     });
-    let rec = |slot: u64| {
-        let view = tapfinger::view::ClusterView {
-            slot,
-            ..Default::default()
-        };
-        DecisionRecord::new(view, NodeId(0), Vec::new(), 0)
-    };
+    let rec = record_at;
     let mut exp = Experience::default();
     for (slot, r) in [(1, -1.0), (2, -2.0), (3, -4.0), (4, -8.0)] {
         exp.rewards.insert((slot, NodeId(0)), r);
@@ -354,4 +357,72 @@ fn the_entropy_weight_decays_over_ppo_iterations_only() {
     assert!((cfg.entropy_at(500) - 0.002).abs() < 1e-9);
     cfg.entropy_decay_iterations = 0;
     assert_eq!(cfg.entropy_at(500), 0.01, "no decay: constant");
+}
+
+/// The input-dependent baseline: a decision's advantage is the cluster's return from its slot on
+/// less the mean over the iteration's episodes of the cluster's return from that slot.
+#[test]
+fn the_input_dependent_baseline_centres_each_slots_return_over_the_episodes() {
+    let t = tiny(1, 16, |cfg| {
+        cfg.gamma = 1.0;
+        cfg.reward_scale = 1.0;
+    });
+    let rec = record_at;
+    let mut a = Experience::default();
+    for slot in 0..3 {
+        a.rewards.insert((slot, NodeId(0)), -1.0);
+    }
+    a.records = vec![rec(0), rec(2)];
+    let mut b = Experience::default();
+    // The cluster's reward: agent 1's counts for agent 0's decisions too.
+    b.rewards.insert((0, NodeId(0)), -1.0);
+    b.rewards.insert((0, NodeId(1)), -2.0);
+    b.records = vec![rec(0)];
+    let asm = tapfinger::model::critic::assemble(a.records.iter().chain(&b.records));
+    let s = t.input_baseline_samples(vec![a, b], &asm);
+    let got: Vec<(f32, f32)> = s.iter().map(|x| (x.ret, x.advantage)).collect();
+    // Returns from slot 0: -3 in both (baseline -3); from slot 2: -1 in a, 0 in b (-0.5).
+    assert_eq!(got, vec![(-3.0, 0.0), (-1.0, -0.5), (-3.0, 0.0)]);
+}
+
+/// With the baseline on, a PPO iteration's episodes run one workload and differ in their
+/// decisions; off, each has its own workload.
+#[test]
+fn an_iterations_episodes_share_one_workload_only_under_the_input_baseline() {
+    let arrivals = |e: &super::collect::Episode| e.workload;
+    let t = tiny(3, 16, |cfg| cfg.envs = 3);
+    let (eps, _, _) = t.collect(None).unwrap();
+    assert!(eps.iter().all(|e| arrivals(e) == arrivals(&eps[0])));
+    let decisions = |e: &super::collect::Episode| {
+        e.exp
+            .records
+            .iter()
+            .map(|r| (r.view.slot, r.slot))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        eps.iter().any(|e| decisions(e) != decisions(&eps[0])),
+        "the agents' sampling differs between the episodes"
+    );
+    // The workload seed alone fixes the arrivals and sizes; the policy seed only the sampling.
+    let run = |p: u64| {
+        let mut obs = crate::env::NoObserver;
+        t.sim
+            .run_split(t.policies(false), 42, p, &mut obs)
+            .unwrap()
+            .tasks
+    };
+    let (x, y) = (run(1), run(2));
+    let key = |r: &crate::env::TaskRecord| (r.id, r.ty, r.arrival, r.lower_bound);
+    assert_eq!(
+        x.iter().map(key).collect::<Vec<_>>(),
+        y.iter().map(key).collect::<Vec<_>>()
+    );
+    assert_ne!(x, y, "different sampling, different schedules");
+    let t = tiny(3, 16, |cfg| {
+        cfg.envs = 3;
+        cfg.input_baseline = false;
+    });
+    let (eps, _, _) = t.collect(None).unwrap();
+    assert!(arrivals(&eps[0]) != arrivals(&eps[1]) && arrivals(&eps[1]) != arrivals(&eps[2]));
 }
