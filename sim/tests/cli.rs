@@ -274,8 +274,7 @@ fn the_shipped_model_is_the_default_and_beats_the_baselines_on_hetero6() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let jct = |i: usize| v["results"][i]["avg_jct"].as_f64().unwrap();
     assert!(jct(0) < jct(1) && jct(0) < jct(2), "{out}");
-    // A `LABEL=PATH` policy is reported under its label; a scenario without a shipped model
-    // names the way out.
+    // A `LABEL=PATH` policy whose model is missing names the path.
     let (ok, _, err) = sim(&[
         "run",
         "--scenario",
@@ -299,20 +298,10 @@ min_demand = [1]
 speed = { model = "synthetic", w = [0.25], b = 0.0 }
 "#;
     let p = write("custom.toml", toml);
-    fails_with(
-        &[
-            "run",
-            "--scenario",
-            p.to_str().unwrap(),
-            "--policy",
-            "tapfinger",
-        ],
-        "none ships for scenario \"custom\"",
-    );
-    // Without --policy and without a model, `run` falls back to a baseline.
+    // A scenario without a model of its own gets the shipped general model, also by default.
     let (ok, out, err) = sim(&["run", "--scenario", p.to_str().unwrap(), "--json"]);
     assert!(ok, "{err}");
-    assert!(out.contains("\"policy\": \"tiresias\""), "{out}");
+    assert!(out.contains("\"policy\": \"tapfinger\""), "{out}");
 }
 
 #[test]
@@ -401,6 +390,22 @@ fn training_refuses_what_it_cannot_learn_from() {
         ],
         "re-allocates running tasks",
     );
+    // An elastic (general) student only copies elastic teachers.
+    fails_with(
+        &[
+            "train",
+            "--scenario",
+            "synthetic3",
+            "--general",
+            "--imitate",
+            "1",
+            "--teacher",
+            "tiresias-np",
+            "--minutes",
+            "0.1",
+        ],
+        "keeps each task's allocation for its whole run",
+    );
     // Fine-tuning from a per-preset model of other sizes is refused with both named.
     let hetero6 = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/models/hetero6");
     fails_with(
@@ -438,5 +443,36 @@ fn training_refuses_what_it_cannot_learn_from() {
             "1",
         ],
         "only a general model",
+    );
+}
+
+#[test]
+fn curves_plots_runs_side_by_side_and_says_what_is_missing() {
+    let dir = write("curves.marker", "").parent().unwrap().join("run-a");
+    std::fs::create_dir_all(&dir).unwrap();
+    let header = "iteration,avg_jct,episode_return,decisions,policy_loss,value_loss,entropy,phase,eval_jct,reference_jct\n";
+    std::fs::write(
+        dir.join("curve.csv"),
+        format!("{header}1,4.0,-1,10,0,0,0,ppo,NaN,4.4\n2,3.0,-1,10,0,0,0,ppo,NaN,3.3\n"),
+    )
+    .unwrap();
+    let svg = dir.join("both.svg");
+    let run = format!("a={}", dir.display());
+    let (ok, _, err) = sim(&["curves", "--run", &run, "--out", svg.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    fails_with(
+        &["curves", "--run", "nolabel", "--out", "x.svg"],
+        "expected LABEL=DIR",
+    );
+    // A curve written before the reference was kept has nothing to plot.
+    std::fs::write(
+        dir.join("curve.csv"),
+        "iteration,avg_jct,episode_return,decisions,policy_loss,value_loss,entropy,phase,eval_jct\n1,4.0,-1,10,0,0,0,ppo,NaN\n",
+    )
+    .unwrap();
+    fails_with(
+        &["curves", "--run", &run, "--out", svg.to_str().unwrap()],
+        "no reference JCT",
     );
 }
