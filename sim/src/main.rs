@@ -140,8 +140,9 @@ enum Cmd {
         /// Continue from a checkpoint folder.
         #[arg(long, value_name = "DIR")]
         resume: Option<PathBuf>,
-        /// Fine-tune: start a new run from this model's weights (a checkpoint folder or
-        /// model.bpk; a general model fits any scenario), with a fresh optimizer.
+        /// Fine-tune: start a new run from this model's weights (a checkpoint folder, a
+        /// model.bpk, or `general`: the shipped general model, which fits any scenario), with a
+        /// fresh optimizer.
         #[arg(long, value_name = "MODEL", conflicts_with = "resume")]
         from: Option<PathBuf>,
         /// Seed.
@@ -392,8 +393,15 @@ fn run(cli: Cli) -> Result<()> {
             let mut trainer = match (&resume, &from) {
                 (Some(dir), _) => Trainer::resume(sim, dir)?,
                 (None, Some(model)) => {
-                    let (net, mut net_cfg, trained_on) =
-                        tapfinger::model::checkpoint::load_path(model, &sim.dims())?;
+                    let (net, mut net_cfg, trained_on) = if model.as_os_str() == "general"
+                        && !model.exists()
+                    {
+                        let g = &tapfinger::model::checkpoint::GENERAL;
+                        let (net, cfg) = g.load(&sim.dims())?;
+                        (net, cfg, "generated scenarios (the shipped general model)".to_string())
+                    } else {
+                        tapfinger::model::checkpoint::load_path(model, &sim.dims())?
+                    };
                     if let Some(k) = focus {
                         net_cfg.focus = k;
                     }
