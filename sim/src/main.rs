@@ -393,15 +393,18 @@ fn run(cli: Cli) -> Result<()> {
             let mut trainer = match (&resume, &from) {
                 (Some(dir), _) => Trainer::resume(sim, dir)?,
                 (None, Some(model)) => {
-                    let (net, mut net_cfg, trained_on) = if model.as_os_str() == "general"
-                        && !model.exists()
-                    {
-                        let g = &tapfinger::model::checkpoint::GENERAL;
-                        let (net, cfg) = g.load(&sim.dims())?;
-                        (net, cfg, "generated scenarios (the shipped general model)".to_string())
-                    } else {
-                        tapfinger::model::checkpoint::load_path(model, &sim.dims())?
-                    };
+                    let (net, mut net_cfg, trained_on) =
+                        if model.as_os_str() == "general" && !model.exists() {
+                            let g = &tapfinger::model::checkpoint::GENERAL;
+                            let (net, cfg) = g.load(&sim.dims())?;
+                            (
+                                net,
+                                cfg,
+                                "generated scenarios (the shipped general model)".to_string(),
+                            )
+                        } else {
+                            tapfinger::model::checkpoint::load_path(model, &sim.dims())?
+                        };
                     if let Some(k) = focus {
                         net_cfg.focus = k;
                     }
