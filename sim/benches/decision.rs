@@ -1,7 +1,8 @@
 //! Decision latency of the learned policy: one agent's decision (graph batching, HAN encoder,
 //! pointer and allocation heads, sampling) on the busiest `hetero6` state of a Tiresias episode,
 //! with the per-preset features (schema 1) and with the general ones (schema 2, which also read
-//! the speed estimates the view carries). Goals: under 2 ms (per preset), 0.5 ms (general).
+//! the speed estimates the view carries), untrained and as shipped (elastic: no allocation heads).
+//! Goals: under 2 ms (per preset), 0.5 ms (general).
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
@@ -59,6 +60,14 @@ fn decision(c: &mut Criterion) {
     );
     c.bench_function("tapfinger_decision_hetero6_general", |b| {
         b.iter(|| black_box(general.decide(&v, &mut rng)))
+    });
+    // The shipped general model as it runs: elastic, so no allocation heads.
+    let (net, cfg) = tapfinger::model::checkpoint::GENERAL
+        .load(&sim.dims())
+        .expect("the shipped general model");
+    let mut shipped = TapfingerPolicy::from_net(net, cfg, burn::tensor::Device::flex());
+    c.bench_function("tapfinger_decision_hetero6_general_shipped", |b| {
+        b.iter(|| black_box(shipped.decide(&v, &mut rng)))
     });
 }
 
