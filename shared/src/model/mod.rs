@@ -326,24 +326,29 @@ impl TapfingerPolicy {
     }
 
     fn try_decide(&self, view: &View<'_>, rng: &mut Rng) -> Option<Decision> {
-        let focused = view.cluster.focus(view.me, self.cfg.focus);
-        let view = &focused.for_agent(view.me)?;
         let dims: &Dims = &self.cfg.dims;
-        let free = &view.node().free;
+        // The agent's own window, free units and kinds are the same in the focused view.
         let window: Vec<&crate::Task> = view.window().take(dims.window).collect();
         let blocked = self.blocked(view, &window);
-        let pass_blocked = self.pass_blocked(view, &window, &blocked);
-        let selectable: Vec<usize> = (0..window.len()).filter(|&i| !blocked[i]).collect();
-        if selectable.is_empty() {
+        if blocked.iter().all(|b| *b) {
             // Nothing can be claimed: "pass" is the only action, with probability 1 under every
-            // selection rule, so the network need not run (most agents of a large, busy cluster
-            // are here at most steps). The record is the one the network would have made.
-            let mut record =
-                DecisionRecord::new(view.cluster.clone(), view.me, blocked, dims.window);
-            record.pass_blocked = pass_blocked;
-            self.record(record);
+            // selection rule (and passing is never masked then), so neither the focus nor the
+            // network need run — most agents of a large, busy cluster are here at most steps.
+            // A recording policy keeps the record the network would have made.
+            if self.recorder.is_some() {
+                let focused = view.cluster.focus(view.me, self.cfg.focus);
+                let record =
+                    DecisionRecord::new(focused.into_owned(), view.me, blocked, dims.window);
+                self.record(record);
+            }
             return Some(Decision::Pass);
         }
+        let focused = view.cluster.focus(view.me, self.cfg.focus);
+        let view = &focused.for_agent(view.me)?;
+        let free = &view.node().free;
+        let window: Vec<&crate::Task> = view.window().take(dims.window).collect();
+        let pass_blocked = self.pass_blocked(view, &window, &blocked);
+        let selectable: Vec<usize> = (0..window.len()).filter(|&i| !blocked[i]).collect();
         let b = batch(&[(view.cluster, view.me)], dims);
         let enc = self.net.encode(&b, &self.device);
         let (slot, prob) = match self.cfg.selection {
