@@ -215,10 +215,18 @@ shipped! {
     GENERAL = "general";
 }
 
-/// The model shipped for a scenario name, if any (the per-preset models; [`GENERAL`] is the
-/// default for every other scenario).
+/// Presets served by another preset's model of the same input sizes: `hetero3` and `hetero12`
+/// are `hetero6`'s servers at other counts, made to test that model off its own cluster size.
+const SAME_SIZES: &[(&str, &str)] = &[("hetero3", "hetero6"), ("hetero12", "hetero6")];
+
+/// The model shipped for a scenario name, if any (the per-preset models, and `hetero6`'s for
+/// `hetero3` and `hetero12`; [`GENERAL`] is the default for every other scenario).
 pub fn shipped(scenario: &str) -> Option<&'static Shipped> {
+    let name = SAME_SIZES
+        .iter()
+        .find(|(s, _)| *s == scenario)
+        .map_or(scenario, |(_, m)| m);
     SHIPPED
         .iter()
-        .find(|m| m.scenario == scenario && m.scenario != GENERAL.scenario)
+        .find(|m| m.scenario == name && m.scenario != GENERAL.scenario)
 }
