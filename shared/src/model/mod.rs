@@ -4,7 +4,10 @@
 //! Decisions sample from the network's masked distributions with the caller's seeded RNG (never
 //! burn's), so a decision is reproducible from the seed. The masks are exact: a task is selectable
 //! only if its minimum demand fits the node's free units (and the head's grid), and each kind's
-//! units are drawn between the task's minimum and `min(free, cap, max_units)`.
+//! units are drawn between the task's minimum and `min(free, cap, max_units)`. An elastic model
+//! (`NetConfig::elastic`) claims at the minimum demand and re-shares running tasks once per slot
+//! ([`Policy::rebalance`]); a model with a `focus` decides on a bounded part of the cluster
+//! ([`crate::view::ClusterView::focus`]). Both act in training and deployment alike.
 
 pub mod batch;
 pub mod checkpoint;

@@ -47,6 +47,14 @@ fn tiny(seed: u64, width: usize, tune: impl FnOnce(&mut TrainConfig)) -> Trainer
     Trainer::new(sim, cfg)
 }
 
+/// A tiny trainer whose returns are plain sums of unscaled rewards (γ 1, reward scale 1).
+fn monte_carlo() -> Trainer {
+    tiny(1, 16, |cfg| {
+        cfg.gamma = 1.0;
+        cfg.reward_scale = 1.0;
+    })
+}
+
 /// A decision of agent 0 in `slot` on an empty view (returns and advantages need no more).
 fn record_at(slot: u64) -> DecisionRecord {
     let view = tapfinger::view::ClusterView {
@@ -60,10 +68,7 @@ fn record_at(slot: u64) -> DecisionRecord {
 /// previous decision, and the simulator's episodes have a decision in every slot of every agent.
 #[test]
 fn slots_without_a_decision_still_count() {
-    let t = tiny(1, 16, |cfg| {
-        cfg.gamma = 1.0;
-        cfg.reward_scale = 1.0;
-    });
+    let t = monte_carlo();
     let rec = record_at;
     let mut exp = Experience::default();
     for (slot, r) in [(1, -1.0), (2, -2.0), (3, -4.0), (4, -8.0)] {
@@ -363,10 +368,7 @@ fn the_entropy_weight_decays_over_ppo_iterations_only() {
 /// less the mean over the iteration's episodes of the cluster's return from that slot.
 #[test]
 fn the_input_dependent_baseline_centres_each_slots_return_over_the_episodes() {
-    let t = tiny(1, 16, |cfg| {
-        cfg.gamma = 1.0;
-        cfg.reward_scale = 1.0;
-    });
+    let t = monte_carlo();
     let rec = record_at;
     let mut a = Experience::default();
     for slot in 0..3 {
