@@ -8,7 +8,9 @@
 //! over an in-memory bus, in lock step: each slot the tasks arriving in it are submitted, rounds
 //! run until one starts nothing, and the progress the simulator computed is reported by the
 //! node that runs each task (its exit when it finished). Every policy the agent accepts is
-//! checked (the elastic ones it refuses re-allocate in the simulator only), and the learned one.
+//! checked (the elastic baselines it refuses re-share GPUs, in the simulator only), the learned
+//! one, and the elastic general model in the form the agent runs (GPUs held): the node cores
+//! re-share each slot exactly as the simulator does, and every peer learns the new shares.
 
 // Test helpers may unwrap: a failure there is a test failure with its message.
 #![allow(clippy::unwrap_used)]
@@ -34,6 +36,9 @@ struct Recording {
     views: BTreeMap<u64, Vec<ClusterView>>,
     rounds: Vec<RoundOutcome>,
     rewards: BTreeMap<u64, Vec<f64>>,
+    /// Allocations in force (starts, then re-shares), and a copy of them at each slot's end.
+    alloc: BTreeMap<TaskId, Resources>,
+    allocs: BTreeMap<u64, BTreeMap<TaskId, Resources>>,
     progress: BTreeMap<u64, Vec<(TaskId, f64, bool)>>,
 }
 
@@ -46,11 +51,21 @@ impl Observer for Recording {
     }
     fn round(&mut self, o: &RoundOutcome) {
         self.rounds.push(o.clone());
+        for c in &o.commits {
+            self.alloc.insert(c.task, c.alloc.clone());
+        }
+    }
+    fn reallocated(&mut self, _slot: u64, _node: NodeId, changed: &[(TaskId, Resources)]) {
+        self.alloc.extend(changed.iter().cloned());
     }
     fn slot_end(&mut self, slot: u64, rewards: &[f64]) {
         self.rewards.insert(slot, rewards.to_vec());
+        self.allocs.insert(slot, self.alloc.clone());
     }
     fn progressed(&mut self, slot: u64, task: TaskId, progress: f64, finished: bool) {
+        if finished {
+            self.alloc.remove(&task);
+        }
         self.progress
             .entry(slot)
             .or_default()
@@ -72,6 +87,8 @@ struct Agents {
     now: u64,
     /// Starts per node: (task, allocation), in order.
     starts: Vec<Vec<(TaskId, Resources)>>,
+    /// Re-shares per node: (task, allocation), in order.
+    resizes: Vec<Vec<(TaskId, Resources)>>,
 }
 
 impl Agents {
@@ -110,6 +127,7 @@ impl Agents {
             cores,
             now: 0,
             starts: vec![Vec::new(); n],
+            resizes: vec![Vec::new(); n],
         }
     }
 
@@ -127,6 +145,7 @@ impl Agents {
                     }
                 }
                 Action::Start { task, alloc, .. } => self.starts[i].push((task, alloc)),
+                Action::Resize { task, alloc } => self.resizes[i].push((task, alloc)),
                 other => panic!("node {i}: unexpected {other:?}"),
             }
         }
@@ -154,17 +173,36 @@ fn normalized(v: &ClusterView) -> ClusterView {
     }
 }
 
-/// Run `policy` on `sc` in the simulator, replay it on node cores, and compare.
-fn check_parity(sc: Scenario, policy: &str, seed: u64) -> Result<(), TestCaseError> {
+/// The allocations in force of the tasks running anywhere, as `core` knows them.
+fn running_allocs(core: &NodeCore) -> BTreeMap<TaskId, Resources> {
+    core.tasks()
+        .iter()
+        .filter_map(|(id, e)| match &e.state {
+            TaskState::Running { alloc, .. } => Some((id, alloc.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Run `policy` on `sc` in the simulator, replay it on node cores, and compare. `model`: the
+/// learned policy's checkpoint folder (`None`: the one shipped for the scenario). Returns how
+/// many times the node cores resized a running task.
+fn check_parity(
+    sc: Scenario,
+    policy: &str,
+    seed: u64,
+    model: Option<&std::path::Path>,
+) -> Result<usize, TestCaseError> {
     // The agents' window order (same-age tasks in an order of each node's own).
     let sim = Simulator::new(sc.clone()).window_order(tapfinger::ledger::WindowOrder::Spread);
     let build = |sim: &Simulator| -> Vec<Box<dyn Policy>> {
         if policy == policies::TAPFINGER {
-            policies::learned(sim, None).unwrap()
+            policies::learned(sim, model).unwrap()
         } else {
             policies::build(sim, policy).unwrap()
         }
     };
+    let elastic = build(&sim)[0].elastic();
     let mut rec = Recording::default();
     let result = sim.run_observed(build(&sim), seed, &mut rec).unwrap();
     let mut agents = Agents::new(&sc, build(&sim), seed);
@@ -230,6 +268,28 @@ fn check_parity(sc: Scenario, policy: &str, seed: u64) -> Result<(), TestCaseErr
                 );
             }
         }
+        // The slot's shares: every node re-shared its own tasks as the simulator did.
+        let expected = &rec.allocs[&slot];
+        for (i, core) in agents.cores.iter().enumerate() {
+            let own: BTreeMap<TaskId, Resources> = running_allocs(core)
+                .into_iter()
+                .filter(|(t, _)| core.tasks()[t].state.running_on() == Some(core.id()))
+                .collect();
+            let want: BTreeMap<TaskId, Resources> = expected
+                .iter()
+                .filter(|(t, _)| own.contains_key(t))
+                .map(|(t, a)| (*t, a.clone()))
+                .collect();
+            prop_assert_eq!(
+                &own,
+                &want,
+                "{} seed {}: node {} shares in slot {}",
+                policy,
+                seed,
+                i,
+                slot
+            );
+        }
         for (i, core) in agents.cores.iter().enumerate() {
             prop_assert_eq!(
                 core.reward(),
@@ -253,9 +313,33 @@ fn check_parity(sc: Scenario, policy: &str, seed: u64) -> Result<(), TestCaseErr
             }
         }
         agents.now += HEARTBEAT;
-        agents.tick_all(); // heartbeats: the progress spreads
+        agents.tick_all(); // heartbeats: the progress and the shares spread
+        // Every peer knows every running task's shares.
+        let running: BTreeMap<TaskId, Resources> = rec.allocs[&slot]
+            .iter()
+            .filter(|(t, _)| matches!(agents.cores[0].tasks()[*t].state, TaskState::Running { .. }))
+            .map(|(t, a)| (*t, a.clone()))
+            .collect();
+        for (i, core) in agents.cores.iter().enumerate() {
+            prop_assert_eq!(
+                &running_allocs(core),
+                &running,
+                "{} seed {}: node {} knows other shares after slot {}",
+                policy,
+                seed,
+                i,
+                slot
+            );
+        }
         agents.now += HEARTBEAT;
     }
+    let resized: usize = agents.resizes.iter().map(Vec::len).sum();
+    prop_assert!(
+        elastic || resized == 0,
+        "{} seed {}: a non-elastic policy resized tasks",
+        policy,
+        seed
+    );
     // Every task finished where and when the simulator says, as every node knows it.
     for rec_task in &result.tasks {
         for core in &agents.cores {
@@ -271,7 +355,7 @@ fn check_parity(sc: Scenario, policy: &str, seed: u64) -> Result<(), TestCaseErr
         }
     }
     prop_assert_eq!(round, rec.rounds.len());
-    Ok(())
+    Ok(resized)
 }
 
 /// The policies an agent runs: every baseline but the elastic ones, which it refuses (the
@@ -285,7 +369,7 @@ fn agent_policies() -> Vec<&'static str> {
             policies::build(&sim, p)
                 .unwrap()
                 .first()
-                .is_some_and(|x| !x.elastic())
+                .is_some_and(|x| !x.resizes_gpus())
         })
         .collect()
 }
@@ -299,7 +383,7 @@ proptest! {
         seed in 0u64..1000,
     ) {
         let names = agent_policies();
-        check_parity(sc, names[policy % names.len()], seed)?;
+        check_parity(sc, names[policy % names.len()], seed, None)?;
     }
 }
 
@@ -308,7 +392,36 @@ fn agents_and_the_simulator_agree_for_the_learned_policy() {
     let mut sc = Scenario::load("synthetic3").unwrap();
     sc.tasks = 40;
     for seed in [100, 101, 102] {
-        check_parity(sc.clone(), policies::TAPFINGER, seed).unwrap();
+        check_parity(sc.clone(), policies::TAPFINGER, seed, None).unwrap();
+    }
+}
+
+/// The shipped general model in the form the agent runs: elastic, GPUs held.
+fn general_held_gpus() -> std::path::PathBuf {
+    let g = &tapfinger::model::checkpoint::GENERAL;
+    let mut j: serde_json::Value = serde_json::from_str(g.config).unwrap();
+    j["config"]["net"]["elastic"] = serde_json::Value::Bool(true);
+    j["config"]["net"]["hold_gpus"] = serde_json::Value::Bool(true);
+    let dir = std::env::temp_dir().join(format!("tapfinger-parity-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("model.bpk"), g.model).unwrap();
+    std::fs::write(dir.join("train.json"), j.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn agents_and_the_simulator_re_share_alike_with_the_elastic_general_model() {
+    let dir = general_held_gpus();
+    // Generated clusters with GPU and CPU-only boxes, several task classes.
+    for g in [8, 10] {
+        let mut sc = Scenario::load(&format!("gen:{g}")).unwrap();
+        sc.tasks = sc.tasks.min(40);
+        let mut resized = 0;
+        for seed in [100, 101] {
+            resized += check_parity(sc.clone(), policies::TAPFINGER, seed, Some(&dir)).unwrap();
+        }
+        // Re-sharing happened, so the comparison above covered it.
+        assert!(resized > 0, "gen:{g}: no task was re-shared");
     }
 }
 

@@ -7,8 +7,8 @@
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use support::scenarios::scenario_with;
-use tapfinger::Resources;
 use tapfinger::view::ClusterView;
+use tapfinger::{NodeId, Resources, TaskId};
 use tapfinger_sim::{Scenario, Simulator, policies, report};
 
 mod support {
@@ -56,14 +56,69 @@ fn hetero6_ordering_matches_the_paper() {
     }
 }
 
-struct Audit<'a>(&'a mut BTreeMap<u64, u32>);
+/// Audits an episode: every view (`audit`), and the allocations in force, which on elastic nodes
+/// differ from what the views show (their running tasks at their minimum demands) once the node
+/// re-shares: every re-share keeps each task within [minimum, maximum] and the node within its
+/// capacity.
+struct Audit<'a> {
+    started: &'a mut BTreeMap<u64, u32>,
+    capacity: BTreeMap<NodeId, Resources>,
+    /// Allocation in force of every running task, and where it runs.
+    alloc: BTreeMap<TaskId, (NodeId, Resources, Resources)>,
+    reshares: u64,
+}
 
 impl tapfinger_sim::env::Observer for Audit<'_> {
     fn wants_views(&self) -> bool {
         true
     }
     fn view(&mut self, v: &ClusterView) {
-        audit(v, self.0);
+        audit(v, self.started);
+        for n in &v.nodes {
+            self.capacity.insert(n.id, n.capacity.clone());
+        }
+        // A task not running (done, or back in a queue after a failed run) runs nowhere; a
+        // running one's minimum is the view's (a failed run re-queues a task with a larger one).
+        let running: std::collections::BTreeSet<TaskId> =
+            v.running.iter().map(|r| r.task.id).collect();
+        self.alloc.retain(|t, _| running.contains(t));
+        for r in &v.running {
+            if let Some(e) = self.alloc.get_mut(&r.task.id) {
+                e.2 = r.task.min_demand.clone();
+            }
+        }
+    }
+    fn progressed(&mut self, _slot: u64, task: TaskId, _progress: f64, finished: bool) {
+        if finished {
+            self.alloc.remove(&task);
+        }
+    }
+    fn round(&mut self, o: &tapfinger::RoundOutcome) {
+        // Every commit is a start, with the committed allocation (its minimum is not known yet).
+        for c in &o.commits {
+            let e = (c.agent, c.alloc.clone(), Resources::zeros(c.alloc.len()));
+            self.alloc.insert(c.task, e);
+        }
+    }
+    fn reallocated(&mut self, _slot: u64, node: NodeId, changed: &[(TaskId, Resources)]) {
+        self.reshares += 1;
+        for (t, a) in changed {
+            let e = self.alloc.get_mut(t).expect("a re-shared task runs");
+            assert_eq!(e.0, node, "{t} re-shared by a node it does not run on");
+            assert!(e.2.fits_in(a), "{t} re-shared below its minimum: {a}");
+            e.1 = a.clone();
+        }
+        let mut used = Resources::zeros(self.capacity[&node].len());
+        for (n, a, _) in self.alloc.values() {
+            if *n == node {
+                used = used.checked_add(a).unwrap();
+            }
+        }
+        assert!(
+            used.fits_in(&self.capacity[&node]),
+            "node {node} re-shared over capacity: {used} > {}",
+            self.capacity[&node]
+        );
     }
 }
 
@@ -118,9 +173,11 @@ proptest! {
         // Every agent's protocol instance, checked to agree on every round.
         let sim = Simulator::new(sc).replicated(true);
         let ps = policies::build(&sim, name).unwrap();
+        let elastic = ps[0].elastic();
         let mut started = BTreeMap::new();
-        let mut obs = Audit(&mut started);
+        let mut obs = Audit { started: &mut started, capacity: BTreeMap::new(), alloc: BTreeMap::new(), reshares: 0 };
         let r = sim.run_observed(ps, seed, &mut obs).unwrap();
+        prop_assert!(elastic || obs.reshares == 0, "{} re-shared", name);
         // Resolving each round once gives the same episode.
         prop_assert_eq!(&fast.run(policies::build(&fast, name).unwrap(), seed).unwrap(), &r);
         // Every arrived task finished, exactly once.

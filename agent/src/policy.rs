@@ -33,12 +33,13 @@ pub fn learned(
 ) -> anyhow::Result<Box<dyn Policy>> {
     let (net, cfg, scenario) = tapfinger::model::load_bytes(bytes, json, label, &dims(window))
         .map_err(|e| anyhow::anyhow!("model: {e}"))?;
-    // An elastic model re-shares running tasks every slot, which the agent does not do (see
-    // `build`): run here, it would not be the policy that was trained.
+    // A process's GPU devices are fixed when it starts: a model trained to re-share GPUs
+    // would not be, run here, the policy that was trained (see `build`).
     anyhow::ensure!(
-        !cfg.elastic,
-        "model: {label} shares elastically (re-allocates running tasks every slot), which the \
-         agent does not do yet; use a model trained with `--sharing fixed`"
+        !cfg.elastic || cfg.hold_gpus,
+        "model: {label} re-shares the GPUs of running tasks every slot, which the agent cannot \
+         do (a process's devices are fixed when it starts); use a model trained with \
+         `--sharing elastic` (GPUs held, CPU and memory re-shared) or `--sharing fixed`"
     );
     tracing::info!(model = %label, trained_on = %scenario, "learned policy loaded");
     let p = TapfingerPolicy::from_net(net, cfg, burn::tensor::Device::flex());
@@ -84,13 +85,13 @@ pub fn build(name: &str, model: Option<&Path>, window: usize) -> anyhow::Result<
     };
     let policy = baselines::by_name(name, &ctx)
         .map_err(|e| anyhow::anyhow!("policy: {e}; or `tapfinger` (the default)"))?;
-    // Elastic policies re-allocate running tasks every slot. The agent does not: it gives a task
-    // its allocation when it starts and keeps it (changing a running process's shares is not
-    // done yet), so an elastic policy here would not be the policy the simulator measured.
+    // The elastic baselines re-share GPUs as well as CPU and memory every slot. The agent
+    // changes a running task's CPU and memory shares (its cgroup) but not its GPU devices, so
+    // such a policy here would not be the policy the simulator measured.
     anyhow::ensure!(
-        !policy.elastic(),
-        "policy: `{name}` re-allocates running tasks (elastic), which the agent does not do; use \
-         its non-preemptive form (`{name}-np`) or `tapfinger`"
+        !policy.resizes_gpus(),
+        "policy: `{name}` re-shares the GPUs of running tasks (elastic), which the agent cannot \
+         do; use its non-preemptive form (`{name}-np`) or `tapfinger`"
     );
     Ok(policy)
 }
@@ -109,20 +110,26 @@ mod tests {
     }
 
     #[test]
-    fn an_elastic_model_is_refused_naming_the_fixed_form() {
+    fn a_model_that_re_shares_gpus_is_refused_naming_the_forms_that_run() {
         // The shipped general model with its sharing set each way.
         let m = &tapfinger::model::checkpoint::GENERAL;
-        let with = |elastic: bool| {
+        let with = |elastic: bool, hold_gpus: bool| {
             let mut j: serde_json::Value = serde_json::from_str(m.config).unwrap();
             j["config"]["net"]["elastic"] = serde_json::Value::Bool(elastic);
+            j["config"]["net"]["hold_gpus"] = serde_json::Value::Bool(hold_gpus);
             learned(m.model.to_vec(), &j.to_string(), "general", 10, None)
         };
-        let e = with(true).err().map(|e| e.to_string()).unwrap_or_default();
+        let e = with(true, false)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(
-            e.contains("elastic") && e.contains("--sharing fixed"),
+            e.contains("GPUs") && e.contains("--sharing elastic") && e.contains("--sharing fixed"),
             "{e}"
         );
-        assert!(with(false).is_ok());
+        let held = with(true, true).unwrap();
+        assert!(held.elastic() && !held.resizes_gpus());
+        assert!(!with(false, false).unwrap().elastic());
     }
 
     #[test]
@@ -135,7 +142,7 @@ mod tests {
     fn elastic_baselines_are_refused_with_their_non_preemptive_form() {
         let e = build("tiresias", None, 10).err().map(|e| e.to_string());
         let e = e.unwrap_or_default();
-        assert!(e.contains("elastic") && e.contains("tiresias-np"), "{e}");
+        assert!(e.contains("GPUs") && e.contains("tiresias-np"), "{e}");
         assert!(build("tiresias-np", None, 10).is_ok());
     }
 

@@ -139,7 +139,8 @@ impl Cluster {
                     let ms = self.work_ms / u64::from(alloc.get(0).max(1));
                     self.running.push((self.now + ms, from, task));
                 }
-                Action::Refused { .. } => {}
+                // The harness's policies are not elastic; a task's run time is set at its start.
+                Action::Refused { .. } | Action::Resize { .. } => {}
                 Action::Stop { task } => {
                     self.running.retain(|(_, n, t)| !(*n == from && *t == task));
                     let more = self.nodes[from].on_exit(task, None, true);

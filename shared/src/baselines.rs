@@ -252,15 +252,22 @@ impl Policy for Tiresias {
         claim(t, alloc, 1.0)
     }
     fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(TaskId, Resources)> {
-        least_attained_shares(view)
+        least_attained_shares(view, false)
     }
 }
 
 /// Tiresias's elastic sharing of a node, also the learned policy's in its elastic form: the
 /// running tasks (shown at their minimum demand) in least-attained-service order (the queue under
 /// [`TIRESIAS_THRESHOLD`] first, then by arrival), and the node's spare units of each kind handed
-/// out one by one, round robin in that order, up to each task's maximum demand.
-pub fn least_attained_shares(view: &View<'_>) -> Vec<(TaskId, Resources)> {
+/// out one by one, round robin in that order, up to each task's maximum demand. With
+/// `hold_gpus` the GPU kind is not re-shared: every task keeps the GPUs it holds (the agent
+/// cannot change a running process's devices).
+pub fn least_attained_shares(view: &View<'_>, hold_gpus: bool) -> Vec<(TaskId, Resources)> {
+    let held = if hold_gpus {
+        view.cluster.kinds.0[1]
+    } else {
+        None
+    };
     let mut tasks: Vec<&RunningView> = view.running().collect();
     tasks.sort_by(|a, b| {
         let qa = a.attained >= TIRESIAS_THRESHOLD;
@@ -271,7 +278,7 @@ pub fn least_attained_shares(view: &View<'_>) -> Vec<(TaskId, Resources)> {
     });
     let mut allocs: Vec<Resources> = tasks.iter().map(|r| r.alloc.clone()).collect();
     let mut free = view.node().free.clone();
-    for k in 0..free.len() {
+    for k in (0..free.len()).filter(|&k| Some(k) != held) {
         // Round robin over the queue until nobody can take another unit of kind k.
         loop {
             let mut gave = false;

@@ -1,10 +1,9 @@
 //! One episode, step by step: the simulator's driver of the shared protocol and ledger.
 //!
-//! Each slot: tasks arrive ([`Episode::arrive`]); elastic nodes show their running tasks at
-//! minimum demand; decision steps repeat ([`Episode::step`]) — every agent's policy sees the same
+//! Each slot: tasks arrive ([`Episode::arrive`]); decision steps repeat ([`Episode::step`]) — every agent's policy sees the same
 //! view of the [`Ledger`] and proposes; the round is resolved by the shared [`Protocol`] — until
-//! a step commits nothing; elastic policies
-//! re-allocate ([`Episode::rebalance`]); rewards are paid ([`Episode::pay`]); running tasks
+//! a step commits nothing (elastic nodes show their running tasks at their minimum
+//! demands, see [`Ledger::set_elastic`]); elastic policies re-allocate ([`Episode::rebalance`]); rewards are paid ([`Episode::pay`]); running tasks
 //! progress ([`Episode::progress`]). The view, the queues, free units and the reward are the
 //! ledger's, exactly as in every agent; only time and speed are the simulator's.
 //!
@@ -93,6 +92,9 @@ pub trait Observer {
     fn round(&mut self, _outcome: &RoundOutcome) {}
     /// End of a slot: each agent's reward for it (−tasks queued or running at its node).
     fn slot_end(&mut self, _slot: u64, _rewards: &[f64]) {}
+    /// An elastic node re-allocated its running tasks after the slot's rounds: the tasks whose
+    /// allocation changed, with the allocation they run with from now on.
+    fn reallocated(&mut self, _slot: u64, _node: NodeId, _changed: &[(TaskId, Resources)]) {}
 }
 
 /// An observer that watches nothing.
@@ -265,8 +267,9 @@ impl<'a> Episode<'a> {
         let mut ledger = Ledger::new(sc.window, gpu_kind)
             .with_order(order)
             .with_kinds(tapfinger::estimate::KindMap::from_names(&sc.kind_names()));
-        for (id, node) in ids.iter().zip(&sc.nodes) {
+        for ((id, node), p) in ids.iter().zip(&sc.nodes).zip(&policies) {
             ledger.set_node(*id, node.capacity.clone());
+            ledger.set_elastic(*id, p.elastic());
         }
         let total_capacity = (0..sc.space.len())
             .map(|k| {
@@ -312,11 +315,6 @@ impl<'a> Episode<'a> {
                 return Err(self.did_not_finish());
             }
             self.arrive(slot);
-            for i in 0..self.ids.len() {
-                if self.elastic[i] {
-                    self.ledger.shrink_to_min(self.ids[i]);
-                }
-            }
             let mut d = Decisions::default();
             loop {
                 let outcome = self.step(slot, d.steps, observe)?;
@@ -460,10 +458,10 @@ impl<'a> Episode<'a> {
         }
         observe.round(&outcome);
         for c in &outcome.commits {
-            let free = self.ledger.free(c.agent);
+            let free = self.ledger.claimable(c.agent);
             if !c.alloc.fits_in(&free) {
                 let reason = format!(
-                    "committed allocation {} does not fit the node's free units {free}",
+                    "committed allocation {} does not fit the node's claimable units {free}",
                     c.alloc
                 );
                 return Err(self.violation(c.agent.0 as usize, slot, reason));
@@ -507,9 +505,11 @@ impl<'a> Episode<'a> {
                 continue;
             };
             let changes = self.policies[i].rebalance(&v, &mut self.rngs[i]);
-            self.ledger
+            let changed = self
+                .ledger
                 .rebalance(node, &changes)
                 .map_err(|e| self.violation(i, slot, e.to_string()))?;
+            observe.reallocated(slot, node, &changed);
             if observe.wants_views() {
                 observe.view(&self.view(slot, steps));
             }

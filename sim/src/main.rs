@@ -159,10 +159,12 @@ enum Cmd {
         /// estimates, no task types), which loads on every cluster (new runs only).
         #[arg(long)]
         general: bool,
-        /// How a node shares among its running tasks (new runs only): elastic (start at the
-        /// minimum demand, re-share spare units every slot), fixed (the allocation head chooses
-        /// once per task), or auto: elastic for a general model, fixed for a per-preset one.
-        #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "fixed"])]
+        /// How a node shares among its running tasks: elastic (start at the minimum demand,
+        /// re-share spare CPU and memory every slot; GPUs stay at the minimum demand, as the
+        /// agent can run it), elastic-gpus (GPUs re-shared too: the simulator only), fixed (the
+        /// allocation head chooses once per task), or auto: for a new run elastic for a general
+        /// model and fixed for a per-preset one; with --from, the model's own.
+        #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "elastic-gpus", "fixed"])]
         sharing: String,
         /// Each decision attends to at most this many nodes (0: the whole cluster) [default: 8
         /// for a general model, 0 per preset; with --from, the model's own unless given].
@@ -408,6 +410,9 @@ fn run(cli: Cli) -> Result<()> {
                     if let Some(k) = focus {
                         net_cfg.focus = k;
                     }
+                    if sharing != "auto" {
+                        set_sharing(&mut net_cfg, &sharing, general);
+                    }
                     let cfg = new_run(&sim, net_cfg, seed, envs, lr, imitate, teacher)?;
                     eprintln!(
                         "fine-tuning {} (trained on {trained_on}) on {}",
@@ -428,11 +433,7 @@ fn run(cli: Cli) -> Result<()> {
                             VARIANTS.join(", ")
                         )
                     })?;
-                    net.elastic = match sharing.as_str() {
-                        "elastic" => true,
-                        "fixed" => false,
-                        _ => general,
-                    };
+                    set_sharing(&mut net, &sharing, general);
                     net.focus = focus.unwrap_or(if general { 8 } else { 0 });
                     let cfg = new_run(&sim, net, seed, envs, lr, imitate, teacher)?;
                     Trainer::new(sim, cfg)
@@ -619,4 +620,14 @@ fn run(cli: Cli) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--sharing` into a network's settings (`auto`: elastic for a general model).
+fn set_sharing(net: &mut NetConfig, sharing: &str, general: bool) {
+    (net.elastic, net.hold_gpus) = match sharing {
+        "elastic" => (true, true),
+        "elastic-gpus" => (true, false),
+        "fixed" => (false, false),
+        _ => (general, general),
+    };
 }

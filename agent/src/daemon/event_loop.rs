@@ -260,7 +260,7 @@ impl Daemon {
                             let _ = self.p.net.send(&e).await;
                         }
                         Action::Stop { task } => self.p.executor.stop(task),
-                        Action::Start { .. } | Action::Refused { .. } => {}
+                        Action::Start { .. } | Action::Resize { .. } | Action::Refused { .. } => {}
                     }
                 }
                 // Give the hand-back messages a moment to leave.
@@ -303,6 +303,7 @@ impl Daemon {
                 }
             }
             Action::Start { task, spec, alloc } => self.start(task, spec, alloc).await,
+            Action::Resize { task, alloc } => self.resize(task, &alloc),
             Action::Stop { task } => {
                 self.stopped_here.insert(task);
                 self.p.executor.stop(task);
@@ -310,6 +311,19 @@ impl Daemon {
             Action::Refused { task, from, reason } => {
                 tracing::warn!(%task, peer = %from, %reason, "refused a peer's message");
             }
+        }
+    }
+
+    /// New CPU and memory shares for a task running here (its GPU devices stay).
+    fn resize(&mut self, task: TaskId, alloc: &Resources) {
+        let mut allocation = (self.p.to_allocation)(alloc);
+        allocation.gpus = self.gpus.held.get(&task).cloned().unwrap_or_default();
+        match self.p.executor.resize(task, &allocation) {
+            Ok(crate::exec::Enforcement::None(why)) => {
+                tracing::warn!(%task, %alloc, %why, "re-shared, not enforced");
+            }
+            Ok(_) => tracing::debug!(%task, %alloc, "re-shared"),
+            Err(e) => tracing::warn!(%task, %alloc, error = %e, "cannot re-share"),
         }
     }
 

@@ -92,6 +92,46 @@ impl Cgroups {
         }
     }
 
+    /// Change a running task's limits (elastic sharing) in the groups [`Cgroups::create`] made:
+    /// the CPU quota becomes the new share; memory: the soft limit (v2 `memory.high`, v1
+    /// `memory.soft_limit_in_bytes`) becomes the new share and the hard limit is raised to it
+    /// if below, never lowered. Lowering a hard limit under what the task uses gets it killed;
+    /// above its soft limit the kernel reclaims the task's memory instead. The minimum demand, which a task is
+    /// asked to keep within, is never re-shared away (every share is at least the minimum).
+    pub(crate) fn resize(&self, task: TaskId, alloc: &Allocation) -> std::io::Result<()> {
+        let quota = (alloc.cpus * CFS_PERIOD_US as f64).round().max(1000.0) as u64;
+        let name = format!("task-{}", task.0);
+        let raise = |file: &Path, bytes: u64| -> std::io::Result<()> {
+            let now = std::fs::read_to_string(file)?;
+            // "max" (v2) or a huge number (v1) is no limit: nothing to raise.
+            match now.trim().parse::<u64>() {
+                Ok(n) if n < bytes => std::fs::write(file, bytes.to_string()),
+                _ => Ok(()),
+            }
+        };
+        match self {
+            Cgroups::V2(dir) => {
+                let g = dir.join(&name);
+                std::fs::write(g.join("cpu.max"), format!("{quota} {CFS_PERIOD_US}"))?;
+                if let Some(m) = alloc.memory_bytes {
+                    raise(&g.join("memory.max"), m)?;
+                    std::fs::write(g.join("memory.high"), m.to_string())?;
+                }
+                Ok(())
+            }
+            Cgroups::V1 { cpu, memory } => {
+                std::fs::write(cpu.join(&name).join("cpu.cfs_quota_us"), quota.to_string())?;
+                if let (Some(mem), Some(bytes)) = (memory, alloc.memory_bytes) {
+                    let m = mem.join(&name);
+                    raise(&m.join("memory.limit_in_bytes"), bytes)?;
+                    std::fs::write(m.join("memory.soft_limit_in_bytes"), bytes.to_string())?;
+                }
+                Ok(())
+            }
+            Cgroups::Unavailable(why) => Err(std::io::Error::other(why.clone())),
+        }
+    }
+
     /// Remove a finished task's groups (they must be empty; failures are left for the next start).
     pub(crate) fn remove(&self, task: TaskId) {
         let name = format!("task-{}", task.0);
@@ -109,5 +149,67 @@ impl Cgroups {
         for d in dirs {
             let _ = std::fs::remove_dir(d);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // Test helpers may unwrap: a failure there is a test failure with its message.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn alloc(cpus: f64, gib: u64) -> Allocation {
+        Allocation {
+            cpus,
+            memory_bytes: Some(gib << 30),
+            ..Allocation::default()
+        }
+    }
+
+    fn read(p: &Path) -> String {
+        std::fs::read_to_string(p).unwrap().trim().to_string()
+    }
+
+    // The files a resize writes, in a plain directory laid out as the hierarchy is (what the
+    // kernel then does with them is the kernel's; the quota test in `exec` uses a real one).
+    #[test]
+    fn a_resize_moves_the_quota_and_the_soft_limit_and_never_lowers_the_hard_one() {
+        let dir = std::env::temp_dir().join(format!("tapfinger-cg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cg = Cgroups::V2(dir.clone());
+        let g = cg.create(TaskId(7), &alloc(1.0, 2)).unwrap().remove(0);
+        assert_eq!(read(&g.join("cpu.max")), "100000 100000");
+        cg.resize(TaskId(7), &alloc(2.5, 6)).unwrap();
+        assert_eq!(read(&g.join("cpu.max")), "250000 100000");
+        assert_eq!(read(&g.join("memory.max")), (6u64 << 30).to_string());
+        assert_eq!(read(&g.join("memory.high")), (6u64 << 30).to_string());
+        cg.resize(TaskId(7), &alloc(0.5, 3)).unwrap();
+        assert_eq!(read(&g.join("cpu.max")), "50000 100000");
+        assert_eq!(read(&g.join("memory.max")), (6u64 << 30).to_string());
+        assert_eq!(read(&g.join("memory.high")), (3u64 << 30).to_string());
+
+        let v1 = Cgroups::V1 {
+            cpu: dir.join("cpu"),
+            memory: Some(dir.join("memory")),
+        };
+        v1.create(TaskId(8), &alloc(1.0, 2)).unwrap();
+        v1.resize(TaskId(8), &alloc(3.0, 1)).unwrap();
+        let (c, m) = (dir.join("cpu/task-8"), dir.join("memory/task-8"));
+        assert_eq!(read(&c.join("cpu.cfs_quota_us")), "300000");
+        assert_eq!(
+            read(&m.join("memory.limit_in_bytes")),
+            (2u64 << 30).to_string()
+        );
+        assert_eq!(
+            read(&m.join("memory.soft_limit_in_bytes")),
+            (1u64 << 30).to_string()
+        );
+        assert!(
+            Cgroups::Unavailable("x".into())
+                .resize(TaskId(9), &alloc(1.0, 1))
+                .is_err()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -94,6 +94,9 @@ pub enum ExecError {
     /// The task is already running here.
     #[error("task {0} is already running")]
     AlreadyRunning(TaskId),
+    /// The task does not run here.
+    #[error("task {0} is not running here")]
+    NotRunning(TaskId),
 }
 
 /// Runs tasks; events arrive on the channel given at construction.
@@ -107,6 +110,9 @@ pub trait Executor: Send {
     ) -> Result<Enforcement, ExecError>;
     /// Stop a task (its `Exited` event follows with code `None`); unknown tasks are ignored.
     fn stop(&mut self, task: TaskId);
+    /// Change a running task's CPU and memory shares while it runs (elastic sharing; its GPUs
+    /// stay those it started with). Returns how the new shares are enforced.
+    fn resize(&mut self, task: TaskId, alloc: &Allocation) -> Result<Enforcement, ExecError>;
     /// The process to record in the journal for a task running here, so that a restarted agent
     /// can adopt it (`None`: this executor's tasks do not outlive the agent).
     fn handle(&self, _task: TaskId) -> Option<Handle> {
@@ -403,6 +409,33 @@ impl Executor for ProcessExecutor {
             .and_then(|r| r.stop.take());
         if let Some(tx) = stop {
             let _ = tx.send(());
+        }
+    }
+
+    fn resize(&mut self, task: TaskId, alloc: &Allocation) -> Result<Enforcement, ExecError> {
+        let pinned = match self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&task)
+        {
+            Some(r) => r.pinned.len(),
+            None => return Err(ExecError::NotRunning(task)),
+        };
+        if pinned > 0 {
+            // The affinity fallback pins a task's process when it starts; re-pinning a running
+            // process tree is not done, so the start's CPUs stay.
+            return Ok(Enforcement::None(format!(
+                "cgroups not writable: the task stays pinned to {pinned} CPU(s) as it started"
+            )));
+        }
+        match self.cgroups.resize(task, alloc) {
+            Ok(()) => Ok(Enforcement::Cgroup(match &self.cgroups {
+                Cgroups::V2(d) => d.join(format!("task-{}", task.0)),
+                Cgroups::V1 { cpu, .. } => cpu.join(format!("task-{}", task.0)),
+                Cgroups::Unavailable(_) => PathBuf::new(),
+            })),
+            Err(e) => Ok(Enforcement::None(format!("new shares not enforced: {e}"))),
         }
     }
 

@@ -16,7 +16,14 @@ pub struct SimulatedExecutor {
     events: mpsc::Sender<ExecEvent>,
     speed: SpeedFn,
     tick: std::time::Duration,
-    running: BTreeMap<TaskId, tokio::sync::oneshot::Sender<()>>,
+    running: BTreeMap<TaskId, Simulated>,
+}
+
+/// A simulated task: how to stop it, its spec, and its rate (changed by a resize).
+struct Simulated {
+    stop: tokio::sync::oneshot::Sender<()>,
+    spec: TaskSpec,
+    rate: tokio::sync::watch::Sender<f64>,
 }
 
 impl SimulatedExecutor {
@@ -39,7 +46,7 @@ impl Executor for SimulatedExecutor {
         alloc: &Allocation,
     ) -> Result<Enforcement, ExecError> {
         // Tasks that completed on their own dropped their receiver: forget them.
-        self.running.retain(|_, tx| !tx.is_closed());
+        self.running.retain(|_, s| !s.stop.is_closed());
         if self.running.contains_key(&task) {
             return Err(ExecError::AlreadyRunning(task));
         }
@@ -51,7 +58,15 @@ impl Executor for SimulatedExecutor {
             });
         }
         let (tx, mut rx) = tokio::sync::oneshot::channel();
-        self.running.insert(task, tx);
+        let (rate_tx, rate_rx) = tokio::sync::watch::channel(rate);
+        self.running.insert(
+            task,
+            Simulated {
+                stop: tx,
+                spec: spec.clone(),
+                rate: rate_tx,
+            },
+        );
         let events = self.events.clone();
         let tick = self.tick;
         tokio::spawn(async move {
@@ -61,7 +76,7 @@ impl Executor for SimulatedExecutor {
             loop {
                 tokio::select! {
                     _ = interval.tick() => {
-                        p = (p + rate).min(1.0);
+                        p = (p + *rate_rx.borrow()).min(1.0);
                         let _ = events.send(ExecEvent::Progress { task, progress: p, metrics: BTreeMap::new() }).await;
                         if p >= 1.0 {
                             let _ = events.send(ExecEvent::Exited { task, code: Some(0), stopped: false }).await;
@@ -79,8 +94,21 @@ impl Executor for SimulatedExecutor {
     }
 
     fn stop(&mut self, task: TaskId) {
-        if let Some(tx) = self.running.remove(&task) {
-            let _ = tx.send(());
+        if let Some(s) = self.running.remove(&task) {
+            let _ = s.stop.send(());
         }
+    }
+
+    fn resize(&mut self, task: TaskId, alloc: &Allocation) -> Result<Enforcement, ExecError> {
+        let s = self
+            .running
+            .get(&task)
+            .filter(|s| !s.stop.is_closed())
+            .ok_or(ExecError::NotRunning(task))?;
+        let rate = (self.speed)(&s.spec, alloc);
+        if rate.is_finite() && rate > 0.0 {
+            s.rate.send_replace(rate);
+        }
+        Ok(Enforcement::Simulated)
     }
 }

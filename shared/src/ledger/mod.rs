@@ -4,7 +4,8 @@
 //! It holds every task's lifecycle ([`TaskState`]), each node's pending queue in window order,
 //! its running tasks and its used units, and from these builds the [`ClusterView`](crate::view::ClusterView) a policy
 //! decides from ([`Ledger::view`]), the per-slot reward ([`Ledger::reward`]), Tiresias's attained
-//! service ([`Ledger::accrue_service`]) and elastic re-allocation ([`Ledger::rebalance`]). The
+//! service ([`Ledger::accrue_service`]) and elastic re-allocation ([`Ledger::rebalance`], see
+//! [`Ledger::set_elastic`] for what an elastic node shows). The
 //! simulator keeps one ledger for the whole cluster; every agent's [`crate::node::NodeCore`]
 //! keeps one with what it knows. A driver never changes a state by hand: every change goes
 //! through [`Ledger::set_state`] (or the narrower methods here), which keeps the indices right.
@@ -31,6 +32,7 @@ use crate::task::{NodeId, Task, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+mod elastic;
 mod view;
 pub use view::MayStart;
 
@@ -174,6 +176,11 @@ struct Book {
     capacity: Resources,
     /// Sum of the allocations of the tasks running here (kept as tasks start and end).
     used: Resources,
+    /// Sum of the minimum demands of the tasks running here (an elastic node's claimable units
+    /// are its capacity less these).
+    min_used: Resources,
+    /// Whether the node shares elastically (see [`Ledger::set_elastic`]).
+    elastic: bool,
     /// Whether the node is in the views (the agent's live peers; every node in the simulator).
     /// Books of nodes that are not live stay, so their running tasks keep their place.
     live: bool,
@@ -198,6 +205,8 @@ pub struct Ledger<M> {
     nodes: BTreeMap<NodeId, Book>,
     /// The online speed estimator, fed by every running task's observed progress.
     estimator: crate::estimate::Estimator,
+    /// Whether nodes first heard of share elastically ([`Ledger::set_all_elastic`]).
+    all_elastic: bool,
 }
 
 fn add_each(a: &mut Resources, b: &Resources) {
@@ -226,6 +235,7 @@ impl<M> Ledger<M> {
             tasks: BTreeMap::new(),
             nodes: BTreeMap::new(),
             estimator: crate::estimate::Estimator::default(),
+            all_elastic: false,
         }
     }
 
@@ -277,9 +287,12 @@ impl<M> Ledger<M> {
     fn book(&mut self, id: NodeId) -> &mut Book {
         let tasks = &self.tasks;
         let order = self.order;
+        let elastic = self.all_elastic;
         self.nodes.entry(id).or_insert_with(|| Book {
             capacity: Resources::default(),
             used: Resources::default(),
+            min_used: Resources::default(),
+            elastic,
             live: false,
             queue: tasks
                 .values()
@@ -417,6 +430,7 @@ impl<M> Ledger<M> {
                 let b = self.book(*node);
                 b.running.insert(task.id);
                 add_each(&mut b.used, alloc);
+                add_each(&mut b.min_used, &task.min_demand);
             }
             TaskState::Done { .. } => {}
         }
@@ -435,6 +449,7 @@ impl<M> Ledger<M> {
                 if let Some(b) = self.nodes.get_mut(node) {
                     b.running.remove(&task.id);
                     sub_each(&mut b.used, alloc);
+                    sub_each(&mut b.min_used, &task.min_demand);
                 }
             }
             TaskState::Done { .. } => {}
@@ -536,96 +551,6 @@ impl<M> Ledger<M> {
                 e.attained += f64::from(alloc.get(k));
             }
         }
-    }
-
-    /// Elastic nodes: every task running on `node` is shown at its minimum demand until the
-    /// node re-allocates ([`Ledger::rebalance`]).
-    pub fn shrink_to_min(&mut self, node: NodeId) {
-        let ids: Vec<TaskId> = self.running_on(node).collect();
-        for id in ids {
-            if let Some(e) = self.tasks.get(&id)
-                && let TaskState::Running {
-                    node,
-                    progress,
-                    started,
-                    ..
-                } = &e.state
-            {
-                let state = TaskState::Running {
-                    node: *node,
-                    alloc: e.task.min_demand.clone(),
-                    progress: *progress,
-                    started: *started,
-                };
-                self.set_state(id, state);
-            }
-        }
-    }
-
-    /// Re-allocate tasks running on `node`: each new allocation within [minimum, cap], all of
-    /// the node's tasks together within its capacity. On error nothing changes.
-    pub fn rebalance(
-        &mut self,
-        node: NodeId,
-        changes: &[(TaskId, Resources)],
-    ) -> Result<(), LedgerError> {
-        let cap = self.capacity(node);
-        let running: BTreeSet<TaskId> = self.running_on(node).collect();
-        for (id, a) in changes {
-            if !running.contains(id) {
-                return Err(LedgerError::NotRunningHere { task: *id, node });
-            }
-            let task = &self.tasks[id].task;
-            if !task.min_demand.fits_in(a) || !a.fits_in(&task.cap(&cap)) {
-                return Err(LedgerError::OutOfBounds {
-                    task: *id,
-                    alloc: a.clone(),
-                    min: task.min_demand.clone(),
-                    cap: task.cap(&cap),
-                });
-            }
-        }
-        let mut total = Resources::zeros(cap.len());
-        for id in &running {
-            let a = changes
-                .iter()
-                .rev()
-                .find(|(x, _)| x == id)
-                .map(|(_, a)| a)
-                .or_else(|| match &self.tasks[id].state {
-                    TaskState::Running { alloc, .. } => Some(alloc),
-                    _ => None,
-                });
-            if let Some(a) = a {
-                add_each(&mut total, a);
-            }
-        }
-        if !total.fits_in(&cap) {
-            return Err(LedgerError::OverCapacity {
-                total,
-                capacity: cap,
-            });
-        }
-        for (id, a) in changes {
-            if let Some(TaskState::Running {
-                node,
-                progress,
-                started,
-                ..
-            }) = self.tasks.get(id).map(|e| e.state.clone())
-            {
-                self.set_state(
-                    *id,
-                    TaskState::Running {
-                        node,
-                        alloc: a.clone(),
-                        progress,
-                        started,
-                    },
-                );
-            }
-        }
-        Ok(())
     }
 }
 

@@ -139,11 +139,44 @@ fn a_refused_rebalance_changes_nothing() {
         .unwrap_err();
     assert!(matches!(e, LedgerError::NotRunningHere { .. }), "{e}");
     assert_eq!(l.free(NodeId(0)), before);
-    l.rebalance(NodeId(0), &[(TaskId(1), Resources(vec![6, 1]))])
+    let changed = l
+        .rebalance(NodeId(0), &[(TaskId(1), Resources(vec![6, 1]))])
         .unwrap();
+    assert_eq!(changed, vec![(TaskId(1), Resources(vec![6, 1]))]);
     assert_eq!(l.free(NodeId(0)), Resources(vec![0, 1]));
-    l.shrink_to_min(NodeId(0));
-    assert_eq!(l.free(NodeId(0)), Resources(vec![4, 2]));
+    // Not elastic: what may be claimed is what is free.
+    assert_eq!(l.claimable(NodeId(0)), Resources(vec![0, 1]));
+}
+
+#[test]
+fn an_elastic_node_shows_its_tasks_at_their_minimum_and_re_shares_afresh() {
+    let mut l = two_nodes();
+    l.insert(task(1, 0, [2, 0], &[0]), running(0, [6, 1]), ());
+    l.insert(task(2, 0, [2, 0], &[0]), running(0, [2, 0]), ());
+    l.set_elastic(NodeId(0), true);
+    assert!(l.is_elastic(NodeId(0)) && !l.is_elastic(NodeId(1)));
+    // In force: 8 of 8 CPUs; to a claim and in the views: the minimums only.
+    assert_eq!(l.free(NodeId(0)), Resources(vec![0, 1]));
+    assert_eq!(l.claimable(NodeId(0)), Resources(vec![4, 2]));
+    let v = l.view(0, 0, 1, None);
+    assert_eq!(v.nodes[0].free, Resources(vec![4, 2]));
+    assert!(v.running.iter().all(|r| r.alloc == Resources(vec![2, 0])));
+    // A re-share naming one task puts the other back to its minimum; only changes come back.
+    let changed = l
+        .rebalance(NodeId(0), &[(TaskId(2), Resources(vec![5, 2]))])
+        .unwrap();
+    assert_eq!(
+        changed,
+        vec![
+            (TaskId(1), Resources(vec![2, 0])),
+            (TaskId(2), Resources(vec![5, 2]))
+        ]
+    );
+    assert_eq!(l.free(NodeId(0)), Resources(vec![1, 0]));
+    // Nodes heard of later share as every node does.
+    l.set_all_elastic(true);
+    l.set_node(NodeId(5), Resources(vec![1, 1]));
+    assert!(l.is_elastic(NodeId(1)) && l.is_elastic(NodeId(5)));
 }
 
 proptest! {

@@ -14,7 +14,8 @@ impl<M> Ledger<M> {
     /// The cluster for a decision at (`slot`, `step`): every live node with its capacity, free
     /// units, window (the first `window` tasks of its queue that `may_start` allows; all of them
     /// when `None`) and overflow (the allowed tasks behind the window), the tasks in at least one
-    /// window, and the tasks running on live nodes, each list by id.
+    /// window, and the tasks running on live nodes, each list by id. An elastic node shows its
+    /// running tasks at their minimum demands ([`Ledger::set_elastic`]).
     pub fn view(
         &self,
         slot: u64,
@@ -69,12 +70,11 @@ impl<M> Ledger<M> {
             .iter()
             .zip(windows)
             .map(|((id, b), (window, overflow))| {
-                let mut free = b.capacity.clone();
-                super::sub_each(&mut free, &b.used);
                 NodeView {
                     id: *id,
                     capacity: b.capacity.clone(),
-                    free,
+                    // An elastic node's re-share is not a claim (see `elastic`).
+                    free: self.claimable(*id),
                     window: window
                         .iter()
                         .filter_map(|t| pending_ids.binary_search(t).ok())
@@ -122,16 +122,19 @@ impl<M> Ledger<M> {
                         alloc,
                         progress,
                         started,
-                    } => Some(RunningView {
-                        task: e.task.clone(),
-                        node: *node,
-                        alloc: alloc.clone(),
-                        started: *started,
-                        progress: *progress,
-                        attained: e.attained,
-                        est: self.estimate(&e.task, &largest),
-                        est_alloc: self.estimator.slots(&e.task, alloc),
-                    }),
+                    } => {
+                        let alloc = self.shown_alloc(*node, &e.task, alloc);
+                        Some(RunningView {
+                            task: e.task.clone(),
+                            node: *node,
+                            alloc: alloc.clone(),
+                            started: *started,
+                            progress: *progress,
+                            attained: e.attained,
+                            est: self.estimate(&e.task, &largest),
+                            est_alloc: self.estimator.slots(&e.task, alloc),
+                        })
+                    }
                     _ => None,
                 })
                 .collect(),

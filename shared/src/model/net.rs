@@ -50,6 +50,12 @@ pub struct NetConfig {
     /// each task's units once, for its whole run.
     #[serde(default)]
     pub elastic: bool,
+    /// With `elastic`: the GPUs are not re-shared; a task runs with the GPUs of its minimum
+    /// demand from start to end (a process's devices are fixed when it starts), CPU and memory
+    /// are re-shared. The agent runs elastic models only in this form. Off (models written
+    /// before it existed): GPUs are re-shared as well (the simulator only).
+    #[serde(default)]
+    pub hold_gpus: bool,
     /// Each decision attends to at most this many nodes ([`crate::view::ClusterView::focus`]:
     /// the deciding node, those competing for its window, the freest), in training and in
     /// deployment alike, so that a decision's cost stays bounded on a large cluster; 0 (models
@@ -108,6 +114,7 @@ impl NetConfig {
             selection: Selection::Pointer,
             work_conserving: true,
             elastic: false,
+            hold_gpus: false,
             focus: 0,
         }
     }

@@ -454,8 +454,15 @@ impl NodeCore {
                 }
                 return out;
             }
-            TaskState::Running { node: n, .. } if n == node && known_epoch == epoch => {
-                // The copy we know: only its progress changes.
+            TaskState::Running {
+                node: n, alloc: a, ..
+            } if n == node && known_epoch == epoch => {
+                // The copy we know: its shares (an elastic runner re-shares every slot) and its
+                // progress change, in that order, as the simulator re-shares before a slot runs
+                // (so the speed estimator counts the progress at the shares it ran with).
+                if a != *alloc && node != me {
+                    self.tasks.set_alloc(task, alloc.clone());
+                }
                 if let Some(np) = progress {
                     self.tasks.set_progress(task, np, slot as f64);
                 }

@@ -99,6 +99,15 @@ pub enum Action {
         /// Allocation in grid units.
         alloc: Resources,
     },
+    /// Change the shares of a task running here (an elastic policy re-shared the node at the
+    /// end of a slot's rounds): its CPU and memory; its GPUs do not change (the agent runs only
+    /// elastic policies that hold them, [`Policy::resizes_gpus`]).
+    Resize {
+        /// Task.
+        task: TaskId,
+        /// Its allocation from now on, in grid units.
+        alloc: Resources,
+    },
     /// Stop a task running here (a copy with a higher epoch, an outcome, a cancellation, or
     /// this node's lease lapsed).
     Stop {
@@ -228,6 +237,7 @@ impl NodeCore {
             Round::default(),
             rounds::protocol_config(&cfg),
         );
+        let elastic = policy.elastic();
         Self {
             rng: crate::seeded_rng(seed),
             policy,
@@ -240,6 +250,7 @@ impl NodeCore {
                     .with_order(crate::ledger::WindowOrder::Spread)
                     .with_kinds(cfg.kinds);
                 l.set_node(cfg.me, cfg.capacity.clone());
+                l.set_all_elastic(elastic);
                 l
             },
             seq: 0,
@@ -292,6 +303,7 @@ impl NodeCore {
     /// Replace the policy (a new model version). Called between events, so the round in
     /// progress keeps the proposal the old policy made and the next one uses the new policy.
     pub fn set_policy(&mut self, policy: Box<dyn Policy>) {
+        self.tasks.set_all_elastic(policy.elastic());
         self.policy = policy;
     }
 

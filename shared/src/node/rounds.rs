@@ -118,6 +118,35 @@ impl NodeCore {
         out
     }
 
+    /// An elastic policy re-shares this node's running tasks once the slot's rounds are over (as
+    /// the simulator does before the slot runs): the tasks whose allocation changed are resized.
+    fn reshare(&mut self) -> Vec<Action> {
+        let me = self.cfg.me;
+        if !self.policy.elastic() || self.tasks.running_on(me).next().is_none() {
+            return Vec::new();
+        }
+        let view = self.view();
+        let Some(v) = view.for_agent(me) else {
+            return Vec::new();
+        };
+        let changes = self.policy.rebalance(&v, &mut self.rng);
+        match self.tasks.rebalance(me, &changes) {
+            Ok(changed) => {
+                self.stats.resizes += changed.len() as u64;
+                changed
+                    .into_iter()
+                    .map(|(task, alloc)| Action::Resize { task, alloc })
+                    .collect()
+            }
+            // A policy's re-share that breaks the node's bounds is refused whole: the tasks keep
+            // their shares (the simulator fails such an episode; see its tests).
+            Err(_) => {
+                self.stats.reshares_refused += 1;
+                Vec::new()
+            }
+        }
+    }
+
     fn apply(&mut self, outcome: RoundOutcome, now: u64) -> Vec<Action> {
         let mut out = Vec::new();
         self.stats.rounds += 1;
@@ -198,6 +227,7 @@ impl NodeCore {
         }
         if outcome.slot_ended {
             self.slot_start = now + self.cfg.slot_ms;
+            out.extend(self.reshare());
             self.tasks.accrue_service();
         }
         if self.learning.is_some() {

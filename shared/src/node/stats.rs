@@ -38,6 +38,13 @@ pub struct NodeStats {
     /// `stale`, `unknown-peer`, `too-far-ahead`, `equivocation`, `version`, `invalid-claim`).
     #[serde(default)]
     pub protocol_refused: BTreeMap<String, u64>,
+    /// Tasks running here whose shares an elastic policy changed ([`super::Action::Resize`]).
+    #[serde(default)]
+    pub resizes: u64,
+    /// Re-shares of this node's own policy refused as out of bounds (a policy bug; the tasks
+    /// kept their shares).
+    #[serde(default)]
+    pub reshares_refused: u64,
 }
 
 impl NodeStats {
@@ -61,6 +68,8 @@ impl NodeStats {
         self.lease_stops += o.lease_stops;
         self.refused_announces += o.refused_announces;
         self.rounds_held_back += o.rounds_held_back;
+        self.resizes += o.resizes;
+        self.reshares_refused += o.reshares_refused;
         for (k, v) in &o.protocol_refused {
             *self.protocol_refused.entry(k.clone()).or_default() += v;
         }

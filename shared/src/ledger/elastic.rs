@@ -1,0 +1,145 @@
+//! Elastic sharing in the ledger: what an elastic node shows a policy, what it may still
+//! claim, and its re-allocations.
+//!
+//! An elastic node starts every task at its minimum demand and, once a slot (after the slot's
+//! rounds), re-shares its spare units among its running tasks ([`Ledger::rebalance`]). The
+//! allocations a slot's rounds decide from are the minimum demands: the re-share of the slot
+//! before is not a claim on the units, every slot re-shares afresh. So the views show an elastic
+//! node's running tasks at their minimum demands and its free units as its capacity less
+//! those ([`Ledger::claimable`]), while the ledger keeps the allocations in force (what the
+//! tasks run with, what the speed estimator observes and what attained service counts).
+//! Between a claim and the node's next re-share the allocations in force may add up to more
+//! than the capacity: the agent re-shares at the end of each slot's rounds (milliseconds later),
+//! and the simulator's slot runs only after it.
+
+use super::{Ledger, LedgerError, TaskState, add_each, sub_each};
+use crate::resources::Resources;
+use crate::task::{NodeId, TaskId};
+use std::collections::BTreeSet;
+
+impl<M> Ledger<M> {
+    /// Make a node share elastically (module doc), or not. Unknown nodes are made (not live).
+    pub fn set_elastic(&mut self, node: NodeId, elastic: bool) {
+        self.book(node).elastic = elastic;
+    }
+
+    /// Make every node, those known and those heard of later, share elastically or not (the
+    /// agent: every node runs the same policy).
+    pub fn set_all_elastic(&mut self, elastic: bool) {
+        self.all_elastic = elastic;
+        for b in self.nodes.values_mut() {
+            b.elastic = elastic;
+        }
+    }
+
+    /// Whether a node shares elastically.
+    pub fn is_elastic(&self, node: NodeId) -> bool {
+        self.nodes.get(&node).is_some_and(|b| b.elastic)
+    }
+
+    /// The units a claim on `node` may take: its free units, or on an elastic node its capacity
+    /// less the minimum demands of its running tasks.
+    pub fn claimable(&self, node: NodeId) -> Resources {
+        match self.nodes.get(&node) {
+            Some(b) if b.elastic => {
+                let mut f = b.capacity.clone();
+                sub_each(&mut f, &b.min_used);
+                f
+            }
+            Some(_) => self.free(node),
+            None => Resources::default(),
+        }
+    }
+
+    /// A running task's allocation as the views show it: its minimum demand on an elastic
+    /// node, else the allocation in force.
+    pub(super) fn shown_alloc<'a>(
+        &self,
+        node: NodeId,
+        task: &'a crate::task::Task,
+        alloc: &'a Resources,
+    ) -> &'a Resources {
+        if self.is_elastic(node) {
+            &task.min_demand
+        } else {
+            alloc
+        }
+    }
+
+    /// Re-allocate tasks running on `node`: each new allocation within [minimum, cap], all of
+    /// the node's tasks together within its capacity (tasks not named keep their allocation, or
+    /// on an elastic node go back to their minimum demand). On error nothing changes. Returns
+    /// the tasks whose allocation in force changed, with their new allocation.
+    pub fn rebalance(
+        &mut self,
+        node: NodeId,
+        changes: &[(TaskId, Resources)],
+    ) -> Result<Vec<(TaskId, Resources)>, LedgerError> {
+        let cap = self.capacity(node);
+        let running: BTreeSet<TaskId> = self.running_on(node).collect();
+        for (id, a) in changes {
+            if !running.contains(id) {
+                return Err(LedgerError::NotRunningHere { task: *id, node });
+            }
+            let task = &self.tasks[id].task;
+            if !task.min_demand.fits_in(a) || !a.fits_in(&task.cap(&cap)) {
+                return Err(LedgerError::OutOfBounds {
+                    task: *id,
+                    alloc: a.clone(),
+                    min: task.min_demand.clone(),
+                    cap: task.cap(&cap),
+                });
+            }
+        }
+        let mut new = Vec::with_capacity(running.len());
+        let mut total = Resources::zeros(cap.len());
+        for id in &running {
+            let e = &self.tasks[id];
+            let TaskState::Running { alloc, .. } = &e.state else {
+                continue;
+            };
+            let a = changes
+                .iter()
+                .rev()
+                .find(|(x, _)| x == id)
+                .map(|(_, a)| a)
+                .unwrap_or_else(|| self.shown_alloc(node, &e.task, alloc));
+            add_each(&mut total, a);
+            if a != alloc {
+                new.push((*id, a.clone()));
+            }
+        }
+        if !total.fits_in(&cap) {
+            return Err(LedgerError::OverCapacity {
+                total,
+                capacity: cap,
+            });
+        }
+        for (id, a) in &new {
+            self.set_alloc(*id, a.clone());
+        }
+        Ok(new)
+    }
+
+    /// Set a running task's allocation in force (as its runner re-shared it); other states:
+    /// nothing. Its progress and start stay.
+    pub fn set_alloc(&mut self, id: TaskId, alloc: Resources) {
+        if let Some(TaskState::Running {
+            node,
+            progress,
+            started,
+            ..
+        }) = self.tasks.get(&id).map(|e| e.state.clone())
+        {
+            self.set_state(
+                id,
+                TaskState::Running {
+                    node,
+                    alloc,
+                    progress,
+                    started,
+                },
+            );
+        }
+    }
+}
