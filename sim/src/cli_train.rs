@@ -1,0 +1,292 @@
+//! `tapfinger-sim train`: its arguments and the training loop around [`Trainer`] (a new run, a
+//! resumed one, or a fine-tune `--from` a model; a curriculum over generated scenarios).
+
+use crate::{load, parse_range};
+use anyhow::{Context, Result, bail};
+use indicatif::ProgressBar;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tapfinger::model::net::{NetConfig, VARIANTS};
+use tapfinger_sim::train::{TrainConfig, Trainer};
+use tapfinger_sim::{Scenario, Simulator, policies};
+
+/// Arguments of `train`.
+#[derive(clap::Args)]
+pub(crate) struct TrainArgs {
+    /// Preset name or path to a scenario TOML file.
+    #[arg(long, default_value = "hetero6")]
+    pub(crate) scenario: String,
+    /// Stop after this many minutes of wall time.
+    #[arg(long, default_value_t = 10.0)]
+    pub(crate) minutes: f64,
+    /// Stop after this many iterations (whichever comes first).
+    #[arg(long)]
+    pub(crate) iterations: Option<u64>,
+    /// Output folder (checkpoint, train.json, curve.csv, curve.svg).
+    #[arg(long, default_value = "out/train")]
+    pub(crate) out: PathBuf,
+    /// Continue from a checkpoint folder.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) resume: Option<PathBuf>,
+    /// Fine-tune: start a new run from this model's weights (a checkpoint folder, a
+    /// model.bpk, or `general`: the shipped general model, which fits any scenario), with a
+    /// fresh optimizer.
+    #[arg(long, value_name = "MODEL", conflicts_with = "resume")]
+    pub(crate) from: Option<PathBuf>,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// Episodes per iteration.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) envs: usize,
+    /// Policy variant: tapfinger, or the ablations nohan, nopointer, vanilla, nomask (no
+    /// work-conserving mask) (new runs only).
+    #[arg(long, default_value = "tapfinger")]
+    pub(crate) variant: String,
+    /// Train a general model (feature schema 2: CPU, GPU and memory, the online speed
+    /// estimates, no task types), which loads on every cluster (new runs only).
+    #[arg(long)]
+    pub(crate) general: bool,
+    /// How a node shares among its running tasks: elastic (start at the minimum demand,
+    /// re-share spare CPU and memory every slot; GPUs stay at the minimum demand, as the
+    /// agent can run it), elastic-gpus (GPUs re-shared too: the simulator only), fixed (the
+    /// allocation head chooses once per task), or auto: for a new run elastic for a general
+    /// model and fixed for a per-preset one; with --from, the model's own.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "elastic-gpus", "fixed"])]
+    pub(crate) sharing: String,
+    /// Each decision attends to at most this many nodes (0: the whole cluster) [default: 8
+    /// for a general model, 0 per preset; with --from, the model's own unless given].
+    #[arg(long)]
+    pub(crate) focus: Option<usize>,
+    /// A curriculum: each iteration on the next generated scenario gen:N for N in A..B
+    /// (training seeds: below 10000) with at most --max-nodes nodes; needs a general model.
+    /// --scenario is the first one's stand-in (name it gen:A).
+    #[arg(long, value_name = "A..B", value_parser = parse_range)]
+    pub(crate) generator_seeds: Option<std::ops::Range<u64>>,
+    /// Largest cluster of the curriculum (train small, test big).
+    #[arg(long, default_value_t = 12)]
+    pub(crate) max_nodes: usize,
+    /// PPO without the input-dependent baseline (advantages from the critic by GAE
+    /// instead): its ablation. Applies to resumed runs too.
+    #[arg(long)]
+    pub(crate) no_input_baseline: bool,
+    /// Adam learning rate [default: 3e-4; a resumed run keeps its own unless given].
+    #[arg(long)]
+    pub(crate) lr: Option<f64>,
+    /// Imitation (DAgger) iterations before PPO (new runs only).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) imitate: u64,
+    /// Teacher policy for imitation (new runs only): a policy that shares as the student
+    /// does (elastic or not), or auto (of those, the one with the least average JCT on
+    /// development workloads of the scenario).
+    #[arg(long, default_value = "auto")]
+    pub(crate) teacher: String,
+    /// OS threads running episodes (default: all cores); results do not depend on it.
+    #[arg(long)]
+    pub(crate) threads: Option<usize>,
+    /// Greedy validation episodes after each iteration (0: none) [default: 4; a resumed run
+    /// keeps its own unless given].
+    #[arg(long)]
+    pub(crate) eval_episodes: Option<usize>,
+}
+
+/// Run `train`.
+pub(crate) fn train(a: TrainArgs) -> Result<()> {
+    let TrainArgs {
+        scenario,
+        minutes,
+        iterations,
+        out,
+        resume,
+        from,
+        seed,
+        envs,
+        lr,
+        variant,
+        general,
+        sharing,
+        focus,
+        generator_seeds,
+        max_nodes,
+        no_input_baseline,
+        imitate,
+        teacher,
+        threads,
+        eval_episodes,
+    } = a;
+    if !(minutes.is_finite() && minutes > 0.0) {
+        bail!("--minutes must be a positive number");
+    }
+    let sim = load(&scenario)?;
+    let auto_teacher = teacher == policies::AUTO_TEACHER;
+    let mut trainer = match (&resume, &from) {
+        (Some(dir), _) => Trainer::resume(sim, dir)?,
+        (None, Some(model)) => {
+            let (net, mut net_cfg, trained_on) =
+                if model.as_os_str() == "general" && !model.exists() {
+                    let g = &tapfinger::model::checkpoint::GENERAL;
+                    let (net, cfg) = g.load(&sim.dims())?;
+                    (
+                        net,
+                        cfg,
+                        "generated scenarios (the shipped general model)".to_string(),
+                    )
+                } else {
+                    tapfinger::model::checkpoint::load_path(model, &sim.dims())?
+                };
+            if let Some(k) = focus {
+                net_cfg.focus = k;
+            }
+            if sharing != "auto" {
+                set_sharing(&mut net_cfg, &sharing, general);
+            }
+            let cfg = new_run(&sim, net_cfg, seed, envs, lr, imitate, teacher)?;
+            eprintln!(
+                "fine-tuning {} (trained on {trained_on}) on {}",
+                model.display(),
+                sim.scenario().name
+            );
+            Trainer::with_net(sim, cfg, net)?
+        }
+        (None, None) => {
+            let dims = if general {
+                tapfinger::model::batch::Dims::general(sim.scenario().window)
+            } else {
+                sim.dims()
+            };
+            let mut net = NetConfig::variant(dims, &variant).with_context(|| {
+                format!(
+                    "unknown variant {variant:?}; known: {}",
+                    VARIANTS.join(", ")
+                )
+            })?;
+            set_sharing(&mut net, &sharing, general);
+            net.focus = focus.unwrap_or(if general { 8 } else { 0 });
+            let cfg = new_run(&sim, net, seed, envs, lr, imitate, teacher)?;
+            Trainer::new(sim, cfg)
+        }
+    };
+    if let Some(t) = threads {
+        trainer.threads = t.max(1);
+    }
+    if let Some(n) = eval_episodes {
+        trainer.cfg.eval_episodes = n;
+    }
+    if no_input_baseline {
+        trainer.cfg.input_baseline = false;
+    }
+    if let Some(lr) = lr {
+        if !(lr.is_finite() && lr > 0.0) {
+            bail!("--lr must be a positive number");
+        }
+        trainer.cfg.lr = lr;
+    }
+    let curriculum: Vec<u64> = match &generator_seeds {
+        None => Vec::new(),
+        Some(r) => {
+            if r.end > tapfinger_sim::generate::HELD_OUT_FROM {
+                bail!(
+                    "--generator-seeds {}..{}: seeds from {} up are held out for evaluation",
+                    r.start,
+                    r.end,
+                    tapfinger_sim::generate::HELD_OUT_FROM
+                );
+            }
+            let seeds: Vec<u64> = r
+                .clone()
+                .filter(|s| {
+                    Scenario::load(&format!("gen:{s}")).is_ok_and(|sc| sc.nodes.len() <= max_nodes)
+                })
+                .collect();
+            if seeds.is_empty() {
+                bail!("no generated scenario in that range has at most {max_nodes} nodes");
+            }
+            seeds
+        }
+    };
+    let started = Instant::now();
+    let budget = Duration::from_secs_f64(minutes * 60.0);
+    let bar = ProgressBar::new_spinner();
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let mut done = 0u64;
+    while started.elapsed() < budget && iterations.is_none_or(|n| done < n) {
+        if !curriculum.is_empty() {
+            let s = curriculum[(trainer.iteration as usize) % curriculum.len()];
+            trainer.set_simulator(load(&format!("gen:{s}"))?, auto_teacher)?;
+        }
+        let p = trainer.iterate()?;
+        done += 1;
+        bar.set_message(format!(
+            "iteration {} ({}) — avg JCT {:.2} slots (training), {:.2} (greedy, validation) — {:.0}s",
+            p.iteration,
+            p.phase,
+            p.avg_jct,
+            p.eval_jct,
+            started.elapsed().as_secs_f64()
+        ));
+        // A log line per iteration, also when stderr is not a terminal (no bar drawn).
+        bar.suspend(|| eprintln!(
+            "iteration {} {} avg_jct {:.3} eval_jct {:.3} return {:.1} decisions {} loss {:.4} value_loss {:.3} entropy {:.3} t {:.0}s",
+            p.iteration,
+            p.phase,
+            p.avg_jct,
+            p.eval_jct,
+            p.episode_return,
+            p.decisions,
+            p.policy_loss,
+            p.value_loss,
+            p.entropy,
+            started.elapsed().as_secs_f64()
+        ));
+        if done.is_multiple_of(5) {
+            trainer.save(&out)?;
+        }
+    }
+    trainer.save(&out)?;
+    bar.finish_and_clear();
+    let last = trainer.curve.last().map_or(f64::NAN, |p| p.avg_jct);
+    println!(
+        "trained {done} iteration(s) ({} in all) in {:.0}s; last avg JCT {last:.2} slots; checkpoint in {}",
+        trainer.iteration,
+        started.elapsed().as_secs_f64(),
+        out.display()
+    );
+    Ok(())
+}
+
+/// The configuration of a new training run (from scratch or `--from` a model) with network
+/// `net`; an imitation teacher the learned policy cannot copy is refused.
+fn new_run(
+    sim: &Simulator,
+    net: NetConfig,
+    seed: u64,
+    envs: usize,
+    lr: Option<f64>,
+    imitate: u64,
+    teacher: String,
+) -> Result<TrainConfig> {
+    if imitate > 0
+        && let Err(why) = policies::check_teacher(sim, &teacher, net.elastic)
+    {
+        bail!("teacher {teacher:?}: {why}");
+    }
+    let mut cfg = TrainConfig::new(net.dims.clone(), seed);
+    cfg.net = net;
+    cfg.envs = envs.max(1);
+    if let Some(lr) = lr {
+        cfg.lr = lr;
+    }
+    cfg.imitate = imitate;
+    cfg.teacher = teacher;
+    Ok(cfg)
+}
+
+/// `--sharing` into a network's settings (`auto`: elastic for a general model).
+fn set_sharing(net: &mut NetConfig, sharing: &str, general: bool) {
+    (net.elastic, net.hold_gpus) = match sharing {
+        "elastic" => (true, true),
+        "elastic-gpus" => (true, false),
+        "fixed" => (false, false),
+        _ => (general, general),
+    };
+}
