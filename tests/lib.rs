@@ -70,6 +70,9 @@ pub enum Exec {
     Speed(tapfinger_agent::exec::SpeedFn),
     /// Real child processes, logs under the path.
     Processes(PathBuf),
+    /// Real child processes in cgroups (created under `/sys/fs/cgroup`, the group named by the
+    /// string), logs under the path.
+    Cgroups(PathBuf, String),
 }
 
 impl std::fmt::Debug for Exec {
@@ -78,6 +81,7 @@ impl std::fmt::Debug for Exec {
             Exec::Simulated(r) => write!(f, "Simulated({r})"),
             Exec::Speed(_) => write!(f, "Speed(..)"),
             Exec::Processes(p) => write!(f, "Processes({})", p.display()),
+            Exec::Cgroups(p, g) => write!(f, "Cgroups({}, {g})", p.display()),
         }
     }
 }
@@ -201,6 +205,11 @@ impl Local {
             }
             Exec::Processes(logs) => Box::new(ProcessExecutor::new(
                 Cgroups::Unavailable("not used in this test".into()),
+                logs,
+                tx,
+            )),
+            Exec::Cgroups(logs, group) => Box::new(ProcessExecutor::new(
+                Cgroups::detect(std::path::Path::new("/sys/fs/cgroup"), &group),
                 logs,
                 tx,
             )),

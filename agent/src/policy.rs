@@ -1,8 +1,11 @@
 //! The agent's policy: the learned TapFinger model by default, any baseline by name.
 //!
-//! The default model is the one `tapfinger-sim` trains on its `edge-agent` preset, whose resource
-//! kinds and units are the agent's own (CPU cores, GPUs, GiB of memory; one task type). It is
-//! compiled into the binary so that a fresh install schedules with it and no file can go missing.
+//! The default model is the general model (it loads on every cluster: its features are CPU, GPU
+//! and memory and the online speed estimates fed by the progress tasks report, not task types)
+//! in the form the agent runs: elastic, a task starts at its minimum demand and every slot the
+//! node re-shares its spare CPU and memory among its running tasks (their cgroups change while
+//! they run), the GPUs a task starts with staying its own to the end. It is compiled into the
+//! binary so that a fresh install schedules with it and no file can go missing.
 //! An operator can point `model` at a checkpoint directory written by `tapfinger-sim train`
 //! (`model.bpk` + `train.json`); a model trained for other input sizes is refused at start with
 //! both sizes named, never loaded half-way.
@@ -13,7 +16,7 @@ use tapfinger::baselines::{self, BaselineContext};
 use tapfinger::model::TapfingerPolicy;
 use tapfinger::model::batch::Dims;
 
-use tapfinger::model::checkpoint::EDGE_AGENT;
+use tapfinger::model::checkpoint::GENERAL_AGENT;
 
 /// Input sizes of the agent's view: three resource kinds, one task type, and `window` pending tasks.
 pub fn dims(window: usize) -> Dims {
@@ -59,9 +62,9 @@ pub fn initial_checkpoint(model: Option<&Path>) -> anyhow::Result<(Vec<u8>, Stri
             (bytes, json, dir.display().to_string())
         }
         None => (
-            EDGE_AGENT.model.to_vec(),
-            EDGE_AGENT.config.to_string(),
-            "shipped agent model".to_string(),
+            GENERAL_AGENT.model.to_vec(),
+            GENERAL_AGENT.config.to_string(),
+            "shipped agent model (general, GPUs held)".to_string(),
         ),
     })
 }
@@ -107,6 +110,8 @@ mod tests {
     fn the_shipped_model_loads_for_the_agent_dims() {
         let p = build("tapfinger", None, 10).unwrap();
         assert_eq!(p.name(), "tapfinger");
+        // The general model, elastic, GPUs held: what the agent can run as trained.
+        assert!(p.elastic() && !p.resizes_gpus());
     }
 
     #[test]
@@ -133,9 +138,15 @@ mod tests {
     }
 
     #[test]
-    fn a_model_for_other_sizes_is_refused_with_both_sizes() {
-        let e = build("tapfinger", None, 7).err().unwrap().to_string();
+    fn a_per_preset_model_for_other_sizes_is_refused_with_both_sizes() {
+        let m = &tapfinger::model::checkpoint::EDGE_AGENT;
+        let e = learned(m.model.to_vec(), m.config, "edge-agent", 7, None)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("window 10") && e.contains("7"), "{e}");
+        // The general default reads any window.
+        assert!(build("tapfinger", None, 7).is_ok());
     }
 
     #[test]

@@ -9,8 +9,8 @@
 //! those ([`Ledger::claimable`]), while the ledger keeps the allocations in force (what the
 //! tasks run with, what the speed estimator observes and what attained service counts).
 //! Between a claim and the node's next re-share the allocations in force may add up to more
-//! than the capacity: the agent re-shares at the end of each slot's rounds (milliseconds later),
-//! and the simulator's slot runs only after it.
+//! than the capacity: the agent re-shares right after each of its starts (and at the end of each
+//! slot's rounds), and the simulator's slot runs only after its re-share.
 
 use super::{Ledger, LedgerError, TaskState, add_each, sub_each};
 use crate::resources::Resources;

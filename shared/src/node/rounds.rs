@@ -118,8 +118,10 @@ impl NodeCore {
         out
     }
 
-    /// An elastic policy re-shares this node's running tasks once the slot's rounds are over (as
-    /// the simulator does before the slot runs): the tasks whose allocation changed are resized.
+    /// An elastic policy re-shares this node's running tasks (after the slot's rounds, as the
+    /// simulator does before the slot runs, and after each start here): the tasks whose
+    /// allocation changed are resized. Every re-share starts from the minimum demands, so the
+    /// last one of a slot is the simulator's whatever came before it.
     fn reshare(&mut self) -> Vec<Action> {
         let me = self.cfg.me;
         if !self.policy.elastic() || self.tasks.running_on(me).next().is_none() {
@@ -225,9 +227,16 @@ impl NodeCore {
                 }));
             }
         }
+        // An elastic node re-shares when the slot's rounds are over, and also as soon as it
+        // starts a task: the new task starts at its minimum demand, and without a re-share the
+        // shares in force (the running tasks' from the last slot) and it could add up to more
+        // than the node has until the slot's last round.
+        let started_here = !tentative && outcome.commits.iter().any(|c| c.agent == self.cfg.me);
+        if outcome.slot_ended || started_here {
+            out.extend(self.reshare());
+        }
         if outcome.slot_ended {
             self.slot_start = now + self.cfg.slot_ms;
-            out.extend(self.reshare());
             self.tasks.accrue_service();
         }
         if self.learning.is_some() {

@@ -1,0 +1,107 @@
+//! Elastic sharing on a real agent: the default policy (the general model, elastic, GPUs held)
+//! re-shares a node's CPUs among its running tasks every slot, and the agent changes the CPU
+//! quota of a task's cgroup while the task runs. Judged from what the tasks themselves read:
+//! every half-tenth of a second each task prints the CPU quota of the cgroup it is in (from
+//! `/proc/self/cgroup`), so the evidence is the kernel's, not the agent's account of it.
+//!
+//! Needs writable cgroups (v1 `cpu` or v2), as CI has; without them the test fails and says so.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Duration;
+use tapfinger::spec::TaskSpec;
+use tapfinger_agent::exec::Cgroups;
+use tapfinger_tests::{Exec, Local, finished, wait};
+
+/// A task that prints its cgroup's CPU quota (in cores × 100000) for about `secs` seconds.
+fn quota_printer(secs: u32) -> TaskSpec {
+    let script = format!(
+        r#"for i in $(seq 1 {n}); do
+  p=$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ {{print $3}}' /proc/self/cgroup)
+  if [ -n "$p" ]; then q=$(cat /sys/fs/cgroup/cpu$p/cpu.cfs_quota_us); else
+    p=$(awk -F: '$1 == "0" {{print $3}}' /proc/self/cgroup); q=$(cut -d' ' -f1 /sys/fs/cgroup$p/cpu.max); fi
+  echo "quota=$q"
+  echo "TAPFINGER progress=$(awk "BEGIN {{print $i/{n}}}")"
+  sleep 0.05
+done"#,
+        n = secs * 20
+    );
+    // A literal multi-line TOML string: the script as written, no escapes.
+    let toml = format!(
+        "command = [\"sh\", \"-c\", '''\n{script}''']\nmin_demand = {{ cpu = 1, mem = 1 }}\n"
+    );
+    TaskSpec::from_toml(&toml).unwrap()
+}
+
+/// The quotas a task printed, in order (cores).
+fn quotas(logs: &Path, task: tapfinger::TaskId) -> Vec<f64> {
+    let text = std::fs::read_to_string(logs.join(format!("{}.stdout", task.0))).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("quota="))
+        .filter_map(|q| q.trim().parse::<f64>().ok())
+        .map(|q| q / 100_000.0)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_task_s_cpu_quota_follows_the_re_share() {
+    let group = format!("tapfinger-elastic-test-{}", std::process::id());
+    if let Cgroups::Unavailable(why) = Cgroups::detect(Path::new("/sys/fs/cgroup"), &group) {
+        panic!("this test needs writable cgroups (CI has them): {why}");
+    }
+    let logs = std::env::temp_dir().join(format!("tf-elastic-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&logs);
+    // One box of 4 cores: the first task alone gets them all, then shares them with a second.
+    let (a, _) = Local::new("a", Exec::Cgroups(logs.clone(), group.clone()))
+        .start()
+        .await;
+    let first = a.submit(quota_printer(6)).await.unwrap();
+    let mut alone = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if quotas(&logs, first).contains(&4.0) {
+            alone = true;
+            break;
+        }
+    }
+    assert!(
+        alone,
+        "the lone task never ran with the box's 4 cores: {:?}",
+        quotas(&logs, first)
+    );
+    let second = a.submit(quota_printer(2)).await.unwrap();
+    wait(&[&a], Duration::from_secs(30), "both tasks", |s| {
+        finished(s).len() >= 2
+    })
+    .await;
+    let q1 = quotas(&logs, first);
+    let q2 = quotas(&logs, second);
+    eprintln!("quotas (cores), first task: {q1:?}\nsecond task: {q2:?}");
+    // While both ran, each had a share below the whole box, the two within its 4 cores; the
+    // first task's quota went down while it ran, and back up once the second had finished.
+    let at4 = q1.iter().position(|q| *q == 4.0).unwrap();
+    let shared = q1[at4..].iter().position(|q| *q < 4.0).map(|i| i + at4);
+    assert!(
+        shared.is_some(),
+        "the first task's quota never went down: {q1:?}"
+    );
+    let shared = shared.unwrap();
+    assert!(
+        q1[shared..].contains(&4.0),
+        "the first task never got the box back: {q1:?}"
+    );
+    assert!(
+        q2.iter().all(|q| *q >= 1.0 && *q <= 3.0),
+        "the second task ran outside [its minimum, what the first left]: {q2:?}"
+    );
+    assert!(
+        q2.iter().any(|q| q + q1[shared] <= 4.0),
+        "no two shares fitted the box: {q1:?} {q2:?}"
+    );
+    let _ = std::fs::remove_dir_all(&logs);
+    // The agent's parent group (its tasks' groups went with them).
+    drop(a);
+    for h in ["", "cpu", "memory"] {
+        let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(h).join(&group));
+    }
+}
