@@ -105,3 +105,64 @@ async fn a_running_task_s_cpu_quota_follows_the_re_share() {
         let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(h).join(&group));
     }
 }
+
+/// A task that records each start of its own (its GPU devices, whether it was told to resume)
+/// in `marker`, then runs about a second.
+fn run_recorder(marker: &Path, resumable: bool) -> TaskSpec {
+    let script = format!(
+        r#"echo "gpu=$CUDA_VISIBLE_DEVICES resume=$TAPFINGER_RESUME" >> {m}
+for i in $(seq 1 20); do echo "TAPFINGER progress=$(awk "BEGIN {{print $i/20}}")"; sleep 0.05; done"#,
+        m = marker.display()
+    );
+    let toml = format!(
+        "command = [\"sh\", \"-c\", '''\n{script}''']\nmin_demand = {{ cpu = 1, mem = 1 }}\nresumable = {resumable}\n"
+    );
+    TaskSpec::from_toml(&toml).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_gpu_share_restarts_a_resumable_task_with_its_devices_and_only_such_a_task() {
+    let dir = std::env::temp_dir().join(format!("tf-gpu-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // One box with one GPU (device 7). A task asking for no GPU starts without one; the
+    // re-share that follows gives it the idle GPU, which it can only get by a restart.
+    let (a, _) = Local::new("a", Exec::Processes(dir.join("logs")))
+        .start()
+        .await;
+    let resumable = dir.join("resumable.runs");
+    a.submit(run_recorder(&resumable, true)).await.unwrap();
+    wait(&[&a], Duration::from_secs(30), "the resumable task", |s| {
+        !finished(s).is_empty()
+    })
+    .await;
+    let fixed = dir.join("fixed.runs");
+    a.submit(run_recorder(&fixed, false)).await.unwrap();
+    wait(&[&a], Duration::from_secs(30), "the other task", |s| {
+        finished(s).len() >= 2
+    })
+    .await;
+    let runs = |p: &Path| -> Vec<String> {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let (r, f) = (runs(&resumable), runs(&fixed));
+    eprintln!("runs of the resumable task: {r:?}\nof the other: {f:?}");
+    // The resumable task's last run had the GPU and was told to resume; a run before it (if
+    // it got as far as writing) had none. Finished once (the waits above count outcomes).
+    assert_eq!(
+        r.last().map(String::as_str),
+        Some("gpu=7 resume=1"),
+        "{r:?}"
+    );
+    assert!(
+        r.len() <= 2 && r[..r.len() - 1].iter().all(|l| l == "gpu= resume="),
+        "{r:?}"
+    );
+    // The other cannot resume: it ran once, without a GPU, never restarted.
+    assert_eq!(f, vec!["gpu= resume=".to_string()], "{f:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -364,11 +364,11 @@ impl Learner {
 /// The start model: `shipped` (the agent's compiled-in model), `untrained` (the same network
 /// with random weights, seeded), or a checkpoint directory.
 pub fn start_checkpoint(start: &str) -> anyhow::Result<(Vec<u8>, String, String)> {
-    use tapfinger::model::checkpoint::{GENERAL_AGENT, net_config, read_files};
+    use tapfinger::model::checkpoint::{GENERAL, net_config, read_files};
     let shipped = || {
         (
-            GENERAL_AGENT.model.to_vec(),
-            GENERAL_AGENT.config.to_string(),
+            GENERAL.model.to_vec(),
+            GENERAL.config.to_string(),
             "shipped agent model".to_string(),
         )
     };

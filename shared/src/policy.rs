@@ -40,13 +40,6 @@ pub trait Policy: Send {
         false
     }
 
-    /// Whether [`Policy::rebalance`] may change a running task's GPUs. A process's GPUs are
-    /// fixed when it starts (its device list), so the agent runs elastic policies only if this
-    /// is false; by default every elastic policy is taken to re-share GPUs too.
-    fn resizes_gpus(&self) -> bool {
-        self.elastic()
-    }
-
     /// For elastic policies: the allocations of the tasks running on the agent's node for the
     /// coming slot. Called once per slot after the decision steps, with running tasks shown at
     /// their minimum demand and `free` what remains. Tasks not listed keep their allocation.

@@ -50,6 +50,13 @@ pub struct TaskSpec {
     /// Priority class; 0 is the highest.
     #[serde(default)]
     pub priority: u8,
+    /// The task can be stopped and started again where it left off (it checkpoints and, when
+    /// started with `TAPFINGER_RESUME=1`, resumes from its last checkpoint). Only such a task
+    /// may get more GPUs than its minimum: an elastic policy re-shares GPUs by restarting the
+    /// task with its new devices (a process's devices are fixed when it starts). Off: the
+    /// task's GPUs stay at its minimum demand from start to end.
+    #[serde(default)]
+    pub resumable: bool,
 }
 
 /// A spec that cannot be accepted; `field` names the offending field (`min_demand.cpu`, ...).
@@ -179,6 +186,18 @@ impl TaskSpec {
                 }
             }
             Some(m)
+        };
+        // A task that cannot resume never gets GPUs beyond its minimum (see `resumable`).
+        let gpu = crate::estimate::KindMap::from_names(&kind_names(space)).0[1];
+        let max = match gpu {
+            Some(g)
+                if !self.resumable && min.get(g) < max.as_ref().map_or(u32::MAX, |m| m.get(g)) =>
+            {
+                let mut m = max.unwrap_or_else(|| Resources(vec![u32::MAX; min.len()]));
+                m.0[g] = min.get(g);
+                Some(m)
+            }
+            _ => max,
         };
         for name in &self.nodes {
             if !nodes.iter().any(|n| n.name == name) {
@@ -355,8 +374,22 @@ mod tests {
         assert_eq!(other(""), TaskTypeId(0));
         assert_eq!(class_id("resnet50"), other("resnet50").0);
         assert_eq!(t.min_demand, Resources(vec![2, 0]));
-        assert_eq!(t.max_demand, Some(Resources(vec![8, u32::MAX])));
+        // Not resumable: its GPUs are capped at its minimum (none).
+        assert_eq!(t.max_demand, Some(Resources(vec![8, 0])));
         assert_eq!(t.reachable, vec![NodeId(0), NodeId(1)]);
+        let resumable = |extra: &str| {
+            check(&format!(
+                "command = [\"x\"]\nmin_demand = {{ cpu = 1, gpu = 1 }}\n{extra}"
+            ))
+            .unwrap()
+            .max_demand
+        };
+        assert_eq!(resumable(""), Some(Resources(vec![u32::MAX, 1])));
+        assert_eq!(resumable("resumable = true\n"), None);
+        assert_eq!(
+            resumable("resumable = true\nmax_demand = { gpu = 2 }\n"),
+            Some(Resources(vec![u32::MAX, 2]))
+        );
         let gpu = check("command = [\"x\"]\nmin_demand = { cpu = 1, gpu = 1 }\n").unwrap();
         assert_eq!(gpu.reachable, vec![NodeId(1)], "only the GPU node fits");
         let labelled = check(

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Version of the envelope format; a message with another version is refused.
-pub const WIRE_VERSION: u16 = 2;
+pub const WIRE_VERSION: u16 = 3;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.
@@ -35,6 +35,9 @@ pub struct RunningState {
     pub started: u64,
     /// Epoch of this copy (a fencing token: a copy with a lower epoch than another is stopped).
     pub epoch: u64,
+    /// Its attained service so far (Tiresias's; see [`crate::ledger`]), as its runner counts it
+    /// with the shares it really ran with (an elastic runner re-shares every slot).
+    pub attained: f64,
 }
 
 /// A node's state, broadcast every heartbeat.
@@ -387,6 +390,7 @@ mod tests {
             require_labels: BTreeMap::new(),
             nodes: Vec::new(),
             priority: 0,
+            resumable: true,
         };
         let body = [
             Body::Heartbeat(NodeState {
@@ -400,6 +404,7 @@ mod tests {
                     progress: 0.4,
                     started: 2,
                     epoch: 1,
+                    attained: 3.0,
                 }],
                 incarnation: 2,
                 hears: vec![NodeId(0), NodeId(2)],

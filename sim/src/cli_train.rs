@@ -48,11 +48,11 @@ pub(crate) struct TrainArgs {
     #[arg(long)]
     pub(crate) general: bool,
     /// How a node shares among its running tasks: elastic (start at the minimum demand,
-    /// re-share spare CPU and memory every slot; GPUs stay at the minimum demand, as the
-    /// agent can run it), elastic-gpus (GPUs re-shared too: the simulator only), fixed (the
+    /// re-share the spare units every slot), elastic-hold-gpus (the same, but GPUs stay at the
+    /// minimum demand: for clusters whose tasks cannot resume on new devices), fixed (the
     /// allocation head chooses once per task), or auto: for a new run elastic for a general
     /// model and fixed for a per-preset one; with --from, the model's own.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "elastic-gpus", "fixed"])]
+    #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "elastic-hold-gpus", "fixed"])]
     pub(crate) sharing: String,
     /// Each decision attends to at most this many nodes (0: the whole cluster) [default: 8
     /// for a general model, 0 per preset; with --from, the model's own unless given].
@@ -284,9 +284,9 @@ fn new_run(
 /// `--sharing` into a network's settings (`auto`: elastic for a general model).
 fn set_sharing(net: &mut NetConfig, sharing: &str, general: bool) {
     (net.elastic, net.hold_gpus) = match sharing {
-        "elastic" => (true, true),
-        "elastic-gpus" => (true, false),
+        "elastic" => (true, false),
+        "elastic-hold-gpus" => (true, true),
         "fixed" => (false, false),
-        _ => (general, general),
+        _ => (general, false),
     };
 }

@@ -32,6 +32,9 @@ struct Daemon {
     epoch: Instant,
     /// Tasks this loop asked the executor to stop (their exit is no outcome).
     stopped_here: BTreeSet<TaskId>,
+    /// Tasks stopped to start again with other GPU devices (an elastic re-share changed their
+    /// GPU count): their exit is no outcome, they start again at once with `TAPFINGER_RESUME=1`.
+    restarting: BTreeSet<TaskId>,
     /// Tasks run to completion here, in order.
     finished_here: Vec<TaskId>,
     /// Malformed or spoofed messages dropped.
@@ -86,6 +89,7 @@ pub(super) async fn run(
         me,
         epoch: Instant::now(),
         stopped_here: BTreeSet::new(),
+        restarting: BTreeSet::new(),
         finished_here: Vec::new(),
         dropped: 0,
         next_local,
@@ -203,6 +207,12 @@ impl Daemon {
                 stopped: by_executor,
             } => {
                 self.gpus.release(task);
+                if self.restarting.remove(&task)
+                    && !self.stopped_here.contains(&task)
+                    && let Some(again) = self.restart(task)
+                {
+                    return vec![again];
+                }
                 if let Some(store) = &mut self.p.store
                     && let Err(e) = store.ended(task)
                 {
@@ -314,9 +324,44 @@ impl Daemon {
         }
     }
 
-    /// New CPU and memory shares for a task running here (its GPU devices stay).
+    /// The start of a task stopped for new GPU devices, if it still runs here (a stop or an
+    /// outcome meanwhile ends it as any run ends): with its shares in force, told to resume.
+    fn restart(&mut self, task: TaskId) -> Option<Action> {
+        let me = self.p.core.id();
+        let e = self.p.core.tasks().get(task)?;
+        let TaskState::Running { node, alloc, .. } = &e.state else {
+            return None;
+        };
+        if *node != me {
+            return None;
+        }
+        if let Some(store) = &mut self.p.store
+            && let Err(err) = store.ended(task)
+        {
+            tracing::warn!(%task, error = %err, "cannot journal the end of a run");
+        }
+        let mut spec = e.meta.spec.clone();
+        spec.env.insert("TAPFINGER_RESUME".into(), "1".into());
+        tracing::info!(%task, %alloc, "restarting with new GPU devices");
+        Some(Action::Start {
+            task,
+            spec,
+            alloc: alloc.clone(),
+        })
+    }
+
+    /// New shares for a task running here: CPU and memory change while it runs; a new GPU count
+    /// means new devices, which a process cannot change, so it is stopped and started again
+    /// (only resumable tasks are given GPUs beyond their minimum, see `TaskSpec::resumable`).
     fn resize(&mut self, task: TaskId, alloc: &Resources) {
         let mut allocation = (self.p.to_allocation)(alloc);
+        let held = self.gpus.held.get(&task).map_or(0, Vec::len);
+        if allocation.gpus.len() != held {
+            if self.restarting.insert(task) {
+                self.p.executor.stop(task);
+            }
+            return;
+        }
         allocation.gpus = self.gpus.held.get(&task).cloned().unwrap_or_default();
         match self.p.executor.resize(task, &allocation) {
             Ok(crate::exec::Enforcement::None(why)) => {

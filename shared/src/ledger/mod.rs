@@ -543,6 +543,13 @@ impl<M> Ledger<M> {
             .map_or(0.0, |b| -((b.running.len() + b.queue.len()) as f64))
     }
 
+    /// A task's attained service as its runner counts it (a peer's heartbeat). Unknown: nothing.
+    pub fn set_attained(&mut self, id: TaskId, attained: f64) {
+        if let Some(e) = self.tasks.get_mut(&id) {
+            e.attained = attained;
+        }
+    }
+
     /// End of a slot: every running task attains the units of the service kind it holds.
     pub fn accrue_service(&mut self) {
         let k = self.service_kind;

@@ -212,11 +212,9 @@ shipped! {
     /// default before the general model.
     EDGE_AGENT = "edge-agent";
     /// The general model (feature schema 2): trained on generated scenarios, it loads on every
-    /// cluster; the learned policy's default wherever no model ships for the scenario.
+    /// cluster; the learned policy's default wherever no model ships for the scenario, and the
+    /// agent's default.
     GENERAL = "general";
-    /// The general model in the form the agent runs, its default: elastic with the GPUs held
-    /// (a running process's devices cannot change), trained that way (`--sharing elastic`).
-    GENERAL_AGENT = "general-agent";
 }
 
 /// Presets served by another preset's model of the same input sizes: `hetero3` and `hetero12`
@@ -230,7 +228,7 @@ pub fn shipped(scenario: &str) -> Option<&'static Shipped> {
         .iter()
         .find(|(s, _)| *s == scenario)
         .map_or(scenario, |(_, m)| m);
-    SHIPPED.iter().find(|m| {
-        m.scenario == name && ![GENERAL.scenario, GENERAL_AGENT.scenario].contains(&m.scenario)
-    })
+    SHIPPED
+        .iter()
+        .find(|m| m.scenario == name && m.scenario != GENERAL.scenario)
 }

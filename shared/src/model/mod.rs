@@ -441,9 +441,6 @@ impl Policy for TapfingerPolicy {
     fn elastic(&self) -> bool {
         self.cfg.elastic
     }
-    fn resizes_gpus(&self) -> bool {
-        self.cfg.elastic && !self.cfg.hold_gpus
-    }
     fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(crate::TaskId, Resources)> {
         if self.cfg.elastic {
             crate::baselines::least_attained_shares(view, self.cfg.hold_gpus)

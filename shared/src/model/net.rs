@@ -51,9 +51,10 @@ pub struct NetConfig {
     #[serde(default)]
     pub elastic: bool,
     /// With `elastic`: the GPUs are not re-shared; a task runs with the GPUs of its minimum
-    /// demand from start to end (a process's devices are fixed when it starts), CPU and memory
-    /// are re-shared. The agent runs elastic models only in this form. Off (models written
-    /// before it existed): GPUs are re-shared as well (the simulator only).
+    /// demand from start to end, CPU and memory are re-shared. (The agent re-shares GPUs by
+    /// restarting resumable tasks with new devices; this form is for clusters whose tasks
+    /// cannot resume.) Off (the default, and models written before it existed): GPUs are
+    /// re-shared as well.
     #[serde(default)]
     pub hold_gpus: bool,
     /// Each decision attends to at most this many nodes ([`crate::view::ClusterView::focus`]:

@@ -42,7 +42,7 @@ impl NodeCore {
                 let id = task.id;
                 let mut out = self.on_announce(from, task, spec, owner, epoch, now);
                 if let Some(alloc) = runs {
-                    out.extend(self.on_copy(id, from, &alloc, epoch, None));
+                    out.extend(self.on_copy(id, from, &alloc, epoch, None, None));
                 }
                 out
             }
@@ -160,7 +160,14 @@ impl NodeCore {
             if !self.tasks.contains(r.task) {
                 want.insert(r.task);
             }
-            out.extend(self.on_copy(r.task, from, &r.alloc, r.epoch, Some(r.progress)));
+            out.extend(self.on_copy(
+                r.task,
+                from,
+                &r.alloc,
+                r.epoch,
+                Some(r.progress),
+                Some(r.attained),
+            ));
         }
         // Its latest outcomes make good a finish message that was lost.
         for o in &state.recent {
@@ -411,10 +418,11 @@ impl NodeCore {
         alloc: Resources,
         epoch: u64,
     ) -> Vec<Action> {
-        self.on_copy(task, node, &alloc, epoch, None)
+        self.on_copy(task, node, &alloc, epoch, None, None)
     }
 
-    /// `node` runs a copy of `task` with `epoch` (from its start message or its heartbeat).
+    /// `node` runs a copy of `task` with `epoch` (from its start message or its heartbeat, which
+    /// also tells its progress and attained service).
     fn on_copy(
         &mut self,
         task: TaskId,
@@ -422,6 +430,7 @@ impl NodeCore {
         alloc: &Resources,
         epoch: u64,
         progress: Option<f64>,
+        attained: Option<f64>,
     ) -> Vec<Action> {
         let me = self.cfg.me;
         let slot = self.protocol.round().slot;
@@ -462,6 +471,11 @@ impl NodeCore {
                 // (so the speed estimator counts the progress at the shares it ran with).
                 if a != *alloc && node != me {
                     self.tasks.set_alloc(task, alloc.clone());
+                }
+                // The runner's count of attained service is the one kept with the shares it ran
+                // with; this node's own count used the shares it knew of at each slot's end.
+                if let Some(s) = attained.filter(|_| node != me) {
+                    self.tasks.set_attained(task, s);
                 }
                 if let Some(np) = progress {
                     self.tasks.set_progress(task, np, slot as f64);

@@ -99,9 +99,9 @@ pub enum Action {
         /// Allocation in grid units.
         alloc: Resources,
     },
-    /// Change the shares of a task running here (an elastic policy re-shared the node at the
-    /// end of a slot's rounds): its CPU and memory; its GPUs do not change (the agent runs only
-    /// elastic policies that hold them, [`Policy::resizes_gpus`]).
+    /// Change the shares of a task running here (an elastic policy re-shared the node: after a
+    /// start here, and at the end of a slot's rounds). The agent changes CPU and memory shares
+    /// while the task runs, and restarts it with new devices when its GPU count changes.
     Resize {
         /// Task.
         task: TaskId,
@@ -436,6 +436,7 @@ impl NodeCore {
                         progress: *progress,
                         started: *started,
                         epoch: e.meta.epoch,
+                        attained: e.attained,
                     }),
                     _ => None,
                 }
