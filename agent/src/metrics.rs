@@ -71,6 +71,14 @@ impl AgentMetrics {
                 "Messages received from peers."
             );
             describe_counter!(
+                "tapfinger_resizes_total",
+                "Shares of tasks running here changed by an elastic re-share."
+            );
+            describe_counter!(
+                "tapfinger_reshares_refused_total",
+                "Re-shares of this agent's policy refused as out of bounds (a policy bug)."
+            );
+            describe_counter!(
                 "tapfinger_messages_sent_total",
                 "Messages this agent broadcast, by kind."
             );
@@ -135,6 +143,8 @@ impl AgentMetrics {
             counter!("tapfinger_conflicts_total").absolute(n.conflicts);
             counter!("tapfinger_missing_proposals_total").absolute(n.missing);
             counter!("tapfinger_messages_received_total").absolute(n.received);
+            counter!("tapfinger_resizes_total").absolute(n.resizes);
+            counter!("tapfinger_reshares_refused_total").absolute(n.reshares_refused);
             for (kind, v) in &n.sent {
                 counter!("tapfinger_messages_sent_total", "kind" => kind.clone()).absolute(*v);
             }
