@@ -115,6 +115,10 @@ pub struct RoundOutcome {
     pub contested: u32,
     /// Members whose proposal was missing at the deadline (treated as passes).
     pub missing: Vec<NodeId>,
+    /// Members counted as passes because they had already proposed in a later round: they
+    /// decided this round without waiting for this member, perhaps otherwise.
+    #[serde(default)]
+    pub ahead: Vec<NodeId>,
     /// True when nothing committed: the slot ends and the next round is step 0 of the next slot.
     pub slot_ended: bool,
     /// The round that follows.
@@ -477,9 +481,19 @@ impl Protocol {
         if !missing.is_empty() && !deadline_passed {
             return Vec::new();
         }
+        let ahead: Vec<NodeId> = if self.future.is_empty() {
+            Vec::new()
+        } else {
+            self.members
+                .iter()
+                .filter(|m| !self.proposals.contains_key(m) && moved_on(m))
+                .copied()
+                .collect()
+        };
         let proposals = std::mem::take(&mut self.proposals);
         let mut outcome = resolve(self.round, &proposals, &self.committed);
         outcome.missing = missing;
+        outcome.ahead = ahead;
         for c in &outcome.commits {
             self.mark_committed(c.task);
         }
@@ -584,6 +598,7 @@ pub fn resolve(
         lost,
         contested,
         missing: Vec::new(),
+        ahead: Vec::new(),
         slot_ended,
         next,
     }
@@ -885,6 +900,7 @@ mod tests {
         let out = a.receive(msg(2, next, Proposal::Pass), 2).unwrap();
         let d = decided(&out).expect("no need to wait for the deadline");
         assert!(d.missing.is_empty());
+        assert_eq!(d.ahead, vec![NodeId(2)]);
         assert_eq!(d.commits.len(), 1);
         // A commit keeps us in slot 0 (step 1); member 2 is still ahead, so it passes here too.
         assert_eq!(a.round(), Round { slot: 0, step: 1 });

@@ -120,6 +120,12 @@ impl NodeCore {
         }
     }
 
+    /// Whether this node is back from a lapsed lease and passes until its rounds are in step
+    /// with the others' (a round decided with every member's proposal).
+    pub fn settling(&self) -> bool {
+        self.settling
+    }
+
     /// Leases and takeovers, once per tick.
     pub(super) fn tick_leases(&mut self, now: u64) -> Vec<Action> {
         let me = self.cfg.me;
@@ -135,8 +141,12 @@ impl NodeCore {
         if quorum {
             self.last_quorum = Some(i128::from(now));
             if self.lease_lost {
-                // Back with a quorum after stopping everything: listen before deciding.
+                // Back with a quorum after stopping everything: listen before deciding, and
+                // claim nothing until the rounds are in step again (`settling`).
+                // (A node that never held a quorum before, such as a fresh one, has nothing
+                // another side could have taken over.)
                 self.lease_lost = false;
+                self.settling = self.lapsed;
                 self.first_tick = None;
             }
             if !self.had_quorum {
@@ -151,6 +161,7 @@ impl NodeCore {
         self.heard_through_peers(now);
         if !self.lease_held(now) && !self.lease_lost {
             self.lease_lost = true;
+            self.lapsed = self.last_quorum.is_some();
             self.first_tick = None;
             let mine: Vec<_> = self.tasks.running_on(me).collect();
             for id in mine {

@@ -191,6 +191,13 @@ pub struct NodeCore {
     last_quorum: Option<i128>,
     /// The lease lapsed and this node stopped its copies.
     lease_lost: bool,
+    /// Back with a quorum after its lease lapsed: this node claims nothing (it passes) until a
+    /// round is decided with every member's proposal in the same round. Until then its rounds
+    /// and the other side's are out of step, and both may hold the same tasks as pending (its
+    /// stopped copies, which the other side may have taken over).
+    settling: bool,
+    /// The lease was lost after a quorum had held (not a fresh node's first ticks).
+    lapsed: bool,
     /// Whether a quorum held at the last tick (silence counts only while one does).
     had_quorum: bool,
     /// No tick yet: the first one sets `last_quorum` from the driver's record.
@@ -268,6 +275,8 @@ impl NodeCore {
             incarnations: BTreeMap::new(),
             last_quorum: None,
             lease_lost: false,
+            settling: false,
+            lapsed: false,
             had_quorum: false,
             first_lease_tick: true,
             recent: std::collections::VecDeque::new(),

@@ -89,8 +89,9 @@ impl NodeCore {
     fn propose(&mut self, now: u64) -> Vec<Action> {
         let view = self.view();
         let proposal = match view.for_agent(self.cfg.me) {
-            // Without a lease this node starts nothing, but still passes so rounds go on.
-            Some(v) if self.lease_held(now) => {
+            // Without a lease this node starts nothing, but still passes so rounds go on; so
+            // does a node back from a lapsed lease until its rounds are in step (`settling`).
+            Some(v) if self.lease_held(now) && !self.settling => {
                 let d = self.policy.decide(&v, &mut self.rng);
                 to_proposal(&d, &v).unwrap_or(crate::protocol::Proposal::Pass)
             }
@@ -170,6 +171,10 @@ impl NodeCore {
         // a node that just joined): it starts nothing, so a task never starts twice at once. The
         // tasks are claimable again in the next round.
         let tentative = !outcome.missing.is_empty();
+        if !tentative && outcome.ahead.is_empty() {
+            // Every member proposed in this round: the rounds are in step.
+            self.settling = false;
+        }
         if tentative {
             self.stats.rounds_held_back += u64::from(!outcome.commits.is_empty());
             for c in &outcome.commits {
