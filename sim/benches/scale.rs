@@ -6,7 +6,8 @@
 //!
 //! `cargo bench -p tapfinger-sim --bench scale -- [--nodes 6,24,48,96] [--policy tiresias]
 //! [--model DIR]` (1000 nodes: `--nodes 1002`; `--model` runs the learned policy `tapfinger`
-//! from that checkpoint, e.g. a general model whose decisions attend to a bounded set of nodes).
+//! from that checkpoint, e.g. a general model whose decisions attend to a bounded set of nodes;
+//! its agents share one batched forward pass per step, `policies::learned_with`).
 
 use std::time::Instant;
 use tapfinger_sim::scenario::NodeDef;
@@ -62,7 +63,9 @@ fn main() {
     for n in nodes {
         let sim = Simulator::new(scaled(n.div_ceil(6)));
         let ps = match &model {
-            Some(m) => policies::learned(&sim, Some(m)).expect("model"),
+            // One batched forward pass per step (a model with a bounded focus; the decisions
+            // are those of one pass per agent but for ties rounded otherwise).
+            Some(m) => policies::learned_with(&sim, Some(m), true).expect("model"),
             None => policies::build(&sim, &policy).expect("policy"),
         };
         let t = Instant::now();

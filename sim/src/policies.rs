@@ -40,6 +40,29 @@ pub fn learned(
     sim: &Simulator,
     model: Option<&std::path::Path>,
 ) -> Result<Vec<Box<dyn Policy>>, LearnedError> {
+    learned_with(sim, model, false)
+}
+
+/// [`learned`], and with `batched` one forward pass per step for the whole cluster where the
+/// model allows it ([`tapfinger::model::step_batch`]): the same decisions but where a batched
+/// matrix product rounds two equal logits differently, so that identical tasks in a window may
+/// be taken in another order (the development suite's 100 episodes came out identical; 48- and
+/// 96-node scale runs did not). For large clusters (the scale bench); the agent never batches,
+/// so results meant to hold for the agents use [`learned`].
+pub fn learned_with(
+    sim: &Simulator,
+    model: Option<&std::path::Path>,
+    batched: bool,
+) -> Result<Vec<Box<dyn Policy>>, LearnedError> {
+    learned_sharing(sim, model, batched.then(Default::default))
+}
+
+/// [`learned_with`], batching through `step` (which then counts the batched passes).
+pub fn learned_sharing(
+    sim: &Simulator,
+    model: Option<&std::path::Path>,
+    step: Option<tapfinger::model::step_batch::SharedStep>,
+) -> Result<Vec<Box<dyn Policy>>, LearnedError> {
     let dims = sim.dims();
     let (net, cfg) = match model {
         Some(path) => checkpoint::load_path(path, &dims).map(|(net, cfg, _)| (net, cfg))?,
@@ -50,14 +73,16 @@ pub fn learned(
     };
     Ok((0..sim.scenario().nodes.len())
         .map(|_| {
-            Box::new(
-                tapfinger::model::TapfingerPolicy::from_net(
-                    net.clone(),
-                    cfg.clone(),
-                    burn::tensor::Device::flex(),
-                )
-                .greedy(true),
-            ) as Box<dyn Policy>
+            let p = tapfinger::model::TapfingerPolicy::from_net(
+                net.clone(),
+                cfg.clone(),
+                burn::tensor::Device::flex(),
+            )
+            .greedy(true);
+            Box::new(match &step {
+                Some(s) => p.batched(s.clone()),
+                None => p,
+            }) as Box<dyn Policy>
         })
         .collect())
 }

@@ -1,6 +1,7 @@
 //! What a policy sees reads nothing of the simulator's true speed model: swap the speed model
 //! and every view is the same until progress has been observed; after that, the speed estimates
 //! in the views differ (the estimator learned from what ran), and nothing else reveals speed.
+//! Also: one batched forward pass per simulated step decides as one pass per agent.
 
 // Test code may unwrap: a failure there is a test failure with its message.
 #![allow(clippy::unwrap_used)]
@@ -147,6 +148,39 @@ fn no_task_beats_its_lower_bound_with_heavy_tailed_sizes() {
         assert!(
             r.tasks.iter().any(|t| t.lower_bound >= 4 * least),
             "{policy}: no heavy tail in the bounds (least {least})"
+        );
+    }
+}
+
+/// The shipped general model with a bounded focus, written where the simulator can load it.
+fn general_focused(k: usize) -> std::path::PathBuf {
+    let g = &tapfinger::model::checkpoint::GENERAL;
+    let mut j: serde_json::Value = serde_json::from_str(g.config).unwrap();
+    j["config"]["net"]["focus"] = serde_json::json!(k);
+    let dir = std::env::temp_dir().join(format!("tf-focus-{k}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("model.bpk"), g.model).unwrap();
+    std::fs::write(dir.join("train.json"), j.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn one_batched_pass_per_step_decides_as_one_pass_per_agent() {
+    let dir = general_focused(4);
+    for g in [3, 6] {
+        let sim = Simulator::new(Scenario::load(&format!("gen:{g}")).unwrap());
+        let alone = sim
+            .run(policies::learned(&sim, Some(&dir)).unwrap(), 100)
+            .unwrap();
+        let step = tapfinger::model::step_batch::SharedStep::default();
+        let ps = policies::learned_sharing(&sim, Some(&dir), Some(step.clone())).unwrap();
+        let batched = sim.run(ps, 100).unwrap();
+        assert_eq!(alone, batched, "gen:{g}");
+        // It did batch: several agents' decisions per pass.
+        let (passes, graphs) = step.lock().unwrap().passes();
+        assert!(
+            passes > 0 && graphs > passes,
+            "gen:{g}: {passes} passes, {graphs} graphs"
         );
     }
 }

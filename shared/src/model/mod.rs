@@ -13,6 +13,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod critic;
 pub mod net;
+pub mod step_batch;
 
 pub use checkpoint::{LoadError, load_bytes};
 
@@ -141,6 +142,8 @@ pub struct TapfingerPolicy {
     device: Device,
     greedy: bool,
     recorder: Option<Recorder>,
+    /// Shared with the other agents of a simulated cluster: one batched pass per step.
+    step: Option<step_batch::SharedStep>,
 }
 
 /// Index of the largest logit and its probability.
@@ -190,6 +193,7 @@ impl TapfingerPolicy {
             device,
             greedy: false,
             recorder: None,
+            step: None,
         }
     }
 
@@ -346,19 +350,36 @@ impl TapfingerPolicy {
             }
             return Some(Decision::Pass);
         }
+        // Simulated clusters: this agent's logits from the step's one batched pass.
+        let batched = self.step_logits(view);
         let focused = view.cluster.focus(view.me, self.cfg.focus);
         let view = &focused.for_agent(view.me)?;
         let free = &view.node().free;
         let window: Vec<&crate::Task> = view.window().take(dims.window).collect();
         let pass_blocked = self.pass_blocked(view, &window, &blocked);
         let selectable: Vec<usize> = (0..window.len()).filter(|&i| !blocked[i]).collect();
-        let b = batch(&[(view.cluster, view.me)], dims);
-        let enc = self.net.encode(&b, &self.device);
+        // A batched step needs no graph or pass of its own (and, being elastic, no allocation
+        // head).
+        let (b, enc) = match &batched {
+            Some(_) => (None, None),
+            None => {
+                let b = batch(&[(view.cluster, view.me)], dims);
+                let enc = self.net.encode(&b, &self.device);
+                (Some(b), Some(enc))
+            }
+        };
         let (slot, prob) = match self.cfg.selection {
+            net::Selection::Pointer if batched.is_some() => self.pick(batched.as_deref()?, rng)?,
             net::Selection::Pointer => {
                 let logits = self
                     .net
-                    .pointer_logits(&enc, &b, &blocked, &[pass_blocked], &self.device)
+                    .pointer_logits(
+                        enc.as_ref()?,
+                        b.as_ref()?,
+                        &blocked,
+                        &[pass_blocked],
+                        &self.device,
+                    )
                     .into_data()
                     .try_to_vec::<f32>()
                     .ok()?;
@@ -400,7 +421,16 @@ impl TapfingerPolicy {
             }
             let l = self
                 .net
-                .alloc_logits(&enc, &b, &[slot], k, &prev, &[lo], &[hi], &self.device)
+                .alloc_logits(
+                    enc.as_ref()?,
+                    b.as_ref()?,
+                    &[slot],
+                    k,
+                    &prev,
+                    &[lo],
+                    &[hi],
+                    &self.device,
+                )
                 .into_data()
                 .try_to_vec::<f32>()
                 .ok()?;
