@@ -148,7 +148,12 @@ impl ClusterView {
                 (i, shared, free_share(n))
             })
             .collect();
-        others.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.total_cmp(&a.2)).then(a.0.cmp(&b.0)));
+        // Only the first k - 1 in this (total) order are kept: select them, no full sort.
+        if others.len() > k - 1 {
+            others.select_nth_unstable_by(k - 1, |a, b| {
+                b.1.cmp(&a.1).then(b.2.total_cmp(&a.2)).then(a.0.cmp(&b.0))
+            });
+        }
         let mut keep: Vec<usize> = std::iter::once(mine)
             .chain(others.iter().take(k - 1).map(|o| o.0))
             .collect();

@@ -350,36 +350,33 @@ impl TapfingerPolicy {
             }
             return Some(Decision::Pass);
         }
-        // Simulated clusters: this agent's logits from the step's one batched pass.
-        let batched = self.step_logits(view);
+        // Simulated clusters: this agent's logits from the step's one batched pass. The focused
+        // view keeps this agent's window whole and in order, so a slot indexes the window seen
+        // here; batching is for elastic models only, which claim at the minimum demand.
+        if let Some(logits) = self.step_logits(view) {
+            let (slot, prob) = self.pick(&logits, rng)?;
+            return Some(match window.get(slot) {
+                Some(t) => Decision::Claim {
+                    task: t.id,
+                    alloc: t.min_demand.clone(),
+                    prob,
+                },
+                None => Decision::Pass,
+            });
+        }
         let focused = view.cluster.focus(view.me, self.cfg.focus);
         let view = &focused.for_agent(view.me)?;
         let free = &view.node().free;
         let window: Vec<&crate::Task> = view.window().take(dims.window).collect();
         let pass_blocked = self.pass_blocked(view, &window, &blocked);
         let selectable: Vec<usize> = (0..window.len()).filter(|&i| !blocked[i]).collect();
-        // A batched step needs no graph or pass of its own (and, being elastic, no allocation
-        // head).
-        let (b, enc) = match &batched {
-            Some(_) => (None, None),
-            None => {
-                let b = batch(&[(view.cluster, view.me)], dims);
-                let enc = self.net.encode(&b, &self.device);
-                (Some(b), Some(enc))
-            }
-        };
+        let b = batch(&[(view.cluster, view.me)], dims);
+        let enc = self.net.encode(&b, &self.device);
         let (slot, prob) = match self.cfg.selection {
-            net::Selection::Pointer if batched.is_some() => self.pick(batched.as_deref()?, rng)?,
             net::Selection::Pointer => {
                 let logits = self
                     .net
-                    .pointer_logits(
-                        enc.as_ref()?,
-                        b.as_ref()?,
-                        &blocked,
-                        &[pass_blocked],
-                        &self.device,
-                    )
+                    .pointer_logits(&enc, &b, &blocked, &[pass_blocked], &self.device)
                     .into_data()
                     .try_to_vec::<f32>()
                     .ok()?;
@@ -421,16 +418,7 @@ impl TapfingerPolicy {
             }
             let l = self
                 .net
-                .alloc_logits(
-                    enc.as_ref()?,
-                    b.as_ref()?,
-                    &[slot],
-                    k,
-                    &prev,
-                    &[lo],
-                    &[hi],
-                    &self.device,
-                )
+                .alloc_logits(&enc, &b, &[slot], k, &prev, &[lo], &[hi], &self.device)
                 .into_data()
                 .try_to_vec::<f32>()
                 .ok()?;
