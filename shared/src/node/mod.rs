@@ -16,7 +16,9 @@
 //! only by a side that holds a quorum, so a cut-off box and its peers never run two copies at
 //! once. A copy that meets a higher epoch, or an outcome, stops. A restarted peer (new
 //! incarnation) lists the copies it adopted; what it ran before and does not list goes back to
-//! pending. When a peer (re)joins, both exchange their pending tasks and their outcomes, so all
+//! pending. A node back from a lapsed lease claims nothing until a round is decided with every
+//! member's proposal (its rounds and the other side's were out of step, and both may hold the
+//! same task as pending). When a peer (re)joins, both exchange their pending tasks and their outcomes, so all
 //! agents agree on who ran each task.
 
 use crate::ledger::Ledger;
