@@ -391,14 +391,13 @@ fn agents_and_the_simulator_agree_for_the_learned_policy() {
 
 /// The shipped general model in the form the agent runs: elastic, GPUs held.
 fn general_held_gpus() -> std::path::PathBuf {
-    let g = &tapfinger::model::checkpoint::GENERAL;
-    let mut j: serde_json::Value = serde_json::from_str(g.config).unwrap();
-    j["config"]["net"]["elastic"] = serde_json::Value::Bool(true);
-    j["config"]["net"]["hold_gpus"] = serde_json::Value::Bool(true);
     let dir = std::env::temp_dir().join(format!("tapfinger-parity-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("model.bpk"), g.model).unwrap();
-    std::fs::write(dir.join("train.json"), j.to_string()).unwrap();
+    tapfinger::model::checkpoint::GENERAL
+        .write_to(&dir, |j| {
+            j["config"]["net"]["elastic"] = serde_json::Value::Bool(true);
+            j["config"]["net"]["hold_gpus"] = serde_json::Value::Bool(true);
+        })
+        .unwrap();
     dir
 }
 

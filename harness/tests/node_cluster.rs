@@ -175,7 +175,9 @@ fn a_dead_node_loses_no_task() {
 }
 
 /// A 5-node cluster split 2|3 for `cut_ms` while 30 tasks of `work_ms` run, then healed.
-fn partition(cut_ms: u64, work_ms: u64) -> Cluster {
+/// Five nodes running the `min` policy, warmed up, with 15 tasks of `work_ms` each submitted
+/// round the nodes and under way.
+fn busy(work_ms: u64) -> Cluster {
     let mut c = Cluster::new(5, "min");
     c.work_ms = work_ms;
     for _ in 0..40 {
@@ -187,6 +189,11 @@ fn partition(cut_ms: u64, work_ms: u64) -> Cluster {
     for _ in 0..20 {
         c.step();
     }
+    c
+}
+
+fn partition(cut_ms: u64, work_ms: u64) -> Cluster {
+    let mut c = busy(work_ms);
     c.side = vec![1, 1, 0, 0, 0];
     // Tasks submitted on both sides during the cut.
     for id in 15..30u64 {
@@ -263,17 +270,7 @@ fn a_node_back_from_a_cut_takes_over_nothing_its_quorum_still_hears() {
     // since the cut: that silence, measured while they had no quorum, proves nothing, and 2 and
     // 3 still hear 4, so nothing of node 4's may be taken over. (A fault CI met with real
     // agents: a copy started on the healed side while its first copy still ran.)
-    let mut c = Cluster::new(5, "min");
-    c.work_ms = 8000;
-    for _ in 0..40 {
-        c.step();
-    }
-    for id in 0..15u64 {
-        c.submit((id % 5) as usize, id);
-    }
-    for _ in 0..20 {
-        c.step();
-    }
+    let mut c = busy(8000);
     let on4: BTreeSet<TaskId> = c
         .running
         .iter()
@@ -539,17 +536,7 @@ fn a_node_back_from_a_lapsed_lease_claims_nothing_until_its_rounds_are_in_step()
     // one task in a round of its own. (A fault CI met with real agents: both sides started one
     // task, 0.23 s apart.) So a node back from a lapsed lease passes until a round is decided
     // with every member's proposal, then claims again.
-    let mut c = Cluster::new(5, "min");
-    c.work_ms = 3000;
-    for _ in 0..40 {
-        c.step();
-    }
-    for id in 0..15u64 {
-        c.submit((id % 5) as usize, id);
-    }
-    for _ in 0..20 {
-        c.step();
-    }
+    let mut c = busy(3000);
     assert!(!c.nodes[0].settling());
     c.side = vec![1, 1, 0, 0, 0];
     for _ in 0..4000 / STEP {

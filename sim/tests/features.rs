@@ -154,13 +154,10 @@ fn no_task_beats_its_lower_bound_with_heavy_tailed_sizes() {
 
 /// The shipped general model with a bounded focus, written where the simulator can load it.
 fn general_focused(k: usize) -> std::path::PathBuf {
-    let g = &tapfinger::model::checkpoint::GENERAL;
-    let mut j: serde_json::Value = serde_json::from_str(g.config).unwrap();
-    j["config"]["net"]["focus"] = serde_json::json!(k);
     let dir = std::env::temp_dir().join(format!("tf-focus-{k}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("model.bpk"), g.model).unwrap();
-    std::fs::write(dir.join("train.json"), j.to_string()).unwrap();
+    tapfinger::model::checkpoint::GENERAL
+        .write_to(&dir, |j| j["config"]["net"]["focus"] = serde_json::json!(k))
+        .unwrap();
     dir
 }
 

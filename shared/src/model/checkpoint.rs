@@ -165,6 +165,22 @@ pub struct Shipped {
 }
 
 impl Shipped {
+    /// Write it as a checkpoint folder (`model.bpk`, `train.json`) with `edit` applied to its
+    /// `train.json` first, e.g. to run the same weights with another `focus` or sharing
+    /// (`config.net.focus`): what `--model DIR` and `--from DIR` read.
+    pub fn write_to(
+        &self,
+        dir: &Path,
+        edit: impl FnOnce(&mut serde_json::Value),
+    ) -> std::io::Result<()> {
+        let mut json: serde_json::Value =
+            serde_json::from_str(self.config).map_err(std::io::Error::other)?;
+        edit(&mut json);
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("model.bpk"), self.model)?;
+        std::fs::write(dir.join("train.json"), json.to_string())
+    }
+
     /// The network, checked against the input sizes.
     pub fn load(&self, dims: &Dims) -> Result<(Net, NetConfig), LoadError> {
         load_bytes(
