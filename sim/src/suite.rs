@@ -87,6 +87,12 @@ pub struct SuiteScenario {
     pub best_baseline: String,
     /// Candidate avg JCT / best baseline's.
     pub ratio: f64,
+    /// Mean over the workload seeds of the tasks' average lower bound (each task alone on the
+    /// best box at its best allocation from its arrival): no schedule does better.
+    pub lower_bound_jct: f64,
+    /// `lower_bound_jct` / the best baseline's avg JCT: the smallest ratio any policy could
+    /// reach on this scenario (a loose floor: the bound ignores every other task).
+    pub bound_ratio: f64,
 }
 
 /// The summary over all scenarios.
@@ -102,6 +108,9 @@ pub struct SuiteSummary {
     pub mean_ratio_to_best_baseline: f64,
     /// Largest per-scenario ratio (the worst case).
     pub worst_ratio: f64,
+    /// Mean of the per-scenario `bound_ratio`s: the mean ratio a schedule reaching every task's
+    /// lower bound would have, so a floor no policy can go below.
+    pub mean_bound_ratio: f64,
     /// Workload seeds per scenario.
     pub seeds: Vec<u64>,
 }
@@ -133,7 +142,8 @@ fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario,
         .chain(others(&cfg.candidate))
         .collect();
     let mut results = Vec::new();
-    for p in &names {
+    let mut bound = 0.0;
+    for (i, p) in names.iter().enumerate() {
         let mut sum = 0.0;
         for &seed in seeds {
             let e =
@@ -143,7 +153,12 @@ fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario,
                         source,
                     }
                 })?;
-            sum += summarize(&e, &kinds).avg_jct;
+            let m = summarize(&e, &kinds);
+            sum += m.avg_jct;
+            if i == 0 {
+                // Every policy runs the same workloads, so the candidate's bound is everyone's.
+                bound += m.lower_bound_jct / seeds.len() as f64;
+            }
         }
         results.push(SuiteResult {
             policy: report::display_name(p).to_string(),
@@ -156,9 +171,9 @@ fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario,
         .filter(|r| !r.clairvoyant)
         .min_by(|a, b| a.avg_jct.total_cmp(&b.avg_jct))
         .cloned();
-    let (best_baseline, ratio) = match best {
-        Some(b) => (b.policy, results[0].avg_jct / b.avg_jct),
-        None => (String::new(), f64::NAN),
+    let (best_baseline, ratio, bound_ratio) = match best {
+        Some(b) => (b.policy, results[0].avg_jct / b.avg_jct, bound / b.avg_jct),
+        None => (String::new(), f64::NAN, f64::NAN),
     };
     Ok(SuiteScenario {
         generator_seed: gen_seed,
@@ -168,6 +183,8 @@ fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario,
         results,
         best_baseline,
         ratio,
+        lower_bound_jct: bound,
+        bound_ratio,
     })
 }
 
@@ -216,6 +233,8 @@ pub fn run(cfg: &SuiteConfig, tick: &(dyn Fn() + Sync)) -> Result<Suite, SuiteEr
         scenarios: scenarios.len(),
         mean_ratio_to_best_baseline: ratios.iter().sum::<f64>() / ratios.len().max(1) as f64,
         worst_ratio: ratios.iter().copied().fold(f64::NAN, f64::max),
+        mean_bound_ratio: scenarios.iter().map(|s| s.bound_ratio).sum::<f64>()
+            / scenarios.len().max(1) as f64,
         seeds,
     };
     Ok(Suite { scenarios, summary })
@@ -239,8 +258,16 @@ pub fn table(s: &Suite) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "{:>8} {:>5} {:>7} {:>5} {:>10} {:>14} {:>10} {:>6}",
-        "gen", "nodes", "classes", "load", "candidate", "best baseline", "its JCT", "ratio"
+        "{:>8} {:>5} {:>7} {:>5} {:>10} {:>14} {:>10} {:>6} {:>6}",
+        "gen",
+        "nodes",
+        "classes",
+        "load",
+        "candidate",
+        "best baseline",
+        "its JCT",
+        "ratio",
+        "floor"
     );
     for sc in &s.scenarios {
         let best = sc
@@ -250,7 +277,7 @@ pub fn table(s: &Suite) -> String {
             .map_or(f64::NAN, |r| r.avg_jct);
         let _ = writeln!(
             t,
-            "{:>8} {:>5} {:>7} {:>5.2} {:>10.2} {:>14} {:>10.2} {:>6.3}",
+            "{:>8} {:>5} {:>7} {:>5.2} {:>10.2} {:>14} {:>10.2} {:>6.3} {:>6.3}",
             sc.generator_seed,
             sc.nodes,
             sc.classes,
@@ -258,14 +285,21 @@ pub fn table(s: &Suite) -> String {
             sc.results[0].avg_jct,
             sc.best_baseline,
             best,
-            sc.ratio
+            sc.ratio,
+            sc.bound_ratio
         );
     }
     let m = &s.summary;
     let _ = writeln!(
         t,
-        "{}: {} wins of {} scenarios (ratio <= 1 to the best baseline); mean ratio {:.3}, worst {:.3}; workload seeds {:?}",
-        m.candidate, m.wins, m.scenarios, m.mean_ratio_to_best_baseline, m.worst_ratio, m.seeds
+        "{}: {} wins of {} scenarios (ratio <= 1 to the best baseline); mean ratio {:.3}, worst {:.3}; floor (every task at its lower bound) {:.3}; workload seeds {:?}",
+        m.candidate,
+        m.wins,
+        m.scenarios,
+        m.mean_ratio_to_best_baseline,
+        m.worst_ratio,
+        m.mean_bound_ratio,
+        m.seeds
     );
     t
 }

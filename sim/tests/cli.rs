@@ -358,8 +358,19 @@ fn suite_json_has_the_documented_shape_and_judges_against_the_best_baseline() {
         let want = results[0]["avg_jct"].as_f64().unwrap() / best;
         assert!((ratio - want).abs() < 1e-9, "{ratio} vs {want}");
         assert!(results.iter().any(|r| r["clairvoyant"] == true));
+        // The floor is a lower bound: no policy (the clairvoyant reference included) beats it.
+        let bound = s["lower_bound_jct"].as_f64().unwrap();
+        assert!(bound > 0.0);
+        assert!((s["bound_ratio"].as_f64().unwrap() - bound / best).abs() < 1e-9);
+        for r in results {
+            assert!(
+                r["avg_jct"].as_f64().unwrap() >= bound - 1e-9,
+                "{r} below {bound}"
+            );
+        }
     }
     let sum = &v["summary"];
+    assert!(sum["mean_bound_ratio"].as_f64().unwrap() > 0.0);
     assert_eq!(sum["scenarios"], 3);
     assert!(sum["wins"].as_u64().unwrap() <= 3);
     assert!(sum["mean_ratio_to_best_baseline"].as_f64().unwrap() > 0.0);
