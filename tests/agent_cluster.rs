@@ -61,7 +61,7 @@ async fn thirty_real_tasks_finish_exactly_once_within_capacity() {
     let all = [&a, &b, &c];
     let spec = || {
         TaskSpec::from_toml(
-            "command = [\"sh\", \"-c\", \"echo 'TAPFINGER progress=0.5'; sleep 0.2; echo gpu=$CUDA_VISIBLE_DEVICES\"]\nmin_demand = { cpu = 1, mem = 1 }\n",
+            "command = [\"sh\", \"-c\", \"echo 'TAPFINGER progress=0.5'; sleep 0.2; echo gpu=$CUDA_VISIBLE_DEVICES order=$CUDA_DEVICE_ORDER\"]\nmin_demand = { cpu = 1, mem = 1 }\n",
         )
         .unwrap()
     };
@@ -100,13 +100,17 @@ async fn thirty_real_tasks_finish_exactly_once_within_capacity() {
         per_agent.iter().filter(|n| **n > 0).count() >= 2,
         "the work was not shared: {per_agent:?}"
     );
-    // Every task ran as a process and saw either no GPU or the node's device 7, never a count.
+    // Every task ran as a process and saw either no GPU or the node's device 7, never a count,
+    // numbered as NVML numbers devices (PCI bus order).
     let mut seen = 0;
     for entry in std::fs::read_dir(&logs).unwrap() {
         for log in std::fs::read_dir(entry.unwrap().path()).unwrap() {
             let text = std::fs::read_to_string(log.unwrap().path()).unwrap();
             if let Some(line) = text.lines().find(|l| l.starts_with("gpu=")) {
-                assert!(line == "gpu=" || line == "gpu=7", "{line}");
+                assert!(
+                    line == "gpu= order=PCI_BUS_ID" || line == "gpu=7 order=PCI_BUS_ID",
+                    "{line}"
+                );
                 seen += 1;
             }
         }

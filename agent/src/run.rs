@@ -39,7 +39,6 @@ pub fn to_allocation(r: &Resources) -> Allocation {
         cpus: f64::from(r.get(0)),
         memory_bytes: (r.get(2) > 0).then(|| u64::from(r.get(2)) << 30),
         gpus: (0..r.get(1)).collect(),
-        gpu_percent: None,
     }
 }
 

@@ -1,6 +1,8 @@
 //! Cluster benchmark: N agents (default 16) with the simulated executor, in this process on
 //! loopback, schedule M tasks (default 500) submitted round-robin at every agent. It fails (exit
-//! code 1) on any duplicate or lost task or any capacity breach, and prints the negotiation
+//! code 1) on any duplicate or lost task, and on any capacity breach or task running on two
+//! nodes at once in any sample (every 50 ms, each runner judged by its own record of the
+//! allocations in force), and prints the negotiation
 //! figures: round latency p50/p99 (from this node's proposal to the round's decision, estimated
 //! from the agents' histograms as Prometheus would), messages per round, conflicts.
 //!
@@ -118,8 +120,12 @@ async fn run(a: Args) {
     // `STALL`, print where every unfinished task stands at every agent and fail.
     const STALL: Duration = Duration::from_secs(60);
     let (mut done, mut last_change, mut last_report) = (0, Instant::now(), Instant::now());
+    let mut samples = 0u64;
+    let mut breaches: Vec<String> = Vec::new();
     loop {
         let s = statuses(&all);
+        samples += 1;
+        breaches.extend(breaches_in(&s));
         // Distinct tasks: a task finished twice must not stand in for one not yet finished.
         let now_done = finished(&s).into_iter().collect::<BTreeSet<_>>().len();
         if now_done >= a.tasks {
@@ -157,6 +163,7 @@ async fn run(a: Args) {
     let elapsed = t1.elapsed();
     tokio::time::sleep(Duration::from_millis(3 * a.heartbeat_ms)).await;
     let after = statuses(&all);
+    breaches.extend(breaches_in(&after));
     let f = finished(&after);
     let unique: BTreeSet<_> = f.iter().copied().collect();
     let duplicates = f.len() - unique.len();
@@ -225,10 +232,51 @@ async fn run(a: Args) {
         cluster.missing
     );
     println!("  messages by kind: {:?}", cluster.sent);
-    if duplicates > 0 || lost > 0 {
-        eprintln!("FAILED: {duplicates} duplicate(s), {lost} lost task(s)");
+    println!(
+        "  capacity and overlap checked at {} samples of every agent: {} breach(es)",
+        samples + 1,
+        breaches.len()
+    );
+    for b in breaches.iter().take(10) {
+        eprintln!("  breach: {b}");
+    }
+    if duplicates > 0 || lost > 0 || !breaches.is_empty() {
+        eprintln!(
+            "FAILED: {duplicates} duplicate(s), {lost} lost task(s), {} capacity or overlap breach(es)",
+            breaches.len()
+        );
         std::process::exit(1);
     }
+}
+
+/// What is wrong in one sample of every agent's status, each runner judged by its own record of
+/// what it runs: the allocations in force on a node add up to more than its capacity, or a task
+/// runs on two nodes at once.
+fn breaches_in(s: &[Status]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut runner: std::collections::BTreeMap<TaskId, tapfinger::NodeId> = Default::default();
+    for st in s {
+        let (Some(me), Some(cap)) = (st.id, st.capacity.as_ref()) else {
+            continue;
+        };
+        let mut total = tapfinger::Resources::zeros(cap.len());
+        for (id, t) in &st.tasks {
+            if let TaskState::Running { node, alloc, .. } = t
+                && *node == me
+            {
+                for k in 0..cap.len() {
+                    total.0[k] += alloc.get(k);
+                }
+                if let Some(other) = runner.insert(*id, me) {
+                    out.push(format!("task {id:?} runs on {other:?} and {me:?}"));
+                }
+            }
+        }
+        if !total.fits_in(cap) {
+            out.push(format!("{me:?} runs {total} on a capacity of {cap}"));
+        }
+    }
+    out
 }
 
 /// What a stalled run looks like: every unfinished task with its state at each agent, and each
