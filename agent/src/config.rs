@@ -73,6 +73,10 @@ pub struct AgentConfig {
     /// Task logs (`<data_dir>/logs`) of tasks that ended are deleted after this many hours
     /// (default 168, a week; 0 keeps them forever).
     pub log_retention_hours: u64,
+    /// Finished tasks accepted here that the task journal keeps (the most recent; default
+    /// 10000): the history `tasks` shows after a restart. Older ones are forgotten when the
+    /// journal compacts itself, so it stays small.
+    pub journal_keep_finished: usize,
     /// Policy: `tapfinger` (the learned policy, default) or a baseline name (`tiresias-np`,
     /// `optimus`, `drf`, `first-fit-max`, `min`, ...).
     pub policy: String,
@@ -151,6 +155,7 @@ impl Default for AgentConfig {
             autonomy_ms: tapfinger::node::DEFAULT_AUTONOMY_MS,
             forget_ms: tapfinger::node::DEFAULT_FORGET_MS,
             log_retention_hours: 168,
+            journal_keep_finished: 10_000,
             policy: "tapfinger".into(),
             model: None,
             log_format: LogFormat::Human,

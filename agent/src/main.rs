@@ -128,6 +128,12 @@ enum Cmd {
         #[arg(long)]
         config: Option<std::path::PathBuf>,
     },
+    /// Repair a task journal the agent refuses to read: keep a copy of it beside it, then keep
+    /// only its readable records (prints the lines dropped). Stop the agent first.
+    RepairJournal {
+        /// The journal (`<data_dir>/tasks.jsonl`).
+        path: std::path::PathBuf,
+    },
     /// Print the CPU cores, memory and GPUs this box would offer.
     Discover {
         /// JSON output.
@@ -232,10 +238,24 @@ fn check(path: Option<&std::path::Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn repair_journal(path: &std::path::Path) -> anyhow::Result<()> {
+    let r = tapfinger_agent::store::compact::repair(path)?;
+    println!("kept     {} records", r.kept);
+    println!("copy     {} (the journal as it was)", r.backup.display());
+    println!("dropped  {} unreadable line(s)", r.dropped.len());
+    for (line, text) in &r.dropped {
+        // A task named in a dropped line may need to be submitted again.
+        let short: String = text.chars().take(200).collect();
+        println!("  line {line}: {short}");
+    }
+    Ok(())
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Check { config } => check(config.as_deref()),
+        Cmd::RepairJournal { path } => repair_journal(&path),
         Cmd::Demo(args) => tapfinger_agent::demo::run(&args, &mut std::io::stdout()).map(|_| ()),
         Cmd::Supervise(args) => {
             let code = tokio::runtime::Builder::new_current_thread()

@@ -71,6 +71,14 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     ]);
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("cannot create data_dir {}", cfg.data_dir.display()))?;
+    let journal = cfg.data_dir.join("tasks.jsonl");
+    let opts = crate::store::StoreOptions {
+        keep_finished: cfg.journal_keep_finished,
+        ..Default::default()
+    };
+    // A damaged journal stops the agent before it joins the cluster, with the line and the
+    // repair command.
+    let (store, recovered) = crate::store::Store::open_with(&journal, opts)?;
     let keypair = identity(&cfg.data_dir)?;
     let psk = match &cfg.cluster_key_file {
         Some(p) => {
@@ -176,15 +184,6 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             run_dir: run_dir.clone(),
         },
     );
-    let journal = cfg.data_dir.join("tasks.jsonl");
-    let (store, recovered) = crate::store::Store::open(&journal)
-        .with_context(|| format!("cannot open the task journal {}", journal.display()))?;
-    if recovered.skipped > 0 {
-        tracing::warn!(
-            lines = recovered.skipped,
-            "the journal had unreadable lines (a torn write)"
-        );
-    }
     let agent = daemon::spawn(Parts {
         core,
         net,
