@@ -167,7 +167,11 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             )?)
         }
     };
-    let cgroups = Cgroups::detect(std::path::Path::new("/sys/fs/cgroup"), "tapfinger");
+    let cgroups = Cgroups::detect_for_agent(
+        std::path::Path::new("/sys/fs/cgroup"),
+        &std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+        "tapfinger",
+    );
     if let Cgroups::Unavailable(why) = &cgroups {
         tracing::warn!(
             "cgroups unavailable ({why}): CPU shares fall back to affinity, memory is not limited"

@@ -1,5 +1,13 @@
 //! Per-task cgroups: where they can be created (v2 or v1), the limits written for an allocation,
 //! and their removal. Enforcement only: which process joins a group is the executor's business.
+//!
+//! **Where.** An agent run by systemd with `Delegate=yes` (deploy/tapfinger-agent.service) owns
+//! its service's cgroup and nothing above it, so [`Cgroups::detect_for_agent`] first tries the
+//! agent's own cgroup (from `/proc/self/cgroup`): on v2 the agent moves itself into a leaf
+//! `<own>/agent` (the kernel lets a group hand controllers to its children only when it holds no
+//! process itself) and creates the tasks' groups under `<own>/tasks`; on v1 it uses
+//! `<own>/tapfinger` in the `cpu` and `memory` hierarchies. An agent in the root group (run by
+//! hand as root, or in a container) uses `<root>/tapfinger` as before.
 
 use super::Allocation;
 use std::path::{Path, PathBuf};
@@ -25,6 +33,56 @@ pub enum Cgroups {
 pub const CFS_PERIOD_US: u64 = 100_000;
 
 impl Cgroups {
+    /// Where this agent's tasks' groups go (module doc): its own delegated cgroup, described by
+    /// `self_cgroup` (the text of `/proc/self/cgroup`), when that is not the root and is
+    /// writable; else [`Cgroups::detect`] with `prefix` under `root`.
+    pub fn detect_for_agent(root: &Path, self_cgroup: &str, prefix: &str) -> Self {
+        match Self::delegated(root, self_cgroup, prefix) {
+            Some(Ok(c)) => c,
+            Some(Err(e)) => {
+                tracing::info!(error = %e, "own cgroup not usable, trying the hierarchy's root");
+                Self::detect(root, prefix)
+            }
+            None => Self::detect(root, prefix),
+        }
+    }
+
+    fn delegated(root: &Path, self_cgroup: &str, prefix: &str) -> Option<std::io::Result<Self>> {
+        // Lines are `id:controllers:path`; v2's is `0::/path`.
+        let own = |pick: &dyn Fn(&str) -> bool| {
+            self_cgroup.lines().find_map(|l| {
+                let mut f = l.splitn(3, ':');
+                let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
+                let path = path.trim().trim_start_matches('/');
+                (pick(ctl) && !path.is_empty()).then(|| PathBuf::from(path))
+            })
+        };
+        if root.join("cgroup.controllers").exists() {
+            let dir = root.join(own(&|c: &str| c.is_empty())?);
+            return Some((|| {
+                let agent = dir.join("agent");
+                let tasks = dir.join("tasks");
+                std::fs::create_dir_all(&agent)?;
+                std::fs::create_dir_all(&tasks)?;
+                // "0" moves the writing process (every thread of it) into the leaf.
+                std::fs::write(agent.join("cgroup.procs"), "0")?;
+                std::fs::write(dir.join("cgroup.subtree_control"), "+cpu +memory")?;
+                std::fs::write(tasks.join("cgroup.subtree_control"), "+cpu +memory")?;
+                Ok(Cgroups::V2(tasks))
+            })());
+        }
+        let has = |name: &'static str| move |c: &str| c.split(',').any(|x| x == name);
+        let cpu_own = own(&has("cpu"))?;
+        Some((|| {
+            let cpu = root.join("cpu").join(cpu_own).join(prefix);
+            std::fs::create_dir_all(&cpu)?;
+            let memory = own(&has("memory"))
+                .map(|m| root.join("memory").join(m).join(prefix))
+                .filter(|m| std::fs::create_dir_all(m).is_ok());
+            Ok(Cgroups::V1 { cpu, memory })
+        })())
+    }
+
     /// Find a writable hierarchy under `root` (normally `/sys/fs/cgroup`) and create the agent's
     /// parent group `prefix` in it.
     pub fn detect(root: &Path, prefix: &str) -> Self {
@@ -169,6 +227,46 @@ mod tests {
 
     fn read(p: &Path) -> String {
         std::fs::read_to_string(p).unwrap().trim().to_string()
+    }
+
+    // Which groups an agent in a delegated cgroup uses, in plain directories laid out as the
+    // hierarchy is: what the kernel enforces there (its rule that a group with processes cannot
+    // hand controllers to children) is not exercised by this test, and this project's machines
+    // mount cgroup v1 at the root, so no test here runs under a real v2 delegation.
+    #[test]
+    fn an_agent_in_a_delegated_cgroup_puts_its_tasks_under_its_own_group() {
+        let dir = std::env::temp_dir().join(format!("tapfinger-cgd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let service = "system.slice/tapfinger-agent.service";
+        // v2: the agent moves itself into a leaf, tasks go beside it.
+        let v2 = dir.join("v2");
+        std::fs::create_dir_all(v2.join(service)).unwrap();
+        std::fs::write(v2.join("cgroup.controllers"), "cpu memory").unwrap();
+        let cg = Cgroups::detect_for_agent(&v2, &format!("0::/{service}\n"), "tapfinger");
+        assert_eq!(cg, Cgroups::V2(v2.join(service).join("tasks")));
+        assert_eq!(read(&v2.join(service).join("agent/cgroup.procs")), "0");
+        assert_eq!(
+            read(&v2.join(service).join("cgroup.subtree_control")),
+            "+cpu +memory"
+        );
+        // v1: the agent's own group in the cpu and memory hierarchies.
+        let v1 = dir.join("v1");
+        std::fs::create_dir_all(v1.join("cpu")).unwrap();
+        std::fs::create_dir_all(v1.join("memory")).unwrap();
+        let text = format!("4:memory:/{service}\n2:cpu,cpuacct:/{service}\n0::/\n");
+        let cg = Cgroups::detect_for_agent(&v1, &text, "tapfinger");
+        assert_eq!(
+            cg,
+            Cgroups::V1 {
+                cpu: v1.join("cpu").join(service).join("tapfinger"),
+                memory: Some(v1.join("memory").join(service).join("tapfinger")),
+            }
+        );
+        // In the root group: the hierarchy's root, as before.
+        std::fs::write(v2.join("cgroup.controllers"), "cpu memory").unwrap();
+        let cg = Cgroups::detect_for_agent(&v2, "0::/\n", "tapfinger");
+        assert_eq!(cg, Cgroups::V2(v2.join("tapfinger")));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     // The files a resize writes, in a plain directory laid out as the hierarchy is (what the
