@@ -8,6 +8,7 @@ pub mod clairvoyant;
 pub mod env;
 mod episode;
 pub mod generate;
+pub mod import;
 pub mod metrics;
 pub mod plot;
 pub mod policies;
@@ -16,6 +17,7 @@ pub mod report;
 pub mod scenario;
 pub mod speed;
 pub mod suite;
+pub mod trace;
 pub mod train;
 pub mod workload;
 

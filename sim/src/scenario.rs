@@ -118,6 +118,9 @@ pub struct ScenarioFile {
     /// Heavy-tailed task sizes (none: every task of a type has the same work).
     #[serde(default)]
     pub task_size: Option<crate::workload::TaskSize>,
+    /// A recorded workload replayed instead of drawn arrivals and sizes ([`crate::trace`]).
+    #[serde(default)]
+    pub trace: Option<crate::trace::TraceSpec>,
     /// Published average JCT per policy, shown beside ours.
     #[serde(default)]
     pub published: BTreeMap<String, f64>,
@@ -144,6 +147,9 @@ pub struct NodeSpec {
     /// How many such nodes.
     #[serde(default = "one_i64")]
     pub count: i64,
+    /// Labels (e.g. a GPU model) that a recorded task may require ([`crate::trace`]).
+    #[serde(default)]
+    pub labels: Vec<String>,
 }
 
 fn one_i64() -> i64 {
@@ -209,6 +215,8 @@ pub struct NodeDef {
     pub name: String,
     /// Capacity.
     pub capacity: Resources,
+    /// Labels.
+    pub labels: Vec<String>,
 }
 
 /// A validated task type.
@@ -265,6 +273,8 @@ pub struct Scenario {
     pub burst: Option<crate::workload::Burst>,
     /// Heavy-tailed task sizes.
     pub task_size: Option<crate::workload::TaskSize>,
+    /// A recorded workload (its tasks replace drawn arrivals and sizes).
+    pub trace: Option<Vec<crate::trace::TraceTask>>,
 }
 
 pub use crate::presets::presets;
@@ -421,6 +431,7 @@ impl Scenario {
                 nodes.push(NodeDef {
                     name,
                     capacity: cap.clone(),
+                    labels: spec.labels.clone(),
                 });
             }
         }
@@ -562,6 +573,23 @@ impl Scenario {
                 ));
             }
         }
+        let trace = match &f.trace {
+            Some(spec) => {
+                let names: Vec<String> = types.iter().map(|t| t.name.clone()).collect();
+                let rows = crate::trace::parse(spec, &names, dir)
+                    .map_err(|reason| invalid("trace".into(), reason))?;
+                crate::workload::check_trace(&rows, &types, &nodes)
+                    .map_err(|reason| invalid("trace".into(), reason))?;
+                if usize::try_from(f.tasks).unwrap_or(usize::MAX) > rows.len() {
+                    return Err(invalid(
+                        "tasks".into(),
+                        format!("{} is more than the trace's {} rows", f.tasks, rows.len()),
+                    ));
+                }
+                Some(rows)
+            }
+            None => None,
+        };
         Ok(Scenario {
             name: f.name,
             description: f.description,
@@ -579,6 +607,7 @@ impl Scenario {
             published: f.published,
             burst: f.burst,
             task_size: f.task_size,
+            trace,
         })
     }
 

@@ -91,6 +91,9 @@ impl TaskSize {
 /// The work multiplier of each of `n` tasks (by id): 1 without `task_size`. A stream of its own,
 /// so that sizes never change which tasks arrive when.
 pub fn sizes(sc: &Scenario, seed: u64, n: usize) -> Vec<f64> {
+    if let Some(trace) = &sc.trace {
+        return trace.iter().take(n).map(|t| t.size).collect();
+    }
     let Some(ts) = sc.task_size else {
         return vec![1.0; n];
     };
@@ -114,8 +117,66 @@ pub fn size_of(sizes: &[f64], id: TaskId) -> f64 {
         .unwrap_or(1.0)
 }
 
+/// The nodes that can ever run a task of type `def` needing a node that `admits` (its request
+/// *and* its true need must fit: a task re-queued after running out of memory asks for its need).
+fn hosts(
+    nodes: &[crate::scenario::NodeDef],
+    def: &crate::scenario::TaskType,
+    admits: impl Fn(&[String]) -> bool,
+) -> Vec<NodeId> {
+    let must_fit = def.min_demand.max_each(&def.need);
+    nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| must_fit.fits_in(&n.capacity) && admits(&n.labels))
+        .map(|(i, _)| NodeId(i as u32))
+        .collect()
+}
+
+/// Why a recorded workload cannot run on its scenario's nodes (a task no node can ever host).
+pub fn check_trace(
+    trace: &[crate::trace::TraceTask],
+    types: &[crate::scenario::TaskType],
+    nodes: &[crate::scenario::NodeDef],
+) -> Result<(), String> {
+    match trace
+        .iter()
+        .find(|t| hosts(nodes, &types[t.ty], |l| t.admits(l)).is_empty())
+    {
+        Some(t) => Err(format!(
+            "a task of type {:?} arriving at slot {} (requiring {:?}) fits no node that carries the label",
+            types[t.ty].name, t.arrival, t.require
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The recorded tasks of a scenario with a trace ([`crate::trace`]), the first `tasks` of them.
+fn replay(sc: &Scenario, trace: &[crate::trace::TraceTask]) -> Vec<Task> {
+    trace
+        .iter()
+        .take(sc.tasks as usize)
+        .enumerate()
+        .map(|(i, t)| {
+            let def = &sc.types[t.ty];
+            Task {
+                id: TaskId(i as u64),
+                ty: TaskTypeId(t.ty as u16),
+                min_demand: def.min_demand.clone(),
+                max_demand: def.max_demand.clone(),
+                priority: def.priority,
+                reachable: hosts(&sc.nodes, def, |l| t.admits(l)),
+                arrival: t.arrival,
+            }
+        })
+        .collect()
+}
+
 /// All tasks of an episode, in arrival order (ids 0..n).
 pub fn generate(sc: &Scenario, seed: u64) -> Vec<Task> {
+    if let Some(trace) = &sc.trace {
+        return replay(sc, trace);
+    }
     let mut rng = tapfinger::seeded_rng(seed ^ 0x005E_ED0F_7A5C);
     let total_weight: f64 = sc.types.iter().map(|t| t.weight).sum();
     let mut tasks = Vec::with_capacity(sc.tasks as usize);
@@ -151,17 +212,8 @@ pub fn generate(sc: &Scenario, seed: u64) -> Vec<Task> {
                 x -= t.weight;
             }
             let def = &sc.types[ty];
-            // Only nodes that can ever run the task are candidates: its request *and* its true need
-            // must fit (a task re-queued after running out of memory asks for its need). Validation
-            // guarantees one.
-            let must_fit = def.min_demand.max_each(&def.need);
-            let hosts: Vec<NodeId> = sc
-                .nodes
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| must_fit.fits_in(&n.capacity))
-                .map(|(i, _)| NodeId(i as u32))
-                .collect();
+            // Only nodes that can ever run the task are candidates (validation guarantees one).
+            let hosts = hosts(&sc.nodes, def, |_| true);
             let mut reachable = match sc.reachability {
                 Reachability::All => hosts,
                 Reachability::Random => {

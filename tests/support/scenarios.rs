@@ -71,6 +71,7 @@ pub(crate) fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> 
                     max_slots: 5_000,
                     burst: None,
                     task_size: None,
+                    trace: None,
                     resources: names[..k].iter().map(|n| kind(n)).collect(),
                     nodes: caps
                         .into_iter()
@@ -78,6 +79,7 @@ pub(crate) fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> 
                             name: "n".into(),
                             capacity,
                             count: 1,
+                            labels: Vec::new(),
                         })
                         .collect(),
                     task_types: types

@@ -4,7 +4,8 @@
 //! Decisions sample from the network's masked distributions with the caller's seeded RNG (never
 //! burn's), so a decision is reproducible from the seed. The masks are exact: a task is selectable
 //! only if its minimum demand fits the node's free units (and the head's grid), and each kind's
-//! units are drawn between the task's minimum and `min(free, cap, max_units)`. An elastic model
+//! units are drawn between the task's minimum and `min(free, cap, max_units)` (an elastic model has
+//! no such grid limit). An elastic model
 //! (`NetConfig::elastic`) claims at the minimum demand and re-shares running tasks once per slot
 //! ([`Policy::rebalance`]); a model with a `focus` decides on a bounded part of the cluster
 //! ([`crate::view::ClusterView::focus`]). Both act in training and deployment alike.
@@ -228,14 +229,19 @@ impl TapfingerPolicy {
     fn blocked(&self, view: &View<'_>, window: &[&crate::Task]) -> Vec<bool> {
         let free = &view.node().free;
         let max_units = self.net.max_units() as u32;
+        // The allocation head's grid (0..=max_units per kind) limits only a model that draws
+        // allocations: an elastic one claims at the minimum demand, however large (a task asking
+        // for 60 GiB, say, must not wait forever).
+        let grid = !self.cfg.elastic;
         (0..self.cfg.dims.window)
             .map(|i| {
                 window.get(i).is_none_or(|t| {
                     !t.min_demand.fits_in(free)
-                        || (0..self.cfg.dims.kinds).any(|k| {
-                            self.kind_of(view, k)
-                                .is_some_and(|c| t.min_demand.get(c) > max_units)
-                        })
+                        || grid
+                            && (0..self.cfg.dims.kinds).any(|k| {
+                                self.kind_of(view, k)
+                                    .is_some_and(|c| t.min_demand.get(c) > max_units)
+                            })
                 })
             })
             .collect()

@@ -435,3 +435,56 @@ fn a_focused_view_keeps_the_deciders_window_and_each_kept_nodes_tasks_exactly() 
         }
     }
 }
+
+/// An elastic model claims at the minimum demand, so a task asking for more units of a kind than
+/// the allocation head's grid holds is still selectable (it would otherwise wait forever); a
+/// model that draws allocations cannot express it and passes.
+#[test]
+fn an_elastic_model_claims_a_task_beyond_the_allocation_grid() {
+    let device = Device::flex();
+    device.seed(3);
+    let cfg = NetConfig::new(dims());
+    let big = cfg.max_units as u32 + 8;
+    let view = ClusterView {
+        slot: 0,
+        step: 0,
+        num_types: 2,
+        kinds: Default::default(),
+        nodes: vec![NodeView {
+            id: NodeId(0),
+            capacity: Resources(vec![2 * big, 4]),
+            free: Resources(vec![2 * big, 4]),
+            window: vec![0],
+            overflow: 0,
+            running: vec![],
+        }],
+        pending: vec![PendingView {
+            task: Arc::new(Task {
+                id: TaskId(7),
+                ty: TaskTypeId(0),
+                min_demand: Resources(vec![big, 1]),
+                max_demand: None,
+                priority: 0,
+                reachable: vec![NodeId(0)],
+                arrival: 0,
+            }),
+            est: Default::default(),
+        }],
+        running: vec![],
+    };
+    let v = view.for_agent(NodeId(0)).unwrap();
+    let mut rng = crate::seeded_rng(1);
+    let mut elastic = cfg.clone();
+    elastic.elastic = true;
+    let mut policy = TapfingerPolicy::untrained(elastic, device.clone()).greedy(true);
+    assert_eq!(
+        policy.decide(&v, &mut rng),
+        Decision::Claim {
+            task: TaskId(7),
+            alloc: Resources(vec![big, 1]),
+            prob: 1.0
+        }
+    );
+    let mut fixed = TapfingerPolicy::untrained(cfg, device).greedy(true);
+    assert_eq!(fixed.decide(&v, &mut rng), Decision::Pass);
+}

@@ -1,0 +1,339 @@
+//! Readers of published cluster traces, each turning its rows into [`Job`]s. The columns each
+//! format uses are documented in docs/TRACES.md; a row that cannot be read is an error naming its
+//! line and column, a row that is well-formed but unusable (unfinished, zero duration) is skipped
+//! and counted.
+
+use super::{ImportError, Job};
+use chrono::NaiveDateTime;
+
+/// The formats `tapfinger-sim import --format` reads.
+pub const FORMATS: &[&str] = &["alibaba-2020", "alibaba-2023", "philly", "helios", "gavel"];
+
+/// What a reader gives back: the jobs and the number of rows skipped (with why, by reason).
+pub(super) type Read = (Vec<Job>, Vec<(String, usize)>);
+
+fn bad(line: usize, column: &str, reason: impl Into<String>) -> ImportError {
+    ImportError::Row {
+        line,
+        column: column.into(),
+        reason: reason.into(),
+    }
+}
+
+/// Seconds since the epoch from a number of seconds or a `YYYY-MM-DD HH:MM:SS` datetime.
+fn seconds(v: &str) -> Result<f64, String> {
+    if let Ok(x) = v.parse::<f64>() {
+        return Ok(x);
+    }
+    NaiveDateTime::parse_from_str(v, "%Y-%m-%d %H:%M:%S")
+        .map(|t| t.and_utc().timestamp() as f64)
+        .map_err(|e| format!("{v:?} is neither seconds nor a datetime: {e}"))
+}
+
+fn number(v: &str, line: usize, column: &str) -> Result<f64, ImportError> {
+    v.parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite() && *x >= 0.0)
+        .ok_or_else(|| bad(line, column, format!("{v:?} is not a number ≥ 0")))
+}
+
+fn skip(skipped: &mut Vec<(String, usize)>, why: &str) {
+    match skipped.iter_mut().find(|(w, _)| w == why) {
+        Some((_, n)) => *n += 1,
+        None => skipped.push((why.to_string(), 1)),
+    }
+}
+
+/// A CSV (or TSV) table: the named columns' positions, from a header if the first line is one,
+/// else the given order.
+struct Table<'a> {
+    rows: Vec<(usize, Vec<&'a str>)>,
+    pos: Vec<usize>,
+}
+
+impl<'a> Table<'a> {
+    fn read(
+        text: &'a str,
+        sep: char,
+        columns: &[&str],
+        header_required: bool,
+    ) -> Result<Self, ImportError> {
+        let mut lines = text
+            .lines()
+            .enumerate()
+            .map(|(i, l)| (i + 1, l.trim_end_matches('\r')))
+            .filter(|(_, l)| !l.trim().is_empty())
+            .peekable();
+        let first: Vec<&str> = lines
+            .peek()
+            .map(|(_, l)| l.split(sep).map(str::trim).collect())
+            .unwrap_or_default();
+        let pos = if first.iter().any(|f| *f == columns[0]) || header_required {
+            let pos = columns
+                .iter()
+                .map(|c| {
+                    first
+                        .iter()
+                        .position(|f| f == c)
+                        .ok_or_else(|| bad(1, c, format!("the header has no column {c:?}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            lines.next();
+            pos
+        } else {
+            (0..columns.len()).collect()
+        };
+        let need = pos.iter().max().copied().unwrap_or(0) + 1;
+        let mut rows = Vec::new();
+        for (n, l) in lines {
+            let f: Vec<&str> = l.split(sep).map(str::trim).collect();
+            if f.len() < need {
+                return Err(bad(
+                    n,
+                    columns[pos.iter().position(|p| *p >= f.len()).unwrap_or(0)],
+                    format!("the row has {} fields, at least {need} expected", f.len()),
+                ));
+            }
+            rows.push((n, f));
+        }
+        Ok(Self { rows, pos })
+    }
+
+    fn get<'b>(&self, row: &'b [&'a str], col: usize) -> &'a str {
+        row[self.pos[col]]
+    }
+}
+
+/// Alibaba cluster-trace-gpu-v2020, `pai_task_table` (header optional, as the published file has
+/// none): one job per instance, arriving at its start (the table has no submit time).
+pub(super) fn alibaba_2020(text: &str) -> Result<Read, ImportError> {
+    const C: &[&str] = &[
+        "job_name",
+        "task_name",
+        "inst_num",
+        "status",
+        "start_time",
+        "end_time",
+        "plan_cpu",
+        "plan_mem",
+        "plan_gpu",
+        "gpu_type",
+    ];
+    let t = Table::read(text, ',', C, false)?;
+    let (mut jobs, mut skipped) = (Vec::new(), Vec::new());
+    for (n, r) in &t.rows {
+        let n = *n;
+        if t.get(r, 3) != "Terminated" {
+            skip(&mut skipped, "status is not Terminated");
+            continue;
+        }
+        let (start, end) = (t.get(r, 4), t.get(r, 5));
+        if start.is_empty() || end.is_empty() {
+            skip(&mut skipped, "no start or end time");
+            continue;
+        }
+        let start = number(start, n, C[4])?;
+        let duration = number(end, n, C[5])? - start;
+        if duration <= 0.0 {
+            skip(&mut skipped, "duration is not positive");
+            continue;
+        }
+        let opt = |i: usize| -> Result<f64, ImportError> {
+            let v = t.get(r, i);
+            if v.is_empty() {
+                Ok(0.0)
+            } else {
+                number(v, n, C[i])
+            }
+        };
+        let inst = opt(2)?.max(1.0) as usize;
+        let gpu_type = Some(t.get(r, 9))
+            .filter(|g| !g.is_empty() && *g != "MISC")
+            .map(String::from);
+        for _ in 0..inst.min(1000) {
+            jobs.push(Job {
+                arrival_s: start,
+                duration_s: duration,
+                cpu: opt(6)? / 100.0,
+                mem_gib: opt(7)?,
+                gpu: opt(8)? / 100.0,
+                gpu_type: gpu_type.clone(),
+                class: None,
+            });
+        }
+    }
+    Ok((jobs, skipped))
+}
+
+/// Alibaba cluster-trace-gpu-v2023, `openb_pod_list` (header required): a pod arrives at its
+/// creation and runs from its scheduling to its deletion.
+pub(super) fn alibaba_2023(text: &str) -> Result<Read, ImportError> {
+    const C: &[&str] = &[
+        "name",
+        "cpu_milli",
+        "memory_mib",
+        "num_gpu",
+        "gpu_milli",
+        "gpu_spec",
+        "creation_time",
+        "deletion_time",
+        "scheduled_time",
+    ];
+    let t = Table::read(text, ',', C, true)?;
+    let (mut jobs, mut skipped) = (Vec::new(), Vec::new());
+    for (n, r) in &t.rows {
+        let n = *n;
+        let (sched, del) = (t.get(r, 8), t.get(r, 7));
+        if sched.is_empty() || del.is_empty() {
+            skip(&mut skipped, "never scheduled or never deleted");
+            continue;
+        }
+        let duration = number(del, n, C[7])? - number(sched, n, C[8])?;
+        if duration <= 0.0 {
+            skip(&mut skipped, "duration is not positive");
+            continue;
+        }
+        let gpus = number(t.get(r, 3), n, C[3])?;
+        let milli = number(t.get(r, 4), n, C[4])?;
+        jobs.push(Job {
+            arrival_s: number(t.get(r, 6), n, C[6])?,
+            duration_s: duration,
+            cpu: number(t.get(r, 1), n, C[1])? / 1000.0,
+            mem_gib: number(t.get(r, 2), n, C[2])? / 1024.0,
+            // gpu_milli is the share of each GPU a pod of one GPU or less asks for.
+            gpu: if gpus <= 1.0 {
+                gpus * milli / 1000.0
+            } else {
+                gpus
+            },
+            gpu_type: Some(t.get(r, 5))
+                .filter(|g| !g.is_empty())
+                .map(String::from),
+            class: None,
+        });
+    }
+    Ok((jobs, skipped))
+}
+
+/// Helios (`cluster_log.csv`, header required): arrival at submission, the recorded duration.
+pub(super) fn helios(text: &str) -> Result<Read, ImportError> {
+    const C: &[&str] = &["submit_time", "gpu_num", "cpu_num", "node_num", "duration"];
+    let t = Table::read(text, ',', C, true)?;
+    let (mut jobs, mut skipped) = (Vec::new(), Vec::new());
+    for (n, r) in &t.rows {
+        let n = *n;
+        let duration = number(t.get(r, 4), n, C[4])?;
+        if duration <= 0.0 {
+            skip(&mut skipped, "duration is not positive");
+            continue;
+        }
+        // node_num boxes' worth of work on one box: a multi-node job becomes one large task.
+        jobs.push(Job {
+            arrival_s: seconds(t.get(r, 0)).map_err(|e| bad(n, C[0], e))?,
+            duration_s: duration,
+            cpu: number(t.get(r, 2), n, C[2])?,
+            mem_gib: 0.0,
+            gpu: number(t.get(r, 1), n, C[1])?,
+            gpu_type: None,
+            class: None,
+        });
+    }
+    Ok((jobs, skipped))
+}
+
+/// Gavel's job trace (TSV, no header): `job_type, command, num_steps_arg, total_steps,
+/// arrival_time, scale_factor`. It records steps, not time: `steps_per_second` turns one into
+/// the other. `job_type` (the model) names the class.
+pub(super) fn gavel(text: &str, steps_per_second: f64) -> Result<Read, ImportError> {
+    const C: &[&str] = &[
+        "job_type",
+        "command",
+        "num_steps_arg",
+        "total_steps",
+        "arrival_time",
+        "scale_factor",
+    ];
+    let t = Table::read(text, '\t', C, false)?;
+    let mut jobs = Vec::new();
+    for (n, r) in &t.rows {
+        let n = *n;
+        let steps = number(t.get(r, 3), n, C[3])?;
+        jobs.push(Job {
+            arrival_s: number(t.get(r, 4), n, C[4])?,
+            duration_s: (steps / steps_per_second).max(1.0),
+            cpu: 0.0,
+            mem_gib: 0.0,
+            gpu: number(t.get(r, 5), n, C[5])?.max(1.0),
+            gpu_type: None,
+            class: Some(t.get(r, 0).to_string()),
+        });
+    }
+    Ok((jobs, Vec::new()))
+}
+
+#[derive(serde::Deserialize)]
+struct PhillyJob {
+    submitted_time: String,
+    #[serde(default)]
+    attempts: Vec<PhillyAttempt>,
+}
+
+#[derive(serde::Deserialize)]
+struct PhillyAttempt {
+    start_time: Option<String>,
+    end_time: Option<String>,
+    #[serde(default)]
+    detail: Vec<PhillyDetail>,
+}
+
+#[derive(serde::Deserialize)]
+struct PhillyDetail {
+    #[serde(default)]
+    gpus: Vec<String>,
+}
+
+/// Philly (`cluster_job_log`, a JSON list of jobs): arrival at submission, the last attempt's
+/// run time and GPUs (over all its machines).
+pub(super) fn philly(text: &str) -> Result<Read, ImportError> {
+    let list: Vec<PhillyJob> = serde_json::from_str(text).map_err(|e| ImportError::Row {
+        line: e.line(),
+        column: format!("{} (character)", e.column()),
+        reason: e.to_string(),
+    })?;
+    let (mut jobs, mut skipped) = (Vec::new(), Vec::new());
+    for (i, j) in list.iter().enumerate() {
+        let entry = |field: &str, reason: String| ImportError::Entry {
+            index: i + 1,
+            field: field.into(),
+            reason,
+        };
+        let Some(last) = j.attempts.last() else {
+            skip(&mut skipped, "no attempt");
+            continue;
+        };
+        let (Some(s), Some(e)) = (&last.start_time, &last.end_time) else {
+            skip(&mut skipped, "attempt without start or end");
+            continue;
+        };
+        if s == "None" || e == "None" {
+            skip(&mut skipped, "attempt without start or end");
+            continue;
+        }
+        let duration = seconds(e).map_err(|r| entry("end_time", r))?
+            - seconds(s).map_err(|r| entry("start_time", r))?;
+        if duration <= 0.0 {
+            skip(&mut skipped, "duration is not positive");
+            continue;
+        }
+        jobs.push(Job {
+            arrival_s: seconds(&j.submitted_time).map_err(|r| entry("submitted_time", r))?,
+            duration_s: duration,
+            cpu: 0.0,
+            mem_gib: 0.0,
+            gpu: last.detail.iter().map(|d| d.gpus.len()).sum::<usize>() as f64,
+            gpu_type: None,
+            class: None,
+        });
+    }
+    Ok((jobs, skipped))
+}
