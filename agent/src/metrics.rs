@@ -16,11 +16,23 @@ pub const ROUND_LATENCY_BUCKETS_MS: [f64; 20] = [
 
 /// Name of the round-latency histogram.
 pub const ROUND_LATENCY: &str = "tapfinger_round_latency_ms";
+/// Name of the queue-wait histogram.
+pub const QUEUE_WAIT: &str = "tapfinger_queue_wait_ms";
+/// Name of the admission-latency histogram.
+pub const ADMISSION_LATENCY: &str = "tapfinger_admission_latency_ms";
+
+/// Upper bounds (ms) of the queue-wait histogram's buckets (waits are whole slots: seconds to
+/// hours).
+pub const QUEUE_WAIT_BUCKETS_MS: [f64; 12] = [
+    0.0, 1e3, 5e3, 1e4, 3e4, 6e4, 3e5, 6e5, 1.8e6, 3.6e6, 1.08e7, 3.6e7,
+];
 
 /// What an agent publishes.
 #[derive(Debug)]
 pub struct AgentMetrics {
     registry: Registry,
+    /// Priority classes whose queue length was ever published.
+    classes: std::sync::Mutex<std::collections::BTreeSet<u8>>,
 }
 
 impl Default for AgentMetrics {
@@ -32,7 +44,11 @@ impl Default for AgentMetrics {
 impl AgentMetrics {
     /// A fresh registry with every metric described.
     pub fn new() -> Self {
-        let registry = Registry::new(&[(ROUND_LATENCY, &ROUND_LATENCY_BUCKETS_MS)]);
+        let registry = Registry::new(&[
+            (ROUND_LATENCY, &ROUND_LATENCY_BUCKETS_MS),
+            (ADMISSION_LATENCY, &ROUND_LATENCY_BUCKETS_MS),
+            (QUEUE_WAIT, &QUEUE_WAIT_BUCKETS_MS),
+        ]);
         registry.with(|| {
             describe_gauge!("tapfinger_tasks", "Tasks this agent knows, by state.");
             describe_gauge!(
@@ -87,6 +103,20 @@ impl AgentMetrics {
                 metrics::Unit::Milliseconds,
                 "From this agent's proposal to the round's decision."
             );
+            describe_histogram!(
+                QUEUE_WAIT,
+                metrics::Unit::Milliseconds,
+                "How long tasks started here waited, from submission (whole slots)."
+            );
+            describe_histogram!(
+                ADMISSION_LATENCY,
+                metrics::Unit::Milliseconds,
+                "From a submission's arrival at the API to its answer (validated and journaled)."
+            );
+            describe_gauge!(
+                "tapfinger_queue_length",
+                "Pending tasks in the cluster, by priority class."
+            );
             describe_gauge!(
                 "tapfinger_policy_version",
                 "Policy version in use (0: the start model)."
@@ -108,7 +138,10 @@ impl AgentMetrics {
                 "Experience batches dropped because the spool was full."
             );
         });
-        Self { registry }
+        Self {
+            registry,
+            classes: Default::default(),
+        }
     }
 
     /// After a step: the status as published, and the round latencies observed since the last
@@ -134,6 +167,23 @@ impl AgentMetrics {
                 }
             }
             gauge!("tapfinger_peers").set(st.peers.len() as f64);
+            let mut by_class: std::collections::BTreeMap<u8, u32> = Default::default();
+            for q in &st.queue {
+                *by_class.entry(q.priority).or_default() += 1;
+            }
+            // Classes seen before and now empty read 0, not their last length.
+            for p in self
+                .classes
+                .lock()
+                .map(|mut c| {
+                    c.extend(by_class.keys());
+                    c.clone()
+                })
+                .unwrap_or_default()
+            {
+                gauge!("tapfinger_queue_length", "priority" => p.to_string())
+                    .set(by_class.get(&p).copied().unwrap_or(0));
+            }
             counter!("tapfinger_dropped_messages_total").absolute(st.dropped);
             counter!("tapfinger_finished_here_total").absolute(st.finished_here.len() as u64);
             let n = &st.stats;
@@ -162,6 +212,18 @@ impl AgentMetrics {
         });
     }
 
+    /// A task started here after waiting `ms`.
+    pub fn queue_wait(&self, ms: u64) {
+        self.registry
+            .with(|| histogram!(QUEUE_WAIT).record(ms as f64));
+    }
+
+    /// A submission answered after `ms`.
+    pub fn admission(&self, ms: f64) {
+        self.registry
+            .with(|| histogram!(ADMISSION_LATENCY).record(ms));
+    }
+
     /// The Prometheus text.
     pub fn render(&self) -> String {
         self.registry.render()
@@ -184,8 +246,21 @@ mod tests {
         };
         st.tasks.insert(TaskId(1), TaskState::Pending);
         st.stats.rounds = 7;
+        let queued = |id, priority| crate::daemon::Queued {
+            id: TaskId(id),
+            priority,
+            arrival: 0,
+            min_demand: Resources(vec![1, 0, 0]),
+        };
+        st.queue = vec![queued(1, 0), queued(2, 2), queued(3, 2)];
         m.update(&st, &[3, 40]);
-        m.update(&st, &[4000]);
+        m.queue_wait(12_000);
+        m.admission(2.5);
+        let drained = Status {
+            queue: vec![queued(1, 0)],
+            ..st.clone()
+        };
+        m.update(&drained, &[4000]);
         let text = m.render();
         for line in [
             "tapfinger_tasks{state=\"pending\"} 1",
@@ -197,6 +272,12 @@ mod tests {
             "tapfinger_round_latency_ms_bucket{le=\"+Inf\"} 3",
             "tapfinger_round_latency_ms_count 3",
             "# TYPE tapfinger_round_latency_ms histogram",
+            // A class that emptied reads 0, not its last length.
+            "tapfinger_queue_length{priority=\"0\"} 1",
+            "tapfinger_queue_length{priority=\"2\"} 0",
+            "tapfinger_queue_wait_ms_bucket{le=\"10000\"} 0",
+            "tapfinger_queue_wait_ms_bucket{le=\"30000\"} 1",
+            "tapfinger_admission_latency_ms_bucket{le=\"3\"} 1",
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");
         }

@@ -2,7 +2,8 @@
 //! Prometheus metrics. It only talks to the event loop through its command channel and status
 //! snapshots, so a slow client never blocks scheduling.
 //!
-//! Bound to 127.0.0.1 by default; when a bearer token is configured every request must carry
+//! Bound to 127.0.0.1 by default; when a bearer token is configured every request but the
+//! read-only dashboard (`GET /`, `GET /v1/dashboard`, [`dashboard`]) must carry
 //! `Authorization: Bearer <token>` (the configuration requires a token for non-loopback binds),
 //! checked before anything else is looked at (so a caller without it learns nothing, not even
 //! that a body was too large). A task spec that cannot be accepted gets a 400 whose JSON names the
@@ -12,6 +13,7 @@
 //! A task's `state` is `pending`, `running`, `succeeded` (exit code 0), `failed` (any other exit,
 //! a program that could not be started, a task stopped by a crash) or `cancelled`.
 
+pub mod dashboard;
 pub mod types;
 pub use types::{
     CancelledTask, ErrorBody, NodeInfo, PeerInfo, Peers, PolicyVersion, Submitted, TaskInfo,
@@ -64,6 +66,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/policy", get(policy))
         .route("/v1/policy/rollback", axum::routing::post(rollback))
         .route("/metrics", get(metrics))
+        .route("/", get(dashboard::page))
+        .route("/v1/dashboard", get(dashboard::dashboard))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         // Outermost: runs before any extractor can answer 400 or 413.
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
@@ -76,7 +80,11 @@ async fn guard(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if let Some(r) = refused(&s, req.headers()) {
+    // The dashboard is read-only and shows no command, environment or log: readable without
+    // the token (module doc of [`dashboard`]).
+    let public = req.method() == axum::http::Method::GET
+        && matches!(req.uri().path(), "/" | "/v1/dashboard");
+    if !public && let Some(r) = refused(&s, req.headers()) {
         return r;
     }
     match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
@@ -147,6 +155,13 @@ fn bad(field: &str, message: &str) -> Response {
 }
 
 async fn submit(State(s): State<ApiState>, body: String) -> Response {
+    let t0 = std::time::Instant::now();
+    let r = submit_inner(&s, body).await;
+    s.metrics.admission(t0.elapsed().as_secs_f64() * 1e3);
+    r
+}
+
+async fn submit_inner(s: &ApiState, body: String) -> Response {
     let spec = match TaskSpec::from_json(&body) {
         Ok(spec) => spec,
         Err(e) => return bad(&e.field, &e.message),

@@ -422,7 +422,13 @@ impl Daemon {
             }
         }
         match started {
-            Ok(enforcement) => tracing::info!(%task, %alloc, ?enforcement, "started"),
+            Ok(enforcement) => {
+                // How long it waited, in whole slots since it was submitted.
+                let arrival = p.core.tasks().get(task).map_or(0, |e| e.task.arrival);
+                let waited = p.core.slot().saturating_sub(arrival) * p.core.config().slot_ms;
+                self.metrics.queue_wait(waited);
+                tracing::info!(%task, %alloc, ?enforcement, "started");
+            }
             Err(e) => {
                 if !matches!(e, crate::exec::ExecError::AlreadyRunning(_)) {
                     self.gpus.release(task);
@@ -494,6 +500,24 @@ impl Daemon {
             dropped: self.dropped,
             stats: core.stats().clone(),
             policy: self.p.online.as_ref().map(|o| o.status().clone()),
+            name: core.config().name.clone(),
+            slot: core.slot(),
+            slot_ms: core.config().slot_ms,
+            queue: {
+                let mut q: Vec<super::Queued> = core
+                    .tasks()
+                    .iter()
+                    .filter(|(_, e)| e.state == TaskState::Pending)
+                    .map(|(id, e)| super::Queued {
+                        id,
+                        priority: e.task.priority,
+                        arrival: e.task.arrival,
+                        min_demand: e.task.min_demand.clone(),
+                    })
+                    .collect();
+                q.sort_by_key(|t| (t.priority, t.arrival, t.id));
+                q
+            },
         };
         let latencies = self.p.core.take_latencies();
         self.metrics.update(&snapshot, &latencies);

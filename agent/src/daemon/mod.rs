@@ -60,6 +60,28 @@ pub struct Status {
     pub stats: tapfinger::node::NodeStats,
     /// Policy version and online learning (None: no coordinator configured).
     pub policy: Option<crate::online::PolicyStatus>,
+    /// This node's name.
+    pub name: String,
+    /// This node's current slot and the slot length (ms).
+    pub slot: u64,
+    /// Slot length (ms).
+    pub slot_ms: u64,
+    /// The cluster's pending tasks in the order nodes take them: priority class (0 first), then
+    /// arrival, then id.
+    pub queue: Vec<Queued>,
+}
+
+/// A pending task as the dashboard shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Queued {
+    /// The task.
+    pub id: TaskId,
+    /// Priority class (0 highest).
+    pub priority: u8,
+    /// Slot it was submitted in (at the agent that accepted it).
+    pub arrival: u64,
+    /// Its minimum demand.
+    pub min_demand: Resources,
 }
 
 /// Converts grid units to what an executor needs (natural units of each kind). GPUs come out as a

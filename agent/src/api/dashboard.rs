@@ -1,0 +1,212 @@
+//! The web dashboard: `GET /` serves one self-contained page (no scripts from elsewhere) that
+//! polls `GET /v1/dashboard` every second and shows every box with its capacity and free units,
+//! the cluster's queue (each task's position and wait so far), the running tasks with their
+//! shares and progress, the latest finished tasks, the negotiation counters (rounds, conflicts,
+//! lost claims, missing proposals, and how many of each in the last ten seconds) and the policy
+//! version in use.
+//!
+//! Both routes are **read-only and readable without the API token**: they show names,
+//! capacities, task ids, states and shares, never a task's command, environment or logs. The
+//! page's only action, cancelling a task, goes through `DELETE /v1/tasks/{id}` with the token
+//! the operator types into the page (kept in the browser tab's session storage).
+
+use super::ApiState;
+use crate::api::TaskStatus;
+use axum::extract::State;
+use axum::response::{Html, IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use tapfinger::node::TaskState;
+
+/// The page.
+const PAGE: &str = include_str!("dashboard.html");
+
+/// Finished tasks shown (the most recent by id).
+pub const FINISHED_SHOWN: usize = 50;
+
+/// `GET /v1/dashboard`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Dashboard {
+    /// The agent answering.
+    pub node: String,
+    /// Resource kinds, in the order of every unit vector below.
+    pub kinds: Vec<String>,
+    /// Slot length (ms).
+    pub slot_ms: u64,
+    /// This box and every live peer.
+    pub boxes: Vec<BoxInfo>,
+    /// Pending tasks in the order boxes take them.
+    pub queue: Vec<QueueEntry>,
+    /// Running tasks.
+    pub running: Vec<RunningEntry>,
+    /// The latest finished tasks (most recent first).
+    pub finished: Vec<FinishedEntry>,
+    /// Negotiation counters of this agent.
+    pub rounds: Rounds,
+    /// Policy version in use (0: the model the agent started with).
+    pub policy_version: u64,
+    /// Policy name or model.
+    pub policy_hash: String,
+}
+
+/// A box.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BoxInfo {
+    /// Node id.
+    pub id: u32,
+    /// Name.
+    pub name: String,
+    /// Units offered.
+    pub capacity: Vec<u32>,
+    /// Units free.
+    pub free: Vec<u32>,
+    /// Whether it is the agent answering.
+    pub me: bool,
+}
+
+/// A queued task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueEntry {
+    /// Task id, as a string: ids use all 64 bits, more than a JavaScript number holds exactly.
+    pub id: String,
+    /// 1-based position in the cluster's queue.
+    pub position: usize,
+    /// Priority class (0 highest).
+    pub priority: u8,
+    /// Time since its submission (whole slots, seconds).
+    pub wait_s: f64,
+    /// Minimum demand.
+    pub min_demand: Vec<u32>,
+}
+
+/// A running task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunningEntry {
+    /// Task id, as a string: ids use all 64 bits, more than a JavaScript number holds exactly.
+    pub id: String,
+    /// Node id it runs on.
+    pub node: u32,
+    /// Its share.
+    pub alloc: Vec<u32>,
+    /// Progress in [0, 1].
+    pub progress: f64,
+}
+
+/// A finished task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FinishedEntry {
+    /// Task id, as a string: ids use all 64 bits, more than a JavaScript number holds exactly.
+    pub id: String,
+    /// `succeeded`, `failed` or `cancelled`.
+    pub state: String,
+    /// Node id that ran (or cancelled) it.
+    pub node: u32,
+}
+
+/// Negotiation counters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rounds {
+    /// Rounds decided.
+    pub rounds: u64,
+    /// Tasks claimed by more than one agent in a round.
+    pub conflicts: u64,
+    /// Claims of this agent that lost.
+    pub claims_lost: u64,
+    /// Peers whose proposal missed a deadline.
+    pub missing: u64,
+}
+
+pub(super) async fn page() -> Response {
+    Html(PAGE).into_response()
+}
+
+pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
+    let st = s.status.borrow().clone();
+    let me = st.id.map_or(0, |i| i.0);
+    let mut boxes = Vec::new();
+    if let (Some(cap), Some(used)) = (&st.capacity, &st.used) {
+        boxes.push(BoxInfo {
+            id: me,
+            name: st.name.clone(),
+            capacity: cap.0.clone(),
+            free: cap
+                .0
+                .iter()
+                .zip(&used.0)
+                .map(|(c, u)| c.saturating_sub(*u))
+                .collect(),
+            me: true,
+        });
+    }
+    for (id, name, cap, free) in &st.peer_table {
+        boxes.push(BoxInfo {
+            id: id.0,
+            name: name.clone(),
+            capacity: cap.0.clone(),
+            free: free.0.clone(),
+            me: false,
+        });
+    }
+    boxes.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
+    let queue = st
+        .queue
+        .iter()
+        .enumerate()
+        .map(|(i, q)| QueueEntry {
+            id: q.id.0.to_string(),
+            position: i + 1,
+            priority: q.priority,
+            wait_s: st.slot.saturating_sub(q.arrival) as f64 * st.slot_ms as f64 / 1e3,
+            min_demand: q.min_demand.0.clone(),
+        })
+        .collect();
+    let mut running = Vec::new();
+    let mut finished = Vec::new();
+    for (id, t) in st.tasks.iter().rev() {
+        match t {
+            TaskState::Running {
+                node,
+                alloc,
+                progress,
+                ..
+            } => running.push(RunningEntry {
+                id: id.0.to_string(),
+                node: node.0,
+                alloc: alloc.0.clone(),
+                progress: *progress,
+            }),
+            TaskState::Done { node, .. } if finished.len() < FINISHED_SHOWN => {
+                let state = match TaskStatus::from(t) {
+                    TaskStatus::Succeeded(_) => "succeeded",
+                    TaskStatus::Cancelled(_) => "cancelled",
+                    _ => "failed",
+                };
+                finished.push(FinishedEntry {
+                    id: id.0.to_string(),
+                    state: state.into(),
+                    node: node.0,
+                });
+            }
+            _ => {}
+        }
+    }
+    running.reverse();
+    let policy = st.policy.clone().unwrap_or_default();
+    axum::Json(Dashboard {
+        node: st.name.clone(),
+        kinds: crate::run::space().kind_names(),
+        slot_ms: st.slot_ms,
+        boxes,
+        queue,
+        running,
+        finished,
+        rounds: Rounds {
+            rounds: st.stats.rounds,
+            conflicts: st.stats.conflicts,
+            claims_lost: st.stats.claims_lost,
+            missing: st.stats.missing,
+        },
+        policy_version: policy.version,
+        policy_hash: policy.hash.clone(),
+    })
+    .into_response()
+}

@@ -1,0 +1,210 @@
+//! The web dashboard in a real headless browser: three agents on loopback, each serving its API
+//! and page; Chromium (Debian's `chromium`, driven through `chromedriver` over the WebDriver
+//! protocol) opens one agent's page **once** and the test reads what the page itself shows as it
+//! updates: the three boxes, and a submitted task moving from the queue to running to done.
+//! The browser and its driver are installed by `.ci/run`; without them the test fails, saying so.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+use tapfinger::spec::TaskSpec;
+use tapfinger_agent::api::{ApiState, router};
+use tapfinger_agent::run::http;
+use tapfinger_tests::{Exec, Local, wait};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// A WebDriver session with a headless Chromium; the driver is killed on drop.
+struct Browser {
+    driver: std::process::Child,
+    addr: String,
+    session: String,
+    profile: std::path::PathBuf,
+}
+
+impl Browser {
+    async fn start() -> Self {
+        for bin in [CHROMIUM, CHROMEDRIVER] {
+            assert!(
+                std::path::Path::new(bin).exists(),
+                "{bin} is missing: this test needs Debian's chromium and chromium-driver (CI installs them)"
+            );
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = std::process::Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let addr = format!("127.0.0.1:{port}");
+        let profile = std::env::temp_dir().join(format!("tf-chromium-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&profile);
+        // The flags keep Chromium off the network (this machine has none) and out of a sandbox
+        // that needs privileges a test runner may not have.
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--disable-background-networking", "--disable-component-update",
+                         "--disable-sync", "--no-first-run", "--disable-quic",
+                         format!("--user-data-dir={}", profile.display())]
+            }
+        }}});
+        let t0 = Instant::now();
+        let session = loop {
+            match http(&addr, "POST", "/session", Some(caps.to_string()), None).await {
+                Ok((200, body)) => {
+                    let v: Value = serde_json::from_str(&body).unwrap();
+                    break v["value"]["sessionId"].as_str().unwrap().to_string();
+                }
+                Ok((code, body)) => panic!("chromedriver refused a session: {code} {body}"),
+                Err(e) if t0.elapsed() < Duration::from_secs(20) => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("chromedriver did not come up: {e}"),
+            }
+        };
+        Self {
+            driver,
+            addr,
+            session,
+            profile,
+        }
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Value) -> Value {
+        let path = format!("/session/{}{path}", self.session);
+        let (code, text) = http(&self.addr, method, &path, Some(body.to_string()), None)
+            .await
+            .unwrap();
+        assert_eq!(code, 200, "{method} {path}: {text}");
+        serde_json::from_str::<Value>(&text).unwrap()["value"].clone()
+    }
+
+    async fn open(&self, url: &str) {
+        self.call("POST", "/url", json!({ "url": url })).await;
+    }
+
+    /// Run `script` in the page (no reload) and return its value.
+    async fn eval(&self, script: &str) -> Value {
+        self.call(
+            "POST",
+            "/execute/sync",
+            json!({ "script": script, "args": [] }),
+        )
+        .await
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+fn big() -> TaskSpec {
+    // A whole box's CPUs (Local boxes have 4 cores, 1 GPU, 8 GiB).
+    TaskSpec::from_toml("command = [\"train\"]\nmin_demand = { cpu = 4, mem = 1 }\n").unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
+    // About 5 s per 4-core task: progress 0.001 × 4 cores per 20 ms tick.
+    let mut agents = Vec::new();
+    let mut addrs = Vec::new();
+    for name in ["box-a", "box-b", "box-c"] {
+        let (a, addr) = Local::new(name, Exec::Simulated(0.001))
+            .bootstrap(addrs.clone())
+            .start()
+            .await;
+        agents.push(a);
+        addrs.push(addr);
+    }
+    let all: Vec<_> = agents.iter().collect();
+    wait(
+        &all,
+        Duration::from_secs(30),
+        "agents to see each other",
+        |s| s.iter().all(|st| st.peers.len() == 2),
+    )
+    .await;
+    // Agent a's API, with a token: the page must read without it.
+    let a = &agents[0];
+    let app = router(ApiState {
+        commands: a.commands.clone(),
+        status: a.status.clone(),
+        metrics: a.metrics.clone(),
+        token: Some("secret".into()),
+        log_dir: None,
+    });
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = l.local_addr().unwrap().to_string();
+    tokio::spawn(tapfinger_agent::api::serve(l, app));
+    let (code, _) = http(&api, "GET", "/v1/tasks", None, None).await.unwrap();
+    assert_eq!(code, 401, "the rest of the API still needs the token");
+
+    let browser = Browser::start().await;
+    browser.open(&format!("http://{api}/")).await;
+    let boxes = "return [...document.querySelectorAll('#boxes tbody tr')].map(r => r.dataset.box)";
+    let t0 = Instant::now();
+    loop {
+        let v = browser.eval(boxes).await;
+        if v == json!(["box-a", "box-b", "box-c"]) {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "boxes shown: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Fill every box, then submit the task to follow: it must queue until a box is free.
+    for _ in 0..3 {
+        a.submit(big()).await.unwrap();
+    }
+    wait(&all, Duration::from_secs(20), "the boxes to fill", |s| {
+        s[0].tasks
+            .values()
+            .filter(|t| matches!(t, tapfinger::node::TaskState::Running { .. }))
+            .count()
+            == 3
+    })
+    .await;
+    let id = a.submit(big()).await.unwrap();
+    let state = format!(
+        "const r = document.querySelector('tr[data-task=\"{}\"]'); return r ? r.dataset.state : null",
+        id.0
+    );
+    let mut seen: Vec<String> = Vec::new();
+    let t0 = Instant::now();
+    while seen.last().map(String::as_str) != Some("succeeded") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "states seen: {seen:?}"
+        );
+        if let Value::String(s) = browser.eval(&state).await
+            && seen.last() != Some(&s)
+        {
+            seen.push(s);
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert_eq!(
+        seen,
+        ["queued", "running", "succeeded"],
+        "one page, updating by itself"
+    );
+    // The queue row gave its position and wait; the page shows the policy version too.
+    let policy = browser
+        .eval("return document.getElementById('policy').textContent")
+        .await;
+    assert_eq!(policy, json!("0"));
+}
