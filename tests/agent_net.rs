@@ -94,6 +94,14 @@ async fn agents_with_the_key_talk_and_strangers_stay_out() {
         // c also sends garbage once the mesh has had time to form.
         tokio::time::sleep(Duration::from_secs(2)).await;
         c.send_raw(vec![0xFF; 64]).await.unwrap();
+        // And a heartbeat of "node 9" whose signed frame was altered after signing: a relay
+        // cannot make others hear what its author did not sign.
+        let key = identity::Keypair::generate_ed25519();
+        let bytes = tapfinger::wire::encode(&heartbeat(9)).unwrap();
+        let mut forged = tapfinger_agent::signed::sign(&key, &bytes);
+        let last = forged.len() - 1;
+        forged[last] ^= 1;
+        c.send_raw(forged).await.unwrap();
         talk(&mut c, 2, run - Duration::from_secs(2)).await
     };
     let ((ha, ua, da), (hb, ub, _), (hc, _, _), (hd, ud, _)) = tokio::join!(
@@ -102,6 +110,7 @@ async fn agents_with_the_key_talk_and_strangers_stay_out() {
         garbage,
         talk(&mut d, 3, run)
     );
+    // Nobody heard the forged "node 9".
     assert_eq!(ha, BTreeSet::from([1, 2]), "a heard {ha:?}");
     assert_eq!(
         hb,

@@ -24,4 +24,4 @@ pub mod store;
 pub mod supervise;
 
 // The networking the coordinator shares lives in `tapfinger-net`; these paths stay for the agent.
-pub use tapfinger_net::{learn, swarm as net};
+pub use tapfinger_net::{learn, signed, swarm as net};

@@ -9,4 +9,5 @@ pub mod identity;
 pub mod learn;
 pub mod log;
 pub mod metrics;
+pub mod signed;
 pub mod swarm;

@@ -156,24 +156,34 @@ pub struct Network {
     out: mpsc::Sender<Out>,
     events: mpsc::Receiver<NetEvent>,
     task: tokio::task::JoinHandle<()>,
+    /// Signs what this node broadcasts ([`crate::signed`]).
+    keypair: identity::Keypair,
 }
 
 impl Network {
     /// Build the swarm, start listening and dialing, and run it in a background task.
     pub async fn start(cfg: NetConfig) -> Result<Self, NetError> {
         let setup = |e: &dyn std::fmt::Display| NetError::Setup(e.to_string());
+        let keypair = cfg.keypair.clone();
         let gossip_cfg = gossipsub::ConfigBuilder::default()
             .max_transmit_size(MAX_FRAME + 4096)
-            .validation_mode(gossipsub::ValidationMode::Strict)
+            // Authorship is proved by our own signed frame, checked once per message
+            // (crate::signed): gossip itself is anonymous, and a message's id is its signature.
+            .validation_mode(gossipsub::ValidationMode::Anonymous)
+            .message_id_fn(|m: &gossipsub::Message| {
+                gossipsub::MessageId::from(
+                    crate::signed::signature(&m.data)
+                        .map_or_else(|| m.data.clone(), <[u8]>::to_vec),
+                )
+            })
             .validate_messages()
             .heartbeat_interval(Duration::from_millis(500))
             .build()
             .map_err(|e| setup(&e))?;
         let mdns_on = cfg.mdns;
         let behaviour = move |key: &identity::Keypair| -> Result<Behaviour, BoxError> {
-            let gossipsub =
-                gossipsub::Behaviour::new(MessageAuthenticity::Signed(key.clone()), gossip_cfg)
-                    .map_err(BoxError::from)?;
+            let gossipsub = gossipsub::Behaviour::new(MessageAuthenticity::Anonymous, gossip_cfg)
+                .map_err(BoxError::from)?;
             let identify = identify::Behaviour::new(identify::Config::new(
                 "/tapfinger/1".into(),
                 key.public(),
@@ -261,12 +271,14 @@ impl Network {
             out: out_tx,
             events: ev_rx,
             task,
+            keypair,
         })
     }
 
     /// Broadcast a message to every peer (waits while the outbound channel is full).
     pub async fn send(&self, e: &Envelope) -> Result<(), NetError> {
-        let bytes = wire::encode(e)?;
+        // Signed here, in the sender's task, not in the swarm's.
+        let bytes = crate::signed::sign(&self.keypair, &wire::encode(e)?);
         self.out
             .send(Out::Publish(bytes))
             .await
@@ -535,16 +547,23 @@ async fn run(
                         message_id,
                         message,
                     })) => {
-                        let from = message.source.unwrap_or(propagation_source);
-                        let (acceptance, report) = if !allowed(&from) || !allowed(&propagation_source) {
-                            (MessageAcceptance::Reject, None)
-                        } else {
-                            match wire::decode(&message.data) {
+                        let opened = crate::signed::open(&message.data);
+                        let (acceptance, report) = match opened {
+                            Ok((from, _)) if !allowed(&from) || !allowed(&propagation_source) => {
+                                (MessageAcceptance::Reject, None)
+                            }
+                            Ok((from, payload)) => match wire::decode(payload) {
                                 Ok(envelope) => (MessageAcceptance::Accept, Some(NetEvent::Message { from, envelope: Box::new(envelope) })),
                                 Err(e) => {
                                     tracing::warn!(%from, error = %e, "dropped a malformed message");
                                     (MessageAcceptance::Reject, Some(NetEvent::Dropped { from, reason: e.to_string() }))
                                 }
+                            },
+                            Err(e) => {
+                                // No author can be named: the peer that relayed it answers for it.
+                                let from = propagation_source;
+                                tracing::warn!(%from, error = %e, "dropped an unsigned or forged message");
+                                (MessageAcceptance::Reject, allowed(&from).then(|| NetEvent::Dropped { from, reason: e.to_string() }))
                             }
                         };
                         swarm.behaviour_mut().gossipsub.report_message_validation_result(

@@ -15,8 +15,10 @@ use crate::task::{NodeId, Task, TaskId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Version of the envelope format; a message with another version is refused.
-pub const WIRE_VERSION: u16 = 3;
+/// Version of the envelope format; a message with another version is refused. (4: broadcasts
+/// travel in signed frames checked once per message, no longer in gossipsub's signed messages,
+/// so agents of version 3 and 4 cannot hear each other; the gossip topic names the version.)
+pub const WIRE_VERSION: u16 = 4;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.
