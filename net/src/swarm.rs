@@ -3,8 +3,10 @@
 //!
 //! The swarm runs in its own tokio task; the agent talks to it through bounded channels only
 //! ([`Network::send`] and [`Network::next_event`]), so a slow consumer applies back-pressure
-//! instead of growing a queue without bound. Every inbound message is decoded with
-//! [`wire::decode`] (size-limited, validated): a malformed one is dropped, reported as
+//! instead of growing a queue without bound. Every broadcast travels in a signed frame
+//! ([`crate::signed`]) whose author each receiver checks once; every inbound message is then
+//! decoded with [`wire::decode`] (size-limited, validated): a forged or malformed one is dropped,
+//! reported as
 //! [`NetEvent::Dropped`], and rejected to gossipsub so that it is not forwarded and its sender's
 //! score falls. With a pre-shared key, a peer without it cannot even finish the handshake; with an
 //! allowlist, a peer not on it is disconnected as soon as it connects and its messages are ignored.
