@@ -563,3 +563,35 @@ fn a_node_back_from_a_lapsed_lease_claims_nothing_until_its_rounds_are_in_step()
     assert!(c.overlaps.is_empty(), "copies overlapped: {:?}", c.overlaps);
     assert_agree(&c);
 }
+
+/// KNOWN BUG, not yet mended (ignored, so the runner counts it as skipped): a node that hears
+/// every message 3 s late — longer than the autonomy time plus the peer timeout, as an agent
+/// starved of CPU did in the 32-agent benchmark, which ran 51 tasks twice — starts tasks whose
+/// other copy still runs, and the cluster stops finishing tasks (85 of 120 within 400 s of
+/// simulated time). With 1.5 s of delay everything is fine. Run it with `cargo nextest run -p
+/// tapfinger-harness --run-ignored only -E 'test(hears_everything_late)'`.
+#[test]
+#[ignore = "known bug: overlapping copies when a node hears everything late (docs/BENCHMARKS.md)"]
+fn a_node_that_hears_everything_late_never_starts_a_second_copy() {
+    let mut c = Cluster::new(6, "min");
+    c.work_ms = 1500;
+    c.inbound_delay[5] = 3000;
+    for _ in 0..40 {
+        c.step();
+    }
+    for id in 0..120u64 {
+        c.submit((id % 5) as usize, id);
+        c.step();
+    }
+    c.run_until_finished(120, 40_000);
+    assert!(
+        c.overlaps.is_empty(),
+        "overlapping copies: {:?}",
+        c.overlaps
+    );
+    assert_eq!(c.finished.len(), 120, "finished");
+    assert!(
+        c.finished.values().all(|n| *n == 1),
+        "a task finished twice"
+    );
+}
