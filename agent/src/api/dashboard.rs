@@ -11,7 +11,7 @@
 //! the operator types into the page (kept in the browser tab's session storage).
 
 use super::ApiState;
-use crate::api::TaskStatus;
+use crate::api::{PeerInfo, TaskStatus};
 use axum::extract::State;
 use axum::response::{Html, IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -48,17 +48,12 @@ pub struct Dashboard {
     pub policy_hash: String,
 }
 
-/// A box.
+/// A box: what `GET /v1/peers` shows of a peer, and whether it is the agent answering.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BoxInfo {
-    /// Node id.
-    pub id: u32,
-    /// Name.
-    pub name: String,
-    /// Units offered.
-    pub capacity: Vec<u32>,
-    /// Units free.
-    pub free: Vec<u32>,
+    /// Id, name, capacity and free units.
+    #[serde(flatten)]
+    pub info: PeerInfo,
     /// Whether it is the agent answering.
     pub me: bool,
 }
@@ -125,28 +120,32 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
     let mut boxes = Vec::new();
     if let (Some(cap), Some(used)) = (&st.capacity, &st.used) {
         boxes.push(BoxInfo {
-            id: me,
-            name: st.name.clone(),
-            capacity: cap.0.clone(),
-            free: cap
-                .0
-                .iter()
-                .zip(&used.0)
-                .map(|(c, u)| c.saturating_sub(*u))
-                .collect(),
+            info: PeerInfo {
+                id: me,
+                name: st.name.clone(),
+                capacity: cap.0.clone(),
+                free: cap
+                    .0
+                    .iter()
+                    .zip(&used.0)
+                    .map(|(c, u)| c.saturating_sub(*u))
+                    .collect(),
+            },
             me: true,
         });
     }
     for (id, name, cap, free) in &st.peer_table {
         boxes.push(BoxInfo {
-            id: id.0,
-            name: name.clone(),
-            capacity: cap.0.clone(),
-            free: free.0.clone(),
+            info: PeerInfo {
+                id: id.0,
+                name: name.clone(),
+                capacity: cap.0.clone(),
+                free: free.0.clone(),
+            },
             me: false,
         });
     }
-    boxes.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
+    boxes.sort_by(|a, b| (a.info.name.as_str(), a.info.id).cmp(&(b.info.name.as_str(), b.info.id)));
     let queue = st
         .queue
         .iter()

@@ -67,7 +67,7 @@ pub enum ImportError {
     Empty(String),
     /// A bad option.
     #[error("{0}")]
-    Option(String),
+    BadOption(String),
 }
 
 /// How to import.
@@ -84,15 +84,20 @@ pub struct ImportOptions {
     /// Gavel only: training steps per second.
     pub steps_per_second: f64,
     /// The scenario whose resources (cpu, gpu, mem) and nodes the replay runs on; `None`: the
-    /// built-in edge cluster ([`DEFAULT_CLUSTER`]).
+    /// built-in edge cluster ([`DEFAULT_BOXES`]).
     pub cluster: Option<crate::Scenario>,
     /// Name of the scenario written.
     pub name: String,
 }
 
-/// The cluster a trace is replayed on unless another is given: four CPU boxes and four GPU boxes
-/// (the GPU boxes labelled with the trace's GPU models, most frequent first).
-pub const DEFAULT_CLUSTER: &str = "4 × (32 cores, 128 GiB) + 4 × (32 cores, 4 GPUs, 256 GiB)";
+/// The cluster a trace is replayed on unless another is given: `DEFAULT_BOXES` CPU boxes of
+/// `CPU_BOX` and as many GPU boxes of `GPU_BOX` (cores, GPUs, GiB), the GPU boxes labelled with
+/// the trace's GPU models, most frequent first.
+pub const DEFAULT_BOXES: usize = 4;
+/// A default CPU box: cores, GPUs, GiB.
+pub const CPU_BOX: [u32; 3] = [32, 0, 128];
+/// A default GPU box: cores, GPUs, GiB.
+pub const GPU_BOX: [u32; 3] = [32, 4, 256];
 
 /// What an import made.
 #[derive(Debug)]
@@ -107,7 +112,8 @@ pub struct Imported {
     pub skipped: Vec<(String, usize)>,
 }
 
-struct Box {
+/// A box of the replay cluster.
+struct Host {
     name: String,
     capacity: [u32; 3],
     labels: Vec<String>,
@@ -116,7 +122,7 @@ struct Box {
 /// Read `text` in `opts.format` and write the scenario.
 pub fn import(text: &str, opts: &ImportOptions) -> Result<Imported, ImportError> {
     if !(opts.slot_seconds > 0.0 && opts.compress > 0.0 && opts.steps_per_second > 0.0) {
-        return Err(ImportError::Option(
+        return Err(ImportError::BadOption(
             "--slot-seconds, --compress and --steps-per-second must be > 0".into(),
         ));
     }
@@ -130,7 +136,7 @@ pub fn import(text: &str, opts: &ImportOptions) -> Result<Imported, ImportError>
     };
     jobs.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
     let boxes = cluster(opts, &jobs)?;
-    let fits = |j: &Job, b: &Box| {
+    let fits = |j: &Job, b: &Host| {
         let d = demand_of(j);
         (0..3).all(|k| d[k] <= b.capacity[k])
             && j.gpu_type.as_ref().is_none_or(|g| {
@@ -190,12 +196,12 @@ pub fn import(text: &str, opts: &ImportOptions) -> Result<Imported, ImportError>
 }
 
 /// The boxes: the given scenario's, or the default cluster labelled with the trace's GPU models.
-fn cluster(opts: &ImportOptions, jobs: &[Job]) -> Result<Vec<Box>, ImportError> {
+fn cluster(opts: &ImportOptions, jobs: &[Job]) -> Result<Vec<Host>, ImportError> {
     if let Some(sc) = &opts.cluster {
         let names = sc.kind_names();
         let idx = |k: &str| names.iter().position(|n| n == k);
         let (Some(cpu), Some(mem)) = (idx("cpu"), idx("mem")) else {
-            return Err(ImportError::Option(format!(
+            return Err(ImportError::BadOption(format!(
                 "--cluster {}: its resources must include cpu and mem (and may include gpu); it has {}",
                 sc.name,
                 names.join(", ")
@@ -205,7 +211,7 @@ fn cluster(opts: &ImportOptions, jobs: &[Job]) -> Result<Vec<Box>, ImportError> 
         return Ok(sc
             .nodes
             .iter()
-            .map(|n| Box {
+            .map(|n| Host {
                 name: n.name.clone(),
                 capacity: [
                     n.capacity.get(cpu),
@@ -225,17 +231,17 @@ fn cluster(opts: &ImportOptions, jobs: &[Job]) -> Result<Vec<Box>, ImportError> 
     }
     let mut by_count: Vec<(&str, usize)> = models.into_iter().collect();
     by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    let mut boxes: Vec<Box> = (0..4)
-        .map(|i| Box {
+    let mut boxes: Vec<Host> = (0..DEFAULT_BOXES)
+        .map(|i| Host {
             name: format!("cpu-{i}"),
-            capacity: [32, 0, 128],
+            capacity: CPU_BOX,
             labels: Vec::new(),
         })
         .collect();
-    for i in 0..4 {
-        boxes.push(Box {
+    for i in 0..DEFAULT_BOXES {
+        boxes.push(Host {
             name: format!("gpu-{i}"),
-            capacity: [32, 4, 256],
+            capacity: GPU_BOX,
             labels: by_count
                 .get(i % by_count.len().max(1))
                 .map(|(m, _)| vec![m.to_string()])
@@ -251,7 +257,7 @@ fn quote(s: &str) -> String {
 
 fn write<K: Ord>(
     opts: &ImportOptions,
-    boxes: &[Box],
+    boxes: &[Host],
     jobs: &[Job],
     median: &BTreeMap<K, f64>,
     names: &BTreeMap<K, String>,
