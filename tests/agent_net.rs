@@ -48,6 +48,7 @@ fn heartbeat(id: u32) -> Envelope {
             free: Resources(vec![4, 0]),
             running: Vec::new(),
             incarnation: 1,
+            sent: 0,
             hears: Vec::new(),
             recent: Vec::new(),
         }),

@@ -17,8 +17,9 @@ use std::collections::BTreeMap;
 
 /// Version of the envelope format; a message with another version is refused. (4: broadcasts
 /// travel in signed frames checked once per message, no longer in gossipsub's signed messages,
-/// so agents of version 3 and 4 cannot hear each other; the gossip topic names the version.)
-pub const WIRE_VERSION: u16 = 4;
+/// so agents of version 3 and 4 cannot hear each other; the gossip topic names the version.
+/// 5: heartbeats carry their send time and echo each peer's, see [`NodeState::hears`].)
+pub const WIRE_VERSION: u16 = 5;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.
@@ -57,12 +58,30 @@ pub struct NodeState {
     pub running: Vec<RunningState>,
     /// Incarnation: increases on every restart, so peers can tell a restart from a delay.
     pub incarnation: u64,
-    /// The peers this node heard within its peer timeout: a peer counts toward a node's quorum
-    /// (its lease) only while it hears that node too, so a one-way cut is a cut.
-    pub hears: Vec<NodeId>,
+    /// When this heartbeat was sent, on the sender's clock (ms): what its peers echo back.
+    pub sent: u64,
+    /// The peers this node heard within its peer timeout, each with the `sent` of its latest
+    /// heartbeat heard here (on that peer's clock). A peer learns from the echo how long ago,
+    /// on its own clock, this node last heard it: the round trip. A peer is in step with a
+    /// node, and counts toward its quorum and its rounds, only while that round trip is short,
+    /// so a one-way cut is a cut and a node that hears everything late is not in step (it
+    /// would decide on old news).
+    pub hears: Vec<Heard>,
     /// The latest outcomes of tasks this node ran (at most [`MAX_RECENT`]), repeated in every
     /// heartbeat so that a lost finish message is made good (anti-entropy).
     pub recent: Vec<Outcome>,
+}
+
+/// A peer a node hears, with the echo of that peer's latest heartbeat (see [`NodeState::hears`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heard {
+    /// The peer.
+    pub node: NodeId,
+    /// The incarnation of that heartbeat: a restarted peer's clock starts again, so an echo
+    /// from its previous run must not pass for a fresh one.
+    pub incarnation: u64,
+    /// The `sent` of its latest heartbeat heard here (the peer's clock, ms).
+    pub echo: u64,
 }
 
 /// Most outcomes a heartbeat repeats.
@@ -409,7 +428,19 @@ mod tests {
                     attained: 3.0,
                 }],
                 incarnation: 2,
-                hears: vec![NodeId(0), NodeId(2)],
+                sent: 1234,
+                hears: vec![
+                    Heard {
+                        node: NodeId(0),
+                        incarnation: 1,
+                        echo: 17,
+                    },
+                    Heard {
+                        node: NodeId(2),
+                        incarnation: 3,
+                        echo: 99,
+                    },
+                ],
                 recent: vec![Outcome {
                     task: TaskId(2),
                     node: NodeId(1),

@@ -48,17 +48,45 @@ impl NodeCore {
         std::mem::take(&mut self.known_changed)
     }
 
-    /// Whether more than half of the known members (this node included) hear each other now.
-    pub fn has_quorum(&self, now: u64) -> bool {
+    /// Whether peer `p` is in step with this node at `now`: heard within the peer timeout, and
+    /// its latest heartbeat echoes one this node sent (in this incarnation) at most
+    /// `peer_timeout_ms + heartbeat_ms` ago on this node's clock. The round trip counts both ways,
+    /// so a node that hears everything late is out of step with its peers and they with it,
+    /// however regularly its heartbeats arrive: it would decide on old news (which tasks are
+    /// free, which rounds are done). Only peers in step make a quorum, take part in this node's
+    /// rounds and keep their tasks their own against it.
+    ///
+    /// Why the bound keeps the lease rule sound: a quorum at time t means a peer heard this
+    /// node's heartbeat sent after `t - peer_timeout_ms - heartbeat_ms`, and any majority that
+    /// might take this node's tasks over includes such a peer, whose silence count starts no
+    /// earlier than that; the takeover grace (over one heartbeat period) covers the difference.
+    pub(super) fn in_step(&self, p: &super::Peer, now: u64) -> bool {
         let me = self.cfg.me;
-        let mutual = 1 + self
-            .peers
-            .values()
-            .filter(|p| {
-                now.saturating_sub(p.last_seen) <= self.cfg.peer_timeout_ms
-                    && p.state.hears.contains(&me)
+        now.saturating_sub(p.last_seen) <= self.cfg.peer_timeout_ms
+            && p.state.hears.iter().any(|h| {
+                h.node == me
+                    && h.incarnation == self.cfg.incarnation
+                    && h.echo <= now
+                    && now - h.echo <= self.cfg.peer_timeout_ms + self.cfg.heartbeat_ms
             })
-            .count();
+    }
+
+    /// Whether node `id` is a peer in step with this node (see [`NodeCore::in_step`]).
+    pub(super) fn in_step_id(&self, id: NodeId, now: u64) -> bool {
+        self.peers.get(&id).is_some_and(|p| self.in_step(p, now))
+    }
+
+    /// Peers in step with this node now: its rounds' members besides itself.
+    pub fn peers_in_step(&self, now: u64) -> impl Iterator<Item = NodeId> + '_ {
+        self.peers
+            .iter()
+            .filter(move |(_, p)| self.in_step(p, now))
+            .map(|(id, _)| *id)
+    }
+
+    /// Whether more than half of the known members (this node included) are in step with it now.
+    pub fn has_quorum(&self, now: u64) -> bool {
+        let mutual = 1 + self.peers_in_step(now).count();
         2 * mutual > self.known.len().max(1)
     }
 
@@ -86,18 +114,20 @@ impl NodeCore {
         self.silent.entry(id).or_insert(now);
     }
 
-    /// A node this one does not hear but a live peer does is not silent: its silence counts
+    /// A node this one does not hear but a peer in step does is not silent: its silence counts
     /// from that peer's last heartbeat (which said it heard the node). Without this, a node
     /// whose own links to X are cut would take over X's tasks while X keeps its quorum, and
     /// its copies, through the others.
     fn heard_through_peers(&mut self, now: u64) {
-        for (x, s) in &mut self.silent {
-            for p in self.peers.values() {
-                if now.saturating_sub(p.last_seen) <= self.cfg.peer_timeout_ms
-                    && p.state.hears.contains(x)
-                {
-                    *s = (*s).max(p.last_seen);
-                }
+        let heard: Vec<(NodeId, u64)> = self
+            .peers
+            .values()
+            .filter(|p| self.in_step(p, now))
+            .flat_map(|p| p.state.hears.iter().map(|h| (h.node, p.last_seen)))
+            .collect();
+        for (x, at) in heard {
+            if let Some(s) = self.silent.get_mut(&x) {
+                *s = (*s).max(at);
             }
         }
     }
@@ -107,8 +137,10 @@ impl NodeCore {
         if !self.lease_held(now) {
             return false;
         }
+        // An owner heard but out of step keeps its tasks (it may still hold its lease through
+        // others); they wait until it is in step again or silent long enough to be taken over.
         match t.meta.owner {
-            Some(o) if o == self.cfg.me || self.peers.contains_key(&o) => true,
+            Some(o) if o == self.cfg.me || self.in_step_id(o, now) => true,
             Some(o) => {
                 self.has_quorum(now)
                     && self
@@ -118,6 +150,21 @@ impl NodeCore {
             }
             None => self.has_quorum(now),
         }
+    }
+
+    /// Hand `ids` (pending, owned here) to any side that holds a quorum, and tell the peers.
+    pub(super) fn hand_back(&mut self, ids: &[crate::task::TaskId]) -> Vec<Action> {
+        let mut tell = Vec::new();
+        for id in ids {
+            if let Some(m) = self.tasks.meta_mut(*id) {
+                m.owner = None;
+            }
+            if let Some(t) = self.tasks.get(*id) {
+                tell.push(t.announcement(None));
+            }
+        }
+        self.stats.handed_back += tell.len() as u64;
+        self.tell(tell, Vec::new())
     }
 
     /// Whether this node is back from a lapsed lease and passes until its rounds are in step
@@ -166,6 +213,8 @@ impl NodeCore {
             let mine: Vec<_> = self.tasks.running_on(me).collect();
             for id in mine {
                 // The other side may start it once our lease is over: our copy must end now.
+                // It stays ours until the driver reports the copy ended; then it is handed
+                // back ([`NodeCore::on_exit`]).
                 out.push(Action::Stop { task: id });
                 self.stats.lease_stops += 1;
                 self.tasks.set_state(id, TaskState::Pending);
@@ -173,7 +222,23 @@ impl NodeCore {
                     m.owner = Some(me);
                 }
                 self.protocol.release(id);
+                self.handing_back.insert(id);
             }
+            // The pending tasks this node owns, which nobody runs: handed to whichever side
+            // holds a quorum. A node cut off says so in vain (the others take them over when its
+            // silence has lasted), but one that is heard and out of step (it hears everything
+            // late) would otherwise keep them waiting for as long as it stays slow.
+            let owned: Vec<_> = self
+                .tasks
+                .iter()
+                .filter(|(id, t)| {
+                    t.state == TaskState::Pending
+                        && t.meta.owner == Some(me)
+                        && !self.handing_back.contains(id)
+                })
+                .map(|(id, _)| id)
+                .collect();
+            out.extend(self.hand_back(&owned));
         }
         // Members we remember but do not hear count as silent from the first tick on.
         let unheard: Vec<NodeId> = self

@@ -91,6 +91,15 @@ impl NodeCore {
         let Some(t) = self.tasks.get(task) else {
             return Vec::new();
         };
+        if self.handing_back.remove(&task) {
+            // A copy stopped because the lease lapsed has ended: if the task is still ours and
+            // the lease still gone, nothing runs it any more, and a quorum side may have it.
+            let ours = t.state == TaskState::Pending && t.meta.owner == Some(self.cfg.me);
+            if ours && !self.lease_held(self.now) {
+                return self.hand_back(&[task]);
+            }
+            return Vec::new();
+        }
         if stopped || t.state.running_on() != Some(self.cfg.me) {
             return Vec::new();
         }

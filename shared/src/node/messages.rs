@@ -47,16 +47,20 @@ impl NodeCore {
                 out
             }
             Body::Protocol(m) => {
-                if !self.peers.contains_key(&from) {
-                    // Not heard a heartbeat yet: it will be a member from its first heartbeat.
-                    self.stats.refused("not-a-peer");
+                if !self.protocol.members().contains(&from) {
+                    // Not in step with us (or not heard yet): it takes part once it is.
+                    self.stats.refused("not-a-member");
                     return Vec::new();
                 }
                 if m.round.slot > self.protocol.round().slot + 1 {
                     // Far behind the cluster (we just started, or were cut off): join its current
-                    // round instead of replaying slots nobody else runs.
+                    // round instead of replaying slots nobody else runs. The rounds skipped may
+                    // have started tasks this node has not heard of yet, so it claims nothing
+                    // until a round is decided with every member's proposal (`settling`): by then
+                    // each member's start messages, sent before its proposal, are in.
                     self.protocol = self.fresh_protocol(m.round);
                     self.proposed_at = None;
+                    self.settling = true;
                 }
                 match self.protocol.receive(m, now) {
                     Ok(outputs) => self.handle(outputs, now),
@@ -147,10 +151,7 @@ impl NodeCore {
             }
         }
         if !self.peers.contains_key(&from) || restarted {
-            if !self.peers.contains_key(&from) {
-                self.protocol.add_member(from);
-            }
-            // Greeted at the next tick ([`NodeCore::tick`]): one greet for every peer that
+            // It takes part in the rounds once in step ([`NodeCore::tick`]). Greeted at the next tick ([`NodeCore::tick`]): one greet for every peer that
             // joins meanwhile.
             self.greet_due = true;
         }
@@ -302,7 +303,11 @@ impl NodeCore {
     }
 
     /// Announcements, then outcomes in messages of at most [`MAX_OUTCOMES`].
-    fn tell(&mut self, announcements: Vec<Body>, finished: Vec<FinishedTask>) -> Vec<Action> {
+    pub(super) fn tell(
+        &mut self,
+        announcements: Vec<Body>,
+        finished: Vec<FinishedTask>,
+    ) -> Vec<Action> {
         let mut out: Vec<Action> = announcements
             .into_iter()
             .map(|b| self.envelope(b))
@@ -344,12 +349,19 @@ impl NodeCore {
                 reason: "announced with another spec than the task known under this id".into(),
             }];
         }
-        let (state, known_epoch) = (t.state.clone(), t.meta.epoch);
-        if let Some(m) = self.tasks.meta_mut(id)
-            && epoch > known_epoch
-        {
-            m.epoch = epoch;
-            m.owner = owner;
+        let (state, known_epoch, known_owner) = (t.state.clone(), t.meta.epoch, t.meta.owner);
+        if let Some(m) = self.tasks.meta_mut(id) {
+            if epoch > known_epoch {
+                m.epoch = epoch;
+                m.owner = owner;
+            } else if epoch == known_epoch
+                && state == TaskState::Pending
+                && known_owner == Some(from)
+            {
+                // The owner speaks for its ownership: one whose lease lapsed hands its pending
+                // tasks back ([`NodeCore::hand_back`]).
+                m.owner = owner;
+            }
         }
         // The sender speaks for its own copies: if it says the task is pending, it does not run
         // it (it stopped it when its lease ran out, or lost it in a restart).

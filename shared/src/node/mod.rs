@@ -218,6 +218,8 @@ pub struct NodeCore {
     /// Tasks this node asked its peers about ([`Body::Want`]), and when: each at most once per
     /// peer timeout.
     asked: BTreeMap<TaskId, u64>,
+    /// Copies stopped because the lease lapsed, handed back when the driver reports their end.
+    handing_back: BTreeSet<TaskId>,
     /// When this node last greeted: at most one greet per peer timeout (peers that flap under
     /// load would otherwise draw a greet from every node at every heartbeat).
     last_greet: Option<u64>,
@@ -287,6 +289,7 @@ impl NodeCore {
             asked: BTreeMap::new(),
             unlisted: BTreeMap::new(),
             last_greet: None,
+            handing_back: BTreeSet::new(),
             cfg,
         }
     }
@@ -457,7 +460,11 @@ impl NodeCore {
             .peers
             .iter()
             .filter(|(_, p)| now.saturating_sub(p.last_seen) <= self.cfg.peer_timeout_ms)
-            .map(|(id, _)| *id)
+            .map(|(id, p)| crate::wire::Heard {
+                node: *id,
+                incarnation: p.state.incarnation,
+                echo: p.state.sent,
+            })
             .collect();
         let state = NodeState {
             name: self.cfg.name.clone(),
@@ -466,6 +473,7 @@ impl NodeCore {
             free: self.free(),
             running,
             incarnation: self.cfg.incarnation,
+            sent: now,
             hears,
             recent: self.recent.iter().cloned().collect(),
         };

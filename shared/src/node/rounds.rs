@@ -26,7 +26,7 @@ impl NodeCore {
     pub(super) fn fresh_protocol(&self, round: Round) -> Protocol {
         let mut p = Protocol::new(
             self.cfg.me,
-            self.peers.keys().copied(),
+            self.peers_in_step(self.now),
             round,
             protocol_config(&self.cfg),
         );
@@ -70,9 +70,8 @@ impl NodeCore {
                 self.silent.insert(id, p.last_seen);
             }
             self.tasks.set_live(id, false);
-            let outputs = self.protocol.remove_member(id);
-            out.extend(self.handle(outputs, now));
         }
+        out.extend(self.sync_members(now));
         out.extend(self.tick_leases(now));
         let outputs = self.protocol.tick(now);
         out.extend(self.handle(outputs, now));
@@ -82,6 +81,33 @@ impl NodeCore {
             && (now >= self.slot_start || self.protocol.round_begun_elsewhere())
         {
             out.extend(self.propose(now));
+        }
+        out
+    }
+
+    /// The rounds' members are this node and the peers in step with it ([`NodeCore::in_step`]):
+    /// a peer that falls out of step leaves at once (its missing proposal stops holding rounds
+    /// up, and its claims, made on old news, are not weighed), one back in step takes part from
+    /// the current round on.
+    fn sync_members(&mut self, now: u64) -> Vec<Action> {
+        let me = self.cfg.me;
+        let in_step: std::collections::BTreeSet<NodeId> = self.peers_in_step(now).collect();
+        let leaving: Vec<NodeId> = self
+            .protocol
+            .members()
+            .iter()
+            .filter(|m| **m != me && !in_step.contains(m))
+            .copied()
+            .collect();
+        let mut out = Vec::new();
+        for id in leaving {
+            let outputs = self.protocol.remove_member(id);
+            out.extend(self.handle(outputs, now));
+        }
+        for id in in_step {
+            if !self.protocol.members().contains(&id) {
+                self.protocol.add_member(id);
+            }
         }
         out
     }
@@ -170,8 +196,13 @@ impl NodeCore {
         // otherwise by a member that missed ours (rounds out of step after a partition heals, or
         // a node that just joined): it starts nothing, so a task never starts twice at once. The
         // tasks are claimable again in the next round.
-        let tentative = !outcome.missing.is_empty();
-        if !tentative && outcome.ahead.is_empty() {
+        // Likewise a round decided with members counted as passes because they had proposed in
+        // a later round (`ahead`): they decided this round without seeing our proposal (or
+        // skipped it), so their outcome may differ from ours. (A node that heard everything
+        // 3 s late decided rounds the others had long left, alone, and started tasks the others
+        // started too.)
+        let tentative = !outcome.missing.is_empty() || !outcome.ahead.is_empty();
+        if !tentative {
             // Every member proposed in this round: the rounds are in step.
             self.settling = false;
         }

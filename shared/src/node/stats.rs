@@ -28,13 +28,17 @@ pub struct NodeStats {
     /// Copies this node stopped because its lease lapsed (cut off longer than the autonomy time).
     #[serde(default)]
     pub lease_stops: u64,
+    /// Pending tasks this node owned and handed to any quorum side when its lease lapsed.
+    #[serde(default)]
+    pub handed_back: u64,
     /// Announcements refused: a task id known with another task.
     #[serde(default)]
     pub refused_announces: u64,
-    /// Rounds whose commits were not started because some member's proposal was missing.
+    /// Rounds whose commits were not started because some member's proposal was missing (or
+    /// counted as a pass for having moved on to a later round).
     #[serde(default)]
     pub rounds_held_back: u64,
-    /// Protocol messages not taken, by why (`not-a-peer`: before the sender's first heartbeat;
+    /// Protocol messages not taken, by why (`not-a-member`: from a peer not in step;
     /// `stale`, `unknown-peer`, `too-far-ahead`, `equivocation`, `version`, `invalid-claim`).
     #[serde(default)]
     pub protocol_refused: BTreeMap<String, u64>,
@@ -66,6 +70,7 @@ impl NodeStats {
         self.received += o.received;
         self.copies_stopped += o.copies_stopped;
         self.lease_stops += o.lease_stops;
+        self.handed_back += o.handed_back;
         self.refused_announces += o.refused_announces;
         self.rounds_held_back += o.rounds_held_back;
         self.resizes += o.resizes;
