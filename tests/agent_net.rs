@@ -36,11 +36,14 @@ async fn start_with(
     .await
 }
 
-fn heartbeat(id: u32) -> Envelope {
+/// Heartbeat number `seq` of node `id`. Each must differ from the last, as an agent's do: the
+/// gossip's message id is the frame's signature, so a repeated frame is a duplicate and is not
+/// delivered again (a receiver that missed the first one would never hear that node).
+fn heartbeat(id: u32, seq: u64) -> Envelope {
     Envelope {
         version: WIRE_VERSION,
         from: NodeId(id),
-        seq: 0,
+        seq,
         body: Body::Heartbeat(NodeState {
             name: format!("box-{id}"),
             labels: Default::default(),
@@ -65,9 +68,13 @@ async fn talk(
     let (mut heard, mut up, mut dropped) = (BTreeSet::new(), BTreeSet::new(), Vec::new());
     let end = Instant::now() + run;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut seq = 0;
     while Instant::now() < end {
         tokio::select! {
-            _ = tick.tick() => net.send(&heartbeat(id)).await.unwrap(),
+            _ = tick.tick() => {
+                seq += 1;
+                net.send(&heartbeat(id, seq)).await.unwrap();
+            }
             ev = net.next_event() => match ev {
                 Some(NetEvent::Message { envelope, .. }) => { heard.insert(envelope.from.0); }
                 Some(NetEvent::PeerUp(p)) => { up.insert(p); }
@@ -98,7 +105,7 @@ async fn agents_with_the_key_talk_and_strangers_stay_out() {
         // And a heartbeat of "node 9" whose signed frame was altered after signing: a relay
         // cannot make others hear what its author did not sign.
         let key = identity::Keypair::generate_ed25519();
-        let bytes = tapfinger::wire::encode(&heartbeat(9)).unwrap();
+        let bytes = tapfinger::wire::encode(&heartbeat(9, 1)).unwrap();
         let mut forged = tapfinger_agent::signed::sign(&key, &bytes);
         let last = forged.len() - 1;
         forged[last] ^= 1;

@@ -1,14 +1,18 @@
 //! Leases, quorum and takeover: who may start a task while the cluster is split.
 //!
-//! A node holds its **lease** while a quorum of the known members (itself included) hear each
-//! other: more than half of them sent a heartbeat within `peer_timeout_ms` that says they hear
-//! this node. The lease lasts `autonomy_ms` past the last moment a quorum held. While it holds,
-//! the node keeps running its tasks and may start the pending tasks whose owner is on its side;
-//! when it lapses, the node stops its copies itself and starts nothing until a quorum is back
-//! (then it first listens for two heartbeat periods, so it learns what the other side did).
+//! A node holds its **lease** while a quorum of the known members (itself included) is **in
+//! step** with it ([`NodeCore::in_step`]): more than half of them sent, within
+//! `peer_timeout_ms`, a heartbeat that echoes one this node sent at most `peer_timeout_ms +
+//! heartbeat_ms` ago. The lease lasts `autonomy_ms` past the last moment a quorum held. While it
+//! holds, the node keeps running its tasks and may start the pending tasks whose owner is in step
+//! with it; when it lapses, the node stops its copies itself, starts nothing until a quorum is
+//! back (then it first listens for two heartbeat periods, so it learns what the other side did),
+//! and hands its pending tasks to any quorum side (each stopped copy once the driver reports
+//! that its process ended), so that a node still heard but out of step does not keep them.
 //!
-//! A peer silent for `peer_timeout_ms` leaves the protocol's members at once (its missing
-//! proposals stop holding rounds up), but its tasks stay its own: only after
+//! A peer out of step, or silent for `peer_timeout_ms`, leaves the protocol's members at once
+//! (its missing proposals stop holding rounds up, and its claims, made on old news, are not
+//! weighed), but its tasks stay its own: only after
 //! `peer_timeout_ms + autonomy_ms + grace` of silence, and only on a side that holds a quorum,
 //! are they taken over (running copies re-queued, pending ones un-owned). Silence is silence to
 //! the quorum, not to this node alone: it counts only while this node holds a quorum (from the
