@@ -73,6 +73,13 @@ pub struct Message {
     pub from: NodeId,
     /// What the sender proposes.
     pub proposal: Proposal,
+    /// The members the sender decides this round with (itself included, sorted), as it
+    /// proposed; empty: not stated (the simulator's one-instance driver, where every member
+    /// agrees by construction). A member that decides over another member set may decide the
+    /// round otherwise, so a round with such a member is reported in
+    /// [`RoundOutcome::disagree`].
+    #[serde(default)]
+    pub members: Vec<NodeId>,
 }
 
 impl Message {
@@ -85,6 +92,7 @@ impl Message {
             round,
             from,
             proposal,
+            members: Vec::new(),
         }
     }
 }
@@ -119,6 +127,10 @@ pub struct RoundOutcome {
     /// decided this round without waiting for this member, perhaps otherwise.
     #[serde(default)]
     pub ahead: Vec<NodeId>,
+    /// Members whose proposal stated another member set than this member's at the decision:
+    /// they decide this round over other proposals, perhaps otherwise.
+    #[serde(default)]
+    pub disagree: Vec<NodeId>,
     /// True when nothing committed: the slot ends and the next round is step 0 of the next slot.
     pub slot_ended: bool,
     /// The round that follows.
@@ -234,6 +246,9 @@ pub struct Protocol {
     members: BTreeSet<NodeId>,
     round: Round,
     proposals: BTreeMap<NodeId, Proposal>,
+    /// The member sets stated with the current round's proposals, and with the buffered ones.
+    stated: BTreeMap<NodeId, Vec<NodeId>>,
+    future_stated: BTreeMap<Round, BTreeMap<NodeId, Vec<NodeId>>>,
     future: BTreeMap<Round, BTreeMap<NodeId, Proposal>>,
     committed: BTreeSet<TaskId>,
     committed_order: std::collections::VecDeque<TaskId>,
@@ -260,6 +275,8 @@ impl Protocol {
             members,
             round: start,
             proposals: BTreeMap::new(),
+            stated: BTreeMap::new(),
+            future_stated: BTreeMap::new(),
             future: BTreeMap::new(),
             committed: BTreeSet::new(),
             committed_order: std::collections::VecDeque::new(),
@@ -329,8 +346,10 @@ impl Protocol {
         if self.has_proposed() {
             return Err(ProtocolError::AlreadyProposed(self.round));
         }
-        let msg = Message::new(self.round, self.me, proposal);
+        let mut msg = Message::new(self.round, self.me, proposal);
+        msg.members = self.members.iter().copied().collect();
         self.proposals.insert(self.me, msg.proposal.clone());
+        self.stated.insert(self.me, msg.members.clone());
         self.proposed_at = Some(now);
         self.sent_at = Some(now);
         let mut out = vec![Output::Send(msg)];
@@ -368,8 +387,8 @@ impl Protocol {
                 }),
             ),
         };
-        let slot = if msg.round == self.round {
-            &mut self.proposals
+        let (slot, stated) = if msg.round == self.round {
+            (&mut self.proposals, &mut self.stated)
         } else {
             if !self.within_buffer(msg.round) {
                 return Err(ProtocolError::TooFarAhead {
@@ -377,7 +396,10 @@ impl Protocol {
                     current: self.round,
                 });
             }
-            self.future.entry(msg.round).or_default()
+            (
+                self.future.entry(msg.round).or_default(),
+                self.future_stated.entry(msg.round).or_default(),
+            )
         };
         match slot.get(&msg.from) {
             Some(existing) if *existing != proposal => {
@@ -389,6 +411,7 @@ impl Protocol {
             Some(_) => return Ok(Vec::new()),
             None => {
                 slot.insert(msg.from, proposal);
+                stated.insert(msg.from, msg.members);
             }
         }
         if let Some(e) = invalid {
@@ -424,9 +447,14 @@ impl Protocol {
         self.sent_at = Some(now);
         self.resends += 1;
         let mine = self.proposals.get(&self.me).cloned();
-        mine.map(|p| Output::Send(Message::new(self.round, self.me, p)))
-            .into_iter()
-            .collect()
+        let members = self.stated.get(&self.me).cloned().unwrap_or_default();
+        mine.map(|p| {
+            let mut m = Message::new(self.round, self.me, p);
+            m.members = members;
+            Output::Send(m)
+        })
+        .into_iter()
+        .collect()
     }
 
     /// A member left (e.g. stopped heart-beating). May complete the current round.
@@ -436,7 +464,11 @@ impl Protocol {
         }
         self.members.remove(&id);
         self.proposals.remove(&id);
+        self.stated.remove(&id);
         for round in self.future.values_mut() {
+            round.remove(&id);
+        }
+        for round in self.future_stated.values_mut() {
             round.remove(&id);
         }
         self.try_decide(false)
@@ -491,9 +523,16 @@ impl Protocol {
                 .collect()
         };
         let proposals = std::mem::take(&mut self.proposals);
+        let stated = std::mem::take(&mut self.stated);
+        let disagree: Vec<NodeId> = stated
+            .iter()
+            .filter(|(_, m)| !m.is_empty() && !m.iter().eq(self.members.iter()))
+            .map(|(id, _)| *id)
+            .collect();
         let mut outcome = resolve(self.round, &proposals, &self.committed);
         outcome.missing = missing;
         outcome.ahead = ahead;
+        outcome.disagree = disagree;
         for c in &outcome.commits {
             self.mark_committed(c.task);
         }
@@ -511,6 +550,11 @@ impl Protocol {
         }
         self.future = later;
         self.future.remove(&self.round);
+        let mut later = self.future_stated.split_off(&self.round);
+        if let Some(s) = later.remove(&self.round) {
+            self.stated = s;
+        }
+        self.future_stated = later;
         vec![Output::Decided(outcome)]
     }
 }
@@ -599,6 +643,7 @@ pub fn resolve(
         contested,
         missing: Vec::new(),
         ahead: Vec::new(),
+        disagree: Vec::new(),
         slot_ended,
         next,
     }
@@ -660,6 +705,7 @@ mod tests {
             round,
             from: NodeId(from),
             proposal,
+            members: Vec::new(),
         }
     }
 

@@ -346,6 +346,9 @@ impl Envelope {
                 }
             }
             Body::Protocol(m) => {
+                if m.members.len() > 4 * MAX_ITEMS {
+                    return Err(invalid("proposal: too many members"));
+                }
                 if let crate::protocol::Proposal::Claim(c) = &m.proposal {
                     check_vec("claim alloc", &c.alloc, None)?;
                     let ok = c.prob.is_finite()
@@ -466,6 +469,7 @@ mod tests {
                     prob: 0.7,
                     headroom: 2.0,
                 }),
+                members: vec![NodeId(1), NodeId(4)],
             }),
             Body::Started {
                 task: TaskId(9),

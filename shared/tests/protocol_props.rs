@@ -40,7 +40,7 @@ proptest! {
         let msgs: Vec<Message> = props
             .iter()
             .enumerate()
-            .map(|(i, p)| Message { version: tapfinger::protocol::PROTOCOL_VERSION, round: Round::default(), from: ids[i], proposal: p.clone() })
+            .map(|(i, p)| Message { version: tapfinger::protocol::PROTOCOL_VERSION, round: Round::default(), from: ids[i], proposal: p.clone(), members: Vec::new() })
             .collect();
         let mut outcomes = Vec::new();
         for (i, &me) in ids.iter().enumerate() {

@@ -75,14 +75,27 @@ impl NodeCore {
         out.extend(self.tick_leases(now));
         let outputs = self.protocol.tick(now);
         out.extend(self.handle(outputs, now));
-        let warm = now >= *self.first_tick.get_or_insert(now) + 2 * self.cfg.heartbeat_ms;
+        self.first_tick.get_or_insert(now);
+        out.extend(self.propose_if_due(now));
+        out
+    }
+
+    /// This node's proposal, if one is due: after its first two heartbeat periods, once per
+    /// round, when its slot timer fired or another member began the round. Called at every
+    /// tick and as soon as a round is decided, so that the next step's proposal does not wait
+    /// for the driver's next tick (every 10 ms in the agent, once per step of each round).
+    pub(super) fn propose_if_due(&mut self, now: u64) -> Vec<Action> {
+        let warm = self
+            .first_tick
+            .is_some_and(|t| now >= t + 2 * self.cfg.heartbeat_ms);
         if warm
             && !self.protocol.has_proposed()
             && (now >= self.slot_start || self.protocol.round_begun_elsewhere())
         {
-            out.extend(self.propose(now));
+            self.propose(now)
+        } else {
+            Vec::new()
         }
-        out
     }
 
     /// The rounds' members are this node and the peers in step with it ([`NodeCore::in_step`]):
@@ -200,8 +213,13 @@ impl NodeCore {
         // a later round (`ahead`): they decided this round without seeing our proposal (or
         // skipped it), so their outcome may differ from ours. (A node that heard everything
         // 3 s late decided rounds the others had long left, alone, and started tasks the others
-        // started too.)
-        let tentative = !outcome.missing.is_empty() || !outcome.ahead.is_empty();
+        // started too.) And a round in which some member decides over another member set
+        // (`disagree`: peers in step with one node and not with another, as when 32 nodes hear
+        // each other with delays around the peer timeout): two nodes that each left the other
+        // out could both win one task. Any member in both sets tells each of them so.
+        let tentative = !outcome.missing.is_empty()
+            || !outcome.ahead.is_empty()
+            || !outcome.disagree.is_empty();
         if !tentative {
             // Every member proposed in this round: the rounds are in step.
             self.settling = false;
