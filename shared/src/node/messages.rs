@@ -417,11 +417,22 @@ impl NodeCore {
                 TaskState::Running { node, alloc, .. } if *node == me => {
                     tell.push(t.announcement(Some(alloc.clone())));
                 }
-                TaskState::Pending if self.answers_for(t.meta.owner, Some(from)) => {
+                TaskState::Pending
+                    if self.answers_for(t.meta.owner, Some(from))
+                        || self.won_in_vain.contains(id) =>
+                {
                     tell.push(t.announcement(None));
                 }
                 _ => {}
             }
+        }
+        if self.won_in_vain.len() > 4 * MAX_WANT {
+            let tasks = &self.tasks;
+            self.won_in_vain.retain(|id| {
+                tasks
+                    .get(*id)
+                    .is_some_and(|t| t.state == TaskState::Pending)
+            });
         }
         self.tell(tell, done)
     }

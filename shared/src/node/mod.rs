@@ -218,6 +218,10 @@ pub struct NodeCore {
     /// Tasks this node asked its peers about ([`Body::Want`]), and when: each at most once per
     /// peer timeout.
     asked: BTreeMap<TaskId, u64>,
+    /// Tasks this node won in rounds that started nothing (tentative): peers that decided those
+    /// rounds in full believe it runs them, and ask; it answers for them although it does not
+    /// own them (pending ones only; pruned when large).
+    won_in_vain: BTreeSet<TaskId>,
     /// Copies stopped because the lease lapsed, handed back when the driver reports their end.
     handing_back: BTreeSet<TaskId>,
     /// When this node last greeted: at most one greet per peer timeout (peers that flap under
@@ -290,6 +294,7 @@ impl NodeCore {
             unlisted: BTreeMap::new(),
             last_greet: None,
             handing_back: BTreeSet::new(),
+            won_in_vain: BTreeSet::new(),
             cfg,
         }
     }

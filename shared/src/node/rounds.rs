@@ -229,17 +229,22 @@ impl NodeCore {
             for c in &outcome.commits {
                 self.protocol.release(c.task);
                 // Members that heard every proposal started it at `c.agent` with the next epoch:
-                // record the same epoch and owner, so that when they ask `c.agent` about the copy
-                // it does not list, its answer (pending, this epoch) puts the task back to pending
-                // there too. Without this they kept believing in a copy that never ran, asking
-                // about it at every heartbeat, and never scheduled the task again.
+                // record the same epoch, so that when they ask `c.agent` about the copy it does
+                // not list, its answer (pending, this epoch) puts the task back to pending there
+                // too; and `c.agent` answers for it (`won_in_vain`). Without this they kept
+                // believing in a copy that never ran, asking about it at every heartbeat, and
+                // never scheduled the task again. The owner does not change: a start that did not
+                // happen gives nobody the task (it once did, and two nodes, each alone in its
+                // rounds and each made owner by such a round, both started it).
                 let pending = self
                     .tasks
                     .get(c.task)
                     .is_some_and(|t| t.state == TaskState::Pending);
                 if let Some(m) = self.tasks.meta_mut(c.task).filter(|_| pending) {
                     m.epoch += 1;
-                    m.owner = Some(c.agent);
+                }
+                if pending && c.agent == self.cfg.me {
+                    self.won_in_vain.insert(c.task);
                 }
             }
         }
