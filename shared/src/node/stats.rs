@@ -34,8 +34,8 @@ pub struct NodeStats {
     /// Announcements refused: a task id known with another task.
     #[serde(default)]
     pub refused_announces: u64,
-    /// Rounds whose commits were not started because some member's proposal was missing (or
-    /// counted as a pass for having moved on to a later round).
+    /// Rounds whose commits were not started because some member's proposal was missing,
+    /// counted as a pass for having moved on to a later round, or stated another member set.
     #[serde(default)]
     pub rounds_held_back: u64,
     /// Protocol messages not taken, by why (`not-a-member`: from a peer not in step;
