@@ -1,7 +1,7 @@
 //! Leases, quorum and takeover: who may start a task while the cluster is split.
 //!
 //! A node holds its **lease** while a quorum of the known members (itself included) is **in
-//! step** with it ([`NodeCore::in_step`]): more than half of them sent, within
+//! step** with it ([`NodeCore::peers_in_step`]): more than half of them sent, within
 //! `peer_timeout_ms`, a heartbeat that echoes one this node sent at most `peer_timeout_ms +
 //! heartbeat_ms` ago. The lease lasts `autonomy_ms` past the last moment a quorum held. While it
 //! holds, the node keeps running its tasks and may start the pending tasks whose owner is in step
@@ -75,12 +75,14 @@ impl NodeCore {
             })
     }
 
-    /// Whether node `id` is a peer in step with this node (see [`NodeCore::in_step`]).
+    /// Whether node `id` is a peer in step with this node (see `NodeCore::in_step`).
     pub(super) fn in_step_id(&self, id: NodeId, now: u64) -> bool {
         self.peers.get(&id).is_some_and(|p| self.in_step(p, now))
     }
 
-    /// Peers in step with this node now: its rounds' members besides itself.
+    /// Peers in step with this node now: its rounds' members besides itself. A peer is in step
+    /// while heard within the peer timeout and its latest heartbeat echoes one this node sent (in
+    /// this incarnation) at most `peer_timeout_ms + heartbeat_ms` ago; see the module doc.
     pub fn peers_in_step(&self, now: u64) -> impl Iterator<Item = NodeId> + '_ {
         self.peers
             .iter()
