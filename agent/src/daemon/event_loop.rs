@@ -378,6 +378,10 @@ impl Daemon {
         // What a task may want to know of itself: its id, where it runs, and its epoch (a
         // fencing token it can hand to external storage).
         let epoch = p.core.tasks().get(task).map_or(0, |t| t.meta.epoch);
+        // The journal keeps the spec as submitted: a restarted agent announces the copies it
+        // adopts with it, and peers refuse a task known under its id with another spec (with
+        // these variables added, they refused it, and the copy was never reconciled).
+        let submitted = spec.clone();
         spec.env
             .insert("TAPFINGER_TASK_ID".into(), task.0.to_string());
         spec.env
@@ -411,7 +415,7 @@ impl Daemon {
             let entry = &p.core.tasks()[&task];
             let run = crate::store::Run {
                 task: (*entry.task).clone(),
-                spec: spec.clone(),
+                spec: submitted,
                 epoch: entry.meta.epoch,
                 alloc: alloc.clone(),
                 gpus: self.gpus.held.get(&task).cloned().unwrap_or_default(),

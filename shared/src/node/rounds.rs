@@ -224,6 +224,22 @@ impl NodeCore {
             // Every member proposed in this round: the rounds are in step.
             self.settling = false;
         }
+        let natural = if outcome.slot_ended {
+            Round {
+                slot: outcome.round.slot + 1,
+                step: 0,
+            }
+        } else {
+            Round {
+                slot: outcome.round.slot,
+                step: outcome.round.step + 1,
+            }
+        };
+        if outcome.next != natural {
+            // Skipped to the round the others are in: claim nothing until in step (as after a
+            // jump in `on_message`).
+            self.settling = true;
+        }
         if tentative {
             self.stats.rounds_held_back += u64::from(!outcome.commits.is_empty());
             for c in &outcome.commits {
