@@ -91,7 +91,8 @@ impl NodeCore {
         let Some(t) = self.tasks.get(task) else {
             return Vec::new();
         };
-        if self.handing_back.remove(&task) {
+        // (A copy started here again since is another run: its end is an ordinary one.)
+        if self.handing_back.remove(&task) && t.state.running_on() != Some(self.cfg.me) {
             // A copy stopped because the lease lapsed has ended: if the task is still ours and
             // the lease still gone, nothing runs it any more, and a quorum side may have it.
             let ours = t.state == TaskState::Pending && t.meta.owner == Some(self.cfg.me);

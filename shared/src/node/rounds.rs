@@ -288,6 +288,9 @@ impl NodeCore {
             m.epoch += 1;
             m.owner = Some(c.agent);
             if c.agent == self.cfg.me {
+                // A new run here: the end of an earlier one stopped for a lapsed lease is
+                // no longer awaited (its exit, reported late, would pass for this run's).
+                self.handing_back.remove(&c.task);
                 let spec = m.spec.clone();
                 let epoch = m.epoch;
                 out.push(Action::Start {
