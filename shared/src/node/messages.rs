@@ -62,16 +62,13 @@ impl NodeCore {
                     self.proposed_at = None;
                     self.settling = true;
                 }
-                let mut out = match self.protocol.receive(m, now) {
+                match self.protocol.receive(m, now) {
                     Ok(outputs) => self.handle(outputs, now),
                     Err(e) => {
                         self.stats.refused(e.kind());
                         Vec::new()
                     }
-                };
-                // The next step of the slot (or a round begun elsewhere) at once.
-                out.extend(self.propose_if_due(now));
-                out
+                }
             }
             Body::Started { task, alloc, epoch } => self.on_started(task, from, alloc, epoch),
             Body::Want(ids) => self.on_want(from, &ids),
