@@ -145,3 +145,76 @@ impl NodeCore {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::Resources;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    fn node() -> NodeCore {
+        let cfg = super::super::NodeConfig {
+            me: NodeId(0),
+            name: "n0".into(),
+            capacity: Resources(vec![4, 0]),
+            kinds: crate::estimate::KindMap::from_names(&["cpu", "gpu"]),
+            labels: BTreeMap::new(),
+            incarnation: 1,
+            num_types: 1,
+            window: 10,
+            service_kind: 1,
+            slot_ms: 200,
+            round_ms: 50,
+            heartbeat_ms: 50,
+            peer_timeout_ms: 300,
+            autonomy_ms: 1000,
+            forget_ms: super::super::DEFAULT_FORGET_MS,
+            known: BTreeSet::new(),
+            lease_age_ms: None,
+        };
+        let ctx = crate::baselines::BaselineContext {
+            num_types: 1,
+            cpu_kind: 0,
+            gpu_kind: 1,
+            profile: Vec::new(),
+        };
+        NodeCore::new(cfg, crate::baselines::by_name("min", &ctx).unwrap(), 0)
+    }
+
+    /// A copy stopped when the lease lapsed is awaited for its hand-back; if the task has been
+    /// started here again before that end is reported, the end of the new run is an ordinary
+    /// finish (it was once taken for the old copy's, and the node believed the task still ran).
+    #[test]
+    fn the_end_of_a_later_run_is_not_taken_for_a_stopped_copy() {
+        let mut n = node();
+        let task = Task {
+            id: TaskId(7),
+            ty: crate::TaskTypeId(0),
+            min_demand: Resources(vec![1, 0]),
+            max_demand: None,
+            priority: 0,
+            reachable: vec![NodeId(0)],
+            arrival: 0,
+        };
+        let spec = TaskSpec::from_toml("command = [\"x\"]\nmin_demand = { cpu = 1 }\n").unwrap();
+        let running = TaskState::Running {
+            node: NodeId(0),
+            alloc: Resources(vec![1, 0]),
+            progress: 0.0,
+            started: 0,
+        };
+        n.restore(task, spec, running, Some(NodeId(0)), 2);
+        // Left over from an earlier run stopped for a lapsed lease, its end not yet reported.
+        n.handing_back.insert(TaskId(7));
+        let out = n.on_exit(TaskId(7), Some(0), false);
+        assert!(
+            out.iter()
+                .any(|a| matches!(a, Action::Broadcast(e) if matches!(e.body, Body::Finished(_)))),
+            "no finish told: {out:?}"
+        );
+        assert!(matches!(
+            n.tasks().get(TaskId(7)).map(|t| &t.state),
+            Some(TaskState::Done { .. })
+        ));
+    }
+}
