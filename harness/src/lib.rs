@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use tapfinger::Resources;
-use tapfinger::node::{Action, DEFAULT_FORGET_MS, NodeConfig, NodeCore, TaskState};
+use tapfinger::node::{Action, NodeConfig, NodeCore, TaskState};
 use tapfinger::spec::TaskSpec;
 use tapfinger::task::{NodeId, Task, TaskId};
 use tapfinger::wire::{Body, Envelope};
@@ -67,25 +67,7 @@ impl Cluster {
         };
         let nodes = (0..n)
             .map(|i| {
-                let cfg = NodeConfig {
-                    me: NodeId(i as u32),
-                    name: format!("n{i}"),
-                    capacity: Resources(vec![4, 0]),
-                    kinds: tapfinger::estimate::KindMap::from_names(&["cpu", "gpu"]),
-                    labels: BTreeMap::new(),
-                    incarnation: 1,
-                    num_types: 1,
-                    window: 10,
-                    service_kind: 1,
-                    slot_ms: 200,
-                    round_ms: 50,
-                    heartbeat_ms: 50,
-                    peer_timeout_ms: 300,
-                    autonomy_ms: 1000,
-                    forget_ms: DEFAULT_FORGET_MS,
-                    known: BTreeSet::new(),
-                    lease_age_ms: None,
-                };
+                let cfg = NodeConfig::short(NodeId(i as u32), Resources(vec![4, 0]));
                 NodeCore::new(
                     cfg,
                     tapfinger::baselines::by_name(policy, &ctx).unwrap(),
@@ -216,6 +198,23 @@ impl Cluster {
 }
 
 impl Cluster {
+    /// Five nodes running the `min` policy, warmed up, with 15 tasks of `work_ms` each
+    /// submitted round the nodes and under way.
+    pub fn busy(work_ms: u64) -> Self {
+        let mut c = Self::new(5, "min");
+        c.work_ms = work_ms;
+        for _ in 0..40 {
+            c.step();
+        }
+        for id in 0..15u64 {
+            c.submit((id % 5) as usize, id);
+        }
+        for _ in 0..20 {
+            c.step();
+        }
+        c
+    }
+
     /// Run until every task of `0..n` finished somewhere, or `limit` steps.
     pub fn run_until_finished(&mut self, n: usize, limit: u32) {
         let mut steps = 0;

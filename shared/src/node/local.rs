@@ -150,28 +150,9 @@ impl NodeCore {
 mod tests {
     use super::*;
     use crate::resources::Resources;
-    use std::collections::{BTreeMap, BTreeSet};
 
     fn node() -> NodeCore {
-        let cfg = super::super::NodeConfig {
-            me: NodeId(0),
-            name: "n0".into(),
-            capacity: Resources(vec![4, 0]),
-            kinds: crate::estimate::KindMap::from_names(&["cpu", "gpu"]),
-            labels: BTreeMap::new(),
-            incarnation: 1,
-            num_types: 1,
-            window: 10,
-            service_kind: 1,
-            slot_ms: 200,
-            round_ms: 50,
-            heartbeat_ms: 50,
-            peer_timeout_ms: 300,
-            autonomy_ms: 1000,
-            forget_ms: super::super::DEFAULT_FORGET_MS,
-            known: BTreeSet::new(),
-            lease_age_ms: None,
-        };
+        let cfg = super::super::NodeConfig::short(NodeId(0), Resources(vec![4, 0]));
         let ctx = crate::baselines::BaselineContext {
             num_types: 1,
             cpu_kind: 0,

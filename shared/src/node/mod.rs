@@ -81,6 +81,33 @@ pub struct NodeConfig {
     pub lease_age_ms: Option<u64>,
 }
 
+impl NodeConfig {
+    /// Node `me` (named `n<me>`, one task type, CPU and GPU kinds) offering `capacity`, with the
+    /// short timings of the in-memory harness and the unit tests: slots of 200 ms, heartbeats
+    /// every 50 ms, a peer timeout of 300 ms and an autonomy time of 1 s.
+    pub fn short(me: NodeId, capacity: Resources) -> Self {
+        Self {
+            me,
+            name: format!("n{}", me.0),
+            capacity,
+            kinds: crate::estimate::KindMap::from_names(&["cpu", "gpu"]),
+            labels: BTreeMap::new(),
+            incarnation: 1,
+            num_types: 1,
+            window: 10,
+            service_kind: 1,
+            slot_ms: 200,
+            round_ms: 50,
+            heartbeat_ms: 50,
+            peer_timeout_ms: 300,
+            autonomy_ms: 1000,
+            forget_ms: DEFAULT_FORGET_MS,
+            known: BTreeSet::new(),
+            lease_age_ms: None,
+        }
+    }
+}
+
 /// Default autonomy time: two minutes. A box cut off keeps its tasks that long; a dead box's
 /// tasks wait that long (plus the peer timeout) before they run elsewhere.
 pub const DEFAULT_AUTONOMY_MS: u64 = 120_000;

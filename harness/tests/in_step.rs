@@ -1,0 +1,172 @@
+//! Peers in step with each other, judged by what ran: a node that hears everything late, one
+//! that becomes slow mid-run, proposals lost for some rounds, and 32 nodes whose delays keep
+//! changing never run a task twice (rounds that may have been decided otherwise start nothing).
+
+// Test helpers may unwrap: a failure there is a test failure with its message.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use tapfinger::task::TaskId;
+use tapfinger::wire::Body;
+use tapfinger_harness::Cluster;
+
+/// A node that hears everything late (its heartbeats reach the others on time, theirs reach it
+/// seconds later) decides on old news: in the 32-agent benchmark on 2 cores, 51 of 500 tasks
+/// finished twice. It counted as in step because its peers' heartbeats kept arriving, and it
+/// decided rounds the others had long left, counting them as passes, alone. Now the round
+/// trip decides who is in step (heartbeats echo each other's send times), rounds with members
+/// that moved on start nothing, and the slow node is left out of the rounds and holds no lease.
+/// Delays below the peer timeout (300 ms) keep it in step; the longer ones must cost neither
+/// a second copy nor a task.
+#[test]
+fn a_node_that_hears_everything_late_never_starts_a_second_copy() {
+    for delay in [40, 250, 700, 1500, 3000, 6000] {
+        let mut c = Cluster::new(6, "min");
+        c.work_ms = 1500;
+        c.inbound_delay[5] = delay;
+        for _ in 0..40 {
+            c.step();
+        }
+        for id in 0..120u64 {
+            c.submit((id % 5) as usize, id);
+            c.step();
+        }
+        c.run_until_finished(120, 40_000);
+        assert!(
+            c.overlaps.is_empty(),
+            "{delay} ms: overlapping copies: {:?}",
+            c.overlaps
+        );
+        assert_eq!(c.finished.len(), 120, "{delay} ms: finished");
+        assert!(
+            c.finished.values().all(|n| *n == 1),
+            "{delay} ms: a task finished twice"
+        );
+        let in_step = c.nodes[0].peers_in_step(c.now).count();
+        if delay >= 700 {
+            assert_eq!(in_step, 4, "{delay} ms: node 5 still in step with node 0");
+            assert!(
+                !c.nodes[5].has_quorum(c.now),
+                "{delay} ms: node 5 has a quorum"
+            );
+        } else {
+            assert_eq!(in_step, 5, "{delay} ms: node 5 out of step");
+        }
+    }
+}
+
+/// A node that becomes slow while it runs copies: out of step with everyone, it loses its
+/// quorum, stops its copies when its lease lapses, and the others run them (once) after it
+/// said so; nothing runs twice at once.
+#[test]
+fn a_node_that_becomes_slow_stops_its_copies_before_anyone_runs_them_again() {
+    let mut c = Cluster::busy(4000);
+    let on2: BTreeSet<TaskId> = c
+        .running
+        .iter()
+        .filter(|(_, n, _)| *n == 2)
+        .map(|(_, _, t)| *t)
+        .collect();
+    assert!(!on2.is_empty(), "node 2 runs nothing");
+    c.inbound_delay[2] = 2500;
+    c.run_until_finished(15, 40_000);
+    assert_eq!(c.finished.len(), 15, "finished {:?}", c.finished.keys());
+    assert!(c.overlaps.is_empty(), "copies overlapped: {:?}", c.overlaps);
+    assert!(c.finished.values().all(|n| *n == 1), "{:?}", c.finished);
+    assert!(
+        c.nodes[2].stats().lease_stops > 0,
+        "node 2 kept its lease while out of step"
+    );
+    assert!(
+        c.nodes[2].stats().handed_back > 0,
+        "node 2 handed nothing back"
+    );
+}
+
+/// Node 1's proposals of even steps never reach node 0.
+fn drop_even_steps(c: &mut Cluster) {
+    c.bus.retain(|(_, to, e)| {
+        !(*to == 0
+            && e.from.0 == 1
+            && matches!(&e.body, Body::Protocol(m) if m.round.step % 2 == 0))
+    });
+}
+
+/// A member that has moved on to a later round counts as a pass, so that rounds do not wait
+/// for it; but it decided the round with proposals this node lacks (here node 1's proposals of
+/// every even step never reach node 0, while node 1 heard node 0's), so the two may have
+/// decided it differently. Such a round starts nothing.
+#[test]
+fn a_round_decided_with_members_already_ahead_starts_nothing() {
+    let mut c = Cluster::new(3, "min");
+    c.work_ms = 800;
+    for _ in 0..40 {
+        c.step();
+    }
+    for id in 0..60u64 {
+        c.submit((id % 3) as usize, id);
+        c.step();
+        drop_even_steps(&mut c);
+    }
+    let mut steps = 0;
+    while c.finished.len() < 60 && steps < 20_000 {
+        c.step();
+        drop_even_steps(&mut c);
+        steps += 1;
+    }
+    assert!(c.overlaps.is_empty(), "copies overlapped: {:?}", c.overlaps);
+    assert_eq!(c.finished.len(), 60, "finished");
+    assert!(c.finished.values().all(|n| *n == 1), "{:?}", c.finished);
+    assert!(
+        c.nodes[0].stats().rounds_held_back > 0,
+        "node 0 never decided a round with a member ahead"
+    );
+}
+
+/// 32 nodes whose inbound delays change every half second (a third of them late by up to
+/// 400 ms, around the peer timeout): peers fall in and out of step, member sets differ, and
+/// nodes find themselves alone in their rounds. A round that started nothing once made its
+/// winner the task's owner, so two nodes each alone in their rounds both started the task
+/// (5 overlaps in the first 16 s with this seed). Judged by what ran, over 16 s.
+#[test]
+fn peers_falling_in_and_out_of_step_never_run_a_task_twice() {
+    let n = 32;
+    let mut c = Cluster::new(n, "min");
+    c.work_ms = 1500;
+    // A fixed linear congruential sequence: the same delays on every run.
+    let mut x: u64 = 1u64
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    let mut rnd = move || {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        x >> 33
+    };
+    for _ in 0..60 {
+        c.step();
+    }
+    for id in 0..300u64 {
+        c.submit((id % n as u64) as usize, id);
+        if id % 4 == 0 {
+            c.step();
+        }
+    }
+    let mut steps = 0;
+    while c.now < 16_000 {
+        if steps % 50 == 0 {
+            for i in 0..n {
+                c.inbound_delay[i] = if rnd() % 3 == 0 { rnd() % 401 } else { 0 };
+            }
+        }
+        c.step();
+        steps += 1;
+    }
+    assert!(c.overlaps.is_empty(), "copies overlapped: {:?}", c.overlaps);
+    assert!(c.finished.values().all(|n| *n == 1), "{:?}", c.finished);
+    assert!(
+        c.finished.len() >= 150,
+        "{} of 300 finished",
+        c.finished.len()
+    );
+}
