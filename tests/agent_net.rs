@@ -58,14 +58,19 @@ fn heartbeat(id: u32, seq: u64) -> Envelope {
     }
 }
 
-/// Send a heartbeat every 100 ms for `run`, and collect who we heard from, who connected, and
-/// what was dropped.
-async fn talk(
-    net: &mut Network,
-    id: u32,
-    run: Duration,
-) -> (BTreeSet<u32>, BTreeSet<PeerId>, Vec<PeerId>) {
+/// What one node saw while it talked.
+type Talked = (
+    BTreeSet<u32>,
+    BTreeSet<PeerId>,
+    Vec<PeerId>,
+    Vec<(u32, u64)>,
+);
+
+/// Send a heartbeat every 100 ms for `run`, and collect who we heard from, who connected, what
+/// was dropped, and every message taken (author, sequence number).
+async fn talk(net: &mut Network, id: u32, run: Duration) -> Talked {
     let (mut heard, mut up, mut dropped) = (BTreeSet::new(), BTreeSet::new(), Vec::new());
+    let mut taken = Vec::new();
     let end = Instant::now() + run;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut seq = 0;
@@ -76,7 +81,10 @@ async fn talk(
                 net.send(&heartbeat(id, seq)).await.unwrap();
             }
             ev = net.next_event() => match ev {
-                Some(NetEvent::Message { envelope, .. }) => { heard.insert(envelope.from.0); }
+                Some(NetEvent::Message { envelope, .. }) => {
+                    heard.insert(envelope.from.0);
+                    taken.push((envelope.from.0, envelope.seq));
+                }
                 Some(NetEvent::PeerUp(p)) => { up.insert(p); }
                 Some(NetEvent::Dropped { from, .. }) => dropped.push(from),
                 Some(_) => {}
@@ -85,7 +93,7 @@ async fn talk(
             _ = tokio::time::sleep_until(end) => break,
         }
     }
-    (heard, up, dropped)
+    (heard, up, dropped, taken)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,7 +120,7 @@ async fn agents_with_the_key_talk_and_strangers_stay_out() {
         c.send_raw(forged).await.unwrap();
         talk(&mut c, 2, run - Duration::from_secs(2)).await
     };
-    let ((ha, ua, da), (hb, ub, _), (hc, _, _), (hd, ud, _)) = tokio::join!(
+    let ((ha, ua, da, _), (hb, ub, _, _), (hc, _, _, _), (hd, ud, _, _)) = tokio::join!(
         talk(&mut a, 0, run),
         talk(&mut b, 1, run),
         garbage,
@@ -138,6 +146,39 @@ async fn agents_with_the_key_talk_and_strangers_stay_out() {
         da.contains(&c.peer_id),
         "a did not report c's garbage: {da:?}"
     );
+    // b and c are not connected: what they heard of each other came by gossip, through a.
+    assert!(b.traffic().relayed > 0, "b: {:?}", b.traffic());
+    assert!(c.traffic().relayed > 0, "c: {:?}", c.traffic());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connected_agents_hear_each_other_directly_and_take_each_message_once() {
+    let (mut a, addr_a) = start(None, vec![]).await;
+    let (mut b, addr_b) = start(None, vec![addr_a.clone()]).await;
+    let (mut c, _) = start(None, vec![addr_a, addr_b]).await;
+    let run = Duration::from_secs(4);
+    let (ta, tb, tc) = tokio::join!(
+        talk(&mut a, 0, run),
+        talk(&mut b, 1, run),
+        talk(&mut c, 2, run)
+    );
+    for (name, (heard, _, dropped, taken), net) in [("a", ta, &a), ("b", tb, &b), ("c", tc, &c)] {
+        assert_eq!(heard.len(), 2, "{name} heard {heard:?}");
+        assert!(dropped.is_empty(), "{name} dropped {dropped:?}");
+        let distinct: BTreeSet<_> = taken.iter().collect();
+        assert_eq!(distinct.len(), taken.len(), "{name} took a message twice");
+        // Every peer is connected: messages come straight from their authors. Gossip carries
+        // at most one of each author's messages a second (so that authors who are not
+        // connected learn of each other), and its copy is a duplicate unless it came first.
+        let t = net.traffic();
+        assert!(t.direct > 0 && t.direct > t.relayed, "{name}: {t:?}");
+        assert_eq!(t.direct + t.relayed, taken.len() as u64, "{name}: {t:?}");
+        assert!(
+            t.gossip_sent * 4 < 40,
+            "{name} gossiped {t:?} of about 40 messages"
+        );
+        assert_eq!(t.queue_full, 0, "{name}: {t:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,7 +204,7 @@ async fn a_peer_off_the_allowlist_is_not_heard() {
     .await;
     let c_id = c.peer_id;
     let run = Duration::from_secs(4);
-    let ((ha, ua, _), _, _) = tokio::join!(
+    let ((ha, ua, _, _), _, _) = tokio::join!(
         talk(&mut a, 0, run),
         talk(&mut b, 1, run),
         talk(&mut c, 2, run)
@@ -347,7 +388,7 @@ fn mdns_inside_the_namespace() {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             let spell = Duration::from_secs(2);
-            let ((h1, u1, _), (h2, u2, _)) =
+            let ((h1, u1, _, _), (h2, u2, _, _)) =
                 tokio::join!(talk(&mut a, 0, spell), talk(&mut b, 1, spell));
             ha.extend(h1);
             ua.extend(u1);

@@ -1,11 +1,14 @@
 //! `tapfinger-net`: what the agent (`tapfinger-agent`) and the coordinator
 //! (`tapfinger-coordinator`) share as networked services, so that the coordinator does not
-//! depend on the edge daemon: the libp2p network ([`swarm`]: private network, gossip,
-//! request-response, allowlist), identities ([`identity`]: the persistent key and the node id
-//! derived from a peer id), the coordinator's messages ([`learn`]: signed checkpoints,
-//! experience batches, a bounded spool), a metrics registry ([`metrics`]) and logging ([`log`]).
+//! depend on the edge daemon: the libp2p network ([`swarm`]: private network, direct broadcast
+//! ([`direct`]) and gossip, request-response, allowlist), identities ([`identity`]: the
+//! persistent key and the node id derived from a peer id), the coordinator's messages
+//! ([`learn`]: signed checkpoints, experience batches, a bounded spool), a metrics registry
+//! ([`metrics`]) and logging ([`log`]).
 
+pub mod direct;
 pub mod identity;
+mod inbound;
 pub mod learn;
 pub mod log;
 pub mod metrics;

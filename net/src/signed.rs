@@ -10,6 +10,9 @@
 //! gossipsub forwards it (validation mode), so a relay can neither forge an author nor spread a
 //! forged frame.
 //!
+//! A frame that comes straight from its author on a direct stream ([`crate::direct`]) is not
+//! checked again: the connection's handshake already proved who sent it ([`open_from`]).
+//!
 //! Layout: `[1: FRAME_VERSION][2: key length, big endian][key: protobuf-encoded public key]
 //! [64: signature][payload]`.
 
@@ -29,6 +32,9 @@ pub enum FrameError {
     /// The signature does not match the key and payload.
     #[error("bad signature")]
     BadSignature,
+    /// A frame on a direct stream that names another author than the stream's peer.
+    #[error("a direct frame from another author than its sender")]
+    NotTheSender,
 }
 
 /// Sign `payload` as `key`.
@@ -57,8 +63,69 @@ pub fn signature(frame: &[u8]) -> Option<&[u8]> {
     rest.get(2 + n..2 + n + SIG)
 }
 
+/// The frame's identity: its author's key and its signature, if the frame is long enough to
+/// hold both. Unlike the signature alone, an author cannot claim another author's message id.
+pub fn id(frame: &[u8]) -> Option<&[u8]> {
+    let (&v, rest) = frame.split_first()?;
+    if v != FRAME_VERSION || rest.len() < 2 {
+        return None;
+    }
+    let n = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
+    rest.get(2..2 + n + SIG)
+}
+
 /// Check a frame: its author and payload.
 pub fn open(frame: &[u8]) -> Result<(PeerId, &[u8]), FrameError> {
+    let (public, sig, payload) = parse(frame)?;
+    if !public.verify(payload, sig) {
+        return Err(FrameError::BadSignature);
+    }
+    Ok((public.to_peer_id(), payload))
+}
+
+/// The author a frame names, without checking its signature (for a frame whose id was already
+/// verified once, see [`id`]).
+pub fn author(frame: &[u8]) -> Option<PeerId> {
+    parse(frame).ok().map(|(public, _, _)| public.to_peer_id())
+}
+
+/// Open a frame that `peer` sent on a direct stream: the connection's handshake (noise) has
+/// already proved who `peer` is, so a frame that names `peer` as its author is taken without
+/// checking its signature (which saves every receiver one ed25519 verification per message).
+/// A frame that names another author is refused: a direct stream carries only its peer's own
+/// messages, never relayed ones.
+pub fn open_from<'a>(frame: &'a [u8], peer: &PeerId) -> Result<&'a [u8], FrameError> {
+    let (key, _, payload) = split(frame)?;
+    // An ed25519 peer id embeds its encoded public key (an identity multihash): comparing bytes
+    // spares decoding the key, a curve point decompression, for every frame.
+    let multihash = peer.as_ref();
+    if multihash.code() == IDENTITY && multihash.digest() == key {
+        return Ok(payload);
+    }
+    let public =
+        PublicKey::try_decode_protobuf(key).map_err(|_| FrameError::Malformed("bad key"))?;
+    if public.to_peer_id() != *peer {
+        return Err(FrameError::NotTheSender);
+    }
+    Ok(payload)
+}
+
+/// The multihash code of the identity hash.
+const IDENTITY: u64 = 0;
+
+/// Split a frame into its author's key, its signature and its payload.
+fn parse(frame: &[u8]) -> Result<(PublicKey, &[u8], &[u8]), FrameError> {
+    let (key, sig, payload) = split(frame)?;
+    let public =
+        PublicKey::try_decode_protobuf(key).map_err(|_| FrameError::Malformed("bad key"))?;
+    Ok((public, sig, payload))
+}
+
+/// A frame's parts: its author's encoded key, its signature and its payload.
+type Parts<'a> = (&'a [u8], &'a [u8], &'a [u8]);
+
+/// Split a frame into its [`Parts`].
+fn split(frame: &[u8]) -> Result<Parts<'_>, FrameError> {
     let (&v, rest) = frame.split_first().ok_or(FrameError::Malformed("empty"))?;
     if v != FRAME_VERSION {
         return Err(FrameError::Malformed("unknown frame version"));
@@ -74,12 +141,7 @@ pub fn open(frame: &[u8]) -> Result<(PeerId, &[u8]), FrameError> {
         .get(2 + n..2 + n + SIG)
         .ok_or(FrameError::Malformed("truncated signature"))?;
     let payload = &rest[2 + n + SIG..];
-    let public =
-        PublicKey::try_decode_protobuf(key).map_err(|_| FrameError::Malformed("bad key"))?;
-    if !public.verify(payload, sig) {
-        return Err(FrameError::BadSignature);
-    }
-    Ok((public.to_peer_id(), payload))
+    Ok((key, sig, payload))
 }
 
 #[cfg(test)]
@@ -112,5 +174,18 @@ mod tests {
             assert!(open(&f[..n]).is_err(), "{n}");
         }
         assert!(open(&[9, 0, 0]).is_err());
+    }
+
+    #[test]
+    fn a_direct_frame_must_name_its_sender() {
+        let k = Keypair::generate_ed25519();
+        let f = sign(&k, b"hello");
+        let me = k.public().to_peer_id();
+        assert_eq!(open_from(&f, &me), Ok(&b"hello"[..]));
+        let other = Keypair::generate_ed25519().public().to_peer_id();
+        assert_eq!(open_from(&f, &other), Err(FrameError::NotTheSender));
+        for n in 0..f.len() - 5 {
+            assert!(open_from(&f[..n], &me).is_err(), "{n}");
+        }
     }
 }

@@ -1,5 +1,12 @@
 //! The agent's network: a libp2p swarm (TCP with an optional private-network pre-shared key, noise,
-//! yamux; identify, ping, gossipsub, optional mDNS) that carries [`wire::Envelope`]s between agents.
+//! yamux; identify, ping, gossipsub, direct streams, optional mDNS) that carries
+//! [`wire::Envelope`]s between agents.
+//!
+//! A broadcast goes to every connected peer directly, one frame on one stream per peer
+//! ([`crate::direct`]), and by gossip only where direct frames may not reach: while some author
+//! is heard through a relay without being connected to us, and once a second regardless, so
+//! that agents that are not connected learn of each other ([`Relay`]). A message that arrives
+//! both ways is taken once ([`crate::inbound`]).
 //!
 //! The swarm runs in its own tokio task; the agent talks to it through bounded channels only
 //! ([`Network::send`] and [`Network::next_event`]), so a slow consumer applies back-pressure
@@ -18,11 +25,14 @@
 //! QUIC cannot carry the pre-shared key (pnet wraps a byte stream), so QUIC is only offered when no
 //! key is configured.
 
+use crate::direct::{self, Writers};
+use crate::inbound::Inbound;
+pub use crate::inbound::Traffic;
 use crate::learn;
 use futures::StreamExt;
 use libp2p::core::transport::Transport as _;
 use libp2p::core::upgrade::Version;
-use libp2p::gossipsub::{self, IdentTopic, MessageAcceptance, MessageAuthenticity};
+use libp2p::gossipsub::{self, IdentTopic, MessageAuthenticity};
 use libp2p::pnet::{PnetConfig, PreSharedKey};
 use libp2p::request_response::{self, ProtocolSupport, ResponseChannel};
 use libp2p::swarm::behaviour::toggle::Toggle;
@@ -149,6 +159,7 @@ struct Behaviour {
     ping: ping::Behaviour,
     mdns: Toggle<mdns::tokio::Behaviour>,
     rr: request_response::cbor::Behaviour<learn::Request, learn::Response>,
+    direct: libp2p_stream::Behaviour,
 }
 
 /// A running network.
@@ -160,6 +171,7 @@ pub struct Network {
     task: tokio::task::JoinHandle<()>,
     /// Signs what this node broadcasts ([`crate::signed`]).
     keypair: identity::Keypair,
+    counters: std::sync::Arc<crate::inbound::Counters>,
 }
 
 impl Network {
@@ -179,6 +191,9 @@ impl Network {
                 )
             })
             .validate_messages()
+            // Gossip only relays what direct frames cannot reach (crate::direct): an author sends
+            // its gossip copy to its mesh peers, not to every peer it is connected to.
+            .flood_publish(false)
             .heartbeat_interval(Duration::from_millis(500))
             .build()
             .map_err(|e| setup(&e))?;
@@ -213,6 +228,7 @@ impl Network {
                 ping,
                 mdns: Toggle::from(mdns),
                 rr,
+                direct: libp2p_stream::Behaviour::new(),
             })
         };
         let swarm_cfg =
@@ -267,14 +283,26 @@ impl Network {
         let peer_id = *swarm.local_peer_id();
         let (out_tx, out_rx) = mpsc::channel(cfg.channel.max(1));
         let (ev_tx, ev_rx) = mpsc::channel(cfg.channel.max(1));
-        let task = tokio::spawn(run(swarm, topic, cfg, out_rx, ev_tx));
+        let protocol = direct::protocol(&cfg.cluster).map_err(|e| setup(&e))?;
+        let mut control = swarm.behaviour().direct.new_control();
+        let incoming = control.accept(protocol.clone()).map_err(|e| setup(&e))?;
+        let inbound = Inbound::new(ev_tx, cfg.allow.clone());
+        let counters = inbound.counters.clone();
+        let writers = Writers::new(control, protocol, counters.clone());
+        let task = tokio::spawn(run(swarm, topic, cfg, out_rx, inbound, incoming, writers));
         Ok(Self {
             peer_id,
             out: out_tx,
             events: ev_rx,
             task,
             keypair,
+            counters,
         })
+    }
+
+    /// What the network has carried so far.
+    pub fn traffic(&self) -> Traffic {
+        self.counters.snapshot()
     }
 
     /// Broadcast a message to every peer (waits while the outbound channel is full).
@@ -435,13 +463,61 @@ impl Bootstrap {
     }
 }
 
+/// Aborts a task when dropped (the direct streams' acceptor ends with the swarm's task).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// When a message also goes by gossip. Gossip is needed while some author is heard (through a
+/// relay) without being connected to us: then everything we send goes by gossip too, so that it
+/// reaches that author. And one message a second goes by gossip regardless, so that authors who
+/// are not connected learn of each other in the first place.
+struct Relay {
+    /// Authors heard by gossip, and when last.
+    heard: BTreeMap<PeerId, tokio::time::Instant>,
+    /// When we last sent by gossip.
+    last: Option<tokio::time::Instant>,
+}
+
+/// How long an author heard by gossip counts as needing it.
+const RELAY_MEMORY: Duration = Duration::from_secs(10);
+/// The longest time between two messages sent by gossip.
+const BEACON: Duration = Duration::from_secs(1);
+
+impl Relay {
+    fn due(&mut self, connected: impl Fn(&PeerId) -> bool) -> bool {
+        let now = tokio::time::Instant::now();
+        self.heard
+            .retain(|_, t| now.duration_since(*t) < RELAY_MEMORY);
+        let due = self.heard.keys().any(|p| !connected(p))
+            || self.last.is_none_or(|t| now.duration_since(t) >= BEACON);
+        if due {
+            self.last = Some(now);
+        }
+        due
+    }
+}
+
 async fn run(
     mut swarm: Swarm<Behaviour>,
     topic: IdentTopic,
     cfg: NetConfig,
     mut out: mpsc::Receiver<Out>,
-    events: mpsc::Sender<NetEvent>,
+    inbound: Inbound,
+    incoming: libp2p_stream::IncomingStreams,
+    mut writers: Writers,
 ) {
+    let _acceptor = AbortOnDrop(tokio::spawn(direct::accept(incoming, inbound.clone())));
+    let events = inbound.events.clone();
+    let me = *swarm.local_peer_id();
+    let mut relay = Relay {
+        heard: BTreeMap::new(),
+        last: None,
+    };
     let allowed = |p: &PeerId| cfg.allow.as_ref().is_none_or(|a| a.contains(p));
     let mut redial = tokio::time::interval(Duration::from_secs(5));
     redial.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -460,11 +536,17 @@ async fn run(
             msg = out.recv() => match msg {
                 None => return,
                 Some(Out::Publish(bytes)) => {
-                    // "No peers subscribed" is normal while alone; anything else is worth a log line.
-                    if let Err(e) = swarm.behaviour_mut().gossipsub.publish(topic.clone(), bytes)
-                        && !matches!(e, gossipsub::PublishError::NoPeersSubscribedToTopic)
-                    {
-                        tracing::warn!(error = %e, "publish failed");
+                    let frame: std::sync::Arc<[u8]> = bytes.into();
+                    writers.send_all(&frame);
+                    // "No peers subscribed" is normal while alone (or before gossip's mesh has
+                    // formed); anything else is worth a log line.
+                    if relay.due(|p| *p == me || swarm.is_connected(p)) {
+                        inbound.counters.gossip_sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if let Err(e) = swarm.behaviour_mut().gossipsub.publish(topic.clone(), frame.to_vec())
+                            && !matches!(e, gossipsub::PublishError::NoPeersSubscribedToTopic | gossipsub::PublishError::Duplicate)
+                        {
+                            tracing::warn!(error = %e, "publish failed");
+                        }
                     }
                 }
                 Some(Out::Request(peer, r)) => {
@@ -504,13 +586,14 @@ async fn run(
                             let _ = swarm.disconnect_peer_id(peer_id);
                             None
                         } else if num_established.get() == 1 {
-                            swarm.behaviour_mut().gossipsub.add_explicit_peer(&peer_id);
+                            writers.connect(peer_id);
                             Some(NetEvent::PeerUp(peer_id))
                         } else {
                             None
                         }
                     }
                     SwarmEvent::ConnectionClosed { peer_id, num_established: 0, .. } if allowed(&peer_id) => {
+                        writers.disconnect(&peer_id);
                         Some(NetEvent::PeerDown(peer_id))
                     }
                     SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Discovered(list))) => {
@@ -549,25 +632,11 @@ async fn run(
                         message_id,
                         message,
                     })) => {
-                        let opened = crate::signed::open(&message.data);
-                        let (acceptance, report) = match opened {
-                            Ok((from, _)) if !allowed(&from) || !allowed(&propagation_source) => {
-                                (MessageAcceptance::Reject, None)
-                            }
-                            Ok((from, payload)) => match wire::decode(payload) {
-                                Ok(envelope) => (MessageAcceptance::Accept, Some(NetEvent::Message { from, envelope: Box::new(envelope) })),
-                                Err(e) => {
-                                    tracing::warn!(%from, error = %e, "dropped a malformed message");
-                                    (MessageAcceptance::Reject, Some(NetEvent::Dropped { from, reason: e.to_string() }))
-                                }
-                            },
-                            Err(e) => {
-                                // No author can be named: the peer that relayed it answers for it.
-                                let from = propagation_source;
-                                tracing::warn!(%from, error = %e, "dropped an unsigned or forged message");
-                                (MessageAcceptance::Reject, allowed(&from).then(|| NetEvent::Dropped { from, reason: e.to_string() }))
-                            }
-                        };
+                        let g = inbound.gossip(&propagation_source, &message.data);
+                        if let Some(author) = g.author {
+                            relay.heard.insert(author, tokio::time::Instant::now());
+                        }
+                        let (acceptance, report) = (g.acceptance, g.event);
                         swarm.behaviour_mut().gossipsub.report_message_validation_result(
                             &message_id,
                             &propagation_source,

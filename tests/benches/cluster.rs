@@ -7,7 +7,7 @@
 //! from the agents' histograms as Prometheus would), messages per round, conflicts.
 //!
 //! `cargo bench -p tapfinger-tests --bench cluster [-- --agents 16 --tasks 500 --slot-ms 1000
-//! --round-ms 300 --heartbeat-ms 250 --policy tapfinger]`
+//! --round-ms 300 --heartbeat-ms 250 --policy tapfinger --mesh full]`
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -24,6 +24,9 @@ struct Args {
     round_ms: u64,
     heartbeat_ms: u64,
     policy: String,
+    /// Every agent dials every other (as when an operator lists every box), or only three
+    /// (the first, its predecessor and the one at half its index), so that gossip must relay.
+    full_mesh: bool,
 }
 
 fn args() -> Result<Args, String> {
@@ -34,6 +37,7 @@ fn args() -> Result<Args, String> {
         round_ms: 300,
         heartbeat_ms: 250,
         policy: "tapfinger".into(),
+        full_mesh: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -49,6 +53,13 @@ fn args() -> Result<Args, String> {
             "--round-ms" => a.round_ms = num(value()?)?,
             "--heartbeat-ms" => a.heartbeat_ms = num(value()?)?,
             "--policy" => a.policy = value()?,
+            "--mesh" => {
+                a.full_mesh = match value()?.as_str() {
+                    "full" => true,
+                    "sparse" => false,
+                    other => return Err(format!("--mesh: {other}: expected full or sparse")),
+                }
+            }
             _ => return Err(format!("unknown argument {flag}")),
         }
     }
@@ -75,12 +86,17 @@ async fn run(a: Args) {
     let mut agents = Vec::new();
     let mut addrs: Vec<libp2p::Multiaddr> = Vec::new();
     for i in 0..a.agents {
-        // Each dials the first agent and its two predecessors: a connected graph, not a star.
-        let mut boot: Vec<_> = [0, i.saturating_sub(1), i / 2]
-            .into_iter()
-            .filter(|j| *j < i)
-            .map(|j| addrs[j].clone())
-            .collect();
+        // Full: each dials every agent before it. Sparse: the first agent and two predecessors
+        // (a connected graph, not a star).
+        let mut boot: Vec<_> = if a.full_mesh {
+            addrs.clone()
+        } else {
+            [0, i.saturating_sub(1), i / 2]
+                .into_iter()
+                .filter(|j| *j < i)
+                .map(|j| addrs[j].clone())
+                .collect()
+        };
         boot.dedup();
         let mut l = Local::new(&format!("n{i}"), Exec::Simulated(0.01)).bootstrap(boot);
         l.policy = a.policy.clone();
@@ -194,8 +210,13 @@ async fn run(a: Args) {
     let per_round = |v: u64| v as f64 / rounds.max(1.0);
     let protocol = cluster.sent.get("protocol").copied().unwrap_or(0);
     println!(
-        "cluster bench: {n} agents, {} tasks, policy {}, slot {} ms, round deadline {} ms, heartbeat {} ms",
-        a.tasks, a.policy, a.slot_ms, a.round_ms, a.heartbeat_ms
+        "cluster bench: {n} agents ({} mesh), {} tasks, policy {}, slot {} ms, round deadline {} ms, heartbeat {} ms",
+        if a.full_mesh { "full" } else { "sparse" },
+        a.tasks,
+        a.policy,
+        a.slot_ms,
+        a.round_ms,
+        a.heartbeat_ms
     );
     println!(
         "  joined in {:.1} s; all tasks finished {:.1} s after the first submission",

@@ -66,7 +66,16 @@ impl NodeCore {
                     Ok(outputs) => self.handle(outputs, now),
                     Err(e) => {
                         self.stats.refused(e.kind());
-                        Vec::new()
+                        // A member still in a round we have left decided it otherwise (its view
+                        // of which tasks had started differed) or has not heard its last
+                        // proposals: it waits for ours there. Our proposal in the current round
+                        // counts there as a pass (`ahead`) and ends its wait; without it, a node
+                        // waiting for its slot timer held the cluster up for a slot.
+                        if matches!(e, crate::protocol::ProtocolError::Stale { .. }) {
+                            self.propose_when(now, true)
+                        } else {
+                            Vec::new()
+                        }
                     }
                 }
             }

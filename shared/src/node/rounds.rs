@@ -85,12 +85,18 @@ impl NodeCore {
     /// tick. (Proposing as soon as a round is decided, without waiting for the next tick, was
     /// tried: it gained nothing measurable and broke the lockstep parity with the simulator.)
     pub(super) fn propose_if_due(&mut self, now: u64) -> Vec<Action> {
+        self.propose_when(now, false)
+    }
+
+    /// As [`NodeCore::propose_if_due`]; `behind` says a member still in an earlier round is
+    /// waiting for this node, which then proposes without waiting for its slot timer.
+    pub(super) fn propose_when(&mut self, now: u64, behind: bool) -> Vec<Action> {
         let warm = self
             .first_tick
             .is_some_and(|t| now >= t + 2 * self.cfg.heartbeat_ms);
         if warm
             && !self.protocol.has_proposed()
-            && (now >= self.slot_start || self.protocol.round_begun_elsewhere())
+            && (behind || now >= self.slot_start || self.protocol.round_begun_elsewhere())
         {
             self.propose(now)
         } else {
@@ -117,10 +123,17 @@ impl NodeCore {
             let outputs = self.protocol.remove_member(id);
             out.extend(self.handle(outputs, now));
         }
+        let mut joined = false;
         for id in in_step {
             if !self.protocol.members().contains(&id) {
                 self.protocol.add_member(id);
+                joined = true;
             }
+        }
+        if joined {
+            // A peer that was not in step refused our proposal: it has it again at once.
+            let outputs = self.protocol.resend(now);
+            out.extend(self.handle(outputs, now));
         }
         out
     }

@@ -483,6 +483,20 @@ impl Protocol {
         self.members.insert(id);
     }
 
+    /// This member's proposal of the current round again, if it has proposed (with the member
+    /// set it stated then). For a member that joined after the proposal went out: it refused
+    /// the proposal of a node it did not count as a member yet, and the round would otherwise
+    /// wait for the next resend (`resend_every`).
+    pub fn resend(&mut self, now: u64) -> Vec<Output> {
+        let Some(mine) = self.proposals.get(&self.me).cloned() else {
+            return Vec::new();
+        };
+        self.sent_at = Some(now);
+        let mut m = Message::new(self.round, self.me, mine);
+        m.members = self.stated.get(&self.me).cloned().unwrap_or_default();
+        vec![Output::Send(m)]
+    }
+
     fn within_buffer(&self, r: Round) -> bool {
         let ahead = if r.slot == self.round.slot {
             u64::from(r.step - self.round.step)
@@ -600,6 +614,34 @@ mod tests {
             Output::Decided(d) => Some(d),
             Output::Send(_) => None,
         })
+    }
+
+    #[test]
+    fn a_member_that_joins_mid_round_gets_the_proposal_again_and_the_round_completes() {
+        let r = Round::default();
+        let cfg = ProtocolConfig::default();
+        let mut one = Protocol::new(NodeId(1), [NodeId(2)], r, cfg.clone());
+        // 2 does not count 1 yet (not in step): it refuses 1's proposal.
+        let mut two = Protocol::new(NodeId(2), [], r, cfg.clone());
+        let out = one.propose(claim(7, 0.5, 1.0), 0).unwrap();
+        let [Output::Send(m)] = out.as_slice() else {
+            panic!("expected one message, got {out:?}")
+        };
+        assert!(two.receive(m.clone(), 1).is_err());
+        two.add_member(NodeId(1));
+        let out = two.propose(Proposal::Pass, 2).unwrap();
+        assert!(decided(&out).is_none(), "2 waits for 1's proposal");
+        // Without the resend 2 would wait for `resend_every`; with it the round completes.
+        let again = one.resend(3);
+        let [Output::Send(m2)] = again.as_slice() else {
+            panic!("expected one message, got {again:?}")
+        };
+        assert_eq!(m2, m, "the same proposal and stated members");
+        let out = two.receive(m2.clone(), 3).unwrap();
+        assert_eq!(decided(&out).map(|d| d.commits.len()), Some(1));
+        // A member that has not proposed has nothing to send again.
+        let mut three = Protocol::new(NodeId(3), [], r, cfg);
+        assert!(three.resend(3).is_empty());
     }
 
     #[test]

@@ -1,0 +1,178 @@
+//! Direct broadcast: every message goes straight to every connected peer, one frame on one
+//! long-lived stream per peer, and nobody forwards it.
+//!
+//! Why not gossip alone? Gossip relays every message hop by hop: in the 16-agent cluster
+//! benchmark a proposal reached its first peer after 19 ms (p50) and its last one 49 ms later,
+//! queued behind the relaying agents' own work, and each copy was one more decryption and
+//! deduplication for every agent on the way (docs/BENCHMARKS.md, "Direct broadcast"). Boxes of
+//! one cluster normally reach each other directly (every box is listed, or found on the LAN), so
+//! one frame per peer is both the fewest frames and the fewest hops. Gossip stays for what a
+//! direct frame cannot reach (see [`crate::swarm`]: a peer heard of but not connected).
+//!
+//! Framing: `[4: length, big endian][signed frame]`, at most [`MAX_DIRECT`] bytes. The
+//! connection's handshake (noise) proves who the peer is, so a frame that names the peer as its
+//! author is taken without checking its signature ([`crate::signed::open_from`]); one that
+//! names anybody else, or does not decode, is dropped and reported. (The stream stays open: a
+//! reader that closed it would leave its writer sending into a stream nobody reads.) Only a
+//! length over the limit, after which the framing cannot be trusted, ends the stream.
+//!
+//! Each peer has a writer task fed by a bounded queue; when a peer does not keep up, frames for
+//! it are dropped (counted, logged) rather than slowing every other peer down: the protocol
+//! repeats what matters (proposals are resent, heartbeats come every period).
+
+use crate::inbound::{Counters, Inbound};
+use futures::{AsyncReadExt as _, AsyncWriteExt as _, StreamExt as _};
+use libp2p::{PeerId, Stream, StreamProtocol};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tapfinger::wire::{self, MAX_FRAME};
+use tokio::sync::mpsc;
+
+/// The largest direct frame accepted: a signed wire frame (the signature and key add a few
+/// hundred bytes to [`MAX_FRAME`]).
+pub const MAX_DIRECT: usize = MAX_FRAME + 4096;
+
+/// Frames queued for one peer before further ones are dropped.
+const QUEUE: usize = 1024;
+
+/// The stream protocol of a cluster (one per wire version, so versions never mix).
+pub fn protocol(cluster: &str) -> Result<StreamProtocol, String> {
+    StreamProtocol::try_from_owned(format!(
+        "/tapfinger/direct/{cluster}/{}",
+        wire::WIRE_VERSION
+    ))
+    .map_err(|e| e.to_string())
+}
+
+/// The writer side: one queue and task per connected peer.
+pub(crate) struct Writers {
+    control: libp2p_stream::Control,
+    protocol: StreamProtocol,
+    peers: BTreeMap<PeerId, mpsc::Sender<Arc<[u8]>>>,
+    counters: Arc<Counters>,
+}
+
+impl Writers {
+    pub(crate) fn new(
+        control: libp2p_stream::Control,
+        protocol: StreamProtocol,
+        counters: Arc<Counters>,
+    ) -> Self {
+        Self {
+            control,
+            protocol,
+            peers: BTreeMap::new(),
+            counters,
+        }
+    }
+
+    /// A peer connected: start its writer (its stream opens with the first frame).
+    pub(crate) fn connect(&mut self, peer: PeerId) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(write_to(
+            peer,
+            self.control.clone(),
+            self.protocol.clone(),
+            rx,
+        ));
+        self.peers.insert(peer, tx);
+    }
+
+    /// A peer's last connection closed: its writer ends with its queue.
+    pub(crate) fn disconnect(&mut self, peer: &PeerId) {
+        self.peers.remove(peer);
+    }
+
+    /// Queue `frame` for every connected peer.
+    pub(crate) fn send_all(&self, frame: &Arc<[u8]>) {
+        for (peer, tx) in &self.peers {
+            if tx.try_send(frame.clone()).is_err() {
+                let n = self.counters.queue_full.fetch_add(1, Ordering::Relaxed) + 1;
+                tracing::debug!(%peer, dropped = n, "peer's direct queue full: frame dropped");
+            }
+        }
+    }
+}
+
+/// One peer's writer: opens the stream on the first frame (and again after a failure), then
+/// writes every queued frame, flushing once per batch.
+async fn write_to(
+    peer: PeerId,
+    mut control: libp2p_stream::Control,
+    protocol: StreamProtocol,
+    mut rx: mpsc::Receiver<Arc<[u8]>>,
+) {
+    let mut stream: Option<Stream> = None;
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while let Ok(f) = rx.try_recv() {
+            batch.push(f);
+        }
+        // One attempt on the open stream and, if it failed, one on a fresh one.
+        for _ in 0..2 {
+            if stream.is_none() {
+                match control.open_stream(peer, protocol.clone()).await {
+                    Ok(s) => stream = Some(s),
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "cannot open a direct stream");
+                        break;
+                    }
+                }
+            }
+            let Some(s) = stream.as_mut() else { break };
+            match write_batch(s, &batch).await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "direct stream failed");
+                    stream = None;
+                }
+            }
+        }
+    }
+    if let Some(mut s) = stream {
+        let _ = s.close().await;
+    }
+}
+
+async fn write_batch(s: &mut Stream, batch: &[Arc<[u8]>]) -> std::io::Result<()> {
+    for f in batch {
+        s.write_all(&(f.len() as u32).to_be_bytes()).await?;
+        s.write_all(f).await?;
+    }
+    s.flush().await
+}
+
+/// Read `peer`'s frames from one inbound stream and hand each to `inbound` until the stream
+/// ends, breaks the framing (a length over [`MAX_DIRECT`]), or the network stops.
+async fn read_from(peer: PeerId, mut s: Stream, inbound: Inbound) {
+    let mut len = [0u8; 4];
+    loop {
+        if s.read_exact(&mut len).await.is_err() {
+            return;
+        }
+        let n = u32::from_be_bytes(len) as usize;
+        if n > MAX_DIRECT {
+            tracing::warn!(%peer, bytes = n, "direct frame too large: stream closed");
+            return;
+        }
+        let mut frame = vec![0u8; n];
+        if s.read_exact(&mut frame).await.is_err() {
+            return;
+        }
+        if let Some(ev) = inbound.direct(&peer, &frame)
+            && inbound.events.send(ev).await.is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Accept inbound streams until the network stops, each read by a task of its own.
+pub(crate) async fn accept(mut incoming: libp2p_stream::IncomingStreams, inbound: Inbound) {
+    while let Some((peer, stream)) = incoming.next().await {
+        if inbound.allowed(&peer) {
+            tokio::spawn(read_from(peer, stream, inbound.clone()));
+        }
+    }
+}
