@@ -6,6 +6,7 @@
 //! ([`learn`]: signed checkpoints, experience batches, a bounded spool), a metrics registry
 //! ([`metrics`]) and logging ([`log`]).
 
+mod dial;
 pub mod direct;
 pub mod identity;
 mod inbound;
