@@ -14,7 +14,14 @@ use tapfinger_agent::net::{NetConfig, NetEvent, Network};
 use tokio::time::Instant;
 
 async fn start(psk: Option<PreSharedKey>, bootstrap: Vec<Multiaddr>) -> (Network, Multiaddr) {
-    start_with(identity::Keypair::generate_ed25519(), psk, None, bootstrap).await
+    start_with(
+        identity::Keypair::generate_ed25519(),
+        psk,
+        None,
+        bootstrap,
+        true,
+    )
+    .await
 }
 
 async fn start_with(
@@ -22,6 +29,7 @@ async fn start_with(
     psk: Option<PreSharedKey>,
     allow: Option<BTreeSet<PeerId>>,
     bootstrap: Vec<Multiaddr>,
+    peer_exchange: bool,
 ) -> (Network, Multiaddr) {
     tapfinger_tests::start_listening(NetConfig {
         keypair,
@@ -31,6 +39,7 @@ async fn start_with(
         psk,
         allow,
         mdns: false,
+        peer_exchange,
         channel: 64,
     })
     .await
@@ -100,8 +109,19 @@ async fn talk(net: &mut Network, id: u32, run: Duration) -> Talked {
 async fn agents_with_the_key_talk_and_strangers_stay_out() {
     let psk = PreSharedKey::new([7; 32]);
     let (mut a, addr_a) = start(Some(psk), vec![]).await;
-    let (mut b, _) = start(Some(psk), vec![addr_a.clone()]).await;
-    let (mut c, _) = start(Some(psk), vec![addr_a.clone()]).await;
+    // b and c dial only a, and do not ask it for more peers: what they tell each other goes
+    // through a, by gossip.
+    let apart = |boot| {
+        start_with(
+            identity::Keypair::generate_ed25519(),
+            Some(psk),
+            None,
+            boot,
+            false,
+        )
+    };
+    let (mut b, _) = apart(vec![addr_a.clone()]).await;
+    let (mut c, _) = apart(vec![addr_a.clone()]).await;
     // A stranger with another key dials the same bootstrap address.
     let (mut d, _) = start(Some(PreSharedKey::new([8; 32])), vec![addr_a.clone()]).await;
     let d_id = d.peer_id;
@@ -152,6 +172,25 @@ async fn agents_with_the_key_talk_and_strangers_stay_out() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_that_dials_one_peer_comes_to_be_connected_to_every_other() {
+    let (mut a, addr_a) = start(None, vec![]).await;
+    let (mut b, addr_b) = start(None, vec![addr_a]).await;
+    // c knows only b; a learns of c only through b.
+    let (mut c, _) = start(None, vec![addr_b]).await;
+    let (a_id, c_id) = (a.peer_id, c.peer_id);
+    let run = Duration::from_secs(4);
+    let ((_, ua, _, _), _, (hc, uc, _, _)) = tokio::join!(
+        talk(&mut a, 0, run),
+        talk(&mut b, 1, run),
+        talk(&mut c, 2, run)
+    );
+    assert!(uc.contains(&a_id), "c never connected to a: {uc:?}");
+    assert!(ua.contains(&c_id), "a never connected to c: {ua:?}");
+    assert_eq!(hc, BTreeSet::from([0, 1]), "c heard {hc:?}");
+    assert!(c.traffic().direct > 0, "{:?}", c.traffic());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connected_agents_hear_each_other_directly_and_take_each_message_once() {
     let (mut a, addr_a) = start(None, vec![]).await;
     let (mut b, addr_b) = start(None, vec![addr_a.clone()]).await;
@@ -192,14 +231,16 @@ async fn a_peer_off_the_allowlist_is_not_heard() {
         Some(psk),
         Some(BTreeSet::from([b_id])),
         vec![],
+        true,
     )
     .await;
-    let (mut b, _) = start_with(kb, Some(psk), None, vec![addr_a.clone()]).await;
+    let (mut b, _) = start_with(kb, Some(psk), None, vec![addr_a.clone()], true).await;
     let (mut c, _) = start_with(
         identity::Keypair::generate_ed25519(),
         Some(psk),
         None,
         vec![addr_a],
+        true,
     )
     .await;
     let c_id = c.peer_id;
@@ -268,6 +309,7 @@ async fn a_bootstrap_peer_that_comes_up_later_is_reached_while_others_are_connec
         psk: Some(psk),
         allow: None,
         mdns: false,
+        peer_exchange: true,
         channel: 64,
     })
     .await
@@ -376,6 +418,7 @@ fn mdns_inside_the_namespace() {
                 psk: Some(psk),
                 allow: None,
                 mdns: true,
+                peer_exchange: true,
                 channel: 64,
             })
         };

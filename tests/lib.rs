@@ -50,6 +50,7 @@ pub async fn start_member(keypair: identity::Keypair) -> (Network, Multiaddr) {
         psk: Some(PreSharedKey::new([42; 32])),
         allow: None,
         mdns: false,
+        peer_exchange: true,
         channel: 256,
     })
     .await
@@ -165,6 +166,7 @@ impl Local {
             psk: Some(PreSharedKey::new([42; 32])),
             allow: None,
             mdns: false,
+            peer_exchange: true,
             channel: 1024,
         })
         .await;

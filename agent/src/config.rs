@@ -45,6 +45,10 @@ pub struct AgentConfig {
     pub bootstrap: Vec<Multiaddr>,
     /// Find peers on the LAN with mDNS.
     pub mdns: bool,
+    /// Connect to every box the connected ones know (a full mesh, so that every message goes
+    /// straight to every box); false: only to the bootstrap list and the LAN, and messages to
+    /// the others are relayed.
+    pub peer_exchange: bool,
     /// Private-network key file (`swarm.key` format): peers without it cannot connect.
     pub cluster_key_file: Option<PathBuf>,
     /// If not empty, only these peer ids may talk to this agent.
@@ -144,6 +148,7 @@ impl Default for AgentConfig {
             ],
             bootstrap: Vec::new(),
             mdns: false,
+            peer_exchange: true,
             cluster_key_file: None,
             allow_peers: Vec::new(),
             api: "127.0.0.1:7601".into(),
@@ -436,6 +441,7 @@ mod tests {
                 "name=box-7",
                 "bootstrap=[\"/ip4/127.0.0.1/tcp/1\"]",
                 "mdns=true",
+                "peer_exchange=false",
                 "coordinator.learning=true",
                 "coordinator.explore_candidates=true",
             ]),
@@ -451,7 +457,7 @@ mod tests {
             c.bootstrap,
             vec!["/ip4/127.0.0.1/tcp/1".parse::<Multiaddr>().unwrap()]
         );
-        assert!(c.mdns);
+        assert!(c.mdns && !c.peer_exchange);
         assert_eq!(c.policy, "tapfinger", "the learned policy is the default");
         let e = AgentConfig::from_toml_with("", &set(&["slot_mss=1"])).unwrap_err();
         assert_eq!(e.field, "slot_mss");

@@ -98,6 +98,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         psk,
         allow,
         mdns: cfg.mdns,
+        peer_exchange: cfg.peer_exchange,
         channel: 1024,
     })
     .await?;

@@ -230,6 +230,7 @@ pub async fn start_network(cfg: &CoordinatorConfig) -> anyhow::Result<(Keypair, 
         psk,
         allow: None,
         mdns: false,
+        peer_exchange: true,
         channel: 256,
     })
     .await?;

@@ -13,5 +13,6 @@ mod inbound;
 pub mod learn;
 pub mod log;
 pub mod metrics;
+pub mod peers;
 pub mod signed;
 pub mod swarm;

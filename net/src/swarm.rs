@@ -30,6 +30,7 @@ use crate::direct::{self, Writers};
 use crate::inbound::Inbound;
 pub use crate::inbound::Traffic;
 use crate::learn;
+use crate::peers;
 use futures::StreamExt;
 use libp2p::core::transport::Transport as _;
 use libp2p::core::upgrade::Version;
@@ -69,6 +70,10 @@ pub struct NetConfig {
     pub allow: Option<BTreeSet<PeerId>>,
     /// Discover peers on the LAN with mDNS.
     pub mdns: bool,
+    /// Ask connected peers whom they are connected to and dial those ([`crate::peers`]), so
+    /// that every agent comes to be connected to every other. Off: only the bootstrap list and
+    /// the LAN are dialled, and gossip relays to the rest.
+    pub peer_exchange: bool,
     /// Capacity of the inbound and outbound channels.
     pub channel: usize,
 }
@@ -160,6 +165,7 @@ pub(crate) struct Behaviour {
     mdns: Toggle<mdns::tokio::Behaviour>,
     rr: request_response::cbor::Behaviour<learn::Request, learn::Response>,
     direct: libp2p_stream::Behaviour,
+    peers: request_response::cbor::Behaviour<peers::Ask, peers::Known>,
 }
 
 /// A running network.
@@ -198,6 +204,7 @@ impl Network {
             .build()
             .map_err(|e| setup(&e))?;
         let mdns_on = cfg.mdns;
+        let peers_protocol = peers::protocol(&cfg.cluster).map_err(|e| setup(&e))?;
         let behaviour = move |key: &identity::Keypair| -> Result<Behaviour, BoxError> {
             let gossipsub = gossipsub::Behaviour::new(MessageAuthenticity::Anonymous, gossip_cfg)
                 .map_err(BoxError::from)?;
@@ -222,6 +229,13 @@ impl Network {
                 [(StreamProtocol::new(learn::PROTOCOL), ProtocolSupport::Full)],
                 request_response::Config::default().with_request_timeout(Duration::from_secs(30)),
             );
+            let peers = request_response::Behaviour::with_codec(
+                request_response::cbor::codec::Codec::default()
+                    .set_request_size_maximum(64)
+                    .set_response_size_maximum(peers::MAX_ANSWER),
+                [(peers_protocol.clone(), ProtocolSupport::Full)],
+                request_response::Config::default().with_request_timeout(Duration::from_secs(10)),
+            );
             Ok(Behaviour {
                 gossipsub,
                 identify,
@@ -229,6 +243,7 @@ impl Network {
                 mdns: Toggle::from(mdns),
                 rr,
                 direct: libp2p_stream::Behaviour::new(),
+                peers,
             })
         };
         let swarm_cfg =
@@ -418,6 +433,9 @@ async fn run(
         heard: BTreeMap::new(),
         last: None,
     };
+    let mut book = peers::Book::default();
+    // Round-robin over connected peers for the periodic peer-exchange question.
+    let mut ask_next = 0usize;
     let allowed = |p: &PeerId| cfg.allow.as_ref().is_none_or(|a| a.contains(p));
     let mut redial = tokio::time::interval(Duration::from_secs(5));
     redial.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -469,6 +487,13 @@ async fn run(
                         dial_lan_peer(&mut swarm, *peer, addrs.clone());
                     }
                 }
+                // Ask one connected peer in turn whom it knows: heals a mesh whose first
+                // answers came before identify had told the answering peer every address.
+                let connected: Vec<PeerId> = swarm.connected_peers().copied().filter(allowed).collect();
+                if cfg.peer_exchange && !connected.is_empty() {
+                    ask_next = (ask_next + 1) % connected.len();
+                    swarm.behaviour_mut().peers.send_request(&connected[ask_next], peers::Ask {});
+                }
             }
             ev = swarm.select_next_some() => {
                 let report = match ev {
@@ -487,6 +512,9 @@ async fn run(
                             None
                         } else if num_established.get() == 1 {
                             writers.connect(peer_id);
+                            if cfg.peer_exchange {
+                                swarm.behaviour_mut().peers.send_request(&peer_id, peers::Ask {});
+                            }
                             Some(NetEvent::PeerUp(peer_id))
                         } else {
                             None
@@ -525,6 +553,28 @@ async fn run(
                     }
                     SwarmEvent::Behaviour(BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. })) => {
                         tracing::debug!(%peer_id, agent = %info.agent_version, "identified peer");
+                        book.learned(peer_id, info.listen_addrs);
+                        None
+                    }
+                    SwarmEvent::Behaviour(BehaviourEvent::Peers(request_response::Event::Message { peer, message, .. })) => {
+                        match message {
+                            request_response::Message::Request { channel, .. } if allowed(&peer) => {
+                                let connected: Vec<PeerId> = swarm.connected_peers().copied().filter(allowed).collect();
+                                let answer = book.answer(&peer, &connected);
+                                let _ = swarm.behaviour_mut().peers.send_response(channel, answer);
+                            }
+                            request_response::Message::Response { response, .. } if allowed(&peer) && cfg.peer_exchange => {
+                                for (p, addrs) in peers::to_dial(response, &me, allowed, |p| swarm.is_connected(p)) {
+                                    tracing::debug!(peer = %p, via = %peer, "dialling a peer another one knows");
+                                    dial_lan_peer(&mut swarm, p, addrs);
+                                }
+                            }
+                            _ => {}
+                        }
+                        None
+                    }
+                    SwarmEvent::Behaviour(BehaviourEvent::Peers(e)) => {
+                        tracing::debug!(event = ?e, "peer exchange");
                         None
                     }
                     SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(gossipsub::Event::Message {

@@ -126,56 +126,67 @@ async fn run(a: Args) {
         .map(|a| Histogram::parse(&a.metrics.render()))
         .collect();
     let t1 = Instant::now();
-    let mut ids = BTreeSet::new();
-    for i in 0..a.tasks {
-        let id = all[i % n].submit(spec()).await.expect("accepted");
-        assert!(ids.insert(id), "duplicate id {id}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // Submissions and samples run side by side: the capacity and overlap checks cover the
+    // whole run, not only what is left once every task is in (at 32 agents the submissions
+    // alone took most of the run).
+    let ids = std::cell::RefCell::new(BTreeSet::new());
+    let submitting = std::cell::Cell::new(true);
+    let submit = async {
+        for i in 0..a.tasks {
+            let id = all[i % n].submit(spec()).await.expect("accepted");
+            assert!(ids.borrow_mut().insert(id), "duplicate id {id}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        submitting.set(false);
+    };
     // Wait for every task, but report a stall rather than hang: if no task finishes for
     // `STALL`, print where every unfinished task stands at every agent and fail.
     const STALL: Duration = Duration::from_secs(60);
     let (mut done, mut last_change, mut last_report) = (0, Instant::now(), Instant::now());
     let mut samples = 0u64;
     let mut breaches: Vec<String> = Vec::new();
-    loop {
-        let s = statuses(&all);
-        samples += 1;
-        breaches.extend(breaches_in(&s));
-        // Distinct tasks: a task finished twice must not stand in for one not yet finished.
-        let now_done = finished(&s).into_iter().collect::<BTreeSet<_>>().len();
-        if now_done >= a.tasks {
-            break;
-        }
-        if last_report.elapsed() > Duration::from_secs(10) {
-            // A slow run shows where it stands instead of staying silent until the end.
-            last_report = Instant::now();
-            let heard: Vec<usize> = s.iter().map(|st| st.peers.len()).collect();
-            let mut sent = NodeStats::default();
-            for st in &s {
-                sent.merge(&st.stats);
+    let sample = async {
+        loop {
+            let s = statuses(&all);
+            samples += 1;
+            breaches.extend(breaches_in(&s));
+            // Distinct tasks: a task finished twice must not stand in for one not yet finished.
+            let now_done = finished(&s).into_iter().collect::<BTreeSet<_>>().len();
+            if now_done >= a.tasks && !submitting.get() {
+                break;
             }
-            eprintln!(
-                "  after {:.0} s: {now_done} of {} finished; peers heard {}..{}; rounds {} ({} held back, {} proposals missing); protocol messages refused {:?}; sent {:?}",
-                t1.elapsed().as_secs_f64(),
-                a.tasks,
-                heard.iter().min().unwrap_or(&0),
-                heard.iter().max().unwrap_or(&0),
-                sent.rounds,
-                sent.rounds_held_back,
-                sent.missing,
-                sent.protocol_refused,
-                sent.sent
-            );
+            if last_report.elapsed() > Duration::from_secs(10) {
+                // A slow run shows where it stands instead of staying silent until the end.
+                last_report = Instant::now();
+                let heard: Vec<usize> = s.iter().map(|st| st.peers.len()).collect();
+                let mut sent = NodeStats::default();
+                for st in &s {
+                    sent.merge(&st.stats);
+                }
+                eprintln!(
+                    "  after {:.0} s: {now_done} of {} finished; peers heard {}..{}; rounds {} ({} held back, {} proposals missing); protocol messages refused {:?}; sent {:?}",
+                    t1.elapsed().as_secs_f64(),
+                    a.tasks,
+                    heard.iter().min().unwrap_or(&0),
+                    heard.iter().max().unwrap_or(&0),
+                    sent.rounds,
+                    sent.rounds_held_back,
+                    sent.missing,
+                    sent.protocol_refused,
+                    sent.sent
+                );
+            }
+            if now_done != done {
+                (done, last_change) = (now_done, Instant::now());
+            } else if last_change.elapsed() > STALL {
+                report_stall(&s, &ids.borrow());
+                std::process::exit(3);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        if now_done != done {
-            (done, last_change) = (now_done, Instant::now());
-        } else if last_change.elapsed() > STALL {
-            report_stall(&s, &ids);
-            std::process::exit(3);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
+    tokio::join!(submit, sample);
+    let ids = ids.into_inner();
     let elapsed = t1.elapsed();
     tokio::time::sleep(Duration::from_millis(3 * a.heartbeat_ms)).await;
     let after = statuses(&all);

@@ -1,0 +1,121 @@
+//! Peer exchange: every agent comes to be connected to every other, so that direct broadcast
+//! ([`crate::direct`]) reaches all of them and gossip has nothing to relay. When a peer
+//! connects (and every 5 s, one connected peer in turn), we ask it which peers it is connected
+//! to and where they listen (as identify told it), and dial those we are not connected to. An
+//! operator can therefore join a box with a single bootstrap entry and still get a full mesh.
+//!
+//! Only peers that may talk to us (the allowlist, if any) are dialled; an address a peer gives
+//! cannot make us talk to anybody else, since the handshake proves the peer id dialled.
+
+use libp2p::{Multiaddr, PeerId, StreamProtocol};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The most peers an answer lists, and the most whose addresses a node keeps.
+pub const MAX_PEERS: usize = 1024;
+/// The most addresses kept per peer.
+const MAX_ADDRS: usize = 8;
+/// The largest answer accepted, in bytes (1024 peers with a few addresses each).
+pub const MAX_ANSWER: u64 = 1 << 20;
+
+/// "Which peers are you connected to?"
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ask {}
+
+/// The answer: connected peers and where they listen.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Known(pub Vec<(PeerId, Vec<Multiaddr>)>);
+
+/// The request-response protocol of a cluster.
+pub fn protocol(cluster: &str) -> Result<StreamProtocol, String> {
+    StreamProtocol::try_from_owned(format!("/tapfinger/peers/{cluster}/1"))
+        .map_err(|e| e.to_string())
+}
+
+/// Where peers listen, as they told us (identify), bounded.
+#[derive(Default)]
+pub(crate) struct Book {
+    addrs: BTreeMap<PeerId, Vec<Multiaddr>>,
+}
+
+impl Book {
+    /// `peer` listens at `listen` (identify).
+    pub(crate) fn learned(&mut self, peer: PeerId, mut listen: Vec<Multiaddr>) {
+        if self.addrs.len() >= MAX_PEERS && !self.addrs.contains_key(&peer) {
+            return;
+        }
+        listen.truncate(MAX_ADDRS);
+        self.addrs.insert(peer, listen);
+    }
+
+    /// What to tell `asker`: the peers among `connected` whose addresses we know, other than it.
+    pub(crate) fn answer<'a>(
+        &self,
+        asker: &PeerId,
+        connected: impl IntoIterator<Item = &'a PeerId>,
+    ) -> Known {
+        Known(
+            connected
+                .into_iter()
+                .filter(|p| *p != asker)
+                .filter_map(|p| Some((*p, self.addrs.get(p)?.clone())))
+                .filter(|(_, a)| !a.is_empty())
+                .take(MAX_PEERS)
+                .collect(),
+        )
+    }
+}
+
+/// Which peers from an answer to dial: not us, allowed, not connected, with an address.
+pub(crate) fn to_dial(
+    known: Known,
+    me: &PeerId,
+    allowed: impl Fn(&PeerId) -> bool,
+    connected: impl Fn(&PeerId) -> bool,
+) -> Vec<(PeerId, Vec<Multiaddr>)> {
+    known
+        .0
+        .into_iter()
+        .take(MAX_PEERS)
+        .filter(|(p, a)| p != me && allowed(p) && !connected(p) && !a.is_empty())
+        .map(|(p, mut a)| {
+            a.truncate(MAX_ADDRS);
+            (p, a)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer() -> PeerId {
+        PeerId::random()
+    }
+
+    #[test]
+    fn an_answer_names_connected_peers_with_addresses_and_not_the_asker() {
+        let (a, b, c, d) = (peer(), peer(), peer(), peer());
+        let addr: Multiaddr = "/ip4/127.0.0.1/tcp/7600".parse().unwrap();
+        let mut book = Book::default();
+        book.learned(a, vec![addr.clone()]);
+        book.learned(b, vec![addr.clone()]);
+        book.learned(c, Vec::new());
+        // d is connected but never identified: no address to give.
+        let known = book.answer(&a, [&a, &b, &c, &d]);
+        assert_eq!(known, Known(vec![(b, vec![addr.clone()])]));
+        // Dialled: neither us, nor a connected or a forbidden peer.
+        let me = peer();
+        let offered = Known(vec![
+            (me, vec![addr.clone()]),
+            (a, vec![addr.clone()]),
+            (b, vec![addr.clone()]),
+            (c, vec![addr.clone(); 20]),
+            (d, Vec::new()),
+        ]);
+        let dial = to_dial(offered, &me, |p| *p != b, |p| *p == a);
+        assert_eq!(dial.len(), 1);
+        assert_eq!(dial[0].0, c);
+        assert_eq!(dial[0].1.len(), MAX_ADDRS);
+    }
+}
