@@ -26,6 +26,7 @@ use libp2p::{PeerId, Stream, StreamProtocol};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 use tapfinger::wire::{self, MAX_FRAME};
 use tokio::sync::mpsc;
 
@@ -174,5 +175,36 @@ pub(crate) async fn accept(mut incoming: libp2p_stream::IncomingStreams, inbound
         if inbound.allowed(&peer) {
             tokio::spawn(read_from(peer, stream, inbound.clone()));
         }
+    }
+}
+
+/// When a message also goes by gossip. Gossip is needed while some author is heard (through a
+/// relay) without being connected to us: then everything we send goes by gossip too, so that it
+/// reaches that author. And one message a second goes by gossip regardless, so that authors who
+/// are not connected learn of each other in the first place.
+#[derive(Default)]
+pub(crate) struct Relay {
+    /// Authors heard by gossip, and when last.
+    pub(crate) heard: BTreeMap<PeerId, tokio::time::Instant>,
+    /// When we last sent by gossip.
+    last: Option<tokio::time::Instant>,
+}
+
+/// How long an author heard by gossip counts as needing it.
+const RELAY_MEMORY: Duration = Duration::from_secs(10);
+/// The longest time between two messages sent by gossip.
+const BEACON: Duration = Duration::from_secs(1);
+
+impl Relay {
+    pub(crate) fn due(&mut self, connected: impl Fn(&PeerId) -> bool) -> bool {
+        let now = tokio::time::Instant::now();
+        self.heard
+            .retain(|_, t| now.duration_since(*t) < RELAY_MEMORY);
+        let due = self.heard.keys().any(|p| !connected(p))
+            || self.last.is_none_or(|t| now.duration_since(t) >= BEACON);
+        if due {
+            self.last = Some(now);
+        }
+        due
     }
 }

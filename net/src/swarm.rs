@@ -5,8 +5,9 @@
 //! A broadcast goes to every connected peer directly, one frame on one stream per peer
 //! ([`crate::direct`]), and by gossip only where direct frames may not reach: while some author
 //! is heard through a relay without being connected to us, and once a second regardless, so
-//! that agents that are not connected learn of each other ([`Relay`]). A message that arrives
-//! both ways is taken once ([`crate::inbound`]).
+//! that agents that are not connected learn of each other. A message that arrives both ways is
+//! taken once. Peers exchange whom they know ([`crate::peers`]), so that agents come to be
+//! connected to each other and gossip has nothing to relay.
 //!
 //! The swarm runs in its own tokio task; the agent talks to it through bounded channels only
 //! ([`Network::send`] and [`Network::next_event`]), so a slow consumer applies back-pressure
@@ -26,7 +27,7 @@
 //! key is configured.
 
 use crate::dial::{Bootstrap, dial_lan_peer};
-use crate::direct::{self, Writers};
+use crate::direct::{self, Relay, Writers};
 use crate::inbound::Inbound;
 pub use crate::inbound::Traffic;
 use crate::learn;
@@ -387,36 +388,6 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// When a message also goes by gossip. Gossip is needed while some author is heard (through a
-/// relay) without being connected to us: then everything we send goes by gossip too, so that it
-/// reaches that author. And one message a second goes by gossip regardless, so that authors who
-/// are not connected learn of each other in the first place.
-struct Relay {
-    /// Authors heard by gossip, and when last.
-    heard: BTreeMap<PeerId, tokio::time::Instant>,
-    /// When we last sent by gossip.
-    last: Option<tokio::time::Instant>,
-}
-
-/// How long an author heard by gossip counts as needing it.
-const RELAY_MEMORY: Duration = Duration::from_secs(10);
-/// The longest time between two messages sent by gossip.
-const BEACON: Duration = Duration::from_secs(1);
-
-impl Relay {
-    fn due(&mut self, connected: impl Fn(&PeerId) -> bool) -> bool {
-        let now = tokio::time::Instant::now();
-        self.heard
-            .retain(|_, t| now.duration_since(*t) < RELAY_MEMORY);
-        let due = self.heard.keys().any(|p| !connected(p))
-            || self.last.is_none_or(|t| now.duration_since(t) >= BEACON);
-        if due {
-            self.last = Some(now);
-        }
-        due
-    }
-}
-
 async fn run(
     mut swarm: Swarm<Behaviour>,
     topic: IdentTopic,
@@ -429,10 +400,7 @@ async fn run(
     let _acceptor = AbortOnDrop(tokio::spawn(direct::accept(incoming, inbound.clone())));
     let events = inbound.events.clone();
     let me = *swarm.local_peer_id();
-    let mut relay = Relay {
-        heard: BTreeMap::new(),
-        last: None,
-    };
+    let mut relay = Relay::default();
     let mut book = peers::Book::default();
     // Round-robin over connected peers for the periodic peer-exchange question.
     let mut ask_next = 0usize;
