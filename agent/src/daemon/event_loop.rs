@@ -102,6 +102,7 @@ pub(super) async fn run(
         metrics,
         published: None,
     };
+    let mut runs_changed = false;
     let mut ticker = tokio::time::interval(Duration::from_millis(10));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
@@ -124,7 +125,11 @@ pub(super) async fn run(
                 None => Flow::Stop,
             },
             ev = d.p.exec_events.recv() => match ev {
-                Some(ev) => Flow::Continue(d.on_exec(ev)),
+                Some(ev) => {
+                    // A task here ended: shown at once (below).
+                    runs_changed |= matches!(ev, ExecEvent::Exited { .. });
+                    Flow::Continue(d.on_exec(ev))
+                }
                 None => Flow::Stop,
             },
             cmd = commands.recv() => match cmd {
@@ -138,10 +143,20 @@ pub(super) async fn run(
         };
         pending.extend(actions);
         for a in std::mem::take(&mut pending) {
+            runs_changed |= matches!(
+                a,
+                Action::Start { .. } | Action::Stop { .. } | Action::Resize { .. }
+            );
             d.execute(a).await;
         }
         d.after_step().await;
-        if !d.replies.is_empty() || d.published.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY) {
+        // What runs here is published as soon as it changes, so that the status (the dashboard,
+        // the API, a test's overlap check) never shows a copy here that has stopped, or misses
+        // one that has started, for up to `PUBLISH_EVERY`.
+        if std::mem::take(&mut runs_changed)
+            || !d.replies.is_empty()
+            || d.published.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY)
+        {
             d.journal_outcomes();
             d.publish(&status);
         }

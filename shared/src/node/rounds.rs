@@ -256,7 +256,6 @@ impl NodeCore {
         if tentative {
             self.stats.rounds_held_back += u64::from(!outcome.commits.is_empty());
             for c in &outcome.commits {
-                self.protocol.release(c.task);
                 // Members that heard every proposal started it at `c.agent` with the next epoch:
                 // record the same epoch, so that when they ask `c.agent` about the copy it does
                 // not list, its answer (pending, this epoch) puts the task back to pending there
@@ -272,6 +271,26 @@ impl NodeCore {
                 if let Some(m) = self.tasks.meta_mut(c.task).filter(|_| pending) {
                     m.epoch += 1;
                 }
+                if pending && c.agent != self.cfg.me {
+                    // `c.agent` may have decided this round with every proposal and started the
+                    // task. Until it says otherwise (asked, like any copy it does not list, after
+                    // a peer timeout) the task counts as running there and stays committed
+                    // here: released at once, this node could win it in a later round whose
+                    // other members still held it committed, and start a second copy (seen in
+                    // the 16-agent bench: a member refused as not yet in step made one node's
+                    // round tentative while the winner's was complete).
+                    self.tasks.set_state(
+                        c.task,
+                        TaskState::Running {
+                            node: c.agent,
+                            alloc: c.alloc.clone(),
+                            progress: 0.0,
+                            started: outcome.round.slot,
+                        },
+                    );
+                    continue;
+                }
+                self.protocol.release(c.task);
                 if pending && c.agent == self.cfg.me {
                     self.won_in_vain.insert(c.task);
                 }
