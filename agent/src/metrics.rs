@@ -51,6 +51,22 @@ impl AgentMetrics {
         ]);
         registry.with(|| {
             describe_gauge!("tapfinger_tasks", "Tasks this agent knows, by state.");
+            describe_counter!(
+                "tapfinger_messages_taken_total",
+                "Messages from peers taken, by path: direct (from a connected author) or relayed by gossip."
+            );
+            describe_counter!(
+                "tapfinger_message_copies_total",
+                "Copies of messages already taken (a message that came both ways)."
+            );
+            describe_counter!(
+                "tapfinger_frames_dropped_slow_peer_total",
+                "Frames not sent to a peer whose queue was full (it did not keep up)."
+            );
+            describe_counter!(
+                "tapfinger_messages_gossiped_total",
+                "Messages this agent also sent by gossip (to reach agents it is not connected to)."
+            );
             describe_gauge!(
                 "tapfinger_allocated_units",
                 "Units allocated on this node, by resource kind index."
@@ -185,6 +201,13 @@ impl AgentMetrics {
                     .set(by_class.get(&p).copied().unwrap_or(0));
             }
             counter!("tapfinger_dropped_messages_total").absolute(st.dropped);
+            let t = &st.traffic;
+            for (path, n) in [("direct", t.direct), ("relayed", t.relayed)] {
+                counter!("tapfinger_messages_taken_total", "path" => path).absolute(n);
+            }
+            counter!("tapfinger_message_copies_total").absolute(t.duplicates);
+            counter!("tapfinger_frames_dropped_slow_peer_total").absolute(t.queue_full);
+            counter!("tapfinger_messages_gossiped_total").absolute(t.gossip_sent);
             counter!("tapfinger_finished_here_total").absolute(st.finished_here.len() as u64);
             let n = &st.stats;
             counter!("tapfinger_rounds_total").absolute(n.rounds);
@@ -242,6 +265,12 @@ mod tests {
             used: Some(Resources(vec![2, 1, 4])),
             capacity: Some(Resources(vec![8, 2, 16])),
             peers: vec![NodeId(2), NodeId(3)],
+            traffic: crate::net::Traffic {
+                direct: 40,
+                relayed: 2,
+                queue_full: 1,
+                ..Default::default()
+            },
             ..Status::default()
         };
         st.tasks.insert(TaskId(1), TaskState::Pending);
@@ -266,6 +295,9 @@ mod tests {
             "tapfinger_tasks{state=\"pending\"} 1",
             "tapfinger_allocated_units{kind=\"2\"} 4",
             "tapfinger_peers 2",
+            "tapfinger_messages_taken_total{path=\"direct\"} 40",
+            "tapfinger_messages_taken_total{path=\"relayed\"} 2",
+            "tapfinger_frames_dropped_slow_peer_total 1",
             "tapfinger_rounds_total 7",
             "tapfinger_round_latency_ms_bucket{le=\"3\"} 1",
             "tapfinger_round_latency_ms_bucket{le=\"50\"} 2",

@@ -529,6 +529,7 @@ impl Daemon {
                 .collect(),
             finished_here: self.finished_here.clone(),
             dropped: self.dropped,
+            traffic: self.p.net.traffic(),
             stats: core.stats().clone(),
             policy: self.p.online.as_ref().map(|o| o.status().clone()),
             name: core.config().name.clone(),

@@ -56,6 +56,9 @@ pub struct Status {
     pub finished_here: Vec<TaskId>,
     /// Malformed messages dropped.
     pub dropped: u64,
+    /// What the network carried: messages taken directly and by relay, copies, frames dropped
+    /// for a slow peer.
+    pub traffic: crate::net::Traffic,
     /// Negotiation counters (rounds, claims, conflicts, messages, round latency).
     pub stats: tapfinger::node::NodeStats,
     /// Policy version and online learning (None: no coordinator configured).
