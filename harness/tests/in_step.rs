@@ -170,3 +170,46 @@ fn peers_falling_in_and_out_of_step_never_run_a_task_twice() {
         c.finished.len()
     );
 }
+
+/// Proposals lost on the way to one receiver at a time (about one in twelve), as when a peer
+/// refuses a proposal from a node it does not yet count as in step: rounds are tentative at
+/// the node that missed a proposal and complete at the others. A task committed in such a round
+/// was once released at the node whose round was tentative, which could then win it again
+/// (the 16-agent bench saw a task started twice). Judged by what ran and by every start.
+#[test]
+fn proposals_lost_on_the_way_to_one_node_never_start_a_task_twice() {
+    let n = 8;
+    let mut c = Cluster::new(n, "min");
+    c.work_ms = 1500;
+    let mut x: u64 = 7;
+    let mut rnd = move || {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        x >> 33
+    };
+    for _ in 0..60 {
+        c.step();
+    }
+    for id in 0..200u64 {
+        c.submit((id % n as u64) as usize, id);
+        if id % 4 == 0 {
+            c.step();
+        }
+    }
+    let mut lost = 0;
+    while c.now < 60_000 && c.finished.len() < 200 {
+        c.bus.retain(|(_, _, e)| {
+            let drop = matches!(e.body, Body::Protocol(_)) && rnd() % 12 == 0;
+            lost += u32::from(drop);
+            !drop
+        });
+        c.step();
+    }
+    assert!(lost > 100, "only {lost} proposals lost");
+    assert!(c.overlaps.is_empty(), "copies overlapped: {:?}", c.overlaps);
+    let twice: Vec<_> = c.started.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "started more than once: {twice:?}");
+    assert!(c.finished.values().all(|n| *n == 1), "{:?}", c.finished);
+    assert_eq!(c.finished.len(), 200, "finished");
+}
