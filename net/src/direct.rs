@@ -4,10 +4,11 @@
 //! Why not gossip alone? Gossip relays every message hop by hop: in the 16-agent cluster
 //! benchmark a proposal reached its first peer after 19 ms (p50) and its last one 49 ms later,
 //! queued behind the relaying agents' own work, and each copy was one more decryption and
-//! deduplication for every agent on the way (docs/BENCHMARKS.md, "Direct broadcast"). Boxes of
-//! one cluster normally reach each other directly (every box is listed, or found on the LAN), so
-//! one frame per peer is both the fewest frames and the fewest hops. Gossip stays for what a
-//! direct frame cannot reach (see [`crate::swarm`]: a peer heard of but not connected).
+//! deduplication for every agent on the way (docs/BENCHMARKS.md, "Round latency: direct
+//! broadcast"). Boxes of one cluster normally reach each other directly (they exchange whom
+//! they know, [`crate::peers`]), so one frame per peer is both the fewest frames and the fewest
+//! hops. Gossip stays for what a direct frame cannot reach ([`Relay`]: an author heard of but
+//! not connected).
 //!
 //! Framing: `[4: length, big endian][signed frame]`, at most [`MAX_DIRECT`] bytes. The
 //! connection's handshake (noise) proves who the peer is, so a frame that names the peer as its
@@ -16,9 +17,10 @@
 //! reader that closed it would leave its writer sending into a stream nobody reads.) Only a
 //! length over the limit, after which the framing cannot be trusted, ends the stream.
 //!
-//! Each peer has a writer task fed by a bounded queue; when a peer does not keep up, frames for
-//! it are dropped (counted, logged) rather than slowing every other peer down: the protocol
-//! repeats what matters (proposals are resent, heartbeats come every period).
+//! Each peer has a writer task fed by a bounded queue (1024 frames); when a peer does not keep
+//! up, frames for it are dropped (counted as `tapfinger_frames_dropped_slow_peer_total`, logged)
+//! rather than slowing every other peer down. Proposals are resent and heartbeats repeat recent
+//! finishes; a peer that slow soon falls out of step and out of the rounds.
 
 use crate::inbound::{Counters, Inbound};
 use futures::{AsyncReadExt as _, AsyncWriteExt as _, StreamExt as _};
