@@ -7,7 +7,7 @@
 //! deduplication for every agent on the way (docs/BENCHMARKS.md, "Round latency: direct
 //! broadcast"). Boxes of one cluster normally reach each other directly (they exchange whom
 //! they know, [`crate::peers`]), so one frame per peer is both the fewest frames and the fewest
-//! hops. Gossip stays for what a direct frame cannot reach ([`Relay`]: an author heard of but
+//! hops. Gossip stays for what a direct frame cannot reach (`Relay`: an author heard of but
 //! not connected).
 //!
 //! Framing: `[4: length, big endian][signed frame]`, at most [`MAX_DIRECT`] bytes. The
