@@ -263,6 +263,12 @@ async fn run(a: Args) {
         per_round(cluster.conflicts),
         cluster.missing
     );
+    // Copies stopped because another copy of the task won (two nodes started it), stopped when
+    // a lease lapsed, and handed back: each means a start that did not run to its end.
+    println!(
+        "  copies stopped as losers {}, stopped for a lapsed lease {}, handed back {}",
+        cluster.copies_stopped, cluster.lease_stops, cluster.handed_back
+    );
     println!("  messages by kind: {:?}", cluster.sent);
     println!(
         "  capacity and overlap checked at {} samples of every agent: {} breach(es)",
