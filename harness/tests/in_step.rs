@@ -1,6 +1,8 @@
 //! Peers in step with each other, judged by what ran: a node that hears everything late, one
-//! that becomes slow mid-run, proposals lost for some rounds, and 32 nodes whose delays keep
-//! changing never run a task twice (rounds that may have been decided otherwise start nothing).
+//! that becomes slow mid-run, proposals lost for some rounds or on the way to one node, and 32
+//! nodes whose delays keep changing never run a task twice (rounds that may have been decided
+//! otherwise start nothing, and release nothing the winner may have started); and a member
+//! left behind in an old round is answered at once.
 
 // Test helpers may unwrap: a failure there is a test failure with its message.
 #![allow(clippy::unwrap_used)]
