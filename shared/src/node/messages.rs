@@ -48,8 +48,12 @@ impl NodeCore {
             }
             Body::Protocol(m) => {
                 if !self.protocol.members().contains(&from) {
-                    // Not in step with us (or not heard yet): it takes part once it is.
+                    // Not in step with us (or not heard yet): it takes part once it is, with
+                    // its latest proposal.
                     self.stats.refused("not-a-member");
+                    if self.unheard.get(&from).is_none_or(|u| u.round <= m.round) {
+                        self.unheard.insert(from, m);
+                    }
                     return Vec::new();
                 }
                 if m.round.slot > self.protocol.round().slot + 1 {

@@ -249,6 +249,11 @@ pub struct NodeCore {
     /// rounds in full believe it runs them, and ask; it answers for them although it does not
     /// own them (pending ones only; pruned when large).
     won_in_vain: BTreeSet<TaskId>,
+    /// The latest proposal of each peer not (yet) in step with this node: refused then, and
+    /// taken if the peer comes into step ([`NodeCore::sync_members`]). Its sender does not send
+    /// it again once its own round is complete, so without this the round waited here for the
+    /// next resend, or its deadline.
+    unheard: BTreeMap<NodeId, crate::protocol::Message>,
     /// Copies stopped because the lease lapsed, handed back when the driver reports their end.
     handing_back: BTreeSet<TaskId>,
     /// When this node last greeted: at most one greet per peer timeout (peers that flap under
@@ -322,6 +327,7 @@ impl NodeCore {
             last_greet: None,
             handing_back: BTreeSet::new(),
             won_in_vain: BTreeSet::new(),
+            unheard: BTreeMap::new(),
             cfg,
         }
     }

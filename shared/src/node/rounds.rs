@@ -123,17 +123,27 @@ impl NodeCore {
             let outputs = self.protocol.remove_member(id);
             out.extend(self.handle(outputs, now));
         }
-        let mut joined = false;
+        let mut joined = Vec::new();
         for id in in_step {
             if !self.protocol.members().contains(&id) {
                 self.protocol.add_member(id);
-                joined = true;
+                joined.push(id);
             }
         }
-        if joined {
+        if !joined.is_empty() {
             // A peer that was not in step refused our proposal: it has it again at once.
             let outputs = self.protocol.resend(now);
             out.extend(self.handle(outputs, now));
+        }
+        for id in joined {
+            // And we take the proposal we refused from it (its stated member set tells whether
+            // it decides this round over the same members; if not, the round starts nothing).
+            if let Some(m) = self.unheard.remove(&id) {
+                match self.protocol.receive(m, now) {
+                    Ok(outputs) => out.extend(self.handle(outputs, now)),
+                    Err(e) => self.stats.refused(e.kind()),
+                }
+            }
         }
         out
     }
