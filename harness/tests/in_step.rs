@@ -85,6 +85,34 @@ fn a_node_that_becomes_slow_stops_its_copies_before_anyone_runs_them_again() {
     );
 }
 
+const LCG_A: u64 = 6_364_136_223_846_793_005;
+const LCG_C: u64 = 1_442_695_040_888_963_407;
+
+/// A linear congruential sequence from `state` (pseudo-random, the same on every run).
+fn lcg(mut state: u64) -> impl FnMut() -> u64 {
+    move || {
+        state = state.wrapping_mul(LCG_A).wrapping_add(LCG_C);
+        state >> 33
+    }
+}
+
+/// `n` node cores ("min" policy, tasks of 1.5 s) that have warmed up and been given `tasks`
+/// tasks round-robin, a step after every fourth.
+fn busy(n: usize, tasks: u64) -> Cluster {
+    let mut c = Cluster::new(n, "min");
+    c.work_ms = 1500;
+    for _ in 0..60 {
+        c.step();
+    }
+    for id in 0..tasks {
+        c.submit((id % n as u64) as usize, id);
+        if id % 4 == 0 {
+            c.step();
+        }
+    }
+    c
+}
+
 /// Node 1's proposals of even steps never reach node 0.
 fn drop_even_steps(c: &mut Cluster) {
     c.bus.retain(|(_, to, e)| {
@@ -133,32 +161,18 @@ fn a_round_decided_with_members_already_ahead_starts_nothing() {
 #[test]
 fn peers_falling_in_and_out_of_step_never_run_a_task_twice() {
     let n = 32;
-    let mut c = Cluster::new(n, "min");
-    c.work_ms = 1500;
-    // A fixed linear congruential sequence: the same delays on every run.
-    let mut x: u64 = 1u64
-        .wrapping_mul(6_364_136_223_846_793_005)
-        .wrapping_add(1_442_695_040_888_963_407);
-    let mut rnd = move || {
-        x = x
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        x >> 33
-    };
-    for _ in 0..60 {
-        c.step();
-    }
-    for id in 0..300u64 {
-        c.submit((id % n as u64) as usize, id);
-        if id % 4 == 0 {
-            c.step();
-        }
-    }
+    let mut c = busy(n, 300);
+    // A fixed sequence: the same delays on every run.
+    let mut rnd = lcg(1u64.wrapping_mul(LCG_A).wrapping_add(LCG_C));
     let mut steps = 0;
     while c.now < 16_000 {
         if steps % 50 == 0 {
             for i in 0..n {
-                c.inbound_delay[i] = if rnd() % 3 == 0 { rnd() % 401 } else { 0 };
+                c.inbound_delay[i] = if rnd().is_multiple_of(3) {
+                    rnd() % 401
+                } else {
+                    0
+                };
             }
         }
         c.step();
@@ -181,28 +195,12 @@ fn peers_falling_in_and_out_of_step_never_run_a_task_twice() {
 #[test]
 fn proposals_lost_on_the_way_to_one_node_never_start_a_task_twice() {
     let n = 8;
-    let mut c = Cluster::new(n, "min");
-    c.work_ms = 1500;
-    let mut x: u64 = 7;
-    let mut rnd = move || {
-        x = x
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        x >> 33
-    };
-    for _ in 0..60 {
-        c.step();
-    }
-    for id in 0..200u64 {
-        c.submit((id % n as u64) as usize, id);
-        if id % 4 == 0 {
-            c.step();
-        }
-    }
+    let mut c = busy(n, 200);
+    let mut rnd = lcg(7);
     let mut lost = 0;
     while c.now < 60_000 && c.finished.len() < 200 {
         c.bus.retain(|(_, _, e)| {
-            let drop = matches!(e.body, Body::Protocol(_)) && rnd() % 12 == 0;
+            let drop = matches!(e.body, Body::Protocol(_)) && rnd().is_multiple_of(12);
             lost += u32::from(drop);
             !drop
         });

@@ -289,15 +289,8 @@ impl NodeCore {
                     // other members still held it committed, and start a second copy (seen in
                     // the 16-agent bench: a member refused as not yet in step made one node's
                     // round tentative while the winner's was complete).
-                    self.tasks.set_state(
-                        c.task,
-                        TaskState::Running {
-                            node: c.agent,
-                            alloc: c.alloc.clone(),
-                            progress: 0.0,
-                            started: outcome.round.slot,
-                        },
-                    );
+                    self.tasks
+                        .set_state(c.task, running_at(c, outcome.round.slot));
                     continue;
                 }
                 self.protocol.release(c.task);
@@ -315,15 +308,8 @@ impl NodeCore {
                 continue;
             }
             // A new start: an epoch above every one known for the task (a fencing token).
-            self.tasks.set_state(
-                c.task,
-                TaskState::Running {
-                    node: c.agent,
-                    alloc: c.alloc.clone(),
-                    progress: 0.0,
-                    started: outcome.round.slot,
-                },
-            );
+            self.tasks
+                .set_state(c.task, running_at(c, outcome.round.slot));
             let Some(m) = self.tasks.meta_mut(c.task) else {
                 continue;
             };
@@ -373,5 +359,15 @@ impl NodeCore {
             }
         }
         out
+    }
+}
+
+/// The task of commit `c` running at its winner, started in `slot`.
+fn running_at(c: &crate::protocol::Commit, slot: u64) -> TaskState {
+    TaskState::Running {
+        node: c.agent,
+        alloc: c.alloc.clone(),
+        progress: 0.0,
+        started: slot,
     }
 }
