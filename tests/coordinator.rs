@@ -59,7 +59,7 @@ async fn agents_learn_through_the_coordinator_and_converge_on_one_version() {
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     // Every agent on the coordinator's current version (≥ 1), with its hash.
-    let converged = |s: &[tapfinger_agent::daemon::Status]| {
+    let converged = |s: &[std::sync::Arc<tapfinger_agent::daemon::Status>]| {
         let c = coordinator.snapshot();
         c.state.version >= 1
             && s.iter().all(|st| {
@@ -126,7 +126,7 @@ async fn agents_learn_through_the_coordinator_and_converge_on_one_version() {
     // Experience came from all three agents.
     assert_eq!(c.received_live.len(), 3, "{:?}", c.received_live);
     for st in statuses(&all) {
-        let p = st.policy.unwrap();
+        let p = st.policy.clone().unwrap();
         assert!(
             p.learning && p.batches_shipped > 0 && p.refused == 0,
             "{p:?}"

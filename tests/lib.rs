@@ -240,7 +240,7 @@ pub fn spec() -> TaskSpec {
 }
 
 /// Current status of each agent.
-pub fn statuses(agents: &[&Agent]) -> Vec<Status> {
+pub fn statuses(agents: &[&Agent]) -> Vec<std::sync::Arc<Status>> {
     agents.iter().map(|a| a.status.borrow().clone()).collect()
 }
 
@@ -250,7 +250,7 @@ pub async fn wait(
     agents: &[&Agent],
     limit: Duration,
     what: &str,
-    done: impl Fn(&[Status]) -> bool,
+    done: impl Fn(&[std::sync::Arc<Status>]) -> bool,
 ) {
     let end = Instant::now() + limit;
     loop {
@@ -274,7 +274,7 @@ pub async fn wait(
 }
 
 /// Every completion the agents report, one entry per run (a task run twice appears twice).
-pub fn finished(s: &[Status]) -> Vec<TaskId> {
+pub fn finished(s: &[std::sync::Arc<Status>]) -> Vec<TaskId> {
     s.iter()
         .flat_map(|st| st.finished_here.iter().copied())
         .collect()

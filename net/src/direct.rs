@@ -49,10 +49,17 @@ pub fn protocol(cluster: &str) -> Result<StreamProtocol, String> {
 }
 
 /// The writer side: one queue and task per connected peer.
+/// Each connected peer's writer queue.
+type Queues = BTreeMap<PeerId, mpsc::Sender<Arc<[u8]>>>;
+
+/// The writer queues of the connected peers. Cloned into the [`crate::Network`] handle, so that
+/// a broadcast reaches the writers from the sender's own task: through the swarm's task it
+/// waited behind the swarm's other work (a task hop more for every message).
+#[derive(Clone)]
 pub(crate) struct Writers {
     control: libp2p_stream::Control,
     protocol: StreamProtocol,
-    peers: BTreeMap<PeerId, mpsc::Sender<Arc<[u8]>>>,
+    peers: Arc<std::sync::Mutex<Queues>>,
     counters: Arc<Counters>,
 }
 
@@ -65,13 +72,18 @@ impl Writers {
         Self {
             control,
             protocol,
-            peers: BTreeMap::new(),
+            peers: Arc::default(),
             counters,
         }
     }
 
     /// A peer connected: start its writer (its stream opens with the first frame).
-    pub(crate) fn connect(&mut self, peer: PeerId) {
+    fn peers(&self) -> std::sync::MutexGuard<'_, Queues> {
+        // Nothing panics while holding the lock (inserts, removes, `try_send`s).
+        self.peers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn connect(&self, peer: PeerId) {
         let (tx, rx) = mpsc::channel(QUEUE);
         tokio::spawn(write_to(
             peer,
@@ -79,17 +91,17 @@ impl Writers {
             self.protocol.clone(),
             rx,
         ));
-        self.peers.insert(peer, tx);
+        self.peers().insert(peer, tx);
     }
 
     /// A peer's last connection closed: its writer ends with its queue.
-    pub(crate) fn disconnect(&mut self, peer: &PeerId) {
-        self.peers.remove(peer);
+    pub(crate) fn disconnect(&self, peer: &PeerId) {
+        self.peers().remove(peer);
     }
 
     /// Queue `frame` for every connected peer.
     pub(crate) fn send_all(&self, frame: &Arc<[u8]>) {
-        for (peer, tx) in &self.peers {
+        for (peer, tx) in self.peers().iter() {
             if tx.try_send(frame.clone()).is_err() {
                 let n = self.counters.queue_full.fetch_add(1, Ordering::Relaxed) + 1;
                 tracing::debug!(%peer, dropped = n, "peer's direct queue full: frame dropped");
@@ -138,11 +150,15 @@ async fn write_to(
     }
 }
 
+/// The batch as one write: each write on a yamux stream is a frame of its own, sealed and sent
+/// on its own (a length and its frame written apart were two of each).
 async fn write_batch(s: &mut Stream, batch: &[Arc<[u8]>]) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(batch.iter().map(|f| f.len() + 4).sum());
     for f in batch {
-        s.write_all(&(f.len() as u32).to_be_bytes()).await?;
-        s.write_all(f).await?;
+        buf.extend_from_slice(&(f.len() as u32).to_be_bytes());
+        buf.extend_from_slice(f);
     }
+    s.write_all(&buf).await?;
     s.flush().await
 }
 

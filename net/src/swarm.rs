@@ -129,7 +129,8 @@ pub enum NetEvent {
 
 /// What the agent asks of the swarm task.
 enum Out {
-    Publish(Vec<u8>),
+    /// A signed frame already handed to the direct writers: gossip it too if `Relay` says so.
+    Relay(std::sync::Arc<[u8]>),
     Request(PeerId, Box<learn::Request>),
     Respond(ResponseChannel<learn::Response>, Box<learn::Response>),
 }
@@ -179,6 +180,7 @@ pub struct Network {
     /// Signs what this node broadcasts ([`crate::signed`]).
     keypair: identity::Keypair,
     counters: std::sync::Arc<crate::inbound::Counters>,
+    writers: Writers,
 }
 
 impl Network {
@@ -305,7 +307,15 @@ impl Network {
         let inbound = Inbound::new(ev_tx, cfg.allow.clone());
         let counters = inbound.counters.clone();
         let writers = Writers::new(control, protocol, counters.clone());
-        let task = tokio::spawn(run(swarm, topic, cfg, out_rx, inbound, incoming, writers));
+        let task = tokio::spawn(run(
+            swarm,
+            topic,
+            cfg,
+            out_rx,
+            inbound,
+            incoming,
+            writers.clone(),
+        ));
         Ok(Self {
             peer_id,
             out: out_tx,
@@ -313,6 +323,7 @@ impl Network {
             task,
             keypair,
             counters,
+            writers,
         })
     }
 
@@ -325,10 +336,7 @@ impl Network {
     pub async fn send(&self, e: &Envelope) -> Result<(), NetError> {
         // Signed here, in the sender's task, not in the swarm's.
         let bytes = crate::signed::sign(&self.keypair, &wire::encode(e)?);
-        self.out
-            .send(Out::Publish(bytes))
-            .await
-            .map_err(|_| NetError::Closed)
+        self.send_raw(bytes).await
     }
 
     /// Send a request to `peer` (its answer arrives as [`NetEvent::Response`] or
@@ -356,8 +364,10 @@ impl Network {
     /// garbage (a real agent always goes through [`Network::send`]).
     #[doc(hidden)]
     pub async fn send_raw(&self, bytes: Vec<u8>) -> Result<(), NetError> {
+        let frame: std::sync::Arc<[u8]> = bytes.into();
+        self.writers.send_all(&frame);
         self.out
-            .send(Out::Publish(bytes))
+            .send(Out::Relay(frame))
             .await
             .map_err(|_| NetError::Closed)
     }
@@ -395,7 +405,7 @@ async fn run(
     mut out: mpsc::Receiver<Out>,
     inbound: Inbound,
     incoming: libp2p_stream::IncomingStreams,
-    mut writers: Writers,
+    writers: Writers,
 ) {
     let _acceptor = AbortOnDrop(tokio::spawn(direct::accept(incoming, inbound.clone())));
     let events = inbound.events.clone();
@@ -421,9 +431,7 @@ async fn run(
         tokio::select! {
             msg = out.recv() => match msg {
                 None => return,
-                Some(Out::Publish(bytes)) => {
-                    let frame: std::sync::Arc<[u8]> = bytes.into();
-                    writers.send_all(&frame);
+                Some(Out::Relay(frame)) => {
                     // "No peers subscribed" is normal while alone (or before gossip's mesh has
                     // formed); anything else is worth a log line.
                     if relay.due(|p| *p == me || swarm.is_connected(p)) {

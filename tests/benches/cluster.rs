@@ -1,5 +1,6 @@
 //! Cluster benchmark: N agents (default 16) with the simulated executor, in this process on
-//! loopback, schedule M tasks (default 500) submitted round-robin at every agent. It fails (exit
+//! loopback (all on one multi-threaded runtime; `--runtime per-agent`: each on a thread of its
+//! own with a single-threaded runtime, as the agent binary runs), schedule M tasks (default 500) submitted round-robin at every agent. It fails (exit
 //! code 1) on any duplicate or lost task, and on any capacity breach or task running on two
 //! nodes at once in any sample (every 50 ms, each runner judged by its own record of the
 //! allocations in force), and prints the negotiation
@@ -7,7 +8,7 @@
 //! from the agents' histograms as Prometheus would), messages per round, conflicts.
 //!
 //! `cargo bench -p tapfinger-tests --bench cluster [-- --agents 16 --tasks 500 --slot-ms 1000
-//! --round-ms 300 --heartbeat-ms 250 --policy tapfinger --mesh full]`
+//! --round-ms 300 --heartbeat-ms 250 --policy tapfinger --mesh full --runtime shared]`
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -27,6 +28,9 @@ struct Args {
     /// Every agent dials every other (as when an operator lists every box), or only three
     /// (the first, its predecessor and the one at half its index), so that gossip must relay.
     full_mesh: bool,
+    /// Each agent on a thread of its own with a single-threaded runtime, as the agent binary
+    /// runs on a box, or all agents on one shared multi-threaded runtime (the default).
+    own_threads: bool,
 }
 
 fn args() -> Result<Args, String> {
@@ -38,6 +42,7 @@ fn args() -> Result<Args, String> {
         heartbeat_ms: 250,
         policy: "tapfinger".into(),
         full_mesh: true,
+        own_threads: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -58,6 +63,15 @@ fn args() -> Result<Args, String> {
                     "full" => true,
                     "sparse" => false,
                     other => return Err(format!("--mesh: {other}: expected full or sparse")),
+                }
+            }
+            "--runtime" => {
+                a.own_threads = match value()?.as_str() {
+                    "per-agent" => true,
+                    "shared" => false,
+                    other => {
+                        return Err(format!("--runtime: {other}: expected per-agent or shared"));
+                    }
                 }
             }
             _ => return Err(format!("unknown argument {flag}")),
@@ -106,7 +120,11 @@ async fn run(a: Args) {
         // The product's autonomy time, not the test helper's 1 s (which lets a briefly slow
         // agent lose its lease and stop its tasks).
         l.autonomy_ms = tapfinger::node::DEFAULT_AUTONOMY_MS;
-        let (agent, addr) = l.start().await;
+        let (agent, addr) = if a.own_threads {
+            start_on_own_thread(l).await
+        } else {
+            l.start().await
+        };
         agents.push(agent);
         addrs.push(addr);
     }
@@ -120,7 +138,10 @@ async fn run(a: Args) {
     )
     .await;
     let joined = t0.elapsed();
-    let before: Vec<NodeStats> = statuses(&all).into_iter().map(|s| s.stats).collect();
+    let before: Vec<NodeStats> = statuses(&all)
+        .into_iter()
+        .map(|s| s.stats.clone())
+        .collect();
     let before_latency: Vec<Histogram> = all
         .iter()
         .map(|a| Histogram::parse(&a.metrics.render()))
@@ -221,8 +242,9 @@ async fn run(a: Args) {
     let per_round = |v: u64| v as f64 / rounds.max(1.0);
     let protocol = cluster.sent.get("protocol").copied().unwrap_or(0);
     println!(
-        "cluster bench: {n} agents ({} mesh), {} tasks, policy {}, slot {} ms, round deadline {} ms, heartbeat {} ms",
+        "cluster bench: {n} agents ({} mesh, {} runtime), {} tasks, policy {}, slot {} ms, round deadline {} ms, heartbeat {} ms",
         if a.full_mesh { "full" } else { "sparse" },
+        if a.own_threads { "per-agent" } else { "shared" },
         a.tasks,
         a.policy,
         a.slot_ms,
@@ -290,7 +312,29 @@ async fn run(a: Args) {
 /// What is wrong in one sample of every agent's status, each runner judged by its own record of
 /// what it runs: the allocations in force on a node add up to more than its capacity, or a task
 /// runs on two nodes at once.
-fn breaches_in(s: &[Status]) -> Vec<String> {
+/// Start an agent on a thread of its own, in a single-threaded runtime that lives as long as the
+/// process, as the agent binary runs on a box. (On 2 cores, 16 such threads took longer to
+/// decide rounds than one shared runtime: docs/BENCHMARKS.md.)
+async fn start_on_own_thread(l: Local) -> (tapfinger_agent::daemon::Agent, libp2p::Multiaddr) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let name = l.name.clone();
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime");
+            rt.block_on(async move {
+                let _ = tx.send(l.start().await);
+                std::future::pending::<()>().await
+            });
+        })
+        .expect("a thread for the agent");
+    rx.await.expect("the agent starts")
+}
+
+fn breaches_in(s: &[std::sync::Arc<Status>]) -> Vec<String> {
     let mut out = Vec::new();
     let mut runner: std::collections::BTreeMap<TaskId, tapfinger::NodeId> = Default::default();
     for st in s {
@@ -319,7 +363,7 @@ fn breaches_in(s: &[Status]) -> Vec<String> {
 
 /// What a stalled run looks like: every unfinished task with its state at each agent, and each
 /// agent's round counter, used units and live peers.
-fn report_stall(s: &[Status], ids: &BTreeSet<TaskId>) {
+fn report_stall(s: &[std::sync::Arc<Status>], ids: &BTreeSet<TaskId>) {
     let done: BTreeSet<TaskId> = finished(s).into_iter().collect();
     let open: Vec<&TaskId> = ids.difference(&done).collect();
     eprintln!(

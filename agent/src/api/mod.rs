@@ -46,7 +46,7 @@ pub struct ApiState {
     /// Commands to the event loop.
     pub commands: mpsc::Sender<Command>,
     /// Status snapshots from the event loop.
-    pub status: watch::Receiver<Status>,
+    pub status: watch::Receiver<std::sync::Arc<Status>>,
     /// Required bearer token, if any.
     pub token: Option<String>,
     /// Where the executor writes task logs (`<id>.stdout`, `<id>.stderr`).
@@ -292,8 +292,8 @@ async fn node(State(s): State<ApiState>) -> Response {
     let st = s.status.borrow().clone();
     axum::Json(NodeInfo {
         id: st.id.map(|i| i.0),
-        capacity: st.capacity.map(|c| c.0),
-        used: st.used.map(|u| u.0),
+        capacity: st.capacity.as_ref().map(|c| c.0.clone()),
+        used: st.used.as_ref().map(|u| u.0.clone()),
         peers: st.peers.len(),
         dropped_messages: st.dropped,
     })
@@ -317,7 +317,7 @@ async fn peers(State(s): State<ApiState>) -> Response {
 
 async fn policy(State(s): State<ApiState>) -> Response {
     let st = s.status.borrow().clone();
-    match st.policy {
+    match &st.policy {
         Some(p) => axum::Json(p).into_response(),
         // No coordinator configured: the start model, version 0.
         None => axum::Json(crate::online::PolicyStatus::default()).into_response(),

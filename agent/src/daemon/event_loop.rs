@@ -69,7 +69,7 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 pub(super) async fn run(
     mut p: Parts,
     mut commands: mpsc::Receiver<Command>,
-    status: watch::Sender<Status>,
+    status: watch::Sender<std::sync::Arc<Status>>,
     metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
 ) {
     let me = p.core.id();
@@ -512,7 +512,7 @@ impl Daemon {
     }
 
     /// Publish the status (if it changed), then answer the commands of this step.
-    fn publish(&mut self, status: &watch::Sender<Status>) {
+    fn publish(&mut self, status: &watch::Sender<std::sync::Arc<Status>>) {
         self.published = Some(Instant::now());
         let core = &self.p.core;
         let me = self.me;
@@ -554,10 +554,10 @@ impl Daemon {
         let latencies = self.p.core.take_latencies();
         self.metrics.update(&snapshot, &latencies);
         status.send_if_modified(|s| {
-            if *s == snapshot {
+            if **s == snapshot {
                 false
             } else {
-                *s = snapshot;
+                *s = std::sync::Arc::new(snapshot);
                 true
             }
         });

@@ -107,7 +107,7 @@ pub struct Agent {
     /// Command channel.
     pub commands: mpsc::Sender<Command>,
     /// Status snapshots.
-    pub status: watch::Receiver<Status>,
+    pub status: watch::Receiver<std::sync::Arc<Status>>,
     /// Its metrics, kept current by the loop (the API renders them).
     pub metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
     task: tokio::task::JoinHandle<()>,
@@ -182,7 +182,7 @@ pub struct Files {
 /// Start the loop.
 pub fn spawn(parts: Parts) -> Agent {
     let (cmd_tx, cmd_rx) = mpsc::channel(64);
-    let (status_tx, status_rx) = watch::channel(Status::default());
+    let (status_tx, status_rx) = watch::channel(std::sync::Arc::new(Status::default()));
     let metrics = std::sync::Arc::new(crate::metrics::AgentMetrics::new());
     let task = tokio::spawn(event_loop::run(parts, cmd_rx, status_tx, metrics.clone()));
     Agent {

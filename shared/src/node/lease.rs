@@ -75,11 +75,6 @@ impl NodeCore {
             })
     }
 
-    /// Whether node `id` is a peer in step with this node (see `NodeCore::in_step`).
-    pub(super) fn in_step_id(&self, id: NodeId, now: u64) -> bool {
-        self.peers.get(&id).is_some_and(|p| self.in_step(p, now))
-    }
-
     /// Peers in step with this node now: its rounds' members besides itself. A peer is in step
     /// while heard within the peer timeout and its latest heartbeat echoes one this node sent (in
     /// this incarnation) at most `peer_timeout_ms + heartbeat_ms` ago; see the module doc.
@@ -125,6 +120,11 @@ impl NodeCore {
     /// whose own links to X are cut would take over X's tasks while X keeps its quorum, and
     /// its copies, through the others.
     fn heard_through_peers(&mut self, now: u64) {
+        // Nobody silent (the usual case): nothing to update, and no pass over every peer's
+        // heartbeat at every tick.
+        if self.silent.is_empty() {
+            return;
+        }
         let heard: Vec<(NodeId, u64)> = self
             .peers
             .values()
@@ -138,23 +138,32 @@ impl NodeCore {
         }
     }
 
-    /// Whether this node may start `t` now (the rule of the module doc).
-    pub(super) fn may_start(&self, t: &TaskEntry, now: u64) -> bool {
-        if !self.lease_held(now) {
-            return false;
-        }
+    /// Whether this node may start a task now (the rule of the module doc), as a test of the
+    /// task's entry. The rule depends on the task's owner alone, so the owners it allows are
+    /// worked out here once per view, not once per task (each a look-up of the owner and a scan
+    /// of its heartbeat).
+    pub(super) fn start_rule(&self, now: u64) -> impl Fn(&TaskEntry) -> bool + use<> {
+        let lease = self.lease_held(now);
+        let quorum = self.has_quorum(now);
         // An owner heard but out of step keeps its tasks (it may still hold its lease through
         // others); they wait until it is in step again or silent long enough to be taken over.
-        match t.meta.owner {
-            Some(o) if o == self.cfg.me || self.in_step_id(o, now) => true,
-            Some(o) => {
-                self.has_quorum(now)
-                    && self
-                        .silent
-                        .get(&o)
-                        .is_some_and(|s| now >= s + self.takeover_ms())
-            }
-            None => self.has_quorum(now),
+        let mut allowed: std::collections::BTreeSet<NodeId> = self.peers_in_step(now).collect();
+        allowed.insert(self.cfg.me);
+        if quorum {
+            let takeover = self.takeover_ms();
+            allowed.extend(
+                self.silent
+                    .iter()
+                    .filter(|(_, s)| now >= *s + takeover)
+                    .map(|(o, _)| *o),
+            );
+        }
+        move |t: &TaskEntry| {
+            lease
+                && match t.meta.owner {
+                    Some(o) => allowed.contains(&o),
+                    None => quorum,
+                }
         }
     }
 

@@ -16,7 +16,7 @@ impl NodeCore {
     /// The cluster as this node knows it, for its policy.
     pub fn view(&self) -> ClusterView {
         let round = self.protocol.round();
-        let may_start = |t: &super::TaskEntry| self.may_start(t, self.now);
+        let may_start = self.start_rule(self.now);
         self.tasks
             .view(round.slot, round.step, self.cfg.num_types, Some(&may_start))
     }
