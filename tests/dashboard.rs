@@ -106,6 +106,18 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // Ending the session makes chromedriver close Chromium; killing the driver alone left
+        // Chromium's processes running, orphaned, after every run of this test.
+        use std::io::{Read as _, Write as _};
+        if let Ok(mut s) = std::net::TcpStream::connect(&self.addr) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            let _ = write!(
+                s,
+                "DELETE /session/{} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                self.session, self.addr
+            );
+            let _ = s.read_to_end(&mut Vec::new());
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
         let _ = std::fs::remove_dir_all(&self.profile);
