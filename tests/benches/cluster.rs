@@ -80,6 +80,8 @@ fn args() -> Result<Args, String> {
     if a.agents < 2 || a.tasks == 0 {
         return Err("need at least 2 agents and 1 task".into());
     }
+    // Refused here, with the known names, rather than by the first agent to start.
+    tapfinger_agent::policy::build(&a.policy, None, 10).map_err(|e| format!("--policy: {e}"))?;
     Ok(a)
 }
 
