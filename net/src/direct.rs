@@ -198,28 +198,48 @@ pub(crate) async fn accept(mut incoming: libp2p_stream::IncomingStreams, inbound
 
 /// When a message also goes by gossip. Gossip is needed while some author is heard (through a
 /// relay) without being connected to us: then everything we send goes by gossip too, so that it
-/// reaches that author. And one message a second goes by gossip regardless, so that authors who
-/// are not connected learn of each other in the first place.
-#[derive(Default)]
+/// reaches that author. And one message every beacon period goes by gossip regardless, so that
+/// authors who are not connected learn of each other in the first place.
 pub(crate) struct Relay {
     /// Authors heard by gossip, and when last.
     pub(crate) heard: BTreeMap<PeerId, tokio::time::Instant>,
     /// When we last sent by gossip.
     last: Option<tokio::time::Instant>,
+    /// The longest time between two messages sent by gossip.
+    beacon: Duration,
 }
 
 /// How long an author heard by gossip counts as needing it.
 const RELAY_MEMORY: Duration = Duration::from_secs(10);
-/// The longest time between two messages sent by gossip.
-const BEACON: Duration = Duration::from_secs(1);
+/// The beacon period without peer exchange: gossip is then the only way agents that are not
+/// connected hear of each other.
+pub(crate) const BEACON: Duration = Duration::from_secs(1);
+/// The beacon period with peer exchange, which connects agents that share a peer: gossip
+/// floods every beacon to every agent, and each agent forwards it to its mesh peers, so the
+/// beacons grow with the square of the agents. With one a second each, 64 agents in one
+/// process on 2 cores (1 s heartbeats) joined but then decided rounds only at their deadline
+/// and finished no task in 60 s; with one every 5 s they ran 500 tasks in 52 s
+/// (docs/BENCHMARKS.md). Two beacons fit in [`RELAY_MEMORY`], so an author heard only by gossip
+/// stays heard.
+pub(crate) const BEACON_WITH_EXCHANGE: Duration = Duration::from_secs(5);
 
 impl Relay {
+    pub(crate) fn new(beacon: Duration) -> Self {
+        Self {
+            heard: BTreeMap::new(),
+            last: None,
+            beacon,
+        }
+    }
+
     pub(crate) fn due(&mut self, connected: impl Fn(&PeerId) -> bool) -> bool {
         let now = tokio::time::Instant::now();
         self.heard
             .retain(|_, t| now.duration_since(*t) < RELAY_MEMORY);
         let due = self.heard.keys().any(|p| !connected(p))
-            || self.last.is_none_or(|t| now.duration_since(t) >= BEACON);
+            || self
+                .last
+                .is_none_or(|t| now.duration_since(t) >= self.beacon);
         if due {
             self.last = Some(now);
         }

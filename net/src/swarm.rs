@@ -410,7 +410,11 @@ async fn run(
     let _acceptor = AbortOnDrop(tokio::spawn(direct::accept(incoming, inbound.clone())));
     let events = inbound.events.clone();
     let me = *swarm.local_peer_id();
-    let mut relay = Relay::default();
+    let mut relay = Relay::new(if cfg.peer_exchange {
+        direct::BEACON_WITH_EXCHANGE
+    } else {
+        direct::BEACON
+    });
     let mut book = peers::Book::default();
     // Round-robin over connected peers for the periodic peer-exchange question.
     let mut ask_next = 0usize;
