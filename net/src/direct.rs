@@ -52,7 +52,7 @@ pub fn protocol(cluster: &str) -> Result<StreamProtocol, String> {
 /// Each connected peer's writer queue.
 type Queues = BTreeMap<PeerId, mpsc::Sender<Arc<[u8]>>>;
 
-/// The writer queues of the connected peers. Cloned into the [`crate::Network`] handle, so that
+/// The writer queues of the connected peers. Cloned into the [`crate::swarm::Network`] handle, so that
 /// a broadcast reaches the writers from the sender's own task: through the swarm's task it
 /// waited behind the swarm's other work (a task hop more for every message).
 #[derive(Clone)]

@@ -336,7 +336,18 @@ impl Network {
     pub async fn send(&self, e: &Envelope) -> Result<(), NetError> {
         // Signed here, in the sender's task, not in the swarm's.
         let bytes = crate::signed::sign(&self.keypair, &wire::encode(e)?);
-        self.send_raw(bytes).await
+        self.broadcast(bytes).await
+    }
+
+    /// Queue a frame for every connected peer's writer, from the caller's task (see
+    /// [`direct::Writers`]), and let the swarm's task gossip it too if [`direct::Relay`] says so.
+    async fn broadcast(&self, bytes: Vec<u8>) -> Result<(), NetError> {
+        let frame: std::sync::Arc<[u8]> = bytes.into();
+        self.writers.send_all(&frame);
+        self.out
+            .send(Out::Relay(frame))
+            .await
+            .map_err(|_| NetError::Closed)
     }
 
     /// Send a request to `peer` (its answer arrives as [`NetEvent::Response`] or
@@ -364,12 +375,7 @@ impl Network {
     /// garbage (a real agent always goes through [`Network::send`]).
     #[doc(hidden)]
     pub async fn send_raw(&self, bytes: Vec<u8>) -> Result<(), NetError> {
-        let frame: std::sync::Arc<[u8]> = bytes.into();
-        self.writers.send_all(&frame);
-        self.out
-            .send(Out::Relay(frame))
-            .await
-            .map_err(|_| NetError::Closed)
+        self.broadcast(bytes).await
     }
 
     /// The next event; `None` once the network has stopped.
