@@ -62,6 +62,7 @@ fn heartbeat(id: u32, seq: u64) -> Envelope {
             incarnation: 1,
             sent: 0,
             hears: Vec::new(),
+            lease: true,
             recent: Vec::new(),
         }),
     }

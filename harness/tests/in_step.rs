@@ -1,8 +1,9 @@
 //! Peers in step with each other, judged by what ran: a node that hears everything late, one
 //! that becomes slow mid-run, proposals lost for some rounds or on the way to one node, and 32
 //! nodes whose delays keep changing never run a task twice (rounds that may have been decided
-//! otherwise start nothing, and release nothing the winner may have started); and a member
-//! left behind in an old round is answered at once.
+//! otherwise start nothing, and release nothing the winner may have started); peers whose
+//! delays straddle the peer timeout for good still run every task once; and a member left
+//! behind in an old round is answered at once.
 
 // Test helpers may unwrap: a failure there is a test failure with its message.
 #![allow(clippy::unwrap_used)]
@@ -185,6 +186,49 @@ fn peers_falling_in_and_out_of_step_never_run_a_task_twice() {
         "{} of 300 finished",
         c.finished.len()
     );
+}
+
+/// Peers whose fixed delays straddle the peer timeout (16 nodes, each late by its own 0–200 or
+/// 0–250 ms): some pairs are in step and some are not, for good, so members decide every round
+/// over different member sets, and some nodes hold no lease. No round was ever complete, and
+/// not one of 200 tasks started in 30 s. Now such rounds start the tasks their winner owns,
+/// each node then claims only its own, and nodes without a lease (which hand their tasks to the
+/// others) leave their peers' rounds: every task runs, once. Judged by what ran.
+#[test]
+fn peers_whose_delays_straddle_the_peer_timeout_still_run_every_task_once() {
+    for max_delay in [200, 250] {
+        let n = 16;
+        let mut c = Cluster::new(n, "min");
+        c.work_ms = 1500;
+        let mut rnd = lcg(7919);
+        for i in 0..n {
+            c.inbound_delay[i] = rnd() % (max_delay + 1);
+        }
+        for _ in 0..60 {
+            c.step();
+        }
+        for id in 0..200u64 {
+            c.submit((id % n as u64) as usize, id);
+            if id % 4 == 0 {
+                c.step();
+            }
+        }
+        let until = c.now + 30_000;
+        while c.now < until && c.finished.len() < 200 {
+            c.step();
+        }
+        let out_of_step = (0..n)
+            .filter(|i| c.nodes[*i].peers_in_step(c.now).count() < n - 1)
+            .count();
+        assert!(out_of_step > 0, "every node in step with every other");
+        assert!(c.overlaps.is_empty(), "copies overlapped: {:?}", c.overlaps);
+        assert!(c.finished.values().all(|n| *n == 1), "{:?}", c.finished);
+        assert_eq!(
+            c.finished.len(),
+            200,
+            "finished, delays up to {max_delay} ms"
+        );
+    }
 }
 
 /// Proposals lost on the way to one receiver at a time (about one in twelve), as when a peer

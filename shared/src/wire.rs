@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 /// travel in signed frames checked once per message, no longer in gossipsub's signed messages,
 /// so agents of version 3 and 4 cannot hear each other; the gossip topic names the version.
 /// 5: heartbeats carry their send time and echo each peer's, see [`NodeState::hears`].)
-pub const WIRE_VERSION: u16 = 5;
+pub const WIRE_VERSION: u16 = 6;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.
@@ -67,6 +67,11 @@ pub struct NodeState {
     /// so a one-way cut is a cut and a node that hears everything late is not in step (it
     /// would decide on old news).
     pub hears: Vec<Heard>,
+    /// Whether this node holds its lease (a quorum is in step with it). Only nodes that do
+    /// take part in their peers' rounds: one without a lease only passes, and, in step with
+    /// some peers and not with others, it made their member sets differ, so that no round was
+    /// complete and the tasks it handed back waited for ever.
+    pub lease: bool,
     /// The latest outcomes of tasks this node ran (at most [`MAX_RECENT`]), repeated in every
     /// heartbeat so that a lost finish message is made good (anti-entropy).
     pub recent: Vec<Outcome>,
@@ -444,6 +449,7 @@ mod tests {
                         echo: 99,
                     },
                 ],
+                lease: true,
                 recent: vec![Outcome {
                     task: TaskId(2),
                     node: NodeId(1),

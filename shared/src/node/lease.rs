@@ -5,12 +5,17 @@
 //! `peer_timeout_ms`, a heartbeat that echoes one this node sent at most `peer_timeout_ms +
 //! heartbeat_ms` ago. The lease lasts `autonomy_ms` past the last moment a quorum held. While it
 //! holds, the node keeps running its tasks and may start the pending tasks whose owner is in step
-//! with it; when it lapses, the node stops its copies itself, starts nothing until a quorum is
+//! with it and holds its lease too (a round member, [`NodeCore::round_members`]); when it lapses, the node stops its copies itself, starts nothing until a quorum is
 //! back (then it first listens for two heartbeat periods, so it learns what the other side did),
 //! and hands its pending tasks to any quorum side (each stopped copy once the driver reports
 //! that its process ended), so that a node still heard but out of step does not keep them.
 //!
-//! A peer out of step, or silent for `peer_timeout_ms`, leaves the protocol's members at once
+//! Rounds whose members all proposed but decided over different member sets (peers in step with
+//! one member and not with another) start only tasks their winner owns, and then each member
+//! claims only its own tasks (`NodeCore::owner_may_start` says why that is safe).
+//!
+//! A peer out of step, without its lease, or silent for `peer_timeout_ms`, leaves the
+//! protocol's members at once
 //! (its missing proposals stop holding rounds up, and its claims, made on old news, are not
 //! weighed), but its tasks stay its own: only after
 //! `peer_timeout_ms + autonomy_ms + grace` of silence, and only on a side that holds a quorum,
@@ -85,6 +90,18 @@ impl NodeCore {
             .map(|(id, _)| *id)
     }
 
+    /// The peers that take part in this node's rounds: those in step with it whose latest
+    /// heartbeat says they hold their lease. A peer without a lease only passes; counted as a
+    /// member by the peers in step with it and not by the others, it made member sets differ.
+    /// Only members' tasks may be started here ([`NodeCore::start_rule`]): a task's owner is a
+    /// member of every round in which another node may win it.
+    pub fn round_members(&self, now: u64) -> impl Iterator<Item = NodeId> + '_ {
+        self.peers
+            .iter()
+            .filter(move |(_, p)| p.state.lease && self.in_step(p, now))
+            .map(|(id, _)| *id)
+    }
+
     /// Whether more than half of the known members (this node included) are in step with it now.
     pub fn has_quorum(&self, now: u64) -> bool {
         let mutual = 1 + self.peers_in_step(now).count();
@@ -145,9 +162,10 @@ impl NodeCore {
     pub(super) fn start_rule(&self, now: u64) -> impl Fn(&TaskEntry) -> bool + use<> {
         let lease = self.lease_held(now);
         let quorum = self.has_quorum(now);
-        // An owner heard but out of step keeps its tasks (it may still hold its lease through
+        // An owner heard but out of step (or without its lease, as its heartbeat said) keeps
+        // its tasks (it may still hold its lease through
         // others); they wait until it is in step again or silent long enough to be taken over.
-        let mut allowed: std::collections::BTreeSet<NodeId> = self.peers_in_step(now).collect();
+        let mut allowed: std::collections::BTreeSet<NodeId> = self.round_members(now).collect();
         allowed.insert(self.cfg.me);
         if quorum {
             let takeover = self.takeover_ms();
@@ -158,8 +176,13 @@ impl NodeCore {
                     .map(|(o, _)| *o),
             );
         }
+        // While the members decide rounds over different member sets, only an owner starts a
+        // task (`owner_may_start`): this node claims its own tasks alone, or its claims would
+        // win tasks it may not start and crowd out the owners' claims.
+        let own_only = self.sets_differ.then_some(self.cfg.me);
         move |t: &TaskEntry| {
             lease
+                && own_only.is_none_or(|me| t.meta.owner == Some(me))
                 && match t.meta.owner {
                     Some(o) => allowed.contains(&o),
                     None => quorum,

@@ -225,6 +225,10 @@ pub struct NodeCore {
     /// and the other side's are out of step, and both may hold the same tasks as pending (its
     /// stopped copies, which the other side may have taken over).
     settling: bool,
+    /// The last round was decided with every member's proposal but over different member
+    /// sets: until a round is complete, only owners start tasks, and this node claims only its
+    /// own ([`NodeCore::start_rule`]).
+    sets_differ: bool,
     /// The lease was lost after a quorum had held (not a fresh node's first ticks).
     lapsed: bool,
     /// Whether a quorum held at the last tick (silence counts only while one does).
@@ -316,6 +320,7 @@ impl NodeCore {
             last_quorum: None,
             lease_lost: false,
             settling: false,
+            sets_differ: false,
             lapsed: false,
             had_quorum: false,
             first_lease_tick: true,
@@ -513,6 +518,7 @@ impl NodeCore {
             incarnation: self.cfg.incarnation,
             sent: now,
             hears,
+            lease: self.lease_held(now),
             recent: self.recent.iter().cloned().collect(),
         };
         self.envelope(Body::Heartbeat(state))

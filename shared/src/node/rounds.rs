@@ -26,7 +26,7 @@ impl NodeCore {
     pub(super) fn fresh_protocol(&self, round: Round) -> Protocol {
         let mut p = Protocol::new(
             self.cfg.me,
-            self.peers_in_step(self.now),
+            self.round_members(self.now),
             round,
             protocol_config(&self.cfg),
         );
@@ -104,13 +104,14 @@ impl NodeCore {
         }
     }
 
-    /// The rounds' members are this node and the peers in step with it ([`NodeCore::in_step`]):
-    /// a peer that falls out of step leaves at once (its missing proposal stops holding rounds
+    /// The rounds' members are this node and the peers in step with it ([`NodeCore::in_step`])
+    /// that hold their lease ([`NodeCore::round_members`]): a peer that falls out of step, or
+    /// loses its lease, leaves at once (its missing proposal stops holding rounds
     /// up, and its claims, made on old news, are not weighed), one back in step takes part from
     /// the current round on.
     fn sync_members(&mut self, now: u64) -> Vec<Action> {
         let me = self.cfg.me;
-        let in_step: std::collections::BTreeSet<NodeId> = self.peers_in_step(now).collect();
+        let in_step: std::collections::BTreeSet<NodeId> = self.round_members(now).collect();
         let leaving: Vec<NodeId> = self
             .protocol
             .members()
@@ -243,8 +244,15 @@ impl NodeCore {
         let tentative = !outcome.missing.is_empty()
             || !outcome.ahead.is_empty()
             || !outcome.disagree.is_empty();
-        if !tentative {
-            // Every member proposed in this round: the rounds are in step.
+        // Every member proposed in this round, only some decide it over other member sets
+        // (peers in step with one member and not with another: a steady state when delays
+        // straddle the peer timeout, in which no round was ever complete and nothing started).
+        // The task's owner may still start it: see `owner_may_start`.
+        let sets_differ = tentative && outcome.missing.is_empty() && outcome.ahead.is_empty();
+        self.sets_differ = sets_differ;
+        if !tentative || sets_differ {
+            // Every member proposed in this round: the rounds are in step, and each member's
+            // start messages, sent before its proposal, are in.
             self.settling = false;
         }
         let natural = if outcome.slot_ended {
@@ -263,9 +271,20 @@ impl NodeCore {
             // jump in `on_message`).
             self.settling = true;
         }
+        let starts: Vec<bool> = outcome
+            .commits
+            .iter()
+            .map(|c| !tentative || (sets_differ && self.owner_may_start(c)))
+            .collect();
         if tentative {
-            self.stats.rounds_held_back += u64::from(!outcome.commits.is_empty());
-            for c in &outcome.commits {
+            self.stats.rounds_held_back += u64::from(starts.iter().any(|s| !s));
+            for c in outcome
+                .commits
+                .iter()
+                .zip(&starts)
+                .filter(|(_, s)| !**s)
+                .map(|(c, _)| c)
+            {
                 // Members that heard every proposal started it at `c.agent` with the next epoch:
                 // record the same epoch, so that when they ask `c.agent` about the copy it does
                 // not list, its answer (pending, this epoch) puts the task back to pending there
@@ -299,7 +318,13 @@ impl NodeCore {
                 }
             }
         }
-        for c in outcome.commits.iter().filter(|_| !tentative) {
+        for c in outcome
+            .commits
+            .iter()
+            .zip(&starts)
+            .filter(|(_, s)| **s)
+            .map(|(c, _)| c)
+        {
             if self
                 .tasks
                 .get(c.task)
@@ -337,7 +362,11 @@ impl NodeCore {
         // starts a task: the new task starts at its minimum demand, and without a re-share the
         // shares in force (the running tasks' from the last slot) and it could add up to more
         // than the node has until the slot's last round.
-        let started_here = !tentative && outcome.commits.iter().any(|c| c.agent == self.cfg.me);
+        let started_here = outcome
+            .commits
+            .iter()
+            .zip(&starts)
+            .any(|(c, s)| *s && c.agent == self.cfg.me);
         if outcome.slot_ended || started_here {
             out.extend(self.reshare());
         }
@@ -359,6 +388,30 @@ impl NodeCore {
             }
         }
         out
+    }
+}
+
+impl NodeCore {
+    /// Whether this node may start the task of commit `c` from a round that every member
+    /// proposed in but some decided over another member set. Only a task's owner may then, and
+    /// only its own pending task (not one it stopped for a lapsed lease, which is being handed
+    /// back):
+    ///
+    /// - Another node may start the task only while the owner is in step with it
+    ///   ([`NodeCore::start_rule`]), so a rival starter had the owner among its members when it
+    ///   claimed. Starting from a complete round means every member proposed stating the same
+    ///   set, the owner included; the owner then holds the same proposals, and decides the task
+    ///   the same way (a claim's outcome depends on the claims on that task alone).
+    /// - A rival that starts from a round like this one is an owner too: the same node.
+    /// - Members whose start messages the owner has not heard: none in its member set (each
+    ///   sent its starts before its proposal, on the same ordered link).
+    fn owner_may_start(&self, c: &crate::protocol::Commit) -> bool {
+        c.agent == self.cfg.me
+            && !self.handing_back.contains(&c.task)
+            && self
+                .tasks
+                .get(c.task)
+                .is_some_and(|t| t.state == TaskState::Pending && t.meta.owner == Some(self.cfg.me))
     }
 }
 
