@@ -10,7 +10,14 @@
 use tapfinger_harness::Cluster;
 
 /// Settings swept: (nodes, largest inbound delay in ms).
-const SETTINGS: [(usize, u64); 6] = [(8, 200), (16, 200), (16, 250), (32, 150), (32, 200), (32, 250)];
+const SETTINGS: [(usize, u64); 6] = [
+    (8, 200),
+    (16, 200),
+    (16, 250),
+    (32, 150),
+    (32, 200),
+    (32, 250),
+];
 const TASKS: u64 = 200;
 
 fn main() {
