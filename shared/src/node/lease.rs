@@ -93,7 +93,7 @@ impl NodeCore {
     /// The peers that take part in this node's rounds: those in step with it whose latest
     /// heartbeat says they hold their lease. A peer without a lease only passes; counted as a
     /// member by the peers in step with it and not by the others, it made member sets differ.
-    /// Only members' tasks may be started here ([`NodeCore::start_rule`]): a task's owner is a
+    /// Only members' tasks may be started here (the start rule): a task's owner is a
     /// member of every round in which another node may win it.
     pub fn round_members(&self, now: u64) -> impl Iterator<Item = NodeId> + '_ {
         self.peers
