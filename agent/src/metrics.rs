@@ -99,6 +99,14 @@ impl AgentMetrics {
                 "Peers whose proposal missed a round deadline."
             );
             describe_counter!(
+                "tapfinger_rounds_held_back_total",
+                "Rounds with a win not started: a proposal missing, or members' sets differed."
+            );
+            describe_counter!(
+                "tapfinger_rounds_sets_differ_total",
+                "Rounds decided over differing member sets: only owners' tasks started."
+            );
+            describe_counter!(
                 "tapfinger_messages_received_total",
                 "Messages received from peers."
             );
@@ -215,6 +223,8 @@ impl AgentMetrics {
             counter!("tapfinger_claims_lost_total").absolute(n.claims_lost);
             counter!("tapfinger_conflicts_total").absolute(n.conflicts);
             counter!("tapfinger_missing_proposals_total").absolute(n.missing);
+            counter!("tapfinger_rounds_held_back_total").absolute(n.rounds_held_back);
+            counter!("tapfinger_rounds_sets_differ_total").absolute(n.rounds_sets_differ);
             counter!("tapfinger_messages_received_total").absolute(n.received);
             counter!("tapfinger_resizes_total").absolute(n.resizes);
             counter!("tapfinger_reshares_refused_total").absolute(n.reshares_refused);
@@ -275,6 +285,7 @@ mod tests {
         };
         st.tasks.insert(TaskId(1), TaskState::Pending);
         st.stats.rounds = 7;
+        st.stats.rounds_sets_differ = 2;
         let queued = |id, priority| crate::daemon::Queued {
             id: TaskId(id),
             priority,
@@ -299,6 +310,7 @@ mod tests {
             "tapfinger_messages_taken_total{path=\"relayed\"} 2",
             "tapfinger_frames_dropped_slow_peer_total 1",
             "tapfinger_rounds_total 7",
+            "tapfinger_rounds_sets_differ_total 2",
             "tapfinger_round_latency_ms_bucket{le=\"3\"} 1",
             "tapfinger_round_latency_ms_bucket{le=\"50\"} 2",
             "tapfinger_round_latency_ms_bucket{le=\"+Inf\"} 3",

@@ -221,6 +221,10 @@ fn peers_whose_delays_straddle_the_peer_timeout_still_run_every_task_once() {
             .filter(|i| c.nodes[*i].peers_in_step(c.now).count() < n - 1)
             .count();
         assert!(out_of_step > 0, "every node in step with every other");
+        assert!(
+            c.nodes.iter().any(|n| n.stats().rounds_sets_differ > 0),
+            "no round decided over differing member sets"
+        );
         assert!(c.overlaps.is_empty(), "copies overlapped: {:?}", c.overlaps);
         assert!(c.finished.values().all(|n| *n == 1), "{:?}", c.finished);
         assert_eq!(

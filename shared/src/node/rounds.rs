@@ -250,6 +250,7 @@ impl NodeCore {
         // The task's owner may still start it: see `owner_may_start`.
         let sets_differ = tentative && outcome.missing.is_empty() && outcome.ahead.is_empty();
         self.sets_differ = sets_differ;
+        self.stats.rounds_sets_differ += u64::from(sets_differ);
         if !tentative || sets_differ {
             // Every member proposed in this round: the rounds are in step, and each member's
             // start messages, sent before its proposal, are in.

@@ -34,10 +34,15 @@ pub struct NodeStats {
     /// Announcements refused: a task id known with another task.
     #[serde(default)]
     pub refused_announces: u64,
-    /// Rounds whose commits were not started because some member's proposal was missing,
-    /// counted as a pass for having moved on to a later round, or stated another member set.
+    /// Rounds with a commit not started because some member's proposal was missing, counted
+    /// as a pass for having moved on to a later round, or stated another member set.
     #[serde(default)]
     pub rounds_held_back: u64,
+    /// Rounds every member proposed in but some decided over another member set: only tasks
+    /// their winner owns started. Many of them mean peers' round trips straddle the in-step
+    /// bound (the peer timeout plus one heartbeat).
+    #[serde(default)]
+    pub rounds_sets_differ: u64,
     /// Protocol messages not taken, by why (`not-a-member`: from a peer not in step;
     /// `stale`, `unknown-peer`, `too-far-ahead`, `equivocation`, `version`, `invalid-claim`).
     #[serde(default)]
@@ -73,6 +78,7 @@ impl NodeStats {
         self.handed_back += o.handed_back;
         self.refused_announces += o.refused_announces;
         self.rounds_held_back += o.rounds_held_back;
+        self.rounds_sets_differ += o.rounds_sets_differ;
         self.resizes += o.resizes;
         self.reshares_refused += o.reshares_refused;
         for (k, v) in &o.protocol_refused {
