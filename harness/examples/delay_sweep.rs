@@ -11,7 +11,7 @@
 //!
 //! `cargo run --release -p tapfinger-harness --example delay_sweep`
 
-use tapfinger_harness::Cluster;
+use tapfinger_harness::{Cluster, lcg};
 
 /// Fixed-delay settings swept: (nodes, largest inbound delay in ms).
 const FIXED: [(usize, u64); 6] = [
@@ -25,16 +25,6 @@ const FIXED: [(usize, u64); 6] = [
 /// Changing-delay settings swept.
 const CHANGING: [(usize, u64); 3] = [(16, 400), (32, 250), (32, 400)];
 
-/// A linear congruential sequence from `seed` (the same on every run).
-fn lcg(mut s: u64) -> impl FnMut() -> u64 {
-    move || {
-        s = s
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        s >> 33
-    }
-}
-
 /// One run: `n` warmed-up nodes given `tasks` tasks round-robin, then stepped until all
 /// finished or `limit_ms` passed, `delays` setting the inbound delays every 500 ms (step 0
 /// included). Returns (finished, overlaps, finished twice).
@@ -42,15 +32,7 @@ fn run(n: usize, tasks: u64, limit_ms: u64, mut delays: impl FnMut(&mut [u64])) 
     let mut c = Cluster::new(n, "min");
     c.work_ms = 1500;
     delays(&mut c.inbound_delay);
-    for _ in 0..60 {
-        c.step();
-    }
-    for id in 0..tasks {
-        c.submit((id % n as u64) as usize, id);
-        if id % 4 == 0 {
-            c.step();
-        }
-    }
+    c.warm_and_load(tasks);
     let (start, mut steps) = (c.now, 0u64);
     while c.now < start + limit_ms && (c.finished.len() as u64) < tasks {
         if steps % 50 == 49 {

@@ -215,6 +215,21 @@ impl Cluster {
         c
     }
 
+    /// Warm up (60 steps: the nodes hear each other and hold their leases), then submit tasks
+    /// `0..tasks` round-robin over the nodes, a step after every fourth.
+    pub fn warm_and_load(&mut self, tasks: u64) {
+        for _ in 0..60 {
+            self.step();
+        }
+        let n = self.nodes.len() as u64;
+        for id in 0..tasks {
+            self.submit((id % n) as usize, id);
+            if id % 4 == 0 {
+                self.step();
+            }
+        }
+    }
+
     /// Run until every task of `0..n` finished somewhere, or `limit` steps.
     pub fn run_until_finished(&mut self, n: usize, limit: u32) {
         let mut steps = 0;
@@ -235,5 +250,19 @@ impl Cluster {
                     .collect()
             })
             .collect()
+    }
+}
+
+/// Multiplier of [`lcg`].
+pub const LCG_A: u64 = 6_364_136_223_846_793_005;
+/// Increment of [`lcg`].
+pub const LCG_C: u64 = 1_442_695_040_888_963_407;
+
+/// A linear congruential sequence from `state` (pseudo-random, the same on every run): the
+/// delays and losses of the harness's tests and sweeps.
+pub fn lcg(mut state: u64) -> impl FnMut() -> u64 {
+    move || {
+        state = state.wrapping_mul(LCG_A).wrapping_add(LCG_C);
+        state >> 33
     }
 }

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use tapfinger::task::TaskId;
 use tapfinger::wire::Body;
-use tapfinger_harness::Cluster;
+use tapfinger_harness::{Cluster, LCG_A, LCG_C, lcg};
 
 /// A node that hears everything late (its heartbeats reach the others on time, theirs reach it
 /// seconds later) decides on old news: in the 32-agent benchmark on 2 cores, 51 of 500 tasks
@@ -86,31 +86,12 @@ fn a_node_that_becomes_slow_stops_its_copies_before_anyone_runs_them_again() {
     );
 }
 
-const LCG_A: u64 = 6_364_136_223_846_793_005;
-const LCG_C: u64 = 1_442_695_040_888_963_407;
-
-/// A linear congruential sequence from `state` (pseudo-random, the same on every run).
-fn lcg(mut state: u64) -> impl FnMut() -> u64 {
-    move || {
-        state = state.wrapping_mul(LCG_A).wrapping_add(LCG_C);
-        state >> 33
-    }
-}
-
 /// `n` node cores ("min" policy, tasks of 1.5 s) that have warmed up and been given `tasks`
 /// tasks round-robin, a step after every fourth.
 fn busy(n: usize, tasks: u64) -> Cluster {
     let mut c = Cluster::new(n, "min");
     c.work_ms = 1500;
-    for _ in 0..60 {
-        c.step();
-    }
-    for id in 0..tasks {
-        c.submit((id % n as u64) as usize, id);
-        if id % 4 == 0 {
-            c.step();
-        }
-    }
+    c.warm_and_load(tasks);
     c
 }
 
@@ -204,15 +185,7 @@ fn peers_whose_delays_straddle_the_peer_timeout_still_run_every_task_once() {
         for i in 0..n {
             c.inbound_delay[i] = rnd() % (max_delay + 1);
         }
-        for _ in 0..60 {
-            c.step();
-        }
-        for id in 0..200u64 {
-            c.submit((id % n as u64) as usize, id);
-            if id % 4 == 0 {
-                c.step();
-            }
-        }
+        c.warm_and_load(200);
         let until = c.now + 30_000;
         while c.now < until && c.finished.len() < 200 {
             c.step();

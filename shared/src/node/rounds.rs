@@ -398,9 +398,9 @@ impl NodeCore {
     /// only its own pending task (not one it stopped for a lapsed lease, which is being handed
     /// back):
     ///
-    /// - Another node may start the task only while the owner is in step with it
-    ///   ([`NodeCore::start_rule`]), so a rival starter had the owner among its members when it
-    ///   claimed. Starting from a complete round means every member proposed stating the same
+    /// - Another node may start the task only while the owner is one of its round members (in
+    ///   step with it and holding its lease: [`NodeCore::start_rule`]), so a rival starter had
+    ///   the owner among its members when it claimed. Starting from a complete round means every member proposed stating the same
     ///   set, the owner included; the owner then holds the same proposals, and decides the task
     ///   the same way (a claim's outcome depends on the claims on that task alone).
     /// - A rival that starts from a round like this one is an owner too: the same node.
