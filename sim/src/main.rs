@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tapfinger_sim::report::{self, Comparison};
 use tapfinger_sim::{Scenario, Simulator, metrics, plot, policies, scenario};
 
+mod cli_plan;
 mod cli_train;
 
 #[derive(Parser)]
@@ -159,6 +160,11 @@ enum Cmd {
     },
     /// Train the learned TapFinger policy with PPO; checkpoints, curve CSV and plot go to --out.
     Train(cli_train::TrainArgs),
+    /// The least-cost layer-to-resource plan of a layer-chain job that meets its throughput
+    /// target (HeterPS): stages, units, throughput and cost (docs/PLANNING.md).
+    Plan(cli_plan::PlanArgs),
+    /// Every planner on random layer chains, cost against the exact plan.
+    PlanBench(cli_plan::PlanBenchArgs),
 }
 
 /// `A..B` as a range of whole numbers.
@@ -338,6 +344,8 @@ fn run(cli: Cli) -> Result<()> {
             emit(&c, &out)?;
         }
         Cmd::Train(args) => cli_train::train(args)?,
+        Cmd::Plan(args) => cli_plan::plan(args)?,
+        Cmd::PlanBench(args) => cli_plan::bench(args)?,
         Cmd::Curves { runs, out } => {
             let mut series = Vec::new();
             for r in &runs {
