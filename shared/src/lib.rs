@@ -13,6 +13,7 @@ pub mod graph;
 pub mod ledger;
 pub mod model;
 pub mod node;
+pub mod placement;
 pub mod plan;
 pub mod policy;
 pub mod protocol;

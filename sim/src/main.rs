@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tapfinger_sim::report::{self, Comparison};
 use tapfinger_sim::{Scenario, Simulator, metrics, plot, policies, scenario};
 
+mod cli_place;
 mod cli_plan;
 mod cli_train;
 
@@ -165,6 +166,9 @@ enum Cmd {
     Plan(cli_plan::PlanArgs),
     /// Every planner on random layer chains, cost against the exact plan.
     PlanBench(cli_plan::PlanBenchArgs),
+    /// Locality-aware placement of parameter-server jobs (LP rounding) against the exact
+    /// optimum, pack-first and spreading (docs/PLACEMENT.md).
+    PlaceBench(cli_place::PlaceBenchArgs),
 }
 
 /// `A..B` as a range of whole numbers.
@@ -346,6 +350,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Train(args) => cli_train::train(args)?,
         Cmd::Plan(args) => cli_plan::plan(args)?,
         Cmd::PlanBench(args) => cli_plan::bench(args)?,
+        Cmd::PlaceBench(args) => cli_place::bench(args),
         Cmd::Curves { runs, out } => {
             let mut series = Vec::new();
             for r in &runs {
