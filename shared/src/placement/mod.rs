@@ -223,6 +223,41 @@ pub fn finish(c: &Cluster, j: &Job, placements: Vec<SlotPlacement>) -> Option<Sc
     None
 }
 
+/// Why job `j` can never run on cluster `c`, even empty, or `None` if it can: its PS and fewest
+/// workers need more than the whole cluster, or they fit the cluster's total but not its boxes
+/// (a Kueue user's "admitted but unschedulable": 8 GPUs free as 2 × 4 do not hold a 6-GPU
+/// worker), or the host's interface cannot carry the remote workers the fewest need. Said at
+/// submit, so that such a job is refused rather than left waiting forever.
+pub fn never_fits(c: &Cluster, j: &Job) -> Option<String> {
+    let free = Free::new(c);
+    if simple::Exact::best_slot_within(c, &free, j, 0, j.workers.0.max(1)).is_some() {
+        return None;
+    }
+    let kinds = j.worker_demand.len();
+    let need: Vec<u64> = (0..kinds)
+        .map(|k| u64::from(j.ps * j.ps_demand[k]) + u64::from(j.workers.0 * j.worker_demand[k]))
+        .collect();
+    let total: Vec<u64> = (0..kinds)
+        .map(|k| c.capacity.iter().map(|b| u64::from(b[k])).sum())
+        .collect();
+    if need.iter().zip(&total).any(|(n, t)| n > t) {
+        return Some(format!(
+            "its {} PS and {} workers need {need:?} units in all; the whole cluster has {total:?}",
+            j.ps, j.workers.0
+        ));
+    }
+    let largest: Vec<u32> = (0..kinds)
+        .map(|k| c.capacity.iter().map(|b| b[k]).max().unwrap_or(0))
+        .collect();
+    Some(format!(
+        "its {} PS and {} workers fit the cluster's total ({need:?} of {total:?} units) but not its boxes: no box holds the PS ({:?} each) with room left, the largest box has {largest:?}, and the host's interface carries at most {} remote workers",
+        j.ps,
+        j.workers.0,
+        j.ps_demand,
+        j.max_remote(c)
+    ))
+}
+
 /// Slots a placer may look ahead from a job's arrival before it calls the job unplaceable.
 pub const MAX_SLOTS: usize = 400;
 

@@ -155,6 +155,21 @@ impl Exact {
     /// The placement with the most iterations in slot `t` (ties: fewer workers, then the
     /// earlier host and split), if any fits.
     pub fn best_slot(c: &Cluster, free: &Free, j: &Job, t: usize) -> Option<SlotPlacement> {
+        Self::best_slot_within(c, free, j, t, j.workers.1)
+    }
+
+    /// [`Exact::best_slot`] with at most `most` workers (the job's range still applies).
+    pub fn best_slot_within(
+        c: &Cluster,
+        free: &Free,
+        j: &Job,
+        t: usize,
+        most: u32,
+    ) -> Option<SlotPlacement> {
+        let j = &Job {
+            workers: (j.workers.0, most.min(j.workers.1)),
+            ..j.clone()
+        };
         let mut best: Option<(f64, SlotPlacement)> = None;
         let mut p = SlotPlacement {
             slot: t,

@@ -103,3 +103,37 @@ fn a_job_that_never_fits_is_refused_by_every_placer() {
     let out = run_online(&c, free, &jobs[..1], &Rounding::default(), 1);
     assert_eq!(out.training_slots, vec![None]);
 }
+
+#[test]
+fn a_gang_that_fits_the_total_but_not_the_boxes_is_told_apart_from_one_too_big() {
+    // Two boxes of 4 GPUs (kind 0) and 16 cores (kind 1): 8 GPUs in all.
+    let c = Cluster {
+        capacity: vec![vec![4, 16], vec![4, 16]],
+        internal: 5e9,
+        external: random::EDGE,
+        slot_seconds: 60.0,
+    };
+    let mut j = Job {
+        arrival: 0,
+        iterations: 100.0,
+        compute: 0.5,
+        gradient_bytes: 1e6,
+        workers: (1, 2),
+        ps: 1,
+        worker_demand: vec![6, 1],
+        ps_demand: vec![0, 1],
+    };
+    let why = never_fits(&c, &j).expect("a 6-GPU worker fits no 4-GPU box");
+    assert!(
+        why.contains("fit the cluster's total") && why.contains("not its boxes"),
+        "{why}"
+    );
+    j.worker_demand = vec![5, 1];
+    j.workers = (2, 2);
+    let why = never_fits(&c, &j).expect("10 GPUs are more than the cluster has");
+    assert!(why.contains("the whole cluster has"), "{why}");
+    j.worker_demand = vec![2, 1];
+    assert_eq!(never_fits(&c, &j), None);
+    let mut rng = crate::seeded_rng(0);
+    assert!(Exact.place(&c, &Free::new(&c), &j, &mut rng).is_some());
+}
