@@ -18,8 +18,10 @@ use std::collections::BTreeMap;
 /// Version of the envelope format; a message with another version is refused. (4: broadcasts
 /// travel in signed frames checked once per message, no longer in gossipsub's signed messages,
 /// so agents of version 3 and 4 cannot hear each other; the gossip topic names the version.
-/// 5: heartbeats carry their send time and echo each peer's, see [`NodeState::hears`].)
-pub const WIRE_VERSION: u16 = 6;
+/// 5: heartbeats carry their send time and echo each peer's, see [`NodeState::hears`].
+/// 7: proposals may be gang claims and state their sender's free units, see
+/// [`crate::protocol::gang`].)
+pub const WIRE_VERSION: u16 = 7;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.
@@ -364,6 +366,22 @@ impl Envelope {
                         return Err(invalid("claim: probability or headroom out of range"));
                     }
                 }
+                if let crate::protocol::Proposal::Gang(g) = &m.proposal {
+                    if g.members.len() > crate::protocol::gang::MAX_MEMBERS {
+                        return Err(invalid("gang claim: too many members"));
+                    }
+                    for (_, a) in &g.members {
+                        check_vec("gang member alloc", a, None)?;
+                    }
+                    let ok = g.prob.is_finite()
+                        && (0.0..=1.0).contains(&g.prob)
+                        && g.headroom.is_finite()
+                        && g.headroom >= 0.0;
+                    if !ok {
+                        return Err(invalid("gang claim: probability or headroom out of range"));
+                    }
+                }
+                check_vec("proposal free", &m.free, None)?;
             }
             Body::Started { alloc, .. } => check_vec("alloc", alloc, None)?,
             Body::Finished(_) => {}
@@ -476,6 +494,23 @@ mod tests {
                     headroom: 2.0,
                 }),
                 members: vec![NodeId(1), NodeId(4)],
+                free: Resources(vec![8, 2]),
+            }),
+            Body::Protocol(ProtocolMessage {
+                version: PROTOCOL_VERSION,
+                round: Round { slot: 3, step: 2 },
+                from: NodeId(4),
+                proposal: Proposal::Gang(crate::protocol::GangClaim {
+                    task: TaskId(10),
+                    members: vec![
+                        (NodeId(1), Resources(vec![2, 1])),
+                        (NodeId(4), Resources(vec![2, 0])),
+                    ],
+                    prob: 0.5,
+                    headroom: 1.5,
+                }),
+                members: vec![NodeId(1), NodeId(4)],
+                free: Resources::default(),
             }),
             Body::Started {
                 task: TaskId(9),

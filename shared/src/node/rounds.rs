@@ -161,7 +161,8 @@ impl NodeCore {
             _ => crate::protocol::Proposal::Pass,
         };
         let claim = !matches!(proposal, crate::protocol::Proposal::Pass);
-        match self.protocol.propose(proposal, now) {
+        // The free units go with the proposal, so that gangs may place members here.
+        match self.protocol.propose_offering(proposal, self.free(), now) {
             Ok(outputs) => {
                 self.stats.claims += u64::from(claim);
                 self.proposed_at = Some(now);

@@ -20,9 +20,11 @@ use crate::task::{NodeId, TaskId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
+pub mod gang;
 mod resolve;
+pub use gang::{GangClaim, GangCommit};
 use resolve::validate;
-pub use resolve::{posteriors, resolve};
+pub use resolve::{posteriors, resolve, resolve_with_free};
 
 /// Version of the wire format of [`Message`]; a message with another version is refused.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -64,6 +66,8 @@ pub enum Proposal {
     Pass,
     /// A claim.
     Claim(Claim),
+    /// A claim on a multi-node task: all its members, on the boxes named ([`gang`]).
+    Gang(GangClaim),
 }
 
 /// The message a member broadcasts for a round.
@@ -84,6 +88,10 @@ pub struct Message {
     /// [`RoundOutcome::disagree`].
     #[serde(default)]
     pub members: Vec<NodeId>,
+    /// The sender's free units when it proposed; empty: not stated. Gang claims place members
+    /// only on boxes that stated them this round ([`gang`]).
+    #[serde(default)]
+    pub free: Resources,
 }
 
 impl Message {
@@ -97,6 +105,7 @@ impl Message {
             from,
             proposal,
             members: Vec::new(),
+            free: Resources::default(),
         }
     }
 }
@@ -121,6 +130,9 @@ pub struct RoundOutcome {
     pub round: Round,
     /// Winners, sorted by task id.
     pub commits: Vec<Commit>,
+    /// Gangs that won, every member placed, sorted by task id.
+    #[serde(default)]
+    pub gangs: Vec<GangCommit>,
     /// Claims that lost (agent, task), sorted.
     pub lost: Vec<(NodeId, TaskId)>,
     /// Tasks claimed by more than one agent.
@@ -251,8 +263,8 @@ pub struct Protocol {
     round: Round,
     proposals: BTreeMap<NodeId, Proposal>,
     /// The member sets stated with the current round's proposals, and with the buffered ones.
-    stated: BTreeMap<NodeId, Vec<NodeId>>,
-    future_stated: BTreeMap<Round, BTreeMap<NodeId, Vec<NodeId>>>,
+    stated: BTreeMap<NodeId, Stated>,
+    future_stated: BTreeMap<Round, BTreeMap<NodeId, Stated>>,
     future: BTreeMap<Round, BTreeMap<NodeId, Proposal>>,
     committed: BTreeSet<TaskId>,
     committed_order: std::collections::VecDeque<TaskId>,
@@ -262,6 +274,15 @@ pub struct Protocol {
     sent_at: Option<u64>,
     resends: u32,
     config: ProtocolConfig,
+}
+
+/// What a member stated with its proposal besides the proposal itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Stated {
+    /// The members it decides the round with (empty: not stated).
+    members: Vec<NodeId>,
+    /// Its free units (empty: not stated).
+    free: Resources,
 }
 
 impl Protocol {
@@ -347,13 +368,31 @@ impl Protocol {
     /// The local agent's proposal for the current round. Returns the message to broadcast and,
     /// if every member's proposal is now in, the decided round.
     pub fn propose(&mut self, proposal: Proposal, now: u64) -> Result<Vec<Output>, ProtocolError> {
+        self.propose_offering(proposal, Resources::default(), now)
+    }
+
+    /// [`Protocol::propose`], stating this agent's free units: gangs may then place members on
+    /// this box in the round ([`gang`]).
+    pub fn propose_offering(
+        &mut self,
+        proposal: Proposal,
+        free: Resources,
+        now: u64,
+    ) -> Result<Vec<Output>, ProtocolError> {
         if self.has_proposed() {
             return Err(ProtocolError::AlreadyProposed(self.round));
         }
         let mut msg = Message::new(self.round, self.me, proposal);
         msg.members = self.members.iter().copied().collect();
+        msg.free = free;
         self.proposals.insert(self.me, msg.proposal.clone());
-        self.stated.insert(self.me, msg.members.clone());
+        self.stated.insert(
+            self.me,
+            Stated {
+                members: msg.members.clone(),
+                free: msg.free.clone(),
+            },
+        );
         self.proposed_at = Some(now);
         self.sent_at = Some(now);
         let mut out = vec![Output::Send(msg)];
@@ -415,7 +454,13 @@ impl Protocol {
             Some(_) => return Ok(Vec::new()),
             None => {
                 slot.insert(msg.from, proposal);
-                stated.insert(msg.from, msg.members);
+                stated.insert(
+                    msg.from,
+                    Stated {
+                        members: msg.members,
+                        free: msg.free,
+                    },
+                );
             }
         }
         if let Some(e) = invalid {
@@ -451,10 +496,11 @@ impl Protocol {
         self.sent_at = Some(now);
         self.resends += 1;
         let mine = self.proposals.get(&self.me).cloned();
-        let members = self.stated.get(&self.me).cloned().unwrap_or_default();
+        let st = self.stated.get(&self.me).cloned().unwrap_or_default();
         mine.map(|p| {
             let mut m = Message::new(self.round, self.me, p);
-            m.members = members;
+            m.members = st.members;
+            m.free = st.free;
             Output::Send(m)
         })
         .into_iter()
@@ -493,7 +539,9 @@ impl Protocol {
         };
         self.sent_at = Some(now);
         let mut m = Message::new(self.round, self.me, mine);
-        m.members = self.stated.get(&self.me).cloned().unwrap_or_default();
+        let st = self.stated.get(&self.me).cloned().unwrap_or_default();
+        m.members = st.members;
+        m.free = st.free;
         vec![Output::Send(m)]
     }
 
@@ -544,15 +592,23 @@ impl Protocol {
         let stated = std::mem::take(&mut self.stated);
         let disagree: Vec<NodeId> = stated
             .iter()
-            .filter(|(_, m)| !m.is_empty() && !m.iter().eq(self.members.iter()))
+            .filter(|(_, s)| !s.members.is_empty() && !s.members.iter().eq(self.members.iter()))
             .map(|(id, _)| *id)
             .collect();
-        let mut outcome = resolve(self.round, &proposals, &self.committed);
+        let free: BTreeMap<NodeId, Resources> = stated
+            .into_iter()
+            .filter(|(_, s)| !s.free.is_empty())
+            .map(|(id, s)| (id, s.free))
+            .collect();
+        let mut outcome = resolve_with_free(self.round, &proposals, &free, &self.committed);
         outcome.missing = missing;
         outcome.ahead = ahead;
         outcome.disagree = disagree;
         for c in &outcome.commits {
             self.mark_committed(c.task);
+        }
+        for g in &outcome.gangs {
+            self.mark_committed(g.task);
         }
         // Members that moved on never propose in the rounds between: go straight to the earliest
         // round one of them proposed in. (Stepping through them one by one, a member that lagged
@@ -606,6 +662,7 @@ mod tests {
             from: NodeId(from),
             proposal,
             members: Vec::new(),
+            free: Resources::default(),
         }
     }
 

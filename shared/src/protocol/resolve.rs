@@ -21,6 +21,9 @@ pub(super) fn validate(msg: &Message) -> Result<(), String> {
             return Err("empty allocation".into());
         }
     }
+    if let Proposal::Gang(g) = &msg.proposal {
+        super::gang::validate(g)?;
+    }
     Ok(())
 }
 
@@ -31,10 +34,23 @@ const MAX_HEADROOM: f64 = 1e6;
 /// Resolve one round: the pure, order-independent core of the protocol.
 ///
 /// `proposals` is keyed by agent id, so iteration (and therefore every floating-point sum) runs in
-/// agent-id order on every member. Claims on tasks in `committed` lose.
+/// agent-id order on every member. Claims on tasks in `committed` lose. Gang claims need the
+/// free units their boxes stated ([`resolve_with_free`]); here none are stated, so every gang
+/// claim loses.
 pub fn resolve(
     round: Round,
     proposals: &BTreeMap<NodeId, Proposal>,
+    committed: &BTreeSet<TaskId>,
+) -> RoundOutcome {
+    resolve_with_free(round, proposals, &BTreeMap::new(), committed)
+}
+
+/// [`resolve`] with the free units each member stated with its proposal, against which gang
+/// claims are placed all or nothing after the single claims ([`super::gang`]).
+pub fn resolve_with_free(
+    round: Round,
+    proposals: &BTreeMap<NodeId, Proposal>,
+    free: &BTreeMap<NodeId, crate::resources::Resources>,
     committed: &BTreeSet<TaskId>,
 ) -> RoundOutcome {
     let mut by_task: BTreeMap<TaskId, Vec<(NodeId, &Claim)>> = BTreeMap::new();
@@ -70,8 +86,11 @@ pub fn resolve(
             }
         }
     }
+    let (gangs, gangs_contested) =
+        super::gang::resolve(proposals, free, &commits, committed, &mut lost);
+    contested += gangs_contested;
     lost.sort();
-    let slot_ended = commits.is_empty();
+    let slot_ended = commits.is_empty() && gangs.is_empty();
     let next = if slot_ended {
         Round {
             slot: round.slot + 1,
@@ -86,6 +105,7 @@ pub fn resolve(
     RoundOutcome {
         round,
         commits,
+        gangs,
         lost,
         contested,
         missing: Vec::new(),
@@ -120,7 +140,7 @@ pub fn posteriors(claims: &[(NodeId, &Claim)]) -> Vec<f64> {
 }
 
 /// Index of the winning claim: the posterior argmax; ties go to the lowest agent id.
-fn posterior_argmax(claims: &[(NodeId, &Claim)]) -> usize {
+pub(super) fn posterior_argmax(claims: &[(NodeId, &Claim)]) -> usize {
     let post = posteriors(claims);
     let mut best = 0;
     for i in 1..claims.len() {
