@@ -10,6 +10,7 @@ mod episode;
 pub mod generate;
 pub mod import;
 pub mod metrics;
+pub mod planner;
 pub mod plot;
 pub mod policies;
 mod presets;

@@ -169,6 +169,8 @@ enum Cmd {
     /// Locality-aware placement of parameter-server jobs (LP rounding) against the exact
     /// optimum, pack-first and spreading (docs/PLACEMENT.md).
     PlaceBench(cli_place::PlaceBenchArgs),
+    /// Train the learned layer-to-resource planner (LSTM, REINFORCE) on random layer chains.
+    TrainPlanner(cli_plan::TrainPlannerArgs),
 }
 
 /// `A..B` as a range of whole numbers.
@@ -351,6 +353,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Plan(args) => cli_plan::plan(args)?,
         Cmd::PlanBench(args) => cli_plan::bench(args)?,
         Cmd::PlaceBench(args) => cli_place::bench(args),
+        Cmd::TrainPlanner(args) => cli_plan::train_planner(args)?,
         Cmd::Curves { runs, out } => {
             let mut series = Vec::new();
             for r in &runs {

@@ -511,6 +511,18 @@ fn plan_prints_the_least_cost_plan_and_refuses_what_no_plan_meets() {
     );
     assert!(v["cost"].as_f64().unwrap() > 0.0);
     assert!(v["alternatives"]["greedy"].is_object());
+    assert!(v["alternatives"]["learned"].is_object());
+    let (ok, out, err) = sim(&[
+        "plan",
+        "--job",
+        PLAN_JOB,
+        "--prices",
+        PLAN_PRICES,
+        "--planner",
+        "learned",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("learned plan: throughput"), "{out}");
 
     let job = std::fs::read_to_string(PLAN_JOB).unwrap();
     let too_fast = write(

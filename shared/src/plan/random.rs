@@ -70,3 +70,86 @@ pub fn chain(seed: u64, limited: bool) -> (Job, Prices) {
     };
     (job, prices)
 }
+
+/// A chain from a wider family than [`chain`], for training a planner that must read price lists
+/// and targets it has not seen: 2–16 layers; 2–4 types drawn from two CPU kinds and four GPU
+/// kinds at list prices scaled by 0.7–1.4 and scaling overheads of 0–0.1; each type unlimited
+/// or limited to 1–64 units (GPUs 1–8); a target of 5–800 batches/s and a link of 1–100 Gbit/s
+/// (both log-uniform). Many draws have no plan at all.
+pub fn varied(seed: u64) -> (Job, Prices) {
+    let mut rng = crate::seeded_rng(seed ^ 0x7a71_ed00);
+    // (name, kind, price, speed against the base GPU for dense layers, against a core for IO)
+    let pool = [
+        ("cpu", Kind::Cpu, 0.05, 0.0, 1.0),
+        ("arm", Kind::Cpu, 0.03, 0.0, 1.4),
+        ("t4", Kind::Gpu, 0.35, 1.0, 1.2),
+        ("a10", Kind::Gpu, 1.0, 2.2, 1.0),
+        ("v100", Kind::Gpu, 2.48, 2.8, 0.8),
+        ("a100", Kind::Gpu, 3.7, 5.0, 0.7),
+    ];
+    let mut picked: Vec<usize> = vec![rng.random_range(0..2usize)];
+    let more = rng.random_range(1..=3usize);
+    while picked.len() < 1 + more {
+        let i = rng.random_range(0..pool.len());
+        if !picked.contains(&i) {
+            picked.push(i);
+        }
+    }
+    let n = rng.random_range(2..=16usize);
+    let layers = (0..n)
+        .map(|l| {
+            let io_heavy = rng.random_bool(0.35);
+            let cpu = if io_heavy {
+                rng.random_range(0.001..0.02)
+            } else {
+                rng.random_range(0.01..0.3)
+            };
+            let gpu_gain = rng.random_range(6.0..25.0);
+            let mut time = BTreeMap::new();
+            for &i in &picked {
+                let (name, kind, _, fast, io) = pool[i];
+                let t = match (kind, io_heavy) {
+                    (Kind::Cpu, _) => cpu / io,
+                    (Kind::Gpu, true) => cpu * rng.random_range(0.7..2.0) / io,
+                    (Kind::Gpu, false) => cpu / gpu_gain / fast,
+                };
+                if kind == Kind::Cpu || !io_heavy || rng.random_bool(0.8) {
+                    time.insert(name.to_string(), t);
+                }
+            }
+            if time.is_empty() {
+                let (name, _, _, _, io) = pool[picked[0]];
+                time.insert(name.to_string(), cpu / io);
+            }
+            Layer {
+                name: format!("{}{l}", if io_heavy { "io" } else { "dense" }),
+                time,
+                out_bytes: rng.random_range(0.02e6..10e6),
+            }
+        })
+        .collect();
+    let job = Job {
+        name: format!("varied-{seed}"),
+        batches: 1e5,
+        throughput: (rng.random_range(5f64.ln()..800f64.ln())).exp(),
+        layers,
+    };
+    let prices = Prices {
+        link_bandwidth: (rng.random_range(1.25e8f64.ln()..1.25e10f64.ln())).exp(),
+        resources: picked
+            .iter()
+            .map(|&i| {
+                let (name, kind, price, _, _) = pool[i];
+                let cap = if kind == Kind::Gpu { 8 } else { 64 };
+                ResourceType {
+                    name: name.to_string(),
+                    kind,
+                    price: price * rng.random_range(0.7..1.4),
+                    units: rng.random_bool(0.6).then(|| rng.random_range(1..=cap)),
+                    scaling: rng.random_range(0.0..0.1),
+                }
+            })
+            .collect(),
+    };
+    (job, prices)
+}

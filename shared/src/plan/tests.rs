@@ -165,3 +165,25 @@ fn bad_input_names_what_is_wrong() {
         .expect_err("a misspelt table is refused");
     assert!(e.to_string().contains("unknown field"), "{e}");
 }
+
+#[test]
+fn the_exact_planner_matches_brute_force_on_the_wider_family() {
+    let mut reached = 0;
+    for seed in 0..60 {
+        let (mut job, prices) = random::varied(seed);
+        job.layers.truncate(7);
+        let p = Problem::new(job, prices).expect("a valid varied chain");
+        match (exact::plan(&p), brute_force(&p)) {
+            (Ok(plan), Some(best)) => {
+                assert!(
+                    (plan.cost - best).abs() <= 1e-9 * best.max(1.0),
+                    "seed {seed}"
+                );
+                reached += 1;
+            }
+            (Err(PlanError::Unreachable { .. }), None) => {}
+            (e, b) => panic!("seed {seed}: exact {e:?}, brute force {b:?}"),
+        }
+    }
+    assert!(reached > 20, "plans found: {reached}");
+}
