@@ -565,3 +565,35 @@ fn plan_prints_the_least_cost_plan_and_refuses_what_no_plan_meets() {
         "unknown field `outbytes`",
     );
 }
+
+#[test]
+fn the_planning_and_placement_benches_run_and_print_every_placer() {
+    let (ok, out, err) = sim(&["plan-bench", "--chains", "3"]);
+    assert!(ok, "{err}");
+    for name in [
+        "exact",
+        "learned",
+        "greedy",
+        "cpu-only",
+        "gpu-only",
+        "untrained",
+        "varied",
+    ] {
+        assert!(out.contains(name), "{name} missing from {out}");
+    }
+    let (ok, out, err) = sim(&[
+        "place-bench",
+        "--instances",
+        "4",
+        "--workloads",
+        "1",
+        "--jobs",
+        "6",
+        "--boxes",
+        "3",
+    ]);
+    assert!(ok, "{err}");
+    for name in ["lp-rounding", "pack-first", "spread", "edge", "rack"] {
+        assert!(out.contains(name), "{name} missing from {out}");
+    }
+}
