@@ -358,13 +358,8 @@ impl Envelope {
                 }
                 if let crate::protocol::Proposal::Claim(c) = &m.proposal {
                     check_vec("claim alloc", &c.alloc, None)?;
-                    let ok = c.prob.is_finite()
-                        && (0.0..=1.0).contains(&c.prob)
-                        && c.headroom.is_finite()
-                        && c.headroom >= 0.0;
-                    if !ok {
-                        return Err(invalid("claim: probability or headroom out of range"));
-                    }
+                    crate::protocol::check_bayes(c.prob, c.headroom)
+                        .map_err(|e| invalid(format!("claim: {e}")))?;
                 }
                 if let crate::protocol::Proposal::Gang(g) = &m.proposal {
                     if g.members.len() > crate::protocol::gang::MAX_MEMBERS {
@@ -373,13 +368,8 @@ impl Envelope {
                     for (_, a) in &g.members {
                         check_vec("gang member alloc", a, None)?;
                     }
-                    let ok = g.prob.is_finite()
-                        && (0.0..=1.0).contains(&g.prob)
-                        && g.headroom.is_finite()
-                        && g.headroom >= 0.0;
-                    if !ok {
-                        return Err(invalid("gang claim: probability or headroom out of range"));
-                    }
+                    crate::protocol::check_bayes(g.prob, g.headroom)
+                        .map_err(|e| invalid(format!("gang claim: {e}")))?;
                 }
                 check_vec("proposal free", &m.free, None)?;
             }

@@ -30,6 +30,59 @@ fn decided(out: Vec<Output>) -> Option<RoundOutcome> {
     })
 }
 
+/// Every member's outcome of one round: member i states `free[i]` with its proposal, hears the
+/// others in an order drawn from `orders[i]`, and proposes first or last by `orders[i]` too.
+fn decide_everywhere(props: &[Proposal], free: &[Resources], orders: &[u64]) -> Vec<RoundOutcome> {
+    let n = props.len();
+    let ids: Vec<NodeId> = (0..n as u32).map(NodeId).collect();
+    let msgs: Vec<Message> = props
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut m = Message::new(Round::default(), ids[i], p.clone());
+            m.free = free[i].clone();
+            m
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for (i, &me) in ids.iter().enumerate() {
+        let mut m = Protocol::new(
+            me,
+            ids.iter().copied(),
+            Round::default(),
+            ProtocolConfig::default(),
+        );
+        // A member-specific arrival order: rotate and reverse by a random key.
+        let mut order: Vec<usize> = (0..n).filter(|&j| j != i).collect();
+        let len = order.len().max(1);
+        order.rotate_left((orders[i] as usize) % len);
+        if orders[i] % 2 == 1 {
+            order.reverse();
+        }
+        let mut got = None;
+        // A third of the members propose first, the others last.
+        if orders[i] % 3 == 0 {
+            got = decided(
+                m.propose_offering(props[i].clone(), free[i].clone(), 0)
+                    .unwrap(),
+            );
+        }
+        for j in order {
+            if let Some(d) = decided(m.receive(msgs[j].clone(), 0).unwrap()) {
+                got = Some(d);
+            }
+        }
+        if !m.has_proposed() && got.is_none() {
+            got = decided(
+                m.propose_offering(props[i].clone(), free[i].clone(), 0)
+                    .unwrap(),
+            );
+        }
+        outcomes.push(got.expect("every member decides once all proposals are in"));
+    }
+    outcomes
+}
+
 proptest! {
     #[test]
     fn same_outcome_in_any_arrival_order(
@@ -38,32 +91,7 @@ proptest! {
     ) {
         let n = props.len();
         let ids: Vec<NodeId> = (0..n as u32).map(NodeId).collect();
-        let msgs: Vec<Message> = props
-            .iter()
-            .enumerate()
-            .map(|(i, p)| Message { version: tapfinger::protocol::PROTOCOL_VERSION, round: Round::default(), from: ids[i], proposal: p.clone(), members: Vec::new(), free: Resources::default() })
-            .collect();
-        let mut outcomes = Vec::new();
-        for (i, &me) in ids.iter().enumerate() {
-            let mut m = Protocol::new(me, ids.iter().copied(), Round::default(), ProtocolConfig::default());
-            // A member-specific arrival order: rotate and reverse by a random key.
-            let mut order: Vec<usize> = (0..n).filter(|&j| j != i).collect();
-            let len = order.len().max(1);
-            order.rotate_left((orders[i] as usize) % len);
-            if orders[i] % 2 == 1 { order.reverse(); }
-            let mut got = None;
-            // Half of the members propose first, the others last.
-            if orders[i] % 3 == 0 {
-                got = decided(m.propose(props[i].clone(), 0).unwrap());
-            }
-            for j in order {
-                if let Some(d) = decided(m.receive(msgs[j].clone(), 0).unwrap()) { got = Some(d); }
-            }
-            if !m.has_proposed() && got.is_none() {
-                got = decided(m.propose(props[i].clone(), 0).unwrap());
-            }
-            outcomes.push(got.expect("every member decides once all proposals are in"));
-        }
+        let outcomes = decide_everywhere(&props, &vec![Resources::default(); n], &orders);
         for o in &outcomes[1..] {
             prop_assert_eq!(o, &outcomes[0]);
         }
@@ -118,38 +146,10 @@ proptest! {
         orders in proptest::collection::vec(any::<u64>(), 7),
     ) {
         let n = props.len();
-        let ids: Vec<NodeId> = (0..n as u32).map(NodeId).collect();
         let free: Vec<Resources> = (0..n)
             .map(|i| frees[i].map_or(Resources::default(), |(a, b)| Resources(vec![a, b])))
             .collect();
-        let msgs: Vec<Message> = props
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let mut m = Message::new(Round::default(), ids[i], p.clone());
-                m.free = free[i].clone();
-                m
-            })
-            .collect();
-        let mut outcomes = Vec::new();
-        for (i, &me) in ids.iter().enumerate() {
-            let mut m = Protocol::new(me, ids.iter().copied(), Round::default(), ProtocolConfig::default());
-            let mut order: Vec<usize> = (0..n).filter(|&j| j != i).collect();
-            let len = order.len().max(1);
-            order.rotate_left((orders[i] as usize) % len);
-            if orders[i] % 2 == 1 { order.reverse(); }
-            let mut got = None;
-            if orders[i] % 3 == 0 {
-                got = decided(m.propose_offering(props[i].clone(), free[i].clone(), 0).unwrap());
-            }
-            for j in order {
-                if let Some(d) = decided(m.receive(msgs[j].clone(), 0).unwrap()) { got = Some(d); }
-            }
-            if !m.has_proposed() && got.is_none() {
-                got = decided(m.propose_offering(props[i].clone(), free[i].clone(), 0).unwrap());
-            }
-            outcomes.push(got.expect("every member decides once all proposals are in"));
-        }
+        let outcomes = decide_everywhere(&props, &free, &orders);
         for o in &outcomes[1..] {
             prop_assert_eq!(o, &outcomes[0]);
         }

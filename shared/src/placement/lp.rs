@@ -185,10 +185,7 @@ fn round(
 /// least) while it does not, then top it up to the job's minimum on the host first. `false`
 /// when it cannot be made to fit (the PS do not fit on the host, or the minimum cannot be met).
 fn repair(c: &Cluster, free: &Free, j: &Job, p: &mut SlotPlacement) -> bool {
-    let loose = Job {
-        workers: (0, j.workers.1),
-        ..j.clone()
-    };
+    let loose = j.without_minimum();
     // Remote boxes first, the slowest first; the host last.
     let mut drop_order: Vec<usize> = (0..c.boxes()).filter(|&m| m != p.host).collect();
     drop_order.push(p.host);
@@ -223,10 +220,7 @@ fn repair(c: &Cluster, free: &Free, j: &Job, p: &mut SlotPlacement) -> bool {
 /// the horizon.)
 fn augment(c: &Cluster, free: &Free, j: &Job, placements: &mut Vec<SlotPlacement>, horizon: usize) {
     let mut done: f64 = placements.iter().map(|p| p.iterations(j, c)).sum();
-    let loose = Job {
-        workers: (0, j.workers.1),
-        ..j.clone()
-    };
+    let loose = j.without_minimum();
     for t in j.arrival..j.arrival + horizon {
         if done >= j.iterations {
             break;

@@ -77,6 +77,15 @@ impl Job {
         1.0 / (self.compute + 2.0 * self.gradient_bytes / bw)
     }
 
+    /// The same job with no fewest workers: what a placement being built up or trimmed is
+    /// checked against before the minimum applies.
+    pub fn without_minimum(&self) -> Job {
+        Job {
+            workers: (0, self.workers.1),
+            ..self.clone()
+        }
+    }
+
     /// Most remote workers the host's interface carries.
     pub fn max_remote(&self, c: &Cluster) -> u32 {
         let per =

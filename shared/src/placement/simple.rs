@@ -39,10 +39,7 @@ fn fill(
     h: usize,
     mut next: impl FnMut(&SlotPlacement) -> Option<usize>,
 ) -> Option<SlotPlacement> {
-    let loose = Job {
-        workers: (0, j.workers.1),
-        ..j.clone()
-    };
+    let loose = j.without_minimum();
     let mut p = SlotPlacement {
         slot: t,
         host: h,
@@ -85,10 +82,7 @@ pub(crate) fn pack_slot(c: &Cluster, free: &Free, j: &Job, t: usize) -> Option<S
     let h = host(free, c, j, t)?;
     let mut order = vec![h];
     order.extend(by_room(free, c, t).into_iter().filter(|&m| m != h));
-    let loose = Job {
-        workers: (0, j.workers.1),
-        ..j.clone()
-    };
+    let loose = j.without_minimum();
     let mut blocked = vec![false; c.boxes()];
     fill(free, c, j, t, h, |p| {
         order.iter().copied().find(|&m| {
@@ -127,10 +121,7 @@ impl Placer for Spread {
     fn place(&self, c: &Cluster, free: &Free, j: &Job, _: &mut crate::Rng) -> Option<Schedule> {
         per_slot(c, j, |t| {
             let h = host(free, c, j, t)?;
-            let loose = Job {
-                workers: (0, j.workers.1),
-                ..j.clone()
-            };
+            let loose = j.without_minimum();
             let mut turn = 0usize;
             fill(free, c, j, t, h, |p| {
                 // The next box in turn that still takes a worker.

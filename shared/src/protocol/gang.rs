@@ -51,15 +51,7 @@ pub struct GangCommit {
 
 /// Why a gang claim is malformed (it is then counted as a pass).
 pub(super) fn validate(g: &GangClaim) -> Result<(), String> {
-    if !(g.prob.is_finite() && (0.0..=1.0).contains(&g.prob)) {
-        return Err(format!("probability {} outside [0, 1]", g.prob));
-    }
-    if !(g.headroom.is_finite() && g.headroom >= 0.0) {
-        return Err(format!(
-            "headroom {} is not a finite non-negative number",
-            g.headroom
-        ));
-    }
+    super::resolve::check_bayes(g.prob, g.headroom)?;
     if g.members.is_empty() || g.members.len() > MAX_MEMBERS {
         return Err(format!(
             "{} members (1 to {MAX_MEMBERS} allowed)",

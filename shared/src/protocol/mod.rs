@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub mod gang;
 mod resolve;
 pub use gang::{GangClaim, GangCommit};
+pub(crate) use resolve::check_bayes;
 use resolve::validate;
 pub use resolve::{posteriors, resolve, resolve_with_free};
 

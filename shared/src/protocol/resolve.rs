@@ -6,17 +6,23 @@ use super::{Claim, Commit, Message, Proposal, Round, RoundOutcome};
 use crate::task::{NodeId, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// The two numbers the Bayes rule reads from a claim (single or gang): a likelihood in [0, 1]
+/// and a finite non-negative headroom.
+pub(crate) fn check_bayes(prob: f64, headroom: f64) -> Result<(), String> {
+    if !(prob.is_finite() && (0.0..=1.0).contains(&prob)) {
+        return Err(format!("probability {prob} outside [0, 1]"));
+    }
+    if !(headroom.is_finite() && headroom >= 0.0) {
+        return Err(format!(
+            "headroom {headroom} is not a finite non-negative number"
+        ));
+    }
+    Ok(())
+}
+
 pub(super) fn validate(msg: &Message) -> Result<(), String> {
     if let Proposal::Claim(c) = &msg.proposal {
-        if !(c.prob.is_finite() && (0.0..=1.0).contains(&c.prob)) {
-            return Err(format!("probability {} outside [0, 1]", c.prob));
-        }
-        if !(c.headroom.is_finite() && c.headroom >= 0.0) {
-            return Err(format!(
-                "headroom {} is not a finite non-negative number",
-                c.headroom
-            ));
-        }
+        check_bayes(c.prob, c.headroom)?;
         if c.alloc.is_zero() {
             return Err("empty allocation".into());
         }

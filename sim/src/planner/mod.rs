@@ -361,7 +361,7 @@ impl Learned {
         let record =
             burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
                 .map_err(|e| err(e.to_string()))?;
-        let net = PlannerNet::new(&meta.config, &Device::flex())
+        let net = PlannerNet::new(&meta.train.config, &Device::flex())
             .try_load_record(record)
             .map_err(|e| err(e.to_string()))?;
         Ok(Self::new(net, 0))

@@ -51,9 +51,7 @@ impl Default for TrainConfig {
 /// What `train.json` holds beside the weights.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Meta {
-    /// The network's size.
-    pub config: PlannerConfig,
-    /// The run's settings.
+    /// The run's settings (the network's size among them).
     pub train: TrainConfig,
     /// Iterations done.
     pub iterations: u64,
@@ -206,7 +204,6 @@ impl Trainer {
         std::fs::create_dir_all(dir)?;
         self.inference_net().save_file(dir.join("model.bpk"))?;
         let meta = Meta {
-            config: self.cfg.config,
             train: self.cfg.clone(),
             iterations: self.iteration,
             command: command.to_string(),
