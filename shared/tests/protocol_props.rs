@@ -61,7 +61,7 @@ fn decide_everywhere(props: &[Proposal], free: &[Resources], orders: &[u64]) -> 
         }
         let mut got = None;
         // A third of the members propose first, the others last.
-        if orders[i] % 3 == 0 {
+        if orders[i].is_multiple_of(3) {
             got = decided(
                 m.propose_offering(props[i].clone(), free[i].clone(), 0)
                     .unwrap(),
