@@ -176,7 +176,7 @@ impl AgentMetrics {
             for t in st.tasks.values() {
                 match t {
                     TaskState::Pending => pending += 1,
-                    TaskState::Running { .. } => running += 1,
+                    TaskState::Running { .. } | TaskState::Gang { .. } => running += 1,
                     TaskState::Done { .. } => done += 1,
                 }
             }

@@ -340,6 +340,12 @@ pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
                     .join(","),
                 format!("{:.0}%", progress * 100.0),
             ),
+            TaskStatus::Gang { members, progress } => (
+                "gang",
+                members.first().map(|(n, _)| *n),
+                format!("{} members", members.len()),
+                format!("{:.0}%", progress * 100.0),
+            ),
             TaskStatus::Succeeded(e) => ("succeeded", Some(e.node), String::new(), String::new()),
             TaskStatus::Failed(e) => ("failed", Some(e.node), String::new(), String::new()),
             TaskStatus::Cancelled(e) => ("cancelled", Some(e.node), String::new(), String::new()),

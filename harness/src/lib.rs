@@ -185,6 +185,7 @@ impl Cluster {
             priority: 0,
             reachable,
             arrival: self.now / 200,
+            gang: None,
         };
         let acts = self.nodes[at].submit(task, spec());
         self.act(at, acts);

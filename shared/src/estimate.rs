@@ -237,6 +237,7 @@ mod tests {
             priority: 0,
             reachable: vec![NodeId(0)],
             arrival: 0,
+            gang: None,
         }
     }
 

@@ -287,6 +287,7 @@ mod tests {
             priority: 0,
             reachable: vec![NodeId(0), NodeId(1)],
             arrival: 0,
+            gang: None,
         };
         let node = |id| NodeView {
             id: NodeId(id),
@@ -331,6 +332,7 @@ mod tests {
             priority: 0,
             reachable: vec![NodeId(0)],
             arrival: 0,
+            gang: None,
         };
         // A cluster with CPU and memory only (its kinds in another order): GPU is zero.
         let kinds = crate::estimate::KindMap::from_names(&["mem", "cpu"]);

@@ -249,6 +249,7 @@ impl TaskSpec {
             priority: self.priority,
             reachable,
             arrival,
+            gang: None,
         })
     }
 }

@@ -52,6 +52,12 @@ pub struct Task {
     pub reachable: Vec<NodeId>,
     /// Slot (or round) in which the task arrived.
     pub arrival: u64,
+    /// A multi-node job: its workers and parameter servers, placed together as a gang
+    /// ([`crate::placement::gang`]); `None` for a task that runs as one process on one node.
+    /// A gang is in no node's queue (`reachable` is empty): no policy claims it one node at a
+    /// time; its owner proposes it whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<Box<crate::placement::gang::GangShape>>,
 }
 
 impl Task {

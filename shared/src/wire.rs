@@ -416,6 +416,7 @@ mod tests {
             priority: 0,
             reachable: vec![NodeId(0), NodeId(2)],
             arrival: 4,
+            gang: None,
         };
         let spec = TaskSpec {
             name: "mlp".into(),

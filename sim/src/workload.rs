@@ -167,6 +167,7 @@ fn replay(sc: &Scenario, trace: &[crate::trace::TraceTask]) -> Vec<Task> {
                 priority: def.priority,
                 reachable: hosts(&sc.nodes, def, |l| t.admits(l)),
                 arrival: t.arrival,
+                gang: None,
             }
         })
         .collect()
@@ -236,6 +237,7 @@ pub fn generate(sc: &Scenario, seed: u64) -> Vec<Task> {
                 priority: def.priority,
                 reachable,
                 arrival: slot,
+                gang: None,
             });
         }
         slot += 1;

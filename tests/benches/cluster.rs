@@ -392,6 +392,7 @@ fn report_stall(s: &[std::sync::Arc<Status>], ids: &BTreeSet<TaskId>) {
                 Some(TaskState::Running { node, progress, .. }) => {
                     format!("running@{}:{progress:.2}", node.0)
                 }
+                Some(TaskState::Gang { members, .. }) => format!("gang of {}", members.len()),
                 Some(TaskState::Done { node, .. }) => format!("done@{}", node.0),
             })
             .collect();

@@ -49,6 +49,7 @@ fn main() {
         priority: 0,
         reachable: vec![me],
         arrival: n,
+        gang: None,
     };
     let (mut store, _) = Store::open_with(&path, opts).expect("the journal opens");
     println!("journal bench: {tasks} tasks finished through one journal, keep_finished {keep}");

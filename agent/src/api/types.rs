@@ -46,6 +46,13 @@ pub enum TaskStatus {
         /// Progress in [0, 1].
         progress: f64,
     },
+    /// A gang running as its members, in rank order.
+    Gang {
+        /// Each member's node id and allocation in grid units per kind.
+        members: Vec<(u32, Vec<u32>)>,
+        /// Progress in [0, 1].
+        progress: f64,
+    },
     /// Exited with code 0.
     Succeeded(Ended),
     /// Exited otherwise, or could not start.
@@ -77,6 +84,12 @@ impl From<&TaskState> for TaskStatus {
             } => TaskStatus::Running {
                 node: node.0,
                 alloc: alloc.0.clone(),
+                progress: *progress,
+            },
+            TaskState::Gang {
+                members, progress, ..
+            } => TaskStatus::Gang {
+                members: members.iter().map(|(n, a)| (n.0, a.0.clone())).collect(),
                 progress: *progress,
             },
             TaskState::Done { node, code, epoch } => {

@@ -362,6 +362,7 @@ mod tests {
             priority: 0,
             reachable: vec![NodeId(1)],
             arrival: 0,
+            gang: None,
         }
     }
 

@@ -69,13 +69,16 @@ impl<M> Ledger<M> {
     /// Re-allocate tasks running on `node`: each new allocation within [minimum, cap], all of
     /// the node's tasks together within its capacity (tasks not named keep their allocation, or
     /// on an elastic node go back to their minimum demand). On error nothing changes. Returns
-    /// the tasks whose allocation in force changed, with their new allocation.
+    /// the tasks whose allocation in force changed, with their new allocation. The capacity is
+    /// what gang members on the node leave.
     pub fn rebalance(
         &mut self,
         node: NodeId,
         changes: &[(TaskId, Resources)],
     ) -> Result<Vec<(TaskId, Resources)>, LedgerError> {
-        let cap = self.capacity(node);
+        // Gang members' units are not the node's to re-share.
+        let mut cap = self.capacity(node);
+        sub_each(&mut cap, &self.held(node));
         let running: BTreeSet<TaskId> = self.running_on(node).collect();
         for (id, a) in changes {
             if !running.contains(id) {

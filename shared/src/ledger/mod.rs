@@ -52,6 +52,17 @@ pub enum TaskState {
         /// Slot in which it started.
         started: u64,
     },
+    /// A gang (a multi-node task) running as `members`, in rank order: each member's node and
+    /// allocation. Every member's units are held on its node, all of them from the same
+    /// moment to the same moment: a gang is never partly placed.
+    Gang {
+        /// Each member's node and allocation, in rank order.
+        members: Vec<(NodeId, Resources)>,
+        /// Progress in [0, 1].
+        progress: f64,
+        /// Slot in which it started.
+        started: u64,
+    },
     /// Finished (exit code, if any) on `node`, by the copy of `epoch` ([`crate::wire::CANCELLED`]:
     /// cancelled by a user at `node`).
     Done {
@@ -70,10 +81,11 @@ impl TaskState {
         matches!(self, TaskState::Done { code: Some(0), epoch, .. } if *epoch != crate::wire::CANCELLED)
     }
 
-    /// The node it runs on, if it runs.
+    /// The node it runs on, if it runs (a gang: its first member's, the PS host).
     pub fn running_on(&self) -> Option<NodeId> {
         match self {
             TaskState::Running { node, .. } => Some(*node),
+            TaskState::Gang { members, .. } => members.first().map(|(n, _)| *n),
             _ => None,
         }
     }
@@ -188,6 +200,11 @@ struct Book {
     queue: BTreeSet<(u64, u64, TaskId)>,
     /// Tasks running here, by id (the view lists them in this order).
     running: BTreeSet<TaskId>,
+    /// Units held by gang members here (in `used` and `min_used` too: a member's units are
+    /// fixed while its gang runs, no re-share takes them).
+    held: Resources,
+    /// Gangs with a member here, by id.
+    gangs: BTreeSet<TaskId>,
 }
 
 /// The ledger (module doc).
@@ -207,6 +224,8 @@ pub struct Ledger<M> {
     estimator: crate::estimate::Estimator,
     /// Whether nodes first heard of share elastically ([`Ledger::set_all_elastic`]).
     all_elastic: bool,
+    /// Pending gangs, by id (in no node's queue: their owners propose them whole).
+    pending_gangs: BTreeSet<TaskId>,
 }
 
 fn add_each(a: &mut Resources, b: &Resources) {
@@ -236,6 +255,7 @@ impl<M> Ledger<M> {
             nodes: BTreeMap::new(),
             estimator: crate::estimate::Estimator::default(),
             all_elastic: false,
+            pending_gangs: BTreeSet::new(),
         }
     }
 
@@ -300,6 +320,8 @@ impl<M> Ledger<M> {
                 .map(|e| order.key(&e.task, id))
                 .collect(),
             running: BTreeSet::new(),
+            held: Resources::default(),
+            gangs: BTreeSet::new(),
         })
     }
 
@@ -420,10 +442,22 @@ impl<M> Ledger<M> {
     fn index(&mut self, task: &Task, state: &TaskState) {
         match state {
             TaskState::Pending => {
+                if task.gang.is_some() {
+                    self.pending_gangs.insert(task.id);
+                }
                 for n in &task.reachable {
                     if let Some(b) = self.nodes.get_mut(n) {
                         b.queue.insert(self.order.key(task, *n));
                     }
+                }
+            }
+            TaskState::Gang { members, .. } => {
+                for (node, alloc) in members {
+                    let b = self.book(*node);
+                    b.gangs.insert(task.id);
+                    add_each(&mut b.used, alloc);
+                    add_each(&mut b.min_used, alloc);
+                    add_each(&mut b.held, alloc);
                 }
             }
             TaskState::Running { node, alloc, .. } => {
@@ -439,9 +473,20 @@ impl<M> Ledger<M> {
     fn unindex(&mut self, task: &Task, state: &TaskState) {
         match state {
             TaskState::Pending => {
+                self.pending_gangs.remove(&task.id);
                 for n in &task.reachable {
                     if let Some(b) = self.nodes.get_mut(n) {
                         b.queue.remove(&self.order.key(task, *n));
+                    }
+                }
+            }
+            TaskState::Gang { members, .. } => {
+                for (node, alloc) in members {
+                    if let Some(b) = self.nodes.get_mut(node) {
+                        b.gangs.remove(&task.id);
+                        sub_each(&mut b.used, alloc);
+                        sub_each(&mut b.min_used, alloc);
+                        sub_each(&mut b.held, alloc);
                     }
                 }
             }
@@ -529,6 +574,27 @@ impl<M> Ledger<M> {
             .get(&node)
             .into_iter()
             .flat_map(|b| b.running.iter().copied())
+    }
+
+    /// The gangs with a member on a node, by id.
+    pub fn gangs_on(&self, node: NodeId) -> impl Iterator<Item = TaskId> + '_ {
+        self.nodes
+            .get(&node)
+            .into_iter()
+            .flat_map(|b| b.gangs.iter().copied())
+    }
+
+    /// Units held on a node by gang members.
+    pub fn held(&self, node: NodeId) -> Resources {
+        self.nodes
+            .get(&node)
+            .map(|b| b.held.clone())
+            .unwrap_or_default()
+    }
+
+    /// The pending gangs, by id.
+    pub fn pending_gangs(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.pending_gangs.iter().copied()
     }
 
     /// A node's whole pending queue length (window and overflow).

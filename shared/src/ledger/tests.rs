@@ -10,6 +10,7 @@ fn task(id: u64, arrival: u64, min: [u32; 2], reachable: &[u32]) -> Arc<Task> {
         priority: 0,
         reachable: reachable.iter().map(|n| NodeId(*n)).collect(),
         arrival,
+        gang: None,
     })
 }
 
@@ -240,4 +241,65 @@ fn spread_orders_same_age_tasks_differently_per_node_and_keeps_age_first() {
         "{windows:?}"
     );
     assert_eq!(l.view(2, 0, 1, None), v, "deterministic");
+}
+
+#[test]
+fn a_gang_holds_its_members_units_on_every_box_and_no_re_share_takes_them() {
+    let mut l = two_nodes();
+    l.set_elastic(NodeId(0), true);
+    let mut g = (*task(3, 0, [1, 0], &[])).clone();
+    g.gang = Some(Box::new(crate::placement::gang::GangShape {
+        workers: (1, 2),
+        ps: 1,
+        worker_demand: Resources(vec![2, 1]),
+        ps_demand: Resources(vec![1, 0]),
+        compute_seconds: 1.0,
+        gradient_bytes: 1e6,
+    }));
+    l.insert(Arc::new(g), TaskState::Pending, ());
+    assert_eq!(l.pending_gangs().collect::<Vec<_>>(), vec![TaskId(3)]);
+    // In no node's queue: no policy claims a gang one node at a time.
+    assert_eq!(l.queue_len(NodeId(0)) + l.queue_len(NodeId(1)), 0);
+    l.insert(task(4, 0, [1, 0], &[0]), running(0, [1, 0]), ());
+    let members = vec![
+        (NodeId(0), Resources(vec![1, 0])),
+        (NodeId(0), Resources(vec![2, 1])),
+        (NodeId(1), Resources(vec![2, 1])),
+    ];
+    l.set_state(
+        TaskId(3),
+        TaskState::Gang {
+            members: members.clone(),
+            progress: 0.0,
+            started: 0,
+        },
+    );
+    assert_eq!(l.pending_gangs().count(), 0);
+    assert_eq!(l.held(NodeId(0)), Resources(vec![3, 1]));
+    assert_eq!(l.free(NodeId(0)), Resources(vec![4, 1]));
+    assert_eq!(l.claimable(NodeId(0)), Resources(vec![4, 1]));
+    assert_eq!(l.free(NodeId(1)), Resources(vec![2, 0]));
+    assert_eq!(l.gangs_on(NodeId(1)).collect::<Vec<_>>(), vec![TaskId(3)]);
+    assert_eq!(l[&TaskId(3)].state.running_on(), Some(NodeId(0)));
+    // The single task may grow into what the gang left (4 + its 1), not beyond.
+    assert!(
+        l.rebalance(NodeId(0), &[(TaskId(4), Resources(vec![5, 1]))])
+            .is_ok()
+    );
+    assert!(
+        l.rebalance(NodeId(0), &[(TaskId(4), Resources(vec![6, 1]))])
+            .is_err()
+    );
+    // Ended: every member's units come back at once.
+    l.set_state(
+        TaskId(3),
+        TaskState::Done {
+            node: NodeId(0),
+            code: Some(0),
+            epoch: 1,
+        },
+    );
+    assert_eq!(l.held(NodeId(0)), Resources(vec![0, 0]));
+    assert_eq!(l.free(NodeId(1)), Resources(vec![4, 1]));
+    assert_eq!(l.gangs_on(NodeId(0)).count(), 0);
 }

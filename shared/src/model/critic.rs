@@ -177,6 +177,7 @@ mod tests {
             priority: 0,
             reachable: vec![NodeId(0), NodeId(1)],
             arrival: 0,
+            gang: None,
         })
     }
 

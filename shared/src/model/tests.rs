@@ -26,6 +26,7 @@ fn random_view(seed: u64) -> ClusterView {
                 priority: 0,
                 reachable: vec![],
                 arrival: 0,
+                gang: None,
             }),
             est: Default::default(),
         })
@@ -55,6 +56,7 @@ fn random_view(seed: u64) -> ClusterView {
                     priority: 0,
                     reachable: vec![],
                     arrival: 0,
+                    gang: None,
                 }),
                 node: NodeId(n as u32),
                 alloc: a,
@@ -467,6 +469,7 @@ fn an_elastic_model_claims_a_task_beyond_the_allocation_grid() {
                 priority: 0,
                 reachable: vec![NodeId(0)],
                 arrival: 0,
+                gang: None,
             }),
             est: Default::default(),
         }],

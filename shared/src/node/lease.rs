@@ -314,13 +314,19 @@ impl NodeCore {
                     .iter()
                     .filter(|(_, t)| match &t.state {
                         TaskState::Running { node, .. } => *node == id,
+                        // A gang with a member there is no longer whole: it goes back to pending.
+                        TaskState::Gang { members, .. } => members.iter().any(|(n, _)| *n == id),
                         TaskState::Pending => t.meta.owner == Some(id),
                         TaskState::Done { .. } => false,
                     })
                     .map(|(tid, _)| tid)
                     .collect();
                 for tid in theirs {
-                    if self.tasks.get(tid).and_then(|t| t.state.running_on()) == Some(id) {
+                    let held_there = self.tasks.get(tid).is_some_and(|t| match &t.state {
+                        TaskState::Gang { .. } => true,
+                        s => s.running_on() == Some(id),
+                    });
+                    if held_there {
                         self.tasks.set_state(tid, TaskState::Pending);
                         self.protocol.release(tid);
                     }

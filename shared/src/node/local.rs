@@ -40,7 +40,7 @@ impl NodeCore {
                 epoch,
                 runs: None,
             }),
-            TaskState::Running { .. } | TaskState::Done { .. } => None,
+            TaskState::Running { .. } | TaskState::Gang { .. } | TaskState::Done { .. } => None,
         };
         if state != TaskState::Pending {
             self.protocol.mark_committed(id);
@@ -176,6 +176,7 @@ mod tests {
             priority: 0,
             reachable: vec![NodeId(0)],
             arrival: 0,
+            gang: None,
         };
         let spec = TaskSpec::from_toml("command = [\"x\"]\nmin_demand = { cpu = 1 }\n").unwrap();
         let running = TaskState::Running {

@@ -534,6 +534,9 @@ impl NodeCore {
                     self.set_copy(task, moved, epoch);
                 }
             }
+            // A single-process start of a task this node holds as a gang: a gang is started
+            // whole by its round's outcome, never by one member's message.
+            TaskState::Gang { .. } => {}
         }
         if self
             .tasks

@@ -23,6 +23,7 @@
 //! it. Beside it ([`simple`]): locality-oblivious spreading, pack-first, and the exact optimum
 //! by enumeration for small instances.
 
+pub mod gang;
 pub mod lp;
 pub mod random;
 pub mod simple;

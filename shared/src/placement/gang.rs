@@ -1,0 +1,321 @@
+//! A gang as the scheduler sees it ([`GangShape`]: how many workers and parameter servers, what
+//! each holds, and the two numbers of the locality model a user states), and its placement *now*,
+//! on the units the boxes have free this round, as the members of one
+//! [`GangClaim`](crate::protocol::GangClaim).
+//!
+//! The online placers of this module's parent plan a job slot by slot, changing its workers from
+//! one slot to the next. A gang that runs as processes cannot: its members are fixed when it
+//! starts (a framework's world size is set at rendezvous). So a gang is placed once, by the
+//! first slot of the placer's schedule on what is free now, and keeps that placement until it
+//! ends. Its members are listed in rank order: the parameter servers first (all on the host),
+//! then the workers, the host's first and then box by box, so that consecutive ranks sit
+//! together.
+
+use super::{Cluster, Free, Job, Placer, SlotPlacement};
+use crate::resources::Resources;
+use crate::task::NodeId;
+use serde::{Deserialize, Serialize};
+
+/// A multi-node job's members and its locality model, as submitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GangShape {
+    /// Fewest and most workers (equal: a fixed count).
+    pub workers: (u32, u32),
+    /// Parameter servers, all on one box (the host); at least 1.
+    pub ps: u32,
+    /// Units one worker holds.
+    pub worker_demand: Resources,
+    /// Units one parameter server holds.
+    pub ps_demand: Resources,
+    /// Seconds of compute per iteration of one worker, as stated by the user.
+    pub compute_seconds: f64,
+    /// Bytes of gradients (and of parameters) a worker exchanges with the PS per iteration, as
+    /// stated by the user.
+    pub gradient_bytes: f64,
+}
+
+/// Bytes per second within a box and between boxes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Links {
+    /// Within a box.
+    pub internal: f64,
+    /// Between two boxes, and through the host's network interface.
+    pub external: f64,
+}
+
+/// How a gang's members are put on the boxes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GangPlacer {
+    /// Locality-aware: the LP rounding ([`super::lp::Rounding`]).
+    #[default]
+    Locality,
+    /// The PS on the roomiest box, workers there first ([`super::simple::PackFirst`]).
+    PackFirst,
+    /// Locality-oblivious: workers dealt one per box in turn ([`super::simple::Spread`]).
+    Spread,
+}
+
+impl GangPlacer {
+    /// Every placer, in table order.
+    pub const ALL: [GangPlacer; 3] = [
+        GangPlacer::Locality,
+        GangPlacer::PackFirst,
+        GangPlacer::Spread,
+    ];
+
+    /// Name in tables and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            GangPlacer::Locality => "locality",
+            GangPlacer::PackFirst => "pack-first",
+            GangPlacer::Spread => "spread",
+        }
+    }
+
+    /// The placer of that name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+/// Why a gang shape is malformed.
+pub fn validate(s: &GangShape) -> Result<(), String> {
+    if s.ps == 0 {
+        return Err("ps: at least one parameter server".into());
+    }
+    if s.workers.0 == 0 || s.workers.0 > s.workers.1 {
+        return Err(format!(
+            "workers: the range {}..={} must start at 1 or more and not be empty",
+            s.workers.0, s.workers.1
+        ));
+    }
+    if (s.workers.1 + s.ps) as usize > crate::protocol::gang::MAX_MEMBERS {
+        return Err(format!(
+            "{} members; a gang has at most {}",
+            s.workers.1 + s.ps,
+            crate::protocol::gang::MAX_MEMBERS
+        ));
+    }
+    if s.worker_demand.is_zero() || s.ps_demand.is_zero() {
+        return Err("worker_demand and ps_demand must each name a positive unit".into());
+    }
+    if s.worker_demand.len() != s.ps_demand.len() {
+        return Err("worker_demand and ps_demand have different kinds".into());
+    }
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if !(positive(s.compute_seconds) && s.gradient_bytes.is_finite() && s.gradient_bytes >= 0.0) {
+        return Err("compute_seconds must be positive and gradient_bytes not negative".into());
+    }
+    Ok(())
+}
+
+impl GangShape {
+    /// The placement model's job for this shape: `slots` slots of its most workers' local work,
+    /// so that a placer fills the first slot as well as it can.
+    fn job(&self, c: &Cluster, slots: f64) -> Job {
+        let mut j = Job {
+            arrival: 0,
+            iterations: 1.0,
+            compute: self.compute_seconds,
+            gradient_bytes: self.gradient_bytes,
+            workers: self.workers,
+            ps: self.ps,
+            worker_demand: self.worker_demand.0.clone(),
+            ps_demand: self.ps_demand.0.clone(),
+        };
+        j.iterations =
+            (f64::from(self.workers.1) * j.rate(c, 0, 0) * c.slot_seconds * slots).max(1.0);
+        j
+    }
+
+    /// Place the gang on the units the boxes have free now (`free`, one entry per box), or
+    /// `None` if it does not fit them. Members in rank order (module doc).
+    pub fn place(
+        &self,
+        placer: GangPlacer,
+        free: &[(NodeId, Resources)],
+        links: Links,
+        rng: &mut crate::Rng,
+    ) -> Option<Vec<(NodeId, Resources)>> {
+        if free.is_empty() || validate(self).is_err() {
+            return None;
+        }
+        let kinds = self.worker_demand.len();
+        let c = Cluster {
+            capacity: free
+                .iter()
+                .map(|(_, f)| (0..kinds).map(|k| f.get(k)).collect())
+                .collect(),
+            internal: links.internal,
+            external: links.external,
+            slot_seconds: 1.0,
+        };
+        let j = self.job(&c, 4.0);
+        let room = Free::new(&c);
+        let schedule = match placer {
+            GangPlacer::Locality => super::lp::Rounding::default().place(&c, &room, &j, rng),
+            GangPlacer::PackFirst => super::simple::PackFirst.place(&c, &room, &j, rng),
+            GangPlacer::Spread => super::simple::Spread.place(&c, &room, &j, rng),
+        }?;
+        // The first slot is now; a schedule that waits does not place the gang now.
+        let first = schedule.slots.into_iter().next().filter(|p| p.slot == 0)?;
+        room.fits(&c, &j, &first)
+            .then(|| self.members(&first, free))
+    }
+
+    /// The members of placement `p` over the boxes of `free`, in rank order.
+    fn members(&self, p: &SlotPlacement, free: &[(NodeId, Resources)]) -> Vec<(NodeId, Resources)> {
+        let host = free[p.host].0;
+        let mut out: Vec<(NodeId, Resources)> = (0..self.ps)
+            .map(|_| (host, self.ps_demand.clone()))
+            .collect();
+        let order = std::iter::once(p.host).chain((0..free.len()).filter(|&m| m != p.host));
+        for m in order {
+            for _ in 0..p.workers[m] {
+                out.push((free[m].0, self.worker_demand.clone()));
+            }
+        }
+        out
+    }
+
+    /// Iterations per second of a gang placed as `members` (rank order: the first `ps` are the
+    /// PS, on the host), with `compute_seconds` per iteration: each worker on the host does
+    /// `1 / (compute + 2·gradient_bytes / internal)`, each elsewhere the same over `external`.
+    pub fn rate(&self, members: &[(NodeId, Resources)], links: Links, compute_seconds: f64) -> f64 {
+        let Some((host, _)) = members.first() else {
+            return 0.0;
+        };
+        members
+            .iter()
+            .skip(self.ps as usize)
+            .map(|(m, _)| {
+                let bw = if m == host {
+                    links.internal
+                } else {
+                    links.external
+                };
+                1.0 / (compute_seconds + 2.0 * self.gradient_bytes / bw)
+            })
+            .sum()
+    }
+
+    /// Why the gang can never run on boxes of these capacities, even all free (its PS and
+    /// fewest workers need more than the whole cluster, or fit the total but not the boxes),
+    /// or `None` if it can. Said at submit, so that such a gang is refused, not left pending.
+    pub fn never_fits(&self, capacities: &[Resources], links: Links) -> Option<String> {
+        if let Err(e) = validate(self) {
+            return Some(e);
+        }
+        let kinds = self.worker_demand.len();
+        let c = Cluster {
+            capacity: capacities
+                .iter()
+                .map(|f| (0..kinds).map(|k| f.get(k)).collect())
+                .collect(),
+            internal: links.internal,
+            external: links.external,
+            slot_seconds: 1.0,
+        };
+        if c.boxes() == 0 {
+            return Some("the cluster has no box".into());
+        }
+        super::never_fits(&c, &self.job(&c, 1.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(workers: (u32, u32)) -> GangShape {
+        GangShape {
+            workers,
+            ps: 1,
+            worker_demand: Resources(vec![2, 4]),
+            ps_demand: Resources(vec![1, 2]),
+            compute_seconds: 0.5,
+            gradient_bytes: 100e6,
+        }
+    }
+
+    const EDGE: Links = Links {
+        internal: 5e9,
+        external: 1.25e8,
+    };
+
+    fn boxes(cpus: &[u32]) -> Vec<(NodeId, Resources)> {
+        cpus.iter()
+            .enumerate()
+            .map(|(i, &c)| (NodeId(i as u32 * 10), Resources(vec![c, 4 * c])))
+            .collect()
+    }
+
+    #[test]
+    fn members_are_in_rank_order_within_what_is_free() {
+        let free = boxes(&[4, 9, 4]);
+        for placer in GangPlacer::ALL {
+            let mut rng = crate::seeded_rng(1);
+            let m = shape((2, 4)).place(placer, &free, EDGE, &mut rng).unwrap();
+            assert!(m.len() >= 3 && m.len() <= 5, "{placer:?}: {m:?}");
+            // The PS first, then the host's workers, then the others box by box.
+            assert_eq!(m[0].1, Resources(vec![1, 2]));
+            let host = m[0].0;
+            let nodes: Vec<NodeId> = m.iter().map(|(n, _)| *n).collect();
+            let first_away = nodes.iter().position(|n| *n != host).unwrap_or(nodes.len());
+            assert!(nodes[first_away..].iter().all(|n| *n != host), "{nodes:?}");
+            assert!(nodes[first_away..].is_sorted(), "{nodes:?}");
+            for (id, f) in &free {
+                let mut used = Resources::zeros(2);
+                for (n, a) in &m {
+                    if n == id {
+                        used = used.checked_add(a).unwrap();
+                    }
+                }
+                assert!(used.fits_in(f), "{placer:?} over box {id}: {used} of {f}");
+            }
+        }
+    }
+
+    #[test]
+    fn locality_keeps_workers_with_their_ps_where_spread_does_not() {
+        // Every box holds the PS and three workers; the edge links make remote workers slow.
+        let free = boxes(&[7, 7, 7]);
+        let s = shape((3, 3));
+        let mut rng = crate::seeded_rng(3);
+        let local = s
+            .place(GangPlacer::Locality, &free, EDGE, &mut rng)
+            .unwrap();
+        let spread = s.place(GangPlacer::Spread, &free, EDGE, &mut rng).unwrap();
+        assert!(local.iter().all(|(n, _)| *n == local[0].0), "{local:?}");
+        let (rl, rs) = (s.rate(&local, EDGE, 0.5), s.rate(&spread, EDGE, 0.5));
+        assert!(rl > 1.25 * rs, "local {rl} against spread {rs}");
+    }
+
+    #[test]
+    fn a_gang_that_fits_the_total_but_not_the_boxes_is_refused_as_such() {
+        // Two workers of 5 CPUs and a PS of 1 on three boxes of 4: 12 in all is enough, no box is.
+        let s = GangShape {
+            worker_demand: Resources(vec![5, 1]),
+            ..shape((2, 2))
+        };
+        let caps = vec![Resources(vec![4, 16]); 3];
+        let why = s.never_fits(&caps, EDGE).unwrap();
+        assert!(why.contains("not its boxes"), "{why}");
+        let why = shape((20, 20)).never_fits(&caps, EDGE).unwrap();
+        assert!(why.contains("whole cluster"), "{why}");
+        assert_eq!(shape((1, 2)).never_fits(&caps, EDGE), None);
+        assert!(
+            shape((0, 2))
+                .never_fits(&caps, EDGE)
+                .unwrap()
+                .contains("workers")
+        );
+        let free = boxes(&[1, 1]);
+        let mut rng = crate::seeded_rng(0);
+        assert_eq!(
+            shape((1, 1)).place(GangPlacer::Locality, &free, EDGE, &mut rng),
+            None
+        );
+    }
+}
