@@ -56,7 +56,9 @@ pub struct Task {
     /// ([`crate::placement::gang`]); `None` for a task that runs as one process on one node.
     /// A gang is in no node's queue (`reachable` is empty): no policy claims it one node at a
     /// time; its owner proposes it whole.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    // Always written (no `skip_serializing_if`): the wire's binary format has no field names
+    // to leave one out by.
+    #[serde(default)]
     pub gang: Option<Box<crate::placement::gang::GangShape>>,
 }
 

@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 /// so agents of version 3 and 4 cannot hear each other; the gossip topic names the version.
 /// 5: heartbeats carry their send time and echo each peer's, see [`NodeState::hears`].
 /// 7: proposals may be gang claims and state their sender's free units, see
-/// [`crate::protocol::gang`].)
-pub const WIRE_VERSION: u16 = 7;
+/// [`crate::protocol::gang`]. 8: a task may be a gang, [`crate::Task::gang`].)
+pub const WIRE_VERSION: u16 = 8;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.

@@ -19,6 +19,8 @@ pub struct Simulator {
     /// `[type][node]`: best isolated (slots, fractional slots, allocation) on that node, if the
     /// type can run there.
     best: Vec<Vec<Option<(u64, f64, Resources)>>>,
+    /// How gangs are placed, if not as the scenario says.
+    gang_placer: Option<tapfinger::placement::gang::GangPlacer>,
 }
 
 /// Largest allocation grid enumerated at once (lower bounds, the clairvoyant's table). A larger
@@ -96,7 +98,14 @@ impl Simulator {
             best,
             replicas: false,
             order: tapfinger::ledger::WindowOrder::ById,
+            gang_placer: None,
         }
+    }
+
+    /// Place gangs with `placer` instead of the scenario's (`None`: the scenario's).
+    pub fn gang_placer(mut self, placer: Option<tapfinger::placement::gang::GangPlacer>) -> Self {
+        self.gang_placer = placer;
+        self
     }
 
     /// Run every agent's own protocol instance and fail an episode if any two decide a round
@@ -167,6 +176,18 @@ impl Simulator {
         self.run_observed(policies, seed, &mut NoObserver)
     }
 
+    /// [`Simulator::run`] with gangs placed by `placer` (`None`: as [`Simulator::gang_placer`]
+    /// or the scenario says).
+    pub fn run_placed(
+        &self,
+        policies: Vec<Box<dyn Policy>>,
+        seed: u64,
+        placer: Option<tapfinger::placement::gang::GangPlacer>,
+    ) -> Result<EpisodeResult, SimError> {
+        self.episode(policies, seed, seed, placer)?
+            .run(seed, &mut NoObserver)
+    }
+
     /// [`Simulator::run`], reporting views, rounds and rewards to `observe` (audits, training).
     pub fn run_observed(
         &self,
@@ -188,10 +209,20 @@ impl Simulator {
         policy_seed: u64,
         observe: &mut dyn Observer,
     ) -> Result<EpisodeResult, SimError> {
-        let bound = |t: &Task, size: f64| self.lower_bound_sized(t, size);
+        self.episode(policies, workload_seed, policy_seed, None)?
+            .run(workload_seed, observe)
+    }
+
+    fn episode(
+        &self,
+        policies: Vec<Box<dyn Policy>>,
+        workload_seed: u64,
+        policy_seed: u64,
+        placer: Option<tapfinger::placement::gang::GangPlacer>,
+    ) -> Result<crate::episode::Episode<'_>, SimError> {
         crate::episode::Episode::new(
             &self.sc,
-            &bound,
+            Box::new(move |t: &Task, size: f64| self.lower_bound_sized(t, size)),
             policies,
             crate::episode::Seeds {
                 workload: workload_seed,
@@ -199,8 +230,8 @@ impl Simulator {
             },
             self.replicas,
             self.order,
-        )?
-        .run(workload_seed, observe)
+            placer.or(self.gang_placer),
+        )
     }
 }
 

@@ -6,7 +6,9 @@
 
 pub mod clairvoyant;
 pub mod env;
+
 mod episode;
+pub mod gangs;
 pub mod generate;
 pub mod import;
 pub mod metrics;

@@ -88,7 +88,8 @@ enum Cmd {
         scenario: String,
         /// Policy name: `tapfinger` (the learned policy: --model, else the model shipped for a
         /// preset, else the shipped general model), a baseline, `clairvoyant`, or
-        /// LABEL=MODEL_PATH [default: tapfinger].
+        /// LABEL=MODEL_PATH [default: tapfinger]; on a scenario with gangs, `NAME+PLACER`
+        /// places them with `locality`, `pack-first` or `spread` instead of the scenario's.
         #[arg(long)]
         policy: Option<String>,
         /// Seed of the workload and of the policies' randomness.
@@ -106,8 +107,9 @@ enum Cmd {
         #[arg(long, default_value = "hetero6")]
         scenario: String,
         /// Comma-separated policies (names as for `run`, LABEL=MODEL_PATH for extra trained
-        /// models); default: tapfinger (as for `run`), every baseline and the clairvoyant
-        /// reference.
+        /// models, NAME+PLACER for a gang placer); default: tapfinger (as for `run`), every
+        /// baseline and the clairvoyant reference, and on a scenario with gangs each of them
+        /// again with gangs placed `+pack-first` and `+spread` (locality-oblivious).
         #[arg(long, value_delimiter = ',')]
         policies: Vec<String>,
         /// Number of seeds.
@@ -431,9 +433,18 @@ fn run(cli: Cli) -> Result<()> {
             }
             let sim = load(&scenario)?;
             let names: Vec<String> = if names.is_empty() {
-                std::iter::once(policies::TAPFINGER)
+                let plain: Vec<String> = std::iter::once(policies::TAPFINGER)
                     .chain(policies::all_policies())
                     .map(|s| s.to_string())
+                    .collect();
+                let placers: &[&str] = if sim.scenario().gangs.is_some() {
+                    &["", "+pack-first", "+spread"]
+                } else {
+                    &[""]
+                };
+                placers
+                    .iter()
+                    .flat_map(|s| plain.iter().map(move |p| format!("{p}{s}")))
                     .collect()
             } else {
                 names

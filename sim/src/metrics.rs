@@ -37,6 +37,9 @@ pub struct Summary {
     pub failures: f64,
     /// Sum of all agents' returns.
     pub episode_return: f64,
+    /// Mean JCT of the gangs (multi-node jobs), if the episode had any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gang_avg_jct: Option<f64>,
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -87,6 +90,15 @@ pub fn summarize(r: &EpisodeResult, kinds: &[String]) -> Summary {
         steps_per_slot: r.slots.iter().map(|s| f64::from(s.steps)).sum::<f64>() / slots,
         failures: r.tasks.iter().map(|t| f64::from(t.failures)).sum(),
         episode_return: r.returns.iter().sum(),
+        gang_avg_jct: {
+            let g: Vec<f64> = r
+                .tasks
+                .iter()
+                .filter(|t| t.members > 0)
+                .map(|t| t.jct as f64)
+                .collect();
+            (!g.is_empty()).then(|| g.iter().sum::<f64>() / g.len() as f64)
+        },
     }
 }
 
@@ -130,6 +142,10 @@ pub fn mean_summary(s: &[Summary]) -> Summary {
         steps_per_slot: f(|x| x.steps_per_slot),
         failures: f(|x| x.failures),
         episode_return: f(|x| x.episode_return),
+        gang_avg_jct: {
+            let g: Vec<f64> = s.iter().filter_map(|x| x.gang_avg_jct).collect();
+            (!g.is_empty()).then(|| mean_std(&g).0)
+        },
     }
 }
 

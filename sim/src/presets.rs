@@ -50,6 +50,14 @@ pub(crate) const PRESETS: &[Preset] = &[
         name: "edge-synergy",
         toml: include_str!("../presets/edge-synergy.toml"),
     },
+    Preset {
+        name: "gang-edge",
+        toml: include_str!("../presets/gang-edge.toml"),
+    },
+    Preset {
+        name: "gang-rack",
+        toml: include_str!("../presets/gang-rack.toml"),
+    },
 ];
 
 /// Embedded data files that presets refer to by relative path.

@@ -12,6 +12,7 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
 use tapfinger::baselines::BaselineError;
+use tapfinger::placement::gang::GangPlacer;
 
 /// Errors of a comparison.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +116,19 @@ pub fn display_name(policy: &str) -> &str {
     policy.split_once('=').map_or(policy, |(label, _)| label)
 }
 
+/// A policy name and the gang placer it names after a `+` (`optimus+spread`: Optimus, with
+/// gangs placed locality-obliviously), if any: a scenario with gangs is compared placer by
+/// placer this way. A suffix that names no placer is part of the name.
+pub fn split_placer(policy: &str) -> (&str, Option<GangPlacer>) {
+    match policy.rsplit_once('+') {
+        Some((name, p)) => match GangPlacer::from_name(p) {
+            Some(placer) => (name, Some(placer)),
+            None => (policy, None),
+        },
+        None => (policy, None),
+    }
+}
+
 /// [`run_one`] with an optional learned-policy model.
 pub fn run_one_with(
     sim: &Simulator,
@@ -122,15 +136,17 @@ pub fn run_one_with(
     seed: u64,
     model: Option<&Path>,
 ) -> Result<EpisodeResult, CompareError> {
-    if policy == CLAIRVOYANT {
+    let (policy, placer) = split_placer(policy);
+    if policy == CLAIRVOYANT && placer.is_none() {
         return clairvoyant_episode(sim, seed);
     }
     let ps = instances_for(sim, policy, model, Some(seed))?;
-    sim.run(ps, seed).map_err(|source| CompareError::Episode {
-        policy: policy.into(),
-        seed,
-        source,
-    })
+    sim.run_placed(ps, seed, placer)
+        .map_err(|source| CompareError::Episode {
+            policy: policy.into(),
+            seed,
+            source,
+        })
 }
 
 /// The clairvoyant reference's episode on workload `seed`: knowing the whole workload in
@@ -186,7 +202,7 @@ pub fn compare_with(
     let kinds: Vec<String> = sc.kind_names();
     // Fail fast on an unknown name before running anything.
     for p in policy_names {
-        instances(sim, p, model)?;
+        instances(sim, split_placer(p).0, model)?;
     }
     let mut results = Vec::new();
     for p in policy_names {
@@ -228,13 +244,25 @@ pub fn table(c: &Comparison) -> String {
         .first()
         .map(|r| r.mean.utilization.keys().cloned().collect())
         .unwrap_or_default();
+    // Wide enough for the longest name (`first-fit-max+pack-first`).
+    let w = c
+        .results
+        .iter()
+        .map(|r| r.policy.len() + 1)
+        .max()
+        .unwrap_or(0)
+        .max(15);
     let _ = write!(
         s,
-        "{:<15} {:>14} {:>9} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9}",
+        "{:<w$} {:>14} {:>9} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9}",
         "policy", "avg JCT", "paper", "median", "p95", "p99", "JCT/LB", "makespan", "conflicts"
     );
     for k in &kinds {
         let _ = write!(s, " {:>7}", format!("util {k}"));
+    }
+    let gangs = c.results.iter().any(|r| r.mean.gang_avg_jct.is_some());
+    if gangs {
+        let _ = write!(s, " {:>9}", "gang JCT");
     }
     s.push('\n');
     for r in &c.results {
@@ -249,7 +277,7 @@ pub fn table(c: &Comparison) -> String {
         };
         let _ = write!(
             s,
-            "{:<15} {:>14} {:>9} {:>7.2} {:>7.2} {:>7.2} {:>8.2} {:>8.1} {:>9.2}",
+            "{:<w$} {:>14} {:>9} {:>7.2} {:>7.2} {:>7.2} {:>8.2} {:>8.1} {:>9.2}",
             name,
             format!("{:.2} ± {:.2}", m.avg_jct, r.avg_jct_std),
             paper,
@@ -265,6 +293,13 @@ pub fn table(c: &Comparison) -> String {
                 s,
                 " {:>7.1}%",
                 100.0 * m.utilization.get(k).copied().unwrap_or(0.0)
+            );
+        }
+        if gangs {
+            let _ = write!(
+                s,
+                " {:>9}",
+                m.gang_avg_jct.map_or("-".into(), |v| format!("{v:.2}"))
             );
         }
         s.push('\n');

@@ -121,6 +121,9 @@ pub struct ScenarioFile {
     /// A recorded workload replayed instead of drawn arrivals and sizes ([`crate::trace`]).
     #[serde(default)]
     pub trace: Option<crate::trace::TraceSpec>,
+    /// Multi-node jobs among the tasks ([`crate::gangs`]).
+    #[serde(default)]
+    pub gangs: Option<crate::gangs::GangsFile>,
     /// Published average JCT per policy, shown beside ours.
     #[serde(default)]
     pub published: BTreeMap<String, f64>,
@@ -275,6 +278,8 @@ pub struct Scenario {
     pub task_size: Option<crate::workload::TaskSize>,
     /// A recorded workload (its tasks replace drawn arrivals and sizes).
     pub trace: Option<Vec<crate::trace::TraceTask>>,
+    /// Multi-node jobs among the tasks.
+    pub gangs: Option<crate::gangs::Gangs>,
 }
 
 pub use crate::presets::presets;
@@ -590,6 +595,12 @@ impl Scenario {
             }
             None => None,
         };
+        let gangs = f
+            .gangs
+            .as_ref()
+            .map(|g| g.check(&names))
+            .transpose()
+            .map_err(|(field, reason)| invalid(field, reason))?;
         Ok(Scenario {
             name: f.name,
             description: f.description,
@@ -608,6 +619,7 @@ impl Scenario {
             burst: f.burst,
             task_size: f.task_size,
             trace,
+            gangs,
         })
     }
 

@@ -72,6 +72,7 @@ pub(crate) fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> 
                     burst: None,
                     task_size: None,
                     trace: None,
+                    gangs: None,
                     resources: names[..k].iter().map(|n| kind(n)).collect(),
                     nodes: caps
                         .into_iter()

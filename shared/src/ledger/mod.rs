@@ -584,12 +584,16 @@ impl<M> Ledger<M> {
             .flat_map(|b| b.gangs.iter().copied())
     }
 
-    /// Units held on a node by gang members.
+    /// Units held on a node by gang members (zeros in every kind of its capacity if none).
     pub fn held(&self, node: NodeId) -> Resources {
-        self.nodes
-            .get(&node)
-            .map(|b| b.held.clone())
-            .unwrap_or_default()
+        match self.nodes.get(&node) {
+            Some(b) => {
+                let mut h = b.held.clone();
+                h.0.resize(b.capacity.len().max(h.len()), 0);
+                h
+            }
+            None => Resources::default(),
+        }
     }
 
     /// The pending gangs, by id.

@@ -11,7 +11,7 @@
 //! then the workers, the host's first and then box by box, so that consecutive ranks sit
 //! together.
 
-use super::{Cluster, Free, Job, Placer, SlotPlacement};
+use super::{Cluster, Free, Job, SlotPlacement};
 use crate::resources::Resources;
 use crate::task::NodeId;
 use serde::{Deserialize, Serialize};
@@ -153,13 +153,13 @@ impl GangShape {
         };
         let j = self.job(&c, 4.0);
         let room = Free::new(&c);
-        let schedule = match placer {
-            GangPlacer::Locality => super::lp::Rounding::default().place(&c, &room, &j, rng),
-            GangPlacer::PackFirst => super::simple::PackFirst.place(&c, &room, &j, rng),
-            GangPlacer::Spread => super::simple::Spread.place(&c, &room, &j, rng),
+        let first = match placer {
+            // The placement is kept until the gang ends: the most work now, not a schedule
+            // that changes slot by slot.
+            GangPlacer::Locality => super::lp::Rounding::default().place_now(&c, &room, &j, rng),
+            GangPlacer::PackFirst => super::simple::pack_slot(&c, &room, &j, 0),
+            GangPlacer::Spread => super::simple::spread_slot(&c, &room, &j, 0),
         }?;
-        // The first slot is now; a schedule that waits does not place the gang now.
-        let first = schedule.slots.into_iter().next().filter(|p| p.slot == 0)?;
         room.fits(&c, &j, &first)
             .then(|| self.members(&first, free))
     }
@@ -290,6 +290,43 @@ mod tests {
         assert!(local.iter().all(|(n, _)| *n == local[0].0), "{local:?}");
         let (rl, rs) = (s.rate(&local, EDGE, 0.5), s.rate(&spread, EDGE, 0.5));
         assert!(rl > 1.25 * rs, "local {rl} against spread {rs}");
+    }
+
+    #[test]
+    fn the_lp_rounding_places_gangs_faster_than_pack_first_on_some_boxes_and_never_slower() {
+        use rand::RngExt;
+        let mut rng = crate::seeded_rng(5);
+        let (mut faster, mut slower) = (0, 0);
+        for _ in 0..300 {
+            let free: Vec<(NodeId, Resources)> = (0..6)
+                .map(|m| {
+                    let f = vec![rng.random_range(0..=16), rng.random_range(0..=64)];
+                    (NodeId(m), Resources(f))
+                })
+                .collect();
+            let s = GangShape {
+                workers: (rng.random_range(1..=2), rng.random_range(2..=8)),
+                ps: rng.random_range(1..=2),
+                worker_demand: Resources(vec![rng.random_range(1..=2), rng.random_range(1..=4)]),
+                compute_seconds: rng.random_range(0.2..1.0),
+                gradient_bytes: rng.random_range(20e6..200e6),
+                ..shape((1, 1))
+            };
+            let rate = |p: GangPlacer, rng: &mut crate::Rng| {
+                s.place(p, &free, EDGE, rng)
+                    .map_or(0.0, |m| s.rate(&m, EDGE, s.compute_seconds))
+            };
+            let (lp, pack) = (
+                rate(GangPlacer::Locality, &mut rng),
+                rate(GangPlacer::PackFirst, &mut rng),
+            );
+            faster += usize::from(lp > pack * (1.0 + 1e-9));
+            slower += usize::from(lp < pack * (1.0 - 1e-9));
+        }
+        // Pack-first's placement is one of the rounding's candidates; the draws beat it on
+        // a fair share of these free states (71 of 300 when this was written).
+        assert_eq!(slower, 0);
+        assert!(faster >= 30, "{faster} of 300");
     }
 
     #[test]

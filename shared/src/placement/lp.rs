@@ -44,10 +44,20 @@ struct Relaxed {
     n: Vec<Vec<Vec<f64>>>,
 }
 
+/// What the relaxation asks for.
+#[derive(Clone, Copy, PartialEq)]
+enum Goal {
+    /// Cover the job's iterations, as early as possible (the module doc's program).
+    Cover,
+    /// The most iterations in the job's arrival slot, no covering: a placement that is kept
+    /// until the job ends ([`Rounding::place_now`]).
+    MostWork,
+}
+
 /// Solve the relaxation over `horizon` slots from the job's arrival; `None` when infeasible.
 // Indices written as in the program above (t, h, m, k) read better than iterator chains here.
 #[allow(clippy::needless_range_loop)]
-fn relax(c: &Cluster, free: &Free, j: &Job, horizon: usize) -> Option<Relaxed> {
+fn relax(c: &Cluster, free: &Free, j: &Job, horizon: usize, goal: Goal) -> Option<Relaxed> {
     let boxes = c.boxes();
     let kinds = j.worker_demand.len();
     let mut vars = ProblemVariables::new();
@@ -69,14 +79,26 @@ fn relax(c: &Cluster, free: &Free, j: &Job, horizon: usize) -> Option<Relaxed> {
     // job's completion time: work pushed earlier finishes it sooner); the units held weigh a
     // tenth of that at most (fewer, local workers where the time is the same).
     let units = 0.1 / (f64::from(j.workers.1 + j.ps) * horizon as f64);
+    // The least work one worker does in a slot (remote), as a fraction of the job.
+    let least = j.rate(c, 1.min(boxes - 1), 0) * c.slot_seconds / j.iterations;
     let mut objective = Expression::with_capacity(horizon * boxes * (boxes + 1));
     for t in 0..horizon {
         let when = t as f64 + 0.5;
         for h in 0..boxes {
-            objective.add_mul(units * f64::from(j.ps), y[t][h]);
+            let ps_weight = match goal {
+                Goal::Cover => units,
+                Goal::MostWork => units * least,
+            };
+            objective.add_mul(ps_weight * f64::from(j.ps), y[t][h]);
             for m in 0..boxes {
                 let work = j.rate(c, m, h) * c.slot_seconds / j.iterations;
-                objective.add_mul(when * work + units, n[t][h][m]);
+                let weight = match goal {
+                    Goal::Cover => when * work + units,
+                    // Minimising minus the work; units held weigh a tenth of a worker's
+                    // least work at most, so they only break ties.
+                    Goal::MostWork => -work + units * least,
+                };
+                objective.add_mul(weight, n[t][h][m]);
             }
         }
     }
@@ -118,7 +140,9 @@ fn relax(c: &Cluster, free: &Free, j: &Job, horizon: usize) -> Option<Relaxed> {
             }
         }
     }
-    model.add_constraint(covered.geq(j.iterations));
+    if goal == Goal::Cover {
+        model.add_constraint(covered.geq(j.iterations));
+    }
     match model.solve() {
         Ok(s) => Some(Relaxed {
             y: y.iter()
@@ -279,6 +303,56 @@ fn complete(
     finish(c, j, placements)
 }
 
+impl Rounding {
+    /// The placement in the job's arrival slot that it keeps until it ends (a gang,
+    /// [`super::gang`]): the relaxation of that slot's most iterations (no covering), rounded
+    /// `draws` times and repaired, each draw topped up with workers (host first, then the
+    /// roomiest boxes) while they fit; the draw with the most iterations is kept, then (the
+    /// relaxation is often indifferent between hosts) the one whose host has the most room,
+    /// as pack-first's, then the one with the fewest workers. Pack-first's placement is a
+    /// candidate beside the draws, and stands in where the relaxation fails; `None` if nothing
+    /// fits.
+    pub fn place_now(
+        &self,
+        c: &Cluster,
+        free: &Free,
+        j: &Job,
+        rng: &mut crate::Rng,
+    ) -> Option<SlotPlacement> {
+        // Where the relaxation fails or no draw survives its repair, pack-first's placement
+        // stands in (as in `place`).
+        let packed = || pack_slot(c, free, j, j.arrival);
+        let Some(relaxed) = relax(c, free, j, 1, Goal::MostWork) else {
+            return packed();
+        };
+        let mut best: Option<(f64, SlotPlacement)> = None;
+        let room = |p: &SlotPlacement| super::simple::room(free, c, p.slot, p.host);
+        let draws = (0..self.draws.max(1)).filter_map(|_| {
+            let mut drawn = round(c, free, j, &relaxed, rng);
+            augment(c, free, j, &mut drawn, 1);
+            drawn.into_iter().find(|p| p.slot == j.arrival)
+        });
+        // Pack-first's placement is one more candidate: the relaxation may split the PS over
+        // several hosts (each half host's workers count as local), and then every draw keeps
+        // one host with half the workers.
+        let candidates: Vec<SlotPlacement> = draws.chain(packed()).collect();
+        for p in candidates {
+            let it = p.iterations(j, c);
+            let better = best.as_ref().is_none_or(|(b, q)| {
+                let same = it <= *b * (1.0 + 1e-12);
+                !same
+                    || (it >= *b
+                        && (room(&p), std::cmp::Reverse(p.total()))
+                            > (room(q), std::cmp::Reverse(q.total())))
+            });
+            if better && free.fits(c, j, &p) {
+                best = Some((it, p));
+            }
+        }
+        best.map(|(_, p)| p).or_else(packed)
+    }
+}
+
 impl Placer for Rounding {
     fn name(&self) -> &'static str {
         "lp-rounding"
@@ -288,11 +362,11 @@ impl Placer for Rounding {
         // Pack-first's schedule is a feasible integer solution: its length bounds the horizon.
         let packed = per_slot(c, j, |t| pack_slot(c, free, j, t))?;
         let mut hi = packed.training_slots.ceil().max(1.0) as usize;
-        let mut best_relaxed = relax(c, free, j, hi);
+        let mut best_relaxed = relax(c, free, j, hi, Goal::Cover);
         let mut lo = 1;
         while lo < hi {
             let mid = (lo + hi) / 2;
-            match relax(c, free, j, mid) {
+            match relax(c, free, j, mid, Goal::Cover) {
                 Some(r) => {
                     hi = mid;
                     best_relaxed = Some(r);

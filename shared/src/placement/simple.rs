@@ -12,7 +12,7 @@
 use super::{Cluster, Free, Job, MAX_SLOTS, Placer, Schedule, SlotPlacement, finish};
 
 /// Room left on box `m` in slot `t` (units of every kind added up).
-fn room(free: &Free, c: &Cluster, t: usize, m: usize) -> u32 {
+pub(crate) fn room(free: &Free, c: &Cluster, t: usize, m: usize) -> u32 {
     (0..c.capacity[m].len()).map(|k| free.get(t, m, k)).sum()
 }
 
@@ -119,23 +119,26 @@ impl Placer for Spread {
         "spread"
     }
     fn place(&self, c: &Cluster, free: &Free, j: &Job, _: &mut crate::Rng) -> Option<Schedule> {
-        per_slot(c, j, |t| {
-            let h = host(free, c, j, t)?;
-            let loose = j.without_minimum();
-            let mut turn = 0usize;
-            fill(free, c, j, t, h, |p| {
-                // The next box in turn that still takes a worker.
-                (0..c.boxes())
-                    .map(|i| (turn + i) % c.boxes())
-                    .find(|&m| {
-                        let mut q = p.clone();
-                        q.workers[m] += 1;
-                        free.fits(c, &loose, &q)
-                    })
-                    .inspect(|&m| turn = m + 1)
-            })
-        })
+        per_slot(c, j, |t| spread_slot(c, free, j, t))
     }
+}
+
+/// Spread's placement in slot `t`: the PS on the roomiest box, workers dealt one per box in turn.
+pub(crate) fn spread_slot(c: &Cluster, free: &Free, j: &Job, t: usize) -> Option<SlotPlacement> {
+    let h = host(free, c, j, t)?;
+    let loose = j.without_minimum();
+    let mut turn = 0usize;
+    fill(free, c, j, t, h, |p| {
+        // The next box in turn that still takes a worker.
+        (0..c.boxes())
+            .map(|i| (turn + i) % c.boxes())
+            .find(|&m| {
+                let mut q = p.clone();
+                q.workers[m] += 1;
+                free.fits(c, &loose, &q)
+            })
+            .inspect(|&m| turn = m + 1)
+    })
 }
 
 /// The most iterations in every slot, by enumeration (small instances only).

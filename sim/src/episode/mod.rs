@@ -19,145 +19,18 @@ use std::sync::Arc;
 use tapfinger::ledger::{Ledger, TaskState};
 use tapfinger::protocol::{Output, ProtocolConfig};
 use tapfinger::view::ClusterView;
-use tapfinger::{
-    NodeId, Policy, Protocol, ProtocolError, Resources, Round, RoundOutcome, Task, TaskId,
-};
+use tapfinger::{NodeId, Policy, Protocol, Resources, Round, RoundOutcome, Task, TaskId};
 
-/// Errors that end an episode.
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    /// A policy returned something the rules forbid (a bug in the policy).
-    #[error("policy {policy} on agent {agent} in slot {slot}: {reason}")]
-    PolicyViolation {
-        /// Policy name.
-        policy: String,
-        /// Agent.
-        agent: NodeId,
-        /// Slot.
-        slot: u64,
-        /// What it did wrong.
-        reason: String,
-    },
-    /// The number of policies does not match the number of nodes.
-    #[error("{policies} policies given for {nodes} nodes")]
-    PolicyCount {
-        /// Policies.
-        policies: usize,
-        /// Nodes.
-        nodes: usize,
-    },
-    /// Two protocol instances decided a round differently (a protocol bug).
-    #[error("protocol instances disagree on round {0}")]
-    Divergence(Round),
-    /// A protocol instance refused a message or did not decide.
-    #[error("protocol error in round {round}: {source}")]
-    Protocol {
-        /// Round.
-        round: Round,
-        /// Cause.
-        source: ProtocolError,
-    },
-    /// The round did not complete (a protocol bug).
-    #[error("round {0} was not decided by every agent")]
-    Undecided(Round),
-    /// The episode hit its slot limit.
-    #[error(
-        "episode did not finish within {slots} slots: {unfinished} task(s) unfinished ({stalled} stalled below their true need)"
-    )]
-    DidNotFinish {
-        /// Limit.
-        slots: u64,
-        /// Tasks not done.
-        unfinished: usize,
-        /// Of which running below their need.
-        stalled: usize,
-    },
-}
+mod gangs;
+mod records;
+pub use records::{EpisodeResult, NoObserver, Observer, SimError, SlotRecord, TaskRecord};
 
-/// Watches an episode as it runs (audits, training data collection). Every method has a no-op
-/// default.
-pub trait Observer {
-    /// Whether [`Observer::view`] should be called (building a snapshot costs time).
-    fn wants_views(&self) -> bool {
-        false
-    }
-    /// The cluster after every decision step and after every elastic re-allocation.
-    fn view(&mut self, _view: &ClusterView) {}
-    /// The view every agent decides from at each decision step (only if
-    /// [`Observer::wants_views`]).
-    fn decision_view(&mut self, _view: &ClusterView) {}
-    /// End of a slot's run: a running task's progress, and whether it finished.
-    fn progressed(&mut self, _slot: u64, _task: TaskId, _progress: f64, _finished: bool) {}
-    /// Every decided round, as all agents decided it.
-    fn round(&mut self, _outcome: &RoundOutcome) {}
-    /// End of a slot: each agent's reward for it (−tasks queued or running at its node).
-    fn slot_end(&mut self, _slot: u64, _rewards: &[f64]) {}
-    /// An elastic node re-allocated its running tasks after the slot's rounds: the tasks whose
-    /// allocation changed, with the allocation they run with from now on.
-    fn reallocated(&mut self, _slot: u64, _node: NodeId, _changed: &[(TaskId, Resources)]) {}
-}
+/// A check of the ledger (tests only; see `Episode::audit`).
+#[cfg(test)]
+type Audit = Box<dyn Fn(&Ledger<SimMeta>, bool)>;
 
-/// An observer that watches nothing.
-pub struct NoObserver;
-
-impl Observer for NoObserver {}
-
-/// What happened to one task.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct TaskRecord {
-    /// Task id.
-    pub id: u64,
-    /// Type name index.
-    pub ty: u16,
-    /// Arrival slot.
-    pub arrival: u64,
-    /// Slot of the (last) start.
-    pub start: u64,
-    /// End of the slot in which it finished.
-    pub finish: u64,
-    /// Node it finished on.
-    pub node: u32,
-    /// Completion time in slots (finish − arrival).
-    pub jct: u64,
-    /// Best isolated completion time in slots on any reachable node.
-    pub lower_bound: u64,
-    /// Failed runs (below the true need in `fail` mode).
-    pub failures: u32,
-}
-
-/// Per-slot measurements.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct SlotRecord {
-    /// Slot.
-    pub slot: u64,
-    /// Tasks arrived and not finished (at the end of the slot's decisions).
-    pub in_system: u32,
-    /// Allocated / capacity per kind, summed over nodes.
-    pub utilization: Vec<f64>,
-    /// Contested tasks in the slot's rounds.
-    pub conflicts: u32,
-    /// Tasks started.
-    pub commits: u32,
-    /// Decision steps (rounds).
-    pub steps: u32,
-}
-
-/// The outcome of one episode.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct EpisodeResult {
-    /// Policy name.
-    pub policy: String,
-    /// Seed.
-    pub seed: u64,
-    /// One record per task, by id.
-    pub tasks: Vec<TaskRecord>,
-    /// One record per slot.
-    pub slots: Vec<SlotRecord>,
-    /// Sum of per-slot rewards per agent (−tasks queued or running at that node).
-    pub returns: Vec<f64>,
-    /// Protocol messages delivered.
-    pub messages: u64,
-}
+/// A task's best isolated completion time in slots, given its size (its record's bound).
+pub(crate) type LowerBound<'a> = Box<dyn Fn(&Task, f64) -> u64 + 'a>;
 
 /// What the simulator keeps per task beside the ledger's state.
 #[derive(Debug, Clone, Default)]
@@ -192,7 +65,7 @@ pub(crate) struct Episode<'a> {
     /// The scenario: nodes, task types and their true speed.
     sc: &'a Scenario,
     /// A task's best isolated completion time on any node it can reach (its record's bound).
-    lower_bound: &'a dyn Fn(&Task, f64) -> u64,
+    lower_bound: LowerBound<'a>,
     /// One policy per agent (agent i decides for node i).
     policies: Vec<Box<dyn Policy>>,
     /// Agent 0's protocol instance, or every agent's in the replicated mode.
@@ -221,17 +94,26 @@ pub(crate) struct Episode<'a> {
     messages: u64,
     /// Capacity per kind over the cluster (for utilization).
     total_capacity: Vec<f64>,
+    /// How gangs are placed ([`gangs`]).
+    placer: tapfinger::placement::gang::GangPlacer,
+    /// Each gang's work and true compute time (the simulator's secret).
+    truths: std::collections::BTreeMap<TaskId, crate::gangs::GangTruth>,
+    /// A check of the ledger run after every step (`false`) and after the slot's re-shares,
+    /// before it runs (`true`) (tests only).
+    #[cfg(test)]
+    audit: Option<Audit>,
 }
 
 impl<'a> Episode<'a> {
     /// Prepare an episode of `sim` with one policy per node (node i is agent i).
     pub(crate) fn new(
         sc: &'a Scenario,
-        lower_bound: &'a dyn Fn(&Task, f64) -> u64,
+        lower_bound: LowerBound<'a>,
         policies: Vec<Box<dyn Policy>>,
         seeds: Seeds,
         replicas: bool,
         order: tapfinger::ledger::WindowOrder,
+        placer: Option<tapfinger::placement::gang::GangPlacer>,
     ) -> Result<Self, SimError> {
         let n = sc.nodes.len();
         if policies.len() != n {
@@ -279,6 +161,11 @@ impl<'a> Episode<'a> {
                     .sum()
             })
             .collect();
+        let mut arrivals = workload::generate(sc, seeds.workload);
+        let capacities: Vec<Resources> = sc.nodes.iter().map(|n| n.capacity.clone()).collect();
+        let truths = sc.gangs.as_ref().map_or_else(Default::default, |g| {
+            g.assign(&mut arrivals, &capacities, seeds.workload, sc.slot_seconds)
+        });
         Ok(Self {
             sc,
             lower_bound,
@@ -288,10 +175,7 @@ impl<'a> Episode<'a> {
             rngs,
             ids,
             ledger,
-            arrivals: workload::generate(sc, seeds.workload)
-                .into_iter()
-                .map(Arc::new)
-                .collect(),
+            arrivals: arrivals.into_iter().map(Arc::new).collect(),
             sizes: workload::sizes(sc, seeds.workload, sc.tasks as usize),
             next_arrival: 0,
             records: Vec::new(),
@@ -299,6 +183,12 @@ impl<'a> Episode<'a> {
             returns: vec![0.0; n],
             messages: 0,
             total_capacity,
+            placer: placer
+                .or(sc.gangs.as_ref().map(|g| g.placer))
+                .unwrap_or_default(),
+            truths,
+            #[cfg(test)]
+            audit: None,
         })
     }
 
@@ -318,9 +208,13 @@ impl<'a> Episode<'a> {
             let mut d = Decisions::default();
             loop {
                 let outcome = self.step(slot, d.steps, observe)?;
+                #[cfg(test)]
+                if let Some(a) = &self.audit {
+                    a(&self.ledger, false);
+                }
                 d.steps += 1;
                 d.conflicts += outcome.contested;
-                d.commits += outcome.commits.len() as u32;
+                d.commits += (outcome.commits.len() + outcome.gangs.len()) as u32;
                 if observe.wants_views() {
                     observe.view(&self.view(slot, d.steps));
                 }
@@ -329,10 +223,15 @@ impl<'a> Episode<'a> {
                 }
             }
             self.rebalance(slot, d.steps, observe)?;
+            #[cfg(test)]
+            if let Some(a) = &self.audit {
+                a(&self.ledger, true);
+            }
             let in_system = (self.next_arrival - self.records.len()) as u32;
             let utilization = self.utilization();
             self.pay(slot, observe);
             self.progress(slot, observe);
+            self.progress_gangs(slot, observe);
             self.slots.push(SlotRecord {
                 slot,
                 in_system,
@@ -428,13 +327,24 @@ impl<'a> Episode<'a> {
             let decision = self.policies[i].decide(&v, &mut self.rngs[i]);
             let proposal = tapfinger::policy::to_proposal(&decision, &v)
                 .map_err(|e| self.violation(i, slot, e.to_string()))?;
+            // An owner of a pending gang that fits proposes it instead ([`gangs`]).
+            let proposal = self.gang_proposal(i).unwrap_or(proposal);
+            // Every agent states its claimable units, as an agent does: gangs place members
+            // only on boxes that stated them.
+            let free = self.ledger.claimable(self.ids[i]);
             match (self.protocols.get_mut(i), decided.get_mut(i)) {
                 (Some(p), Some(d)) => {
-                    let out = p.propose(proposal, now).map_err(protocol_error)?;
+                    let out = p
+                        .propose_offering(proposal, free, now)
+                        .map_err(protocol_error)?;
                     collect(out, &mut sends, d);
                 }
                 // An agent without an instance of its own: its message, as it would send it.
-                _ => sends.push(tapfinger::Message::new(round, self.ids[i], proposal)),
+                _ => {
+                    let mut m = tapfinger::Message::new(round, self.ids[i], proposal);
+                    m.free = free;
+                    sends.push(m);
+                }
             }
         }
         // What the agents would exchange: every message to every other agent.
@@ -480,6 +390,7 @@ impl<'a> Episode<'a> {
                 m.prev = None;
             }
         }
+        self.start_gangs(&outcome, slot)?;
         Ok(outcome)
     }
 
@@ -611,6 +522,7 @@ impl<'a> Episode<'a> {
                     jct: finish - task.arrival,
                     lower_bound: (self.lower_bound)(&task, size),
                     failures: meta.failures,
+                    members: 0,
                 });
                 // Finished tasks leave the ledger: the record is all that is kept of them.
                 self.ledger.remove(id);
@@ -633,3 +545,6 @@ fn collect(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

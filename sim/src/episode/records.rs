@@ -1,0 +1,143 @@
+//! What an episode reports and how it fails: its records per task and per slot, its result,
+//! its errors, and the [`Observer`] that watches it run.
+
+use tapfinger::view::ClusterView;
+use tapfinger::{NodeId, ProtocolError, Resources, Round, RoundOutcome, TaskId};
+
+/// Errors that end an episode.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A policy returned something the rules forbid (a bug in the policy).
+    #[error("policy {policy} on agent {agent} in slot {slot}: {reason}")]
+    PolicyViolation {
+        /// Policy name.
+        policy: String,
+        /// Agent.
+        agent: NodeId,
+        /// Slot.
+        slot: u64,
+        /// What it did wrong.
+        reason: String,
+    },
+    /// The number of policies does not match the number of nodes.
+    #[error("{policies} policies given for {nodes} nodes")]
+    PolicyCount {
+        /// Policies.
+        policies: usize,
+        /// Nodes.
+        nodes: usize,
+    },
+    /// Two protocol instances decided a round differently (a protocol bug).
+    #[error("protocol instances disagree on round {0}")]
+    Divergence(Round),
+    /// A protocol instance refused a message or did not decide.
+    #[error("protocol error in round {round}: {source}")]
+    Protocol {
+        /// Round.
+        round: Round,
+        /// Cause.
+        source: ProtocolError,
+    },
+    /// The round did not complete (a protocol bug).
+    #[error("round {0} was not decided by every agent")]
+    Undecided(Round),
+    /// The episode hit its slot limit.
+    #[error(
+        "episode did not finish within {slots} slots: {unfinished} task(s) unfinished ({stalled} stalled below their true need)"
+    )]
+    DidNotFinish {
+        /// Limit.
+        slots: u64,
+        /// Tasks not done.
+        unfinished: usize,
+        /// Of which running below their need.
+        stalled: usize,
+    },
+}
+
+/// Watches an episode as it runs (audits, training data collection). Every method has a no-op
+/// default.
+pub trait Observer {
+    /// Whether [`Observer::view`] should be called (building a snapshot costs time).
+    fn wants_views(&self) -> bool {
+        false
+    }
+    /// The cluster after every decision step and after every elastic re-allocation.
+    fn view(&mut self, _view: &ClusterView) {}
+    /// The view every agent decides from at each decision step (only if
+    /// [`Observer::wants_views`]).
+    fn decision_view(&mut self, _view: &ClusterView) {}
+    /// End of a slot's run: a running task's progress, and whether it finished.
+    fn progressed(&mut self, _slot: u64, _task: TaskId, _progress: f64, _finished: bool) {}
+    /// Every decided round, as all agents decided it.
+    fn round(&mut self, _outcome: &RoundOutcome) {}
+    /// End of a slot: each agent's reward for it (−tasks queued or running at its node).
+    fn slot_end(&mut self, _slot: u64, _rewards: &[f64]) {}
+    /// An elastic node re-allocated its running tasks after the slot's rounds: the tasks whose
+    /// allocation changed, with the allocation they run with from now on.
+    fn reallocated(&mut self, _slot: u64, _node: NodeId, _changed: &[(TaskId, Resources)]) {}
+}
+
+/// An observer that watches nothing.
+pub struct NoObserver;
+
+impl Observer for NoObserver {}
+
+/// What happened to one task.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TaskRecord {
+    /// Task id.
+    pub id: u64,
+    /// Type name index.
+    pub ty: u16,
+    /// Arrival slot.
+    pub arrival: u64,
+    /// Slot of the (last) start.
+    pub start: u64,
+    /// End of the slot in which it finished.
+    pub finish: u64,
+    /// Node it finished on.
+    pub node: u32,
+    /// Completion time in slots (finish − arrival).
+    pub jct: u64,
+    /// Best isolated completion time in slots on any reachable node.
+    pub lower_bound: u64,
+    /// Failed runs (below the true need in `fail` mode).
+    pub failures: u32,
+    /// Members of a gang (multi-node job); 0 for a single task.
+    pub members: u32,
+}
+
+/// Per-slot measurements.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SlotRecord {
+    /// Slot.
+    pub slot: u64,
+    /// Tasks arrived and not finished (at the end of the slot's decisions).
+    pub in_system: u32,
+    /// Allocated / capacity per kind, summed over nodes.
+    pub utilization: Vec<f64>,
+    /// Contested tasks in the slot's rounds.
+    pub conflicts: u32,
+    /// Tasks started.
+    pub commits: u32,
+    /// Decision steps (rounds).
+    pub steps: u32,
+}
+
+/// The outcome of one episode.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EpisodeResult {
+    /// Policy name.
+    pub policy: String,
+    /// Seed.
+    pub seed: u64,
+    /// One record per task, by id.
+    pub tasks: Vec<TaskRecord>,
+    /// One record per slot.
+    pub slots: Vec<SlotRecord>,
+    /// Sum of per-slot rewards per agent (−tasks queued or running at that node).
+    pub returns: Vec<f64>,
+    /// Protocol messages delivered.
+    pub messages: u64,
+}
