@@ -57,6 +57,79 @@ pub struct TaskSpec {
     /// task's GPUs stay at its minimum demand from start to end.
     #[serde(default)]
     pub resumable: bool,
+    /// A multi-node job: the command runs once per member (parameter servers first, then
+    /// workers), placed across boxes all at once, each member with the rendezvous environment
+    /// (`MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`, `LOCAL_RANK`, ...). The members'
+    /// demands replace `min_demand` and `max_demand`, which must then be left out.
+    #[serde(default)]
+    pub gang: Option<GangSpec>,
+}
+
+/// The `[gang]` table of a spec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GangSpec {
+    /// Workers: a count (`workers = 4`) or a range (`workers = [2, 8]`, as many as fit).
+    pub workers: WorkerCount,
+    /// Parameter servers (all on one box, the host of rank 0); at least 1.
+    #[serde(default = "one_ps")]
+    pub ps: i64,
+    /// Units per resource kind one worker holds.
+    pub worker_demand: BTreeMap<String, i64>,
+    /// Units per resource kind one parameter server holds.
+    pub ps_demand: BTreeMap<String, i64>,
+    /// Seconds of compute per iteration of one worker (for placement; default 1).
+    #[serde(default = "one_second")]
+    pub compute_seconds: f64,
+    /// Megabytes of gradients a worker exchanges with the PS per iteration (for placement: a
+    /// worker away from the PS host is slower by this over the link; default 100).
+    #[serde(default = "hundred_mb")]
+    pub gradient_mb: f64,
+}
+
+/// A worker count: at least the first, at most the second. Written as a number (`4`: exactly
+/// four) or a range (`[2, 8]`) in TOML and JSON; always as the pair on the wire, whose binary
+/// format cannot tell a number from a list by looking.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WorkerCount(pub i64, pub i64);
+
+impl Serialize for WorkerCount {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() && self.0 == self.1 {
+            s.serialize_i64(self.0)
+        } else {
+            [self.0, self.1].serialize(s)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for WorkerCount {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Fixed(i64),
+            Range([i64; 2]),
+        }
+        if !d.is_human_readable() {
+            let [a, b] = <[i64; 2]>::deserialize(d)?;
+            return Ok(WorkerCount(a, b));
+        }
+        Ok(match Written::deserialize(d)? {
+            Written::Fixed(n) => WorkerCount(n, n),
+            Written::Range([a, b]) => WorkerCount(a, b),
+        })
+    }
+}
+
+fn one_ps() -> i64 {
+    1
+}
+fn one_second() -> f64 {
+    1.0
+}
+fn hundred_mb() -> f64 {
+    100.0
 }
 
 /// A spec that cannot be accepted; `field` names the offending field (`min_demand.cpu`, ...).
@@ -160,6 +233,9 @@ impl TaskSpec {
             }
             Ok(r)
         };
+        if let Some(g) = &self.gang {
+            return self.validate_gang(g, space, types, nodes, id, arrival, &units);
+        }
         let min = units("min_demand", &self.min_demand)?;
         if min.0.iter().all(|u| *u == 0) {
             return Err(err(
@@ -235,21 +311,132 @@ impl TaskSpec {
                 }),
             ));
         }
-        let ty = types.iter().position(|t| *t == self.task_type).map_or_else(
-            || class_id(&self.task_type),
-            |i| u16::try_from(i).unwrap_or(0),
-        );
+        let ty = self.type_id(types);
         let mut reachable = reachable;
         reachable.sort();
         Ok(Task {
             id,
-            ty: TaskTypeId(ty),
+            ty,
             min_demand: min,
             max_demand: max,
             priority: self.priority,
             reachable,
             arrival,
             gang: None,
+        })
+    }
+}
+
+impl TaskSpec {
+    fn type_id(&self, types: &[String]) -> TaskTypeId {
+        TaskTypeId(types.iter().position(|t| *t == self.task_type).map_or_else(
+            || class_id(&self.task_type),
+            |i| u16::try_from(i).unwrap_or(0),
+        ))
+    }
+
+    /// The nodes the spec's labels and names allow.
+    fn eligible<'n, 'a>(&self, nodes: &'n [Placement<'a>]) -> Vec<&'n Placement<'a>> {
+        nodes
+            .iter()
+            .filter(|n| {
+                (self.nodes.is_empty() || self.nodes.iter().any(|x| x == n.name))
+                    && self
+                        .require_labels
+                        .iter()
+                        .all(|(k, v)| n.labels.get(k) == Some(v))
+            })
+            .collect()
+    }
+
+    /// [`TaskSpec::validate`] of a gang: its shape, refused if it could never run on the
+    /// eligible nodes (with why: more than the whole cluster, or the total but not the boxes).
+    #[allow(clippy::too_many_arguments)]
+    fn validate_gang(
+        &self,
+        g: &GangSpec,
+        space: &ResourceSpace,
+        types: &[String],
+        nodes: &[Placement<'_>],
+        id: TaskId,
+        arrival: u64,
+        units: &dyn Fn(&str, &BTreeMap<String, i64>) -> Result<Resources, SpecError>,
+    ) -> Result<Task, SpecError> {
+        if !self.min_demand.is_empty() || !self.max_demand.is_empty() {
+            return Err(err(
+                "min_demand",
+                "a gang gives its demand per member, in gang.worker_demand and gang.ps_demand",
+            ));
+        }
+        let WorkerCount(lo, hi) = g.workers;
+        let max = crate::protocol::gang::MAX_MEMBERS as i64;
+        if lo < 1 || hi < lo || hi + g.ps > max {
+            return Err(err(
+                "gang.workers",
+                format!(
+                    "{lo}..={hi} workers with {} PS: from 1 worker, at most {max} members in all",
+                    g.ps
+                ),
+            ));
+        }
+        if g.ps < 1 {
+            return Err(err("gang.ps", "at least one parameter server"));
+        }
+        for (f, x) in [
+            ("gang.compute_seconds", g.compute_seconds),
+            ("gang.gradient_mb", g.gradient_mb),
+        ] {
+            if !(x.is_finite() && x >= 0.0) || (f == "gang.compute_seconds" && x == 0.0) {
+                return Err(err(f, format!("must be a positive number, got {x}")));
+            }
+        }
+        let shape = crate::placement::gang::GangShape {
+            workers: (lo as u32, hi as u32),
+            ps: g.ps as u32,
+            worker_demand: units("gang.worker_demand", &g.worker_demand)?,
+            ps_demand: units("gang.ps_demand", &g.ps_demand)?,
+            compute_seconds: g.compute_seconds,
+            gradient_bytes: g.gradient_mb * 1e6,
+        };
+        for (f, d) in [
+            ("gang.worker_demand", &shape.worker_demand),
+            ("gang.ps_demand", &shape.ps_demand),
+        ] {
+            if d.is_zero() {
+                return Err(err(
+                    f,
+                    format!(
+                        "at least one kind must be positive (kinds: {})",
+                        kind_names(space).join(", ")
+                    ),
+                ));
+            }
+        }
+        let eligible = self.eligible(nodes);
+        if eligible.is_empty() {
+            return Err(err(
+                "require_labels",
+                "no node carries all the required labels (and is among `nodes`)",
+            ));
+        }
+        let caps: Vec<Resources> = eligible.iter().map(|n| n.capacity.clone()).collect();
+        if let Some(why) = shape.never_fits(&caps, crate::placement::gang::Links::EDGE) {
+            return Err(err(
+                "gang",
+                format!("can never run on the {} eligible nodes: {why}", caps.len()),
+            ));
+        }
+        let mut reachable: Vec<NodeId> = eligible.iter().map(|n| n.id).collect();
+        reachable.sort();
+        Ok(Task {
+            id,
+            ty: self.type_id(types),
+            min_demand: shape.worker_demand.clone(),
+            max_demand: None,
+            priority: self.priority,
+            reachable,
+            arrival,
+            gang: Some(Box::new(shape)),
         })
     }
 }
@@ -447,5 +634,82 @@ mod tests {
         let e = TaskSpec::from_json(r#"{"command": ["x"], "min_demand": {"cpu": 1}, "gpus": 2}"#)
             .unwrap_err();
         assert_eq!(e.field, "gpus", "{e}");
+    }
+
+    #[test]
+    fn a_gang_spec_becomes_a_gang_or_is_refused_with_why() {
+        let gang = |table: &str| {
+            check(&format!(
+                "command = [\"python3\", \"train.py\"]\n[gang]\n{table}\n"
+            ))
+        };
+        let t = gang(
+            "workers = [1, 3]\nworker_demand = { cpu = 2 }\nps_demand = { cpu = 1 }\ngradient_mb = 20",
+        )
+        .unwrap();
+        let s = t.gang.as_deref().unwrap();
+        assert_eq!((s.workers, s.ps), ((1, 3), 1));
+        assert_eq!(s.worker_demand, Resources(vec![2, 0]));
+        assert_eq!(s.gradient_bytes, 20e6);
+        assert_eq!(t.reachable, vec![NodeId(0), NodeId(1)]);
+        let fixed =
+            gang("workers = 2\nworker_demand = { cpu = 2 }\nps_demand = { cpu = 1 }").unwrap();
+        assert_eq!(fixed.gang.unwrap().workers, (2, 2));
+        // Refusals name the field and say why.
+        let cases = [
+            (
+                "workers = 0\nworker_demand = { cpu = 1 }\nps_demand = { cpu = 1 }",
+                "gang.workers",
+                "",
+            ),
+            (
+                "workers = 1\nps = 0\nworker_demand = { cpu = 1 }\nps_demand = { cpu = 1 }",
+                "gang.ps",
+                "",
+            ),
+            (
+                "workers = 1\nworker_demand = { tpu = 1 }\nps_demand = { cpu = 1 }",
+                "gang.worker_demand.tpu",
+                "",
+            ),
+            (
+                "workers = 1\nworker_demand = { cpu = 0 }\nps_demand = { cpu = 1 }",
+                "gang.worker_demand",
+                "",
+            ),
+            (
+                "workers = 1\nworker_demand = { cpu = 1 }\nps_demand = { cpu = 1 }\ncompute_seconds = 0",
+                "gang.compute_seconds",
+                "",
+            ),
+            // 20 CPUs in all; each worker needs 12, which no box has (16 and 4).
+            (
+                "workers = 1\nworker_demand = { cpu = 12 }\nps_demand = { cpu = 6 }",
+                "gang",
+                "not its boxes",
+            ),
+            (
+                "workers = 3\nworker_demand = { cpu = 8 }\nps_demand = { cpu = 1 }",
+                "gang",
+                "whole cluster",
+            ),
+        ];
+        for (table, field, why) in cases {
+            let e = gang(table).unwrap_err();
+            assert_eq!(e.field, field, "{table}: {e}");
+            assert!(e.message.contains(why), "{table}: {e}");
+        }
+        let e = check(
+            "command = [\"x\"]\nmin_demand = { cpu = 1 }\n[gang]\nworkers = 1\nworker_demand = { cpu = 1 }\nps_demand = { cpu = 1 }\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "min_demand");
+        // The spec crosses the wire's binary format and JSON alike.
+        let spec = TaskSpec::from_toml(
+            "command = [\"x\"]\n[gang]\nworkers = [2, 4]\nworker_demand = { cpu = 1 }\nps_demand = { cpu = 1 }\n",
+        )
+        .unwrap();
+        let json = serde_json::to_string(&spec).unwrap();
+        assert_eq!(TaskSpec::from_json(&json).unwrap(), spec);
     }
 }

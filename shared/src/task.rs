@@ -54,8 +54,8 @@ pub struct Task {
     pub arrival: u64,
     /// A multi-node job: its workers and parameter servers, placed together as a gang
     /// ([`crate::placement::gang`]); `None` for a task that runs as one process on one node.
-    /// A gang is in no node's queue (`reachable` is empty): no policy claims it one node at a
-    /// time; its owner proposes it whole.
+    /// A gang is in no node's queue: no policy claims it one node at a time; its owner
+    /// proposes it whole, with members on `reachable` boxes only.
     // Always written (no `skip_serializing_if`): the wire's binary format has no field names
     // to leave one out by.
     #[serde(default)]

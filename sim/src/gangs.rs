@@ -185,8 +185,8 @@ impl Gangs {
     }
 
     /// Make a `share` of `tasks` gangs (drawn per task from `seed`, so the single tasks of a
-    /// workload are the same with and without gangs): each is in no node's queue and carries
-    /// its shape. Returns each gang's truth.
+    /// workload are the same with and without gangs): each carries its shape, and may use every
+    /// box. Returns each gang's truth.
     pub fn assign(
         &self,
         tasks: &mut [Task],
@@ -211,7 +211,10 @@ impl Gangs {
             };
             t.min_demand = shape.worker_demand.clone();
             t.max_demand = None;
-            t.reachable = Vec::new();
+            // Members may go to any box (the shape was checked against them all).
+            t.reachable = (0..capacities.len() as u32)
+                .map(tapfinger::NodeId)
+                .collect();
             t.gang = Some(Box::new(shape));
             truths.insert(t.id, truth);
         }

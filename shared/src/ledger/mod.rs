@@ -21,6 +21,9 @@
 //! - **Reward** of a node for a slot: minus the tasks running on it and minus every pending task
 //!   it could run (its whole queue, window and overflow). The TapFinger objective: summed over
 //!   slots, a node's return is minus the time its tasks spent in the system.
+//! - **Gangs** (tasks with [`Task::gang`]): a pending gang is in no node's queue (its owner
+//!   proposes it whole; `reachable` names the boxes its members may use); a running one holds
+//!   every member's units on its box ([`TaskState::Gang`]).
 //! - **Attained service** (Tiresias): the units of the service kind (GPUs where the cluster has
 //!   them) a task held, summed over the slots it ran.
 //!
@@ -316,7 +319,11 @@ impl<M> Ledger<M> {
             live: false,
             queue: tasks
                 .values()
-                .filter(|e| e.state == TaskState::Pending && e.task.reachable.contains(&id))
+                .filter(|e| {
+                    e.state == TaskState::Pending
+                        && e.task.gang.is_none()
+                        && e.task.reachable.contains(&id)
+                })
                 .map(|e| order.key(&e.task, id))
                 .collect(),
             running: BTreeSet::new(),
@@ -441,10 +448,11 @@ impl<M> Ledger<M> {
 
     fn index(&mut self, task: &Task, state: &TaskState) {
         match state {
+            // A gang is in no node's queue, whatever boxes it may use (module doc).
+            TaskState::Pending if task.gang.is_some() => {
+                self.pending_gangs.insert(task.id);
+            }
             TaskState::Pending => {
-                if task.gang.is_some() {
-                    self.pending_gangs.insert(task.id);
-                }
                 for n in &task.reachable {
                     if let Some(b) = self.nodes.get_mut(n) {
                         b.queue.insert(self.order.key(task, *n));
@@ -472,8 +480,10 @@ impl<M> Ledger<M> {
 
     fn unindex(&mut self, task: &Task, state: &TaskState) {
         match state {
-            TaskState::Pending => {
+            TaskState::Pending if task.gang.is_some() => {
                 self.pending_gangs.remove(&task.id);
+            }
+            TaskState::Pending => {
                 for n in &task.reachable {
                     if let Some(b) = self.nodes.get_mut(n) {
                         b.queue.remove(&self.order.key(task, *n));

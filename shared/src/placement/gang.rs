@@ -43,6 +43,14 @@ pub struct Links {
     pub external: f64,
 }
 
+impl Links {
+    /// Edge boxes: 1 Gbit/s between boxes, 5 GB/s within one (what the agent assumes).
+    pub const EDGE: Links = Links {
+        internal: 5e9,
+        external: 1.25e8,
+    };
+}
+
 /// How a gang's members are put on the boxes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

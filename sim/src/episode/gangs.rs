@@ -28,15 +28,18 @@ impl Episode<'_> {
         if owned.is_empty() {
             return None;
         }
-        let free: Vec<(NodeId, Resources)> = self
-            .ids
-            .iter()
-            .map(|id| (*id, self.ledger.claimable(*id)))
-            .collect();
         for id in owned {
-            let Some(shape) = self.ledger.get(id).and_then(|e| e.task.gang.clone()) else {
+            let Some(task) = self.ledger.get(id).map(|e| e.task.clone()) else {
                 continue;
             };
+            let Some(shape) = &task.gang else {
+                continue;
+            };
+            let free: Vec<(NodeId, Resources)> = task
+                .reachable
+                .iter()
+                .map(|id| (*id, self.ledger.claimable(*id)))
+                .collect();
             if let Some(members) = shape.place(self.placer, &free, g.links, &mut self.rngs[i]) {
                 return Some(Proposal::Gang(GangClaim {
                     task: id,
