@@ -62,7 +62,7 @@ pub struct TaskSpec {
     /// (`MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`, `LOCAL_RANK`, ...). The members'
     /// demands replace `min_demand` and `max_demand`, which must then be left out.
     #[serde(default)]
-    pub gang: Option<GangSpec>,
+    pub gang: Option<Box<GangSpec>>,
 }
 
 /// The `[gang]` table of a spec.
@@ -360,7 +360,7 @@ impl TaskSpec {
         nodes: &[Placement<'_>],
         id: TaskId,
         arrival: u64,
-        units: &dyn Fn(&str, &BTreeMap<String, i64>) -> Result<Resources, SpecError>,
+        units: &Units<'_>,
     ) -> Result<Task, SpecError> {
         if !self.min_demand.is_empty() || !self.max_demand.is_empty() {
             return Err(err(
@@ -440,6 +440,9 @@ impl TaskSpec {
         })
     }
 }
+
+/// Demands by kind name into a vector of the cluster's kinds, for the field named.
+type Units<'a> = dyn Fn(&str, &BTreeMap<String, i64>) -> Result<Resources, SpecError> + 'a;
 
 fn kind_names(space: &ResourceSpace) -> Vec<String> {
     space.kinds().iter().map(|k| k.name.clone()).collect()

@@ -429,14 +429,14 @@ mod tests {
             nodes: Vec::new(),
             priority: 0,
             resumable: true,
-            gang: Some(crate::spec::GangSpec {
+            gang: Some(Box::new(crate::spec::GangSpec {
                 workers: crate::spec::WorkerCount(2, 4),
                 ps: 1,
                 worker_demand: [("cpu".to_string(), 2)].into(),
                 ps_demand: [("cpu".to_string(), 1)].into(),
                 compute_seconds: 0.5,
                 gradient_mb: 100.0,
-            }),
+            })),
         };
         let body = [
             Body::Heartbeat(NodeState {
