@@ -189,6 +189,7 @@ impl Local {
             forget_ms: tapfinger::node::DEFAULT_FORGET_MS,
             known: Default::default(),
             lease_age_ms: None,
+            addr: "127.0.0.1".into(),
         };
         let policy =
             tapfinger_agent::policy::build(&self.policy, self.model.as_deref(), 10).unwrap();

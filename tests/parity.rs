@@ -118,6 +118,7 @@ impl Agents {
                     forget_ms: u64::MAX / 4,
                     known: ids.clone(),
                     lease_age_ms: None,
+                    addr: "127.0.0.1".into(),
                 };
                 NodeCore::new(cfg, p, agent_seed(seed, i))
             })

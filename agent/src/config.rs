@@ -57,6 +57,10 @@ pub struct AgentConfig {
     pub api: String,
     /// Bearer-token file for the API (required when `api` is not a loopback address).
     pub api_token_file: Option<PathBuf>,
+    /// The address other boxes reach this box's gang members at (rank 0's `MASTER_ADDR` when
+    /// it runs here). Default: the IP of the first `listen` address, unless that is 0.0.0.0
+    /// or `::`; then none, and this box hosts no gang members until it is set.
+    pub address: Option<String>,
     /// Length of a decision round's deadline (ms).
     pub round_ms: u64,
     /// Length of a slot (ms): how often the cluster re-considers placements.
@@ -153,6 +157,7 @@ impl Default for AgentConfig {
             allow_peers: Vec::new(),
             api: "127.0.0.1:7601".into(),
             api_token_file: None,
+            address: None,
             round_ms: 300,
             slot_ms: 5000,
             heartbeat_ms: 1000,
@@ -169,6 +174,29 @@ impl Default for AgentConfig {
             reserve: Amounts::default(),
             coordinator: CoordinatorLink::default(),
         }
+    }
+}
+
+impl AgentConfig {
+    /// [`AgentConfig::address`], or its default.
+    pub fn gang_address(&self) -> String {
+        if let Some(a) = &self.address {
+            return a.clone();
+        }
+        self.listen
+            .first()
+            .and_then(|m| {
+                m.iter().find_map(|p| match p {
+                    libp2p::multiaddr::Protocol::Ip4(ip) if !ip.is_unspecified() => {
+                        Some(ip.to_string())
+                    }
+                    libp2p::multiaddr::Protocol::Ip6(ip) if !ip.is_unspecified() => {
+                        Some(ip.to_string())
+                    }
+                    _ => None,
+                })
+            })
+            .unwrap_or_default()
     }
 }
 

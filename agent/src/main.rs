@@ -61,9 +61,20 @@ enum Cmd {
     /// The demo workload: train a small MLP (burn, CPU) on generated data, printing
     /// `TAPFINGER progress=...` lines; its speed follows the CPU share it is given.
     Demo(tapfinger_agent::demo::DemoArgs),
+    /// A small multi-process job that really rendezvouses: submit it as a gang (`[gang]` in
+    /// the spec); its members exchange their ranks over TCP via MASTER_ADDR and MASTER_PORT.
+    DemoGang(tapfinger_agent::demo_gang::DemoGangArgs),
     /// Run one task under supervision (started by the agent for every task; not for people).
     #[command(hide = true)]
     Supervise(tapfinger_agent::supervise::SuperviseArgs),
+    /// Run this box's members of a gang, one process per rank (started by the agent; not for
+    /// people).
+    #[command(hide = true)]
+    GangLaunch {
+        /// The members' command.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        command: Vec<String>,
+    },
     /// Submit a task spec (TOML) to a running agent.
     Submit {
         /// The task spec.
@@ -257,6 +268,15 @@ fn main() {
         Cmd::Check { config } => check(config.as_deref()),
         Cmd::RepairJournal { path } => repair_journal(&path),
         Cmd::Demo(args) => tapfinger_agent::demo::run(&args, &mut std::io::stdout()).map(|_| ()),
+        Cmd::DemoGang(args) => std::process::exit(tapfinger_agent::demo_gang::run(&args)),
+        Cmd::GangLaunch { command } => {
+            let code = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map(|rt| rt.block_on(tapfinger_agent::gang_launch::run(&command)))
+                .unwrap_or(1);
+            std::process::exit(code)
+        }
         Cmd::Supervise(args) => {
             let code = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -473,6 +473,7 @@ mod tests {
             forget_ms: tapfinger::node::DEFAULT_FORGET_MS,
             known: Default::default(),
             lease_age_ms: None,
+            addr: "127.0.0.1".into(),
         };
         NodeCore::new(cfg, crate::policy::build("tapfinger", None, 10).unwrap(), 1)
     }

@@ -130,6 +130,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             forget_ms: cfg.forget_ms,
             known: crate::store::load_members(&members_file),
             lease_age_ms,
+            addr: cfg.gang_address(),
         },
         policy,
         u64::from(me.0),

@@ -85,6 +85,11 @@ pub struct GangSpec {
     /// worker away from the PS host is slower by this over the link; default 100).
     #[serde(default = "hundred_mb")]
     pub gradient_mb: f64,
+    /// Times the gang is put back in the queue when a member fails (all members are stopped
+    /// and it is placed again), before it is failed (default 3). Every start counts, also one
+    /// after a box hosting a member went silent (which puts the gang back in any case).
+    #[serde(default = "three")]
+    pub restarts: i64,
 }
 
 /// A worker count: at least the first, at most the second. Written as a number (`4`: exactly
@@ -130,6 +135,9 @@ fn one_second() -> f64 {
 }
 fn hundred_mb() -> f64 {
     100.0
+}
+fn three() -> i64 {
+    3
 }
 
 /// A spec that cannot be accepted; `field` names the offending field (`min_demand.cpu`, ...).
@@ -397,6 +405,12 @@ impl TaskSpec {
             ps_demand: units("gang.ps_demand", &g.ps_demand)?,
             compute_seconds: g.compute_seconds,
             gradient_bytes: g.gradient_mb * 1e6,
+            restarts: u32::try_from(g.restarts).map_err(|_| {
+                err(
+                    "gang.restarts",
+                    format!("must be 0 or more, got {}", g.restarts),
+                )
+            })?,
         };
         for (f, d) in [
             ("gang.worker_demand", &shape.worker_demand),

@@ -48,6 +48,8 @@ pub struct RunningState {
 /// A node's state, broadcast every heartbeat.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeState {
+    /// The address gang members on this node are reached at; empty: it hosts none.
+    pub addr: String,
     /// Node name (from the configuration).
     pub name: String,
     /// Placement labels.
@@ -436,10 +438,12 @@ mod tests {
                 ps_demand: [("cpu".to_string(), 1)].into(),
                 compute_seconds: 0.5,
                 gradient_mb: 100.0,
+                restarts: 3,
             })),
         };
         let body = [
             Body::Heartbeat(NodeState {
+                addr: "10.0.0.7".into(),
                 name: "box-1".into(),
                 labels: [("site".to_string(), "plant-3".to_string())].into(),
                 capacity: Resources(vec![8, 1]),

@@ -169,6 +169,7 @@ impl Gangs {
             ps_demand: self.ps_demand.clone(),
             compute_seconds: rng.random_range(0.2..1.0),
             gradient_bytes: rng.random_range(20e6..200e6),
+            restarts: 0,
         };
         let compute_seconds = shape.compute_seconds * rng.random_range(0.8..1.25);
         let mut truth = GangTruth {

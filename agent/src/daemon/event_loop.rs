@@ -341,7 +341,12 @@ impl Daemon {
                     tracing::warn!(error = %err, "cannot broadcast");
                 }
             }
-            Action::Start { task, spec, alloc } => self.start(task, spec, alloc).await,
+            Action::Start {
+                task,
+                spec,
+                alloc,
+                gang,
+            } => self.start(task, spec, alloc, gang).await,
             Action::Resize { task, alloc } => self.resize(task, &alloc),
             Action::Stop { task } => {
                 self.stopped_here.insert(task);
@@ -376,6 +381,7 @@ impl Daemon {
             task,
             spec,
             alloc: alloc.clone(),
+            gang: None,
         })
     }
 
@@ -402,7 +408,13 @@ impl Daemon {
     }
 
     /// Start a task this node won: its GPU devices, the process, the journal's run record.
-    async fn start(&mut self, task: TaskId, mut spec: TaskSpec, alloc: Resources) {
+    async fn start(
+        &mut self,
+        task: TaskId,
+        mut spec: TaskSpec,
+        alloc: Resources,
+        gang: Option<tapfinger::node::gangs::GangStart>,
+    ) {
         let p = &mut self.p;
         // What a task may want to know of itself: its id, where it runs, and its epoch (a
         // fencing token it can hand to external storage).
@@ -416,6 +428,22 @@ impl Daemon {
         spec.env
             .insert("TAPFINGER_NODE".into(), p.core.config().name.clone());
         spec.env.insert("TAPFINGER_EPOCH".into(), epoch.to_string());
+        if let Some(g) = &gang {
+            // The members here run under one launcher, which gives each its `RANK` and
+            // `LOCAL_RANK` and ends them all when one fails (`tapfinger-agent gang-launch`).
+            spec.env.extend(g.env());
+            match std::env::current_exe() {
+                Ok(exe) => {
+                    let mut command =
+                        vec![exe.display().to_string(), "gang-launch".into(), "--".into()];
+                    command.append(&mut spec.command);
+                    spec.command = command;
+                }
+                Err(e) => {
+                    tracing::warn!(%task, error = %e, "cannot find the agent's own binary to launch a gang")
+                }
+            }
+        }
         // A stop asked for an earlier run of this task here is not about this one.
         self.stopped_here.remove(&task);
         let mut allocation = (p.to_allocation)(&alloc);
@@ -437,7 +465,11 @@ impl Daemon {
                 }),
             }
         };
+        // A gang's members are not journaled: a restarted agent must not adopt them as a task
+        // of its own (its peers requeued the gang when it went silent). They end when their
+        // partners do, which the other boxes stopped (not yet: stopping them on restart).
         if started.is_ok()
+            && gang.is_none()
             && let Some(store) = &mut p.store
         {
             // Durable before anyone hears of the start, so a restart adopts it.

@@ -255,6 +255,7 @@ fn a_gang_holds_its_members_units_on_every_box_and_no_re_share_takes_them() {
         ps_demand: Resources(vec![1, 0]),
         compute_seconds: 1.0,
         gradient_bytes: 1e6,
+        restarts: 0,
     }));
     l.insert(Arc::new(g), TaskState::Pending, ());
     assert_eq!(l.pending_gangs().collect::<Vec<_>>(), vec![TaskId(3)]);

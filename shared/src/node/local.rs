@@ -91,6 +91,9 @@ impl NodeCore {
         let Some(t) = self.tasks.get(task) else {
             return Vec::new();
         };
+        if matches!(t.state, TaskState::Gang { .. }) {
+            return self.gang_exit(task, code, stopped);
+        }
         // (A copy started here again since is another run: its end is an ordinary one.)
         if self.handing_back.remove(&task) && t.state.running_on() != Some(self.cfg.me) {
             // A copy stopped because the lease lapsed has ended: if the task is still ours and
@@ -130,6 +133,16 @@ impl NodeCore {
     pub fn shutdown(&mut self) -> Vec<Action> {
         let mine: Vec<TaskId> = self.tasks.running_on(self.cfg.me).collect();
         let mut out = Vec::new();
+        // Gangs with members here go back in the queue everywhere (their other members stop).
+        let gangs: Vec<TaskId> = self.tasks.gangs_on(self.cfg.me).collect();
+        for task in gangs {
+            out.extend(self.requeue_gang(task));
+            out.push(self.envelope(Body::Failed {
+                task,
+                reason: "node shutting down".into(),
+                requeue: true,
+            }));
+        }
         for task in mine {
             out.push(Action::Stop { task });
             self.tasks.set_state(task, TaskState::Pending);

@@ -110,7 +110,14 @@ impl NodeCore {
                 requeue,
                 reason: _,
             } => {
-                if requeue {
+                let gang_member = self.tasks.get(task).is_some_and(|t| {
+                    matches!(&t.state, TaskState::Gang { members, .. } if members.iter().any(|(n, _)| *n == from))
+                });
+                if requeue && gang_member {
+                    // A member of a gang failed: every box stops its members, the gang waits
+                    // to be placed again (its owner stays).
+                    self.requeue_gang(task)
+                } else if requeue {
                     // Handed back by a node that is leaving: anyone whose side holds a quorum
                     // may run it.
                     if self.tasks.get(task).and_then(|t| t.state.running_on()) == Some(from) {
@@ -566,6 +573,7 @@ impl NodeCore {
             TaskState::Done { node, epoch, .. } if !beats(o.epoch, o.node, *epoch, *node) => {
                 return out;
             }
+            TaskState::Gang { .. } => return self.end_gang(&o),
             TaskState::Running { node, .. } if *node == me && o.node != me => {
                 // Finished elsewhere (or cancelled): our copy is a duplicate; stop it.
                 out.push(Action::Stop { task: o.task });

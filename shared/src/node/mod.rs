@@ -30,6 +30,7 @@ use crate::task::{NodeId, TaskId};
 use crate::wire::{Body, Envelope, NodeState, Outcome, RunningState, WIRE_VERSION};
 use std::collections::{BTreeMap, BTreeSet};
 
+pub mod gangs;
 pub mod lease;
 mod local;
 pub mod messages;
@@ -79,6 +80,9 @@ pub struct NodeConfig {
     /// How long before its first tick this node last held a quorum, as the driver recorded it
     /// (ms); `None` if it never did (a fresh node).
     pub lease_age_ms: Option<u64>,
+    /// The address gang members on this box are reached at (rank 0's `MASTER_ADDR` when it
+    /// runs here); empty: this box hosts no gang members ([`gangs`]).
+    pub addr: String,
 }
 
 impl NodeConfig {
@@ -104,6 +108,7 @@ impl NodeConfig {
             forget_ms: DEFAULT_FORGET_MS,
             known: BTreeSet::new(),
             lease_age_ms: None,
+            addr: "127.0.0.1".into(),
         }
     }
 }
@@ -125,8 +130,10 @@ pub enum Action {
         task: TaskId,
         /// Its spec (command, environment).
         spec: TaskSpec,
-        /// Allocation in grid units.
+        /// Allocation in grid units (a gang's: its members' here, added up).
         alloc: Resources,
+        /// A gang's members here and their rendezvous; `None` for a single task.
+        gang: Option<gangs::GangStart>,
     },
     /// Change the shares of a task running here (an elastic policy re-shared the node: after a
     /// start here, and at the end of a slot's rounds). The agent changes CPU and memory shares
@@ -510,6 +517,7 @@ impl NodeCore {
             })
             .collect();
         let state = NodeState {
+            addr: self.cfg.addr.clone(),
             name: self.cfg.name.clone(),
             labels: self.cfg.labels.clone(),
             capacity: self.cfg.capacity.clone(),

@@ -70,6 +70,7 @@ impl NodeCore {
                 self.silent.insert(id, p.last_seen);
             }
             self.tasks.set_live(id, false);
+            out.extend(self.break_gangs(id));
         }
         out.extend(self.sync_members(now));
         out.extend(self.tick_leases(now));
@@ -156,7 +157,9 @@ impl NodeCore {
             // does a node back from a lapsed lease until its rounds are in step (`settling`).
             Some(v) if self.lease_held(now) && !self.settling => {
                 let d = self.policy.decide(&v, &mut self.rng);
-                to_proposal(&d, &v).unwrap_or(crate::protocol::Proposal::Pass)
+                let single = to_proposal(&d, &v).unwrap_or(crate::protocol::Proposal::Pass);
+                // A pending gang this node proposes goes first ([`super::gangs`]).
+                self.gang_proposal().unwrap_or(single)
             }
             _ => crate::protocol::Proposal::Pass,
         };
@@ -352,6 +355,7 @@ impl NodeCore {
                     task: c.task,
                     spec,
                     alloc: c.alloc.clone(),
+                    gang: None,
                 });
                 out.push(self.envelope(Body::Started {
                     task: c.task,
@@ -360,6 +364,7 @@ impl NodeCore {
                 }));
             }
         }
+        out.extend(self.start_gangs(&outcome.gangs, !tentative, outcome.round.slot));
         // An elastic node re-shares when the slot's rounds are over, and also as soon as it
         // starts a task: the new task starts at its minimum demand, and without a re-share the
         // shares in force (the running tasks' from the last slot) and it could add up to more

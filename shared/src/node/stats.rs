@@ -54,6 +54,9 @@ pub struct NodeStats {
     /// kept their shares).
     #[serde(default)]
     pub reshares_refused: u64,
+    /// Gangs put back to pending because a box hosting a member went silent.
+    #[serde(default)]
+    pub gangs_broken: u64,
 }
 
 impl NodeStats {

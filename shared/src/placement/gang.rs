@@ -32,6 +32,8 @@ pub struct GangShape {
     /// Bytes of gradients (and of parameters) a worker exchanges with the PS per iteration, as
     /// stated by the user.
     pub gradient_bytes: f64,
+    /// Times the gang is put back in the queue after a member fails, before it is failed.
+    pub restarts: u32,
 }
 
 /// Bytes per second within a box and between boxes.
@@ -244,6 +246,7 @@ mod tests {
             ps_demand: Resources(vec![1, 2]),
             compute_seconds: 0.5,
             gradient_bytes: 100e6,
+            restarts: 0,
         }
     }
 

@@ -1,0 +1,298 @@
+//! Gangs launched for real: three agent processes on 127.0.0.1 (ephemeral ports), each offering
+//! room for exactly one member of a three-member gang, so every box runs one. The gang is the
+//! demo job (`tapfinger-agent demo-gang`): its members really rendezvous over TCP via
+//! `MASTER_ADDR:MASTER_PORT`, and each writes records the agents cannot fake (its pid and box at
+//! start, the sum of the ranks it agreed on at the end). Verdicts come from those records and
+//! from the process table; the agents' API is asked only what they hold and where the job
+//! stands.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tapfinger-agent");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Cluster {
+    dir: PathBuf,
+    apis: Vec<String>,
+    agents: Vec<Option<Child>>,
+}
+
+impl Cluster {
+    fn start(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("tf-gangs-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("rec")).unwrap();
+        let p2p: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let apis: Vec<String> = (0..3)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
+        let mut agents = Vec::new();
+        for i in 0..3 {
+            let log = std::fs::File::create(dir.join(format!("a{i}.log"))).unwrap();
+            let mut cmd = Command::new(BIN);
+            cmd.args(["run", "--name", &format!("a{i}")])
+                .arg("--data-dir")
+                .arg(dir.join(format!("a{i}")))
+                .args(["--listen", &format!("/ip4/127.0.0.1/tcp/{}", p2p[i])])
+                .args(["--api", &apis[i]])
+                .args(["--policy", "first-fit-max"])
+                .args(["--set", "heartbeat_ms=100", "--set", "peer_timeout_ms=1000"])
+                .args(["--set", "autonomy_ms=3000", "--set", "slot_ms=500"])
+                .args(["--set", "round_ms=200"])
+                // Room for one member (2 cores) per box.
+                .args(["--set", "offer.cpu=2", "--set", "offer.gpu=0"])
+                .args(["--set", "offer.mem_gb=2"])
+                .env("RUST_LOG", "info,libp2p=warn")
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log);
+            for j in (0..3).filter(|j| *j != i) {
+                cmd.args(["--bootstrap", &format!("/ip4/127.0.0.1/tcp/{}", p2p[j])]);
+            }
+            agents.push(Some(cmd.spawn().unwrap()));
+        }
+        let c = Cluster { dir, apis, agents };
+        c.wait_until(
+            Duration::from_secs(60),
+            "every agent to see its two peers",
+            |c| (0..3).all(|i| c.json(i, "/v1/node").is_some_and(|v| v["peers"] == 2)),
+        );
+        c
+    }
+
+    fn http(
+        &self,
+        i: usize,
+        method: &str,
+        path: &str,
+        body: Option<String>,
+    ) -> Option<(u16, String)> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        rt.block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                tapfinger_agent::run::http(&self.apis[i], method, path, body, None),
+            )
+            .await
+            .ok()?
+            .ok()
+        })
+    }
+
+    fn json(&self, i: usize, path: &str) -> Option<serde_json::Value> {
+        let (code, body) = self.http(i, "GET", path, None)?;
+        (code == 200).then(|| serde_json::from_str(&body).ok())?
+    }
+
+    fn alive(&self) -> Vec<usize> {
+        (0..3).filter(|i| self.agents[*i].is_some()).collect()
+    }
+
+    fn wait_until(&self, limit: Duration, what: &str, done: impl Fn(&Self) -> bool) {
+        let end = Instant::now() + limit;
+        while !done(self) {
+            assert!(
+                Instant::now() < end,
+                "timed out waiting for {what}; logs in {}",
+                self.dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Submit the demo gang (one PS and two workers of 2 cores each) to agent 0; `hold`:
+    /// seconds its members stay connected after the exchange.
+    fn submit(&self, hold: f64) -> u64 {
+        let spec = serde_json::json!({
+            "name": "demo-gang",
+            "command": [BIN, "demo-gang", "--hold", hold.to_string(), "--timeout", "20",
+                        "--out", self.dir.join("rec")],
+            // A small model (1 MB of gradients): the host's link carries both remote workers.
+            "gang": {"workers": 2, "ps": 1, "worker_demand": {"cpu": 2}, "ps_demand": {"cpu": 2},
+                     "gradient_mb": 1},
+        });
+        let (code, body) = self
+            .http(0, "POST", "/v1/tasks", Some(spec.to_string()))
+            .unwrap();
+        assert_eq!(code, 201, "{body}");
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
+            .as_u64()
+            .unwrap()
+    }
+
+    fn state(&self, i: usize, task: u64) -> String {
+        self.json(i, &format!("/v1/tasks/{task}"))
+            .map(|v| v["state"].as_str().unwrap_or("").to_string())
+            .unwrap_or_default()
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.agents[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..3 {
+            self.kill(i);
+        }
+    }
+}
+
+/// A member's start record: its rank, pid and box.
+type Start = (u32, u32, String);
+
+/// The members' records in `rec`: their starts, and (rank, sum) at the end.
+fn records(rec: &Path) -> (Vec<Start>, Vec<(u32, String)>) {
+    let mut starts = Vec::new();
+    let mut done = Vec::new();
+    for e in std::fs::read_dir(rec).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let Some((stem, ext)) = name.rsplit_once('.') else {
+            continue;
+        };
+        let rank: u32 = stem.rsplit('-').next().unwrap().parse().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        match ext {
+            "start" => {
+                let mut w = text.split_whitespace();
+                let pid = w.next().unwrap().parse().unwrap();
+                starts.push((rank, pid, w.next().unwrap_or("").to_string()));
+            }
+            "done" => done.push((rank, text.trim().to_string())),
+            _ => {}
+        }
+    }
+    starts.sort();
+    done.sort();
+    (starts, done)
+}
+
+fn running(pid: u32) -> bool {
+    // A zombie (exited, not yet reaped by its parent) does not run.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| !r.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_three_member_gang_rendezvouses_across_three_agents_and_finishes() {
+    let c = Cluster::start("run");
+    // A gang that can never fit is refused at submit, with why.
+    let big = serde_json::json!({
+        "command": ["true"],
+        "gang": {"workers": 3, "worker_demand": {"cpu": 2}, "ps_demand": {"cpu": 2}},
+    });
+    let (code, body) = c
+        .http(0, "POST", "/v1/tasks", Some(big.to_string()))
+        .unwrap();
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("whole cluster") && body.contains("\"gang\""),
+        "{body}"
+    );
+
+    let task = c.submit(1.0);
+    let rec = c.dir.join("rec");
+    c.wait_until(
+        Duration::from_secs(60),
+        "the three members to finish",
+        |_| records(&rec).1.len() == 3,
+    );
+    let (starts, done) = records(&rec);
+    // Every member ran once, each on its own box, and all agreed on 0 + 1 + 2.
+    assert_eq!(
+        starts.iter().map(|s| s.0).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    let mut boxes: Vec<&str> = starts.iter().map(|s| s.2.as_str()).collect();
+    boxes.sort();
+    assert_eq!(boxes, vec!["a0", "a1", "a2"], "{starts:?}");
+    assert!(done.iter().all(|(_, sum)| sum == "3"), "{done:?}");
+    c.wait_until(
+        Duration::from_secs(30),
+        "every agent to see the gang succeed and hold nothing",
+        |c| {
+            (0..3).all(|i| {
+                c.state(i, task) == "succeeded"
+                    && c.json(i, "/v1/node")
+                        .is_some_and(|v| v["used"] == serde_json::json!([0, 0, 0]))
+            })
+        },
+    );
+    c.wait_until(
+        Duration::from_secs(10),
+        "no member process to be left",
+        |_| starts.iter().all(|s| !running(s.1)),
+    );
+}
+
+#[test]
+fn killing_one_members_agent_stops_the_gang_everywhere_and_requeues_it() {
+    let mut c = Cluster::start("kill");
+    let task = c.submit(120.0);
+    let rec = c.dir.join("rec");
+    c.wait_until(
+        Duration::from_secs(60),
+        "the three members to start",
+        |_| records(&rec).0.len() == 3,
+    );
+    // Let them rendezvous, then kill the agent of a worker (rank 2) with SIGKILL.
+    std::thread::sleep(Duration::from_secs(2));
+    let (starts, _) = records(&rec);
+    let victim: usize = starts[2].2.trim_start_matches('a').parse().unwrap();
+    c.kill(victim);
+    // Every member ends: the survivors stop theirs when the box goes silent, and the killed
+    // box's member sees its partners go.
+    c.wait_until(
+        Duration::from_secs(30),
+        "every member process to end",
+        |_| starts.iter().all(|s| !running(s.1)),
+    );
+    assert!(
+        records(&rec).1.is_empty(),
+        "a member finished a broken gang"
+    );
+    // The survivors hold nothing for it and have put it back in the queue (it needs three
+    // boxes, so it waits for the third).
+    let alive = c.alive();
+    c.wait_until(
+        Duration::from_secs(30),
+        "the survivors to free the gang's units and requeue it",
+        |c| {
+            alive.iter().all(|i| {
+                c.state(*i, task) == "pending"
+                    && c.json(*i, "/v1/node")
+                        .is_some_and(|v| v["used"] == serde_json::json!([0, 0, 0]))
+            })
+        },
+    );
+    // And it stays that way: no partial gang starts on the two boxes left.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        records(&rec).0.len(),
+        3,
+        "a member started again on two boxes"
+    );
+    for i in &alive {
+        assert_eq!(c.state(*i, task), "pending");
+    }
+}

@@ -1,0 +1,326 @@
+//! Gangs in the node core: who proposes a pending gang, how a decided gang starts on every box
+//! that hosts a member, and how it ends.
+//!
+//! - **Proposing.** A pending gang's owner (the box that accepted it) places it on what the
+//!   round's members can give now ([`GangShape::place`], the LP rounding) and proposes it whole
+//!   instead of a single claim. A gang whose owner is gone (its tasks were taken over) is
+//!   proposed by the lowest-id round member among its boxes. Only boxes that state an address
+//!   ([`super::NodeConfig::addr`]) host members: the others could not be reached at rendezvous.
+//! - **Starting.** Every box decides the same gangs from the same round. A gang starts only from
+//!   a round this box decided with every member's proposal; each box with members starts them
+//!   as one process group ([`Action::Start`] with a [`GangStart`]: their ranks and the
+//!   rendezvous every member reads).
+//! - **Ending.** The gang succeeds when its host (rank 0's box) exits 0. When a box's members
+//!   fail, every box stops its members and the gang goes back in the queue, up to its
+//!   `restarts` (counted by its epoch, which every start raises); after that it fails. Either
+//!   way the word goes to every box ([`Body::Failed`] with `requeue`, or the outcome), and each
+//!   stops its members. When a box hosting a member goes silent (the peer timeout), every box puts the
+//!   gang back to pending at once, freeing its units, and stops its own members of it: a gang
+//!   missing a member cannot go on, and the silent box does the same on its side.
+
+use super::{Action, NodeCore, TaskState};
+use crate::placement::gang::{GangPlacer, Links};
+use crate::protocol::{GangClaim, GangCommit, Proposal};
+use crate::resources::Resources;
+use crate::task::{NodeId, TaskId};
+use crate::wire::{Body, Outcome};
+
+/// The first port rank 0 of a gang may listen on; [`master_port`] picks one of the next 1000.
+pub const GANG_PORTS: u16 = 29500;
+
+/// The port rank 0 of gang `task` listens on (and its PS after it, one port each): the same on
+/// every box, from the task id.
+pub fn master_port(task: TaskId) -> u16 {
+    GANG_PORTS + (task.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as u16 % 1000
+}
+
+/// What a box needs to start its members of a gang.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GangStart {
+    /// The ranks of the members on this box, ascending (ranks below `ps` are PS).
+    pub ranks: Vec<u32>,
+    /// Parameter servers in the gang.
+    pub ps: u32,
+    /// Members in the gang.
+    pub world_size: u32,
+    /// Rank 0's box address.
+    pub master_addr: String,
+    /// Rank 0's port.
+    pub master_port: u16,
+    /// `address:port` of each PS, by rank.
+    pub ps_hosts: Vec<String>,
+    /// Address of each worker's box, by rank.
+    pub worker_hosts: Vec<String>,
+}
+
+impl GangStart {
+    /// The environment every member on this box gets (the launcher adds `RANK` and
+    /// `LOCAL_RANK` per member).
+    pub fn env(&self) -> Vec<(String, String)> {
+        let join = |v: &[String]| v.join(",");
+        vec![
+            ("MASTER_ADDR".into(), self.master_addr.clone()),
+            ("MASTER_PORT".into(), self.master_port.to_string()),
+            ("WORLD_SIZE".into(), self.world_size.to_string()),
+            ("TAPFINGER_GANG_PS".into(), self.ps.to_string()),
+            (
+                "TAPFINGER_GANG_RANKS".into(),
+                self.ranks
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            ("TAPFINGER_PS_HOSTS".into(), join(&self.ps_hosts)),
+            ("TAPFINGER_WORKER_HOSTS".into(), join(&self.worker_hosts)),
+        ]
+    }
+}
+
+impl NodeCore {
+    /// The address gang members on `node` are reached at ("" if it states none).
+    fn addr_of(&self, node: NodeId) -> &str {
+        if node == self.cfg.me {
+            &self.cfg.addr
+        } else {
+            self.peers.get(&node).map_or("", |p| p.state.addr.as_str())
+        }
+    }
+
+    /// This node's gang claim for the round, if it proposes a pending gang that fits now.
+    pub(super) fn gang_proposal(&mut self) -> Option<Proposal> {
+        let me = self.cfg.me;
+        let members: Vec<NodeId> = self.protocol.members().iter().copied().collect();
+        let pending: Vec<TaskId> = self.tasks.pending_gangs().collect();
+        for id in pending {
+            let Some(e) = self.tasks.get(id) else {
+                continue;
+            };
+            let boxes: Vec<NodeId> = e
+                .task
+                .reachable
+                .iter()
+                .copied()
+                .filter(|n| members.contains(n) && !self.addr_of(*n).is_empty())
+                .collect();
+            let owner = e.meta.owner.filter(|o| members.contains(o));
+            let proposer = owner.or_else(|| {
+                e.task
+                    .reachable
+                    .iter()
+                    .copied()
+                    .find(|n| members.contains(n))
+            });
+            if proposer != Some(me) {
+                continue;
+            }
+            let Some(shape) = e.task.gang.clone() else {
+                continue;
+            };
+            let free: Vec<(NodeId, Resources)> = boxes
+                .iter()
+                .map(|n| (*n, self.tasks.claimable(*n)))
+                .collect();
+            if let Some(members) =
+                shape.place(GangPlacer::Locality, &free, Links::EDGE, &mut self.rng)
+            {
+                return Some(Proposal::Gang(GangClaim {
+                    task: id,
+                    members,
+                    prob: 1.0,
+                    headroom: 1.0,
+                }));
+            }
+        }
+        None
+    }
+
+    /// Start the round's gangs (only from a round decided with every member's proposal: any
+    /// other releases them, and they stay pending here).
+    pub(super) fn start_gangs(
+        &mut self,
+        gangs: &[GangCommit],
+        complete: bool,
+        slot: u64,
+    ) -> Vec<Action> {
+        let me = self.cfg.me;
+        let mut out = Vec::new();
+        for g in gangs {
+            let pending = self
+                .tasks
+                .get(g.task)
+                .is_some_and(|t| t.state == TaskState::Pending);
+            if !complete || !pending {
+                self.protocol.release(g.task);
+                continue;
+            }
+            self.tasks.set_state(
+                g.task,
+                TaskState::Gang {
+                    members: g.members.clone(),
+                    progress: 0.0,
+                    started: slot,
+                },
+            );
+            let start = self.gang_start(g);
+            let Some(m) = self.tasks.meta_mut(g.task) else {
+                continue;
+            };
+            m.epoch += 1;
+            m.owner = Some(g.claimant);
+            let spec = m.spec.clone();
+            let mut alloc: Option<Resources> = None;
+            for (n, a) in &g.members {
+                if *n == me {
+                    alloc = Some(match alloc {
+                        Some(x) => x.checked_add(a).unwrap_or(x),
+                        None => a.clone(),
+                    });
+                }
+            }
+            if let Some(alloc) = alloc {
+                out.push(Action::Start {
+                    task: g.task,
+                    spec,
+                    alloc,
+                    gang: Some(start),
+                });
+            }
+        }
+        out
+    }
+
+    fn gang_start(&self, g: &GangCommit) -> GangStart {
+        let me = self.cfg.me;
+        let ps = self
+            .tasks
+            .get(g.task)
+            .and_then(|t| t.task.gang.as_ref().map(|s| s.ps))
+            .unwrap_or(1);
+        let host = g.members.first().map_or(me, |(n, _)| *n);
+        let port = master_port(g.task);
+        let addr = |n: NodeId| self.addr_of(n).to_string();
+        GangStart {
+            ranks: (0..g.members.len() as u32)
+                .filter(|r| g.members[*r as usize].0 == me)
+                .collect(),
+            ps,
+            world_size: g.members.len() as u32,
+            master_addr: addr(host),
+            master_port: port,
+            ps_hosts: (0..ps)
+                .map(|i| format!("{}:{}", addr(host), port + i as u16))
+                .collect(),
+            worker_hosts: g
+                .members
+                .iter()
+                .skip(ps as usize)
+                .map(|(n, _)| addr(*n))
+                .collect(),
+        }
+    }
+
+    /// This box's members of gang `task` exited (`stopped`: this box stopped them). The host's
+    /// success ends the gang; any box's failure ends it as failed.
+    pub(super) fn gang_exit(
+        &mut self,
+        task: TaskId,
+        code: Option<i32>,
+        stopped: bool,
+    ) -> Vec<Action> {
+        let me = self.cfg.me;
+        let Some(t) = self.tasks.get(task) else {
+            return Vec::new();
+        };
+        let TaskState::Gang { members, .. } = &t.state else {
+            return Vec::new();
+        };
+        let host = members.first().map(|(n, _)| *n);
+        if stopped || (code == Some(0) && host != Some(me)) {
+            // Stopped here, or a worker box done before its host: the host says when the gang
+            // is done.
+            return Vec::new();
+        }
+        let epoch = t.meta.epoch;
+        let restarts = t.task.gang.as_ref().map_or(0, |s| s.restarts);
+        if code != Some(0) && epoch <= u64::from(restarts) {
+            // A member failed and the gang may run again: every box stops its members and
+            // puts it back in the queue (the epoch counts its starts).
+            let mut out = self.requeue_gang(task);
+            out.push(self.envelope(Body::Failed {
+                task,
+                reason: format!("a member on {} exited with {code:?}", self.cfg.name),
+                requeue: true,
+            }));
+            return out;
+        }
+        let o = Outcome {
+            task,
+            node: me,
+            epoch,
+            exit_code: code,
+        };
+        let mut out = self.end_gang(&o);
+        if self.recent.len() >= crate::wire::MAX_RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(o.clone());
+        out.push(self.envelope(Body::Finished(o)));
+        out
+    }
+
+    /// The gang of `o` ended: this box stops its members (if it has any) and records the end.
+    pub(super) fn end_gang(&mut self, o: &Outcome) -> Vec<Action> {
+        let me = self.cfg.me;
+        let here = self.tasks.get(o.task).is_some_and(|t| {
+            matches!(&t.state, TaskState::Gang { members, .. } if members.iter().any(|(n, _)| *n == me))
+        });
+        self.tasks.set_state(
+            o.task,
+            TaskState::Done {
+                node: o.node,
+                code: o.exit_code,
+                epoch: o.epoch,
+            },
+        );
+        self.protocol.mark_committed(o.task);
+        if here && o.node != me {
+            vec![Action::Stop { task: o.task }]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Gang `task` goes back to pending here (a member failed and it may run again); this box
+    /// stops its members of it. Returns the stop, if any.
+    pub(super) fn requeue_gang(&mut self, task: TaskId) -> Vec<Action> {
+        let me = self.cfg.me;
+        let here = self.tasks.gangs_on(me).any(|g| g == task);
+        self.tasks.set_state(task, TaskState::Pending);
+        self.protocol.release(task);
+        if here {
+            vec![Action::Stop { task }]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Peer `gone` went silent: every gang with a member there goes back to pending (its units
+    /// are free again), and this box stops its own members of them. The silent box, if it is
+    /// only cut off, does the same on its side within the same peer timeout, so no member of
+    /// the broken run outlives it by more than that.
+    pub(super) fn break_gangs(&mut self, gone: NodeId) -> Vec<Action> {
+        let me = self.cfg.me;
+        let broken: Vec<TaskId> = self.tasks.gangs_on(gone).collect();
+        let mut out = Vec::new();
+        for task in broken {
+            if self.tasks.gangs_on(me).any(|g| g == task) {
+                out.push(Action::Stop { task });
+            }
+            self.tasks.set_state(task, TaskState::Pending);
+            self.protocol.release(task);
+            self.stats.gangs_broken += 1;
+        }
+        out
+    }
+}
