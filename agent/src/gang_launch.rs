@@ -4,7 +4,7 @@
 //! It reads the ranks of this box's members from `TAPFINGER_GANG_RANKS` (set by the agent with
 //! the rest of the rendezvous: `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `TAPFINGER_GANG_PS`,
 //! `TAPFINGER_PS_HOSTS`, `TAPFINGER_WORKER_HOSTS`) and runs `COMMAND` once per rank with `RANK`,
-//! `LOCAL_RANK` and `TAPFINGER_GANG_ROLE` (`ps` or `worker`) added, the way `torchrun` runs
+//! `LOCAL_RANK` and `TAPFINGER_GANG_ROLE` (`ps`, `worker`, or a pipeline's `stage`) added, the way `torchrun` runs
 //! one node's processes. The members stay in the launcher's process group, which the
 //! supervisor ends as a whole when the task is stopped. The launcher exits 0 when every member
 //! has, and otherwise with the first failure's code (1 for a signal) after ending the others:
@@ -38,7 +38,14 @@ pub async fn run(command: &[String]) -> i32 {
         .unwrap_or(1);
     let mut members: Vec<(u32, Child)> = Vec::with_capacity(ranks.len());
     for (local, rank) in ranks.iter().enumerate() {
-        let role = if *rank < ps { "ps" } else { "worker" };
+        // A pipeline has no PS: its members are its stages.
+        let role = if ps == 0 {
+            "stage"
+        } else if *rank < ps {
+            "ps"
+        } else {
+            "worker"
+        };
         match Command::new(program)
             .args(&command[1..])
             .env("RANK", rank.to_string())

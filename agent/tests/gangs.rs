@@ -160,11 +160,19 @@ type Start = (u32, u32, String);
 
 /// The members' records in `rec`: their starts, and (rank, sum) at the end.
 fn records(rec: &Path) -> (Vec<Start>, Vec<(u32, String)>) {
+    records_of(rec, "")
+}
+
+/// [`records`] of the task whose id starts the file names with `prefix`.
+fn records_of(rec: &Path, prefix: &str) -> (Vec<Start>, Vec<(u32, String)>) {
     let mut starts = Vec::new();
     let mut done = Vec::new();
     for e in std::fs::read_dir(rec).unwrap() {
         let path = e.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if !name.starts_with(prefix) {
+            continue;
+        }
         let Some((stem, ext)) = name.rsplit_once('.') else {
             continue;
         };
@@ -243,6 +251,52 @@ fn a_three_member_gang_rendezvouses_across_three_agents_and_finishes() {
         "no member process to be left",
         |_| starts.iter().all(|s| !running(s.1)),
     );
+
+    // A layer chain: a target no plan meets on these boxes is refused, with the best reachable.
+    let pipeline = |throughput: f64| {
+        serde_json::json!({
+            "command": [BIN, "demo-gang", "--hold", "0.5", "--timeout", "20",
+                        "--out", c.dir.join("rec")],
+            "pipeline": {"batches": 1000, "throughput": throughput, "prices": {"cpu": 0.05},
+                         "layer": [{"time": {"cpu": 0.01}, "out_bytes": 1e5},
+                                   {"time": {"cpu": 0.2}}]},
+        })
+        .to_string()
+    };
+    let (code, body) = c
+        .http(0, "POST", "/v1/tasks", Some(pipeline(1000.0)))
+        .unwrap();
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("pipeline.throughput") && body.contains("no plan reaches"),
+        "{body}"
+    );
+    // One that needs 5-6 cores runs as a stage split over the three boxes of 2 cores, and its
+    // members rendezvous too.
+    let (code, body) = c
+        .http(0, "POST", "/v1/tasks", Some(pipeline(20.0)))
+        .unwrap();
+    assert_eq!(code, 201, "{body}");
+    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
+        .as_u64()
+        .unwrap();
+    let prefix = format!("{id}-");
+    c.wait_until(
+        Duration::from_secs(60),
+        "the pipeline's members to finish",
+        |_| {
+            let (s, d) = records_of(&rec, &prefix);
+            !s.is_empty() && d.len() == s.len()
+        },
+    );
+    let (s, d) = records_of(&rec, &prefix);
+    let world = s.len() as u32;
+    assert!(world >= 3, "{s:?}");
+    let sum = (world * (world - 1) / 2).to_string();
+    assert!(d.iter().all(|(_, x)| *x == sum), "{d:?}");
+    c.wait_until(Duration::from_secs(30), "the pipeline to succeed", |c| {
+        c.state(0, id) == "succeeded"
+    });
 }
 
 #[test]

@@ -24,6 +24,7 @@ fn gang(c: &mut Cluster, at: usize, id: u64) {
         compute_seconds: 0.5,
         gradient_bytes: 1e6,
         restarts: 0,
+        stages: Vec::new(),
     };
     let task = Task {
         id: TaskId(id),

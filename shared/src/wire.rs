@@ -440,6 +440,7 @@ mod tests {
                 gradient_mb: 100.0,
                 restarts: 3,
             })),
+            pipeline: None,
         };
         let body = [
             Body::Heartbeat(NodeState {

@@ -170,6 +170,7 @@ impl Gangs {
             compute_seconds: rng.random_range(0.2..1.0),
             gradient_bytes: rng.random_range(20e6..200e6),
             restarts: 0,
+            stages: Vec::new(),
         };
         let compute_seconds = shape.compute_seconds * rng.random_range(0.8..1.25);
         let mut truth = GangTruth {

@@ -167,7 +167,11 @@ async fn submit_inner(s: &ApiState, body: String) -> Response {
         Err(e) => return bad(&e.field, &e.message),
     };
     let (tx, rx) = oneshot::channel();
-    if s.commands.send(Command::Submit(spec, tx)).await.is_err() {
+    if s.commands
+        .send(Command::Submit(Box::new(spec), tx))
+        .await
+        .is_err()
+    {
         return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
     }
     match rx.await {

@@ -264,7 +264,7 @@ impl Daemon {
                     self.replies.push(Box::new(move || {
                         let _ = reply.send(Ok(id));
                     }));
-                    self.p.core.submit(task, spec)
+                    self.p.core.submit(task, *spec)
                 }
                 Err(e) => {
                     let _ = reply.send(Err(e));

@@ -28,7 +28,7 @@ pub use tapfinger_net::identity::node_id;
 /// A command for the loop.
 pub enum Command {
     /// Submit a task spec; the reply is its id or why it was refused.
-    Submit(TaskSpec, oneshot::Sender<Result<TaskId, SpecError>>),
+    Submit(Box<TaskSpec>, oneshot::Sender<Result<TaskId, SpecError>>),
     /// Cancel a task; the reply says whether it was known and not finished.
     Cancel(TaskId, oneshot::Sender<bool>),
     /// Hand running tasks back to the cluster and stop.
@@ -118,7 +118,7 @@ impl Agent {
     pub async fn submit(&self, spec: TaskSpec) -> Result<TaskId, SubmitError> {
         let (tx, rx) = oneshot::channel();
         self.commands
-            .send(Command::Submit(spec, tx))
+            .send(Command::Submit(Box::new(spec), tx))
             .await
             .map_err(|_| SubmitError::Stopped)?;
         Ok(rx.await.map_err(|_| SubmitError::Stopped)??)

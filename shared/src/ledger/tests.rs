@@ -256,6 +256,7 @@ fn a_gang_holds_its_members_units_on_every_box_and_no_re_share_takes_them() {
         compute_seconds: 1.0,
         gradient_bytes: 1e6,
         restarts: 0,
+        stages: Vec::new(),
     }));
     l.insert(Arc::new(g), TaskState::Pending, ());
     assert_eq!(l.pending_gangs().collect::<Vec<_>>(), vec![TaskId(3)]);

@@ -34,6 +34,9 @@ pub struct GangShape {
     pub gradient_bytes: f64,
     /// Times the gang is put back in the queue after a member fails, before it is failed.
     pub restarts: u32,
+    /// A pipeline's members, in rank order (a planned layer chain's stages, [`crate::plan`]):
+    /// when not empty, these are the members, and `workers` and `ps` are not used.
+    pub stages: Vec<Resources>,
 }
 
 /// Bytes per second within a box and between boxes.
@@ -91,6 +94,19 @@ impl GangPlacer {
 
 /// Why a gang shape is malformed.
 pub fn validate(s: &GangShape) -> Result<(), String> {
+    if !s.stages.is_empty() {
+        if s.stages.len() > crate::protocol::gang::MAX_MEMBERS {
+            return Err(format!(
+                "{} members; a gang has at most {}",
+                s.stages.len(),
+                crate::protocol::gang::MAX_MEMBERS
+            ));
+        }
+        if s.stages.iter().any(Resources::is_zero) {
+            return Err("a pipeline member with no units".into());
+        }
+        return Ok(());
+    }
     if s.ps == 0 {
         return Err("ps: at least one parameter server".into());
     }
@@ -151,6 +167,9 @@ impl GangShape {
         if free.is_empty() || validate(self).is_err() {
             return None;
         }
+        if !self.stages.is_empty() {
+            return self.place_stages(free);
+        }
         let kinds = self.worker_demand.len();
         let c = Cluster {
             capacity: free
@@ -172,6 +191,52 @@ impl GangShape {
         }?;
         room.fits(&c, &j, &first)
             .then(|| self.members(&first, free))
+    }
+
+    /// A pipeline's members in rank order, each on the box of the member before it if it fits
+    /// there (consecutive stages together: their activations cross no link), else on the box
+    /// with the most room that holds it. Where that leaves a member without a box, the members
+    /// are packed largest first, each on the box with the least room that holds it. `None` if
+    /// neither fits them all.
+    fn place_stages(&self, free: &[(NodeId, Resources)]) -> Option<Vec<(NodeId, Resources)>> {
+        let room = |f: &Resources| f.0.iter().map(|x| u64::from(*x)).sum::<u64>();
+        let mut left: Vec<Resources> = free.iter().map(|(_, f)| f.clone()).collect();
+        let mut boxes: Vec<Option<usize>> = vec![None; self.stages.len()];
+        let mut prev: Option<usize> = None;
+        for (r, m) in self.stages.iter().enumerate() {
+            let mut order: Vec<usize> = (0..left.len()).collect();
+            order.sort_by_key(|&i| std::cmp::Reverse(room(&left[i])));
+            if let Some(p) = prev {
+                order.retain(|&i| i != p);
+                order.insert(0, p);
+            }
+            let Some(b) = order.into_iter().find(|&i| m.fits_in(&left[i])) else {
+                boxes.clear();
+                break;
+            };
+            left[b] = left[b].checked_sub(m).ok()?;
+            boxes[r] = Some(b);
+            prev = Some(b);
+        }
+        if boxes.is_empty() {
+            left = free.iter().map(|(_, f)| f.clone()).collect();
+            boxes = vec![None; self.stages.len()];
+            let mut by_size: Vec<usize> = (0..self.stages.len()).collect();
+            by_size.sort_by_key(|&r| std::cmp::Reverse(room(&self.stages[r])));
+            for r in by_size {
+                let m = &self.stages[r];
+                let b = (0..left.len())
+                    .filter(|&i| m.fits_in(&left[i]))
+                    .min_by_key(|&i| room(&left[i]))?;
+                left[b] = left[b].checked_sub(m).ok()?;
+                boxes[r] = Some(b);
+            }
+        }
+        self.stages
+            .iter()
+            .zip(boxes)
+            .map(|(m, b)| b.map(|b| (free[b].0, m.clone())))
+            .collect()
     }
 
     /// The members of placement `p` over the boxes of `free`, in rank order.
@@ -230,7 +295,49 @@ impl GangShape {
         if c.boxes() == 0 {
             return Some("the cluster has no box".into());
         }
+        if !self.stages.is_empty() {
+            return self.stages_never_fit(capacities);
+        }
         super::never_fits(&c, &self.job(&c, 1.0))
+    }
+}
+
+impl GangShape {
+    /// [`GangShape::never_fits`] for a pipeline: its members add up to more than the cluster, or
+    /// they do not pack on the empty boxes in rank order (as [`GangShape::place`] puts them).
+    fn stages_never_fit(&self, capacities: &[Resources]) -> Option<String> {
+        let kinds = capacities.first().map_or(0, Resources::len);
+        let mut need = Resources::zeros(kinds);
+        for m in &self.stages {
+            need = need.checked_add(m).unwrap_or_else(|_| need.clone());
+        }
+        let mut total = Resources::zeros(kinds);
+        for c in capacities {
+            total = total.checked_add(c).unwrap_or_else(|_| total.clone());
+        }
+        if !need.fits_in(&total) {
+            return Some(format!(
+                "its {} members need {need} units in all; the whole cluster has {total}",
+                self.stages.len()
+            ));
+        }
+        let empty: Vec<(NodeId, Resources)> = capacities
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (NodeId(i as u32), c.clone()))
+            .collect();
+        if self.place_stages(&empty).is_none() {
+            return Some(format!(
+                "its {} members ({}) fit the cluster's total ({need} of {total} units) but not its boxes, placed in rank order",
+                self.stages.len(),
+                self.stages
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        None
     }
 }
 
@@ -247,6 +354,7 @@ mod tests {
             compute_seconds: 0.5,
             gradient_bytes: 100e6,
             restarts: 0,
+            stages: Vec::new(),
         }
     }
 

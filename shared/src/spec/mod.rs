@@ -11,6 +11,9 @@ use crate::task::{NodeId, Task, TaskId, TaskTypeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod gang;
+pub use gang::{GangSpec, PipelineSpec, WorkerCount};
+
 /// Longest accepted name, label key or value, argument or environment entry (bytes).
 pub const MAX_STRING: usize = 4096;
 /// Most accepted arguments, environment entries, labels or peers.
@@ -63,81 +66,13 @@ pub struct TaskSpec {
     /// demands replace `min_demand` and `max_demand`, which must then be left out.
     #[serde(default)]
     pub gang: Option<Box<GangSpec>>,
-}
-
-/// The `[gang]` table of a spec.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GangSpec {
-    /// Workers: a count (`workers = 4`) or a range (`workers = [2, 8]`, as many as fit).
-    pub workers: WorkerCount,
-    /// Parameter servers (all on one box, the host of rank 0); at least 1.
-    #[serde(default = "one_ps")]
-    pub ps: i64,
-    /// Units per resource kind one worker holds.
-    pub worker_demand: BTreeMap<String, i64>,
-    /// Units per resource kind one parameter server holds.
-    pub ps_demand: BTreeMap<String, i64>,
-    /// Seconds of compute per iteration of one worker (for placement; default 1).
-    #[serde(default = "one_second")]
-    pub compute_seconds: f64,
-    /// Megabytes of gradients a worker exchanges with the PS per iteration (for placement: a
-    /// worker away from the PS host is slower by this over the link; default 100).
-    #[serde(default = "hundred_mb")]
-    pub gradient_mb: f64,
-    /// Times the gang is put back in the queue when a member fails (all members are stopped
-    /// and it is placed again), before it is failed (default 3). Every start counts, also one
-    /// after a box hosting a member went silent (which puts the gang back in any case).
-    #[serde(default = "three")]
-    pub restarts: i64,
-}
-
-/// A worker count: at least the first, at most the second. Written as a number (`4`: exactly
-/// four) or a range (`[2, 8]`) in TOML and JSON; always as the pair on the wire, whose binary
-/// format cannot tell a number from a list by looking.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct WorkerCount(pub i64, pub i64);
-
-impl Serialize for WorkerCount {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if s.is_human_readable() && self.0 == self.1 {
-            s.serialize_i64(self.0)
-        } else {
-            [self.0, self.1].serialize(s)
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for WorkerCount {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Written {
-            Fixed(i64),
-            Range([i64; 2]),
-        }
-        if !d.is_human_readable() {
-            let [a, b] = <[i64; 2]>::deserialize(d)?;
-            return Ok(WorkerCount(a, b));
-        }
-        Ok(match Written::deserialize(d)? {
-            Written::Fixed(n) => WorkerCount(n, n),
-            Written::Range([a, b]) => WorkerCount(a, b),
-        })
-    }
-}
-
-fn one_ps() -> i64 {
-    1
-}
-fn one_second() -> f64 {
-    1.0
-}
-fn hundred_mb() -> f64 {
-    100.0
-}
-fn three() -> i64 {
-    3
+    /// A layer chain planned at least cost (HeterPS, `crate::plan`): each layer's time per
+    /// batch on a CPU core and on a GPU, the bytes between layers and a throughput target. The
+    /// exact planner assigns each layer a kind and provisions each stage; the stages run as a
+    /// gang, one member per stage (a stage larger than any box is split), in layer order. A
+    /// target no plan meets on the eligible boxes is refused at submit.
+    #[serde(default)]
+    pub pipeline: Option<Box<PipelineSpec>>,
 }
 
 /// A spec that cannot be accepted; `field` names the offending field (`min_demand.cpu`, ...).
@@ -150,7 +85,7 @@ pub struct SpecError {
     pub message: String,
 }
 
-fn err(field: impl Into<String>, message: impl Into<String>) -> SpecError {
+pub(crate) fn err(field: impl Into<String>, message: impl Into<String>) -> SpecError {
     SpecError {
         field: field.into(),
         message: message.into(),
@@ -241,8 +176,15 @@ impl TaskSpec {
             }
             Ok(r)
         };
+        if self.gang.is_some() && self.pipeline.is_some() {
+            return Err(err("pipeline", "a spec is a gang or a pipeline, not both"));
+        }
         if let Some(g) = &self.gang {
             return self.validate_gang(g, space, types, nodes, id, arrival, &units);
+        }
+        if let Some(p) = &self.pipeline {
+            let shape = self.plan_pipeline(p, space, nodes)?;
+            return self.gang_task(shape, types, nodes, id, arrival);
         }
         let min = units("min_demand", &self.min_demand)?;
         if min.0.iter().all(|u| *u == 0) {
@@ -336,7 +278,7 @@ impl TaskSpec {
 }
 
 impl TaskSpec {
-    fn type_id(&self, types: &[String]) -> TaskTypeId {
+    pub(crate) fn type_id(&self, types: &[String]) -> TaskTypeId {
         TaskTypeId(types.iter().position(|t| *t == self.task_type).map_or_else(
             || class_id(&self.task_type),
             |i| u16::try_from(i).unwrap_or(0),
@@ -344,7 +286,7 @@ impl TaskSpec {
     }
 
     /// The nodes the spec's labels and names allow.
-    fn eligible<'n, 'a>(&self, nodes: &'n [Placement<'a>]) -> Vec<&'n Placement<'a>> {
+    pub(crate) fn eligible<'n, 'a>(&self, nodes: &'n [Placement<'a>]) -> Vec<&'n Placement<'a>> {
         nodes
             .iter()
             .filter(|n| {
@@ -356,109 +298,13 @@ impl TaskSpec {
             })
             .collect()
     }
-
-    /// [`TaskSpec::validate`] of a gang: its shape, refused if it could never run on the
-    /// eligible nodes (with why: more than the whole cluster, or the total but not the boxes).
-    #[allow(clippy::too_many_arguments)]
-    fn validate_gang(
-        &self,
-        g: &GangSpec,
-        space: &ResourceSpace,
-        types: &[String],
-        nodes: &[Placement<'_>],
-        id: TaskId,
-        arrival: u64,
-        units: &Units<'_>,
-    ) -> Result<Task, SpecError> {
-        if !self.min_demand.is_empty() || !self.max_demand.is_empty() {
-            return Err(err(
-                "min_demand",
-                "a gang gives its demand per member, in gang.worker_demand and gang.ps_demand",
-            ));
-        }
-        let WorkerCount(lo, hi) = g.workers;
-        let max = crate::protocol::gang::MAX_MEMBERS as i64;
-        if lo < 1 || hi < lo || hi + g.ps > max {
-            return Err(err(
-                "gang.workers",
-                format!(
-                    "{lo}..={hi} workers with {} PS: from 1 worker, at most {max} members in all",
-                    g.ps
-                ),
-            ));
-        }
-        if g.ps < 1 {
-            return Err(err("gang.ps", "at least one parameter server"));
-        }
-        for (f, x) in [
-            ("gang.compute_seconds", g.compute_seconds),
-            ("gang.gradient_mb", g.gradient_mb),
-        ] {
-            if !(x.is_finite() && x >= 0.0) || (f == "gang.compute_seconds" && x == 0.0) {
-                return Err(err(f, format!("must be a positive number, got {x}")));
-            }
-        }
-        let shape = crate::placement::gang::GangShape {
-            workers: (lo as u32, hi as u32),
-            ps: g.ps as u32,
-            worker_demand: units("gang.worker_demand", &g.worker_demand)?,
-            ps_demand: units("gang.ps_demand", &g.ps_demand)?,
-            compute_seconds: g.compute_seconds,
-            gradient_bytes: g.gradient_mb * 1e6,
-            restarts: u32::try_from(g.restarts).map_err(|_| {
-                err(
-                    "gang.restarts",
-                    format!("must be 0 or more, got {}", g.restarts),
-                )
-            })?,
-        };
-        for (f, d) in [
-            ("gang.worker_demand", &shape.worker_demand),
-            ("gang.ps_demand", &shape.ps_demand),
-        ] {
-            if d.is_zero() {
-                return Err(err(
-                    f,
-                    format!(
-                        "at least one kind must be positive (kinds: {})",
-                        kind_names(space).join(", ")
-                    ),
-                ));
-            }
-        }
-        let eligible = self.eligible(nodes);
-        if eligible.is_empty() {
-            return Err(err(
-                "require_labels",
-                "no node carries all the required labels (and is among `nodes`)",
-            ));
-        }
-        let caps: Vec<Resources> = eligible.iter().map(|n| n.capacity.clone()).collect();
-        if let Some(why) = shape.never_fits(&caps, crate::placement::gang::Links::EDGE) {
-            return Err(err(
-                "gang",
-                format!("can never run on the {} eligible nodes: {why}", caps.len()),
-            ));
-        }
-        let mut reachable: Vec<NodeId> = eligible.iter().map(|n| n.id).collect();
-        reachable.sort();
-        Ok(Task {
-            id,
-            ty: self.type_id(types),
-            min_demand: shape.worker_demand.clone(),
-            max_demand: None,
-            priority: self.priority,
-            reachable,
-            arrival,
-            gang: Some(Box::new(shape)),
-        })
-    }
 }
 
 /// Demands by kind name into a vector of the cluster's kinds, for the field named.
-type Units<'a> = dyn Fn(&str, &BTreeMap<String, i64>) -> Result<Resources, SpecError> + 'a;
+pub(crate) type Units<'a> =
+    dyn Fn(&str, &BTreeMap<String, i64>) -> Result<Resources, SpecError> + 'a;
 
-fn kind_names(space: &ResourceSpace) -> Vec<String> {
+pub(crate) fn kind_names(space: &ResourceSpace) -> Vec<String> {
     space.kinds().iter().map(|k| k.name.clone()).collect()
 }
 
@@ -728,5 +574,35 @@ mod tests {
         .unwrap();
         let json = serde_json::to_string(&spec).unwrap();
         assert_eq!(TaskSpec::from_json(&json).unwrap(), spec);
+    }
+
+    #[test]
+    fn a_pipeline_is_planned_into_members_or_refused_with_why() {
+        let pipeline = |throughput: &str, prices: &str| {
+            check(&format!(
+                "command = [\"x\"]\n[pipeline]\nbatches = 1000\nthroughput = {throughput}\nprices = {prices}\n\
+                 [[pipeline.layer]]\ntime = {{ cpu = 0.01, gpu = 0.02 }}\nout_bytes = 1e5\n\
+                 [[pipeline.layer]]\ntime = {{ cpu = 0.4, gpu = 0.005 }}\n"
+            ))
+        };
+        let t = pipeline("50", "{ cpu = 0.05, gpu = 0.35 }").unwrap();
+        let s = t.gang.as_deref().unwrap();
+        assert!(!s.stages.is_empty());
+        // The dense layer goes to a GPU (2 of them in the cluster); the input layer to cores.
+        assert!(s.stages.iter().any(|m| m.get(1) > 0), "{:?}", s.stages);
+        assert!(s.stages.iter().all(|m| m.get(0) <= 16 && m.get(1) <= 2));
+        let e = pipeline("100000", "{ cpu = 0.05, gpu = 0.35 }").unwrap_err();
+        assert_eq!(e.field, "pipeline.throughput", "{e}");
+        assert!(e.message.contains("no plan reaches 100000"), "{e}");
+        let e = pipeline("50", "{ tpu = 1.0 }").unwrap_err();
+        assert_eq!(e.field, "pipeline.prices.tpu", "{e}");
+        // Without GPUs priced: 45 batches/s on cores is out of reach (a core adds less than
+        // the last as the stage grows); at 24 both layers form one stage of 19 cores, more than
+        // a box has, split over the two boxes (16 + 3).
+        let e = pipeline("45", "{ cpu = 0.05 }").unwrap_err();
+        assert_eq!(e.field, "pipeline.throughput", "{e}");
+        let t = pipeline("24", "{ cpu = 0.05 }").unwrap();
+        let cores: Vec<u32> = t.gang.unwrap().stages.iter().map(|m| m.get(0)).collect();
+        assert_eq!(cores, vec![16, 3]);
     }
 }
