@@ -2,9 +2,10 @@
 //! that hosts a member, and how it ends.
 //!
 //! - **Proposing.** A pending gang's owner (the box that accepted it) places it on what the
-//!   round's members can give now ([`GangShape::place`], the LP rounding) and proposes it whole
-//!   instead of a single claim. A gang whose owner is gone (its tasks were taken over) is
-//!   proposed by the lowest-id round member among its boxes. Only boxes that state an address
+//!   round's members can give now
+//!   ([`GangShape::place`](crate::placement::gang::GangShape::place), the LP rounding) and
+//!   proposes it whole instead of a single claim. A gang whose owner is gone (its tasks were
+//!   taken over) is proposed by the lowest-id round member among its boxes. Only boxes that state an address
 //!   ([`super::NodeConfig::addr`]) host members: the others could not be reached at rendezvous.
 //! - **Starting.** Every box decides the same gangs from the same round. A gang starts only from
 //!   a round this box decided with every member's proposal; each box with members starts them
