@@ -6,7 +6,8 @@
 //! Restart policy: **adopt**. A task the previous run started and whose supervisor still runs is
 //! adopted (no work lost); one that ended while the agent was away is reported with its exit code;
 //! one that left no trace (the box rebooted) goes back to pending with its epoch, so its next start
-//! fences any copy that might still exist.
+//! fences any copy that might still exist. A gang's members are the exception: they are stopped,
+//! and the gang goes back to pending (its other members cannot wait for this box).
 
 use crate::exec::{Adopted, Executor};
 use crate::store::{Recovered, Store};
@@ -36,6 +37,17 @@ pub fn replay(
             None => Adopted::Lost,
         };
         tracing::info!(task = %id, ?adopted, "a task this node ran before the restart");
+        if run.task.gang.is_some() {
+            // A gang's members are not adopted: the gang cannot go on without the members this
+            // box ran, and its peers have put it back in the queue (a member failed, or this box
+            // went silent). What still runs is stopped; the gang waits to be placed again.
+            if adopted == Adopted::Running {
+                executor.stop(id);
+            }
+            actions.extend(core.restore(run.task, run.spec, TaskState::Pending, None, run.epoch));
+            journal_end(store, id);
+            continue;
+        }
         let running = TaskState::Running {
             node: me,
             alloc: run.alloc.clone(),

@@ -23,6 +23,7 @@ fn free_port() -> u16 {
 
 struct Cluster {
     dir: PathBuf,
+    p2p: Vec<u16>,
     apis: Vec<String>,
     agents: Vec<Option<Child>>,
 }
@@ -36,38 +37,54 @@ impl Cluster {
         let apis: Vec<String> = (0..3)
             .map(|_| format!("127.0.0.1:{}", free_port()))
             .collect();
-        let mut agents = Vec::new();
+        let mut c = Cluster {
+            dir,
+            p2p,
+            apis,
+            agents: (0..3).map(|_| None).collect(),
+        };
         for i in 0..3 {
-            let log = std::fs::File::create(dir.join(format!("a{i}.log"))).unwrap();
-            let mut cmd = Command::new(BIN);
-            cmd.args(["run", "--name", &format!("a{i}")])
-                .arg("--data-dir")
-                .arg(dir.join(format!("a{i}")))
-                .args(["--listen", &format!("/ip4/127.0.0.1/tcp/{}", p2p[i])])
-                .args(["--api", &apis[i]])
-                .args(["--policy", "first-fit-max"])
-                .args(["--set", "heartbeat_ms=100", "--set", "peer_timeout_ms=1000"])
-                .args(["--set", "autonomy_ms=3000", "--set", "slot_ms=500"])
-                .args(["--set", "round_ms=200"])
-                // Room for one member (2 cores) per box.
-                .args(["--set", "offer.cpu=2", "--set", "offer.gpu=0"])
-                .args(["--set", "offer.mem_gb=2"])
-                .env("RUST_LOG", "info,libp2p=warn")
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log);
-            for j in (0..3).filter(|j| *j != i) {
-                cmd.args(["--bootstrap", &format!("/ip4/127.0.0.1/tcp/{}", p2p[j])]);
-            }
-            agents.push(Some(cmd.spawn().unwrap()));
+            c.spawn(i);
         }
-        let c = Cluster { dir, apis, agents };
         c.wait_until(
             Duration::from_secs(60),
             "every agent to see its two peers",
             |c| (0..3).all(|i| c.json(i, "/v1/node").is_some_and(|v| v["peers"] == 2)),
         );
         c
+    }
+
+    /// Start agent `i` (again: with its data directory, so it replays its journal).
+    fn spawn(&mut self, i: usize) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("a{i}.log")))
+            .unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--name", &format!("a{i}")])
+            .arg("--data-dir")
+            .arg(self.dir.join(format!("a{i}")))
+            .args(["--listen", &format!("/ip4/127.0.0.1/tcp/{}", self.p2p[i])])
+            .args(["--api", &self.apis[i]])
+            .args(["--policy", "first-fit-max"])
+            .args(["--set", "heartbeat_ms=100", "--set", "peer_timeout_ms=1000"])
+            .args(["--set", "autonomy_ms=3000", "--set", "slot_ms=500"])
+            .args(["--set", "round_ms=200"])
+            // Room for one member (2 cores) per box.
+            .args(["--set", "offer.cpu=2", "--set", "offer.gpu=0"])
+            .args(["--set", "offer.mem_gb=2"])
+            .env("RUST_LOG", "info,libp2p=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        for j in (0..3).filter(|j| *j != i) {
+            cmd.args([
+                "--bootstrap",
+                &format!("/ip4/127.0.0.1/tcp/{}", self.p2p[j]),
+            ]);
+        }
+        self.agents[i] = Some(cmd.spawn().unwrap());
     }
 
     fn http(
@@ -349,4 +366,37 @@ fn killing_one_members_agent_stops_the_gang_everywhere_and_requeues_it() {
     for i in &alive {
         assert_eq!(c.state(*i, task), "pending");
     }
+}
+
+#[test]
+fn a_restarted_agent_stops_the_members_it_ran_and_the_gang_runs_again() {
+    let mut c = Cluster::start("restart");
+    c.submit(120.0);
+    let rec = c.dir.join("rec");
+    c.wait_until(
+        Duration::from_secs(60),
+        "the three members to start",
+        |_| records(&rec).0.len() == 3,
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let (first, _) = records(&rec);
+    // Kill a worker's agent and start it again at once, with its journal: its member still runs
+    // under its supervisor, and the new run must stop it rather than adopt it.
+    let victim: usize = first[2].2.trim_start_matches('a').parse().unwrap();
+    c.kill(victim);
+    assert!(running(first[2].1), "the member died with its agent");
+    c.spawn(victim);
+    // The first run's members all end; the gang goes back to the queue (a member failed, within
+    // its restarts) and runs again on the three boxes.
+    c.wait_until(
+        Duration::from_secs(60),
+        "the first run's members to end",
+        |_| first.iter().all(|s| !running(s.1)),
+    );
+    c.wait_until(
+        Duration::from_secs(60),
+        "a second run of three members",
+        |_| records(&rec).0.len() == 6,
+    );
+    assert!(records(&rec).1.is_empty(), "a member finished a broken run");
 }

@@ -465,11 +465,7 @@ impl Daemon {
                 }),
             }
         };
-        // A gang's members are not journaled: a restarted agent must not adopt them as a task
-        // of its own (its peers requeued the gang when it went silent). They end when their
-        // partners do, which the other boxes stopped (not yet: stopping them on restart).
         if started.is_ok()
-            && gang.is_none()
             && let Some(store) = &mut p.store
         {
             // Durable before anyone hears of the start, so a restart adopts it.
