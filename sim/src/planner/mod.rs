@@ -32,7 +32,7 @@ const PAIR_F: usize = 11;
 /// The LSTM's input: the layer's features and the previous layer's chosen pair's.
 const INPUT: usize = LAYER_F + PAIR_F;
 /// Plans drawn beside the greedy one when planning.
-pub const SAMPLES: usize = 128;
+pub const SAMPLES: usize = 512;
 /// A logit that rules a choice out.
 const MASKED: f32 = -1e9;
 
