@@ -7,10 +7,15 @@
 //!   proposes it whole instead of a single claim. A gang whose owner is gone (its tasks were
 //!   taken over) is proposed by the lowest-id round member among its boxes. Only boxes that state an address
 //!   ([`super::NodeConfig::addr`]) host members: the others could not be reached at rendezvous.
-//! - **Starting.** Every box decides the same gangs from the same round. A gang starts only from
-//!   a round this box decided with every member's proposal; each box with members starts them
-//!   as one process group ([`Action::Start`] with a [`GangStart`]: their ranks and the
-//!   rendezvous every member reads).
+//! - **Starting.** Every box decides the same gangs from the same round, and holds each as
+//!   started. A box that decided the round with every member's proposal starts its members as
+//!   one process group ([`Action::Start`] with a [`GangStart`]: their ranks and the rendezvous
+//!   every member reads) and tells the others ([`Body::Started`]). A box that decided it without
+//!   some proposal (rounds out of step) starts none of its own, since another box may have
+//!   decided otherwise. It still holds the gang, so that it does not place it again, until a
+//!   member box says it started; if none does within two peer timeouts, the gang goes back to
+//!   pending. A gang that some boxes started without this one's members fails at rendezvous and
+//!   is requeued.
 //! - **Ending.** The gang succeeds when its host (rank 0's box) exits 0. When a box's members
 //!   fail, every box stops its members and the gang goes back in the queue, up to its
 //!   `restarts` (counted by its epoch, which every start raises); after that it fails. Either
@@ -136,13 +141,14 @@ impl NodeCore {
         None
     }
 
-    /// Start the round's gangs (only from a round decided with every member's proposal: any
-    /// other releases them, and they stay pending here).
+    /// The round's gangs: held as started here; this box's members start only if the round was
+    /// `complete` (module doc).
     pub(super) fn start_gangs(
         &mut self,
         gangs: &[GangCommit],
         complete: bool,
         slot: u64,
+        now: u64,
     ) -> Vec<Action> {
         let me = self.cfg.me;
         let mut out = Vec::new();
@@ -151,9 +157,12 @@ impl NodeCore {
                 .tasks
                 .get(g.task)
                 .is_some_and(|t| t.state == TaskState::Pending);
-            if !complete || !pending {
-                self.protocol.release(g.task);
+            if !pending {
                 continue;
+            }
+            if !complete {
+                self.gangs_unconfirmed
+                    .insert(g.task, now + 2 * self.cfg.peer_timeout_ms);
             }
             self.tasks.set_state(
                 g.task,
@@ -179,13 +188,19 @@ impl NodeCore {
                     });
                 }
             }
-            if let Some(alloc) = alloc {
+            if let Some(alloc) = alloc.filter(|_| complete) {
+                let epoch = m.epoch;
                 out.push(Action::Start {
                     task: g.task,
                     spec,
-                    alloc,
+                    alloc: alloc.clone(),
                     gang: Some(start),
                 });
+                out.push(self.envelope(Body::Started {
+                    task: g.task,
+                    alloc,
+                    epoch,
+                }));
             }
         }
         out
@@ -273,6 +288,7 @@ impl NodeCore {
     /// The gang of `o` ended: this box stops its members (if it has any) and records the end.
     pub(super) fn end_gang(&mut self, o: &Outcome) -> Vec<Action> {
         let me = self.cfg.me;
+        self.gangs_unconfirmed.remove(&o.task);
         let here = self.tasks.get(o.task).is_some_and(|t| {
             matches!(&t.state, TaskState::Gang { members, .. } if members.iter().any(|(n, _)| *n == me))
         });
@@ -292,11 +308,40 @@ impl NodeCore {
         }
     }
 
+    /// A member box of gang `task` started its members: the gang is confirmed here.
+    pub(super) fn gang_started(&mut self, task: TaskId) {
+        self.gangs_unconfirmed.remove(&task);
+    }
+
+    /// Gangs held from an incomplete round that no member box confirmed in time go back to
+    /// pending (module doc).
+    pub(super) fn unconfirmed_gangs(&mut self, now: u64) -> Vec<Action> {
+        let due: Vec<TaskId> = self
+            .gangs_unconfirmed
+            .iter()
+            .filter(|(_, d)| now >= **d)
+            .map(|(t, _)| *t)
+            .collect();
+        let mut out = Vec::new();
+        for task in due {
+            self.gangs_unconfirmed.remove(&task);
+            let held = self
+                .tasks
+                .get(task)
+                .is_some_and(|t| matches!(t.state, TaskState::Gang { .. }));
+            if held {
+                out.extend(self.requeue_gang(task));
+            }
+        }
+        out
+    }
+
     /// Gang `task` goes back to pending here (a member failed and it may run again); this box
     /// stops its members of it. Returns the stop, if any.
     pub(super) fn requeue_gang(&mut self, task: TaskId) -> Vec<Action> {
         let me = self.cfg.me;
         let here = self.tasks.gangs_on(me).any(|g| g == task);
+        self.gangs_unconfirmed.remove(&task);
         self.tasks.set_state(task, TaskState::Pending);
         self.protocol.release(task);
         if here {
@@ -323,5 +368,122 @@ impl NodeCore {
             self.stats.gangs_broken += 1;
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::gang::GangShape;
+    use crate::task::Task;
+    use std::collections::BTreeMap;
+
+    fn node() -> NodeCore {
+        let cfg = super::super::NodeConfig::short(NodeId(0), Resources(vec![4, 0]));
+        let ctx = crate::baselines::BaselineContext {
+            num_types: 1,
+            cpu_kind: 0,
+            gpu_kind: 1,
+            profile: Vec::new(),
+        };
+        let mut n = NodeCore::new(cfg, crate::baselines::by_name("min", &ctx).unwrap(), 0);
+        let shape = GangShape {
+            workers: (1, 1),
+            ps: 1,
+            worker_demand: Resources(vec![1, 0]),
+            ps_demand: Resources(vec![1, 0]),
+            compute_seconds: 1.0,
+            gradient_bytes: 1e6,
+            restarts: 0,
+            stages: Vec::new(),
+        };
+        let task = Task {
+            id: TaskId(7),
+            ty: crate::TaskTypeId(0),
+            min_demand: Resources(vec![1, 0]),
+            max_demand: None,
+            priority: 0,
+            reachable: vec![NodeId(0), NodeId(1)],
+            arrival: 0,
+            gang: Some(Box::new(shape)),
+        };
+        let spec = crate::spec::TaskSpec::from_toml(
+            "command = [\"x\"]\n[gang]\nworkers = 1\nworker_demand = { cpu = 1 }\nps_demand = { cpu = 1 }\n",
+        )
+        .unwrap();
+        n.submit(task, spec);
+        n
+    }
+
+    fn commit() -> GangCommit {
+        GangCommit {
+            task: TaskId(7),
+            claimant: NodeId(1),
+            members: vec![
+                (NodeId(1), Resources(vec![1, 0])),
+                (NodeId(0), Resources(vec![1, 0])),
+            ],
+            claimants: 1,
+        }
+    }
+
+    fn starts(out: &[Action]) -> Vec<&GangStart> {
+        out.iter()
+            .filter_map(|a| match a {
+                Action::Start { gang: Some(g), .. } => Some(g),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_complete_round_starts_this_boxs_members_with_their_rendezvous_and_says_so() {
+        let mut n = node();
+        let out = n.start_gangs(&[commit()], true, 0, 1000);
+        let s = starts(&out);
+        assert_eq!(s.len(), 1);
+        assert_eq!(
+            (s[0].ranks.clone(), s[0].world_size, s[0].ps),
+            (vec![1], 2, 1)
+        );
+        let env: BTreeMap<String, String> = s[0].env().into_iter().collect();
+        assert_eq!(env["MASTER_PORT"], master_port(TaskId(7)).to_string());
+        assert_eq!(env["TAPFINGER_GANG_RANKS"], "1");
+        assert_eq!(env["TAPFINGER_WORKER_HOSTS"], "127.0.0.1");
+        assert!(
+            out.iter().any(
+                |a| matches!(a, Action::Broadcast(e) if matches!(e.body, Body::Started { .. }))
+            )
+        );
+        assert_eq!(n.tasks().held(NodeId(0)), Resources(vec![1, 0]));
+    }
+
+    #[test]
+    fn an_incomplete_round_holds_the_gang_without_starting_and_requeues_it_unless_confirmed() {
+        // Nobody confirms: after two peer timeouts it is pending again, and nothing is held.
+        let mut n = node();
+        let out = n.start_gangs(&[commit()], false, 0, 1000);
+        assert!(starts(&out).is_empty(), "started from an incomplete round");
+        assert!(matches!(
+            n.tasks()[&TaskId(7)].state,
+            TaskState::Gang { .. }
+        ));
+        assert!(n.unconfirmed_gangs(1000 + 2 * 300 - 1).is_empty());
+        assert!(matches!(
+            n.tasks()[&TaskId(7)].state,
+            TaskState::Gang { .. }
+        ));
+        n.unconfirmed_gangs(1000 + 2 * 300);
+        assert_eq!(n.tasks()[&TaskId(7)].state, TaskState::Pending);
+        assert_eq!(n.tasks().held(NodeId(0)), Resources(vec![0, 0]));
+        // A member box confirms: it stays held (this box will not place it again meanwhile).
+        let mut n = node();
+        n.start_gangs(&[commit()], false, 0, 1000);
+        n.gang_started(TaskId(7));
+        n.unconfirmed_gangs(10_000);
+        assert!(matches!(
+            n.tasks()[&TaskId(7)].state,
+            TaskState::Gang { .. }
+        ));
     }
 }

@@ -260,6 +260,10 @@ pub struct NodeCore {
     /// rounds in full believe it runs them, and ask; it answers for them although it does not
     /// own them (pending ones only; pruned when large).
     won_in_vain: BTreeSet<TaskId>,
+    /// Gangs this node holds from a round it decided without every proposal, with the time by
+    /// which a member box must confirm it started them; otherwise they go back to pending
+    /// ([`gangs`]).
+    gangs_unconfirmed: BTreeMap<TaskId, u64>,
     /// The latest proposal of each peer not (yet) in step with this node: refused then, and
     /// taken if the peer comes into step ([`NodeCore::sync_members`]). Its sender does not send
     /// it again once its own round is complete, so without this the round waited here for the
@@ -339,6 +343,7 @@ impl NodeCore {
             last_greet: None,
             handing_back: BTreeSet::new(),
             won_in_vain: BTreeSet::new(),
+            gangs_unconfirmed: BTreeMap::new(),
             unheard: BTreeMap::new(),
             cfg,
         }

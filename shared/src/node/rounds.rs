@@ -74,6 +74,7 @@ impl NodeCore {
         }
         out.extend(self.sync_members(now));
         out.extend(self.tick_leases(now));
+        out.extend(self.unconfirmed_gangs(now));
         let outputs = self.protocol.tick(now);
         out.extend(self.handle(outputs, now));
         self.first_tick.get_or_insert(now);
@@ -364,7 +365,7 @@ impl NodeCore {
                 }));
             }
         }
-        out.extend(self.start_gangs(&outcome.gangs, !tentative, outcome.round.slot));
+        out.extend(self.start_gangs(&outcome.gangs, !tentative, outcome.round.slot, now));
         // An elastic node re-shares when the slot's rounds are over, and also as soon as it
         // starts a task: the new task starts at its minimum demand, and without a re-share the
         // shares in force (the running tasks' from the last slot) and it could add up to more
