@@ -1,11 +1,10 @@
 //! Gangs in the node core: who proposes a pending gang, how a decided gang starts on every box
 //! that hosts a member, and how it ends.
 //!
-//! - **Proposing.** A pending gang's owner (the box that accepted it) places it on what the
-//!   round's members can give now
+//! - **Proposing.** The lowest-id round member among a pending gang's boxes places it on what
+//!   the round's members can give now
 //!   ([`GangShape::place`](crate::placement::gang::GangShape::place), the LP rounding) and
-//!   proposes it whole instead of a single claim. A gang whose owner is gone (its tasks were
-//!   taken over) is proposed by the lowest-id round member among its boxes. Only boxes that state an address
+//!   proposes it whole instead of a single claim. Only boxes that state an address
 //!   ([`super::NodeConfig::addr`]) host members: the others could not be reached at rendezvous.
 //! - **Starting.** Every box decides the same gangs from the same round, and holds each as
 //!   started. A box that decided the round with every member's proposal starts its members as
@@ -30,6 +29,10 @@ use crate::protocol::{GangClaim, GangCommit, Proposal};
 use crate::resources::Resources;
 use crate::task::{NodeId, TaskId};
 use crate::wire::{Body, Outcome};
+
+/// Most pending gangs a node tries to place per round (the oldest first): each try solves an
+/// LP, and a round must stay short however many gangs wait.
+pub const GANG_TRIES: usize = 4;
 
 /// The first port rank 0 of a gang may listen on; [`master_port`] picks one of the next 1000.
 pub const GANG_PORTS: u16 = 29500;
@@ -97,8 +100,16 @@ impl NodeCore {
     pub(super) fn gang_proposal(&mut self) -> Option<Proposal> {
         let me = self.cfg.me;
         let members: Vec<NodeId> = self.protocol.members().iter().copied().collect();
-        let pending: Vec<TaskId> = self.tasks.pending_gangs().collect();
-        for id in pending {
+        // The oldest first (then by id): a gang that waits is not passed over for ever by newer
+        // ones that happen to fit.
+        let mut pending: Vec<(u64, TaskId)> = self
+            .tasks
+            .pending_gangs()
+            .filter_map(|id| self.tasks.get(id).map(|e| (e.task.arrival, id)))
+            .collect();
+        pending.sort();
+        let mut tries = 0;
+        for (_, id) in pending {
             let Some(e) = self.tasks.get(id) else {
                 continue;
             };
@@ -109,20 +120,26 @@ impl NodeCore {
                 .copied()
                 .filter(|n| members.contains(n) && !self.addr_of(*n).is_empty())
                 .collect();
-            let owner = e.meta.owner.filter(|o| members.contains(o));
-            let proposer = owner.or_else(|| {
-                e.task
-                    .reachable
-                    .iter()
-                    .copied()
-                    .find(|n| members.contains(n))
-            });
+            // The lowest-id round member among its boxes proposes it: a rule every box applies
+            // alike from what it knows for certain. (The owner was tried first: a box that
+            // restarted forgot that it owned the gang, its peers still named it, and nobody
+            // proposed the gang again.)
+            let proposer = e
+                .task
+                .reachable
+                .iter()
+                .copied()
+                .find(|n| members.contains(n));
             if proposer != Some(me) {
                 continue;
             }
             let Some(shape) = e.task.gang.clone() else {
                 continue;
             };
+            if tries == GANG_TRIES {
+                break;
+            }
+            tries += 1;
             let free: Vec<(NodeId, Resources)> = boxes
                 .iter()
                 .map(|n| (*n, self.tasks.claimable(*n)))

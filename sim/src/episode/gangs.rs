@@ -3,6 +3,7 @@
 //!
 //! Each pending gang has one owner, the agent of index `id mod nodes` (in the agent: the box
 //! that accepted it). At every decision step the owner places its oldest pending gang that fits
+//! (trying at most [`tapfinger::node::gangs::GANG_TRIES`])
 //! on what every box can give now (the ledger's claimable units, the same every box states with
 //! its proposal) and proposes it as a [`GangClaim`] instead of its single claim; the round
 //! settles single claims first and then the gang, all or nothing ([`tapfinger::protocol`]).
@@ -28,7 +29,8 @@ impl Episode<'_> {
         if owned.is_empty() {
             return None;
         }
-        for id in owned {
+        // The oldest first (ids follow arrivals), at most as many as an agent tries.
+        for id in owned.into_iter().take(tapfinger::node::gangs::GANG_TRIES) {
             let Some(task) = self.ledger.get(id).map(|e| e.task.clone()) else {
                 continue;
             };
