@@ -54,6 +54,7 @@ fn heartbeat(id: u32, seq: u64) -> Envelope {
         from: NodeId(id),
         seq,
         body: Body::Heartbeat(NodeState {
+            gangs: Vec::new(),
             addr: String::new(),
             name: format!("box-{id}"),
             labels: Default::default(),

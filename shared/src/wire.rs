@@ -79,6 +79,20 @@ pub struct NodeState {
     /// The latest outcomes of tasks this node ran (at most [`MAX_RECENT`]), repeated in every
     /// heartbeat so that a lost finish message is made good (anti-entropy).
     pub recent: Vec<Outcome>,
+    /// The gangs with members running here: a peer that missed a gang's start learns it, and
+    /// does not place the gang again while it runs.
+    pub gangs: Vec<GangRun>,
+}
+
+/// A gang running with members on the heartbeat's sender.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GangRun {
+    /// The task.
+    pub task: TaskId,
+    /// The epoch of its start.
+    pub epoch: u64,
+    /// Every member's node and allocation, in rank order.
+    pub members: Vec<(NodeId, Resources)>,
 }
 
 /// A peer a node hears, with the echo of that peer's latest heartbeat (see [`NodeState::hears`]).
@@ -445,6 +459,11 @@ mod tests {
         let body = [
             Body::Heartbeat(NodeState {
                 addr: "10.0.0.7".into(),
+                gangs: vec![GangRun {
+                    task: TaskId(9),
+                    epoch: 2,
+                    members: vec![(NodeId(1), Resources(vec![1, 0]))],
+                }],
                 name: "box-1".into(),
                 labels: [("site".to_string(), "plant-3".to_string())].into(),
                 capacity: Resources(vec![8, 1]),

@@ -325,6 +325,34 @@ impl NodeCore {
         }
     }
 
+    /// A peer's heartbeat lists gang run `g` on its box. A start newer than any this node knows
+    /// of (it missed the round, or was not among its members) is taken as running, so that
+    /// this node does not place the gang again. A run it knows of is not taken again: it may
+    /// have been requeued since the heartbeat was sent.
+    pub(super) fn gang_heard(&mut self, g: &crate::wire::GangRun) {
+        let Some(t) = self.tasks.get(g.task) else {
+            return;
+        };
+        let newer = g.epoch > t.meta.epoch;
+        if !newer || matches!(t.state, TaskState::Done { .. }) || t.task.gang.is_none() {
+            return;
+        }
+        let slot = self.slot();
+        self.tasks.set_state(
+            g.task,
+            TaskState::Gang {
+                members: g.members.clone(),
+                progress: 0.0,
+                started: slot,
+            },
+        );
+        if let Some(m) = self.tasks.meta_mut(g.task) {
+            m.epoch = g.epoch;
+        }
+        self.protocol.mark_committed(g.task);
+        self.gangs_unconfirmed.remove(&g.task);
+    }
+
     /// A member box of gang `task` started its members: the gang is confirmed here.
     pub(super) fn gang_started(&mut self, task: TaskId) {
         self.gangs_unconfirmed.remove(&task);
@@ -502,5 +530,29 @@ mod tests {
             n.tasks()[&TaskId(7)].state,
             TaskState::Gang { .. }
         ));
+    }
+
+    #[test]
+    fn a_heartbeat_tells_a_box_that_missed_the_start_but_not_one_that_requeued_since() {
+        let mut n = node();
+        let run = crate::wire::GangRun {
+            task: TaskId(7),
+            epoch: 1,
+            members: commit().members,
+        };
+        n.gang_heard(&run);
+        assert!(matches!(
+            n.tasks()[&TaskId(7)].state,
+            TaskState::Gang { .. }
+        ));
+        assert_eq!(n.tasks()[&TaskId(7)].meta.epoch, 1);
+        assert!(
+            n.protocol.is_committed(TaskId(7)),
+            "it would place the gang again"
+        );
+        // Requeued here since (a member failed): the same run in a late heartbeat is not taken.
+        n.requeue_gang(TaskId(7));
+        n.gang_heard(&run);
+        assert_eq!(n.tasks()[&TaskId(7)].state, TaskState::Pending);
     }
 }

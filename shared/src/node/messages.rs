@@ -190,6 +190,9 @@ impl NodeCore {
                 Some(r.attained),
             ));
         }
+        for g in &state.gangs {
+            self.gang_heard(g);
+        }
         // Its latest outcomes make good a finish message that was lost.
         for o in &state.recent {
             if self.tasks.contains(o.task) {

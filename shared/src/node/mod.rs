@@ -521,7 +521,23 @@ impl NodeCore {
                 echo: p.state.sent,
             })
             .collect();
+        let gangs = self
+            .tasks
+            .gangs_on(self.cfg.me)
+            .filter_map(|id| {
+                let e = self.tasks.get(id)?;
+                match &e.state {
+                    TaskState::Gang { members, .. } => Some(crate::wire::GangRun {
+                        task: id,
+                        epoch: e.meta.epoch,
+                        members: members.clone(),
+                    }),
+                    _ => None,
+                }
+            })
+            .collect();
         let state = NodeState {
+            gangs,
             addr: self.cfg.addr.clone(),
             name: self.cfg.name.clone(),
             labels: self.cfg.labels.clone(),
