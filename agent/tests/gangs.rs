@@ -46,10 +46,18 @@ impl Cluster {
         for i in 0..3 {
             c.spawn(i);
         }
+        // Connected is not enough: a spec is checked against the boxes an agent has heard
+        // describe themselves, so every agent must have both peers' heartbeats.
         c.wait_until(
             Duration::from_secs(60),
-            "every agent to see its two peers",
-            |c| (0..3).all(|i| c.json(i, "/v1/node").is_some_and(|v| v["peers"] == 2)),
+            "every agent to hear its two peers' heartbeats",
+            |c| {
+                (0..3).all(|i| {
+                    c.json(i, "/v1/peers")
+                        .and_then(|v| v["peers"].as_array().map(|p| p.len()))
+                        == Some(2)
+                })
+            },
         );
         c
     }
