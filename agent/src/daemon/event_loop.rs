@@ -429,20 +429,7 @@ impl Daemon {
             .insert("TAPFINGER_NODE".into(), p.core.config().name.clone());
         spec.env.insert("TAPFINGER_EPOCH".into(), epoch.to_string());
         if let Some(g) = &gang {
-            // The members here run under one launcher, which gives each its `RANK` and
-            // `LOCAL_RANK` and ends them all when one fails (`tapfinger-agent gang-launch`).
-            spec.env.extend(g.env());
-            match std::env::current_exe() {
-                Ok(exe) => {
-                    let mut command =
-                        vec![exe.display().to_string(), "gang-launch".into(), "--".into()];
-                    command.append(&mut spec.command);
-                    spec.command = command;
-                }
-                Err(e) => {
-                    tracing::warn!(%task, error = %e, "cannot find the agent's own binary to launch a gang")
-                }
-            }
+            super::gang_start::wrap(task, &mut spec, g);
         }
         // A stop asked for an earlier run of this task here is not about this one.
         self.stopped_here.remove(&task);

@@ -11,6 +11,7 @@
 //! devices each task holds are `gpus`.
 
 mod event_loop;
+mod gang_start;
 mod gpus;
 
 use crate::exec::{Allocation, ExecEvent, Executor};

@@ -25,7 +25,7 @@
 
 use super::{Action, NodeCore, TaskState};
 use crate::placement::gang::{GangPlacer, Links};
-use crate::protocol::{GangClaim, GangCommit, Proposal};
+use crate::protocol::{GangCommit, Proposal};
 use crate::resources::Resources;
 use crate::task::{NodeId, TaskId};
 use crate::wire::{Body, Outcome};
@@ -144,15 +144,16 @@ impl NodeCore {
                 .iter()
                 .map(|n| (*n, self.tasks.claimable(*n)))
                 .collect();
-            if let Some(members) =
-                shape.place(GangPlacer::Locality, &free, Links::EDGE, &mut self.rng)
-            {
-                return Some(Proposal::Gang(GangClaim {
-                    task: id,
-                    members,
-                    prob: 1.0,
-                    headroom: 1.0,
-                }));
+            let claim = crate::protocol::gang::claim(
+                id,
+                &shape,
+                GangPlacer::Locality,
+                &free,
+                Links::EDGE,
+                &mut self.rng,
+            );
+            if claim.is_some() {
+                return claim;
             }
         }
         None

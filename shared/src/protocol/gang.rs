@@ -49,6 +49,26 @@ pub struct GangCommit {
     pub claimants: u32,
 }
 
+/// The claim on gang `task` of `shape`, placed by `placer` on the units `free` lists (one entry
+/// per box that may host members), or `None` if it does not fit now. The one way the simulator
+/// and the node core propose a gang.
+pub fn claim(
+    task: TaskId,
+    shape: &crate::placement::gang::GangShape,
+    placer: crate::placement::gang::GangPlacer,
+    free: &[(NodeId, Resources)],
+    links: crate::placement::gang::Links,
+    rng: &mut crate::Rng,
+) -> Option<Proposal> {
+    let members = shape.place(placer, free, links, rng)?;
+    Some(Proposal::Gang(GangClaim {
+        task,
+        members,
+        prob: 1.0,
+        headroom: 1.0,
+    }))
+}
+
 /// Why a gang claim is malformed (it is then counted as a pass).
 pub(super) fn validate(g: &GangClaim) -> Result<(), String> {
     super::resolve::check_bayes(g.prob, g.headroom)?;

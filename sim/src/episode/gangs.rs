@@ -13,7 +13,7 @@
 
 use super::{Episode, SimError, TaskRecord};
 use tapfinger::ledger::TaskState;
-use tapfinger::protocol::{GangClaim, Proposal};
+use tapfinger::protocol::Proposal;
 use tapfinger::{NodeId, Resources, RoundOutcome, TaskId};
 
 impl Episode<'_> {
@@ -42,13 +42,16 @@ impl Episode<'_> {
                 .iter()
                 .map(|id| (*id, self.ledger.claimable(*id)))
                 .collect();
-            if let Some(members) = shape.place(self.placer, &free, g.links, &mut self.rngs[i]) {
-                return Some(Proposal::Gang(GangClaim {
-                    task: id,
-                    members,
-                    prob: 1.0,
-                    headroom: 1.0,
-                }));
+            let claim = tapfinger::protocol::gang::claim(
+                id,
+                shape,
+                self.placer,
+                &free,
+                g.links,
+                &mut self.rngs[i],
+            );
+            if claim.is_some() {
+                return claim;
             }
         }
         None
