@@ -49,6 +49,15 @@ pub struct Cluster {
     /// Extra delay (ms) of every message to each node: a slow node decides its rounds later
     /// than the others.
     pub inbound_delay: Vec<u64>,
+    /// How long a stopped copy takes to end (ms; 0: at once). A real process dies some time
+    /// after its stop (a supervisor kills its group; on a loaded box, hundreds of ms).
+    pub stop_ms: u64,
+    /// Stopped copies still alive: (ends at, node, task).
+    pub stopping: Vec<(u64, usize, TaskId)>,
+    /// Cores each live copy uses, by (node, task): what the copies use, not what nodes say.
+    pub cores: BTreeMap<(usize, TaskId), u64>,
+    /// (node, cores in use, ms) whenever the copies alive on a node used more cores than it has.
+    pub breaches: Vec<(usize, u64, u64)>,
 }
 
 /// The spec every harness task carries.
@@ -90,6 +99,10 @@ impl Cluster {
             lose_finishes: false,
             now: 0,
             inbound_delay: vec![0; n],
+            stop_ms: 0,
+            stopping: Vec::new(),
+            cores: BTreeMap::new(),
+            breaches: Vec::new(),
         }
     }
 
@@ -118,15 +131,27 @@ impl Cluster {
                         self.overlaps.push((task, self.now));
                     }
                     // 1 s of work at 1 core (by default), 250 ms at 4.
-                    let ms = self.work_ms / u64::from(alloc.get(0).max(1));
+                    let cores = u64::from(alloc.get(0).max(1));
+                    let ms = self.work_ms / cores;
                     self.running.push((self.now + ms, from, task));
+                    self.cores.insert((from, task), cores);
+                    self.check_capacity(from);
                 }
                 // The harness's policies are not elastic; a task's run time is set at its start.
                 Action::Refused { .. } | Action::Resize { .. } => {}
                 Action::Stop { task } => {
-                    self.running.retain(|(_, n, t)| !(*n == from && *t == task));
-                    let more = self.nodes[from].on_exit(task, None, true);
-                    self.act(from, more);
+                    let here = |(_, n, t): &(u64, usize, TaskId)| *n == from && *t == task;
+                    let alive = self.running.iter().any(here);
+                    self.running.retain(|c| !here(c));
+                    // No copy here (it ended meanwhile, or was lost in a restart): its end is
+                    // told at once, as an executor tells a stop of what it does not run.
+                    if self.stop_ms == 0 || !alive {
+                        self.cores.remove(&(from, task));
+                        let more = self.nodes[from].on_exit(task, None, true);
+                        self.act(from, more);
+                    } else {
+                        self.stopping.push((self.now + self.stop_ms, from, task));
+                    }
                 }
             }
         }
@@ -151,10 +176,21 @@ impl Cluster {
                 self.act(to, acts);
             }
         }
+        let (ended, dying): (Vec<_>, Vec<_>) =
+            self.stopping.drain(..).partition(|(t, _, _)| *t <= now);
+        self.stopping = dying;
+        for (_, node, task) in ended {
+            self.cores.remove(&(node, task));
+            if self.alive[node] {
+                let acts = self.nodes[node].on_exit(task, None, true);
+                self.act(node, acts);
+            }
+        }
         let (done, rest): (Vec<_>, Vec<_>) =
             self.running.drain(..).partition(|(t, _, _)| *t <= now);
         self.running = rest;
         for (_, node, task) in done {
+            self.cores.remove(&(node, task));
             if self.alive[node] {
                 *self.finished.entry(task).or_default() += 1;
                 let acts = self.nodes[node].on_exit(task, Some(0), false);
@@ -195,6 +231,22 @@ impl Cluster {
     pub fn kill(&mut self, i: usize) {
         self.alive[i] = false;
         self.running.retain(|(_, n, _)| *n != i);
+        self.stopping.retain(|(_, n, _)| *n != i);
+        self.cores.retain(|(n, _), _| *n != i);
+    }
+
+    /// Record a breach if the copies alive on `node` (running or stopping) use more cores than
+    /// it has (4).
+    fn check_capacity(&mut self, node: usize) {
+        let used: u64 = self
+            .cores
+            .iter()
+            .filter(|((n, _), _)| *n == node)
+            .map(|(_, c)| c)
+            .sum();
+        if used > 4 {
+            self.breaches.push((node, used, self.now));
+        }
     }
 }
 

@@ -80,6 +80,7 @@ fn a_restarted_node_replays_its_tasks_without_running_them_twice() {
         c.step();
     }
     c.running.retain(|(_, n, _)| *n != 0);
+    c.cores.retain(|(n, _), _| *n != 0);
     let ctx = baselines::BaselineContext {
         num_types: 1,
         cpu_kind: 0,
@@ -175,7 +176,13 @@ fn a_dead_node_loses_no_task() {
 }
 
 fn partition(cut_ms: u64, work_ms: u64) -> Cluster {
+    partition_with(cut_ms, work_ms, 0)
+}
+
+/// [`partition`] with stopped copies taking `stop_ms` to end.
+fn partition_with(cut_ms: u64, work_ms: u64, stop_ms: u64) -> Cluster {
     let mut c = Cluster::busy(work_ms);
+    c.stop_ms = stop_ms;
     c.side = vec![1, 1, 0, 0, 0];
     // Tasks submitted on both sides during the cut.
     for id in 15..30u64 {
@@ -242,6 +249,50 @@ fn a_partition_longer_than_the_autonomy_time_never_overlaps_and_heals_to_one_out
             "{id}: {s:?}"
         );
     }
+}
+
+/// After a cut longer than the autonomy time, both sides ran some tasks; the heal stops the
+/// copies that lost (the cut-off side finished them, the other side took them over). Those
+/// copies take 400 ms to die, as a killed process group on a loaded box can, while a queue
+/// waits: no box may start new work on their units meanwhile. Judged from the copies alive per
+/// box, not from what the nodes count. (The fault harness saw a box run three copies at once on
+/// two CPUs when a stop freed the units at once.)
+#[test]
+fn a_stopped_copy_holds_its_units_until_it_has_ended() {
+    let mut seen_stops = 0;
+    for (cut_ms, work_ms) in [(3000, 1000), (3000, 1200), (3200, 1100)] {
+        let mut c = Cluster::busy(work_ms);
+        c.stop_ms = 400;
+        c.side = vec![1, 1, 0, 0, 0];
+        for id in 15..80u64 {
+            c.submit((id % 5) as usize, id);
+        }
+        for _ in 0..cut_ms / STEP {
+            c.step();
+        }
+        c.side = vec![0; 5];
+        c.run_until_finished(80, 30_000);
+        for _ in 0..60 {
+            c.step();
+        }
+        assert_eq!(c.finished.len(), 80, "finished {:?}", c.finished.keys());
+        assert!(c.overlaps.is_empty(), "copies overlapped: {:?}", c.overlaps);
+        assert!(
+            c.breaches.is_empty(),
+            "copies alive beyond a box's 4 cores (node, cores, ms): {:?}",
+            c.breaches
+        );
+        seen_stops += c
+            .nodes
+            .iter()
+            .map(|n| n.stats().copies_stopped)
+            .sum::<u64>();
+        assert_agree(&c);
+    }
+    assert!(
+        seen_stops > 0,
+        "no copy was stopped: the test tried nothing"
+    );
 }
 
 #[test]

@@ -310,6 +310,7 @@ impl NodeCore {
         let here = self.tasks.get(o.task).is_some_and(|t| {
             matches!(&t.state, TaskState::Gang { members, .. } if members.iter().any(|(n, _)| *n == me))
         });
+        let stop = (here && o.node != me).then(|| self.stop_copy(o.task));
         self.tasks.set_state(
             o.task,
             TaskState::Done {
@@ -319,11 +320,7 @@ impl NodeCore {
             },
         );
         self.protocol.mark_committed(o.task);
-        if here && o.node != me {
-            vec![Action::Stop { task: o.task }]
-        } else {
-            Vec::new()
-        }
+        stop.into_iter().collect()
     }
 
     /// A peer's heartbeat lists gang run `g` on its box. A start newer than any this node knows
@@ -387,14 +384,11 @@ impl NodeCore {
     pub(super) fn requeue_gang(&mut self, task: TaskId) -> Vec<Action> {
         let me = self.cfg.me;
         let here = self.tasks.gangs_on(me).any(|g| g == task);
+        let stop = here.then(|| self.stop_copy(task));
         self.gangs_unconfirmed.remove(&task);
         self.tasks.set_state(task, TaskState::Pending);
         self.protocol.release(task);
-        if here {
-            vec![Action::Stop { task }]
-        } else {
-            Vec::new()
-        }
+        stop.into_iter().collect()
     }
 
     /// Peer `gone` went silent: every gang with a member there goes back to pending (its units
@@ -407,7 +401,7 @@ impl NodeCore {
         let mut out = Vec::new();
         for task in broken {
             if self.tasks.gangs_on(me).any(|g| g == task) {
-                out.push(Action::Stop { task });
+                out.push(self.stop_copy(task));
             }
             self.tasks.set_state(task, TaskState::Pending);
             self.protocol.release(task);

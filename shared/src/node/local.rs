@@ -59,7 +59,7 @@ impl NodeCore {
         }
         let mut out = Vec::new();
         if t.state.running_on() == Some(self.cfg.me) {
-            out.push(Action::Stop { task });
+            out.push(self.stop_copy(task));
         }
         self.tasks.set_state(
             task,
@@ -88,6 +88,11 @@ impl NodeCore {
 
     /// A task running here ended. `stopped` = we stopped it (a duplicate): say nothing.
     pub fn on_exit(&mut self, task: TaskId, code: Option<i32>, stopped: bool) -> Vec<Action> {
+        // A copy stopped here has ended (a stop, or its own end racing the stop); a new run
+        // refused while the old copy lived (`stopped` false, the task running here) has not.
+        if stopped || self.tasks.get(task).and_then(|t| t.state.running_on()) != Some(self.cfg.me) {
+            self.drained(task);
+        }
         let Some(t) = self.tasks.get(task) else {
             return Vec::new();
         };

@@ -538,7 +538,7 @@ impl NodeCore {
                     if n == me {
                         // Our copy lost (a higher epoch started elsewhere, or the same round was
                         // decided differently and the lower id keeps it): stop it.
-                        out.push(Action::Stop { task });
+                        out.push(self.stop_copy(task));
                         self.stats.copies_stopped += 1;
                     }
                     self.set_copy(task, moved, epoch);
@@ -585,7 +585,7 @@ impl NodeCore {
             TaskState::Gang { .. } => return self.end_gang(&o),
             TaskState::Running { node, .. } if *node == me && o.node != me => {
                 // Finished elsewhere (or cancelled): our copy is a duplicate; stop it.
-                out.push(Action::Stop { task: o.task });
+                out.push(self.stop_copy(o.task));
                 self.stats.copies_stopped += 1;
             }
             _ => {}

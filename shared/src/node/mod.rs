@@ -30,6 +30,7 @@ use crate::task::{NodeId, TaskId};
 use crate::wire::{Body, Envelope, NodeState, Outcome, RunningState, WIRE_VERSION};
 use std::collections::{BTreeMap, BTreeSet};
 
+mod draining;
 pub mod gangs;
 pub mod lease;
 mod local;
@@ -271,6 +272,8 @@ pub struct NodeCore {
     unheard: BTreeMap<NodeId, crate::protocol::Message>,
     /// Copies stopped because the lease lapsed, handed back when the driver reports their end.
     handing_back: BTreeSet<TaskId>,
+    /// Units of copies stopped here whose end the driver has not reported ([`draining`]).
+    draining: BTreeMap<TaskId, Resources>,
     /// When this node last greeted: at most one greet per peer timeout (peers that flap under
     /// load would otherwise draw a greet from every node at every heartbeat).
     last_greet: Option<u64>,
@@ -342,6 +345,7 @@ impl NodeCore {
             unlisted: BTreeMap::new(),
             last_greet: None,
             handing_back: BTreeSet::new(),
+            draining: BTreeMap::new(),
             won_in_vain: BTreeSet::new(),
             gangs_unconfirmed: BTreeMap::new(),
             unheard: BTreeMap::new(),
