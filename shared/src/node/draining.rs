@@ -69,42 +69,17 @@ impl NodeCore {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{NodeConfig, NodeCore};
+    use super::super::NodeCore;
     use super::*;
-    use crate::spec::TaskSpec;
-    use crate::task::{NodeId, Task};
+    use crate::task::NodeId;
     use crate::wire::{Body, Outcome};
 
     fn node() -> NodeCore {
-        let cfg = NodeConfig::short(NodeId(0), Resources(vec![2, 0]));
-        let ctx = crate::baselines::BaselineContext {
-            num_types: 1,
-            cpu_kind: 0,
-            gpu_kind: 1,
-            profile: Vec::new(),
-        };
-        NodeCore::new(cfg, crate::baselines::by_name("min", &ctx).unwrap(), 0)
+        super::super::test_core(0, Resources(vec![2, 0]))
     }
 
     fn running_here(n: &mut NodeCore, id: u64) {
-        let task = Task {
-            id: TaskId(id),
-            ty: crate::TaskTypeId(0),
-            min_demand: Resources(vec![1, 0]),
-            max_demand: None,
-            priority: 0,
-            reachable: vec![NodeId(0), NodeId(1)],
-            arrival: 0,
-            gang: None,
-        };
-        let spec = TaskSpec::from_toml("command = [\"x\"]\nmin_demand = { cpu = 1 }\n").unwrap();
-        let running = TaskState::Running {
-            node: NodeId(0),
-            alloc: Resources(vec![1, 0]),
-            progress: 0.0,
-            started: 0,
-        };
-        n.restore(task, spec, running, Some(NodeId(0)), 1);
+        super::super::test_running_here(n, id, 1);
     }
 
     /// A copy here learns the task finished elsewhere: it is stopped, and its CPU stays taken

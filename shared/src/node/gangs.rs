@@ -419,14 +419,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn node() -> NodeCore {
-        let cfg = super::super::NodeConfig::short(NodeId(0), Resources(vec![4, 0]));
-        let ctx = crate::baselines::BaselineContext {
-            num_types: 1,
-            cpu_kind: 0,
-            gpu_kind: 1,
-            profile: Vec::new(),
-        };
-        let mut n = NodeCore::new(cfg, crate::baselines::by_name("min", &ctx).unwrap(), 0);
+        let mut n = super::super::test_core(0, Resources(vec![4, 0]));
         let shape = GangShape {
             workers: (1, 1),
             ps: 1,

@@ -170,14 +170,7 @@ mod tests {
     use crate::resources::Resources;
 
     fn node() -> NodeCore {
-        let cfg = super::super::NodeConfig::short(NodeId(0), Resources(vec![4, 0]));
-        let ctx = crate::baselines::BaselineContext {
-            num_types: 1,
-            cpu_kind: 0,
-            gpu_kind: 1,
-            profile: Vec::new(),
-        };
-        NodeCore::new(cfg, crate::baselines::by_name("min", &ctx).unwrap(), 0)
+        super::super::test_core(0, Resources(vec![4, 0]))
     }
 
     /// A copy stopped when the lease lapsed is awaited for its hand-back; if the task has been
@@ -186,24 +179,7 @@ mod tests {
     #[test]
     fn the_end_of_a_later_run_is_not_taken_for_a_stopped_copy() {
         let mut n = node();
-        let task = Task {
-            id: TaskId(7),
-            ty: crate::TaskTypeId(0),
-            min_demand: Resources(vec![1, 0]),
-            max_demand: None,
-            priority: 0,
-            reachable: vec![NodeId(0)],
-            arrival: 0,
-            gang: None,
-        };
-        let spec = TaskSpec::from_toml("command = [\"x\"]\nmin_demand = { cpu = 1 }\n").unwrap();
-        let running = TaskState::Running {
-            node: NodeId(0),
-            alloc: Resources(vec![1, 0]),
-            progress: 0.0,
-            started: 0,
-        };
-        n.restore(task, spec, running, Some(NodeId(0)), 2);
+        super::super::test_running_here(&mut n, 7, 2);
         // Left over from an earlier run stopped for a lapsed lease, its end not yet reported.
         n.handing_back.insert(TaskId(7));
         let out = n.on_exit(TaskId(7), Some(0), false);

@@ -557,3 +557,41 @@ impl NodeCore {
         self.envelope(Body::Heartbeat(state))
     }
 }
+
+/// A node core for unit tests: node `me` with `capacity`, deciding with the `min` baseline.
+#[cfg(test)]
+pub(crate) fn test_core(me: u32, capacity: Resources) -> NodeCore {
+    let cfg = NodeConfig::short(NodeId(me), capacity);
+    let ctx = crate::baselines::BaselineContext {
+        num_types: 1,
+        cpu_kind: 0,
+        gpu_kind: 1,
+        profile: Vec::new(),
+    };
+    NodeCore::new(cfg, crate::baselines::by_name("min", &ctx).unwrap(), 0)
+}
+
+/// For unit tests: a 1-CPU task `id` (reachable on nodes 0 and 1) restored as running on `n`
+/// with epoch `epoch`, as a journal would after a restart.
+#[cfg(test)]
+pub(crate) fn test_running_here(n: &mut NodeCore, id: u64, epoch: u64) {
+    let task = crate::task::Task {
+        id: TaskId(id),
+        ty: crate::TaskTypeId(0),
+        min_demand: Resources(vec![1, 0]),
+        max_demand: None,
+        priority: 0,
+        reachable: vec![NodeId(0), NodeId(1)],
+        arrival: 0,
+        gang: None,
+    };
+    let spec = TaskSpec::from_toml("command = [\"x\"]\nmin_demand = { cpu = 1 }\n").unwrap();
+    let running = TaskState::Running {
+        node: n.id(),
+        alloc: Resources(vec![1, 0]),
+        progress: 0.0,
+        started: 0,
+    };
+    let owner = Some(n.id());
+    n.restore(task, spec, running, owner, epoch);
+}
