@@ -19,7 +19,8 @@ use crate::task::TaskId;
 
 impl NodeCore {
     /// Stop this node's copy of `task` (it runs here as a task or as gang members), keeping its
-    /// units taken until its end is reported. Call before the task's state changes.
+    /// units taken until its end is reported (if its process is still alive: a gang member may
+    /// have ended before its gang did). Call before the task's state changes.
     pub(super) fn stop_copy(&mut self, task: TaskId) -> Action {
         let me = self.cfg.me;
         let units = self.tasks.get(task).map(|t| match &t.state {
@@ -35,6 +36,7 @@ impl NodeCore {
             }
             _ => Resources::default(),
         });
+        let units = units.filter(|_| self.live.contains(&task));
         if let Some(units) = units.filter(|u| u.0.iter().any(|x| *x > 0)) {
             // A second stop of the same copy keeps the first count (the copy is one process).
             self.draining.entry(task).or_insert(units);

@@ -208,6 +208,7 @@ impl NodeCore {
             }
             if let Some(alloc) = alloc.filter(|_| complete) {
                 let epoch = m.epoch;
+                self.live.insert(g.task);
                 out.push(Action::Start {
                     task: g.task,
                     spec,
@@ -542,5 +543,39 @@ mod tests {
         n.requeue_gang(TaskId(7));
         n.gang_heard(&run);
         assert_eq!(n.tasks()[&TaskId(7)].state, TaskState::Pending);
+    }
+
+    /// A worker box's member ends before its host does (the usual order); the host's finish
+    /// then ends the gang here. The member is gone already: its units are free, not kept for a
+    /// stop of a process that no longer exists (kept, the box never hosted the gang again).
+    #[test]
+    fn a_member_that_ended_before_its_gang_keeps_no_units_after_the_gang_ends() {
+        let mut n = node();
+        n.start_gangs(&[commit()], true, 0, 1000);
+        assert_eq!(n.free(), Resources(vec![3, 0]));
+        assert!(n.on_exit(TaskId(7), Some(0), false).is_empty());
+        let done = Outcome {
+            task: TaskId(7),
+            node: NodeId(1),
+            epoch: 1,
+            exit_code: Some(0),
+        };
+        n.apply_outcome(done);
+        assert!(n.draining().is_empty(), "{:?}", n.draining());
+        assert_eq!(n.free(), Resources(vec![4, 0]));
+    }
+
+    /// A member still running when its gang is sent back to the queue is stopped, and its
+    /// units stay taken until it has ended.
+    #[test]
+    fn a_member_stopped_with_its_gang_keeps_its_units_until_it_ends() {
+        let mut n = node();
+        n.start_gangs(&[commit()], true, 0, 1000);
+        let out = n.requeue_gang(TaskId(7));
+        assert!(matches!(out.as_slice(), [Action::Stop { .. }]), "{out:?}");
+        assert_eq!(n.tasks()[&TaskId(7)].state, TaskState::Pending);
+        assert_eq!(n.free(), Resources(vec![3, 0]));
+        n.on_exit(TaskId(7), None, true);
+        assert_eq!(n.free(), Resources(vec![4, 0]));
     }
 }

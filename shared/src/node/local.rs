@@ -45,6 +45,15 @@ impl NodeCore {
         if state != TaskState::Pending {
             self.protocol.mark_committed(id);
         }
+        let here = match &state {
+            TaskState::Running { node, .. } => *node == self.cfg.me,
+            TaskState::Gang { members, .. } => members.iter().any(|(n, _)| *n == self.cfg.me),
+            TaskState::Pending | TaskState::Done { .. } => false,
+        };
+        if here {
+            // An adopted copy: its process lives on here.
+            self.live.insert(id);
+        }
         self.tasks
             .insert(Arc::new(task), state, TaskMeta { spec, owner, epoch });
         body.map(|b| vec![self.envelope(b)]).unwrap_or_default()
@@ -86,13 +95,20 @@ impl NodeCore {
         }
     }
 
-    /// A task running here ended. `stopped` = we stopped it (a duplicate): say nothing.
+    /// A task running here ended (or could not start). `stopped` = we stopped it (a
+    /// duplicate): say nothing.
     pub fn on_exit(&mut self, task: TaskId, code: Option<i32>, stopped: bool) -> Vec<Action> {
-        // A copy stopped here has ended (a stop, or its own end racing the stop); a new run
-        // refused while the old copy lived (`stopped` false, the task running here) has not.
-        if stopped || self.tasks.get(task).and_then(|t| t.state.running_on()) != Some(self.cfg.me) {
-            self.drained(task);
-        }
+        let out = self.exited(task, code, stopped);
+        self.live.remove(&task);
+        // Its process is gone, so its units are free, whether this node had stopped it before
+        // or stops it while handling the end (a gang member that ended by itself sends its gang
+        // back to the queue, which stops this box's members, this one among them: already
+        // gone, its units were once kept for good and the gang never fitted again).
+        self.drained(task);
+        out
+    }
+
+    fn exited(&mut self, task: TaskId, code: Option<i32>, stopped: bool) -> Vec<Action> {
         let Some(t) = self.tasks.get(task) else {
             return Vec::new();
         };

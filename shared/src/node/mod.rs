@@ -180,7 +180,9 @@ pub struct TaskMeta {
 
 #[derive(Debug, Clone)]
 struct Peer {
+    /// Its latest heartbeat (capacity, free units, running copies, recent outcomes).
     state: NodeState,
+    /// When it was last heard (ms), for the peer timeout.
     last_seen: u64,
 }
 
@@ -217,6 +219,7 @@ pub struct NodeCore {
     now: u64,
     /// Members for the quorum (this node, nodes heard, persisted ones), and whether that changed.
     known: BTreeSet<NodeId>,
+    /// `known` grew since the driver last persisted it (`NodeCore::take_known`).
     known_changed: bool,
     /// Members not heard within the peer timeout: when they were last heard (or first missed).
     silent: BTreeMap<NodeId, u64>,
@@ -274,6 +277,10 @@ pub struct NodeCore {
     handing_back: BTreeSet<TaskId>,
     /// Units of copies stopped here whose end the driver has not reported ([`draining`]).
     draining: BTreeMap<TaskId, Resources>,
+    /// Tasks with a process here: started (or adopted) and whose end is not reported yet. Only
+    /// the stop of one of these keeps units ([`draining`]); a stop of a copy already gone
+    /// would keep them for good.
+    live: BTreeSet<TaskId>,
     /// When this node last greeted: at most one greet per peer timeout (peers that flap under
     /// load would otherwise draw a greet from every node at every heartbeat).
     last_greet: Option<u64>,
@@ -346,6 +353,7 @@ impl NodeCore {
             last_greet: None,
             handing_back: BTreeSet::new(),
             draining: BTreeMap::new(),
+            live: BTreeSet::new(),
             won_in_vain: BTreeSet::new(),
             gangs_unconfirmed: BTreeMap::new(),
             unheard: BTreeMap::new(),

@@ -352,6 +352,7 @@ impl NodeCore {
                 self.handing_back.remove(&c.task);
                 let spec = m.spec.clone();
                 let epoch = m.epoch;
+                self.live.insert(c.task);
                 out.push(Action::Start {
                     task: c.task,
                     spec,
