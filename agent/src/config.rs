@@ -425,6 +425,21 @@ impl AgentConfig {
     }
 }
 
+/// The resource kinds every agent schedules.
+pub fn space() -> tapfinger::resources::ResourceSpace {
+    let kind = |name: &str, unit: &str| tapfinger::resources::ResourceKind {
+        name: name.into(),
+        unit: unit.into(),
+        step: 1.0,
+    };
+    tapfinger::resources::ResourceSpace::new(vec![
+        kind("cpu", "core"),
+        kind("gpu", "GPU"),
+        kind("mem", "GiB"),
+    ])
+    .unwrap_or_else(|_| tapfinger::resources::ResourceSpace::cpu_gpu())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

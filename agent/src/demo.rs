@@ -44,8 +44,11 @@ pub struct DemoArgs {
 
 #[derive(Module, Debug)]
 struct Mlp {
+    /// Input to the first hidden layer.
     l1: Linear,
+    /// Second hidden layer.
     l2: Linear,
+    /// To the class logits.
     l3: Linear,
 }
 

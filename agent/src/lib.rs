@@ -22,6 +22,7 @@ pub mod online;
 pub mod policy;
 pub mod recover;
 pub mod run;
+pub mod status;
 pub mod store;
 pub mod supervise;
 

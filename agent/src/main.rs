@@ -15,6 +15,7 @@ use std::io::Write as _;
     about = "tapfinger edge agent: negotiates tasks with its peers over libp2p and runs them with enforced shares"
 )]
 struct Cli {
+    // The subcommand (a `//` comment: clap shows doc comments as help).
     #[command(subcommand)]
     cmd: Cmd,
 }

@@ -2,7 +2,7 @@
 //! [`Registry`] of its own, updated by the event loop after every step from the status it
 //! publishes anyway, with a real round-latency histogram.
 
-use crate::daemon::Status;
+use crate::status::Status;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use tapfinger::node::TaskState;
 
@@ -30,6 +30,7 @@ pub const QUEUE_WAIT_BUCKETS_MS: [f64; 12] = [
 /// What an agent publishes.
 #[derive(Debug)]
 pub struct AgentMetrics {
+    /// The agent's own registry (never the process-global one: tests run several agents).
     registry: Registry,
     /// Priority classes whose queue length was ever published.
     classes: std::sync::Mutex<std::collections::BTreeSet<u8>>,
@@ -286,7 +287,7 @@ mod tests {
         st.tasks.insert(TaskId(1), TaskState::Pending);
         st.stats.rounds = 7;
         st.stats.rounds_sets_differ = 2;
-        let queued = |id, priority| crate::daemon::Queued {
+        let queued = |id, priority| crate::status::Queued {
             id: TaskId(id),
             priority,
             arrival: 0,

@@ -73,15 +73,23 @@ pub struct PolicyStatus {
 
 /// The agent's online-learning state.
 pub struct Online {
+    /// The coordinator, batch size, poll period.
     cfg: OnlineConfig,
+    /// Batches waiting for the coordinator, on disk (`None`: not learning).
     spool: Option<Spool>,
+    /// Where the policy records decisions (`None`: not learning).
     recorder: Option<Recorder>,
+    /// Decisions recorded and not yet a full batch.
     pending: Experience,
+    /// The batch sent and not yet acknowledged (one at a time).
     in_flight: Option<u64>,
+    /// A newer version being fetched (one at a time).
     fetching: Option<Announcement>,
+    /// When the coordinator was last asked for its latest version (ms).
     last_poll: u64,
     /// Accepted versions in order (0 = the start model), for rollback.
     history: Vec<u64>,
+    /// What the API and the dashboard show.
     status: PolicyStatus,
 }
 

@@ -14,23 +14,9 @@ use anyhow::Context;
 use libp2p::identity::Keypair;
 use std::collections::BTreeSet;
 use tapfinger::node::{NodeConfig, NodeCore};
-use tapfinger::resources::{ResourceKind, ResourceSpace};
 use tapfinger::{Resources, TaskId};
 
-/// The resource kinds every agent schedules.
-pub fn space() -> ResourceSpace {
-    let kind = |name: &str, unit: &str| ResourceKind {
-        name: name.into(),
-        unit: unit.into(),
-        step: 1.0,
-    };
-    ResourceSpace::new(vec![
-        kind("cpu", "core"),
-        kind("gpu", "GPU"),
-        kind("mem", "GiB"),
-    ])
-    .unwrap_or_else(|_| ResourceSpace::cpu_gpu())
-}
+pub use crate::config::space;
 
 /// Grid units of the agent's space (cores, GPUs, GiB) → what the executor enforces. GPUs are a
 /// count here; the daemon picks the devices.

@@ -80,8 +80,11 @@ pub struct State {
 
 /// The learning core.
 pub struct Learner {
+    /// Its configuration.
     cfg: CoordinatorConfig,
+    /// Signs published versions (agents check the signature).
     key: Keypair,
+    /// The simulator's PPO trainer, fed with the agents' experience.
     trainer: Trainer,
     /// What is published (None before the first publication).
     published: Option<(Announcement, Checkpoint)>,

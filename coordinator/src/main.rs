@@ -13,6 +13,7 @@ use tapfinger_coordinator::learner::Learner;
     about = "tapfinger coordinator: trains the shared policy from agents' experience and rolls out better weights"
 )]
 struct Cli {
+    // The subcommand (a `//` comment: clap shows doc comments as help).
     #[command(subcommand)]
     cmd: Cmd,
 }

@@ -36,6 +36,7 @@ pub struct Coordinator {
     pub shared: Arc<Mutex<Shared>>,
     /// Our peer id.
     pub peer_id: libp2p::PeerId,
+    /// The serving loop's task.
     task: tokio::task::JoinHandle<()>,
 }
 

@@ -1,7 +1,7 @@
 //! Dialling: the bootstrap addresses, redialled while their peer is not connected, and peers
 //! found on the LAN. Split from [`crate::swarm`], which calls these from its task.
 
-use crate::swarm::Behaviour;
+use crate::behaviour::Behaviour;
 use libp2p::swarm::dial_opts::DialOpts;
 use libp2p::swarm::{ConnectionId, DialError};
 use libp2p::{Multiaddr, PeerId, Swarm};
@@ -28,6 +28,7 @@ pub(crate) fn dial_lan_peer(swarm: &mut Swarm<Behaviour>, peer: PeerId, addrs: V
 /// reached its fellow agents but not the coordinator would otherwise never try the coordinator
 /// again. An address that turns out to be this agent itself is dropped.
 pub(crate) struct Bootstrap {
+    /// The bootstrap addresses, dialled again while no peer behind one is connected.
     addrs: Vec<Multiaddr>,
     /// Who answered at each address (once a dial to it succeeded).
     peer: Vec<Option<PeerId>>,

@@ -57,9 +57,13 @@ type Queues = BTreeMap<PeerId, mpsc::Sender<Arc<[u8]>>>;
 /// waited behind the swarm's other work (a task hop more for every message).
 #[derive(Clone)]
 pub(crate) struct Writers {
+    /// Opens streams to peers.
     control: libp2p_stream::Control,
+    /// The direct protocol's name.
     protocol: StreamProtocol,
+    /// Each connected peer's writer queue.
     peers: Arc<std::sync::Mutex<Queues>>,
+    /// Frames dropped for a slow peer are counted here.
     counters: Arc<Counters>,
 }
 

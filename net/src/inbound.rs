@@ -3,8 +3,8 @@
 //! first; the author of a gossip copy is proved by its signature, that of a direct one by the
 //! connection; a malformed or forged one is reported as [`NetEvent::Dropped`].
 
+use crate::event::NetEvent;
 use crate::signed;
-use crate::swarm::NetEvent;
 use libp2p::PeerId;
 use libp2p::gossipsub::MessageAcceptance;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -31,10 +31,15 @@ pub struct Traffic {
 /// The counters behind [`Traffic`], shared by the tasks that count.
 #[derive(Default)]
 pub(crate) struct Counters {
+    /// Messages taken from a direct stream.
     direct: AtomicU64,
+    /// Messages taken from gossip.
     relayed: AtomicU64,
+    /// Copies of messages already taken, dropped.
     duplicates: AtomicU64,
+    /// Frames dropped because a peer's writer queue was full.
     pub(crate) queue_full: AtomicU64,
+    /// Broadcasts also sent by gossip.
     pub(crate) gossip_sent: AtomicU64,
 }
 
@@ -58,9 +63,13 @@ fn bump(c: &AtomicU64) {
 /// Where inbound frames go, shared by the swarm task and the direct streams' readers.
 #[derive(Clone)]
 pub(crate) struct Inbound {
+    /// Where taken messages go (bounded).
     pub(crate) events: mpsc::Sender<NetEvent>,
+    /// Messages seen lately (each taken once, whichever way it comes).
     seen: Arc<Mutex<Seen>>,
+    /// The allowlist, if any: others' messages are ignored.
     allow: Option<Arc<BTreeSet<PeerId>>>,
+    /// What was taken, and how.
     pub(crate) counters: Arc<Counters>,
 }
 
@@ -213,7 +222,9 @@ pub(crate) struct Gossiped {
 /// the oldest entries go first.
 #[derive(Default)]
 struct Seen {
+    /// Each message id and whether its signature was checked.
     ids: HashMap<Vec<u8>, bool>,
+    /// The ids in arrival order, to drop the oldest.
     order: VecDeque<Vec<u8>>,
 }
 

@@ -247,11 +247,15 @@ pub enum SpoolError {
 /// coordinator spools what it received until an update has used it.
 #[derive(Debug)]
 pub struct Spool<T = Experience> {
+    /// Where the batches are files.
     dir: PathBuf,
+    /// Most batches kept; pushing one more drops the oldest.
     max: usize,
+    /// Number of the next batch.
     next: u64,
     /// Batches dropped because the spool was full.
     pub dropped: u64,
+    /// What the batches hold (the agent's experience, or what the coordinator received).
     _t: std::marker::PhantomData<T>,
 }
 

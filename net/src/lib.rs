@@ -6,8 +6,10 @@
 //! ([`learn`]: signed checkpoints, experience batches, a bounded spool), a metrics registry
 //! ([`metrics`]) and logging ([`log`]).
 
+mod behaviour;
 mod dial;
 pub mod direct;
+pub mod event;
 pub mod identity;
 mod inbound;
 pub mod learn;

@@ -8,7 +8,9 @@ use metrics_exporter_prometheus::{
 /// A registry of its own, rendered on demand.
 #[derive(Debug)]
 pub struct Registry {
+    /// Records this registry's metrics.
     recorder: PrometheusRecorder,
+    /// Renders them as Prometheus text.
     handle: PrometheusHandle,
 }
 

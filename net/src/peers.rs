@@ -35,6 +35,7 @@ pub fn protocol(cluster: &str) -> Result<StreamProtocol, String> {
 /// Where peers listen, as they told us (identify), bounded.
 #[derive(Default)]
 pub(crate) struct Book {
+    /// Addresses each known peer listens on.
     addrs: BTreeMap<PeerId, Vec<Multiaddr>>,
 }
 

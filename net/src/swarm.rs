@@ -26,8 +26,10 @@
 //! QUIC cannot carry the pre-shared key (pnet wraps a byte stream), so QUIC is only offered when no
 //! key is configured.
 
+use crate::behaviour::{Behaviour, BehaviourEvent};
 use crate::dial::{Bootstrap, dial_lan_peer};
 use crate::direct::{self, Relay, Writers};
+pub use crate::event::NetEvent;
 use crate::inbound::Inbound;
 pub use crate::inbound::Traffic;
 use crate::learn;
@@ -38,8 +40,8 @@ use libp2p::core::upgrade::Version;
 use libp2p::gossipsub::{self, IdentTopic, MessageAuthenticity};
 use libp2p::pnet::{PnetConfig, PreSharedKey};
 use libp2p::request_response::{self, ProtocolSupport, ResponseChannel};
+use libp2p::swarm::SwarmEvent;
 use libp2p::swarm::behaviour::toggle::Toggle;
-use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
 use libp2p::{
     Multiaddr, PeerId, StreamProtocol, Swarm, identify, identity, mdns, noise, ping, tcp, yamux,
 };
@@ -79,54 +81,6 @@ pub struct NetConfig {
     pub channel: usize,
 }
 
-/// What the network reports.
-#[derive(Debug)]
-pub enum NetEvent {
-    /// Listening on an address.
-    Listening(Multiaddr),
-    /// A peer connected (and, with an allowlist, is on it).
-    PeerUp(PeerId),
-    /// The last connection to a peer closed.
-    PeerDown(PeerId),
-    /// A valid message from a peer.
-    Message {
-        /// Who sent it (the gossipsub source).
-        from: PeerId,
-        /// The message (boxed: it is much larger than the other events).
-        envelope: Box<Envelope>,
-    },
-    /// A message that failed decoding or validation, dropped.
-    Dropped {
-        /// Who propagated it.
-        from: PeerId,
-        /// Why.
-        reason: String,
-    },
-    /// A request from a peer; answer it with [`Network::respond`] (dropping `channel` fails it).
-    Request {
-        /// Who asks.
-        from: PeerId,
-        /// What.
-        request: Box<learn::Request>,
-        /// Where the answer goes.
-        channel: ResponseChannel<learn::Response>,
-    },
-    /// The answer to one of our requests.
-    Response {
-        /// Who answered.
-        from: PeerId,
-        /// The answer.
-        response: Box<learn::Response>,
-    },
-    /// One of our requests failed (peer unreachable, timeout, closed connection).
-    RequestFailed {
-        /// To whom.
-        to: PeerId,
-        /// Why.
-        reason: String,
-    },
-}
-
 /// What the agent asks of the swarm task.
 enum Out {
     /// A signed frame already handed to the direct writers: gossip it too if `Relay` says so.
@@ -159,27 +113,21 @@ pub enum NetError {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-#[derive(NetworkBehaviour)]
-pub(crate) struct Behaviour {
-    gossipsub: gossipsub::Behaviour,
-    identify: identify::Behaviour,
-    ping: ping::Behaviour,
-    mdns: Toggle<mdns::tokio::Behaviour>,
-    rr: request_response::cbor::Behaviour<learn::Request, learn::Response>,
-    direct: libp2p_stream::Behaviour,
-    peers: request_response::cbor::Behaviour<peers::Ask, peers::Known>,
-}
-
 /// A running network.
 pub struct Network {
     /// Our peer id.
     pub peer_id: PeerId,
+    /// To the swarm task (bounded).
     out: mpsc::Sender<Out>,
+    /// From the swarm task and the direct readers (bounded).
     events: mpsc::Receiver<NetEvent>,
+    /// The swarm task (aborted on drop).
     task: tokio::task::JoinHandle<()>,
     /// Signs what this node broadcasts ([`crate::signed`]).
     keypair: identity::Keypair,
+    /// What the network carried ([`Network::traffic`]).
     counters: std::sync::Arc<crate::inbound::Counters>,
+    /// The direct writers, reached from the sender's own task.
     writers: Writers,
 }
 

@@ -349,9 +349,13 @@ impl OptimusModel {
 /// tasks that fit together, then starts the planned task with the largest GPU share.
 #[derive(Debug, Clone)]
 pub struct Optimus {
+    /// Each task type's fitted speed model (from the profiling samples), by type index.
     models: Vec<OptimusModel>,
+    /// Where CPU sits among the resource kinds (the model's first input).
     cpu: usize,
+    /// Where GPU sits among the resource kinds (the model's second input).
     gpu: usize,
+    /// Elastic form (re-share every slot) or the non-preemptive one.
     elastic: bool,
 }
 

@@ -166,7 +166,9 @@ impl Class {
 /// The estimator of a cluster (module doc).
 #[derive(Debug, Clone, Default)]
 pub struct Estimator {
+    /// Where CPU, GPU and memory sit among a cluster's kinds (the model's inputs).
     kinds: KindMap,
+    /// Samples and fitted model per task class.
     classes: BTreeMap<TaskTypeId, Class>,
 }
 

@@ -61,6 +61,7 @@ fn one() -> f64 {
 /// cluster has one entry per kind, in this order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResourceSpace {
+    /// The kinds, in the order every `Resources` vector follows.
     kinds: Vec<ResourceKind>,
 }
 

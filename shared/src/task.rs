@@ -3,6 +3,9 @@
 //! A [`Task`] is what a user submits (or what the simulator generates): its type, minimum demand,
 //! optional per-task cap, priority class, the nodes that can reach it, and when it arrived. How
 //! fast it runs under an allocation is deliberately *not* here: that is hidden from policies.
+//! A multi-node job's shape ([`GangShape`]) is part of the description too, since every layer
+//! reads it (the wire, specs, the ledger, placement); where its members go is
+//! [`crate::placement::gang`]'s business.
 
 use crate::resources::Resources;
 use serde::{Deserialize, Serialize};
@@ -59,7 +62,77 @@ pub struct Task {
     // Always written (no `skip_serializing_if`): the wire's binary format has no field names
     // to leave one out by.
     #[serde(default)]
-    pub gang: Option<Box<crate::placement::gang::GangShape>>,
+    pub gang: Option<Box<GangShape>>,
+}
+
+/// Most members in one gang (a bound on what one message may carry).
+pub const MAX_MEMBERS: usize = 256;
+
+/// A multi-node job's members and its locality model, as submitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GangShape {
+    /// Fewest and most workers (equal: a fixed count).
+    pub workers: (u32, u32),
+    /// Parameter servers, all on one box (the host); at least 1.
+    pub ps: u32,
+    /// Units one worker holds.
+    pub worker_demand: Resources,
+    /// Units one parameter server holds.
+    pub ps_demand: Resources,
+    /// Seconds of compute per iteration of one worker, as stated by the user.
+    pub compute_seconds: f64,
+    /// Bytes of gradients (and of parameters) a worker exchanges with the PS per iteration, as
+    /// stated by the user.
+    pub gradient_bytes: f64,
+    /// Times the gang is put back in the queue after a member fails, before it is failed.
+    pub restarts: u32,
+    /// A pipeline's members, in rank order (a planned layer chain's stages, `crate::plan`):
+    /// when not empty, these are the members, and `workers` and `ps` are not used.
+    pub stages: Vec<Resources>,
+}
+
+/// Why a gang shape is malformed.
+pub fn validate(s: &GangShape) -> Result<(), String> {
+    if !s.stages.is_empty() {
+        if s.stages.len() > MAX_MEMBERS {
+            return Err(format!(
+                "{} members; a gang has at most {}",
+                s.stages.len(),
+                MAX_MEMBERS
+            ));
+        }
+        if s.stages.iter().any(Resources::is_zero) {
+            return Err("a pipeline member with no units".into());
+        }
+        return Ok(());
+    }
+    if s.ps == 0 {
+        return Err("ps: at least one parameter server".into());
+    }
+    if s.workers.0 == 0 || s.workers.0 > s.workers.1 {
+        return Err(format!(
+            "workers: the range {}..={} must start at 1 or more and not be empty",
+            s.workers.0, s.workers.1
+        ));
+    }
+    if (s.workers.1 + s.ps) as usize > MAX_MEMBERS {
+        return Err(format!(
+            "{} members; a gang has at most {}",
+            s.workers.1 + s.ps,
+            MAX_MEMBERS
+        ));
+    }
+    if s.worker_demand.is_zero() || s.ps_demand.is_zero() {
+        return Err("worker_demand and ps_demand must each name a positive unit".into());
+    }
+    if s.worker_demand.len() != s.ps_demand.len() {
+        return Err("worker_demand and ps_demand have different kinds".into());
+    }
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if !(positive(s.compute_seconds) && s.gradient_bytes.is_finite() && s.gradient_bytes >= 0.0) {
+        return Err("compute_seconds must be positive and gradient_bytes not negative".into());
+    }
+    Ok(())
 }
 
 impl Task {

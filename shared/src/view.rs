@@ -209,6 +209,7 @@ impl ClusterView {
 pub struct View<'a> {
     /// The deciding agent.
     pub me: NodeId,
+    /// The deciding agent's index in `cluster.nodes` (found once, not searched per call).
     idx: usize,
     /// The shared snapshot.
     pub cluster: &'a ClusterView,

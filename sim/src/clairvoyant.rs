@@ -11,6 +11,9 @@ use crate::scenario::Scenario;
 use tapfinger::view::View;
 use tapfinger::{Decision, Policy, Resources, TaskId};
 
+/// Name of the clairvoyant reference.
+pub const CLAIRVOYANT: &str = "clairvoyant";
+
 /// Clairvoyant reference: knows each type's true isolated runtime at every allocation, and
 /// re-allocates elastically like the elastic baselines, so it is never handicapped against them.
 ///
@@ -107,7 +110,7 @@ impl Clairvoyant {
 
 impl Policy for Clairvoyant {
     fn name(&self) -> &str {
-        crate::policies::CLAIRVOYANT
+        CLAIRVOYANT
     }
     fn elastic(&self) -> bool {
         true

@@ -204,8 +204,11 @@ pub(crate) fn plan(a: PlanArgs) -> Result<()> {
 /// One planner's record over a set of chains.
 #[derive(Default)]
 struct Tally {
+    /// Chains planned.
     plans: usize,
+    /// Chains a planner found no plan for.
     refused: usize,
+    /// Each plan's price over the exact planner's.
     ratios: Vec<f64>,
 }
 

@@ -11,6 +11,7 @@ pub use crate::episode::{EpisodeResult, NoObserver, Observer, SimError, SlotReco
 
 /// A scenario prepared for running episodes: per-type, per-node best isolated runtimes.
 pub struct Simulator {
+    /// The scenario, validated.
     sc: Scenario,
     /// Every agent runs its own protocol instance and they must agree (a check; slower).
     replicas: bool,

@@ -47,16 +47,23 @@ const MEM_STEP_GIB: u32 = 4;
 
 /// A node as drawn: capacity per kind (cpu, gpu, mem units).
 struct Box_ {
+    /// Its name in the scenario.
     name: String,
+    /// CPU, GPU and memory units.
     capacity: [u32; 3],
 }
 
 /// A task class as drawn.
 struct Class {
+    /// Its name in the scenario.
     name: String,
+    /// Share of the arrivals.
     weight: f64,
+    /// Minimum demand (CPU, GPU, memory units).
     min: [u32; 3],
+    /// Largest useful demand.
     max: [u32; 3],
+    /// How its speed grows with each kind.
     shape: Shape,
 }
 

@@ -7,7 +7,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tapfinger_sim::report::{self, Comparison};
-use tapfinger_sim::{Scenario, Simulator, metrics, plot, policies, scenario};
+use tapfinger_sim::{Scenario, Simulator, catalog, metrics, plot, policies};
 
 mod cli_place;
 mod cli_plan;
@@ -20,6 +20,7 @@ mod cli_train;
     about = "Simulate and compare tapfinger scheduling policies"
 )]
 struct Cli {
+    // The subcommand (a `//` comment: clap shows doc comments as help).
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -197,8 +198,11 @@ fn main() {
 
 /// A progress bar that only appears once the work has taken more than a second.
 struct Progress {
+    /// The bar (hidden when stderr is not a terminal).
     bar: ProgressBar,
+    /// When the work began, for the rate and the estimate.
     started: Instant,
+    /// Whether the bar has drawn anything (to clear it at the end).
     shown: bool,
 }
 
@@ -255,7 +259,7 @@ fn emit(c: &Comparison, out: &Output) -> Result<()> {
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Scenarios => {
-            for (name, desc) in scenario::presets() {
+            for (name, desc) in catalog::presets() {
                 println!("{name:<15} {desc}");
             }
             println!(

@@ -155,8 +155,7 @@ pub fn best_teacher(sim: &Simulator, elastic: bool) -> String {
         .map_or_else(|| "tiresias-np".to_string(), |(n, _)| n.to_string())
 }
 
-/// Name of the clairvoyant reference.
-pub const CLAIRVOYANT: &str = "clairvoyant";
+pub use crate::clairvoyant::CLAIRVOYANT;
 
 /// Label for reports: the clairvoyant reference is marked.
 pub fn label(name: &str) -> String {

@@ -65,16 +65,3 @@ pub(crate) const PRESET_FILES: &[(&str, &str)] = &[(
     "edge_synergy.csv",
     include_str!("../presets/edge_synergy.csv"),
 )];
-
-/// Names and descriptions of the presets.
-pub fn presets() -> Vec<(String, String)> {
-    PRESETS
-        .iter()
-        .map(|p| {
-            let desc = toml::from_str::<crate::scenario::ScenarioFile>(p.toml)
-                .map(|f| f.description)
-                .unwrap_or_default();
-            (p.name.to_string(), desc)
-        })
-        .collect()
-}

@@ -4,9 +4,10 @@
 //! The workload of an episode depends only on the scenario and the seed — never on the policy —
 //! so every policy compared on a seed schedules exactly the same tasks.
 
-use crate::scenario::{Reachability, Scenario};
+pub use crate::scenario::{Burst, TaskSize};
+use crate::scenario::{Reachability, Scenario, hosts};
 use rand::RngExt;
-use tapfinger::{NodeId, Task, TaskId, TaskTypeId};
+use tapfinger::{Task, TaskId, TaskTypeId};
 
 /// Draw a Poisson(λ) variate (Knuth's method, in chunks of at most 30 so `e^{-λ}` never underflows).
 pub fn poisson(lambda: f64, rng: &mut tapfinger::Rng) -> u32 {
@@ -23,69 +24,6 @@ pub fn poisson(lambda: f64, rng: &mut tapfinger::Rng) -> u32 {
         }
     }
     total
-}
-
-/// Bursty arrivals: slots alternate between quiet spells and bursts (lengths geometric with these
-/// means), the arrival rate in a burst `factor` times the quiet rate, both set so that the mean
-/// rate stays the scenario's λ (so the offered load is unchanged; only its spread in time is).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Burst {
-    /// Arrival rate in a burst over the rate between bursts (≥ 1).
-    pub factor: f64,
-    /// Mean length of a burst, in slots (≥ 1).
-    pub on_slots: f64,
-    /// Mean length of the quiet spell between bursts, in slots (≥ 1).
-    pub off_slots: f64,
-}
-
-impl Burst {
-    /// Why these settings are invalid, if they are.
-    pub fn invalid(&self) -> Option<String> {
-        let ok = |x: f64| x.is_finite() && x >= 1.0;
-        (!(ok(self.factor) && ok(self.on_slots) && ok(self.off_slots))).then(|| {
-            format!(
-                "factor, on_slots and off_slots must be finite and ≥ 1, got {}, {}, {}",
-                self.factor, self.on_slots, self.off_slots
-            )
-        })
-    }
-
-    /// Arrival rates (quiet, burst) whose mean over time is `lambda`.
-    pub fn rates(&self, lambda: f64) -> (f64, f64) {
-        let on = self.on_slots / (self.on_slots + self.off_slots);
-        let quiet = lambda / (1.0 - on + self.factor * on);
-        (quiet, quiet * self.factor)
-    }
-}
-
-/// Heavy-tailed task sizes: each task's work is its type's times a Pareto draw with this shape,
-/// scaled to mean 1 and capped at `max` (so the offered load is unchanged; a few tasks are much
-/// longer than the rest). The size is the simulator's secret, like the speed model: no policy
-/// sees it.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TaskSize {
-    /// Pareto shape α (> 1; smaller is heavier-tailed).
-    pub pareto_shape: f64,
-    /// Largest size (a multiple of the mean, ≥ 1).
-    pub max: f64,
-}
-
-impl TaskSize {
-    /// Why these settings are invalid, if they are.
-    pub fn invalid(&self) -> Option<String> {
-        (!(self.pareto_shape.is_finite()
-            && self.pareto_shape > 1.0
-            && self.max.is_finite()
-            && self.max >= 1.0))
-            .then(|| {
-                format!(
-                    "pareto_shape must be > 1 and max ≥ 1, got {} and {}",
-                    self.pareto_shape, self.max
-                )
-            })
-    }
 }
 
 /// The work multiplier of each of `n` tasks (by id): 1 without `task_size`. A stream of its own,
@@ -115,40 +53,6 @@ pub fn size_of(sizes: &[f64], id: TaskId) -> f64 {
         .and_then(|i| sizes.get(i))
         .copied()
         .unwrap_or(1.0)
-}
-
-/// The nodes that can ever run a task of type `def` needing a node that `admits` (its request
-/// *and* its true need must fit: a task re-queued after running out of memory asks for its need).
-fn hosts(
-    nodes: &[crate::scenario::NodeDef],
-    def: &crate::scenario::TaskType,
-    admits: impl Fn(&[String]) -> bool,
-) -> Vec<NodeId> {
-    let must_fit = def.min_demand.max_each(&def.need);
-    nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| must_fit.fits_in(&n.capacity) && admits(&n.labels))
-        .map(|(i, _)| NodeId(i as u32))
-        .collect()
-}
-
-/// Why a recorded workload cannot run on its scenario's nodes (a task no node can ever host).
-pub fn check_trace(
-    trace: &[crate::trace::TraceTask],
-    types: &[crate::scenario::TaskType],
-    nodes: &[crate::scenario::NodeDef],
-) -> Result<(), String> {
-    match trace
-        .iter()
-        .find(|t| hosts(nodes, &types[t.ty], |l| t.admits(l)).is_empty())
-    {
-        Some(t) => Err(format!(
-            "a task of type {:?} arriving at slot {} (requiring {:?}) fits no node that carries the label",
-            types[t.ty].name, t.arrival, t.require
-        )),
-        None => Ok(()),
-    }
 }
 
 /// The recorded tasks of a scenario with a trace ([`crate::trace`]), the first `tasks` of them.

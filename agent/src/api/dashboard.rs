@@ -192,7 +192,7 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
     let policy = st.policy.clone().unwrap_or_default();
     axum::Json(Dashboard {
         node: st.name.clone(),
-        kinds: crate::run::space().kind_names(),
+        kinds: crate::config::space().kind_names(),
         slot_ms: st.slot_ms,
         boxes,
         queue,

@@ -184,8 +184,10 @@ async fn submit_inner(s: &ApiState, body: String) -> Response {
 /// `?offset=N&limit=M` of `GET /v1/tasks`.
 #[derive(Debug, serde::Deserialize)]
 struct Page {
+    /// First task to list.
     #[serde(default)]
     offset: usize,
+    /// Most tasks to list (`None`: the default page).
     #[serde(default)]
     limit: Option<usize>,
 }

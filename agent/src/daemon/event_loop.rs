@@ -54,6 +54,7 @@ struct Daemon {
     /// Replies to API commands wait until the status they imply is published, so a caller that
     /// reads the status right after the reply sees its own change (a cancelled task is done).
     replies: Vec<Box<dyn FnOnce() + Send>>,
+    /// What `/metrics` shows, updated after every step.
     metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
     /// When the status was last published (see [`PUBLISH_EVERY`]).
     published: Option<Instant>,

@@ -18,12 +18,13 @@ use crate::exec::{Allocation, ExecEvent, Executor};
 use crate::net::Network;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use tapfinger::node::{NodeCore, TaskState};
+use tapfinger::node::NodeCore;
 use tapfinger::resources::ResourceSpace;
 use tapfinger::spec::{Placement, SpecError, TaskSpec};
 use tapfinger::{NodeId, Resources, TaskId};
 use tokio::sync::{mpsc, oneshot, watch};
 
+pub use crate::status::{Queued, Status};
 pub use tapfinger_net::identity::node_id;
 
 /// A command for the loop.
@@ -36,56 +37,6 @@ pub enum Command {
     Shutdown(oneshot::Sender<()>),
     /// Go back to the previous policy version; the reply is the version now in use.
     Rollback(oneshot::Sender<Result<u64, String>>),
-}
-
-/// What the loop publishes after every step.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Status {
-    /// This node.
-    pub id: Option<NodeId>,
-    /// Live peers.
-    pub peers: Vec<NodeId>,
-    /// Live peers: id, name, capacity, free units (from their last heartbeat).
-    pub peer_table: Vec<(NodeId, String, Resources, Resources)>,
-    /// Units allocated here.
-    pub used: Option<Resources>,
-    /// Capacity offered.
-    pub capacity: Option<Resources>,
-    /// Every known task and its state.
-    pub tasks: BTreeMap<TaskId, TaskState>,
-    /// Tasks this node ran to completion (exit code 0 or not), in order.
-    pub finished_here: Vec<TaskId>,
-    /// Malformed messages dropped.
-    pub dropped: u64,
-    /// What the network carried: messages taken directly and by relay, copies, frames dropped
-    /// for a slow peer.
-    pub traffic: crate::net::Traffic,
-    /// Negotiation counters (rounds, claims, conflicts, messages, round latency).
-    pub stats: tapfinger::node::NodeStats,
-    /// Policy version and online learning (None: no coordinator configured).
-    pub policy: Option<crate::online::PolicyStatus>,
-    /// This node's name.
-    pub name: String,
-    /// This node's current slot and the slot length (ms).
-    pub slot: u64,
-    /// Slot length (ms).
-    pub slot_ms: u64,
-    /// The cluster's pending tasks in the order nodes take them: priority class (0 first), then
-    /// arrival, then id.
-    pub queue: Vec<Queued>,
-}
-
-/// A pending task as the dashboard shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Queued {
-    /// The task.
-    pub id: TaskId,
-    /// Priority class (0 highest).
-    pub priority: u8,
-    /// Slot it was submitted in (at the agent that accepted it).
-    pub arrival: u64,
-    /// Its minimum demand.
-    pub min_demand: Resources,
 }
 
 /// Converts grid units to what an executor needs (natural units of each kind). GPUs come out as a
@@ -111,6 +62,7 @@ pub struct Agent {
     pub status: watch::Receiver<std::sync::Arc<Status>>,
     /// Its metrics, kept current by the loop (the API renders them).
     pub metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
+    /// The loop's task (awaited on shutdown).
     task: tokio::task::JoinHandle<()>,
 }
 

@@ -166,13 +166,18 @@ pub fn parse_progress(line: &str) -> Option<(f64, BTreeMap<String, f64>)> {
 
 /// Runs each task as a child process with its allocation enforced.
 pub struct ProcessExecutor {
+    /// Where tasks' cgroups go, if any is writable.
     cgroups: Cgroups,
+    /// Each task's stdout and stderr files.
     log_dir: PathBuf,
+    /// Where progress and exits go (bounded).
     events: mpsc::Sender<ExecEvent>,
     /// Running tasks: how to stop each, and the CPUs it is pinned to (taskset fallback). Shared
     /// with each task's waiter, which removes the entry when the process exits.
     running: Arc<Mutex<BTreeMap<TaskId, Running>>>,
+    /// `taskset` is installed (the affinity fallback without cgroups).
     taskset: bool,
+    /// CPUs of the box, for the affinity fallback's pinning.
     cpus: usize,
     /// Run every task under a supervisor process (the agent binary's `supervise`), so tasks
     /// survive the agent and can be adopted; `None`: tasks are children of the agent, each in a
@@ -196,7 +201,9 @@ pub struct Supervision {
 }
 
 struct Running {
+    /// Asks the waiter to stop the task (taken by the first stop).
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// CPUs it is pinned to (affinity fallback; empty with cgroups).
     pinned: Vec<usize>,
     /// The supervisor's process (supervised tasks only).
     handle: Option<Handle>,

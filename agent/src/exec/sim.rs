@@ -13,16 +13,23 @@ pub type SpeedFn = std::sync::Arc<dyn Fn(&TaskSpec, &Allocation) -> f64 + Send +
 /// Simulated tasks: progress per tick from a speed function of the allocation, no process. For
 /// tests and benchmarks with many agents on one machine.
 pub struct SimulatedExecutor {
+    /// Where progress and exits go (bounded).
     events: mpsc::Sender<ExecEvent>,
+    /// Progress per second of a spec under an allocation.
     speed: SpeedFn,
+    /// How often progress is reported.
     tick: std::time::Duration,
+    /// Tasks running, by id.
     running: BTreeMap<TaskId, Simulated>,
 }
 
 /// A simulated task: how to stop it, its spec, and its rate (changed by a resize).
 struct Simulated {
+    /// Ends the task's timer early (a stop).
     stop: tokio::sync::oneshot::Sender<()>,
+    /// Its spec (the speed function reads it).
     spec: TaskSpec,
+    /// Its current rate, changed by a resize.
     rate: tokio::sync::watch::Sender<f64>,
 }
 

@@ -138,8 +138,11 @@ fn follow(
 
 /// Follows a growing log file and reports its progress lines.
 struct Tail {
+    /// The log file.
     path: PathBuf,
+    /// Bytes read so far.
     offset: u64,
+    /// An unfinished last line, kept until its newline comes.
     partial: Vec<u8>,
 }
 

@@ -133,8 +133,11 @@ pub enum StoreError {
 
 /// The journal.
 pub struct Store {
+    /// The journal file.
     path: PathBuf,
+    /// It, open for appending.
     file: std::fs::File,
+    /// Sync and compaction settings.
     opts: StoreOptions,
     /// What the journal holds, kept up to date with every record (compaction writes it).
     live: Recovered,

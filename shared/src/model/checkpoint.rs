@@ -34,12 +34,15 @@ pub struct LoadError {
 /// more; the rest is ignored here so that the agent does not depend on the trainer).
 #[derive(serde::Deserialize)]
 struct CheckpointMeta {
+    /// The training configuration, of which only the network's is read.
     config: CheckpointNet,
+    /// The scenario it was trained on (a preset model loads only there).
     scenario: String,
 }
 
 #[derive(serde::Deserialize)]
 struct CheckpointNet {
+    /// What rebuilds the network.
     net: NetConfig,
 }
 

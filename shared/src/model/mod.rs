@@ -138,10 +138,15 @@ impl Experience {
 /// The learned policy.
 #[derive(Debug)]
 pub struct TapfingerPolicy {
+    /// The network.
     net: Net,
+    /// Its configuration (feature schema, window, focus), for building its inputs.
     cfg: NetConfig,
+    /// Where it runs (the CPU backend).
     device: Device,
+    /// Take the most likely action (deployment) instead of sampling (training).
     greedy: bool,
+    /// Where decisions go for learning (`recording`); `None` outside training.
     recorder: Option<Recorder>,
     /// Shared with the other agents of a simulated cluster: one batched pass per step.
     step: Option<step_batch::SharedStep>,

@@ -128,38 +128,61 @@ fn yes() -> bool {
 /// Node-level attention for one edge type.
 #[derive(Module, Debug)]
 struct EdgeAttention {
+    /// Message transform of the source node's state.
     msg: Linear,
+    /// Attention score's source term.
     a_src: Linear,
+    /// Attention score's destination term.
     a_dst: Linear,
 }
 
 /// One HAN layer: attention per edge type, semantic attention per destination node.
 #[derive(Module, Debug)]
 struct HanLayer {
+    /// One attention per edge type (the heterogeneous graph's relations).
     edges: Vec<EdgeAttention>,
+    /// Semantic attention over edge types: projection.
     sem_w: Linear,
+    /// Semantic attention over edge types: query.
     sem_q: Linear,
+    /// Layer norm per node type after the residual.
     norms: Vec<LayerNorm>,
 }
 
 /// The whole network.
 #[derive(Module, Debug)]
 pub struct Net {
+    /// Input projection per node type (features to `width`).
     input: Vec<Linear>,
+    /// The graph attention layers.
     layers: Vec<HanLayer>,
+    /// Self-attention over a node's window of pending tasks.
     window_enc: TransformerEncoder,
+    /// Pointer: key of each window slot.
     ptr_slot: Linear,
+    /// Pointer: the deciding node's query.
     ptr_query: Linear,
+    /// Pointer: score vector of the additive attention.
     ptr_v: Linear,
+    /// Logit of passing (claiming nothing this step).
     pass: Linear,
+    /// Allocation head per kind: hidden layer.
     alloc_hidden: Vec<Linear>,
+    /// Allocation head per kind: logits over unit counts.
     alloc_out: Vec<Linear>,
+    /// Critic: hidden layer.
     value_hidden: Linear,
+    /// Critic: the value.
     value_out: Linear,
+    /// Attention heads (kept to split `width` at run time).
     heads: usize,
+    /// Hidden width.
     width: usize,
+    /// Resource kinds (one allocation head each).
     kinds: usize,
+    /// Pending tasks per node it was built for.
     window: usize,
+    /// Largest unit count an allocation head can choose.
     max_units: usize,
 }
 

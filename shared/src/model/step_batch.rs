@@ -24,6 +24,7 @@ pub struct StepLogits {
     logits: BTreeMap<NodeId, Vec<f32>>,
     /// Batched passes run, and the graphs they held in all.
     passes: u64,
+    /// Graphs those passes held in all (their ratio is the batching's gain).
     graphs: u64,
 }
 

@@ -40,7 +40,9 @@ impl Default for Rounding {
 
 /// A relaxed solution: `y[t][h]` and `n[t][h][m]`, `t` from the job's arrival.
 struct Relaxed {
+    /// `y[t][h]`: the share of slot `t` the job's PS is on host `h`.
     y: Vec<Vec<f64>>,
+    /// `n[t][h][m]`: its workers on box `m` with the PS on `h`, in slot `t`.
     n: Vec<Vec<Vec<f64>>>,
 }
 

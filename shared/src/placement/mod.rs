@@ -129,7 +129,9 @@ impl SlotPlacement {
 /// Free units per box and kind, slot by slot (slots never touched are wholly free).
 #[derive(Debug, Clone)]
 pub struct Free {
+    /// Each box's units per kind.
     capacity: Vec<Vec<u32>>,
+    /// Free units per slot, box and kind, for the slots touched so far.
     slots: Vec<Vec<Vec<u32>>>,
 }
 

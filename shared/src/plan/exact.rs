@@ -14,8 +14,11 @@ use super::{Plan, PlanError, Problem};
 /// One partial plan: its hourly price, the units it holds of each limited type, its types.
 #[derive(Debug, Clone)]
 struct Label {
+    /// Hourly price so far.
     cost: f64,
+    /// Units held of each limited type.
     used: Vec<u32>,
+    /// The type of each layer so far.
     assign: Vec<usize>,
 }
 

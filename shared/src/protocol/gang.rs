@@ -19,8 +19,7 @@ use crate::task::{NodeId, TaskId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Most members in one gang claim (a bound on what one message may carry).
-pub const MAX_MEMBERS: usize = 256;
+pub use crate::task::MAX_MEMBERS;
 
 /// A claim on a multi-node task: each member's box and allocation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

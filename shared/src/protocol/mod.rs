@@ -259,21 +259,32 @@ impl Default for ProtocolConfig {
 /// One agent's protocol state.
 #[derive(Debug, Clone)]
 pub struct Protocol {
+    /// This member.
     me: NodeId,
+    /// The members whose proposals the current round waits for.
     members: BTreeSet<NodeId>,
+    /// The current round.
     round: Round,
+    /// The current round's proposals received, by member.
     proposals: BTreeMap<NodeId, Proposal>,
     /// The member sets stated with the current round's proposals, and with the buffered ones.
     stated: BTreeMap<NodeId, Stated>,
+    /// Member sets stated with buffered proposals of later rounds.
     future_stated: BTreeMap<Round, BTreeMap<NodeId, Stated>>,
+    /// Proposals of later rounds, kept until their round comes (bounded by `max_rounds_ahead`).
     future: BTreeMap<Round, BTreeMap<NodeId, Proposal>>,
+    /// Tasks committed in some round: never claimed again.
     committed: BTreeSet<TaskId>,
+    /// The same in commit order, to forget the oldest beyond `committed_memory`.
     committed_order: std::collections::VecDeque<TaskId>,
+    /// When this member proposed in the current round (its deadline counts from there).
     proposed_at: Option<u64>,
     /// When this member last sent its proposal of the current round, and how often it has sent
     /// it again (for `resend_every`).
     sent_at: Option<u64>,
+    /// Times the current round's proposal was sent again.
     resends: u32,
+    /// Deadlines, resends and bounds.
     config: ProtocolConfig,
 }
 

@@ -47,7 +47,9 @@ fn skip(skipped: &mut Vec<(String, usize)>, why: &str) {
 /// A CSV (or TSV) table: the named columns' positions, from a header if the first line is one,
 /// else the given order.
 struct Table<'a> {
+    /// Data rows with their line numbers (for errors that name the line).
     rows: Vec<(usize, Vec<&'a str>)>,
+    /// Column of each named field, in the order asked for.
     pos: Vec<usize>,
 }
 
@@ -273,21 +275,27 @@ pub(super) fn gavel(text: &str, steps_per_second: f64) -> Result<Read, ImportErr
 
 #[derive(serde::Deserialize)]
 struct PhillyJob {
+    /// When the job was submitted (Philly's format).
     submitted_time: String,
+    /// Its runs; the first that started is replayed.
     #[serde(default)]
     attempts: Vec<PhillyAttempt>,
 }
 
 #[derive(serde::Deserialize)]
 struct PhillyAttempt {
+    /// When the attempt started (`None`: it never did).
     start_time: Option<String>,
+    /// When it ended.
     end_time: Option<String>,
+    /// The machines it ran on.
     #[serde(default)]
     detail: Vec<PhillyDetail>,
 }
 
 #[derive(serde::Deserialize)]
 struct PhillyDetail {
+    /// GPUs it held on one machine (counted).
     #[serde(default)]
     gpus: Vec<String>,
 }

@@ -114,8 +114,11 @@ pub struct Imported {
 
 /// A box of the replay cluster.
 struct Host {
+    /// Its name in the scenario.
     name: String,
+    /// CPU, GPU and memory units.
     capacity: [u32; 3],
+    /// Labels the trace's constraints match (e.g. the GPU model).
     labels: Vec<String>,
 }
 

@@ -52,9 +52,13 @@ impl Default for PlannerConfig {
 /// The network: an LSTM over the layers and a scorer of (layer, type) pairs.
 #[derive(Module, Debug)]
 pub struct PlannerNet {
+    /// Reads the layer chain.
     lstm: Lstm,
+    /// Projects a partial plan's state.
     state: Linear,
+    /// Scores a (layer, type) pair.
     pair: Linear,
+    /// The logit per type.
     out: Linear,
 }
 
@@ -74,14 +78,18 @@ impl PlannerNet {
 /// Where a partial plan stands: the previous layer's type and the time of the open stage.
 #[derive(Debug, Clone, Copy)]
 struct Open {
+    /// The previous layer's type.
     r: usize,
+    /// Time of the open stage so far.
     t: f64,
 }
 
 /// A partial plan: its open stage and the units its closed stages hold, per type.
 #[derive(Debug, Clone, Default)]
 struct Partial {
+    /// The stage being built (`None` before the first layer).
     open: Option<Open>,
+    /// Units the closed stages hold, per type.
     used: Vec<u32>,
 }
 
@@ -323,7 +331,9 @@ fn net_hidden(net: &PlannerNet) -> usize {
 
 /// A trained planner, ready to plan.
 pub struct Learned {
+    /// The weights.
     net: PlannerNet,
+    /// Seeds the sampled plans, so that a plan is reproducible.
     seed: u64,
 }
 
@@ -336,7 +346,9 @@ const SHIPPED_CONFIG: &str = include_str!("../../planner/train.json");
 #[derive(Debug, thiserror::Error)]
 #[error("cannot load the learned planner ({label}): {reason}")]
 pub struct LoadError {
+    /// Which weights (the shipped ones or a path).
     label: String,
+    /// What went wrong.
     reason: String,
 }
 

@@ -100,9 +100,13 @@ pub fn dev_ratio(net: &PlannerNet) -> f64 {
 pub struct Trainer {
     /// Settings.
     pub cfg: TrainConfig,
+    /// The network being trained.
     net: PlannerNet,
+    /// Its optimizer (Adam).
     optim: ModuleOptimizer,
+    /// Where it runs.
     device: Device,
+    /// Draws the training chains and the sampled plans (seeded).
     rng: tapfinger::Rng,
     /// Iterations done.
     pub iteration: u64,

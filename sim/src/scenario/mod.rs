@@ -5,12 +5,14 @@
 //! λ ≤ 0, a broken speed table) is rejected with a message that names the field. Nothing here
 //! simulates; it only describes.
 
-use crate::presets::{PRESET_FILES, PRESETS};
 use crate::speed::{SpeedModel, TableError, TableModel};
 use serde::Deserialize;
+
+mod validate;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tapfinger::{ResourceError, ResourceKind, ResourceSpace, Resources};
+pub(crate) use validate::hosts;
 
 /// Errors while loading a scenario.
 #[derive(Debug, thiserror::Error)]
@@ -114,10 +116,10 @@ pub struct ScenarioFile {
     pub task_types: Vec<TaskTypeSpec>,
     /// Bursty arrivals (none: Poisson at `lambda` every slot).
     #[serde(default)]
-    pub burst: Option<crate::workload::Burst>,
+    pub burst: Option<Burst>,
     /// Heavy-tailed task sizes (none: every task of a type has the same work).
     #[serde(default)]
-    pub task_size: Option<crate::workload::TaskSize>,
+    pub task_size: Option<TaskSize>,
     /// A recorded workload replayed instead of drawn arrivals and sizes ([`crate::trace`]).
     #[serde(default)]
     pub trace: Option<crate::trace::TraceSpec>,
@@ -273,44 +275,16 @@ pub struct Scenario {
     /// Published average JCT per policy.
     pub published: BTreeMap<String, f64>,
     /// Bursty arrivals.
-    pub burst: Option<crate::workload::Burst>,
+    pub burst: Option<Burst>,
     /// Heavy-tailed task sizes.
-    pub task_size: Option<crate::workload::TaskSize>,
+    pub task_size: Option<TaskSize>,
     /// A recorded workload (its tasks replace drawn arrivals and sizes).
     pub trace: Option<Vec<crate::trace::TraceTask>>,
     /// Multi-node jobs among the tasks.
     pub gangs: Option<crate::gangs::Gangs>,
 }
 
-pub use crate::presets::presets;
-
 impl Scenario {
-    /// A preset by name, a generated scenario (`gen:N`, [`crate::generate`]), or else a TOML
-    /// file by path.
-    pub fn load(name_or_path: &str) -> Result<Self, ScenarioError> {
-        if let Some(p) = PRESETS.iter().find(|p| p.name == name_or_path) {
-            return Self::from_toml(p.toml, &format!("preset {}", p.name), None);
-        }
-        if let Some(generated) = crate::generate::load(name_or_path) {
-            return generated;
-        }
-        let path = Path::new(name_or_path);
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Unknown {
-            name: name_or_path.into(),
-            known: PRESETS
-                .iter()
-                .map(|p| p.name)
-                .collect::<Vec<_>>()
-                .join(", "),
-            source,
-        })?;
-        Self::from_toml(
-            &text,
-            &path.display().to_string(),
-            Some(path.parent().map(Path::to_path_buf).unwrap_or_default()),
-        )
-    }
-
     /// Parse and validate TOML text; `dir` resolves relative table paths (`None`: embedded files).
     pub fn from_toml(
         text: &str,
@@ -322,305 +296,6 @@ impl Scenario {
             message: e.to_string(),
         })?;
         Self::from_file(file, origin, dir.as_deref())
-    }
-
-    /// Validate a parsed file.
-    pub fn from_file(
-        f: ScenarioFile,
-        origin: &str,
-        dir: Option<&Path>,
-    ) -> Result<Self, ScenarioError> {
-        let invalid = |field: String, reason: String| ScenarioError::Invalid {
-            origin: origin.into(),
-            field,
-            reason,
-        };
-        let space = ResourceSpace::new(f.resources.clone()).map_err(|e| match e {
-            ResourceError::InvalidKind { name, reason } => {
-                invalid(format!("resources ({name:?})"), reason)
-            }
-            other => invalid("resources".into(), other.to_string()),
-        })?;
-        let n = space.len();
-        let names: Vec<String> = space.kinds().iter().map(|k| k.name.clone()).collect();
-        let vector =
-            |field: String, v: &[i64], allow_zero_all: bool| -> Result<Resources, ScenarioError> {
-                if v.len() != n {
-                    return Err(invalid(
-                        field,
-                        format!(
-                            "has {} entries, expected {} ({})",
-                            v.len(),
-                            n,
-                            names.join(", ")
-                        ),
-                    ));
-                }
-                let mut out = Vec::with_capacity(n);
-                for (k, x) in v.iter().enumerate() {
-                    if *x < 0 {
-                        return Err(invalid(field, format!("{} is {x}; must be ≥ 0", names[k])));
-                    }
-                    out.push(u32::try_from(*x).map_err(|_| {
-                        invalid(field.clone(), format!("{} is too large: {x}", names[k]))
-                    })?);
-                }
-                if !allow_zero_all && out.iter().all(|x| *x == 0) {
-                    return Err(invalid(field, "must not be all zero".into()));
-                }
-                Ok(Resources(out))
-            };
-        if let Some(reason) = f.burst.as_ref().and_then(|b| b.invalid()) {
-            return Err(invalid("burst".into(), reason));
-        }
-        if let Some(reason) = f.task_size.as_ref().and_then(|b| b.invalid()) {
-            return Err(invalid("task_size".into(), reason));
-        }
-        if !(f.lambda.is_finite() && f.lambda > 0.0) {
-            return Err(invalid(
-                "lambda".into(),
-                format!("arrival rate must be > 0, got {}", f.lambda),
-            ));
-        }
-        if f.tasks <= 0 || f.tasks > 10_000_000 {
-            return Err(invalid(
-                "tasks".into(),
-                format!("must be between 1 and 10000000, got {}", f.tasks),
-            ));
-        }
-        if f.window <= 0 || f.window > 1000 {
-            return Err(invalid(
-                "window".into(),
-                format!("must be between 1 and 1000, got {}", f.window),
-            ));
-        }
-        if !(f.switch_weight > 0.0 && f.switch_weight <= 1.0) {
-            return Err(invalid(
-                "switch_weight".into(),
-                format!("must be in (0, 1], got {}", f.switch_weight),
-            ));
-        }
-        if !(f.slot_seconds.is_finite() && f.slot_seconds > 0.0) {
-            return Err(invalid(
-                "slot_seconds".into(),
-                format!("must be > 0, got {}", f.slot_seconds),
-            ));
-        }
-        if f.max_slots <= 0 {
-            return Err(invalid(
-                "max_slots".into(),
-                format!("must be > 0, got {}", f.max_slots),
-            ));
-        }
-        if f.nodes.is_empty() {
-            return Err(invalid(
-                "nodes".into(),
-                "the cluster is empty: at least one node is required".into(),
-            ));
-        }
-        let mut nodes = Vec::new();
-        for (i, spec) in f.nodes.iter().enumerate() {
-            let cap = vector(format!("nodes[{i}].capacity"), &spec.capacity, false)?;
-            if spec.count <= 0 || spec.count > 10_000 {
-                return Err(invalid(
-                    format!("nodes[{i}].count"),
-                    format!("must be between 1 and 10000, got {}", spec.count),
-                ));
-            }
-            for c in 0..spec.count {
-                let name = if spec.count > 1 {
-                    format!("{}-{c}", spec.name)
-                } else {
-                    spec.name.clone()
-                };
-                nodes.push(NodeDef {
-                    name,
-                    capacity: cap.clone(),
-                    labels: spec.labels.clone(),
-                });
-            }
-        }
-        if f.task_types.is_empty() {
-            return Err(invalid(
-                "task_types".into(),
-                "at least one task type is required".into(),
-            ));
-        }
-        if f.task_types.len() > usize::from(u16::MAX) {
-            return Err(invalid("task_types".into(), "too many task types".into()));
-        }
-        let mut types = Vec::new();
-        for (i, t) in f.task_types.iter().enumerate() {
-            let field = |s: &str| format!("task_types[{i}] ({}).{s}", t.name);
-            let min = vector(field("min_demand"), &t.min_demand, false)?;
-            if !nodes.iter().any(|nd| min.fits_in(&nd.capacity)) {
-                return Err(invalid(
-                    field("min_demand"),
-                    format!("{min} is larger than every node's capacity"),
-                ));
-            }
-            let max = match &t.max_demand {
-                Some(m) => {
-                    let m = vector(field("max_demand"), m, false)?;
-                    if !min.fits_in(&m) {
-                        return Err(invalid(
-                            field("max_demand"),
-                            format!("{m} is below the minimum demand {min}"),
-                        ));
-                    }
-                    Some(m)
-                }
-                None => None,
-            };
-            let need = match &t.need {
-                Some(v) => {
-                    let need = vector(field("need"), v, true)?;
-                    let both = need.max_each(&min);
-                    if !nodes.iter().any(|nd| {
-                        both.fits_in(&nd.capacity.min_each(max.as_ref().unwrap_or(&nd.capacity)))
-                    }) {
-                        return Err(invalid(
-                            field("need"),
-                            format!("{need} cannot be met on any node within the cap"),
-                        ));
-                    }
-                    need
-                }
-                None => min.clone(),
-            };
-            if !(t.weight.is_finite() && t.weight > 0.0) {
-                return Err(invalid(
-                    field("weight"),
-                    format!("must be > 0, got {}", t.weight),
-                ));
-            }
-            let speed = match &t.speed {
-                SpeedSpec::Synthetic { w, b } => {
-                    if w.len() != n {
-                        return Err(invalid(
-                            field("speed.w"),
-                            format!("has {} entries, expected {n}", w.len()),
-                        ));
-                    }
-                    if w.iter().any(|x| !x.is_finite() || *x < 0.0) || !b.is_finite() || *b < 0.0 {
-                        return Err(invalid(
-                            field("speed"),
-                            "weights and b must be finite and ≥ 0".into(),
-                        ));
-                    }
-                    if *b == 0.0 && w.iter().all(|x| *x == 0.0) {
-                        return Err(invalid(
-                            field("speed"),
-                            "w and b are all zero: the task would never progress".into(),
-                        ));
-                    }
-                    SpeedModel::Synthetic {
-                        w: w.clone(),
-                        b: *b,
-                    }
-                }
-                SpeedSpec::Table {
-                    csv,
-                    rows,
-                    row_type,
-                    startup_seconds,
-                } => {
-                    if !(startup_seconds.is_finite() && *startup_seconds >= 0.0) {
-                        return Err(invalid(
-                            field("speed.startup_seconds"),
-                            format!("must be ≥ 0, got {startup_seconds}"),
-                        ));
-                    }
-                    let row = row_type.clone().unwrap_or_else(|| t.name.clone());
-                    let source = crate::speed::TableSource {
-                        csv: csv.as_deref(),
-                        rows: rows.as_deref(),
-                        dir,
-                        embedded: PRESET_FILES,
-                    };
-                    let table = TableModel::from_source(&source, &row, &names, *startup_seconds)
-                        .map_err(|source| ScenarioError::Table {
-                            origin: origin.into(),
-                            source,
-                        })?;
-                    let model = SpeedModel::Table(table);
-                    if !nodes.iter().any(|nd| {
-                        model
-                            .isolated(
-                                &nd.capacity.min_each(max.as_ref().unwrap_or(&nd.capacity)),
-                                f.slot_seconds,
-                            )
-                            .is_some()
-                    }) {
-                        return Err(invalid(
-                            field("speed"),
-                            "no node can run this type at any allocation the table covers".into(),
-                        ));
-                    }
-                    model
-                }
-            };
-            types.push(TaskType {
-                name: t.name.clone(),
-                weight: t.weight,
-                min_demand: min,
-                max_demand: max,
-                need,
-                priority: t.priority,
-                speed,
-            });
-        }
-        for (p, v) in &f.published {
-            if !v.is_finite() || *v < 0.0 {
-                return Err(invalid(
-                    format!("published.{p}"),
-                    format!("must be a non-negative number, got {v}"),
-                ));
-            }
-        }
-        let trace = match &f.trace {
-            Some(spec) => {
-                let names: Vec<String> = types.iter().map(|t| t.name.clone()).collect();
-                let rows = crate::trace::parse(spec, &names, dir)
-                    .map_err(|reason| invalid("trace".into(), reason))?;
-                crate::workload::check_trace(&rows, &types, &nodes)
-                    .map_err(|reason| invalid("trace".into(), reason))?;
-                if usize::try_from(f.tasks).unwrap_or(usize::MAX) > rows.len() {
-                    return Err(invalid(
-                        "tasks".into(),
-                        format!("{} is more than the trace's {} rows", f.tasks, rows.len()),
-                    ));
-                }
-                Some(rows)
-            }
-            None => None,
-        };
-        let gangs = f
-            .gangs
-            .as_ref()
-            .map(|g| g.check(&names))
-            .transpose()
-            .map_err(|(field, reason)| invalid(field, reason))?;
-        Ok(Scenario {
-            name: f.name,
-            description: f.description,
-            space,
-            nodes,
-            types,
-            lambda: f.lambda,
-            tasks: u32::try_from(f.tasks).unwrap_or(u32::MAX),
-            window: usize::try_from(f.window).unwrap_or(10),
-            switch_weight: f.switch_weight,
-            slot_seconds: f.slot_seconds,
-            memory: f.memory,
-            reachability: f.reachability,
-            max_slots: u64::try_from(f.max_slots).unwrap_or(u64::MAX),
-            published: f.published,
-            burst: f.burst,
-            task_size: f.task_size,
-            trace,
-            gangs,
-        })
     }
 
     /// Names of the resource kinds, in order.
@@ -636,13 +311,76 @@ impl Scenario {
     }
 }
 
+/// Bursty arrivals: slots alternate between quiet spells and bursts (lengths geometric with these
+/// means), the arrival rate in a burst `factor` times the quiet rate, both set so that the mean
+/// rate stays the scenario's λ (so the offered load is unchanged; only its spread in time is).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Burst {
+    /// Arrival rate in a burst over the rate between bursts (≥ 1).
+    pub factor: f64,
+    /// Mean length of a burst, in slots (≥ 1).
+    pub on_slots: f64,
+    /// Mean length of the quiet spell between bursts, in slots (≥ 1).
+    pub off_slots: f64,
+}
+
+impl Burst {
+    /// Why these settings are invalid, if they are.
+    pub fn invalid(&self) -> Option<String> {
+        let ok = |x: f64| x.is_finite() && x >= 1.0;
+        (!(ok(self.factor) && ok(self.on_slots) && ok(self.off_slots))).then(|| {
+            format!(
+                "factor, on_slots and off_slots must be finite and ≥ 1, got {}, {}, {}",
+                self.factor, self.on_slots, self.off_slots
+            )
+        })
+    }
+
+    /// Arrival rates (quiet, burst) whose mean over time is `lambda`.
+    pub fn rates(&self, lambda: f64) -> (f64, f64) {
+        let on = self.on_slots / (self.on_slots + self.off_slots);
+        let quiet = lambda / (1.0 - on + self.factor * on);
+        (quiet, quiet * self.factor)
+    }
+}
+
+/// Heavy-tailed task sizes: each task's work is its type's times a Pareto draw with this shape,
+/// scaled to mean 1 and capped at `max` (so the offered load is unchanged; a few tasks are much
+/// longer than the rest). The size is the simulator's secret, like the speed model: no policy
+/// sees it.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSize {
+    /// Pareto shape α (> 1; smaller is heavier-tailed).
+    pub pareto_shape: f64,
+    /// Largest size (a multiple of the mean, ≥ 1).
+    pub max: f64,
+}
+
+impl TaskSize {
+    /// Why these settings are invalid, if they are.
+    pub fn invalid(&self) -> Option<String> {
+        (!(self.pareto_shape.is_finite()
+            && self.pareto_shape > 1.0
+            && self.max.is_finite()
+            && self.max >= 1.0))
+            .then(|| {
+                format!(
+                    "pareto_shape must be > 1 and max ≥ 1, got {} and {}",
+                    self.pareto_shape, self.max
+                )
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn every_preset_loads() {
-        for (name, desc) in presets() {
+        for (name, desc) in crate::catalog::presets() {
             let s = Scenario::load(&name).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(!desc.is_empty(), "{name} has no description");
             assert!(!s.nodes.is_empty());
@@ -655,7 +393,7 @@ mod tests {
     }
 
     fn bad(edit: impl Fn(&str) -> String) -> String {
-        let base = include_str!("../presets/synthetic3.toml");
+        let base = include_str!("../../presets/synthetic3.toml");
         Scenario::from_toml(&edit(base), "test", None)
             .unwrap_err()
             .to_string()

@@ -13,8 +13,11 @@ use tapfinger::{Decision, NodeId, Policy};
 
 /// One collected episode.
 pub(super) struct Episode {
+    /// What the agents recorded.
     pub(super) exp: Experience,
+    /// Its average job completion time (slots).
     avg_jct: f64,
+    /// The agents' summed return.
     ret: f64,
     /// Its workload seed.
     pub(super) workload: u64,
@@ -22,9 +25,13 @@ pub(super) struct Episode {
 
 /// Imitation: the teacher's decision is the label; who acts is a coin flip with weight `beta`.
 struct Imitator {
+    /// The network being taught.
     student: TapfingerPolicy,
+    /// The baseline whose decisions are the labels.
     teacher: Box<dyn Policy>,
+    /// Probability that the teacher acts (decays over imitation).
     beta: f64,
+    /// Where the student's records go, labelled with the teacher's action.
     recorder: Recorder,
 }
 

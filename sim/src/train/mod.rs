@@ -245,10 +245,15 @@ pub enum TrainError {
 pub struct Trainer {
     /// Settings.
     pub cfg: TrainConfig,
+    /// The training scenario, prepared.
     sim: Simulator,
+    /// The network being trained.
     net: Net,
+    /// Its optimizer (Adam).
     optim: ModuleOptimizer,
+    /// Where it runs.
     device: Device,
+    /// Seeds the episodes' workloads and the samples (seeded: a run is reproducible).
     rng: tapfinger::Rng,
     /// Completed iterations.
     pub iteration: u64,

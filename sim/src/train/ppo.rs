@@ -13,12 +13,16 @@ use tapfinger::model::{DecisionRecord, Experience};
 
 /// A decision ready for learning.
 pub(super) struct Sample {
+    /// The decision as recorded (inputs, action, log-probability).
     pub(super) rec: DecisionRecord,
     /// The critic's view of the record's round when it differs from the record's own (live
     /// agents: the round's reports merged); the actor always learns on its own view.
     pub(super) critic: Option<std::sync::Arc<tapfinger::view::ClusterView>>,
+    /// Its claim lost the round (the action had no effect).
     pub(super) lost: bool,
+    /// GAE advantage, normalized.
     pub(super) advantage: f32,
+    /// Return target of the critic.
     pub(super) ret: f32,
 }
 

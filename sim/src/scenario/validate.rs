@@ -1,0 +1,341 @@
+//! Validation of a parsed scenario file ([`Scenario::from_file`]): every number a user can get
+//! wrong is refused with a message that names the field.
+
+use super::*;
+use crate::presets::PRESET_FILES;
+use tapfinger::NodeId;
+
+impl Scenario {
+    /// Validate a parsed file.
+    pub fn from_file(
+        f: ScenarioFile,
+        origin: &str,
+        dir: Option<&Path>,
+    ) -> Result<Self, ScenarioError> {
+        let invalid = |field: String, reason: String| ScenarioError::Invalid {
+            origin: origin.into(),
+            field,
+            reason,
+        };
+        let space = ResourceSpace::new(f.resources.clone()).map_err(|e| match e {
+            ResourceError::InvalidKind { name, reason } => {
+                invalid(format!("resources ({name:?})"), reason)
+            }
+            other => invalid("resources".into(), other.to_string()),
+        })?;
+        let n = space.len();
+        let names: Vec<String> = space.kinds().iter().map(|k| k.name.clone()).collect();
+        let vector =
+            |field: String, v: &[i64], allow_zero_all: bool| -> Result<Resources, ScenarioError> {
+                if v.len() != n {
+                    return Err(invalid(
+                        field,
+                        format!(
+                            "has {} entries, expected {} ({})",
+                            v.len(),
+                            n,
+                            names.join(", ")
+                        ),
+                    ));
+                }
+                let mut out = Vec::with_capacity(n);
+                for (k, x) in v.iter().enumerate() {
+                    if *x < 0 {
+                        return Err(invalid(field, format!("{} is {x}; must be ≥ 0", names[k])));
+                    }
+                    out.push(u32::try_from(*x).map_err(|_| {
+                        invalid(field.clone(), format!("{} is too large: {x}", names[k]))
+                    })?);
+                }
+                if !allow_zero_all && out.iter().all(|x| *x == 0) {
+                    return Err(invalid(field, "must not be all zero".into()));
+                }
+                Ok(Resources(out))
+            };
+        if let Some(reason) = f.burst.as_ref().and_then(|b| b.invalid()) {
+            return Err(invalid("burst".into(), reason));
+        }
+        if let Some(reason) = f.task_size.as_ref().and_then(|b| b.invalid()) {
+            return Err(invalid("task_size".into(), reason));
+        }
+        if !(f.lambda.is_finite() && f.lambda > 0.0) {
+            return Err(invalid(
+                "lambda".into(),
+                format!("arrival rate must be > 0, got {}", f.lambda),
+            ));
+        }
+        if f.tasks <= 0 || f.tasks > 10_000_000 {
+            return Err(invalid(
+                "tasks".into(),
+                format!("must be between 1 and 10000000, got {}", f.tasks),
+            ));
+        }
+        if f.window <= 0 || f.window > 1000 {
+            return Err(invalid(
+                "window".into(),
+                format!("must be between 1 and 1000, got {}", f.window),
+            ));
+        }
+        if !(f.switch_weight > 0.0 && f.switch_weight <= 1.0) {
+            return Err(invalid(
+                "switch_weight".into(),
+                format!("must be in (0, 1], got {}", f.switch_weight),
+            ));
+        }
+        if !(f.slot_seconds.is_finite() && f.slot_seconds > 0.0) {
+            return Err(invalid(
+                "slot_seconds".into(),
+                format!("must be > 0, got {}", f.slot_seconds),
+            ));
+        }
+        if f.max_slots <= 0 {
+            return Err(invalid(
+                "max_slots".into(),
+                format!("must be > 0, got {}", f.max_slots),
+            ));
+        }
+        if f.nodes.is_empty() {
+            return Err(invalid(
+                "nodes".into(),
+                "the cluster is empty: at least one node is required".into(),
+            ));
+        }
+        let mut nodes = Vec::new();
+        for (i, spec) in f.nodes.iter().enumerate() {
+            let cap = vector(format!("nodes[{i}].capacity"), &spec.capacity, false)?;
+            if spec.count <= 0 || spec.count > 10_000 {
+                return Err(invalid(
+                    format!("nodes[{i}].count"),
+                    format!("must be between 1 and 10000, got {}", spec.count),
+                ));
+            }
+            for c in 0..spec.count {
+                let name = if spec.count > 1 {
+                    format!("{}-{c}", spec.name)
+                } else {
+                    spec.name.clone()
+                };
+                nodes.push(NodeDef {
+                    name,
+                    capacity: cap.clone(),
+                    labels: spec.labels.clone(),
+                });
+            }
+        }
+        if f.task_types.is_empty() {
+            return Err(invalid(
+                "task_types".into(),
+                "at least one task type is required".into(),
+            ));
+        }
+        if f.task_types.len() > usize::from(u16::MAX) {
+            return Err(invalid("task_types".into(), "too many task types".into()));
+        }
+        let mut types = Vec::new();
+        for (i, t) in f.task_types.iter().enumerate() {
+            let field = |s: &str| format!("task_types[{i}] ({}).{s}", t.name);
+            let min = vector(field("min_demand"), &t.min_demand, false)?;
+            if !nodes.iter().any(|nd| min.fits_in(&nd.capacity)) {
+                return Err(invalid(
+                    field("min_demand"),
+                    format!("{min} is larger than every node's capacity"),
+                ));
+            }
+            let max = match &t.max_demand {
+                Some(m) => {
+                    let m = vector(field("max_demand"), m, false)?;
+                    if !min.fits_in(&m) {
+                        return Err(invalid(
+                            field("max_demand"),
+                            format!("{m} is below the minimum demand {min}"),
+                        ));
+                    }
+                    Some(m)
+                }
+                None => None,
+            };
+            let need = match &t.need {
+                Some(v) => {
+                    let need = vector(field("need"), v, true)?;
+                    let both = need.max_each(&min);
+                    if !nodes.iter().any(|nd| {
+                        both.fits_in(&nd.capacity.min_each(max.as_ref().unwrap_or(&nd.capacity)))
+                    }) {
+                        return Err(invalid(
+                            field("need"),
+                            format!("{need} cannot be met on any node within the cap"),
+                        ));
+                    }
+                    need
+                }
+                None => min.clone(),
+            };
+            if !(t.weight.is_finite() && t.weight > 0.0) {
+                return Err(invalid(
+                    field("weight"),
+                    format!("must be > 0, got {}", t.weight),
+                ));
+            }
+            let speed = match &t.speed {
+                SpeedSpec::Synthetic { w, b } => {
+                    if w.len() != n {
+                        return Err(invalid(
+                            field("speed.w"),
+                            format!("has {} entries, expected {n}", w.len()),
+                        ));
+                    }
+                    if w.iter().any(|x| !x.is_finite() || *x < 0.0) || !b.is_finite() || *b < 0.0 {
+                        return Err(invalid(
+                            field("speed"),
+                            "weights and b must be finite and ≥ 0".into(),
+                        ));
+                    }
+                    if *b == 0.0 && w.iter().all(|x| *x == 0.0) {
+                        return Err(invalid(
+                            field("speed"),
+                            "w and b are all zero: the task would never progress".into(),
+                        ));
+                    }
+                    SpeedModel::Synthetic {
+                        w: w.clone(),
+                        b: *b,
+                    }
+                }
+                SpeedSpec::Table {
+                    csv,
+                    rows,
+                    row_type,
+                    startup_seconds,
+                } => {
+                    if !(startup_seconds.is_finite() && *startup_seconds >= 0.0) {
+                        return Err(invalid(
+                            field("speed.startup_seconds"),
+                            format!("must be ≥ 0, got {startup_seconds}"),
+                        ));
+                    }
+                    let row = row_type.clone().unwrap_or_else(|| t.name.clone());
+                    let source = crate::speed::TableSource {
+                        csv: csv.as_deref(),
+                        rows: rows.as_deref(),
+                        dir,
+                        embedded: PRESET_FILES,
+                    };
+                    let table = TableModel::from_source(&source, &row, &names, *startup_seconds)
+                        .map_err(|source| ScenarioError::Table {
+                            origin: origin.into(),
+                            source,
+                        })?;
+                    let model = SpeedModel::Table(table);
+                    if !nodes.iter().any(|nd| {
+                        model
+                            .isolated(
+                                &nd.capacity.min_each(max.as_ref().unwrap_or(&nd.capacity)),
+                                f.slot_seconds,
+                            )
+                            .is_some()
+                    }) {
+                        return Err(invalid(
+                            field("speed"),
+                            "no node can run this type at any allocation the table covers".into(),
+                        ));
+                    }
+                    model
+                }
+            };
+            types.push(TaskType {
+                name: t.name.clone(),
+                weight: t.weight,
+                min_demand: min,
+                max_demand: max,
+                need,
+                priority: t.priority,
+                speed,
+            });
+        }
+        for (p, v) in &f.published {
+            if !v.is_finite() || *v < 0.0 {
+                return Err(invalid(
+                    format!("published.{p}"),
+                    format!("must be a non-negative number, got {v}"),
+                ));
+            }
+        }
+        let trace = match &f.trace {
+            Some(spec) => {
+                let names: Vec<String> = types.iter().map(|t| t.name.clone()).collect();
+                let rows = crate::trace::parse(spec, &names, dir)
+                    .map_err(|reason| invalid("trace".into(), reason))?;
+                check_trace(&rows, &types, &nodes)
+                    .map_err(|reason| invalid("trace".into(), reason))?;
+                if usize::try_from(f.tasks).unwrap_or(usize::MAX) > rows.len() {
+                    return Err(invalid(
+                        "tasks".into(),
+                        format!("{} is more than the trace's {} rows", f.tasks, rows.len()),
+                    ));
+                }
+                Some(rows)
+            }
+            None => None,
+        };
+        let gangs = f
+            .gangs
+            .as_ref()
+            .map(|g| g.check(&names))
+            .transpose()
+            .map_err(|(field, reason)| invalid(field, reason))?;
+        Ok(Scenario {
+            name: f.name,
+            description: f.description,
+            space,
+            nodes,
+            types,
+            lambda: f.lambda,
+            tasks: u32::try_from(f.tasks).unwrap_or(u32::MAX),
+            window: usize::try_from(f.window).unwrap_or(10),
+            switch_weight: f.switch_weight,
+            slot_seconds: f.slot_seconds,
+            memory: f.memory,
+            reachability: f.reachability,
+            max_slots: u64::try_from(f.max_slots).unwrap_or(u64::MAX),
+            published: f.published,
+            burst: f.burst,
+            task_size: f.task_size,
+            trace,
+            gangs,
+        })
+    }
+}
+
+/// The nodes that can ever run a task of type `def` needing a node that `admits` (its request
+/// *and* its true need must fit: a task re-queued after running out of memory asks for its need).
+pub(crate) fn hosts(
+    nodes: &[NodeDef],
+    def: &TaskType,
+    admits: impl Fn(&[String]) -> bool,
+) -> Vec<NodeId> {
+    let must_fit = def.min_demand.max_each(&def.need);
+    nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| must_fit.fits_in(&n.capacity) && admits(&n.labels))
+        .map(|(i, _)| NodeId(i as u32))
+        .collect()
+}
+
+/// Why a recorded workload cannot run on its scenario's nodes (a task no node can ever host).
+fn check_trace(
+    trace: &[crate::trace::TraceTask],
+    types: &[TaskType],
+    nodes: &[NodeDef],
+) -> Result<(), String> {
+    match trace
+        .iter()
+        .find(|t| hosts(nodes, &types[t.ty], |l| t.admits(l)).is_empty())
+    {
+        Some(t) => Err(format!(
+            "a task of type {:?} arriving at slot {} (requiring {:?}) fits no node that carries the label",
+            types[t.ty].name, t.arrival, t.require
+        )),
+        None => Ok(()),
+    }
+}
