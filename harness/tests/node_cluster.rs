@@ -176,24 +176,26 @@ fn a_dead_node_loses_no_task() {
 }
 
 fn partition(cut_ms: u64, work_ms: u64) -> Cluster {
-    partition_with(cut_ms, work_ms, 0)
+    partition_with(cut_ms, work_ms, 0, 30)
 }
 
-/// [`partition`] with stopped copies taking `stop_ms` to end.
-fn partition_with(cut_ms: u64, work_ms: u64, stop_ms: u64) -> Cluster {
+/// Nodes 0 and 1 cut off from the rest for `cut_ms` while tasks `15..tasks` are submitted round
+/// the nodes (15 are under way before), stopped copies taking `stop_ms` to end; then healed and
+/// run until every task finished.
+fn partition_with(cut_ms: u64, work_ms: u64, stop_ms: u64, tasks: u64) -> Cluster {
     let mut c = Cluster::busy(work_ms);
     c.stop_ms = stop_ms;
     c.side = vec![1, 1, 0, 0, 0];
     // Tasks submitted on both sides during the cut.
-    for id in 15..30u64 {
+    for id in 15..tasks {
         c.submit((id % 5) as usize, id);
     }
     for _ in 0..cut_ms / STEP {
         c.step();
     }
     c.side = vec![0; 5];
-    c.run_until_finished(30, 20_000);
-    for _ in 0..40 {
+    c.run_until_finished(tasks as usize, 30_000);
+    for _ in 0..60 {
         c.step();
     }
     c
@@ -261,20 +263,7 @@ fn a_partition_longer_than_the_autonomy_time_never_overlaps_and_heals_to_one_out
 fn a_stopped_copy_holds_its_units_until_it_has_ended() {
     let mut seen_stops = 0;
     for (cut_ms, work_ms) in [(3000, 1000), (3000, 1200), (3200, 1100)] {
-        let mut c = Cluster::busy(work_ms);
-        c.stop_ms = 400;
-        c.side = vec![1, 1, 0, 0, 0];
-        for id in 15..80u64 {
-            c.submit((id % 5) as usize, id);
-        }
-        for _ in 0..cut_ms / STEP {
-            c.step();
-        }
-        c.side = vec![0; 5];
-        c.run_until_finished(80, 30_000);
-        for _ in 0..60 {
-            c.step();
-        }
+        let c = partition_with(cut_ms, work_ms, 400, 80);
         assert_eq!(c.finished.len(), 80, "finished {:?}", c.finished.keys());
         assert!(c.overlaps.is_empty(), "copies overlapped: {:?}", c.overlaps);
         assert!(

@@ -416,7 +416,6 @@ impl NodeCore {
 mod tests {
     use super::*;
     use crate::placement::gang::GangShape;
-    use crate::task::Task;
     use std::collections::BTreeMap;
 
     fn node() -> NodeCore {
@@ -431,15 +430,9 @@ mod tests {
             restarts: 0,
             stages: Vec::new(),
         };
-        let task = Task {
-            id: TaskId(7),
-            ty: crate::TaskTypeId(0),
-            min_demand: Resources(vec![1, 0]),
-            max_demand: None,
-            priority: 0,
-            reachable: vec![NodeId(0), NodeId(1)],
-            arrival: 0,
+        let task = crate::task::Task {
             gang: Some(Box::new(shape)),
+            ..super::super::test_task(7)
         };
         let spec = crate::spec::TaskSpec::from_toml(
             "command = [\"x\"]\n[gang]\nworkers = 1\nworker_demand = { cpu = 1 }\nps_demand = { cpu = 1 }\n",

@@ -583,16 +583,7 @@ pub(crate) fn test_core(me: u32, capacity: Resources) -> NodeCore {
 /// with epoch `epoch`, as a journal would after a restart.
 #[cfg(test)]
 pub(crate) fn test_running_here(n: &mut NodeCore, id: u64, epoch: u64) {
-    let task = crate::task::Task {
-        id: TaskId(id),
-        ty: crate::TaskTypeId(0),
-        min_demand: Resources(vec![1, 0]),
-        max_demand: None,
-        priority: 0,
-        reachable: vec![NodeId(0), NodeId(1)],
-        arrival: 0,
-        gang: None,
-    };
+    let task = test_task(id);
     let spec = TaskSpec::from_toml("command = [\"x\"]\nmin_demand = { cpu = 1 }\n").unwrap();
     let running = TaskState::Running {
         node: n.id(),
@@ -602,4 +593,19 @@ pub(crate) fn test_running_here(n: &mut NodeCore, id: u64, epoch: u64) {
     };
     let owner = Some(n.id());
     n.restore(task, spec, running, owner, epoch);
+}
+
+/// For unit tests: a 1-CPU task `id`, reachable on nodes 0 and 1.
+#[cfg(test)]
+pub(crate) fn test_task(id: u64) -> crate::task::Task {
+    crate::task::Task {
+        id: TaskId(id),
+        ty: crate::TaskTypeId(0),
+        min_demand: Resources(vec![1, 0]),
+        max_demand: None,
+        priority: 0,
+        reachable: vec![NodeId(0), NodeId(1)],
+        arrival: 0,
+        gang: None,
+    }
 }
