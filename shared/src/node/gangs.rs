@@ -352,6 +352,42 @@ impl NodeCore {
         self.gangs_unconfirmed.remove(&g.task);
     }
 
+    /// Peer `from`'s heartbeat lists `listed` as the gang runs with members on its box. A gang
+    /// this node believes has members there and that the peer has not listed for a peer timeout
+    /// is no longer run there (the peer sent it back to the queue, or restarted, and this node
+    /// missed the message): it goes back to pending here too, and this box stops its members.
+    /// Kept, it held units on every member box in this node's books for good, and, with this
+    /// node its proposer, was never placed again. (The wait is that of single copies: a box
+    /// lists a gang from the round that starts it on, and a heartbeat may leave before that.)
+    pub(super) fn gangs_unlisted(
+        &mut self,
+        from: NodeId,
+        listed: &[crate::wire::GangRun],
+        now: u64,
+    ) -> Vec<Action> {
+        let believed: Vec<TaskId> = self.tasks.gangs_on(from).collect();
+        let mut out = Vec::new();
+        for id in believed {
+            if listed.iter().any(|g| g.task == id) {
+                self.unlisted.remove(&id);
+                continue;
+            }
+            let since = match self.unlisted.get(&id) {
+                Some(&(node, since)) if node == from => since,
+                _ => {
+                    self.unlisted.insert(id, (from, now));
+                    now
+                }
+            };
+            if now.saturating_sub(since) >= self.cfg.peer_timeout_ms {
+                self.unlisted.remove(&id);
+                self.stats.gangs_broken += 1;
+                out.extend(self.requeue_gang(id));
+            }
+        }
+        out
+    }
+
     /// A member box of gang `task` started its members: the gang is confirmed here.
     pub(super) fn gang_started(&mut self, task: TaskId) {
         self.gangs_unconfirmed.remove(&task);
@@ -570,5 +606,37 @@ mod tests {
         assert_eq!(n.free(), Resources(vec![3, 0]));
         n.on_exit(TaskId(7), None, true);
         assert_eq!(n.free(), Resources(vec![4, 0]));
+    }
+
+    /// A member box stops listing a gang this box runs members of (it sent the gang back to
+    /// the queue in a message this box missed): after a peer timeout, the gang is pending here
+    /// too and this box's members are stopped; a listing in time keeps it.
+    #[test]
+    fn a_gang_its_member_box_no_longer_lists_goes_back_to_pending() {
+        let run = crate::wire::GangRun {
+            task: TaskId(7),
+            epoch: 1,
+            members: commit().members,
+        };
+        let mut n = node();
+        n.start_gangs(&[commit()], true, 0, 1000);
+        assert!(
+            n.gangs_unlisted(NodeId(1), std::slice::from_ref(&run), 1100)
+                .is_empty()
+        );
+        assert!(n.gangs_unlisted(NodeId(1), &[], 1200).is_empty());
+        assert!(n.gangs_unlisted(NodeId(1), &[run], 1400).is_empty());
+        assert!(n.gangs_unlisted(NodeId(1), &[], 1500).is_empty());
+        assert!(matches!(
+            n.tasks()[&TaskId(7)].state,
+            TaskState::Gang { .. }
+        ));
+        let out = n.gangs_unlisted(NodeId(1), &[], 1500 + 300);
+        assert!(matches!(out.as_slice(), [Action::Stop { .. }]), "{out:?}");
+        assert_eq!(n.tasks()[&TaskId(7)].state, TaskState::Pending);
+        assert!(
+            !n.protocol.is_committed(TaskId(7)),
+            "it would never be placed again"
+        );
     }
 }

@@ -201,6 +201,8 @@ impl NodeCore {
                 want.insert(o.task);
             }
         }
+        // A gang we believe has members on its box, which it no longer lists: broken.
+        out.extend(self.gangs_unlisted(from, &state.gangs, now));
         // A copy we believe it runs, which it neither lists nor recently finished: ask.
         let listed: std::collections::BTreeSet<TaskId> = state
             .running
