@@ -169,7 +169,13 @@ fn validate(
             id: n.id,
             name: names.get(&n.id).map_or("", String::as_str),
             labels: labels.get(&n.id).unwrap_or(&empty),
-            capacity: &n.capacity,
+            // This box's own capacity as offered: its ledger's is lowered while a stopped copy
+            // ends (`NodeCore::draining`), which must not refuse a task as too big.
+            capacity: if n.id == me {
+                p.core.capacity()
+            } else {
+                &n.capacity
+            },
         })
         .collect();
     let id = task_id(me, local);
