@@ -372,14 +372,7 @@ impl NodeCore {
                 self.unlisted.remove(&id);
                 continue;
             }
-            let since = match self.unlisted.get(&id) {
-                Some(&(node, since)) if node == from => since,
-                _ => {
-                    self.unlisted.insert(id, (from, now));
-                    now
-                }
-            };
-            if now.saturating_sub(since) >= self.cfg.peer_timeout_ms {
+            if self.unlisted_for(id, from, now) >= self.cfg.peer_timeout_ms {
                 self.unlisted.remove(&id);
                 self.stats.gangs_broken += 1;
                 out.extend(self.requeue_gang(id));

@@ -141,6 +141,20 @@ impl NodeCore {
         }
     }
 
+    /// How long (ms) `from` has not listed `id`, which this node believes it runs, counting
+    /// from the first heartbeat that left it out. Keyed by the runner too: a copy believed to
+    /// have moved starts its wait again.
+    pub(super) fn unlisted_for(&mut self, id: TaskId, from: NodeId, now: u64) -> u64 {
+        let since = match self.unlisted.get(&id) {
+            Some(&(node, since)) if node == from => since,
+            _ => {
+                self.unlisted.insert(id, (from, now));
+                now
+            }
+        };
+        now.saturating_sub(since)
+    }
+
     fn on_heartbeat(&mut self, from: NodeId, state: NodeState, now: u64) -> Vec<Action> {
         let mut out = Vec::new();
         self.silent.remove(&from);
@@ -220,15 +234,7 @@ impl NodeCore {
                 self.unlisted.remove(&id);
                 continue;
             }
-            // Keyed by the runner too: a copy believed to have moved starts its wait again.
-            let since = match self.unlisted.get(&id) {
-                Some(&(node, since)) if node == from => since,
-                _ => {
-                    self.unlisted.insert(id, (from, now));
-                    now
-                }
-            };
-            if now.saturating_sub(since) >= self.cfg.peer_timeout_ms {
+            if self.unlisted_for(id, from, now) >= self.cfg.peer_timeout_ms {
                 want.insert(id);
             }
         }
