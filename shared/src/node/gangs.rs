@@ -17,7 +17,9 @@
 //!   is requeued.
 //! - **Ending.** The gang succeeds when its host (rank 0's box) exits 0. When a box's members
 //!   fail, every box stops its members and the gang goes back in the queue, up to its
-//!   `restarts` (counted by its epoch, which every start raises); after that it fails. Either
+//!   `restarts` (counted in real runs: starts from a complete round, this box's own or those a
+//!   member box announced; a tentative hold that no box confirmed is none, though it raises the
+//!   epoch); after that it fails. Either
 //!   way the word goes to every box ([`Body::Failed`] with `requeue`, or the outcome), and each
 //!   stops its members. When a box hosting a member goes silent (the peer timeout), every box puts the
 //!   gang back to pending at once, freeing its units, and stops its own members of it: a gang
@@ -197,6 +199,9 @@ impl NodeCore {
             m.epoch += 1;
             m.owner = Some(g.claimant);
             let spec = m.spec.clone();
+            if complete {
+                self.gang_runs.entry(g.task).or_default().insert(m.epoch);
+            }
             let mut alloc: Option<Resources> = None;
             for (n, a) in &g.members {
                 if *n == me {
@@ -278,9 +283,11 @@ impl NodeCore {
         }
         let epoch = t.meta.epoch;
         let restarts = t.task.gang.as_ref().map_or(0, |s| s.restarts);
-        if code != Some(0) && epoch <= u64::from(restarts) {
+        // Its real runs as this box knows them (this one among them: its members ran here).
+        let runs = self.gang_runs.get(&task).map_or(1, |r| r.len().max(1));
+        if code != Some(0) && runs as u64 <= u64::from(restarts) {
             // A member failed and the gang may run again: every box stops its members and
-            // puts it back in the queue (the epoch counts its starts).
+            // puts it back in the queue.
             let mut out = self.requeue_gang(task);
             out.push(self.envelope(Body::Failed {
                 task,
@@ -308,6 +315,7 @@ impl NodeCore {
     pub(super) fn end_gang(&mut self, o: &Outcome) -> Vec<Action> {
         let me = self.cfg.me;
         self.gangs_unconfirmed.remove(&o.task);
+        self.gang_runs.remove(&o.task);
         let here = self.tasks.get(o.task).is_some_and(|t| {
             matches!(&t.state, TaskState::Gang { members, .. } if members.iter().any(|(n, _)| *n == me))
         });
@@ -381,9 +389,11 @@ impl NodeCore {
         out
     }
 
-    /// A member box of gang `task` started its members: the gang is confirmed here.
-    pub(super) fn gang_started(&mut self, task: TaskId) {
+    /// A member box of gang `task` started its members at `epoch`: the gang is confirmed here,
+    /// and that start was a run.
+    pub(super) fn gang_started(&mut self, task: TaskId, epoch: u64) {
         self.gangs_unconfirmed.remove(&task);
+        self.gang_runs.entry(task).or_default().insert(epoch);
     }
 
     /// Gangs held from an incomplete round that no member box confirmed in time go back to
@@ -535,7 +545,7 @@ mod tests {
         // A member box confirms: it stays held (this box will not place it again meanwhile).
         let mut n = node();
         n.start_gangs(&[commit()], false, 0, 1000);
-        n.gang_started(TaskId(7));
+        n.gang_started(TaskId(7), 1);
         n.unconfirmed_gangs(10_000);
         assert!(matches!(
             n.tasks()[&TaskId(7)].state,
@@ -630,6 +640,40 @@ mod tests {
         assert!(
             !n.protocol.is_committed(TaskId(7)),
             "it would never be placed again"
+        );
+    }
+
+    /// A gang held from an incomplete round that no box confirmed, then really started, whose
+    /// member fails: with one restart it runs again (the tentative hold raised the epoch, and
+    /// the epoch once counted it as a run, so the gang failed without its restart).
+    #[test]
+    fn a_tentative_hold_is_not_a_run_for_the_restarts() {
+        let mut n = node();
+        let mut task = (*n.tasks()[&TaskId(7)].task).clone();
+        if let Some(s) = task.gang.as_mut() {
+            s.restarts = 1;
+        }
+        n.tasks.replace_task(std::sync::Arc::new(task)).unwrap();
+        n.start_gangs(&[commit()], false, 0, 1000);
+        n.unconfirmed_gangs(1000 + 2 * 300);
+        assert_eq!(n.tasks()[&TaskId(7)].state, TaskState::Pending);
+        let out = n.start_gangs(&[commit()], true, 1, 2000);
+        assert_eq!(starts(&out).len(), 1);
+        assert_eq!(n.tasks()[&TaskId(7)].meta.epoch, 2);
+        let out = n.on_exit(TaskId(7), Some(1), false);
+        assert!(
+            out.iter().any(|a| matches!(a, Action::Broadcast(e)
+                if matches!(e.body, Body::Failed { requeue: true, .. }))),
+            "failed without its restart: {out:?}"
+        );
+        assert_eq!(n.tasks()[&TaskId(7)].state, TaskState::Pending);
+        // Its second real run fails too: no restart left.
+        n.start_gangs(&[commit()], true, 2, 3000);
+        let out = n.on_exit(TaskId(7), Some(1), false);
+        assert!(
+            out.iter().any(|a| matches!(a, Action::Broadcast(e)
+                if matches!(e.body, Body::Finished(_)))),
+            "{out:?}"
         );
     }
 }

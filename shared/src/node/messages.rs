@@ -475,7 +475,7 @@ impl NodeCore {
         if self.tasks.get(task).is_some_and(|t| t.task.gang.is_some()) {
             // A gang's member box started its members: what a node holding the gang from an
             // incomplete round waits for ([`super::gangs`]). A gang is never a single copy.
-            self.gang_started(task);
+            self.gang_started(task, epoch);
             return Vec::new();
         }
         self.on_copy(task, node, &alloc, epoch, None, None)

@@ -281,6 +281,10 @@ pub struct NodeCore {
     /// the stop of one of these keeps units ([`draining`]); a stop of a copy already gone
     /// would keep them for good.
     live: BTreeSet<TaskId>,
+    /// Epochs at which each gang really started (a complete round here, or a member box said it
+    /// started): a failure requeues a gang while these number no more than its restarts. A
+    /// tentative start from an incomplete round, which bumps the epoch too, is not a run.
+    gang_runs: BTreeMap<TaskId, BTreeSet<u64>>,
     /// When this node last greeted: at most one greet per peer timeout (peers that flap under
     /// load would otherwise draw a greet from every node at every heartbeat).
     last_greet: Option<u64>,
@@ -354,6 +358,7 @@ impl NodeCore {
             handing_back: BTreeSet::new(),
             draining: BTreeMap::new(),
             live: BTreeSet::new(),
+            gang_runs: BTreeMap::new(),
             won_in_vain: BTreeSet::new(),
             gangs_unconfirmed: BTreeMap::new(),
             unheard: BTreeMap::new(),
