@@ -601,6 +601,7 @@ impl NodeCore {
         if let Some(m) = self.tasks.meta_mut(o.task) {
             m.epoch = m.epoch.max(if o.epoch == CANCELLED { 0 } else { o.epoch });
         }
+        self.gang_runs.remove(&o.task);
         self.tasks.set_state(
             o.task,
             TaskState::Done {
