@@ -1,7 +1,7 @@
 //! Gangs through the node cores under the harness: the owner proposes a gang, every box decides
 //! the same members and starts its own, with ranks and rendezvous that add up; a box that dies
 //! puts the gang back in the queue everywhere (its units freed, the other members stopped), and
-//! it runs again on the boxes left.
+//! it runs again on the boxes left; so does a member box that restarts and no longer lists it.
 
 #![allow(clippy::unwrap_used)]
 
@@ -52,8 +52,8 @@ fn states(c: &Cluster, id: u64) -> Vec<TaskState> {
         .collect()
 }
 
-#[test]
-fn every_box_starts_its_members_of_one_gang_and_a_dead_box_puts_it_back() {
+/// Four boxes with gang 7 (a minute of work) submitted at box 0 and started.
+fn started_gang() -> Cluster {
     let mut c = Cluster::new(4, "min");
     c.work_ms = 60_000;
     for _ in 0..60 {
@@ -66,6 +66,12 @@ fn every_box_starts_its_members_of_one_gang_and_a_dead_box_puts_it_back() {
             break;
         }
     }
+    c
+}
+
+#[test]
+fn every_box_starts_its_members_of_one_gang_and_a_dead_box_puts_it_back() {
+    let mut c = started_gang();
     let s = states(&c, 7);
     let TaskState::Gang { members, .. } = &s[0] else {
         panic!("not started: {s:?}");
@@ -123,4 +129,77 @@ fn every_box_starts_its_members_of_one_gang_and_a_dead_box_puts_it_back() {
         panic!("not restarted: {s:?}");
     };
     assert!(members.iter().all(|(n, _)| *n != victim));
+}
+
+/// A member box restarts while its gang runs. As the agent's journal replay does
+/// (`agent/src/recover.rs`), it stops its members and takes the gang back as pending with the
+/// epoch of the run, so it does not list the run any more: the other boxes put the gang back
+/// in the queue after a peer timeout, stop their members, and it is placed again. Before that
+/// rule they kept their members of a run that had lost one (a real gang then failed only at
+/// its rendezvous timeout; the harness's members never fail, and it ran to "success").
+#[test]
+fn a_restarted_member_box_makes_the_others_requeue_the_gang() {
+    let mut c = started_gang();
+    let entry = c.nodes[0].tasks()[&TaskId(7)].clone();
+    let TaskState::Gang { members, .. } = &entry.state else {
+        panic!("not started");
+    };
+    let host = members[0].0.0 as usize;
+    let restarted = members
+        .iter()
+        .map(|(n, _)| n.0 as usize)
+        .find(|n| *n != host && *n != 0)
+        .unwrap();
+    let mut cfg = c.nodes[restarted].config().clone();
+    cfg.incarnation += 1;
+    let ctx = tapfinger::baselines::BaselineContext {
+        num_types: 1,
+        cpu_kind: 0,
+        gpu_kind: 1,
+        profile: Vec::new(),
+    };
+    c.nodes[restarted] = tapfinger::node::NodeCore::new(
+        cfg,
+        tapfinger::baselines::by_name("min", &ctx).unwrap(),
+        99,
+    );
+    c.running.retain(|(_, n, _)| *n != restarted);
+    c.cores.retain(|(n, _), _| *n != restarted);
+    let acts = c.nodes[restarted].restore(
+        (*entry.task).clone(),
+        entry.meta.spec.clone(),
+        TaskState::Pending,
+        None,
+        entry.meta.epoch,
+    );
+    c.act(restarted, acts);
+    let mut requeued = false;
+    for _ in 0..300 {
+        c.step();
+        if (0..4).all(|i| c.nodes[i].tasks()[&TaskId(7)].state == TaskState::Pending) {
+            requeued = true;
+            assert!(
+                c.running.iter().all(|(_, _, t)| *t != TaskId(7)),
+                "a member of the broken run still runs"
+            );
+            break;
+        }
+    }
+    assert!(requeued, "never requeued: {:?}", states(&c, 7));
+    assert!(
+        !c.finished.contains_key(&TaskId(7)),
+        "the broken run was taken as finished"
+    );
+    // And it runs again, whole.
+    for _ in 0..300 {
+        c.step();
+        if c.started[&TaskId(7)] >= 6 {
+            break;
+        }
+    }
+    assert!(
+        c.started[&TaskId(7)] >= 6,
+        "not placed again: {:?}",
+        states(&c, 7)
+    );
 }

@@ -377,7 +377,11 @@ impl NodeCore {
         let mut out = Vec::new();
         for id in believed {
             if listed.iter().any(|g| g.task == id) {
-                self.unlisted.remove(&id);
+                // Only this box's own wait ends: another member box may still leave it out
+                // (every member box lists a running gang, so each heartbeat would reset it).
+                if self.unlisted.get(&id).is_some_and(|(n, _)| *n == from) {
+                    self.unlisted.remove(&id);
+                }
                 continue;
             }
             if self.unlisted_for(id, from, now) >= self.cfg.peer_timeout_ms {
