@@ -399,3 +399,38 @@ async fn a_restarted_agent_rejoins_its_live_peers() {
     assert_eq!(unique, ids);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A spec refused as too big for every box heard says so when a box this agent knows is not
+/// heard at the time (down, or not back yet): the refusal was judged without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_judged_without_a_known_box_says_so() {
+    let (a, addr) = agent("a", vec![], 1.0).await;
+    let (b, _) = agent("b", vec![addr], 1.0).await;
+    wait(&[&a, &b], Duration::from_secs(20), "peers", |s| {
+        s.iter().all(|st| st.peers.len() == 1)
+    })
+    .await;
+    let big = || TaskSpec::from_toml("command = [\"x\"]\nmin_demand = { cpu = 9 }\n").unwrap();
+    let refused = |e: tapfinger_agent::daemon::SubmitError| match e {
+        tapfinger_agent::daemon::SubmitError::Refused(s) => s,
+        other => panic!("not a refusal: {other}"),
+    };
+    let heard_all = refused(a.submit(big()).await.unwrap_err());
+    assert_eq!(heard_all.field, "min_demand");
+    assert!(!heard_all.message.contains("not heard"), "{heard_all}");
+    b.kill();
+    wait(&[&a], Duration::from_secs(20), "b gone", |s| {
+        s[0].peers.is_empty()
+    })
+    .await;
+    let without_b = refused(a.submit(big()).await.unwrap_err());
+    assert_eq!(without_b.field, "min_demand");
+    assert!(
+        without_b.message.contains("1 known box(es) not heard now"),
+        "{without_b}"
+    );
+    // A refusal that no box could change says nothing of the boxes.
+    let no_program = TaskSpec::from_toml("command = [\" \"]\n").unwrap();
+    let e = refused(a.submit(no_program).await.unwrap_err());
+    assert!(!e.message.contains("not heard"), "{e}");
+}

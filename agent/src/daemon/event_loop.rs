@@ -328,6 +328,7 @@ impl Daemon {
             store.accepted(&task, spec).map_err(|e| SpecError {
                 field: "store".into(),
                 message: format!("cannot record the task durably: {e}"),
+                by_boxes: false,
             })?;
         }
         self.next_local += 1;

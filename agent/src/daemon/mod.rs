@@ -180,4 +180,22 @@ fn validate(
         .collect();
     let id = task_id(me, local);
     spec.validate(&p.space, &p.types, &placements, id, p.core.slot())
+        .map_err(|mut e| {
+            // Judged on the boxes heard now: say so when a box this agent knows is not among
+            // them (it may be down for good, or back in a moment), rather than leave the user
+            // to think the cluster can never run it.
+            let unheard = p
+                .core
+                .known()
+                .iter()
+                .filter(|k| !placements.iter().any(|n| n.id == **k))
+                .count();
+            if e.by_boxes && unheard > 0 {
+                e.message.push_str(&format!(
+                    " ({unheard} known box(es) not heard now, so not counted: submit again once \
+                     they are back if they can run it)"
+                ));
+            }
+            e
+        })
 }

@@ -3,7 +3,7 @@
 //! into a [`GangShape`] and refused at submit when it can never run: more than the eligible
 //! boxes hold in all, the total but not the boxes, or a throughput target no plan meets.
 
-use super::{Placement, SpecError, TaskSpec, Units, err, kind_names};
+use super::{Placement, SpecError, TaskSpec, Units, err, err_boxes, kind_names};
 use crate::placement::gang::GangShape;
 use crate::resources::{ResourceSpace, Resources};
 use crate::task::{NodeId, Task, TaskId};
@@ -200,14 +200,14 @@ impl TaskSpec {
         };
         let eligible = self.eligible(nodes);
         if eligible.is_empty() {
-            return Err(err(
+            return Err(err_boxes(
                 "require_labels",
                 "no node carries all the required labels (and is among `nodes`)",
             ));
         }
         let caps: Vec<Resources> = eligible.iter().map(|n| n.capacity.clone()).collect();
         if let Some(why) = shape.never_fits(&caps, crate::placement::gang::Links::EDGE) {
-            return Err(err(
+            return Err(err_boxes(
                 field,
                 format!("can never run on the {} eligible nodes: {why}", caps.len()),
             ));
@@ -301,7 +301,7 @@ impl TaskSpec {
         let problem =
             crate::plan::Problem::new(job, prices).map_err(|e| err("pipeline", e.to_string()))?;
         let plan = crate::plan::exact::plan(&problem).map_err(|e| match e {
-            crate::plan::PlanError::Unreachable { .. } => err(
+            crate::plan::PlanError::Unreachable { .. } => err_boxes(
                 "pipeline.throughput",
                 format!("{e}, on the {} eligible boxes", eligible.len()),
             ),

@@ -83,12 +83,24 @@ pub struct SpecError {
     pub field: String,
     /// What is wrong with it.
     pub message: String,
+    /// The refusal was judged on the boxes given (their capacities or labels): a box not among
+    /// them (an agent's peer not heard at the time) might have changed it.
+    pub by_boxes: bool,
 }
 
 pub(crate) fn err(field: impl Into<String>, message: impl Into<String>) -> SpecError {
     SpecError {
         field: field.into(),
         message: message.into(),
+        by_boxes: false,
+    }
+}
+
+/// A refusal judged on the boxes given ([`SpecError::by_boxes`]).
+pub(crate) fn err_boxes(field: impl Into<String>, message: impl Into<String>) -> SpecError {
+    SpecError {
+        by_boxes: true,
+        ..err(field, message)
     }
 }
 
@@ -239,7 +251,7 @@ impl TaskSpec {
         };
         let eligible: Vec<&Placement<'_>> = nodes.iter().filter(|n| matches(n)).collect();
         if eligible.is_empty() {
-            return Err(err(
+            return Err(err_boxes(
                 "require_labels",
                 "no node carries all the required labels (and is among `nodes`)",
             ));
@@ -250,7 +262,7 @@ impl TaskSpec {
             .map(|n| n.id)
             .collect();
         if reachable.is_empty() {
-            return Err(err(
+            return Err(err_boxes(
                 "min_demand",
                 format!("{min} fits on no eligible node (largest capacities: {})", {
                     let caps: Vec<String> = eligible
