@@ -110,7 +110,8 @@ enum Cmd {
         /// Comma-separated policies (names as for `run`, LABEL=MODEL_PATH for extra trained
         /// models, NAME+PLACER for a gang placer); default: tapfinger (as for `run`), every
         /// baseline and the clairvoyant reference, and on a scenario with gangs each of them
-        /// again with gangs placed `+pack-first` and `+spread` (locality-oblivious).
+        /// again with gangs placed `+pack-first` and `+spread` (locality-oblivious), and
+        /// `tapfinger+policy` (the learned policy placing gang members itself).
         #[arg(long, value_delimiter = ',')]
         policies: Vec<String>,
         /// Number of seeds.
@@ -446,10 +447,15 @@ fn run(cli: Cli) -> Result<()> {
                 } else {
                     &[""]
                 };
-                placers
+                let mut all: Vec<String> = placers
                     .iter()
                     .flat_map(|s| plain.iter().map(move |p| format!("{p}{s}")))
-                    .collect()
+                    .collect();
+                if sim.scenario().gangs.is_some() {
+                    // The learned policy placing the members itself, beside the placers.
+                    all.push(format!("{}+policy", policies::TAPFINGER));
+                }
+                all
             } else {
                 names
             };

@@ -99,15 +99,7 @@ impl<M> Ledger<M> {
             })
             .collect();
         // The largest node per kind: the ceiling of every task's `at_max`.
-        let mut largest = Resources::zeros(0);
-        for (_, b) in &live {
-            if largest.len() < b.capacity.len() {
-                largest.0.resize(b.capacity.len(), 0);
-            }
-            for (x, c) in largest.0.iter_mut().zip(&b.capacity.0) {
-                *x = (*x).max(*c);
-            }
-        }
+        let largest = self.largest_live();
         ClusterView {
             slot,
             step,
@@ -148,6 +140,26 @@ impl<M> Ledger<M> {
                 })
                 .collect(),
         }
+    }
+
+    /// The estimator's view of `task` as a view built now would show it (a gang member shown
+    /// as a task of its own, for a policy that places gangs).
+    pub fn estimate_now(&self, task: &Task) -> TaskEstimate {
+        self.estimate(task, &self.largest_live())
+    }
+
+    /// The largest live node's capacity, per kind.
+    fn largest_live(&self) -> Resources {
+        let mut largest = Resources::zeros(0);
+        for b in self.nodes.values().filter(|b| b.live) {
+            if largest.len() < b.capacity.len() {
+                largest.0.resize(b.capacity.len(), 0);
+            }
+            for (x, c) in largest.0.iter_mut().zip(&b.capacity.0) {
+                *x = (*x).max(*c);
+            }
+        }
+        largest
     }
 
     /// The estimator's view of `task` in a cluster whose largest node (per kind) is `largest`.

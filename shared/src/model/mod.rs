@@ -13,6 +13,7 @@
 pub mod batch;
 pub mod checkpoint;
 pub mod critic;
+mod gang;
 pub mod net;
 pub mod step_batch;
 
@@ -476,6 +477,16 @@ impl Policy for TapfingerPolicy {
         } else {
             Vec::new()
         }
+    }
+    fn places_gangs(&self) -> bool {
+        true
+    }
+    fn place_gang(
+        &mut self,
+        ask: &crate::policy::GangAsk<'_>,
+        _rng: &mut Rng,
+    ) -> Option<Vec<(crate::NodeId, Resources)>> {
+        self.place_members(ask)
     }
 }
 

@@ -7,18 +7,26 @@
 //! on what every box can give now (the ledger's claimable units, the same every box states with
 //! its proposal) and proposes it as a [`GangClaim`] instead of its single claim; the round
 //! settles single claims first and then the gang, all or nothing ([`tapfinger::protocol`]).
-//! The policies do not see gangs: they see the units gang members hold as taken. A gang keeps
+//! The policies do not see gangs: they see the units gang members hold as taken. (With the
+//! `policy` placer, the learned policy places the members of the gangs its agent owns instead
+//! of the placer: [`tapfinger::Policy::place_gang`].) A gang keeps
 //! its members until it ends, and does `rate × slot_seconds` iterations a slot, the rate from
 //! its members' placement and its true compute time ([`crate::gangs::GangTruth`]).
 
 use super::{Episode, SimError, TaskRecord};
 use tapfinger::ledger::TaskState;
+use tapfinger::placement::gang::GangPlacer;
+use tapfinger::policy::GangAsk;
 use tapfinger::protocol::Proposal;
 use tapfinger::{NodeId, Resources, RoundOutcome, TaskId};
 
 impl Episode<'_> {
     /// Agent `i`'s gang claim this step, if it owns a pending gang that fits now.
-    pub(super) fn gang_proposal(&mut self, i: usize) -> Option<Proposal> {
+    pub(super) fn gang_proposal(
+        &mut self,
+        i: usize,
+        view: &tapfinger::view::ClusterView,
+    ) -> Option<Proposal> {
         let g = self.sc.gangs.as_ref()?;
         let n = self.ids.len() as u64;
         let owned: Vec<TaskId> = self
@@ -42,14 +50,31 @@ impl Episode<'_> {
                 .iter()
                 .map(|id| (*id, self.ledger.claimable(*id)))
                 .collect();
-            let claim = tapfinger::protocol::gang::claim(
-                id,
-                shape,
-                self.placer,
-                &free,
-                g.links,
-                &mut self.rngs[i],
-            );
+            // With the `policy` placer a policy that places gangs does so itself (the learned
+            // one, `tapfinger::model`'s `gang` module); the others leave it to the locality
+            // placer.
+            let claim = if self.placer == GangPlacer::Policy && self.policies[i].places_gangs() {
+                let ledger = &self.ledger;
+                let estimate = |t: &tapfinger::Task| ledger.estimate_now(t);
+                let ask = GangAsk {
+                    cluster: view,
+                    task: &task,
+                    free: &free,
+                    estimate: &estimate,
+                };
+                self.policies[i]
+                    .place_gang(&ask, &mut self.rngs[i])
+                    .map(|members| tapfinger::protocol::gang::claim_members(id, members))
+            } else {
+                tapfinger::protocol::gang::claim(
+                    id,
+                    shape,
+                    self.placer,
+                    &free,
+                    g.links,
+                    &mut self.rngs[i],
+                )
+            };
             if claim.is_some() {
                 return claim;
             }

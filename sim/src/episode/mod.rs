@@ -328,7 +328,7 @@ impl<'a> Episode<'a> {
             let proposal = tapfinger::policy::to_proposal(&decision, &v)
                 .map_err(|e| self.violation(i, slot, e.to_string()))?;
             // An owner of a pending gang that fits proposes it instead ([`gangs`]).
-            let proposal = self.gang_proposal(i).unwrap_or(proposal);
+            let proposal = self.gang_proposal(i, &view).unwrap_or(proposal);
             // Every agent states its claimable units, as an agent does: gangs place members
             // only on boxes that stated them.
             let free = self.ledger.claimable(self.ids[i]);
