@@ -190,6 +190,7 @@ impl Local {
             known: Default::default(),
             lease_age_ms: None,
             addr: "127.0.0.1".into(),
+            priorities: Default::default(),
         };
         let policy =
             tapfinger_agent::policy::build(&self.policy, self.model.as_deref(), 10).unwrap();

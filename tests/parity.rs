@@ -119,6 +119,7 @@ impl Agents {
                     known: ids.clone(),
                     lease_age_ms: None,
                     addr: "127.0.0.1".into(),
+                    priorities: Default::default(),
                 };
                 NodeCore::new(cfg, p, agent_seed(seed, i))
             })

@@ -75,6 +75,10 @@ pub struct AgentConfig {
     /// timeout before running a silent box's tasks elsewhere. Longer: edge boxes ride out longer
     /// outages without losing work; shorter: a dead box's tasks start elsewhere sooner.
     pub autonomy_ms: u64,
+    /// A queued task moves up one priority class (0 is the highest) per this much waiting
+    /// (ms, default 250000: 50 slots of 5 s), so that no class waits forever behind a higher
+    /// one; 0: never. Rounded up to whole slots. Every box of a cluster must use the same.
+    pub priority_aging_ms: u64,
     /// A box silent this long (ms, default one day) is forgotten: it no longer counts toward the
     /// quorum. Until then a cluster that lost half its boxes or more stops after `autonomy_ms`.
     pub forget_ms: u64,
@@ -163,6 +167,7 @@ impl Default for AgentConfig {
             heartbeat_ms: 1000,
             peer_timeout_ms: None,
             autonomy_ms: tapfinger::node::DEFAULT_AUTONOMY_MS,
+            priority_aging_ms: 250_000,
             forget_ms: tapfinger::node::DEFAULT_FORGET_MS,
             log_retention_hours: 168,
             journal_keep_finished: 10_000,
@@ -380,6 +385,16 @@ impl AgentConfig {
             }
         }
         Ok(())
+    }
+
+    /// How priority classes order the queues: honoured, aging every `priority_aging_ms`
+    /// rounded up to whole slots (never when 0).
+    pub fn priorities(&self) -> tapfinger::ledger::Priorities {
+        tapfinger::ledger::Priorities {
+            honour: true,
+            aging_slots: (self.priority_aging_ms > 0)
+                .then(|| self.priority_aging_ms.div_ceil(self.slot_ms.max(1))),
+        }
     }
 
     /// The peer timeout in force (`peer_timeout_ms`, or five heartbeats).

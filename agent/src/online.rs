@@ -482,6 +482,7 @@ mod tests {
             known: Default::default(),
             lease_age_ms: None,
             addr: "127.0.0.1".into(),
+            priorities: Default::default(),
         };
         NodeCore::new(cfg, crate::policy::build("tapfinger", None, 10).unwrap(), 1)
     }

@@ -117,6 +117,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             known: crate::store::load_members(&members_file),
             lease_age_ms,
             addr: cfg.gang_address(),
+            priorities: cfg.priorities(),
         },
         policy,
         u64::from(me.0),

@@ -259,7 +259,9 @@ impl Policy for Tiresias {
 /// Tiresias's elastic sharing of a node, also the learned policy's in its elastic form: the
 /// running tasks (shown at their minimum demand) in least-attained-service order (the queue under
 /// [`TIRESIAS_THRESHOLD`] first, then by arrival), and the node's spare units of each kind handed
-/// out one by one, round robin in that order, up to each task's maximum demand. With
+/// out one by one, round robin in that order, up to each task's maximum demand; where the
+/// view's priority classes count, class by class (the highest first, each as far as its tasks
+/// take units before the next gets any). With
 /// `hold_gpus` the GPU kind is not re-shared: every task keeps the GPUs it holds (the agent
 /// cannot change a running process's devices).
 pub fn least_attained_shares(view: &View<'_>, hold_gpus: bool) -> Vec<(TaskId, Resources)> {
@@ -268,34 +270,51 @@ pub fn least_attained_shares(view: &View<'_>, hold_gpus: bool) -> Vec<(TaskId, R
     } else {
         None
     };
+    // Where priority classes count, the highest class is served first: its tasks share the
+    // spare units round robin until none of them can take more, then the next class's do.
+    let class = |r: &RunningView| {
+        if view.cluster.classes {
+            r.task.priority
+        } else {
+            0
+        }
+    };
     let mut tasks: Vec<&RunningView> = view.running().collect();
     tasks.sort_by(|a, b| {
         let qa = a.attained >= TIRESIAS_THRESHOLD;
         let qb = b.attained >= TIRESIAS_THRESHOLD;
-        qa.cmp(&qb)
+        class(a)
+            .cmp(&class(b))
+            .then(qa.cmp(&qb))
             .then(a.task.arrival.cmp(&b.task.arrival))
             .then(a.task.id.cmp(&b.task.id))
     });
     let mut allocs: Vec<Resources> = tasks.iter().map(|r| r.alloc.clone()).collect();
     let mut free = view.node().free.clone();
     for k in (0..free.len()).filter(|&k| Some(k) != held) {
-        // Round robin over the queue until nobody can take another unit of kind k.
-        loop {
-            let mut gave = false;
-            for (i, r) in tasks.iter().enumerate() {
-                if free.0[k] == 0 {
+        let mut from = 0;
+        while from < tasks.len() {
+            let c = class(tasks[from]);
+            let to = from + tasks[from..].iter().take_while(|r| class(r) == c).count();
+            // Round robin over the class's queue until nobody can take another unit of kind k.
+            loop {
+                let mut gave = false;
+                for (i, r) in tasks.iter().enumerate().take(to).skip(from) {
+                    if free.0[k] == 0 {
+                        break;
+                    }
+                    let cap = r.task.max_demand.as_ref().map_or(u32::MAX, |m| m.get(k));
+                    if allocs[i].0[k] < cap {
+                        allocs[i].0[k] += 1;
+                        free.0[k] -= 1;
+                        gave = true;
+                    }
+                }
+                if !gave || free.0[k] == 0 {
                     break;
                 }
-                let cap = r.task.max_demand.as_ref().map_or(u32::MAX, |m| m.get(k));
-                if allocs[i].0[k] < cap {
-                    allocs[i].0[k] += 1;
-                    free.0[k] -= 1;
-                    gave = true;
-                }
             }
-            if !gave || free.0[k] == 0 {
-                break;
-            }
+            from = to;
         }
     }
     tasks

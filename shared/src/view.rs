@@ -95,6 +95,10 @@ pub struct ClusterView {
     pub step: u32,
     /// Number of task types (for one-hot features).
     pub num_types: usize,
+    /// Priority classes order this cluster's queues and its elastic shares (a priority-blind
+    /// ledger: `false`, every task as class 0).
+    #[serde(default)]
+    pub classes: bool,
     /// Where CPU, GPU and memory sit among the cluster's kinds (general features and the
     /// estimator use these three).
     #[serde(default)]
@@ -186,6 +190,7 @@ impl ClusterView {
             slot: self.slot,
             step: self.step,
             num_types: self.num_types,
+            classes: self.classes,
             kinds: self.kinds,
             nodes,
             pending: pending.iter().map(|&i| self.pending[i].clone()).collect(),

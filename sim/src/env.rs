@@ -124,6 +124,12 @@ impl Simulator {
         self
     }
 
+    /// Order the queues by priority class as `p` says instead of as the scenario does.
+    pub fn priorities(mut self, p: tapfinger::ledger::Priorities) -> Self {
+        self.sc.priorities = p;
+        self
+    }
+
     /// The scenario.
     pub fn scenario(&self) -> &Scenario {
         &self.sc

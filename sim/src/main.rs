@@ -124,6 +124,10 @@ enum Cmd {
         /// Trained model (folder or model.bpk) for the policy `tapfinger`.
         #[arg(long, value_name = "PATH")]
         model: Option<PathBuf>,
+        /// Queues ignore priority classes (every task in class 0, by arrival), whatever the
+        /// scenario's `[priorities]` say: the priority-blind run to compare against.
+        #[arg(long)]
+        priority_blind: bool,
         #[command(flatten)]
         out: Output,
     },
@@ -431,12 +435,16 @@ fn run(cli: Cli) -> Result<()> {
             seeds,
             seed_base,
             model,
+            priority_blind,
             out,
         } => {
             if seeds == 0 {
                 bail!("--seeds must be at least 1");
             }
-            let sim = load(&scenario)?;
+            let mut sim = load(&scenario)?;
+            if priority_blind {
+                sim = sim.priorities(tapfinger::ledger::Priorities::BLIND);
+            }
             let names: Vec<String> = if names.is_empty() {
                 let plain: Vec<String> = std::iter::once(policies::TAPFINGER)
                     .chain(policies::all_policies())

@@ -40,6 +40,9 @@ pub struct Summary {
     /// Mean JCT of the gangs (multi-node jobs), if the episode had any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gang_avg_jct: Option<f64>,
+    /// Mean JCT per priority class, if the episode had more than one class.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub class_avg_jct: BTreeMap<u8, f64>,
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -99,6 +102,19 @@ pub fn summarize(r: &EpisodeResult, kinds: &[String]) -> Summary {
                 .collect();
             (!g.is_empty()).then(|| g.iter().sum::<f64>() / g.len() as f64)
         },
+        class_avg_jct: {
+            let mut by: BTreeMap<u8, (f64, f64)> = BTreeMap::new();
+            for t in &r.tasks {
+                let e = by.entry(t.priority).or_default();
+                e.0 += t.jct as f64;
+                e.1 += 1.0;
+            }
+            if by.len() > 1 {
+                by.into_iter().map(|(c, (s, n))| (c, s / n)).collect()
+            } else {
+                BTreeMap::new()
+            }
+        },
     }
 }
 
@@ -145,6 +161,23 @@ pub fn mean_summary(s: &[Summary]) -> Summary {
         gang_avg_jct: {
             let g: Vec<f64> = s.iter().filter_map(|x| x.gang_avg_jct).collect();
             (!g.is_empty()).then(|| mean_std(&g).0)
+        },
+        class_avg_jct: {
+            let classes: std::collections::BTreeSet<u8> = s
+                .iter()
+                .flat_map(|x| x.class_avg_jct.keys().copied())
+                .collect();
+            classes
+                .into_iter()
+                .map(|c| {
+                    let v: Vec<f64> = s
+                        .iter()
+                        .filter_map(|x| x.class_avg_jct.get(&c))
+                        .copied()
+                        .collect();
+                    (c, mean_std(&v).0)
+                })
+                .collect()
         },
     }
 }

@@ -58,6 +58,10 @@ pub(crate) const PRESETS: &[Preset] = &[
         name: "gang-rack",
         toml: include_str!("../presets/gang-rack.toml"),
     },
+    Preset {
+        name: "priority-edge",
+        toml: include_str!("../presets/priority-edge.toml"),
+    },
 ];
 
 /// Embedded data files that presets refer to by relative path.

@@ -287,6 +287,15 @@ pub fn table(c: &Comparison) -> String {
     if gangs {
         let _ = write!(s, " {:>9}", "gang JCT");
     }
+    // One column per priority class, where the workload has more than one.
+    let classes: std::collections::BTreeSet<u8> = c
+        .results
+        .iter()
+        .flat_map(|r| r.mean.class_avg_jct.keys().copied())
+        .collect();
+    for k in &classes {
+        let _ = write!(s, " {:>9}", format!("class {k}"));
+    }
     s.push('\n');
     for r in &c.results {
         let m = &r.mean;
@@ -324,6 +333,10 @@ pub fn table(c: &Comparison) -> String {
                 " {:>9}",
                 m.gang_avg_jct.map_or("-".into(), |v| format!("{v:.2}"))
             );
+        }
+        for k in &classes {
+            let v = m.class_avg_jct.get(k);
+            let _ = write!(s, " {:>9}", v.map_or("-".into(), |v| format!("{v:.2}")));
         }
         s.push('\n');
     }

@@ -73,6 +73,7 @@ pub(crate) fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> 
                     task_size: None,
                     trace: None,
                     gangs: None,
+                    priorities: None,
                     resources: names[..k].iter().map(|n| kind(n)).collect(),
                     nodes: caps
                         .into_iter()

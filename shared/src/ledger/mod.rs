@@ -11,7 +11,8 @@
 //! through [`Ledger::set_state`] (or the narrower methods here), which keeps the indices right.
 //!
 //! Definitions, stated once:
-//! - **Window order** ([`WindowOrder`]): oldest arrival first; tasks of the same age by id
+//! - **Window order** ([`WindowOrder`], [`Priorities`]): the highest priority class first (0;
+//!   a waiting task moves up a class per so many slots, `order`), then the oldest arrival; tasks of the same age by id
 //!   ([`WindowOrder::ById`]) or in an order of each node's own ([`WindowOrder::Spread`], a hash
 //!   of task and node), so that agents whose windows hold the same tasks do not all claim the
 //!   same one and lose the round to each other. Every node's window is the first `window` tasks
@@ -36,7 +37,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 mod elastic;
+mod order;
 mod view;
+pub use order::{Priorities, WindowOrder};
 pub use view::MayStart;
 
 /// Where a task stands.
@@ -156,33 +159,6 @@ impl<M> std::ops::Index<&TaskId> for Ledger<M> {
     }
 }
 
-/// How a node's queue orders tasks of the same age (module doc).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WindowOrder {
-    /// By task id.
-    #[default]
-    ById,
-    /// By a pseudo-random rank of each node's own (splitmix64 of task and node id):
-    /// deterministic, so every agent computes the same windows for every node.
-    Spread,
-}
-
-impl WindowOrder {
-    /// The queue key of `task` at `node`: arrival, rank, id.
-    fn key(self, task: &Task, node: NodeId) -> (u64, u64, TaskId) {
-        let rank = match self {
-            WindowOrder::ById => 0,
-            WindowOrder::Spread => {
-                let mut z = task.id.0 ^ (u64::from(node.0)).rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15;
-                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                z ^ (z >> 31)
-            }
-        };
-        (task.arrival, rank, task.id)
-    }
-}
-
 /// One node's books.
 #[derive(Debug, Clone)]
 struct Book {
@@ -199,8 +175,8 @@ struct Book {
     /// Whether the node is in the views (the agent's live peers; every node in the simulator).
     /// Books of nodes that are not live stay, so their running tasks keep their place.
     live: bool,
-    /// Pending tasks this node could run, in window order.
-    queue: BTreeSet<(u64, u64, TaskId)>,
+    /// Pending tasks this node could run, in queue order ([`order`]).
+    queue: BTreeSet<order::QueueKey>,
     /// Tasks running here, by id (the view lists them in this order).
     running: BTreeSet<TaskId>,
     /// Units held by gang members here (in `used` and `min_used` too: a member's units are
@@ -215,8 +191,10 @@ struct Book {
 pub struct Ledger<M> {
     /// Pending tasks per node a policy sees (what its network was trained for).
     window: usize,
-    /// How a node's queue orders tasks of the same age.
+    /// How a node's queue orders tasks of the same class and age.
     order: WindowOrder,
+    /// How priority classes order the queues.
+    priorities: Priorities,
     /// The resource kind whose units count as attained service.
     service_kind: usize,
     /// Every task, by id (ordered: views and rewards must not depend on hashing).
@@ -253,6 +231,7 @@ impl<M> Ledger<M> {
         Self {
             window,
             order: WindowOrder::ById,
+            priorities: Priorities::default(),
             service_kind,
             tasks: BTreeMap::new(),
             nodes: BTreeMap::new(),
@@ -285,6 +264,17 @@ impl<M> Ledger<M> {
         self
     }
 
+    /// Order the queues by priority class as `p` says (set before the first task arrives).
+    pub fn with_priorities(mut self, p: Priorities) -> Self {
+        self.priorities = p;
+        self
+    }
+
+    /// How priority classes order the queues.
+    pub fn priorities(&self) -> Priorities {
+        self.priorities
+    }
+
     /// Add a node (live), or update a known node's capacity and make it live.
     pub fn set_node(&mut self, id: NodeId, capacity: Resources) {
         self.book(id).capacity = capacity;
@@ -309,7 +299,7 @@ impl<M> Ledger<M> {
     /// task it could run.
     fn book(&mut self, id: NodeId) -> &mut Book {
         let tasks = &self.tasks;
-        let order = self.order;
+        let (order, priorities) = (self.order, self.priorities);
         let elastic = self.all_elastic;
         self.nodes.entry(id).or_insert_with(|| Book {
             capacity: Resources::default(),
@@ -324,7 +314,7 @@ impl<M> Ledger<M> {
                         && e.task.gang.is_none()
                         && e.task.reachable.contains(&id)
                 })
-                .map(|e| order.key(&e.task, id))
+                .map(|e| order::key(order, priorities, &e.task, id))
                 .collect(),
             running: BTreeSet::new(),
             held: Resources::default(),
@@ -455,7 +445,8 @@ impl<M> Ledger<M> {
             TaskState::Pending => {
                 for n in &task.reachable {
                     if let Some(b) = self.nodes.get_mut(n) {
-                        b.queue.insert(self.order.key(task, *n));
+                        b.queue
+                            .insert(order::key(self.order, self.priorities, task, *n));
                     }
                 }
             }
@@ -486,7 +477,8 @@ impl<M> Ledger<M> {
             TaskState::Pending => {
                 for n in &task.reachable {
                     if let Some(b) = self.nodes.get_mut(n) {
-                        b.queue.remove(&self.order.key(task, *n));
+                        b.queue
+                            .remove(&order::key(self.order, self.priorities, task, *n));
                     }
                 }
             }

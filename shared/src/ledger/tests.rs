@@ -305,3 +305,83 @@ fn a_gang_holds_its_members_units_on_every_box_and_no_re_share_takes_them() {
     assert_eq!(l.free(NodeId(1)), Resources(vec![4, 1]));
     assert_eq!(l.gangs_on(NodeId(0)).count(), 0);
 }
+
+proptest! {
+    /// Windows in priority order: every node's window is the first tasks of its queue sorted
+    /// by (effective class, arrival, id) — a full sort, the reference — whatever the classes,
+    /// ages, aging and window size; the rest is counted as overflow; and a task of class `c`
+    /// that has waited `c × aging` slots is in class 0, ahead of every task that arrived after
+    /// it (no class waits forever behind newer work).
+    #[test]
+    fn windows_serve_the_highest_effective_class_first(
+        tasks in proptest::collection::vec((0u8..4, 0u64..200), 0..40),
+        slot in 200u64..400,
+        aging in proptest::option::of(1u64..60),
+        honour in any::<bool>(),
+        size in 1usize..8,
+    ) {
+        let p = Priorities { honour, aging_slots: aging };
+        let mut l: Ledger<()> = Ledger::new(size, 1).with_priorities(p);
+        l.set_node(NodeId(0), Resources(vec![8, 2]));
+        for (i, (class, arrival)) in tasks.iter().enumerate() {
+            let mut t = (*task(i as u64, *arrival, [1, 0], &[0])).clone();
+            t.priority = *class;
+            l.insert(Arc::new(t), TaskState::Pending, ());
+        }
+        let v = l.view(slot, 0, 1, None);
+        let got: Vec<u64> = v.nodes[0].window.iter().map(|&i| v.pending[i].task.id.0).collect();
+        let mut all: Vec<(u8, u64, u64)> = tasks
+            .iter()
+            .enumerate()
+            .map(|(i, (c, a))| {
+                let c = if honour { *c } else { 0 };
+                (p.effective(c, *a, slot), *a, i as u64)
+            })
+            .collect();
+        all.sort_unstable();
+        let want: Vec<u64> = all.iter().take(size).map(|x| x.2).collect();
+        prop_assert_eq!(&got, &want);
+        prop_assert_eq!(v.nodes[0].overflow, tasks.len() - got.len());
+        if let (true, Some(a)) = (honour, aging) {
+            for (class, arrival) in &tasks {
+                if slot - arrival >= u64::from(*class) * a {
+                    prop_assert_eq!(p.effective(*class, *arrival, slot), 0);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_blind_ledger_orders_by_arrival_alone_and_a_high_class_goes_first_otherwise() {
+    let urgent = |id, arrival, class| {
+        let mut t = (*task(id, arrival, [1, 0], &[0])).clone();
+        t.priority = class;
+        Arc::new(t)
+    };
+    let window = |p: Priorities| -> Vec<u64> {
+        let mut l: Ledger<()> = Ledger::new(2, 1).with_priorities(p);
+        l.set_node(NodeId(0), Resources(vec![8, 2]));
+        l.insert(urgent(1, 0, 2), TaskState::Pending, ());
+        l.insert(urgent(2, 5, 2), TaskState::Pending, ());
+        l.insert(urgent(3, 9, 0), TaskState::Pending, ());
+        let v = l.view(10, 0, 1, None);
+        v.nodes[0]
+            .window
+            .iter()
+            .map(|&i| v.pending[i].task.id.0)
+            .collect()
+    };
+    assert_eq!(window(Priorities::BLIND), vec![1, 2]);
+    let no_aging = Priorities {
+        honour: true,
+        aging_slots: None,
+    };
+    assert_eq!(window(no_aging), vec![3, 1]);
+    // Aged 10 slots at 5 a class: task 1 is in class 0 and older than task 3.
+    let aging = Priorities {
+        honour: true,
+        aging_slots: Some(5),
+    };
+    assert_eq!(window(aging), vec![1, 3]);
+}

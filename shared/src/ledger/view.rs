@@ -46,22 +46,7 @@ impl<M> Ledger<M> {
         let windows: Vec<(Vec<TaskId>, usize)> = live
             .iter()
             .map(|(_, b)| {
-                let mut window = Vec::with_capacity(self.window.min(b.queue.len()));
-                let mut overflow = 0;
-                for (_, _, id) in &b.queue {
-                    if refused.contains(id) {
-                        continue;
-                    }
-                    if window.len() < self.window {
-                        window.push(*id);
-                    } else if refused.is_empty() {
-                        overflow = b.queue.len() - self.window;
-                        break;
-                    } else {
-                        overflow += 1;
-                    }
-                }
-                (window, overflow)
+                super::order::window(&b.queue, self.priorities, slot, self.window, &refused)
             })
             .collect();
         let mut pending_ids: Vec<TaskId> = windows
@@ -104,6 +89,7 @@ impl<M> Ledger<M> {
             slot,
             step,
             num_types,
+            classes: self.priorities.honour,
             kinds: self.estimator.kinds(),
             nodes,
             pending: pending_ids

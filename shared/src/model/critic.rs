@@ -154,6 +154,7 @@ fn merge(views: &BTreeMap<NodeId, &ClusterView>) -> ClusterView {
         slot: any.map_or(0, |v| v.slot),
         step: any.map_or(0, |v| v.step),
         num_types: any.map_or(0, |v| v.num_types),
+        classes: any.is_some_and(|v| v.classes),
         kinds: any.map(|v| v.kinds).unwrap_or_default(),
         nodes,
         pending: pending.into_values().collect(),
@@ -204,6 +205,7 @@ mod tests {
             slot: 7,
             step: 0,
             num_types: 1,
+            classes: false,
             kinds: Default::default(),
             nodes: vec![node(0, 4, vec![0], vec![]), node(1, 4, vec![1], vec![])],
             pending: vec![
@@ -224,6 +226,7 @@ mod tests {
             slot: 7,
             step: 0,
             num_types: 1,
+            classes: false,
             kinds: Default::default(),
             nodes: vec![node(0, 4, vec![], vec![]), node(1, 1, vec![0], vec![0])],
             pending: vec![PendingView {
@@ -266,6 +269,7 @@ mod tests {
             slot: 3,
             step: 1,
             num_types: 1,
+            classes: false,
             kinds: Default::default(),
             nodes: vec![node(0, 4, vec![0], vec![]), node(1, 4, vec![0], vec![])],
             pending: vec![PendingView {
@@ -288,6 +292,7 @@ mod tests {
             slot: 1,
             step: 0,
             num_types: 1,
+            classes: false,
             kinds: Default::default(),
             nodes: vec![node(0, 4, vec![], vec![])],
             pending: vec![],

@@ -81,6 +81,7 @@ fn random_view(seed: u64) -> ClusterView {
         slot: 3,
         step: 0,
         num_types: 2,
+        classes: false,
         kinds: Default::default(),
         nodes,
         pending,
@@ -451,6 +452,7 @@ fn an_elastic_model_claims_a_task_beyond_the_allocation_grid() {
         slot: 0,
         step: 0,
         num_types: 2,
+        classes: false,
         kinds: Default::default(),
         nodes: vec![NodeView {
             id: NodeId(0),

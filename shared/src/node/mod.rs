@@ -84,6 +84,9 @@ pub struct NodeConfig {
     /// The address gang members on this box are reached at (rank 0's `MASTER_ADDR` when it
     /// runs here); empty: this box hosts no gang members ([`gangs`]).
     pub addr: String,
+    /// How priority classes order the queues and elastic shares (aging in slots); every agent
+    /// of a cluster must use the same, as every one computes every node's window.
+    pub priorities: crate::ledger::Priorities,
 }
 
 impl NodeConfig {
@@ -110,6 +113,7 @@ impl NodeConfig {
             known: BTreeSet::new(),
             lease_age_ms: None,
             addr: "127.0.0.1".into(),
+            priorities: crate::ledger::Priorities::default(),
         }
     }
 }
@@ -324,6 +328,7 @@ impl NodeCore {
                 // hold the same tasks do not all claim the same one (conflicts, lost rounds).
                 let mut l = Ledger::new(cfg.window, cfg.service_kind)
                     .with_order(crate::ledger::WindowOrder::Spread)
+                    .with_priorities(cfg.priorities)
                     .with_kinds(cfg.kinds);
                 l.set_node(cfg.me, cfg.capacity.clone());
                 l.set_all_elastic(elastic);

@@ -165,6 +165,7 @@ impl Episode<'_> {
                     lower_bound,
                     failures: 0,
                     members: members.len() as u32,
+                    priority: task.priority,
                 });
                 self.ledger.remove(id);
             } else {

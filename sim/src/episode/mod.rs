@@ -148,6 +148,7 @@ impl<'a> Episode<'a> {
         let (_, gpu_kind) = sc.cpu_gpu_kinds();
         let mut ledger = Ledger::new(sc.window, gpu_kind)
             .with_order(order)
+            .with_priorities(sc.priorities)
             .with_kinds(tapfinger::estimate::KindMap::from_names(&sc.kind_names()));
         for ((id, node), p) in ids.iter().zip(&sc.nodes).zip(&policies) {
             ledger.set_node(*id, node.capacity.clone());
@@ -523,6 +524,7 @@ impl<'a> Episode<'a> {
                     lower_bound: (self.lower_bound)(&task, size),
                     failures: meta.failures,
                     members: 0,
+                    priority: task.priority,
                 });
                 // Finished tasks leave the ledger: the record is all that is kept of them.
                 self.ledger.remove(id);

@@ -106,6 +106,8 @@ pub struct TaskRecord {
     pub failures: u32,
     /// Members of a gang (multi-node job); 0 for a single task.
     pub members: u32,
+    /// Priority class as submitted (0 is the highest).
+    pub priority: u8,
 }
 
 /// Per-slot measurements.

@@ -126,9 +126,32 @@ pub struct ScenarioFile {
     /// Multi-node jobs among the tasks ([`crate::gangs`]).
     #[serde(default)]
     pub gangs: Option<crate::gangs::GangsFile>,
+    /// Priority classes: whether the queues honour them, and their aging.
+    #[serde(default)]
+    pub priorities: Option<PrioritiesFile>,
     /// Published average JCT per policy, shown beside ours.
     #[serde(default)]
     pub published: BTreeMap<String, f64>,
+}
+
+/// The `[priorities]` section as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrioritiesFile {
+    /// Serve the highest non-empty class first (`false`: priority-blind queues).
+    #[serde(default = "yes")]
+    pub honour: bool,
+    /// A waiting task moves up one class per this many slots (0: never).
+    #[serde(default = "aging")]
+    pub aging_slots: i64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn aging() -> i64 {
+    tapfinger::ledger::Priorities::AGING_SLOTS as i64
 }
 
 fn default_window() -> i64 {
@@ -282,6 +305,8 @@ pub struct Scenario {
     pub trace: Option<Vec<crate::trace::TraceTask>>,
     /// Multi-node jobs among the tasks.
     pub gangs: Option<crate::gangs::Gangs>,
+    /// How the queues order priority classes (task types carry the class).
+    pub priorities: tapfinger::ledger::Priorities,
 }
 
 impl Scenario {

@@ -283,6 +283,19 @@ impl Scenario {
             .map(|g| g.check(&names))
             .transpose()
             .map_err(|(field, reason)| invalid(field, reason))?;
+        let priorities = match &f.priorities {
+            None => tapfinger::ledger::Priorities::default(),
+            Some(p) if p.aging_slots < 0 => {
+                return Err(invalid(
+                    "priorities.aging_slots".into(),
+                    format!("must be 0 (never) or more slots, got {}", p.aging_slots),
+                ));
+            }
+            Some(p) => tapfinger::ledger::Priorities {
+                honour: p.honour,
+                aging_slots: (p.aging_slots > 0).then_some(p.aging_slots as u64),
+            },
+        };
         Ok(Scenario {
             name: f.name,
             description: f.description,
@@ -302,6 +315,7 @@ impl Scenario {
             task_size: f.task_size,
             trace,
             gangs,
+            priorities,
         })
     }
 }
