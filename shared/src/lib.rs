@@ -9,6 +9,7 @@
 pub mod baselines;
 pub mod estimate;
 pub mod fit;
+pub mod forecast;
 pub mod graph;
 pub mod ledger;
 pub mod model;

@@ -4,6 +4,7 @@
 //! The simulator never decides anything itself: policies decide and the protocol of `tapfinger`
 //! resolves, exactly as on real agents.
 
+pub mod arrivals;
 pub mod catalog;
 pub mod clairvoyant;
 pub mod env;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tapfinger_sim::report::{self, Comparison};
 use tapfinger_sim::{Scenario, Simulator, catalog, metrics, plot, policies};
 
+mod cli_forecast;
 mod cli_place;
 mod cli_plan;
 mod cli_train;
@@ -174,6 +175,9 @@ enum Cmd {
     Plan(cli_plan::PlanArgs),
     /// Every planner on random layer chains, cost against the exact plan.
     PlanBench(cli_plan::PlanBenchArgs),
+    /// The task-volume forecast (ARIMA + GRU) against ARIMA and the last value on seasonal and
+    /// bursty arrival series: one-step mean absolute error on held-out intervals.
+    ForecastBench(cli_forecast::ForecastBenchArgs),
     /// Locality-aware placement of parameter-server jobs (LP rounding) against the exact
     /// optimum, pack-first and spreading (docs/PLACEMENT.md).
     PlaceBench(cli_place::PlaceBenchArgs),
@@ -363,6 +367,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Train(args) => cli_train::train(args)?,
         Cmd::Plan(args) => cli_plan::plan(args)?,
         Cmd::PlanBench(args) => cli_plan::bench(args)?,
+        Cmd::ForecastBench(args) => cli_forecast::bench(args)?,
         Cmd::PlaceBench(args) => cli_place::bench(args),
         Cmd::TrainPlanner(args) => cli_plan::train_planner(args)?,
         Cmd::Curves { runs, out } => {
