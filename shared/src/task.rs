@@ -38,6 +38,21 @@ impl fmt::Display for TaskId {
     }
 }
 
+/// The lowest priority class a task may have: classes run from 0 (the highest) to this.
+pub const LOWEST_CLASS: u8 = 9;
+
+/// The class `priority` names, or why it names none.
+pub fn check_class(priority: i64) -> Result<u8, String> {
+    u8::try_from(priority)
+        .ok()
+        .filter(|p| *p <= LOWEST_CLASS)
+        .ok_or_else(|| {
+            format!(
+                "{priority} is not a priority class: classes run from 0 (the highest) to {LOWEST_CLASS}"
+            )
+        })
+}
+
 /// A task as the scheduler sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {

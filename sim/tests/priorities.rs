@@ -45,13 +45,22 @@ fn the_urgent_class_finishes_sooner_where_the_queues_honour_classes() {
 }
 
 #[test]
-fn a_negative_aging_is_refused_with_its_field() {
+fn a_negative_aging_an_unknown_class_and_a_misspelt_key_are_refused_with_their_field() {
     let text = include_str!("../presets/priority-edge.toml")
         .replace("aging_slots = 50", "aging_slots = -1");
     let e = Scenario::from_toml(&text, "test", None)
         .unwrap_err()
         .to_string();
     assert!(e.contains("priorities.aging_slots"), "{e}");
+    let text =
+        include_str!("../presets/priority-edge.toml").replace("priority = 2", "priority = 12");
+    let e = Scenario::from_toml(&text, "test", None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("batch") && e.contains("priority") && e.contains("0 (the highest) to 9"),
+        "{e}"
+    );
     let text =
         include_str!("../presets/priority-edge.toml").replace("honour = true", "honor = true");
     let e = Scenario::from_toml(&text, "test", None)

@@ -18,7 +18,6 @@
 //! becomes a gang claim, decided all or nothing in the round.
 
 use super::TapfingerPolicy;
-use super::batch::batch;
 use crate::policy::GangAsk;
 use crate::resources::Resources;
 use crate::task::{NodeId, Task};
@@ -140,14 +139,7 @@ impl TapfingerPolicy {
             blocked_all.extend(blocked);
             items.push((v, ask.free[b].0));
         }
-        let b = batch(&items, dims);
-        let enc = self.net.encode(&b, &self.device);
-        let flat = self
-            .net
-            .pointer_logits(&enc, &b, &blocked_all, &pass, &self.device)
-            .into_data()
-            .try_to_vec::<f32>()
-            .ok()?;
+        let flat = self.pointer_pass(&items, &blocked_all, &pass)?;
         // The member's probability at each box: slot 0 of its softmax over window and pass.
         let prob = |l: &[f32]| {
             let max = l.iter().copied().fold(f32::MIN, f32::max);

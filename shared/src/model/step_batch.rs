@@ -74,6 +74,23 @@ impl TapfingerPolicy {
         s.logits.get(&view.me).cloned()
     }
 
+    /// The pointer logits of every graph of `items` in one block-diagonal pass, flat (`window +
+    /// 1` per graph), under the masks `blocked` (`window` per graph) and `pass`.
+    pub(super) fn pointer_pass(
+        &self,
+        items: &[(&ClusterView, NodeId)],
+        blocked: &[bool],
+        pass: &[bool],
+    ) -> Option<Vec<f32>> {
+        let b = batch(items, &self.cfg.dims);
+        let enc = self.net.encode(&b, &self.device);
+        self.net
+            .pointer_logits(&enc, &b, blocked, pass, &self.device)
+            .into_data()
+            .try_to_vec::<f32>()
+            .ok()
+    }
+
     /// Every agent's logits in one pass, with the masks `try_decide` would use.
     fn all_logits(&self, cluster: &ClusterView) -> Option<BTreeMap<NodeId, Vec<f32>>> {
         let dims = &self.cfg.dims;
@@ -100,14 +117,7 @@ impl TapfingerPolicy {
         }
         let items: Vec<(&ClusterView, NodeId)> =
             views.iter().zip(&ids).map(|(v, id)| (v, *id)).collect();
-        let b = batch(&items, dims);
-        let enc = self.net.encode(&b, &self.device);
-        let flat = self
-            .net
-            .pointer_logits(&enc, &b, &blocked_all, &pass, &self.device)
-            .into_data()
-            .try_to_vec::<f32>()
-            .ok()?;
+        let flat = self.pointer_pass(&items, &blocked_all, &pass)?;
         let w = dims.window + 1;
         Some(
             ids.into_iter()

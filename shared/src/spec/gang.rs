@@ -219,7 +219,7 @@ impl TaskSpec {
             ty: self.type_id(types),
             min_demand: shape.stages.first().unwrap_or(&shape.worker_demand).clone(),
             max_demand: None,
-            priority: self.priority,
+            priority: self.class()?,
             reachable,
             arrival,
             gang: Some(Box::new(shape)),

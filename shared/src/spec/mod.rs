@@ -50,9 +50,9 @@ pub struct TaskSpec {
     /// If not empty, only these nodes (by name) may run the task, e.g. where its data lives.
     #[serde(default)]
     pub nodes: Vec<String>,
-    /// Priority class; 0 is the highest.
+    /// Priority class, 0 (the highest, the default) to [`crate::task::LOWEST_CLASS`].
     #[serde(default)]
-    pub priority: u8,
+    pub priority: i64,
     /// The task can be stopped and started again where it left off (it checkpoints and, when
     /// started with `TAPFINGER_RESUME=1`, resumes from its last checkpoint). Only such a task
     /// may get more GPUs than its minimum: an elastic policy re-shares GPUs by restarting the
@@ -164,6 +164,7 @@ impl TaskSpec {
         )?;
         check_strings("nodes", self.nodes.iter(), MAX_ITEMS)?;
         check_strings("name", std::iter::once(&self.name), 1)?;
+        self.class()?;
         let kinds = space.len();
         let units = |field: &str, map: &BTreeMap<String, i64>| -> Result<Resources, SpecError> {
             let mut r = Resources(vec![0; kinds]);
@@ -281,7 +282,7 @@ impl TaskSpec {
             ty,
             min_demand: min,
             max_demand: max,
-            priority: self.priority,
+            priority: self.class()?,
             reachable,
             arrival,
             gang: None,
@@ -290,6 +291,11 @@ impl TaskSpec {
 }
 
 impl TaskSpec {
+    /// The task's priority class, checked.
+    pub(crate) fn class(&self) -> Result<u8, SpecError> {
+        crate::task::check_class(self.priority).map_err(|m| err("priority", m))
+    }
+
     pub(crate) fn type_id(&self, types: &[String]) -> TaskTypeId {
         TaskTypeId(types.iter().position(|t| *t == self.task_type).map_or_else(
             || class_id(&self.task_type),
@@ -501,6 +507,14 @@ mod tests {
                 "min_demnd",
             ),
             ("command = [\"x\"\n", "spec"),
+            (
+                "command = [\"x\"]\nmin_demand = { cpu = 1 }\npriority = 12\n",
+                "priority",
+            ),
+            (
+                "command = [\"x\"]\nmin_demand = { cpu = 1 }\npriority = -1\n",
+                "priority",
+            ),
         ];
         for (text, field) in cases {
             let e = check(text).unwrap_err();

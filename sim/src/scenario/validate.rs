@@ -242,6 +242,8 @@ impl Scenario {
                     model
                 }
             };
+            tapfinger::task::check_class(i64::from(t.priority))
+                .map_err(|m| invalid(field("priority"), m))?;
             types.push(TaskType {
                 name: t.name.clone(),
                 weight: t.weight,
