@@ -195,12 +195,25 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
         s[0].capacity.is_some()
     })
     .await;
-    let good = r#"{"command": ["train"], "min_demand": {"cpu": 1}}"#;
+    let good = r#"{"command": ["train"], "min_demand": {"cpu": 1}, "priority": 3}"#;
     let (code, body) = http(&api, "POST", "/v1/tasks", Some(good.into()), None)
         .await
         .unwrap();
     assert_eq!(code, 201, "{body}");
     let id: serde_json::Value = serde_json::from_str(&body).unwrap();
+    // Its class is shown once the loop has taken it in (the status is published each step).
+    let path = format!("/v1/tasks/{}", id["id"]);
+    let mut shown = String::new();
+    for _ in 0..50 {
+        let (code, body) = http(&api, "GET", &path, None, None).await.unwrap();
+        if code == 200 {
+            shown = body;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let v: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(v["priority"], 3, "{shown}");
     for (spec, field) in [
         (r#"{"min_demand": {"cpu": 1}}"#, "command"),
         (
@@ -220,6 +233,10 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
             "gpus",
         ),
         ("not json", "spec"),
+        (
+            r#"{"command": ["x"], "min_demand": {"cpu": 1}, "priority": 10}"#,
+            "priority",
+        ),
         // More arguments than the wire carries: refused here, not lost on the way to peers.
         (
             &format!(
@@ -247,7 +264,6 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
         .unwrap();
     assert_eq!(code, 404);
     // Cancel: the task ends (wherever it was), a second cancel finds nothing to cancel.
-    let path = format!("/v1/tasks/{}", id["id"]);
     let (code, body) = http(&api, "DELETE", &path, None, None).await.unwrap();
     assert_eq!(code, 200, "{body}");
     let (_, body) = http(&api, "GET", &path, None, None).await.unwrap();

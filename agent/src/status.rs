@@ -3,6 +3,7 @@
 //! and the readers.
 
 use std::collections::BTreeMap;
+use tapfinger::ledger::Ledger;
 use tapfinger::node::TaskState;
 use tapfinger::{NodeId, Resources, TaskId};
 
@@ -38,9 +39,40 @@ pub struct Status {
     pub slot: u64,
     /// Slot length (ms).
     pub slot_ms: u64,
-    /// The cluster's pending tasks in the order nodes take them: priority class (0 first), then
-    /// arrival, then id.
+    /// The cluster's pending tasks in the order nodes take them: effective priority class (0
+    /// first; aging moves a waiting task up), then arrival, then id.
     pub queue: Vec<Queued>,
+    /// The priority class of every known task whose class is not 0.
+    pub classes: BTreeMap<TaskId, u8>,
+}
+
+/// The pending tasks of `tasks` in the order nodes take them at `slot` ([`Status::queue`]).
+pub fn queue_of<M>(tasks: &Ledger<M>, slot: u64) -> Vec<Queued> {
+    let p = tasks.priorities();
+    let mut q: Vec<(u8, Queued)> = tasks
+        .iter()
+        .filter(|(_, e)| e.state == TaskState::Pending)
+        .map(|(id, e)| {
+            let queued = Queued {
+                id,
+                priority: e.task.priority,
+                arrival: e.task.arrival,
+                min_demand: e.task.min_demand.clone(),
+            };
+            (p.class(&e.task, slot), queued)
+        })
+        .collect();
+    q.sort_by_key(|(c, t)| (*c, t.arrival, t.id));
+    q.into_iter().map(|(_, t)| t).collect()
+}
+
+/// Every task's class where it is not 0 ([`Status::classes`]).
+pub fn classes_of<M>(tasks: &Ledger<M>) -> BTreeMap<TaskId, u8> {
+    tasks
+        .iter()
+        .filter(|(_, e)| e.task.priority > 0)
+        .map(|(id, e)| (id, e.task.priority))
+        .collect()
 }
 
 /// A pending task as the dashboard shows it.

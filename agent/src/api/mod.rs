@@ -208,6 +208,7 @@ async fn list(
         .take(limit)
         .map(|(id, t)| TaskInfo {
             id: id.0,
+            priority: st.classes.get(id).copied().unwrap_or(0),
             status: t.into(),
         })
         .collect();
@@ -225,6 +226,7 @@ async fn show(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
     match st.tasks.get(&TaskId(id)) {
         Some(t) => axum::Json(TaskInfo {
             id,
+            priority: st.classes.get(&TaskId(id)).copied().unwrap_or(0),
             status: t.into(),
         })
         .into_response(),

@@ -115,6 +115,9 @@ impl From<&TaskState> for TaskStatus {
 pub struct TaskInfo {
     /// Its id.
     pub id: u64,
+    /// Its priority class (0 is the highest).
+    #[serde(default)]
+    pub priority: u8,
     /// Where it stands.
     #[serde(flatten)]
     pub status: TaskStatus,

@@ -554,21 +554,8 @@ impl Daemon {
             name: core.config().name.clone(),
             slot: core.slot(),
             slot_ms: core.config().slot_ms,
-            queue: {
-                let mut q: Vec<super::Queued> = core
-                    .tasks()
-                    .iter()
-                    .filter(|(_, e)| e.state == TaskState::Pending)
-                    .map(|(id, e)| super::Queued {
-                        id,
-                        priority: e.task.priority,
-                        arrival: e.task.arrival,
-                        min_demand: e.task.min_demand.clone(),
-                    })
-                    .collect();
-                q.sort_by_key(|t| (t.priority, t.arrival, t.id));
-                q
-            },
+            queue: crate::status::queue_of(core.tasks(), core.slot()),
+            classes: crate::status::classes_of(core.tasks()),
         };
         let latencies = self.p.core.take_latencies();
         self.metrics.update(&snapshot, &latencies);
