@@ -450,3 +450,63 @@ async fn a_refusal_judged_without_a_known_box_says_so() {
     let e = refused(a.submit(no_program).await.unwrap_err());
     assert!(!e.message.contains("not heard"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_task_shows_its_latest_loss_and_that_it_is_converging() {
+    use tapfinger_agent::api::{ApiState, router};
+    use tapfinger_agent::run::http;
+    let logs = std::env::temp_dir().join(format!("tf-reports-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&logs);
+    let (a, _) = agent_with(
+        "a",
+        vec![],
+        Exec::Processes(logs),
+        identity::Keypair::generate_ed25519(),
+        None,
+    )
+    .await;
+    let app = router(ApiState {
+        commands: a.commands.clone(),
+        status: a.status.clone(),
+        metrics: a.metrics.clone(),
+        token: None,
+        log_dir: None,
+    });
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = l.local_addr().unwrap().to_string();
+    tokio::spawn(tapfinger_agent::api::serve_with(
+        l,
+        app,
+        Duration::from_millis(300),
+    ));
+    wait(&[&a], Duration::from_secs(10), "first heartbeat", |s| {
+        s[0].capacity.is_some()
+    })
+    .await;
+    // A loss that falls, then stays flat (one malformed report among them, which is dropped);
+    // then the task waits to be looked at.
+    let script = "for l in 2.0 1.5 1.2 1.0 0.9 0.9 0.9 bad 0.9 0.9 0.9; do \
+                  echo \"TAPFINGER progress=0.5 loss=$l accuracy=0.7\"; sleep 0.1; done; sleep 20";
+    let spec = serde_json::json!({"command": ["sh", "-c", script], "min_demand": {"cpu": 1}});
+    let (code, body) = http(&api, "POST", "/v1/tasks", Some(spec.to_string()), None)
+        .await
+        .unwrap();
+    assert_eq!(code, 201, "{body}");
+    let id: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let path = format!("/v1/tasks/{}", id["id"]);
+    let mut last = String::new();
+    for _ in 0..100 {
+        let (_, body) = http(&api, "GET", &path, None, None).await.unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        if v["converging"] == true {
+            assert_eq!(v["metrics"]["loss"], 0.9, "{body}");
+            assert_eq!(v["metrics"]["accuracy"], 0.7, "{body}");
+            let (code, _) = http(&api, "DELETE", &path, None, None).await.unwrap();
+            assert_eq!(code, 200);
+            return;
+        }
+        last = body;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("never shown converging: {last}");
+}

@@ -4,7 +4,7 @@
 //! [`config`] (agent.toml), [`discovery`] (what the box has), [`net`] (libp2p), [`exec`] (process
 //! and simulated executors), [`daemon`] (the event loop around the shared node state machine),
 //! [`api`] (local HTTP API), [`store`] (durable task journal), [`recover`] (what a restart does
-//! with the data directory), [`supervise`] (the process between the agent and each task, so tasks
+//! with the data directory), [`reports`] (tasks' metrics and convergence), [`supervise`] (the process between the agent and each task, so tasks
 //! are adopted after a restart and never outlive the agent's lease), [`policy`] (the learned
 //! policy and baselines), [`online`]/[`learn`] (the coordinator link), [`run`] (assembles the
 //! daemon).
@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod online;
 pub mod policy;
 pub mod recover;
+pub mod reports;
 pub mod run;
 pub mod status;
 pub mod store;

@@ -44,6 +44,8 @@ pub struct Status {
     pub queue: Vec<Queued>,
     /// The priority class of every known task whose class is not 0.
     pub classes: BTreeMap<TaskId, u8>,
+    /// What the tasks running here report besides progress.
+    pub reports: BTreeMap<TaskId, crate::reports::Report>,
 }
 
 /// The pending tasks of `tasks` in the order nodes take them at `slot` ([`Status::queue`]).

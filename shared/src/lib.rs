@@ -16,6 +16,7 @@ pub mod model;
 pub mod node;
 pub mod placement;
 pub mod plan;
+pub mod plateau;
 pub mod policy;
 pub mod protocol;
 pub mod resources;

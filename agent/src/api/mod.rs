@@ -206,11 +206,7 @@ async fn list(
         .iter()
         .skip(page.offset)
         .take(limit)
-        .map(|(id, t)| TaskInfo {
-            id: id.0,
-            priority: st.classes.get(id).copied().unwrap_or(0),
-            status: t.into(),
-        })
+        .map(|(id, t)| info(&st, *id, t))
         .collect();
     let next_offset = (page.offset + tasks.len() < total).then_some(page.offset + tasks.len());
     axum::Json(TaskPage {
@@ -221,15 +217,22 @@ async fn list(
     .into_response()
 }
 
+/// A task as the API shows it: its state, class, and what it reports while it runs here.
+fn info(st: &crate::status::Status, id: TaskId, t: &tapfinger::node::TaskState) -> TaskInfo {
+    let report = st.reports.get(&id);
+    TaskInfo {
+        id: id.0,
+        priority: st.classes.get(&id).copied().unwrap_or(0),
+        metrics: report.map(|r| r.last.clone()).unwrap_or_default(),
+        converging: report.is_some_and(|r| r.converging),
+        status: t.into(),
+    }
+}
+
 async fn show(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
     let st = s.status.borrow().clone();
     match st.tasks.get(&TaskId(id)) {
-        Some(t) => axum::Json(TaskInfo {
-            id,
-            priority: st.classes.get(&TaskId(id)).copied().unwrap_or(0),
-            status: t.into(),
-        })
-        .into_response(),
+        Some(t) => axum::Json(info(&st, TaskId(id), t)).into_response(),
         None => (
             StatusCode::NOT_FOUND,
             axum::Json(ErrorBody::new(format!("no task {id}"))),

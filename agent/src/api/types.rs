@@ -2,6 +2,7 @@
 //! compile error, not a blank column).
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use tapfinger::node::TaskState;
 
 /// Any refusal: what went wrong, and the offending field where there is one.
@@ -118,6 +119,13 @@ pub struct TaskInfo {
     /// Its priority class (0 is the highest).
     #[serde(default)]
     pub priority: u8,
+    /// The latest metrics it reported besides progress (`loss`, `accuracy`, …), while it runs on
+    /// the agent asked.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, f64>,
+    /// Its loss (or accuracy) has plateaued (RLPTO's detector), while it runs on the agent asked.
+    #[serde(default)]
+    pub converging: bool,
     /// Where it stands.
     #[serde(flatten)]
     pub status: TaskStatus,

@@ -37,6 +37,8 @@ struct Daemon {
     restarting: BTreeSet<TaskId>,
     /// Tasks run to completion here, in order.
     finished_here: Vec<TaskId>,
+    /// Running tasks' metrics and convergence.
+    reports: crate::reports::Reports,
     /// Malformed or spoofed messages dropped.
     dropped: u64,
     /// The next local task number (ids continue after every id accepted here).
@@ -94,6 +96,7 @@ pub(super) async fn run(
         stopped_here: BTreeSet::new(),
         restarting: BTreeSet::new(),
         finished_here: Vec::new(),
+        reports: Default::default(),
         dropped: 0,
         next_local,
         recorded,
@@ -227,8 +230,13 @@ impl Daemon {
 
     fn on_exec(&mut self, ev: ExecEvent) -> Vec<Action> {
         match ev {
-            ExecEvent::Progress { task, progress, .. } => {
+            ExecEvent::Progress {
+                task,
+                progress,
+                metrics,
+            } => {
                 self.p.core.on_progress(task, progress);
+                self.reports.record(task, metrics);
                 Vec::new()
             }
             ExecEvent::Exited {
@@ -237,6 +245,7 @@ impl Daemon {
                 stopped: by_executor,
             } => {
                 self.gpus.release(task);
+                self.reports.forget(task);
                 if self.restarting.remove(&task)
                     && !self.stopped_here.contains(&task)
                     && let Some(again) = self.restart(task)
@@ -556,6 +565,7 @@ impl Daemon {
             slot_ms: core.config().slot_ms,
             queue: crate::status::queue_of(core.tasks(), core.slot()),
             classes: crate::status::classes_of(core.tasks()),
+            reports: self.reports.all().clone(),
         };
         let latencies = self.p.core.take_latencies();
         self.metrics.update(&snapshot, &latencies);

@@ -14,8 +14,10 @@
 //! in [`Enforcement`]; the node reports it in its status.
 //!
 //! **Progress.** A task may print lines `TAPFINGER progress=0.42 loss=1.7` on stdout (progress in
-//! [0, 1]; other `key=value` pairs are metrics). Every line of stdout and stderr also goes to the
-//! task's log files `<log_dir>/<task>.stdout` / `.stderr`.
+//! [0, 1]; other `key=value` pairs are metrics, e.g. `loss` and `accuracy`). A line without a
+//! valid progress is not a progress line; a metric whose value is not a finite number is dropped
+//! and the rest of the line kept. Every line of stdout and stderr also goes to the task's log
+//! files `<log_dir>/<task>.stdout` / `.stderr`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -154,10 +156,10 @@ pub fn parse_progress(line: &str) -> Option<(f64, BTreeMap<String, f64>)> {
     let mut metrics = BTreeMap::new();
     for kv in rest.split_whitespace() {
         let (k, v) = kv.split_once('=')?;
-        let v: f64 = v.parse().ok().filter(|x: &f64| x.is_finite())?;
+        let v: Option<f64> = v.parse().ok().filter(|x: &f64| x.is_finite());
         if k == "progress" {
-            progress = Some(v.clamp(0.0, 1.0));
-        } else {
+            progress = Some(v?.clamp(0.0, 1.0));
+        } else if let Some(v) = v {
             metrics.insert(k.to_string(), v);
         }
     }
@@ -557,6 +559,12 @@ mod tests {
         assert!(parse_progress("TAPFINGER loss=1").is_none());
         assert!(parse_progress("TAPFINGER progress=NaN").is_none());
         assert!(parse_progress("TAPFINGER progress=0.1 junk").is_none());
+        // A malformed metric is dropped, the progress and the other metrics kept.
+        let (p, m) = parse_progress("TAPFINGER progress=0.3 loss=abc accuracy=0.8").unwrap();
+        assert_eq!(p, 0.3);
+        assert_eq!(m.get("loss"), None);
+        assert_eq!(m.get("accuracy"), Some(&0.8));
+        assert!(parse_progress("TAPFINGER progress=abc loss=1").is_none());
     }
 
     async fn until_exit(rx: &mut mpsc::Receiver<ExecEvent>) -> (Vec<f64>, Option<i32>) {
