@@ -501,6 +501,19 @@ async fn a_running_task_shows_its_latest_loss_and_that_it_is_converging() {
         if v["converging"] == true {
             assert_eq!(v["metrics"]["loss"], 0.9, "{body}");
             assert_eq!(v["metrics"]["accuracy"], 0.7, "{body}");
+            let mut seen = String::new();
+            for _ in 0..30 {
+                let (_, m) = http(&api, "GET", "/metrics", None, None).await.unwrap();
+                if m.contains("tapfinger_tasks_converging 1") {
+                    seen = m;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert!(
+                !seen.is_empty(),
+                "the metric never showed the converging task"
+            );
             let (code, _) = http(&api, "DELETE", &path, None, None).await.unwrap();
             assert_eq!(code, 200);
             return;

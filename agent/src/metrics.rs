@@ -77,6 +77,10 @@ impl AgentMetrics {
                 "Units this node offers, by resource kind index."
             );
             describe_gauge!("tapfinger_peers", "Live peers.");
+            describe_gauge!(
+                "tapfinger_tasks_converging",
+                "Tasks running here whose reported loss (or accuracy) has plateaued."
+            );
             describe_counter!(
                 "tapfinger_dropped_messages_total",
                 "Malformed or spoofed messages dropped."
@@ -192,6 +196,8 @@ impl AgentMetrics {
                 }
             }
             gauge!("tapfinger_peers").set(st.peers.len() as f64);
+            gauge!("tapfinger_tasks_converging")
+                .set(st.reports.values().filter(|r| r.converging).count() as f64);
             let mut by_class: std::collections::BTreeMap<u8, u32> = Default::default();
             for q in &st.queue {
                 *by_class.entry(q.priority).or_default() += 1;
