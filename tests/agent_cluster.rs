@@ -203,15 +203,7 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
     let id: serde_json::Value = serde_json::from_str(&body).unwrap();
     // Its class is shown once the loop has taken it in (the status is published each step).
     let path = format!("/v1/tasks/{}", id["id"]);
-    let mut shown = String::new();
-    for _ in 0..50 {
-        let (code, body) = http(&api, "GET", &path, None, None).await.unwrap();
-        if code == 200 {
-            shown = body;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (_, shown) = poll(&api, &path, 50, |code, _| code == 200).await;
     let v: serde_json::Value = serde_json::from_str(&shown).unwrap();
     assert_eq!(v["priority"], 3, "{shown}");
     for (spec, field) in [
@@ -494,32 +486,39 @@ async fn a_running_task_shows_its_latest_loss_and_that_it_is_converging() {
     assert_eq!(code, 201, "{body}");
     let id: serde_json::Value = serde_json::from_str(&body).unwrap();
     let path = format!("/v1/tasks/{}", id["id"]);
+    let converging = |_, body: &str| {
+        serde_json::from_str::<serde_json::Value>(body).is_ok_and(|v| v["converging"] == true)
+    };
+    let (ok, body) = poll(&api, &path, 100, converging).await;
+    assert!(ok, "never shown converging: {body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["metrics"]["loss"], 0.9, "{body}");
+    assert_eq!(v["metrics"]["accuracy"], 0.7, "{body}");
+    let counted = |_, m: &str| m.contains("tapfinger_tasks_converging 1");
+    let (ok, _) = poll(&api, "/metrics", 30, counted).await;
+    assert!(ok, "the metric never showed the converging task");
+    let (code, _) = http(&api, "DELETE", &path, None, None).await.unwrap();
+    assert_eq!(code, 200);
+}
+
+/// GET `path` from `api` every 100 ms, at most `tries` times, until `ok(code, body)`: whether
+/// it held, and the last body.
+async fn poll(
+    api: &str,
+    path: &str,
+    tries: usize,
+    ok: impl Fn(u16, &str) -> bool,
+) -> (bool, String) {
     let mut last = String::new();
-    for _ in 0..100 {
-        let (_, body) = http(&api, "GET", &path, None, None).await.unwrap();
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-        if v["converging"] == true {
-            assert_eq!(v["metrics"]["loss"], 0.9, "{body}");
-            assert_eq!(v["metrics"]["accuracy"], 0.7, "{body}");
-            let mut seen = String::new();
-            for _ in 0..30 {
-                let (_, m) = http(&api, "GET", "/metrics", None, None).await.unwrap();
-                if m.contains("tapfinger_tasks_converging 1") {
-                    seen = m;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            assert!(
-                !seen.is_empty(),
-                "the metric never showed the converging task"
-            );
-            let (code, _) = http(&api, "DELETE", &path, None, None).await.unwrap();
-            assert_eq!(code, 200);
-            return;
+    for _ in 0..tries {
+        let (code, body) = tapfinger_agent::run::http(api, "GET", path, None, None)
+            .await
+            .unwrap();
+        if ok(code, &body) {
+            return (true, body);
         }
         last = body;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("never shown converging: {last}");
+    (false, last)
 }
