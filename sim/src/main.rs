@@ -91,7 +91,8 @@ enum Cmd {
         /// Policy name: `tapfinger` (the learned policy: --model, else the model shipped for a
         /// preset, else the shipped general model), a baseline, `clairvoyant`, or
         /// LABEL=MODEL_PATH [default: tapfinger]; on a scenario with gangs, `NAME+PLACER`
-        /// places them with `locality`, `pack-first` or `spread` instead of the scenario's.
+        /// places them with `locality`, `pack-first`, `spread` or (the learned policy only)
+        /// `policy` instead of the scenario's.
         #[arg(long)]
         policy: Option<String>,
         /// Seed of the workload and of the policies' randomness.
@@ -100,6 +101,9 @@ enum Cmd {
         /// Trained model (folder or model.bpk) for `--policy tapfinger`.
         #[arg(long, value_name = "PATH")]
         model: Option<PathBuf>,
+        /// Queues ignore priority classes (as `compare --priority-blind`).
+        #[arg(long)]
+        priority_blind: bool,
         #[command(flatten)]
         out: Output,
     },
@@ -250,6 +254,16 @@ fn load(name: &str) -> Result<Simulator> {
     Ok(Simulator::new(Scenario::load(name)?))
 }
 
+/// [`load`], with priority-blind queues if asked (`--priority-blind`).
+fn load_with(name: &str, priority_blind: bool) -> Result<Simulator> {
+    let sim = load(name)?;
+    Ok(if priority_blind {
+        sim.priorities(tapfinger::ledger::Priorities::BLIND)
+    } else {
+        sim
+    })
+}
+
 fn emit(c: &Comparison, out: &Output) -> Result<()> {
     if out.json {
         println!("{}", serde_json::to_string_pretty(c)?);
@@ -323,9 +337,10 @@ fn run(cli: Cli) -> Result<()> {
             policy,
             seed,
             model,
+            priority_blind,
             out,
         } => {
-            let sim = load(&scenario)?;
+            let sim = load_with(&scenario, priority_blind)?;
             let policy = policy.unwrap_or_else(|| policies::TAPFINGER.to_string());
             let mut progress = Progress::new(1);
             let c = report::compare_with(&sim, &[policy], &[seed], model.as_deref(), &mut || {
@@ -446,10 +461,7 @@ fn run(cli: Cli) -> Result<()> {
             if seeds == 0 {
                 bail!("--seeds must be at least 1");
             }
-            let mut sim = load(&scenario)?;
-            if priority_blind {
-                sim = sim.priorities(tapfinger::ledger::Priorities::BLIND);
-            }
+            let sim = load_with(&scenario, priority_blind)?;
             let names: Vec<String> = if names.is_empty() {
                 let plain: Vec<String> = std::iter::once(policies::TAPFINGER)
                     .chain(policies::all_policies())

@@ -597,3 +597,52 @@ fn the_planning_and_placement_benches_run_and_print_every_placer() {
         assert!(out.contains(name), "{name} missing from {out}");
     }
 }
+
+#[test]
+fn priority_classes_show_a_column_each_and_the_blind_run_and_a_baseline_placing_gangs_are_handled()
+{
+    let (ok, out, err) = sim(&[
+        "run",
+        "--scenario",
+        "priority-edge",
+        "--policy",
+        "first-fit-max",
+        "--seed",
+        "100",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("\"class_avg_jct\""), "{out}");
+    let class0 = |out: &str| -> f64 {
+        let v: serde_json::Value = serde_json::from_str(out).unwrap();
+        v["summary"]["class_avg_jct"]["0"].as_f64().unwrap()
+    };
+    let (ok, blind, err) = sim(&[
+        "run",
+        "--scenario",
+        "priority-edge",
+        "--policy",
+        "first-fit-max",
+        "--seed",
+        "100",
+        "--json",
+        "--priority-blind",
+    ]);
+    assert!(ok, "{err}");
+    assert!(class0(&blind) > 2.0 * class0(&out), "{out}\n{blind}");
+    // Only the learned policy places gang members itself.
+    let (ok, _, err) = sim(&[
+        "compare",
+        "--scenario",
+        "gang-edge",
+        "--seeds",
+        "1",
+        "--policies",
+        "optimus+policy",
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("only the learned policy places gangs itself"),
+        "{err}"
+    );
+}
