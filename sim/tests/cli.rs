@@ -601,34 +601,31 @@ fn the_planning_and_placement_benches_run_and_print_every_placer() {
 #[test]
 fn priority_classes_show_a_column_each_and_the_blind_run_and_a_baseline_placing_gangs_are_handled()
 {
-    let (ok, out, err) = sim(&[
-        "run",
-        "--scenario",
-        "priority-edge",
-        "--policy",
-        "first-fit-max",
-        "--seed",
-        "100",
-        "--json",
-    ]);
-    assert!(ok, "{err}");
+    let run = |blind: bool| {
+        let mut args = vec![
+            "run",
+            "--scenario",
+            "priority-edge",
+            "--policy",
+            "first-fit-max",
+            "--seed",
+            "100",
+            "--json",
+        ];
+        if blind {
+            args.push("--priority-blind");
+        }
+        let (ok, out, err) = sim(&args);
+        assert!(ok, "{err}");
+        out
+    };
+    let out = run(false);
     assert!(out.contains("\"class_avg_jct\""), "{out}");
     let class0 = |out: &str| -> f64 {
         let v: serde_json::Value = serde_json::from_str(out).unwrap();
         v["summary"]["class_avg_jct"]["0"].as_f64().unwrap()
     };
-    let (ok, blind, err) = sim(&[
-        "run",
-        "--scenario",
-        "priority-edge",
-        "--policy",
-        "first-fit-max",
-        "--seed",
-        "100",
-        "--json",
-        "--priority-blind",
-    ]);
-    assert!(ok, "{err}");
+    let blind = run(true);
     assert!(class0(&blind) > 2.0 * class0(&out), "{out}\n{blind}");
     // Only the learned policy places gang members itself.
     let (ok, _, err) = sim(&[
