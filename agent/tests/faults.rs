@@ -6,7 +6,8 @@
 //! (e) restart one with its data directory deleted.
 //!
 //! Every verdict comes from the records the tasks write (start, a line every 100 ms, end; with the
-//! node and epoch the agent gave them), never from the agents' own reports, except agreement,
+//! node and epoch the agent gave them; `gone` from a watcher the task starts outside its process
+//! group, when a killed copy's shell has ended), never from the agents' own reports, except agreement,
 //! which is about those reports: every task ran to completion at least once, no two copies of a
 //! task were ever alive at the same time, no node ran more copies than its capacity, and, where
 //! the scenario allows none, no task was started twice; then every agent reports the same outcome
@@ -34,10 +35,14 @@ const HEARTBEAT_MS: u64 = 200;
 const PEER_TIMEOUT_MS: u64 = 1000;
 const AUTONOMY_MS: u64 = 6000;
 
-/// The task every scenario runs: it records its own life in `<rec>/<key>.<pid>.<ns>.log`.
+/// The task every scenario runs: it records its own life in `<rec>/<key>.<pid>.<ns>.log`. A killed
+/// copy cannot write its own end, so a watcher it starts in a session of its own (out of reach of
+/// the kill of the task's process group) writes `gone` once the task's shell no longer exists
+/// (polled every 10 ms; a zombie still counts as alive, so `gone` is never early).
 const TASK: &str = r#"#!/bin/sh
 f="$1/$2.$$.$(date +%s%N).log"
 echo "start $(date +%s%3N) $TAPFINGER_NODE $TAPFINGER_EPOCH" >> "$f"
+setsid sh -c 'tail --pid="$0" -s 0.01 -f /dev/null; echo "gone $(date +%s%3N)" >> "$1"' "$$" "$f" </dev/null >/dev/null 2>&1 &
 i=0
 while [ "$i" -lt "$3" ]; do
   sleep 0.1
@@ -338,8 +343,9 @@ fn verdict(name: &str, c: &Cluster, runs: Runs, settled: Duration) {
     let breaches: Vec<_> = peaks.iter().filter(|(_, p)| **p > CPUS).collect();
     let twice = ev.started_twice();
     let done_twice = ev.completed_twice();
+    let (killed, timed) = ev.killed();
     println!(
-        "scenario {name}: {} tasks, {} lost, {} overlapping copies, {} started twice, {} completed twice, {} capacity breaches (peak copies per node {:?}), agreement after {:.1} s",
+        "scenario {name}: {} tasks, {} lost, {} overlapping copies, {} started twice, {} completed twice, {} capacity breaches (peak copies per node {:?}), {killed} copies killed ({timed} timed by their watcher, the rest counted alive 150 ms past their last line), agreement after {:.1} s",
         c.submitted.len(),
         lost.len(),
         overlaps.len(),

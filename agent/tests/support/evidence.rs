@@ -12,19 +12,20 @@ pub(crate) struct Copy {
     /// Last sign of life (ms); a copy without an end line died within 100 ms of it.
     pub last: u64,
     pub ended: bool,
+    /// When its watcher saw the task's shell gone (ms): the end of a killed copy.
+    pub gone: Option<u64>,
 }
 
 impl Copy {
-    /// Its life, stretched by 150 ms where it was killed (its last 100 ms are not recorded).
+    /// Its life: to its end line; for a killed copy, to when its watcher saw it gone, or (no
+    /// watcher line: the watcher itself was lost) its last sign of life stretched by 150 ms.
     pub(crate) fn span(&self) -> (u64, u64) {
-        (
-            self.start,
-            if self.ended {
-                self.last
-            } else {
-                self.last + 150
-            },
-        )
+        let end = match (self.ended, self.gone) {
+            (true, _) => self.last,
+            (false, Some(g)) => g.max(self.last),
+            (false, None) => self.last + 150,
+        };
+        (self.start, end)
     }
 }
 
@@ -53,8 +54,10 @@ impl Evidence {
                             start: t,
                             last: t,
                             ended: false,
+                            gone: None,
                         })
                     }
+                    (Some(&"gone"), Some(t), Some(c)) => c.gone = Some(t),
                     (Some(&"alive"), Some(t), Some(c)) => c.last = t,
                     (Some(&"end"), Some(t), Some(c)) => {
                         c.last = t;
@@ -111,6 +114,18 @@ impl Evidence {
             .collect()
     }
 
+    /// Copies that did not end by themselves, and how many of them their watcher timed.
+    pub(crate) fn killed(&self) -> (usize, usize) {
+        let killed: Vec<&Copy> = self
+            .copies
+            .values()
+            .flatten()
+            .filter(|c| !c.ended)
+            .collect();
+        let timed = killed.iter().filter(|c| c.gone.is_some()).count();
+        (killed.len(), timed)
+    }
+
     pub(crate) fn started_twice(&self) -> Vec<String> {
         self.copies
             .iter()
@@ -125,5 +140,45 @@ impl Evidence {
             .filter(|(_, c)| c.iter().filter(|c| c.ended).count() > 1)
             .map(|(k, _)| k.clone())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(records: &[(&str, &str)]) -> Evidence {
+        let dir = std::env::temp_dir().join(format!("tf-evidence-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in records {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        let e = Evidence::read(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        e
+    }
+
+    #[test]
+    fn a_killed_copy_ends_when_its_watcher_saw_it_gone_or_150_ms_after_its_last_line() {
+        let e = read(&[
+            ("k1.1.1.log", "start 1000 a4 2\nalive 1100\ngone 1130\n"),
+            (
+                "k2.2.2.log",
+                "start 1150 a4 1\nalive 1250\nend 1260\ngone 1270\n",
+            ),
+            ("k3.3.3.log", "start 1000 a3 1\nalive 1100\n"),
+        ]);
+        assert_eq!(e.copies["k1"][0].span(), (1000, 1130));
+        assert_eq!(e.copies["k2"][0].span(), (1150, 1260));
+        assert_eq!(e.copies["k3"][0].span(), (1000, 1250));
+        // k1 is gone before k2 starts: one copy at a time on a4.
+        assert_eq!(e.peak_per_node()["a4"], 1);
+        // Without its watcher's line, k1 would count as alive until 1250, past k2's start.
+        let blind = read(&[
+            ("k1.1.1.log", "start 1000 a4 2\nalive 1100\n"),
+            ("k2.2.2.log", "start 1150 a4 1\nalive 1250\nend 1260\n"),
+        ]);
+        assert_eq!(blind.peak_per_node()["a4"], 2);
     }
 }
