@@ -27,6 +27,7 @@
 //!   every member's units on its box ([`TaskState::Gang`]).
 //! - **Attained service** (Tiresias): the units of the service kind (GPUs where the cluster has
 //!   them) a task held, summed over the slots it ran.
+//! - **Shrinking** (RLPTO, off unless asked): a converging task gives up a CPU a slot ([`shrink`]).
 //!
 //! `M` is the driver's own data per task (the agent: spec, owner, epoch; the simulator: its
 //! records); the ledger never reads it.
@@ -38,6 +39,7 @@ use std::sync::Arc;
 
 mod elastic;
 mod order;
+mod shrink;
 mod view;
 pub use order::{Priorities, WindowOrder};
 pub use view::MayStart;
@@ -207,6 +209,9 @@ pub struct Ledger<M> {
     all_elastic: bool,
     /// Pending gangs, by id (in no node's queue: their owners propose them whole).
     pending_gangs: BTreeSet<TaskId>,
+    /// The kind converging tasks shrink in, if on, and their ceilings in it ([`shrink`]).
+    shrink_kind: Option<usize>,
+    ceilings: BTreeMap<TaskId, u32>,
 }
 
 fn add_each(a: &mut Resources, b: &Resources) {
@@ -238,6 +243,8 @@ impl<M> Ledger<M> {
             estimator: crate::estimate::Estimator::default(),
             all_elastic: false,
             pending_gangs: BTreeSet::new(),
+            shrink_kind: None,
+            ceilings: BTreeMap::new(),
         }
     }
 
