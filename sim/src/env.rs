@@ -130,6 +130,15 @@ impl Simulator {
         self
     }
 
+    /// Keep converging tasks' units (`--no-shrink`): the detector still judges and reports,
+    /// nothing shrinks. A scenario without `[shrink]` is unchanged.
+    pub fn no_shrink(mut self) -> Self {
+        if let Some(s) = self.sc.shrink.as_mut() {
+            s.enabled = false;
+        }
+        self
+    }
+
     /// The scenario.
     pub fn scenario(&self) -> &Scenario {
         &self.sc

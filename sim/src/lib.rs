@@ -13,6 +13,7 @@ mod episode;
 pub mod gangs;
 pub mod generate;
 pub mod import;
+pub mod learning;
 pub mod metrics;
 pub mod planner;
 pub mod plot;

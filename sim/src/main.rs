@@ -104,6 +104,9 @@ enum Cmd {
         /// Queues ignore priority classes (as `compare --priority-blind`).
         #[arg(long)]
         priority_blind: bool,
+        /// Converging tasks keep their units (as `compare --no-shrink`).
+        #[arg(long)]
+        no_shrink: bool,
         #[command(flatten)]
         out: Output,
     },
@@ -133,6 +136,10 @@ enum Cmd {
         /// scenario's `[priorities]` say: the priority-blind run to compare against.
         #[arg(long)]
         priority_blind: bool,
+        /// Converging tasks keep their units, whatever the scenario's `[shrink]` says (the
+        /// plateau detector still judges): the run without shrinking to compare against.
+        #[arg(long)]
+        no_shrink: bool,
         #[command(flatten)]
         out: Output,
     },
@@ -254,14 +261,17 @@ fn load(name: &str) -> Result<Simulator> {
     Ok(Simulator::new(Scenario::load(name)?))
 }
 
-/// [`load`], with priority-blind queues if asked (`--priority-blind`).
-fn load_with(name: &str, priority_blind: bool) -> Result<Simulator> {
-    let sim = load(name)?;
-    Ok(if priority_blind {
-        sim.priorities(tapfinger::ledger::Priorities::BLIND)
-    } else {
-        sim
-    })
+/// [`load`], with priority-blind queues (`--priority-blind`) and without shrinking
+/// (`--no-shrink`) if asked.
+fn load_with(name: &str, priority_blind: bool, no_shrink: bool) -> Result<Simulator> {
+    let mut sim = load(name)?;
+    if priority_blind {
+        sim = sim.priorities(tapfinger::ledger::Priorities::BLIND);
+    }
+    if no_shrink {
+        sim = sim.no_shrink();
+    }
+    Ok(sim)
 }
 
 fn emit(c: &Comparison, out: &Output) -> Result<()> {
@@ -338,9 +348,10 @@ fn run(cli: Cli) -> Result<()> {
             seed,
             model,
             priority_blind,
+            no_shrink,
             out,
         } => {
-            let sim = load_with(&scenario, priority_blind)?;
+            let sim = load_with(&scenario, priority_blind, no_shrink)?;
             let policy = policy.unwrap_or_else(|| policies::TAPFINGER.to_string());
             let mut progress = Progress::new(1);
             let c = report::compare_with(&sim, &[policy], &[seed], model.as_deref(), &mut || {
@@ -456,12 +467,13 @@ fn run(cli: Cli) -> Result<()> {
             seed_base,
             model,
             priority_blind,
+            no_shrink,
             out,
         } => {
             if seeds == 0 {
                 bail!("--seeds must be at least 1");
             }
-            let sim = load_with(&scenario, priority_blind)?;
+            let sim = load_with(&scenario, priority_blind, no_shrink)?;
             let names: Vec<String> = if names.is_empty() {
                 let plain: Vec<String> = std::iter::once(policies::TAPFINGER)
                     .chain(policies::all_policies())

@@ -43,6 +43,25 @@ pub struct Summary {
     /// Mean JCT per priority class, if the episode had more than one class.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub class_avg_jct: BTreeMap<u8, f64>,
+    /// Mean cluster reward per task (RLPTO's; [`crate::learning`]).
+    pub cluster_reward: f64,
+    /// Mean node-slots of resources held per task.
+    pub resource_time: f64,
+    /// Mean final accuracy of the tasks with a learning curve, if any had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accuracy: Option<f64>,
+    /// Tasks the plateau detector found converging (a learning curve and `[shrink]` needed).
+    pub converged: f64,
+    /// Mean accuracy those tasks still gained after the detector first found them converging
+    /// (what stopping them there would have cost), if any was found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gained_after_plateau: Option<f64>,
+}
+
+/// Mean of the values, `None` if there are none.
+fn mean_of(v: impl Iterator<Item = f64>) -> Option<f64> {
+    let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    (n > 0).then(|| s / n as f64)
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -115,6 +134,19 @@ pub fn summarize(r: &EpisodeResult, kinds: &[String]) -> Summary {
                 BTreeMap::new()
             }
         },
+        cluster_reward: r.tasks.iter().map(|t| t.cluster_reward).sum::<f64>() / n,
+        resource_time: r.tasks.iter().map(|t| t.resource_time).sum::<f64>() / n,
+        accuracy: mean_of(r.tasks.iter().filter_map(|t| t.accuracy)),
+        converged: r
+            .tasks
+            .iter()
+            .filter(|t| t.accuracy_at_plateau.is_some())
+            .count() as f64,
+        gained_after_plateau: mean_of(
+            r.tasks
+                .iter()
+                .filter_map(|t| Some(t.accuracy? - t.accuracy_at_plateau?)),
+        ),
     }
 }
 
@@ -179,6 +211,11 @@ pub fn mean_summary(s: &[Summary]) -> Summary {
                 })
                 .collect()
         },
+        cluster_reward: f(|x| x.cluster_reward),
+        resource_time: f(|x| x.resource_time),
+        accuracy: mean_of(s.iter().filter_map(|x| x.accuracy)),
+        converged: f(|x| x.converged),
+        gained_after_plateau: mean_of(s.iter().filter_map(|x| x.gained_after_plateau)),
     }
 }
 

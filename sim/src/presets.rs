@@ -62,6 +62,10 @@ pub(crate) const PRESETS: &[Preset] = &[
         name: "priority-edge",
         toml: include_str!("../presets/priority-edge.toml"),
     },
+    Preset {
+        name: "converging-edge",
+        toml: include_str!("../presets/converging-edge.toml"),
+    },
 ];
 
 /// Embedded data files that presets refer to by relative path.

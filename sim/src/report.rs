@@ -296,6 +296,12 @@ pub fn table(c: &Comparison) -> String {
     for k in &classes {
         let _ = write!(s, " {:>9}", format!("class {k}"));
     }
+    // RLPTO's cluster reward beside JCT; the accuracy columns where tasks have learning curves.
+    let _ = write!(s, " {:>8}", "reward");
+    let curves = c.results.iter().any(|r| r.mean.accuracy.is_some());
+    if curves {
+        let _ = write!(s, " {:>8} {:>9}", "accuracy", "converged");
+    }
     s.push('\n');
     for r in &c.results {
         let m = &r.mean;
@@ -338,6 +344,15 @@ pub fn table(c: &Comparison) -> String {
             let v = m.class_avg_jct.get(k);
             let _ = write!(s, " {:>9}", v.map_or("-".into(), |v| format!("{v:.2}")));
         }
+        let _ = write!(s, " {:>8.2}", m.cluster_reward);
+        if curves {
+            let _ = write!(
+                s,
+                " {:>8} {:>9.1}",
+                m.accuracy.map_or("-".into(), |v| format!("{v:.4}")),
+                m.converged
+            );
+        }
         s.push('\n');
     }
     if let Some(r) = c.results.first() {
@@ -347,6 +362,22 @@ pub fn table(c: &Comparison) -> String {
             r.mean.lower_bound_jct
         );
     }
+    if let Some(r) = c
+        .results
+        .iter()
+        .find(|r| r.mean.gained_after_plateau.is_some())
+    {
+        let _ = writeln!(
+            s,
+            "converged: tasks the plateau detector found converging (mean per episode); they gained {:.4} accuracy after it on average ({})",
+            r.mean.gained_after_plateau.unwrap_or(0.0),
+            r.policy
+        );
+    }
+    let _ = writeln!(
+        s,
+        "reward: cluster reward per task, accuracy·w_acc − JCT·w_time − node-slots held·w_res"
+    );
     if c.results.iter().any(|r| r.clairvoyant) {
         let _ = writeln!(
             s,

@@ -74,6 +74,8 @@ pub(crate) fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> 
                     trace: None,
                     gangs: None,
                     priorities: None,
+                    shrink: None,
+                    reward: None,
                     resources: names[..k].iter().map(|n| kind(n)).collect(),
                     nodes: caps
                         .into_iter()
@@ -103,6 +105,7 @@ pub(crate) fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> 
                                 max_demand: None,
                                 need,
                                 priority: 0,
+                                curve: None,
                                 speed: SpeedSpec::Synthetic { w, b: b + 0.05 },
                             }
                         })

@@ -146,6 +146,11 @@ impl Episode<'_> {
             else {
                 continue;
             };
+            let held: f64 = members.iter().map(|(_, a)| self.node_slots(a)).sum();
+            if let Some(m) = self.ledger.meta_mut(id) {
+                m.learning.resource_time += held;
+            }
+            let e = &self.ledger[&id];
             let rate = shape.rate(&members, g.links, truth.compute_seconds);
             let progress = progress + rate * self.sc.slot_seconds / truth.iterations;
             let finished = progress >= 1.0 - 1e-12;
@@ -166,6 +171,14 @@ impl Episode<'_> {
                     failures: 0,
                     members: members.len() as u32,
                     priority: task.priority,
+                    accuracy: None,
+                    accuracy_at_plateau: None,
+                    resource_time: e.meta.learning.resource_time,
+                    cluster_reward: self.sc.reward.of(
+                        None,
+                        finish - task.arrival,
+                        e.meta.learning.resource_time,
+                    ),
                 });
                 self.ledger.remove(id);
             } else {

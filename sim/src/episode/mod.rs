@@ -22,6 +22,7 @@ use tapfinger::view::ClusterView;
 use tapfinger::{NodeId, Policy, Protocol, Resources, Round, RoundOutcome, Task, TaskId};
 
 mod gangs;
+mod learning;
 mod records;
 pub use records::{EpisodeResult, NoObserver, Observer, SimError, SlotRecord, TaskRecord};
 
@@ -41,6 +42,8 @@ struct SimMeta {
     start: u64,
     /// Allocation in the previous slot it ran (a change costs the switch penalty).
     prev: Option<Resources>,
+    /// Its accuracy reports, plateau and resources held ([`learning`]).
+    learning: learning::Learning,
 }
 
 /// Counters of one slot's decisions.
@@ -82,6 +85,8 @@ pub(crate) struct Episode<'a> {
     arrivals: Vec<Arc<Task>>,
     /// Each task's work over its type's, by id (the simulator's secret, like the speed model).
     sizes: Vec<f64>,
+    /// The seed of the tasks' accuracy reports (the workload's: the same whatever the policy).
+    curve_seed: u64,
     /// The first task of `arrivals` not yet arrived.
     next_arrival: usize,
     /// Finished tasks (a finished task leaves the ledger; this is all that is kept of it).
@@ -145,10 +150,11 @@ impl<'a> Episode<'a> {
                 )
             })
             .collect();
-        let (_, gpu_kind) = sc.cpu_gpu_kinds();
+        let (cpu_kind, gpu_kind) = sc.cpu_gpu_kinds();
         let mut ledger = Ledger::new(sc.window, gpu_kind)
             .with_order(order)
             .with_priorities(sc.priorities)
+            .with_shrink(sc.shrink.filter(|s| s.enabled).map(|_| cpu_kind))
             .with_kinds(tapfinger::estimate::KindMap::from_names(&sc.kind_names()));
         for ((id, node), p) in ids.iter().zip(&sc.nodes).zip(&policies) {
             ledger.set_node(*id, node.capacity.clone());
@@ -178,6 +184,7 @@ impl<'a> Episode<'a> {
             ledger,
             arrivals: arrivals.into_iter().map(Arc::new).collect(),
             sizes: workload::sizes(sc, seeds.workload, sc.tasks as usize),
+            curve_seed: seeds.workload,
             next_arrival: 0,
             records: Vec::new(),
             slots: Vec::new(),
@@ -223,7 +230,10 @@ impl<'a> Episode<'a> {
                     break;
                 }
             }
+            // Shrinking converging tasks (RLPTO): a step down, the re-share, the ceilings held.
+            self.shrink_step();
             self.rebalance(slot, d.steps, observe)?;
+            self.hold_ceilings(slot, observe);
             #[cfg(test)]
             if let Some(a) = &self.audit {
                 a(&self.ledger, true);
@@ -506,8 +516,9 @@ impl<'a> Episode<'a> {
             let progress =
                 progress + ty.speed.delta(&alloc, progress, sc.slot_seconds) * penalty / size;
             if let Some(m) = self.ledger.meta_mut(id) {
-                m.prev = Some(alloc);
+                m.prev = Some(alloc.clone());
             }
+            self.learn(id, &alloc, progress, slot);
             let finished = progress >= 1.0 - 1e-12;
             observe.progressed(slot, id, progress, finished);
             if finished {
@@ -525,6 +536,14 @@ impl<'a> Episode<'a> {
                     failures: meta.failures,
                     members: 0,
                     priority: task.priority,
+                    accuracy: self.final_accuracy(task.ty.0),
+                    accuracy_at_plateau: meta.learning.at_plateau,
+                    resource_time: meta.learning.resource_time,
+                    cluster_reward: sc.reward.of(
+                        self.final_accuracy(task.ty.0),
+                        finish - task.arrival,
+                        meta.learning.resource_time,
+                    ),
                 });
                 // Finished tasks leave the ledger: the record is all that is kept of them.
                 self.ledger.remove(id);

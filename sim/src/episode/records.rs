@@ -108,6 +108,14 @@ pub struct TaskRecord {
     pub members: u32,
     /// Priority class as submitted (0 is the highest).
     pub priority: u8,
+    /// Its model's final accuracy (its type's learning curve at the end), if it has a curve.
+    pub accuracy: Option<f64>,
+    /// Its accuracy when the plateau detector first found it converging, if it did.
+    pub accuracy_at_plateau: Option<f64>,
+    /// Node-slots of resources it held ([`crate::learning`]).
+    pub resource_time: f64,
+    /// Its cluster reward, with the scenario's weights ([`crate::learning`]).
+    pub cluster_reward: f64,
 }
 
 /// Per-slot measurements.

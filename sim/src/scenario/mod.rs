@@ -129,6 +129,12 @@ pub struct ScenarioFile {
     /// Priority classes: whether the queues honour them, and their aging.
     #[serde(default)]
     pub priorities: Option<PrioritiesFile>,
+    /// Shrinking converging tasks and the plateau detector ([`crate::learning`]).
+    #[serde(default)]
+    pub shrink: Option<crate::learning::ShrinkFile>,
+    /// The cluster reward's weights ([`crate::learning`]).
+    #[serde(default)]
+    pub reward: Option<crate::learning::RewardWeights>,
     /// Published average JCT per policy, shown beside ours.
     #[serde(default)]
     pub published: BTreeMap<String, f64>,
@@ -204,6 +210,9 @@ pub struct TaskTypeSpec {
     /// Priority class (0 highest).
     #[serde(default)]
     pub priority: u8,
+    /// Learning curve: what its tasks report as they progress ([`crate::learning`]).
+    #[serde(default)]
+    pub curve: Option<crate::learning::CurveSpec>,
     /// Speed model.
     pub speed: SpeedSpec,
 }
@@ -262,6 +271,8 @@ pub struct TaskType {
     pub need: Resources,
     /// Priority class.
     pub priority: u8,
+    /// Learning curve.
+    pub curve: Option<crate::learning::Curve>,
     /// Speed model.
     pub speed: SpeedModel,
 }
@@ -307,6 +318,10 @@ pub struct Scenario {
     pub gangs: Option<crate::gangs::Gangs>,
     /// How the queues order priority classes (task types carry the class).
     pub priorities: tapfinger::ledger::Priorities,
+    /// The plateau detector, and whether converging tasks shrink (`None`: no detection).
+    pub shrink: Option<crate::learning::Shrink>,
+    /// The cluster reward's weights.
+    pub reward: crate::learning::RewardWeights,
 }
 
 impl Scenario {

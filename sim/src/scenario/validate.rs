@@ -244,6 +244,11 @@ impl Scenario {
             };
             tapfinger::task::check_class(i64::from(t.priority))
                 .map_err(|m| invalid(field("priority"), m))?;
+            let curve = t
+                .curve
+                .map(|c| c.check())
+                .transpose()
+                .map_err(|(f, m)| invalid(field(&f), m))?;
             types.push(TaskType {
                 name: t.name.clone(),
                 weight: t.weight,
@@ -251,6 +256,7 @@ impl Scenario {
                 max_demand: max,
                 need,
                 priority: t.priority,
+                curve,
                 speed,
             });
         }
@@ -298,6 +304,15 @@ impl Scenario {
                 aging_slots: (p.aging_slots > 0).then_some(p.aging_slots as u64),
             },
         };
+        let shrink = f
+            .shrink
+            .map(|x| x.check())
+            .transpose()
+            .map_err(|(field, reason)| invalid(field, reason))?;
+        let reward = f.reward.unwrap_or_default();
+        reward
+            .check()
+            .map_err(|(field, reason)| invalid(field, reason))?;
         Ok(Scenario {
             name: f.name,
             description: f.description,
@@ -318,6 +333,8 @@ impl Scenario {
             trace,
             gangs,
             priorities,
+            shrink,
+            reward,
         })
     }
 }
