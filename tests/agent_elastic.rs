@@ -106,6 +106,74 @@ async fn a_running_task_s_cpu_quota_follows_the_re_share() {
     }
 }
 
+/// A task whose loss stays flat from its first report: it prints its pid, its cgroup's CPU
+/// quota and a progress line with `loss=1.0` every 50 ms for about `secs` seconds.
+fn flat_loss(secs: u32) -> TaskSpec {
+    let script = format!(
+        r#"for i in $(seq 1 {n}); do
+  p=$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ {{print $3}}' /proc/self/cgroup)
+  if [ -n "$p" ]; then q=$(cat /sys/fs/cgroup/cpu$p/cpu.cfs_quota_us); else
+    p=$(awk -F: '$1 == "0" {{print $3}}' /proc/self/cgroup); q=$(cut -d' ' -f1 /sys/fs/cgroup$p/cpu.max); fi
+  echo "quota=$q"
+  echo "pid=$$"
+  echo "TAPFINGER progress=$(awk "BEGIN {{print $i/{n}}}") loss=1.0"
+  sleep 0.05
+done"#,
+        n = secs * 20
+    );
+    let toml = format!(
+        "command = [\"sh\", \"-c\", '''\n{script}''']\nmin_demand = {{ cpu = 1, mem = 1 }}\n"
+    );
+    TaskSpec::from_toml(&toml).unwrap()
+}
+
+/// With `shrink_converging`, a task whose loss has plateaued gives up a core a slot while it
+/// runs, down to its minimum demand: judged from the quotas and the pid it printed itself (one
+/// process throughout: no restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_converging_task_s_cpu_quota_steps_down_to_its_minimum_while_it_runs() {
+    let group = format!("tapfinger-shrink-test-{}", std::process::id());
+    if let Cgroups::Unavailable(why) = Cgroups::detect(Path::new("/sys/fs/cgroup"), &group) {
+        panic!("this test needs writable cgroups (CI has them): {why}");
+    }
+    let logs = std::env::temp_dir().join(format!("tf-shrink-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&logs);
+    let mut local = Local::new("a", Exec::Cgroups(logs.clone(), group.clone()));
+    local.shrink = true;
+    let (a, _) = local.start().await;
+    let task = a.submit(flat_loss(4)).await.unwrap();
+    wait(&[&a], Duration::from_secs(30), "the task", |s| {
+        finished(s).contains(&task)
+    })
+    .await;
+    let text = std::fs::read_to_string(logs.join(format!("{}.stdout", task.0))).unwrap();
+    let pids: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("pid="))
+        .collect();
+    let q = quotas(&logs, task);
+    eprintln!("quotas (cores): {q:?}; pids {pids:?}");
+    assert_eq!(
+        pids.len(),
+        1,
+        "the task ran as more than one process: {pids:?}"
+    );
+    // Alone on the box it starts with its 4 cores, and once its loss has been flat for a
+    // window of reports it steps down, one core at a time, to its minimum of 1, never back up.
+    let first = q
+        .iter()
+        .position(|x| *x == 4.0)
+        .expect("never ran with 4 cores");
+    let mut steps: Vec<f64> = q[first..].to_vec();
+    steps.dedup();
+    assert_eq!(steps, vec![4.0, 3.0, 2.0, 1.0], "{q:?}");
+    let _ = std::fs::remove_dir_all(&logs);
+    drop(a);
+    for h in ["", "cpu", "memory"] {
+        let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(h).join(&group));
+    }
+}
+
 /// A task that records each start of its own (its GPU devices, whether it was told to resume)
 /// in `marker`, then runs about a second.
 fn run_recorder(marker: &Path, resumable: bool) -> TaskSpec {

@@ -119,6 +119,8 @@ pub struct Local {
     pub model: Option<PathBuf>,
     /// What it offers (cores, GPUs, GiB); GPUs are devices 7, 8, ...
     pub capacity: Resources,
+    /// Shrink converging tasks (the agent's `shrink_converging`).
+    pub shrink: bool,
 }
 
 impl Local {
@@ -139,6 +141,7 @@ impl Local {
             online: None,
             model: None,
             capacity: capacity(),
+            shrink: false,
         }
     }
 
@@ -191,6 +194,8 @@ impl Local {
             lease_age_ms: None,
             addr: "127.0.0.1".into(),
             priorities: Default::default(),
+            // Cores are kind 0 of the agent's space.
+            shrink_kind: self.shrink.then_some(0),
         };
         let policy =
             tapfinger_agent::policy::build(&self.policy, self.model.as_deref(), 10).unwrap();

@@ -120,6 +120,7 @@ impl Agents {
                     lease_age_ms: None,
                     addr: "127.0.0.1".into(),
                     priorities: Default::default(),
+                    shrink_kind: None,
                 };
                 NodeCore::new(cfg, p, agent_seed(seed, i))
             })

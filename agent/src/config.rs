@@ -79,6 +79,12 @@ pub struct AgentConfig {
     /// (ms, default 250000: 50 slots of 5 s), so that no class waits forever behind a higher
     /// one; 0: never. Rounded up to whole slots. Every box of a cluster must use the same.
     pub priority_aging_ms: u64,
+    /// Shrink converging tasks (RLPTO, default false): a task whose progress lines' loss (or
+    /// accuracy) has plateaued — improved by less than 1 % over its last 5 reports — gives up
+    /// one CPU per slot down to its minimum demand, its CPU share lowered while it runs (no
+    /// restart), and the CPUs go to this box's other tasks or to the next ones it starts. A box's
+    /// own choice: boxes of one cluster may differ.
+    pub shrink_converging: bool,
     /// A box silent this long (ms, default one day) is forgotten: it no longer counts toward the
     /// quorum. Until then a cluster that lost half its boxes or more stops after `autonomy_ms`.
     pub forget_ms: u64,
@@ -168,6 +174,7 @@ impl Default for AgentConfig {
             peer_timeout_ms: None,
             autonomy_ms: tapfinger::node::DEFAULT_AUTONOMY_MS,
             priority_aging_ms: 250_000,
+            shrink_converging: false,
             forget_ms: tapfinger::node::DEFAULT_FORGET_MS,
             log_retention_hours: 168,
             journal_keep_finished: 10_000,

@@ -483,6 +483,7 @@ mod tests {
             lease_age_ms: None,
             addr: "127.0.0.1".into(),
             priorities: Default::default(),
+            shrink_kind: None,
         };
         NodeCore::new(cfg, crate::policy::build("tapfinger", None, 10).unwrap(), 1)
     }

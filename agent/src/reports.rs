@@ -1,7 +1,8 @@
 //! What running tasks report besides their progress (`TAPFINGER progress=… loss=… accuracy=…`,
 //! [`crate::exec`]): each task's latest metrics, and whether it is converging by RLPTO's
 //! plateau detector ([`tapfinger::plateau`]) on its loss, or on its accuracy when it reports no
-//! loss. Shown by `show`/`tasks`; the node does not act on it yet (no shrinking).
+//! loss. Shown by `show`/`tasks`; with `shrink_converging` the node shrinks a converging task
+//! (`NodeCore::on_converging`).
 
 use std::collections::{BTreeMap, VecDeque};
 use tapfinger::TaskId;

@@ -118,6 +118,10 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             lease_age_ms,
             addr: cfg.gang_address(),
             priorities: cfg.priorities(),
+            shrink_kind: cfg
+                .shrink_converging
+                .then(|| space().index_of("cpu"))
+                .flatten(),
         },
         policy,
         u64::from(me.0),

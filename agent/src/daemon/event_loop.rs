@@ -237,6 +237,9 @@ impl Daemon {
             } => {
                 self.p.core.on_progress(task, progress);
                 self.reports.record(task, metrics);
+                if let Some(r) = self.reports.all().get(&task) {
+                    self.p.core.on_converging(task, r.converging);
+                }
                 Vec::new()
             }
             ExecEvent::Exited {

@@ -87,6 +87,9 @@ pub struct NodeConfig {
     /// How priority classes order the queues and elastic shares (aging in slots); every agent
     /// of a cluster must use the same, as every one computes every node's window.
     pub priorities: crate::ledger::Priorities,
+    /// The kind converging tasks shrink in (the CPU kind), if this node shrinks them
+    /// ([`crate::ledger::Ledger::apply_ceilings`]); a node's own choice, not the cluster's.
+    pub shrink_kind: Option<usize>,
 }
 
 impl NodeConfig {
@@ -114,6 +117,7 @@ impl NodeConfig {
             lease_age_ms: None,
             addr: "127.0.0.1".into(),
             priorities: crate::ledger::Priorities::default(),
+            shrink_kind: None,
         }
     }
 }
@@ -329,6 +333,7 @@ impl NodeCore {
                 let mut l = Ledger::new(cfg.window, cfg.service_kind)
                     .with_order(crate::ledger::WindowOrder::Spread)
                     .with_priorities(cfg.priorities)
+                    .with_shrink(cfg.shrink_kind)
                     .with_kinds(cfg.kinds);
                 l.set_node(cfg.me, cfg.capacity.clone());
                 l.set_all_elastic(elastic);

@@ -5,8 +5,10 @@
 use super::{Action, NodeCore, TaskState};
 use crate::policy::to_proposal;
 use crate::protocol::{Output, Protocol, ProtocolConfig, Round, RoundOutcome};
-use crate::task::NodeId;
+use crate::resources::Resources;
+use crate::task::{NodeId, TaskId};
 use crate::wire::Body;
+use std::collections::BTreeMap;
 
 /// How a node runs the protocol. A round decided without some member's proposal starts nothing
 /// (see `apply`), so deciding early gains nothing: after `round_ms` a node sends its proposal
@@ -191,31 +193,35 @@ impl NodeCore {
     /// simulator does before the slot runs, and after each start here): the tasks whose
     /// allocation changed are resized. Every re-share starts from the minimum demands, so the
     /// last one of a slot is the simulator's whatever came before it.
-    fn reshare(&mut self) -> Vec<Action> {
+    ///
+    /// Converging tasks shrink here as in the simulator: at a slot's end each may hold one CPU
+    /// less, and after the re-share they are held at that ([`crate::ledger::Ledger::shrink_step`]).
+    fn reshare(&mut self, slot_ended: bool) -> Vec<Action> {
         let me = self.cfg.me;
-        if !self.policy.elastic() || self.tasks.running_on(me).next().is_none() {
+        if self.tasks.running_on(me).next().is_none() {
             return Vec::new();
         }
-        let view = self.view();
-        let Some(v) = view.for_agent(me) else {
-            return Vec::new();
-        };
-        let changes = self.policy.rebalance(&v, &mut self.rng);
-        match self.tasks.rebalance(me, &changes) {
-            Ok(changed) => {
-                self.stats.resizes += changed.len() as u64;
-                changed
-                    .into_iter()
-                    .map(|(task, alloc)| Action::Resize { task, alloc })
-                    .collect()
-            }
-            // A policy's re-share that breaks the node's bounds is refused whole: the tasks keep
-            // their shares (the simulator fails such an episode; see its tests).
-            Err(_) => {
-                self.stats.reshares_refused += 1;
-                Vec::new()
+        if slot_ended {
+            self.tasks.shrink_step(me);
+        }
+        let mut resized: BTreeMap<TaskId, Resources> = BTreeMap::new();
+        if self.policy.elastic()
+            && let Some(v) = self.view().for_agent(me)
+        {
+            let changes = self.policy.rebalance(&v, &mut self.rng);
+            match self.tasks.rebalance(me, &changes) {
+                Ok(changed) => resized.extend(changed),
+                // A policy's re-share that breaks the node's bounds is refused whole: the tasks
+                // keep their shares (the simulator fails such an episode; see its tests).
+                Err(_) => self.stats.reshares_refused += 1,
             }
         }
+        resized.extend(self.tasks.apply_ceilings(me));
+        self.stats.resizes += resized.len() as u64;
+        resized
+            .into_iter()
+            .map(|(task, alloc)| Action::Resize { task, alloc })
+            .collect()
     }
 
     fn apply(&mut self, outcome: RoundOutcome, now: u64) -> Vec<Action> {
@@ -377,7 +383,7 @@ impl NodeCore {
             .zip(&starts)
             .any(|(c, s)| *s && c.agent == self.cfg.me);
         if outcome.slot_ended || started_here {
-            out.extend(self.reshare());
+            out.extend(self.reshare(outcome.slot_ended));
         }
         if outcome.slot_ended {
             self.slot_start = now + self.cfg.slot_ms;
