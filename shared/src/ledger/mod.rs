@@ -39,9 +39,11 @@ use std::sync::Arc;
 
 mod elastic;
 mod order;
+mod preempt;
 mod shrink;
 mod view;
 pub use order::{Priorities, WindowOrder};
+pub use preempt::Preemption;
 pub use view::MayStart;
 
 /// Where a task stands.
