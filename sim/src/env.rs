@@ -139,6 +139,13 @@ impl Simulator {
         self
     }
 
+    /// Let lower classes make room for waiting tasks (`--preempt`), tasks checkpointing every
+    /// `checkpoint_slots` slots (the scenario's period if it has one).
+    pub fn preempt(mut self, checkpoint_slots: Option<u64>) -> Self {
+        self.sc.checkpoint_slots = checkpoint_slots.or(self.sc.checkpoint_slots).or(Some(5));
+        self
+    }
+
     /// The scenario.
     pub fn scenario(&self) -> &Scenario {
         &self.sc

@@ -107,6 +107,9 @@ enum Cmd {
         /// Converging tasks keep their units (as `compare --no-shrink`).
         #[arg(long)]
         no_shrink: bool,
+        /// Lower classes make room for waiting tasks (as `compare --preempt`).
+        #[arg(long)]
+        preempt: bool,
         #[command(flatten)]
         out: Output,
     },
@@ -140,6 +143,11 @@ enum Cmd {
         /// plateau detector still judges): the run without shrinking to compare against.
         #[arg(long)]
         no_shrink: bool,
+        /// Lower priority classes make room for a waiting task that fits nowhere (tasks
+        /// checkpoint every 5 slots, or the scenario's `checkpoint_slots`; a preempted task
+        /// resumes from its last checkpoint); the table adds the tasks preempted and the work lost.
+        #[arg(long)]
+        preempt: bool,
         #[command(flatten)]
         out: Output,
     },
@@ -261,10 +269,18 @@ fn load(name: &str) -> Result<Simulator> {
     Ok(Simulator::new(Scenario::load(name)?))
 }
 
-/// [`load`], with priority-blind queues (`--priority-blind`) and without shrinking
-/// (`--no-shrink`) if asked.
-fn load_with(name: &str, priority_blind: bool, no_shrink: bool) -> Result<Simulator> {
+/// [`load`], with priority-blind queues (`--priority-blind`), without shrinking
+/// (`--no-shrink`) and with preemption (`--preempt`) if asked.
+fn load_with(
+    name: &str,
+    priority_blind: bool,
+    no_shrink: bool,
+    preempt: bool,
+) -> Result<Simulator> {
     let mut sim = load(name)?;
+    if preempt {
+        sim = sim.preempt(None);
+    }
     if priority_blind {
         sim = sim.priorities(tapfinger::ledger::Priorities::BLIND);
     }
@@ -349,9 +365,10 @@ fn run(cli: Cli) -> Result<()> {
             model,
             priority_blind,
             no_shrink,
+            preempt,
             out,
         } => {
-            let sim = load_with(&scenario, priority_blind, no_shrink)?;
+            let sim = load_with(&scenario, priority_blind, no_shrink, preempt)?;
             let policy = policy.unwrap_or_else(|| policies::TAPFINGER.to_string());
             let mut progress = Progress::new(1);
             let c = report::compare_with(&sim, &[policy], &[seed], model.as_deref(), &mut || {
@@ -468,12 +485,13 @@ fn run(cli: Cli) -> Result<()> {
             model,
             priority_blind,
             no_shrink,
+            preempt,
             out,
         } => {
             if seeds == 0 {
                 bail!("--seeds must be at least 1");
             }
-            let sim = load_with(&scenario, priority_blind, no_shrink)?;
+            let sim = load_with(&scenario, priority_blind, no_shrink, preempt)?;
             let names: Vec<String> = if names.is_empty() {
                 let plain: Vec<String> = std::iter::once(policies::TAPFINGER)
                     .chain(policies::all_policies())

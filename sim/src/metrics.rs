@@ -56,6 +56,10 @@ pub struct Summary {
     /// (what stopping them there would have cost), if any was found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gained_after_plateau: Option<f64>,
+    /// Tasks stopped to make room for a higher class (per episode).
+    pub preempted: f64,
+    /// Work they lost, in tasks' own work (1: one whole run), per episode.
+    pub work_lost: f64,
 }
 
 /// Mean of the values, `None` if there are none.
@@ -147,6 +151,8 @@ pub fn summarize(r: &EpisodeResult, kinds: &[String]) -> Summary {
                 .iter()
                 .filter_map(|t| Some(t.accuracy? - t.accuracy_at_plateau?)),
         ),
+        preempted: r.tasks.iter().map(|t| f64::from(t.preemptions)).sum(),
+        work_lost: r.tasks.iter().map(|t| t.work_lost).sum(),
     }
 }
 
@@ -216,6 +222,8 @@ pub fn mean_summary(s: &[Summary]) -> Summary {
         accuracy: mean_of(s.iter().filter_map(|x| x.accuracy)),
         converged: f(|x| x.converged),
         gained_after_plateau: mean_of(s.iter().filter_map(|x| x.gained_after_plateau)),
+        preempted: f(|x| x.preempted),
+        work_lost: f(|x| x.work_lost),
     }
 }
 

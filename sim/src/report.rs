@@ -302,6 +302,10 @@ pub fn table(c: &Comparison) -> String {
     if curves {
         let _ = write!(s, " {:>8} {:>9}", "accuracy", "converged");
     }
+    let preempting = c.results.iter().any(|r| r.mean.preempted > 0.0);
+    if preempting {
+        let _ = write!(s, " {:>9} {:>9}", "preempted", "work lost");
+    }
     s.push('\n');
     for r in &c.results {
         let m = &r.mean;
@@ -353,6 +357,9 @@ pub fn table(c: &Comparison) -> String {
                 m.converged
             );
         }
+        if preempting {
+            let _ = write!(s, " {:>9.1} {:>9.2}", m.preempted, m.work_lost);
+        }
         s.push('\n');
     }
     if let Some(r) = c.results.first() {
@@ -378,6 +385,12 @@ pub fn table(c: &Comparison) -> String {
         s,
         "reward: cluster reward per task, accuracy·w_acc − JCT·w_time − node-slots held·w_res"
     );
+    if preempting {
+        let _ = writeln!(
+            s,
+            "preempted: tasks stopped for a higher class per episode; work lost: their progress since their last checkpoint, in whole runs"
+        );
+    }
     if c.results.iter().any(|r| r.clairvoyant) {
         let _ = writeln!(
             s,

@@ -1,7 +1,8 @@
 //! Priority classes in whole episodes of the `priority-edge` preset (a fifth of the tasks urgent,
 //! class 0; the rest batch, class 2): the urgent class finishes sooner where the queues honour
 //! classes than in the same workloads with classes ignored (`--priority-blind`), for a policy
-//! that takes its window in order and for elastic Tiresias, whose shares go class by class.
+//! that takes its window in order and for elastic Tiresias, whose shares go class by class; and
+//! with preemption (`--preempt`) only lower classes are stopped, for rooms that are then used.
 //! Behaviour, not timing; the figures are in docs/BENCHMARKS.md.
 
 // Test code may unwrap: a failure there is a test failure with its message.
@@ -67,4 +68,44 @@ fn a_negative_aging_an_unknown_class_and_a_misspelt_key_are_refused_with_their_f
         .unwrap_err()
         .to_string();
     assert!(e.contains("honor"), "{e}");
+}
+
+/// Preemption (`--preempt`): for a policy that leaves urgent tasks waiting behind running batch
+/// work (random picks), the urgent class finishes much sooner; only batch tasks are stopped,
+/// each room made is used by the task it was made for in the next slot's rounds, and the work
+/// the victims lost is counted.
+#[test]
+fn preemption_stops_only_batch_tasks_and_every_room_it_makes_is_used() {
+    let plain = Simulator::new(Scenario::load("priority-edge").unwrap());
+    let preempting = Simulator::new(Scenario::load("priority-edge").unwrap()).preempt(None);
+    let (urgent, _) = classes(&plain, "random");
+    let (urgent_pre, _) = classes(&preempting, "random");
+    eprintln!("random: class 0 {urgent:.2} without preemption, {urgent_pre:.2} with");
+    assert!(urgent >= 1.5 * urgent_pre, "{urgent} vs {urgent_pre}");
+    let mut preempted = 0;
+    for seed in [100, 101] {
+        for policy in ["random", "first-fit-max", "tiresias", "optimus-np"] {
+            let policies = tapfinger_sim::policies::build(&preempting, policy).unwrap();
+            let e = preempting.run(policies, seed).unwrap();
+            assert_eq!(e.rooms_unused, 0, "{policy}, seed {seed}");
+            for t in &e.tasks {
+                if t.preemptions > 0 {
+                    assert_eq!(t.priority, 2, "{policy}: an urgent task was preempted");
+                    preempted += 1;
+                } else {
+                    assert_eq!(t.work_lost, 0.0);
+                }
+            }
+            let m = tapfinger_sim::metrics::summarize(&e, &preempting.scenario().kind_names());
+            assert_eq!(
+                m.preempted as u32,
+                e.tasks.iter().map(|t| t.preemptions).sum::<u32>()
+            );
+        }
+    }
+    assert!(preempted > 0, "nothing was preempted");
+    // Without `--preempt` nothing is.
+    let policies = tapfinger_sim::policies::build(&plain, "random").unwrap();
+    let e = plain.run(policies, 100).unwrap();
+    assert!(e.tasks.iter().all(|t| t.preemptions == 0));
 }

@@ -174,6 +174,8 @@ impl Episode<'_> {
                     accuracy: None,
                     accuracy_at_plateau: None,
                     resource_time: e.meta.learning.resource_time,
+                    preemptions: 0,
+                    work_lost: 0.0,
                     cluster_reward: self.sc.reward.of(
                         None,
                         finish - task.arrival,

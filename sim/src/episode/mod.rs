@@ -23,6 +23,7 @@ use tapfinger::{NodeId, Policy, Protocol, Resources, Round, RoundOutcome, Task, 
 
 mod gangs;
 mod learning;
+mod preempt;
 mod records;
 pub use records::{EpisodeResult, NoObserver, Observer, SimError, SlotRecord, TaskRecord};
 
@@ -44,6 +45,8 @@ struct SimMeta {
     prev: Option<Resources>,
     /// Its accuracy reports, plateau and resources held ([`learning`]).
     learning: learning::Learning,
+    /// Its checkpoints and preemptions ([`preempt`]).
+    checkpoints: preempt::Checkpoints,
 }
 
 /// Counters of one slot's decisions.
@@ -87,6 +90,10 @@ pub(crate) struct Episode<'a> {
     sizes: Vec<f64>,
     /// The seed of the tasks' accuracy reports (the workload's: the same whatever the policy).
     curve_seed: u64,
+    /// Nodes that made room for a waiting task, which they propose until it starts ([`preempt`]).
+    forced: std::collections::BTreeMap<NodeId, TaskId>,
+    /// Rooms made whose task had not started by the end of the next slot's rounds.
+    rooms_unused: u64,
     /// The first task of `arrivals` not yet arrived.
     next_arrival: usize,
     /// Finished tasks (a finished task leaves the ledger; this is all that is kept of it).
@@ -185,6 +192,8 @@ impl<'a> Episode<'a> {
             arrivals: arrivals.into_iter().map(Arc::new).collect(),
             sizes: workload::sizes(sc, seeds.workload, sc.tasks as usize),
             curve_seed: seeds.workload,
+            forced: Default::default(),
+            rooms_unused: 0,
             next_arrival: 0,
             records: Vec::new(),
             slots: Vec::new(),
@@ -230,6 +239,8 @@ impl<'a> Episode<'a> {
                     break;
                 }
             }
+            // Lower classes make room for waiting tasks that fit nowhere ([`preempt`]).
+            self.preempt(slot);
             // Shrinking converging tasks (RLPTO): a step down, the re-share, the ceilings held.
             self.shrink_step();
             self.rebalance(slot, d.steps, observe)?;
@@ -266,6 +277,7 @@ impl<'a> Episode<'a> {
             slots: self.slots,
             returns: self.returns,
             messages: self.messages,
+            rooms_unused: self.rooms_unused,
         })
     }
 
@@ -340,6 +352,8 @@ impl<'a> Episode<'a> {
                 .map_err(|e| self.violation(i, slot, e.to_string()))?;
             // An owner of a pending gang that fits proposes it instead ([`gangs`]).
             let proposal = self.gang_proposal(i, &view).unwrap_or(proposal);
+            // A node that made room for a waiting task proposes it ([`preempt`]).
+            let proposal = self.forced_proposal(i).unwrap_or(proposal);
             // Every agent states its claimable units, as an agent does: gangs place members
             // only on boxes that stated them.
             let free = self.ledger.claimable(self.ids[i]);
@@ -387,12 +401,17 @@ impl<'a> Episode<'a> {
                 );
                 return Err(self.violation(c.agent.0 as usize, slot, reason));
             }
+            // A preempted task resumes from its last checkpoint.
+            let resume = self
+                .ledger
+                .get(c.task)
+                .map_or(0.0, |e| e.meta.checkpoints.resume);
             self.ledger.set_state(
                 c.task,
                 TaskState::Running {
                     node: c.agent,
                     alloc: c.alloc.clone(),
-                    progress: 0.0,
+                    progress: resume,
                     started: slot,
                 },
             );
@@ -519,6 +538,7 @@ impl<'a> Episode<'a> {
                 m.prev = Some(alloc.clone());
             }
             self.learn(id, &alloc, progress, slot);
+            self.checkpoint(id, progress, slot);
             let finished = progress >= 1.0 - 1e-12;
             observe.progressed(slot, id, progress, finished);
             if finished {
@@ -539,6 +559,8 @@ impl<'a> Episode<'a> {
                     accuracy: self.final_accuracy(task.ty.0),
                     accuracy_at_plateau: meta.learning.at_plateau,
                     resource_time: meta.learning.resource_time,
+                    preemptions: meta.checkpoints.preemptions,
+                    work_lost: meta.checkpoints.lost,
                     cluster_reward: sc.reward.of(
                         self.final_accuracy(task.ty.0),
                         finish - task.arrival,

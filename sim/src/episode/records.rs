@@ -114,6 +114,10 @@ pub struct TaskRecord {
     pub accuracy_at_plateau: Option<f64>,
     /// Node-slots of resources it held ([`crate::learning`]).
     pub resource_time: f64,
+    /// Times it was preempted (to make room for a higher class).
+    pub preemptions: u32,
+    /// Work it lost to preemption, in its own work (1: a whole run).
+    pub work_lost: f64,
     /// Its cluster reward, with the scenario's weights ([`crate::learning`]).
     pub cluster_reward: f64,
 }
@@ -150,4 +154,7 @@ pub struct EpisodeResult {
     pub returns: Vec<f64>,
     /// Protocol messages delivered.
     pub messages: u64,
+    /// Rooms made by preemption whose waiting task had not started by the end of the next
+    /// slot's rounds (the rule says none: a node stops tasks only when the waiting task then fits).
+    pub rooms_unused: u64,
 }

@@ -150,6 +150,18 @@ pub struct PrioritiesFile {
     /// A waiting task moves up one class per this many slots (0: never).
     #[serde(default = "aging")]
     pub aging_slots: i64,
+    /// Lower classes make room for a waiting task that fits nowhere ([`crate::episode`]'s
+    /// preemption): running tasks checkpoint every `checkpoint_slots` slots and a preempted one
+    /// resumes from its last checkpoint.
+    #[serde(default)]
+    pub preempt: bool,
+    /// Slots between a running task's checkpoints (≥ 1).
+    #[serde(default = "checkpoint")]
+    pub checkpoint_slots: i64,
+}
+
+fn checkpoint() -> i64 {
+    5
 }
 
 fn yes() -> bool {
@@ -318,6 +330,8 @@ pub struct Scenario {
     pub gangs: Option<crate::gangs::Gangs>,
     /// How the queues order priority classes (task types carry the class).
     pub priorities: tapfinger::ledger::Priorities,
+    /// Preemption of lower classes: the slots between checkpoints (`None`: no preemption).
+    pub checkpoint_slots: Option<u64>,
     /// The plateau detector, and whether converging tasks shrink (`None`: no detection).
     pub shrink: Option<crate::learning::Shrink>,
     /// The cluster reward's weights.

@@ -299,11 +299,28 @@ impl Scenario {
                     format!("must be 0 (never) or more slots, got {}", p.aging_slots),
                 ));
             }
+            Some(p) if p.checkpoint_slots < 1 => {
+                return Err(invalid(
+                    "priorities.checkpoint_slots".into(),
+                    format!("must be 1 or more slots, got {}", p.checkpoint_slots),
+                ));
+            }
+            Some(p) if p.preempt && !p.honour => {
+                return Err(invalid(
+                    "priorities.preempt".into(),
+                    "preemption needs the classes honoured (honour = true)".into(),
+                ));
+            }
             Some(p) => tapfinger::ledger::Priorities {
                 honour: p.honour,
                 aging_slots: (p.aging_slots > 0).then_some(p.aging_slots as u64),
             },
         };
+        let checkpoint_slots = f
+            .priorities
+            .as_ref()
+            .filter(|p| p.preempt)
+            .map(|p| p.checkpoint_slots as u64);
         let shrink = f
             .shrink
             .map(|x| x.check())
@@ -333,6 +350,7 @@ impl Scenario {
             trace,
             gangs,
             priorities,
+            checkpoint_slots,
             shrink,
             reward,
         })
