@@ -121,6 +121,8 @@ pub struct Local {
     pub capacity: Resources,
     /// Shrink converging tasks (the agent's `shrink_converging`).
     pub shrink: bool,
+    /// Preempt lower classes (the agent's `preempt`).
+    pub preempt: bool,
 }
 
 impl Local {
@@ -142,6 +144,7 @@ impl Local {
             model: None,
             capacity: capacity(),
             shrink: false,
+            preempt: false,
         }
     }
 
@@ -196,6 +199,7 @@ impl Local {
             priorities: Default::default(),
             // Cores are kind 0 of the agent's space.
             shrink_kind: self.shrink.then_some(0),
+            preempt: self.preempt,
         };
         let policy =
             tapfinger_agent::policy::build(&self.policy, self.model.as_deref(), 10).unwrap();

@@ -121,6 +121,7 @@ impl Agents {
                     addr: "127.0.0.1".into(),
                     priorities: Default::default(),
                     shrink_kind: None,
+                    preempt: false,
                 };
                 NodeCore::new(cfg, p, agent_seed(seed, i))
             })

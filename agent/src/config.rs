@@ -85,6 +85,12 @@ pub struct AgentConfig {
     /// restart), and the CPUs go to this box's other tasks or to the next ones it starts. A box's
     /// own choice: boxes of one cluster may differ.
     pub shrink_converging: bool,
+    /// Preempt lower priority classes (default false): once a slot, a waiting task that fits
+    /// no box gets room on the box short of least, whose tasks of a lower class are stopped —
+    /// those losing least work first (progress since their last `checkpoint=` report), only as
+    /// many as needed — after a checkpoint signal (SIGTERM) and their spec's `grace_seconds`.
+    /// They go back to the queue. Every box of a cluster should agree.
+    pub preempt: bool,
     /// A box silent this long (ms, default one day) is forgotten: it no longer counts toward the
     /// quorum. Until then a cluster that lost half its boxes or more stops after `autonomy_ms`.
     pub forget_ms: u64,
@@ -175,6 +181,7 @@ impl Default for AgentConfig {
             autonomy_ms: tapfinger::node::DEFAULT_AUTONOMY_MS,
             priority_aging_ms: 250_000,
             shrink_converging: false,
+            preempt: false,
             forget_ms: tapfinger::node::DEFAULT_FORGET_MS,
             log_retention_hours: 168,
             journal_keep_finished: 10_000,

@@ -90,6 +90,14 @@ impl AgentMetrics {
                 "Tasks run to completion on this node."
             );
             describe_counter!("tapfinger_rounds_total", "Negotiation rounds decided.");
+            describe_counter!(
+                "tapfinger_preempted_total",
+                "Tasks this node preempted for a higher priority class."
+            );
+            describe_gauge!(
+                "tapfinger_work_lost",
+                "Work the tasks preempted here lost (progress since their last checkpoint, in whole runs)."
+            );
             describe_counter!("tapfinger_claims_total", "Claims this agent made.");
             describe_counter!(
                 "tapfinger_claims_lost_total",
@@ -226,6 +234,9 @@ impl AgentMetrics {
             counter!("tapfinger_finished_here_total").absolute(st.finished_here.len() as u64);
             let n = &st.stats;
             counter!("tapfinger_rounds_total").absolute(n.rounds);
+            counter!("tapfinger_preempted_total").absolute(n.preempted);
+            gauge!("tapfinger_work_lost")
+                .set(st.preempted.values().map(|p| p.work_lost).sum::<f64>());
             counter!("tapfinger_claims_total").absolute(n.claims);
             counter!("tapfinger_claims_lost_total").absolute(n.claims_lost);
             counter!("tapfinger_conflicts_total").absolute(n.conflicts);

@@ -484,6 +484,7 @@ mod tests {
             addr: "127.0.0.1".into(),
             priorities: Default::default(),
             shrink_kind: None,
+            preempt: false,
         };
         NodeCore::new(cfg, crate::policy::build("tapfinger", None, 10).unwrap(), 1)
     }

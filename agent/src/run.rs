@@ -122,6 +122,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
                 .shrink_converging
                 .then(|| space().index_of("cpu"))
                 .flatten(),
+            preempt: cfg.preempt,
         },
         policy,
         u64::from(me.0),

@@ -46,6 +46,8 @@ pub struct Status {
     pub classes: BTreeMap<TaskId, u8>,
     /// What the tasks running here report besides progress.
     pub reports: BTreeMap<TaskId, crate::reports::Report>,
+    /// Tasks this agent preempted, with what it cost them.
+    pub preempted: BTreeMap<TaskId, tapfinger::node::preempt::Preempted>,
 }
 
 /// The pending tasks of `tasks` in the order nodes take them at `slot` ([`Status::queue`]).

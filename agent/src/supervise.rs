@@ -12,7 +12,8 @@
 //!   file while it holds a quorum ([`tapfinger::node::lease`]); when the file is older than the
 //!   autonomy time, the supervisor kills the task's process group, exactly when the agent would
 //!   have stopped the task itself, and before any peer may start the task elsewhere.
-//! - SIGTERM (the agent stopping the task) kills the task's process group.
+//! - SIGTERM (the agent stopping the task) kills the task's process group; SIGUSR1 (the agent
+//!   preempting it) sends the group SIGTERM, its checkpoint signal, and kills it after the grace.
 //! - When the task ends, the supervisor writes its exit record (exit code, or how it was stopped)
 //!   atomically to the exit file, where the agent (or its successor) reads it.
 //!
@@ -38,6 +39,10 @@ pub struct SuperviseArgs {
     /// Where to write the exit record.
     #[arg(long)]
     pub exit_file: PathBuf,
+    /// A preempted task's grace (ms): SIGUSR1 to the supervisor sends SIGTERM to the task's
+    /// group (its checkpoint signal) and kills it this long after, if it has not ended.
+    #[arg(long, default_value_t = 0)]
+    pub grace_ms: u64,
     /// The task's standard output log.
     #[arg(long)]
     pub stdout: PathBuf,
@@ -54,7 +59,8 @@ pub struct SuperviseArgs {
 pub struct ExitRecord {
     /// The task's exit code, if it exited by itself.
     pub code: Option<i32>,
-    /// `exited`, `stopped` (SIGTERM to the supervisor), `lease` (the agent's lease ran out),
+    /// `exited`, `stopped` (SIGTERM to the supervisor), `preempted` (SIGUSR1: the task's
+    /// checkpoint signal and grace first), `lease` (the agent's lease ran out),
     /// or `spawn` (the program could not be started; `message` says why).
     pub how: String,
     /// Details.
@@ -153,6 +159,19 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
             };
         }
     };
+    let mut usr1 =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()) {
+            Ok(s) => s,
+            Err(e) => {
+                kill_group(pgid);
+                let _ = child.wait().await;
+                return ExitRecord {
+                    code: None,
+                    how: "spawn".into(),
+                    message: format!("cannot handle SIGUSR1: {e}"),
+                };
+            }
+        };
     let limit = Duration::from_millis(a.autonomy_ms);
     let mut check = tokio::time::interval(Duration::from_millis(100));
     loop {
@@ -170,6 +189,18 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
                 kill_group(pgid);
                 let _ = child.wait().await;
                 return ExitRecord { code: None, how: "stopped".into(), message: String::new() };
+            }
+            _ = usr1.recv() => {
+                if let Ok(pid) = i32::try_from(pgid) {
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGTERM,
+                    );
+                }
+                let _ = tokio::time::timeout(Duration::from_millis(a.grace_ms), child.wait()).await;
+                kill_group(pgid);
+                let _ = child.wait().await;
+                return ExitRecord { code: None, how: "preempted".into(), message: String::new() };
             }
             _ = check.tick() => {
                 let theirs = std::fs::read_to_string(&a.lease).ok().filter(|o| *o == a.owner);
@@ -234,6 +265,50 @@ mod tests {
         assert!(alive(me, t));
         assert!(!alive(me, t + 1));
         assert_eq!(start_time(u32::MAX - 1), None);
+    }
+
+    /// SIGUSR1 to the supervisor (a preemption): the task gets SIGTERM, its checkpoint signal,
+    /// and ends by itself within its grace; one that ignores it is killed after the grace.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_preempted_task_gets_its_checkpoint_signal_then_its_grace() {
+        let dir = std::env::temp_dir().join(format!("tf-sup-usr1-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let lease = dir.join("lease");
+        std::fs::write(&lease, "me").unwrap();
+        let marker = dir.join("term");
+        let args = |script: &str| SuperviseArgs {
+            lease: lease.clone(),
+            autonomy_ms: 60_000,
+            owner: "me".into(),
+            exit_file: dir.join("t.exit"),
+            grace_ms: 2_000,
+            stdout: dir.join("t.stdout"),
+            stderr: dir.join("t.stderr"),
+            command: vec!["sh".into(), "-c".into(), script.into()],
+        };
+        let raise_soon = || {
+            tokio::spawn(async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                nix::sys::signal::raise(nix::sys::signal::Signal::SIGUSR1).unwrap();
+            })
+        };
+        let polite = format!(
+            "trap 'echo term > {}; exit 0' TERM; while true; do sleep 0.05; done",
+            marker.display()
+        );
+        raise_soon();
+        let r = supervise(&args(&polite)).await;
+        assert_eq!(r.how, "preempted");
+        assert_eq!(std::fs::read_to_string(&marker).unwrap().trim(), "term");
+        // One that ignores the signal is killed once its grace is up (else this never returns).
+        let deaf = "trap '' TERM; while true; do sleep 0.05; done";
+        let mut a = args(deaf);
+        a.grace_ms = 200;
+        raise_soon();
+        let r = supervise(&a).await;
+        assert_eq!(r.how, "preempted");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

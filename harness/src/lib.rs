@@ -139,7 +139,7 @@ impl Cluster {
                 }
                 // The harness's policies are not elastic; a task's run time is set at its start.
                 Action::Refused { .. } | Action::Resize { .. } => {}
-                Action::Stop { task } => {
+                Action::Stop { task } | Action::Preempt { task } => {
                     let here = |(_, n, t): &(u64, usize, TaskId)| *n == from && *t == task;
                     let alive = self.running.iter().any(here);
                     self.running.retain(|c| !here(c));

@@ -445,6 +445,7 @@ mod tests {
             nodes: Vec::new(),
             priority: 0,
             resumable: true,
+            grace_seconds: 30,
             gang: Some(Box::new(crate::spec::GangSpec {
                 workers: crate::spec::WorkerCount(2, 4),
                 ps: 1,

@@ -225,6 +225,8 @@ fn info(st: &crate::status::Status, id: TaskId, t: &tapfinger::node::TaskState) 
         priority: st.classes.get(&id).copied().unwrap_or(0),
         metrics: report.map(|r| r.last.clone()).unwrap_or_default(),
         converging: report.is_some_and(|r| r.converging),
+        preempted: st.preempted.get(&id).map_or(0, |p| p.times),
+        work_lost: st.preempted.get(&id).map_or(0.0, |p| p.work_lost),
         status: t.into(),
     }
 }

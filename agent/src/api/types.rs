@@ -126,6 +126,13 @@ pub struct TaskInfo {
     /// Its loss (or accuracy) has plateaued (RLPTO's detector), while it runs on the agent asked.
     #[serde(default)]
     pub converging: bool,
+    /// Times the agent asked preempted it for a higher class.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub preempted: u32,
+    /// Work those preemptions lost: its progress since its last `checkpoint=` report, summed
+    /// (1: a whole run).
+    #[serde(default, skip_serializing_if = "is_zero_f")]
+    pub work_lost: f64,
     /// Where it stands.
     #[serde(flatten)]
     pub status: TaskStatus,
@@ -202,4 +209,12 @@ pub struct Peers {
 pub struct PolicyVersion {
     /// The version.
     pub version: u64,
+}
+
+fn is_zero(x: &u32) -> bool {
+    *x == 0
+}
+
+fn is_zero_f(x: &f64) -> bool {
+    *x == 0.0
 }

@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 use tapfinger::node::NodeCore;
 use tapfinger::node::{Action, TaskState};
 use tapfinger::spec::{SpecError, TaskSpec};
-use tapfinger::{NodeId, Resources, TaskId};
+use tapfinger::{NodeId, TaskId};
 use tokio::sync::{mpsc, watch};
+
+mod execute;
 
 /// Whether the loop goes on.
 enum Flow {
@@ -151,7 +153,10 @@ pub(super) async fn run(
         for a in std::mem::take(&mut pending) {
             runs_changed |= matches!(
                 a,
-                Action::Start { .. } | Action::Stop { .. } | Action::Resize { .. }
+                Action::Start { .. }
+                    | Action::Stop { .. }
+                    | Action::Preempt { .. }
+                    | Action::Resize { .. }
             );
             d.execute(a).await;
         }
@@ -228,47 +233,6 @@ impl Daemon {
         Flow::Continue(actions)
     }
 
-    fn on_exec(&mut self, ev: ExecEvent) -> Vec<Action> {
-        match ev {
-            ExecEvent::Progress {
-                task,
-                progress,
-                metrics,
-            } => {
-                self.p.core.on_progress(task, progress);
-                self.reports.record(task, metrics);
-                if let Some(r) = self.reports.all().get(&task) {
-                    self.p.core.on_converging(task, r.converging);
-                }
-                Vec::new()
-            }
-            ExecEvent::Exited {
-                task,
-                code,
-                stopped: by_executor,
-            } => {
-                self.gpus.release(task);
-                self.reports.forget(task);
-                if self.restarting.remove(&task)
-                    && !self.stopped_here.contains(&task)
-                    && let Some(again) = self.restart(task)
-                {
-                    return vec![again];
-                }
-                if let Some(store) = &mut self.p.store
-                    && let Err(e) = store.ended(task)
-                {
-                    tracing::warn!(%task, error = %e, "cannot journal the end of a run");
-                }
-                let stopped = self.stopped_here.remove(&task) || by_executor;
-                if !stopped {
-                    self.finished_here.push(task);
-                }
-                self.p.core.on_exit(task, code, stopped)
-            }
-        }
-    }
-
     async fn on_command(&mut self, cmd: Command) -> Flow {
         let actions = match cmd {
             Command::Submit(spec, reply) => match self.accept(&spec) {
@@ -311,7 +275,9 @@ impl Daemon {
                         Action::Broadcast(e) => {
                             let _ = self.p.net.send(&e).await;
                         }
-                        Action::Stop { task } => self.p.executor.stop(task),
+                        Action::Stop { task } | Action::Preempt { task } => {
+                            self.p.executor.stop(task)
+                        }
                         Action::Start { .. } | Action::Resize { .. } | Action::Refused { .. } => {}
                     }
                 }
@@ -345,164 +311,6 @@ impl Daemon {
         }
         self.next_local += 1;
         Ok(task)
-    }
-
-    /// Carry out one action of the core.
-    async fn execute(&mut self, action: Action) {
-        match action {
-            Action::Broadcast(e) => {
-                if let Err(err) = self.p.net.send(&e).await {
-                    tracing::warn!(error = %err, "cannot broadcast");
-                }
-            }
-            Action::Start {
-                task,
-                spec,
-                alloc,
-                gang,
-            } => self.start(task, spec, alloc, gang).await,
-            Action::Resize { task, alloc } => self.resize(task, &alloc),
-            Action::Stop { task } => {
-                self.stopped_here.insert(task);
-                self.p.executor.stop(task);
-            }
-            Action::Refused { task, from, reason } => {
-                tracing::warn!(%task, peer = %from, %reason, "refused a peer's message");
-            }
-        }
-    }
-
-    /// The start of a task stopped for new GPU devices, if it still runs here (a stop or an
-    /// outcome meanwhile ends it as any run ends): with its shares in force, told to resume.
-    fn restart(&mut self, task: TaskId) -> Option<Action> {
-        let me = self.p.core.id();
-        let e = self.p.core.tasks().get(task)?;
-        let TaskState::Running { node, alloc, .. } = &e.state else {
-            return None;
-        };
-        if *node != me {
-            return None;
-        }
-        if let Some(store) = &mut self.p.store
-            && let Err(err) = store.ended(task)
-        {
-            tracing::warn!(%task, error = %err, "cannot journal the end of a run");
-        }
-        let mut spec = e.meta.spec.clone();
-        spec.env.insert("TAPFINGER_RESUME".into(), "1".into());
-        tracing::info!(%task, %alloc, "restarting with new GPU devices");
-        Some(Action::Start {
-            task,
-            spec,
-            alloc: alloc.clone(),
-            gang: None,
-        })
-    }
-
-    /// New shares for a task running here: CPU and memory change while it runs; a new GPU count
-    /// means new devices, which a process cannot change, so it is stopped and started again
-    /// (only resumable tasks are given GPUs beyond their minimum, see `TaskSpec::resumable`).
-    fn resize(&mut self, task: TaskId, alloc: &Resources) {
-        let mut allocation = (self.p.to_allocation)(alloc);
-        let held = self.gpus.held.get(&task).map_or(0, Vec::len);
-        if allocation.gpus.len() != held {
-            if self.restarting.insert(task) {
-                self.p.executor.stop(task);
-            }
-            return;
-        }
-        allocation.gpus = self.gpus.held.get(&task).cloned().unwrap_or_default();
-        match self.p.executor.resize(task, &allocation) {
-            Ok(crate::exec::Enforcement::None(why)) => {
-                tracing::warn!(%task, %alloc, %why, "re-shared, not enforced");
-            }
-            Ok(_) => tracing::debug!(%task, %alloc, "re-shared"),
-            Err(e) => tracing::warn!(%task, %alloc, error = %e, "cannot re-share"),
-        }
-    }
-
-    /// Start a task this node won: its GPU devices, the process, the journal's run record.
-    async fn start(
-        &mut self,
-        task: TaskId,
-        mut spec: TaskSpec,
-        alloc: Resources,
-        gang: Option<tapfinger::node::gangs::GangStart>,
-    ) {
-        let p = &mut self.p;
-        // What a task may want to know of itself: its id, where it runs, and its epoch (a
-        // fencing token it can hand to external storage).
-        let epoch = p.core.tasks().get(task).map_or(0, |t| t.meta.epoch);
-        // The journal keeps the spec as submitted: a restarted agent announces the copies it
-        // adopts with it, and peers refuse a task known under its id with another spec (with
-        // these variables added, they refused it, and the copy was never reconciled).
-        let submitted = spec.clone();
-        spec.env
-            .insert("TAPFINGER_TASK_ID".into(), task.0.to_string());
-        spec.env
-            .insert("TAPFINGER_NODE".into(), p.core.config().name.clone());
-        spec.env.insert("TAPFINGER_EPOCH".into(), epoch.to_string());
-        if let Some(g) = &gang {
-            super::gang_start::wrap(task, &mut spec, g);
-        }
-        // A stop asked for an earlier run of this task here is not about this one.
-        self.stopped_here.remove(&task);
-        let mut allocation = (p.to_allocation)(&alloc);
-        let started = if self.gpus.held.contains_key(&task) {
-            Err(crate::exec::ExecError::AlreadyRunning(task))
-        } else {
-            match self.gpus.take(task, allocation.gpus.len()) {
-                Some(devices) => {
-                    allocation.gpus = devices;
-                    p.executor.start(task, &spec, &allocation)
-                }
-                None => Err(crate::exec::ExecError::Spawn {
-                    task,
-                    reason: format!(
-                        "{} GPU(s) needed, {} free",
-                        allocation.gpus.len(),
-                        self.gpus.free.len()
-                    ),
-                }),
-            }
-        };
-        if started.is_ok()
-            && let Some(store) = &mut p.store
-        {
-            // Durable before anyone hears of the start, so a restart adopts it.
-            let entry = &p.core.tasks()[&task];
-            let run = crate::store::Run {
-                task: (*entry.task).clone(),
-                spec: submitted,
-                epoch: entry.meta.epoch,
-                alloc: alloc.clone(),
-                gpus: self.gpus.held.get(&task).cloned().unwrap_or_default(),
-                handle: p.executor.handle(task),
-            };
-            if let Err(e) = store.run(&run) {
-                tracing::warn!(%task, error = %e, "cannot journal a start");
-            }
-        }
-        match started {
-            Ok(enforcement) => {
-                // How long it waited, in whole slots since it was submitted.
-                let arrival = p.core.tasks().get(task).map_or(0, |e| e.task.arrival);
-                let waited = p.core.slot().saturating_sub(arrival) * p.core.config().slot_ms;
-                self.metrics.queue_wait(waited);
-                tracing::info!(%task, %alloc, ?enforcement, "started");
-            }
-            Err(e) => {
-                if !matches!(e, crate::exec::ExecError::AlreadyRunning(_)) {
-                    self.gpus.release(task);
-                }
-                tracing::warn!(%task, error = %e, "cannot start");
-                for m in p.core.on_exit(task, None, false) {
-                    if let Action::Broadcast(e) = m {
-                        let _ = p.net.send(&e).await;
-                    }
-                }
-            }
-        }
     }
 
     /// After every step: files and online learning.
@@ -569,6 +377,7 @@ impl Daemon {
             queue: crate::status::queue_of(core.tasks(), core.slot()),
             classes: crate::status::classes_of(core.tasks()),
             reports: self.reports.all().clone(),
+            preempted: core.preempted().clone(),
         };
         let latencies = self.p.core.take_latencies();
         self.metrics.update(&snapshot, &latencies);

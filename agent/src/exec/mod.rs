@@ -112,6 +112,11 @@ pub trait Executor: Send {
     ) -> Result<Enforcement, ExecError>;
     /// Stop a task (its `Exited` event follows with code `None`); unknown tasks are ignored.
     fn stop(&mut self, task: TaskId);
+    /// Preempt a task: SIGTERM to it (its checkpoint signal), its spec's `grace_seconds` to end,
+    /// then a stop. Executors without processes stop it at once.
+    fn preempt(&mut self, task: TaskId) {
+        self.stop(task);
+    }
     /// Change a running task's CPU and memory shares while it runs (elastic sharing; its GPUs
     /// stay those it started with). Returns how the new shares are enforced.
     fn resize(&mut self, task: TaskId, alloc: &Allocation) -> Result<Enforcement, ExecError>;
@@ -204,7 +209,10 @@ pub struct Supervision {
 
 struct Running {
     /// Asks the waiter to stop the task (taken by the first stop).
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// `None`: at once; `Some(grace)`: SIGTERM first, the grace to end, then a kill.
+    stop: Option<tokio::sync::oneshot::Sender<Option<std::time::Duration>>>,
+    /// Its spec's grace after a checkpoint signal (a preemption).
+    grace: std::time::Duration,
     /// CPUs it is pinned to (affinity fallback; empty with cgroups).
     pinned: Vec<usize>,
     /// The supervisor's process (supervised tasks only).
@@ -271,6 +279,7 @@ impl Executor for ProcessExecutor {
             return Err(ExecError::AlreadyRunning(task));
         }
         let mut pinned = Vec::new();
+        let grace = std::time::Duration::from_secs(spec.grace_seconds.clamp(0, 3600) as u64);
         let spawn_err = |reason: String| ExecError::Spawn { task, reason };
         std::fs::create_dir_all(&self.log_dir).map_err(|e| spawn_err(e.to_string()))?;
         let (enforcement, mut argv): (Enforcement, Vec<String>) = match self
@@ -331,6 +340,8 @@ impl Executor for ProcessExecutor {
                 sup.autonomy_ms.to_string(),
                 "--owner".into(),
                 sup.owner.clone(),
+                "--grace-ms".into(),
+                grace.as_millis().to_string(),
                 "--exit-file".into(),
                 sup.run_dir
                     .join(format!("{}.exit", task.0))
@@ -380,6 +391,7 @@ impl Executor for ProcessExecutor {
                 stop: Some(stop_tx),
                 pinned,
                 handle: None,
+                grace,
             },
         );
         drop(running);
@@ -395,7 +407,17 @@ impl Executor for ProcessExecutor {
             let err = tokio::spawn(pump(stderr, log.with_extension("stderr"), None));
             let (code, stopped) = tokio::select! {
                 status = child.wait() => (status.ok().and_then(|s| s.code()), false),
-                _ = stop_rx => {
+                r = stop_rx => {
+                    // A preemption: the checkpoint signal to the task's group, its grace to end.
+                    if let (Ok(Some(grace)), Some(pid)) = (r, child.id())
+                        && let Ok(pid) = i32::try_from(pid)
+                    {
+                        let _ = nix::sys::signal::killpg(
+                            nix::unistd::Pid::from_raw(pid),
+                            nix::sys::signal::Signal::SIGTERM,
+                        );
+                        let _ = tokio::time::timeout(grace, child.wait()).await;
+                    }
                     let _ = child.kill().await;
                     (None, true)
                 }
@@ -416,7 +438,19 @@ impl Executor for ProcessExecutor {
             .get_mut(&task)
             .and_then(|r| r.stop.take());
         if let Some(tx) = stop {
-            let _ = tx.send(());
+            let _ = tx.send(None);
+        }
+    }
+
+    fn preempt(&mut self, task: TaskId) {
+        let stop = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&task)
+            .and_then(|r| Some((r.stop.take()?, r.grace)));
+        if let Some((tx, grace)) = stop {
+            let _ = tx.send(Some(grace));
         }
     }
 

@@ -46,6 +46,8 @@ pub(super) fn start(
             stop: Some(stop_tx),
             pinned,
             handle,
+            // The supervisor has the task's grace (`--grace-ms`).
+            grace: std::time::Duration::ZERO,
         },
     );
     let end = async move {
@@ -71,6 +73,7 @@ pub(super) fn adopt(ex: &ProcessExecutor, sup: Supervision, task: TaskId, h: Han
             stop: Some(stop_tx),
             pinned: Vec::new(),
             handle: Some(h),
+            grace: std::time::Duration::ZERO,
         },
     );
     // Not our child: poll until the process is gone.
@@ -91,7 +94,7 @@ fn follow(
     task: TaskId,
     pid: u32,
     end: impl std::future::Future<Output = ()> + Send + 'static,
-    stop: oneshot::Receiver<()>,
+    stop: oneshot::Receiver<Option<std::time::Duration>>,
     exit_file: PathBuf,
     log: PathBuf,
 ) {
@@ -109,11 +112,15 @@ fn follow(
                 _ = &mut end => break,
                 r = &mut stop, if !stopping => {
                     stopping = true;
-                    if r.is_ok() && let Ok(p) = i32::try_from(pid) {
-                        let _ = nix::sys::signal::kill(
-                            nix::unistd::Pid::from_raw(p),
-                            nix::sys::signal::Signal::SIGTERM,
-                        );
+                    // SIGTERM: stop the task at once; SIGUSR1: preempt it (the checkpoint signal
+                    // and the grace the supervisor was started with, then a kill).
+                    let signal = match r {
+                        Ok(Some(_)) => Some(nix::sys::signal::Signal::SIGUSR1),
+                        Ok(None) => Some(nix::sys::signal::Signal::SIGTERM),
+                        Err(_) => None,
+                    };
+                    if let (Some(signal), Ok(p)) = (signal, i32::try_from(pid)) {
+                        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), signal);
                     }
                 }
                 _ = tick.tick() => tail.report(task, &events).await,
@@ -128,7 +135,10 @@ fn follow(
                     tracing::warn!(%task, how = %r.how, message = %r.message, "task ended");
                 }
                 // A program that could not start failed; a stop or a lapsed lease is no outcome.
-                (None, r.how == "stopped" || r.how == "lease")
+                (
+                    None,
+                    r.how == "stopped" || r.how == "lease" || r.how == "preempted",
+                )
             }
             None => (None, stopping),
         };

@@ -22,6 +22,19 @@ impl NodeCore {
     /// units taken until its end is reported (if its process is still alive: a gang member may
     /// have ended before its gang did). Call before the task's state changes.
     pub(super) fn stop_copy(&mut self, task: TaskId) -> Action {
+        self.hold_units(task);
+        Action::Stop { task }
+    }
+
+    /// Preempt this node's copy of `task`: as [`NodeCore::stop_copy`], with the checkpoint
+    /// signal and the task's grace first ([`Action::Preempt`]).
+    pub(super) fn preempt_copy(&mut self, task: TaskId) -> Action {
+        self.hold_units(task);
+        Action::Preempt { task }
+    }
+
+    /// Keep the units of this node's copy of `task` taken until its end is reported.
+    fn hold_units(&mut self, task: TaskId) {
         let me = self.cfg.me;
         let units = self.tasks.get(task).map(|t| match &t.state {
             TaskState::Running { node, alloc, .. } if *node == me => alloc.clone(),
@@ -42,7 +55,6 @@ impl NodeCore {
             self.draining.entry(task).or_insert(units);
             self.reserve_draining();
         }
-        Action::Stop { task }
     }
 
     /// The driver reports that a copy of `task` here ended: a stopped copy's units are free.

@@ -35,6 +35,7 @@ pub mod gangs;
 pub mod lease;
 mod local;
 pub mod messages;
+pub mod preempt;
 mod rounds;
 mod stats;
 mod view;
@@ -90,6 +91,8 @@ pub struct NodeConfig {
     /// The kind converging tasks shrink in (the CPU kind), if this node shrinks them
     /// ([`crate::ledger::Ledger::apply_ceilings`]); a node's own choice, not the cluster's.
     pub shrink_kind: Option<usize>,
+    /// Lower classes running here make room for waiting tasks of higher ones ([`preempt`]).
+    pub preempt: bool,
 }
 
 impl NodeConfig {
@@ -118,6 +121,7 @@ impl NodeConfig {
             addr: "127.0.0.1".into(),
             priorities: crate::ledger::Priorities::default(),
             shrink_kind: None,
+            preempt: false,
         }
     }
 }
@@ -156,6 +160,12 @@ pub enum Action {
     /// Stop a task running here (a copy with a higher epoch, an outcome, a cancellation, or
     /// this node's lease lapsed).
     Stop {
+        /// Task.
+        task: TaskId,
+    },
+    /// Preempt a task running here for a higher class: its checkpoint signal (SIGTERM), its
+    /// spec's grace, then a stop. Its end is no outcome (it is back in the queue).
+    Preempt {
         /// Task.
         task: TaskId,
     },
@@ -285,6 +295,11 @@ pub struct NodeCore {
     handing_back: BTreeSet<TaskId>,
     /// Units of copies stopped here whose end the driver has not reported ([`draining`]).
     draining: BTreeMap<TaskId, Resources>,
+    /// Progress at each own task's last reported checkpoint, the room this node keeps for a
+    /// waiting task, and what preemption cost tasks here ([`preempt`]).
+    checkpoints: BTreeMap<TaskId, f64>,
+    room: Option<preempt::Room>,
+    preempted: BTreeMap<TaskId, preempt::Preempted>,
     /// Tasks with a process here: started (or adopted) and whose end is not reported yet. Only
     /// the stop of one of these keeps units ([`draining`]); a stop of a copy already gone
     /// would keep them for good.
@@ -367,6 +382,9 @@ impl NodeCore {
             last_greet: None,
             handing_back: BTreeSet::new(),
             draining: BTreeMap::new(),
+            checkpoints: BTreeMap::new(),
+            room: None,
+            preempted: BTreeMap::new(),
             live: BTreeSet::new(),
             gang_runs: BTreeMap::new(),
             won_in_vain: BTreeSet::new(),

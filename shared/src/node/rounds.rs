@@ -161,8 +161,10 @@ impl NodeCore {
             Some(v) if self.lease_held(now) && !self.settling => {
                 let d = self.policy.decide(&v, &mut self.rng);
                 let single = to_proposal(&d, &v).unwrap_or(crate::protocol::Proposal::Pass);
-                // A pending gang this node proposes goes first ([`super::gangs`]).
-                self.gang_proposal().unwrap_or(single)
+                // A pending gang this node proposes goes first ([`super::gangs`]); a room this
+                // node made by preemption goes before both ([`super::preempt`]).
+                let single = self.gang_proposal().unwrap_or(single);
+                self.room_proposal().unwrap_or(single)
             }
             _ => crate::protocol::Proposal::Pass,
         };
@@ -382,6 +384,10 @@ impl NodeCore {
             .iter()
             .zip(&starts)
             .any(|(c, s)| *s && c.agent == self.cfg.me);
+        if outcome.slot_ended {
+            // Lower classes here make room for a waiting task ([`super::preempt`]).
+            out.extend(self.preempt(outcome.round.slot, now));
+        }
         if outcome.slot_ended || started_here {
             out.extend(self.reshare(outcome.slot_ended));
         }

@@ -57,6 +57,9 @@ pub struct NodeStats {
     /// Gangs put back to pending because a box hosting a member went silent.
     #[serde(default)]
     pub gangs_broken: u64,
+    /// Tasks this node preempted for a higher class ([`super::Action::Preempt`]).
+    #[serde(default)]
+    pub preempted: u64,
 }
 
 impl NodeStats {
@@ -84,6 +87,7 @@ impl NodeStats {
         self.rounds_sets_differ += o.rounds_sets_differ;
         self.resizes += o.resizes;
         self.reshares_refused += o.reshares_refused;
+        self.preempted += o.preempted;
         for (k, v) in &o.protocol_refused {
             *self.protocol_refused.entry(k.clone()).or_default() += v;
         }

@@ -60,6 +60,11 @@ pub struct TaskSpec {
     /// task's GPUs stay at its minimum demand from start to end.
     #[serde(default)]
     pub resumable: bool,
+    /// Seconds a preempted task is given after its checkpoint signal (SIGTERM) before it is
+    /// killed (0 to 3600; default 10): time to save a checkpoint (issue its progress line's
+    /// `checkpoint=` then). Only preemption waits; other stops end a task at once.
+    #[serde(default = "default_grace")]
+    pub grace_seconds: i64,
     /// A multi-node job: the command runs once per member (parameter servers first, then
     /// workers), placed across boxes all at once, each member with the rendezvous environment
     /// (`MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`, `LOCAL_RANK`, ...). The members'
@@ -74,6 +79,13 @@ pub struct TaskSpec {
     #[serde(default)]
     pub pipeline: Option<Box<PipelineSpec>>,
 }
+
+fn default_grace() -> i64 {
+    DEFAULT_GRACE_SECONDS
+}
+
+/// The default grace of a preempted task ([`TaskSpec::grace_seconds`]).
+pub const DEFAULT_GRACE_SECONDS: i64 = 10;
 
 /// A spec that cannot be accepted; `field` names the offending field (`min_demand.cpu`, ...).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -165,6 +177,12 @@ impl TaskSpec {
         check_strings("nodes", self.nodes.iter(), MAX_ITEMS)?;
         check_strings("name", std::iter::once(&self.name), 1)?;
         self.class()?;
+        if !(0..=3600).contains(&self.grace_seconds) {
+            return Err(err(
+                "grace_seconds",
+                format!("must be 0 to 3600 seconds, got {}", self.grace_seconds),
+            ));
+        }
         let kinds = space.len();
         let units = |field: &str, map: &BTreeMap<String, i64>| -> Result<Resources, SpecError> {
             let mut r = Resources(vec![0; kinds]);
