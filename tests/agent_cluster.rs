@@ -522,3 +522,43 @@ async fn poll(
     }
     (false, last)
 }
+
+/// The task-volume forecast on a running agent: with an interval of one slot, it shows the
+/// last-value fallback (saying why) while the history is short, and RLPTO's ARIMA (+ GRU) once
+/// 40 intervals of arrivals have been seen; every outlook is finite and never negative.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_forecasts_arrivals_from_the_series_its_ledger_counts() {
+    let mut local = Local::new("a", Exec::Simulated(10.0));
+    local.forecast_interval_slots = 1;
+    let (a, _) = local.start().await;
+    wait(&[&a], Duration::from_secs(10), "first heartbeat", |s| {
+        s[0].capacity.is_some()
+    })
+    .await;
+    let mut early = None;
+    for i in 0..80 {
+        // Two tasks in every other interval (slots of 150 ms), none in between.
+        if i % 2 == 0 {
+            a.submit(spec()).await.unwrap();
+            a.submit(spec()).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        if early.is_none() {
+            early = a.status.borrow().forecast.clone();
+        }
+    }
+    let early = early.expect("no forecast while the history was short");
+    assert!(early.model.starts_with("last value ("), "{early:?}");
+    wait(&[&a], Duration::from_secs(30), "a fitted forecast", |s| {
+        s[0].forecast
+            .as_ref()
+            .is_some_and(|f| f.model.starts_with("arima("))
+    })
+    .await;
+    let f = a.status.borrow().forecast.clone().unwrap();
+    eprintln!("{f:?}");
+    assert_eq!(f.interval_slots, 1);
+    assert!(f.history >= 40, "{f:?}");
+    assert_eq!(f.next.len(), 6);
+    assert!(f.next.iter().all(|v| v.is_finite() && *v >= 0.0), "{f:?}");
+}

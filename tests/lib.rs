@@ -123,6 +123,8 @@ pub struct Local {
     pub shrink: bool,
     /// Preempt lower classes (the agent's `preempt`).
     pub preempt: bool,
+    /// Slots per interval of the task-volume forecast (0: none).
+    pub forecast_interval_slots: u64,
 }
 
 impl Local {
@@ -145,6 +147,7 @@ impl Local {
             capacity: capacity(),
             shrink: false,
             preempt: false,
+            forecast_interval_slots: 0,
         }
     }
 
@@ -240,6 +243,7 @@ impl Local {
             files: None,
             gpu_devices: (0..self.capacity.get(1)).map(|i| 7 + i).collect(),
             online,
+            forecast_interval_slots: self.forecast_interval_slots,
         });
         (agent, addr)
     }

@@ -91,6 +91,11 @@ pub struct AgentConfig {
     /// many as needed — after a checkpoint signal (SIGTERM) and their spec's `grace_seconds`.
     /// They go back to the queue. Every box of a cluster should agree.
     pub preempt: bool,
+    /// The task-volume forecast's interval (ms, default 60000; 0: no forecast): once per
+    /// interval the agent fits RLPTO's ARIMA + GRU on the cluster's arrivals per interval and
+    /// shows the expected arrivals of the next 6 in `GET /v1/node` and `/metrics`. Rounded up to
+    /// whole slots.
+    pub forecast_interval_ms: u64,
     /// A box silent this long (ms, default one day) is forgotten: it no longer counts toward the
     /// quorum. Until then a cluster that lost half its boxes or more stops after `autonomy_ms`.
     pub forget_ms: u64,
@@ -182,6 +187,7 @@ impl Default for AgentConfig {
             priority_aging_ms: 250_000,
             shrink_converging: false,
             preempt: false,
+            forecast_interval_ms: 60_000,
             forget_ms: tapfinger::node::DEFAULT_FORGET_MS,
             log_retention_hours: 168,
             journal_keep_finished: 10_000,
@@ -399,6 +405,11 @@ impl AgentConfig {
             }
         }
         Ok(())
+    }
+
+    /// The forecast's interval in slots (`forecast_interval_ms` rounded up; 0: none).
+    pub fn forecast_interval_slots(&self) -> u64 {
+        self.forecast_interval_ms.div_ceil(self.slot_ms.max(1))
     }
 
     /// How priority classes order the queues: honoured, aging every `priority_aging_ms`

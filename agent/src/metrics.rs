@@ -90,6 +90,10 @@ impl AgentMetrics {
                 "Tasks run to completion on this node."
             );
             describe_counter!("tapfinger_rounds_total", "Negotiation rounds decided.");
+            describe_gauge!(
+                "tapfinger_forecast_arrivals",
+                "Expected task arrivals (cluster-wide) in the interval `ahead` intervals from now (RLPTO's forecast)."
+            );
             describe_counter!(
                 "tapfinger_preempted_total",
                 "Tasks this node preempted for a higher priority class."
@@ -235,6 +239,11 @@ impl AgentMetrics {
             let n = &st.stats;
             counter!("tapfinger_rounds_total").absolute(n.rounds);
             counter!("tapfinger_preempted_total").absolute(n.preempted);
+            if let Some(f) = &st.forecast {
+                for (i, v) in f.next.iter().enumerate() {
+                    gauge!("tapfinger_forecast_arrivals", "ahead" => (i + 1).to_string()).set(*v);
+                }
+            }
             gauge!("tapfinger_work_lost")
                 .set(st.preempted.values().map(|p| p.work_lost).sum::<f64>());
             counter!("tapfinger_claims_total").absolute(n.claims);

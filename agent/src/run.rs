@@ -201,6 +201,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         }),
         gpu_devices,
         online,
+        forecast_interval_slots: cfg.forecast_interval_slots(),
     });
     let token = match &cfg.api_token_file {
         Some(p) => Some(

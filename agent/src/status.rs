@@ -48,6 +48,8 @@ pub struct Status {
     pub reports: BTreeMap<TaskId, crate::reports::Report>,
     /// Tasks this agent preempted, with what it cost them.
     pub preempted: BTreeMap<TaskId, tapfinger::node::preempt::Preempted>,
+    /// The latest task-volume forecast, if one was made.
+    pub forecast: Option<tapfinger::forecast::outlook::Outlook>,
 }
 
 /// The pending tasks of `tasks` in the order nodes take them at `slot` ([`Status::queue`]).

@@ -309,6 +309,7 @@ async fn node(State(s): State<ApiState>) -> Response {
         used: st.used.as_ref().map(|u| u.0.clone()),
         peers: st.peers.len(),
         dropped_messages: st.dropped,
+        forecast: st.forecast.clone(),
     })
     .into_response()
 }

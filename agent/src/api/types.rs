@@ -182,6 +182,11 @@ pub struct NodeInfo {
     pub peers: usize,
     /// Malformed or spoofed messages dropped.
     pub dropped_messages: u64,
+    /// The task-volume forecast: expected arrivals (cluster-wide) in each of the next
+    /// intervals, the interval's length in slots, and how it was made (RLPTO's ARIMA + GRU, or
+    /// the last value while the history is short).
+    #[serde(default)]
+    pub forecast: Option<tapfinger::forecast::outlook::Outlook>,
 }
 
 /// One live peer as its last heartbeat described it.

@@ -41,6 +41,8 @@ struct Daemon {
     finished_here: Vec<TaskId>,
     /// Running tasks' metrics and convergence.
     reports: crate::reports::Reports,
+    /// The task-volume forecast ([`super::forecasting`]).
+    forecasting: super::forecasting::Forecasting,
     /// Malformed or spoofed messages dropped.
     dropped: u64,
     /// The next local task number (ids continue after every id accepted here).
@@ -91,6 +93,7 @@ pub(super) async fn run(
     for (task, devices) in held {
         gpus.hold(task, devices);
     }
+    let forecast_every = p.forecast_interval_slots;
     let mut d = Daemon {
         p,
         me,
@@ -99,6 +102,7 @@ pub(super) async fn run(
         restarting: BTreeSet::new(),
         finished_here: Vec::new(),
         reports: Default::default(),
+        forecasting: super::forecasting::Forecasting::new(forecast_every),
         dropped: 0,
         next_local,
         recorded,
@@ -326,6 +330,8 @@ impl Daemon {
                 &mut self.had_quorum,
             );
         }
+        self.forecasting.collect().await;
+        self.forecasting.start(&self.p.core);
         if let Some(o) = &mut self.p.online {
             for (to, r) in o.step(&mut self.p.core, now) {
                 if let Err(e) = self.p.net.request(to, r).await {
@@ -378,6 +384,7 @@ impl Daemon {
             classes: crate::status::classes_of(core.tasks()),
             reports: self.reports.all().clone(),
             preempted: core.preempted().clone(),
+            forecast: self.forecasting.latest().cloned(),
         };
         let latencies = self.p.core.take_latencies();
         self.metrics.update(&snapshot, &latencies);

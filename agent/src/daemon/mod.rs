@@ -11,6 +11,7 @@
 //! devices each task holds are `gpus`.
 
 mod event_loop;
+mod forecasting;
 mod gang_start;
 mod gpus;
 
@@ -117,6 +118,8 @@ pub struct Parts {
     pub gpu_devices: Vec<u32>,
     /// Online learning and policy rollout (None: no coordinator configured).
     pub online: Option<crate::online::Online>,
+    /// Slots per interval of the task-volume forecast (0: none; [`forecasting`]).
+    pub forecast_interval_slots: u64,
 }
 
 /// The data directory's files the loop keeps up to date.

@@ -11,6 +11,7 @@
 
 pub mod arima;
 pub mod gru;
+pub mod outlook;
 
 pub use arima::Arima;
 

@@ -12,10 +12,27 @@
 //! than the capacity: the agent re-shares right after each of its starts (and at the end of each
 //! slot's rounds), and the simulator's slot runs only after its re-share.
 
-use super::{Ledger, LedgerError, TaskState, add_each, sub_each};
+use super::{Ledger, LedgerError, TaskState};
 use crate::resources::Resources;
 use crate::task::{NodeId, TaskId};
 use std::collections::BTreeSet;
+
+/// `a += b`, kind by kind (saturating; `a` grows to `b`'s kinds).
+pub(super) fn add_each(a: &mut Resources, b: &Resources) {
+    if a.len() < b.len() {
+        a.0.resize(b.len(), 0);
+    }
+    for (x, y) in a.0.iter_mut().zip(&b.0) {
+        *x = x.saturating_add(*y);
+    }
+}
+
+/// `a -= b`, kind by kind (saturating at 0).
+pub(super) fn sub_each(a: &mut Resources, b: &Resources) {
+    for (x, y) in a.0.iter_mut().zip(&b.0) {
+        *x = x.saturating_sub(*y);
+    }
+}
 
 impl<M> Ledger<M> {
     /// Make a node share elastically (module doc), or not. Unknown nodes are made (not live).

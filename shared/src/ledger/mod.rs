@@ -37,11 +37,13 @@ use crate::task::{NodeId, Task, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+mod arrivals;
 mod elastic;
 mod order;
 mod preempt;
 mod shrink;
 mod view;
+use elastic::{add_each, sub_each};
 pub use order::{Priorities, WindowOrder};
 pub use preempt::Preemption;
 pub use view::MayStart;
@@ -214,21 +216,8 @@ pub struct Ledger<M> {
     /// The kind converging tasks shrink in, if on, and their ceilings in it ([`shrink`]).
     shrink_kind: Option<usize>,
     ceilings: BTreeMap<TaskId, u32>,
-}
-
-fn add_each(a: &mut Resources, b: &Resources) {
-    if a.len() < b.len() {
-        a.0.resize(b.len(), 0);
-    }
-    for (x, y) in a.0.iter_mut().zip(&b.0) {
-        *x = x.saturating_add(*y);
-    }
-}
-
-fn sub_each(a: &mut Resources, b: &Resources) {
-    for (x, y) in a.0.iter_mut().zip(&b.0) {
-        *x = x.saturating_sub(*y);
-    }
+    /// Tasks by the slot they arrived in ([`arrivals`]).
+    arrivals: BTreeMap<u64, BTreeSet<TaskId>>,
 }
 
 impl<M> Ledger<M> {
@@ -247,6 +236,7 @@ impl<M> Ledger<M> {
             pending_gangs: BTreeSet::new(),
             shrink_kind: None,
             ceilings: BTreeMap::new(),
+            arrivals: BTreeMap::new(),
         }
     }
 
@@ -338,6 +328,7 @@ impl<M> Ledger<M> {
             return false;
         }
         self.index(&task, &state);
+        self.arrived(&task);
         self.tasks.insert(
             id,
             Entry {
