@@ -118,7 +118,7 @@ pub struct Parts {
     pub gpu_devices: Vec<u32>,
     /// Online learning and policy rollout (None: no coordinator configured).
     pub online: Option<crate::online::Online>,
-    /// Slots per interval of the task-volume forecast (0: none; [`forecasting`]).
+    /// Slots per interval of the task-volume forecast (0: none; the agent's `forecast_interval_ms`).
     pub forecast_interval_slots: u64,
 }
 

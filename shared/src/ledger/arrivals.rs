@@ -8,7 +8,6 @@
 
 use super::Ledger;
 use crate::task::Task;
-use std::collections::BTreeSet;
 
 /// Slots of arrivals kept behind the newest one heard of.
 pub(super) const KEEP_SLOTS: u64 = 100_000;
@@ -18,7 +17,7 @@ impl<M> Ledger<M> {
     pub(super) fn arrived(&mut self, task: &Task) {
         self.arrivals
             .entry(task.arrival)
-            .or_insert_with(BTreeSet::new)
+            .or_default()
             .insert(task.id);
         if let Some((&newest, _)) = self.arrivals.last_key_value() {
             let keep = newest.saturating_sub(KEEP_SLOTS);

@@ -27,7 +27,8 @@
 //!   every member's units on its box ([`TaskState::Gang`]).
 //! - **Attained service** (Tiresias): the units of the service kind (GPUs where the cluster has
 //!   them) a task held, summed over the slots it ran.
-//! - **Shrinking** (RLPTO, off unless asked): a converging task gives up a CPU a slot ([`shrink`]).
+//! - **Shrinking** (RLPTO, off unless asked): a converging task gives up a CPU a slot
+//!   ([`Ledger::shrink_step`]).
 //!
 //! `M` is the driver's own data per task (the agent: spec, owner, epoch; the simulator: its
 //! records); the ledger never reads it.

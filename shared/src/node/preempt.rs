@@ -4,8 +4,8 @@
 //! At a slot's end, if the plan names this node, its victims get the checkpoint signal
 //! ([`Action::Preempt`]: SIGTERM, then the task's grace, then a kill), go back to the queue (a
 //! `Failed { requeue }` tells the peers, as a hand-back does) and keep their units here until
-//! their processes have ended ([`super::draining`]). Meanwhile this node proposes nothing but the
-//! task it made room for, and proposes that one as soon as it fits ([`NodeCore::room_proposal`]);
+//! their processes have ended (as any stopped copy's, `draining`). Meanwhile this node proposes nothing but the
+//! task it made room for, and proposes that one as soon as it fits (`room_proposal`);
 //! the room is given up when the task starts (here or elsewhere), leaves the queue, or after
 //! [`ROOM_SLOTS`] slots plus the longest grace of its victims. The work each victim lost (its
 //! progress since its last `checkpoint=` report) is counted per task.
