@@ -150,8 +150,8 @@ pub struct PrioritiesFile {
     /// A waiting task moves up one class per this many slots (0: never).
     #[serde(default = "aging")]
     pub aging_slots: i64,
-    /// Lower classes make room for a waiting task that fits nowhere ([`crate::episode`]'s
-    /// preemption): running tasks checkpoint every `checkpoint_slots` slots and a preempted one
+    /// Lower classes make room for a waiting task that fits nowhere (the ledger's
+    /// preemption rule): running tasks checkpoint every `checkpoint_slots` slots and a preempted one
     /// resumes from its last checkpoint.
     #[serde(default)]
     pub preempt: bool,
