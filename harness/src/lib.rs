@@ -68,6 +68,11 @@ pub fn spec() -> TaskSpec {
 impl Cluster {
     /// `n` nodes (4 cores each) deciding with the baseline `policy`.
     pub fn new(n: usize, policy: &str) -> Self {
+        Self::with(n, policy, |_| {})
+    }
+
+    /// As [`Cluster::new`], each node's configuration changed by `tweak` first.
+    pub fn with(n: usize, policy: &str, tweak: impl Fn(&mut NodeConfig)) -> Self {
         let ctx = tapfinger::baselines::BaselineContext {
             num_types: 1,
             cpu_kind: 0,
@@ -76,7 +81,8 @@ impl Cluster {
         };
         let nodes = (0..n)
             .map(|i| {
-                let cfg = NodeConfig::short(NodeId(i as u32), Resources(vec![4, 0]));
+                let mut cfg = NodeConfig::short(NodeId(i as u32), Resources(vec![4, 0]));
+                tweak(&mut cfg);
                 NodeCore::new(
                     cfg,
                     tapfinger::baselines::by_name(policy, &ctx).unwrap(),
@@ -212,13 +218,19 @@ impl Cluster {
 
     /// Submit task `id` (1 core, reachable everywhere) at node `at`.
     pub fn submit(&mut self, at: usize, id: u64) {
+        self.submit_with(at, id, 0, 1);
+    }
+
+    /// Submit task `id` of priority class `class` needing `cpus` cores (reachable everywhere)
+    /// at node `at`.
+    pub fn submit_with(&mut self, at: usize, id: u64, class: u8, cpus: u32) {
         let reachable: Vec<NodeId> = (0..self.nodes.len() as u32).map(NodeId).collect();
         let task = Task {
             id: TaskId(id),
             ty: tapfinger::TaskTypeId(0),
-            min_demand: Resources(vec![1, 0]),
+            min_demand: Resources(vec![cpus, 0]),
             max_demand: None,
-            priority: 0,
+            priority: class,
             reachable,
             arrival: self.now / 200,
             gang: None,

@@ -585,3 +585,64 @@ fn a_node_back_from_a_lapsed_lease_claims_nothing_until_its_rounds_are_in_step()
     assert!(c.overlaps.is_empty(), "copies overlapped: {:?}", c.overlaps);
     assert_agree(&c);
 }
+
+/// Preemption across nodes that each decide from their own ledger: three boxes full of batch
+/// work (class 2, a core each), then three urgent tasks (class 0) each needing a whole box.
+/// Every urgent task gets a box — the boxes' plans agree, so no box stops more than one urgent
+/// task needs (4 victims each, 12 in all) — no box ever runs more cores than it has while the
+/// victims take 200 ms to die, and every task still runs to completion exactly once.
+#[test]
+fn lower_classes_make_room_for_urgent_tasks_once_and_within_capacity() {
+    let mut c = Cluster::with(3, "min", |cfg| cfg.preempt = true);
+    c.work_ms = 6000;
+    c.stop_ms = 200;
+    for _ in 0..60 {
+        c.step();
+    }
+    for id in 0..12u64 {
+        c.submit_with((id % 3) as usize, id, 2, 1);
+        c.step();
+    }
+    for _ in 0..60 {
+        c.step();
+    }
+    assert_eq!(
+        c.running.len(),
+        12,
+        "the batch work does not fill the boxes"
+    );
+    for id in 100..103u64 {
+        c.submit_with((id % 3) as usize, id, 0, 4);
+    }
+    // Urgent tasks start once their victims are gone (each 6000 ms / 4 cores = 1.5 s).
+    let mut steps = 0;
+    while !(100..103).all(|id| c.started.contains_key(&TaskId(id))) && steps < 500 {
+        c.step();
+        steps += 1;
+    }
+    for id in 100..103u64 {
+        assert_eq!(
+            c.started.get(&TaskId(id)),
+            Some(&1),
+            "urgent t{id} did not start once"
+        );
+    }
+    let preempted: u64 = c.nodes.iter().map(|n| n.stats().preempted).sum();
+    assert_eq!(
+        preempted, 12,
+        "boxes stopped {preempted} tasks for 3 urgent ones of 4 cores"
+    );
+    c.run_until_finished(15, 5000);
+    assert_eq!(c.finished.len(), 15, "{:?}", c.finished);
+    assert!(c.finished.values().all(|n| *n == 1), "{:?}", c.finished);
+    assert!(c.overlaps.is_empty(), "{:?}", c.overlaps);
+    assert!(c.breaches.is_empty(), "{:?}", c.breaches);
+    // Each victim was counted with the work it lost, on the box that stopped it.
+    let counted: u32 = c
+        .nodes
+        .iter()
+        .flat_map(|n| n.preempted().values())
+        .map(|p| p.times)
+        .sum();
+    assert_eq!(counted, 12);
+}
