@@ -1,7 +1,8 @@
 //! Shrinking converging tasks (RLPTO): a task whose loss (or accuracy) has plateaued
 //! ([`crate::plateau`]) gives up one unit of the shrunk kind per slot, down to its minimum
 //! demand, and the units go to the others — on an elastic node to its other running tasks at once
-//! (round robin, up to their maximum demands), on any node to the next claims (they are free).
+//! (each to the one holding fewest, up to their maximum demands), on any node to the next
+//! claims (they are free).
 //!
 //! One rule for both drivers, called in this order once a slot: [`Ledger::shrink_step`] lowers
 //! each converging task's ceiling by one unit; the policy re-shares (elastic nodes); then
@@ -76,7 +77,7 @@ impl<M> Ledger<M> {
     }
 
     /// Hold every converging task running on `node` at its ceiling; on an elastic node the
-    /// units this frees go round robin (in id order) to the node's other running tasks, up to
+    /// units this frees go one by one to the node's other running task holding fewest, up to
     /// their maximum demands. Returns the tasks whose allocation changed, with the new one.
     pub fn apply_ceilings(&mut self, node: NodeId) -> Vec<(TaskId, Resources)> {
         let Some(k) = self.shrink_kind else {
@@ -112,27 +113,25 @@ impl<M> Ledger<M> {
                 add_each(&mut total, a);
             }
             sub_each(&mut spare, &total);
+            // Each freed unit to the task holding fewest (then the lowest id): under a speed-up
+            // that flattens with more units, a unit is worth most to the task with least.
             let mut left = spare.get(k);
-            loop {
-                let mut gave = false;
-                for (id, a) in &mut allocs {
-                    if left == 0 || self.ceilings.contains_key(id) {
-                        continue;
-                    }
-                    let max = self.tasks[id]
-                        .task
-                        .max_demand
-                        .as_ref()
-                        .map_or(u32::MAX, |m| m.get(k));
-                    if a.get(k) < max {
-                        a.0[k] += 1;
-                        left -= 1;
-                        gave = true;
-                    }
-                }
-                if !gave || left == 0 {
-                    break;
-                }
+            while left > 0 {
+                let next = allocs
+                    .iter_mut()
+                    .filter(|(id, a)| {
+                        !self.ceilings.contains_key(id)
+                            && a.get(k)
+                                < self.tasks[id]
+                                    .task
+                                    .max_demand
+                                    .as_ref()
+                                    .map_or(u32::MAX, |m| m.get(k))
+                    })
+                    .min_by_key(|(id, a)| (a.get(k), *id));
+                let Some((_, a)) = next else { break };
+                a.0[k] += 1;
+                left -= 1;
             }
         }
         let mut changed = Vec::new();
