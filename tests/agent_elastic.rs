@@ -15,13 +15,19 @@ use tapfinger_tests::{Exec, Local, finished, wait};
 
 /// A task that prints its cgroup's CPU quota (in cores × 100000) for about `secs` seconds.
 fn quota_printer(secs: u32) -> TaskSpec {
+    quota_task(secs, "", "")
+}
+
+/// A task printing, every 50 ms for about `secs` seconds, its cgroup's CPU quota (in cores ×
+/// 100000), then `extra` (more shell lines), then a progress line ending with `metrics`.
+fn quota_task(secs: u32, extra: &str, metrics: &str) -> TaskSpec {
     let script = format!(
         r#"for i in $(seq 1 {n}); do
   p=$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ {{print $3}}' /proc/self/cgroup)
   if [ -n "$p" ]; then q=$(cat /sys/fs/cgroup/cpu$p/cpu.cfs_quota_us); else
     p=$(awk -F: '$1 == "0" {{print $3}}' /proc/self/cgroup); q=$(cut -d' ' -f1 /sys/fs/cgroup$p/cpu.max); fi
-  echo "quota=$q"
-  echo "TAPFINGER progress=$(awk "BEGIN {{print $i/{n}}}")"
+  echo "quota=$q"{extra}
+  echo "TAPFINGER progress=$(awk "BEGIN {{print $i/{n}}}"){metrics}"
   sleep 0.05
 done"#,
         n = secs * 20
@@ -109,22 +115,7 @@ async fn a_running_task_s_cpu_quota_follows_the_re_share() {
 /// A task whose loss stays flat from its first report: it prints its pid, its cgroup's CPU
 /// quota and a progress line with `loss=1.0` every 50 ms for about `secs` seconds.
 fn flat_loss(secs: u32) -> TaskSpec {
-    let script = format!(
-        r#"for i in $(seq 1 {n}); do
-  p=$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ {{print $3}}' /proc/self/cgroup)
-  if [ -n "$p" ]; then q=$(cat /sys/fs/cgroup/cpu$p/cpu.cfs_quota_us); else
-    p=$(awk -F: '$1 == "0" {{print $3}}' /proc/self/cgroup); q=$(cut -d' ' -f1 /sys/fs/cgroup$p/cpu.max); fi
-  echo "quota=$q"
-  echo "pid=$$"
-  echo "TAPFINGER progress=$(awk "BEGIN {{print $i/{n}}}") loss=1.0"
-  sleep 0.05
-done"#,
-        n = secs * 20
-    );
-    let toml = format!(
-        "command = [\"sh\", \"-c\", '''\n{script}''']\nmin_demand = {{ cpu = 1, mem = 1 }}\n"
-    );
-    TaskSpec::from_toml(&toml).unwrap()
+    quota_task(secs, "\n  echo \"pid=$$\"", " loss=1.0")
 }
 
 /// With `shrink_converging`, a task whose loss has plateaued gives up a core a slot while it

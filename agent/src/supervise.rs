@@ -147,31 +147,24 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
         }
     };
     let pgid = child.id().unwrap_or(0);
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
+    use tokio::signal::unix::{SignalKind, signal};
+    // SIGTERM: the agent stops the task; SIGUSR1: it preempts it. Without both no stop could
+    // reach the task, so it is not left running.
+    let (mut term, mut usr1) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::user_defined1()),
+    ) {
+        (Ok(t), Ok(u)) => (t, u),
+        (Err(e), _) | (_, Err(e)) => {
             kill_group(pgid);
             let _ = child.wait().await;
             return ExitRecord {
                 code: None,
                 how: "spawn".into(),
-                message: format!("cannot handle SIGTERM: {e}"),
+                message: format!("cannot handle SIGTERM and SIGUSR1: {e}"),
             };
         }
     };
-    let mut usr1 =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()) {
-            Ok(s) => s,
-            Err(e) => {
-                kill_group(pgid);
-                let _ = child.wait().await;
-                return ExitRecord {
-                    code: None,
-                    how: "spawn".into(),
-                    message: format!("cannot handle SIGUSR1: {e}"),
-                };
-            }
-        };
     let limit = Duration::from_millis(a.autonomy_ms);
     let mut check = tokio::time::interval(Duration::from_millis(100));
     loop {
