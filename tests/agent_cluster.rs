@@ -562,3 +562,52 @@ async fn the_agent_forecasts_arrivals_from_the_series_its_ledger_counts() {
     assert_eq!(f.next.len(), 6);
     assert!(f.next.iter().all(|v| v.is_finite() && *v >= 0.0), "{f:?}");
 }
+
+/// A task's loss and convergence are shown by every agent, not only the one running it: its
+/// runner's heartbeats carry its latest report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_shows_the_loss_and_convergence_of_a_task_running_elsewhere() {
+    let logs = std::env::temp_dir().join(format!("tf-shared-reports-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&logs);
+    let key = identity::Keypair::generate_ed25519;
+    let (a, addr) = agent_with("a", vec![], Exec::Processes(logs.join("a")), key(), None).await;
+    let (b, _) = agent_with(
+        "b",
+        vec![addr],
+        Exec::Processes(logs.join("b")),
+        key(),
+        None,
+    )
+    .await;
+    wait(&[&a, &b], Duration::from_secs(20), "peers", |s| {
+        s.iter().all(|st| st.peers.len() == 1)
+    })
+    .await;
+    let script = "for l in 2.0 1.5 1.2 0.9 0.9 0.9 0.9 0.9 0.9 0.9; do \
+                  echo \"TAPFINGER progress=0.5 loss=$l accuracy=0.7\"; sleep 0.1; done; sleep 20";
+    let spec: TaskSpec = serde_json::from_value(serde_json::json!({
+        "command": ["sh", "-c", script],
+        "min_demand": {"cpu": 1},
+        "nodes": ["b"],
+    }))
+    .unwrap();
+    let id = a.submit(spec).await.unwrap();
+    wait(
+        &[&a],
+        Duration::from_secs(30),
+        "b's report heard at a",
+        |s| {
+            s[0].shared_reports
+                .get(&id)
+                .is_some_and(|r| r.converging && r.metrics.get("loss") == Some(&0.9))
+        },
+    )
+    .await;
+    let st = a.status.borrow().clone();
+    assert!(!st.reports.contains_key(&id), "a runs the task itself");
+    assert_eq!(st.shared_reports[&id].metrics.get("accuracy"), Some(&0.7));
+    // The task sleeps on: the agents' shutdown ends it.
+    a.shutdown().await;
+    b.shutdown().await;
+    let _ = std::fs::remove_dir_all(&logs);
+}

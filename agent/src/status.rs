@@ -46,6 +46,8 @@ pub struct Status {
     pub classes: BTreeMap<TaskId, u8>,
     /// What the tasks running here report besides progress.
     pub reports: BTreeMap<TaskId, crate::reports::Report>,
+    /// The latest reports of the tasks running on its peers (from their heartbeats).
+    pub shared_reports: BTreeMap<TaskId, tapfinger::node::reports::TaskReport>,
     /// Tasks this agent preempted, with what it cost them.
     pub preempted: BTreeMap<TaskId, tapfinger::node::preempt::Preempted>,
     /// The latest task-volume forecast, if one was made.

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 /// 5: heartbeats carry their send time and echo each peer's, see [`NodeState::hears`].
 /// 7: proposals may be gang claims and state their sender's free units, see
 /// [`crate::protocol::gang`]. 8: a task may be a gang, [`crate::Task::gang`].)
-pub const WIRE_VERSION: u16 = 8;
+pub const WIRE_VERSION: u16 = 9;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.
@@ -43,6 +43,17 @@ pub struct RunningState {
     /// Its attained service so far (Tiresias's; see [`crate::ledger`]), as its runner counts it
     /// with the shares it really ran with (an elastic runner re-shares every slot).
     pub attained: f64,
+    /// What it reports besides progress (loss, accuracy, convergence; bounded by its runner).
+    pub report: TaskReport,
+}
+
+/// A running task's latest report besides progress, as its runner's heartbeats carry it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskReport {
+    /// The latest value of each metric (`loss`, `accuracy`, …).
+    pub metrics: BTreeMap<String, f64>,
+    /// Its loss (or accuracy) has plateaued.
+    pub converging: bool,
 }
 
 /// A node's state, broadcast every heartbeat.
@@ -476,6 +487,10 @@ mod tests {
                     started: 2,
                     epoch: 1,
                     attained: 3.0,
+                    report: TaskReport {
+                        metrics: [("loss".to_string(), 0.7)].into(),
+                        converging: true,
+                    },
                 }],
                 incarnation: 2,
                 sent: 1234,

@@ -219,12 +219,18 @@ async fn list(
 
 /// A task as the API shows it: its state, class, and what it reports while it runs here.
 fn info(st: &crate::status::Status, id: TaskId, t: &tapfinger::node::TaskState) -> TaskInfo {
-    let report = st.reports.get(&id);
+    // Its runner's report: this agent's own if it runs the task, else the one its runner's
+    // heartbeats carry.
+    let (metrics, converging) = match (st.reports.get(&id), st.shared_reports.get(&id)) {
+        (Some(r), _) => (r.last.clone(), r.converging),
+        (None, Some(r)) => (r.metrics.clone(), r.converging),
+        (None, None) => Default::default(),
+    };
     TaskInfo {
         id: id.0,
         priority: st.classes.get(&id).copied().unwrap_or(0),
-        metrics: report.map(|r| r.last.clone()).unwrap_or_default(),
-        converging: report.is_some_and(|r| r.converging),
+        metrics,
+        converging,
         preempted: st.preempted.get(&id).map_or(0, |p| p.times),
         work_lost: st.preempted.get(&id).map_or(0.0, |p| p.work_lost),
         status: t.into(),

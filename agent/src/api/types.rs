@@ -119,11 +119,11 @@ pub struct TaskInfo {
     /// Its priority class (0 is the highest).
     #[serde(default)]
     pub priority: u8,
-    /// The latest metrics it reported besides progress (`loss`, `accuracy`, …), while it runs on
-    /// the agent asked.
+    /// The latest metrics it reported besides progress (`loss`, `accuracy`, …), while it runs
+    /// (on another box: as that box's last heartbeat told, at most 8 of them).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metrics: BTreeMap<String, f64>,
-    /// Its loss (or accuracy) has plateaued (RLPTO's detector), while it runs on the agent asked.
+    /// Its loss (or accuracy) has plateaued (RLPTO's detector, judged by the box running it).
     #[serde(default)]
     pub converging: bool,
     /// Times the agent asked preempted it for a higher class.

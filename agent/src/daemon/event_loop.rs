@@ -383,6 +383,7 @@ impl Daemon {
             queue: crate::status::queue_of(core.tasks(), core.slot()),
             classes: crate::status::classes_of(core.tasks()),
             reports: self.reports.all().clone(),
+            shared_reports: core.reports(),
             preempted: core.preempted().clone(),
             forecast: self.forecasting.latest().cloned(),
         };

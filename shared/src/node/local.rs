@@ -95,15 +95,6 @@ impl NodeCore {
         }
     }
 
-    /// Whether a task running here is converging (its reports have plateaued): while it is,
-    /// and this node shrinks converging tasks, it gives up a CPU a slot down to its minimum
-    /// demand ([`crate::ledger::Ledger::shrink_step`]), resized in place.
-    pub fn on_converging(&mut self, task: TaskId, converging: bool) {
-        if self.tasks.get(task).and_then(|t| t.state.running_on()) == Some(self.cfg.me) {
-            self.tasks.set_converging(task, converging);
-        }
-    }
-
     /// A task running here ended (or could not start). `stopped` = we stopped it (a
     /// duplicate): say nothing.
     pub fn on_exit(&mut self, task: TaskId, code: Option<i32>, stopped: bool) -> Vec<Action> {

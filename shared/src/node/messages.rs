@@ -204,6 +204,7 @@ impl NodeCore {
                 Some(r.attained),
             ));
         }
+        self.heard_reports(&state.running);
         for g in &state.gangs {
             self.gang_heard(g);
         }

@@ -36,6 +36,7 @@ pub mod lease;
 mod local;
 pub mod messages;
 pub mod preempt;
+pub mod reports;
 mod rounds;
 mod stats;
 mod view;
@@ -300,6 +301,8 @@ pub struct NodeCore {
     checkpoints: BTreeMap<TaskId, f64>,
     room: Option<preempt::Room>,
     preempted: BTreeMap<TaskId, preempt::Preempted>,
+    /// Running tasks' latest reports, this node's and its peers' ([`reports`]).
+    reports: BTreeMap<TaskId, reports::TaskReport>,
     /// Tasks with a process here: started (or adopted) and whose end is not reported yet. Only
     /// the stop of one of these keeps units ([`draining`]); a stop of a copy already gone
     /// would keep them for good.
@@ -385,6 +388,7 @@ impl NodeCore {
             checkpoints: BTreeMap::new(),
             room: None,
             preempted: BTreeMap::new(),
+            reports: BTreeMap::new(),
             live: BTreeSet::new(),
             gang_runs: BTreeMap::new(),
             won_in_vain: BTreeSet::new(),
@@ -551,6 +555,7 @@ impl NodeCore {
                         started: *started,
                         epoch: e.meta.epoch,
                         attained: e.attained,
+                        report: self.report_of(id),
                     }),
                     _ => None,
                 }

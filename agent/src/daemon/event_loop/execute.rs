@@ -22,7 +22,7 @@ impl Daemon {
                 }
                 self.reports.record(task, metrics);
                 if let Some(r) = self.reports.all().get(&task) {
-                    self.p.core.on_converging(task, r.converging);
+                    self.p.core.on_report(task, &r.last, r.converging);
                 }
                 Vec::new()
             }
@@ -153,11 +153,6 @@ impl Daemon {
         spec.env
             .insert("TAPFINGER_NODE".into(), p.core.config().name.clone());
         spec.env.insert("TAPFINGER_EPOCH".into(), epoch.to_string());
-        // A resumable task that ran before (preempted, or taken over from a silent box) picks
-        // up from its last checkpoint, as after a restart for new devices.
-        if submitted.resumable && epoch > 1 {
-            spec.env.insert("TAPFINGER_RESUME".into(), "1".into());
-        }
         if let Some(g) = &gang {
             super::super::gang_start::wrap(task, &mut spec, g);
         }
