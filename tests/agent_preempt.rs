@@ -1,7 +1,8 @@
 //! Preemption on a real agent (`preempt = true`): a batch task (class 2) holding the whole box is
 //! given its checkpoint signal (SIGTERM) when an urgent task (class 0) arrives that fits nowhere,
 //! ends within its grace, and the urgent task starts once it has; the batch task goes back to the
-//! queue and runs again afterwards. Judged from the records the tasks write themselves (start, the signal, the end), and the
+//! queue and runs again afterwards, told to resume (`TAPFINGER_RESUME=1`: it is resumable).
+//! Judged from the records the tasks write themselves (start, the signal, the end), and the
 //! agent's account of the work lost.
 #![allow(clippy::unwrap_used)]
 
@@ -10,13 +11,15 @@ use std::time::Duration;
 use tapfinger::spec::TaskSpec;
 use tapfinger_tests::{Exec, Local, finished, wait};
 
-/// A task of `class` taking the box's 4 cores for `steps` tenths of a second, recording its life
+/// A task of `class` taking the box's 4 cores (and no GPU: a resumable task given one would be
+/// restarted with it) for `steps` tenths of a second, recording its life
 /// in `<rec>/<name>.<pid>.log`; it reports a checkpoint every 10 steps, and on SIGTERM it saves
 /// one (a `checkpoint=` report) and exits.
 fn recorder(rec: &Path, name: &str, class: u8, steps: u32) -> TaskSpec {
     let script = format!(
         r#"f="{rec}/{name}.$$.log"
 echo "start $(date +%s%3N)" >> "$f"
+echo "resume ${{TAPFINGER_RESUME:-0}}" >> "$f"
 c=0
 trap 'echo "term $(date +%s%3N)" >> "$f"; echo "TAPFINGER progress=$c checkpoint=$c"; sleep 0.2; echo "saved $(date +%s%3N)" >> "$f"; exit 143' TERM
 i=0
@@ -32,7 +35,7 @@ echo "end $(date +%s%3N)" >> "$f"
         rec = rec.display()
     );
     let toml = format!(
-        "command = [\"sh\", \"-c\", '''\n{script}''']\nmin_demand = {{ cpu = 4, mem = 1 }}\npriority = {class}\ngrace_seconds = 3\n"
+        "command = [\"sh\", \"-c\", '''\n{script}''']\nmin_demand = {{ cpu = 4, mem = 1 }}\npriority = {class}\nmax_demand = {{ gpu = 0 }}\ngrace_seconds = 3\nresumable = true\n"
     );
     TaskSpec::from_toml(&toml).unwrap()
 }
@@ -124,6 +127,9 @@ async fn an_urgent_task_preempts_batch_work_after_its_checkpoint_signal() {
         "the batch task came back before the urgent one ended"
     );
     assert!(b[1].iter().any(|l| l.0 == "end"));
+    // A resumable task's second run is told to resume from its checkpoint; the first is not.
+    let resume = |run: &[(String, u64)]| run.iter().find(|l| l.0 == "resume").map(|l| l.1);
+    assert_eq!((resume(first), resume(&b[1])), (Some(0), Some(1)));
     // The agent counts one preemption and the work since the last checkpoint (between 0 and a
     // quarter of the run: checkpoints every 10 of 40 steps).
     let st = a.status.borrow().clone();

@@ -117,6 +117,8 @@ pub struct Entry<M> {
     /// The last progress the speed estimator saw of the running copy: (progress, time in slots,
     /// allocation); `None` until its first observation.
     pub observed: Option<(f64, f64, Resources)>,
+    /// Times it went from waiting to running (a run believed started counts too).
+    pub runs: u32,
     /// The driver's data.
     pub meta: M,
 }
@@ -330,6 +332,7 @@ impl<M> Ledger<M> {
         }
         self.index(&task, &state);
         self.arrived(&task);
+        let runs = u32::from(state.running_on().is_some());
         self.tasks.insert(
             id,
             Entry {
@@ -337,6 +340,7 @@ impl<M> Ledger<M> {
                 state,
                 attained: 0.0,
                 observed: None,
+                runs,
                 meta,
             },
         );
@@ -377,6 +381,9 @@ impl<M> Ledger<M> {
                 ) if n0 == node && s0 == started => Some((q, t, alloc.clone())),
                 _ => None,
             };
+            if old.running_on().is_none() && state.running_on().is_some() {
+                e.runs += 1;
+            }
             e.state = state.clone();
         }
         self.index(&task, &state);

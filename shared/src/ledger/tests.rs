@@ -385,3 +385,16 @@ fn a_blind_ledger_orders_by_arrival_alone_and_a_high_class_goes_first_otherwise(
     };
     assert_eq!(window(aging), vec![1, 3]);
 }
+
+#[test]
+fn a_task_counts_its_runs_not_its_re_shares() {
+    let mut l = two_nodes();
+    l.insert(task(1, 0, [1, 0], &[0, 1]), TaskState::Pending, ());
+    assert_eq!(l[&TaskId(1)].runs, 0);
+    l.set_state(TaskId(1), running(0, [2, 0])).unwrap();
+    l.set_alloc(TaskId(1), Resources(vec![3, 0]));
+    assert_eq!(l[&TaskId(1)].runs, 1);
+    l.set_state(TaskId(1), TaskState::Pending).unwrap();
+    l.set_state(TaskId(1), running(1, [1, 0])).unwrap();
+    assert_eq!(l[&TaskId(1)].runs, 2);
+}

@@ -153,6 +153,14 @@ impl Daemon {
         spec.env
             .insert("TAPFINGER_NODE".into(), p.core.config().name.clone());
         spec.env.insert("TAPFINGER_EPOCH".into(), epoch.to_string());
+        // A resumable task that ran before (preempted, handed back, taken over from a silent
+        // box) picks up from its last checkpoint, as after a restart for new devices. The
+        // ledger counts runs it believed started, so a start a peer was believed to make and
+        // did not counts too: a task resumes only from a checkpoint it finds.
+        let runs = p.core.tasks().get(task).map_or(0, |t| t.runs);
+        if submitted.resumable && runs > 1 {
+            spec.env.insert("TAPFINGER_RESUME".into(), "1".into());
+        }
         if let Some(g) = &gang {
             super::super::gang_start::wrap(task, &mut spec, g);
         }
