@@ -244,6 +244,7 @@ impl Local {
             gpu_devices: (0..self.capacity.get(1)).map(|i| 7 + i).collect(),
             online,
             forecast_interval_slots: self.forecast_interval_slots,
+            plateau: Default::default(),
         });
         (agent, addr)
     }

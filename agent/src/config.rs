@@ -85,6 +85,13 @@ pub struct AgentConfig {
     /// restart), and the CPUs go to this box's other tasks or to the next ones it starts. A box's
     /// own choice: boxes of one cluster may differ.
     pub shrink_converging: bool,
+    /// RLPTO's plateau detector, for `converging` in `show`/`tasks` and for shrinking: a task
+    /// is converging when the best of its last `plateau_window` loss (or accuracy) reports
+    /// improves on the one before them by less than `plateau_epsilon`, relative (defaults 5 and
+    /// 0.01).
+    pub plateau_window: u64,
+    /// See `plateau_window` (in [0, 1)).
+    pub plateau_epsilon: f64,
     /// Preempt lower priority classes (default false): once a slot, a waiting task that fits
     /// no box gets room on the box short of least, whose tasks of a lower class are stopped —
     /// those losing least work first (progress since their last `checkpoint=` report), only as
@@ -186,6 +193,8 @@ impl Default for AgentConfig {
             autonomy_ms: tapfinger::node::DEFAULT_AUTONOMY_MS,
             priority_aging_ms: 250_000,
             shrink_converging: false,
+            plateau_window: 5,
+            plateau_epsilon: 0.01,
             preempt: false,
             forecast_interval_ms: 60_000,
             forget_ms: tapfinger::node::DEFAULT_FORGET_MS,
@@ -371,6 +380,12 @@ impl AgentConfig {
                 return Err(err(field, "must be positive"));
             }
         }
+        if !(1..=1000).contains(&self.plateau_window) {
+            return Err(err("plateau_window", "must be 1 to 1000 reports"));
+        }
+        if !(0.0..1.0).contains(&self.plateau_epsilon) {
+            return Err(err("plateau_epsilon", "must be in [0, 1)"));
+        }
         if self.slot_ms < self.round_ms {
             return Err(err("slot_ms", "must be at least round_ms"));
         }
@@ -405,6 +420,14 @@ impl AgentConfig {
             }
         }
         Ok(())
+    }
+
+    /// The plateau detector's settings.
+    pub fn plateau(&self) -> tapfinger::plateau::Plateau {
+        tapfinger::plateau::Plateau {
+            window: self.plateau_window as usize,
+            epsilon: self.plateau_epsilon,
+        }
     }
 
     /// The forecast's interval in slots (`forecast_interval_ms` rounded up; 0: none).
@@ -568,6 +591,8 @@ mod tests {
             ("reserve = { cpu = -1 }", "reserve.cpu"),
             ("offer = { tpu = 1 }", "tpu"),
             ("name = \"\"", "name"),
+            ("plateau_window = 0", "plateau_window"),
+            ("plateau_epsilon = 1.5", "plateau_epsilon"),
         ];
         for (text, field) in cases {
             let e = AgentConfig::from_toml(text).unwrap_err();

@@ -31,6 +31,14 @@ pub struct Reports {
 }
 
 impl Reports {
+    /// Reports judged by `plateau`.
+    pub fn new(plateau: Plateau) -> Self {
+        Self {
+            plateau,
+            by_task: BTreeMap::new(),
+        }
+    }
+
     /// Take a progress line's metrics for `task`.
     pub fn record(&mut self, task: TaskId, metrics: BTreeMap<String, f64>) {
         let r = self.by_task.entry(task).or_default();

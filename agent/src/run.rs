@@ -202,6 +202,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         gpu_devices,
         online,
         forecast_interval_slots: cfg.forecast_interval_slots(),
+        plateau: cfg.plateau(),
     });
     let token = match &cfg.api_token_file {
         Some(p) => Some(

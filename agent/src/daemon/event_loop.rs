@@ -94,6 +94,7 @@ pub(super) async fn run(
         gpus.hold(task, devices);
     }
     let forecast_every = p.forecast_interval_slots;
+    let plateau = p.plateau;
     let mut d = Daemon {
         p,
         me,
@@ -101,7 +102,7 @@ pub(super) async fn run(
         stopped_here: BTreeSet::new(),
         restarting: BTreeSet::new(),
         finished_here: Vec::new(),
-        reports: Default::default(),
+        reports: crate::reports::Reports::new(plateau),
         forecasting: super::forecasting::Forecasting::new(forecast_every),
         dropped: 0,
         next_local,

@@ -118,6 +118,8 @@ pub struct Parts {
     pub gpu_devices: Vec<u32>,
     /// Online learning and policy rollout (None: no coordinator configured).
     pub online: Option<crate::online::Online>,
+    /// The plateau detector judging the tasks' loss (or accuracy) reports.
+    pub plateau: tapfinger::plateau::Plateau,
     /// Slots per interval of the task-volume forecast (0: none; the agent's `forecast_interval_ms`).
     pub forecast_interval_slots: u64,
 }
