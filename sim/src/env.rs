@@ -7,7 +7,9 @@
 use crate::scenario::Scenario;
 use tapfinger::{Policy, Resources, Task};
 
-pub use crate::episode::{EpisodeResult, NoObserver, Observer, SimError, SlotRecord, TaskRecord};
+pub use crate::episode::{
+    EpisodeResult, ForecastPoint, NoObserver, Observer, SimError, SlotRecord, TaskRecord,
+};
 
 /// A scenario prepared for running episodes: per-type, per-node best isolated runtimes.
 pub struct Simulator {
@@ -143,6 +145,12 @@ impl Simulator {
     /// `checkpoint_slots` slots (the scenario's period if it has one).
     pub fn preempt(mut self, checkpoint_slots: Option<u64>) -> Self {
         self.sc.checkpoint_slots = checkpoint_slots.or(self.sc.checkpoint_slots).or(Some(5));
+        self
+    }
+
+    /// Forecast each episode's arrivals per interval of `slots` slots (`--forecast`).
+    pub fn forecast(mut self, slots: u64) -> Self {
+        self.sc.forecast_interval_slots = Some(slots.max(1));
         self
     }
 

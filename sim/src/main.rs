@@ -148,6 +148,10 @@ enum Cmd {
         /// resumes from its last checkpoint); the table adds the tasks preempted and the work lost.
         #[arg(long)]
         preempt: bool,
+        /// Forecast each episode's arrivals per interval of this many slots (RLPTO's ARIMA + GRU,
+        /// as the agents run it) and report its error against the last value's.
+        #[arg(long, value_name = "SLOTS")]
+        forecast: Option<u64>,
         #[command(flatten)]
         out: Output,
     },
@@ -486,12 +490,19 @@ fn run(cli: Cli) -> Result<()> {
             priority_blind,
             no_shrink,
             preempt,
+            forecast,
             out,
         } => {
             if seeds == 0 {
                 bail!("--seeds must be at least 1");
             }
-            let sim = load_with(&scenario, priority_blind, no_shrink, preempt)?;
+            if forecast == Some(0) {
+                bail!("--forecast: the interval must be at least 1 slot");
+            }
+            let mut sim = load_with(&scenario, priority_blind, no_shrink, preempt)?;
+            if let Some(n) = forecast {
+                sim = sim.forecast(n);
+            }
             let names: Vec<String> = if names.is_empty() {
                 let plain: Vec<String> = std::iter::once(policies::TAPFINGER)
                     .chain(policies::all_policies())

@@ -60,6 +60,10 @@ pub struct Summary {
     pub preempted: f64,
     /// Work they lost, in tasks' own work (1: one whole run), per episode.
     pub work_lost: f64,
+    /// The arrival forecast's mean absolute error per interval, its last-value baseline's, and
+    /// the intervals a model (not the fallback) forecast (`--forecast`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forecast_mae: Option<(f64, f64, f64)>,
 }
 
 /// Mean of the values, `None` if there are none.
@@ -153,6 +157,21 @@ pub fn summarize(r: &EpisodeResult, kinds: &[String]) -> Summary {
         ),
         preempted: r.tasks.iter().map(|t| f64::from(t.preemptions)).sum(),
         work_lost: r.tasks.iter().map(|t| t.work_lost).sum(),
+        forecast_mae: (!r.forecasts.is_empty()).then(|| {
+            let n = r.forecasts.len() as f64;
+            let mae = |f: fn(&crate::env::ForecastPoint) -> f64| {
+                r.forecasts
+                    .iter()
+                    .map(|p| (f(p) - p.actual).abs())
+                    .sum::<f64>()
+                    / n
+            };
+            (
+                mae(|p| p.predicted),
+                mae(|p| p.last_value),
+                r.forecasts.iter().filter(|p| p.fitted).count() as f64,
+            )
+        }),
     }
 }
 
@@ -224,6 +243,17 @@ pub fn mean_summary(s: &[Summary]) -> Summary {
         gained_after_plateau: mean_of(s.iter().filter_map(|x| x.gained_after_plateau)),
         preempted: f(|x| x.preempted),
         work_lost: f(|x| x.work_lost),
+        forecast_mae: {
+            let v: Vec<(f64, f64, f64)> = s.iter().filter_map(|x| x.forecast_mae).collect();
+            (!v.is_empty()).then(|| {
+                let n = v.len() as f64;
+                (
+                    v.iter().map(|x| x.0).sum::<f64>() / n,
+                    v.iter().map(|x| x.1).sum::<f64>() / n,
+                    v.iter().map(|x| x.2).sum::<f64>() / n,
+                )
+            })
+        },
     }
 }
 

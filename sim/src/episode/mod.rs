@@ -21,10 +21,12 @@ use tapfinger::protocol::{Output, ProtocolConfig};
 use tapfinger::view::ClusterView;
 use tapfinger::{NodeId, Policy, Protocol, Resources, Round, RoundOutcome, Task, TaskId};
 
+mod forecast;
 mod gangs;
 mod learning;
 mod preempt;
 mod records;
+pub use forecast::ForecastPoint;
 pub use records::{EpisodeResult, NoObserver, Observer, SimError, SlotRecord, TaskRecord};
 
 /// A check of the ledger (tests only; see `Episode::audit`).
@@ -94,6 +96,12 @@ pub(crate) struct Episode<'a> {
     forced: std::collections::BTreeMap<NodeId, TaskId>,
     /// Rooms made whose task had not started by the end of the next slot's rounds.
     rooms_unused: u64,
+    /// The forecast for the interval under way (predicted, last value, fitted), and the
+    /// intervals judged ([`forecast`]).
+    pending_forecast: Option<(f64, f64, bool)>,
+    forecasts: Vec<ForecastPoint>,
+    /// The fitted forecaster and the intervals it was fitted on.
+    forecaster: Option<(tapfinger::forecast::Forecaster, usize)>,
     /// The first task of `arrivals` not yet arrived.
     next_arrival: usize,
     /// Finished tasks (a finished task leaves the ledger; this is all that is kept of it).
@@ -194,6 +202,9 @@ impl<'a> Episode<'a> {
             curve_seed: seeds.workload,
             forced: Default::default(),
             rooms_unused: 0,
+            pending_forecast: None,
+            forecasts: Vec::new(),
+            forecaster: None,
             next_arrival: 0,
             records: Vec::new(),
             slots: Vec::new(),
@@ -221,6 +232,7 @@ impl<'a> Episode<'a> {
             if slot >= max_slots {
                 return Err(self.did_not_finish());
             }
+            self.forecast(slot);
             self.arrive(slot);
             let mut d = Decisions::default();
             loop {
@@ -278,6 +290,7 @@ impl<'a> Episode<'a> {
             returns: self.returns,
             messages: self.messages,
             rooms_unused: self.rooms_unused,
+            forecasts: self.forecasts,
         })
     }
 

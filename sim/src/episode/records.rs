@@ -157,4 +157,6 @@ pub struct EpisodeResult {
     /// Rooms made by preemption whose waiting task had not started by the end of the next
     /// slot's rounds (the rule says none: a node stops tasks only when the waiting task then fits).
     pub rooms_unused: u64,
+    /// The task-volume forecast, interval by interval (`compare --forecast`; empty without).
+    pub forecasts: Vec<super::ForecastPoint>,
 }

@@ -332,6 +332,8 @@ pub struct Scenario {
     pub priorities: tapfinger::ledger::Priorities,
     /// Preemption of lower classes: the slots between checkpoints (`None`: no preemption).
     pub checkpoint_slots: Option<u64>,
+    /// The task-volume forecast's interval in slots (`None`: no forecast; `compare --forecast`).
+    pub forecast_interval_slots: Option<u64>,
     /// The plateau detector, and whether converging tasks shrink (`None`: no detection).
     pub shrink: Option<crate::learning::Shrink>,
     /// The cluster reward's weights.

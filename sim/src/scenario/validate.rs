@@ -351,6 +351,7 @@ impl Scenario {
             gangs,
             priorities,
             checkpoint_slots,
+            forecast_interval_slots: None,
             shrink,
             reward,
         })
