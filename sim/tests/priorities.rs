@@ -109,3 +109,30 @@ fn preemption_stops_only_batch_tasks_and_every_room_it_makes_is_used() {
     let e = plain.run(policies, 100).unwrap();
     assert!(e.tasks.iter().all(|t| t.preemptions == 0));
 }
+
+/// With a grace (`grace_slots`), a victim's units stay taken while it ends, as on an agent: the
+/// waiting task starts once they are free, every room is still used, and no claim ever exceeds
+/// what a node has left (the episode would fail on one).
+#[test]
+fn a_grace_keeps_the_victims_units_until_they_end() {
+    let text = include_str!("../presets/priority-edge.toml").replace(
+        "aging_slots = 50",
+        "aging_slots = 50\npreempt = true\ngrace_slots = 2",
+    );
+    let sim = Simulator::new(Scenario::from_toml(&text, "test", None).unwrap());
+    assert_eq!(sim.scenario().preempt_grace_slots, 2);
+    let mut preempted = 0;
+    for policy in ["random", "first-fit-max"] {
+        let policies = tapfinger_sim::policies::build(&sim, policy).unwrap();
+        let e = sim.run(policies, 100).unwrap();
+        assert_eq!(e.rooms_unused, 0, "{policy}");
+        preempted += e.tasks.iter().map(|t| t.preemptions).sum::<u32>();
+    }
+    assert!(preempted > 0);
+    let bad = include_str!("../presets/priority-edge.toml")
+        .replace("aging_slots = 50", "aging_slots = 50\ngrace_slots = -1");
+    let e = Scenario::from_toml(&bad, "test", None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("priorities.grace_slots"), "{e}");
+}

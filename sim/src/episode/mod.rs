@@ -93,7 +93,10 @@ pub(crate) struct Episode<'a> {
     /// The seed of the tasks' accuracy reports (the workload's: the same whatever the policy).
     curve_seed: u64,
     /// Nodes that made room for a waiting task, which they propose until it starts ([`preempt`]).
-    forced: std::collections::BTreeMap<NodeId, TaskId>,
+    /// (With the slot by which the task should have started: after its victims' grace.)
+    forced: std::collections::BTreeMap<NodeId, (TaskId, u64)>,
+    /// Victims in their grace: (the slot it ends, node, units still taken).
+    draining: Vec<(u64, NodeId, Resources)>,
     /// Rooms made whose task had not started by the end of the next slot's rounds.
     rooms_unused: u64,
     /// The forecast for the interval under way (predicted, last value, fitted), and the
@@ -201,6 +204,7 @@ impl<'a> Episode<'a> {
             sizes: workload::sizes(sc, seeds.workload, sc.tasks as usize),
             curve_seed: seeds.workload,
             forced: Default::default(),
+            draining: Vec::new(),
             rooms_unused: 0,
             pending_forecast: None,
             forecasts: Vec::new(),

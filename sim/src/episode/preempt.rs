@@ -2,7 +2,10 @@
 //! slots they run; once a slot, after its rounds, the ledger's rule
 //! ([`tapfinger::ledger::Ledger::preemption_plan`]) names the victims, which go back to the queue
 //! to resume from their last checkpoint (the progress since it is the work lost), and the node
-//! that made room proposes the waiting task in the next rounds, ahead of its policy.
+//! that made room proposes the waiting task in the next rounds, ahead of its policy. With a
+//! grace (`grace_slots`, the agents' `grace_seconds`) the victims' units stay taken that many
+//! slots, as an agent keeps a stopped copy's units until its process has ended (by lowering the
+//! node's capacity in its ledger), and the node makes no other room meanwhile.
 
 use super::Episode;
 use tapfinger::TaskId;
@@ -41,19 +44,31 @@ impl Episode<'_> {
         if self.sc.checkpoint_slots.is_none() {
             return;
         }
-        // Rooms are made after a slot's rounds, and the next slot's rounds start the task (its
-        // node proposes it): one still waiting now is a room made for nothing.
+        // Victims whose grace is over have ended: their units are the node's again.
+        let ended: Vec<_> = self
+            .draining
+            .iter()
+            .filter(|d| d.0 <= slot)
+            .cloned()
+            .collect();
+        self.draining.retain(|d| d.0 > slot);
+        for (_, node, _) in ended {
+            self.hold_draining(node);
+        }
+        // Rooms are made after a slot's rounds, and the rounds after the victims' grace start
+        // the task (its node proposes it): one still waiting then is a room made for nothing.
         let ledger = &self.ledger;
-        self.rooms_unused += self
-            .forced
-            .values()
-            .filter(|t| {
-                ledger
-                    .get(**t)
-                    .is_some_and(|e| e.state == TaskState::Pending)
-            })
-            .count() as u64;
-        self.forced.clear();
+        let mut unused = 0;
+        self.forced.retain(|_, (t, due)| {
+            let waits = ledger
+                .get(*t)
+                .is_some_and(|e| e.state == TaskState::Pending);
+            if waits && *due <= slot {
+                unused += 1;
+            }
+            waits && *due > slot
+        });
+        self.rooms_unused += unused;
         let plan = {
             let ledger = &self.ledger;
             ledger.preemption_plan(slot, |id| match ledger.get(id) {
@@ -64,10 +79,15 @@ impl Episode<'_> {
                 None => 0.0,
             })
         };
-        for p in plan {
+        let grace = self.sc.preempt_grace_slots;
+        // A node that keeps a room makes no other (as an agent's).
+        let busy: Vec<tapfinger::NodeId> = self.forced.keys().copied().collect();
+        for p in plan.into_iter().filter(|p| !busy.contains(&p.node)) {
             for v in &p.victims {
-                let progress = match self.ledger.get(*v).map(|e| &e.state) {
-                    Some(TaskState::Running { progress, .. }) => *progress,
+                let (progress, alloc) = match self.ledger.get(*v).map(|e| &e.state) {
+                    Some(TaskState::Running {
+                        progress, alloc, ..
+                    }) => (*progress, alloc.clone()),
                     _ => continue,
                 };
                 let size = self.size(*v);
@@ -82,9 +102,28 @@ impl Episode<'_> {
                 for proto in &mut self.protocols {
                     proto.release(*v);
                 }
+                if grace > 0 {
+                    self.draining.push((slot + grace, p.node, alloc));
+                }
             }
-            self.forced.insert(p.node, p.task);
+            self.hold_draining(p.node);
+            self.forced.insert(p.node, (p.task, slot + grace + 1));
         }
+    }
+
+    /// `node`'s capacity in the ledger: what it offers less the units of victims still in
+    /// their grace.
+    fn hold_draining(&mut self, node: tapfinger::NodeId) {
+        let Some(i) = self.ids.iter().position(|n| *n == node) else {
+            return;
+        };
+        let mut cap = self.sc.nodes[i].capacity.clone();
+        for (_, _, units) in self.draining.iter().filter(|d| d.1 == node) {
+            for (c, u) in cap.0.iter_mut().zip(&units.0) {
+                *c = c.saturating_sub(*u);
+            }
+        }
+        self.ledger.set_node(node, cap);
     }
 
     /// Agent `i`'s proposal if it made room for a waiting task that still waits and now fits:
@@ -92,7 +131,7 @@ impl Episode<'_> {
     /// else with all the node can give it up to its maximum (as a policy's claim could).
     pub(super) fn forced_proposal(&self, i: usize) -> Option<Proposal> {
         let node = self.ids[i];
-        let task = *self.forced.get(&node)?;
+        let (task, _) = *self.forced.get(&node)?;
         let e = self.ledger.get(task)?;
         let free = self.ledger.claimable(node);
         (e.state == TaskState::Pending && e.task.min_demand.fits_in(&free)).then(|| {

@@ -158,6 +158,10 @@ pub struct PrioritiesFile {
     /// Slots between a running task's checkpoints (≥ 1).
     #[serde(default = "checkpoint")]
     pub checkpoint_slots: i64,
+    /// Slots a preempted task takes to end after its checkpoint signal (its units stay taken
+    /// meanwhile; ≥ 0).
+    #[serde(default)]
+    pub grace_slots: i64,
 }
 
 fn checkpoint() -> i64 {
@@ -332,6 +336,8 @@ pub struct Scenario {
     pub priorities: tapfinger::ledger::Priorities,
     /// Preemption of lower classes: the slots between checkpoints (`None`: no preemption).
     pub checkpoint_slots: Option<u64>,
+    /// Slots a preempted task's units stay taken after its checkpoint signal.
+    pub preempt_grace_slots: u64,
     /// The task-volume forecast's interval in slots (`None`: no forecast; `compare --forecast`).
     pub forecast_interval_slots: Option<u64>,
     /// The plateau detector, and whether converging tasks shrink (`None`: no detection).

@@ -305,6 +305,12 @@ impl Scenario {
                     format!("must be 1 or more slots, got {}", p.checkpoint_slots),
                 ));
             }
+            Some(p) if p.grace_slots < 0 => {
+                return Err(invalid(
+                    "priorities.grace_slots".into(),
+                    format!("must be 0 or more slots, got {}", p.grace_slots),
+                ));
+            }
             Some(p) if p.preempt && !p.honour => {
                 return Err(invalid(
                     "priorities.preempt".into(),
@@ -351,6 +357,10 @@ impl Scenario {
             gangs,
             priorities,
             checkpoint_slots,
+            preempt_grace_slots: f
+                .priorities
+                .as_ref()
+                .map_or(0, |p| p.grace_slots.max(0) as u64),
             forecast_interval_slots: None,
             shrink,
             reward,
