@@ -101,15 +101,8 @@ enum Cmd {
         /// Trained model (folder or model.bpk) for `--policy tapfinger`.
         #[arg(long, value_name = "PATH")]
         model: Option<PathBuf>,
-        /// Queues ignore priority classes (as `compare --priority-blind`).
-        #[arg(long)]
-        priority_blind: bool,
-        /// Converging tasks keep their units (as `compare --no-shrink`).
-        #[arg(long)]
-        no_shrink: bool,
-        /// Lower classes make room for waiting tasks (as `compare --preempt`).
-        #[arg(long)]
-        preempt: bool,
+        #[command(flatten)]
+        variants: Variants,
         #[command(flatten)]
         out: Output,
     },
@@ -135,19 +128,8 @@ enum Cmd {
         /// Trained model (folder or model.bpk) for the policy `tapfinger`.
         #[arg(long, value_name = "PATH")]
         model: Option<PathBuf>,
-        /// Queues ignore priority classes (every task in class 0, by arrival), whatever the
-        /// scenario's `[priorities]` say: the priority-blind run to compare against.
-        #[arg(long)]
-        priority_blind: bool,
-        /// Converging tasks keep their units, whatever the scenario's `[shrink]` says (the
-        /// plateau detector still judges): the run without shrinking to compare against.
-        #[arg(long)]
-        no_shrink: bool,
-        /// Lower priority classes make room for a waiting task that fits nowhere (tasks
-        /// checkpoint every 5 slots, or the scenario's `checkpoint_slots`; a preempted task
-        /// resumes from its last checkpoint); the table adds the tasks preempted and the work lost.
-        #[arg(long)]
-        preempt: bool,
+        #[command(flatten)]
+        variants: Variants,
         /// Forecast each episode's arrivals per interval of this many slots (RLPTO's ARIMA + GRU,
         /// as the agents run it) and report its error against the last value's.
         #[arg(long, value_name = "SLOTS")]
@@ -273,22 +255,35 @@ fn load(name: &str) -> Result<Simulator> {
     Ok(Simulator::new(Scenario::load(name)?))
 }
 
-/// [`load`], with priority-blind queues (`--priority-blind`), without shrinking
-/// (`--no-shrink`) and with preemption (`--preempt`) if asked.
-fn load_with(
-    name: &str,
+/// The same scenario run otherwise than it says (`run` and `compare`): the runs to compare it
+/// against.
+#[derive(Debug, Clone, Copy, clap::Args)]
+struct Variants {
+    /// Queues ignore priority classes (every task in class 0, by arrival), whatever the
+    /// scenario's `[priorities]` say: the priority-blind run to compare against.
+    #[arg(long)]
     priority_blind: bool,
+    /// Converging tasks keep their units, whatever the scenario's `[shrink]` says (the
+    /// plateau detector still judges): the run without shrinking to compare against.
+    #[arg(long)]
     no_shrink: bool,
+    /// Lower priority classes make room for a waiting task that fits nowhere (tasks
+    /// checkpoint every 5 slots, or the scenario's `checkpoint_slots`; a preempted task
+    /// resumes from its last checkpoint); `compare` adds the tasks preempted and the work lost.
+    #[arg(long)]
     preempt: bool,
-) -> Result<Simulator> {
+}
+
+/// [`load`], run as `v` says.
+fn load_with(name: &str, v: Variants) -> Result<Simulator> {
     let mut sim = load(name)?;
-    if preempt {
+    if v.preempt {
         sim = sim.preempt(None);
     }
-    if priority_blind {
+    if v.priority_blind {
         sim = sim.priorities(tapfinger::ledger::Priorities::BLIND);
     }
-    if no_shrink {
+    if v.no_shrink {
         sim = sim.no_shrink();
     }
     Ok(sim)
@@ -367,12 +362,10 @@ fn run(cli: Cli) -> Result<()> {
             policy,
             seed,
             model,
-            priority_blind,
-            no_shrink,
-            preempt,
+            variants,
             out,
         } => {
-            let sim = load_with(&scenario, priority_blind, no_shrink, preempt)?;
+            let sim = load_with(&scenario, variants)?;
             let policy = policy.unwrap_or_else(|| policies::TAPFINGER.to_string());
             let mut progress = Progress::new(1);
             let c = report::compare_with(&sim, &[policy], &[seed], model.as_deref(), &mut || {
@@ -487,9 +480,7 @@ fn run(cli: Cli) -> Result<()> {
             seeds,
             seed_base,
             model,
-            priority_blind,
-            no_shrink,
-            preempt,
+            variants,
             forecast,
             out,
         } => {
@@ -499,7 +490,7 @@ fn run(cli: Cli) -> Result<()> {
             if forecast == Some(0) {
                 bail!("--forecast: the interval must be at least 1 slot");
             }
-            let mut sim = load_with(&scenario, priority_blind, no_shrink, preempt)?;
+            let mut sim = load_with(&scenario, variants)?;
             if let Some(n) = forecast {
                 sim = sim.forecast(n);
             }
