@@ -191,3 +191,62 @@ fn gangs_run_whole_and_finish_and_the_audit_sees_a_broken_book() {
     let over = std::panic::catch_unwind(|| audit(&l, &cap, false));
     assert!(over.is_err(), "a box over its capacity passed the audit");
 }
+
+/// A preemption grace holds the victims' units: while a victim ends, its box's capacity in the
+/// ledger is lowered by what it held (so claims on that box see less), never above what the box
+/// offers, and what runs there fits what is left. (It fails with the holding taken out.)
+#[test]
+fn a_preemption_grace_lowers_the_box_until_its_victims_have_ended() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let text = include_str!("../../presets/priority-edge.toml").replace(
+        "aging_slots = 50",
+        "aging_slots = 50\npreempt = true\ngrace_slots = 3",
+    );
+    let sc = Scenario::from_toml(&text, "test", None).unwrap();
+    let sim = Simulator::new(sc.clone());
+    let capacity: Vec<Resources> = sc.nodes.iter().map(|n| n.capacity.clone()).collect();
+    let mut e = Episode::new(
+        &sc,
+        Box::new(|_: &Task, _: f64| 1),
+        crate::policies::build(&sim, "first-fit-max").unwrap(),
+        Seeds {
+            workload: 100,
+            policy: 100,
+        },
+        false,
+        tapfinger::ledger::WindowOrder::ById,
+        None,
+    )
+    .unwrap();
+    // Steps at which some box's capacity was lowered (a grace in effect).
+    let lowered = Rc::new(RefCell::new(0u32));
+    let seen = lowered.clone();
+    e.audit = Some(Box::new(move |l: &Ledger<SimMeta>, settled| {
+        for (n, cap) in capacity.iter().enumerate() {
+            let id = NodeId(n as u32);
+            let now = l.capacity(id);
+            assert!(now.fits_in(cap), "box {id}: capacity {now} above {cap}");
+            if now != *cap {
+                *seen.borrow_mut() += 1;
+            }
+            // first-fit-max is not elastic: what runs fits what the box has left, held units
+            // set aside, once the slot has settled.
+            assert!(
+                !settled || l.used(id).fits_in(&now),
+                "box {id}: {} of {now}",
+                l.used(id)
+            );
+        }
+    }));
+    let r = e.run(100, &mut NoObserver).unwrap();
+    assert!(
+        r.tasks.iter().any(|t| t.preemptions > 0),
+        "nothing was preempted"
+    );
+    assert!(
+        *lowered.borrow() > 0,
+        "no box's capacity was ever held for a victim"
+    );
+    assert_eq!(r.rooms_unused, 0);
+}
