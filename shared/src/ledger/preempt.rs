@@ -147,6 +147,23 @@ impl<M> Ledger<M> {
         plan
     }
 
+    /// What `node`, which made room for `task`, claims it with once it fits: its minimum demand
+    /// on an elastic node (the re-share gives it its share), else all the node can give it up to
+    /// its maximum (as a policy's claim could); `None` while it does not fit, or if it no longer
+    /// waits. Both drivers propose this ahead of their policy.
+    pub fn room_alloc(&self, node: NodeId, task: TaskId) -> Option<Resources> {
+        let e = self.tasks.get(&task)?;
+        let free = self.claimable(node);
+        if e.state != TaskState::Pending || !e.task.min_demand.fits_in(&free) {
+            return None;
+        }
+        Some(if self.is_elastic(node) {
+            e.task.min_demand.clone()
+        } else {
+            e.task.cap(&free)
+        })
+    }
+
     /// The single-node tasks running on `node` in a lower class than `class` (a larger number),
     /// not in `gone`, with the units stopping each frees for claims there.
     fn lower(&self, node: NodeId, class: u8, gone: &BTreeSet<TaskId>) -> Vec<(TaskId, Resources)> {

@@ -120,27 +120,22 @@ impl NodeCore {
             .is_some_and(|e| e.state == TaskState::Pending)
     }
 
-    /// While this node keeps a room: the task it is for, once it fits (at its minimum demand on
-    /// an elastic node, else all it may take), and a pass until then; `None` without a room.
+    /// While this node keeps a room: the task it is for, once it fits
+    /// ([`crate::ledger::Ledger::room_alloc`]), and a pass until then; `None` without a room.
     pub(super) fn room_proposal(&mut self) -> Option<Proposal> {
         let r = self.room?;
         if !self.waits(r.task) {
             self.room = None;
             return None;
         }
-        let e = self.tasks.get(r.task)?;
-        let free = self.tasks.claimable(self.cfg.me);
-        if !e.task.min_demand.fits_in(&free) {
+        let me = self.cfg.me;
+        let Some(alloc) = self.tasks.room_alloc(me, r.task) else {
             return Some(Proposal::Pass);
-        }
-        let alloc = if self.tasks.is_elastic(self.cfg.me) {
-            e.task.min_demand.clone()
-        } else {
-            e.task.cap(&free)
         };
+        let min = &self.tasks.get(r.task)?.task.min_demand;
         Some(Proposal::Claim(Claim {
             task: r.task,
-            headroom: free.headroom(&e.task.min_demand),
+            headroom: self.tasks.claimable(me).headroom(min),
             alloc,
             prob: 1.0,
         }))

@@ -126,26 +126,18 @@ impl Episode<'_> {
         self.ledger.set_node(node, cap);
     }
 
-    /// Agent `i`'s proposal if it made room for a waiting task that still waits and now fits:
-    /// that task, at its minimum demand on an elastic node (the re-share gives it its share),
-    /// else with all the node can give it up to its maximum (as a policy's claim could).
+    /// Agent `i`'s proposal if it made room for a waiting task that still waits and now fits
+    /// ([`tapfinger::ledger::Ledger::room_alloc`]).
     pub(super) fn forced_proposal(&self, i: usize) -> Option<Proposal> {
         let node = self.ids[i];
         let (task, _) = *self.forced.get(&node)?;
-        let e = self.ledger.get(task)?;
-        let free = self.ledger.claimable(node);
-        (e.state == TaskState::Pending && e.task.min_demand.fits_in(&free)).then(|| {
-            let alloc = if self.ledger.is_elastic(node) {
-                e.task.min_demand.clone()
-            } else {
-                e.task.cap(&free)
-            };
-            Proposal::Claim(Claim {
-                task,
-                alloc,
-                prob: 1.0,
-                headroom: free.headroom(&e.task.min_demand),
-            })
-        })
+        let alloc = self.ledger.room_alloc(node, task)?;
+        let min = &self.ledger.get(task)?.task.min_demand;
+        Some(Proposal::Claim(Claim {
+            task,
+            headroom: self.ledger.claimable(node).headroom(min),
+            alloc,
+            prob: 1.0,
+        }))
     }
 }
