@@ -1,7 +1,7 @@
 //! The heterogeneous graph form of a [`ClusterView`], the input of graph-attention policies.
 //!
 //! Node types follow the TapFinger reference: servers, pending tasks, running tasks and one
-//! summary node. Two feature schemas: per preset ([`build`]: free units per kind, queue length,
+//! summary node. Three feature schemas: per preset ([`build`]: free units per kind, queue length,
 //! "is me"; minimum demand and a one-hot type; allocation, one-hot type, running time) and general
 //! ([`build_general`]: the canonical kinds and the online speed estimates, no task type). Edges go both ways between a server and each
 //! task in its window, each task it runs, and the summary node. Features are scaled by the largest
@@ -128,7 +128,15 @@ pub fn build(view: &ClusterView, me: NodeId) -> HeteroGraph {
             f
         })
         .collect();
-    assemble(view, servers, pending, running)
+    assemble(
+        view,
+        Features {
+            servers,
+            pending,
+            running,
+            summary: vec![1.0],
+        },
+    )
 }
 
 /// Feature widths of the general schema: server, pending task, running task.
@@ -140,18 +148,8 @@ fn squash(x: f64) -> f32 {
     ((1.0 + x.max(0.0)).ln() / 4.0) as f32
 }
 
-/// Build the graph of a snapshot with the general features (schema 2), marking `me`. They mean
-/// the same on every cluster: the canonical kinds CPU, GPU and memory (an absent kind is zero),
-/// scaled by the largest node per kind; and for tasks, the online estimator's speeds instead of
-/// a task type, with waiting time, progress and attained service.
-///
-/// - server: free (3), capacity (3), queue length, running tasks (squashed), is me;
-/// - pending: minimum demand (3), estimated slots at the minimum and at the largest allocation
-///   (squashed), the gain of one more unit per kind (3), waiting time (squashed), whether its
-///   class has been observed;
-/// - running: allocation (3), estimated remaining and total slots at its allocation (squashed),
-///   progress, running time and attained service (squashed).
-pub fn build_general(view: &ClusterView, me: NodeId) -> HeteroGraph {
+/// The general features of `view` (schema 2, see [`build_general`]).
+fn general_features(view: &ClusterView, me: NodeId) -> Features {
     let map = view.kinds;
     let canon = |r: &crate::resources::Resources| map.canonical(r);
     let mut scale = [1.0f64; 3];
@@ -205,22 +203,95 @@ pub fn build_general(view: &ClusterView, me: NodeId) -> HeteroGraph {
             f
         })
         .collect();
-    assemble(view, servers, pending, running)
+    Features {
+        servers,
+        pending,
+        running,
+        summary: vec![1.0],
+    }
+}
+
+/// Build the graph of a snapshot with the general features (schema 2), marking `me`. They mean
+/// the same on every cluster: the canonical kinds CPU, GPU and memory (an absent kind is zero),
+/// scaled by the largest node per kind; and for tasks, the online estimator's speeds instead of
+/// a task type, with waiting time, progress and attained service.
+///
+/// - server: free (3), capacity (3), queue length, running tasks (squashed), is me;
+/// - pending: minimum demand (3), estimated slots at the minimum and at the largest allocation
+///   (squashed), the gain of one more unit per kind (3), waiting time (squashed), whether its
+///   class has been observed;
+/// - running: allocation (3), estimated remaining and total slots at its allocation (squashed),
+///   progress, running time and attained service (squashed).
+pub fn build_general(view: &ClusterView, me: NodeId) -> HeteroGraph {
+    general_features(view, me).assemble(view)
+}
+
+/// Intervals ahead of the arrival forecast the RLPTO features carry.
+pub const FORECAST_AHEAD: usize = 3;
+
+/// Feature widths of the RLPTO schema: server, pending task, running task, summary.
+pub const RLPTO_WIDTHS: [usize; 4] = [
+    GENERAL_WIDTHS[0],
+    GENERAL_WIDTHS[1] + 1,
+    GENERAL_WIDTHS[2] + 1,
+    1 + FORECAST_AHEAD,
+];
+
+/// Build the graph with the RLPTO features (schema 3): the general features of
+/// [`build_general`] and what RLPTO's scheduler knows beside them, all in the view, so an agent
+/// computes them as the simulator does:
+///
+/// - pending: its priority class as the queues serve it now (aging included; 0 is the most
+///   urgent, scaled to [0, 1] over the ten classes; 0 where the cluster ignores classes);
+/// - running: whether its reports have plateaued (it is converging and shrinks);
+/// - summary: the forecast arrivals of the next [`FORECAST_AHEAD`] intervals (squashed; 0 where
+///   no forecast runs).
+pub fn build_rlpto(view: &ClusterView, me: NodeId) -> HeteroGraph {
+    let mut f = general_features(view, me);
+    for (x, p) in f.pending.iter_mut().zip(&view.pending) {
+        let class = if view.classes {
+            f32::from(p.class.min(crate::task::LOWEST_CLASS)) / f32::from(crate::task::LOWEST_CLASS)
+        } else {
+            0.0
+        };
+        x.push(class);
+    }
+    for (x, r) in f.running.iter_mut().zip(&view.running) {
+        x.push(if r.converging { 1.0 } else { 0.0 });
+    }
+    f.summary
+        .extend((0..FORECAST_AHEAD).map(|h| squash(view.forecast.get(h).copied().unwrap_or(0.0))));
+    f.assemble(view)
+}
+
+/// The features of a view's nodes, per type in the view's orders.
+struct Features {
+    servers: Vec<Vec<f32>>,
+    pending: Vec<Vec<f32>>,
+    running: Vec<Vec<f32>>,
+    summary: Vec<f32>,
+}
+
+impl Features {
+    fn assemble(self, view: &ClusterView) -> HeteroGraph {
+        assemble(view, self)
+    }
 }
 
 /// The graph of `view` with these features per server, pending and running task (in the view's
 /// orders): nodes, the summary node, and the edges of the module doc.
-fn assemble(
-    view: &ClusterView,
-    server_f: Vec<Vec<f32>>,
-    pending_f: Vec<Vec<f32>>,
-    running_f: Vec<Vec<f32>>,
-) -> HeteroGraph {
+fn assemble(view: &ClusterView, f: Features) -> HeteroGraph {
+    let Features {
+        servers: server_f,
+        pending: pending_f,
+        running: running_f,
+        summary: summary_f,
+    } = f;
     let mut g = HeteroGraph::new();
     let summary = g.add_node(GraphNode {
         kind: NodeKind::Summary,
         refers: NodeRef::Summary,
-        features: vec![1.0],
+        features: summary_f,
     });
     let mut servers: Vec<NodeIndex> = Vec::with_capacity(view.nodes.len());
     for (n, f) in view.nodes.iter().zip(server_f) {
@@ -301,6 +372,7 @@ mod tests {
             num_types: 2,
             nodes: vec![node(0), node(1)],
             pending: vec![PendingView {
+                class: 0,
                 task: task.into(),
                 est: Default::default(),
             }],
@@ -348,6 +420,7 @@ mod tests {
                 running: vec![],
             }],
             pending: vec![PendingView {
+                class: 0,
                 task: task(ty).into(),
                 est: Default::default(),
             }],
@@ -373,5 +446,93 @@ mod tests {
             g.node_weights().map(|n| n.features.clone()).collect()
         };
         assert_eq!(feats(&g), feats(&build_general(&view(0), NodeId(0))));
+    }
+
+    #[test]
+    fn rlpto_features_add_the_class_convergence_and_forecast_to_the_general_ones() {
+        let task = |id, priority| {
+            std::sync::Arc::new(Task {
+                id: TaskId(id),
+                ty: TaskTypeId(0),
+                min_demand: Resources(vec![1, 2]),
+                max_demand: None,
+                priority,
+                reachable: vec![NodeId(0)],
+                arrival: 0,
+                gang: None,
+            })
+        };
+        let view = ClusterView {
+            classes: true,
+            kinds: crate::estimate::KindMap::from_names(&["cpu", "mem"]),
+            nodes: vec![NodeView {
+                id: NodeId(0),
+                capacity: Resources(vec![8, 16]),
+                free: Resources(vec![4, 8]),
+                window: vec![0],
+                overflow: 0,
+                running: vec![0],
+            }],
+            pending: vec![PendingView {
+                task: task(1, 9),
+                est: Default::default(),
+                class: 3,
+            }],
+            running: vec![crate::view::RunningView {
+                task: task(2, 0),
+                node: NodeId(0),
+                alloc: Resources(vec![4, 8]),
+                started: 0,
+                progress: 0.5,
+                attained: 0.0,
+                est: Default::default(),
+                est_alloc: 4.0,
+                converging: true,
+            }],
+            forecast: vec![0.0, (4f64).exp() - 1.0],
+            ..Default::default()
+        };
+        let general = build_general(&view, NodeId(0));
+        let rlpto = build_rlpto(&view, NodeId(0));
+        let of = |g: &HeteroGraph, k: NodeKind| -> Vec<f32> {
+            g.node_weights()
+                .find(|n| n.kind == k)
+                .unwrap()
+                .features
+                .clone()
+        };
+        for (i, k) in [
+            NodeKind::Server,
+            NodeKind::Pending,
+            NodeKind::Running,
+            NodeKind::Summary,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (a, b) = (of(&general, k), of(&rlpto, k));
+            assert_eq!(b.len(), RLPTO_WIDTHS[i], "{k:?}");
+            // The general features come first, unchanged.
+            assert_eq!(b[..a.len()], a[..], "{k:?}");
+        }
+        // Class 3 of 9 (as served now, not as submitted); converging; the forecast squashed,
+        // a missing third interval as 0.
+        assert!((of(&rlpto, NodeKind::Pending)[10] - 3.0 / 9.0).abs() < 1e-6);
+        assert_eq!(of(&rlpto, NodeKind::Running)[8], 1.0);
+        let s = of(&rlpto, NodeKind::Summary);
+        assert_eq!(s[0], 1.0);
+        assert!(
+            s[1] == 0.0 && (s[2] - 1.0).abs() < 1e-6 && s[3] == 0.0,
+            "{s:?}"
+        );
+        // A cluster that ignores classes shows none.
+        let blind = ClusterView {
+            classes: false,
+            ..view
+        };
+        assert_eq!(
+            of(&build_rlpto(&blind, NodeId(0)), NodeKind::Pending)[10],
+            0.0
+        );
     }
 }

@@ -59,6 +59,10 @@ pub struct PendingView {
     /// The estimator's view of its speed.
     #[serde(default)]
     pub est: TaskEstimate,
+    /// Its priority class as the queues serve it in this view's slot (aging included; 0 is the
+    /// most urgent); 0 where the cluster ignores classes.
+    #[serde(default)]
+    pub class: u8,
 }
 
 /// A running task.
@@ -84,6 +88,10 @@ pub struct RunningView {
     /// `(1 - progress)` of it).
     #[serde(default)]
     pub est_alloc: f64,
+    /// Its reports have plateaued: it is converging, and shrinks where shrinking is on
+    /// ([`crate::ledger::Ledger::set_converging`]).
+    #[serde(default)]
+    pub converging: bool,
 }
 
 /// A snapshot of the cluster for one decision step.
@@ -109,6 +117,10 @@ pub struct ClusterView {
     pub pending: Vec<PendingView>,
     /// Running tasks, sorted by id.
     pub running: Vec<RunningView>,
+    /// Expected arrivals in each of the next intervals, nearest first, as the node's forecast
+    /// says ([`crate::forecast`]); empty where no forecast runs.
+    #[serde(default)]
+    pub forecast: Vec<f64>,
 }
 
 impl ClusterView {
@@ -195,6 +207,7 @@ impl ClusterView {
             nodes,
             pending: pending.iter().map(|&i| self.pending[i].clone()).collect(),
             running: running.iter().map(|&i| self.running[i].clone()).collect(),
+            forecast: self.forecast.clone(),
         })
     }
 

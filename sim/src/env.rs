@@ -8,7 +8,7 @@ use crate::scenario::Scenario;
 use tapfinger::{Policy, Resources, Task};
 
 pub use crate::episode::{
-    EpisodeResult, ForecastPoint, NoObserver, Observer, SimError, SlotRecord, TaskRecord,
+    EpisodeResult, ForecastPoint, NoObserver, Observer, PreFit, SimError, SlotRecord, TaskRecord,
 };
 
 /// A scenario prepared for running episodes: per-type, per-node best isolated runtimes.
@@ -24,6 +24,8 @@ pub struct Simulator {
     best: Vec<Vec<Option<(u64, f64, Resources)>>>,
     /// How gangs are placed, if not as the scenario says.
     gang_placer: Option<tapfinger::placement::gang::GangPlacer>,
+    /// The forecast's history and model ([`Simulator::prefit`]), once made.
+    prefit: std::sync::OnceLock<crate::episode::PreFit>,
 }
 
 /// Largest allocation grid enumerated at once (lower bounds, the clairvoyant's table). A larger
@@ -100,6 +102,7 @@ impl Simulator {
             sc,
             best,
             replicas: false,
+            prefit: Default::default(),
             order: tapfinger::ledger::WindowOrder::ById,
             gang_placer: None,
         }
@@ -262,6 +265,17 @@ impl Simulator {
             self.replicas,
             self.order,
             placer.or(self.gang_placer),
+        )
+        .map(|e| e.with_prefit(self.prefit()))
+    }
+
+    /// The arrivals before the episodes and the forecast model fitted on them, made on first
+    /// use (once per simulator: a fit takes seconds); `None` without a forecast interval.
+    pub fn prefit(&self) -> Option<&crate::episode::PreFit> {
+        let every = self.sc.forecast_interval_slots?;
+        Some(
+            self.prefit
+                .get_or_init(|| crate::episode::PreFit::fit(&self.sc, every)),
         )
     }
 }

@@ -152,64 +152,9 @@ impl ShrinkFile {
     }
 }
 
-/// The cluster reward's weights as written (`[reward]`).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RewardWeights {
-    /// Per unit of final accuracy (accuracy in [0, 1]).
-    #[serde(default = "w_acc")]
-    pub accuracy: f64,
-    /// Per slot of JCT.
-    #[serde(default = "w_one")]
-    pub time: f64,
-    /// Per node-slot of resources held.
-    #[serde(default = "w_one")]
-    pub resources: f64,
-}
-
-fn w_acc() -> f64 {
-    10.0
-}
-fn w_one() -> f64 {
-    1.0
-}
-
-impl Default for RewardWeights {
-    /// 10 per unit of accuracy (0.1 accuracy is worth a slot), 1 per slot, 1 per node-slot.
-    fn default() -> Self {
-        Self {
-            accuracy: w_acc(),
-            time: w_one(),
-            resources: w_one(),
-        }
-    }
-}
-
-impl RewardWeights {
-    /// Every weight finite and ≥ 0, or the field and why not.
-    pub fn check(&self) -> Result<(), (String, String)> {
-        for (name, w) in [
-            ("accuracy", self.accuracy),
-            ("time", self.time),
-            ("resources", self.resources),
-        ] {
-            if !(w.is_finite() && w >= 0.0) {
-                return Err((
-                    format!("reward.{name}"),
-                    format!("must be a finite weight ≥ 0, got {w}"),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// One task's cluster reward.
-    pub fn of(&self, accuracy: Option<f64>, jct: u64, resource_time: f64) -> f64 {
-        self.accuracy * accuracy.unwrap_or(0.0)
-            - self.time * jct as f64
-            - self.resources * resource_time
-    }
-}
+/// The cluster reward's weights as written (`[reward]`); the ledger pays it slot by slot to a
+/// policy trained on it ([`tapfinger::ledger::Ledger::with_cluster_reward`]).
+pub use tapfinger::ledger::RewardWeights;
 
 #[cfg(test)]
 mod tests {

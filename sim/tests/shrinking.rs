@@ -83,3 +83,37 @@ fn bad_curves_shrink_and_reward_sections_are_refused_with_their_field() {
         assert!(e.contains(expect), "{from} -> {to}: {e}");
     }
 }
+
+#[test]
+fn the_cluster_reward_paid_by_slot_holds_the_tasks_accuracy_and_resource_terms() {
+    let sc = Scenario::load("converging-edge").unwrap();
+    let run = |cluster: bool| {
+        let mut sc = sc.clone();
+        sc.cluster_reward = cluster;
+        let sim = Simulator::new(sc);
+        let policies = tapfinger_sim::policies::build(&sim, "first-fit-max").unwrap();
+        sim.run(policies, 100).unwrap()
+    };
+    let (default, cluster) = (run(false), run(true));
+    // The reward paid does not change what a baseline decides.
+    assert_eq!(default.tasks.len(), cluster.tasks.len());
+    assert_eq!(
+        default.tasks.iter().map(|t| t.jct).sum::<u64>(),
+        cluster.tasks.iter().map(|t| t.jct).sum::<u64>()
+    );
+    let w = sc.reward;
+    let terms: f64 = cluster
+        .tasks
+        .iter()
+        .map(|t| w.accuracy * t.accuracy.unwrap_or(0.0) - w.resources * t.resource_time)
+        .sum();
+    let paid: f64 = cluster.returns.iter().sum::<f64>() - default.returns.iter().sum::<f64>();
+    // All of it but what the episode's last slot gained: a slot's gains are paid with the next
+    // slot's reward, and the episode ends with the slot its last task finishes in (that task's
+    // gain in its last slot is at most the curve's rise over one slot and the report's noise).
+    assert!(
+        paid <= terms + 1e-9 && terms - paid < w.accuracy * 0.02,
+        "paid {paid}, the records' terms {terms}"
+    );
+    assert!(terms.abs() > 1.0, "{terms}");
+}

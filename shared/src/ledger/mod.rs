@@ -21,7 +21,11 @@
 //! - **Free units** of a node: its capacity minus the allocations of the tasks running there.
 //! - **Reward** of a node for a slot: minus the tasks running on it and minus every pending task
 //!   it could run (its whole queue, window and overflow). The TapFinger objective: summed over
-//!   slots, a node's return is minus the time its tasks spent in the system.
+//!   slots, a node's return is minus the time its tasks spent in the system. With
+//!   [`Ledger::with_cluster_reward`] (RLPTO's) it also pays for the resources its tasks hold and
+//!   earns the accuracy they gain ([`outlook`]).
+//! - **Forecast**: the expected arrivals of the next intervals the driver sets
+//!   ([`Ledger::set_forecast`]), carried by every view.
 //! - **Gangs** (tasks with [`Task::gang`]): a pending gang is in no node's queue (its owner
 //!   proposes it whole; `reachable` names the boxes its members may use); a running one holds
 //!   every member's units on its box ([`TaskState::Gang`]).
@@ -40,12 +44,15 @@ use std::sync::Arc;
 
 mod arrivals;
 mod elastic;
+mod nodes;
 mod order;
+mod outlook;
 mod preempt;
 mod shrink;
 mod view;
 use elastic::{add_each, sub_each};
 pub use order::{Priorities, WindowOrder};
+pub use outlook::RewardWeights;
 pub use preempt::Preemption;
 pub use view::MayStart;
 
@@ -221,6 +228,8 @@ pub struct Ledger<M> {
     ceilings: BTreeMap<TaskId, u32>,
     /// Tasks by the slot they arrived in ([`arrivals`]).
     arrivals: BTreeMap<u64, BTreeSet<TaskId>>,
+    /// The forecast and the cluster reward ([`outlook`]).
+    outlook: outlook::Outlook,
 }
 
 impl<M> Ledger<M> {
@@ -240,6 +249,7 @@ impl<M> Ledger<M> {
             shrink_kind: None,
             ceilings: BTreeMap::new(),
             arrivals: BTreeMap::new(),
+            outlook: Default::default(),
         }
     }
 
@@ -546,83 +556,6 @@ impl<M> Ledger<M> {
         self.tasks.is_empty()
     }
 
-    /// A node's capacity (zeros if unknown).
-    pub fn capacity(&self, node: NodeId) -> Resources {
-        self.nodes
-            .get(&node)
-            .map(|b| b.capacity.clone())
-            .unwrap_or_default()
-    }
-
-    /// Units allocated to the tasks running on a node.
-    pub fn used(&self, node: NodeId) -> Resources {
-        match self.nodes.get(&node) {
-            Some(b) => {
-                let mut u = b.used.clone();
-                u.0.resize(b.capacity.len().max(u.len()), 0);
-                u
-            }
-            None => Resources::default(),
-        }
-    }
-
-    /// Units of a node not allocated to tasks running there.
-    pub fn free(&self, node: NodeId) -> Resources {
-        match self.nodes.get(&node) {
-            Some(b) => {
-                let mut f = b.capacity.clone();
-                sub_each(&mut f, &b.used);
-                f
-            }
-            None => Resources::default(),
-        }
-    }
-
-    /// The tasks running on a node, by id.
-    pub fn running_on(&self, node: NodeId) -> impl Iterator<Item = TaskId> + '_ {
-        self.nodes
-            .get(&node)
-            .into_iter()
-            .flat_map(|b| b.running.iter().copied())
-    }
-
-    /// The gangs with a member on a node, by id.
-    pub fn gangs_on(&self, node: NodeId) -> impl Iterator<Item = TaskId> + '_ {
-        self.nodes
-            .get(&node)
-            .into_iter()
-            .flat_map(|b| b.gangs.iter().copied())
-    }
-
-    /// Units held on a node by gang members (zeros in every kind of its capacity if none).
-    pub fn held(&self, node: NodeId) -> Resources {
-        match self.nodes.get(&node) {
-            Some(b) => {
-                let mut h = b.held.clone();
-                h.0.resize(b.capacity.len().max(h.len()), 0);
-                h
-            }
-            None => Resources::default(),
-        }
-    }
-
-    /// The pending gangs, by id.
-    pub fn pending_gangs(&self) -> impl Iterator<Item = TaskId> + '_ {
-        self.pending_gangs.iter().copied()
-    }
-
-    /// A node's whole pending queue length (window and overflow).
-    pub fn queue_len(&self, node: NodeId) -> usize {
-        self.nodes.get(&node).map_or(0, |b| b.queue.len())
-    }
-
-    /// A node's reward for the slot that ends now (module doc).
-    pub fn reward(&self, node: NodeId) -> f64 {
-        self.nodes
-            .get(&node)
-            .map_or(0.0, |b| -((b.running.len() + b.queue.len()) as f64))
-    }
-
     /// A task's attained service as its runner counts it (a peer's heartbeat). Unknown: nothing.
     pub fn set_attained(&mut self, id: TaskId, attained: f64) {
         if let Some(e) = self.tasks.get_mut(&id) {
@@ -632,6 +565,7 @@ impl<M> Ledger<M> {
 
     /// End of a slot: every running task attains the units of the service kind it holds.
     pub fn accrue_service(&mut self) {
+        self.clear_gains();
         let k = self.service_kind;
         for e in self.tasks.values_mut() {
             if let TaskState::Running { alloc, .. } = &e.state {

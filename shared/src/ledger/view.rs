@@ -98,6 +98,7 @@ impl<M> Ledger<M> {
                 .map(|e| PendingView {
                     task: e.task.clone(),
                     est: self.estimate(&e.task, &largest),
+                    class: self.priorities.class(&e.task, slot),
                 })
                 .collect(),
             running: running_ids
@@ -120,11 +121,13 @@ impl<M> Ledger<M> {
                             attained: e.attained,
                             est: self.estimate(&e.task, &largest),
                             est_alloc: self.estimator.slots(&e.task, alloc),
+                            converging: self.is_converging(e.task.id),
                         })
                     }
                     _ => None,
                 })
                 .collect(),
+            forecast: self.forecast().to_vec(),
         }
     }
 

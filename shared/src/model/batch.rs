@@ -38,7 +38,9 @@ pub struct Dims {
     pub window: usize,
     /// Feature schema: 1, per-preset features (a one-hot of the task type, the cluster's own
     /// kinds: a model fits one preset); 2, general features ([`graph::build_general`]: the
-    /// canonical kinds and the online speed estimates, the same meaning on every cluster).
+    /// canonical kinds and the online speed estimates, the same meaning on every cluster); 3,
+    /// RLPTO's ([`graph::build_rlpto`]: the general features with priority classes,
+    /// convergence and the arrival forecast).
     #[serde(default = "schema_v1")]
     pub schema: u32,
 }
@@ -47,8 +49,11 @@ fn schema_v1() -> u32 {
     1
 }
 
-/// The newest feature schema this build reads (and the one general models use).
+/// The feature schema of general models.
 pub const SCHEMA_GENERAL: u32 = 2;
+
+/// The feature schema of RLPTO models (the newest this build reads).
+pub const SCHEMA_RLPTO: u32 = 3;
 
 impl Dims {
     /// Schema-1 sizes (a model for one preset).
@@ -71,14 +76,31 @@ impl Dims {
         }
     }
 
-    /// Whether this is the general schema (one model for every cluster).
-    pub fn is_general(&self) -> bool {
-        self.schema == SCHEMA_GENERAL
+    /// RLPTO's schema: the general one with priority classes, convergence and the arrival
+    /// forecast ([`graph::build_rlpto`]).
+    pub fn rlpto(window: usize) -> Self {
+        Self {
+            schema: SCHEMA_RLPTO,
+            ..Self::general(window)
+        }
     }
 
-    /// Feature width of each node type (as built by [`graph::build`] or
-    /// [`graph::build_general`]).
+    /// Whether the features are general (schema 2 or 3: one model for every cluster).
+    pub fn is_general(&self) -> bool {
+        self.schema >= SCHEMA_GENERAL
+    }
+
+    /// Whether this is RLPTO's schema.
+    pub fn is_rlpto(&self) -> bool {
+        self.schema == SCHEMA_RLPTO
+    }
+
+    /// Feature width of each node type (as built by [`graph::build`],
+    /// [`graph::build_general`] or [`graph::build_rlpto`]).
     pub fn feature_width(&self, kind: usize) -> usize {
+        if self.is_rlpto() {
+            return graph::RLPTO_WIDTHS.get(kind).copied().unwrap_or(1);
+        }
         match (self.is_general(), kind) {
             (true, 0) => graph::GENERAL_WIDTHS[0],
             (true, 1) => graph::GENERAL_WIDTHS[1],
@@ -122,7 +144,9 @@ pub fn batch(items: &[(&ClusterView, NodeId)], dims: &Dims) -> GraphBatch {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut pending_slots: Vec<Vec<i32>> = Vec::with_capacity(items.len());
     for (view, agent) in items {
-        let g = if dims.is_general() {
+        let g = if dims.is_rlpto() {
+            graph::build_rlpto(view, *agent)
+        } else if dims.is_general() {
             graph::build_general(view, *agent)
         } else {
             graph::build(view, *agent)

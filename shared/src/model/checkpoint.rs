@@ -47,7 +47,7 @@ struct CheckpointNet {
 }
 
 /// Load a network from the bytes of a `model.bpk` and the text of its `train.json`; `label` names
-/// the source in errors. A general model (feature schema 2) loads on every cluster; a per-preset
+/// the source in errors. A general model (feature schema 2, or 3 for RLPTO) loads on every cluster; a per-preset
 /// model trained for other input sizes is refused with both sizes named, since loading it would
 /// fail deep inside burn with a shape error or, worse, silently misread features; a model of a
 /// feature schema this build does not know is refused naming both versions. Returns the network, its configuration and the scenario it was trained on.
@@ -63,11 +63,12 @@ pub fn load_bytes(
     };
     let meta: CheckpointMeta = serde_json::from_str(train_json).map_err(|e| err(e.to_string()))?;
     let cfg = meta.config.net;
-    if cfg.dims.schema > super::batch::SCHEMA_GENERAL || cfg.dims.schema == 0 {
+    if cfg.dims.schema > super::batch::SCHEMA_RLPTO || cfg.dims.schema == 0 {
         return Err(err(format!(
-            "written with feature schema {}; this build reads schemas 1 (per preset) and {} (general): use the tapfinger that trained it, or retrain",
+            "written with feature schema {}; this build reads schemas 1 (per preset), {} (general) and {} (RLPTO): use the tapfinger that trained it, or retrain",
             cfg.dims.schema,
-            super::batch::SCHEMA_GENERAL
+            super::batch::SCHEMA_GENERAL,
+            super::batch::SCHEMA_RLPTO
         )));
     }
     if dims.is_general() && !cfg.dims.is_general() {

@@ -159,6 +159,8 @@ fn merge(views: &BTreeMap<NodeId, &ClusterView>) -> ClusterView {
         nodes,
         pending: pending.into_values().collect(),
         running: running.into_values().collect(),
+        // Every agent forecasts from the same shared arrivals: any one's will do.
+        forecast: any.map(|v| v.forecast.clone()).unwrap_or_default(),
     }
 }
 
@@ -202,6 +204,7 @@ mod tests {
     fn each_node_speaks_for_itself() {
         // Agent 0 knows: itself with task 1 pending; node 1 (stale) with 4 free and task 2 pending.
         let a = ClusterView {
+            forecast: Vec::new(),
             slot: 7,
             step: 0,
             num_types: 1,
@@ -210,10 +213,12 @@ mod tests {
             nodes: vec![node(0, 4, vec![0], vec![]), node(1, 4, vec![1], vec![])],
             pending: vec![
                 PendingView {
+                    class: 0,
                     task: task(1),
                     est: Default::default(),
                 },
                 PendingView {
+                    class: 0,
                     task: task(2),
                     est: Default::default(),
                 },
@@ -223,6 +228,7 @@ mod tests {
         // Agent 1 knows: node 0 (stale, task 1 not yet announced); itself running task 2 with 1
         // unit free, and a new task 3 pending.
         let b = ClusterView {
+            forecast: Vec::new(),
             slot: 7,
             step: 0,
             num_types: 1,
@@ -230,10 +236,12 @@ mod tests {
             kinds: Default::default(),
             nodes: vec![node(0, 4, vec![], vec![]), node(1, 1, vec![0], vec![0])],
             pending: vec![PendingView {
+                class: 0,
                 task: task(3),
                 est: Default::default(),
             }],
             running: vec![RunningView {
+                converging: false,
                 task: task(2),
                 node: NodeId(1),
                 alloc: Resources(vec![3]),
@@ -266,6 +274,7 @@ mod tests {
     #[test]
     fn one_snapshot_needs_no_merge() {
         let v = ClusterView {
+            forecast: Vec::new(),
             slot: 3,
             step: 1,
             num_types: 1,
@@ -273,6 +282,7 @@ mod tests {
             kinds: Default::default(),
             nodes: vec![node(0, 4, vec![0], vec![]), node(1, 4, vec![0], vec![])],
             pending: vec![PendingView {
+                class: 0,
                 task: task(1),
                 est: Default::default(),
             }],
@@ -289,6 +299,7 @@ mod tests {
     #[test]
     fn a_single_report_is_kept_as_is() {
         let v = ClusterView {
+            forecast: Vec::new(),
             slot: 1,
             step: 0,
             num_types: 1,

@@ -37,6 +37,7 @@ impl TapfingerPolicy {
             };
             PendingView {
                 est: (ask.estimate)(&t),
+                class: t.priority,
                 task: Arc::new(t),
             }
         };

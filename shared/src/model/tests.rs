@@ -14,6 +14,7 @@ fn random_view(seed: u64) -> ClusterView {
     let n_pending = rng.random_range(0..=8usize);
     let pending: Vec<PendingView> = (0..n_pending)
         .map(|i| PendingView {
+            class: 0,
             task: Arc::new(Task {
                 id: TaskId(i as u64),
                 ty: TaskTypeId(rng.random_range(0..2u16)),
@@ -48,6 +49,7 @@ fn random_view(seed: u64) -> ClusterView {
             free = free.checked_sub(&a).unwrap();
             mine.push(running.len());
             running.push(RunningView {
+                converging: false,
                 task: Arc::new(Task {
                     id: TaskId(100 + running.len() as u64),
                     ty: TaskTypeId(1),
@@ -78,6 +80,7 @@ fn random_view(seed: u64) -> ClusterView {
         });
     }
     ClusterView {
+        forecast: Vec::new(),
         slot: 3,
         step: 0,
         num_types: 2,
@@ -449,6 +452,7 @@ fn an_elastic_model_claims_a_task_beyond_the_allocation_grid() {
     let cfg = NetConfig::new(dims());
     let big = cfg.max_units as u32 + 8;
     let view = ClusterView {
+        forecast: Vec::new(),
         slot: 0,
         step: 0,
         num_types: 2,
@@ -463,6 +467,7 @@ fn an_elastic_model_claims_a_task_beyond_the_allocation_grid() {
             running: vec![],
         }],
         pending: vec![PendingView {
+            class: 0,
             task: Arc::new(Task {
                 id: TaskId(7),
                 ty: TaskTypeId(0),

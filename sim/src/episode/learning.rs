@@ -75,12 +75,20 @@ impl Episode<'_> {
             return;
         };
         m.learning.resource_time += held;
-        let (Some(curve), Some(shrink)) = (curve, shrink) else {
+        let Some(curve) = curve else {
+            return;
+        };
+        // Seeded by task and slot alone: the same draw with or without the detector.
+        let report = curve.report(progress, seed, id.0, slot);
+        let Some(shrink) = shrink else {
+            self.ledger.note_accuracy(id, report);
+            return;
+        };
+        let Some(m) = self.ledger.meta_mut(id) else {
             return;
         };
         let l = &mut m.learning;
-        l.reports
-            .push_back(curve.report(progress, seed, id.0, slot));
+        l.reports.push_back(report);
         while l.reports.len() > shrink.plateau.window + 1 {
             l.reports.pop_front();
         }
@@ -90,6 +98,7 @@ impl Episode<'_> {
             l.at_plateau = Some(curve.accuracy(progress));
         }
         self.ledger.set_converging(id, converging);
+        self.ledger.note_accuracy(id, report);
     }
 
     /// A finished task's final accuracy (its type's curve at the end), if it has a curve.

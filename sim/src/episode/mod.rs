@@ -26,7 +26,7 @@ mod gangs;
 mod learning;
 mod preempt;
 mod records;
-pub use forecast::ForecastPoint;
+pub use forecast::{ForecastPoint, PreFit};
 pub use records::{EpisodeResult, NoObserver, Observer, SimError, SlotRecord, TaskRecord};
 
 /// A check of the ledger (tests only; see `Episode::audit`).
@@ -103,8 +103,8 @@ pub(crate) struct Episode<'a> {
     /// intervals judged ([`forecast`]).
     pending_forecast: Option<(f64, f64, bool)>,
     forecasts: Vec<ForecastPoint>,
-    /// The fitted forecaster and the intervals it was fitted on.
-    forecaster: Option<(tapfinger::forecast::Forecaster, usize)>,
+    /// The history before the episode and the model fitted on it ([`forecast`]).
+    prefit: Option<&'a forecast::PreFit>,
     /// The first task of `arrivals` not yet arrived.
     next_arrival: usize,
     /// Finished tasks (a finished task leaves the ledger; this is all that is kept of it).
@@ -174,6 +174,9 @@ impl<'a> Episode<'a> {
             .with_priorities(sc.priorities)
             .with_shrink(sc.shrink.filter(|s| s.enabled).map(|_| cpu_kind))
             .with_kinds(tapfinger::estimate::KindMap::from_names(&sc.kind_names()));
+        if sc.cluster_reward {
+            ledger = ledger.with_cluster_reward(sc.reward);
+        }
         for ((id, node), p) in ids.iter().zip(&sc.nodes).zip(&policies) {
             ledger.set_node(*id, node.capacity.clone());
             ledger.set_elastic(*id, p.elastic());
@@ -208,7 +211,7 @@ impl<'a> Episode<'a> {
             rooms_unused: 0,
             pending_forecast: None,
             forecasts: Vec::new(),
-            forecaster: None,
+            prefit: None,
             next_arrival: 0,
             records: Vec::new(),
             slots: Vec::new(),
@@ -225,6 +228,12 @@ impl<'a> Episode<'a> {
     }
 
     /// Run to the end (every task finished) or to the scenario's slot limit.
+    /// Forecast from this history and model ([`forecast`]; the simulator fits it once).
+    pub(crate) fn with_prefit(mut self, prefit: Option<&'a PreFit>) -> Self {
+        self.prefit = prefit;
+        self
+    }
+
     pub(crate) fn run(
         mut self,
         seed: u64,
@@ -584,6 +593,11 @@ impl<'a> Episode<'a> {
                         meta.learning.resource_time,
                     ),
                 });
+                // The accuracy it ends with (its reports' gains then sum to it: the cluster
+                // reward paid by slot sums to the record's).
+                if let Some(a) = self.final_accuracy(task.ty.0) {
+                    self.ledger.note_accuracy(id, a);
+                }
                 // Finished tasks leave the ledger: the record is all that is kept of them.
                 self.ledger.remove(id);
             } else {

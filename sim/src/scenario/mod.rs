@@ -344,6 +344,9 @@ pub struct Scenario {
     pub shrink: Option<crate::learning::Shrink>,
     /// The cluster reward's weights.
     pub reward: crate::learning::RewardWeights,
+    /// Pay the cluster reward to the policies (an RLPTO model's training) instead of the
+    /// default reward; records always carry it.
+    pub cluster_reward: bool,
 }
 
 impl Scenario {

@@ -362,6 +362,7 @@ impl Scenario {
                 .as_ref()
                 .map_or(0, |p| p.grace_slots.max(0) as u64),
             forecast_interval_slots: None,
+            cluster_reward: false,
             shrink,
             reward,
         })
