@@ -101,8 +101,15 @@ pub struct AgentConfig {
     /// The task-volume forecast's interval (ms, default 60000; 0: no forecast): once per
     /// interval the agent fits RLPTO's ARIMA + GRU on the cluster's arrivals per interval and
     /// shows the expected arrivals of the next 6 in `GET /v1/node` and `/metrics`. Rounded up to
-    /// whole slots.
+    /// whole slots. An RLPTO model reads the next 3 from its views, per interval of the slots
+    /// it was trained with (which then win over this setting).
     pub forecast_interval_ms: u64,
+    /// Keep capacity for forecast urgent tasks (RLPTO's reservation, default false): while the
+    /// forecast says class-0 tasks are coming, a task of a lower class starts only if the
+    /// cluster keeps their expected need (the next interval's forecast arrivals × the class-0
+    /// share of the last 20 intervals' arrivals × their mean minimum demand). Needs the
+    /// forecast (`forecast_interval_ms` > 0). Every box of a cluster should agree.
+    pub reserve_for_urgent: bool,
     /// A box silent this long (ms, default one day) is forgotten: it no longer counts toward the
     /// quorum. Until then a cluster that lost half its boxes or more stops after `autonomy_ms`.
     pub forget_ms: u64,
@@ -197,6 +204,7 @@ impl Default for AgentConfig {
             plateau_epsilon: 0.01,
             preempt: false,
             forecast_interval_ms: 60_000,
+            reserve_for_urgent: false,
             forget_ms: tapfinger::node::DEFAULT_FORGET_MS,
             log_retention_hours: 168,
             journal_keep_finished: 10_000,
@@ -369,6 +377,12 @@ impl AgentConfig {
                     "required when the API listens on {} (not loopback)",
                     api.ip()
                 ),
+            ));
+        }
+        if self.reserve_for_urgent && self.forecast_interval_ms == 0 {
+            return Err(err(
+                "reserve_for_urgent",
+                "needs the forecast: set forecast_interval_ms above 0",
             ));
         }
         for (field, v) in [
@@ -593,6 +607,10 @@ mod tests {
             ("name = \"\"", "name"),
             ("plateau_window = 0", "plateau_window"),
             ("plateau_epsilon = 1.5", "plateau_epsilon"),
+            (
+                "reserve_for_urgent = true\nforecast_interval_ms = 0",
+                "reserve_for_urgent",
+            ),
         ];
         for (text, field) in cases {
             let e = AgentConfig::from_toml(text).unwrap_err();

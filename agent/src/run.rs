@@ -92,6 +92,21 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     tracing::info!(peer_id = %net.peer_id, node = me.0, %capacity, "agent starting");
     let window = 10;
     let policy = crate::policy::build(&cfg.policy, cfg.model.as_deref(), window)?;
+    // A model that reads the arrival forecast (RLPTO's) runs with the interval it was trained
+    // with: its features mean arrivals per interval of that many slots.
+    let forecast_interval_slots = match policy.forecast_interval() {
+        Some(slots) => {
+            if slots != cfg.forecast_interval_slots() {
+                tracing::info!(
+                    slots,
+                    configured = cfg.forecast_interval_slots(),
+                    "the model reads a forecast per interval of its own training: forecasting per {slots} slot(s)"
+                );
+            }
+            slots
+        }
+        None => cfg.forecast_interval_slots(),
+    };
     let lease_file = cfg.data_dir.join("lease");
     let members_file = cfg.data_dir.join("members.json");
     let lease_age_ms = crate::supervise::lease_age(&lease_file).map(|d| d.as_millis() as u64);
@@ -127,6 +142,9 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         policy,
         u64::from(me.0),
     );
+    if cfg.reserve_for_urgent {
+        core.set_reservation(Some(forecast_interval_slots));
+    }
     anyhow::ensure!(
         !cfg.coordinator.explore_candidates || cfg.coordinator.learning,
         "coordinator.explore_candidates: only in learning mode (coordinator.learning = true)"
@@ -201,7 +219,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         }),
         gpu_devices,
         online,
-        forecast_interval_slots: cfg.forecast_interval_slots(),
+        forecast_interval_slots,
         plateau: cfg.plateau(),
     });
     let token = match &cfg.api_token_file {

@@ -47,6 +47,13 @@ pub trait Policy: Send {
         Vec::new()
     }
 
+    /// The interval in slots of the arrival forecast this policy reads from its views, if it
+    /// reads one (an RLPTO model: the interval it was trained with): a driver without a
+    /// forecast of its own makes one at this interval.
+    fn forecast_interval(&self) -> Option<u64> {
+        None
+    }
+
     /// True if the policy places a gang's members itself ([`Policy::place_gang`]); otherwise a
     /// gang placer does (the locality-aware one unless a run names another).
     fn places_gangs(&self) -> bool {

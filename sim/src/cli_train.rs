@@ -47,6 +47,16 @@ pub(crate) struct TrainArgs {
     /// estimates, no task types), which loads on every cluster (new runs only).
     #[arg(long)]
     pub(crate) general: bool,
+    /// Train an RLPTO model (new runs only): general features plus each task's priority
+    /// class, whether it is converging, and the forecast arrivals of the next intervals
+    /// (feature schema 3), trained on RLPTO's cluster reward (the scenario's `[reward]`
+    /// weights) instead of the time in system.
+    #[arg(long, conflicts_with = "general")]
+    pub(crate) rlpto: bool,
+    /// The RLPTO model's forecast interval in slots: its views carry the forecast arrivals of
+    /// the next intervals of this many slots, in training and wherever it runs.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) forecast_interval: u64,
     /// How a node shares among its running tasks: elastic (start at the minimum demand,
     /// re-share the spare units every slot), elastic-hold-gpus (the same, but GPUs stay at the
     /// minimum demand: for clusters whose tasks cannot resume on new devices), fixed (the
@@ -104,6 +114,8 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         lr,
         variant,
         general,
+        rlpto,
+        forecast_interval,
         sharing,
         focus,
         generator_seeds,
@@ -149,7 +161,9 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             Trainer::with_net(sim, cfg, net)?
         }
         (None, None) => {
-            let dims = if general {
+            let dims = if rlpto {
+                tapfinger::model::batch::Dims::rlpto(sim.scenario().window)
+            } else if general {
                 tapfinger::model::batch::Dims::general(sim.scenario().window)
             } else {
                 sim.dims()
@@ -160,8 +174,12 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
                     VARIANTS.join(", ")
                 )
             })?;
+            let general = general || rlpto;
             set_sharing(&mut net, &sharing, general);
             net.focus = focus.unwrap_or(if general { 8 } else { 0 });
+            if rlpto {
+                net.forecast_interval_slots = forecast_interval;
+            }
             let cfg = new_run(&sim, net, seed, envs, lr, imitate, teacher)?;
             Trainer::new(sim, cfg)
         }

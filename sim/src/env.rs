@@ -5,6 +5,7 @@
 //! policies and winners from the protocol.
 
 use crate::scenario::Scenario;
+use std::sync::Arc;
 use tapfinger::{Policy, Resources, Task};
 
 pub use crate::episode::{
@@ -25,7 +26,7 @@ pub struct Simulator {
     /// How gangs are placed, if not as the scenario says.
     gang_placer: Option<tapfinger::placement::gang::GangPlacer>,
     /// The forecast's history and model ([`Simulator::prefit`]), once made.
-    prefit: std::sync::OnceLock<crate::episode::PreFit>,
+    prefit: std::sync::Mutex<std::collections::BTreeMap<u64, Arc<crate::episode::PreFit>>>,
 }
 
 /// Largest allocation grid enumerated at once (lower bounds, the clairvoyant's table). A larger
@@ -157,6 +158,20 @@ impl Simulator {
         self
     }
 
+    /// Keep capacity for forecast urgent arrivals (`--reserve`; with a forecast interval,
+    /// [`tapfinger::ledger::Ledger::set_reservation`]).
+    pub fn reserve(mut self) -> Self {
+        self.sc.reserve = true;
+        self
+    }
+
+    /// Pay the policies RLPTO's cluster reward ([`Scenario::cluster_reward`]): what an RLPTO
+    /// model is trained on.
+    pub fn cluster_reward(mut self) -> Self {
+        self.sc.cluster_reward = true;
+        self
+    }
+
     /// The scenario.
     pub fn scenario(&self) -> &Scenario {
         &self.sc
@@ -254,6 +269,12 @@ impl Simulator {
         policy_seed: u64,
         placer: Option<tapfinger::placement::gang::GangPlacer>,
     ) -> Result<crate::episode::Episode<'_>, SimError> {
+        // The scenario's forecast, else the one a policy reads (an RLPTO model's).
+        let every = self
+            .sc
+            .forecast_interval_slots
+            .or_else(|| policies.iter().find_map(|p| p.forecast_interval()));
+        let prefit = every.map(|e| (e, self.prefit(e)));
         crate::episode::Episode::new(
             &self.sc,
             Box::new(move |t: &Task, size: f64| self.lower_bound_sized(t, size)),
@@ -266,17 +287,16 @@ impl Simulator {
             self.order,
             placer.or(self.gang_placer),
         )
-        .map(|e| e.with_prefit(self.prefit()))
+        .map(|e| e.with_prefit(prefit))
     }
 
-    /// The arrivals before the episodes and the forecast model fitted on them, made on first
-    /// use (once per simulator: a fit takes seconds); `None` without a forecast interval.
-    pub fn prefit(&self) -> Option<&crate::episode::PreFit> {
-        let every = self.sc.forecast_interval_slots?;
-        Some(
-            self.prefit
-                .get_or_init(|| crate::episode::PreFit::fit(&self.sc, every)),
-        )
+    /// The arrivals before the episodes and the forecast model fitted on them, per interval of
+    /// `every` slots, made on first use (once per simulator and interval: a fit takes seconds).
+    pub fn prefit(&self, every: u64) -> Arc<crate::episode::PreFit> {
+        let mut fits = self.prefit.lock().unwrap_or_else(|e| e.into_inner());
+        fits.entry(every)
+            .or_insert_with(|| Arc::new(crate::episode::PreFit::fit(&self.sc, every)))
+            .clone()
     }
 }
 

@@ -134,6 +134,11 @@ enum Cmd {
         /// as the agents run it) and report its error against the last value's.
         #[arg(long, value_name = "SLOTS")]
         forecast: Option<u64>,
+        /// Keep capacity for the urgent (class 0) tasks the forecast says are coming: lower
+        /// classes start only while the cluster keeps the urgent share of the next interval's
+        /// forecast arrivals at their mean minimum demand (RLPTO's reservation).
+        #[arg(long, requires = "forecast")]
+        reserve: bool,
         #[command(flatten)]
         out: Output,
     },
@@ -482,6 +487,7 @@ fn run(cli: Cli) -> Result<()> {
             model,
             variants,
             forecast,
+            reserve,
             out,
         } => {
             if seeds == 0 {
@@ -493,6 +499,9 @@ fn run(cli: Cli) -> Result<()> {
             let mut sim = load_with(&scenario, variants)?;
             if let Some(n) = forecast {
                 sim = sim.forecast(n);
+            }
+            if reserve {
+                sim = sim.reserve();
             }
             let names: Vec<String> = if names.is_empty() {
                 let plain: Vec<String> = std::iter::once(policies::TAPFINGER)

@@ -39,9 +39,8 @@ fn an_episode_forecasts_each_interval_while_tasks_arrive() {
         sim.run(policies, 100).unwrap()
     };
     assert!(run(&plain).forecasts.is_empty());
-    assert!(plain.prefit().is_none());
     let sim = Simulator::new(Scenario::load("converging-edge").unwrap()).forecast(2);
-    let pre = sim.prefit().unwrap();
+    let pre = sim.prefit(2);
     assert_eq!(pre.why_not, None, "a model fits the drawn history");
     let e = run(&sim);
     let last_arrival = e.tasks.iter().map(|t| t.arrival).max().unwrap();

@@ -331,7 +331,7 @@ impl Daemon {
                 &mut self.had_quorum,
             );
         }
-        self.forecasting.collect().await;
+        self.forecasting.collect(&mut self.p.core).await;
         self.forecasting.start(&self.p.core);
         if let Some(o) = &mut self.p.online {
             for (to, r) in o.step(&mut self.p.core, now) {

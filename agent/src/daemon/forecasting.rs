@@ -1,7 +1,8 @@
 //! The task-volume forecast on a running agent: once per interval, the arrival counts its
 //! ledger keeps ([`tapfinger::ledger::Ledger::arrival_counts`]; every agent counts the same
 //! series) go to [`tapfinger::forecast::outlook::outlook`] on a blocking thread (fitting trains a
-//! small GRU), and the latest outlook is shown in `GET /v1/node` and `/metrics`.
+//! small GRU), and the latest outlook is shown in `GET /v1/node` and `/metrics` and carried by
+//! the node's views (an RLPTO model reads the next intervals from them).
 
 use tapfinger::forecast::outlook::{Outlook, outlook};
 use tapfinger::node::NodeCore;
@@ -33,13 +34,23 @@ impl Forecasting {
         }
     }
 
-    /// After a step: take a finished fit's outlook.
-    pub(super) async fn collect(&mut self) {
+    /// After a step: take a finished fit's outlook; the node's views carry its first
+    /// intervals from then on (what an RLPTO model reads).
+    pub(super) async fn collect(&mut self, core: &mut NodeCore) {
         if self.running.as_ref().is_some_and(|h| h.is_finished())
             && let Some(h) = self.running.take()
         {
             match h.await {
-                Ok(o) => self.latest = Some(o),
+                Ok(o) => {
+                    core.set_forecast(
+                        o.next
+                            .iter()
+                            .take(tapfinger::graph::FORECAST_AHEAD)
+                            .copied()
+                            .collect(),
+                    );
+                    self.latest = Some(o);
+                }
                 Err(e) => tracing::warn!(error = %e, "the forecast's fit failed"),
             }
         }

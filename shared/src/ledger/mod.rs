@@ -48,6 +48,7 @@ mod nodes;
 mod order;
 mod outlook;
 mod preempt;
+mod reserve;
 mod shrink;
 mod view;
 use elastic::{add_each, sub_each};
@@ -230,6 +231,8 @@ pub struct Ledger<M> {
     arrivals: BTreeMap<u64, BTreeSet<TaskId>>,
     /// The forecast and the cluster reward ([`outlook`]).
     outlook: outlook::Outlook,
+    /// Capacity kept for forecast urgent arrivals ([`reserve`]).
+    reserve: reserve::Reserve,
 }
 
 impl<M> Ledger<M> {
@@ -250,6 +253,7 @@ impl<M> Ledger<M> {
             ceilings: BTreeMap::new(),
             arrivals: BTreeMap::new(),
             outlook: Default::default(),
+            reserve: Default::default(),
         }
     }
 
@@ -342,6 +346,7 @@ impl<M> Ledger<M> {
         }
         self.index(&task, &state);
         self.arrived(&task);
+        self.arrived_urgent(&task);
         let runs = u32::from(state.running_on().is_some());
         self.tasks.insert(
             id,

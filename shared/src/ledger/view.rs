@@ -12,8 +12,8 @@ pub type MayStart<'a, M> = dyn Fn(&Entry<M>) -> bool + 'a;
 
 impl<M> Ledger<M> {
     /// The cluster for a decision at (`slot`, `step`): every live node with its capacity, free
-    /// units, window (the first `window` tasks of its queue that `may_start` allows; all of them
-    /// when `None`) and overflow (the allowed tasks behind the window), the tasks in at least one
+    /// units, window (the first `window` tasks of its queue that `may_start` allows, all of them
+    /// when `None`, less those a reservation holds back: `reserve`) and overflow (the allowed tasks behind the window), the tasks in at least one
     /// window, and the tasks running on live nodes, each list by id. An elastic node shows its
     /// running tasks at their minimum demands ([`Ledger::set_elastic`]).
     pub fn view(
@@ -33,7 +33,7 @@ impl<M> Ledger<M> {
         // and queue (every pending task is in every node's queue; at 16 nodes with 400 tasks
         // queued, those look-ups took 5 % of the cluster benchmark's CPU time, by `perf`):
         // usually none, and then every queue is cut at its window as without a rule.
-        let refused: std::collections::BTreeSet<TaskId> = match may_start {
+        let mut refused: std::collections::BTreeSet<TaskId> = match may_start {
             None => Default::default(),
             Some(f) => self
                 .tasks
@@ -42,6 +42,8 @@ impl<M> Ledger<M> {
                 .map(|(id, _)| *id)
                 .collect(),
         };
+        // Lower classes held back for forecast urgent arrivals (`reserve`, off by default).
+        refused.extend(self.held_back(slot));
         // Each live node's window (task ids in window order) and overflow.
         let windows: Vec<(Vec<TaskId>, usize)> = live
             .iter()

@@ -478,6 +478,11 @@ impl Policy for TapfingerPolicy {
             Vec::new()
         }
     }
+    fn forecast_interval(&self) -> Option<u64> {
+        (self.cfg.dims.is_rlpto() && self.cfg.forecast_interval_slots > 0)
+            .then_some(self.cfg.forecast_interval_slots)
+    }
+
     fn places_gangs(&self) -> bool {
         true
     }

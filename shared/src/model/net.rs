@@ -63,6 +63,10 @@ pub struct NetConfig {
     /// written before it existed): the whole cluster.
     #[serde(default)]
     pub focus: usize,
+    /// RLPTO models (feature schema 3): the interval in slots of the arrival forecast their
+    /// views carried in training, which they are run with (0: none; other models).
+    #[serde(default)]
+    pub forecast_interval_slots: u64,
 }
 
 /// Task selection: the learned pointer, or the ablations' fixed rules.
@@ -117,6 +121,7 @@ impl NetConfig {
             elastic: false,
             hold_gpus: false,
             focus: 0,
+            forecast_interval_slots: 0,
         }
     }
 }

@@ -13,6 +13,18 @@ impl NodeCore {
         self.tasks.reward(self.cfg.me)
     }
 
+    /// The forecast arrivals of the next intervals, nearest first, which this node's views
+    /// carry from now on (its driver's forecast, refreshed once an interval).
+    pub fn set_forecast(&mut self, ahead: Vec<f64>) {
+        self.tasks.set_forecast(ahead);
+    }
+
+    /// Keep capacity for forecast urgent arrivals, the forecast being per interval of
+    /// `interval` slots ([`crate::ledger::Ledger::set_reservation`]; `None`: never).
+    pub fn set_reservation(&mut self, interval: Option<u64>) {
+        self.tasks.set_reservation(interval);
+    }
+
     /// The cluster as this node knows it, for its policy.
     pub fn view(&self) -> ClusterView {
         let round = self.protocol.round();

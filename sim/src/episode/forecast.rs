@@ -119,7 +119,7 @@ impl Episode<'_> {
     /// At the start of `slot`, before its arrivals: close the interval that ended, forecast the
     /// ones that begin.
     pub(super) fn forecast(&mut self, slot: u64) {
-        let (Some(every), Some(pre)) = (self.sc.forecast_interval_slots, self.prefit) else {
+        let Some((every, pre)) = self.prefit.clone() else {
             return;
         };
         if !slot.is_multiple_of(every) {

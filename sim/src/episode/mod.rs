@@ -103,8 +103,9 @@ pub(crate) struct Episode<'a> {
     /// intervals judged ([`forecast`]).
     pending_forecast: Option<(f64, f64, bool)>,
     forecasts: Vec<ForecastPoint>,
-    /// The history before the episode and the model fitted on it ([`forecast`]).
-    prefit: Option<&'a forecast::PreFit>,
+    /// The forecast's interval, and the history before the episode and the model fitted on it
+    /// ([`forecast`]).
+    prefit: Option<(u64, Arc<forecast::PreFit>)>,
     /// The first task of `arrivals` not yet arrived.
     next_arrival: usize,
     /// Finished tasks (a finished task leaves the ledger; this is all that is kept of it).
@@ -228,8 +229,12 @@ impl<'a> Episode<'a> {
     }
 
     /// Run to the end (every task finished) or to the scenario's slot limit.
-    /// Forecast from this history and model ([`forecast`]; the simulator fits it once).
-    pub(crate) fn with_prefit(mut self, prefit: Option<&'a PreFit>) -> Self {
+    /// Forecast per interval of so many slots from this history and model ([`forecast`]; the
+    /// simulator fits it once).
+    pub(crate) fn with_prefit(mut self, prefit: Option<(u64, Arc<PreFit>)>) -> Self {
+        if self.sc.reserve {
+            self.ledger.set_reservation(prefit.as_ref().map(|p| p.0));
+        }
         self.prefit = prefit;
         self
     }

@@ -347,6 +347,8 @@ pub struct Scenario {
     /// Pay the cluster reward to the policies (an RLPTO model's training) instead of the
     /// default reward; records always carry it.
     pub cluster_reward: bool,
+    /// Keep capacity for the urgent tasks the forecast says are coming (`compare --reserve`).
+    pub reserve: bool,
 }
 
 impl Scenario {

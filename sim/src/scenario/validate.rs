@@ -363,6 +363,7 @@ impl Scenario {
                 .map_or(0, |p| p.grace_slots.max(0) as u64),
             forecast_interval_slots: None,
             cluster_reward: false,
+            reserve: false,
             shrink,
             reward,
         })

@@ -272,6 +272,7 @@ pub struct Trainer {
 impl Trainer {
     /// A trainer with a fresh network.
     pub fn new(sim: Simulator, mut cfg: TrainConfig) -> Self {
+        let sim = Self::paying(sim, &cfg);
         if cfg.imitate > 0 && cfg.teacher == crate::policies::AUTO_TEACHER {
             cfg.teacher = crate::policies::best_teacher(&sim, cfg.net.elastic);
         }
@@ -329,8 +330,18 @@ impl Trainer {
         if auto_teacher && self.iteration < self.cfg.imitate {
             self.cfg.teacher = crate::policies::best_teacher(&sim, self.cfg.net.elastic);
         }
-        self.sim = sim;
+        self.sim = Self::paying(sim, &self.cfg);
         Ok(())
+    }
+
+    /// `sim` paying the reward the network is trained on: RLPTO's cluster reward for an RLPTO
+    /// model (feature schema 3), else the default.
+    fn paying(sim: Simulator, cfg: &TrainConfig) -> Simulator {
+        if cfg.net.dims.is_rlpto() {
+            sim.cluster_reward()
+        } else {
+            sim
+        }
     }
 
     /// The current network without autodiff (for evaluation and saving).
