@@ -31,6 +31,12 @@ pub fn replay(
     let me = core.id();
     let mut actions = Vec::new();
     let mut held = Vec::new();
+    for (id, (times, work_lost)) in &r.preempted {
+        core.restore_preempted(*id, tapfinger::node::preempt::Preempted {
+            times: *times,
+            work_lost: *work_lost,
+        });
+    }
     for (id, run) in r.runs {
         let adopted = match &run.handle {
             Some(h) => executor.adopt(id, h),

@@ -78,6 +78,19 @@ pub(super) fn live_records(r: &mut Recovered, keep_finished: usize) -> Vec<Recor
     for run in r.runs.values() {
         out.push(Record::Run(Box::new(run.clone())));
     }
+    // Preemption counts of the most recent tasks (any node may have accepted them).
+    let drop = r.preempted.len().saturating_sub(keep_finished);
+    let old: Vec<_> = r.preempted.keys().take(drop).copied().collect();
+    for id in old {
+        r.preempted.remove(&id);
+    }
+    for (task, (times, work_lost)) in &r.preempted {
+        out.push(Record::Preempted {
+            task: *task,
+            times: *times,
+            work_lost: *work_lost,
+        });
+    }
     out
 }
 
@@ -128,6 +141,7 @@ impl Store {
         let live = (self.live.accepted.len().saturating_sub(finished)
             + 2 * kept
             + self.live.runs.len()
+            + self.live.preempted.len().min(self.opts.keep_finished)
             + 1) as u64;
         if self.lines >= self.opts.compact_min_lines.max(2 * live)
             && let Err(e) = self.compact()

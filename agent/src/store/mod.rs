@@ -8,7 +8,9 @@
 //! - `ended`: a run here ended (finished, stopped or failed to start);
 //! - `outcome`: a task accepted here is known finished (who ran it, exit code, epoch) — the
 //!   finished history a restarted agent shows;
-//! - `ids`: the largest id accepted here (a compacted journal's first line).
+//! - `ids`: the largest id accepted here (a compacted journal's first line);
+//! - `preempted`: a task was preempted here (its count and the work it lost so far, the latest
+//!   line wins), so that `show`, `tasks` and `/metrics` keep them across a restart.
 //!
 //! On restart the agent replays the journal: ids continue after the largest one accepted here,
 //! unfinished tasks are announced again, runs without an end are adopted (or found finished, or
@@ -59,6 +61,11 @@ enum Record {
     },
     Ids {
         last: TaskId,
+    },
+    Preempted {
+        task: TaskId,
+        times: u32,
+        work_lost: f64,
     },
 }
 
@@ -162,6 +169,8 @@ pub struct Recovered {
     pub last_id: Option<TaskId>,
     /// Torn last lines cut off (a crash in the middle of a write).
     pub skipped: usize,
+    /// Tasks preempted here: times and work lost.
+    pub preempted: BTreeMap<TaskId, (u32, f64)>,
 }
 
 impl Recovered {
@@ -199,6 +208,13 @@ impl Recovered {
                 self.runs.remove(&task);
             }
             Record::Ids { last } => self.last_id = self.last_id.max(Some(last)),
+            Record::Preempted {
+                task,
+                times,
+                work_lost,
+            } => {
+                self.preempted.insert(task, (times, work_lost));
+            }
         }
     }
 }
@@ -291,6 +307,15 @@ impl Store {
         self.lines += 1;
         self.maybe_compact();
         Ok(())
+    }
+
+    /// Record that `task` has now been preempted here `times` times, losing `work_lost` in all.
+    pub fn preempted(&mut self, task: TaskId, times: u32, work_lost: f64) -> std::io::Result<()> {
+        self.append(Record::Preempted {
+            task,
+            times,
+            work_lost,
+        })
     }
 
     /// Record an accepted task (durable when this returns).
@@ -468,6 +493,31 @@ mod tests {
         assert!(std::fs::read(&rep.backup).unwrap().ends_with(b"\n"));
         let (_, r) = Store::open(&path).unwrap();
         assert_eq!(r.accepted.len(), 2);
+    }
+
+    #[test]
+    fn preemption_counts_survive_a_restart_and_a_compaction() {
+        let path = fresh("preempted");
+        let opts = StoreOptions {
+            keep_finished: 2,
+            compact_min_lines: 4,
+        };
+        {
+            let (mut s, _) = Store::open_with(&path, opts).unwrap();
+            s.preempted(TaskId(3), 1, 0.25).unwrap();
+            s.preempted(TaskId(3), 2, 0.5).unwrap();
+            s.preempted(TaskId(9), 1, 0.0).unwrap();
+        }
+        let (mut s, r) = Store::open_with(&path, opts).unwrap();
+        assert_eq!(r.preempted[&TaskId(3)], (2, 0.5));
+        assert_eq!(r.preempted[&TaskId(9)], (1, 0.0));
+        // Past keep_finished, the oldest tasks' counts go with a compaction.
+        s.preempted(TaskId(12), 1, 0.125).unwrap();
+        s.compact().unwrap();
+        drop(s);
+        let (_, r) = Store::open_with(&path, opts).unwrap();
+        let kept: Vec<_> = r.preempted.iter().map(|(k, v)| (k.0, *v)).collect();
+        assert_eq!(kept, vec![(9, (1, 0.0)), (12, (1, 0.125))]);
     }
 
     #[test]

@@ -49,6 +49,11 @@ impl NodeCore {
         &self.preempted
     }
 
+    /// What preemption had cost `task` here before a restart (the agent's journal).
+    pub fn restore_preempted(&mut self, task: TaskId, p: Preempted) {
+        self.preempted.insert(task, p);
+    }
+
     /// At a slot's end: this node's part of the slot's preemption plan, if preemption is on.
     pub(super) fn preempt(&mut self, slot: u64, now: u64) -> Vec<Action> {
         // Without a lease (or settling after one lapsed) this node starts nothing, so it makes

@@ -76,6 +76,13 @@ impl Daemon {
                 tracing::info!(%task, "preempted for a higher priority class");
                 self.stopped_here.insert(task);
                 self.p.executor.preempt(task);
+                // Its count and the work it lost survive a restart of this agent.
+                if let (Some(store), Some(p)) =
+                    (self.p.store.as_mut(), self.p.core.preempted().get(&task))
+                    && let Err(e) = store.preempted(task, p.times, p.work_lost)
+                {
+                    tracing::warn!(%task, error = %e, "cannot journal a preemption");
+                }
             }
             Action::Refused { task, from, reason } => {
                 tracing::warn!(%task, peer = %from, %reason, "refused a peer's message");
