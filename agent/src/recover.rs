@@ -32,10 +32,13 @@ pub fn replay(
     let mut actions = Vec::new();
     let mut held = Vec::new();
     for (id, (times, work_lost)) in &r.preempted {
-        core.restore_preempted(*id, tapfinger::node::preempt::Preempted {
-            times: *times,
-            work_lost: *work_lost,
-        });
+        core.restore_preempted(
+            *id,
+            tapfinger::node::preempt::Preempted {
+                times: *times,
+                work_lost: *work_lost,
+            },
+        );
     }
     for (id, run) in r.runs {
         let adopted = match &run.handle {

@@ -186,8 +186,7 @@ mod tests {
 
     #[test]
     fn a_blind_ledger_or_one_without_urgent_arrivals_reserves_nothing() {
-        let mut l: Ledger<()> =
-            Ledger::new(8, 0).with_priorities(crate::ledger::Priorities::BLIND);
+        let mut l: Ledger<()> = Ledger::new(8, 0).with_priorities(crate::ledger::Priorities::BLIND);
         l.set_node(NodeId(0), Resources(vec![8]));
         l.set_reservation(Some(10));
         l.set_forecast(vec![10.0]);
