@@ -64,6 +64,29 @@ pub struct Summary {
     /// the intervals a model (not the fallback) forecast (`--forecast`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forecast_mae: Option<(f64, f64, f64)>,
+    /// Resources by data size (RLPTO's claim that large data gets more): node-slots held per
+    /// slot from start to finish, mean over the largest quarter of the tasks by size and over
+    /// the smallest quarter, where sizes differ.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub units_by_size: Option<(f64, f64)>,
+}
+
+/// [`Summary::units_by_size`] of these tasks.
+fn units_by_size(tasks: &[crate::env::TaskRecord]) -> Option<(f64, f64)> {
+    let mut v: Vec<(f64, f64)> = tasks
+        .iter()
+        .map(|t| {
+            let ran = t.finish.saturating_sub(t.start).max(1) as f64;
+            (t.size, t.resource_time / ran)
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let q = v.len() / 4;
+    if q == 0 || v[0].0 == v[v.len() - 1].0 {
+        return None;
+    }
+    let mean = |s: &[(f64, f64)]| s.iter().map(|x| x.1).sum::<f64>() / s.len() as f64;
+    Some((mean(&v[v.len() - q..]), mean(&v[..q])))
 }
 
 /// Mean of the values, `None` if there are none.
@@ -172,6 +195,7 @@ pub fn summarize(r: &EpisodeResult, kinds: &[String]) -> Summary {
                 r.forecasts.iter().filter(|p| p.fitted).count() as f64,
             )
         }),
+        units_by_size: units_by_size(&r.tasks),
     }
 }
 
@@ -251,6 +275,16 @@ pub fn mean_summary(s: &[Summary]) -> Summary {
                     v.iter().map(|x| x.0).sum::<f64>() / n,
                     v.iter().map(|x| x.1).sum::<f64>() / n,
                     v.iter().map(|x| x.2).sum::<f64>() / n,
+                )
+            })
+        },
+        units_by_size: {
+            let v: Vec<(f64, f64)> = s.iter().filter_map(|x| x.units_by_size).collect();
+            (!v.is_empty()).then(|| {
+                let n = v.len() as f64;
+                (
+                    v.iter().map(|x| x.0).sum::<f64>() / n,
+                    v.iter().map(|x| x.1).sum::<f64>() / n,
                 )
             })
         },

@@ -101,6 +101,9 @@ fn instances_for(
     if policy == policies::TAPFINGER {
         return Ok(policies::learned(sim, model)?);
     }
+    if policy == policies::RLPTO {
+        return Ok(policies::rlpto(sim)?);
+    }
     Ok(match seed {
         Some(seed) => policies::build_for_seed(sim, policy, seed)?,
         None => policies::build(sim, policy)?,
@@ -385,6 +388,21 @@ pub fn table(c: &Comparison) -> String {
         s,
         "reward: cluster reward per task, accuracy·w_acc − JCT·w_time − node-slots held·w_res"
     );
+    let by_size: Vec<String> = c
+        .results
+        .iter()
+        .filter_map(|r| {
+            let (large, small) = r.mean.units_by_size?;
+            Some(format!("{} {large:.3} vs {small:.3}", r.policy))
+        })
+        .collect();
+    if !by_size.is_empty() {
+        let _ = writeln!(
+            s,
+            "by data size: node-slots held per slot run, largest quarter of the tasks vs smallest: {}",
+            by_size.join("; ")
+        );
+    }
     if let Some((f, last, fitted)) = c.results.first().and_then(|r| r.mean.forecast_mae) {
         let _ = writeln!(
             s,

@@ -181,6 +181,7 @@ impl Episode<'_> {
                         finish - task.arrival,
                         e.meta.learning.resource_time,
                     ),
+                    size: self.size(id),
                 });
                 self.ledger.remove(id);
             } else {

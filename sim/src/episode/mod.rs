@@ -597,6 +597,7 @@ impl<'a> Episode<'a> {
                         finish - task.arrival,
                         meta.learning.resource_time,
                     ),
+                    size,
                 });
                 // The accuracy it ends with (its reports' gains then sum to it: the cluster
                 // reward paid by slot sums to the record's).

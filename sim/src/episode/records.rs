@@ -120,6 +120,9 @@ pub struct TaskRecord {
     pub work_lost: f64,
     /// Its cluster reward, with the scenario's weights ([`crate::learning`]).
     pub cluster_reward: f64,
+    /// Its work over its type's: its data's size (1 without heavy-tailed sizes; the simulator's
+    /// secret, never in a view).
+    pub size: f64,
 }
 
 /// Per-slot measurements.
