@@ -66,6 +66,10 @@ pub(crate) const PRESETS: &[Preset] = &[
         name: "converging-edge",
         toml: include_str!("../presets/converging-edge.toml"),
     },
+    Preset {
+        name: "rlpto-edge",
+        toml: include_str!("../presets/rlpto-edge.toml"),
+    },
 ];
 
 /// Embedded data files that presets refer to by relative path.

@@ -1,6 +1,7 @@
 //! What a policy sees reads nothing of the simulator's true speed model: swap the speed model
 //! and every view is the same until progress has been observed; after that, the speed estimates
-//! in the views differ (the estimator learned from what ran), and nothing else reveals speed.
+//! in the views differ (the estimator learned from what ran), and nothing else reveals speed
+//! (RLPTO's features included: classes, convergence and the arrival forecast).
 //! Also: one batched forward pass per simulated step decides as one pass per agent.
 
 // Test code may unwrap: a failure there is a test failure with its message.
@@ -33,8 +34,18 @@ fn views(sc: &Scenario) -> Vec<ClusterView> {
 
 #[test]
 fn swapping_the_true_speed_model_changes_nothing_a_policy_sees_before_progress_is_observed() {
-    for preset in ["synthetic3", "hetero6", "edge-synergy", "gen:10003"] {
-        let a = Scenario::load(preset).unwrap();
+    for preset in [
+        "synthetic3",
+        "hetero6",
+        "edge-synergy",
+        "gen:10003",
+        "rlpto-edge",
+    ] {
+        let mut a = Scenario::load(preset).unwrap();
+        if preset == "rlpto-edge" {
+            // RLPTO's features too: classes, convergence and the arrival forecast.
+            a.forecast_interval_slots = Some(2);
+        }
         let mut b = a.clone();
         for t in &mut b.types {
             // Twice as fast at every allocation (and a different shape for formulas).
@@ -63,6 +74,9 @@ fn swapping_the_true_speed_model_changes_nothing_a_policy_sees_before_progress_i
                 .all(|p| p.est.samples == 0),
             "{preset}: samples before any slot ran"
         );
+        if preset == "rlpto-edge" {
+            assert!(first.iter().all(|v| v.forecast.len() == 3 && v.classes));
+        }
         // Later, the estimates have learned something, and differently for the two models.
         let learned = |vs: &[ClusterView]| -> Vec<f64> {
             vs.iter()
