@@ -72,7 +72,19 @@ pub fn build(name: &str, model: Option<&Path>, window: usize) -> anyhow::Result<
         return learned(bytes, &json, &label, window, None);
     }
     if model.is_some() {
-        anyhow::bail!("model: only the `tapfinger` policy uses a model (policy is `{name}`)");
+        anyhow::bail!(
+            "model: only the `tapfinger` policy uses a model (policy is `{name}`; an RLPTO model of your own runs as `tapfinger` with its `model`)"
+        );
+    }
+    if name == "rlpto" {
+        let m = &tapfinger::model::checkpoint::RLPTO;
+        return learned(
+            m.model.to_vec(),
+            m.config,
+            "shipped RLPTO model",
+            window,
+            None,
+        );
     }
     let ctx = BaselineContext {
         num_types: 1,
@@ -81,7 +93,7 @@ pub fn build(name: &str, model: Option<&Path>, window: usize) -> anyhow::Result<
         profile: Vec::new(),
     };
     baselines::by_name(name, &ctx)
-        .map_err(|e| anyhow::anyhow!("policy: {e}; or `tapfinger` (the default)"))
+        .map_err(|e| anyhow::anyhow!("policy: {e}; or `tapfinger` (the default), or `rlpto`"))
 }
 
 /// The resource kind whose units count as attained service (GPUs, kind 1 of the agent's space).
@@ -97,6 +109,14 @@ mod tests {
         assert_eq!(p.name(), "tapfinger");
         // The general model, elastic, as the simulator runs it.
         assert!(p.elastic());
+    }
+
+    #[test]
+    fn the_shipped_rlpto_model_loads_and_reads_a_forecast() {
+        let p = build("rlpto", None, 10).unwrap();
+        assert!(p.elastic());
+        assert!(p.forecast_interval().is_some_and(|s| s > 0));
+        assert!(build("rlpto", Some(Path::new("/nonexistent")), 10).is_err());
     }
 
     #[test]

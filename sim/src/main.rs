@@ -89,7 +89,8 @@ enum Cmd {
         #[arg(long, default_value = "hetero6")]
         scenario: String,
         /// Policy name: `tapfinger` (the learned policy: --model, else the model shipped for a
-        /// preset, else the shipped general model), a baseline, `clairvoyant`, or
+        /// preset, else the shipped general model), `rlpto` (the shipped RLPTO model, with the
+        /// arrival forecast it was trained with), a baseline, `clairvoyant`, or
         /// LABEL=MODEL_PATH [default: tapfinger]; on a scenario with gangs, `NAME+PLACER`
         /// places them with `locality`, `pack-first`, `spread` or (the learned policy only)
         /// `policy` instead of the scenario's.

@@ -25,6 +25,17 @@ pub fn all_policies() -> Vec<&'static str> {
 /// variant is part of the model's `train.json`.
 pub const TAPFINGER: &str = "tapfinger";
 
+/// Name of the shipped RLPTO model ([`tapfinger::model::checkpoint::RLPTO`]: the learned
+/// policy with priority classes, convergence and the arrival forecast in its features, trained
+/// on the cluster reward). It runs with the forecast it was trained with.
+pub const RLPTO: &str = "rlpto";
+
+/// The shipped RLPTO model for every node (greedy decisions).
+pub fn rlpto(sim: &Simulator) -> Result<Vec<Box<dyn Policy>>, LearnedError> {
+    let (net, cfg) = checkpoint::RLPTO.load(&sim.dims())?;
+    Ok(per_node(sim, &net, &cfg, None))
+}
+
 /// Why the learned policy could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum LearnedError {
@@ -71,7 +82,17 @@ pub fn learned_sharing(
             .unwrap_or(&checkpoint::GENERAL)
             .load(&dims)?,
     };
-    Ok((0..sim.scenario().nodes.len())
+    Ok(per_node(sim, &net, &cfg, step))
+}
+
+/// One greedy copy of the network per node, batched through `step` if given.
+fn per_node(
+    sim: &Simulator,
+    net: &tapfinger::model::net::Net,
+    cfg: &tapfinger::model::net::NetConfig,
+    step: Option<tapfinger::model::step_batch::SharedStep>,
+) -> Vec<Box<dyn Policy>> {
+    (0..sim.scenario().nodes.len())
         .map(|_| {
             let p = tapfinger::model::TapfingerPolicy::from_net(
                 net.clone(),
@@ -84,7 +105,7 @@ pub fn learned_sharing(
                 None => p,
             }) as Box<dyn Policy>
         })
-        .collect())
+        .collect()
 }
 
 /// The imitation teacher chosen per scenario by evaluation ([`best_teacher`]).

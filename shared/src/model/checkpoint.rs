@@ -235,6 +235,10 @@ shipped! {
     /// cluster; the learned policy's default wherever no model ships for the scenario, and the
     /// agent's default.
     GENERAL = "general";
+    /// The RLPTO model (feature schema 3: the general features with priority classes,
+    /// convergence and the arrival forecast, trained on the cluster reward with
+    /// `train --rlpto`): the policy `rlpto`.
+    RLPTO = "rlpto";
 }
 
 /// Presets served by another preset's model of the same input sizes: `hetero3` and `hetero12`
@@ -250,5 +254,5 @@ pub fn shipped(scenario: &str) -> Option<&'static Shipped> {
         .map_or(scenario, |(_, m)| m);
     SHIPPED
         .iter()
-        .find(|m| m.scenario == name && m.scenario != GENERAL.scenario)
+        .find(|m| m.scenario == name && ![GENERAL.scenario, RLPTO.scenario].contains(&m.scenario))
 }
