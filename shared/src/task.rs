@@ -164,3 +164,19 @@ impl Task {
         self.min_demand.fits_in(alloc) && alloc.fits_in(&self.cap(free))
     }
 }
+
+/// A one-unit class-0 task of type 0 that arrived at slot 0 and may run on nodes 0 and 1: what
+/// unit tests need where the task itself does not matter.
+#[cfg(test)]
+pub(crate) fn test_task(id: u64) -> std::sync::Arc<Task> {
+    std::sync::Arc::new(Task {
+        id: TaskId(id),
+        ty: TaskTypeId(0),
+        min_demand: Resources(vec![1]),
+        max_demand: None,
+        priority: 0,
+        reachable: vec![NodeId(0), NodeId(1)],
+        arrival: 0,
+        gang: None,
+    })
+}

@@ -182,20 +182,7 @@ impl<M> Ledger<M> {
 mod tests {
     use super::*;
     use crate::resources::Resources;
-    use crate::task::{Task, TaskTypeId};
-
-    fn task(id: u64) -> std::sync::Arc<Task> {
-        std::sync::Arc::new(Task {
-            id: TaskId(id),
-            ty: TaskTypeId(0),
-            min_demand: Resources(vec![1]),
-            max_demand: None,
-            priority: 0,
-            reachable: vec![NodeId(0), NodeId(1)],
-            arrival: 0,
-            gang: None,
-        })
-    }
+    use crate::task::test_task as task;
 
     #[test]
     fn the_cluster_reward_pays_time_resources_and_accuracy_gained_once() {

@@ -168,21 +168,8 @@ fn merge(views: &BTreeMap<NodeId, &ClusterView>) -> ClusterView {
 mod tests {
     use super::*;
     use crate::Resources;
-    use crate::task::{Task, TaskTypeId};
+    use crate::task::test_task as task;
     use crate::view::{PendingView, RunningView};
-
-    fn task(id: u64) -> Arc<Task> {
-        Arc::new(Task {
-            id: TaskId(id),
-            ty: TaskTypeId(0),
-            min_demand: Resources(vec![1]),
-            max_demand: None,
-            priority: 0,
-            reachable: vec![NodeId(0), NodeId(1)],
-            arrival: 0,
-            gang: None,
-        })
-    }
 
     fn node(id: u32, free: u32, window: Vec<usize>, running: Vec<usize>) -> NodeView {
         NodeView {
