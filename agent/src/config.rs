@@ -120,8 +120,8 @@ pub struct AgentConfig {
     /// 10000): the history `tasks` shows after a restart. Older ones are forgotten when the
     /// journal compacts itself, so it stays small.
     pub journal_keep_finished: usize,
-    /// Policy: `tapfinger` (the learned policy, default) or a baseline name (`tiresias-np`,
-    /// `optimus`, `drf`, `first-fit-max`, `min`, ...).
+    /// Policy: `tapfinger` (the learned policy, default), `rlpto` (the shipped RLPTO model) or
+    /// a baseline name (`tiresias-np`, `optimus`, `drf`, `first-fit-max`, `min`, ...).
     pub policy: String,
     /// For `tapfinger`: a checkpoint directory written by `tapfinger-sim train` (`model.bpk` and
     /// `train.json`) instead of the model compiled into the agent.
