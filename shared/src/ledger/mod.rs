@@ -23,7 +23,7 @@
 //!   it could run (its whole queue, window and overflow). The TapFinger objective: summed over
 //!   slots, a node's return is minus the time its tasks spent in the system. With
 //!   [`Ledger::with_cluster_reward`] (RLPTO's) it also pays for the resources its tasks hold and
-//!   earns the accuracy they gain ([`outlook`]).
+//!   earns the accuracy they gain (`ledger/outlook.rs`).
 //! - **Forecast**: the expected arrivals of the next intervals the driver sets
 //!   ([`Ledger::set_forecast`]), carried by every view.
 //! - **Gangs** (tasks with [`Task::gang`]): a pending gang is in no node's queue (its owner
