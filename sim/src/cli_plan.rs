@@ -201,6 +201,9 @@ pub(crate) fn plan(a: PlanArgs) -> Result<()> {
     Ok(())
 }
 
+/// A planner as the bench calls it.
+type PlanFn<'a> = dyn Fn(&Problem) -> Result<Plan, PlanError> + 'a;
+
 /// One planner's record over a set of chains.
 #[derive(Default)]
 struct Tally {
@@ -212,6 +215,21 @@ struct Tally {
     ratios: Vec<f64>,
 }
 
+impl Tally {
+    /// Count one chain's outcome, against the exact plan's cost `best` where there is one.
+    fn add(&mut self, plan: Result<Plan, PlanError>, best: Option<f64>) {
+        match plan {
+            Ok(plan) => {
+                self.plans += 1;
+                if let Some(b) = best {
+                    self.ratios.push(plan.cost / b);
+                }
+            }
+            Err(_) => self.refused += 1,
+        }
+    }
+}
+
 /// `plan-bench`: every planner on random chains, unlimited and limited units, against exact.
 pub(crate) fn bench(a: PlanBenchArgs) -> Result<()> {
     println!(
@@ -221,17 +239,29 @@ pub(crate) fn bench(a: PlanBenchArgs) -> Result<()> {
         a.first_seed + a.chains
     );
     println!(
-        "{:<10} {:<10} {:>7} {:>8} {:>10} {:>10} {:>8}",
+        "{:<10} {:<22} {:>7} {:>8} {:>10} {:>10} {:>8}",
         "units", "planner", "plans", "refused", "mean ×", "worst ×", "≤ 1.05×"
     );
     let learned = load_learned(a.planner_model.as_deref())?;
     // What learning added: the same network, decoding and draws with untrained weights.
     let device = burn::tensor::Device::flex();
     device.seed(0);
-    let untrained = Learned::new(PlannerNet::new(&PlannerConfig::default(), &device), 0);
+    let fresh_net = PlannerNet::new(&PlannerConfig::default(), &device);
+    let untrained = Learned::new(fresh_net.clone(), 0);
+    // What the local search adds: the network's draws alone, and the search from greedy plans.
+    let untrained_ns = Learned::new(fresh_net, 0).with_search(false);
+    let learned_ns = load_learned(a.planner_model.as_deref())?.with_search(false);
+    let extra: [(&str, &PlanFn); 4] = [
+        ("untrained", &|p| untrained.plan(p)),
+        ("untrained, no search", &|p| untrained_ns.plan(p)),
+        ("learned, no search", &|p| learned_ns.plan(p)),
+        ("greedy + search", &|p| {
+            simple::greedy(p).map(|g| tapfinger::plan::improve::improve(p, g))
+        }),
+    ];
     for setting in ["unlimited", "limited", "varied"] {
         let mut tallies: Vec<Tally> = PLANNERS.iter().map(|_| Tally::default()).collect();
-        let mut fresh = Tally::default();
+        let mut others: Vec<Tally> = extra.iter().map(|_| Tally::default()).collect();
         for seed in a.first_seed..a.first_seed + a.chains {
             let (job, prices) = match setting {
                 "unlimited" => random::chain(seed, false),
@@ -240,37 +270,23 @@ pub(crate) fn bench(a: PlanBenchArgs) -> Result<()> {
             };
             let p = Problem::new(job, prices)?;
             let best = exact::plan(&p).ok().map(|b| b.cost);
-            match untrained.plan(&p) {
-                Ok(plan) => {
-                    fresh.plans += 1;
-                    if let Some(b) = best {
-                        fresh.ratios.push(plan.cost / b);
-                    }
-                }
-                Err(_) => fresh.refused += 1,
-            }
             for (t, name) in tallies.iter_mut().zip(PLANNERS) {
-                match run_planner(name, &p, &learned)? {
-                    Ok(plan) => {
-                        t.plans += 1;
-                        if let Some(b) = best {
-                            t.ratios.push(plan.cost / b);
-                        }
-                    }
-                    Err(_) => t.refused += 1,
-                }
+                t.add(run_planner(name, &p, &learned)?, best);
+            }
+            for (t, (_, planner)) in others.iter_mut().zip(&extra) {
+                t.add(planner(&p), best);
             }
         }
         for (t, name) in tallies
             .iter()
             .zip(PLANNERS)
-            .chain(std::iter::once((&fresh, "untrained")))
+            .chain(others.iter().zip(extra.iter().map(|e| e.0)))
         {
             let within = t.ratios.iter().filter(|&&r| r <= 1.05).count();
             let mean = t.ratios.iter().sum::<f64>() / t.ratios.len().max(1) as f64;
             let worst = t.ratios.iter().copied().fold(0.0, f64::max);
             println!(
-                "{:<10} {:<10} {:>7} {:>8} {:>10.3} {:>10.3} {:>8}",
+                "{:<10} {:<22} {:>7} {:>8} {:>10.3} {:>10.3} {:>8}",
                 setting, name, t.plans, t.refused, mean, worst, within
             );
         }

@@ -21,9 +21,11 @@
 //!
 //! Planners: [`exact`] (a dynamic program over the chain that honours the unit limits, the
 //! reference), and the simple plans in [`simple`] (CPU only, GPU only, and greedy per layer). The
-//! learned planner lives in the simulator, which trains it; it is judged against [`exact`].
+//! learned planner lives in the simulator, which trains it; it is judged against [`exact`] and
+//! finishes its best draw with the local search of [`improve`].
 
 pub mod exact;
+pub mod improve;
 pub mod random;
 pub mod simple;
 

@@ -14,7 +14,10 @@
 //! which the rest of the chain cannot be placed under those two rules.
 //!
 //! In use ([`Learned::plan`]) the planner decodes greedily and draws [`SAMPLES`] more plans,
-//! keeping the cheapest that meets the target and the unit limits; when none does it says so.
+//! keeping those that meet the target and the unit limits; the local search that moves runs of
+//! layers between types while the cost drops ([`tapfinger::plan::improve`]) then starts from
+//! each of the [`SEARCHED`] cheapest distinct ones, and the cheapest result is the plan. When
+//! no draw meets the target and the limits it says so.
 
 pub mod train;
 
@@ -33,6 +36,8 @@ const PAIR_F: usize = 11;
 const INPUT: usize = LAYER_F + PAIR_F;
 /// Plans drawn beside the greedy one when planning.
 pub const SAMPLES: usize = 512;
+/// The cheapest distinct draws the local search starts from.
+pub const SEARCHED: usize = 8;
 /// A logit that rules a choice out.
 const MASKED: f32 = -1e9;
 
@@ -335,6 +340,9 @@ pub struct Learned {
     net: PlannerNet,
     /// Seeds the sampled plans, so that a plan is reproducible.
     seed: u64,
+    /// Finish the best draw with the local search ([`tapfinger::plan::improve`]); on by
+    /// default, off to judge the network's draws alone.
+    search: bool,
 }
 
 /// The shipped planner's weights and configuration (`sim/planner/`, written by
@@ -355,7 +363,17 @@ pub struct LoadError {
 impl Learned {
     /// A planner from a network (fresh or trained).
     pub fn new(net: PlannerNet, seed: u64) -> Self {
-        Self { net, seed }
+        Self {
+            net,
+            seed,
+            search: true,
+        }
+    }
+
+    /// The same planner with the local search on or off.
+    pub fn with_search(mut self, search: bool) -> Self {
+        self.search = search;
+        self
     }
 
     /// The planner shipped with this build.
@@ -380,7 +398,8 @@ impl Learned {
     }
 
     /// The cheapest plan among the greedy decode and [`SAMPLES`] draws that meets the target
-    /// and the limits; [`PlanError::Infeasible`] when none does.
+    /// and the limits, each of the [`SEARCHED`] cheapest finished by the local search unless it
+    /// is off; [`PlanError::Infeasible`] when no draw meets them.
     pub fn plan(&self, p: &Problem) -> Result<Plan, PlanError> {
         let device = Device::flex();
         let mut rng = tapfinger::seeded_rng(self.seed);
@@ -388,9 +407,26 @@ impl Learned {
             .chain(std::iter::repeat_n((p, false), SAMPLES))
             .collect();
         let out = rollout(&self.net, &rows, &mut rng, &device);
-        out.assign
+        let mut plans: Vec<Plan> = out
+            .assign
             .iter()
             .filter_map(|a| p.evaluate(a, "learned").ok())
+            .collect();
+        plans.sort_by(|a, b| a.cost.total_cmp(&b.cost));
+        plans.dedup_by(|a, b| a.assign == b.assign);
+        // The search starts from each of the cheapest few distinct draws: a local optimum near
+        // the best draw is not always the cheapest one near the draws.
+        let finish = if self.search { SEARCHED } else { 1 };
+        plans
+            .into_iter()
+            .take(finish)
+            .map(|d| {
+                if self.search {
+                    tapfinger::plan::improve::improve(p, d)
+                } else {
+                    d
+                }
+            })
             .min_by(|a, b| a.cost.total_cmp(&b.cost))
             .ok_or(PlanError::Infeasible {
                 planner: "learned",
