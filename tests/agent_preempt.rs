@@ -3,7 +3,7 @@
 //! ends within its grace, and the urgent task starts once it has; the batch task goes back to the
 //! queue and runs again afterwards, told to resume (`TAPFINGER_RESUME=1`: it is resumable).
 //! Judged from the records the tasks write themselves (start, the signal, the end), and the
-//! agent's account of the work lost.
+//! agent's account of the work lost, which survives a restart of the agent (its journal).
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
@@ -72,9 +72,16 @@ async fn an_urgent_task_preempts_batch_work_after_its_checkpoint_signal() {
     let _ = std::fs::remove_dir_all(&dir);
     let rec = dir.join("rec");
     std::fs::create_dir_all(&rec).unwrap();
-    let mut local = Local::new("a", Exec::Processes(dir.join("logs")));
-    local.preempt = true;
-    let (a, _) = local.start().await;
+    let journal = dir.join("tasks.jsonl");
+    let key = libp2p::identity::Keypair::generate_ed25519();
+    let local = |logs: &str| {
+        let mut l = Local::new("a", Exec::Processes(dir.join(logs)));
+        l.preempt = true;
+        l.keypair = key.clone();
+        l.journal = Some(journal.clone());
+        l
+    };
+    let (a, _) = local("logs").start().await;
     let batch = a.submit(recorder(&rec, "batch", 2, 40)).await.unwrap();
     // Let it run past its first checkpoint (step 10 of 40).
     wait(
@@ -140,5 +147,17 @@ async fn an_urgent_task_preempts_batch_work_after_its_checkpoint_signal() {
         "{}",
         cost.work_lost
     );
+    // The count and the work lost are journaled: the same agent, restarted, still shows them.
+    let cost = *cost;
+    a.kill();
+    drop(a);
+    let (a2, _) = local("logs2").start().await;
+    wait(
+        &[&a2],
+        Duration::from_secs(20),
+        "the preemption recovered",
+        |s| s[0].preempted.get(&batch) == Some(&cost),
+    )
+    .await;
     let _ = std::fs::remove_dir_all(&dir);
 }
