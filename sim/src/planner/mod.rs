@@ -413,7 +413,9 @@ impl Learned {
             .filter_map(|a| p.evaluate(a, "learned").ok())
             .collect();
         plans.sort_by(|a, b| a.cost.total_cmp(&b.cost));
-        plans.dedup_by(|a, b| a.assign == b.assign);
+        // Distinct assignments only (plans of equal cost need not be adjacent to their copies).
+        let mut seen = std::collections::BTreeSet::new();
+        plans.retain(|q| seen.insert(q.assign.clone()));
         // The search starts from each of the cheapest few distinct draws: a local optimum near
         // the best draw is not always the cheapest one near the draws.
         let finish = if self.search { SEARCHED } else { 1 };
