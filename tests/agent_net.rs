@@ -193,6 +193,43 @@ async fn a_box_that_dials_one_peer_comes_to_be_connected_to_every_other() {
     assert!(c.traffic().direct > 0, "{:?}", c.traffic());
 }
 
+/// The race the news closes: `a` asked `b` whom it knows before `c` existed, and `c` never asks
+/// (its peer exchange is off), so without news `a` would meet `c` only at its next periodic
+/// question, 5 s after it started. `b` tells `a` of `c` as soon as it has met `c`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_hears_at_once_of_a_box_that_joined_after_it_asked() {
+    let started = Instant::now();
+    let (b, addr_b) = start(None, vec![]).await;
+    let b_id = b.peer_id;
+    drain(b);
+    let (mut a, _) = start(None, vec![addr_b.clone()]).await;
+    reach(&mut a, b_id, Duration::from_secs(3), "b").await;
+    let (c, _) = start_with(
+        identity::Keypair::generate_ed25519(),
+        None,
+        None,
+        vec![addr_b],
+        false,
+    )
+    .await;
+    let c_id = c.peer_id;
+    drain(c);
+    // Before a's second question (its interval starts with it, 5 s): only news can do this.
+    let before_asking_again = started + Duration::from_millis(4500);
+    assert!(
+        Instant::now() < before_asking_again,
+        "the setup took {:?}: the test cannot tell news from the periodic question",
+        started.elapsed()
+    );
+    reach(
+        &mut a,
+        c_id,
+        before_asking_again - Instant::now(),
+        "c (b did not tell a)",
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connected_agents_hear_each_other_directly_and_take_each_message_once() {
     let (mut a, addr_a) = start(None, vec![]).await;

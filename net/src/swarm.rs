@@ -182,7 +182,7 @@ impl Network {
             );
             let peers = request_response::Behaviour::with_codec(
                 request_response::cbor::codec::Codec::default()
-                    .set_request_size_maximum(64)
+                    .set_request_size_maximum(peers::MAX_ASK)
                     .set_response_size_maximum(peers::MAX_ANSWER),
                 [(peers_protocol.clone(), ProtocolSupport::Full)],
                 request_response::Config::default().with_request_timeout(Duration::from_secs(10)),
@@ -426,7 +426,7 @@ async fn run(
                 let connected: Vec<PeerId> = swarm.connected_peers().copied().filter(allowed).collect();
                 if cfg.peer_exchange && !connected.is_empty() {
                     ask_next = (ask_next + 1) % connected.len();
-                    swarm.behaviour_mut().peers.send_request(&connected[ask_next], peers::Ask {});
+                    swarm.behaviour_mut().peers.send_request(&connected[ask_next], peers::Ask::Whom);
                 }
             }
             ev = swarm.select_next_some() => {
@@ -447,7 +447,7 @@ async fn run(
                         } else if num_established.get() == 1 {
                             writers.connect(peer_id);
                             if cfg.peer_exchange {
-                                swarm.behaviour_mut().peers.send_request(&peer_id, peers::Ask {});
+                                swarm.behaviour_mut().peers.send_request(&peer_id, peers::Ask::Whom);
                             }
                             Some(NetEvent::PeerUp(peer_id))
                         } else {
@@ -487,15 +487,30 @@ async fn run(
                     }
                     SwarmEvent::Behaviour(BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. })) => {
                         tracing::debug!(%peer_id, agent = %info.agent_version, "identified peer");
-                        book.learned(peer_id, info.listen_addrs);
+                        let news = book.learned(peer_id, info.listen_addrs);
+                        if let Some(news) = news.filter(|_| cfg.peer_exchange && allowed(&peer_id)) {
+                            let others: Vec<PeerId> = swarm.connected_peers().copied().filter(|p| *p != peer_id && allowed(p)).collect();
+                            for p in others {
+                                swarm.behaviour_mut().peers.send_request(&p, peers::Ask::News(news.clone()));
+                            }
+                        }
                         None
                     }
                     SwarmEvent::Behaviour(BehaviourEvent::Peers(request_response::Event::Message { peer, message, .. })) => {
                         match message {
-                            request_response::Message::Request { channel, .. } if allowed(&peer) => {
+                            request_response::Message::Request { channel, request: peers::Ask::Whom, .. } if allowed(&peer) => {
                                 let connected: Vec<PeerId> = swarm.connected_peers().copied().filter(allowed).collect();
                                 let answer = book.answer(&peer, &connected);
                                 let _ = swarm.behaviour_mut().peers.send_response(channel, answer);
+                            }
+                            request_response::Message::Request { channel, request: peers::Ask::News(news), .. } if allowed(&peer) => {
+                                let _ = swarm.behaviour_mut().peers.send_response(channel, peers::Known::default());
+                                if cfg.peer_exchange {
+                                    for (p, addrs) in peers::to_dial(news, &me, allowed, |p| swarm.is_connected(p)) {
+                                        tracing::debug!(peer = %p, via = %peer, "dialling a peer another one has just met");
+                                        dial_lan_peer(&mut swarm, p, addrs);
+                                    }
+                                }
                             }
                             request_response::Message::Response { response, .. } if allowed(&peer) && cfg.peer_exchange => {
                                 for (p, addrs) in peers::to_dial(response, &me, allowed, |p| swarm.is_connected(p)) {
