@@ -98,6 +98,15 @@ pub(crate) struct TrainArgs {
     /// keeps its own unless given].
     #[arg(long)]
     pub(crate) eval_episodes: Option<usize>,
+    /// Keep the best weights, not the last: the start and every --select-every iterations are
+    /// judged greedily on this many validation workloads (seeds from 2^41, never those of
+    /// training or of `compare`), and the output folder holds the best so far (the last state
+    /// goes to OUT/last) [default: 16 with --from, else 0 (off)].
+    #[arg(long)]
+    pub(crate) select: Option<usize>,
+    /// Iterations between two judgements of --select.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) select_every: u64,
 }
 
 /// Run `train`.
@@ -125,6 +134,8 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         teacher,
         threads,
         eval_episodes,
+        select,
+        select_every,
     } = a;
     if !(minutes.is_finite() && minutes > 0.0) {
         bail!("--minutes must be a positive number");
@@ -222,6 +233,23 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             seeds
         }
     };
+    // A fine-tune is judged against its start: without this, ten minutes of PPO on a user's
+    // scenario may end worse than the general model it began from (docs/BENCHMARKS.md,
+    // "Fine-tuning on several held-out scenarios").
+    let select = select.unwrap_or(if from.is_some() { 16 } else { 0 });
+    let mut best = if select > 0 {
+        let jct = trainer.evaluate_net(&trainer.inference_net(), select)?;
+        trainer.save(&out)?;
+        eprintln!("selection: the start scores {jct:.3} (greedy, {select} validation workloads)");
+        Some((jct, trainer.iteration))
+    } else {
+        None
+    };
+    let last_dir = if best.is_some() {
+        out.join("last")
+    } else {
+        out.clone()
+    };
     let started = Instant::now();
     let budget = Duration::from_secs_f64(minutes * 60.0);
     let bar = ProgressBar::new_spinner();
@@ -257,17 +285,41 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             started.elapsed().as_secs_f64()
         ));
         if done.is_multiple_of(5) {
-            trainer.save(&out)?;
+            trainer.save(&last_dir)?;
+        }
+        let ending = started.elapsed() >= budget || iterations.is_some_and(|n| done >= n);
+        let judge = done.is_multiple_of(select_every) || ending;
+        if let Some((best_jct, _)) = best.filter(|_| judge) {
+            let jct = trainer.evaluate_net(&trainer.inference_net(), select)?;
+            let better = jct < best_jct;
+            bar.suspend(|| {
+                eprintln!(
+                    "selection: iteration {} scores {jct:.3} (best {best_jct:.3}){}",
+                    trainer.iteration,
+                    if better { ": kept" } else { "" }
+                )
+            });
+            if better {
+                trainer.save(&out)?;
+                best = Some((jct, trainer.iteration));
+            }
         }
     }
-    trainer.save(&out)?;
+    trainer.save(&last_dir)?;
     bar.finish_and_clear();
+    if let Some((jct, at)) = best {
+        println!(
+            "selected iteration {at} (validation avg JCT {jct:.3}) into {}; the last state is in {}",
+            out.display(),
+            last_dir.display()
+        );
+    }
     let last = trainer.curve.last().map_or(f64::NAN, |p| p.avg_jct);
     println!(
         "trained {done} iteration(s) ({} in all) in {:.0}s; last avg JCT {last:.2} slots; checkpoint in {}",
         trainer.iteration,
         started.elapsed().as_secs_f64(),
-        out.display()
+        last_dir.display()
     );
     Ok(())
 }
