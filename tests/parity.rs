@@ -9,8 +9,8 @@
 //! run until one starts nothing, and the progress the simulator computed is reported by the
 //! node that runs each task (its exit when it finished). Every policy the agent accepts is
 //! checked, the elastic ones included, the learned one, and the elastic general model (as
-//! shipped, and with its GPUs held): the node cores re-share each slot exactly as the simulator
-//! does, and every peer learns the new shares.
+//! shipped, with its GPUs held, and drawing each claim's floor): the node cores re-share each
+//! slot exactly as the simulator does, and every peer learns the new shares.
 
 // Test helpers may unwrap: a failure there is a test failure with its message.
 #![allow(clippy::unwrap_used)]
@@ -405,12 +405,25 @@ fn general_held_gpus() -> std::path::PathBuf {
     dir
 }
 
+/// The shipped general model's weights drawing floors (`NetConfig::floors`; its allocation
+/// heads, untrained there, choose each claim's floor).
+fn general_with_floors() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tapfinger-parity-fl-{}", std::process::id()));
+    tapfinger::model::checkpoint::GENERAL
+        .write_to(&dir, |j| {
+            j["config"]["net"]["floors"] = serde_json::Value::Bool(true);
+        })
+        .unwrap();
+    dir
+}
+
 #[test]
 fn agents_and_the_simulator_re_share_alike_with_the_elastic_general_model() {
     let held = general_held_gpus();
+    let floors = general_with_floors();
     // Generated clusters with GPU and CPU-only boxes, several task classes; the shipped general
-    // model (the default of `gen:N`) and its form with the GPUs held.
-    for model in [None, Some(held.as_path())] {
+    // model (the default of `gen:N`), its form with the GPUs held and one drawing floors.
+    for model in [None, Some(held.as_path()), Some(floors.as_path())] {
         for g in [8, 10] {
             let mut sc = Scenario::load(&format!("gen:{g}")).unwrap();
             sc.tasks = sc.tasks.min(40);

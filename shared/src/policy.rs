@@ -40,9 +40,16 @@ pub trait Policy: Send {
         false
     }
 
+    /// For elastic policies: whether a claim's allocation is the task's floor for its run (the
+    /// least a re-share gives it; [`crate::ledger::Ledger::set_floors`]) rather than a start at
+    /// the minimum demand. Off by default (every elastic baseline claims at the minimum).
+    fn floors(&self) -> bool {
+        false
+    }
+
     /// For elastic policies: the allocations of the tasks running on the agent's node for the
     /// coming slot. Called once per slot after the decision steps, with running tasks shown at
-    /// their minimum demand and `free` what remains. Tasks not listed keep their allocation.
+    /// their floor (their minimum demand unless [`Policy::floors`]) and `free` what remains. Tasks not listed keep their allocation.
     fn rebalance(&mut self, _view: &View<'_>, _rng: &mut Rng) -> Vec<(TaskId, Resources)> {
         Vec::new()
     }

@@ -58,11 +58,13 @@ pub(crate) struct TrainArgs {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) forecast_interval: u64,
     /// How a node shares among its running tasks: elastic (start at the minimum demand,
-    /// re-share the spare units every slot), elastic-hold-gpus (the same, but GPUs stay at the
-    /// minimum demand: for clusters whose tasks cannot resume on new devices), fixed (the
-    /// allocation head chooses once per task), or auto: for a new run elastic for a general
-    /// model and fixed for a per-preset one; with --from, the model's own.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "elastic-hold-gpus", "fixed"])]
+    /// re-share the spare units every slot), elastic-floors (the allocation head chooses each
+    /// task's floor, the least it holds for its run; the spare units are re-shared every slot
+    /// on top of the floors), elastic-hold-gpus (elastic, but GPUs stay at the minimum demand:
+    /// for clusters whose tasks cannot resume on new devices), fixed (the allocation head
+    /// chooses once per task), or auto: for a new run elastic for a general model and fixed for
+    /// a per-preset one; with --from, the model's own.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "elastic-floors", "elastic-hold-gpus", "fixed"])]
     pub(crate) sharing: String,
     /// Each decision attends to at most this many nodes (0: the whole cluster) [default: 8
     /// for a general model, 0 per preset; with --from, the model's own unless given].
@@ -336,7 +338,7 @@ fn new_run(
     teacher: String,
 ) -> Result<TrainConfig> {
     if imitate > 0
-        && let Err(why) = policies::check_teacher(sim, &teacher, net.elastic)
+        && let Err(why) = policies::check_teacher(sim, &teacher, &net)
     {
         bail!("teacher {teacher:?}: {why}");
     }
@@ -353,10 +355,11 @@ fn new_run(
 
 /// `--sharing` into a network's settings (`auto`: elastic for a general model).
 fn set_sharing(net: &mut NetConfig, sharing: &str, general: bool) {
-    (net.elastic, net.hold_gpus) = match sharing {
-        "elastic" => (true, false),
-        "elastic-hold-gpus" => (true, true),
-        "fixed" => (false, false),
-        _ => (general, false),
+    (net.elastic, net.hold_gpus, net.floors) = match sharing {
+        "elastic" => (true, false, false),
+        "elastic-floors" => (true, false, true),
+        "elastic-hold-gpus" => (true, true, false),
+        "fixed" => (false, false, false),
+        _ => (general, false, false),
     };
 }

@@ -11,6 +11,7 @@ use crate::env::Simulator;
 use crate::scenario::Scenario;
 use tapfinger::baselines::{self, BaselineContext, BaselineError, ProfileSample};
 use tapfinger::model::checkpoint::{self, LoadError};
+use tapfinger::model::net::NetConfig;
 use tapfinger::{Policy, TaskTypeId};
 
 /// Every policy name the simulator knows, in report order.
@@ -115,17 +116,18 @@ pub const AUTO_TEACHER: &str = "auto";
 /// results are reported on, which start at 100).
 const TEACHER_SEEDS: std::ops::Range<u64> = 0..3;
 
-/// Whether `name` can teach a learned policy that is `elastic` or not: a known policy that
-/// shares the way the student does (an elastic student starts tasks at their minimum demand and
-/// re-shares every slot, so only elastic policies teach it; a fixed-share student cannot copy
-/// re-allocation, so only non-elastic ones teach it). `Err` says why not.
-pub fn check_teacher(sim: &Simulator, name: &str, elastic: bool) -> Result<(), String> {
+/// Whether `name` can teach a learned policy of configuration `student`: a known policy whose
+/// claims the student can make ([`may_teach`]: an elastic student starts tasks at their minimum
+/// demand and re-shares every slot, so only elastic policies teach it, unless it draws floors; a
+/// fixed-share student cannot copy re-allocation, so only non-elastic ones teach it). `Err`
+/// says why not.
+pub fn check_teacher(sim: &Simulator, name: &str, student: &NetConfig) -> Result<(), String> {
     if name == AUTO_TEACHER {
         return Ok(());
     }
     let ps = build(sim, name).map_err(|e| e.to_string())?;
-    if ps.first().is_some_and(|p| p.elastic() != elastic) {
-        let (what, student) = if elastic {
+    if ps.first().is_some_and(|p| !may_teach(p.as_ref(), student)) {
+        let (what, kind) = if student.elastic {
             (
                 "keeps each task's allocation for its whole run",
                 "an elastic",
@@ -134,28 +136,37 @@ pub fn check_teacher(sim: &Simulator, name: &str, elastic: bool) -> Result<(), S
             ("re-allocates running tasks every slot", "a fixed-share")
         };
         return Err(format!(
-            "{name} {what}, which {student} learned policy cannot copy; choose one of {} or auto",
-            teachers(sim, elastic).join(", ")
+            "{name} {what}, which {kind} learned policy cannot copy; choose one of {} or auto",
+            teachers(sim, student).join(", ")
         ));
     }
     Ok(())
 }
 
-/// The policies that may teach a learned policy that is `elastic` (or not) on `sim`'s scenario.
-fn teachers(sim: &Simulator, elastic: bool) -> Vec<&'static str> {
+/// Whether policy `p`'s claims are what `student` could claim: a fixed-share student copies
+/// fixed-share policies and an elastic one elastic policies (both claim at the minimum); an
+/// elastic student with floors copies every policy's claims, a fixed-share one's allocation
+/// being the floor it starts a task with (the re-share is the student's own).
+fn may_teach(p: &dyn tapfinger::Policy, student: &NetConfig) -> bool {
+    p.elastic() == student.elastic || student.elastic && student.floors
+}
+
+/// The policies that may teach a learned policy of configuration `student` on `sim`'s
+/// scenario ([`may_teach`]).
+fn teachers(sim: &Simulator, student: &NetConfig) -> Vec<&'static str> {
     baselines::BASELINES
         .iter()
         .copied()
         .filter(|n| {
-            build(sim, n).is_ok_and(|ps| ps.first().is_some_and(|p| p.elastic() == elastic))
+            build(sim, n).is_ok_and(|ps| ps.first().is_some_and(|p| may_teach(p.as_ref(), student)))
         })
         .collect()
 }
 
-/// The teacher for a scenario: of the policies that may teach a student that is `elastic` (or
-/// not), the one with the least average JCT over the development seeds (ties: the first in the
-/// baseline list).
-pub fn best_teacher(sim: &Simulator, elastic: bool) -> String {
+/// The teacher for a scenario: of the policies that may teach `student`, the one with the
+/// least average JCT over the development seeds, each run as it shares itself (ties: the first
+/// in the baseline list).
+pub fn best_teacher(sim: &Simulator, student: &NetConfig) -> String {
     let kinds = sim.scenario().kind_names();
     let jct = |name: &str| -> f64 {
         TEACHER_SEEDS
@@ -169,7 +180,7 @@ pub fn best_teacher(sim: &Simulator, elastic: bool) -> String {
             })
             .sum()
     };
-    teachers(sim, elastic)
+    teachers(sim, student)
         .into_iter()
         .map(|n| (n, jct(n)))
         .min_by(|a, b| a.1.total_cmp(&b.1))

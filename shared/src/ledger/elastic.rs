@@ -8,6 +8,16 @@
 //! node's running tasks at their minimum demands and its free units as its capacity less
 //! those ([`Ledger::claimable`]), while the ledger keeps the allocations in force (what the
 //! tasks run with, what the speed estimator observes and what attained service counts).
+//!
+//! **Floors.** On a node where claims set floors ([`Ledger::set_floors`]: a policy that chooses
+//! how much a task starts with, [`crate::Policy::floors`]), a task's claimed allocation is its
+//! floor for the run: the views show it at its floor, the node's claimable units are its
+//! capacity less its tasks' floors, and no re-share takes a task under its floor. A floor is
+//! taken from a run's start as the ledger hears of it; a box that first hears of a peer's task
+//! after a re-share takes the allocation then in force (only its view of that peer differs; the
+//! runner keeps the claimed floor). Without floors (every elastic baseline) a task's floor is its
+//! minimum demand.
+//!
 //! Between a claim and the node's next re-share the allocations in force may add up to more
 //! than the capacity: the agent re-shares right after each of its starts (and at the end of each
 //! slot's rounds), and the simulator's slot runs only after its re-share.
@@ -54,6 +64,43 @@ impl<M> Ledger<M> {
         self.nodes.get(&node).is_some_and(|b| b.elastic)
     }
 
+    /// Make claims on a node set their tasks' floors (module doc), or not (the default: a
+    /// task's floor is its minimum demand). Runs already started keep the floor they have.
+    /// Unknown nodes are made (not live).
+    pub fn set_floors(&mut self, node: NodeId, floors: bool) {
+        self.book(node).floors = floors;
+    }
+
+    /// [`Ledger::set_floors`] for every node, those known and those heard of later.
+    pub fn set_all_floors(&mut self, floors: bool) {
+        self.all_floors = floors;
+        for b in self.nodes.values_mut() {
+            b.floors = floors;
+        }
+    }
+
+    /// A task's floor: the least allocation a re-share may give it while it runs (module doc).
+    pub fn floor<'a>(&'a self, task: &'a crate::task::Task) -> &'a Resources {
+        self.floors.get(&task.id).unwrap_or(&task.min_demand)
+    }
+
+    /// Record the floor of a run entering `state` (before it is indexed): its allocation on a
+    /// node whose claims set floors, where that is above the minimum demand; else none.
+    pub(super) fn set_floor(&mut self, task: &crate::task::Task, state: &TaskState) {
+        match state {
+            TaskState::Running { node, alloc, .. }
+                if self.nodes.get(node).map_or(self.all_floors, |b| b.floors)
+                    && *alloc != task.min_demand
+                    && task.min_demand.fits_in(alloc) =>
+            {
+                self.floors.insert(task.id, alloc.clone());
+            }
+            _ => {
+                self.floors.remove(&task.id);
+            }
+        }
+    }
+
     /// The units a claim on `node` may take: its free units, or on an elastic node its capacity
     /// less the minimum demands of its running tasks.
     pub fn claimable(&self, node: NodeId) -> Resources {
@@ -68,26 +115,27 @@ impl<M> Ledger<M> {
         }
     }
 
-    /// A running task's allocation as the views show it: its minimum demand on an elastic
+    /// A running task's allocation as the views show it: its floor (module doc) on an elastic
     /// node, else the allocation in force.
     pub(super) fn shown_alloc<'a>(
-        &self,
+        &'a self,
         node: NodeId,
         task: &'a crate::task::Task,
         alloc: &'a Resources,
     ) -> &'a Resources {
         if self.is_elastic(node) {
-            &task.min_demand
+            self.floor(task)
         } else {
             alloc
         }
     }
 
-    /// Re-allocate tasks running on `node`: each new allocation within [minimum, cap], all of
+    /// Re-allocate tasks running on `node`: each new allocation within [floor, cap], all of
     /// the node's tasks together within its capacity (tasks not named keep their allocation, or
     /// on an elastic node go back to their minimum demand). On error nothing changes. Returns
     /// the tasks whose allocation in force changed, with their new allocation. The capacity is
-    /// what gang members on the node leave.
+    /// what gang members on the node leave. (On an elastic node a task not named goes back to
+    /// its floor.)
     pub fn rebalance(
         &mut self,
         node: NodeId,
@@ -102,11 +150,12 @@ impl<M> Ledger<M> {
                 return Err(LedgerError::NotRunningHere { task: *id, node });
             }
             let task = &self.tasks[id].task;
-            if !task.min_demand.fits_in(a) || !a.fits_in(&task.cap(&cap)) {
+            let floor = self.floor(task);
+            if !floor.fits_in(a) || !a.fits_in(&task.cap(&cap)) {
                 return Err(LedgerError::OutOfBounds {
                     task: *id,
                     alloc: a.clone(),
-                    min: task.min_demand.clone(),
+                    min: floor.clone(),
                     cap: task.cap(&cap),
                 });
             }

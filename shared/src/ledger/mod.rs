@@ -145,14 +145,15 @@ pub enum LedgerError {
         /// Node.
         node: NodeId,
     },
-    /// A re-allocation below the task's minimum or above its cap.
+    /// A re-allocation below the task's floor (its minimum demand unless a claim set a higher
+    /// one) or above its cap.
     #[error("re-allocation {alloc} for {task} is outside [min {min}, cap {cap}]")]
     OutOfBounds {
         /// Task.
         task: TaskId,
         /// Allocation asked for.
         alloc: Resources,
-        /// Its minimum demand.
+        /// Its floor.
         min: Resources,
         /// Its cap on this node.
         cap: Resources,
@@ -184,11 +185,14 @@ struct Book {
     capacity: Resources,
     /// Sum of the allocations of the tasks running here (kept as tasks start and end).
     used: Resources,
-    /// Sum of the minimum demands of the tasks running here (an elastic node's claimable units
-    /// are its capacity less these).
+    /// Sum of the floors of the tasks running here (their minimum demands unless a claim set a
+    /// higher floor, [`Ledger::set_floors`]): an elastic node's claimable units are its capacity
+    /// less these.
     min_used: Resources,
     /// Whether the node shares elastically (see [`Ledger::set_elastic`]).
     elastic: bool,
+    /// Whether a claim here sets its task's floor (see [`Ledger::set_floors`]).
+    floors: bool,
     /// Whether the node is in the views (the agent's live peers; every node in the simulator).
     /// Books of nodes that are not live stay, so their running tasks keep their place.
     live: bool,
@@ -222,6 +226,10 @@ pub struct Ledger<M> {
     estimator: crate::estimate::Estimator,
     /// Whether nodes first heard of share elastically ([`Ledger::set_all_elastic`]).
     all_elastic: bool,
+    /// Whether claims on nodes first heard of set floors ([`Ledger::set_all_floors`]).
+    all_floors: bool,
+    /// Running tasks' floors above their minimum demand, by id ([`Ledger::set_floors`]).
+    floors: BTreeMap<TaskId, Resources>,
     /// Pending gangs, by id (in no node's queue: their owners propose them whole).
     pending_gangs: BTreeSet<TaskId>,
     /// The kind converging tasks shrink in, if on, and their ceilings in it ([`shrink`]).
@@ -248,6 +256,8 @@ impl<M> Ledger<M> {
             nodes: BTreeMap::new(),
             estimator: crate::estimate::Estimator::default(),
             all_elastic: false,
+            all_floors: false,
+            floors: BTreeMap::new(),
             pending_gangs: BTreeSet::new(),
             shrink_kind: None,
             ceilings: BTreeMap::new(),
@@ -316,12 +326,13 @@ impl<M> Ledger<M> {
     fn book(&mut self, id: NodeId) -> &mut Book {
         let tasks = &self.tasks;
         let (order, priorities) = (self.order, self.priorities);
-        let elastic = self.all_elastic;
+        let (elastic, floors) = (self.all_elastic, self.all_floors);
         self.nodes.entry(id).or_insert_with(|| Book {
             capacity: Resources::default(),
             used: Resources::default(),
             min_used: Resources::default(),
             elastic,
+            floors,
             live: false,
             queue: tasks
                 .values()
@@ -344,6 +355,7 @@ impl<M> Ledger<M> {
         if self.tasks.contains_key(&id) {
             return false;
         }
+        self.set_floor(&task, &state);
         self.index(&task, &state);
         self.arrived(&task);
         self.arrived_urgent(&task);
@@ -366,6 +378,7 @@ impl<M> Ledger<M> {
     pub fn remove(&mut self, id: TaskId) -> Option<Entry<M>> {
         let e = self.tasks.remove(&id)?;
         self.unindex(&e.task, &e.state);
+        self.floors.remove(&id);
         Some(e)
     }
 
@@ -400,6 +413,17 @@ impl<M> Ledger<M> {
                 e.runs += 1;
             }
             e.state = state.clone();
+        }
+        // A new run (not the same copy re-allocated) takes its floor from its start.
+        let same_copy = matches!(
+            (&old, &state),
+            (
+                TaskState::Running { node: n0, started: s0, .. },
+                TaskState::Running { node, started, .. },
+            ) if n0 == node && s0 == started
+        );
+        if !same_copy {
+            self.set_floor(&task, &state);
         }
         self.index(&task, &state);
         Some(())
@@ -483,10 +507,11 @@ impl<M> Ledger<M> {
                 }
             }
             TaskState::Running { node, alloc, .. } => {
+                let floor = self.floor(task).clone();
                 let b = self.book(*node);
                 b.running.insert(task.id);
                 add_each(&mut b.used, alloc);
-                add_each(&mut b.min_used, &task.min_demand);
+                add_each(&mut b.min_used, &floor);
             }
             TaskState::Done { .. } => {}
         }
@@ -516,10 +541,11 @@ impl<M> Ledger<M> {
                 }
             }
             TaskState::Running { node, alloc, .. } => {
+                let floor = self.floor(task).clone();
                 if let Some(b) = self.nodes.get_mut(node) {
                     b.running.remove(&task.id);
                     sub_each(&mut b.used, alloc);
-                    sub_each(&mut b.min_used, &task.min_demand);
+                    sub_each(&mut b.min_used, &floor);
                 }
             }
             TaskState::Done { .. } => {}

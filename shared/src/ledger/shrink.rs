@@ -52,7 +52,8 @@ impl<M> Ledger<M> {
     }
 
     /// The slot's step: every converging task running on `node` may hold one unit less of the
-    /// shrunk kind than it holds now (never less than its minimum demand). Marks of tasks that
+    /// shrunk kind than it holds now (never less than its floor: its minimum demand unless its
+    /// claim set a higher one, [`Ledger::set_floors`]). Marks of tasks that
     /// no longer run anywhere are dropped (a task started again is judged afresh).
     pub fn shrink_step(&mut self, node: NodeId) {
         let Some(k) = self.shrink_kind else { return };
@@ -70,7 +71,7 @@ impl<M> Ledger<M> {
                 continue;
             };
             if *n == node {
-                let floor = e.task.min_demand.get(k);
+                let floor = self.floors.get(id).unwrap_or(&e.task.min_demand).get(k);
                 *ceiling = (*ceiling).min(alloc.get(k)).saturating_sub(1).max(floor);
             }
         }

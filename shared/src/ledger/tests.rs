@@ -180,6 +180,58 @@ fn an_elastic_node_shows_its_tasks_at_their_minimum_and_re_shares_afresh() {
     assert!(l.is_elastic(NodeId(1)) && l.is_elastic(NodeId(5)));
 }
 
+#[test]
+fn a_claim_on_a_node_with_floors_holds_its_task_at_or_above_that_floor_for_the_run() {
+    let mut l = two_nodes();
+    l.set_elastic(NodeId(0), true);
+    l.set_floors(NodeId(0), true);
+    l.insert(task(1, 0, [2, 0], &[0]), TaskState::Pending, ());
+    l.insert(task(2, 0, [2, 0], &[0]), running(0, [2, 0]), ());
+    // The claim starts task 1 with 5 CPUs and a GPU: its floor for the run.
+    l.set_state(TaskId(1), running(0, [5, 1]));
+    assert_eq!(
+        l.floor(&l.get(TaskId(1)).unwrap().task.clone()),
+        &Resources(vec![5, 1])
+    );
+    assert_eq!(l.claimable(NodeId(0)), Resources(vec![1, 1]));
+    let v = l.view(0, 0, 1, None);
+    let shown = |id| {
+        v.running
+            .iter()
+            .find(|r| r.task.id == TaskId(id))
+            .unwrap()
+            .alloc
+            .clone()
+    };
+    assert_eq!(shown(1), Resources(vec![5, 1]));
+    assert_eq!(shown(2), Resources(vec![2, 0]));
+    // No re-share takes it under its floor; one naming only task 2 leaves task 1 at it.
+    let e = l
+        .rebalance(NodeId(0), &[(TaskId(1), Resources(vec![4, 1]))])
+        .unwrap_err();
+    assert!(matches!(e, LedgerError::OutOfBounds { .. }), "{e}");
+    l.rebalance(NodeId(0), &[(TaskId(2), Resources(vec![3, 1]))])
+        .unwrap();
+    assert_eq!(l.used(NodeId(0)), Resources(vec![8, 2]));
+    // The same copy re-allocated keeps the floor it started with.
+    l.set_state(TaskId(1), running(0, [6, 1]));
+    assert_eq!(l.claimable(NodeId(0)), Resources(vec![1, 1]));
+    // Once it has finished its floor is gone with it.
+    l.set_state(
+        TaskId(1),
+        TaskState::Done {
+            node: NodeId(0),
+            code: Some(0),
+            epoch: 1,
+        },
+    );
+    assert_eq!(l.claimable(NodeId(0)), Resources(vec![6, 2]));
+    // Without floors (every elastic baseline) a start above the minimum sets no floor.
+    l.set_floors(NodeId(0), false);
+    l.insert(task(3, 0, [1, 0], &[0]), running(0, [4, 0]), ());
+    assert_eq!(l.claimable(NodeId(0)), Resources(vec![5, 2]));
+}
+
 proptest! {
     /// Whatever the order of changes, each node's used units are the sum of the allocations of
     /// the tasks running there, and its queue holds exactly its reachable pending tasks.
@@ -215,6 +267,43 @@ proptest! {
             }
             prop_assert_eq!(l.queue_len(node), queued);
         }
+    }
+}
+
+proptest! {
+    /// On an elastic node with floors, whatever the order of changes, what a claim may take is
+    /// the capacity less the floors of the tasks running there, each floor at least the task's
+    /// minimum demand and the allocation its run started with.
+    #[test]
+    fn claimable_units_are_the_capacity_less_the_floors(ops in prop::collection::vec((0u64..6, 0u8..3, 1u32..5, 0u32..3), 1..60)) {
+        let mut l: Ledger<()> = Ledger::new(3, 1);
+        l.set_node(NodeId(0), Resources(vec![100, 100]));
+        l.set_elastic(NodeId(0), true);
+        l.set_floors(NodeId(0), true);
+        let mut started: std::collections::BTreeMap<u64, Resources> = Default::default();
+        for (id, op, units, more) in ops {
+            let id_t = TaskId(id);
+            if !l.contains(id_t) {
+                l.insert(task(id, id / 2, [1, 0], &[0]), TaskState::Pending, ());
+            }
+            let runs = matches!(l.get(id_t).unwrap().state, TaskState::Running { .. });
+            match op {
+                0 => { l.set_state(id_t, TaskState::Pending); started.remove(&id); }
+                // A start, or (if it runs) a re-allocation of the same copy.
+                1 if runs => { l.set_state(id_t, running(0, [units + more, 1])); }
+                1 => { l.set_state(id_t, running(0, [units, 1])); started.insert(id, Resources(vec![units, 1])); }
+                _ => { l.set_state(id_t, TaskState::Done { node: NodeId(0), code: Some(0), epoch: 1 }); started.remove(&id); }
+            }
+        }
+        let mut floors = Resources::zeros(2);
+        for (id, alloc) in &started {
+            let t = l.get(TaskId(*id)).unwrap().task.clone();
+            prop_assert_eq!(l.floor(&t), alloc);
+            add_each(&mut floors, alloc);
+        }
+        let mut want = Resources(vec![100, 100]);
+        sub_each(&mut want, &floors);
+        prop_assert_eq!(l.claimable(NodeId(0)), want);
     }
 }
 

@@ -6,7 +6,8 @@
 //! only if its minimum demand fits the node's free units (and the head's grid), and each kind's
 //! units are drawn between the task's minimum and `min(free, cap, max_units)` (an elastic model has
 //! no such grid limit). An elastic model
-//! (`NetConfig::elastic`) claims at the minimum demand and re-shares running tasks once per slot
+//! (`NetConfig::elastic`) claims at the minimum demand (or, with `NetConfig::floors`, at a floor
+//! its allocation head draws) and re-shares running tasks once per slot
 //! ([`Policy::rebalance`]); a model with a `focus` decides on a bounded part of the cluster
 //! ([`crate::view::ClusterView::focus`]). Both act in training and deployment alike.
 
@@ -261,6 +262,18 @@ impl TapfingerPolicy {
             && (0..window.len()).any(|i| !blocked[i])
     }
 
+    /// Whether this model draws task `t`'s floor with its allocation head (an elastic model with
+    /// floors, [`net::NetConfig::floors`]): not if `t`'s minimum demand of some kind is beyond
+    /// the head's grid (it is claimed at its minimum, as it must not wait forever).
+    fn draws_floor(&self, view: &View<'_>, t: &crate::Task) -> bool {
+        let max_units = self.net.max_units() as u32;
+        self.cfg.floors
+            && (0..self.cfg.dims.kinds).all(|k| {
+                self.kind_of(view, k)
+                    .is_none_or(|c| t.min_demand.get(c) <= max_units)
+            })
+    }
+
     /// The cluster kind the network's kind `k` stands for: itself in a per-preset model; in a
     /// general one, where the canonical kind sits in this cluster (`None`: it has none).
     fn kind_of(&self, view: &View<'_>, k: usize) -> Option<usize> {
@@ -318,8 +331,9 @@ impl TapfingerPolicy {
             return None;
         }
         let t = window[slot];
-        if self.cfg.elastic {
-            // An elastic policy claims at the minimum demand and nothing else.
+        if self.cfg.elastic && !self.draws_floor(view, t) {
+            // An elastic policy claims at the minimum demand and nothing else (one with floors:
+            // for a task beyond the head's grid).
             record.slot = slot;
             return (*alloc == t.min_demand).then_some(record);
         }
@@ -409,7 +423,7 @@ impl TapfingerPolicy {
             return Some(Decision::Pass);
         }
         let task = window[slot];
-        if self.cfg.elastic {
+        if self.cfg.elastic && !self.draws_floor(view, task) {
             // Elastic: the task starts at its minimum; the slot's re-sharing gives it more.
             self.record(record);
             return Some(Decision::Claim {
@@ -470,6 +484,9 @@ impl Policy for TapfingerPolicy {
     }
     fn elastic(&self) -> bool {
         self.cfg.elastic
+    }
+    fn floors(&self) -> bool {
+        self.cfg.elastic && self.cfg.floors
     }
     fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(crate::TaskId, Resources)> {
         if self.cfg.elastic {

@@ -57,6 +57,15 @@ pub struct NetConfig {
     /// re-shared as well.
     #[serde(default)]
     pub hold_gpus: bool,
+    /// With `elastic`: the allocation head chooses each claimed task's **floor** — the least it
+    /// holds for its run — and the slot's re-share tops tasks up from their floors by the same
+    /// least-attained rule, never taking one under its floor ([`crate::ledger::Ledger::set_floors`]),
+    /// in training and in deployment alike. So the policy can start a task large (as
+    /// first-fit-max does), at its minimum (as Tiresias does) or in between. A task whose minimum
+    /// demand in some kind is beyond the head's grid is claimed at its minimum. Off (the default,
+    /// and models written before it existed): claims at the minimum demand.
+    #[serde(default)]
+    pub floors: bool,
     /// Each decision attends to at most this many nodes ([`crate::view::ClusterView::focus`]:
     /// the deciding node, those competing for its window, the freest), in training and in
     /// deployment alike, so that a decision's cost stays bounded on a large cluster; 0 (models
@@ -120,6 +129,7 @@ impl NetConfig {
             work_conserving: true,
             elastic: false,
             hold_gpus: false,
+            floors: false,
             focus: 0,
             forecast_interval_slots: 0,
         }

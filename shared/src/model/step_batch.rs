@@ -40,7 +40,8 @@ pub type SharedStep = Arc<Mutex<StepLogits>>;
 
 impl TapfingerPolicy {
     /// Share one batched forward pass per step with the other instances given `shared` (module
-    /// doc). Only where it decides exactly as alone: an elastic model (no allocation head) with a
+    /// doc). Only where it decides exactly as alone: an elastic model without floors (no allocation
+    /// head) with a
     /// bounded focus, choosing by the pointer, greedily, recording nothing; otherwise ignored.
     pub fn batched(mut self, shared: SharedStep) -> Self {
         self.step = Some(shared);
@@ -52,6 +53,7 @@ impl TapfingerPolicy {
             && self.greedy
             && self.recorder.is_none()
             && self.cfg.elastic
+            && !self.cfg.floors
             && self.cfg.focus > 0
             && self.cfg.selection == super::net::Selection::Pointer
     }

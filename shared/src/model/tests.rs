@@ -498,3 +498,105 @@ fn an_elastic_model_claims_a_task_beyond_the_allocation_grid() {
     let mut fixed = TapfingerPolicy::untrained(cfg, device).greedy(true);
     assert_eq!(fixed.decide(&v, &mut rng), Decision::Pass);
 }
+
+/// An elastic model with floors draws each claim's allocation (its floor) with the allocation
+/// head: feasible, above the minimum demand on some claims, recorded as the head chose it and
+/// expressed again by `label` (what imitation trains on); a task beyond the head's grid is still
+/// claimed, at its minimum. The same weights without floors claim at the minimum only.
+#[test]
+fn a_model_with_floors_draws_each_claims_floor_and_labels_express_it() {
+    let device = Device::flex();
+    device.seed(11);
+    let mut cfg = NetConfig::new(dims());
+    cfg.elastic = true;
+    cfg.floors = true;
+    let recorder: Recorder = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut policy =
+        TapfingerPolicy::untrained(cfg.clone(), device.clone()).recording(recorder.clone());
+    assert!(policy.floors() && policy.elastic());
+    let mut plain_cfg = cfg.clone();
+    plain_cfg.floors = false;
+    let mut plain = TapfingerPolicy::untrained(plain_cfg, device);
+    assert!(!plain.floors());
+    let mut rng = crate::seeded_rng(4);
+    let (mut claims, mut above) = (0, 0);
+    for seed in 0..80 {
+        let view = random_view(seed);
+        for node in &view.nodes {
+            let v = view.for_agent(node.id).unwrap();
+            let decision = policy.decide(&v, &mut rng);
+            let recorded = recorder.lock().unwrap().pop().expect("recorded");
+            if let Decision::Claim { task, alloc, .. } = &decision {
+                claims += 1;
+                let t = v.window().find(|t| t.id == *task).unwrap();
+                assert!(t.allows(alloc, &node.free), "{task}: {alloc}");
+                assert_eq!(recorded.units, alloc.0, "the floor is what the head drew");
+                above += usize::from(*alloc != t.min_demand);
+            }
+            let label = policy.label(&v, &decision).expect("expressible");
+            assert_eq!((label.slot, &label.units), (recorded.slot, &recorded.units));
+            assert_eq!((&label.lo, &label.hi), (&recorded.lo, &recorded.hi));
+            if let Decision::Claim { task, alloc, .. } = plain.decide(&v, &mut rng) {
+                let t = v.window().find(|t| t.id == task).unwrap();
+                assert_eq!(alloc, t.min_demand, "without floors: the minimum");
+            }
+        }
+    }
+    assert!(
+        claims > 20 && above > 5,
+        "{claims} claims, {above} above the minimum"
+    );
+}
+
+/// A model with floors claims a task beyond its allocation grid at the task's minimum.
+#[test]
+fn a_model_with_floors_claims_a_task_beyond_the_grid_at_its_minimum() {
+    let mut cfg = NetConfig::new(dims());
+    let big = cfg.max_units as u32 + 8;
+    cfg.elastic = true;
+    cfg.floors = true;
+    let task = Arc::new(Task {
+        id: TaskId(7),
+        ty: TaskTypeId(0),
+        min_demand: Resources(vec![big, 1]),
+        max_demand: None,
+        priority: 0,
+        reachable: vec![NodeId(0)],
+        arrival: 0,
+        gang: None,
+    });
+    let view = ClusterView {
+        forecast: Vec::new(),
+        slot: 0,
+        step: 0,
+        num_types: 2,
+        classes: false,
+        kinds: Default::default(),
+        nodes: vec![NodeView {
+            id: NodeId(0),
+            capacity: Resources(vec![2 * big, 4]),
+            free: Resources(vec![2 * big, 4]),
+            window: vec![0],
+            overflow: 0,
+            running: vec![],
+        }],
+        pending: vec![PendingView {
+            class: 0,
+            task,
+            est: Default::default(),
+        }],
+        running: vec![],
+    };
+    let v = view.for_agent(NodeId(0)).unwrap();
+    let mut policy = TapfingerPolicy::untrained(cfg, Device::flex()).greedy(true);
+    let d = policy.decide(&v, &mut crate::seeded_rng(1));
+    assert_eq!(
+        d,
+        Decision::Claim {
+            task: TaskId(7),
+            alloc: Resources(vec![big, 1]),
+            prob: 1.0
+        }
+    );
+    assert!(policy.label(&v, &d).is_some_and(|r| r.units.is_empty()));
+}

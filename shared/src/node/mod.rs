@@ -339,7 +339,7 @@ impl NodeCore {
             Round::default(),
             rounds::protocol_config(&cfg),
         );
-        let elastic = policy.elastic();
+        let (elastic, floors) = (policy.elastic(), policy.floors());
         Self {
             rng: crate::seeded_rng(seed),
             policy,
@@ -355,6 +355,7 @@ impl NodeCore {
                     .with_kinds(cfg.kinds);
                 l.set_node(cfg.me, cfg.capacity.clone());
                 l.set_all_elastic(elastic);
+                l.set_all_floors(floors);
                 l
             },
             seq: 0,
@@ -422,6 +423,7 @@ impl NodeCore {
     /// progress keeps the proposal the old policy made and the next one uses the new policy.
     pub fn set_policy(&mut self, policy: Box<dyn Policy>) {
         self.tasks.set_all_elastic(policy.elastic());
+        self.tasks.set_all_floors(policy.floors());
         self.policy = policy;
     }
 

@@ -55,6 +55,9 @@ impl Policy for Imitator {
     fn elastic(&self) -> bool {
         self.student.elastic()
     }
+    fn floors(&self) -> bool {
+        self.student.floors()
+    }
     fn rebalance(
         &mut self,
         view: &tapfinger::view::View<'_>,

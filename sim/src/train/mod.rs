@@ -274,7 +274,7 @@ impl Trainer {
     pub fn new(sim: Simulator, mut cfg: TrainConfig) -> Self {
         let sim = Self::paying(sim, &cfg);
         if cfg.imitate > 0 && cfg.teacher == crate::policies::AUTO_TEACHER {
-            cfg.teacher = crate::policies::best_teacher(&sim, cfg.net.elastic);
+            cfg.teacher = crate::policies::best_teacher(&sim, &cfg.net);
         }
         let device = Device::flex().autodiff();
         device.seed(cfg.seed);
@@ -328,7 +328,7 @@ impl Trainer {
             });
         }
         if auto_teacher && self.iteration < self.cfg.imitate {
-            self.cfg.teacher = crate::policies::best_teacher(&sim, self.cfg.net.elastic);
+            self.cfg.teacher = crate::policies::best_teacher(&sim, &self.cfg.net);
         }
         self.sim = Self::paying(sim, &self.cfg);
         Ok(())
