@@ -167,22 +167,29 @@ fn no_task_beats_its_lower_bound_with_heavy_tailed_sizes() {
 }
 
 /// The shipped general model with a bounded focus, written where the simulator can load it.
-fn general_focused(k: usize) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("tf-focus-{k}-{}", std::process::id()));
+fn general_focused(k: usize, floors: bool) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tf-focus-{k}-{floors}-{}", std::process::id()));
     tapfinger::model::checkpoint::GENERAL
-        .write_to(&dir, |j| j["config"]["net"]["focus"] = serde_json::json!(k))
+        .write_to(&dir, |j| {
+            j["config"]["net"]["focus"] = serde_json::json!(k);
+            j["config"]["net"]["floors"] = serde_json::json!(floors);
+        })
         .unwrap();
     dir
 }
 
 #[test]
 fn one_batched_pass_per_step_decides_as_one_pass_per_agent() {
-    let dir = general_focused(4);
-    for g in [3, 6] {
+    // The shipped general model, and its weights drawing floors (the allocation heads then run
+    // in the batch too).
+    let mut episodes = std::collections::BTreeMap::new();
+    for (floors, g) in [(false, 3), (false, 6), (true, 3), (true, 6)] {
+        let dir = general_focused(4, floors);
         let sim = Simulator::new(Scenario::load(&format!("gen:{g}")).unwrap());
         let alone = sim
             .run(policies::learned(&sim, Some(&dir)).unwrap(), 100)
             .unwrap();
+        episodes.insert((floors, g), alone.tasks.clone());
         let step = tapfinger::model::step_batch::SharedStep::default();
         let ps = policies::learned_sharing(&sim, Some(&dir), Some(step.clone())).unwrap();
         let batched = sim.run(ps, 100).unwrap();
@@ -194,4 +201,11 @@ fn one_batched_pass_per_step_decides_as_one_pass_per_agent() {
             "gen:{g}: {passes} passes, {graphs} graphs"
         );
     }
+    // The floors were drawn (the same weights scheduled otherwise with them).
+    assert!(
+        [3, 6]
+            .iter()
+            .any(|g| episodes[&(false, *g)] != episodes[&(true, *g)]),
+        "floors changed nothing"
+    );
 }

@@ -378,13 +378,17 @@ impl TapfingerPolicy {
         }
         // Simulated clusters: this agent's logits from the step's one batched pass. The focused
         // view keeps this agent's window whole and in order, so a slot indexes the window seen
-        // here; batching is for elastic models only, which claim at the minimum demand.
-        if let Some(logits) = self.step_logits(view) {
+        // here; batching is for elastic models only, which claim at the minimum demand or at the
+        // floor the batch drew.
+        if let Some((logits, floor)) = self.step_logits(view) {
             let (slot, prob) = self.pick(&logits, rng)?;
             return Some(match window.get(slot) {
                 Some(t) => Decision::Claim {
                     task: t.id,
-                    alloc: t.min_demand.clone(),
+                    alloc: floor.map_or_else(
+                        || t.min_demand.clone(),
+                        |units| self.allocation(view, t, &units),
+                    ),
                     prob,
                 },
                 None => Decision::Pass,

@@ -22,6 +22,9 @@ pub struct StepLogits {
     key: Option<(u64, u32, usize)>,
     /// Per agent with a task to choose: logits over its window slots and "pass".
     logits: BTreeMap<NodeId, Vec<f32>>,
+    /// A model with floors: per agent whose greedy choice draws a floor, its units per network
+    /// kind (the allocation heads' greedy choices in the same batch).
+    floors: BTreeMap<NodeId, Vec<u32>>,
     /// Batched passes run, and the graphs they held in all.
     passes: u64,
     /// Graphs those passes held in all (their ratio is the batching's gain).
@@ -40,9 +43,9 @@ pub type SharedStep = Arc<Mutex<StepLogits>>;
 
 impl TapfingerPolicy {
     /// Share one batched forward pass per step with the other instances given `shared` (module
-    /// doc). Only where it decides exactly as alone: an elastic model without floors (no allocation
-    /// head) with a
-    /// bounded focus, choosing by the pointer, greedily, recording nothing; otherwise ignored.
+    /// doc). Only where it decides exactly as alone: an elastic model (with floors, the allocation
+    /// heads run in the same batch) with a bounded focus, choosing by the pointer, greedily,
+    /// recording nothing; otherwise ignored.
     pub fn batched(mut self, shared: SharedStep) -> Self {
         self.step = Some(shared);
         self
@@ -53,14 +56,14 @@ impl TapfingerPolicy {
             && self.greedy
             && self.recorder.is_none()
             && self.cfg.elastic
-            && !self.cfg.floors
             && self.cfg.focus > 0
             && self.cfg.selection == super::net::Selection::Pointer
     }
 
     /// This agent's pointer logits for the step `view` is from, computed with every other
-    /// deciding agent's at the step's first decision; `None` when not batching.
-    pub(super) fn step_logits(&self, view: &View<'_>) -> Option<Vec<f32>> {
+    /// deciding agent's at the step's first decision, and (a model with floors) the floor its
+    /// greedy choice draws; `None` when not batching.
+    pub(super) fn step_logits(&self, view: &View<'_>) -> Option<(Vec<f32>, Option<Vec<u32>>)> {
         if !self.batches() {
             return None;
         }
@@ -68,12 +71,13 @@ impl TapfingerPolicy {
         let c = view.cluster;
         let key = (c.slot, c.step, std::ptr::from_ref(c) as usize);
         if s.key != Some(key) {
-            s.logits = self.all_logits(c)?;
+            (s.logits, s.floors) = self.all_logits(c)?;
             s.key = Some(key);
             s.passes += 1;
             s.graphs += s.logits.len() as u64;
         }
-        s.logits.get(&view.me).cloned()
+        let logits = s.logits.get(&view.me).cloned()?;
+        Some((logits, s.floors.get(&view.me).cloned()))
     }
 
     /// The pointer logits of every graph of `items` in one block-diagonal pass, flat (`window +
@@ -93,8 +97,13 @@ impl TapfingerPolicy {
             .ok()
     }
 
-    /// Every agent's logits in one pass, with the masks `try_decide` would use.
-    fn all_logits(&self, cluster: &ClusterView) -> Option<BTreeMap<NodeId, Vec<f32>>> {
+    /// Every agent's logits in one pass, with the masks `try_decide` would use; with floors,
+    /// also the floors their greedy choices draw.
+    #[allow(clippy::type_complexity)]
+    fn all_logits(
+        &self,
+        cluster: &ClusterView,
+    ) -> Option<(BTreeMap<NodeId, Vec<f32>>, BTreeMap<NodeId, Vec<u32>>)> {
         let dims = &self.cfg.dims;
         let (mut views, mut ids, mut blocked_all, mut pass) = (vec![], vec![], vec![], vec![]);
         for n in &cluster.nodes {
@@ -115,15 +124,86 @@ impl TapfingerPolicy {
             views.push(focused);
         }
         if ids.is_empty() {
-            return Some(BTreeMap::new());
+            return Some(Default::default());
         }
         let items: Vec<(&ClusterView, NodeId)> =
             views.iter().zip(&ids).map(|(v, id)| (v, *id)).collect();
-        let flat = self.pointer_pass(&items, &blocked_all, &pass)?;
+        let b = batch(&items, dims);
+        let enc = self.net.encode(&b, &self.device);
+        let flat = self
+            .net
+            .pointer_logits(&enc, &b, &blocked_all, &pass, &self.device)
+            .into_data()
+            .try_to_vec::<f32>()
+            .ok()?;
         let w = dims.window + 1;
+        let logits: Vec<Vec<f32>> = flat.chunks(w).map(<[f32]>::to_vec).collect();
+        let floors = if self.cfg.floors {
+            self.floors_pass(&items, &b, &enc, &logits)?
+        } else {
+            BTreeMap::new()
+        };
+        Some((ids.into_iter().zip(logits).collect(), floors))
+    }
+
+    /// The floors the agents of `items` draw greedily for the tasks their `logits` choose, the
+    /// allocation heads run kind by kind over the whole batch (as `try_decide` runs them for one
+    /// agent): agents that pass or claim a task beyond the head's grid draw none.
+    fn floors_pass(
+        &self,
+        items: &[(&ClusterView, NodeId)],
+        b: &super::batch::GraphBatch,
+        enc: &super::net::Encoded,
+        logits: &[Vec<f32>],
+    ) -> Option<BTreeMap<NodeId, Vec<u32>>> {
+        let kinds = self.cfg.dims.kinds;
+        let g = items.len();
+        // Per graph: the chosen window slot and its task's legal range per kind, if it draws.
+        let mut slots = vec![0usize; g];
+        let mut ranges: Vec<Option<Vec<(u32, u32)>>> = vec![None; g];
+        for (i, ((cv, me), l)) in items.iter().zip(logits).enumerate() {
+            let v = cv.for_agent(*me)?;
+            let window: Vec<&crate::Task> = v.window().take(self.cfg.dims.window).collect();
+            let (slot, _) = super::argmax(l)?;
+            let Some(t) = window.get(slot) else { continue };
+            if !self.draws_floor(&v, t) {
+                continue;
+            }
+            let cap = t.cap(&v.node().free);
+            let r: Vec<(u32, u32)> = (0..kinds).map(|k| self.range(&v, t, &cap, k)).collect();
+            if r.iter().any(|(lo, hi)| lo > hi) {
+                continue;
+            }
+            slots[i] = slot;
+            ranges[i] = Some(r);
+        }
+        let mut prev = vec![0.0f32; g * kinds];
+        let mut units = vec![vec![0u32; kinds]; g];
+        for k in 0..kinds {
+            let (lo, hi): (Vec<u32>, Vec<u32>) = ranges
+                .iter()
+                .map(|r| r.as_ref().map_or((0, 0), |r| r[k]))
+                .unzip();
+            let l = self
+                .net
+                .alloc_logits(enc, b, &slots, k, &prev, &lo, &hi, &self.device)
+                .into_data()
+                .try_to_vec::<f32>()
+                .ok()?;
+            let width = l.len() / g.max(1);
+            for i in (0..g).filter(|&i| ranges[i].is_some()) {
+                let (u, _) = super::argmax(&l[i * width..(i + 1) * width])?;
+                units[i][k] = u as u32;
+                prev[i * kinds + k] = u as f32;
+            }
+        }
         Some(
-            ids.into_iter()
-                .zip(flat.chunks(w).map(<[f32]>::to_vec))
+            items
+                .iter()
+                .zip(units)
+                .zip(&ranges)
+                .filter(|(_, r)| r.is_some())
+                .map(|(((_, me), u), _)| (*me, u))
                 .collect(),
         )
     }
