@@ -76,6 +76,7 @@ pub fn by_name(name: &str, ctx: &BaselineContext) -> Result<Box<dyn Policy>, Bas
             gpu_kind: ctx.gpu_kind,
             elastic: false,
         }),
+        "tiresias-gain" => Box::new(TiresiasGain),
         "optimus" => Box::new(Optimus::fit(ctx, true)?),
         "optimus-np" => Box::new(Optimus::fit(ctx, false)?),
         other => return Err(BaselineError::Unknown(other.to_string())),
@@ -256,6 +257,35 @@ impl Policy for Tiresias {
     }
 }
 
+/// The least relative gain (the fraction of its job time at its minimum demand that one more
+/// unit saves, [`crate::view::TaskEstimate::gain`]) for which a task gets spare units of a kind
+/// in the gain-aware share ([`least_attained_shares_by`]).
+pub const MIN_GAIN: f64 = 1e-3;
+
+/// Tiresias with a gain-aware share: admits like elastic Tiresias, and re-shares by the same
+/// least-attained round robin but gives a task spare units only of the kinds the speed
+/// estimator says speed it up ([`least_attained_shares_by`] with `gainful`).
+#[derive(Debug, Clone)]
+pub struct TiresiasGain;
+
+impl Policy for TiresiasGain {
+    fn name(&self) -> &str {
+        "tiresias-gain"
+    }
+    fn elastic(&self) -> bool {
+        true
+    }
+    fn decide(&mut self, view: &View<'_>, _rng: &mut Rng) -> Decision {
+        match view.feasible().next() {
+            Some(t) => claim(t, t.min_demand.clone(), 1.0),
+            None => Decision::Pass,
+        }
+    }
+    fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(TaskId, Resources)> {
+        least_attained_shares_by(view, false, true)
+    }
+}
+
 /// Tiresias's elastic sharing of a node, also the learned policy's in its elastic form: the
 /// running tasks (shown at their minimum demand) in least-attained-service order (the queue under
 /// [`TIRESIAS_THRESHOLD`] first, then by arrival), and the node's spare units of each kind handed
@@ -265,6 +295,19 @@ impl Policy for Tiresias {
 /// `hold_gpus` the GPU kind is not re-shared: every task keeps the GPUs it holds (the agent
 /// cannot change a running process's devices).
 pub fn least_attained_shares(view: &View<'_>, hold_gpus: bool) -> Vec<(TaskId, Resources)> {
+    least_attained_shares_by(view, hold_gpus, false)
+}
+
+/// [`least_attained_shares`], and with `gainful` a task takes spare units only of the kinds
+/// whose next unit the speed estimator says saves at least [`MIN_GAIN`] of its job time (the
+/// view's estimate, learned from observed progress: never a true speed model), so that units
+/// a task cannot use go to one that can. Kinds without a canonical place are shared as before.
+pub fn least_attained_shares_by(
+    view: &View<'_>,
+    hold_gpus: bool,
+    gainful: bool,
+) -> Vec<(TaskId, Resources)> {
+    let canonical = |k: usize| view.cluster.kinds.0.iter().position(|c| *c == Some(k));
     let held = if hold_gpus {
         view.cluster.kinds.0[1]
     } else {
@@ -304,7 +347,11 @@ pub fn least_attained_shares(view: &View<'_>, hold_gpus: bool) -> Vec<(TaskId, R
                         break;
                     }
                     let cap = r.task.max_demand.as_ref().map_or(u32::MAX, |m| m.get(k));
-                    if allocs[i].0[k] < cap {
+                    // Memory is a need more than a speed: a task short of it fails, so it is
+                    // shared whatever its estimated gain.
+                    let useful = !gainful
+                        || canonical(k).is_none_or(|c| c == 2 || r.est.gain[c] >= MIN_GAIN);
+                    if allocs[i].0[k] < cap && useful {
                         allocs[i].0[k] += 1;
                         free.0[k] -= 1;
                         gave = true;
@@ -528,6 +575,62 @@ impl Policy for Optimus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The gain-aware share gives each spare unit to a task the estimator says it speeds up
+    /// (memory whatever the gain); the plain share splits every kind round robin.
+    #[test]
+    fn the_gain_aware_share_gives_units_only_where_they_speed_a_task_up() {
+        use crate::view::{ClusterView, NodeView, RunningView, TaskEstimate};
+        use std::collections::BTreeMap;
+        let running = |id: u64, gain: [f64; 3]| RunningView {
+            task: std::sync::Arc::new(Task {
+                id: TaskId(id),
+                ty: crate::TaskTypeId(id as u16),
+                min_demand: Resources(vec![1, 1, 1]),
+                max_demand: None,
+                priority: 0,
+                reachable: vec![crate::NodeId(0)],
+                arrival: id,
+                gang: None,
+            }),
+            node: crate::NodeId(0),
+            alloc: Resources(vec![1, 1, 1]),
+            started: 0,
+            progress: 0.0,
+            attained: 0.0,
+            est: TaskEstimate {
+                gain,
+                ..Default::default()
+            },
+            est_alloc: 0.0,
+            converging: false,
+        };
+        let cluster = ClusterView {
+            kinds: crate::estimate::KindMap([Some(0), Some(1), Some(2)]),
+            nodes: vec![NodeView {
+                id: crate::NodeId(0),
+                capacity: Resources(vec![6, 6, 6]),
+                free: Resources(vec![4, 4, 4]),
+                window: vec![],
+                overflow: 0,
+                running: vec![0, 1],
+            }],
+            // Task 1 runs faster with CPUs only, task 2 with GPUs only.
+            running: vec![running(1, [0.1, 0.0, 0.0]), running(2, [0.0, 0.2, 0.0])],
+            ..Default::default()
+        };
+        let view = cluster.for_agent(crate::NodeId(0)).unwrap();
+        let plain: BTreeMap<TaskId, Resources> =
+            least_attained_shares(&view, false).into_iter().collect();
+        assert_eq!(plain[&TaskId(1)], Resources(vec![3, 3, 3]));
+        assert_eq!(plain[&TaskId(2)], Resources(vec![3, 3, 3]));
+        let gainful: BTreeMap<TaskId, Resources> = TiresiasGain
+            .rebalance(&view, &mut crate::seeded_rng(0))
+            .into_iter()
+            .collect();
+        assert_eq!(gainful[&TaskId(1)], Resources(vec![5, 1, 3]));
+        assert_eq!(gainful[&TaskId(2)], Resources(vec![1, 5, 3]));
+    }
 
     #[test]
     fn nnls_recovers_a_separable_model() {

@@ -22,9 +22,10 @@ pub(crate) struct TrainArgs {
     /// Stop after this many iterations (whichever comes first).
     #[arg(long)]
     pub(crate) iterations: Option<u64>,
-    /// Output folder (checkpoint, train.json, curve.csv, curve.svg).
-    #[arg(long, default_value = "out/train")]
-    pub(crate) out: PathBuf,
+    /// Output folder (checkpoint, train.json, curve.csv, curve.svg) [default: the folder
+    /// resumed with --resume (a resumed run continues where it was), else out/train].
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
     /// Continue from a checkpoint folder.
     #[arg(long, value_name = "DIR")]
     pub(crate) resume: Option<PathBuf>,
@@ -142,6 +143,9 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     if !(minutes.is_finite() && minutes > 0.0) {
         bail!("--minutes must be a positive number");
     }
+    // A resumed run writes where it was resumed from unless told otherwise: two runs resumed
+    // from different folders must not overwrite one shared default.
+    let out = out.unwrap_or_else(|| resume.clone().unwrap_or_else(|| PathBuf::from("out/train")));
     let sim = load(&scenario)?;
     let auto_teacher = teacher == policies::AUTO_TEACHER;
     let mut trainer = match (&resume, &from) {
