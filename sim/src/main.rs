@@ -278,6 +278,12 @@ struct Variants {
     /// resumes from its last checkpoint); `compare` adds the tasks preempted and the work lost.
     #[arg(long)]
     preempt: bool,
+    /// Order same-age tasks in each node's window in an order of the node's own, as the agents
+    /// do (`WindowOrder::Spread`), instead of by id (the published figures' order): agents
+    /// whose windows hold the same tasks claim different ones, so a large cluster's slot needs
+    /// far fewer rounds (docs/BENCHMARKS.md, simulator scale).
+    #[arg(long)]
+    spread: bool,
 }
 
 /// [`load`], run as `v` says.
@@ -291,6 +297,9 @@ fn load_with(name: &str, v: Variants) -> Result<Simulator> {
     }
     if v.no_shrink {
         sim = sim.no_shrink();
+    }
+    if v.spread {
+        sim = sim.window_order(tapfinger::ledger::WindowOrder::Spread);
     }
     Ok(sim)
 }

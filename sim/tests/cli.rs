@@ -399,3 +399,28 @@ fn priority_classes_show_a_column_each_and_the_blind_run_and_a_baseline_placing_
         "{err}"
     );
 }
+
+/// `--spread` orders same-age tasks per node as the agents do: agents whose windows overlap
+/// claim different tasks, so fewer claims are contested.
+#[test]
+fn spread_windows_contest_fewer_claims() {
+    let conflicts = |extra: &[&str]| -> f64 {
+        let mut args = vec![
+            "compare",
+            "--scenario",
+            "hetero6",
+            "--seeds",
+            "2",
+            "--policies",
+            "tiresias",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (ok, stdout, stderr) = sim(&args);
+        assert!(ok, "{stderr}");
+        let j: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        j["results"][0]["conflicts_per_slot"].as_f64().unwrap()
+    };
+    let (by_id, spread) = (conflicts(&[]), conflicts(&["--spread"]));
+    assert!(spread < by_id, "spread {spread} vs by id {by_id}");
+}
