@@ -442,16 +442,9 @@ fn a_focused_view_keeps_the_deciders_window_and_each_kept_nodes_tasks_exactly() 
     }
 }
 
-/// An elastic model claims at the minimum demand, so a task asking for more units of a kind than
-/// the allocation head's grid holds is still selectable (it would otherwise wait forever); a
-/// model that draws allocations cannot express it and passes.
-#[test]
-fn an_elastic_model_claims_a_task_beyond_the_allocation_grid() {
-    let device = Device::flex();
-    device.seed(3);
-    let cfg = NetConfig::new(dims());
-    let big = cfg.max_units as u32 + 8;
-    let view = ClusterView {
+/// One idle node and one waiting task (id 7) asking for `big` CPUs and a GPU.
+fn beyond_the_grid(big: u32) -> ClusterView {
+    ClusterView {
         forecast: Vec::new(),
         slot: 0,
         step: 0,
@@ -481,7 +474,19 @@ fn an_elastic_model_claims_a_task_beyond_the_allocation_grid() {
             est: Default::default(),
         }],
         running: vec![],
-    };
+    }
+}
+
+/// An elastic model claims at the minimum demand, so a task asking for more units of a kind than
+/// the allocation head's grid holds is still selectable (it would otherwise wait forever); a
+/// model that draws allocations cannot express it and passes.
+#[test]
+fn an_elastic_model_claims_a_task_beyond_the_allocation_grid() {
+    let device = Device::flex();
+    device.seed(3);
+    let cfg = NetConfig::new(dims());
+    let big = cfg.max_units as u32 + 8;
+    let view = beyond_the_grid(big);
     let v = view.for_agent(NodeId(0)).unwrap();
     let mut rng = crate::seeded_rng(1);
     let mut elastic = cfg.clone();
@@ -555,38 +560,7 @@ fn a_model_with_floors_claims_a_task_beyond_the_grid_at_its_minimum() {
     let big = cfg.max_units as u32 + 8;
     cfg.elastic = true;
     cfg.floors = true;
-    let task = Arc::new(Task {
-        id: TaskId(7),
-        ty: TaskTypeId(0),
-        min_demand: Resources(vec![big, 1]),
-        max_demand: None,
-        priority: 0,
-        reachable: vec![NodeId(0)],
-        arrival: 0,
-        gang: None,
-    });
-    let view = ClusterView {
-        forecast: Vec::new(),
-        slot: 0,
-        step: 0,
-        num_types: 2,
-        classes: false,
-        kinds: Default::default(),
-        nodes: vec![NodeView {
-            id: NodeId(0),
-            capacity: Resources(vec![2 * big, 4]),
-            free: Resources(vec![2 * big, 4]),
-            window: vec![0],
-            overflow: 0,
-            running: vec![],
-        }],
-        pending: vec![PendingView {
-            class: 0,
-            task,
-            est: Default::default(),
-        }],
-        running: vec![],
-    };
+    let view = beyond_the_grid(big);
     let v = view.for_agent(NodeId(0)).unwrap();
     let mut policy = TapfingerPolicy::untrained(cfg, Device::flex()).greedy(true);
     let d = policy.decide(&v, &mut crate::seeded_rng(1));
