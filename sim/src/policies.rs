@@ -117,7 +117,7 @@ pub const AUTO_TEACHER: &str = "auto";
 const TEACHER_SEEDS: std::ops::Range<u64> = 0..3;
 
 /// Whether `name` can teach a learned policy of configuration `student`: a known policy whose
-/// claims the student can make ([`may_teach`]: an elastic student starts tasks at their minimum
+/// claims the student can make (`may_teach`: an elastic student starts tasks at their minimum
 /// demand and re-shares every slot, so only elastic policies teach it, unless it draws floors; a
 /// fixed-share student cannot copy re-allocation, so only non-elastic ones teach it). `Err`
 /// says why not.
