@@ -85,8 +85,18 @@ fn member(a: &DemoGangArgs) -> Result<u64, String> {
 }
 
 fn master(port: u16, world: u32, deadline: Instant, hold: Duration) -> Result<u64, String> {
-    let listener =
-        TcpListener::bind(("0.0.0.0", port)).map_err(|e| format!("listen on {port}: {e}"))?;
+    // A restarted gang's rank 0 listens on the same port as the copy before it, which may still
+    // be exiting (on this box, or on the one box of a test): wait for the port, up to the
+    // deadline, rather than fail the new copy too.
+    let listener = loop {
+        match TcpListener::bind(("0.0.0.0", port)) {
+            Ok(l) => break l,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(format!("listen on {port}: {e}")),
+        }
+    };
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let mut peers: Vec<BufReader<TcpStream>> = Vec::new();
     let mut sum = 0u64;
