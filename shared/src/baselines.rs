@@ -76,7 +76,10 @@ pub fn by_name(name: &str, ctx: &BaselineContext) -> Result<Box<dyn Policy>, Bas
             gpu_kind: ctx.gpu_kind,
             elastic: false,
         }),
-        "tiresias-gain" => Box::new(TiresiasGain),
+        "tiresias-gain" => Box::new(TiresiasGain(Tiresias {
+            gpu_kind: ctx.gpu_kind,
+            elastic: true,
+        })),
         "optimus" => Box::new(Optimus::fit(ctx, true)?),
         "optimus-np" => Box::new(Optimus::fit(ctx, false)?),
         other => return Err(BaselineError::Unknown(other.to_string())),
@@ -262,11 +265,11 @@ impl Policy for Tiresias {
 /// in the gain-aware share ([`least_attained_shares_by`]).
 pub const MIN_GAIN: f64 = 1e-3;
 
-/// Tiresias with a gain-aware share: admits like elastic Tiresias, and re-shares by the same
-/// least-attained round robin but gives a task spare units only of the kinds the speed
-/// estimator says speed it up ([`least_attained_shares_by`] with `gainful`).
+/// Tiresias with a gain-aware share: admits as the elastic Tiresias it holds does, and re-shares
+/// by the same least-attained round robin but gives a task spare units only of the kinds the
+/// speed estimator says speed it up ([`least_attained_shares_by`] with `gainful`).
 #[derive(Debug, Clone)]
-pub struct TiresiasGain;
+pub struct TiresiasGain(pub Tiresias);
 
 impl Policy for TiresiasGain {
     fn name(&self) -> &str {
@@ -275,11 +278,8 @@ impl Policy for TiresiasGain {
     fn elastic(&self) -> bool {
         true
     }
-    fn decide(&mut self, view: &View<'_>, _rng: &mut Rng) -> Decision {
-        match view.feasible().next() {
-            Some(t) => claim(t, t.min_demand.clone(), 1.0),
-            None => Decision::Pass,
-        }
+    fn decide(&mut self, view: &View<'_>, rng: &mut Rng) -> Decision {
+        self.0.decide(view, rng)
     }
     fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(TaskId, Resources)> {
         least_attained_shares_by(view, false, true)
@@ -624,10 +624,13 @@ mod tests {
             least_attained_shares(&view, false).into_iter().collect();
         assert_eq!(plain[&TaskId(1)], Resources(vec![3, 3, 3]));
         assert_eq!(plain[&TaskId(2)], Resources(vec![3, 3, 3]));
-        let gainful: BTreeMap<TaskId, Resources> = TiresiasGain
-            .rebalance(&view, &mut crate::seeded_rng(0))
-            .into_iter()
-            .collect();
+        let gainful: BTreeMap<TaskId, Resources> = TiresiasGain(Tiresias {
+            gpu_kind: 1,
+            elastic: true,
+        })
+        .rebalance(&view, &mut crate::seeded_rng(0))
+        .into_iter()
+        .collect();
         assert_eq!(gainful[&TaskId(1)], Resources(vec![5, 1, 3]));
         assert_eq!(gainful[&TaskId(2)], Resources(vec![1, 5, 3]));
     }

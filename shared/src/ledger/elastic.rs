@@ -102,7 +102,7 @@ impl<M> Ledger<M> {
     }
 
     /// The units a claim on `node` may take: its free units, or on an elastic node its capacity
-    /// less the minimum demands of its running tasks.
+    /// less the floors of its running tasks (their minimum demands unless claims set floors).
     pub fn claimable(&self, node: NodeId) -> Resources {
         match self.nodes.get(&node) {
             Some(b) if b.elastic => {
@@ -132,10 +132,9 @@ impl<M> Ledger<M> {
 
     /// Re-allocate tasks running on `node`: each new allocation within [floor, cap], all of
     /// the node's tasks together within its capacity (tasks not named keep their allocation, or
-    /// on an elastic node go back to their minimum demand). On error nothing changes. Returns
-    /// the tasks whose allocation in force changed, with their new allocation. The capacity is
-    /// what gang members on the node leave. (On an elastic node a task not named goes back to
-    /// its floor.)
+    /// on an elastic node go back to their floor). On error nothing changes. Returns the tasks
+    /// whose allocation in force changed, with their new allocation. The capacity is what gang
+    /// members on the node leave.
     pub fn rebalance(
         &mut self,
         node: NodeId,

@@ -382,16 +382,17 @@ impl TapfingerPolicy {
         // floor the batch drew.
         if let Some((logits, floor)) = self.step_logits(view) {
             let (slot, prob) = self.pick(&logits, rng)?;
-            return Some(match window.get(slot) {
-                Some(t) => Decision::Claim {
+            return Some(match (window.get(slot), floor) {
+                // A task with no legal floor: the agent passes, as alone.
+                (None, _) | (Some(_), Some(None)) => Decision::Pass,
+                (Some(t), floor) => Decision::Claim {
                     task: t.id,
-                    alloc: floor.map_or_else(
+                    alloc: floor.flatten().map_or_else(
                         || t.min_demand.clone(),
                         |units| self.allocation(view, t, &units),
                     ),
                     prob,
                 },
-                None => Decision::Pass,
             });
         }
         let focused = view.cluster.focus(view.me, self.cfg.focus);

@@ -23,8 +23,9 @@ pub struct StepLogits {
     /// Per agent with a task to choose: logits over its window slots and "pass".
     logits: BTreeMap<NodeId, Vec<f32>>,
     /// A model with floors: per agent whose greedy choice draws a floor, its units per network
-    /// kind (the allocation heads' greedy choices in the same batch).
-    floors: BTreeMap<NodeId, Vec<u32>>,
+    /// kind (the allocation heads' greedy choices in the same batch), or `None` where the chosen
+    /// task has no legal floor (a cap below its minimum: the agent passes, as alone).
+    floors: BTreeMap<NodeId, Option<Vec<u32>>>,
     /// Batched passes run, and the graphs they held in all.
     passes: u64,
     /// Graphs those passes held in all (their ratio is the batching's gain).
@@ -63,7 +64,11 @@ impl TapfingerPolicy {
     /// This agent's pointer logits for the step `view` is from, computed with every other
     /// deciding agent's at the step's first decision, and (a model with floors) the floor its
     /// greedy choice draws; `None` when not batching.
-    pub(super) fn step_logits(&self, view: &View<'_>) -> Option<(Vec<f32>, Option<Vec<u32>>)> {
+    #[allow(clippy::type_complexity)]
+    pub(super) fn step_logits(
+        &self,
+        view: &View<'_>,
+    ) -> Option<(Vec<f32>, Option<Option<Vec<u32>>>)> {
         if !self.batches() {
             return None;
         }
@@ -88,13 +93,27 @@ impl TapfingerPolicy {
         blocked: &[bool],
         pass: &[bool],
     ) -> Option<Vec<f32>> {
+        self.encoded_pointer_pass(items, blocked, pass)
+            .map(|(_, _, flat)| flat)
+    }
+
+    /// [`Self::pointer_pass`], also returning the batch and its encoding (for the allocation
+    /// heads that run after the pointer).
+    fn encoded_pointer_pass(
+        &self,
+        items: &[(&ClusterView, NodeId)],
+        blocked: &[bool],
+        pass: &[bool],
+    ) -> Option<(super::batch::GraphBatch, super::net::Encoded, Vec<f32>)> {
         let b = batch(items, &self.cfg.dims);
         let enc = self.net.encode(&b, &self.device);
-        self.net
+        let flat = self
+            .net
             .pointer_logits(&enc, &b, blocked, pass, &self.device)
             .into_data()
             .try_to_vec::<f32>()
-            .ok()
+            .ok()?;
+        Some((b, enc, flat))
     }
 
     /// Every agent's logits in one pass, with the masks `try_decide` would use; with floors,
@@ -103,7 +122,10 @@ impl TapfingerPolicy {
     fn all_logits(
         &self,
         cluster: &ClusterView,
-    ) -> Option<(BTreeMap<NodeId, Vec<f32>>, BTreeMap<NodeId, Vec<u32>>)> {
+    ) -> Option<(
+        BTreeMap<NodeId, Vec<f32>>,
+        BTreeMap<NodeId, Option<Vec<u32>>>,
+    )> {
         let dims = &self.cfg.dims;
         let (mut views, mut ids, mut blocked_all, mut pass) = (vec![], vec![], vec![], vec![]);
         for n in &cluster.nodes {
@@ -128,14 +150,7 @@ impl TapfingerPolicy {
         }
         let items: Vec<(&ClusterView, NodeId)> =
             views.iter().zip(&ids).map(|(v, id)| (v, *id)).collect();
-        let b = batch(&items, dims);
-        let enc = self.net.encode(&b, &self.device);
-        let flat = self
-            .net
-            .pointer_logits(&enc, &b, &blocked_all, &pass, &self.device)
-            .into_data()
-            .try_to_vec::<f32>()
-            .ok()?;
+        let (b, enc, flat) = self.encoded_pointer_pass(&items, &blocked_all, &pass)?;
         let w = dims.window + 1;
         let logits: Vec<Vec<f32>> = flat.chunks(w).map(<[f32]>::to_vec).collect();
         let floors = if self.cfg.floors {
@@ -148,19 +163,21 @@ impl TapfingerPolicy {
 
     /// The floors the agents of `items` draw greedily for the tasks their `logits` choose, the
     /// allocation heads run kind by kind over the whole batch (as `try_decide` runs them for one
-    /// agent): agents that pass or claim a task beyond the head's grid draw none.
+    /// agent): agents that pass or claim a task beyond the head's grid draw none; one whose task
+    /// has no legal floor gets `None`.
     fn floors_pass(
         &self,
         items: &[(&ClusterView, NodeId)],
         b: &super::batch::GraphBatch,
         enc: &super::net::Encoded,
         logits: &[Vec<f32>],
-    ) -> Option<BTreeMap<NodeId, Vec<u32>>> {
+    ) -> Option<BTreeMap<NodeId, Option<Vec<u32>>>> {
         let kinds = self.cfg.dims.kinds;
         let g = items.len();
         // Per graph: the chosen window slot and its task's legal range per kind, if it draws.
         let mut slots = vec![0usize; g];
         let mut ranges: Vec<Option<Vec<(u32, u32)>>> = vec![None; g];
+        let mut out = BTreeMap::new();
         for (i, ((cv, me), l)) in items.iter().zip(logits).enumerate() {
             let v = cv.for_agent(*me)?;
             let window: Vec<&crate::Task> = v.window().take(self.cfg.dims.window).collect();
@@ -172,6 +189,7 @@ impl TapfingerPolicy {
             let cap = t.cap(&v.node().free);
             let r: Vec<(u32, u32)> = (0..kinds).map(|k| self.range(&v, t, &cap, k)).collect();
             if r.iter().any(|(lo, hi)| lo > hi) {
+                out.insert(*me, None);
                 continue;
             }
             slots[i] = slot;
@@ -197,14 +215,11 @@ impl TapfingerPolicy {
                 prev[i * kinds + k] = u as f32;
             }
         }
-        Some(
-            items
-                .iter()
-                .zip(units)
-                .zip(&ranges)
-                .filter(|(_, r)| r.is_some())
-                .map(|(((_, me), u), _)| (*me, u))
-                .collect(),
-        )
+        for (((_, me), u), r) in items.iter().zip(units).zip(&ranges) {
+            if r.is_some() {
+                out.insert(*me, Some(u));
+            }
+        }
+        Some(out)
     }
 }

@@ -574,3 +574,28 @@ fn a_model_with_floors_claims_a_task_beyond_the_grid_at_its_minimum() {
     );
     assert!(policy.label(&v, &d).is_some_and(|r| r.units.is_empty()));
 }
+
+/// A task whose cap is below its minimum has no legal floor: a model with floors passes on it,
+/// deciding alone and in a step's batched pass alike.
+#[test]
+fn a_model_with_floors_passes_on_a_task_without_a_legal_floor_batched_or_alone() {
+    let mut cfg = NetConfig::new(dims());
+    cfg.elastic = true;
+    cfg.floors = true;
+    cfg.focus = 2;
+    let mut view = beyond_the_grid(4);
+    let mut t = (*view.pending[0].task).clone();
+    t.max_demand = Some(Resources(vec![2, 1]));
+    view.pending[0].task = Arc::new(t);
+    let v = view.for_agent(NodeId(0)).unwrap();
+    let device = Device::flex();
+    let mut alone = TapfingerPolicy::untrained(cfg.clone(), device.clone()).greedy(true);
+    let shared = step_batch::SharedStep::default();
+    let mut batched = TapfingerPolicy::untrained(cfg, device)
+        .greedy(true)
+        .batched(shared.clone());
+    let mut rng = crate::seeded_rng(1);
+    assert_eq!(alone.decide(&v, &mut rng), Decision::Pass);
+    assert_eq!(batched.decide(&v, &mut rng), Decision::Pass);
+    assert_eq!(shared.lock().unwrap().passes().0, 1, "the batched pass ran");
+}
