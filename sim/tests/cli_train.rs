@@ -240,3 +240,37 @@ fn a_model_with_floors_learns_from_a_fixed_share_teacher_and_runs() {
         "keeps each task's allocation for its whole run",
     );
 }
+
+/// `--resume DIR` without `--out` writes back to `DIR`: the run continues where it was, and two
+/// runs resumed from different folders never overwrite one default folder.
+#[test]
+fn a_resumed_run_writes_back_to_its_folder() {
+    let dir = write("resume.marker", "").parent().unwrap().join("resumed");
+    let dir_s = dir.to_str().unwrap();
+    let common = [
+        "--iterations",
+        "1",
+        "--envs",
+        "1",
+        "--threads",
+        "1",
+        "--eval-episodes",
+        "0",
+    ];
+    let iteration = || -> u64 {
+        let j: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("train.json")).unwrap())
+                .unwrap();
+        j["iteration"].as_u64().unwrap()
+    };
+    let mut first = vec!["train", "--scenario", "synthetic3", "--out", dir_s];
+    first.extend_from_slice(&common);
+    let (ok, _, stderr) = sim(&first);
+    assert!(ok, "{stderr}");
+    assert_eq!(iteration(), 1);
+    let mut again = vec!["train", "--scenario", "synthetic3", "--resume", dir_s];
+    again.extend_from_slice(&common);
+    let (ok, _, stderr) = sim(&again);
+    assert!(ok, "{stderr}");
+    assert_eq!(iteration(), 2, "the resumed run wrote elsewhere");
+}
