@@ -8,6 +8,9 @@
 use crate::Rng;
 use crate::policy::{Decision, Policy};
 use crate::resources::Resources;
+pub use crate::share::{
+    MIN_GAIN, TIRESIAS_THRESHOLD, least_attained_shares, least_attained_shares_by,
+};
 use crate::task::{Task, TaskId, TaskTypeId};
 use crate::view::{RunningView, View};
 use rand::RngExt;
@@ -206,9 +209,6 @@ impl Policy for Drf {
     }
 }
 
-/// Attained service above which a task drops to Tiresias's low-priority queue (service-kind slots).
-pub const TIRESIAS_THRESHOLD: f64 = 16.0;
-
 /// Tiresias: two-queue discretized least-attained-service.
 ///
 /// Non-preemptive form: the oldest feasible pending task starts with an equal share
@@ -260,11 +260,6 @@ impl Policy for Tiresias {
     }
 }
 
-/// The least relative gain (the fraction of its job time at its minimum demand that one more
-/// unit saves, [`crate::view::TaskEstimate::gain`]) for which a task gets spare units of a kind
-/// in the gain-aware share ([`least_attained_shares_by`]).
-pub const MIN_GAIN: f64 = 1e-3;
-
 /// Tiresias with a gain-aware share: admits as the elastic Tiresias it holds does, and re-shares
 /// by the same least-attained round robin but gives a task spare units only of the kinds the
 /// speed estimator says speed it up ([`least_attained_shares_by`] with `gainful`).
@@ -284,91 +279,6 @@ impl Policy for TiresiasGain {
     fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(TaskId, Resources)> {
         least_attained_shares_by(view, false, true)
     }
-}
-
-/// Tiresias's elastic sharing of a node, also the learned policy's in its elastic form: the
-/// running tasks (shown at their minimum demand) in least-attained-service order (the queue under
-/// [`TIRESIAS_THRESHOLD`] first, then by arrival), and the node's spare units of each kind handed
-/// out one by one, round robin in that order, up to each task's maximum demand; where the
-/// view's priority classes count, class by class (the highest first, each as far as its tasks
-/// take units before the next gets any). With
-/// `hold_gpus` the GPU kind is not re-shared: every task keeps the GPUs it holds (the agent
-/// cannot change a running process's devices).
-pub fn least_attained_shares(view: &View<'_>, hold_gpus: bool) -> Vec<(TaskId, Resources)> {
-    least_attained_shares_by(view, hold_gpus, false)
-}
-
-/// [`least_attained_shares`], and with `gainful` a task takes spare units only of the kinds
-/// whose next unit the speed estimator says saves at least [`MIN_GAIN`] of its job time (the
-/// view's estimate, learned from observed progress: never a true speed model), so that units
-/// a task cannot use go to one that can. Kinds without a canonical place are shared as before.
-pub fn least_attained_shares_by(
-    view: &View<'_>,
-    hold_gpus: bool,
-    gainful: bool,
-) -> Vec<(TaskId, Resources)> {
-    let canonical = |k: usize| view.cluster.kinds.0.iter().position(|c| *c == Some(k));
-    let held = if hold_gpus {
-        view.cluster.kinds.0[1]
-    } else {
-        None
-    };
-    // Where priority classes count, the highest class is served first: its tasks share the
-    // spare units round robin until none of them can take more, then the next class's do.
-    let class = |r: &RunningView| {
-        if view.cluster.classes {
-            r.task.priority
-        } else {
-            0
-        }
-    };
-    let mut tasks: Vec<&RunningView> = view.running().collect();
-    tasks.sort_by(|a, b| {
-        let qa = a.attained >= TIRESIAS_THRESHOLD;
-        let qb = b.attained >= TIRESIAS_THRESHOLD;
-        class(a)
-            .cmp(&class(b))
-            .then(qa.cmp(&qb))
-            .then(a.task.arrival.cmp(&b.task.arrival))
-            .then(a.task.id.cmp(&b.task.id))
-    });
-    let mut allocs: Vec<Resources> = tasks.iter().map(|r| r.alloc.clone()).collect();
-    let mut free = view.node().free.clone();
-    for k in (0..free.len()).filter(|&k| Some(k) != held) {
-        let mut from = 0;
-        while from < tasks.len() {
-            let c = class(tasks[from]);
-            let to = from + tasks[from..].iter().take_while(|r| class(r) == c).count();
-            // Round robin over the class's queue until nobody can take another unit of kind k.
-            loop {
-                let mut gave = false;
-                for (i, r) in tasks.iter().enumerate().take(to).skip(from) {
-                    if free.0[k] == 0 {
-                        break;
-                    }
-                    let cap = r.task.max_demand.as_ref().map_or(u32::MAX, |m| m.get(k));
-                    // Memory is a need more than a speed: a task short of it fails, so it is
-                    // shared whatever its estimated gain.
-                    let useful = !gainful
-                        || canonical(k).is_none_or(|c| c == 2 || r.est.gain[c] >= MIN_GAIN);
-                    if allocs[i].0[k] < cap && useful {
-                        allocs[i].0[k] += 1;
-                        free.0[k] -= 1;
-                        gave = true;
-                    }
-                }
-                if !gave || free.0[k] == 0 {
-                    break;
-                }
-            }
-            from = to;
-        }
-    }
-    tasks
-        .iter()
-        .zip(allocs)
-        .map(|(r, a)| (r.task.id, a))
-        .collect()
 }
 
 /// Optimus's speed model for one task type: completion time

@@ -10,16 +10,26 @@
 //!
 //! `T(a) = θ₀ + Σ_k θ_k / (1 + a_k)`, θ ≥ 0 (least squares over every sample),
 //!
-//! so more of any kind never makes a task slower and the gain of each extra unit shrinks. A kind
-//! whose allocation never varied among a class's samples has no term (nothing says how the class
-//! responds to it). With samples at fewer than two distinct allocations, or before any sample,
-//! the estimate is the prior's shape ([`prior_shape`]) scaled to the samples' level, or to
-//! [`PRIOR_SLOTS`] at the minimum demand. The estimator sees only allocations and progress:
-//! never a speed model, which is what makes it the same in the simulator and in the agent.
+//! so more of any kind never makes a task slower and the gain of each extra unit shrinks.
+//!
+//! Tasks of one class differ in size (a fine-tune of 1 epoch or of 30), and a sample's job time
+//! mixes the task's size with its allocation: where the long tasks happen to hold more units (an
+//! elastic share hands spare units to whoever still runs), fitting the samples alone says more
+//! units make a class *slower*, and the fit's non-negativity then drops the kind altogether. So
+//! the estimator also keeps, per class, the **pairs** of one task's consecutive samples at two
+//! allocations: the ratio of its two job times does not depend on its size. Where a class has
+//! pairs, its model's shape comes from them (`T(later) = ratio · T(earlier)`, least squares,
+//! θ ≥ 0) and its level from every sample; a kind no pair varied has no term. Without pairs
+//! (a task never re-allocated), the model is fitted to the samples as they are. A kind whose
+//! allocation never varied has no term (nothing says how the class responds to it). With
+//! samples at fewer than two distinct allocations, or before any sample, the estimate is the
+//! prior's shape ([`prior_shape`]) scaled to the samples' level, or to [`PRIOR_SLOTS`] at the
+//! minimum demand. The estimator sees only allocations and progress: never a speed model, which
+//! is what makes it the same in the simulator and in the agent.
 
 use crate::fit::nnls;
 use crate::resources::Resources;
-use crate::task::{Task, TaskTypeId};
+use crate::task::{Task, TaskId, TaskTypeId};
 use std::collections::BTreeMap;
 
 /// The canonical resource kinds every feature and estimate uses; a cluster without one has zero
@@ -93,6 +103,10 @@ struct Class {
     level: Option<f64>,
     /// The minimum demand the prior shape is anchored at (the first observed task's).
     min: [f64; 3],
+    /// Per (earlier, later) canonical allocation of one task's consecutive samples: (pairs, sum
+    /// of the later job time over the earlier one, in nanos). A ratio of one task's own times
+    /// does not depend on the task's size, which the cells' times mix in (module doc).
+    pairs: BTreeMap<([u32; 3], [u32; 3]), (u64, u128)>,
 }
 
 fn terms(a: &[f64; 3]) -> [f64; 4] {
@@ -128,6 +142,9 @@ impl Class {
                 .sum::<f64>()
                 / n,
         );
+        if self.fit_pairs(&rows) {
+            return;
+        }
         let varied: [bool; 3] = std::array::from_fn(|k| {
             rows.iter()
                 .any(|(a, _, _)| (a[k] - rows[0].0[k]).abs() > 0.0)
@@ -153,6 +170,59 @@ impl Class {
         self.theta = Some(nnls(&x, &y));
     }
 
+    /// The fit from the pairs (module doc), where they exist: the shape from the pairs' ratios
+    /// (`T(later) = ratio · T(earlier)`, normalized to 1 at the most sampled allocation), the
+    /// level from every sample (`rows`: allocation, mean job time, samples). False, and nothing
+    /// changed, without pairs.
+    fn fit_pairs(&mut self, rows: &[([f64; 3], f64, f64)]) -> bool {
+        if self.pairs.is_empty() {
+            return false;
+        }
+        let varied: [bool; 3] =
+            std::array::from_fn(|k| self.pairs.keys().any(|(a, b)| a[k] != b[k]));
+        let masked = |a: &[f64; 3]| {
+            let mut f = terms(a);
+            for k in 0..3 {
+                if !varied[k] {
+                    f[k + 1] = 0.0;
+                }
+            }
+            f
+        };
+        let mut x: Vec<[f64; 4]> = Vec::with_capacity(self.pairs.len() + 1);
+        let mut y: Vec<f64> = Vec::with_capacity(self.pairs.len() + 1);
+        let mut total = 0.0;
+        for ((a, b), (n, sum)) in &self.pairs {
+            let n = *n as f64;
+            let ratio = *sum as f64 / NANO / n;
+            let (fa, fb) = (masked(&as_f64(a)), masked(&as_f64(b)));
+            x.push(std::array::from_fn(|j| (fb[j] - ratio * fa[j]) * n.sqrt()));
+            y.push(0.0);
+            total += n;
+        }
+        // The anchor fixes the scale the ratios leave free (heavily weighted: it must hold).
+        let anchor = rows
+            .iter()
+            .max_by(|p, q| p.2.total_cmp(&q.2))
+            .map_or([0.0; 3], |r| r.0);
+        let weight = 1e3 * total.sqrt();
+        x.push(masked(&anchor).map(|v| v * weight));
+        y.push(weight);
+        let shape = nnls(&x, &y);
+        let f = |a: &[f64; 3]| terms(a).iter().zip(&shape).map(|(t, s)| t * s).sum::<f64>();
+        let n: f64 = rows.iter().map(|r| r.2).sum();
+        let level = rows
+            .iter()
+            .map(|(a, t, w)| w * t / f(a).max(1e-9))
+            .sum::<f64>()
+            / n;
+        if !(level.is_finite() && level > 0.0 && shape.iter().any(|s| *s > 0.0)) {
+            return false;
+        }
+        self.theta = Some(shape.map(|s| s * level));
+        true
+    }
+
     fn slots(&self, min: &[f64; 3], a: &[f64; 3]) -> f64 {
         let t = match (&self.theta, self.level) {
             (Some(th), _) => terms(a).iter().zip(th).map(|(f, t)| f * t).sum::<f64>(),
@@ -170,6 +240,9 @@ pub struct Estimator {
     kinds: KindMap,
     /// Samples and fitted model per task class.
     classes: BTreeMap<TaskTypeId, Class>,
+    /// Each task's last sample (canonical allocation, job time in nanos) until it is done: the
+    /// next sample at another allocation makes a pair with it.
+    last: BTreeMap<TaskId, ([u32; 3], u128)>,
 }
 
 impl Estimator {
@@ -178,6 +251,7 @@ impl Estimator {
         Self {
             kinds,
             classes: BTreeMap::new(),
+            last: BTreeMap::new(),
         }
     }
 
@@ -203,7 +277,18 @@ impl Estimator {
         let cell = c.cells.entry(a).or_insert((0, 0));
         cell.0 += 1;
         cell.1 += t;
+        if let Some((b, u)) = self.last.insert(task.id, (a, t)).filter(|(b, _)| *b != a) {
+            let ratio = (t as f64 / (u as f64).max(1.0)).min(1e6);
+            let pair = c.pairs.entry((b, a)).or_insert((0, 0));
+            pair.0 += 1;
+            pair.1 += (ratio * NANO).round() as u128;
+        }
         c.refit();
+    }
+
+    /// `task` is done: its last sample makes no more pairs.
+    pub fn forget(&mut self, task: TaskId) {
+        self.last.remove(&task);
     }
 
     /// Estimated slots `task` takes alone at `alloc` (all of its work).
@@ -227,7 +312,7 @@ impl Estimator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task::{NodeId, TaskId};
+    use crate::task::NodeId;
     use proptest::prelude::*;
 
     fn task(ty: u16, min: [u32; 3]) -> Task {
@@ -306,26 +391,70 @@ mod tests {
 
     #[test]
     fn the_order_samples_come_in_changes_nothing() {
-        // Agents hear progress in other orders than the simulator; their estimates must agree
-        // to the bit.
-        let samples: Vec<(u32, u32, f64)> = (0..40)
-            .map(|i| (1 + i % 5, i % 3, 0.013 + 0.0071 * f64::from(i % 7)))
+        // Agents hear progress in other orders than the simulator (each task's own reports in
+        // time order, the tasks interleaved otherwise); their estimates must agree to the bit.
+        let samples: Vec<(u64, u32, u32, f64)> = (0..40u32)
+            .map(|i| {
+                (
+                    u64::from(1 + i % 4),
+                    1 + i % 5,
+                    i % 3,
+                    0.013 + 0.0071 * f64::from(i % 7),
+                )
+            })
             .collect();
-        let t = task(0, [1, 0, 1]);
         let run = |order: &[usize]| {
             let mut e = est();
             for &i in order {
-                let (c, g, d) = samples[i];
+                let (id, c, g, d) = samples[i];
+                let mut t = task(0, [1, 0, 1]);
+                t.id = TaskId(id);
                 e.observe(&t, &Resources(vec![c, g, 1]), d, 1.0);
             }
+            let t = task(0, [1, 0, 1]);
             [
                 e.slots(&t, &Resources(vec![3, 1, 1])),
                 e.slots(&t, &Resources(vec![7, 2, 1])),
             ]
         };
-        let fwd: Vec<usize> = (0..samples.len()).collect();
-        let rev: Vec<usize> = fwd.iter().rev().copied().collect();
-        assert_eq!(run(&fwd).map(f64::to_bits), run(&rev).map(f64::to_bits));
+        let in_time: Vec<usize> = (0..samples.len()).collect();
+        // Task by task, each task's samples still in their own order.
+        let mut by_task = in_time.clone();
+        by_task.sort_by_key(|&i| std::cmp::Reverse(samples[i].0));
+        assert_ne!(in_time, by_task);
+        assert_eq!(
+            run(&in_time).map(f64::to_bits),
+            run(&by_task).map(f64::to_bits)
+        );
+    }
+
+    #[test]
+    fn task_sizes_do_not_bend_the_shape() {
+        // Tasks of one class differ 30-fold in size, and the large ones happen to run with more
+        // GPUs (as they would where sharing hands spare units to whoever still runs): the
+        // samples' job times then *grow* with the GPUs. Each task's own consecutive samples at
+        // two allocations say how the class responds; the estimate must follow them.
+        let shape = |c: f64, g: f64| 1.0 + 4.0 / (1.0 + c) + 6.0 / (1.0 + g);
+        let mut e = est();
+        for id in 0..30u64 {
+            let size = if id % 2 == 0 { 1.0 } else { 30.0 };
+            let base = if size > 1.0 { 4 } else { 1 };
+            let mut t = task(7, [1, 1, 1]);
+            t.id = TaskId(id);
+            for (c, g) in [(2u32, base), (2, base + 1), (3, base + 1), (2, base)] {
+                let slots = size * shape(f64::from(c), f64::from(g));
+                e.observe(&t, &Resources(vec![c, g, 1]), 1.0 / slots, 1.0);
+            }
+            e.forget(t.id);
+        }
+        let t = task(7, [1, 1, 1]);
+        let at = |c: u32, g: u32| e.slots(&t, &Resources(vec![c, g, 1]));
+        for ((c0, g0), (c1, g1)) in [((2, 1), (2, 5)), ((1, 1), (4, 1)), ((2, 2), (3, 4))] {
+            let want = shape(f64::from(c1), f64::from(g1)) / shape(f64::from(c0), f64::from(g0));
+            let got = at(c1, g1) / at(c0, g0);
+            assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+        }
+        assert!(at(2, 5) < at(2, 1), "more GPUs estimated slower");
     }
 
     proptest! {

@@ -20,6 +20,7 @@ pub mod plateau;
 pub mod policy;
 pub mod protocol;
 pub mod resources;
+pub mod share;
 pub mod spec;
 pub mod task;
 pub mod view;

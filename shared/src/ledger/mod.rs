@@ -389,6 +389,9 @@ impl<M> Ledger<M> {
         self.unindex(&task, &old);
         // The entry changes before it is indexed: a node's book made while indexing scans the
         // tasks' states and must see this one's new state.
+        if matches!(state, TaskState::Done { .. }) {
+            self.estimator.forget(id);
+        }
         if let Some(e) = self.tasks.get_mut(&id) {
             e.observed = match (&old, &state, e.observed.take()) {
                 // The same copy re-allocated: the progress since the last observation is counted
