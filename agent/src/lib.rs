@@ -17,6 +17,7 @@ pub mod demo_gang;
 pub mod discovery;
 pub mod exec;
 pub mod gang_launch;
+pub mod logs;
 pub mod metrics;
 pub mod online;
 pub mod policy;

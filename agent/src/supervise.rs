@@ -112,13 +112,8 @@ pub async fn run(a: SuperviseArgs) -> i32 {
 }
 
 async fn supervise(a: &SuperviseArgs) -> ExitRecord {
-    let open = |p: &Path| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(p)
-    };
+    // Appended, each attempt after its marker line: an earlier attempt's output stays.
+    let open = |p: &Path| crate::logs::open_attempt_log(p);
     let (out, err) = match (open(&a.stdout), open(&a.stderr)) {
         (Ok(o), Ok(e)) => (o, e),
         (Err(e), _) | (_, Err(e)) => {

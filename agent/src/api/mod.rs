@@ -49,7 +49,8 @@ pub struct ApiState {
     pub status: watch::Receiver<std::sync::Arc<Status>>,
     /// Required bearer token, if any.
     pub token: Option<String>,
-    /// Where the executor writes task logs (`<id>.stdout`, `<id>.stderr`).
+    /// Where the executor writes task logs (`<id>.stdout`, `<id>.stderr`; appended, one marked
+    /// part per attempt).
     pub log_dir: Option<std::path::PathBuf>,
     /// The agent's metrics, which its event loop keeps current.
     pub metrics: std::sync::Arc<crate::metrics::AgentMetrics>,

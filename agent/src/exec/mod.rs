@@ -17,7 +17,9 @@
 //! [0, 1]; other `key=value` pairs are metrics, e.g. `loss` and `accuracy`). A line without a
 //! valid progress is not a progress line; a metric whose value is not a finite number is dropped
 //! and the rest of the line kept. Every line of stdout and stderr also goes to the task's log
-//! files `<log_dir>/<task>.stdout` / `.stderr`.
+//! files `<log_dir>/<task>.stdout` / `.stderr`, appended: each attempt of a task (a restart after
+//! a crash, a resume after a preemption) begins with a line [`crate::logs::ATTEMPT_MARK`]`…`, so what an earlier
+//! attempt printed, and why it ended, stays to be read.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -527,9 +529,10 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(
     progress: Option<(TaskId, mpsc::Sender<ExecEvent>)>,
 ) {
     let Some(src) = src else { return };
-    let Ok(mut file) = tokio::fs::File::create(&path).await else {
+    let Ok(file) = crate::logs::open_attempt_log(&path) else {
         return;
     };
+    let mut file = tokio::fs::File::from_std(file);
     let mut lines = BufReader::new(src).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let _ = file.write_all(line.as_bytes()).await;
@@ -641,14 +644,30 @@ mod tests {
         assert_eq!(code, Some(3));
         let out = std::fs::read_to_string(dir.join("1.stdout")).unwrap();
         assert!(out.contains("hello"), "{out}");
-        assert_eq!(
-            std::fs::read_to_string(dir.join("1.stderr")).unwrap(),
-            "oops\n"
+        let err = std::fs::read_to_string(dir.join("1.stderr")).unwrap();
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 2, "{err}");
+        assert!(lines[0].starts_with(crate::logs::ATTEMPT_MARK), "{err}");
+        assert_eq!(lines[1], "oops");
+        // A task that exited (e.g. failed and was re-queued) can be started here again, and
+        // its first attempt's output stays in the logs, before the second's marker.
+        let again = ex.start(
+            TaskId(1),
+            &spec(&["sh", "-c", "echo second"]),
+            &Allocation::default(),
         );
-        // A task that exited (e.g. failed and was re-queued) can be started here again.
-        let again = ex.start(TaskId(1), &spec(&["true"]), &Allocation::default());
         assert!(again.is_ok(), "{again:?}");
         assert_eq!(until_exit(&mut rx).await.1, Some(0));
+        let out = std::fs::read_to_string(dir.join("1.stdout")).unwrap();
+        let marks: Vec<usize> = out
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with(crate::logs::ATTEMPT_MARK))
+            .map(|(i, _)| i)
+            .collect();
+        let at = |what: &str| out.lines().position(|l| l == what).unwrap();
+        assert_eq!(marks.len(), 2, "{out}");
+        assert!(marks[0] < at("hello") && at("hello") < marks[1] && marks[1] < at("second"));
         // A missing program is an error at start, or (behind a taskset wrapper) a failed exit.
         if ex
             .start(

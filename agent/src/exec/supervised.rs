@@ -29,6 +29,9 @@ pub(super) fn start(
     let exit_file = sup.run_dir.join(format!("{}.exit", task.0));
     // A record from an earlier run of the same task here must not be read as this one's.
     let _ = std::fs::remove_file(&exit_file);
+    // Earlier attempts' output stays in the log (appended): this one's progress is read from
+    // what the log holds now on, before the supervisor writes this attempt's marker.
+    let from = std::fs::metadata(log.with_extension("stdout")).map_or(0, |m| m.len());
     let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -53,7 +56,8 @@ pub(super) fn start(
     let end = async move {
         let _ = child.wait().await;
     };
-    follow(ex, task, pid, end, stop_rx, exit_file, log);
+    let tail = Tail::new(log.with_extension("stdout"), from);
+    follow(ex, task, pid, end, stop_rx, exit_file, tail);
     Ok(())
 }
 
@@ -83,7 +87,9 @@ pub(super) fn adopt(ex: &ProcessExecutor, sup: Supervision, task: TaskId, h: Han
         }
     };
     let log = ex.log_dir.join(format!("{}", task.0));
-    follow(ex, task, h.pid, end, stop_rx, exit_file, log);
+    // Read from the start: the attempt markers say which progress lines are this attempt's.
+    let tail = Tail::new(log.with_extension("stdout"), 0);
+    follow(ex, task, h.pid, end, stop_rx, exit_file, tail);
     Adopted::Running
 }
 
@@ -96,13 +102,12 @@ fn follow(
     end: impl std::future::Future<Output = ()> + Send + 'static,
     stop: oneshot::Receiver<Option<std::time::Duration>>,
     exit_file: PathBuf,
-    log: PathBuf,
+    mut tail: Tail,
 ) {
     let registry = ex.running.clone();
     let events = ex.events.clone();
     let cgroups = ex.cgroups.clone();
     tokio::spawn(async move {
-        let mut tail = Tail::new(log.with_extension("stdout"));
         let mut end = std::pin::pin!(end);
         let mut stop = std::pin::pin!(stop);
         let mut tick = tokio::time::interval(POLL);
@@ -157,10 +162,11 @@ struct Tail {
 }
 
 impl Tail {
-    fn new(path: PathBuf) -> Self {
+    /// Follows `path` from byte `offset` on.
+    fn new(path: PathBuf, offset: u64) -> Self {
         Self {
             path,
-            offset: 0,
+            offset,
             partial: Vec::new(),
         }
     }
@@ -182,7 +188,11 @@ impl Tail {
         let mut last = None;
         while let Some(i) = self.partial.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = self.partial.drain(..=i).collect();
-            if let Some(p) = super::parse_progress(&String::from_utf8_lossy(&line)) {
+            let line = String::from_utf8_lossy(&line);
+            if line.starts_with(crate::logs::ATTEMPT_MARK) {
+                // What came before was an earlier attempt's.
+                last = None;
+            } else if let Some(p) = super::parse_progress(&line) {
                 last = Some(p);
             }
         }
@@ -195,5 +205,50 @@ impl Tail {
                 })
                 .await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    async fn reported(tail: &mut Tail) -> Vec<f64> {
+        let (tx, mut rx) = mpsc::channel(16);
+        tail.report(TaskId(1), &tx).await;
+        drop(tx);
+        let mut seen = Vec::new();
+        while let Some(ExecEvent::Progress { progress, .. }) = rx.recv().await {
+            seen.push(progress);
+        }
+        seen
+    }
+
+    /// An adopted task's log is read from its start: an earlier attempt's progress, before the
+    /// current attempt's marker, is not reported as the current attempt's.
+    #[tokio::test]
+    async fn progress_before_the_latest_attempt_mark_is_not_this_attempts() {
+        let dir = std::env::temp_dir().join(format!("tf-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("1.stdout");
+        let _ = std::fs::remove_file(&path);
+        drop(crate::logs::open_attempt_log(&path).unwrap());
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        writeln!(f, "TAPFINGER progress=0.9").unwrap();
+        drop(f);
+        let mut f = crate::logs::open_attempt_log(&path).unwrap();
+        let mut tail = Tail::new(path.clone(), 0);
+        assert_eq!(reported(&mut tail).await, Vec::<f64>::new());
+        writeln!(f, "TAPFINGER progress=0.2").unwrap();
+        assert_eq!(reported(&mut tail).await, vec![0.2]);
+        // A tail started where the log ended (a fresh start) never sees the old lines at all.
+        let len = std::fs::metadata(&path).unwrap().len();
+        let mut fresh = Tail::new(path.clone(), len);
+        writeln!(f, "TAPFINGER progress=0.3").unwrap();
+        assert_eq!(reported(&mut fresh).await, vec![0.3]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
