@@ -19,8 +19,9 @@
 //! the estimator also keeps, per class, the **pairs** of one task's consecutive samples at two
 //! allocations: the ratio of its two job times does not depend on its size. Where a class has
 //! pairs, its model's shape comes from them (`T(later) = ratio · T(earlier)`, least squares,
-//! θ ≥ 0) and its level from every sample; a kind no pair varied has no term. Without pairs
-//! (a task never re-allocated), the model is fitted to the samples as they are. A kind whose
+//! θ ≥ 0) and its level from every sample. Until the pairs have varied every kind the samples
+//! vary (and without pairs: a task never re-allocated), the model is fitted to the samples as
+//! they are, so a kind the pairs are silent on is never taken for useless. A kind whose
 //! allocation never varied has no term (nothing says how the class responds to it). With
 //! samples at fewer than two distinct allocations, or before any sample, the estimate is the
 //! prior's shape ([`prior_shape`]) scaled to the samples' level, or to [`PRIOR_SLOTS`] at the
@@ -142,13 +143,13 @@ impl Class {
                 .sum::<f64>()
                 / n,
         );
-        if self.fit_pairs(&rows) {
-            return;
-        }
         let varied: [bool; 3] = std::array::from_fn(|k| {
             rows.iter()
                 .any(|(a, _, _)| (a[k] - rows[0].0[k]).abs() > 0.0)
         });
+        if self.fit_pairs(&rows, varied) {
+            return;
+        }
         if !varied.iter().any(|v| *v) {
             self.theta = None;
             return;
@@ -173,13 +174,19 @@ impl Class {
     /// The fit from the pairs (module doc), where they exist: the shape from the pairs' ratios
     /// (`T(later) = ratio · T(earlier)`, normalized to 1 at the most sampled allocation), the
     /// level from every sample (`rows`: allocation, mean job time, samples). False, and nothing
-    /// changed, without pairs.
-    fn fit_pairs(&mut self, rows: &[([f64; 3], f64, f64)]) -> bool {
+    /// changed, without pairs or where the pairs leave a kind unvaried that the samples vary.
+    fn fit_pairs(&mut self, rows: &[([f64; 3], f64, f64)], in_samples: [bool; 3]) -> bool {
         if self.pairs.is_empty() {
             return false;
         }
         let varied: [bool; 3] =
             std::array::from_fn(|k| self.pairs.keys().any(|(a, b)| a[k] != b[k]));
+        // Pairs that never varied a kind the samples did say nothing of it, and a shape without
+        // its term would hold the kind useless for good (a share that believes so never hands
+        // the kind out, so no pair ever varies it): the samples' fit speaks until they do.
+        if (0..3).any(|k| in_samples[k] && !varied[k]) {
+            return false;
+        }
         let masked = |a: &[f64; 3]| {
             let mut f = terms(a);
             for k in 0..3 {
@@ -455,6 +462,27 @@ mod tests {
             assert!((got - want).abs() < 1e-6, "{got} vs {want}");
         }
         assert!(at(2, 5) < at(2, 1), "more GPUs estimated slower");
+    }
+
+    #[test]
+    fn a_kind_only_the_samples_vary_is_not_taken_for_useless() {
+        // Tasks on a 1-GPU box and on a 4-GPU box, each re-shared CPUs only: the pairs vary
+        // CPUs alone. GPUs still speed the class up (the samples say so), and must stay in the
+        // estimate, or a gain-aware share would never hand a GPU out again to learn better.
+        let truth = |c: f64, g: f64| 1.0 + 4.0 / (1.0 + c) + 12.0 / (1.0 + g);
+        let mut e = est();
+        for id in 0..10u64 {
+            let g = if id % 2 == 0 { 1 } else { 4 };
+            let mut t = task(3, [1, 1, 1]);
+            t.id = TaskId(id);
+            for c in [1u32, 2, 3] {
+                let slots = truth(f64::from(c), f64::from(g));
+                e.observe(&t, &Resources(vec![c, g, 1]), 1.0 / slots, 1.0);
+            }
+        }
+        let t = task(3, [1, 1, 1]);
+        let at = |g: u32| e.slots(&t, &Resources(vec![2, g, 1]));
+        assert!(at(4) < 0.8 * at(1), "{} vs {}", at(4), at(1));
     }
 
     proptest! {
