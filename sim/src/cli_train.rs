@@ -104,7 +104,10 @@ pub(crate) struct TrainArgs {
     /// Keep the best weights, not the last: the start and every --select-every iterations are
     /// judged greedily on this many validation workloads (seeds from 2^41, never those of
     /// training or of `compare`), and the output folder holds the best so far (the last state
-    /// goes to OUT/last) [default: 16 with --from, else 0 (off)].
+    /// goes to OUT/last) [default: 16 with --from, else 0 (off)]. With --generator-seeds (a
+    /// general model, whose training scenario changes every iteration): on this many
+    /// development scenarios gen:9000.. instead, one validation workload each, scored by the
+    /// average JCT over elastic Tiresias's there, averaged.
     #[arg(long)]
     pub(crate) select: Option<usize>,
     /// Iterations between two judgements of --select.
@@ -243,10 +246,30 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     // scenario may end worse than the general model it began from (docs/BENCHMARKS.md,
     // "Fine-tuning on several held-out scenarios").
     let select = select.unwrap_or(if from.is_some() { 16 } else { 0 });
+    let judges = if curriculum.is_empty() || select == 0 {
+        Vec::new()
+    } else {
+        development_judges(&curriculum, select)?
+    };
+    let judge = |trainer: &Trainer| -> Result<f64> {
+        let net = trainer.inference_net();
+        Ok(if judges.is_empty() {
+            trainer.evaluate_net(&net, select)?
+        } else {
+            trainer.judge_on(&net, &judges)?
+        })
+    };
     let mut best = if select > 0 {
-        let jct = trainer.evaluate_net(&trainer.inference_net(), select)?;
+        let jct = judge(&trainer)?;
         trainer.save(&out)?;
-        eprintln!("selection: the start scores {jct:.3} (greedy, {select} validation workloads)");
+        eprintln!(
+            "selection: the start scores {jct:.3} (greedy, {select} {})",
+            if judges.is_empty() {
+                "validation workloads"
+            } else {
+                "development scenarios, over Tiresias"
+            }
+        );
         Some((jct, trainer.iteration))
     } else {
         None
@@ -294,9 +317,9 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             trainer.save(&last_dir)?;
         }
         let ending = started.elapsed() >= budget || iterations.is_some_and(|n| done >= n);
-        let judge = done.is_multiple_of(select_every) || ending;
-        if let Some((best_jct, _)) = best.filter(|_| judge) {
-            let jct = trainer.evaluate_net(&trainer.inference_net(), select)?;
+        let due = done.is_multiple_of(select_every) || ending;
+        if let Some((best_jct, _)) = best.filter(|_| due) {
+            let jct = judge(&trainer)?;
             let better = jct < best_jct;
             bar.suspend(|| {
                 eprintln!(
@@ -366,4 +389,39 @@ fn set_sharing(net: &mut NetConfig, sharing: &str, general: bool) {
         "fixed" => (false, false, false),
         _ => (general, false, false),
     };
+}
+
+/// First generator seed of the development scenarios that judge a general model's checkpoints
+/// (`--select` with `--generator-seeds`): below the held-out seeds, and never trained on.
+const DEVELOPMENT_FROM: u64 = 9_000;
+
+/// The first `n` development scenarios and elastic Tiresias's average JCT on each one's
+/// validation workload: what a general model's checkpoints are judged against.
+fn development_judges(curriculum: &[u64], n: usize) -> Result<Vec<(Simulator, f64)>> {
+    let seeds = DEVELOPMENT_FROM..DEVELOPMENT_FROM + n as u64;
+    if seeds.end > tapfinger_sim::generate::HELD_OUT_FROM {
+        bail!(
+            "--select {n}: at most {} development scenarios",
+            tapfinger_sim::generate::HELD_OUT_FROM - DEVELOPMENT_FROM
+        );
+    }
+    if curriculum.iter().any(|s| seeds.contains(s)) {
+        bail!(
+            "--generator-seeds overlaps the development scenarios gen:{}..{} that --select judges on",
+            seeds.start,
+            seeds.end
+        );
+    }
+    seeds
+        .map(|s| {
+            let sim = load(&format!("gen:{s}"))?;
+            let kinds = sim.scenario().kind_names();
+            let r = sim.run(
+                policies::build(&sim, "tiresias")?,
+                tapfinger_sim::train::VALIDATION_SEEDS,
+            )?;
+            let reference = tapfinger_sim::metrics::summarize(&r, &kinds).avg_jct;
+            Ok((sim, reference))
+        })
+        .collect()
 }

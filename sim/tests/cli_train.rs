@@ -274,3 +274,59 @@ fn a_resumed_run_writes_back_to_its_folder() {
     assert!(ok, "{stderr}");
     assert_eq!(iteration(), 2, "the resumed run wrote elsewhere");
 }
+
+/// A general model's checkpoints are judged on development scenarios (gen:9000..), not on the
+/// training scenario of the moment (it changes every iteration): the log says so, the start and
+/// each judged iteration get a score, the folder keeps the best and `last/` the end; a
+/// curriculum that overlaps those scenarios is refused.
+#[test]
+fn a_general_model_is_selected_on_development_scenarios() {
+    let out = write("select-general.marker", "")
+        .parent()
+        .unwrap()
+        .join("general-select");
+    let out_s = out.to_str().unwrap();
+    let args = |seeds: &'static str, select: &'static str| {
+        vec![
+            "train",
+            "--scenario",
+            "gen:20",
+            "--general",
+            "--generator-seeds",
+            seeds,
+            "--max-nodes",
+            "6",
+            "--imitate",
+            "1",
+            "--iterations",
+            "2",
+            "--select",
+            select,
+            "--select-every",
+            "1",
+            "--threads",
+            "1",
+            "--eval-episodes",
+            "0",
+            "--out",
+            out_s,
+        ]
+    };
+    let (ok, stdout, stderr) = sim(&args("20..40", "2"));
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("(greedy, 2 development scenarios, over Tiresias)"),
+        "{stderr}"
+    );
+    let scores: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("selection: "))
+        .collect();
+    assert_eq!(scores.len(), 3, "the start and two iterations: {stderr}");
+    assert!(out.join("last").join("model.bpk").exists());
+    assert!(stdout.contains("selected iteration"), "{stdout}");
+    fails_with(
+        &args("8990..9010", "4"),
+        "overlaps the development scenarios gen:9000..9004",
+    );
+}

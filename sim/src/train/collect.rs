@@ -2,7 +2,7 @@
 //! imitation (the teacher's decision is the label), and greedy evaluation on validation seeds.
 
 use super::{TRAIN_SEEDS, TrainError, Trainer, VALIDATION_SEEDS};
-use crate::env::Observer;
+use crate::env::{Observer, Simulator};
 use burn::tensor::Device;
 use rand::RngExt;
 use std::sync::{Arc, Mutex};
@@ -215,6 +215,37 @@ impl Trainer {
             return Err(e);
         }
         Ok(jcts.iter().sum::<f64>() / n as f64)
+    }
+
+    /// How `net` does on other scenarios than the one it trains on: per scenario of `judges`
+    /// (a simulator and a reference average JCT on validation workload [`VALIDATION_SEEDS`]),
+    /// its greedy average JCT there over the reference, averaged. What selects among the
+    /// checkpoints of a general model, whose training scenario changes every iteration.
+    pub fn judge_on(&self, net: &Net, judges: &[(Simulator, f64)]) -> Result<f64, TrainError> {
+        let mut sum = 0.0;
+        for (sim, reference) in judges {
+            let kinds = sim.scenario().kind_names();
+            let policies = (0..sim.scenario().nodes.len())
+                .map(|_| {
+                    Box::new(
+                        TapfingerPolicy::from_net(
+                            net.clone(),
+                            self.cfg.net.clone(),
+                            Device::flex(),
+                        )
+                        .greedy(true),
+                    ) as Box<dyn Policy>
+                })
+                .collect();
+            let r = sim
+                .run(policies, VALIDATION_SEEDS)
+                .map_err(|source| TrainError::Episode {
+                    seed: VALIDATION_SEEDS,
+                    source,
+                })?;
+            sum += crate::metrics::summarize(&r, &kinds).avg_jct / reference;
+        }
+        Ok(sum / judges.len().max(1) as f64)
     }
 
     /// One training episode on workload `seeds.0` with sampling seeded by `seeds.1`.
