@@ -119,6 +119,17 @@ fn terms(a: &[f64; 3]) -> [f64; 4] {
     ]
 }
 
+/// [`terms`] without the terms of the kinds that never `varied` (the intercept carries them).
+fn varied_terms(a: &[f64; 3], varied: &[bool; 3]) -> [f64; 4] {
+    let mut f = terms(a);
+    for k in 0..3 {
+        if !varied[k] {
+            f[k + 1] = 0.0;
+        }
+    }
+    f
+}
+
 fn as_f64(a: &[u32; 3]) -> [f64; 3] {
     a.map(f64::from)
 }
@@ -157,15 +168,7 @@ impl Class {
         // Kinds that never varied get no term: the intercept carries them.
         let x: Vec<[f64; 4]> = rows
             .iter()
-            .map(|(a, _, w)| {
-                let mut f = terms(a);
-                for k in 0..3 {
-                    if !varied[k] {
-                        f[k + 1] = 0.0;
-                    }
-                }
-                f.map(|v| v * w.sqrt())
-            })
+            .map(|(a, _, w)| varied_terms(a, &varied).map(|v| v * w.sqrt()))
             .collect();
         let y: Vec<f64> = rows.iter().map(|(_, t, w)| t * w.sqrt()).collect();
         self.theta = Some(nnls(&x, &y));
@@ -179,23 +182,14 @@ impl Class {
         if self.pairs.is_empty() {
             return false;
         }
-        let varied: [bool; 3] =
-            std::array::from_fn(|k| self.pairs.keys().any(|(a, b)| a[k] != b[k]));
         // Pairs that never varied a kind the samples did say nothing of it, and a shape without
         // its term would hold the kind useless for good (a share that believes so never hands
-        // the kind out, so no pair ever varies it): the samples' fit speaks until they do.
-        if (0..3).any(|k| in_samples[k] && !varied[k]) {
+        // the kind out, so no pair ever varies it): the samples' fit speaks until they do. (A
+        // pair's allocations are samples' too, so past this the pairs vary what they vary.)
+        if (0..3).any(|k| in_samples[k] && !self.pairs.keys().any(|(a, b)| a[k] != b[k])) {
             return false;
         }
-        let masked = |a: &[f64; 3]| {
-            let mut f = terms(a);
-            for k in 0..3 {
-                if !varied[k] {
-                    f[k + 1] = 0.0;
-                }
-            }
-            f
-        };
+        let masked = |a: &[f64; 3]| varied_terms(a, &in_samples);
         let mut x: Vec<[f64; 4]> = Vec::with_capacity(self.pairs.len() + 1);
         let mut y: Vec<f64> = Vec::with_capacity(self.pairs.len() + 1);
         let mut total = 0.0;

@@ -379,6 +379,7 @@ impl<M> Ledger<M> {
         let e = self.tasks.remove(&id)?;
         self.unindex(&e.task, &e.state);
         self.floors.remove(&id);
+        self.estimator.forget(id);
         Some(e)
     }
 

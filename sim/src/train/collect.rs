@@ -225,18 +225,7 @@ impl Trainer {
         let mut sum = 0.0;
         for (sim, reference) in judges {
             let kinds = sim.scenario().kind_names();
-            let policies = (0..sim.scenario().nodes.len())
-                .map(|_| {
-                    Box::new(
-                        TapfingerPolicy::from_net(
-                            net.clone(),
-                            self.cfg.net.clone(),
-                            Device::flex(),
-                        )
-                        .greedy(true),
-                    ) as Box<dyn Policy>
-                })
-                .collect();
+            let policies = self.policies_for(sim.scenario().nodes.len(), net, true);
             let r = sim
                 .run(policies, VALIDATION_SEEDS)
                 .map_err(|source| TrainError::Episode {

@@ -355,7 +355,12 @@ impl Trainer {
     }
 
     fn policies_of(&self, net: &Net, greedy: bool) -> Vec<Box<dyn Policy>> {
-        (0..self.sim.scenario().nodes.len())
+        self.policies_for(self.sim.scenario().nodes.len(), net, greedy)
+    }
+
+    /// One policy of `net` per node of a cluster of `nodes`.
+    fn policies_for(&self, nodes: usize, net: &Net, greedy: bool) -> Vec<Box<dyn Policy>> {
+        (0..nodes)
             .map(|_| {
                 Box::new(
                     TapfingerPolicy::from_net(net.clone(), self.cfg.net.clone(), Device::flex())
