@@ -393,25 +393,15 @@ fn agents_and_the_simulator_agree_for_the_learned_policy() {
     }
 }
 
-/// The shipped general model in the form the agent runs: elastic, GPUs held.
-fn general_held_gpus() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("tapfinger-parity-{}", std::process::id()));
+/// The shipped general model's weights, written to a folder of their own (`tag`) with `set`
+/// settings of its configuration turned on.
+fn general_with(tag: &str, set: &[&str]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tapfinger-parity-{tag}-{}", std::process::id()));
     tapfinger::model::checkpoint::GENERAL
         .write_to(&dir, |j| {
-            j["config"]["net"]["elastic"] = serde_json::Value::Bool(true);
-            j["config"]["net"]["hold_gpus"] = serde_json::Value::Bool(true);
-        })
-        .unwrap();
-    dir
-}
-
-/// The shipped general model's weights drawing floors (`NetConfig::floors`; its allocation
-/// heads, untrained there, choose each claim's floor).
-fn general_with_floors() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("tapfinger-parity-fl-{}", std::process::id()));
-    tapfinger::model::checkpoint::GENERAL
-        .write_to(&dir, |j| {
-            j["config"]["net"]["floors"] = serde_json::Value::Bool(true);
+            for key in set {
+                j["config"]["net"][*key] = serde_json::Value::Bool(true);
+            }
         })
         .unwrap();
     dir
@@ -419,11 +409,21 @@ fn general_with_floors() -> std::path::PathBuf {
 
 #[test]
 fn agents_and_the_simulator_re_share_alike_with_the_elastic_general_model() {
-    let held = general_held_gpus();
-    let floors = general_with_floors();
+    // Its form with the GPUs held (the agent cannot change a running process's devices), its
+    // weights drawing floors (their allocation heads, untrained there, choose each claim's
+    // floor) and re-sharing by estimated gain (`NetConfig::gain_share`).
+    let held = general_with("held", &["elastic", "hold_gpus"]);
+    let floors = general_with("floors", &["floors"]);
+    let gain = general_with("gain", &["elastic", "gain_share"]);
     // Generated clusters with GPU and CPU-only boxes, several task classes; the shipped general
-    // model (the default of `gen:N`), its form with the GPUs held and one drawing floors.
-    for model in [None, Some(held.as_path()), Some(floors.as_path())] {
+    // model (the default of `gen:N`), its form with the GPUs held, one drawing floors and one
+    // re-sharing by estimated gain.
+    for model in [
+        None,
+        Some(held.as_path()),
+        Some(floors.as_path()),
+        Some(gain.as_path()),
+    ] {
         for g in [8, 10] {
             let mut sc = Scenario::load(&format!("gen:{g}")).unwrap();
             sc.tasks = sc.tasks.min(40);

@@ -40,6 +40,19 @@ pub fn least_attained_shares_by(
     hold_gpus: bool,
     gainful: bool,
 ) -> Vec<(TaskId, Resources)> {
+    share_with(view, hold_gpus, |tasks, allocs, free, held| {
+        round_robin(view, tasks, allocs, free, held, gainful);
+    })
+}
+
+/// The frame of every re-share: the node's running tasks in [`least_attained_order`] from the
+/// allocations the view shows them at, its free units, and the kind held where `hold_gpus`
+/// (GPUs), handed to `share`; the tasks' new allocations.
+fn share_with(
+    view: &View<'_>,
+    hold_gpus: bool,
+    share: impl FnOnce(&[&RunningView], &mut [Resources], &mut Resources, Option<usize>),
+) -> Vec<(TaskId, Resources)> {
     let held = if hold_gpus {
         view.cluster.kinds.0[1]
     } else {
@@ -48,12 +61,100 @@ pub fn least_attained_shares_by(
     let tasks = least_attained_order(view);
     let mut allocs: Vec<Resources> = tasks.iter().map(|r| r.alloc.clone()).collect();
     let mut free = view.node().free.clone();
-    round_robin(view, &tasks, &mut allocs, &mut free, held, gainful);
+    share(&tasks, &mut allocs, &mut free, held);
     tasks
         .iter()
         .zip(allocs)
         .map(|(r, a)| (r.task.id, a))
         .collect()
+}
+
+/// Optimus's re-share on the online estimator: each spare unit of CPU and GPU, one at a time,
+/// to the running task whose estimated remaining time it cuts most (`(1 - progress)` of its job
+/// time, [`estimated_slots`]); the units no task's estimate says it gains from, memory (a need
+/// more than a speed) and kinds without a canonical place are then shared as
+/// [`least_attained_shares`] shares them. With `hold_gpus` the GPU kind is not re-shared.
+pub fn gain_greedy_shares(view: &View<'_>, hold_gpus: bool) -> Vec<(TaskId, Resources)> {
+    share_with(view, hold_gpus, |tasks, allocs, free, held| {
+        greedy(view, tasks, allocs, free, held);
+        round_robin(view, tasks, allocs, free, held, false);
+    })
+}
+
+/// [`gain_greedy_shares`]'s greedy part: CPU and GPU units, one at a time, to the task whose
+/// estimated remaining time the unit cuts most, while some cut is at least [`MIN_GAIN`] of
+/// the task's job time at its minimum demand; where the view's priority classes count, class
+/// by class (the highest first), as the round robin shares.
+fn greedy(
+    view: &View<'_>,
+    tasks: &[&RunningView],
+    allocs: &mut [Resources],
+    free: &mut Resources,
+    held: Option<usize>,
+) {
+    for c in 0..2 {
+        let Some(k) = view.cluster.kinds.0[c].filter(|&k| Some(k) != held && k < free.len()) else {
+            continue;
+        };
+        // The tasks come in class order ([`least_attained_order`]): one class after another.
+        let mut from = 0;
+        while from < tasks.len() {
+            let class_of = class(view, tasks[from]);
+            let to = from
+                + tasks[from..]
+                    .iter()
+                    .take_while(|r| class(view, r) == class_of)
+                    .count();
+            greedy_kind(view, &tasks[from..to], &mut allocs[from..to], free, k);
+            from = to;
+        }
+    }
+}
+
+/// [`greedy`] for one kind `k` among `tasks` (one class).
+fn greedy_kind(
+    view: &View<'_>,
+    tasks: &[&RunningView],
+    allocs: &mut [Resources],
+    free: &mut Resources,
+    k: usize,
+) {
+    while free.0[k] > 0 {
+        let mut best: Option<(usize, f64)> = None;
+        for (i, r) in tasks.iter().enumerate() {
+            let cap = r.task.max_demand.as_ref().map_or(u32::MAX, |m| m.get(k));
+            if allocs[i].0[k] >= cap {
+                continue;
+            }
+            let now = estimated_slots(view, r, &allocs[i]);
+            let mut more = allocs[i].clone();
+            more.0[k] += 1;
+            let cut = (1.0 - r.progress).max(0.0) * (now - estimated_slots(view, r, &more));
+            if cut > MIN_GAIN * r.est.at_min && best.is_none_or(|(_, b)| cut > b) {
+                best = Some((i, cut));
+            }
+        }
+        let Some((i, _)) = best else { break };
+        allocs[i].0[k] += 1;
+        free.0[k] -= 1;
+    }
+}
+
+/// A running task's job time in slots alone at allocation `a`, from the estimator's figures in
+/// its view: the estimator's model `T(a) = θ₀ + Σ θ_k / (1 + a_k)` ([`crate::estimate`]) is
+/// fixed by its time at the minimum demand and each kind's gain of one unit there, so
+/// `θ_k = gain_k · T(min) · (1 + m_k)(2 + m_k)`.
+pub fn estimated_slots(view: &View<'_>, r: &RunningView, a: &Resources) -> f64 {
+    let kinds = &view.cluster.kinds;
+    let m = kinds.canonical(&r.task.min_demand);
+    let a = kinds.canonical(a);
+    let at_min = r.est.at_min;
+    let mut t = at_min;
+    for c in 0..3 {
+        let theta = r.est.gain[c] * at_min * (1.0 + m[c]) * (2.0 + m[c]);
+        t += theta * (1.0 / (1.0 + a[c].max(m[c])) - 1.0 / (1.0 + m[c]));
+    }
+    t.max(1e-6 * at_min.max(1e-9))
 }
 
 /// Hands `free` out to `tasks` (in [`least_attained_order`]) kind by kind, one unit at a time
@@ -128,5 +229,187 @@ fn class(view: &View<'_>, r: &RunningView) -> u8 {
         r.task.priority
     } else {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::{Estimator, KindMap};
+    use crate::task::{NodeId, Task, TaskTypeId};
+    use crate::view::{ClusterView, NodeView, TaskEstimate};
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    fn task(id: u64) -> Task {
+        Task {
+            id: TaskId(id),
+            ty: TaskTypeId(0),
+            min_demand: Resources(vec![1, 1, 1]),
+            max_demand: None,
+            priority: 0,
+            reachable: vec![NodeId(0)],
+            arrival: id,
+            gang: None,
+        }
+    }
+
+    fn running(id: u64, progress: f64, est: TaskEstimate) -> RunningView {
+        RunningView {
+            task: Arc::new(task(id)),
+            node: NodeId(0),
+            alloc: Resources(vec![1, 1, 1]),
+            started: 0,
+            progress,
+            attained: 0.0,
+            est,
+            est_alloc: 0.0,
+            converging: false,
+        }
+    }
+
+    fn cluster(running: Vec<RunningView>, free: [u32; 3]) -> ClusterView {
+        ClusterView {
+            kinds: KindMap([Some(0), Some(1), Some(2)]),
+            nodes: vec![NodeView {
+                id: NodeId(0),
+                capacity: Resources(vec![8, 8, 8]),
+                free: Resources(free.to_vec()),
+                window: vec![],
+                overflow: 0,
+                running: (0..running.len()).collect(),
+            }],
+            running,
+            ..Default::default()
+        }
+    }
+
+    /// The job time the share reads off a view is the estimator's own: the view's time at the
+    /// minimum demand and one unit's gain per kind fix the estimator's model.
+    #[test]
+    fn the_estimated_slots_are_the_estimators() {
+        // T(a) = 2 + 12/(1 + cpu) + 6/(1 + gpu), memory useless; samples from two tasks that
+        // each ran at two allocations (so the model's shape comes from their pairs).
+        let truth = |a: &Resources| {
+            2.0 + 12.0 / (1.0 + f64::from(a.0[0])) + 6.0 / (1.0 + f64::from(a.0[1]))
+        };
+        let mut est = Estimator::new(KindMap([Some(0), Some(1), Some(2)]));
+        for (id, allocs) in [(1, [[1, 1, 1], [3, 1, 2]]), (2, [[1, 2, 1], [2, 4, 3]])] {
+            for a in allocs {
+                let a = Resources(a.to_vec());
+                est.observe(&task(id), &a, 0.1, 0.1 * truth(&a));
+            }
+        }
+        let t = task(3);
+        let at_min = est.slots(&t, &t.min_demand);
+        let gain = [0, 1, 2].map(|k| {
+            let mut a = t.min_demand.clone();
+            a.0[k] += 1;
+            ((at_min - est.slots(&t, &a)) / at_min).max(0.0)
+        });
+        let r = running(
+            3,
+            0.0,
+            TaskEstimate {
+                at_min,
+                gain,
+                ..Default::default()
+            },
+        );
+        let c = cluster(vec![r.clone()], [0, 0, 0]);
+        let view = c.for_agent(NodeId(0)).unwrap();
+        for a in [[1, 1, 1], [4, 1, 1], [1, 5, 2], [7, 3, 8]] {
+            let a = Resources(a.to_vec());
+            let (mine, theirs) = (estimated_slots(&view, &r, &a), est.slots(&t, &a));
+            assert!(
+                (mine - theirs).abs() < 1e-6 * theirs,
+                "{a:?}: {mine} vs {theirs}"
+            );
+        }
+    }
+
+    /// Spare GPUs go where they cut the most remaining time: to the task that gains more from
+    /// them, unless it is nearly done; memory is shared round robin whatever the gains.
+    #[test]
+    fn the_gain_greedy_share_gives_units_where_they_cut_the_most_remaining_time() {
+        let est = |g: f64| TaskEstimate {
+            at_min: 10.0,
+            gain: [0.0, g, 0.0],
+            ..Default::default()
+        };
+        let share = |p2: f64| -> BTreeMap<TaskId, Resources> {
+            let c = cluster(
+                vec![running(1, 0.0, est(0.05)), running(2, p2, est(0.2))],
+                [0, 4, 4],
+            );
+            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false)
+                .into_iter()
+                .collect()
+        };
+        // Cuts (slots): task 2's GPU units 2, 1, 0.6, 0.4; task 1's 0.5, 0.25.
+        let fresh = share(0.0);
+        assert_eq!(fresh[&TaskId(1)], Resources(vec![1, 2, 3]));
+        assert_eq!(fresh[&TaskId(2)], Resources(vec![1, 4, 3]));
+        // Task 2 nine-tenths done: its cuts are a tenth as large.
+        let late = share(0.9);
+        assert_eq!(late[&TaskId(1)], Resources(vec![1, 4, 3]));
+        assert_eq!(late[&TaskId(2)], Resources(vec![1, 2, 3]));
+        // The plain share splits the GPUs evenly either way.
+        let c = cluster(
+            vec![running(1, 0.0, est(0.05)), running(2, 0.0, est(0.2))],
+            [0, 4, 4],
+        );
+        let plain: BTreeMap<TaskId, Resources> =
+            least_attained_shares(&c.for_agent(NodeId(0)).unwrap(), false)
+                .into_iter()
+                .collect();
+        assert_eq!(plain[&TaskId(1)], Resources(vec![1, 3, 3]));
+    }
+
+    /// Where priority classes count, the urgent class's tasks take the units they gain from
+    /// first, even where a batch task would gain more.
+    #[test]
+    fn the_gain_greedy_share_serves_the_urgent_class_first() {
+        let est = |g: f64| TaskEstimate {
+            at_min: 10.0,
+            gain: [0.0, g, 0.0],
+            ..Default::default()
+        };
+        let mut urgent = running(1, 0.0, est(0.05));
+        Arc::make_mut(&mut urgent.task).priority = 0;
+        let mut batch = running(2, 0.0, est(0.2));
+        Arc::make_mut(&mut batch.task).priority = 2;
+        let mut c = cluster(vec![urgent, batch], [0, 4, 0]);
+        let share = |c: &ClusterView| -> BTreeMap<TaskId, Resources> {
+            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false)
+                .into_iter()
+                .collect()
+        };
+        // Priority-blind: the batch task gains more (as above).
+        assert_eq!(share(&c)[&TaskId(2)], Resources(vec![1, 4, 1]));
+        c.classes = true;
+        assert_eq!(share(&c)[&TaskId(1)], Resources(vec![1, 5, 1]));
+        assert_eq!(share(&c)[&TaskId(2)], Resources(vec![1, 1, 1]));
+    }
+
+    /// Units no estimate gains from still go out (round robin), and held GPUs stay put.
+    #[test]
+    fn useless_units_are_shared_round_robin_and_held_gpus_stay() {
+        let flat = TaskEstimate {
+            at_min: 10.0,
+            ..Default::default()
+        };
+        let c = cluster(
+            vec![running(1, 0.0, flat.clone()), running(2, 0.0, flat)],
+            [2, 2, 0],
+        );
+        let view = c.for_agent(NodeId(0)).unwrap();
+        let s: BTreeMap<TaskId, Resources> = gain_greedy_shares(&view, false).into_iter().collect();
+        assert_eq!(s[&TaskId(1)], Resources(vec![2, 2, 1]));
+        assert_eq!(s[&TaskId(2)], Resources(vec![2, 2, 1]));
+        let held: BTreeMap<TaskId, Resources> =
+            gain_greedy_shares(&view, true).into_iter().collect();
+        assert_eq!(held[&TaskId(1)], Resources(vec![2, 1, 1]));
+        assert_eq!(held[&TaskId(2)], Resources(vec![2, 1, 1]));
     }
 }

@@ -61,11 +61,13 @@ pub(crate) struct TrainArgs {
     /// How a node shares among its running tasks: elastic (start at the minimum demand,
     /// re-share the spare units every slot), elastic-floors (the allocation head chooses each
     /// task's floor, the least it holds for its run; the spare units are re-shared every slot
-    /// on top of the floors), elastic-hold-gpus (elastic, but GPUs stay at the minimum demand:
+    /// on top of the floors), elastic-gain (elastic, but each spare CPU and GPU unit goes to the
+    /// task whose estimated remaining time it cuts most, Optimus's rule on the online
+    /// estimator, instead of least attained service first), elastic-hold-gpus (elastic, but GPUs stay at the minimum demand:
     /// for clusters whose tasks cannot resume on new devices), fixed (the allocation head
     /// chooses once per task), or auto: for a new run elastic for a general model and fixed for
     /// a per-preset one; with --from, the model's own.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "elastic-floors", "elastic-hold-gpus", "fixed"])]
+    #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "elastic-gain", "elastic-floors", "elastic-hold-gpus", "fixed"])]
     pub(crate) sharing: String,
     /// Each decision attends to at most this many nodes (0: the whole cluster) [default: 8
     /// for a general model, 0 per preset; with --from, the model's own unless given].
@@ -382,12 +384,13 @@ fn new_run(
 
 /// `--sharing` into a network's settings (`auto`: elastic for a general model).
 fn set_sharing(net: &mut NetConfig, sharing: &str, general: bool) {
-    (net.elastic, net.hold_gpus, net.floors) = match sharing {
-        "elastic" => (true, false, false),
-        "elastic-floors" => (true, false, true),
-        "elastic-hold-gpus" => (true, true, false),
-        "fixed" => (false, false, false),
-        _ => (general, false, false),
+    (net.elastic, net.hold_gpus, net.floors, net.gain_share) = match sharing {
+        "elastic" => (true, false, false, false),
+        "elastic-gain" => (true, false, false, true),
+        "elastic-floors" => (true, false, true, false),
+        "elastic-hold-gpus" => (true, true, false, false),
+        "fixed" => (false, false, false, false),
+        _ => (general, false, false, false),
     };
 }
 

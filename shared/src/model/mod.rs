@@ -495,7 +495,11 @@ impl Policy for TapfingerPolicy {
     }
     fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(crate::TaskId, Resources)> {
         if self.cfg.elastic {
-            crate::baselines::least_attained_shares(view, self.cfg.hold_gpus)
+            if self.cfg.gain_share {
+                crate::share::gain_greedy_shares(view, self.cfg.hold_gpus)
+            } else {
+                crate::baselines::least_attained_shares(view, self.cfg.hold_gpus)
+            }
         } else {
             Vec::new()
         }

@@ -66,6 +66,13 @@ pub struct NetConfig {
     /// and models written before it existed): claims at the minimum demand.
     #[serde(default)]
     pub floors: bool,
+    /// With `elastic`: the slot's re-share hands each spare CPU and GPU unit to the running
+    /// task whose estimated remaining time it cuts most ([`crate::share::gain_greedy_shares`]:
+    /// Optimus's rule on the online speed estimator, never a true speed model), in training and
+    /// in deployment alike. Off (the default, and models written before it existed): Tiresias's
+    /// least-attained round robin.
+    #[serde(default)]
+    pub gain_share: bool,
     /// Each decision attends to at most this many nodes ([`crate::view::ClusterView::focus`]:
     /// the deciding node, those competing for its window, the freest), in training and in
     /// deployment alike, so that a decision's cost stays bounded on a large cluster; 0 (models
@@ -130,6 +137,7 @@ impl NetConfig {
             elastic: false,
             hold_gpus: false,
             floors: false,
+            gain_share: false,
             focus: 0,
             forecast_interval_slots: 0,
         }
