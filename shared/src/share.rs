@@ -69,11 +69,20 @@ fn share_with(
         .collect()
 }
 
-/// Optimus's re-share on the online estimator: each spare unit of CPU and GPU, one at a time,
-/// to the running task whose estimated remaining time it cuts most (`(1 - progress)` of its job
-/// time, [`estimated_slots`]); the units no task's estimate says it gains from, memory (a need
-/// more than a speed) and kinds without a canonical place are then shared as
-/// [`least_attained_shares`] shares them. With `hold_gpus` the GPU kind is not re-shared.
+/// The gain-aware share on the online estimator: each spare unit of CPU and GPU, one at a time,
+/// to the running task whose estimated job time ([`estimated_slots`]) it cuts by the largest
+/// fraction — a greedy step towards the largest sum of the tasks' log speeds, a proportionally
+/// fair share of speed — among tasks it saves at least [`MIN_GAIN`] of their job time at their
+/// minimum demand; the units no task's estimate says it gains from, memory (a need more than a
+/// speed) and kinds without a canonical place are then shared as [`least_attained_shares`]
+/// shares them. With `hold_gpus` the GPU kind is not re-shared.
+///
+/// Why fractions: the estimate of a task's job time is its class's, not its own (sizes differ
+/// within a class), and a fraction of it is the same for a long task as for a short one; it
+/// does not depend on progress either, so a task's share does not drift every slot as it
+/// advances. Optimus's rule, each unit to the task whose *remaining* time it cuts most, changed
+/// allocations more often and did worse on the generated development scenarios and on the
+/// presets' development seeds (docs/BENCHMARKS.md).
 pub fn gain_greedy_shares(view: &View<'_>, hold_gpus: bool) -> Vec<(TaskId, Resources)> {
     share_with(view, hold_gpus, |tasks, allocs, free, held| {
         greedy(view, tasks, allocs, free, held);
@@ -82,9 +91,9 @@ pub fn gain_greedy_shares(view: &View<'_>, hold_gpus: bool) -> Vec<(TaskId, Reso
 }
 
 /// [`gain_greedy_shares`]'s greedy part: CPU and GPU units, one at a time, to the task whose
-/// estimated remaining time the unit cuts most, while some cut is at least [`MIN_GAIN`] of
-/// the task's job time at its minimum demand; where the view's priority classes count, class
-/// by class (the highest first), as the round robin shares.
+/// estimated job time the unit cuts by the largest fraction, while some cut is at least
+/// [`MIN_GAIN`] of the task's job time at its minimum demand; where the view's priority classes
+/// count, class by class (the highest first), as the round robin shares.
 fn greedy(
     view: &View<'_>,
     tasks: &[&RunningView],
@@ -129,9 +138,10 @@ fn greedy_kind(
             let now = estimated_slots(view, r, &allocs[i]);
             let mut more = allocs[i].clone();
             more.0[k] += 1;
-            let cut = (1.0 - r.progress).max(0.0) * (now - estimated_slots(view, r, &more));
-            if cut > MIN_GAIN * r.est.at_min && best.is_none_or(|(_, b)| cut > b) {
-                best = Some((i, cut));
+            let cut = now - estimated_slots(view, r, &more);
+            let fraction = cut / now;
+            if cut > MIN_GAIN * r.est.at_min && best.is_none_or(|(_, b)| fraction > b) {
+                best = Some((i, fraction));
             }
         }
         let Some((i, _)) = best else { break };
@@ -328,10 +338,11 @@ mod tests {
         }
     }
 
-    /// Spare GPUs go where they cut the most remaining time: to the task that gains more from
-    /// them, unless it is nearly done; memory is shared round robin whatever the gains.
+    /// Spare GPUs go where they cut a task's job time by the largest fraction: mostly to the task
+    /// that gains more from them, however far along either is; memory is shared round robin
+    /// whatever the gains.
     #[test]
-    fn the_gain_greedy_share_gives_units_where_they_cut_the_most_remaining_time() {
+    fn the_gain_greedy_share_gives_units_where_they_cut_the_largest_fraction() {
         let est = |g: f64| TaskEstimate {
             at_min: 10.0,
             gain: [0.0, g, 0.0],
@@ -339,24 +350,23 @@ mod tests {
         };
         let share = |p2: f64| -> BTreeMap<TaskId, Resources> {
             let c = cluster(
-                vec![running(1, 0.0, est(0.05)), running(2, p2, est(0.2))],
+                vec![running(1, 0.0, est(0.1)), running(2, p2, est(0.2))],
                 [0, 4, 4],
             );
             gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false)
                 .into_iter()
                 .collect()
         };
-        // Cuts (slots): task 2's GPU units 2, 1, 0.6, 0.4; task 1's 0.5, 0.25.
+        // Fractions of their job times the next GPU cuts: task 2's 0.2, 0.125, 0.086, 0.063;
+        // task 1's 0.1, 0.056.
         let fresh = share(0.0);
         assert_eq!(fresh[&TaskId(1)], Resources(vec![1, 2, 3]));
         assert_eq!(fresh[&TaskId(2)], Resources(vec![1, 4, 3]));
-        // Task 2 nine-tenths done: its cuts are a tenth as large.
-        let late = share(0.9);
-        assert_eq!(late[&TaskId(1)], Resources(vec![1, 4, 3]));
-        assert_eq!(late[&TaskId(2)], Resources(vec![1, 2, 3]));
-        // The plain share splits the GPUs evenly either way.
+        // Progress changes nothing: a share does not drift as its tasks advance.
+        assert_eq!(share(0.9), fresh);
+        // The plain share splits the GPUs evenly.
         let c = cluster(
-            vec![running(1, 0.0, est(0.05)), running(2, 0.0, est(0.2))],
+            vec![running(1, 0.0, est(0.1)), running(2, 0.0, est(0.2))],
             [0, 4, 4],
         );
         let plain: BTreeMap<TaskId, Resources> =
@@ -375,7 +385,7 @@ mod tests {
             gain: [0.0, g, 0.0],
             ..Default::default()
         };
-        let mut urgent = running(1, 0.0, est(0.05));
+        let mut urgent = running(1, 0.0, est(0.1));
         Arc::make_mut(&mut urgent.task).priority = 0;
         let mut batch = running(2, 0.0, est(0.2));
         Arc::make_mut(&mut batch.task).priority = 2;

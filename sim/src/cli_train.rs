@@ -62,7 +62,7 @@ pub(crate) struct TrainArgs {
     /// re-share the spare units every slot), elastic-floors (the allocation head chooses each
     /// task's floor, the least it holds for its run; the spare units are re-shared every slot
     /// on top of the floors), elastic-gain (elastic, but each spare CPU and GPU unit goes to the
-    /// task whose estimated remaining time it cuts most, Optimus's rule on the online
+    /// task whose estimated job time it cuts by the largest fraction, on the online speed
     /// estimator, instead of least attained service first), elastic-hold-gpus (elastic, but GPUs stay at the minimum demand:
     /// for clusters whose tasks cannot resume on new devices), fixed (the allocation head
     /// chooses once per task), or auto: for a new run elastic for a general model and fixed for

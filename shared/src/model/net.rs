@@ -67,9 +67,9 @@ pub struct NetConfig {
     #[serde(default)]
     pub floors: bool,
     /// With `elastic`: the slot's re-share hands each spare CPU and GPU unit to the running
-    /// task whose estimated remaining time it cuts most ([`crate::share::gain_greedy_shares`]:
-    /// Optimus's rule on the online speed estimator, never a true speed model), in training and
-    /// in deployment alike. Off (the default, and models written before it existed): Tiresias's
+    /// task whose estimated job time it cuts by the largest fraction
+    /// ([`crate::share::gain_greedy_shares`]: on the online speed estimator, never a true speed
+    /// model), in training and in deployment alike. Off (the default, and models written before it existed): Tiresias's
     /// least-attained round robin.
     #[serde(default)]
     pub gain_share: bool,
