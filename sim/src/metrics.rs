@@ -60,6 +60,10 @@ pub struct Summary {
     pub preempted: f64,
     /// Work they lost, in tasks' own work (1: one whole run), per episode.
     pub work_lost: f64,
+    /// Times a task's GPU count changed while it ran (elastic re-shares), per task: on an
+    /// agent each one restarts a resumable task with its new devices, which the simulator
+    /// charges only where the scenario's `switch_weight` says.
+    pub gpu_changes: f64,
     /// The arrival forecast's mean absolute error per interval, its last-value baseline's, and
     /// the intervals a model (not the fallback) forecast (`--forecast`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -180,6 +184,7 @@ pub fn summarize(r: &EpisodeResult, kinds: &[String]) -> Summary {
         ),
         preempted: r.tasks.iter().map(|t| f64::from(t.preemptions)).sum(),
         work_lost: r.tasks.iter().map(|t| t.work_lost).sum(),
+        gpu_changes: mean_of(r.tasks.iter().map(|t| f64::from(t.gpu_changes))).unwrap_or(0.0),
         forecast_mae: (!r.forecasts.is_empty()).then(|| {
             let n = r.forecasts.len() as f64;
             let mae = |f: fn(&crate::env::ForecastPoint) -> f64| {
@@ -267,6 +272,7 @@ pub fn mean_summary(s: &[Summary]) -> Summary {
         gained_after_plateau: mean_of(s.iter().filter_map(|x| x.gained_after_plateau)),
         preempted: f(|x| x.preempted),
         work_lost: f(|x| x.work_lost),
+        gpu_changes: f(|x| x.gpu_changes),
         forecast_mae: {
             let v: Vec<(f64, f64, f64)> = s.iter().filter_map(|x| x.forecast_mae).collect();
             (!v.is_empty()).then(|| {

@@ -176,6 +176,7 @@ impl Episode<'_> {
                     resource_time: e.meta.learning.resource_time,
                     preemptions: 0,
                     work_lost: 0.0,
+                    gpu_changes: 0,
                     cluster_reward: self.sc.reward.of(
                         None,
                         finish - task.arrival,

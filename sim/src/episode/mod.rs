@@ -45,6 +45,9 @@ struct SimMeta {
     start: u64,
     /// Allocation in the previous slot it ran (a change costs the switch penalty).
     prev: Option<Resources>,
+    /// Times its GPU count changed from one slot it ran to the next: on an agent, each one
+    /// restarts the task with its new devices.
+    gpu_changes: u32,
     /// Its accuracy reports, plateau and resources held ([`learning`]).
     learning: learning::Learning,
     /// Its checkpoints and preemptions ([`preempt`]).
@@ -523,6 +526,7 @@ impl<'a> Episode<'a> {
     /// finish, stall below their need, or (memory `fail` mode) die and queue again.
     fn progress(&mut self, slot: u64, observe: &mut dyn Observer) {
         let sc = self.sc;
+        let gpu = tapfinger::estimate::KindMap::from_names(&sc.kind_names()).0[1];
         self.ledger.accrue_service();
         let running: Vec<TaskId> = self
             .ids
@@ -543,6 +547,15 @@ impl<'a> Episode<'a> {
             let task = e.task.clone();
             let ty = &sc.types[usize::from(task.ty.0)];
             let switched = e.meta.prev.as_ref().is_some_and(|p| *p != alloc);
+            let gpus_changed = gpu.is_some_and(|g| {
+                e.meta
+                    .prev
+                    .as_ref()
+                    .is_some_and(|p| p.get(g) != alloc.get(g))
+            });
+            if gpus_changed && let Some(m) = self.ledger.meta_mut(id) {
+                m.gpu_changes += 1;
+            }
             if !ty.need.fits_in(&alloc) {
                 if sc.memory == MemoryMode::Fail {
                     // Killed for lack of memory; re-queued asking for what it really needs.
@@ -593,6 +606,7 @@ impl<'a> Episode<'a> {
                     resource_time: meta.learning.resource_time,
                     preemptions: meta.checkpoints.preemptions,
                     work_lost: meta.checkpoints.lost,
+                    gpu_changes: meta.gpu_changes,
                     cluster_reward: sc.reward.of(
                         self.final_accuracy(task.ty.0),
                         finish - task.arrival,

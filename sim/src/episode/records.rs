@@ -118,6 +118,9 @@ pub struct TaskRecord {
     pub preemptions: u32,
     /// Work it lost to preemption, in its own work (1: a whole run).
     pub work_lost: f64,
+    /// Times its GPU count changed while it ran (an elastic re-share): on an agent, each one
+    /// restarts the task with its new devices.
+    pub gpu_changes: u32,
     /// Its cluster reward, with the scenario's weights ([`crate::learning`]).
     pub cluster_reward: f64,
     /// Its work over its type's: its data's size (1 without heavy-tailed sizes; the simulator's

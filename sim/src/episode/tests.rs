@@ -250,3 +250,21 @@ fn a_preemption_grace_lowers_the_box_until_its_victims_have_ended() {
     );
     assert_eq!(r.rooms_unused, 0);
 }
+
+/// A task's GPU count changing while it runs is counted (on an agent each change restarts the
+/// task): elastic Tiresias re-shares a GPU preset's GPUs, so some task's changes; first-fit-max
+/// never re-allocates, so none does.
+#[test]
+fn gpu_changes_are_counted_where_an_elastic_share_moves_gpus() {
+    let mut sc = Scenario::load("hetero6").unwrap();
+    sc.tasks = 60;
+    let sim = Simulator::new(sc);
+    let changes = |policy: &str| -> u32 {
+        let r = sim
+            .run(crate::policies::build(&sim, policy).unwrap(), 0)
+            .unwrap();
+        r.tasks.iter().map(|t| t.gpu_changes).sum()
+    };
+    assert!(changes("tiresias") > 0);
+    assert_eq!(changes("first-fit-max"), 0);
+}
