@@ -105,17 +105,8 @@ fn greedy(
         let Some(k) = view.cluster.kinds.0[c].filter(|&k| Some(k) != held && k < free.len()) else {
             continue;
         };
-        // The tasks come in class order ([`least_attained_order`]): one class after another.
-        let mut from = 0;
-        while from < tasks.len() {
-            let class_of = class(view, tasks[from]);
-            let to = from
-                + tasks[from..]
-                    .iter()
-                    .take_while(|r| class(view, r) == class_of)
-                    .count();
-            greedy_kind(view, &tasks[from..to], &mut allocs[from..to], free, k);
-            from = to;
+        for run in class_runs(view, tasks) {
+            greedy_kind(view, &tasks[run.clone()], &mut allocs[run], free, k);
         }
     }
 }
@@ -181,14 +172,11 @@ fn round_robin(
 ) {
     let canonical = |k: usize| view.cluster.kinds.0.iter().position(|c| *c == Some(k));
     for k in (0..free.len()).filter(|&k| Some(k) != held) {
-        let mut from = 0;
-        while from < tasks.len() {
-            let c = class(view, tasks[from]);
-            let to = from
-                + tasks[from..]
-                    .iter()
-                    .take_while(|r| class(view, r) == c)
-                    .count();
+        for std::ops::Range {
+            start: from,
+            end: to,
+        } in class_runs(view, tasks)
+        {
             // Round robin over the class's queue until nobody can take another unit of kind k.
             loop {
                 let mut gave = false;
@@ -211,9 +199,26 @@ fn round_robin(
                     break;
                 }
             }
-            from = to;
         }
     }
+}
+
+/// Where each priority class's tasks sit in `tasks` (in [`least_attained_order`]: class by
+/// class), the highest class first; one run of all where the view's classes do not count.
+fn class_runs(view: &View<'_>, tasks: &[&RunningView]) -> Vec<std::ops::Range<usize>> {
+    let mut runs = Vec::new();
+    let mut from = 0;
+    while from < tasks.len() {
+        let c = class(view, tasks[from]);
+        let to = from
+            + tasks[from..]
+                .iter()
+                .take_while(|r| class(view, r) == c)
+                .count();
+        runs.push(from..to);
+        from = to;
+    }
+    runs
 }
 
 /// The running tasks of the agent's node in Tiresias's order: priority class where the view's
