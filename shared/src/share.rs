@@ -300,7 +300,8 @@ mod tests {
     }
 
     /// The job time the share reads off a view is the estimator's own: the view's time at the
-    /// minimum demand and one unit's gain per kind fix the estimator's model.
+    /// minimum demand and one unit's gain per kind (as `Estimator::estimate` shows them to every
+    /// view) fix the estimator's model.
     #[test]
     fn the_estimated_slots_are_the_estimators() {
         // T(a) = 2 + 12/(1 + cpu) + 6/(1 + gpu), memory useless; samples from two tasks that
@@ -316,21 +317,8 @@ mod tests {
             }
         }
         let t = task(3);
-        let at_min = est.slots(&t, &t.min_demand);
-        let gain = [0, 1, 2].map(|k| {
-            let mut a = t.min_demand.clone();
-            a.0[k] += 1;
-            ((at_min - est.slots(&t, &a)) / at_min).max(0.0)
-        });
-        let r = running(
-            3,
-            0.0,
-            TaskEstimate {
-                at_min,
-                gain,
-                ..Default::default()
-            },
-        );
+        // What a view shows of it, on a cluster whose largest box has 8 of each kind.
+        let r = running(3, 0.0, est.estimate(&t, &Resources(vec![8, 8, 8])));
         let c = cluster(vec![r.clone()], [0, 0, 0]);
         let view = c.for_agent(NodeId(0)).unwrap();
         for a in [[1, 1, 1], [4, 1, 1], [1, 5, 2], [7, 3, 8]] {

@@ -155,26 +155,6 @@ impl<M> Ledger<M> {
 
     /// The estimator's view of `task` in a cluster whose largest node (per kind) is `largest`.
     fn estimate(&self, task: &Task, largest: &Resources) -> TaskEstimate {
-        let est = &self.estimator;
-        let at_min = est.slots(task, &task.min_demand);
-        let mut top = task.cap(largest);
-        for (x, m) in top.0.iter_mut().zip(&task.min_demand.0) {
-            *x = (*x).max(*m);
-        }
-        let kinds = est.kinds();
-        let gain = kinds.0.map(|k| {
-            k.filter(|&i| i < task.min_demand.len() && largest.get(i) > 0)
-                .map_or(0.0, |i| {
-                    let mut a = task.min_demand.clone();
-                    a.0[i] += 1;
-                    ((at_min - est.slots(task, &a)) / at_min).max(0.0)
-                })
-        });
-        TaskEstimate {
-            at_min,
-            at_max: est.slots(task, &top),
-            gain,
-            samples: est.samples(task.ty),
-        }
+        self.estimator.estimate(task, largest)
     }
 }

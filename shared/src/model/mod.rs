@@ -498,7 +498,7 @@ impl Policy for TapfingerPolicy {
             if self.cfg.gain_share {
                 crate::share::gain_greedy_shares(view, self.cfg.hold_gpus)
             } else {
-                crate::baselines::least_attained_shares(view, self.cfg.hold_gpus)
+                crate::share::least_attained_shares(view, self.cfg.hold_gpus)
             }
         } else {
             Vec::new()

@@ -69,8 +69,8 @@ pub struct NetConfig {
     /// With `elastic`: the slot's re-share hands each spare CPU and GPU unit to the running
     /// task whose estimated job time it cuts by the largest fraction
     /// ([`crate::share::gain_greedy_shares`]: on the online speed estimator, never a true speed
-    /// model), in training and in deployment alike. Off (the default, and models written before it existed): Tiresias's
-    /// least-attained round robin.
+    /// model), in training and in deployment alike. Off (the default, and models written before
+    /// it existed): Tiresias's least-attained round robin.
     #[serde(default)]
     pub gain_share: bool,
     /// Each decision attends to at most this many nodes ([`crate::view::ClusterView::focus`]:
