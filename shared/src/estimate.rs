@@ -302,32 +302,6 @@ impl Estimator {
         }
     }
 
-    /// What a view shows of `task` ([`crate::view::TaskEstimate`]) in a cluster whose largest
-    /// node (per kind) is `largest`: its time at its minimum demand, at its cap there, and the
-    /// fraction of the first that one more unit of each canonical kind saves (0 for a kind the
-    /// cluster lacks).
-    pub fn estimate(&self, task: &Task, largest: &Resources) -> crate::view::TaskEstimate {
-        let at_min = self.slots(task, &task.min_demand);
-        let mut top = task.cap(largest);
-        for (x, m) in top.0.iter_mut().zip(&task.min_demand.0) {
-            *x = (*x).max(*m);
-        }
-        let gain = self.kinds.0.map(|k| {
-            k.filter(|&i| i < task.min_demand.len() && largest.get(i) > 0)
-                .map_or(0.0, |i| {
-                    let mut a = task.min_demand.clone();
-                    a.0[i] += 1;
-                    ((at_min - self.slots(task, &a)) / at_min).max(0.0)
-                })
-        });
-        crate::view::TaskEstimate {
-            at_min,
-            at_max: self.slots(task, &top),
-            gain,
-            samples: self.samples(task.ty),
-        }
-    }
-
     /// Samples held for `class`.
     pub fn samples(&self, class: TaskTypeId) -> usize {
         self.classes

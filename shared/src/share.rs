@@ -300,7 +300,7 @@ mod tests {
     }
 
     /// The job time the share reads off a view is the estimator's own: the view's time at the
-    /// minimum demand and one unit's gain per kind (as `Estimator::estimate` shows them to every
+    /// minimum demand and one unit's gain per kind (as `TaskEstimate::of` shows them to every
     /// view) fix the estimator's model.
     #[test]
     fn the_estimated_slots_are_the_estimators() {
@@ -318,7 +318,11 @@ mod tests {
         }
         let t = task(3);
         // What a view shows of it, on a cluster whose largest box has 8 of each kind.
-        let r = running(3, 0.0, est.estimate(&t, &Resources(vec![8, 8, 8])));
+        let r = running(
+            3,
+            0.0,
+            TaskEstimate::of(&est, &t, &Resources(vec![8, 8, 8])),
+        );
         let c = cluster(vec![r.clone()], [0, 0, 0]);
         let view = c.for_agent(NodeId(0)).unwrap();
         for a in [[1, 1, 1], [4, 1, 1], [1, 5, 2], [7, 3, 8]] {

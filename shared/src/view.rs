@@ -51,6 +51,34 @@ pub struct TaskEstimate {
     pub samples: usize,
 }
 
+impl TaskEstimate {
+    /// What a view shows of `task` by estimator `est` in a cluster whose largest node (per
+    /// kind) is `largest`: its time at its minimum demand, at its cap there, and the fraction of
+    /// the first that one more unit of each canonical kind saves (0 for a kind the cluster
+    /// lacks).
+    pub fn of(est: &crate::estimate::Estimator, task: &Task, largest: &Resources) -> Self {
+        let at_min = est.slots(task, &task.min_demand);
+        let mut top = task.cap(largest);
+        for (x, m) in top.0.iter_mut().zip(&task.min_demand.0) {
+            *x = (*x).max(*m);
+        }
+        let gain = est.kinds().0.map(|k| {
+            k.filter(|&i| i < task.min_demand.len() && largest.get(i) > 0)
+                .map_or(0.0, |i| {
+                    let mut a = task.min_demand.clone();
+                    a.0[i] += 1;
+                    ((at_min - est.slots(task, &a)) / at_min).max(0.0)
+                })
+        });
+        Self {
+            at_min,
+            at_max: est.slots(task, &top),
+            gain,
+            samples: est.samples(task.ty),
+        }
+    }
+}
+
 /// A pending task in at least one window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingView {

@@ -155,6 +155,6 @@ impl<M> Ledger<M> {
 
     /// The estimator's view of `task` in a cluster whose largest node (per kind) is `largest`.
     fn estimate(&self, task: &Task, largest: &Resources) -> TaskEstimate {
-        self.estimator.estimate(task, largest)
+        TaskEstimate::of(&self.estimator, task, largest)
     }
 }
