@@ -179,50 +179,55 @@ fn a_fine_tune_keeps_the_weights_that_scored_best_on_validation() {
     );
 }
 
-/// A general model with floors (`--sharing elastic-floors`) learns from a teacher that keeps
-/// each task's allocation (its claims are floors the student can make), and the model it writes
-/// runs in `compare` like any other: a re-share that took a task under its floor would be an
-/// error there (the ledger refuses it), so the run finishing is the check.
+/// A general model with floors (`--sharing elastic-floors`, and with the gain-aware re-share on
+/// top of them, `elastic-gain-floors`) learns from a teacher that keeps each task's allocation
+/// (its claims are floors the student can make), and the model it writes runs in `compare` like
+/// any other: a re-share that took a task under its floor would be an error there (the ledger
+/// refuses it), so the run finishing is the check.
 #[test]
 fn a_model_with_floors_learns_from_a_fixed_share_teacher_and_runs() {
-    let out = write("floors.marker", "").parent().unwrap().join("floors");
-    let out_s = out.to_str().unwrap();
-    let (ok, _, stderr) = sim(&[
-        "train",
-        "--scenario",
-        "gen:3",
-        "--general",
-        "--sharing",
-        "elastic-floors",
-        "--imitate",
-        "1",
-        "--teacher",
-        "first-fit-max",
-        "--iterations",
-        "1",
-        "--threads",
-        "1",
-        "--eval-episodes",
-        "0",
-        "--out",
-        out_s,
-    ]);
-    assert!(ok, "{stderr}");
-    let cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("train.json")).unwrap()).unwrap();
-    assert_eq!(cfg["config"]["net"]["floors"], true);
-    let policies = format!("floors={out_s},tiresias");
-    let (ok, stdout, stderr) = sim(&[
-        "compare",
-        "--scenario",
-        "gen:3",
-        "--seeds",
-        "1",
-        "--policies",
-        &policies,
-    ]);
-    assert!(ok, "{stderr}");
-    assert!(stdout.contains("floors"), "{stdout}");
+    for (sharing, gain) in [("elastic-floors", false), ("elastic-gain-floors", true)] {
+        let out = write("floors.marker", "").parent().unwrap().join(sharing);
+        let out_s = out.to_str().unwrap();
+        let (ok, _, stderr) = sim(&[
+            "train",
+            "--scenario",
+            "gen:3",
+            "--general",
+            "--sharing",
+            sharing,
+            "--imitate",
+            "1",
+            "--teacher",
+            "first-fit-max",
+            "--iterations",
+            "1",
+            "--threads",
+            "1",
+            "--eval-episodes",
+            "0",
+            "--out",
+            out_s,
+        ]);
+        assert!(ok, "{sharing}: {stderr}");
+        let cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("train.json")).unwrap())
+                .unwrap();
+        assert_eq!(cfg["config"]["net"]["floors"], true, "{sharing}");
+        assert_eq!(cfg["config"]["net"]["gain_share"], gain, "{sharing}");
+        let policies = format!("floors={out_s},tiresias");
+        let (ok, stdout, stderr) = sim(&[
+            "compare",
+            "--scenario",
+            "gen:3",
+            "--seeds",
+            "1",
+            "--policies",
+            &policies,
+        ]);
+        assert!(ok, "{sharing}: {stderr}");
+        assert!(stdout.contains("floors"), "{sharing}: {stdout}");
+    }
     // Without floors the same teacher is refused, as before.
     common::fails_with(
         &[
