@@ -142,6 +142,10 @@ pub fn build(view: &ClusterView, me: NodeId) -> HeteroGraph {
 /// Feature widths of the general schema: server, pending task, running task.
 pub const GENERAL_WIDTHS: [usize; 3] = [9, 10, 8];
 
+/// Feature widths of the general schema with node fit (schema 4, [`build_general_fit`]).
+pub const GENERAL_FIT_WIDTHS: [usize; 3] =
+    [GENERAL_WIDTHS[0], GENERAL_WIDTHS[1] + 2, GENERAL_WIDTHS[2]];
+
 /// A count or a time in slots, compressed: `ln(1 + x) / 4` (≈ 1 at 50 slots), so that heavy
 /// tails and long queues stay in range.
 fn squash(x: f64) -> f32 {
@@ -224,6 +228,39 @@ fn general_features(view: &ClusterView, me: NodeId) -> Features {
 ///   progress, running time and attained service (squashed).
 pub fn build_general(view: &ClusterView, me: NodeId) -> HeteroGraph {
     general_features(view, me).assemble(view)
+}
+
+/// Build the graph with the general features and each pending task's fit to the boxes (schema
+/// 4): [`build_general`]'s features, and per pending task two more, both from the online
+/// estimator's figures in the view ([`crate::view::TaskEstimate::slots_at`], never a true speed
+/// model):
+///
+/// - its estimated job time (squashed) at the largest allocation the deciding node could give
+///   it now (its cap of the node's free units);
+/// - the least such time over the boxes it may run on and fits now (the deciding node's own
+///   where it fits nowhere): whether a better box is free now, which the cluster-wide figures
+///   of schema 2 cannot say.
+pub fn build_general_fit(view: &ClusterView, me: NodeId) -> HeteroGraph {
+    let mut f = general_features(view, me);
+    let kinds = &view.kinds;
+    let mine = view.nodes.iter().find(|n| n.id == me);
+    for (x, p) in f.pending.iter_mut().zip(&view.pending) {
+        let t = &p.task;
+        let at = |free: &crate::resources::Resources| {
+            p.est
+                .slots_at(kinds, &t.min_demand, &t.cap(free).max_each(&t.min_demand))
+        };
+        let here = mine.map_or(p.est.at_min, |n| at(&n.free));
+        let best = view
+            .nodes
+            .iter()
+            .filter(|n| t.reachable.binary_search(&n.id).is_ok() && t.min_demand.fits_in(&n.free))
+            .map(|n| at(&n.free))
+            .fold(here, f64::min);
+        x.push(squash(here));
+        x.push(squash(best));
+    }
+    f.assemble(view)
 }
 
 /// Intervals ahead of the arrival forecast the RLPTO features carry.
@@ -534,5 +571,88 @@ mod tests {
             of(&build_rlpto(&blind, NodeId(0)), NodeKind::Pending)[10],
             0.0
         );
+    }
+
+    /// Schema 4 adds each pending task's fit: its estimated time at what the deciding node could
+    /// give it now, and the least such time over the boxes it may run on and fits now (a box
+    /// outside its reach, or one its minimum does not fit, does not count).
+    #[test]
+    fn node_fit_features_say_whether_a_better_box_is_free() {
+        let kinds = crate::estimate::KindMap::from_names(&["cpu", "gpu", "mem"]);
+        let task = Task {
+            id: TaskId(1),
+            ty: TaskTypeId(0),
+            min_demand: Resources(vec![1, 1, 1]),
+            max_demand: Some(Resources(vec![4, 4, 4])),
+            priority: 0,
+            reachable: vec![NodeId(0), NodeId(1), NodeId(3)],
+            arrival: 0,
+            gang: None,
+        };
+        let node = |id, free: Vec<u32>| NodeView {
+            id: NodeId(id),
+            capacity: Resources(vec![8, 8, 8]),
+            free: Resources(free),
+            window: vec![0],
+            overflow: 0,
+            running: vec![],
+        };
+        // GPU-bound: one more GPU saves 30 % of its 10 slots at the minimum.
+        let est = crate::view::TaskEstimate {
+            at_min: 10.0,
+            at_max: 4.6,
+            gain: [0.0, 0.3, 0.0],
+            samples: 3,
+        };
+        let view = ClusterView {
+            kinds,
+            nodes: vec![
+                node(0, vec![4, 1, 8]),
+                node(1, vec![4, 2, 8]),
+                // Unreachable, and one its memory does not fit: both would give it 4 GPUs.
+                node(2, vec![8, 8, 8]),
+                node(3, vec![8, 8, 0]),
+            ],
+            pending: vec![PendingView {
+                class: 0,
+                task: task.into(),
+                est,
+            }],
+            ..Default::default()
+        };
+        let pending = |g: &HeteroGraph| {
+            g.node_weights()
+                .find(|n| n.kind == NodeKind::Pending)
+                .unwrap()
+                .features
+                .clone()
+        };
+        // θ_gpu = 0.3 · 10 · 2 · 3 = 18: at 2 GPUs 10 + 18 · (1/3 − 1/2) = 7 slots (at 4, on
+        // the boxes that do not count, it would be 4.6).
+        let (slow, fast) = (squash(10.0), squash(7.0));
+        let on0 = pending(&build_general_fit(&view, NodeId(0)));
+        assert_eq!(on0.len(), GENERAL_FIT_WIDTHS[1]);
+        assert_eq!(
+            on0[..GENERAL_WIDTHS[1]],
+            pending(&build_general(&view, NodeId(0)))[..]
+        );
+        assert!(
+            (on0[10] - slow).abs() < 1e-6 && (on0[11] - fast).abs() < 1e-6,
+            "{on0:?}"
+        );
+        let on1 = pending(&build_general_fit(&view, NodeId(1)));
+        assert!(
+            (on1[10] - fast).abs() < 1e-6 && (on1[11] - fast).abs() < 1e-6,
+            "{on1:?}"
+        );
+        for n in build_general_fit(&view, NodeId(0)).node_weights() {
+            let w = match n.kind {
+                NodeKind::Server => GENERAL_FIT_WIDTHS[0],
+                NodeKind::Pending => GENERAL_FIT_WIDTHS[1],
+                NodeKind::Running => GENERAL_FIT_WIDTHS[2],
+                NodeKind::Summary => 1,
+            };
+            assert_eq!(n.features.len(), w, "{:?}", n.kind);
+        }
     }
 }

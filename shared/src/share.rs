@@ -142,20 +142,9 @@ fn greedy_kind(
 }
 
 /// A running task's job time in slots alone at allocation `a`, from the estimator's figures in
-/// its view: the estimator's model `T(a) = θ₀ + Σ θ_k / (1 + a_k)` ([`crate::estimate`]) is
-/// fixed by its time at the minimum demand and each kind's gain of one unit there, so
-/// `θ_k = gain_k · T(min) · (1 + m_k)(2 + m_k)`.
+/// its view ([`crate::view::TaskEstimate::slots_at`]).
 pub fn estimated_slots(view: &View<'_>, r: &RunningView, a: &Resources) -> f64 {
-    let kinds = &view.cluster.kinds;
-    let m = kinds.canonical(&r.task.min_demand);
-    let a = kinds.canonical(a);
-    let at_min = r.est.at_min;
-    let mut t = at_min;
-    for c in 0..3 {
-        let theta = r.est.gain[c] * at_min * (1.0 + m[c]) * (2.0 + m[c]);
-        t += theta * (1.0 / (1.0 + a[c].max(m[c])) - 1.0 / (1.0 + m[c]));
-    }
-    t.max(1e-6 * at_min.max(1e-9))
+    r.est.slots_at(&view.cluster.kinds, &r.task.min_demand, a)
 }
 
 /// Hands `free` out to `tasks` (in [`least_attained_order`]) kind by kind, one unit at a time

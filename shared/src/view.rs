@@ -77,6 +77,26 @@ impl TaskEstimate {
             samples: est.samples(task.ty),
         }
     }
+
+    /// The task's job time in slots alone at allocation `a` (at least its minimum demand `min`),
+    /// from these figures: the estimator's model `T(a) = θ₀ + Σ θ_k / (1 + a_k)`
+    /// ([`crate::estimate`]) is fixed by its time at the minimum demand and each kind's gain of
+    /// one unit there, so `θ_k = gain_k · T(min) · (1 + m_k)(2 + m_k)`.
+    pub fn slots_at(
+        &self,
+        kinds: &crate::estimate::KindMap,
+        min: &Resources,
+        a: &Resources,
+    ) -> f64 {
+        let m = kinds.canonical(min);
+        let a = kinds.canonical(a);
+        let mut t = self.at_min;
+        for c in 0..3 {
+            let theta = self.gain[c] * self.at_min * (1.0 + m[c]) * (2.0 + m[c]);
+            t += theta * (1.0 / (1.0 + a[c].max(m[c])) - 1.0 / (1.0 + m[c]));
+        }
+        t.max(1e-6 * self.at_min.max(1e-9))
+    }
 }
 
 /// A pending task in at least one window.

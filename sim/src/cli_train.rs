@@ -48,6 +48,11 @@ pub(crate) struct TrainArgs {
     /// estimates, no task types), which loads on every cluster (new runs only).
     #[arg(long)]
     pub(crate) general: bool,
+    /// With --general: feature schema 4, the general features and each pending task's fit to
+    /// the boxes (its estimated job time at what the deciding node could give it now, and the
+    /// least such time over the boxes it fits now) (new runs only).
+    #[arg(long, requires = "general")]
+    pub(crate) node_fit: bool,
     /// Train an RLPTO model (new runs only): general features plus each task's priority
     /// class, whether it is converging, and the forecast arrivals of the next intervals
     /// (feature schema 3), trained on RLPTO's cluster reward (the scenario's `[reward]`
@@ -133,6 +138,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         lr,
         variant,
         general,
+        node_fit,
         rlpto,
         forecast_interval,
         sharing,
@@ -187,6 +193,8 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         (None, None) => {
             let dims = if rlpto {
                 tapfinger::model::batch::Dims::rlpto(sim.scenario().window)
+            } else if node_fit {
+                tapfinger::model::batch::Dims::general_fit(sim.scenario().window)
             } else if general {
                 tapfinger::model::batch::Dims::general(sim.scenario().window)
             } else {

@@ -102,36 +102,39 @@ fn one_set_of_general_weights_decides_on_every_preset_and_generated_scenario() {
     use tapfinger::model::TapfingerPolicy;
     use tapfinger::model::batch::Dims;
     use tapfinger::model::net::NetConfig;
-    let cfg = NetConfig::new(Dims::general(10));
-    let net = tapfinger::model::net::Net::new(&cfg, &burn::tensor::Device::flex());
-    for name in [
-        "hetero6",
-        "synthetic3",
-        "edge-synergy",
-        "edge-agent",
-        "gen:3",
-        "gen:10004",
-    ] {
-        let mut sc = Scenario::load(name).unwrap();
-        // Short episodes: an untrained network is slow to finish long ones.
-        sc.tasks = sc.tasks.min(40);
-        let sim = Simulator::new(sc);
-        let ps: Vec<Box<dyn tapfinger::Policy>> = (0..sim.scenario().nodes.len())
-            .map(|_| {
-                Box::new(
-                    TapfingerPolicy::from_net(
-                        net.clone(),
-                        cfg.clone(),
-                        burn::tensor::Device::flex(),
-                    )
-                    .greedy(true),
-                ) as Box<dyn tapfinger::Policy>
-            })
-            .collect();
-        // The simulator refuses any illegal claim (over capacity, below a minimum, a kind the
-        // cluster lacks): finishing is the check.
-        let r = sim.run(ps, 1).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(r.tasks.len(), sim.scenario().tasks as usize, "{name}");
+    // Schema 2 and schema 4 (with each pending task's fit to the boxes).
+    for dims in [Dims::general(10), Dims::general_fit(10)] {
+        let cfg = NetConfig::new(dims);
+        let net = tapfinger::model::net::Net::new(&cfg, &burn::tensor::Device::flex());
+        for name in [
+            "hetero6",
+            "synthetic3",
+            "edge-synergy",
+            "edge-agent",
+            "gen:3",
+            "gen:10004",
+        ] {
+            let mut sc = Scenario::load(name).unwrap();
+            // Short episodes: an untrained network is slow to finish long ones.
+            sc.tasks = sc.tasks.min(40);
+            let sim = Simulator::new(sc);
+            let ps: Vec<Box<dyn tapfinger::Policy>> = (0..sim.scenario().nodes.len())
+                .map(|_| {
+                    Box::new(
+                        TapfingerPolicy::from_net(
+                            net.clone(),
+                            cfg.clone(),
+                            burn::tensor::Device::flex(),
+                        )
+                        .greedy(true),
+                    ) as Box<dyn tapfinger::Policy>
+                })
+                .collect();
+            // The simulator refuses any illegal claim (over capacity, below a minimum, a kind the
+            // cluster lacks): finishing is the check.
+            let r = sim.run(ps, 1).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(r.tasks.len(), sim.scenario().tasks as usize, "{name}");
+        }
     }
 }
 

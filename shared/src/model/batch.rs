@@ -52,8 +52,12 @@ fn schema_v1() -> u32 {
 /// The feature schema of general models.
 pub const SCHEMA_GENERAL: u32 = 2;
 
-/// The feature schema of RLPTO models (the newest this build reads).
+/// The feature schema of RLPTO models.
 pub const SCHEMA_RLPTO: u32 = 3;
+
+/// The feature schema of general models that see each pending task's fit to the boxes
+/// ([`graph::build_general_fit`]; the newest this build reads).
+pub const SCHEMA_GENERAL_FIT: u32 = 4;
 
 impl Dims {
     /// Schema-1 sizes (a model for one preset).
@@ -76,6 +80,14 @@ impl Dims {
         }
     }
 
+    /// The general schema with each pending task's fit to the boxes ([`graph::build_general_fit`]).
+    pub fn general_fit(window: usize) -> Self {
+        Self {
+            schema: SCHEMA_GENERAL_FIT,
+            ..Self::general(window)
+        }
+    }
+
     /// RLPTO's schema: the general one with priority classes, convergence and the arrival
     /// forecast ([`graph::build_rlpto`]).
     pub fn rlpto(window: usize) -> Self {
@@ -85,7 +97,7 @@ impl Dims {
         }
     }
 
-    /// Whether the features are general (schema 2 or 3: one model for every cluster).
+    /// Whether the features are general (schema 2, 3 or 4: one model for every cluster).
     pub fn is_general(&self) -> bool {
         self.schema >= SCHEMA_GENERAL
     }
@@ -100,6 +112,9 @@ impl Dims {
     pub fn feature_width(&self, kind: usize) -> usize {
         if self.is_rlpto() {
             return graph::RLPTO_WIDTHS.get(kind).copied().unwrap_or(1);
+        }
+        if self.schema == SCHEMA_GENERAL_FIT {
+            return graph::GENERAL_FIT_WIDTHS.get(kind).copied().unwrap_or(1);
         }
         match (self.is_general(), kind) {
             (true, 0) => graph::GENERAL_WIDTHS[0],
@@ -146,6 +161,8 @@ pub fn batch(items: &[(&ClusterView, NodeId)], dims: &Dims) -> GraphBatch {
     for (view, agent) in items {
         let g = if dims.is_rlpto() {
             graph::build_rlpto(view, *agent)
+        } else if dims.schema == SCHEMA_GENERAL_FIT {
+            graph::build_general_fit(view, *agent)
         } else if dims.is_general() {
             graph::build_general(view, *agent)
         } else {
