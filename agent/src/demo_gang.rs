@@ -57,8 +57,15 @@ fn record(a: &DemoGangArgs, rank: u32, ext: &str, text: &str) -> Result<(), Stri
     let Some(dir) = &a.out else { return Ok(()) };
     let task = std::env::var("TAPFINGER_TASK_ID").unwrap_or_default();
     let epoch = std::env::var("TAPFINGER_EPOCH").unwrap_or_default();
-    let path = dir.join(format!("{task}-{epoch}-{rank}.{ext}"));
-    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+    let name = format!("{task}-{epoch}-{rank}.{ext}");
+    let path = dir.join(&name);
+    // Written whole, then renamed into place: a reader polling the folder must never see the
+    // record created but still empty (it did: a test read a `.start` with no pid in it). The
+    // temporary name ends in `.tmp`, which no reader takes for a record.
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn member(a: &DemoGangArgs) -> Result<u64, String> {

@@ -201,6 +201,10 @@ fn records_of(rec: &Path, prefix: &str) -> (Vec<Start>, Vec<(u32, String)>) {
         let Some((stem, ext)) = name.rsplit_once('.') else {
             continue;
         };
+        // A member writes a record under a temporary `.tmp` name, then renames it into place.
+        if ext != "start" && ext != "done" {
+            continue;
+        }
         let rank: u32 = stem.rsplit('-').next().unwrap().parse().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         match ext {
