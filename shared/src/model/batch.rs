@@ -102,6 +102,11 @@ impl Dims {
         self.schema >= SCHEMA_GENERAL
     }
 
+    /// Whether this is the general schema with node fit ([`graph::build_general_fit`]).
+    pub fn is_node_fit(&self) -> bool {
+        self.schema == SCHEMA_GENERAL_FIT
+    }
+
     /// Whether this is RLPTO's schema.
     pub fn is_rlpto(&self) -> bool {
         self.schema == SCHEMA_RLPTO
@@ -113,7 +118,7 @@ impl Dims {
         if self.is_rlpto() {
             return graph::RLPTO_WIDTHS.get(kind).copied().unwrap_or(1);
         }
-        if self.schema == SCHEMA_GENERAL_FIT {
+        if self.is_node_fit() {
             return graph::GENERAL_FIT_WIDTHS.get(kind).copied().unwrap_or(1);
         }
         match (self.is_general(), kind) {
@@ -161,7 +166,7 @@ pub fn batch(items: &[(&ClusterView, NodeId)], dims: &Dims) -> GraphBatch {
     for (view, agent) in items {
         let g = if dims.is_rlpto() {
             graph::build_rlpto(view, *agent)
-        } else if dims.schema == SCHEMA_GENERAL_FIT {
+        } else if dims.is_node_fit() {
             graph::build_general_fit(view, *agent)
         } else if dims.is_general() {
             graph::build_general(view, *agent)
