@@ -34,34 +34,34 @@ pub(crate) struct TrainArgs {
     /// fresh optimizer.
     #[arg(long, value_name = "MODEL", conflicts_with = "resume")]
     pub(crate) from: Option<PathBuf>,
-    /// Seed.
-    #[arg(long, default_value_t = 0)]
+    /// Seed (new runs only).
+    #[arg(long, default_value_t = 0, conflicts_with = "resume")]
     pub(crate) seed: u64,
-    /// Episodes per iteration.
-    #[arg(long, default_value_t = 8)]
-    pub(crate) envs: usize,
+    /// Episodes per iteration [default: 8; a resumed run keeps its own unless given].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) envs: Option<u64>,
     /// Policy variant: tapfinger, or the ablations nohan, nopointer, vanilla, nomask (no
     /// work-conserving mask) (new runs only).
-    #[arg(long, default_value = "tapfinger")]
+    #[arg(long, default_value = "tapfinger", conflicts_with = "resume")]
     pub(crate) variant: String,
     /// Train a general model (feature schema 2: CPU, GPU and memory, the online speed
     /// estimates, no task types), which loads on every cluster (new runs only).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "resume")]
     pub(crate) general: bool,
     /// With --general: feature schema 4, the general features and each pending task's fit to
     /// the boxes (its estimated job time at what the deciding node could give it now, and the
     /// least such time over the boxes it fits now) (new runs only).
-    #[arg(long, requires = "general")]
+    #[arg(long, requires = "general", conflicts_with = "resume")]
     pub(crate) node_fit: bool,
     /// Train an RLPTO model (new runs only): general features plus each task's priority
     /// class, whether it is converging, and the forecast arrivals of the next intervals
     /// (feature schema 3), trained on RLPTO's cluster reward (the scenario's `[reward]`
     /// weights) instead of the time in system.
-    #[arg(long, conflicts_with = "general")]
+    #[arg(long, conflicts_with_all = ["general", "resume"])]
     pub(crate) rlpto: bool,
     /// The RLPTO model's forecast interval in slots: its views carry the forecast arrivals of
-    /// the next intervals of this many slots, in training and wherever it runs.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    /// the next intervals of this many slots, in training and wherever it runs (new runs only).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "resume")]
     pub(crate) forecast_interval: u64,
     /// How a node shares among its running tasks: elastic (start at the minimum demand,
     /// re-share the spare units every slot), elastic-floors (the allocation head chooses each
@@ -73,12 +73,13 @@ pub(crate) struct TrainArgs {
     /// elastic-hold-gpus (elastic, but GPUs stay at the minimum demand:
     /// for clusters whose tasks cannot resume on new devices), fixed (the allocation head
     /// chooses once per task), or auto: for a new run elastic for a general model and fixed for
-    /// a per-preset one; with --from, the model's own.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "elastic-gain", "elastic-floors", "elastic-gain-floors", "elastic-hold-gpus", "fixed"])]
+    /// a per-preset one; with --from, the model's own (new runs only).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "elastic-gain", "elastic-floors", "elastic-gain-floors", "elastic-hold-gpus", "fixed"], conflicts_with = "resume")]
     pub(crate) sharing: String,
     /// Each decision attends to at most this many nodes (0: the whole cluster) [default: 8
-    /// for a general model, 0 per preset; with --from, the model's own unless given].
-    #[arg(long)]
+    /// for a general model, 0 per preset; with --from, the model's own unless given] (new runs
+    /// only).
+    #[arg(long, conflicts_with = "resume")]
     pub(crate) focus: Option<usize>,
     /// A curriculum: each iteration on the next generated scenario gen:N for N in A..B
     /// (training seeds: below 10000) with at most --max-nodes nodes; needs a general model.
@@ -96,12 +97,12 @@ pub(crate) struct TrainArgs {
     #[arg(long)]
     pub(crate) lr: Option<f64>,
     /// Imitation (DAgger) iterations before PPO (new runs only).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, conflicts_with = "resume")]
     pub(crate) imitate: u64,
     /// Teacher policy for imitation (new runs only): a policy that shares as the student
     /// does (elastic or not), or auto (of those, the one with the least average JCT on
     /// development workloads of the scenario).
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", conflicts_with = "resume")]
     pub(crate) teacher: String,
     /// OS threads running episodes (default: all cores); results do not depend on it.
     #[arg(long)]
@@ -218,6 +219,11 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     };
     if let Some(t) = threads {
         trainer.threads = t.max(1);
+    }
+    // A resumed run may change its batch (the episodes of one iteration); every other
+    // setting of a new run is refused with --resume (clap), so none is silently ignored.
+    if let Some(n) = envs {
+        trainer.cfg.envs = usize::try_from(n).context("--envs")?;
     }
     if let Some(n) = eval_episodes {
         trainer.cfg.eval_episodes = n;
@@ -371,7 +377,7 @@ fn new_run(
     sim: &Simulator,
     net: NetConfig,
     seed: u64,
-    envs: usize,
+    envs: Option<u64>,
     lr: Option<f64>,
     imitate: u64,
     teacher: String,
@@ -383,7 +389,9 @@ fn new_run(
     }
     let mut cfg = TrainConfig::new(net.dims.clone(), seed);
     cfg.net = net;
-    cfg.envs = envs.max(1);
+    if let Some(n) = envs {
+        cfg.envs = usize::try_from(n).context("--envs")?;
+    }
     if let Some(lr) = lr {
         cfg.lr = lr;
     }

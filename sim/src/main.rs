@@ -180,7 +180,7 @@ enum Cmd {
         out: PathBuf,
     },
     /// Train the learned TapFinger policy with PPO; checkpoints, curve CSV and plot go to --out.
-    Train(cli_train::TrainArgs),
+    Train(Box<cli_train::TrainArgs>),
     /// The least-cost layer-to-resource plan of a layer-chain job that meets its throughput
     /// target (HeterPS): stages, units, throughput and cost (docs/PLANNING.md).
     Plan(cli_plan::PlanArgs),
@@ -419,7 +419,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             emit(&c, &out)?;
         }
-        Cmd::Train(args) => cli_train::train(args)?,
+        Cmd::Train(args) => cli_train::train(*args)?,
         Cmd::Plan(args) => cli_plan::plan(args)?,
         Cmd::PlanBench(args) => cli_plan::bench(args)?,
         Cmd::ForecastBench(args) => cli_forecast::bench(args)?,

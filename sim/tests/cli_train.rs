@@ -247,7 +247,8 @@ fn a_model_with_floors_learns_from_a_fixed_share_teacher_and_runs() {
 }
 
 /// `--resume DIR` without `--out` writes back to `DIR`: the run continues where it was, and two
-/// runs resumed from different folders never overwrite one default folder.
+/// runs resumed from different folders never overwrite one default folder. A resumed run takes
+/// a new `--envs`, and refuses a new run's settings (seed, features, sharing, imitation, focus).
 #[test]
 fn a_resumed_run_writes_back_to_its_folder() {
     let dir = write("resume.marker", "").parent().unwrap().join("resumed");
@@ -278,6 +279,27 @@ fn a_resumed_run_writes_back_to_its_folder() {
     let (ok, _, stderr) = sim(&again);
     assert!(ok, "{stderr}");
     assert_eq!(iteration(), 2, "the resumed run wrote elsewhere");
+    // A resumed run may change its batch, and says so in its record.
+    let mut bigger = vec!["train", "--scenario", "synthetic3", "--resume", dir_s];
+    bigger.extend_from_slice(&["--iterations", "1", "--envs", "2", "--threads", "1"]);
+    let (ok, _, stderr) = sim(&bigger);
+    assert!(ok, "{stderr}");
+    assert_eq!(iteration(), 3);
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("train.json")).unwrap()).unwrap();
+    assert_eq!(j["config"]["envs"], 2, "--envs was ignored on resume");
+    // A new run's settings are refused with --resume instead of being silently ignored.
+    for flag in [
+        &["--seed", "3"][..],
+        &["--general"],
+        &["--sharing", "elastic"],
+        &["--imitate", "2"],
+        &["--focus", "4"],
+    ] {
+        let mut args = vec!["train", "--scenario", "synthetic3", "--resume", dir_s];
+        args.extend_from_slice(flag);
+        fails_with(&args, "cannot be used with");
+    }
 }
 
 /// A general model's checkpoints are judged on development scenarios (gen:9000..), not on the
