@@ -3,14 +3,16 @@
 # model (`tapfinger`), the shipped general model (`general`), every baseline and the clairvoyant
 # reference, the same ten workloads for all. One JSON per preset into the output folder
 # (default docs/experiments/presets-100-109), and the tables on stdout.
-#   scripts/preset-tables.sh [OUT_DIR]
+#   [GENERAL=MODEL_DIR] scripts/preset-tables.sh [OUT_DIR]
+# GENERAL names a candidate general model to put in the `general` column instead of the shipped
+# one (shared/models/general).
 # Needs the release binary (cargo build --release -p tapfinger-sim).
 set -e
 cd "$(dirname "$0")/.."
 B=./target/release/tapfinger-sim
 OUT=${1:-docs/experiments/presets-100-109}
 mkdir -p "$OUT"
-P="tapfinger,general=shared/models/general,optimus,optimus-np,tiresias,tiresias-np,drf,first-fit-max,random,min,clairvoyant"
+P="tapfinger,general=${GENERAL:-shared/models/general},optimus,optimus-np,tiresias,tiresias-np,drf,first-fit-max,random,min,clairvoyant"
 for s in $($B scenarios | awk '{print $1}' | grep -v '^gen:'); do
   $B compare --scenario "$s" --seeds 10 --seed-base 100 --policies "$P" --json > "$OUT/$s.json"
   python3 - "$OUT/$s.json" <<'PY'
