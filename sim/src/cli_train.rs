@@ -120,6 +120,10 @@ pub(crate) struct TrainArgs {
     /// average JCT over elastic Tiresias's there, averaged.
     #[arg(long)]
     pub(crate) select: Option<usize>,
+    /// With --generator-seeds and --select N: validation workloads per development scenario
+    /// in each judgement (more cost time and rank checkpoints more surely).
+    #[arg(long, default_value_t = 1, requires = "generator_seeds", value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub(crate) select_workloads: u64,
     /// Iterations between two judgements of --select.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) select_every: u64,
@@ -152,6 +156,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         threads,
         eval_episodes,
         select,
+        select_workloads,
         select_every,
     } = a;
     if !(minutes.is_finite() && minutes > 0.0) {
@@ -267,7 +272,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     let judges = if curriculum.is_empty() || select == 0 {
         Vec::new()
     } else {
-        development_judges(&curriculum, select)?
+        development_judges(&curriculum, select, select_workloads)?
     };
     let judge = |trainer: &Trainer| -> Result<f64> {
         let net = trainer.inference_net();
@@ -283,9 +288,9 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         eprintln!(
             "selection: the start scores {jct:.3} (greedy, {select} {})",
             if judges.is_empty() {
-                "validation workloads"
+                "validation workloads".to_string()
             } else {
-                "development scenarios, over Tiresias"
+                format!("development scenarios, {select_workloads} workload(s) each, over Tiresias")
             }
         );
         Some((jct, trainer.iteration))
@@ -417,9 +422,13 @@ fn set_sharing(net: &mut NetConfig, sharing: &str, general: bool) {
 /// (`--select` with `--generator-seeds`): below the held-out seeds, and never trained on.
 const DEVELOPMENT_FROM: u64 = 9_000;
 
-/// The first `n` development scenarios and elastic Tiresias's average JCT on each one's
-/// validation workload: what a general model's checkpoints are judged against.
-fn development_judges(curriculum: &[u64], n: usize) -> Result<Vec<(Simulator, f64)>> {
+/// The first `n` development scenarios and elastic Tiresias's average JCT on each one's first
+/// `workloads` validation workloads: what a general model's checkpoints are judged against.
+fn development_judges(
+    curriculum: &[u64],
+    n: usize,
+    workloads: u64,
+) -> Result<Vec<tapfinger_sim::train::DevJudge>> {
     let seeds = DEVELOPMENT_FROM..DEVELOPMENT_FROM + n as u64;
     if seeds.end > tapfinger_sim::generate::HELD_OUT_FROM {
         bail!(
@@ -438,12 +447,16 @@ fn development_judges(curriculum: &[u64], n: usize) -> Result<Vec<(Simulator, f6
         .map(|s| {
             let sim = load(&format!("gen:{s}"))?;
             let kinds = sim.scenario().kind_names();
-            let r = sim.run(
-                policies::build(&sim, "tiresias")?,
-                tapfinger_sim::train::VALIDATION_SEEDS,
-            )?;
-            let reference = tapfinger_sim::metrics::summarize(&r, &kinds).avg_jct;
-            Ok((sim, reference))
+            let references = (0..workloads)
+                .map(|j| {
+                    let r = sim.run(
+                        policies::build(&sim, tapfinger_sim::train::REFERENCE)?,
+                        tapfinger_sim::train::VALIDATION_SEEDS + j,
+                    )?;
+                    Ok(tapfinger_sim::metrics::summarize(&r, &kinds).avg_jct)
+                })
+                .collect::<Result<Vec<f64>>>()?;
+            Ok(tapfinger_sim::train::DevJudge { sim, references })
         })
         .collect()
 }

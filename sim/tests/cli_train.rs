@@ -342,7 +342,7 @@ fn a_general_model_is_selected_on_development_scenarios() {
     let (ok, stdout, stderr) = sim(&args("20..40", "2"));
     assert!(ok, "{stderr}");
     assert!(
-        stderr.contains("(greedy, 2 development scenarios, over Tiresias)"),
+        stderr.contains("(greedy, 2 development scenarios, 1 workload(s) each, over Tiresias)"),
         "{stderr}"
     );
     let scores: Vec<&str> = stderr
@@ -355,5 +355,22 @@ fn a_general_model_is_selected_on_development_scenarios() {
     fails_with(
         &args("8990..9010", "4"),
         "overlaps the development scenarios gen:9000..9004",
+    );
+    // More workloads per development scenario, where the log says so.
+    let mut more = args("20..40", "2");
+    more.extend_from_slice(&["--select-workloads", "2"]);
+    let (ok, _, stderr) = sim(&more);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("2 workload(s) each"), "{stderr}");
+    // Without a curriculum --select N counts workloads already: the option is refused.
+    fails_with(
+        &[
+            "train",
+            "--scenario",
+            "synthetic3",
+            "--select-workloads",
+            "2",
+        ],
+        "--generator-seeds",
     );
 }

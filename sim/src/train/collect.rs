@@ -1,8 +1,8 @@
 //! Episodes for training: PPO sampling (every agent samples from the network and records),
 //! imitation (the teacher's decision is the label), and greedy evaluation on validation seeds.
 
-use super::{TRAIN_SEEDS, TrainError, Trainer, VALIDATION_SEEDS};
-use crate::env::{Observer, Simulator};
+use super::{DevJudge, TRAIN_SEEDS, TrainError, Trainer, VALIDATION_SEEDS};
+use crate::env::Observer;
 use burn::tensor::Device;
 use rand::RngExt;
 use std::sync::{Arc, Mutex};
@@ -218,23 +218,26 @@ impl Trainer {
     }
 
     /// How `net` does on other scenarios than the one it trains on: per scenario of `judges`
-    /// (a simulator and a reference average JCT on validation workload [`VALIDATION_SEEDS`]),
-    /// its greedy average JCT there over the reference, averaged. What selects among the
+    /// and per validation workload of it (seeds from [`VALIDATION_SEEDS`]), its greedy average
+    /// JCT there over the judge's reference, averaged over all of them. What selects among the
     /// checkpoints of a general model, whose training scenario changes every iteration.
-    pub fn judge_on(&self, net: &Net, judges: &[(Simulator, f64)]) -> Result<f64, TrainError> {
+    pub fn judge_on(&self, net: &Net, judges: &[DevJudge]) -> Result<f64, TrainError> {
         let mut sum = 0.0;
-        for (sim, reference) in judges {
+        let mut n = 0usize;
+        for judge in judges {
+            let sim = &judge.sim;
             let kinds = sim.scenario().kind_names();
-            let policies = self.policies_for(sim.scenario().nodes.len(), net, true);
-            let r = sim
-                .run(policies, VALIDATION_SEEDS)
-                .map_err(|source| TrainError::Episode {
-                    seed: VALIDATION_SEEDS,
-                    source,
-                })?;
-            sum += crate::metrics::summarize(&r, &kinds).avg_jct / reference;
+            for (j, reference) in judge.references.iter().enumerate() {
+                let seed = VALIDATION_SEEDS + j as u64;
+                let policies = self.policies_for(sim.scenario().nodes.len(), net, true);
+                let r = sim
+                    .run(policies, seed)
+                    .map_err(|source| TrainError::Episode { seed, source })?;
+                sum += crate::metrics::summarize(&r, &kinds).avg_jct / reference;
+                n += 1;
+            }
         }
-        Ok(sum / judges.len().max(1) as f64)
+        Ok(sum / n.max(1) as f64)
     }
 
     /// One training episode on workload `seeds.0` with sampling seeded by `seeds.1`.

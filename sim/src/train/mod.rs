@@ -194,6 +194,16 @@ pub const TRAIN_SEEDS: u64 = 1 << 40;
 /// First workload seed of the validation episodes evaluated during training.
 pub const VALIDATION_SEEDS: u64 = 1 << 41;
 
+/// One development scenario that judges a general model's checkpoints
+/// ([`Trainer::judge_on`]): its simulator and, per validation workload (seeds from
+/// [`VALIDATION_SEEDS`], in order), the reference policy's average JCT there.
+pub struct DevJudge {
+    /// The scenario.
+    pub sim: Simulator,
+    /// [`REFERENCE`]'s average JCT on workload `VALIDATION_SEEDS + j`, for j = 0, 1, ...
+    pub references: Vec<f64>,
+}
+
 /// What `train.json` holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Checkpoint {

@@ -431,3 +431,23 @@ fn an_iterations_episodes_share_one_workload_only_under_the_input_baseline() {
     let (eps, _, _) = t.collect(None).unwrap();
     assert!(arrivals(&eps[0]) != arrivals(&eps[1]) && arrivals(&eps[1]) != arrivals(&eps[2]));
 }
+
+/// A development judgement averages over every validation workload of every judge: a second
+/// workload whose reference is huge adds a term near 0, halving the score of one workload.
+#[test]
+fn a_judgement_averages_every_workload_of_every_scenario() {
+    let t = tiny(5, 16, |_| {});
+    let net = t.inference_net();
+    let judge = |references: Vec<f64>| DevJudge {
+        sim: Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap()),
+        references,
+    };
+    let one = t.judge_on(&net, &[judge(vec![1.0])]).unwrap();
+    assert!(one > 0.0 && one.is_finite(), "{one}");
+    let two = t.judge_on(&net, &[judge(vec![1.0, 1e12])]).unwrap();
+    assert!((two - one / 2.0).abs() < 1e-6 * one, "{one} {two}");
+    let twice = t
+        .judge_on(&net, &[judge(vec![1.0]), judge(vec![1.0])])
+        .unwrap();
+    assert!((twice - one).abs() < 1e-9 * one, "{one} {twice}");
+}
