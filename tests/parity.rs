@@ -103,6 +103,7 @@ impl Agents {
                     name: format!("n{i}"),
                     capacity: sc.nodes[i].capacity.clone(),
                     kinds: tapfinger::estimate::KindMap::from_names(&sc.kind_names()),
+                    kind_names: sc.kind_names(),
                     labels: BTreeMap::new(),
                     incarnation: 1,
                     num_types: sc.types.len(),

@@ -116,6 +116,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             name: cfg.name.clone(),
             capacity: capacity.clone(),
             kinds: tapfinger::estimate::KindMap::from_names(&space().kind_names()),
+            kind_names: space().kind_names(),
             labels: cfg.labels.clone(),
             incarnation: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -27,6 +27,14 @@
 //! prior's shape ([`prior_shape`]) scaled to the samples' level, or to [`PRIOR_SLOTS`] at the
 //! minimum demand. The estimator sees only allocations and progress: never a speed model, which
 //! is what makes it the same in the simulator and in the agent.
+//!
+//! **Profile hints.** A task's submitter may say how long the task takes alone at a few
+//! allocations (the spec's `profile`, what a profiling run or experience measured;
+//! [`Estimator::hint`]). Each distinct hint of a class is one more sample of its job time, kept
+//! apart from the observed ones and counted once however many tasks repeat it: before any
+//! progress is observed the hints alone make the class's model, and as observations accumulate
+//! they outweigh them. Hints are kept as a set (at most [`MAX_HINTS`] per class, the least ones
+//! in their order), so every agent holds the same hints whichever order it heard the tasks in.
 
 use crate::fit::nnls;
 use crate::resources::Resources;
@@ -88,6 +96,10 @@ pub fn prior_shape(min: &[f64; 3], a: &[f64; 3]) -> f64 {
     0.3 + 0.7 * mean
 }
 
+/// Most distinct profile hints kept per class (a bound on what submitters can make every agent
+/// hold; beyond it the greatest in the set's order are dropped, the same on every agent).
+pub const MAX_HINTS: usize = 64;
+
 /// Job times are kept in integer nanoslots, so that sums do not depend on the order the samples
 /// came in (agents hear them in other orders than the simulator: their estimates must agree
 /// exactly).
@@ -108,6 +120,8 @@ struct Class {
     /// of the later job time over the earlier one, in nanos). A ratio of one task's own times
     /// does not depend on the task's size, which the cells' times mix in (module doc).
     pairs: BTreeMap<([u32; 3], [u32; 3]), (u64, u128)>,
+    /// Distinct profile hints: (canonical allocation, job time in nanoslots), one sample each.
+    hints: std::collections::BTreeSet<([u32; 3], u128)>,
 }
 
 fn terms(a: &[f64; 3]) -> [f64; 4] {
@@ -136,16 +150,21 @@ fn as_f64(a: &[u32; 3]) -> [f64; 3] {
 
 impl Class {
     fn samples(&self) -> u64 {
-        self.cells.values().map(|c| c.0).sum()
+        self.cells.values().map(|c| c.0).sum::<u64>() + self.hints.len() as u64
     }
 
     fn refit(&mut self) {
         // Per allocation: its mean job time and its weight (√samples, as least squares over
-        // every sample would weigh it).
+        // every sample would weigh it); each hint a row of weight 1.
         let rows: Vec<([f64; 3], f64, f64)> = self
             .cells
             .iter()
             .map(|(a, (n, sum))| (as_f64(a), *sum as f64 / NANO / *n as f64, *n as f64))
+            .chain(
+                self.hints
+                    .iter()
+                    .map(|(a, t)| (as_f64(a), *t as f64 / NANO, 1.0)),
+            )
             .collect();
         let n: f64 = rows.iter().map(|r| r.2).sum();
         self.level = Some(
@@ -287,6 +306,32 @@ impl Estimator {
         c.refit();
     }
 
+    /// Profile hints for `task`'s class from its submitter: each `(alloc, slots)` says the task
+    /// takes `slots` alone at `alloc` (module doc). Hints without a positive finite time are
+    /// ignored, as is a hint the class already holds.
+    pub fn hint(&mut self, task: &Task, hints: &[(Resources, f64)]) {
+        let min = self.kinds.canonical(&task.min_demand);
+        let kinds = self.kinds;
+        let mut fresh = false;
+        let c = self.classes.entry(task.ty).or_insert_with(|| Class {
+            min,
+            ..Class::default()
+        });
+        for (alloc, slots) in hints {
+            if !(slots.is_finite() && *slots > 1e-9) {
+                continue;
+            }
+            let t = (slots.min(1e9) * NANO).round() as u128;
+            fresh |= c.hints.insert((kinds.units(alloc), t));
+        }
+        while c.hints.len() > MAX_HINTS {
+            c.hints.pop_last();
+        }
+        if fresh {
+            c.refit();
+        }
+    }
+
     /// `task` is done: its last sample makes no more pairs.
     pub fn forget(&mut self, task: TaskId) {
         self.last.remove(&task);
@@ -388,6 +433,68 @@ mod tests {
         assert!(e.slots(&t, &Resources(vec![4, 0, 0])) < 4.0);
         // Another class is untouched.
         assert!((e.slots(&task(2, [2, 0, 0]), &a) - PRIOR_SLOTS).abs() < 1e-9);
+    }
+
+    #[test]
+    fn profile_hints_speak_before_any_observation_and_yield_to_observations() {
+        // The class truly takes 1 + 8/(1+g) slots; its submitter's profile says so at 1 and 4
+        // GPUs. Before any progress the estimate is the hints', not the prior's.
+        let truth = |g: f64| 1.0 + 8.0 / (1.0 + g);
+        let mut e = est();
+        let t = task(4, [1, 1, 1]);
+        let at = |g: u32| Resources(vec![1, g, 1]);
+        let hints = [(at(1), truth(1.0)), (at(4), truth(4.0))];
+        e.hint(&t, &hints);
+        assert_eq!(e.samples(TaskTypeId(4)), 2);
+        for g in [1u32, 2, 4, 8] {
+            let want = truth(f64::from(g));
+            assert!((e.slots(&t, &at(g)) - want).abs() < 1e-6 * want, "g {g}");
+        }
+        // The same hints again (another task of the class): counted once, nothing changes.
+        let mut u = t.clone();
+        u.id = TaskId(2);
+        let before = e.slots(&t, &at(2));
+        e.hint(&u, &hints);
+        assert_eq!(e.samples(TaskTypeId(4)), 2);
+        assert_eq!(e.slots(&t, &at(2)).to_bits(), before.to_bits());
+        // Hints without a time are ignored; another class is untouched.
+        e.hint(&task(5, [1, 1, 1]), &[(at(2), 0.0), (at(2), f64::NAN)]);
+        assert_eq!(e.samples(TaskTypeId(5)), 0);
+        // The tasks turn out twice as slow as the profile says: observations outweigh it.
+        for id in 10..40u64 {
+            let mut v = t.clone();
+            v.id = TaskId(id);
+            for g in [1u32, 2, 4] {
+                e.observe(&v, &at(g), 1.0 / (2.0 * truth(f64::from(g))), 1.0);
+            }
+        }
+        let r = e.slots(&t, &at(2)) / truth(2.0);
+        assert!(r > 1.9 && r < 2.05, "{r}");
+    }
+
+    #[test]
+    fn hints_are_a_bounded_set_the_same_in_any_order() {
+        let t = task(6, [1, 0, 1]);
+        let hints: Vec<(Resources, f64)> = (0..(MAX_HINTS as u32 + 20))
+            .map(|i| (Resources(vec![1 + i % 9, 0, 1]), 5.0 + f64::from(i)))
+            .collect();
+        let run = |order: Vec<usize>| {
+            let mut e = est();
+            for chunk in order.chunks(7) {
+                let h: Vec<(Resources, f64)> = chunk.iter().map(|&i| hints[i].clone()).collect();
+                e.hint(&t, &h);
+            }
+            (
+                e.samples(TaskTypeId(6)),
+                e.slots(&t, &Resources(vec![4, 0, 1])),
+            )
+        };
+        let forward: Vec<usize> = (0..hints.len()).collect();
+        let backward: Vec<usize> = forward.iter().rev().copied().collect();
+        let (n, a) = run(forward);
+        let (m, b) = run(backward);
+        assert_eq!(n, MAX_HINTS);
+        assert_eq!((n, a.to_bits()), (m, b.to_bits()));
     }
 
     #[test]

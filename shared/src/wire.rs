@@ -20,8 +20,9 @@ use std::collections::BTreeMap;
 /// so agents of version 3 and 4 cannot hear each other; the gossip topic names the version.
 /// 5: heartbeats carry their send time and echo each peer's, see [`NodeState::hears`].
 /// 7: proposals may be gang claims and state their sender's free units, see
-/// [`crate::protocol::gang`]. 8: a task may be a gang, [`crate::Task::gang`].)
-pub const WIRE_VERSION: u16 = 9;
+/// [`crate::protocol::gang`]. 8: a task may be a gang, [`crate::Task::gang`]. 10: a spec may
+/// carry profile hints, [`TaskSpec::profile`].)
+pub const WIRE_VERSION: u16 = 10;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.
@@ -314,6 +315,8 @@ fn check_task(task: &Task, spec: &TaskSpec) -> Result<(), WireError> {
         || spec.nodes.len() > MAX_ITEMS
         || spec.min_demand.len() > MAX_KINDS
         || spec.max_demand.len() > MAX_KINDS
+        || spec.profile.len() > crate::spec::MAX_PROFILE
+        || spec.profile.iter().any(|h| h.alloc.len() > MAX_KINDS)
     {
         return Err(invalid("announce: too many entries in the spec"));
     }
@@ -467,6 +470,10 @@ mod tests {
                 restarts: 3,
             })),
             pipeline: None,
+            profile: vec![crate::spec::ProfileHint {
+                alloc: [("cpu".to_string(), 4)].into(),
+                seconds: 90.0,
+            }],
         };
         let body = [
             Body::Heartbeat(NodeState {

@@ -124,6 +124,11 @@ pub(crate) struct TrainArgs {
     /// in each judgement (more cost time and rank checkpoints more surely).
     #[arg(long, default_value_t = 1, requires = "generator_seeds", value_parser = clap::value_parser!(u64).range(1..=64))]
     pub(crate) select_workloads: u64,
+    /// Every task of every scenario this run loads (training, curriculum, development
+    /// judges) carries its type's profiling runs as profile hints for the speed estimator.
+    /// A setting of this run, not of the model: evaluate it with `--profile-hints` too.
+    #[arg(long)]
+    pub(crate) profile_hints: bool,
     /// Iterations between two judgements of --select.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) select_every: u64,
@@ -157,8 +162,17 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         eval_episodes,
         select,
         select_workloads,
+        profile_hints,
         select_every,
     } = a;
+    let load = |name: &str| -> Result<Simulator> {
+        let sim = load(name)?;
+        Ok(if profile_hints {
+            sim.profile_hints()
+        } else {
+            sim
+        })
+    };
     if !(minutes.is_finite() && minutes > 0.0) {
         bail!("--minutes must be a positive number");
     }
@@ -272,7 +286,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     let judges = if curriculum.is_empty() || select == 0 {
         Vec::new()
     } else {
-        development_judges(&curriculum, select, select_workloads)?
+        development_judges(&curriculum, select, select_workloads, &load)?
     };
     let judge = |trainer: &Trainer| -> Result<f64> {
         let net = trainer.inference_net();
@@ -428,6 +442,7 @@ fn development_judges(
     curriculum: &[u64],
     n: usize,
     workloads: u64,
+    load: &dyn Fn(&str) -> Result<Simulator>,
 ) -> Result<Vec<tapfinger_sim::train::DevJudge>> {
     let seeds = DEVELOPMENT_FROM..DEVELOPMENT_FROM + n as u64;
     if seeds.end > tapfinger_sim::generate::HELD_OUT_FROM {

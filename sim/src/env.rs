@@ -152,6 +152,13 @@ impl Simulator {
         self
     }
 
+    /// Every task carries its type's profiling runs as profile hints (`--profile-hints`,
+    /// [`crate::policies::hint_profiles`]).
+    pub fn profile_hints(mut self) -> Self {
+        self.sc.profile_hints = true;
+        self
+    }
+
     /// Forecast each episode's arrivals per interval of `slots` slots (`--forecast`).
     pub fn forecast(mut self, slots: u64) -> Self {
         self.sc.forecast_interval_slots = Some(slots.max(1));

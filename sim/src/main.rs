@@ -165,6 +165,10 @@ enum Cmd {
         /// OS threads (default: all cores); results do not depend on it.
         #[arg(long)]
         threads: Option<usize>,
+        /// Every task carries its type's profiling runs as profile hints for the speed
+        /// estimator (every policy's views), as a submitter's spec may.
+        #[arg(long)]
+        profile_hints: bool,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -284,6 +288,11 @@ struct Variants {
     /// far fewer rounds (docs/BENCHMARKS.md, simulator scale).
     #[arg(long)]
     spread: bool,
+    /// Every task carries its type's profiling runs (those Optimus fits) as profile hints for
+    /// the speed estimator, whatever the scenario's `profile_hints` says: every policy's views
+    /// then show the estimates a submitter's profile would give before any progress.
+    #[arg(long)]
+    profile_hints: bool,
 }
 
 /// [`load`], run as `v` says.
@@ -300,6 +309,9 @@ fn load_with(name: &str, v: Variants) -> Result<Simulator> {
     }
     if v.spread {
         sim = sim.window_order(tapfinger::ledger::WindowOrder::Spread);
+    }
+    if v.profile_hints {
+        sim = sim.profile_hints();
     }
     Ok(sim)
 }
@@ -459,6 +471,7 @@ fn run(cli: Cli) -> Result<()> {
             candidate,
             model,
             threads,
+            profile_hints,
             json,
         } => {
             if seeds == 0 {
@@ -472,6 +485,7 @@ fn run(cli: Cli) -> Result<()> {
                 model,
                 threads: threads
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+                profile_hints,
             };
             let n = cfg.generator_seeds.end - cfg.generator_seeds.start;
             let progress = std::sync::Mutex::new(Progress::new(n).unit("scenarios"));

@@ -244,6 +244,28 @@ pub fn profile(sc: &Scenario) -> Vec<ProfileSample> {
     out
 }
 
+/// The scenario's profiling runs ([`profile`]) as profile hints (`profile_hints`, issue #13's
+/// "before any observation it uses the profile hints in the task spec"): each type's runs go to
+/// the speed estimator with the episode's first task of the type, as an agent's estimator takes
+/// a spec's hints when it first hears of a task. Every policy's views then carry the same
+/// estimates; Optimus fits the same runs in its own model.
+pub(crate) fn hint_profiles<M>(
+    sc: &Scenario,
+    arrivals: &[tapfinger::Task],
+    ledger: &mut tapfinger::ledger::Ledger<M>,
+) {
+    let samples = profile(sc);
+    let mut seen = std::collections::BTreeSet::new();
+    for t in arrivals.iter().filter(|t| seen.insert(t.ty)) {
+        let hints: Vec<(tapfinger::Resources, f64)> = samples
+            .iter()
+            .filter(|s| s.ty == t.ty)
+            .map(|s| (s.alloc.clone(), s.slots))
+            .collect();
+        ledger.hint(t, &hints);
+    }
+}
+
 /// One policy instance per node. The clairvoyant reference built here does not know the
 /// workload's task sizes ([`build_for_seed`] does).
 pub fn build(sim: &Simulator, name: &str) -> Result<Vec<Box<dyn Policy>>, BaselineError> {

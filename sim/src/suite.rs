@@ -38,6 +38,9 @@ pub struct SuiteConfig {
     pub model: Option<PathBuf>,
     /// OS threads (scenarios run in parallel; results do not depend on it).
     pub threads: usize,
+    /// Tasks carry their type's profiling runs as profile hints
+    /// ([`crate::Simulator::profile_hints`]).
+    pub profile_hints: bool,
 }
 
 /// Why the suite could not run.
@@ -136,7 +139,10 @@ fn others(candidate: &str) -> Vec<String> {
 fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario, SuiteError> {
     let sc = Scenario::load(&format!("{}{gen_seed}", crate::generate::PREFIX))?;
     let (nodes, classes) = (sc.nodes.len(), sc.types.len());
-    let sim = Simulator::new(sc);
+    let mut sim = Simulator::new(sc);
+    if cfg.profile_hints {
+        sim = sim.profile_hints();
+    }
     let kinds = sim.scenario().kind_names();
     let names: Vec<String> = std::iter::once(cfg.candidate.clone())
         .chain(others(&cfg.candidate))

@@ -1,7 +1,9 @@
 //! What a policy sees reads nothing of the simulator's true speed model: swap the speed model
 //! and every view is the same until progress has been observed; after that, the speed estimates
 //! in the views differ (the estimator learned from what ran), and nothing else reveals speed
-//! (RLPTO's features included: classes, convergence and the arrival forecast).
+//! (RLPTO's features included: classes, convergence and the arrival forecast). Profile hints
+//! (`--profile-hints`, off by default) are the exception by design: the views then carry, before
+//! any progress, what profiling runs measured, as a submitter's spec would.
 //! Also: one batched forward pass per simulated step decides as one pass per agent.
 
 // Test code may unwrap: a failure there is a test failure with its message.
@@ -94,6 +96,37 @@ fn swapping_the_true_speed_model_changes_nothing_a_policy_sees_before_progress_i
                 .any(|p| p.est.samples > 0),
             "{preset}: no samples"
         );
+    }
+}
+
+/// With profile hints, the estimates before any progress are the profiling runs', not the
+/// prior's: close to the measured time at the task's minimum demand, from samples.
+#[test]
+fn with_profile_hints_the_first_views_show_the_profiled_times() {
+    for preset in ["hetero6", "gen:10003"] {
+        let mut sc = Scenario::load(preset).unwrap();
+        sc.profile_hints = true;
+        let runs = policies::profile(&sc);
+        let first: Vec<ClusterView> = views(&sc).into_iter().take_while(|v| v.slot == 0).collect();
+        assert!(!first.is_empty(), "{preset}: no decision in slot 0");
+        let mut checked = 0;
+        for p in first.iter().flat_map(|v| &v.pending) {
+            assert!(p.est.samples > 0, "{preset}: no hints before progress");
+            let at_min = runs
+                .iter()
+                .find(|r| r.ty == p.task.ty && r.alloc == p.task.min_demand)
+                .map(|r| r.slots);
+            if let Some(t) = at_min {
+                let err = (p.est.at_min - t).abs() / t;
+                assert!(
+                    err < 0.25,
+                    "{preset}: estimated {} against profiled {t}",
+                    p.est.at_min
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 0, "{preset}: no profiled run at a minimum demand");
     }
 }
 

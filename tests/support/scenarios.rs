@@ -76,6 +76,7 @@ pub(crate) fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> 
                     priorities: None,
                     shrink: None,
                     reward: None,
+                    profile_hints: false,
                     resources: names[..k].iter().map(|n| kind(n)).collect(),
                     nodes: caps
                         .into_iter()

@@ -274,6 +274,14 @@ impl<M> Ledger<M> {
         self
     }
 
+    /// Profile hints for `task`'s class from its submitter
+    /// ([`crate::estimate::Estimator::hint`]: each `(alloc, slots)` its time alone there).
+    pub fn hint(&mut self, task: &Task, hints: &[(Resources, f64)]) {
+        if !hints.is_empty() {
+            self.estimator.hint(task, hints);
+        }
+    }
+
     /// The online speed estimator.
     pub fn estimator(&self) -> &crate::estimate::Estimator {
         &self.estimator

@@ -54,9 +54,20 @@ impl NodeCore {
             // An adopted copy: its process lives on here.
             self.live.insert(id);
         }
-        self.tasks
-            .insert(Arc::new(task), state, TaskMeta { spec, owner, epoch });
+        self.learn_task(task, state, TaskMeta { spec, owner, epoch });
         body.map(|b| vec![self.envelope(b)]).unwrap_or_default()
+    }
+
+    /// Put a task this node did not know into its ledger, and its spec's profile hints into
+    /// the speed estimator: every agent that learns of a task hears its spec, by whichever path
+    /// (a submission, an announcement, an outcome, its journal), so every estimator takes the
+    /// same hints (a set: the order they are heard in does not matter).
+    pub(super) fn learn_task(&mut self, task: Task, state: TaskState, meta: TaskMeta) {
+        let hints =
+            meta.spec
+                .profile_hints(&self.cfg.kind_names, &task.min_demand, self.cfg.slot_ms);
+        self.tasks.hint(&task, &hints);
+        self.tasks.insert(Arc::new(task), state, meta);
     }
 
     /// A user cancelled a task (at this agent): stop it if it runs here, and tell every peer (the
@@ -187,6 +198,35 @@ mod tests {
 
     fn node() -> NodeCore {
         super::super::test_core(0, Resources(vec![4, 0]))
+    }
+
+    /// A spec's profile hints reach the speed estimator of the node it was submitted at and of
+    /// a peer that hears its announcement, alike, in slots of the node's slot length.
+    #[test]
+    fn profile_hints_reach_every_estimator_that_hears_the_task() {
+        let spec = TaskSpec::from_toml(
+            "command = [\"x\"]\nmin_demand = { cpu = 1 }\n\
+             [[profile]]\nseconds = 2\n[[profile]]\nalloc = { cpu = 3 }\nseconds = 1\n",
+        )
+        .unwrap();
+        let task = super::super::test_task(5);
+        let mut a = node();
+        let mut b = super::super::test_core(1, Resources(vec![4, 0]));
+        let out = a.submit(task.clone(), spec);
+        for act in out {
+            if let Action::Broadcast(e) = act {
+                b.on_message(e, 0);
+            }
+        }
+        assert!(b.tasks().contains(TaskId(5)), "the peer never heard of it");
+        // 200 ms slots: 2 s at the minimum is 10 slots, 1 s at 3 CPUs is 5.
+        for n in [&a, &b] {
+            let est = n.tasks().estimator();
+            assert_eq!(est.samples(task.ty), 2);
+            let at = |c: u32| est.slots(&task, &Resources(vec![c, 0]));
+            assert!((at(1) - 10.0).abs() < 1e-6, "{}", at(1));
+            assert!((at(3) - 5.0).abs() < 1e-6, "{}", at(3));
+        }
     }
 
     /// A copy stopped when the lease lapsed is awaited for its hand-back; if the task has been

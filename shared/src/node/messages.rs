@@ -14,7 +14,6 @@ use crate::task::{NodeId, Task, TaskId};
 use crate::wire::{
     Body, CANCELLED, Envelope, FinishedTask, MAX_OUTCOMES, MAX_WANT, NodeState, Outcome,
 };
-use std::sync::Arc;
 
 /// Whether copy `(epoch, node)` beats copy `(other_epoch, other_node)`.
 pub(super) fn beats(epoch: u64, node: NodeId, other_epoch: u64, other_node: NodeId) -> bool {
@@ -91,8 +90,8 @@ impl NodeCore {
                 for f in list {
                     // A task we never heard of (submitted across a partition): learn it first.
                     if !self.tasks.contains(f.task.id) {
-                        self.tasks.insert(
-                            Arc::new(f.task),
+                        self.learn_task(
+                            f.task,
                             TaskState::Pending,
                             TaskMeta {
                                 spec: f.spec,
@@ -364,11 +363,7 @@ impl NodeCore {
             self.note_member(o, now);
         }
         let Some(t) = self.tasks.get(id) else {
-            self.tasks.insert(
-                Arc::new(task),
-                TaskState::Pending,
-                TaskMeta { spec, owner, epoch },
-            );
+            self.learn_task(task, TaskState::Pending, TaskMeta { spec, owner, epoch });
             return Vec::new();
         };
         if t.meta.spec != spec {

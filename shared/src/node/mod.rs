@@ -53,6 +53,9 @@ pub struct NodeConfig {
     pub capacity: Resources,
     /// Where CPU, GPU and memory sit among the capacity's kinds (the speed estimator's kinds).
     pub kinds: crate::estimate::KindMap,
+    /// The cluster's resource kind names, in the capacity's order (what specs name, e.g. in
+    /// their profile hints).
+    pub kind_names: Vec<String>,
     /// Placement labels.
     pub labels: BTreeMap<String, String>,
     /// Incarnation (increase on every restart).
@@ -106,6 +109,7 @@ impl NodeConfig {
             name: format!("n{}", me.0),
             capacity,
             kinds: crate::estimate::KindMap::from_names(&["cpu", "gpu"]),
+            kind_names: vec!["cpu".into(), "gpu".into()],
             labels: BTreeMap::new(),
             incarnation: 1,
             num_types: 1,

@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 mod gang;
+mod profile;
 pub use gang::{GangSpec, PipelineSpec, WorkerCount};
+pub use profile::{MAX_HINT_SECONDS, MAX_PROFILE, ProfileHint};
 
 /// Longest accepted name, label key or value, argument or environment entry (bytes).
 pub const MAX_STRING: usize = 4096;
@@ -78,6 +80,13 @@ pub struct TaskSpec {
     /// target no plan meets on the eligible boxes is refused at submit.
     #[serde(default)]
     pub pipeline: Option<Box<PipelineSpec>>,
+    /// How long the task takes alone at a few allocations, as its submitter knows it (at most
+    /// [`MAX_PROFILE`]; [`ProfileHint`]): the speed estimator's figures for its class until
+    /// progress has been observed. Single-node tasks only.
+    // Always written (no `skip_serializing_if`): the wire's binary format has no field names
+    // to leave one out by.
+    #[serde(default)]
+    pub profile: Vec<ProfileHint>,
 }
 
 fn default_grace() -> i64 {
@@ -210,6 +219,12 @@ impl TaskSpec {
         if self.gang.is_some() && self.pipeline.is_some() {
             return Err(err("pipeline", "a spec is a gang or a pipeline, not both"));
         }
+        if (self.gang.is_some() || self.pipeline.is_some()) && !self.profile.is_empty() {
+            return Err(err(
+                "profile",
+                "profile hints are for single-node tasks, not gangs or pipelines",
+            ));
+        }
         if let Some(g) = &self.gang {
             return self.validate_gang(g, space, types, nodes, id, arrival, &units);
         }
@@ -218,6 +233,7 @@ impl TaskSpec {
             return self.gang_task(shape, types, nodes, id, arrival);
         }
         let min = units("min_demand", &self.min_demand)?;
+        self.check_profile(space, &min)?;
         if min.0.iter().all(|u| *u == 0) {
             return Err(err(
                 "min_demand",

@@ -199,6 +199,9 @@ impl<'a> Episode<'a> {
         let truths = sc.gangs.as_ref().map_or_else(Default::default, |g| {
             g.assign(&mut arrivals, &capacities, seeds.workload, sc.slot_seconds)
         });
+        if sc.profile_hints {
+            crate::policies::hint_profiles(sc, &arrivals, &mut ledger);
+        }
         Ok(Self {
             sc,
             lower_bound,

@@ -138,6 +138,10 @@ pub struct ScenarioFile {
     /// Published average JCT per policy, shown beside ours.
     #[serde(default)]
     pub published: BTreeMap<String, f64>,
+    /// Every task carries its type's profiling runs (those Optimus fits) as profile hints for
+    /// the speed estimator, as a submitter's spec may (`--profile-hints` turns it on anywhere).
+    #[serde(default)]
+    pub profile_hints: bool,
 }
 
 /// The `[priorities]` section as written.
@@ -324,6 +328,8 @@ pub struct Scenario {
     pub max_slots: u64,
     /// Published average JCT per policy.
     pub published: BTreeMap<String, f64>,
+    /// Tasks carry their type's profiling runs as profile hints ([`ScenarioFile::profile_hints`]).
+    pub profile_hints: bool,
     /// Bursty arrivals.
     pub burst: Option<Burst>,
     /// Heavy-tailed task sizes.

@@ -351,6 +351,7 @@ impl Scenario {
             reachability: f.reachability,
             max_slots: u64::try_from(f.max_slots).unwrap_or(u64::MAX),
             published: f.published,
+            profile_hints: f.profile_hints,
             burst: f.burst,
             task_size: f.task_size,
             trace,
