@@ -10,7 +10,8 @@
 //! node that runs each task (its exit when it finished). Every policy the agent accepts is
 //! checked, the elastic ones included, the learned one, and the elastic general model (as
 //! shipped, with its GPUs held, and drawing each claim's floor): the node cores re-share each
-//! slot exactly as the simulator does, and every peer learns the new shares.
+//! slot exactly as the simulator does, and every peer learns the new shares. With profile hints
+//! (the simulator's `profile_hints`, the agents' specs' `[[profile]]`) the estimates agree too.
 
 // Test helpers may unwrap: a failure there is a test failure with its message.
 #![allow(clippy::unwrap_used)]
@@ -169,6 +170,26 @@ fn spec(task: TaskId) -> TaskSpec {
     TaskSpec::from_toml(&format!("command = [\"task-{}\"]\n", task.0)).unwrap()
 }
 
+/// [`spec`] with the profiling runs of `task`'s type as its profile hints (`[[profile]]`, in
+/// seconds of the agents' slots), as the simulator's `profile_hints` gives every task.
+fn hinted_spec(sc: &Scenario, task: &tapfinger::Task) -> TaskSpec {
+    let names = sc.kind_names();
+    let mut text = format!("command = [\"task-{}\"]\n", task.id.0);
+    for run in policies::profile(sc).iter().filter(|r| r.ty == task.ty) {
+        let alloc: Vec<String> = names
+            .iter()
+            .zip(&run.alloc.0)
+            .map(|(n, v)| format!("{n} = {v}"))
+            .collect();
+        let seconds = run.slots * (2 * HEARTBEAT) as f64 / 1000.0;
+        text += &format!(
+            "[[profile]]\nalloc = {{ {} }}\nseconds = {seconds:?}\n",
+            alloc.join(", ")
+        );
+    }
+    TaskSpec::from_toml(&text).unwrap()
+}
+
 /// A view with only what a policy decides from (the slot and step are compared apart).
 fn normalized(v: &ClusterView) -> ClusterView {
     ClusterView {
@@ -231,7 +252,12 @@ fn check_parity(
         while let Some(t) = tasks.get(next).filter(|t| t.arrival == slot) {
             // Submitted at the first node that can run it (its owner).
             let at = t.reachable[0].0 as usize;
-            let out = agents.cores[at].submit(t.clone(), spec(t.id));
+            let s = if sc.profile_hints {
+                hinted_spec(&sc, t)
+            } else {
+                spec(t.id)
+            };
+            let out = agents.cores[at].submit(t.clone(), s);
             agents.settle(at, out);
             next += 1;
         }
@@ -436,6 +462,21 @@ fn agents_and_the_simulator_re_share_alike_with_the_elastic_general_model() {
             assert!(resized > 0, "gen:{g}: no task was re-shared");
         }
     }
+}
+
+/// With profile hints (the simulator's `profile_hints`; on agents, the specs' `[[profile]]`),
+/// both drivers' estimators start from the same hints, so the views still agree to the bit,
+/// the gain-aware share (which reads the estimates) included.
+#[test]
+fn agents_and_the_simulator_agree_with_profile_hints() {
+    let gain = general_with("hints", &["elastic", "gain_share"]);
+    let mut sc = Scenario::load("gen:8").unwrap();
+    sc.tasks = sc.tasks.min(40);
+    sc.profile_hints = true;
+    for model in [None, Some(gain.as_path())] {
+        check_parity(sc.clone(), policies::TAPFINGER, 100, model).unwrap();
+    }
+    check_parity(sc, "tiresias", 101, None).unwrap();
 }
 
 #[test]
