@@ -20,7 +20,7 @@ pub const MAX_PROFILE: usize = 16;
 /// Longest time a hint may state (seconds; about three years): beyond it a hint is a typo.
 pub const MAX_HINT_SECONDS: f64 = 1e8;
 
-/// One profile hint ([module doc](self)).
+/// One profile hint (see [`TaskSpec::profile`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileHint {
