@@ -153,7 +153,7 @@ impl Simulator {
     }
 
     /// Every task carries its type's profiling runs as profile hints (`--profile-hints`,
-    /// [`crate::policies::hint_profiles`]).
+    /// `policies::hint_profiles`).
     pub fn profile_hints(mut self) -> Self {
         self.sc.profile_hints = true;
         self
