@@ -422,6 +422,39 @@ mod tests {
             .unwrap();
     }
 
+    /// A spec's profile hints survive a restart (its estimator hints come back with it), and a
+    /// journal written before specs had them still reads (the field defaults to none).
+    #[test]
+    fn profile_hints_survive_the_journal_and_old_records_still_read() {
+        let path = fresh("hints");
+        let hinted = TaskSpec::from_toml(
+            "command = [\"x\"]\nmin_demand = { cpu = 1 }\n\
+             [[profile]]\nalloc = { cpu = 2 }\nseconds = 30\n",
+        )
+        .unwrap();
+        {
+            let (mut s, _) = Store::open(&path).unwrap();
+            s.accepted(&task(1), &hinted).unwrap();
+        }
+        // A record as an older agent wrote it: the same spec without the field.
+        let line = std::fs::read_to_string(&path).unwrap();
+        let old = line.replace(
+            ",\"profile\":[{\"alloc\":{\"cpu\":2},\"seconds\":30.0}]",
+            "",
+        );
+        assert_ne!(old, line, "the record carries no profile: {line}");
+        append_raw(&path, old.replace("\"id\":1", "\"id\":2").as_bytes());
+        let (_, r) = Store::open(&path).unwrap();
+        assert_eq!(r.skipped, 0);
+        let specs: BTreeMap<u64, TaskSpec> = r
+            .unfinished()
+            .iter()
+            .map(|(t, s)| (t.id.0, s.clone()))
+            .collect();
+        assert_eq!(specs[&1], hinted);
+        assert!(specs[&2].profile.is_empty());
+    }
+
     #[test]
     fn replays_unfinished_tasks_and_survives_a_torn_line() {
         let path = fresh("replay");
