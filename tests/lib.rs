@@ -184,7 +184,6 @@ impl Local {
             me,
             name: self.name,
             capacity: self.capacity.clone(),
-            kinds: tapfinger::estimate::KindMap::from_names(&["cpu", "gpu", "mem"]),
             kind_names: vec!["cpu".into(), "gpu".into(), "mem".into()],
             labels: BTreeMap::new(),
             incarnation: self.incarnation,

@@ -103,7 +103,6 @@ impl Agents {
                     me: NodeId(i as u32),
                     name: format!("n{i}"),
                     capacity: sc.nodes[i].capacity.clone(),
-                    kinds: tapfinger::estimate::KindMap::from_names(&sc.kind_names()),
                     kind_names: sc.kind_names(),
                     labels: BTreeMap::new(),
                     incarnation: 1,

@@ -467,7 +467,6 @@ mod tests {
             me: NodeId(1),
             name: "n1".into(),
             capacity: Resources(vec![4, 1, 8]),
-            kinds: tapfinger::estimate::KindMap::from_names(&["cpu", "gpu", "mem"]),
             kind_names: vec!["cpu".into(), "gpu".into(), "mem".into()],
             labels: Default::default(),
             incarnation: 1,

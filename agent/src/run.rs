@@ -115,7 +115,6 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             me,
             name: cfg.name.clone(),
             capacity: capacity.clone(),
-            kinds: tapfinger::estimate::KindMap::from_names(&space().kind_names()),
             kind_names: space().kind_names(),
             labels: cfg.labels.clone(),
             incarnation: std::time::SystemTime::now()

@@ -51,10 +51,9 @@ pub struct NodeConfig {
     pub name: String,
     /// Units offered to the cluster.
     pub capacity: Resources,
-    /// Where CPU, GPU and memory sit among the capacity's kinds (the speed estimator's kinds).
-    pub kinds: crate::estimate::KindMap,
-    /// The cluster's resource kind names, in the capacity's order (what specs name, e.g. in
-    /// their profile hints).
+    /// The cluster's resource kind names, in the capacity's order: what specs name (in their
+    /// profile hints, say), and where CPU, GPU and memory sit for the speed estimator
+    /// ([`crate::estimate::KindMap::from_names`]).
     pub kind_names: Vec<String>,
     /// Placement labels.
     pub labels: BTreeMap<String, String>,
@@ -108,7 +107,6 @@ impl NodeConfig {
             me,
             name: format!("n{}", me.0),
             capacity,
-            kinds: crate::estimate::KindMap::from_names(&["cpu", "gpu"]),
             kind_names: vec!["cpu".into(), "gpu".into()],
             labels: BTreeMap::new(),
             incarnation: 1,
@@ -356,7 +354,7 @@ impl NodeCore {
                     .with_order(crate::ledger::WindowOrder::Spread)
                     .with_priorities(cfg.priorities)
                     .with_shrink(cfg.shrink_kind)
-                    .with_kinds(cfg.kinds);
+                    .with_kinds(crate::estimate::KindMap::from_names(&cfg.kind_names));
                 l.set_node(cfg.me, cfg.capacity.clone());
                 l.set_all_elastic(elastic);
                 l.set_all_floors(floors);
