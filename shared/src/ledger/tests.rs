@@ -487,3 +487,46 @@ fn a_task_counts_its_runs_not_its_re_shares() {
     l.set_state(TaskId(1), running(1, [1, 0])).unwrap();
     assert_eq!(l[&TaskId(1)].runs, 2);
 }
+
+/// The first slot at a task's new allocation carries the switch's cost (a restart on new
+/// devices, a slowed slot): it is no sample for the speed estimator, the slots after it are.
+/// Before, a slowed slot counted at the new allocation and made the extra units look useless.
+#[test]
+fn the_slot_after_a_re_allocation_is_no_speed_sample() {
+    let mut l = two_nodes().with_kinds(crate::estimate::KindMap([Some(0), Some(1), None]));
+    let t = task(1, 0, [2, 1], &[0]);
+    l.insert(t.clone(), running(0, [2, 1]), ());
+    l.set_progress(TaskId(1), 0.1, 1.0);
+    assert_eq!(l.estimator().samples(t.ty), 1);
+    l.set_state(
+        TaskId(1),
+        TaskState::Running {
+            node: NodeId(0),
+            alloc: Resources(vec![4, 1]),
+            progress: 0.1,
+            started: 0,
+        },
+    );
+    // The switch's slot: half as fast as the allocation would run.
+    l.set_progress(TaskId(1), 0.2, 2.0);
+    assert_eq!(l.estimator().samples(t.ty), 1);
+    // The steady slot at the new allocation: 0.2 a slot, 5 slots for the whole task.
+    l.set_progress(TaskId(1), 0.4, 3.0);
+    assert_eq!(l.estimator().samples(t.ty), 2);
+    // The samples say 10 slots at 2 cores and 5 at 4 (with the switch's slot counted, 7.5 at
+    // 4): the fit (θ ≥ 0, so not exact) has 4 cores at 0.6 of the time of 2.
+    let at = |a: [u32; 2]| l.estimator().slots(&t, &Resources(a.to_vec()));
+    assert!(at([4, 1]) < 0.65 * at([2, 1]), "{} {}", at([4, 1]), at([2, 1]));
+    // An unchanged allocation is no switch: the next slot is a sample.
+    l.set_state(
+        TaskId(1),
+        TaskState::Running {
+            node: NodeId(0),
+            alloc: Resources(vec![4, 1]),
+            progress: 0.4,
+            started: 0,
+        },
+    );
+    l.set_progress(TaskId(1), 0.6, 4.0);
+    assert_eq!(l.estimator().samples(t.ty), 3);
+}
