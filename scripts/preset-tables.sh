@@ -6,10 +6,11 @@
 #   [GENERAL=MODEL_DIR] scripts/preset-tables.sh [OUT_DIR]
 # GENERAL names a candidate general model to put in the `general` column instead of the shipped
 # one (shared/models/general).
+# BIN names another simulator binary (default: the release build).
 # Needs the release binary (cargo build --release -p tapfinger-sim).
 set -e
 cd "$(dirname "$0")/.."
-B=./target/release/tapfinger-sim
+B=${BIN:-./target/release/tapfinger-sim}
 OUT=${1:-docs/experiments/presets-100-109}
 mkdir -p "$OUT"
 P="tapfinger,general=${GENERAL:-shared/models/general},optimus,optimus-np,tiresias,tiresias-np,drf,first-fit-max,random,min,clairvoyant"

@@ -463,6 +463,23 @@ fn agents_and_the_simulator_re_share_alike_with_the_elastic_general_model() {
     }
 }
 
+/// Where re-allocations cost (synthetic3's switch slots run at half speed), both drivers'
+/// estimators measure the cost alike, and the gain-aware share that reads it (leaving the units
+/// a costly class does not gain from idle) re-shares alike.
+#[test]
+fn agents_and_the_simulator_agree_where_switches_cost() {
+    let gain = general_with("gain-switch", &["elastic", "gain_share"]);
+    let mut sc = Scenario::load("synthetic3").unwrap();
+    assert!(sc.switch_weight < 1.0);
+    sc.tasks = 40;
+    let mut resized = 0;
+    for seed in [100, 101] {
+        resized +=
+            check_parity(sc.clone(), policies::TAPFINGER, seed, Some(gain.as_path())).unwrap();
+    }
+    assert!(resized > 0, "no task was re-shared");
+}
+
 /// With profile hints (the simulator's `profile_hints`; on agents, the specs' `[[profile]]`),
 /// both drivers' estimators start from the same hints, so the views still agree to the bit,
 /// the gain-aware share (which reads the estimates) included.

@@ -122,6 +122,9 @@ struct Class {
     pairs: BTreeMap<([u32; 3], [u32; 3]), (u64, u128)>,
     /// Distinct profile hints: (canonical allocation, job time in nanoslots), one sample each.
     hints: std::collections::BTreeSet<([u32; 3], u128)>,
+    /// Re-allocations measured: (count, sum of the speed of a switch's slot over the speed of
+    /// the same task's next slot at that allocation, each at most 1, in nanos).
+    switches: (u64, u128),
 }
 
 fn terms(a: &[f64; 3]) -> [f64; 4] {
@@ -263,6 +266,9 @@ pub struct Estimator {
     /// Each task's last sample (canonical allocation, job time in nanos) until it is done: the
     /// next sample at another allocation makes a pair with it.
     last: BTreeMap<TaskId, ([u32; 3], u128)>,
+    /// Each re-allocated task's switch slot (canonical allocation, job time in nanos; `u128::MAX`
+    /// for a slot without progress) until its next sample, which says what the switch cost.
+    switched: BTreeMap<TaskId, ([u32; 3], u128)>,
 }
 
 impl Estimator {
@@ -272,6 +278,7 @@ impl Estimator {
             kinds,
             classes: BTreeMap::new(),
             last: BTreeMap::new(),
+            switched: BTreeMap::new(),
         }
     }
 
@@ -294,6 +301,17 @@ impl Estimator {
         });
         // Capped so that a runaway sample cannot overflow the sums.
         let t = ((slots / delta).min(1e9) * NANO).round() as u128;
+        if let Some((_, u)) = self.switched.remove(&task.id).filter(|(b, _)| *b == a) {
+            // A ratio of one task's own times: the same whatever order the agents hear the
+            // tasks in, and whatever the task's size.
+            let kept = if u == u128::MAX {
+                0.0
+            } else {
+                (t as f64 / (u as f64).max(1.0)).min(1.0)
+            };
+            c.switches.0 += 1;
+            c.switches.1 += (kept * NANO).round() as u128;
+        }
         let cell = c.cells.entry(a).or_insert((0, 0));
         cell.0 += 1;
         cell.1 += t;
@@ -335,6 +353,34 @@ impl Estimator {
     /// `task` is done: its last sample makes no more pairs.
     pub fn forget(&mut self, task: TaskId) {
         self.last.remove(&task);
+        self.switched.remove(&task);
+    }
+
+    /// `task` ran `slots` at `alloc`, its new allocation, and did `delta` of its work: the
+    /// slot of its switch, no speed sample ([`crate::ledger::Ledger::set_progress`]). Its next
+    /// sample at `alloc` says what fraction of a slot the switch kept ([`Self::switch_cost`]).
+    pub fn observe_switch(&mut self, task: &Task, alloc: &Resources, delta: f64, slots: f64) {
+        if !(slots > 1e-9 && slots.is_finite() && delta.is_finite()) {
+            return;
+        }
+        let t = if delta > 1e-9 {
+            ((slots / delta).min(1e9) * NANO).round() as u128
+        } else {
+            u128::MAX
+        };
+        self.switched.insert(task.id, (self.kinds.units(alloc), t));
+    }
+
+    /// The fraction of a slot's progress a re-allocation of `class` costs, as measured (each
+    /// switch's slot against the same task's next slot): 0 where switches are free or were
+    /// never measured, 1 where a switch's slot makes no progress.
+    pub fn switch_cost(&self, class: TaskTypeId) -> f64 {
+        self.classes
+            .get(&class)
+            .filter(|c| c.switches.0 > 0)
+            .map_or(0.0, |c| {
+                (1.0 - c.switches.1 as f64 / NANO / c.switches.0 as f64).clamp(0.0, 1.0)
+            })
     }
 
     /// Estimated slots `task` takes alone at `alloc` (all of its work).
@@ -383,6 +429,50 @@ mod tests {
         let m = KindMap::from_names(&["GPUs", "cores", "disk"]);
         assert_eq!(m, KindMap([Some(1), Some(0), None]));
         assert_eq!(m.canonical(&Resources(vec![2, 8, 100])), [8.0, 2.0, 0.0]);
+    }
+
+    /// A switch's cost is measured from each re-allocated task's own slots: the switch's slot
+    /// against its next slot at the new allocation, whatever the task's size and whatever order
+    /// the tasks are heard in; free switches (or none) measure 0.
+    #[test]
+    fn the_switch_cost_is_each_task_s_switch_slot_against_its_next() {
+        let at = |g| Resources(vec![2, g, 1]);
+        let sized = |e: &mut Estimator, id: u64, size: f64, keep: f64| {
+            let mut t = task(0, [2, 1, 1]);
+            t.id = TaskId(id);
+            e.observe(&t, &at(1), 0.1 / size, 1.0);
+            // Re-allocated to 2 GPUs: the switch's slot keeps `keep` of the new speed.
+            e.observe_switch(&t, &at(2), keep * 0.2 / size, 1.0);
+            e.observe(&t, &at(2), 0.2 / size, 1.0);
+        };
+        let mut e = est();
+        assert_eq!(e.switch_cost(TaskTypeId(0)), 0.0);
+        sized(&mut e, 1, 1.0, 0.5);
+        sized(&mut e, 2, 7.0, 0.7);
+        assert!((e.switch_cost(TaskTypeId(0)) - 0.4).abs() < 1e-9);
+        let mut other = est();
+        sized(&mut other, 2, 7.0, 0.7);
+        sized(&mut other, 1, 1.0, 0.5);
+        assert_eq!(
+            other.switch_cost(TaskTypeId(0)),
+            e.switch_cost(TaskTypeId(0))
+        );
+        // A slot without progress costs all of it; a switch slot as fast as the next, nothing.
+        let mut stalled = est();
+        sized(&mut stalled, 1, 1.0, 0.0);
+        assert_eq!(stalled.switch_cost(TaskTypeId(0)), 1.0);
+        let mut free = est();
+        sized(&mut free, 1, 1.0, 1.0);
+        sized(&mut free, 2, 1.0, 1.2);
+        assert_eq!(free.switch_cost(TaskTypeId(0)), 0.0);
+        // A switch slot whose next sample is at yet another allocation measures nothing.
+        let mut moved = est();
+        let t = task(0, [2, 1, 1]);
+        moved.observe_switch(&t, &at(2), 0.05, 1.0);
+        moved.observe(&t, &at(3), 0.2, 1.0);
+        assert_eq!(moved.switch_cost(TaskTypeId(0)), 0.0);
+        // The speed samples are the same as without the switch slots.
+        assert_eq!(e.samples(TaskTypeId(0)), 4);
     }
 
     #[test]

@@ -603,6 +603,7 @@ mod tests {
             at_max: 4.6,
             gain: [0.0, 0.3, 0.0],
             samples: 3,
+            switch_cost: 0.0,
         };
         let view = ClusterView {
             kinds,

@@ -19,6 +19,12 @@ pub const TIRESIAS_THRESHOLD: f64 = 16.0;
 /// in the gain-aware share ([`least_attained_shares_by`]).
 pub const MIN_GAIN: f64 = 1e-3;
 
+/// The measured cost of a re-allocation (the fraction of a slot's progress it loses,
+/// [`crate::view::TaskEstimate::switch_cost`]) from which the gain-aware share
+/// ([`gain_greedy_shares`]) leaves a task's class out of the round robin of units it does not
+/// gain from.
+pub const COSTLY_SWITCH: f64 = 0.1;
+
 /// Tiresias's elastic sharing of a node, also the learned policy's in its elastic form: the
 /// running tasks (shown at their minimum demand) in least-attained-service order (the queue under
 /// [`TIRESIAS_THRESHOLD`] first, then by arrival), and the node's spare units of each kind handed
@@ -40,8 +46,9 @@ pub fn least_attained_shares_by(
     hold_gpus: bool,
     gainful: bool,
 ) -> Vec<(TaskId, Resources)> {
+    let spare = if gainful { Spare::Gainful } else { Spare::All };
     share_with(view, hold_gpus, |tasks, allocs, free, held| {
-        round_robin(view, tasks, allocs, free, held, gainful);
+        round_robin(view, tasks, allocs, free, held, spare);
     })
 }
 
@@ -75,7 +82,11 @@ fn share_with(
 /// fair share of speed — among tasks it saves at least [`MIN_GAIN`] of their job time at their
 /// minimum demand; the units no task's estimate says it gains from, memory (a need more than a
 /// speed) and kinds without a canonical place are then shared as [`least_attained_shares`]
-/// shares them. With `hold_gpus` the GPU kind is not re-shared.
+/// shares them, except that a task whose class pays for a re-allocation (a measured
+/// [`crate::view::TaskEstimate::switch_cost`] of at least [`COSTLY_SWITCH`]) takes no CPU or GPU
+/// units it does not gain from: they stay idle, so that an arrival or a departure does not
+/// re-deal them and cost every task on the node a switch. Where switches are free (or not yet
+/// measured) the share is as before. With `hold_gpus` the GPU kind is not re-shared.
 ///
 /// Why fractions: the estimate of a task's job time is its class's, not its own (sizes differ
 /// within a class), and a fraction of it is the same for a long task as for a short one; it
@@ -86,7 +97,7 @@ fn share_with(
 pub fn gain_greedy_shares(view: &View<'_>, hold_gpus: bool) -> Vec<(TaskId, Resources)> {
     share_with(view, hold_gpus, |tasks, allocs, free, held| {
         greedy(view, tasks, allocs, free, held);
-        round_robin(view, tasks, allocs, free, held, false);
+        round_robin(view, tasks, allocs, free, held, Spare::GainfulWhereCostly);
     })
 }
 
@@ -147,17 +158,30 @@ pub fn estimated_slots(view: &View<'_>, r: &RunningView, a: &Resources) -> f64 {
     r.est.slots_at(&view.cluster.kinds, &r.task.min_demand, a)
 }
 
+/// Which tasks [`round_robin`] hands the CPU and GPU units to.
+#[derive(Debug, Clone, Copy)]
+enum Spare {
+    /// Every task, up to its maximum demand.
+    All,
+    /// Tasks whose estimate says the kind's next unit saves at least [`MIN_GAIN`].
+    Gainful,
+    /// As `Gainful` for tasks whose class pays for a switch ([`COSTLY_SWITCH`]), as `All` for
+    /// the others.
+    GainfulWhereCostly,
+}
+
 /// Hands `free` out to `tasks` (in [`least_attained_order`]) kind by kind, one unit at a time
 /// round robin, up to each task's maximum demand, skipping the `held` kind; where the view's
 /// priority classes count, the highest class's tasks share until none of them can take more,
-/// then the next class's do. With `gainful`, as [`least_attained_shares_by`] says.
+/// then the next class's do; CPU and GPU only to the tasks `spare` says (memory and kinds
+/// without a canonical place to all).
 fn round_robin(
     view: &View<'_>,
     tasks: &[&RunningView],
     allocs: &mut [Resources],
     free: &mut Resources,
     held: Option<usize>,
-    gainful: bool,
+    spare: Spare,
 ) {
     let canonical = |k: usize| view.cluster.kinds.0.iter().position(|c| *c == Some(k));
     for k in (0..free.len()).filter(|&k| Some(k) != held) {
@@ -176,6 +200,11 @@ fn round_robin(
                     let cap = r.task.max_demand.as_ref().map_or(u32::MAX, |m| m.get(k));
                     // Memory is a need more than a speed: a task short of it fails, so it is
                     // shared whatever its estimated gain.
+                    let gainful = match spare {
+                        Spare::All => false,
+                        Spare::Gainful => true,
+                        Spare::GainfulWhereCostly => r.est.switch_cost >= COSTLY_SWITCH,
+                    };
                     let useful = !gainful
                         || canonical(k).is_none_or(|c| c == 2 || r.est.gain[c] >= MIN_GAIN);
                     if allocs[i].0[k] < cap && useful {
@@ -407,5 +436,37 @@ mod tests {
             gain_greedy_shares(&view, true).into_iter().collect();
         assert_eq!(held[&TaskId(1)], Resources(vec![2, 1, 1]));
         assert_eq!(held[&TaskId(2)], Resources(vec![2, 1, 1]));
+    }
+
+    /// Where a class pays for re-allocations, the gain-aware share leaves the CPU and GPU units
+    /// its tasks do not gain from idle (an arrival then takes them without re-dealing anyone's);
+    /// a class whose switches are free still gets them round robin, and memory goes to all.
+    #[test]
+    fn a_class_that_pays_for_switches_takes_no_units_it_does_not_gain_from() {
+        let est = |switch_cost: f64| TaskEstimate {
+            at_min: 10.0,
+            switch_cost,
+            ..Default::default()
+        };
+        let c = cluster(
+            vec![running(1, 0.0, est(0.5)), running(2, 0.0, est(0.0))],
+            [2, 2, 2],
+        );
+        let s: BTreeMap<TaskId, Resources> =
+            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false)
+                .into_iter()
+                .collect();
+        assert_eq!(s[&TaskId(1)], Resources(vec![1, 1, 2]));
+        assert_eq!(s[&TaskId(2)], Resources(vec![3, 3, 2]));
+        // Below the threshold, as before: round robin to both.
+        let c = cluster(
+            vec![running(1, 0.0, est(0.05)), running(2, 0.0, est(0.0))],
+            [2, 2, 2],
+        );
+        let s: BTreeMap<TaskId, Resources> =
+            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false)
+                .into_iter()
+                .collect();
+        assert_eq!(s[&TaskId(1)], Resources(vec![2, 2, 2]));
     }
 }

@@ -49,6 +49,10 @@ pub struct TaskEstimate {
     pub gain: [f64; 3],
     /// Samples of its class the estimator holds (0: the prior speaks).
     pub samples: usize,
+    /// The fraction of a slot's progress a re-allocation costs its class, as measured
+    /// ([`crate::estimate::Estimator::switch_cost`]; 0 until measured).
+    #[serde(default)]
+    pub switch_cost: f64,
 }
 
 impl TaskEstimate {
@@ -75,6 +79,7 @@ impl TaskEstimate {
             at_max: est.slots(task, &top),
             gain,
             samples: est.samples(task.ty),
+            switch_cost: est.switch_cost(task.ty),
         }
     }
 

@@ -482,7 +482,11 @@ impl<M> Ledger<M> {
         }
         let since = match observed.take() {
             Some((q, t, a)) if a == *alloc => Some((q, t)),
-            Some(_) => None,
+            // The slot of a switch to this allocation: what it cost, not a speed.
+            Some((q, t, _)) => {
+                self.estimator.observe_switch(task, alloc, p - q, now - t);
+                None
+            }
             // The first observation of a copy that has not progressed before: since its start.
             None if *progress == 0.0 => Some((0.0, *started as f64)),
             None => None,

@@ -510,13 +510,20 @@ fn the_slot_after_a_re_allocation_is_no_speed_sample() {
     // The switch's slot: half as fast as the allocation would run.
     l.set_progress(TaskId(1), 0.2, 2.0);
     assert_eq!(l.estimator().samples(t.ty), 1);
-    // The steady slot at the new allocation: 0.2 a slot, 5 slots for the whole task.
+    // The steady slot at the new allocation: 0.2 a slot, 5 slots for the whole task. Against
+    // it, the switch's slot lost half a slot.
     l.set_progress(TaskId(1), 0.4, 3.0);
     assert_eq!(l.estimator().samples(t.ty), 2);
+    assert!((l.estimator().switch_cost(t.ty) - 0.5).abs() < 1e-9);
     // The samples say 10 slots at 2 cores and 5 at 4 (with the switch's slot counted, 7.5 at
     // 4): the fit (θ ≥ 0, so not exact) has 4 cores at 0.6 of the time of 2.
     let at = |a: [u32; 2]| l.estimator().slots(&t, &Resources(a.to_vec()));
-    assert!(at([4, 1]) < 0.65 * at([2, 1]), "{} {}", at([4, 1]), at([2, 1]));
+    assert!(
+        at([4, 1]) < 0.65 * at([2, 1]),
+        "{} {}",
+        at([4, 1]),
+        at([2, 1])
+    );
     // An unchanged allocation is no switch: the next slot is a sample.
     l.set_state(
         TaskId(1),
