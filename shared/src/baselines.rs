@@ -514,6 +514,7 @@ mod tests {
             },
             est_alloc: 0.0,
             converging: false,
+            in_force: Default::default(),
         };
         let cluster = ClusterView {
             kinds: crate::estimate::KindMap([Some(0), Some(1), Some(2)]),

@@ -525,6 +525,7 @@ mod tests {
                 est: Default::default(),
                 est_alloc: 4.0,
                 converging: true,
+                in_force: Default::default(),
             }],
             forecast: vec![0.0, (4f64).exp() - 1.0],
             ..Default::default()

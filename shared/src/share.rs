@@ -82,11 +82,17 @@ fn share_with(
 /// fair share of speed — among tasks it saves at least [`MIN_GAIN`] of their job time at their
 /// minimum demand; the units no task's estimate says it gains from, memory (a need more than a
 /// speed) and kinds without a canonical place are then shared as [`least_attained_shares`]
-/// shares them, except that a task whose class pays for a re-allocation (a measured
-/// [`crate::view::TaskEstimate::switch_cost`] of at least [`COSTLY_SWITCH`]) takes no CPU or GPU
-/// units it does not gain from: they stay idle, so that an arrival or a departure does not
-/// re-deal them and cost every task on the node a switch. Where switches are free (or not yet
-/// measured) the share is as before. With `hold_gpus` the GPU kind is not re-shared.
+/// shares them. With `hold_gpus` the GPU kind is not re-shared.
+///
+/// Where a task's class pays for a re-allocation (a measured
+/// [`crate::view::TaskEstimate::switch_cost`] of at least [`COSTLY_SWITCH`]: a restart, a
+/// slowed slot), the share avoids switches that buy nothing. Such a task, once it has run a
+/// slot, first gets back what it holds ([`keep_costly`]); the greedy step moves it only where
+/// the remaining time a unit saves is worth the slot fraction the switch loses; and it takes
+/// nothing from the round robin. A costly task just started takes only the CPU and GPU units it
+/// gains from. Units nobody takes stay idle, so an arrival takes them without moving anyone.
+/// Where switches are free (or not yet measured; every generated scenario) the share is as
+/// before.
 ///
 /// Why fractions: the estimate of a task's job time is its class's, not its own (sizes differ
 /// within a class), and a fraction of it is the same for a long task as for a short one; it
@@ -96,9 +102,40 @@ fn share_with(
 /// presets' development seeds (docs/BENCHMARKS.md).
 pub fn gain_greedy_shares(view: &View<'_>, hold_gpus: bool) -> Vec<(TaskId, Resources)> {
     share_with(view, hold_gpus, |tasks, allocs, free, held| {
+        keep_costly(view, tasks, allocs, free, held);
         greedy(view, tasks, allocs, free, held);
         round_robin(view, tasks, allocs, free, held, Spare::GainfulWhereCostly);
     })
+}
+
+/// Whether re-allocating running task `r` costs (its class's measured
+/// [`crate::view::TaskEstimate::switch_cost`] is at least [`COSTLY_SWITCH`]) and it has run a
+/// slot at the allocation in force (a task claimed this slot starts at whatever it gets, free).
+fn settled_and_costly(view: &View<'_>, r: &RunningView) -> bool {
+    r.est.switch_cost >= COSTLY_SWITCH && r.started < view.cluster.slot
+}
+
+/// [`gain_greedy_shares`]'s first step: each task that pays for a switch gets back, from the
+/// node's spare units, what it holds now (all of it where the units are there), so that an
+/// arrival or a departure does not move it; [`greedy`] then moves it only for a gain worth
+/// its switch.
+fn keep_costly(
+    view: &View<'_>,
+    tasks: &[&RunningView],
+    allocs: &mut [Resources],
+    free: &mut Resources,
+    held: Option<usize>,
+) {
+    for (r, a) in tasks.iter().zip(allocs.iter_mut()) {
+        if !settled_and_costly(view, r) {
+            continue;
+        }
+        for k in (0..free.len()).filter(|&k| Some(k) != held) {
+            let back = r.in_force.get(k).saturating_sub(a.get(k)).min(free.get(k));
+            a.0[k] += back;
+            free.0[k] -= back;
+        }
+    }
 }
 
 /// [`gain_greedy_shares`]'s greedy part: CPU and GPU units, one at a time, to the task whose
@@ -142,7 +179,11 @@ fn greedy_kind(
             more.0[k] += 1;
             let cut = now - estimated_slots(view, r, &more);
             let fraction = cut / now;
-            if cut > MIN_GAIN * r.est.at_min && best.is_none_or(|(_, b)| fraction > b) {
+            // A task kept at what it holds moves only where the remaining time the unit saves
+            // is worth the slot fraction its switch loses (once moved, the switch is paid).
+            let worth = !(settled_and_costly(view, r) && allocs[i] == r.in_force)
+                || (1.0 - r.progress).max(0.0) * cut >= r.est.switch_cost;
+            if worth && cut > MIN_GAIN * r.est.at_min && best.is_none_or(|(_, b)| fraction > b) {
                 best = Some((i, fraction));
             }
         }
@@ -165,8 +206,8 @@ enum Spare {
     All,
     /// Tasks whose estimate says the kind's next unit saves at least [`MIN_GAIN`].
     Gainful,
-    /// As `Gainful` for tasks whose class pays for a switch ([`COSTLY_SWITCH`]), as `All` for
-    /// the others.
+    /// As `Gainful` for tasks whose class pays for a switch ([`COSTLY_SWITCH`]), nothing to
+    /// such a task once it has run a slot, as `All` for the others.
     GainfulWhereCostly,
 }
 
@@ -205,8 +246,13 @@ fn round_robin(
                         Spare::Gainful => true,
                         Spare::GainfulWhereCostly => r.est.switch_cost >= COSTLY_SWITCH,
                     };
-                    let useful = !gainful
-                        || canonical(k).is_none_or(|c| c == 2 || r.est.gain[c] >= MIN_GAIN);
+                    // A task that pays for switches and has run keeps what it holds (or what
+                    // the greedy step moved it to): a unit more would be a switch for nothing.
+                    let settled =
+                        matches!(spare, Spare::GainfulWhereCostly) && settled_and_costly(view, r);
+                    let useful = !settled
+                        && (!gainful
+                            || canonical(k).is_none_or(|c| c == 2 || r.est.gain[c] >= MIN_GAIN));
                     if allocs[i].0[k] < cap && useful {
                         allocs[i].0[k] += 1;
                         free.0[k] -= 1;
@@ -298,6 +344,7 @@ mod tests {
             est,
             est_alloc: 0.0,
             converging: false,
+            in_force: Resources(vec![1, 1, 1]),
         }
     }
 
@@ -468,5 +515,49 @@ mod tests {
                 .into_iter()
                 .collect();
         assert_eq!(s[&TaskId(1)], Resources(vec![2, 2, 2]));
+    }
+
+    /// A task that pays for switches and has run keeps what it holds through an arrival, takes
+    /// no unit it does not gain from, and moves for a gain only where the remaining time saved
+    /// is worth its switch; a task just started, or one whose switches are free, is shared as
+    /// before.
+    #[test]
+    fn a_costly_task_keeps_what_it_holds_and_moves_only_for_a_gain_worth_its_switch() {
+        let est = |g: f64, switch_cost: f64| TaskEstimate {
+            at_min: 10.0,
+            gain: [0.0, g, 0.0],
+            switch_cost,
+            ..Default::default()
+        };
+        let at = |v: [u32; 3]| Resources(v.to_vec());
+        let mut kept = running(1, 0.5, est(0.0, 0.5));
+        kept.in_force = at([2, 3, 1]);
+        let mut fresh = running(2, 0.0, est(0.0, 0.5));
+        fresh.started = 5;
+        let free_switches = running(3, 0.0, est(0.0, 0.0));
+        let mut c = cluster(vec![kept, fresh, free_switches], [4, 4, 4]);
+        c.slot = 5;
+        let s: BTreeMap<TaskId, Resources> =
+            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false)
+                .into_iter()
+                .collect();
+        assert_eq!(s[&TaskId(1)], at([2, 3, 1]));
+        assert_eq!(s[&TaskId(2)], at([1, 1, 3]));
+        assert_eq!(s[&TaskId(3)], at([4, 3, 3]));
+        // One task at 3 GPUs (its floor 1), halfway, 2 spare GPUs beyond. One more GPU cuts its job time by 3·g
+        // slots (the estimator's form), its remaining time by 1.5·g: worth a switch that loses
+        // half a slot from g = 1/3.
+        let share = |g: f64, cost: f64| {
+            let mut r = running(1, 0.5, est(g, cost));
+            r.in_force = at([1, 3, 1]);
+            let mut c = cluster(vec![r], [0, 4, 0]);
+            c.slot = 5;
+            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false)[0]
+                .1
+                .clone()
+        };
+        assert_eq!(share(0.1, 0.5), at([1, 3, 1]));
+        assert_eq!(share(0.4, 0.5), at([1, 5, 1]));
+        assert_eq!(share(0.1, 0.0), at([1, 5, 1]));
     }
 }

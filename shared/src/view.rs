@@ -125,8 +125,12 @@ pub struct RunningView {
     pub task: Arc<Task>,
     /// Node it runs on.
     pub node: NodeId,
-    /// Current allocation.
+    /// Current allocation (on an elastic node, its floor: the re-share starts from there).
     pub alloc: Resources,
+    /// The allocation in force, what it ran at in the last slot, whatever `alloc` shows (a
+    /// re-share can leave a task what it holds where a change would cost it).
+    #[serde(default)]
+    pub in_force: Resources,
     /// Slot in which it started.
     pub started: u64,
     /// Progress in [0, 1] as reported by the task (a training loop knows its epoch count).

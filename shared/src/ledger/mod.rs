@@ -403,21 +403,20 @@ impl<M> Ledger<M> {
         }
         if let Some(e) = self.tasks.get_mut(&id) {
             e.observed = match (&old, &state, e.observed.take()) {
-                // The same copy re-allocated: the observation point stays, still at the
-                // allocation it was made at, so the next sample (the first slot at the new
+                // The same copy re-allocated: the observation point stays as it is, at the
+                // allocation its last slot ran at, so the next sample (the first slot at the new
                 // allocation, which carries the cost of the switch: a restart on new devices, a
-                // slowed slot) is no sample; the slots after it are. A slot's speed mixed with
-                // its switch made units look useless, or harmful, to the estimator.
+                // slowed slot) is a measure of that cost, not a speed sample; the slots after
+                // it are. (However many re-shares a slot sees, only what ran counts.)
                 (
                     TaskState::Running {
                         node: n0,
                         started: s0,
-                        alloc: a0,
                         ..
                     },
                     TaskState::Running { node, started, .. },
-                    Some((q, t, _)),
-                ) if n0 == node && s0 == started => Some((q, t, a0.clone())),
+                    Some(point),
+                ) if n0 == node && s0 == started => Some(point),
                 _ => None,
             };
             if old.running_on().is_none() && state.running_on().is_some() {

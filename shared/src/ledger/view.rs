@@ -114,10 +114,17 @@ impl<M> Ledger<M> {
                         started,
                     } => {
                         let alloc = self.shown_alloc(*node, &e.task, alloc);
+                        // What its last slot ran at (the same in every driver, however many
+                        // re-shares a slot sees); a task that has not run yet: what it shows.
+                        let in_force = e
+                            .observed
+                            .as_ref()
+                            .map_or_else(|| alloc.clone(), |(_, _, a)| a.clone());
                         Some(RunningView {
                             task: e.task.clone(),
                             node: *node,
                             alloc: alloc.clone(),
+                            in_force,
                             started: *started,
                             progress: *progress,
                             attained: e.attained,

@@ -229,6 +229,7 @@ mod tests {
             }],
             running: vec![RunningView {
                 converging: false,
+                in_force: Default::default(),
                 task: task(2),
                 node: NodeId(1),
                 alloc: Resources(vec![3]),

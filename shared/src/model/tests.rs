@@ -50,6 +50,7 @@ fn random_view(seed: u64) -> ClusterView {
             mine.push(running.len());
             running.push(RunningView {
                 converging: false,
+                in_force: Default::default(),
                 task: Arc::new(Task {
                     id: TaskId(100 + running.len() as u64),
                     ty: TaskTypeId(1),
