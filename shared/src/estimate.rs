@@ -45,6 +45,11 @@ use std::collections::BTreeMap;
 /// of it.
 pub const KINDS: [&str; 3] = ["cpu", "gpu", "mem"];
 
+/// The measured cost of a re-allocation ([`Estimator::switch_cost`], the fraction of a slot's
+/// progress it loses) from which a switch's slot is no longer a speed sample of its class, and
+/// the gain-aware share avoids switches that buy nothing ([`crate::share::gain_greedy_shares`]).
+pub const COSTLY_SWITCH: f64 = 0.1;
+
 /// Job length in slots at the minimum demand assumed for a class never observed.
 pub const PRIOR_SLOTS: f64 = 10.0;
 
@@ -125,6 +130,10 @@ struct Class {
     /// Re-allocations measured: (count, sum of the speed of a switch's slot over the speed of
     /// the same task's next slot at that allocation, each at most 1, in nanos).
     switches: (u64, u128),
+    /// The switches' slots, kept apart from `cells` as `cells` keeps samples: they count as
+    /// speed samples while the class's switches measure free ([`COSTLY_SWITCH`]), as they
+    /// did before switches were measured.
+    switch_cells: BTreeMap<[u32; 3], (u64, u128)>,
 }
 
 fn terms(a: &[f64; 3]) -> [f64; 4] {
@@ -153,14 +162,37 @@ fn as_f64(a: &[u32; 3]) -> [f64; 3] {
 
 impl Class {
     fn samples(&self) -> u64 {
-        self.cells.values().map(|c| c.0).sum::<u64>() + self.hints.len() as u64
+        self.speed_cells().values().map(|c| c.0).sum::<u64>() + self.hints.len() as u64
+    }
+
+    /// The fraction of a slot a re-allocation costs, as measured ([`Estimator::switch_cost`]).
+    fn switch_cost(&self) -> f64 {
+        if self.switches.0 == 0 {
+            return 0.0;
+        }
+        (1.0 - self.switches.1 as f64 / NANO / self.switches.0 as f64).clamp(0.0, 1.0)
+    }
+
+    /// The speed samples per allocation: the observed ones, and the switches' slots while
+    /// switches measure free. From sums alone, so the same in any order the samples came in.
+    fn speed_cells(&self) -> std::borrow::Cow<'_, BTreeMap<[u32; 3], (u64, u128)>> {
+        if self.switch_cells.is_empty() || self.switch_cost() >= COSTLY_SWITCH {
+            return std::borrow::Cow::Borrowed(&self.cells);
+        }
+        let mut all = self.cells.clone();
+        for (a, (n, sum)) in &self.switch_cells {
+            let cell = all.entry(*a).or_insert((0, 0));
+            cell.0 += n;
+            cell.1 += sum;
+        }
+        std::borrow::Cow::Owned(all)
     }
 
     fn refit(&mut self) {
         // Per allocation: its mean job time and its weight (√samples, as least squares over
         // every sample would weigh it); each hint a row of weight 1.
-        let rows: Vec<([f64; 3], f64, f64)> = self
-            .cells
+        let cells = self.speed_cells();
+        let rows: Vec<([f64; 3], f64, f64)> = cells
             .iter()
             .map(|(a, (n, sum))| (as_f64(a), *sum as f64 / NANO / *n as f64, *n as f64))
             .chain(
@@ -363,24 +395,31 @@ impl Estimator {
         if !(slots > 1e-9 && slots.is_finite() && delta.is_finite()) {
             return;
         }
+        let a = self.kinds.units(alloc);
         let t = if delta > 1e-9 {
             ((slots / delta).min(1e9) * NANO).round() as u128
         } else {
             u128::MAX
         };
-        self.switched.insert(task.id, (self.kinds.units(alloc), t));
+        self.switched.insert(task.id, (a, t));
+        if t != u128::MAX {
+            let min = self.kinds.canonical(&task.min_demand);
+            let c = self.classes.entry(task.ty).or_insert_with(|| Class {
+                min,
+                ..Class::default()
+            });
+            let cell = c.switch_cells.entry(a).or_insert((0, 0));
+            cell.0 += 1;
+            cell.1 += t;
+            c.refit();
+        }
     }
 
     /// The fraction of a slot's progress a re-allocation of `class` costs, as measured (each
     /// switch's slot against the same task's next slot): 0 where switches are free or were
     /// never measured, 1 where a switch's slot makes no progress.
     pub fn switch_cost(&self, class: TaskTypeId) -> f64 {
-        self.classes
-            .get(&class)
-            .filter(|c| c.switches.0 > 0)
-            .map_or(0.0, |c| {
-                (1.0 - c.switches.1 as f64 / NANO / c.switches.0 as f64).clamp(0.0, 1.0)
-            })
+        self.classes.get(&class).map_or(0.0, Class::switch_cost)
     }
 
     /// Estimated slots `task` takes alone at `alloc` (all of its work).
@@ -471,8 +510,9 @@ mod tests {
         moved.observe_switch(&t, &at(2), 0.05, 1.0);
         moved.observe(&t, &at(3), 0.2, 1.0);
         assert_eq!(moved.switch_cost(TaskTypeId(0)), 0.0);
-        // The speed samples are the same as without the switch slots.
+        // Where switches cost, their slots are no speed samples; where they are free, they are.
         assert_eq!(e.samples(TaskTypeId(0)), 4);
+        assert_eq!(free.samples(TaskTypeId(0)), 6);
     }
 
     #[test]

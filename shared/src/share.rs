@@ -21,9 +21,8 @@ pub const MIN_GAIN: f64 = 1e-3;
 
 /// The measured cost of a re-allocation (the fraction of a slot's progress it loses,
 /// [`crate::view::TaskEstimate::switch_cost`]) from which the gain-aware share
-/// ([`gain_greedy_shares`]) leaves a task's class out of the round robin of units it does not
-/// gain from.
-pub const COSTLY_SWITCH: f64 = 0.1;
+/// ([`gain_greedy_shares`]) avoids switches that buy nothing.
+pub const COSTLY_SWITCH: f64 = crate::estimate::COSTLY_SWITCH;
 
 /// Tiresias's elastic sharing of a node, also the learned policy's in its elastic form: the
 /// running tasks (shown at their minimum demand) in least-attained-service order (the queue under

@@ -489,8 +489,9 @@ fn a_task_counts_its_runs_not_its_re_shares() {
 }
 
 /// The first slot at a task's new allocation carries the switch's cost (a restart on new
-/// devices, a slowed slot): it is no sample for the speed estimator, the slots after it are.
-/// Before, a slowed slot counted at the new allocation and made the extra units look useless.
+/// devices, a slowed slot): where switches measure costly it is no sample for the speed
+/// estimator, the slots after it are. Before, a slowed slot counted at the new allocation and
+/// made the extra units look useless.
 #[test]
 fn the_slot_after_a_re_allocation_is_no_speed_sample() {
     let mut l = two_nodes().with_kinds(crate::estimate::KindMap([Some(0), Some(1), None]));
@@ -507,14 +508,15 @@ fn the_slot_after_a_re_allocation_is_no_speed_sample() {
             started: 0,
         },
     );
-    // The switch's slot: half as fast as the allocation would run.
+    // The switch's slot: half as fast as the allocation would run. Until a switch is measured
+    // it counts as a speed sample, as switches are believed free.
     l.set_progress(TaskId(1), 0.2, 2.0);
-    assert_eq!(l.estimator().samples(t.ty), 1);
-    // The steady slot at the new allocation: 0.2 a slot, 5 slots for the whole task. Against
-    // it, the switch's slot lost half a slot.
-    l.set_progress(TaskId(1), 0.4, 3.0);
     assert_eq!(l.estimator().samples(t.ty), 2);
+    // The steady slot at the new allocation: 0.2 a slot, 5 slots for the whole task. Against
+    // it, the switch's slot lost half a slot: switches cost, and their slots are no samples.
+    l.set_progress(TaskId(1), 0.4, 3.0);
     assert!((l.estimator().switch_cost(t.ty) - 0.5).abs() < 1e-9);
+    assert_eq!(l.estimator().samples(t.ty), 2);
     // The samples say 10 slots at 2 cores and 5 at 4 (with the switch's slot counted, 7.5 at
     // 4): the fit (θ ≥ 0, so not exact) has 4 cores at 0.6 of the time of 2.
     let at = |a: [u32; 2]| l.estimator().slots(&t, &Resources(a.to_vec()));
