@@ -86,7 +86,7 @@ fn share_with(
 /// Where a task's class pays for a re-allocation (a measured
 /// [`crate::view::TaskEstimate::switch_cost`] of at least [`COSTLY_SWITCH`]: a restart, a
 /// slowed slot), the share avoids switches that buy nothing. Such a task, once it has run a
-/// slot, first gets back what it holds ([`keep_costly`]); the greedy step moves it only where
+/// slot, first gets back what it holds; the greedy step moves it only where
 /// the remaining time a unit saves is worth the slot fraction the switch loses; and it takes
 /// nothing from the round robin. A costly task just started takes only the CPU and GPU units it
 /// gains from. Units nobody takes stay idle, so an arrival takes them without moving anyone.

@@ -497,17 +497,20 @@ fn the_slot_after_a_re_allocation_is_no_speed_sample() {
     let mut l = two_nodes().with_kinds(crate::estimate::KindMap([Some(0), Some(1), None]));
     let t = task(1, 0, [2, 1], &[0]);
     l.insert(t.clone(), running(0, [2, 1]), ());
+    // The re-share of the running copy to `alloc` (its node and start unchanged).
+    let reshare = |l: &mut Ledger<()>, alloc: [u32; 2], progress: f64| {
+        let at = Resources(alloc.to_vec());
+        let state = TaskState::Running {
+            node: NodeId(0),
+            alloc: at,
+            progress,
+            started: 0,
+        };
+        l.set_state(TaskId(1), state);
+    };
     l.set_progress(TaskId(1), 0.1, 1.0);
     assert_eq!(l.estimator().samples(t.ty), 1);
-    l.set_state(
-        TaskId(1),
-        TaskState::Running {
-            node: NodeId(0),
-            alloc: Resources(vec![4, 1]),
-            progress: 0.1,
-            started: 0,
-        },
-    );
+    reshare(&mut l, [4, 1], 0.1);
     // The switch's slot: half as fast as the allocation would run. Until a switch is measured
     // it counts as a speed sample, as switches are believed free.
     l.set_progress(TaskId(1), 0.2, 2.0);
@@ -527,15 +530,7 @@ fn the_slot_after_a_re_allocation_is_no_speed_sample() {
         at([2, 1])
     );
     // An unchanged allocation is no switch: the next slot is a sample.
-    l.set_state(
-        TaskId(1),
-        TaskState::Running {
-            node: NodeId(0),
-            alloc: Resources(vec![4, 1]),
-            progress: 0.4,
-            started: 0,
-        },
-    );
+    reshare(&mut l, [4, 1], 0.4);
     l.set_progress(TaskId(1), 0.6, 4.0);
     assert_eq!(l.estimator().samples(t.ty), 3);
 }
