@@ -735,5 +735,54 @@ mod tests {
             prop_assert!(x.is_finite() && x > 0.0);
             prop_assert!(y <= x + 1e-9, "{y} > {x}");
         }
+
+        /// Agents hear the tasks' progress in other orders than the simulator: however the
+        /// tasks' events interleave (each task's own in order), the estimates and the measured
+        /// switch cost are the same to the bit.
+        #[test]
+        fn estimates_and_switch_costs_do_not_depend_on_the_order_tasks_are_heard_in(
+            events in proptest::collection::vec(
+                proptest::collection::vec((0u32..4, 0.01f64..1.0, proptest::bool::ANY), 1..6),
+                1..5,
+            ),
+            seed in proptest::prelude::any::<u64>(),
+        ) {
+            let feed = |order: &[usize]| {
+                let mut e = est();
+                let mut next = vec![0usize; events.len()];
+                for &i in order {
+                    let (g, d, switch) = events[i][next[i]];
+                    next[i] += 1;
+                    let mut t = task(0, [1, 0, 1]);
+                    t.id = TaskId(i as u64);
+                    let a = Resources(vec![2, g, 1]);
+                    if switch {
+                        e.observe_switch(&t, &a, d, 1.0);
+                    } else {
+                        e.observe(&t, &a, d, 1.0);
+                    }
+                }
+                let t = task(0, [1, 0, 1]);
+                let slots: Vec<u64> = (0..4)
+                    .map(|g| e.slots(&t, &Resources(vec![2, g, 1])).to_bits())
+                    .collect();
+                (slots, e.switch_cost(TaskTypeId(0)).to_bits(), e.samples(TaskTypeId(0)))
+            };
+            let in_turn: Vec<usize> = events
+                .iter()
+                .enumerate()
+                .flat_map(|(i, ev)| std::iter::repeat_n(i, ev.len()))
+                .collect();
+            // A seeded shuffle of the same multiset: each task's events keep their order.
+            let mut shuffled = in_turn.clone();
+            let mut x = seed | 1;
+            for j in (1..shuffled.len()).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                shuffled.swap(j, (x % (j as u64 + 1)) as usize);
+            }
+            prop_assert_eq!(feed(&in_turn), feed(&shuffled));
+        }
     }
 }
