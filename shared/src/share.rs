@@ -213,8 +213,9 @@ enum Spare {
 /// Hands `free` out to `tasks` (in [`least_attained_order`]) kind by kind, one unit at a time
 /// round robin, up to each task's maximum demand, skipping the `held` kind; where the view's
 /// priority classes count, the highest class's tasks share until none of them can take more,
-/// then the next class's do; CPU and GPU only to the tasks `spare` says (memory and kinds
-/// without a canonical place to all).
+/// then the next class's do; CPU and GPU only to the tasks `spare` says, memory and kinds
+/// without a canonical place to all (but, with [`Spare::GainfulWhereCostly`], nothing at all
+/// to a task that pays for switches and has run).
 fn round_robin(
     view: &View<'_>,
     tasks: &[&RunningView],
