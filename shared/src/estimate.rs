@@ -28,6 +28,15 @@
 //! minimum demand. The estimator sees only allocations and progress: never a speed model, which
 //! is what makes it the same in the simulator and in the agent.
 //!
+//! **What a re-allocation costs.** A task's first slot at a new allocation may be slow (a
+//! restart on new devices, a reload): the ledger hands it over as a switch
+//! ([`Estimator::observe_switch`]), and the same task's next slot at that allocation says what
+//! fraction of a slot the switch lost — a ratio of one task's own times, so the same whatever
+//! its size and whatever order agents hear the tasks in. Per class the mean of those is its
+//! switch cost ([`Estimator::switch_cost`]); while it is under [`COSTLY_SWITCH`] the switches'
+//! slots count as speed samples, past it they do not (a slowed slot would make units look
+//! useless). The gain-aware share reads the cost to avoid switches that buy nothing.
+//!
 //! **Profile hints.** A task's submitter may say how long the task takes alone at a few
 //! allocations (the spec's `profile`, what a profiling run or experience measured;
 //! [`Estimator::hint`]). Each distinct hint of a class is one more sample of its job time, kept

@@ -7,6 +7,7 @@
 //! online speed estimator ([`crate::view::TaskEstimate`]) which kinds a task can use: never a
 //! true speed model.
 
+use crate::estimate::COSTLY_SWITCH;
 use crate::resources::Resources;
 use crate::task::TaskId;
 use crate::view::{RunningView, View};
@@ -18,11 +19,6 @@ pub const TIRESIAS_THRESHOLD: f64 = 16.0;
 /// unit saves, [`crate::view::TaskEstimate::gain`]) for which a task gets spare units of a kind
 /// in the gain-aware share ([`least_attained_shares_by`]).
 pub const MIN_GAIN: f64 = 1e-3;
-
-/// The measured cost of a re-allocation (the fraction of a slot's progress it loses,
-/// [`crate::view::TaskEstimate::switch_cost`]) from which the gain-aware share
-/// ([`gain_greedy_shares`]) avoids switches that buy nothing.
-pub const COSTLY_SWITCH: f64 = crate::estimate::COSTLY_SWITCH;
 
 /// Tiresias's elastic sharing of a node, also the learned policy's in its elastic form: the
 /// running tasks (shown at their minimum demand) in least-attained-service order (the queue under

@@ -455,7 +455,8 @@ impl<M> Ledger<M> {
     /// Progress of a running task (clamped to [0, 1]) observed at time `now` (in slots, on the
     /// driver's clock); other states: nothing. The progress made since the copy's last
     /// observation at the same allocation (or since its start) is a sample for the speed
-    /// estimator.
+    /// estimator; made since an observation at another allocation (the slot of a re-share),
+    /// it is a switch ([`crate::estimate::Estimator::observe_switch`]).
     pub fn set_progress(&mut self, id: TaskId, p: f64, now: f64) {
         let Some(Entry {
             task,

@@ -520,15 +520,10 @@ fn the_slot_after_a_re_allocation_is_no_speed_sample() {
     l.set_progress(TaskId(1), 0.4, 3.0);
     assert!((l.estimator().switch_cost(t.ty) - 0.5).abs() < 1e-9);
     assert_eq!(l.estimator().samples(t.ty), 2);
-    // The samples say 10 slots at 2 cores and 5 at 4 (with the switch's slot counted, 7.5 at
-    // 4): the fit (θ ≥ 0, so not exact) has 4 cores at 0.6 of the time of 2.
-    let at = |a: [u32; 2]| l.estimator().slots(&t, &Resources(a.to_vec()));
-    assert!(
-        at([4, 1]) < 0.65 * at([2, 1]),
-        "{} {}",
-        at([4, 1]),
-        at([2, 1])
-    );
+    // The samples say 10 slots at 2 cores and 5 at 4. The fit (θ ≥ 0, so not exact) reads 5.5
+    // at 4 cores; with the switch's slot counted as a speed it read 7.
+    let at_4 = l.estimator().slots(&t, &Resources(vec![4, 1]));
+    assert!((at_4 - 5.0).abs() < 0.6, "{at_4}");
     // An unchanged allocation is no switch: the next slot is a sample.
     reshare(&mut l, [4, 1], 0.4);
     l.set_progress(TaskId(1), 0.6, 4.0);
