@@ -478,6 +478,18 @@ fn agents_and_the_simulator_agree_where_switches_cost() {
             check_parity(sc.clone(), policies::TAPFINGER, seed, Some(gain.as_path())).unwrap();
     }
     assert!(resized > 0, "no task was re-shared");
+    // The views compared showed classes whose switches measured costly, so the share's costly
+    // branch acted in both drivers.
+    let sim = Simulator::new(sc).window_order(tapfinger::ledger::WindowOrder::Spread);
+    let mut rec = Recording::default();
+    let learned = policies::learned(&sim, Some(gain.as_path())).unwrap();
+    sim.run_observed(learned, 100, &mut rec).unwrap();
+    let costly = rec.views.values().flatten().any(|v| {
+        v.running
+            .iter()
+            .any(|r| r.est.switch_cost >= tapfinger::estimate::COSTLY_SWITCH)
+    });
+    assert!(costly, "no class measured a costly switch");
 }
 
 /// With profile hints (the simulator's `profile_hints`; on agents, the specs' `[[profile]]`),
