@@ -263,6 +263,125 @@ pub fn build_general_fit(view: &ClusterView, me: NodeId) -> HeteroGraph {
     f.assemble(view)
 }
 
+/// Feature widths of the general schema with contention (schema 5, [`build_general_contended`]).
+pub const GENERAL_CONTENDED_WIDTHS: [usize; 3] =
+    [GENERAL_WIDTHS[0], GENERAL_WIDTHS[1] + 3, GENERAL_WIDTHS[2]];
+
+/// Build the graph with the general features and each pending task's fit to the boxes under
+/// contention (schema 5): [`build_general`]'s features, and per pending task three more, all
+/// from the online estimator's figures in the view (never a true speed model):
+///
+/// - its estimated job time (squashed) at what it would run at on the deciding node if it
+///   started there now, sharing the node with the tasks running there ([`contended`]);
+/// - the least such time over the boxes it may run on and fits now (the deciding node's own
+///   where it fits nowhere);
+/// - the time its start would add to the deciding node's running tasks: the sum of their
+///   estimated remaining times at what they would keep, less at what they hold (0 where it
+///   does not fit).
+///
+/// Why: on an elastic node a start takes only the minimum demand from the node's free units
+/// and the re-share splits the rest, so a node's free units (schema 4's figure) say what a
+/// task would get alone, not beside the others. A box running nine tasks that use GPUs showed
+/// every GPU task 16 GPUs' speed; the general model piled them onto the largest box
+/// (`hetero6`, docs/BENCHMARKS.md, twenty-second session).
+pub fn build_general_contended(view: &ClusterView, me: NodeId) -> HeteroGraph {
+    let mut f = general_features(view, me);
+    let kinds = &view.kinds;
+    let mine = view.nodes.iter().find(|n| n.id == me);
+    for (x, p) in f.pending.iter_mut().zip(&view.pending) {
+        let t = &p.task;
+        let time_on = |n: &crate::view::NodeView| {
+            let spare = less(&n.free, &t.min_demand);
+            let a = contended(view, n, &spare, &t.min_demand, t, &p.est.gain, Some(&p.est));
+            p.est.slots_at(kinds, &t.min_demand, &a)
+        };
+        let here = mine.map_or(p.est.at_min, time_on);
+        let best = view
+            .nodes
+            .iter()
+            .filter(|n| t.reachable.binary_search(&n.id).is_ok() && t.min_demand.fits_in(&n.free))
+            .map(time_on)
+            .fold(here, f64::min);
+        let delay = mine
+            .filter(|n| t.min_demand.fits_in(&n.free))
+            .map_or(0.0, |n| added_delay(view, n, p));
+        x.push(squash(here));
+        x.push(squash(best));
+        x.push(squash(delay));
+    }
+    f.assemble(view)
+}
+
+/// What a task would run at on node `n` beside the tasks running there, by an equal split of
+/// the units beyond the floors: its `floor`, and of the node's `spare` units (those no floor
+/// holds, less a newcomer's minimum) an equal part per kind among the tasks that take that
+/// kind — of CPU and GPU the tasks whose estimates gain from it (at least
+/// [`crate::share::MIN_GAIN`], as the gain-aware share hands them out), of memory every task —
+/// capped by its maximum demand. `extra` is the newcomer (its estimate) where it is not one of
+/// the running tasks: it counts among the takers. A figure for the features, not the share
+/// itself: the share's greedy steps would cost a re-share per task and node per decision, and
+/// for tasks alike (the usual crowding) both split equally.
+fn contended(
+    view: &ClusterView,
+    n: &crate::view::NodeView,
+    spare: &crate::resources::Resources,
+    floor: &crate::resources::Resources,
+    t: &crate::task::Task,
+    gain: &[f64; 3],
+    extra: Option<&crate::view::TaskEstimate>,
+) -> crate::resources::Resources {
+    let takes = |g: &[f64; 3], c: usize| c == 2 || g[c] >= crate::share::MIN_GAIN;
+    let mut a = floor.clone();
+    for (c, i) in view.kinds.0.iter().enumerate() {
+        let Some(i) = *i else { continue };
+        if i >= a.len() || !takes(gain, c) {
+            continue;
+        }
+        let others = n
+            .running
+            .iter()
+            .filter_map(|&r| view.running.get(r))
+            .filter(|r| takes(&r.est.gain, c))
+            .count();
+        let takers = others + usize::from(extra.is_some_and(|e| takes(&e.gain, c)));
+        let part = spare.get(i) / u32::try_from(takers.max(1)).unwrap_or(u32::MAX);
+        a.0[i] = a.0[i].saturating_add(part);
+    }
+    t.cap(&a).max_each(floor)
+}
+
+/// `a` less `b` per kind, at least 0.
+fn less(
+    a: &crate::resources::Resources,
+    b: &crate::resources::Resources,
+) -> crate::resources::Resources {
+    let mut d = a.clone();
+    for (x, m) in d.0.iter_mut().zip(&b.0) {
+        *x = x.saturating_sub(*m);
+    }
+    d
+}
+
+/// The time pending task `p`'s start on node `n` would add to the tasks running there: per
+/// running task, its estimated remaining time at its [`contended`] part with `p` among the
+/// takers, less at its part without.
+fn added_delay(view: &ClusterView, n: &crate::view::NodeView, p: &crate::view::PendingView) -> f64 {
+    let after = less(&n.free, &p.task.min_demand);
+    n.running
+        .iter()
+        .filter_map(|&r| view.running.get(r))
+        .map(|r| {
+            let t = &r.task;
+            let before = contended(view, n, &n.free, &r.alloc, t, &r.est.gain, None);
+            let with = contended(view, n, &after, &r.alloc, t, &r.est.gain, Some(&p.est));
+            let left = 1.0 - r.progress.clamp(0.0, 1.0);
+            left * (r.est.slots_at(&view.kinds, &t.min_demand, &with)
+                - r.est.slots_at(&view.kinds, &t.min_demand, &before))
+        })
+        .sum::<f64>()
+        .max(0.0)
+}
+
 /// Intervals ahead of the arrival forecast the RLPTO features carry.
 pub const FORECAST_AHEAD: usize = 3;
 
@@ -653,6 +772,117 @@ mod tests {
                 NodeKind::Server => GENERAL_FIT_WIDTHS[0],
                 NodeKind::Pending => GENERAL_FIT_WIDTHS[1],
                 NodeKind::Running => GENERAL_FIT_WIDTHS[2],
+                NodeKind::Summary => 1,
+            };
+            assert_eq!(n.features.len(), w, "{:?}", n.kind);
+        }
+    }
+
+    /// Schema 5 judges a box by what a task would get beside the tasks running there: a box
+    /// whose running task takes GPUs too gives it half its spare GPUs, one whose task gains
+    /// nothing from them gives it all; and starting it there slows the running task by the
+    /// estimated remaining time it loses.
+    #[test]
+    fn contended_fit_features_count_the_tasks_running_on_each_box() {
+        let kinds = crate::estimate::KindMap::from_names(&["cpu", "gpu"]);
+        let task = |id, reachable: Vec<u32>| Task {
+            id: TaskId(id),
+            ty: TaskTypeId(0),
+            min_demand: Resources(vec![1, 1]),
+            max_demand: Some(Resources(vec![8, 8])),
+            priority: 0,
+            reachable: reachable.into_iter().map(NodeId).collect(),
+            arrival: 0,
+            gang: None,
+        };
+        // θ_gpu = 0.3 · 10 · 2 · 3 = 18: T(g) = 10 + 18 · (1/(1 + g) − 1/2) slots at g GPUs.
+        let gpu_bound = crate::view::TaskEstimate {
+            at_min: 10.0,
+            at_max: 3.0,
+            gain: [0.0, 0.3, 0.0],
+            samples: 3,
+            switch_cost: 0.0,
+        };
+        let t = |g: f64| 10.0 + 18.0 * (1.0 / (1.0 + g) - 0.5);
+        let running = |id, node, est| crate::view::RunningView {
+            task: task(id, vec![node]).into(),
+            node: NodeId(node),
+            alloc: Resources(vec![1, 1]),
+            in_force: Resources(vec![1, 1]),
+            started: 0,
+            progress: 0.5,
+            attained: 0.0,
+            est,
+            est_alloc: 0.0,
+            converging: false,
+        };
+        let node = |id, r| NodeView {
+            id: NodeId(id),
+            capacity: Resources(vec![8, 8]),
+            free: Resources(vec![7, 7]),
+            window: vec![0],
+            overflow: 0,
+            running: vec![r],
+        };
+        let view = ClusterView {
+            kinds,
+            // Box 0 runs a GPU-bound task; box 1 one that gains from nothing.
+            nodes: vec![node(0, 0), node(1, 1)],
+            running: vec![
+                running(2, 0, gpu_bound.clone()),
+                running(
+                    3,
+                    1,
+                    crate::view::TaskEstimate {
+                        at_min: 4.0,
+                        ..Default::default()
+                    },
+                ),
+            ],
+            pending: vec![PendingView {
+                class: 0,
+                task: task(1, vec![0, 1]).into(),
+                est: gpu_bound,
+            }],
+            ..Default::default()
+        };
+        let pending = |g: &HeteroGraph| {
+            g.node_weights()
+                .find(|n| n.kind == NodeKind::Pending)
+                .unwrap()
+                .features
+                .clone()
+        };
+        let [here, best, delay] = [0, 1, 2].map(|i| GENERAL_WIDTHS[1] + i);
+        let close = |a: f32, b: f64| (a - squash(b)).abs() < 1e-6;
+        // On box 0: 1 + 6/2 = 4 GPUs (schema 4 read 7 from the free units); the running task
+        // would drop from 8 GPUs to 4 for the half of its work left.
+        let on0 = pending(&build_general_contended(&view, NodeId(0)));
+        assert_eq!(on0.len(), GENERAL_CONTENDED_WIDTHS[1]);
+        assert_eq!(
+            on0[..GENERAL_WIDTHS[1]],
+            pending(&build_general(&view, NodeId(0)))[..]
+        );
+        assert!(close(on0[here], t(4.0)), "{on0:?}");
+        assert!(close(on0[best], t(7.0)), "{on0:?}");
+        assert!(close(on0[delay], 0.5 * (t(4.0) - t(8.0))), "{on0:?}");
+        let fit = pending(&build_general_fit(&view, NodeId(0)));
+        assert!(
+            (fit[GENERAL_WIDTHS[1]] - squash(t(7.0))).abs() < 1e-6,
+            "{fit:?}"
+        );
+        // On box 1: all 6 spare GPUs, and nobody slowed.
+        let on1 = pending(&build_general_contended(&view, NodeId(1)));
+        assert!(
+            close(on1[here], t(7.0)) && close(on1[best], t(7.0)),
+            "{on1:?}"
+        );
+        assert!(close(on1[delay], 0.0), "{on1:?}");
+        for n in build_general_contended(&view, NodeId(0)).node_weights() {
+            let w = match n.kind {
+                NodeKind::Server => GENERAL_CONTENDED_WIDTHS[0],
+                NodeKind::Pending => GENERAL_CONTENDED_WIDTHS[1],
+                NodeKind::Running => GENERAL_CONTENDED_WIDTHS[2],
                 NodeKind::Summary => 1,
             };
             assert_eq!(n.features.len(), w, "{:?}", n.kind);

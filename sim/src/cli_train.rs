@@ -53,6 +53,13 @@ pub(crate) struct TrainArgs {
     /// least such time over the boxes it fits now) (new runs only).
     #[arg(long, requires = "general", conflicts_with = "resume")]
     pub(crate) node_fit: bool,
+    /// With --general: feature schema 5, the general features and each pending task's fit to
+    /// the boxes beside the tasks running there (its estimated job time at what it would get
+    /// on the deciding node sharing it with them, the least such time over the boxes it fits
+    /// now, and the time its start would add to the deciding node's running tasks); needs an
+    /// elastic --sharing (new runs only).
+    #[arg(long, requires = "general", conflicts_with_all = ["resume", "node_fit"])]
+    pub(crate) contention: bool,
     /// Train an RLPTO model (new runs only): general features plus each task's priority
     /// class, whether it is converging, and the forecast arrivals of the next intervals
     /// (feature schema 3), trained on RLPTO's cluster reward (the scenario's `[reward]`
@@ -149,6 +156,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         variant,
         general,
         node_fit,
+        contention,
         rlpto,
         forecast_interval,
         sharing,
@@ -215,6 +223,8 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
                 tapfinger::model::batch::Dims::rlpto(sim.scenario().window)
             } else if node_fit {
                 tapfinger::model::batch::Dims::general_fit(sim.scenario().window)
+            } else if contention {
+                tapfinger::model::batch::Dims::general_contended(sim.scenario().window)
             } else if general {
                 tapfinger::model::batch::Dims::general(sim.scenario().window)
             } else {
@@ -228,6 +238,11 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             })?;
             let general = general || rlpto;
             set_sharing(&mut net, &sharing, general);
+            if contention && !net.elastic {
+                bail!(
+                    "--contention reads a node's free units as those beyond the running tasks' floors, which an elastic share splits: it needs an elastic --sharing, not {sharing}"
+                );
+            }
             net.focus = focus.unwrap_or(if general { 8 } else { 0 });
             if rlpto {
                 net.forecast_interval_slots = forecast_interval;

@@ -40,7 +40,9 @@ pub struct Dims {
     /// kinds: a model fits one preset); 2, general features ([`graph::build_general`]: the
     /// canonical kinds and the online speed estimates, the same meaning on every cluster); 3,
     /// RLPTO's ([`graph::build_rlpto`]: the general features with priority classes,
-    /// convergence and the arrival forecast).
+    /// convergence and the arrival forecast); 4, general with each pending task's fit to the
+    /// boxes ([`graph::build_general_fit`]); 5, the same under contention with the tasks
+    /// running there ([`graph::build_general_contended`]).
     #[serde(default = "schema_v1")]
     pub schema: u32,
 }
@@ -56,8 +58,12 @@ pub const SCHEMA_GENERAL: u32 = 2;
 pub const SCHEMA_RLPTO: u32 = 3;
 
 /// The feature schema of general models that see each pending task's fit to the boxes
-/// ([`graph::build_general_fit`]; the newest this build reads).
+/// ([`graph::build_general_fit`]).
 pub const SCHEMA_GENERAL_FIT: u32 = 4;
+
+/// The feature schema of general models that see each pending task's fit to the boxes beside
+/// the tasks running there ([`graph::build_general_contended`]; the newest this build reads).
+pub const SCHEMA_GENERAL_CONTENDED: u32 = 5;
 
 impl Dims {
     /// Schema-1 sizes (a model for one preset).
@@ -88,6 +94,15 @@ impl Dims {
         }
     }
 
+    /// The general schema with each pending task's fit to the boxes under contention
+    /// ([`graph::build_general_contended`]).
+    pub fn general_contended(window: usize) -> Self {
+        Self {
+            schema: SCHEMA_GENERAL_CONTENDED,
+            ..Self::general(window)
+        }
+    }
+
     /// RLPTO's schema: the general one with priority classes, convergence and the arrival
     /// forecast ([`graph::build_rlpto`]).
     pub fn rlpto(window: usize) -> Self {
@@ -97,7 +112,7 @@ impl Dims {
         }
     }
 
-    /// Whether the features are general (schema 2, 3 or 4: one model for every cluster).
+    /// Whether the features are general (schema 2, 3, 4 or 5: one model for every cluster).
     pub fn is_general(&self) -> bool {
         self.schema >= SCHEMA_GENERAL
     }
@@ -105,6 +120,11 @@ impl Dims {
     /// Whether this is the general schema with node fit ([`graph::build_general_fit`]).
     pub fn is_node_fit(&self) -> bool {
         self.schema == SCHEMA_GENERAL_FIT
+    }
+
+    /// Whether this is the general schema with contention ([`graph::build_general_contended`]).
+    pub fn is_contended(&self) -> bool {
+        self.schema == SCHEMA_GENERAL_CONTENDED
     }
 
     /// Whether this is RLPTO's schema.
@@ -120,6 +140,12 @@ impl Dims {
         }
         if self.is_node_fit() {
             return graph::GENERAL_FIT_WIDTHS.get(kind).copied().unwrap_or(1);
+        }
+        if self.is_contended() {
+            return graph::GENERAL_CONTENDED_WIDTHS
+                .get(kind)
+                .copied()
+                .unwrap_or(1);
         }
         match (self.is_general(), kind) {
             (true, 0) => graph::GENERAL_WIDTHS[0],
@@ -168,6 +194,8 @@ pub fn batch(items: &[(&ClusterView, NodeId)], dims: &Dims) -> GraphBatch {
             graph::build_rlpto(view, *agent)
         } else if dims.is_node_fit() {
             graph::build_general_fit(view, *agent)
+        } else if dims.is_contended() {
+            graph::build_general_contended(view, *agent)
         } else if dims.is_general() {
             graph::build_general(view, *agent)
         } else {
