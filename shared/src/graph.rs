@@ -1,9 +1,12 @@
 //! The heterogeneous graph form of a [`ClusterView`], the input of graph-attention policies.
 //!
 //! Node types follow the TapFinger reference: servers, pending tasks, running tasks and one
-//! summary node. Three feature schemas: per preset ([`build`]: free units per kind, queue length,
-//! "is me"; minimum demand and a one-hot type; allocation, one-hot type, running time) and general
-//! ([`build_general`]: the canonical kinds and the online speed estimates, no task type). Edges go both ways between a server and each
+//! summary node. Feature schemas: per preset ([`build`]: free units per kind, queue length,
+//! "is me"; minimum demand and a one-hot type; allocation, one-hot type, running time), general
+//! ([`build_general`]: the canonical kinds and the online speed estimates, no task type), and
+//! the general ones with more per task: RLPTO's ([`build_rlpto`]), each pending task's fit to
+//! the boxes ([`build_general_fit`]) and that fit beside the tasks running on each box
+//! ([`build_general_contended`], the shipped general model's). Edges go both ways between a server and each
 //! task in its window, each task it runs, and the summary node. Features are scaled by the largest
 //! node capacity per kind so that one set of weights works for clusters of any size. This module
 //! only builds data; it never decides.
