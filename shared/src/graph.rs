@@ -253,17 +253,31 @@ pub fn build_general_fit(view: &ClusterView, me: NodeId) -> HeteroGraph {
             p.est
                 .slots_at(kinds, &t.min_demand, &t.cap(free).max_each(&t.min_demand))
         };
-        let here = mine.map_or(p.est.at_min, |n| at(&n.free));
-        let best = view
-            .nodes
-            .iter()
-            .filter(|n| t.reachable.binary_search(&n.id).is_ok() && t.min_demand.fits_in(&n.free))
-            .map(|n| at(&n.free))
-            .fold(here, f64::min);
+        let (here, best) = here_and_best(view, mine, p, |n| at(&n.free));
         x.push(squash(here));
         x.push(squash(best));
     }
     f.assemble(view)
+}
+
+/// Pending task `p`'s estimated time by `time_on` on the deciding node `mine` (its time at the
+/// minimum demand where there is none), and the least over that and every box it may run on
+/// and fits now.
+fn here_and_best(
+    view: &ClusterView,
+    mine: Option<&crate::view::NodeView>,
+    p: &crate::view::PendingView,
+    time_on: impl Fn(&crate::view::NodeView) -> f64,
+) -> (f64, f64) {
+    let t = &p.task;
+    let here = mine.map_or(p.est.at_min, &time_on);
+    let best = view
+        .nodes
+        .iter()
+        .filter(|n| t.reachable.binary_search(&n.id).is_ok() && t.min_demand.fits_in(&n.free))
+        .map(&time_on)
+        .fold(here, f64::min);
+    (here, best)
 }
 
 /// Feature widths of the general schema with contention (schema 5, [`build_general_contended`]).
@@ -298,13 +312,7 @@ pub fn build_general_contended(view: &ClusterView, me: NodeId) -> HeteroGraph {
             let a = contended(view, n, &spare, &t.min_demand, t, &p.est.gain, Some(&p.est));
             p.est.slots_at(kinds, &t.min_demand, &a)
         };
-        let here = mine.map_or(p.est.at_min, time_on);
-        let best = view
-            .nodes
-            .iter()
-            .filter(|n| t.reachable.binary_search(&n.id).is_ok() && t.min_demand.fits_in(&n.free))
-            .map(time_on)
-            .fold(here, f64::min);
+        let (here, best) = here_and_best(view, mine, p, time_on);
         let delay = mine
             .filter(|n| t.min_demand.fits_in(&n.free))
             .map_or(0.0, |n| added_delay(view, n, p));
@@ -507,6 +515,29 @@ mod tests {
     use crate::task::{Task, TaskTypeId};
     use crate::view::{NodeView, PendingView};
 
+    /// The features of the first pending task in `g`.
+    fn pending(g: &HeteroGraph) -> Vec<f32> {
+        g.node_weights()
+            .find(|n| n.kind == NodeKind::Pending)
+            .unwrap()
+            .features
+            .clone()
+    }
+
+    /// Every node of `g` has its type's width of `widths` (server, pending, running; 1 for the
+    /// summary).
+    fn assert_widths(g: &HeteroGraph, widths: [usize; 3]) {
+        for n in g.node_weights() {
+            let w = match n.kind {
+                NodeKind::Server => widths[0],
+                NodeKind::Pending => widths[1],
+                NodeKind::Running => widths[2],
+                NodeKind::Summary => 1,
+            };
+            assert_eq!(n.features.len(), w, "{:?}", n.kind);
+        }
+    }
+
     #[test]
     fn graph_has_one_node_per_entity_and_edges_both_ways() {
         let task = Task {
@@ -586,15 +617,7 @@ mod tests {
             ..Default::default()
         };
         let g = build_general(&view(3), NodeId(0));
-        for n in g.node_weights() {
-            let w = match n.kind {
-                NodeKind::Server => GENERAL_WIDTHS[0],
-                NodeKind::Pending => GENERAL_WIDTHS[1],
-                NodeKind::Running => GENERAL_WIDTHS[2],
-                NodeKind::Summary => 1,
-            };
-            assert_eq!(n.features.len(), w, "{:?}", n.kind);
-        }
+        assert_widths(&g, GENERAL_WIDTHS);
         let server = g
             .node_weights()
             .find(|n| n.kind == NodeKind::Server)
@@ -744,13 +767,6 @@ mod tests {
             }],
             ..Default::default()
         };
-        let pending = |g: &HeteroGraph| {
-            g.node_weights()
-                .find(|n| n.kind == NodeKind::Pending)
-                .unwrap()
-                .features
-                .clone()
-        };
         // θ_gpu = 0.3 · 10 · 2 · 3 = 18: at 2 GPUs 10 + 18 · (1/3 − 1/2) = 7 slots (at 4, on
         // the boxes that do not count, it would be 4.6).
         let (slow, fast) = (squash(10.0), squash(7.0));
@@ -770,15 +786,7 @@ mod tests {
             (on1[here] - fast).abs() < 1e-6 && (on1[best] - fast).abs() < 1e-6,
             "{on1:?}"
         );
-        for n in build_general_fit(&view, NodeId(0)).node_weights() {
-            let w = match n.kind {
-                NodeKind::Server => GENERAL_FIT_WIDTHS[0],
-                NodeKind::Pending => GENERAL_FIT_WIDTHS[1],
-                NodeKind::Running => GENERAL_FIT_WIDTHS[2],
-                NodeKind::Summary => 1,
-            };
-            assert_eq!(n.features.len(), w, "{:?}", n.kind);
-        }
+        assert_widths(&build_general_fit(&view, NodeId(0)), GENERAL_FIT_WIDTHS);
     }
 
     /// Schema 5 judges a box by what a task would get beside the tasks running there: a box
@@ -849,13 +857,6 @@ mod tests {
             }],
             ..Default::default()
         };
-        let pending = |g: &HeteroGraph| {
-            g.node_weights()
-                .find(|n| n.kind == NodeKind::Pending)
-                .unwrap()
-                .features
-                .clone()
-        };
         let [here, best, delay] = [0, 1, 2].map(|i| GENERAL_WIDTHS[1] + i);
         let close = |a: f32, b: f64| (a - squash(b)).abs() < 1e-6;
         // On box 0: 1 + 6/2 = 4 GPUs (schema 4 read 7 from the free units); the running task
@@ -881,14 +882,9 @@ mod tests {
             "{on1:?}"
         );
         assert!(close(on1[delay], 0.0), "{on1:?}");
-        for n in build_general_contended(&view, NodeId(0)).node_weights() {
-            let w = match n.kind {
-                NodeKind::Server => GENERAL_CONTENDED_WIDTHS[0],
-                NodeKind::Pending => GENERAL_CONTENDED_WIDTHS[1],
-                NodeKind::Running => GENERAL_CONTENDED_WIDTHS[2],
-                NodeKind::Summary => 1,
-            };
-            assert_eq!(n.features.len(), w, "{:?}", n.kind);
-        }
+        assert_widths(
+            &build_general_contended(&view, NodeId(0)),
+            GENERAL_CONTENDED_WIDTHS,
+        );
     }
 }
