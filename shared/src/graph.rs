@@ -289,7 +289,8 @@ pub const GENERAL_CONTENDED_WIDTHS: [usize; 3] =
 /// from the online estimator's figures in the view (never a true speed model):
 ///
 /// - its estimated job time (squashed) at what it would run at on the deciding node if it
-///   started there now, sharing the node with the tasks running there ([`contended`]);
+///   started there now, sharing the node with the tasks running there (an equal split of the
+///   units beyond the floors among the tasks that take each kind);
 /// - the least such time over the boxes it may run on and fits now (the deciding node's own
 ///   where it fits nowhere);
 /// - the time its start would add to the deciding node's running tasks: the sum of their
