@@ -83,6 +83,12 @@ pub struct NetConfig {
     /// views carried in training, which they are run with (0: none; other models).
     #[serde(default)]
     pub forecast_interval_slots: u64,
+    /// The crowding mask, in training and in deployment alike (0: off, the shipped models): a
+    /// node already running tasks may not start a window task whose estimated job time there
+    /// beside them ([`crate::graph::crowding`]) is more than this many times its time alone
+    /// there; it passes or starts another instead. Elastic models only.
+    #[serde(default)]
+    pub crowding: u32,
 }
 
 /// Task selection: the learned pointer, or the ablations' fixed rules.
@@ -99,13 +105,21 @@ pub enum Selection {
 }
 
 /// Named variants: the full policy and the paper's ablations.
-pub const VARIANTS: &[&str] = &["tapfinger", "nohan", "nopointer", "vanilla", "nomask"];
+pub const VARIANTS: &[&str] = &[
+    "tapfinger",
+    "nohan",
+    "nopointer",
+    "vanilla",
+    "nomask",
+    "crowd2",
+];
 
 impl NetConfig {
     /// The configuration of a named variant: `nohan` drops the graph attention layers (each node
     /// is embedded from its own features by an MLP), `nopointer` selects uniformly, `vanilla` is
     /// both an MLP encoder and first-come selection, `nomask` is the full policy without the
-    /// work-conserving mask (its ablation).
+    /// work-conserving mask (its ablation), `crowd2` the full policy with the crowding mask at
+    /// twice a task's time alone ([`NetConfig::crowding`]).
     pub fn variant(dims: Dims, name: &str) -> Option<Self> {
         let mut c = Self::new(dims);
         match name {
@@ -113,6 +127,7 @@ impl NetConfig {
             "nohan" => c.layers = 0,
             "nopointer" => c.selection = Selection::Uniform,
             "nomask" => c.work_conserving = false,
+            "crowd2" => c.crowding = 2,
             "vanilla" => {
                 c.layers = 0;
                 c.selection = Selection::Fifo;
@@ -140,6 +155,7 @@ impl NetConfig {
             gain_share: false,
             focus: 0,
             forecast_interval_slots: 0,
+            crowding: 0,
         }
     }
 }

@@ -600,3 +600,84 @@ fn a_model_with_floors_passes_on_a_task_without_a_legal_floor_batched_or_alone()
     assert_eq!(batched.decide(&v, &mut rng), Decision::Pass);
     assert_eq!(shared.lock().unwrap().passes().0, 1, "the batched pass ran");
 }
+
+/// A node running three GPU-bound tasks, and a fourth in its window that would get 2 of the 8
+/// GPUs there (an estimated 7 slots) against 8 alone (3 slots): 2.33 times slower.
+fn crowded_view() -> ClusterView {
+    let task = |id| Task {
+        id: TaskId(id),
+        ty: TaskTypeId(0),
+        min_demand: Resources(vec![1, 1]),
+        max_demand: Some(Resources(vec![8, 8])),
+        priority: 0,
+        reachable: vec![NodeId(0)],
+        arrival: 0,
+        gang: None,
+    };
+    // θ_gpu = 0.3 · 10 · 2 · 3 = 18: T(g) = 10 + 18 · (1/(1 + g) − 1/2).
+    let est = crate::view::TaskEstimate {
+        at_min: 10.0,
+        at_max: 3.0,
+        gain: [0.0, 0.3, 0.0],
+        samples: 3,
+        switch_cost: 0.0,
+    };
+    let running = |id| RunningView {
+        task: task(id).into(),
+        node: NodeId(0),
+        alloc: Resources(vec![1, 1]),
+        in_force: Resources(vec![1, 2]),
+        started: 0,
+        progress: 0.5,
+        attained: 0.0,
+        est: est.clone(),
+        est_alloc: 5.0,
+        converging: false,
+    };
+    ClusterView {
+        slot: 1,
+        kinds: crate::estimate::KindMap::from_names(&["cpu", "gpu"]),
+        nodes: vec![NodeView {
+            id: NodeId(0),
+            capacity: Resources(vec![8, 8]),
+            free: Resources(vec![5, 5]),
+            window: vec![0],
+            overflow: 0,
+            running: vec![0, 1, 2],
+        }],
+        running: vec![running(1), running(2), running(3)],
+        pending: vec![PendingView {
+            class: 0,
+            task: task(4).into(),
+            est,
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_crowding_mask_keeps_a_busy_node_from_starting_a_task_at_under_half_its_speed_alone() {
+    let view = crowded_view();
+    let r = crate::graph::crowding(&view, &view.nodes[0], &view.pending[0]);
+    assert!((r - 7.0 / 3.0).abs() < 1e-9, "{r}");
+    let claims = |crowding: u32| {
+        let device = Device::flex();
+        device.seed(3);
+        let mut cfg = NetConfig::new(Dims::general_contended(10));
+        cfg.elastic = true;
+        cfg.crowding = crowding;
+        // Sampling, as in training: the mask acts there as in deployment.
+        let mut policy = TapfingerPolicy::untrained(cfg, device);
+        let mut rng = crate::seeded_rng(4);
+        let v = view.for_agent(NodeId(0)).unwrap();
+        (0..40)
+            .filter(|_| policy.decide(&v, &mut rng) != Decision::Pass)
+            .count()
+    };
+    assert_eq!(claims(2), 0, "the crowded start was claimed");
+    assert!(
+        claims(3) > 0,
+        "at 3 times the mask does not act, yet nothing was claimed"
+    );
+    assert!(claims(0) > 0, "without the mask nothing was claimed");
+}
