@@ -41,7 +41,8 @@ pub(crate) struct TrainArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) envs: Option<u64>,
     /// Policy variant: tapfinger, or the ablations nohan, nopointer, vanilla, nomask (no
-    /// work-conserving mask) (new runs only).
+    /// work-conserving mask), or crowd2 (the crowding mask: a busy elastic node may not start a
+    /// task that would run there at under half its speed alone) (new runs only).
     #[arg(long, default_value = "tapfinger", conflicts_with = "resume")]
     pub(crate) variant: String,
     /// Train a general model (feature schema 2: CPU, GPU and memory, the online speed
