@@ -762,13 +762,7 @@ mod tests {
             running: vec![],
         };
         // GPU-bound: one more GPU saves 30 % of its 10 slots at the minimum.
-        let est = crate::view::TaskEstimate {
-            at_min: 10.0,
-            at_max: 4.6,
-            gain: [0.0, 0.3, 0.0],
-            samples: 3,
-            switch_cost: 0.0,
-        };
+        let est = crate::view::TaskEstimate::gpu_bound(4.6);
         let view = ClusterView {
             kinds,
             nodes: vec![
@@ -814,24 +808,9 @@ mod tests {
     #[test]
     fn contended_fit_features_count_the_tasks_running_on_each_box() {
         let kinds = crate::estimate::KindMap::from_names(&["cpu", "gpu"]);
-        let task = |id, reachable: Vec<u32>| Task {
-            id: TaskId(id),
-            ty: TaskTypeId(0),
-            min_demand: Resources(vec![1, 1]),
-            max_demand: Some(Resources(vec![8, 8])),
-            priority: 0,
-            reachable: reachable.into_iter().map(NodeId).collect(),
-            arrival: 0,
-            gang: None,
-        };
-        // θ_gpu = 0.3 · 10 · 2 · 3 = 18: T(g) = 10 + 18 · (1/(1 + g) − 1/2) slots at g GPUs.
-        let gpu_bound = crate::view::TaskEstimate {
-            at_min: 10.0,
-            at_max: 3.0,
-            gain: [0.0, 0.3, 0.0],
-            samples: 3,
-            switch_cost: 0.0,
-        };
+        let task = |id, reachable: Vec<u32>| crate::task::test_gpu_task(id, &reachable);
+        // T(g) = 10 + 18 · (1/(1 + g) − 1/2) slots at g GPUs.
+        let gpu_bound = crate::view::TaskEstimate::gpu_bound(3.0);
         let t = |g: f64| 10.0 + 18.0 * (1.0 / (1.0 + g) - 0.5);
         let running = |id, node, est| crate::view::RunningView {
             task: task(id, vec![node]).into(),

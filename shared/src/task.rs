@@ -165,6 +165,23 @@ impl Task {
     }
 }
 
+/// A task of type 0 asking for 1 CPU and 1 GPU, up to 8 of each, that may run on `reachable`:
+/// the GPU-bound task of the feature and mask tests (with
+/// [`crate::view::TaskEstimate::gpu_bound`]).
+#[cfg(test)]
+pub(crate) fn test_gpu_task(id: u64, reachable: &[u32]) -> Task {
+    Task {
+        id: TaskId(id),
+        ty: TaskTypeId(0),
+        min_demand: Resources(vec![1, 1]),
+        max_demand: Some(Resources(vec![8, 8])),
+        priority: 0,
+        reachable: reachable.iter().copied().map(NodeId).collect(),
+        arrival: 0,
+        gang: None,
+    }
+}
+
 /// A one-unit class-0 task of type 0 that arrived at slot 0 and may run on nodes 0 and 1: what
 /// unit tests need where the task itself does not matter.
 #[cfg(test)]

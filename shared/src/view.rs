@@ -104,6 +104,22 @@ impl TaskEstimate {
     }
 }
 
+#[cfg(test)]
+impl TaskEstimate {
+    /// A GPU-bound estimate for tests: 10 slots at the minimum, one more GPU saves 30 % of that
+    /// (θ_gpu = 0.3 · 10 · 2 · 3 = 18 at a 1-GPU minimum: T(g) = 10 + 18 · (1/(1 + g) − 1/2)),
+    /// from 3 samples; `at_max` as given.
+    pub(crate) fn gpu_bound(at_max: f64) -> Self {
+        Self {
+            at_min: 10.0,
+            at_max,
+            gain: [0.0, 0.3, 0.0],
+            samples: 3,
+            switch_cost: 0.0,
+        }
+    }
+}
+
 /// A pending task in at least one window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingView {
