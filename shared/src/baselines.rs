@@ -70,6 +70,7 @@ pub fn by_name(name: &str, ctx: &BaselineContext) -> Result<Box<dyn Policy>, Bas
         "random" => Box::new(RandomPolicy),
         "min" => Box::new(MinPolicy),
         "first-fit-max" => Box::new(FirstFitMax),
+        "first-fit-elastic" => Box::new(FirstFitElastic),
         "drf" => Box::new(Drf),
         "tiresias" => Box::new(Tiresias {
             gpu_kind: ctx.gpu_kind,
@@ -172,6 +173,43 @@ impl Policy for FirstFitMax {
             Some(t) => claim(t, t.cap(&view.node().free), 1.0),
             None => Decision::Pass,
         }
+    }
+}
+
+/// First-fit-max's admission in elastic form (by name only, `first-fit-elastic`; not among the
+/// [`BASELINES`] a suite ranks): the oldest window task starts, at its minimum demand, only if
+/// that fits in the node's capacity less what every running task would hold at its cap there.
+/// First-fit-max hands a task everything up to its cap and so makes later tasks wait where
+/// tasks scale strongly; an elastic policy that starts every task at once (Tiresias, Optimus)
+/// runs them all slowly side by side instead. This keeps that wait while the re-share (the
+/// gain-aware share of [`crate::share::gain_greedy_shares`]) hands out whatever the caps leave,
+/// so an elastic learned policy can imitate it.
+#[derive(Debug, Clone, Default)]
+pub struct FirstFitElastic;
+
+impl Policy for FirstFitElastic {
+    fn name(&self) -> &str {
+        "first-fit-elastic"
+    }
+    fn elastic(&self) -> bool {
+        true
+    }
+    fn decide(&mut self, view: &View<'_>, _rng: &mut Rng) -> Decision {
+        let node = view.node();
+        let mut room = node.capacity.clone();
+        for r in view.running() {
+            let held = r.task.cap(&node.capacity);
+            for (x, h) in room.0.iter_mut().zip(&held.0) {
+                *x = x.saturating_sub(*h);
+            }
+        }
+        match view.feasible().find(|t| t.min_demand.fits_in(&room)) {
+            Some(t) => claim(t, t.min_demand.clone(), 1.0),
+            None => Decision::Pass,
+        }
+    }
+    fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(TaskId, Resources)> {
+        crate::share::gain_greedy_shares(view, false)
     }
 }
 
@@ -544,6 +582,84 @@ mod tests {
         .collect();
         assert_eq!(gainful[&TaskId(1)], Resources(vec![5, 1, 3]));
         assert_eq!(gainful[&TaskId(2)], Resources(vec![1, 5, 3]));
+    }
+
+    /// First-fit-elastic starts the oldest window task whose minimum demand fits in what the
+    /// running tasks' caps leave of the node, and passes where nothing does, though the floors
+    /// leave room (where the elastic Tiresias starts a task at once).
+    #[test]
+    fn first_fit_elastic_waits_for_room_beyond_the_running_tasks_caps() {
+        use crate::view::{ClusterView, NodeView, PendingView, RunningView};
+        let task = |id: u64, min: [u32; 3], max: Option<[u32; 3]>| {
+            std::sync::Arc::new(Task {
+                id: TaskId(id),
+                ty: crate::TaskTypeId(0),
+                min_demand: Resources(min.to_vec()),
+                max_demand: max.map(|m| Resources(m.to_vec())),
+                priority: 0,
+                reachable: vec![crate::NodeId(0)],
+                arrival: id,
+                gang: None,
+            })
+        };
+        let view_with = |running_max: Option<[u32; 3]>| ClusterView {
+            kinds: crate::estimate::KindMap([Some(0), Some(1), Some(2)]),
+            nodes: vec![NodeView {
+                id: crate::NodeId(0),
+                capacity: Resources(vec![8, 8, 8]),
+                free: Resources(vec![7, 7, 7]),
+                window: vec![0, 1],
+                overflow: 0,
+                running: vec![0],
+            }],
+            running: vec![RunningView {
+                task: task(1, [1, 1, 1], running_max),
+                node: crate::NodeId(0),
+                alloc: Resources(vec![1, 1, 1]),
+                in_force: Resources(vec![8, 8, 8]),
+                started: 0,
+                progress: 0.0,
+                attained: 0.0,
+                est: Default::default(),
+                est_alloc: 0.0,
+                converging: false,
+            }],
+            // The older pending task needs 5 CPUs, the younger one unit of each kind.
+            pending: [task(2, [5, 1, 1], None), task(3, [1, 1, 1], None)]
+                .into_iter()
+                .map(|task| PendingView {
+                    task,
+                    est: Default::default(),
+                    class: 0,
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let decide = |p: &mut dyn Policy, cluster: &ClusterView| {
+            let view = cluster.for_agent(crate::NodeId(0)).unwrap();
+            match p.decide(&view, &mut crate::seeded_rng(0)) {
+                Decision::Claim { task, alloc, .. } => Some((task, alloc)),
+                _ => None,
+            }
+        };
+        // The running task is capped at 4 of each: 4 are left, the younger task fits, the
+        // older does not.
+        let capped = view_with(Some([4, 4, 4]));
+        assert_eq!(
+            decide(&mut FirstFitElastic, &capped),
+            Some((TaskId(3), Resources(vec![1, 1, 1])))
+        );
+        // Uncapped, it would take the whole node: first-fit-elastic waits, Tiresias does not.
+        let uncapped = view_with(None);
+        assert_eq!(decide(&mut FirstFitElastic, &uncapped), None);
+        let mut tiresias = Tiresias {
+            gpu_kind: 1,
+            elastic: true,
+        };
+        assert_eq!(
+            decide(&mut tiresias, &uncapped),
+            Some((TaskId(2), Resources(vec![5, 1, 1])))
+        );
     }
 
     #[test]

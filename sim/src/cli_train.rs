@@ -108,8 +108,9 @@ pub(crate) struct TrainArgs {
     #[arg(long, default_value_t = 0, conflicts_with = "resume")]
     pub(crate) imitate: u64,
     /// Teacher policy for imitation (new runs only): a policy that shares as the student
-    /// does (elastic or not), or auto (of those, the one with the least average JCT on
-    /// development workloads of the scenario).
+    /// does (elastic or not; for an elastic student also first-fit-elastic), or auto (of the
+    /// ranked baselines that share so, the one with the least average JCT on development
+    /// workloads of the scenario).
     #[arg(long, default_value = "auto", conflicts_with = "resume")]
     pub(crate) teacher: String,
     /// OS threads running episodes (default: all cores); results do not depend on it.
@@ -352,11 +353,17 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             p.eval_jct,
             started.elapsed().as_secs_f64()
         ));
+        // The teacher is named while imitating: with `auto` it changes with the scenario.
+        let phase = if p.phase == "imitate" {
+            format!("imitate ({})", trainer.cfg.teacher)
+        } else {
+            p.phase.clone()
+        };
         // A log line per iteration, also when stderr is not a terminal (no bar drawn).
         bar.suspend(|| eprintln!(
             "iteration {} {} avg_jct {:.3} eval_jct {:.3} return {:.1} decisions {} loss {:.4} value_loss {:.3} entropy {:.3} t {:.0}s",
             p.iteration,
-            p.phase,
+            phase,
             p.avg_jct,
             p.eval_jct,
             p.episode_return,

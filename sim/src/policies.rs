@@ -137,7 +137,7 @@ pub fn check_teacher(sim: &Simulator, name: &str, student: &NetConfig) -> Result
         };
         return Err(format!(
             "{name} {what}, which {kind} learned policy cannot copy; choose one of {} or auto",
-            teachers(sim, student).join(", ")
+            teachers(sim, student, true).join(", ")
         ));
     }
     Ok(())
@@ -151,11 +151,21 @@ fn may_teach(p: &dyn tapfinger::Policy, student: &NetConfig) -> bool {
     p.elastic() == student.elastic || student.elastic && student.floors
 }
 
+/// Teachers one may name besides the ranked baselines: first-fit-max's admission in elastic
+/// form ([`baselines::FirstFitElastic`]), so that an elastic student can be shown a task left
+/// waiting where first-fit-max's waits pay off (first-fit-max itself keeps each allocation for
+/// a task's whole run, which an elastic student cannot copy). Not among `auto`'s candidates:
+/// chosen per scenario it made the general model worse (docs/BENCHMARKS.md, twenty-third
+/// session).
+pub const EXTRA_TEACHERS: &[&str] = &["first-fit-elastic"];
+
 /// The policies that may teach a learned policy of configuration `student` on `sim`'s
-/// scenario ([`may_teach`]).
-fn teachers(sim: &Simulator, student: &NetConfig) -> Vec<&'static str> {
+/// scenario ([`may_teach`]): the ranked baselines, and with `extras` [`EXTRA_TEACHERS`].
+fn teachers(sim: &Simulator, student: &NetConfig, extras: bool) -> Vec<&'static str> {
+    let extra: &[&str] = if extras { EXTRA_TEACHERS } else { &[] };
     baselines::BASELINES
         .iter()
+        .chain(extra)
         .copied()
         .filter(|n| {
             build(sim, n).is_ok_and(|ps| ps.first().is_some_and(|p| may_teach(p.as_ref(), student)))
@@ -180,7 +190,7 @@ pub fn best_teacher(sim: &Simulator, student: &NetConfig) -> String {
             })
             .sum()
     };
-    teachers(sim, student)
+    teachers(sim, student, false)
         .into_iter()
         .map(|n| (n, jct(n)))
         .min_by(|a, b| a.1.total_cmp(&b.1))

@@ -39,6 +39,22 @@ fn training_refuses_what_it_cannot_learn_from() {
         ],
         "keeps each task's allocation for its whole run",
     );
+    // ... and names those it can: first-fit-max's admission in elastic form among them.
+    fails_with(
+        &[
+            "train",
+            "--scenario",
+            "synthetic3",
+            "--general",
+            "--imitate",
+            "1",
+            "--teacher",
+            "first-fit-max",
+            "--minutes",
+            "0.1",
+        ],
+        "choose one of optimus, tiresias, first-fit-elastic or auto",
+    );
     // Fine-tuning from a per-preset model of other sizes is refused with both named.
     let hetero6 = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/models/hetero6");
     fails_with(
