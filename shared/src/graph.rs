@@ -303,6 +303,33 @@ pub const GENERAL_CONTENDED_WIDTHS: [usize; 3] =
 /// every GPU task 16 GPUs' speed; the general model piled them onto the largest box
 /// (`hetero6`, docs/BENCHMARKS.md, twenty-second session).
 pub fn build_general_contended(view: &ClusterView, me: NodeId) -> HeteroGraph {
+    contended_graph(view, me, false)
+}
+
+/// Feature widths of the general schema with costs (schema 6, [`build_general_costs`]).
+pub const GENERAL_COSTS_WIDTHS: [usize; 3] = [
+    GENERAL_CONTENDED_WIDTHS[0],
+    GENERAL_CONTENDED_WIDTHS[1] + 3,
+    GENERAL_CONTENDED_WIDTHS[2],
+];
+
+/// Build the graph with schema 5's features and, per pending task, where its start would cost
+/// least (schema 6), from the same estimator figures: over the boxes it may run on and fits
+/// now (the deciding node's own figure where it fits nowhere), the least time its start would
+/// add to the tasks running there; its own time there plus that added time on the deciding
+/// node; and the least such sum over those boxes.
+///
+/// Why: schema 5 says what a start would cost the deciding node's running tasks, not whether
+/// another box would host the task at less harm. A task that gains from nothing runs as fast
+/// on a small box as on a large one, where its floor holds units others would use
+/// (`hetero6`: the schema-5 model put 125 of 187 such tasks on the two largest boxes,
+/// docs/BENCHMARKS.md, twenty-second session).
+pub fn build_general_costs(view: &ClusterView, me: NodeId) -> HeteroGraph {
+    contended_graph(view, me, true)
+}
+
+/// Schema 5's graph, and with `costs` schema 6's three more figures per pending task.
+fn contended_graph(view: &ClusterView, me: NodeId, costs: bool) -> HeteroGraph {
     let mut f = general_features(view, me);
     let kinds = &view.kinds;
     let mine = view.nodes.iter().find(|n| n.id == me);
@@ -313,13 +340,22 @@ pub fn build_general_contended(view: &ClusterView, me: NodeId) -> HeteroGraph {
             let a = contended(view, n, &spare, &t.min_demand, t, &p.est.gain, Some(&p.est));
             p.est.slots_at(kinds, &t.min_demand, &a)
         };
-        let (here, best) = here_and_best(view, mine, p, time_on);
+        let (here, best) = here_and_best(view, mine, p, &time_on);
         let delay = mine
             .filter(|n| t.min_demand.fits_in(&n.free))
             .map_or(0.0, |n| added_delay(view, n, p));
         x.push(squash(here));
         x.push(squash(best));
         x.push(squash(delay));
+        if costs {
+            let delay_on = |n: &crate::view::NodeView| added_delay(view, n, p);
+            let (_, least_delay) = here_and_best(view, mine, p, delay_on);
+            let cost_on = |n: &crate::view::NodeView| time_on(n) + added_delay(view, n, p);
+            let (cost_here, least_cost) = here_and_best(view, mine, p, cost_on);
+            x.push(squash(least_delay));
+            x.push(squash(cost_here));
+            x.push(squash(least_cost));
+        }
     }
     f.assemble(view)
 }
@@ -801,17 +837,13 @@ mod tests {
         assert_widths(&build_general_fit(&view, NodeId(0)), GENERAL_FIT_WIDTHS);
     }
 
-    /// Schema 5 judges a box by what a task would get beside the tasks running there: a box
-    /// whose running task takes GPUs too gives it half its spare GPUs, one whose task gains
-    /// nothing from them gives it all; and starting it there slows the running task by the
-    /// estimated remaining time it loses.
-    #[test]
-    fn contended_fit_features_count_the_tasks_running_on_each_box() {
+    /// Two boxes of 8 CPUs and 8 GPUs: box 0 runs a GPU-bound task, box 1 one that gains from
+    /// nothing, each half done at its floor; pending, a GPU-bound task that may run on both
+    /// (the estimate of [`crate::view::TaskEstimate::gpu_bound`]).
+    fn two_boxes() -> ClusterView {
         let kinds = crate::estimate::KindMap::from_names(&["cpu", "gpu"]);
         let task = |id, reachable: Vec<u32>| crate::task::test_gpu_task(id, &reachable);
-        // T(g) = 10 + 18 · (1/(1 + g) − 1/2) slots at g GPUs.
         let gpu_bound = crate::view::TaskEstimate::gpu_bound(3.0);
-        let t = |g: f64| 10.0 + 18.0 * (1.0 / (1.0 + g) - 0.5);
         let running = |id, node, est| crate::view::RunningView {
             task: task(id, vec![node]).into(),
             node: NodeId(node),
@@ -832,7 +864,7 @@ mod tests {
             overflow: 0,
             running: vec![r],
         };
-        let view = ClusterView {
+        ClusterView {
             kinds,
             // Box 0 runs a GPU-bound task; box 1 one that gains from nothing.
             nodes: vec![node(0, 0), node(1, 1)],
@@ -853,7 +885,18 @@ mod tests {
                 est: gpu_bound,
             }],
             ..Default::default()
-        };
+        }
+    }
+
+    /// Schema 5 judges a box by what a task would get beside the tasks running there: a box
+    /// whose running task takes GPUs too gives it half its spare GPUs, one whose task gains
+    /// nothing from them gives it all; and starting it there slows the running task by the
+    /// estimated remaining time it loses.
+    #[test]
+    fn contended_fit_features_count_the_tasks_running_on_each_box() {
+        let view = two_boxes();
+        // T(g) = 10 + 18 · (1/(1 + g) − 1/2) slots at g GPUs.
+        let t = |g: f64| 10.0 + 18.0 * (1.0 / (1.0 + g) - 0.5);
         let [here, best, delay] = [0, 1, 2].map(|i| GENERAL_WIDTHS[1] + i);
         let close = |a: f32, b: f64| (a - squash(b)).abs() < 1e-6;
         // On box 0: 1 + 6/2 = 4 GPUs (schema 4 read 7 from the free units); the running task
@@ -883,5 +926,34 @@ mod tests {
             &build_general_contended(&view, NodeId(0)),
             GENERAL_CONTENDED_WIDTHS,
         );
+    }
+
+    /// Schema 6 adds where a start would cost least: on box 0 the GPU-bound newcomer would run
+    /// at 4 GPUs and slow the task there; on box 1 it would run at 7 and slow nobody (the task
+    /// there gains from nothing), so both boxes see a least added time of 0 and a least cost
+    /// of its time at 7 GPUs, and box 0 its own higher cost.
+    #[test]
+    fn cost_features_say_which_box_a_start_harms_least() {
+        let view = two_boxes();
+        let t = |g: f64| 10.0 + 18.0 * (1.0 / (1.0 + g) - 0.5);
+        let w = GENERAL_CONTENDED_WIDTHS[1];
+        let close = |a: f32, b: f64| (a - squash(b)).abs() < 1e-6;
+        let on0 = pending(&build_general_costs(&view, NodeId(0)));
+        assert_eq!(on0.len(), GENERAL_COSTS_WIDTHS[1]);
+        assert_eq!(
+            on0[..w],
+            pending(&build_general_contended(&view, NodeId(0)))[..]
+        );
+        let delay0 = 0.5 * (t(4.0) - t(8.0));
+        assert!(close(on0[w], 0.0), "{on0:?}");
+        assert!(close(on0[w + 1], t(4.0) + delay0), "{on0:?}");
+        assert!(close(on0[w + 2], t(7.0)), "{on0:?}");
+        let on1 = pending(&build_general_costs(&view, NodeId(1)));
+        assert!(close(on1[w], 0.0), "{on1:?}");
+        assert!(
+            close(on1[w + 1], t(7.0)) && close(on1[w + 2], t(7.0)),
+            "{on1:?}"
+        );
+        assert_widths(&build_general_costs(&view, NodeId(0)), GENERAL_COSTS_WIDTHS);
     }
 }

@@ -61,6 +61,12 @@ pub(crate) struct TrainArgs {
     /// elastic --sharing (new runs only).
     #[arg(long, requires = "general", conflicts_with_all = ["resume", "node_fit"])]
     pub(crate) contention: bool,
+    /// With --contention: feature schema 6, schema 5's features and where a pending task's
+    /// start would cost least (the least time it would add to the running tasks over the boxes
+    /// it fits now; its own time plus that added time on the deciding node, and the least such
+    /// sum over those boxes) (new runs only).
+    #[arg(long, requires = "contention", conflicts_with = "resume")]
+    pub(crate) costs: bool,
     /// Train an RLPTO model (new runs only): general features plus each task's priority
     /// class, whether it is converging, and the forecast arrivals of the next intervals
     /// (feature schema 3), trained on RLPTO's cluster reward (the scenario's `[reward]`
@@ -159,6 +165,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         general,
         node_fit,
         contention,
+        costs,
         rlpto,
         forecast_interval,
         sharing,
@@ -225,6 +232,8 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
                 tapfinger::model::batch::Dims::rlpto(sim.scenario().window)
             } else if node_fit {
                 tapfinger::model::batch::Dims::general_fit(sim.scenario().window)
+            } else if costs {
+                tapfinger::model::batch::Dims::general_costs(sim.scenario().window)
             } else if contention {
                 tapfinger::model::batch::Dims::general_contended(sim.scenario().window)
             } else if general {

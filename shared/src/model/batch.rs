@@ -42,7 +42,8 @@ pub struct Dims {
     /// RLPTO's ([`graph::build_rlpto`]: the general features with priority classes,
     /// convergence and the arrival forecast); 4, general with each pending task's fit to the
     /// boxes ([`graph::build_general_fit`]); 5, the same under contention with the tasks
-    /// running there ([`graph::build_general_contended`]).
+    /// running there ([`graph::build_general_contended`]); 6, that and where a start would
+    /// cost least ([`graph::build_general_costs`]).
     #[serde(default = "schema_v1")]
     pub schema: u32,
 }
@@ -62,8 +63,12 @@ pub const SCHEMA_RLPTO: u32 = 3;
 pub const SCHEMA_GENERAL_FIT: u32 = 4;
 
 /// The feature schema of general models that see each pending task's fit to the boxes beside
-/// the tasks running there ([`graph::build_general_contended`]; the newest this build reads).
+/// the tasks running there ([`graph::build_general_contended`]).
 pub const SCHEMA_GENERAL_CONTENDED: u32 = 5;
+
+/// The feature schema of general models that also see where a pending task's start would cost
+/// least ([`graph::build_general_costs`]; the newest this build reads).
+pub const SCHEMA_GENERAL_COSTS: u32 = 6;
 
 impl Dims {
     /// Schema-1 sizes (a model for one preset).
@@ -103,6 +108,14 @@ impl Dims {
         }
     }
 
+    /// The general schema with contention and costs ([`graph::build_general_costs`]).
+    pub fn general_costs(window: usize) -> Self {
+        Self {
+            schema: SCHEMA_GENERAL_COSTS,
+            ..Self::general(window)
+        }
+    }
+
     /// RLPTO's schema: the general one with priority classes, convergence and the arrival
     /// forecast ([`graph::build_rlpto`]).
     pub fn rlpto(window: usize) -> Self {
@@ -112,7 +125,7 @@ impl Dims {
         }
     }
 
-    /// Whether the features are general (schema 2, 3, 4 or 5: one model for every cluster).
+    /// Whether the features are general (schema 2 to 6: one model for every cluster).
     pub fn is_general(&self) -> bool {
         self.schema >= SCHEMA_GENERAL
     }
@@ -122,9 +135,15 @@ impl Dims {
         self.schema == SCHEMA_GENERAL_FIT
     }
 
-    /// Whether this is the general schema with contention ([`graph::build_general_contended`]).
+    /// Whether this is a general schema with contention ([`graph::build_general_contended`],
+    /// and with costs [`graph::build_general_costs`]).
     pub fn is_contended(&self) -> bool {
-        self.schema == SCHEMA_GENERAL_CONTENDED
+        self.schema == SCHEMA_GENERAL_CONTENDED || self.is_costs()
+    }
+
+    /// Whether this is the general schema with costs ([`graph::build_general_costs`]).
+    pub fn is_costs(&self) -> bool {
+        self.schema == SCHEMA_GENERAL_COSTS
     }
 
     /// Whether this is RLPTO's schema.
@@ -140,6 +159,9 @@ impl Dims {
         }
         if self.is_node_fit() {
             return graph::GENERAL_FIT_WIDTHS.get(kind).copied().unwrap_or(1);
+        }
+        if self.is_costs() {
+            return graph::GENERAL_COSTS_WIDTHS.get(kind).copied().unwrap_or(1);
         }
         if self.is_contended() {
             return graph::GENERAL_CONTENDED_WIDTHS
@@ -194,6 +216,8 @@ pub fn batch(items: &[(&ClusterView, NodeId)], dims: &Dims) -> GraphBatch {
             graph::build_rlpto(view, *agent)
         } else if dims.is_node_fit() {
             graph::build_general_fit(view, *agent)
+        } else if dims.is_costs() {
+            graph::build_general_costs(view, *agent)
         } else if dims.is_contended() {
             graph::build_general_contended(view, *agent)
         } else if dims.is_general() {
