@@ -340,7 +340,7 @@ fn contended_graph(view: &ClusterView, me: NodeId, costs: bool) -> HeteroGraph {
             let a = contended(view, n, &spare, &t.min_demand, t, &p.est.gain, Some(&p.est));
             p.est.slots_at(kinds, &t.min_demand, &a)
         };
-        let (here, best) = here_and_best(view, mine, p, &time_on);
+        let (here, best) = here_and_best(view, mine, p, time_on);
         let delay = mine
             .filter(|n| t.min_demand.fits_in(&n.free))
             .map_or(0.0, |n| added_delay(view, n, p));
