@@ -23,38 +23,34 @@ fn training_refuses_what_it_cannot_learn_from() {
         ],
         "re-allocates running tasks",
     );
-    // An elastic (general) student only copies elastic teachers.
-    fails_with(
-        &[
-            "train",
-            "--scenario",
-            "synthetic3",
-            "--general",
-            "--imitate",
-            "1",
-            "--teacher",
+    // An elastic (general) student only copies elastic teachers, and the refusal names those
+    // it can: first-fit-max's admission in elastic form among them.
+    for (teacher, says) in [
+        (
             "tiresias-np",
-            "--minutes",
-            "0.1",
-        ],
-        "keeps each task's allocation for its whole run",
-    );
-    // ... and names those it can: first-fit-max's admission in elastic form among them.
-    fails_with(
-        &[
-            "train",
-            "--scenario",
-            "synthetic3",
-            "--general",
-            "--imitate",
-            "1",
-            "--teacher",
+            "keeps each task's allocation for its whole run",
+        ),
+        (
             "first-fit-max",
-            "--minutes",
-            "0.1",
-        ],
-        "choose one of optimus, tiresias, first-fit-elastic or auto",
-    );
+            "choose one of optimus, tiresias, first-fit-elastic or auto",
+        ),
+    ] {
+        fails_with(
+            &[
+                "train",
+                "--scenario",
+                "synthetic3",
+                "--general",
+                "--imitate",
+                "1",
+                "--teacher",
+                teacher,
+                "--minutes",
+                "0.1",
+            ],
+            says,
+        );
+    }
     // Fine-tuning from a per-preset model of other sizes is refused with both named.
     let hetero6 = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/models/hetero6");
     fails_with(
