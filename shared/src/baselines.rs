@@ -71,6 +71,7 @@ pub fn by_name(name: &str, ctx: &BaselineContext) -> Result<Box<dyn Policy>, Bas
         "min" => Box::new(MinPolicy),
         "first-fit-max" => Box::new(FirstFitMax),
         "first-fit-elastic" => Box::new(FirstFitElastic),
+        crate::lookahead::LOOKAHEAD => Box::new(crate::lookahead::Lookahead),
         "drf" => Box::new(Drf),
         "tiresias" => Box::new(Tiresias {
             gpu_kind: ctx.gpu_kind,

@@ -12,6 +12,7 @@ pub mod fit;
 pub mod forecast;
 pub mod graph;
 pub mod ledger;
+pub mod lookahead;
 pub mod model;
 pub mod node;
 pub mod placement;

@@ -201,7 +201,7 @@ pub use crate::clairvoyant::CLAIRVOYANT;
 
 /// Label for reports: the clairvoyant reference is marked.
 pub fn label(name: &str) -> String {
-    if name == CLAIRVOYANT {
+    if crate::clairvoyant::is_clairvoyant(name) {
         format!("{name} (reads true speed; reference only)")
     } else {
         name.to_string()
@@ -298,10 +298,13 @@ fn build_with(
     seed: Option<u64>,
 ) -> Result<Vec<Box<dyn Policy>>, BaselineError> {
     let sc = sim.scenario();
-    if name == CLAIRVOYANT {
+    if crate::clairvoyant::is_clairvoyant(name) {
         let mut c = Clairvoyant::new(sc);
-        if let Some(seed) = seed {
+        if let Some(seed) = seed.filter(|_| name != crate::clairvoyant::RULE_UNSIZED) {
             c = c.with_sizes(sc, seed);
+        }
+        if name == crate::clairvoyant::RULE_STARTED {
+            c = c.started_only();
         }
         return Ok((0..sc.nodes.len())
             .map(|_| Box::new(c.clone()) as Box<dyn Policy>)

@@ -241,7 +241,7 @@ pub fn compare_with(
         let (_, std) = mean_std(&sums.iter().map(|s| s.avg_jct).collect::<Vec<_>>());
         results.push(PolicyResult {
             policy: display_name(p).to_string(),
-            clairvoyant: p == CLAIRVOYANT,
+            clairvoyant: crate::clairvoyant::is_clairvoyant(p),
             mean: mean_summary(&sums),
             avg_jct_std: std,
             published_avg_jct: sc.published.get(p.as_str()).copied(),

@@ -169,7 +169,7 @@ fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario,
         results.push(SuiteResult {
             policy: report::display_name(p).to_string(),
             avg_jct: sum / seeds.len() as f64,
-            clairvoyant: p == CLAIRVOYANT,
+            clairvoyant: crate::clairvoyant::is_clairvoyant(p),
         });
     }
     let best = results[1..]
