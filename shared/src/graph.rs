@@ -336,7 +336,7 @@ fn contended_graph(view: &ClusterView, me: NodeId, costs: bool) -> HeteroGraph {
     for (x, p) in f.pending.iter_mut().zip(&view.pending) {
         let t = &p.task;
         let time_on = |n: &crate::view::NodeView| {
-            let spare = less(&n.free, &t.min_demand);
+            let spare = n.free.saturating_sub(&t.min_demand);
             let a = contended(view, n, &spare, &t.min_demand, t, &p.est.gain, Some(&p.est));
             p.est.slots_at(kinds, &t.min_demand, &a)
         };
@@ -370,7 +370,7 @@ pub fn crowding(
     p: &crate::view::PendingView,
 ) -> f64 {
     let t = &p.task;
-    let spare = less(&n.free, &t.min_demand);
+    let spare = n.free.saturating_sub(&t.min_demand);
     let shared = contended(view, n, &spare, &t.min_demand, t, &p.est.gain, Some(&p.est));
     let alone = t.cap(&n.capacity).max_each(&t.min_demand);
     let kinds = &view.kinds;
@@ -415,23 +415,11 @@ fn contended(
     t.cap(&a).max_each(floor)
 }
 
-/// `a` less `b` per kind, at least 0.
-fn less(
-    a: &crate::resources::Resources,
-    b: &crate::resources::Resources,
-) -> crate::resources::Resources {
-    let mut d = a.clone();
-    for (x, m) in d.0.iter_mut().zip(&b.0) {
-        *x = x.saturating_sub(*m);
-    }
-    d
-}
-
 /// The time pending task `p`'s start on node `n` would add to the tasks running there: per
 /// running task, its estimated remaining time at its [`contended`] part with `p` among the
 /// takers, less at its part without.
 fn added_delay(view: &ClusterView, n: &crate::view::NodeView, p: &crate::view::PendingView) -> f64 {
-    let after = less(&n.free, &p.task.min_demand);
+    let after = n.free.saturating_sub(&p.task.min_demand);
     n.running
         .iter()
         .filter_map(|&r| view.running.get(r))

@@ -128,19 +128,19 @@ pub fn plan(
             .fitting(&it.task.cap(&free))
             .next()
             .map_or(it.task.min_demand.clone(), |x| x.0.clone());
-        free = minus(&free, &a);
+        free = free.saturating_sub(&a);
         out[i] = Some(a);
     }
     let take = |i: usize, a: &Resources, free: &mut Resources, out: &mut [Option<Resources>]| {
         let held = out[i].clone().unwrap_or_else(|| Resources::zeros(a.len()));
-        *free = minus(&plus(free, &held), a);
+        *free = free.saturating_add(&held).saturating_sub(a);
         out[i] = Some(a.clone());
     };
     let reach = |i: usize, free: &Resources, out: &[Option<Resources>]| {
         let held = out[i]
             .clone()
             .unwrap_or_else(|| Resources::zeros(free.len()));
-        items[i].task.cap(&plus(&held, free))
+        items[i].task.cap(&held.saturating_add(free))
     };
     if rule != Rule::Max {
         for &i in order.iter().filter(|&&i| i >= running) {
@@ -178,7 +178,7 @@ pub fn plan(
                         let mut a = held.clone();
                         a.0[k] += 1;
                         if free.get(k) > 0
-                            && a.fits_in(&items[i].task.cap(&plus(&held, &free)))
+                            && a.fits_in(&items[i].task.cap(&held.saturating_add(&free)))
                             && items[i].slots(&a).is_some()
                         {
                             free.0[k] -= 1;
@@ -273,7 +273,7 @@ pub fn decide(items: &[Item<'_>], running: usize, free: &Resources) -> Decision 
     }
     let pool = items[..running]
         .iter()
-        .fold(free.clone(), |p, it| plus(&p, &it.task.min_demand));
+        .fold(free.clone(), |p, it| p.saturating_add(&it.task.min_demand));
     let (order, allocs) = best_plan(items, &pool, running);
     order
         .iter()
@@ -296,7 +296,7 @@ pub fn decide(items: &[Item<'_>], running: usize, free: &Resources) -> Decision 
 pub fn rebalance(items: &[Item<'_>], free: &Resources) -> Vec<(TaskId, Resources)> {
     let pool = items
         .iter()
-        .fold(free.clone(), |p, it| plus(&p, &it.task.min_demand));
+        .fold(free.clone(), |p, it| p.saturating_add(&it.task.min_demand));
     let (_, allocs) = best_plan(items, &pool, items.len());
     items
         .iter()
@@ -428,26 +428,6 @@ impl Policy for Lookahead {
         let (tables, _) = Self::tables(view, false);
         rebalance(&items(&tables), &view.node().free)
     }
-}
-
-/// `a + b` per kind (saturating).
-fn plus(a: &Resources, b: &Resources) -> Resources {
-    Resources(
-        a.0.iter()
-            .zip(&b.0)
-            .map(|(x, y)| x.saturating_add(*y))
-            .collect(),
-    )
-}
-
-/// `a - b` per kind, floored at zero.
-fn minus(a: &Resources, b: &Resources) -> Resources {
-    Resources(
-        a.0.iter()
-            .zip(&b.0)
-            .map(|(x, y)| x.saturating_sub(*y))
-            .collect(),
-    )
 }
 
 #[cfg(test)]

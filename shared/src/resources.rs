@@ -207,6 +207,26 @@ impl Resources {
         ))
     }
 
+    /// Entry-wise sum, each entry at most `u32::MAX` (entries of `self` beyond `other`'s kinds
+    /// stay). For planning figures, where an overflow cannot be a real allocation anyway.
+    pub fn saturating_add(&self, other: &Resources) -> Resources {
+        let mut d = self.clone();
+        for (x, y) in d.0.iter_mut().zip(&other.0) {
+            *x = x.saturating_add(*y);
+        }
+        d
+    }
+
+    /// Entry-wise difference, each entry at least 0 (entries of `self` beyond `other`'s kinds
+    /// stay): what is left of `self` once `other` is taken, where taking too much leaves none.
+    pub fn saturating_sub(&self, other: &Resources) -> Resources {
+        let mut d = self.clone();
+        for (x, y) in d.0.iter_mut().zip(&other.0) {
+            *x = x.saturating_sub(*y);
+        }
+        d
+    }
+
     /// Entry-wise difference; an error if any entry would go negative.
     pub fn checked_sub(&self, other: &Resources) -> Result<Resources, ResourceError> {
         if self.len() != other.len() {
@@ -301,6 +321,18 @@ mod tests {
         assert!(b.fits_in(&a));
         assert!(!a.fits_in(&b));
         assert!(a.checked_add(&Resources(vec![1])).is_err());
+    }
+
+    /// The saturating forms floor at 0 and cap at `u32::MAX` per entry, where the checked ones
+    /// refuse.
+    #[test]
+    fn saturating_arithmetic_floors_and_caps() {
+        let a = Resources(vec![4, 2]);
+        let b = Resources(vec![1, 3]);
+        assert_eq!(a.saturating_sub(&b), Resources(vec![3, 0]));
+        assert_eq!(a.saturating_add(&b), Resources(vec![5, 5]));
+        let big = Resources(vec![u32::MAX, 0]);
+        assert_eq!(big.saturating_add(&b), Resources(vec![u32::MAX, 3]));
     }
 
     #[test]
