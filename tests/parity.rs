@@ -11,7 +11,8 @@
 //! checked, the elastic ones included, the learned one, and the elastic general model (as
 //! shipped, with its GPUs held, and drawing each claim's floor): the node cores re-share each
 //! slot exactly as the simulator does, and every peer learns the new shares. With profile hints
-//! (the simulator's `profile_hints`, the agents' specs' `[[profile]]`) the estimates agree too.
+//! (the simulator's `profile_hints`, the agents' specs' `[[profile]]`) the estimates agree too,
+//! and with declared work (the simulator's `declare_work`, the agents' specs' `work`).
 
 // Test helpers may unwrap: a failure there is a test failure with its message.
 #![allow(clippy::unwrap_used)]
@@ -244,6 +245,7 @@ fn check_parity(
     agents.tick_all();
     agents.now += HEARTBEAT;
     let tasks = tapfinger_sim::workload::generate(&sc, seed);
+    let sizes = tapfinger_sim::workload::sizes(&sc, seed, sc.tasks as usize);
     let last_slot = result.slots.len() as u64;
     let mut next = 0;
     let mut round = 0;
@@ -251,11 +253,14 @@ fn check_parity(
         while let Some(t) = tasks.get(next).filter(|t| t.arrival == slot) {
             // Submitted at the first node that can run it (its owner).
             let at = t.reachable[0].0 as usize;
-            let s = if sc.profile_hints {
+            let mut s = if sc.profile_hints {
                 hinted_spec(&sc, t)
             } else {
                 spec(t.id)
             };
+            if sc.declare_work {
+                s.work = Some(tapfinger_sim::workload::size_of(&sizes, t.id));
+            }
             let out = agents.cores[at].submit(t.clone(), s);
             agents.settle(at, out);
             next += 1;
@@ -505,6 +510,36 @@ fn agents_and_the_simulator_agree_with_profile_hints() {
         check_parity(sc.clone(), policies::TAPFINGER, 100, model).unwrap();
     }
     check_parity(sc, "tiresias", 101, None).unwrap();
+}
+
+/// With declared work (the simulator's `declare_work`; on agents, the specs' `work`), both
+/// drivers' estimators scale each task's estimate alike, so the views agree to the bit, for
+/// the learned policy and for Optimus, which scales its own model by each task's size.
+#[test]
+fn agents_and_the_simulator_agree_with_declared_work() {
+    let gain = general_with("declared", &["elastic", "gain_share"]);
+    let mut sc = Scenario::load("gen:8").unwrap();
+    assert!(
+        sc.task_size.is_some(),
+        "gen:8 no longer draws heavy-tailed sizes"
+    );
+    sc.tasks = sc.tasks.min(40);
+    sc.declare_work = true;
+    check_parity(sc.clone(), policies::TAPFINGER, 100, Some(gain.as_path())).unwrap();
+    check_parity(sc.clone(), "optimus", 101, None).unwrap();
+    // The views compared showed tasks of other sizes than their class's mean.
+    let sim = Simulator::new(sc).window_order(tapfinger::ledger::WindowOrder::Spread);
+    let mut rec = Recording::default();
+    let learned = policies::learned(&sim, Some(gain.as_path())).unwrap();
+    sim.run_observed(learned, 100, &mut rec).unwrap();
+    let sized = rec.views.values().flatten().any(|v| {
+        v.pending.iter().any(|p| (p.est.size - 1.0).abs() > 0.1)
+            && v.running.iter().any(|r| (r.est.size - 1.0).abs() > 0.1)
+    });
+    assert!(
+        sized,
+        "no view showed a task of another size than its class's mean"
+    );
 }
 
 #[test]

@@ -414,18 +414,19 @@ impl Optimus {
         &self.models
     }
 
-    fn remaining(&self, ty: TaskTypeId, progress: f64, a: &Resources) -> f64 {
-        let m = &self.models[usize::from(ty.0).min(self.models.len() - 1)];
-        (1.0 - progress).max(0.0) * m.slots(f64::from(a.get(self.cpu)), f64::from(a.get(self.gpu)))
+    /// Remaining slots of `e` at allocation `a`: its type's fitted time, times its size (a
+    /// declared work says how many mean tasks of its type it is, as Optimus estimates a job's
+    /// remaining epochs; 1 where nothing is declared), times the work left.
+    fn remaining(&self, e: &Entry, a: &Resources) -> f64 {
+        let m = &self.models[usize::from(e.ty.0).min(self.models.len() - 1)];
+        (1.0 - e.progress).max(0.0)
+            * e.size
+            * m.slots(f64::from(a.get(self.cpu)), f64::from(a.get(self.gpu)))
     }
 
     /// Greedy: hand out `free` one unit at a time (CPU or GPU) to the entry whose estimated
-    /// remaining time drops most per unit. Entries are (type, progress, allocation, cap).
-    fn greedy(
-        &self,
-        entries: &mut [(TaskTypeId, f64, Resources, Resources)],
-        free: &mut Resources,
-    ) {
+    /// remaining time drops most per unit.
+    fn greedy(&self, entries: &mut [Entry], free: &mut Resources) {
         let kinds = if self.cpu == self.gpu {
             vec![self.cpu]
         } else {
@@ -433,25 +434,36 @@ impl Optimus {
         };
         loop {
             let mut best: Option<(usize, usize, f64)> = None;
-            for (i, (ty, p, a, cap)) in entries.iter().enumerate() {
-                let now = self.remaining(*ty, *p, a);
+            for (i, e) in entries.iter().enumerate() {
+                let now = self.remaining(e, &e.alloc);
                 for &k in &kinds {
-                    if free.get(k) == 0 || a.get(k) >= cap.get(k) {
+                    if free.get(k) == 0 || e.alloc.get(k) >= e.cap.get(k) {
                         continue;
                     }
-                    let mut b = a.clone();
+                    let mut b = e.alloc.clone();
                     b.0[k] += 1;
-                    let gain = now - self.remaining(*ty, *p, &b);
+                    let gain = now - self.remaining(e, &b);
                     if gain > 1e-9 && best.is_none_or(|(_, _, g)| gain > g) {
                         best = Some((i, k, gain));
                     }
                 }
             }
             let Some((i, k, _)) = best else { break };
-            entries[i].2.0[k] += 1;
+            entries[i].alloc.0[k] += 1;
             free.0[k] -= 1;
         }
     }
+}
+
+/// A task Optimus allocates to.
+#[derive(Debug, Clone)]
+struct Entry {
+    ty: TaskTypeId,
+    progress: f64,
+    /// Mean tasks of its type it is ([`crate::view::TaskEstimate::size`]).
+    size: f64,
+    alloc: Resources,
+    cap: Resources,
 }
 
 impl Policy for Optimus {
@@ -476,11 +488,18 @@ impl Policy for Optimus {
         let mut free = node.free.clone();
         let mut tasks: Vec<&Task> = Vec::new();
         let mut entries = Vec::new();
-        for t in view.feasible() {
+        for p in view.feasible_pending() {
+            let t = &p.task;
             if let Ok(rest) = free.checked_sub(&t.min_demand) {
                 free = rest;
                 tasks.push(t);
-                entries.push((t.ty, 0.0, t.min_demand.clone(), t.cap(&node.free)));
+                entries.push(Entry {
+                    ty: t.ty,
+                    progress: 0.0,
+                    size: p.est.size,
+                    alloc: t.min_demand.clone(),
+                    cap: t.cap(&node.free),
+                });
             }
         }
         if tasks.is_empty() {
@@ -490,13 +509,13 @@ impl Policy for Optimus {
         let best = (0..tasks.len())
             .max_by(|&i, &j| {
                 entries[i]
-                    .2
+                    .alloc
                     .get(self.gpu)
-                    .cmp(&entries[j].2.get(self.gpu))
+                    .cmp(&entries[j].alloc.get(self.gpu))
                     .then(j.cmp(&i))
             })
             .unwrap_or(0);
-        claim(tasks[best], entries[best].2.clone(), 1.0)
+        claim(tasks[best], entries[best].alloc.clone(), 1.0)
     }
     fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(TaskId, Resources)> {
         let mut free = view.node().free.clone();
@@ -509,14 +528,20 @@ impl Policy for Optimus {
                     .max_demand
                     .clone()
                     .unwrap_or_else(|| view.node().capacity.clone());
-                (r.task.ty, r.progress, r.alloc.clone(), cap)
+                Entry {
+                    ty: r.task.ty,
+                    progress: r.progress,
+                    size: r.est.size,
+                    alloc: r.alloc.clone(),
+                    cap,
+                }
             })
             .collect();
         self.greedy(&mut entries, &mut free);
         running
             .iter()
             .zip(entries)
-            .map(|(r, e)| (r.task.id, e.2))
+            .map(|(r, e)| (r.task.id, e.alloc))
             .collect()
     }
 }
@@ -660,6 +685,77 @@ mod tests {
         assert_eq!(
             decide(&mut tiresias, &uncapped),
             Some((TaskId(2), Resources(vec![5, 1, 1])))
+        );
+    }
+
+    /// Elastic Optimus hands spare GPUs to where the remaining time drops most: two tasks of
+    /// one type split them evenly, unless one declares four times the other's work.
+    #[test]
+    fn optimus_scales_its_model_by_each_task_s_declared_size() {
+        use crate::view::{ClusterView, NodeView, RunningView};
+        let ctx = BaselineContext {
+            num_types: 1,
+            cpu_kind: 0,
+            gpu_kind: 1,
+            profile: (1..=8)
+                .map(|g| ProfileSample {
+                    ty: crate::TaskTypeId(0),
+                    alloc: Resources(vec![1, g]),
+                    slots: 8.0 / f64::from(g) + 1.0,
+                })
+                .collect(),
+        };
+        let running = |id: u64, size: f64| RunningView {
+            task: std::sync::Arc::new(Task {
+                id: TaskId(id),
+                ty: crate::TaskTypeId(0),
+                min_demand: Resources(vec![1, 1]),
+                max_demand: None,
+                priority: 0,
+                reachable: vec![crate::NodeId(0)],
+                arrival: 0,
+                gang: None,
+            }),
+            node: crate::NodeId(0),
+            alloc: Resources(vec![1, 1]),
+            in_force: Resources(vec![1, 1]),
+            started: 0,
+            progress: 0.0,
+            attained: 0.0,
+            est: crate::view::TaskEstimate {
+                size,
+                ..Default::default()
+            },
+            est_alloc: 0.0,
+            converging: false,
+        };
+        let gpus = |sizes: [f64; 2]| {
+            let cluster = ClusterView {
+                nodes: vec![NodeView {
+                    id: crate::NodeId(0),
+                    capacity: Resources(vec![2, 8]),
+                    free: Resources(vec![0, 6]),
+                    window: vec![],
+                    overflow: 0,
+                    running: vec![0, 1],
+                }],
+                running: vec![running(1, sizes[0]), running(2, sizes[1])],
+                ..Default::default()
+            };
+            let view = cluster.for_agent(crate::NodeId(0)).unwrap();
+            let mut optimus = Optimus::fit(&ctx, true).unwrap();
+            let shares: std::collections::BTreeMap<TaskId, Resources> = optimus
+                .rebalance(&view, &mut crate::seeded_rng(0))
+                .into_iter()
+                .collect();
+            [shares[&TaskId(1)].get(1), shares[&TaskId(2)].get(1)]
+        };
+        assert_eq!(gpus([1.0, 1.0]), [4, 4]);
+        let [small, large] = gpus([0.4, 1.6]);
+        assert_eq!(small + large, 8);
+        assert!(
+            large > small,
+            "{large} GPUs for the larger task, {small} for the smaller"
         );
     }
 

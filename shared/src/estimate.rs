@@ -44,6 +44,15 @@
 //! progress is observed the hints alone make the class's model, and as observations accumulate
 //! they outweigh them. Hints are kept as a set (at most [`MAX_HINTS`] per class, the least ones
 //! in their order), so every agent holds the same hints whichever order it heard the tasks in.
+//!
+//! **Declared work.** A submitter may also say how much work a task is (the spec's `work`: its
+//! epochs, steps or samples, in any unit the class's tasks share; [`Estimator::declare`]).
+//! Where a class's tasks declare it, every sample and hint of a task is kept as job time per
+//! unit of its work, and a task's estimate is that times its own work: a fine-tune of 30 epochs
+//! is estimated 30 times one of 1 epoch, which the class's mean cannot say. A task of such a
+//! class that declares nothing counts as the class's mean declared work so far; before any
+//! sample, the prior scales by the task's work over that mean. A class none of whose tasks
+//! declare work is estimated exactly as without this (one unit per task).
 
 use crate::fit::nnls;
 use crate::resources::Resources;
@@ -143,6 +152,8 @@ struct Class {
     /// speed samples while the class's switches measure free ([`COSTLY_SWITCH`]), as they
     /// did before switches were measured.
     switch_cells: BTreeMap<[u32; 3], (u64, u128)>,
+    /// Tasks that declared their work: (count, sum of their work in nano-units).
+    declared: (u64, u128),
 }
 
 fn terms(a: &[f64; 3]) -> [f64; 4] {
@@ -170,6 +181,11 @@ fn as_f64(a: &[u32; 3]) -> [f64; 3] {
 }
 
 impl Class {
+    /// The mean declared work of its tasks so far (`None`: none declared).
+    fn mean_work(&self) -> Option<f64> {
+        (self.declared.0 > 0).then(|| self.declared.1 as f64 / self.declared.0 as f64 / NANO)
+    }
+
     fn samples(&self) -> u64 {
         self.speed_cells().values().map(|c| c.0).sum::<u64>() + self.hints.len() as u64
     }
@@ -310,7 +326,12 @@ pub struct Estimator {
     /// Each re-allocated task's switch slot (canonical allocation, job time in nanos; `u128::MAX`
     /// for a slot without progress) until its next sample, which says what the switch cost.
     switched: BTreeMap<TaskId, ([u32; 3], u128)>,
+    /// Each task's declared work (module doc), until it is done.
+    declared: BTreeMap<TaskId, f64>,
 }
+
+/// Largest declared work taken (a bound, so that the sums in nanos cannot overflow).
+pub const MAX_WORK: f64 = 1e6;
 
 impl Estimator {
     /// An estimator for a cluster whose kinds sit as `kinds` says.
@@ -320,7 +341,51 @@ impl Estimator {
             classes: BTreeMap::new(),
             last: BTreeMap::new(),
             switched: BTreeMap::new(),
+            declared: BTreeMap::new(),
         }
+    }
+
+    /// `task`'s submitter declared `work` units of work (module doc). A task declares once
+    /// (later calls for it change nothing); work that is not positive and finite is ignored,
+    /// and work above [`MAX_WORK`] counts as that.
+    pub fn declare(&mut self, task: &Task, work: f64) {
+        if !(work.is_finite() && work > 0.0) || self.declared.contains_key(&task.id) {
+            return;
+        }
+        // On the nanos grid the class sums keep, so that a task of its class's mean declared
+        // work is exactly one mean task.
+        let nanos = (work.min(MAX_WORK) * NANO).round();
+        let work = nanos / NANO;
+        self.declared.insert(task.id, work);
+        let min = self.kinds.canonical(&task.min_demand);
+        let c = self.classes.entry(task.ty).or_insert_with(|| Class {
+            min,
+            ..Class::default()
+        });
+        c.declared.0 += 1;
+        c.declared.1 += nanos as u128;
+    }
+
+    /// `task`'s declared work over its class's mean declared work: how many mean tasks of its
+    /// class it is (1 where its class declares nothing, or it declares nothing itself).
+    pub fn relative_work(&self, task: &Task) -> f64 {
+        match (
+            self.declared.get(&task.id),
+            self.classes.get(&task.ty).and_then(Class::mean_work),
+        ) {
+            (Some(w), Some(mean)) if mean > 0.0 => w / mean,
+            _ => 1.0,
+        }
+    }
+
+    /// `task`'s work in its class's unit: its declared work, else its class's mean declared
+    /// work, else 1 (a class that declares nothing: one unit per task).
+    fn work(&self, task: &Task) -> f64 {
+        self.declared
+            .get(&task.id)
+            .copied()
+            .or_else(|| self.classes.get(&task.ty).and_then(Class::mean_work))
+            .unwrap_or(1.0)
     }
 
     /// The kind map.
@@ -336,12 +401,13 @@ impl Estimator {
         }
         let a = self.kinds.units(alloc);
         let min = self.kinds.canonical(&task.min_demand);
+        let work = self.work(task);
         let c = self.classes.entry(task.ty).or_insert_with(|| Class {
             min,
             ..Class::default()
         });
-        // Capped so that a runaway sample cannot overflow the sums.
-        let t = ((slots / delta).min(1e9) * NANO).round() as u128;
+        // Per unit of work; capped so that a runaway sample cannot overflow the sums.
+        let t = ((slots / delta / work).min(1e9) * NANO).round() as u128;
         if let Some((_, u)) = self.switched.remove(&task.id).filter(|(b, _)| *b == a) {
             // A ratio of one task's own times: the same whatever order the agents hear the
             // tasks in, and whatever the task's size.
@@ -371,6 +437,7 @@ impl Estimator {
     pub fn hint(&mut self, task: &Task, hints: &[(Resources, f64)]) {
         let min = self.kinds.canonical(&task.min_demand);
         let kinds = self.kinds;
+        let work = self.work(task);
         let mut fresh = false;
         let c = self.classes.entry(task.ty).or_insert_with(|| Class {
             min,
@@ -380,7 +447,7 @@ impl Estimator {
             if !(slots.is_finite() && *slots > 1e-9) {
                 continue;
             }
-            let t = (slots.min(1e9) * NANO).round() as u128;
+            let t = ((slots / work).min(1e9) * NANO).round() as u128;
             fresh |= c.hints.insert((kinds.units(alloc), t));
         }
         while c.hints.len() > MAX_HINTS {
@@ -395,6 +462,7 @@ impl Estimator {
     pub fn forget(&mut self, task: TaskId) {
         self.last.remove(&task);
         self.switched.remove(&task);
+        self.declared.remove(&task);
     }
 
     /// `task` ran `slots` at `alloc`, its new allocation, and did `delta` of its work: the
@@ -405,8 +473,9 @@ impl Estimator {
             return;
         }
         let a = self.kinds.units(alloc);
+        let work = self.work(task);
         let t = if delta > 1e-9 {
-            ((slots / delta).min(1e9) * NANO).round() as u128
+            ((slots / delta / work).min(1e9) * NANO).round() as u128
         } else {
             u128::MAX
         };
@@ -436,7 +505,9 @@ impl Estimator {
         let a = self.kinds.canonical(alloc);
         let min = self.kinds.canonical(&task.min_demand);
         match self.classes.get(&task.ty) {
-            Some(c) => c.slots(&min, &a),
+            // Per unit of work (module doc); before any sample the prior is a mean task's.
+            Some(c) if c.samples() > 0 => c.slots(&min, &a) * self.work(task),
+            Some(c) => c.slots(&min, &a) * self.work(task) / c.mean_work().unwrap_or(1.0),
             None => PRIOR_SLOTS * prior_shape(&min, &a),
         }
     }
@@ -702,6 +773,74 @@ mod tests {
             assert!((got - want).abs() < 1e-6, "{got} vs {want}");
         }
         assert!(at(2, 5) < at(2, 1), "more GPUs estimated slower");
+    }
+
+    #[test]
+    fn declared_work_scales_each_task_s_estimate() {
+        // Tasks of one class differ 30-fold in size at one allocation: without declarations
+        // every task is estimated at the class's mean; with them, at its own size.
+        let slots_per_epoch = 2.0;
+        let alloc = Resources(vec![2, 1, 1]);
+        let run = |declare: bool| {
+            let mut e = est();
+            for id in 0..20u64 {
+                let epochs = if id % 2 == 0 { 1.0 } else { 30.0 };
+                let mut t = task(3, [1, 1, 1]);
+                t.id = TaskId(id);
+                if declare {
+                    e.declare(&t, epochs);
+                }
+                e.observe(&t, &alloc, 0.1, 0.1 * epochs * slots_per_epoch);
+                e.forget(t.id);
+            }
+            e
+        };
+        let with = run(true);
+        let mut short = task(3, [1, 1, 1]);
+        short.id = TaskId(100);
+        let mut long = short.clone();
+        long.id = TaskId(101);
+        let mut unsaid = short.clone();
+        unsaid.id = TaskId(102);
+        let mut e = with.clone();
+        e.declare(&short, 1.0);
+        e.declare(&long, 30.0);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6 * b;
+        assert!(close(e.slots(&short, &alloc), 2.0));
+        assert!(close(e.slots(&long, &alloc), 60.0));
+        // Undeclared: the class's mean declared work (15.5 epochs).
+        assert!(close(e.slots(&unsaid, &alloc), 31.0));
+        let without = run(false);
+        assert!(close(without.slots(&long, &alloc), 31.0));
+        // Bad declarations are ignored, and a task declares once.
+        e.declare(&unsaid, f64::NAN);
+        e.declare(&unsaid, -1.0);
+        assert!(close(e.slots(&unsaid, &alloc), 31.0));
+        e.declare(&long, 1.0);
+        assert!(close(e.slots(&long, &alloc), 60.0));
+    }
+
+    #[test]
+    fn before_any_sample_the_prior_scales_by_work_over_the_mean() {
+        let mut e = est();
+        let a = Resources(vec![1, 0, 1]);
+        let mut small = task(5, [1, 0, 1]);
+        let mut big = small.clone();
+        big.id = TaskId(2);
+        let prior = e.slots(&small, &a);
+        e.declare(&small, 1.0);
+        e.declare(&big, 3.0);
+        assert!((e.slots(&small, &a) - prior / 2.0).abs() < 1e-9);
+        // A lone task is its class's mean, exactly.
+        let mut lone = Estimator::new(e.kinds());
+        lone.declare(&big, 0.3);
+        assert_eq!(lone.relative_work(&big).to_bits(), 1f64.to_bits());
+        assert_eq!(lone.slots(&big, &a).to_bits(), prior.to_bits());
+        assert!((e.slots(&big, &a) - prior * 1.5).abs() < 1e-9);
+        // A class that declares nothing is untouched by another's declarations.
+        small.ty = TaskTypeId(6);
+        small.id = TaskId(9);
+        assert_eq!(e.slots(&small, &a).to_bits(), prior.to_bits());
     }
 
     #[test]

@@ -38,7 +38,7 @@ impl NodeView {
 
 /// What the online speed estimator ([`crate::estimate`]) says of a task: the only speed
 /// information a view carries. Times are slots alone for all of the task's work.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskEstimate {
     /// At its minimum demand.
     pub at_min: f64,
@@ -53,6 +53,29 @@ pub struct TaskEstimate {
     /// ([`crate::estimate::Estimator::switch_cost`]; 0 until measured).
     #[serde(default)]
     pub switch_cost: f64,
+    /// Its declared work over its class's mean declared work
+    /// ([`crate::estimate::Estimator::relative_work`]; 1 where nothing is declared): how many
+    /// mean tasks of its class it is. The times above already include it; a policy with a
+    /// speed model of its own (Optimus) scales that model's times by it.
+    #[serde(default = "one")]
+    pub size: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl Default for TaskEstimate {
+    fn default() -> Self {
+        Self {
+            at_min: 0.0,
+            at_max: 0.0,
+            gain: [0.0; 3],
+            samples: 0,
+            switch_cost: 0.0,
+            size: 1.0,
+        }
+    }
 }
 
 impl TaskEstimate {
@@ -80,6 +103,7 @@ impl TaskEstimate {
             gain,
             samples: est.samples(task.ty),
             switch_cost: est.switch_cost(task.ty),
+            size: est.relative_work(task),
         }
     }
 
@@ -116,6 +140,7 @@ impl TaskEstimate {
             gain: [0.0, 0.3, 0.0],
             samples: 3,
             switch_cost: 0.0,
+            size: 1.0,
         }
     }
 }
@@ -325,8 +350,18 @@ impl<'a> View<'a> {
 
     /// Window tasks whose minimum demand fits in the node's free units right now.
     pub fn feasible(&self) -> impl Iterator<Item = &'a Task> + 'a {
+        self.feasible_pending().map(|p| &*p.task)
+    }
+
+    /// [`Self::feasible`] with what the view shows of each (its estimate).
+    pub fn feasible_pending(&self) -> impl Iterator<Item = &'a PendingView> + 'a {
+        let c = self.cluster;
         let free = &self.node().free;
-        self.window().filter(move |t| t.min_demand.fits_in(free))
+        self.node()
+            .window
+            .iter()
+            .map(move |&i| &c.pending[i])
+            .filter(move |p| p.task.min_demand.fits_in(free))
     }
 
     /// Tasks running on the agent's node.

@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 /// 5: heartbeats carry their send time and echo each peer's, see [`NodeState::hears`].
 /// 7: proposals may be gang claims and state their sender's free units, see
 /// [`crate::protocol::gang`]. 8: a task may be a gang, [`crate::Task::gang`]. 10: a spec may
-/// carry profile hints, [`TaskSpec::profile`].)
-pub const WIRE_VERSION: u16 = 10;
+/// carry profile hints, [`TaskSpec::profile`]. 11: and declared work, [`TaskSpec::work`].)
+pub const WIRE_VERSION: u16 = 11;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.
@@ -320,6 +320,9 @@ fn check_task(task: &Task, spec: &TaskSpec) -> Result<(), WireError> {
     {
         return Err(invalid("announce: too many entries in the spec"));
     }
+    if spec.check_work().is_err() {
+        return Err(invalid("announce: declared work out of range"));
+    }
     for s in spec
         .command
         .iter()
@@ -474,6 +477,7 @@ mod tests {
                 alloc: [("cpu".to_string(), 4)].into(),
                 seconds: 90.0,
             }],
+            work: Some(30.0),
         };
         let body = [
             Body::Heartbeat(NodeState {

@@ -144,6 +144,10 @@ pub(crate) struct TrainArgs {
     /// A setting of this run, not of the model: evaluate it with `--profile-hints` too.
     #[arg(long)]
     pub(crate) profile_hints: bool,
+    /// Every task of every scenario this run loads declares its work (its size) to the speed
+    /// estimator. A setting of this run, not of the model: evaluate it with `--declare-work`.
+    #[arg(long)]
+    pub(crate) declare_work: bool,
     /// Iterations between two judgements of --select.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) select_every: u64,
@@ -180,15 +184,18 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         select,
         select_workloads,
         profile_hints,
+        declare_work,
         select_every,
     } = a;
     let load = |name: &str| -> Result<Simulator> {
-        let sim = load(name)?;
-        Ok(if profile_hints {
-            sim.profile_hints()
-        } else {
-            sim
-        })
+        let mut sim = load(name)?;
+        if profile_hints {
+            sim = sim.profile_hints();
+        }
+        if declare_work {
+            sim = sim.declare_work();
+        }
+        Ok(sim)
     };
     if !(minutes.is_finite() && minutes > 0.0) {
         bail!("--minutes must be a positive number");

@@ -159,6 +159,13 @@ impl Simulator {
         self
     }
 
+    /// Every task declares its work (its size) to the speed estimator (`--declare-work`,
+    /// [`crate::scenario::ScenarioFile::declare_work`]).
+    pub fn declare_work(mut self) -> Self {
+        self.sc.declare_work = true;
+        self
+    }
+
     /// Forecast each episode's arrivals per interval of `slots` slots (`--forecast`).
     pub fn forecast(mut self, slots: u64) -> Self {
         self.sc.forecast_interval_slots = Some(slots.max(1));

@@ -169,6 +169,10 @@ enum Cmd {
         /// estimator (every policy's views), as a submitter's spec may.
         #[arg(long)]
         profile_hints: bool,
+        /// Every task declares its work (its size) to the speed estimator, as a submitter's
+        /// spec may.
+        #[arg(long)]
+        declare_work: bool,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -293,6 +297,11 @@ struct Variants {
     /// then show the estimates a submitter's profile would give before any progress.
     #[arg(long)]
     profile_hints: bool,
+    /// Every task declares its work (its size, as a spec's `work` would) to the speed
+    /// estimator, whatever the scenario's `declare_work` says: every policy's views then show
+    /// each task's estimate at its own size.
+    #[arg(long)]
+    declare_work: bool,
 }
 
 /// [`load`], run as `v` says.
@@ -312,6 +321,9 @@ fn load_with(name: &str, v: Variants) -> Result<Simulator> {
     }
     if v.profile_hints {
         sim = sim.profile_hints();
+    }
+    if v.declare_work {
+        sim = sim.declare_work();
     }
     Ok(sim)
 }
@@ -472,6 +484,7 @@ fn run(cli: Cli) -> Result<()> {
             model,
             threads,
             profile_hints,
+            declare_work,
             json,
         } => {
             if seeds == 0 {
@@ -486,6 +499,7 @@ fn run(cli: Cli) -> Result<()> {
                 threads: threads
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
                 profile_hints,
+                declare_work,
             };
             let n = cfg.generator_seeds.end - cfg.generator_seeds.start;
             let progress = std::sync::Mutex::new(Progress::new(n).unit("scenarios"));

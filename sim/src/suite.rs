@@ -41,6 +41,8 @@ pub struct SuiteConfig {
     /// Tasks carry their type's profiling runs as profile hints
     /// ([`crate::Simulator::profile_hints`]).
     pub profile_hints: bool,
+    /// Tasks declare their work ([`crate::Simulator::declare_work`]).
+    pub declare_work: bool,
 }
 
 /// Why the suite could not run.
@@ -142,6 +144,9 @@ fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario,
     let mut sim = Simulator::new(sc);
     if cfg.profile_hints {
         sim = sim.profile_hints();
+    }
+    if cfg.declare_work {
+        sim = sim.declare_work();
     }
     let kinds = sim.scenario().kind_names();
     let names: Vec<String> = std::iter::once(cfg.candidate.clone())

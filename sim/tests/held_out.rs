@@ -20,6 +20,7 @@ fn the_shipped_general_model_holds_its_own_against_the_best_baseline_on_held_out
         model: None,
         threads: 2,
         profile_hints: false,
+        declare_work: false,
     };
     let s = suite::run(&cfg, &|| {}).unwrap();
     let results: Vec<(u64, f64)> = s

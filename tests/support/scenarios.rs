@@ -77,6 +77,7 @@ pub(crate) fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> 
                     shrink: None,
                     reward: None,
                     profile_hints: false,
+                    declare_work: false,
                     resources: names[..k].iter().map(|n| kind(n)).collect(),
                     nodes: caps
                         .into_iter()

@@ -282,6 +282,12 @@ impl<M> Ledger<M> {
         }
     }
 
+    /// `task`'s submitter declared `work` units of work
+    /// ([`crate::estimate::Estimator::declare`]: its estimate scales by it).
+    pub fn declare(&mut self, task: &Task, work: f64) {
+        self.estimator.declare(task, work);
+    }
+
     /// The online speed estimator.
     pub fn estimator(&self) -> &crate::estimate::Estimator {
         &self.estimator

@@ -66,6 +66,10 @@ impl NodeCore {
         let hints =
             meta.spec
                 .profile_hints(&self.cfg.kind_names, &task.min_demand, self.cfg.slot_ms);
+        // Work first: the hints are of this task, at its size.
+        if let Some(w) = meta.spec.work {
+            self.tasks.declare(&task, w);
+        }
         self.tasks.hint(&task, &hints);
         self.tasks.insert(Arc::new(task), state, meta);
     }
@@ -226,6 +230,43 @@ mod tests {
             let at = |c: u32| est.slots(&task, &Resources(vec![c, 0]));
             assert!((at(1) - 10.0).abs() < 1e-6, "{}", at(1));
             assert!((at(3) - 5.0).abs() < 1e-6, "{}", at(3));
+        }
+    }
+
+    /// A spec's declared work reaches every estimator that hears the task, and scales its
+    /// estimate: two tasks of one class, 3 and 30 epochs, with a hint of the short one.
+    #[test]
+    fn declared_work_reaches_every_estimator_and_scales_the_estimate() {
+        let spec = |work: u32, hint: bool| {
+            let profile = if hint {
+                "[[profile]]\nseconds = 2\n"
+            } else {
+                ""
+            };
+            TaskSpec::from_toml(&format!(
+                "command = [\"x\"]\nmin_demand = {{ cpu = 1 }}\nwork = {work}\n{profile}"
+            ))
+            .unwrap()
+        };
+        let short = super::super::test_task(5);
+        let mut long = super::super::test_task(6);
+        long.ty = short.ty;
+        let mut a = node();
+        let mut b = super::super::test_core(1, Resources(vec![4, 0]));
+        let mut out = a.submit(short.clone(), spec(3, true));
+        out.extend(a.submit(long.clone(), spec(30, false)));
+        for act in out {
+            if let Action::Broadcast(e) = act {
+                b.on_message(e, 0);
+            }
+        }
+        assert!(b.tasks().contains(TaskId(6)), "the peer never heard of it");
+        // 200 ms slots: the 3-epoch task's hint is 10 slots, so the 30-epoch one's is 100.
+        for n in [&a, &b] {
+            let est = n.tasks().estimator();
+            let at = |t: &Task| est.slots(t, &Resources(vec![1, 0]));
+            assert!((at(&short) - 10.0).abs() < 1e-6, "{}", at(&short));
+            assert!((at(&long) - 100.0).abs() < 1e-6, "{}", at(&long));
         }
     }
 

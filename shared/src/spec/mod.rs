@@ -87,6 +87,13 @@ pub struct TaskSpec {
     // to leave one out by.
     #[serde(default)]
     pub profile: Vec<ProfileHint>,
+    /// How much work the task is, in a unit its class's tasks share (epochs, steps, thousands
+    /// of samples; at most [`crate::estimate::MAX_WORK`]). Optional: with it, the speed
+    /// estimator estimates the task at its own size ([`crate::estimate::Estimator::declare`]),
+    /// where without it every task of a class is estimated at the class's mean, so a
+    /// 30-epoch fine-tune looks like a 1-epoch one. Single-node tasks only.
+    #[serde(default)]
+    pub work: Option<f64>,
 }
 
 fn default_grace() -> i64 {
@@ -219,6 +226,12 @@ impl TaskSpec {
         if self.gang.is_some() && self.pipeline.is_some() {
             return Err(err("pipeline", "a spec is a gang or a pipeline, not both"));
         }
+        if (self.gang.is_some() || self.pipeline.is_some()) && self.work.is_some() {
+            return Err(err(
+                "work",
+                "declared work is for single-node tasks, not gangs or pipelines",
+            ));
+        }
         if (self.gang.is_some() || self.pipeline.is_some()) && !self.profile.is_empty() {
             return Err(err(
                 "profile",
@@ -234,6 +247,7 @@ impl TaskSpec {
         }
         let min = units("min_demand", &self.min_demand)?;
         self.check_profile(space, &min)?;
+        self.check_work()?;
         if min.0.iter().all(|u| *u == 0) {
             return Err(err(
                 "min_demand",

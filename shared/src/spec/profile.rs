@@ -1,12 +1,18 @@
-//! A spec's profile hints: how long the task takes alone at a few allocations, as its submitter
-//! measured or knows it (`[[profile]]` in a spec's TOML). The speed estimator uses them for the
-//! task's class before any progress of it has been observed ([`crate::estimate::Estimator::hint`]),
-//! so a new class is placed by what its submitter knows instead of by the prior.
+//! What a spec's submitter says of the task's speed and size, for the speed estimator:
+//!
+//! - profile hints: how long the task takes alone at a few allocations, as its submitter
+//!   measured or knows it (`[[profile]]` in a spec's TOML). The estimator uses them for the
+//!   task's class before any progress of it has been observed
+//!   ([`crate::estimate::Estimator::hint`]), so a new class is placed by what its submitter
+//!   knows instead of by the prior;
+//! - declared work (`work`): how much work the task is, in a unit the class's tasks share, so
+//!   that the estimator estimates it at its own size ([`crate::estimate::Estimator::declare`]).
 //!
 //! ```toml
+//! work = 30                      # e.g. epochs; the class's other tasks use the same unit
 //! [[profile]]
 //! alloc = { cpu = 4, gpu = 1 }   # kinds not named: at the task's minimum demand
-//! seconds = 5400                 # the whole task, alone at that allocation
+//! seconds = 5400                 # the whole task (its 30 epochs), alone at that allocation
 //! ```
 
 use super::{SpecError, TaskSpec, err};
@@ -72,6 +78,21 @@ impl TaskSpec {
         Ok(())
     }
 
+    /// Check the declared work: positive, finite, at most [`crate::estimate::MAX_WORK`].
+    pub(crate) fn check_work(&self) -> Result<(), SpecError> {
+        match self.work {
+            Some(w) if !(w.is_finite() && w > 0.0 && w <= crate::estimate::MAX_WORK) => Err(err(
+                "work",
+                format!(
+                    "must be a positive amount up to {:e} (epochs, steps or thousands of \
+                     samples), got {w}",
+                    crate::estimate::MAX_WORK
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The profile hints as the estimator takes them: per hint, the allocation in the cluster's
     /// kinds (`kind_names`, in order; kinds not named at `min`, the task's minimum demand) and
     /// the time in slots of `slot_ms`. Hints naming a kind this cluster lacks are left out (a
@@ -129,6 +150,28 @@ seconds = 1800
                 (Resources(vec![2, 1]), 3600.0)
             ]
         );
+    }
+
+    #[test]
+    fn declared_work_must_be_a_positive_finite_amount() {
+        let check = |work: &str| {
+            TaskSpec::from_toml(&format!("command = [\"x\"]\nwork = {work}\n"))
+                .unwrap()
+                .check_work()
+                .map_err(|e| e.to_string())
+        };
+        for bad in ["0", "-2", "1e7", "nan", "inf"] {
+            let e = check(bad).unwrap_err();
+            assert!(
+                e.starts_with("work: must be a positive amount"),
+                "{bad}: {e}"
+            );
+        }
+        check("30").unwrap();
+        check("0.5").unwrap();
+        let none = TaskSpec::from_toml("command = [\"x\"]\n").unwrap();
+        assert_eq!(none.work, None);
+        none.check_work().unwrap();
     }
 
     #[test]

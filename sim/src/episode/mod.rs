@@ -357,6 +357,10 @@ impl<'a> Episode<'a> {
         while let Some(t) = self.arrivals.get(self.next_arrival)
             && t.arrival == slot
         {
+            if self.sc.declare_work {
+                // As an agent's ledger takes a spec's `work` when it first hears of the task.
+                self.ledger.declare(t, workload::size_of(&self.sizes, t.id));
+            }
             self.ledger
                 .insert(t.clone(), TaskState::Pending, SimMeta::default());
             self.next_arrival += 1;

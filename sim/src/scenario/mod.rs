@@ -142,6 +142,11 @@ pub struct ScenarioFile {
     /// the speed estimator, as a submitter's spec may (`--profile-hints` turns it on anywhere).
     #[serde(default)]
     pub profile_hints: bool,
+    /// Every task declares its work (its size: a multiple of its type's mean, as a spec's
+    /// `work` says how many epochs or steps a task is) to the speed estimator, which then
+    /// estimates each task at its own size (`--declare-work` turns it on anywhere).
+    #[serde(default)]
+    pub declare_work: bool,
 }
 
 /// The `[priorities]` section as written.
@@ -330,6 +335,8 @@ pub struct Scenario {
     pub published: BTreeMap<String, f64>,
     /// Tasks carry their type's profiling runs as profile hints ([`ScenarioFile::profile_hints`]).
     pub profile_hints: bool,
+    /// Tasks declare their work ([`ScenarioFile::declare_work`]).
+    pub declare_work: bool,
     /// Bursty arrivals.
     pub burst: Option<Burst>,
     /// Heavy-tailed task sizes.
@@ -421,7 +428,8 @@ impl Burst {
 /// Heavy-tailed task sizes: each task's work is its type's times a Pareto draw with this shape,
 /// scaled to mean 1 and capped at `max` (so the offered load is unchanged; a few tasks are much
 /// longer than the rest). The size is the simulator's secret, like the speed model: no policy
-/// sees it.
+/// sees it, unless the tasks declare their work ([`ScenarioFile::declare_work`], what a spec's
+/// `work` says), which reaches the speed estimator and nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskSize {

@@ -352,6 +352,7 @@ impl Scenario {
             max_slots: u64::try_from(f.max_slots).unwrap_or(u64::MAX),
             published: f.published,
             profile_hints: f.profile_hints,
+            declare_work: f.declare_work,
             burst: f.burst,
             task_size: f.task_size,
             trace,
