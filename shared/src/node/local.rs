@@ -204,6 +204,15 @@ mod tests {
         super::super::test_core(0, Resources(vec![4, 0]))
     }
 
+    /// Hand every broadcast among `out` to `peer`.
+    fn deliver(out: Vec<Action>, peer: &mut NodeCore) {
+        for act in out {
+            if let Action::Broadcast(e) = act {
+                peer.on_message(e, 0);
+            }
+        }
+    }
+
     /// A spec's profile hints reach the speed estimator of the node it was submitted at and of
     /// a peer that hears its announcement, alike, in slots of the node's slot length.
     #[test]
@@ -216,12 +225,7 @@ mod tests {
         let task = super::super::test_task(5);
         let mut a = node();
         let mut b = super::super::test_core(1, Resources(vec![4, 0]));
-        let out = a.submit(task.clone(), spec);
-        for act in out {
-            if let Action::Broadcast(e) = act {
-                b.on_message(e, 0);
-            }
-        }
+        deliver(a.submit(task.clone(), spec), &mut b);
         assert!(b.tasks().contains(TaskId(5)), "the peer never heard of it");
         // 200 ms slots: 2 s at the minimum is 10 slots, 1 s at 3 CPUs is 5.
         for n in [&a, &b] {
@@ -255,11 +259,7 @@ mod tests {
         let mut b = super::super::test_core(1, Resources(vec![4, 0]));
         let mut out = a.submit(short.clone(), spec(3, true));
         out.extend(a.submit(long.clone(), spec(30, false)));
-        for act in out {
-            if let Action::Broadcast(e) = act {
-                b.on_message(e, 0);
-            }
-        }
+        deliver(out, &mut b);
         assert!(b.tasks().contains(TaskId(6)), "the peer never heard of it");
         // 200 ms slots: the 3-epoch task's hint is 10 slots, so the 30-epoch one's is 100.
         for n in [&a, &b] {
