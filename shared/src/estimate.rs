@@ -186,6 +186,13 @@ impl Class {
         (self.declared.0 > 0).then(|| self.declared.1 as f64 / self.declared.0 as f64 / NANO)
     }
 
+    /// Whether samples or hints have set its level (else [`Class::slots`] is the prior's).
+    /// Not `samples() > 0`: that may copy the cells, and estimates are read far more often
+    /// than samples come in.
+    fn fitted(&self) -> bool {
+        self.theta.is_some() || self.level.is_some()
+    }
+
     fn samples(&self) -> u64 {
         self.speed_cells().values().map(|c| c.0).sum::<u64>() + self.hints.len() as u64
     }
@@ -506,7 +513,7 @@ impl Estimator {
         let min = self.kinds.canonical(&task.min_demand);
         match self.classes.get(&task.ty) {
             // Per unit of work (module doc); before any sample the prior is a mean task's.
-            Some(c) if c.samples() > 0 => c.slots(&min, &a) * self.work(task),
+            Some(c) if c.fitted() => c.slots(&min, &a) * self.work(task),
             Some(c) => c.slots(&min, &a) * self.work(task) / c.mean_work().unwrap_or(1.0),
             None => PRIOR_SLOTS * prior_shape(&min, &a),
         }
