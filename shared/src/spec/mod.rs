@@ -563,6 +563,14 @@ mod tests {
                 "command = [\"x\"]\nmin_demand = { cpu = 1 }\npriority = -1\n",
                 "priority",
             ),
+            (
+                "command = [\"x\"]\nmin_demand = { cpu = 1 }\nwork = 0\n",
+                "work",
+            ),
+            (
+                "command = [\"x\"]\nmin_demand = { cpu = 1 }\nwork = 2e6\n",
+                "work",
+            ),
         ];
         for (text, field) in cases {
             let e = check(text).unwrap_err();
