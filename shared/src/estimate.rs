@@ -340,6 +340,10 @@ pub struct Estimator {
 /// Largest declared work taken (a bound, so that the sums in nanos cannot overflow).
 pub const MAX_WORK: f64 = 1e6;
 
+/// Least declared work taken: below it the work would round to nothing on the nanos grid the
+/// class sums keep (and a task of no work would be estimated to take no time).
+pub const MIN_WORK: f64 = 1e-6;
+
 impl Estimator {
     /// An estimator for a cluster whose kinds sit as `kinds` says.
     pub fn new(kinds: KindMap) -> Self {
@@ -353,10 +357,10 @@ impl Estimator {
     }
 
     /// `task`'s submitter declared `work` units of work (module doc). A task declares once
-    /// (later calls for it change nothing); work that is not positive and finite is ignored,
-    /// and work above [`MAX_WORK`] counts as that.
+    /// (later calls for it change nothing); work that is not finite or is below [`MIN_WORK`]
+    /// is ignored, and work above [`MAX_WORK`] counts as that.
     pub fn declare(&mut self, task: &Task, work: f64) {
-        if !(work.is_finite() && work > 0.0) || self.declared.contains_key(&task.id) {
+        if !(work.is_finite() && work >= MIN_WORK) || self.declared.contains_key(&task.id) {
             return;
         }
         // On the nanos grid the class sums keep, so that a task of its class's mean declared
@@ -822,6 +826,7 @@ mod tests {
         // Bad declarations are ignored, and a task declares once.
         e.declare(&unsaid, f64::NAN);
         e.declare(&unsaid, -1.0);
+        e.declare(&unsaid, 1e-12);
         assert!(close(e.slots(&unsaid, &alloc), 31.0));
         e.declare(&long, 1.0);
         assert!(close(e.slots(&long, &alloc), 60.0));

@@ -53,7 +53,8 @@ pub struct ResourceKind {
     pub step: f64,
 }
 
-fn one() -> f64 {
+/// 1.0, a serde default (here and in [`crate::view::TaskEstimate::size`]).
+pub(crate) fn one() -> f64 {
     1.0
 }
 

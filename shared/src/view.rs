@@ -57,12 +57,8 @@ pub struct TaskEstimate {
     /// ([`crate::estimate::Estimator::relative_work`]; 1 where nothing is declared): how many
     /// mean tasks of its class it is. The times above already include it; a policy with a
     /// speed model of its own (Optimus) scales that model's times by it.
-    #[serde(default = "one")]
+    #[serde(default = "crate::resources::one")]
     pub size: f64,
-}
-
-fn one() -> f64 {
-    1.0
 }
 
 impl Default for TaskEstimate {

@@ -373,6 +373,11 @@ impl<M> Ledger<M> {
         self.index(&task, &state);
         self.arrived(&task);
         self.arrived_urgent(&task);
+        if matches!(state, TaskState::Done { .. }) {
+            // Learned only once done (an outcome, a journal): what it declared counts towards
+            // its class, as on the agents that heard it earlier, and is then let go.
+            self.estimator.forget(id);
+        }
         let runs = u32::from(state.running_on().is_some());
         self.tasks.insert(
             id,

@@ -529,3 +529,28 @@ fn the_slot_after_a_re_allocation_is_no_speed_sample() {
     l.set_progress(TaskId(1), 0.6, 4.0);
     assert_eq!(l.estimator().samples(t.ty), 3);
 }
+
+/// A task learned only once it is done (from an outcome or a journal) counts its declared work
+/// towards its class's mean, as on the agents that heard it earlier, and holds no entry of its
+/// own: its class's next task is estimated against that mean.
+#[test]
+fn a_task_learned_done_counts_its_declared_work_and_is_let_go() {
+    let mut l = two_nodes();
+    let done = task(1, 0, [1, 0], &[0]);
+    let next = task(2, 0, [1, 0], &[0]);
+    l.declare(&done, 4.0);
+    l.insert(
+        done.clone(),
+        TaskState::Done {
+            node: NodeId(0),
+            code: Some(0),
+            epoch: 1,
+        },
+        (),
+    );
+    l.declare(&next, 2.0);
+    let est = l.estimator();
+    // The class's mean is 3 (both count); the done task's own entry is gone.
+    assert!((est.relative_work(&next) - 2.0 / 3.0).abs() < 1e-12);
+    assert_eq!(est.relative_work(&done), 1.0);
+}

@@ -88,10 +88,11 @@ pub struct TaskSpec {
     #[serde(default)]
     pub profile: Vec<ProfileHint>,
     /// How much work the task is, in a unit its class's tasks share (epochs, steps, thousands
-    /// of samples; at most [`crate::estimate::MAX_WORK`]). Optional: with it, the speed
-    /// estimator estimates the task at its own size ([`crate::estimate::Estimator::declare`]),
-    /// where without it every task of a class is estimated at the class's mean, so a
-    /// 30-epoch fine-tune looks like a 1-epoch one. Single-node tasks only.
+    /// of samples; from [`crate::estimate::MIN_WORK`] to [`crate::estimate::MAX_WORK`]).
+    /// Optional: with it, the speed estimator estimates the task at its own size
+    /// ([`crate::estimate::Estimator::declare`]), where without it every task of a class is
+    /// estimated at the class's mean, so a 30-epoch fine-tune looks like a 1-epoch one.
+    /// Single-node tasks only.
     #[serde(default)]
     pub work: Option<f64>,
 }

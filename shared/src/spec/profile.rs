@@ -78,15 +78,16 @@ impl TaskSpec {
         Ok(())
     }
 
-    /// Check the declared work: positive, finite, at most [`crate::estimate::MAX_WORK`].
+    /// Check the declared work: from [`crate::estimate::MIN_WORK`] to
+    /// [`crate::estimate::MAX_WORK`].
     pub(crate) fn check_work(&self) -> Result<(), SpecError> {
+        use crate::estimate::{MAX_WORK, MIN_WORK};
         match self.work {
-            Some(w) if !(w.is_finite() && w > 0.0 && w <= crate::estimate::MAX_WORK) => Err(err(
+            Some(w) if !(w.is_finite() && (MIN_WORK..=MAX_WORK).contains(&w)) => Err(err(
                 "work",
                 format!(
-                    "must be a positive amount up to {:e} (epochs, steps or thousands of \
-                     samples), got {w}",
-                    crate::estimate::MAX_WORK
+                    "must be a positive amount from {MIN_WORK:e} up to {MAX_WORK:e} (epochs, \
+                     steps or thousands of samples), got {w}"
                 ),
             )),
             _ => Ok(()),
@@ -160,7 +161,7 @@ seconds = 1800
                 .check_work()
                 .map_err(|e| e.to_string())
         };
-        for bad in ["0", "-2", "1e7", "nan", "inf"] {
+        for bad in ["0", "1e-9", "-2", "1e7", "nan", "inf"] {
             let e = check(bad).unwrap_err();
             assert!(
                 e.starts_with("work: must be a positive amount"),
