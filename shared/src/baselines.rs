@@ -210,7 +210,7 @@ impl Policy for FirstFitElastic {
         }
     }
     fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(TaskId, Resources)> {
-        crate::share::gain_greedy_shares(view, false)
+        crate::share::gain_greedy_shares(view, false, false)
     }
 }
 

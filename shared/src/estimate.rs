@@ -156,18 +156,28 @@ struct Class {
     declared: (u64, u128),
 }
 
-fn terms(a: &[f64; 3]) -> [f64; 4] {
-    [
-        1.0,
-        1.0 / (1.0 + a[0]),
-        1.0 / (1.0 + a[1]),
-        1.0 / (1.0 + a[2]),
-    ]
+/// Per canonical kind, the offset `o` of the model's term `θ / (o + a)`: 0 where the class's
+/// tasks ask at least one unit of the kind (Amdahl's law, `θ / a`: a task that scales linearly
+/// in a kind takes `θ / a` exactly, which `θ / (1 + a)` cannot say: fitted to `16 / g`, it
+/// estimates 16 GPUs at about twice their true time, and a share on it spreads GPUs where
+/// handing them to one task at a time is faster), 1 where a task may hold none of it.
+pub fn offsets(min: &[f64; 3]) -> [f64; 3] {
+    min.map(|m| if m >= 1.0 { 0.0 } else { 1.0 })
+}
+
+/// The term `1 / (o + a)` of one kind, never above 1 (a task of a class that asks for a kind
+/// but holds none of it counts as holding one).
+pub fn term(o: f64, a: f64) -> f64 {
+    1.0 / (o + a).max(1.0)
+}
+
+fn terms(a: &[f64; 3], o: &[f64; 3]) -> [f64; 4] {
+    [1.0, term(o[0], a[0]), term(o[1], a[1]), term(o[2], a[2])]
 }
 
 /// [`terms`] without the terms of the kinds that never `varied` (the intercept carries them).
-fn varied_terms(a: &[f64; 3], varied: &[bool; 3]) -> [f64; 4] {
-    let mut f = terms(a);
+fn varied_terms(a: &[f64; 3], o: &[f64; 3], varied: &[bool; 3]) -> [f64; 4] {
+    let mut f = terms(a, o);
     for k in 0..3 {
         if !varied[k] {
             f[k + 1] = 0.0;
@@ -252,9 +262,10 @@ impl Class {
             return;
         }
         // Kinds that never varied get no term: the intercept carries them.
+        let o = offsets(&self.min);
         let x: Vec<[f64; 4]> = rows
             .iter()
-            .map(|(a, _, w)| varied_terms(a, &varied).map(|v| v * w.sqrt()))
+            .map(|(a, _, w)| varied_terms(a, &o, &varied).map(|v| v * w.sqrt()))
             .collect();
         let y: Vec<f64> = rows.iter().map(|(_, t, w)| t * w.sqrt()).collect();
         self.theta = Some(nnls(&x, &y));
@@ -275,7 +286,8 @@ impl Class {
         if (0..3).any(|k| in_samples[k] && !self.pairs.keys().any(|(a, b)| a[k] != b[k])) {
             return false;
         }
-        let masked = |a: &[f64; 3]| varied_terms(a, &in_samples);
+        let o = offsets(&self.min);
+        let masked = |a: &[f64; 3]| varied_terms(a, &o, &in_samples);
         let mut x: Vec<[f64; 4]> = Vec::with_capacity(self.pairs.len() + 1);
         let mut y: Vec<f64> = Vec::with_capacity(self.pairs.len() + 1);
         let mut total = 0.0;
@@ -296,7 +308,13 @@ impl Class {
         x.push(masked(&anchor).map(|v| v * weight));
         y.push(weight);
         let shape = nnls(&x, &y);
-        let f = |a: &[f64; 3]| terms(a).iter().zip(&shape).map(|(t, s)| t * s).sum::<f64>();
+        let f = |a: &[f64; 3]| {
+            terms(a, &o)
+                .iter()
+                .zip(&shape)
+                .map(|(t, s)| t * s)
+                .sum::<f64>()
+        };
         let n: f64 = rows.iter().map(|r| r.2).sum();
         let level = rows
             .iter()
@@ -312,7 +330,11 @@ impl Class {
 
     fn slots(&self, min: &[f64; 3], a: &[f64; 3]) -> f64 {
         let t = match (&self.theta, self.level) {
-            (Some(th), _) => terms(a).iter().zip(th).map(|(f, t)| f * t).sum::<f64>(),
+            (Some(th), _) => terms(a, &offsets(&self.min))
+                .iter()
+                .zip(th)
+                .map(|(f, t)| f * t)
+                .sum::<f64>(),
             (None, Some(level)) => level * prior_shape(&self.min, a),
             (None, None) => PRIOR_SLOTS * prior_shape(min, a),
         };
@@ -523,6 +545,15 @@ impl Estimator {
         }
     }
 
+    /// The offsets of `task`'s model terms ([`offsets`]): its class's where a model is fitted,
+    /// else the prior's (1 for every kind: [`prior_shape`] is of the form `θ / (1 + a)`).
+    pub fn offsets(&self, task: &Task) -> [f64; 3] {
+        match self.classes.get(&task.ty) {
+            Some(c) if c.theta.is_some() => offsets(&c.min),
+            _ => [1.0; 3],
+        }
+    }
+
     /// Samples held for `class`.
     pub fn samples(&self, class: TaskTypeId) -> usize {
         self.classes
@@ -620,17 +651,19 @@ mod tests {
 
     #[test]
     fn it_recovers_a_model_of_its_own_form_from_progress() {
-        // T(a) = 2 + 12/(1 + cpu) + 6/(1 + gpu): observed as progress per slot.
-        let truth = |c: f64, g: f64| 2.0 + 12.0 / (1.0 + c) + 6.0 / (1.0 + g);
+        // T(a) = 2 + 12/cpu + 6/(1 + gpu) for a class that asks for CPUs but may hold no GPU
+        // (Amdahl's term where it asks for the kind, the offset one where it may hold none),
+        // observed as progress per slot.
+        let truth = |c: f64, g: f64| 2.0 + 12.0 / c + 6.0 / (1.0 + g);
         let mut e = est();
-        let t = task(0, [1, 1, 1]);
+        let t = task(0, [1, 0, 1]);
         for c in [1u32, 2, 4, 8] {
-            for g in [1u32, 2, 4] {
+            for g in [0u32, 1, 2, 4] {
                 let a = Resources(vec![c, g, 1]);
                 e.observe(&t, &a, 1.0 / truth(f64::from(c), f64::from(g)), 1.0);
             }
         }
-        for (c, g) in [(3u32, 3u32), (6, 1), (1, 4)] {
+        for (c, g) in [(3u32, 3u32), (6, 1), (1, 4), (5, 0)] {
             let got = e.slots(&t, &Resources(vec![c, g, 1]));
             let want = truth(f64::from(c), f64::from(g));
             assert!((got - want).abs() < 1e-6 * want, "{got} vs {want}");
@@ -640,6 +673,54 @@ mod tests {
             e.slots(&t, &Resources(vec![2, 2, 1])),
             e.slots(&t, &Resources(vec![2, 2, 30]))
         );
+    }
+
+    #[test]
+    fn a_task_that_scales_linearly_is_estimated_exactly() {
+        // T(g) = 16 / g (GPU-bound, linear up to 16): the term θ / (1 + g) could not say it
+        // (fitted to these samples it put 16 GPUs near 2 slots); Amdahl's θ / g does.
+        let mut e = est();
+        let t = task(0, [2, 1, 0]);
+        for g in [1u32, 2, 3, 5, 8] {
+            e.observe(&t, &Resources(vec![2, g, 0]), f64::from(g) / 16.0, 1.0);
+        }
+        for g in [4u32, 12, 16] {
+            let got = e.slots(&t, &Resources(vec![2, g, 0]));
+            assert!((got - 16.0 / f64::from(g)).abs() < 1e-6, "{g} GPUs: {got}");
+        }
+        assert_eq!(e.offsets(&t), [0.0, 0.0, 1.0]);
+        // A class not yet fitted speaks through the prior, whose terms are θ / (1 + a).
+        assert_eq!(e.offsets(&task(5, [2, 1, 0])), [1.0; 3]);
+    }
+
+    #[test]
+    fn the_view_s_figures_say_what_the_estimator_says_at_every_allocation() {
+        // A view carries a task's time at its minimum, each kind's gain there and the terms'
+        // offsets; from those, `slots_at` must give the estimator's time anywhere, for a class
+        // with Amdahl terms, one whose tasks may hold no GPU, and one the prior speaks for.
+        let kinds = KindMap::from_names(&["cpu", "gpu", "mem"]);
+        let mut e = Estimator::new(kinds);
+        let amdahl = task(0, [2, 1, 1]);
+        let offset = task(1, [1, 0, 1]);
+        for c in [2u32, 3, 6] {
+            for g in [1u32, 2, 7] {
+                let t = 1.0 + 8.0 / f64::from(c) + 20.0 / f64::from(g);
+                e.observe(&amdahl, &Resources(vec![c, g, 1]), 1.0 / t, 1.0);
+                let t = 3.0 + 5.0 / f64::from(c) + 4.0 / (1.0 + f64::from(g));
+                e.observe(&offset, &Resources(vec![c, g - 1, 1]), 1.0 / t, 1.0);
+            }
+        }
+        let largest = Resources(vec![32, 16, 8]);
+        for t in [&amdahl, &offset, &task(2, [1, 1, 0])] {
+            let v = crate::view::TaskEstimate::of(&e, t, &largest);
+            for c in 2..12u32 {
+                for g in 1..10u32 {
+                    let a = Resources(vec![c, g, 1]);
+                    let (got, want) = (v.slots_at(&kinds, &t.min_demand, &a), e.slots(t, &a));
+                    assert!((got - want).abs() < 1e-9 * want, "{a:?}: {got} vs {want}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -658,9 +739,9 @@ mod tests {
 
     #[test]
     fn profile_hints_speak_before_any_observation_and_yield_to_observations() {
-        // The class truly takes 1 + 8/(1+g) slots; its submitter's profile says so at 1 and 4
+        // The class truly takes 1 + 8/g slots; its submitter's profile says so at 1 and 4
         // GPUs. Before any progress the estimate is the hints', not the prior's.
-        let truth = |g: f64| 1.0 + 8.0 / (1.0 + g);
+        let truth = |g: f64| 1.0 + 8.0 / g;
         let mut e = est();
         let t = task(4, [1, 1, 1]);
         let at = |g: u32| Resources(vec![1, g, 1]);
@@ -763,7 +844,7 @@ mod tests {
         // GPUs (as they would where sharing hands spare units to whoever still runs): the
         // samples' job times then *grow* with the GPUs. Each task's own consecutive samples at
         // two allocations say how the class responds; the estimate must follow them.
-        let shape = |c: f64, g: f64| 1.0 + 4.0 / (1.0 + c) + 6.0 / (1.0 + g);
+        let shape = |c: f64, g: f64| 1.0 + 4.0 / c + 6.0 / g;
         let mut e = est();
         for id in 0..30u64 {
             let size = if id % 2 == 0 { 1.0 } else { 30.0 };

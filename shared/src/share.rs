@@ -95,10 +95,23 @@ fn share_with(
 /// advances. Optimus's rule, each unit to the task whose *remaining* time it cuts most, changed
 /// allocations more often and did worse on the generated development scenarios and on the
 /// presets' development seeds (docs/BENCHMARKS.md).
-pub fn gain_greedy_shares(view: &View<'_>, hold_gpus: bool) -> Vec<(TaskId, Resources)> {
+///
+/// With `finish_first` ([`finish_first`]) the tasks the estimator says can finish within this
+/// slot first get the fewest units that do it, those that need fewest first, and then nothing
+/// more: a slot's units finish what they can before they speed up the rest.
+pub fn gain_greedy_shares(
+    view: &View<'_>,
+    hold_gpus: bool,
+    finish_first: bool,
+) -> Vec<(TaskId, Resources)> {
     share_with(view, hold_gpus, |tasks, allocs, free, held| {
         keep_costly(view, tasks, allocs, free, held);
-        greedy(view, tasks, allocs, free, held);
+        let done = if finish_first {
+            self::finish_first(view, tasks, allocs, free, held)
+        } else {
+            vec![false; tasks.len()]
+        };
+        greedy(view, tasks, allocs, free, held, &done);
         round_robin(view, tasks, allocs, free, held, Spare::GainfulWhereCostly);
     })
 }
@@ -143,15 +156,100 @@ fn greedy(
     allocs: &mut [Resources],
     free: &mut Resources,
     held: Option<usize>,
+    done: &[bool],
 ) {
     for c in 0..2 {
         let Some(k) = view.cluster.kinds.0[c].filter(|&k| Some(k) != held && k < free.len()) else {
             continue;
         };
         for run in class_runs(view, tasks) {
-            greedy_kind(view, &tasks[run.clone()], &mut allocs[run], free, k);
+            greedy_kind(
+                view,
+                &tasks[run.clone()],
+                &mut allocs[run.clone()],
+                free,
+                k,
+                &done[run],
+            );
         }
     }
+}
+
+/// [`gain_greedy_shares`]'s slot-finishing step: per priority class (the highest first), the
+/// running task that the fewest spare CPU and GPU units would let finish within this slot by
+/// the estimator (its remaining `1 − progress` of its estimated job time at most one slot)
+/// gets them, then the next, while the units last; which tasks are set to finish (the greedy
+/// step gives them nothing more: a unit beyond what finishes a task in this slot ends it no
+/// sooner).
+///
+/// Why: jobs end on slot boundaries, so a slot's units that finish a task now take a whole
+/// slot off its time, while spread evenly (the greedy step's proportional fairness) they may
+/// finish none. Shortest-remaining-first in miniature: it looks one slot ahead only, since the
+/// estimate of a task's remaining time is its class's, which a task's own size may belie. A
+/// task that pays for switches and has run keeps what it holds (as in the greedy step).
+fn finish_first(
+    view: &View<'_>,
+    tasks: &[&RunningView],
+    allocs: &mut [Resources],
+    free: &mut Resources,
+    held: Option<usize>,
+) -> Vec<bool> {
+    let mut done = vec![false; tasks.len()];
+    let kinds: Vec<usize> = (0..2)
+        .filter_map(|c| view.cluster.kinds.0[c].filter(|&k| Some(k) != held && k < free.len()))
+        .collect();
+    // The units a task needs beyond `a` to finish this slot within `free` (each the kind that
+    // cuts its time most): None where it cannot.
+    let need = |r: &RunningView, a: &Resources, free: &Resources| -> Option<Resources> {
+        let left = (1.0 - r.progress).max(0.0);
+        let mut a = a.clone();
+        let mut add = Resources(vec![0; free.len()]);
+        loop {
+            let now = estimated_slots(view, r, &a);
+            if left * now <= 1.0 {
+                return Some(add);
+            }
+            let mut best: Option<(usize, f64)> = None;
+            for &k in &kinds {
+                let cap = r.task.max_demand.as_ref().map_or(u32::MAX, |m| m.get(k));
+                if a.0[k] >= cap || add.0[k] >= free.0[k] {
+                    continue;
+                }
+                let mut more = a.clone();
+                more.0[k] += 1;
+                let cut = now - estimated_slots(view, r, &more);
+                if cut > MIN_GAIN * r.est.at_min && best.is_none_or(|(_, b)| cut > b) {
+                    best = Some((k, cut));
+                }
+            }
+            let (k, _) = best?;
+            a.0[k] += 1;
+            add.0[k] += 1;
+        }
+    };
+    for run in class_runs(view, tasks) {
+        loop {
+            let mut best: Option<(usize, Resources, u32)> = None;
+            for i in run.clone() {
+                if done[i] || settled_and_costly(view, tasks[i]) {
+                    continue;
+                }
+                if let Some(add) = need(tasks[i], &allocs[i], free) {
+                    let n: u32 = add.0.iter().sum();
+                    if best.as_ref().is_none_or(|(_, _, b)| n < *b) {
+                        best = Some((i, add, n));
+                    }
+                }
+            }
+            let Some((i, add, _)) = best else { break };
+            for k in 0..free.len() {
+                allocs[i].0[k] += add.0[k];
+                free.0[k] -= add.0[k];
+            }
+            done[i] = true;
+        }
+    }
+    done
 }
 
 /// [`greedy`] for one kind `k` among `tasks` (one class).
@@ -161,10 +259,14 @@ fn greedy_kind(
     allocs: &mut [Resources],
     free: &mut Resources,
     k: usize,
+    done: &[bool],
 ) {
     while free.0[k] > 0 {
         let mut best: Option<(usize, f64)> = None;
         for (i, r) in tasks.iter().enumerate() {
+            if done[i] {
+                continue;
+            }
             let cap = r.task.max_demand.as_ref().map_or(u32::MAX, |m| m.get(k));
             if allocs[i].0[k] >= cap {
                 continue;
@@ -411,7 +513,7 @@ mod tests {
                 vec![running(1, 0.0, est(0.1)), running(2, p2, est(0.2))],
                 [0, 4, 4],
             );
-            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false)
+            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false, false)
                 .into_iter()
                 .collect()
         };
@@ -449,7 +551,7 @@ mod tests {
         Arc::make_mut(&mut batch.task).priority = 2;
         let mut c = cluster(vec![urgent, batch], [0, 4, 0]);
         let share = |c: &ClusterView| -> BTreeMap<TaskId, Resources> {
-            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false)
+            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false, false)
                 .into_iter()
                 .collect()
         };
@@ -458,6 +560,43 @@ mod tests {
         c.classes = true;
         assert_eq!(share(&c)[&TaskId(1)], Resources(vec![1, 5, 1]));
         assert_eq!(share(&c)[&TaskId(2)], Resources(vec![1, 1, 1]));
+    }
+
+    /// With `finish_first`, the tasks a slot's spare units can finish get them first (those
+    /// needing fewest first) and nothing beyond; the rest goes by the greedy step. Three tasks
+    /// linear in GPUs (8 / g slots; Amdahl's term), one GPU each, five spare: the one three
+    /// quarters done needs one more GPU to finish within the slot, the half-done one three,
+    /// the fresh one seven (more than there are).
+    #[test]
+    fn finishing_first_hands_a_slot_s_units_to_the_tasks_they_finish() {
+        let est = TaskEstimate {
+            at_min: 8.0,
+            gain: [0.0, 0.5, 0.0],
+            offset: [1.0, 0.0, 1.0],
+            ..Default::default()
+        };
+        let c = cluster(
+            vec![
+                running(1, 0.0, est.clone()),
+                running(2, 0.5, est.clone()),
+                running(3, 0.75, est),
+            ],
+            [0, 5, 0],
+        );
+        let view = c.for_agent(NodeId(0)).unwrap();
+        let gpus = |finish: bool| -> Vec<u32> {
+            gain_greedy_shares(&view, false, finish)
+                .into_iter()
+                .map(|(_, a)| a.0[1])
+                .collect()
+        };
+        // The view says 8 / g: one more GPU halves the fresh task's time.
+        let r = &c.running[0];
+        assert!((estimated_slots(&view, r, &Resources(vec![1, 8, 1])) - 1.0).abs() < 1e-9);
+        assert_eq!(gpus(true), vec![2, 4, 2]);
+        // Without it the greedy step spreads them (equal fractions: in Tiresias's order), and
+        // only the task three quarters done finishes within the slot.
+        assert_eq!(gpus(false), vec![3, 3, 2]);
     }
 
     /// Units no estimate gains from still go out (round robin), and held GPUs stay put.
@@ -472,11 +611,13 @@ mod tests {
             [2, 2, 0],
         );
         let view = c.for_agent(NodeId(0)).unwrap();
-        let s: BTreeMap<TaskId, Resources> = gain_greedy_shares(&view, false).into_iter().collect();
+        let s: BTreeMap<TaskId, Resources> = gain_greedy_shares(&view, false, false)
+            .into_iter()
+            .collect();
         assert_eq!(s[&TaskId(1)], Resources(vec![2, 2, 1]));
         assert_eq!(s[&TaskId(2)], Resources(vec![2, 2, 1]));
         let held: BTreeMap<TaskId, Resources> =
-            gain_greedy_shares(&view, true).into_iter().collect();
+            gain_greedy_shares(&view, true, false).into_iter().collect();
         assert_eq!(held[&TaskId(1)], Resources(vec![2, 1, 1]));
         assert_eq!(held[&TaskId(2)], Resources(vec![2, 1, 1]));
     }
@@ -496,7 +637,7 @@ mod tests {
             [2, 2, 2],
         );
         let s: BTreeMap<TaskId, Resources> =
-            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false)
+            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false, false)
                 .into_iter()
                 .collect();
         assert_eq!(s[&TaskId(1)], Resources(vec![1, 1, 2]));
@@ -507,7 +648,7 @@ mod tests {
             [2, 2, 2],
         );
         let s: BTreeMap<TaskId, Resources> =
-            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false)
+            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false, false)
                 .into_iter()
                 .collect();
         assert_eq!(s[&TaskId(1)], Resources(vec![2, 2, 2]));
@@ -534,7 +675,7 @@ mod tests {
         let mut c = cluster(vec![kept, fresh, free_switches], [4, 4, 4]);
         c.slot = 5;
         let s: BTreeMap<TaskId, Resources> =
-            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false)
+            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false, false)
                 .into_iter()
                 .collect();
         assert_eq!(s[&TaskId(1)], at([2, 3, 1]));
@@ -548,7 +689,7 @@ mod tests {
             r.in_force = at([1, 3, 1]);
             let mut c = cluster(vec![r], [0, 4, 0]);
             c.slot = 5;
-            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false)[0]
+            gain_greedy_shares(&c.for_agent(NodeId(0)).unwrap(), false, false)[0]
                 .1
                 .clone()
         };

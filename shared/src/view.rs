@@ -59,6 +59,16 @@ pub struct TaskEstimate {
     /// speed model of its own (Optimus) scales that model's times by it.
     #[serde(default = "crate::resources::one")]
     pub size: f64,
+    /// Per canonical kind, the offset `o` of the estimator's term `θ / (o + a)`
+    /// ([`crate::estimate::offsets`]: 0, Amdahl's `θ / a`, where the class's model is fitted
+    /// and its tasks ask for the kind; else 1), so that [`TaskEstimate::slots_at`] says what
+    /// the estimator says at every allocation.
+    #[serde(default = "ones3")]
+    pub offset: [f64; 3],
+}
+
+fn ones3() -> [f64; 3] {
+    [1.0; 3]
 }
 
 impl Default for TaskEstimate {
@@ -70,6 +80,7 @@ impl Default for TaskEstimate {
             samples: 0,
             switch_cost: 0.0,
             size: 1.0,
+            offset: [1.0; 3],
         }
     }
 }
@@ -100,25 +111,33 @@ impl TaskEstimate {
             samples: est.samples(task.ty),
             switch_cost: est.switch_cost(task.ty),
             size: est.relative_work(task),
+            offset: est.offsets(task),
         }
     }
 
     /// The task's job time in slots alone at allocation `a` (at least its minimum demand `min`),
-    /// from these figures: the estimator's model `T(a) = θ₀ + Σ θ_k / (1 + a_k)`
-    /// ([`crate::estimate`]) is fixed by its time at the minimum demand and each kind's gain of
-    /// one unit there, so `θ_k = gain_k · T(min) · (1 + m_k)(2 + m_k)`.
+    /// from these figures: the estimator's model `T(a) = θ₀ + Σ θ_k · term(o_k, a_k)` with
+    /// `term(o, a) = 1 / max(o + a, 1)` ([`crate::estimate`]) is fixed by its time at the
+    /// minimum demand and each kind's gain of one unit there, so
+    /// `θ_k = gain_k · T(min) / (term(o_k, m_k) − term(o_k, m_k + 1))`.
     pub fn slots_at(
         &self,
         kinds: &crate::estimate::KindMap,
         min: &Resources,
         a: &Resources,
     ) -> f64 {
+        use crate::estimate::term;
         let m = kinds.canonical(min);
         let a = kinds.canonical(a);
         let mut t = self.at_min;
         for c in 0..3 {
-            let theta = self.gain[c] * self.at_min * (1.0 + m[c]) * (2.0 + m[c]);
-            t += theta * (1.0 / (1.0 + a[c].max(m[c])) - 1.0 / (1.0 + m[c]));
+            let o = self.offset[c];
+            let step = term(o, m[c]) - term(o, m[c] + 1.0);
+            if self.gain[c] <= 0.0 || step <= 0.0 {
+                continue;
+            }
+            let theta = self.gain[c] * self.at_min / step;
+            t += theta * (term(o, a[c].max(m[c])) - term(o, m[c]));
         }
         t.max(1e-6 * self.at_min.max(1e-9))
     }
@@ -137,6 +156,7 @@ impl TaskEstimate {
             samples: 3,
             switch_cost: 0.0,
             size: 1.0,
+            offset: [1.0; 3],
         }
     }
 }

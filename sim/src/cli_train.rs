@@ -82,13 +82,15 @@ pub(crate) struct TrainArgs {
     /// task's floor, the least it holds for its run; the spare units are re-shared every slot
     /// on top of the floors), elastic-gain (elastic, but each spare CPU and GPU unit goes to the
     /// task whose estimated job time it cuts by the largest fraction, on the online speed
-    /// estimator, instead of least attained service first), elastic-gain-floors (both: floors
+    /// estimator, instead of least attained service first), elastic-gain-finish (elastic-gain,
+    /// and first the fewest units that let a running task finish within the slot, by the
+    /// estimator), elastic-gain-floors (both: floors
     /// from the allocation head, the spare units on top of them by estimated gain),
     /// elastic-hold-gpus (elastic, but GPUs stay at the minimum demand:
     /// for clusters whose tasks cannot resume on new devices), fixed (the allocation head
     /// chooses once per task), or auto: for a new run elastic for a general model and fixed for
     /// a per-preset one; with --from, the model's own (new runs only).
-    #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "elastic-gain", "elastic-floors", "elastic-gain-floors", "elastic-hold-gpus", "fixed"], conflicts_with = "resume")]
+    #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "elastic-gain", "elastic-gain-finish", "elastic-floors", "elastic-gain-floors", "elastic-hold-gpus", "fixed"], conflicts_with = "resume")]
     pub(crate) sharing: String,
     /// Each decision attends to at most this many nodes (0: the whole cluster) [default: 8
     /// for a general model, 0 per preset; with --from, the model's own unless given] (new runs
@@ -460,8 +462,10 @@ fn new_run(
 
 /// `--sharing` into a network's settings (`auto`: elastic for a general model).
 fn set_sharing(net: &mut NetConfig, sharing: &str, general: bool) {
+    net.finish_first = sharing == "elastic-gain-finish";
     (net.elastic, net.hold_gpus, net.floors, net.gain_share) = match sharing {
         "elastic" => (true, false, false, false),
+        "elastic-gain-finish" => (true, false, false, true),
         "elastic-gain" => (true, false, false, true),
         "elastic-floors" => (true, false, true, false),
         "elastic-gain-floors" => (true, false, true, true),

@@ -507,7 +507,7 @@ impl Policy for TapfingerPolicy {
     fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(crate::TaskId, Resources)> {
         if self.cfg.elastic {
             if self.cfg.gain_share {
-                crate::share::gain_greedy_shares(view, self.cfg.hold_gpus)
+                crate::share::gain_greedy_shares(view, self.cfg.hold_gpus, self.cfg.finish_first)
             } else {
                 crate::share::least_attained_shares(view, self.cfg.hold_gpus)
             }

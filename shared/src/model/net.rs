@@ -73,6 +73,12 @@ pub struct NetConfig {
     /// it existed): Tiresias's least-attained round robin.
     #[serde(default)]
     pub gain_share: bool,
+    /// With `gain_share`: the re-share first lets the running tasks it can finish within the
+    /// slot finish, those needing the fewest units first ([`crate::share::gain_greedy_shares`]
+    /// with `finish_first`), in training and in deployment alike. Off (the default, and models
+    /// written before it existed): the gain-aware share alone.
+    #[serde(default)]
+    pub finish_first: bool,
     /// Each decision attends to at most this many nodes ([`crate::view::ClusterView::focus`]:
     /// the deciding node, those competing for its window, the freest), in training and in
     /// deployment alike, so that a decision's cost stays bounded on a large cluster; 0 (models
@@ -153,6 +159,7 @@ impl NetConfig {
             hold_gpus: false,
             floors: false,
             gain_share: false,
+            finish_first: false,
             focus: 0,
             forecast_interval_slots: 0,
             crowding: 0,

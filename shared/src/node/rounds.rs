@@ -198,7 +198,11 @@ impl NodeCore {
     ///
     /// Converging tasks shrink here as in the simulator: at a slot's end each may hold one CPU
     /// less, and after the re-share they are held at that ([`crate::ledger::Ledger::shrink_step`]).
-    fn reshare(&mut self, slot_ended: bool) -> Vec<Action> {
+    ///
+    /// The view is as of `round`, the round just resolved: once a slot's last round is over the
+    /// protocol is at the next slot, but this re-share is of the slot about to run (a task
+    /// started in it has not run yet, so the share must not take it for settled).
+    fn reshare(&mut self, slot_ended: bool, round: &crate::protocol::Round) -> Vec<Action> {
         let me = self.cfg.me;
         if self.tasks.running_on(me).next().is_none() {
             return Vec::new();
@@ -208,7 +212,7 @@ impl NodeCore {
         }
         let mut resized: BTreeMap<TaskId, Resources> = BTreeMap::new();
         if self.policy.elastic()
-            && let Some(v) = self.view().for_agent(me)
+            && let Some(v) = self.view_at(round.slot, round.step).for_agent(me)
         {
             let changes = self.policy.rebalance(&v, &mut self.rng);
             match self.tasks.rebalance(me, &changes) {
@@ -389,7 +393,7 @@ impl NodeCore {
             out.extend(self.preempt(outcome.round.slot, now));
         }
         if outcome.slot_ended || started_here {
-            out.extend(self.reshare(outcome.slot_ended));
+            out.extend(self.reshare(outcome.slot_ended, &outcome.round));
         }
         if outcome.slot_ended {
             self.slot_start = now + self.cfg.slot_ms;

@@ -28,8 +28,15 @@ impl NodeCore {
     /// The cluster as this node knows it, for its policy.
     pub fn view(&self) -> ClusterView {
         let round = self.protocol.round();
+        self.view_at(round.slot, round.step)
+    }
+
+    /// [`Self::view`] as of `slot` and `step`: the re-share that closes a slot runs after the
+    /// protocol has moved on to the next one, but shares the slot that is about to run, as the
+    /// simulator's re-share before it runs does (a task started in that slot has not run yet).
+    pub(crate) fn view_at(&self, slot: u64, step: u32) -> ClusterView {
         let may_start = self.start_rule(self.now);
         self.tasks
-            .view(round.slot, round.step, self.cfg.num_types, Some(&may_start))
+            .view(slot, step, self.cfg.num_types, Some(&may_start))
     }
 }
