@@ -8,9 +8,12 @@
 //! runs, a small non-negative model of job time against the allocation in the canonical kinds
 //! CPU, GPU and memory ([`KINDS`]):
 //!
-//! `T(a) = θ₀ + Σ_k θ_k / (1 + a_k)`, θ ≥ 0 (least squares over every sample),
+//! `T(a) = θ₀ + Σ_k θ_k / (o_k + a_k)`, θ ≥ 0 (least squares over every sample),
 //!
-//! so more of any kind never makes a task slower and the gain of each extra unit shrinks.
+//! so more of any kind never makes a task slower and the gain of each extra unit shrinks. The
+//! offset `o_k` is 0 (Amdahl's law: a serial part and a part that divides among the units)
+//! for the kinds the class's tasks ask at least one unit of, so a task that scales linearly is
+//! estimated exactly, and 1 for the kinds they may hold none of ([`offsets`]).
 //!
 //! Tasks of one class differ in size (a fine-tune of 1 epoch or of 30), and a sample's job time
 //! mixes the task's size with its allocation: where the long tasks happen to hold more units (an

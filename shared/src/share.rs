@@ -96,7 +96,7 @@ fn share_with(
 /// allocations more often and did worse on the generated development scenarios and on the
 /// presets' development seeds (docs/BENCHMARKS.md).
 ///
-/// With `finish_first` ([`finish_first`]) the tasks the estimator says can finish within this
+/// With `finish_first` the tasks the estimator says can finish within this
 /// slot first get the fewest units that do it, those that need fewest first, and then nothing
 /// more: a slot's units finish what they can before they speed up the rest.
 pub fn gain_greedy_shares(

@@ -21,8 +21,11 @@ use std::collections::BTreeMap;
 /// 5: heartbeats carry their send time and echo each peer's, see [`NodeState::hears`].
 /// 7: proposals may be gang claims and state their sender's free units, see
 /// [`crate::protocol::gang`]. 8: a task may be a gang, [`crate::Task::gang`]. 10: a spec may
-/// carry profile hints, [`TaskSpec::profile`]. 11: and declared work, [`TaskSpec::work`].)
-pub const WIRE_VERSION: u16 = 11;
+/// carry profile hints, [`TaskSpec::profile`]. 11: and declared work, [`TaskSpec::work`].
+/// 12: nothing new on the wire, but the speed estimator's model changed (Amdahl's term,
+/// [`crate::estimate::offsets`]): agents of 11 and 12 would estimate the same samples
+/// differently and decide from different views, so they must not form one cluster.)
+pub const WIRE_VERSION: u16 = 12;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.
