@@ -140,7 +140,8 @@ struct Class {
     theta: Option<[f64; 4]>,
     /// Samples' level relative to the prior shape (time / shape, averaged per sample).
     level: Option<f64>,
-    /// The minimum demand the prior shape is anchored at (the first observed task's).
+    /// The minimum demand the prior shape and the terms' offsets are anchored at: per kind, the
+    /// least of the class's tasks heard of ([`class_for`]).
     min: [f64; 3],
     /// Per (earlier, later) canonical allocation of one task's consecutive samples: (pairs, sum
     /// of the later job time over the earlier one, in nanos). A ratio of one task's own times
@@ -345,6 +346,27 @@ impl Class {
     }
 }
 
+/// `ty`'s class, made if new, anchored at the least minimum demand (per kind) of the tasks it
+/// has heard of: a minimum of many, the same whatever order the agents hear the tasks in, so
+/// that they fit the same terms ([`offsets`]) and prior shape. A lower minimum refits it.
+fn class_for(
+    classes: &mut BTreeMap<TaskTypeId, Class>,
+    ty: TaskTypeId,
+    min: [f64; 3],
+) -> &mut Class {
+    let c = classes.entry(ty).or_insert_with(|| Class {
+        min,
+        ..Class::default()
+    });
+    if (0..3).any(|k| min[k] < c.min[k]) {
+        c.min = std::array::from_fn(|k| c.min[k].min(min[k]));
+        if c.fitted() {
+            c.refit();
+        }
+    }
+    c
+}
+
 /// The estimator of a cluster (module doc).
 #[derive(Debug, Clone, Default)]
 pub struct Estimator {
@@ -394,10 +416,7 @@ impl Estimator {
         let work = nanos / NANO;
         self.declared.insert(task.id, work);
         let min = self.kinds.canonical(&task.min_demand);
-        let c = self.classes.entry(task.ty).or_insert_with(|| Class {
-            min,
-            ..Class::default()
-        });
+        let c = class_for(&mut self.classes, task.ty, min);
         c.declared.0 += 1;
         c.declared.1 += nanos as u128;
     }
@@ -438,10 +457,7 @@ impl Estimator {
         let a = self.kinds.units(alloc);
         let min = self.kinds.canonical(&task.min_demand);
         let work = self.work(task);
-        let c = self.classes.entry(task.ty).or_insert_with(|| Class {
-            min,
-            ..Class::default()
-        });
+        let c = class_for(&mut self.classes, task.ty, min);
         // Per unit of work; capped so that a runaway sample cannot overflow the sums.
         let t = ((slots / delta / work).min(1e9) * NANO).round() as u128;
         if let Some((_, u)) = self.switched.remove(&task.id).filter(|(b, _)| *b == a) {
@@ -475,10 +491,7 @@ impl Estimator {
         let kinds = self.kinds;
         let work = self.work(task);
         let mut fresh = false;
-        let c = self.classes.entry(task.ty).or_insert_with(|| Class {
-            min,
-            ..Class::default()
-        });
+        let c = class_for(&mut self.classes, task.ty, min);
         for (alloc, slots) in hints {
             if !(slots.is_finite() && *slots > 1e-9) {
                 continue;
@@ -518,10 +531,7 @@ impl Estimator {
         self.switched.insert(task.id, (a, t));
         if t != u128::MAX {
             let min = self.kinds.canonical(&task.min_demand);
-            let c = self.classes.entry(task.ty).or_insert_with(|| Class {
-                min,
-                ..Class::default()
-            });
+            let c = class_for(&mut self.classes, task.ty, min);
             let cell = c.switch_cells.entry(a).or_insert((0, 0));
             cell.0 += 1;
             cell.1 += t;
@@ -694,6 +704,39 @@ mod tests {
         assert_eq!(e.offsets(&t), [0.0, 0.0, 1.0]);
         // A class not yet fitted speaks through the prior, whose terms are θ / (1 + a).
         assert_eq!(e.offsets(&task(5, [2, 1, 0])), [1.0; 3]);
+    }
+
+    #[test]
+    fn tasks_of_one_class_with_other_minimums_fit_alike_in_either_order() {
+        // One task of the class asks for no GPU, another for one: whichever an agent hears of
+        // first, the class is anchored at the least (so its GPU term keeps the offset 1) and
+        // every estimate is the same to the bit.
+        let mut a = task(3, [2, 0, 1]);
+        a.id = TaskId(1);
+        let mut b = task(3, [2, 1, 1]);
+        b.id = TaskId(2);
+        let run = |first: &Task, second: &Task| {
+            let mut e = est();
+            for (t, g) in [(first, 1u32), (second, 2), (first, 4), (second, 3)] {
+                let t2 = 2.0 + 6.0 / (1.0 + f64::from(g));
+                e.observe(t, &Resources(vec![2, g, 1]), 1.0 / t2, 1.0);
+            }
+            (1..8u32)
+                .map(|g| e.slots(&b, &Resources(vec![2, g, 1])).to_bits())
+                .chain([e.offsets(&b).map(f64::to_bits)[1]])
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(&a, &b), run(&b, &a));
+        let mut e = est();
+        e.observe(&b, &Resources(vec![2, 1, 1]), 0.1, 1.0);
+        e.observe(&b, &Resources(vec![2, 2, 1]), 0.2, 1.0);
+        assert_eq!(e.offsets(&b)[1], 0.0);
+        e.observe(&a, &Resources(vec![2, 1, 1]), 0.1, 1.0);
+        assert_eq!(
+            e.offsets(&b)[1],
+            1.0,
+            "a task asking for no GPU re-anchors the class"
+        );
     }
 
     #[test]
