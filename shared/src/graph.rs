@@ -328,8 +328,60 @@ pub fn build_general_costs(view: &ClusterView, me: NodeId) -> HeteroGraph {
     contended_graph(view, me, true)
 }
 
+/// Feature widths of the general schema with contention and reach (schema 7,
+/// [`build_general_reach`]).
+pub const GENERAL_REACH_WIDTHS: [usize; 3] = [
+    GENERAL_CONTENDED_WIDTHS[0],
+    GENERAL_CONTENDED_WIDTHS[1] + 2,
+    GENERAL_CONTENDED_WIDTHS[2],
+];
+
+/// Build the graph with schema 5's features and, per pending task, how many other boxes could
+/// ever run it (schema 7): of the boxes in the view other than the deciding node, those it may
+/// run on ([`crate::task::Task::reachable`], what its spec says) whose capacity holds its
+/// minimum demand — their count (squashed) and their fraction of the others (0 on a one-box
+/// view). Read from the spec and the capacities: no estimate, no true speed.
+///
+/// Why: tasks reach a random subset of the boxes, and one that only this box may run waits
+/// until this box takes it. A policy blind to that takes the tasks every box could run first
+/// and leaves each box's own to pile up; once arrivals stop, the piles drain one box at a
+/// time while the others idle (`gen:9028`, a development scenario, workload seed 10: the
+/// schema-5 model's last task finished at slot 186, elastic Tiresias's at 152; with every
+/// task reaching every box the three policies were identical; docs/BENCHMARKS.md,
+/// twenty-seventh session). The graph's edges cannot say it: attention averages over a
+/// task's boxes, whatever their number.
+pub fn build_general_reach(view: &ClusterView, me: NodeId) -> HeteroGraph {
+    let mut f = contended_features(view, me, false);
+    let others = view.nodes.len().saturating_sub(1).max(1) as f64;
+    for (x, p) in f.pending.iter_mut().zip(&view.pending) {
+        let n = other_hosts(view, me, &p.task) as f64;
+        x.push(squash(n));
+        x.push((n / others) as f32);
+    }
+    f.assemble(view)
+}
+
+/// How many boxes of `view` other than `me` could ever run `t`: those its spec lets it reach
+/// whose capacity holds its minimum demand (schema 7's figure, and the exclusive-first mask's,
+/// `NetConfig::exclusive_first`).
+pub fn other_hosts(view: &ClusterView, me: NodeId, t: &crate::task::Task) -> usize {
+    view.nodes
+        .iter()
+        .filter(|n| {
+            n.id != me
+                && t.reachable.binary_search(&n.id).is_ok()
+                && t.min_demand.fits_in(&n.capacity)
+        })
+        .count()
+}
+
 /// Schema 5's graph, and with `costs` schema 6's three more figures per pending task.
 fn contended_graph(view: &ClusterView, me: NodeId, costs: bool) -> HeteroGraph {
+    contended_features(view, me, costs).assemble(view)
+}
+
+/// Schema 5's features, and with `costs` schema 6's three more per pending task.
+fn contended_features(view: &ClusterView, me: NodeId, costs: bool) -> Features {
     let mut f = general_features(view, me);
     let kinds = &view.kinds;
     let mine = view.nodes.iter().find(|n| n.id == me);
@@ -357,7 +409,7 @@ fn contended_graph(view: &ClusterView, me: NodeId, costs: bool) -> HeteroGraph {
             x.push(squash(least_cost));
         }
     }
-    f.assemble(view)
+    f
 }
 
 /// How much slower pending task `p` would run on node `n` beside the tasks running there than
@@ -943,5 +995,53 @@ mod tests {
             "{on1:?}"
         );
         assert_widths(&build_general_costs(&view, NodeId(0)), GENERAL_COSTS_WIDTHS);
+    }
+    /// Schema 7 adds, per pending task, how many boxes other than the deciding one could ever
+    /// run it: those its spec lets it reach whose capacity holds its minimum demand (a box
+    /// without GPUs cannot hold a task that asks for one, whatever is free now).
+    #[test]
+    fn reach_features_count_the_other_boxes_that_could_run_a_task() {
+        let mut view = two_boxes();
+        // Box 2 has no GPUs.
+        view.nodes.push(NodeView {
+            id: NodeId(2),
+            capacity: Resources(vec![8, 0]),
+            free: Resources(vec![8, 0]),
+            window: vec![],
+            overflow: 0,
+            running: vec![],
+        });
+        let est = view.pending[0].est.clone();
+        for (id, reach) in [(4, vec![0]), (5, vec![0, 2]), (6, vec![0, 1, 2])] {
+            view.pending.push(PendingView {
+                class: 0,
+                task: crate::task::test_gpu_task(id, &reach).into(),
+                est: est.clone(),
+            });
+        }
+        let w = GENERAL_CONTENDED_WIDTHS[1];
+        let g = build_general_reach(&view, NodeId(0));
+        assert_widths(&g, GENERAL_REACH_WIDTHS);
+        let contended = build_general_contended(&view, NodeId(0));
+        let rows = |g: &HeteroGraph, width: usize| -> Vec<Vec<f32>> {
+            g.node_weights()
+                .filter(|n| n.kind == NodeKind::Pending)
+                .map(|n| {
+                    assert_eq!(n.features.len(), width);
+                    n.features.clone()
+                })
+                .collect()
+        };
+        let (reach, base) = (rows(&g, w + 2), rows(&contended, w));
+        // Tasks 1 (boxes 0, 1), 4 (box 0 only), 5 (box 2 cannot hold it), 6 (boxes 1 and 2).
+        let want = [(1.0, 0.5), (0.0, 0.0), (0.0, 0.0), (1.0, 0.5)];
+        for ((r, b), (n, frac)) in reach.iter().zip(&base).zip(want) {
+            assert_eq!(r[..w], b[..]);
+            assert!((r[w] - squash(n)).abs() < 1e-6, "{r:?}");
+            assert!((r[w + 1] - frac).abs() < 1e-6, "{r:?}");
+        }
+        // From box 1, task 1 could also run on box 0.
+        let from1 = rows(&build_general_reach(&view, NodeId(1)), w + 2);
+        assert!((from1[0][w] - squash(1.0)).abs() < 1e-6);
     }
 }

@@ -41,8 +41,11 @@ pub(crate) struct TrainArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) envs: Option<u64>,
     /// Policy variant: tapfinger, or the ablations nohan, nopointer, vanilla, nomask (no
-    /// work-conserving mask), or crowd2 (the crowding mask: a busy elastic node may not start a
-    /// task that would run there at under half its speed alone) (new runs only).
+    /// work-conserving mask), crowd2 (the crowding mask: a busy elastic node may not start a
+    /// task that would run there at under half its speed alone), or exclusive (the
+    /// exclusive-first mask: a younger task may not overtake a fitting older one of its class
+    /// that no other box could run) (new runs only; a trained model gets the exclusive-first
+    /// mask by `"exclusive_first": true` in its train.json and --resume, docs/MODELS.md).
     #[arg(long, default_value = "tapfinger", conflicts_with = "resume")]
     pub(crate) variant: String,
     /// Train a general model (feature schema 2: CPU, GPU and memory, the online speed
@@ -67,6 +70,13 @@ pub(crate) struct TrainArgs {
     /// sum over those boxes) (new runs only).
     #[arg(long, requires = "contention", conflicts_with = "resume")]
     pub(crate) costs: bool,
+    /// With --contention: feature schema 7, schema 5's features and how many other boxes could
+    /// ever run each pending task (those it may run on whose capacity holds its minimum demand:
+    /// their count and their fraction of the other boxes). With --from a schema-5 model: that
+    /// model widened to schema 7, the new features' weights zero (it decides as before until
+    /// training moves them).
+    #[arg(long, conflicts_with_all = ["resume", "costs"])]
+    pub(crate) reach: bool,
     /// Train an RLPTO model (new runs only): general features plus each task's priority
     /// class, whether it is converging, and the forecast arrivals of the next intervals
     /// (feature schema 3), trained on RLPTO's cluster reward (the scenario's `[reward]`
@@ -172,6 +182,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         node_fit,
         contention,
         costs,
+        reach,
         rlpto,
         forecast_interval,
         sharing,
@@ -222,6 +233,21 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
                 } else {
                     tapfinger::model::checkpoint::load_path(model, &sim.dims())?
                 };
+            let net = if reach {
+                let to = tapfinger::model::batch::Dims::general_reach(net_cfg.dims.window);
+                if !net_cfg.dims.is_contended() || net_cfg.dims.is_costs() {
+                    bail!(
+                        "--reach widens a schema-5 model (general, under contention); {} is of schema {}",
+                        model.display(),
+                        net_cfg.dims.schema
+                    );
+                }
+                let widened = net.widen_inputs(&net_cfg.dims, &to);
+                net_cfg.dims = to;
+                widened.context("widening the model's inputs")?
+            } else {
+                net
+            };
             if let Some(k) = focus {
                 net_cfg.focus = k;
             }
@@ -237,12 +263,19 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             Trainer::with_net(sim, cfg, net)?
         }
         (None, None) => {
+            if reach && !contention {
+                bail!(
+                    "--reach adds to schema 5's features: a new run needs --contention too (or --from a schema-5 model)"
+                );
+            }
             let dims = if rlpto {
                 tapfinger::model::batch::Dims::rlpto(sim.scenario().window)
             } else if node_fit {
                 tapfinger::model::batch::Dims::general_fit(sim.scenario().window)
             } else if costs {
                 tapfinger::model::batch::Dims::general_costs(sim.scenario().window)
+            } else if reach {
+                tapfinger::model::batch::Dims::general_reach(sim.scenario().window)
             } else if contention {
                 tapfinger::model::batch::Dims::general_contended(sim.scenario().window)
             } else if general {

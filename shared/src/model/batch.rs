@@ -43,7 +43,8 @@ pub struct Dims {
     /// convergence and the arrival forecast); 4, general with each pending task's fit to the
     /// boxes ([`graph::build_general_fit`]); 5, the same under contention with the tasks
     /// running there ([`graph::build_general_contended`]); 6, that and where a start would
-    /// cost least ([`graph::build_general_costs`]).
+    /// cost least ([`graph::build_general_costs`]); 7, schema 5's and how many other boxes could
+    /// run each pending task ([`graph::build_general_reach`]).
     #[serde(default = "schema_v1")]
     pub schema: u32,
 }
@@ -67,8 +68,12 @@ pub const SCHEMA_GENERAL_FIT: u32 = 4;
 pub const SCHEMA_GENERAL_CONTENDED: u32 = 5;
 
 /// The feature schema of general models that also see where a pending task's start would cost
-/// least ([`graph::build_general_costs`]; the newest this build reads).
+/// least ([`graph::build_general_costs`]).
 pub const SCHEMA_GENERAL_COSTS: u32 = 6;
+
+/// The feature schema of general models that see schema 5's features and how many other boxes
+/// could run each pending task ([`graph::build_general_reach`]; the newest this build reads).
+pub const SCHEMA_GENERAL_REACH: u32 = 7;
 
 impl Dims {
     /// Schema-1 sizes (a model for one preset).
@@ -116,6 +121,14 @@ impl Dims {
         }
     }
 
+    /// The general schema with contention and reach ([`graph::build_general_reach`]).
+    pub fn general_reach(window: usize) -> Self {
+        Self {
+            schema: SCHEMA_GENERAL_REACH,
+            ..Self::general(window)
+        }
+    }
+
     /// RLPTO's schema: the general one with priority classes, convergence and the arrival
     /// forecast ([`graph::build_rlpto`]).
     pub fn rlpto(window: usize) -> Self {
@@ -125,7 +138,7 @@ impl Dims {
         }
     }
 
-    /// Whether the features are general (schema 2 to 6: one model for every cluster).
+    /// Whether the features are general (schema 2 to 7: one model for every cluster).
     pub fn is_general(&self) -> bool {
         self.schema >= SCHEMA_GENERAL
     }
@@ -146,6 +159,11 @@ impl Dims {
         self.schema == SCHEMA_GENERAL_COSTS
     }
 
+    /// Whether this is the general schema with reach ([`graph::build_general_reach`]).
+    pub fn is_reach(&self) -> bool {
+        self.schema == SCHEMA_GENERAL_REACH
+    }
+
     /// Whether this is RLPTO's schema.
     pub fn is_rlpto(&self) -> bool {
         self.schema == SCHEMA_RLPTO
@@ -162,6 +180,9 @@ impl Dims {
         }
         if self.is_costs() {
             return graph::GENERAL_COSTS_WIDTHS.get(kind).copied().unwrap_or(1);
+        }
+        if self.is_reach() {
+            return graph::GENERAL_REACH_WIDTHS.get(kind).copied().unwrap_or(1);
         }
         if self.is_contended() {
             return graph::GENERAL_CONTENDED_WIDTHS
@@ -218,6 +239,8 @@ pub fn batch(items: &[(&ClusterView, NodeId)], dims: &Dims) -> GraphBatch {
             graph::build_general_fit(view, *agent)
         } else if dims.is_costs() {
             graph::build_general_costs(view, *agent)
+        } else if dims.is_reach() {
+            graph::build_general_reach(view, *agent)
         } else if dims.is_contended() {
             graph::build_general_contended(view, *agent)
         } else if dims.is_general() {

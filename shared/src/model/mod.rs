@@ -243,10 +243,25 @@ impl TapfingerPolicy {
         // The crowding mask (`NetConfig::crowding`): on a busy elastic node, a start that would
         // run at less than 1/K of its speed alone there waits.
         let crowd = self.cfg.elastic && self.cfg.crowding > 0 && !view.node().running.is_empty();
+        // The exclusive-first mask (`NetConfig::exclusive_first`): the window is in queue order
+        // (oldest first), so the tasks behind a fitting exclusive one are younger.
+        let exclusive: Vec<bool> = window
+            .iter()
+            .map(|t| {
+                self.cfg.exclusive_first
+                    && t.min_demand.fits_in(free)
+                    && crate::graph::other_hosts(view.cluster, view.me, t) == 0
+            })
+            .collect();
+        // Per window slot: whether an older exclusive task of its class fits.
+        let behind: Vec<bool> = (0..window.len())
+            .map(|i| (0..i).any(|e| exclusive[e] && window[e].ty == window[i].ty))
+            .collect();
         (0..self.cfg.dims.window)
             .map(|i| {
                 window.get(i).is_none_or(|t| {
                     !t.min_demand.fits_in(free)
+                        || behind[i] && !exclusive[i]
                         || grid
                             && (0..self.cfg.dims.kinds).any(|k| {
                                 self.kind_of(view, k)

@@ -95,6 +95,16 @@ pub struct NetConfig {
     /// there; it passes or starts another instead. Elastic models only.
     #[serde(default)]
     pub crowding: u32,
+    /// The exclusive-first mask, in training and in deployment alike (off: the shipped models,
+    /// and models written before it existed): while a window task that no other box could ever
+    /// run ([`crate::graph::other_hosts`] is 0) fits the node's free units, the younger tasks
+    /// of its class behind it that other boxes could run may not be chosen; the older ones,
+    /// the other exclusive ones and tasks of other classes may (which class runs first is the
+    /// policy's choice). Why: a box's own tasks wait for that box alone, and a policy that
+    /// keeps taking the tasks of their class anyone could run piles them up until the
+    /// arrivals stop (docs/BENCHMARKS.md, twenty-seventh session).
+    #[serde(default)]
+    pub exclusive_first: bool,
 }
 
 /// Task selection: the learned pointer, or the ablations' fixed rules.
@@ -118,6 +128,7 @@ pub const VARIANTS: &[&str] = &[
     "vanilla",
     "nomask",
     "crowd2",
+    "exclusive",
 ];
 
 impl NetConfig {
@@ -125,7 +136,8 @@ impl NetConfig {
     /// is embedded from its own features by an MLP), `nopointer` selects uniformly, `vanilla` is
     /// both an MLP encoder and first-come selection, `nomask` is the full policy without the
     /// work-conserving mask (its ablation), `crowd2` the full policy with the crowding mask at
-    /// twice a task's time alone ([`NetConfig::crowding`]).
+    /// twice a task's time alone ([`NetConfig::crowding`]), `exclusive` the full policy with the
+    /// exclusive-first mask ([`NetConfig::exclusive_first`]).
     pub fn variant(dims: Dims, name: &str) -> Option<Self> {
         let mut c = Self::new(dims);
         match name {
@@ -134,6 +146,7 @@ impl NetConfig {
             "nopointer" => c.selection = Selection::Uniform,
             "nomask" => c.work_conserving = false,
             "crowd2" => c.crowding = 2,
+            "exclusive" => c.exclusive_first = true,
             "vanilla" => {
                 c.layers = 0;
                 c.selection = Selection::Fifo;
@@ -163,6 +176,7 @@ impl NetConfig {
             focus: 0,
             forecast_interval_slots: 0,
             crowding: 0,
+            exclusive_first: false,
         }
     }
 }
@@ -243,6 +257,28 @@ fn ints(v: &[i32], device: &Device) -> Tensor<1, Int> {
 }
 
 impl Net {
+    /// This network with each node type's input projection widened from `from`'s feature widths
+    /// to `to`'s, for a schema that appends features to another's (schema 7 to schema 5's
+    /// pending tasks, [`crate::graph::build_general_reach`]). The appended features get zero
+    /// weights, so the widened network decides exactly as this one did until training moves
+    /// them: a trained model's warm start for features it never saw, instead of a new run.
+    /// `None` where some width would shrink or the input count differs.
+    pub fn widen_inputs(mut self, from: &Dims, to: &Dims) -> Option<Self> {
+        for (t, lin) in self.input.iter_mut().enumerate() {
+            let (a, b) = (from.feature_width(t), to.feature_width(t));
+            let w = lin.weight.val();
+            let [rows, d] = w.dims();
+            if b < a || rows != a {
+                return None;
+            }
+            if b > a {
+                let zeros = Tensor::<2>::zeros([b - a, d], &w.device());
+                lin.weight = burn::module::Param::from_tensor(Tensor::cat(vec![w, zeros], 0));
+            }
+        }
+        Some(self)
+    }
+
     /// A freshly initialized network.
     pub fn new(cfg: &NetConfig, device: &Device) -> Self {
         let d = cfg.width;

@@ -1,5 +1,5 @@
 //! The action masks, in sampling (training) and greedy (deployment) decisions alike: the
-//! work-conserving mask and the crowding mask.
+//! work-conserving mask, the crowding mask and the exclusive-first mask.
 
 use super::*;
 use crate::view::TaskEstimate;
@@ -134,4 +134,85 @@ fn the_crowding_mask_keeps_a_busy_node_from_starting_a_task_at_under_half_its_sp
         "at 3 times the mask does not act, yet nothing was claimed"
     );
     assert!(claims(0) > 0, "without the mask nothing was claimed");
+}
+
+/// The exclusive-first mask: on box 0, window in queue order — task 1 (class 0, box 1 may run
+/// it too), task 2 (class 0, only box 0), task 3 (class 0, younger, box 1 too), task 4 (class
+/// 1, younger, box 1 too). Task 3 may not overtake task 2; the others may be chosen, and
+/// without the mask, or where task 2 does not fit, all of them.
+#[test]
+fn the_exclusive_first_mask_keeps_a_younger_task_of_its_class_from_overtaking_a_box_s_own() {
+    let task = |id, ty: u16, reach: &[u32]| {
+        let mut t = crate::task::test_gpu_task(id, reach);
+        t.ty = crate::TaskTypeId(ty);
+        t.arrival = id;
+        std::sync::Arc::new(t)
+    };
+    let node = |id| NodeView {
+        id: NodeId(id),
+        capacity: Resources(vec![8, 8]),
+        free: Resources(vec![8, 8]),
+        window: if id == 0 {
+            vec![0, 1, 2, 3]
+        } else {
+            vec![0, 2, 3]
+        },
+        overflow: 0,
+        running: vec![],
+    };
+    let mut view = ClusterView {
+        slot: 5,
+        kinds: crate::estimate::KindMap::from_names(&["cpu", "gpu"]),
+        nodes: vec![node(0), node(1)],
+        pending: [
+            (1, 0, vec![0, 1]),
+            (2, 0, vec![0]),
+            (3, 0, vec![0, 1]),
+            (4, 1, vec![0, 1]),
+        ]
+        .into_iter()
+        .map(|(id, ty, reach)| PendingView {
+            class: 0,
+            task: task(id, ty, &reach),
+            est: TaskEstimate::gpu_bound(3.0),
+        })
+        .collect(),
+        ..Default::default()
+    };
+    let blocked = |view: &ClusterView, on: bool| {
+        let mut cfg = NetConfig::new(Dims::general_contended(10));
+        cfg.elastic = true;
+        cfg.exclusive_first = on;
+        let policy = TapfingerPolicy::untrained(cfg, Device::flex());
+        let v = view.for_agent(NodeId(0)).unwrap();
+        let window: Vec<&crate::Task> = v.window().collect();
+        policy.blocked(&v, &window)[..4].to_vec()
+    };
+    assert_eq!(blocked(&view, true), [false, false, true, false]);
+    assert_eq!(blocked(&view, false), [false; 4]);
+    // Task 2 asks for more than box 0 has free: nothing waits for it.
+    std::sync::Arc::make_mut(&mut view.pending[1].task).min_demand = Resources(vec![9, 1]);
+    assert_eq!(blocked(&view, true), [false, true, false, false]);
+    // Sampled decisions, as in training, never take task 3 while task 2 fits.
+    let view = {
+        let mut v = view;
+        std::sync::Arc::make_mut(&mut v.pending[1].task).min_demand = Resources(vec![1, 1]);
+        v
+    };
+    let device = Device::flex();
+    device.seed(8);
+    let mut cfg = NetConfig::new(Dims::general_contended(10));
+    cfg.elastic = true;
+    cfg.exclusive_first = true;
+    let mut policy = TapfingerPolicy::untrained(cfg, device);
+    let mut rng = crate::seeded_rng(1);
+    let v = view.for_agent(NodeId(0)).unwrap();
+    let mut taken = std::collections::BTreeSet::new();
+    for _ in 0..200 {
+        if let Decision::Claim { task, .. } = policy.decide(&v, &mut rng) {
+            taken.insert(task.0);
+        }
+    }
+    assert!(!taken.contains(&3), "task 3 overtook task 2: {taken:?}");
+    assert!(taken.len() >= 2, "{taken:?}");
 }
