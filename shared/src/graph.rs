@@ -362,8 +362,8 @@ pub fn build_general_reach(view: &ClusterView, me: NodeId) -> HeteroGraph {
 }
 
 /// How many boxes of `view` other than `me` could ever run `t`: those its spec lets it reach
-/// whose capacity holds its minimum demand (schema 7's figure, and the exclusive-first mask's,
-/// `NetConfig::exclusive_first`).
+/// whose capacity holds its minimum demand (schema 7's figure; the exclusive-first mask,
+/// `NetConfig::exclusive_first`, asks [`has_other_host`]).
 pub fn other_hosts(view: &ClusterView, me: NodeId, t: &crate::task::Task) -> usize {
     view.nodes
         .iter()
@@ -373,6 +373,20 @@ pub fn other_hosts(view: &ClusterView, me: NodeId, t: &crate::task::Task) -> usi
                 && t.min_demand.fits_in(&n.capacity)
         })
         .count()
+}
+
+/// Whether some box of `view` other than `me` could ever run `t` ([`other_hosts`] > 0), from
+/// `t`'s reachable boxes and stopping at the first that holds it: the exclusive-first mask asks
+/// this of every window task at every decision, and on a 1,000-box cluster a scan of every box
+/// per task would cost more than the decision's network pass. `view`'s nodes are in id order,
+/// as every view the ledger builds is ([`ClusterView::node_index`]).
+pub fn has_other_host(view: &ClusterView, me: NodeId, t: &crate::task::Task) -> bool {
+    t.reachable.iter().any(|&id| {
+        id != me
+            && view
+                .node_index(id)
+                .is_some_and(|i| t.min_demand.fits_in(&view.nodes[i].capacity))
+    })
 }
 
 /// Schema 5's graph, and with `costs` schema 6's three more figures per pending task.
@@ -1035,6 +1049,10 @@ mod tests {
         let (reach, base) = (rows(&g, w + 2), rows(&contended, w));
         // Tasks 1 (boxes 0, 1), 4 (box 0 only), 5 (box 2 cannot hold it), 6 (boxes 1 and 2).
         let want = [(1.0, 0.5), (0.0, 0.0), (0.0, 0.0), (1.0, 0.5)];
+        for (p, (n, _)) in view.pending.iter().zip(want) {
+            assert_eq!(has_other_host(&view, NodeId(0), &p.task), n > 0.0);
+            assert_eq!(other_hosts(&view, NodeId(0), &p.task) as f64, n);
+        }
         for ((r, b), (n, frac)) in reach.iter().zip(&base).zip(want) {
             assert_eq!(r[..w], b[..]);
             assert!((r[w] - squash(n)).abs() < 1e-6, "{r:?}");

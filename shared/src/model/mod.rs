@@ -250,7 +250,7 @@ impl TapfingerPolicy {
             .map(|t| {
                 self.cfg.exclusive_first
                     && t.min_demand.fits_in(free)
-                    && crate::graph::other_hosts(view.cluster, view.me, t) == 0
+                    && !crate::graph::has_other_host(view.cluster, view.me, t)
             })
             .collect();
         // Per window slot: whether an older exclusive task of its class fits.

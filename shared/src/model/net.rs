@@ -97,7 +97,7 @@ pub struct NetConfig {
     pub crowding: u32,
     /// The exclusive-first mask, in training and in deployment alike (off: the shipped models,
     /// and models written before it existed): while a window task that no other box could ever
-    /// run ([`crate::graph::other_hosts`] is 0) fits the node's free units, the younger tasks
+    /// run ([`crate::graph::has_other_host`] is false) fits the node's free units, the younger tasks
     /// of its class behind it that other boxes could run may not be chosen; the older ones,
     /// the other exclusive ones and tasks of other classes may (which class runs first is the
     /// policy's choice). Why: a box's own tasks wait for that box alone, and a policy that
