@@ -362,31 +362,32 @@ pub fn build_general_reach(view: &ClusterView, me: NodeId) -> HeteroGraph {
 }
 
 /// How many boxes of `view` other than `me` could ever run `t`: those its spec lets it reach
-/// whose capacity holds its minimum demand (schema 7's figure; the exclusive-first mask,
-/// `NetConfig::exclusive_first`, asks [`has_other_host`]).
+/// whose capacity holds its minimum demand (schema 7's figure).
 pub fn other_hosts(view: &ClusterView, me: NodeId, t: &crate::task::Task) -> usize {
-    view.nodes
-        .iter()
-        .filter(|n| {
-            n.id != me
-                && t.reachable.binary_search(&n.id).is_ok()
-                && t.min_demand.fits_in(&n.capacity)
-        })
-        .count()
+    other_host_boxes(view, me, t).count()
 }
 
-/// Whether some box of `view` other than `me` could ever run `t` ([`other_hosts`] > 0), from
-/// `t`'s reachable boxes and stopping at the first that holds it: the exclusive-first mask asks
-/// this of every window task at every decision, and on a 1,000-box cluster a scan of every box
-/// per task would cost more than the decision's network pass. `view`'s nodes are in id order,
-/// as every view the ledger builds is ([`ClusterView::node_index`]).
+/// Whether some box of `view` other than `me` could ever run `t` ([`other_hosts`] > 0),
+/// stopping at the first: the exclusive-first mask (`NetConfig::exclusive_first`) asks this of
+/// every window task at every decision, and on a 1,000-box cluster a scan of every box per task
+/// would cost more than the decision's network pass.
 pub fn has_other_host(view: &ClusterView, me: NodeId, t: &crate::task::Task) -> bool {
-    t.reachable.iter().any(|&id| {
-        id != me
-            && view
-                .node_index(id)
-                .is_some_and(|i| t.min_demand.fits_in(&view.nodes[i].capacity))
-    })
+    other_host_boxes(view, me, t).next().is_some()
+}
+
+/// The boxes of `view` other than `me` that could ever run `t`, walked from `t`'s reachable
+/// boxes (`view`'s nodes are in id order, as every view the ledger builds and every focus of
+/// one is: [`ClusterView::node_index`]).
+fn other_host_boxes<'a>(
+    view: &'a ClusterView,
+    me: NodeId,
+    t: &'a crate::task::Task,
+) -> impl Iterator<Item = &'a crate::view::NodeView> + 'a {
+    t.reachable
+        .iter()
+        .filter(move |&&id| id != me)
+        .filter_map(move |&id| view.node_index(id).map(|i| &view.nodes[i]))
+        .filter(move |n| t.min_demand.fits_in(&n.capacity))
 }
 
 /// Schema 5's graph, and with `costs` schema 6's three more figures per pending task.
@@ -1010,6 +1011,7 @@ mod tests {
         );
         assert_widths(&build_general_costs(&view, NodeId(0)), GENERAL_COSTS_WIDTHS);
     }
+
     /// Schema 7 adds, per pending task, how many boxes other than the deciding one could ever
     /// run it: those its spec lets it reach whose capacity holds its minimum demand (a box
     /// without GPUs cannot hold a task that asks for one, whatever is free now).
