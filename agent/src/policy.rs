@@ -39,7 +39,7 @@ pub fn learned(
     let (net, cfg, scenario) = tapfinger::model::load_bytes(bytes, json, label, &dims(window))
         .map_err(|e| anyhow::anyhow!("model: {e}"))?;
     tracing::info!(model = %label, trained_on = %scenario, "learned policy loaded");
-    let p = TapfingerPolicy::from_net(net, cfg, burn::tensor::Device::flex());
+    let p = TapfingerPolicy::from_net(net, cfg);
     Ok(match recorder {
         Some(r) => Box::new(p.greedy(false).recording(r)),
         None => Box::new(p.greedy(true)),

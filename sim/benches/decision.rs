@@ -65,7 +65,7 @@ fn decision(c: &mut Criterion) {
     let (net, cfg) = tapfinger::model::checkpoint::GENERAL
         .load(&sim.dims())
         .expect("the shipped general model");
-    let mut shipped = TapfingerPolicy::from_net(net, cfg, burn::tensor::Device::flex());
+    let mut shipped = TapfingerPolicy::from_net(net, cfg);
     c.bench_function("tapfinger_decision_hetero6_general_shipped", |b| {
         b.iter(|| black_box(shipped.decide(&v, &mut rng)))
     });

@@ -95,12 +95,8 @@ fn per_node(
 ) -> Vec<Box<dyn Policy>> {
     (0..sim.scenario().nodes.len())
         .map(|_| {
-            let p = tapfinger::model::TapfingerPolicy::from_net(
-                net.clone(),
-                cfg.clone(),
-                burn::tensor::Device::flex(),
-            )
-            .greedy(true);
+            let p =
+                tapfinger::model::TapfingerPolicy::from_net(net.clone(), cfg.clone()).greedy(true);
             Box::new(match &step {
                 Some(s) => p.batched(s.clone()),
                 None => p,

@@ -159,14 +159,8 @@ fn one_set_of_general_weights_decides_on_every_preset_and_generated_scenario() {
             let sim = Simulator::new(sc);
             let ps: Vec<Box<dyn tapfinger::Policy>> = (0..sim.scenario().nodes.len())
                 .map(|_| {
-                    Box::new(
-                        TapfingerPolicy::from_net(
-                            net.clone(),
-                            cfg.clone(),
-                            burn::tensor::Device::flex(),
-                        )
-                        .greedy(true),
-                    ) as Box<dyn tapfinger::Policy>
+                    Box::new(TapfingerPolicy::from_net(net.clone(), cfg.clone()).greedy(true))
+                        as Box<dyn tapfinger::Policy>
                 })
                 .collect();
             // The simulator refuses any illegal claim (over capacity, below a minimum, a kind the
@@ -250,4 +244,56 @@ fn one_batched_pass_per_step_decides_as_one_pass_per_agent() {
             .any(|g| episodes[&(false, *g)] != episodes[&(true, *g)]),
         "floors changed nothing"
     );
+}
+
+/// The decision pass (`tapfinger::model::net::infer`, which the policy decides with) gives the
+/// shipped general model's logits as burn's forward pass does, on the views of real episodes
+/// (presets and generated scenarios; every node's decision, alone and in one step's batch).
+#[test]
+fn the_shipped_model_s_decision_pass_matches_burn_on_real_views() {
+    use tapfinger::model::batch::batch;
+    let device = burn::tensor::Device::flex();
+    let mut graphs = 0;
+    for name in ["hetero6", "edge-synergy", "gen:3", "gen:9028"] {
+        let mut sc = Scenario::load(name).unwrap();
+        sc.tasks = sc.tasks.min(60);
+        let sim = Simulator::new(sc);
+        let (net, cfg) = tapfinger::model::checkpoint::GENERAL
+            .load(&sim.dims())
+            .unwrap();
+        let fast = net.infer().unwrap();
+        let all = views(sim.scenario());
+        // Every fifth view, each node's graph alone, then all of them in one batch.
+        for v in all.iter().step_by(5) {
+            let ids: Vec<_> = v.nodes.iter().map(|n| n.id).collect();
+            let items: Vec<(&ClusterView, tapfinger::NodeId)> =
+                ids.iter().map(|id| (v, *id)).collect();
+            for one in 0..=items.len() {
+                let part = if one < items.len() {
+                    &items[one..=one]
+                } else {
+                    &items[..]
+                };
+                let b = batch(part, &cfg.dims);
+                let blocked = vec![false; b.graphs * cfg.dims.window];
+                let pass = vec![false; b.graphs];
+                let want = net
+                    .pointer_logits(&net.encode(&b, &device), &b, &blocked, &pass, &device)
+                    .into_data()
+                    .try_to_vec::<f32>()
+                    .unwrap();
+                let got = fast.pointer_logits(&fast.encode_decision(&b), &b, &blocked, &pass);
+                assert_eq!(want.len(), got.len());
+                for (x, y) in want.iter().zip(&got) {
+                    assert!(
+                        (x - y).abs() <= 1e-4 * (1.0 + x.abs()),
+                        "{name} slot {}: burn {x} vs decision pass {y}",
+                        v.slot
+                    );
+                }
+                graphs += b.graphs;
+            }
+        }
+    }
+    assert!(graphs > 100, "{graphs} graphs compared");
 }

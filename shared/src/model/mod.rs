@@ -144,14 +144,14 @@ pub struct TapfingerPolicy {
     net: Net,
     /// Its configuration (feature schema, window, focus), for building its inputs.
     cfg: NetConfig,
-    /// Where it runs (the CPU backend).
-    device: Device,
     /// Take the most likely action (deployment) instead of sampling (training).
     greedy: bool,
     /// Where decisions go for learning (`recording`); `None` outside training.
     recorder: Option<Recorder>,
     /// Shared with the other agents of a simulated cluster: one batched pass per step.
     step: Option<step_batch::SharedStep>,
+    /// The network's weights for deciding ([`net::infer`]), read at the first decision.
+    infer: std::sync::OnceLock<Option<net::infer::Infer>>,
 }
 
 /// Index of the largest logit and its probability.
@@ -190,19 +190,24 @@ impl TapfingerPolicy {
     /// A policy with a freshly initialized network (untrained).
     pub fn untrained(cfg: NetConfig, device: Device) -> Self {
         let net = Net::new(&cfg, &device);
-        Self::from_net(net, cfg, device)
+        Self::from_net(net, cfg)
     }
 
     /// A policy around an existing network (sampling, not recording).
-    pub fn from_net(net: Net, cfg: NetConfig, device: Device) -> Self {
+    pub fn from_net(net: Net, cfg: NetConfig) -> Self {
         Self {
             net,
             cfg,
-            device,
             greedy: false,
             recorder: None,
             step: None,
+            infer: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The decision pass ([`net::infer`]); `None` if the network's weights cannot be read.
+    fn fast(&self) -> Option<&net::infer::Infer> {
+        self.infer.get_or_init(|| self.net.infer()).as_ref()
     }
 
     /// Take the most likely action instead of sampling (evaluation and deployment). The
@@ -428,15 +433,11 @@ impl TapfingerPolicy {
         let pass_blocked = self.pass_blocked(view, &window, &blocked);
         let selectable: Vec<usize> = (0..window.len()).filter(|&i| !blocked[i]).collect();
         let b = batch(&[(view.cluster, view.me)], dims);
-        let enc = self.net.encode(&b, &self.device);
+        let fast = self.fast()?;
+        let enc = fast.encode_decision(&b);
         let (slot, prob) = match self.cfg.selection {
             net::Selection::Pointer => {
-                let logits = self
-                    .net
-                    .pointer_logits(&enc, &b, &blocked, &[pass_blocked], &self.device)
-                    .into_data()
-                    .try_to_vec::<f32>()
-                    .ok()?;
+                let logits = fast.pointer_logits(&enc, &b, &blocked, &[pass_blocked]);
                 self.pick(&logits, rng)?
             }
             // Ablations: a fixed rule picks the task; they pass only when nothing fits.
@@ -473,12 +474,7 @@ impl TapfingerPolicy {
                 // A cap below the minimum (a malformed task): no legal allocation, so pass.
                 return Some(Decision::Pass);
             }
-            let l = self
-                .net
-                .alloc_logits(&enc, &b, &[slot], k, &prev, &[lo], &[hi], &self.device)
-                .into_data()
-                .try_to_vec::<f32>()
-                .ok()?;
+            let l = fast.alloc_logits(&enc, &b, &[slot], k, &prev, &[lo], &[hi]);
             let (units, p) = self.pick(&l, rng)?;
             prev[k] = units as f32;
             alloc.push(units as u32);

@@ -10,6 +10,8 @@
 //! nodes of a type), so a node's embedding never depends on other graphs in a batch: batched and
 //! single-graph forward passes agree. Masks use a large negative number, never −∞ (NaN-safe).
 
+pub mod infer;
+
 use super::batch::{Dims, EDGE_KINDS, GraphBatch};
 use burn::module::Module;
 use burn::nn::transformer::{

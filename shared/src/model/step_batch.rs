@@ -104,15 +104,15 @@ impl TapfingerPolicy {
         items: &[(&ClusterView, NodeId)],
         blocked: &[bool],
         pass: &[bool],
-    ) -> Option<(super::batch::GraphBatch, super::net::Encoded, Vec<f32>)> {
+    ) -> Option<(
+        super::batch::GraphBatch,
+        super::net::infer::Embeddings,
+        Vec<f32>,
+    )> {
         let b = batch(items, &self.cfg.dims);
-        let enc = self.net.encode(&b, &self.device);
-        let flat = self
-            .net
-            .pointer_logits(&enc, &b, blocked, pass, &self.device)
-            .into_data()
-            .try_to_vec::<f32>()
-            .ok()?;
+        let fast = self.fast()?;
+        let enc = fast.encode_decision(&b);
+        let flat = fast.pointer_logits(&enc, &b, blocked, pass);
         Some((b, enc, flat))
     }
 
@@ -169,7 +169,7 @@ impl TapfingerPolicy {
         &self,
         items: &[(&ClusterView, NodeId)],
         b: &super::batch::GraphBatch,
-        enc: &super::net::Encoded,
+        enc: &super::net::infer::Embeddings,
         logits: &[Vec<f32>],
     ) -> Option<BTreeMap<NodeId, Option<Vec<u32>>>> {
         let kinds = self.cfg.dims.kinds;
@@ -203,11 +203,8 @@ impl TapfingerPolicy {
                 .map(|r| r.as_ref().map_or((0, 0), |r| r[k]))
                 .unzip();
             let l = self
-                .net
-                .alloc_logits(enc, b, &slots, k, &prev, &lo, &hi, &self.device)
-                .into_data()
-                .try_to_vec::<f32>()
-                .ok()?;
+                .fast()?
+                .alloc_logits(enc, b, &slots, k, &prev, &lo, &hi);
             let width = l.len() / g.max(1);
             for i in (0..g).filter(|&i| ranges[i].is_some()) {
                 let (u, _) = super::argmax(&l[i * width..(i + 1) * width])?;

@@ -3,7 +3,6 @@
 
 use super::{DevJudge, TRAIN_SEEDS, TrainError, Trainer, VALIDATION_SEEDS};
 use crate::env::Observer;
-use burn::tensor::Device;
 use rand::RngExt;
 use std::sync::{Arc, Mutex};
 use tapfinger::model::net::Net;
@@ -249,8 +248,7 @@ impl Trainer {
     ) -> Result<Episode, TrainError> {
         let kinds: Vec<String> = self.sim.scenario().kind_names();
         let recorder: Recorder = Arc::new(Mutex::new(Vec::new()));
-        let student =
-            || TapfingerPolicy::from_net(net.clone(), self.cfg.net.clone(), Device::flex());
+        let student = || TapfingerPolicy::from_net(net.clone(), self.cfg.net.clone());
         let policies: Vec<Box<dyn Policy>> = match beta {
             None => (0..self.sim.scenario().nodes.len())
                 .map(|_| Box::new(student().recording(recorder.clone())) as Box<dyn Policy>)

@@ -373,8 +373,7 @@ impl Trainer {
         (0..nodes)
             .map(|_| {
                 Box::new(
-                    TapfingerPolicy::from_net(net.clone(), self.cfg.net.clone(), Device::flex())
-                        .greedy(greedy),
+                    TapfingerPolicy::from_net(net.clone(), self.cfg.net.clone()).greedy(greedy),
                 ) as Box<dyn Policy>
             })
             .collect()

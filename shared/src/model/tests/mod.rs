@@ -8,7 +8,7 @@ use crate::view::{ClusterView, NodeView, PendingView, RunningView};
 use std::sync::Arc;
 
 /// A random but valid cluster view: 2 kinds, 2 types.
-fn random_view(seed: u64) -> ClusterView {
+pub(crate) fn random_view(seed: u64) -> ClusterView {
     let mut rng = crate::seeded_rng(seed);
     let n_nodes = rng.random_range(1..=5usize);
     let n_pending = rng.random_range(0..=8usize);

@@ -1,0 +1,95 @@
+//! The decision pass agrees with burn's forward pass of the same network.
+
+use super::super::super::batch::{Dims, GraphBatch, batch};
+use super::super::super::tests::random_view;
+use super::super::{Net, NetConfig};
+use super::Embeddings;
+use crate::NodeId;
+use crate::view::ClusterView;
+use burn::tensor::Device;
+
+fn floats<const D: usize>(t: burn::tensor::Tensor<D>) -> Vec<f32> {
+    t.into_data().try_to_vec::<f32>().unwrap()
+}
+
+fn close(what: &str, a: &[f32], b: &[f32]) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-4 * (1.0 + x.abs().max(y.abs())),
+            "{what}[{i}]: burn {x} vs decision pass {y}"
+        );
+    }
+}
+
+/// Every output of both passes on `b`: each node type's embeddings, the pointer under some
+/// blocked slots and a blocked pass, and each kind's allocation logits.
+fn agree(net: &Net, b: &GraphBatch, window: usize, kinds: usize) {
+    let device = Device::flex();
+    let fast = net.infer().expect("weights");
+    let enc = net.encode(b, &device);
+    let mine: Embeddings = fast.encode(b);
+    for t in 0..4 {
+        close(&format!("type {t}"), &floats(enc.h[t].clone()), &mine.h[t]);
+    }
+    let g = b.graphs;
+    let blocked: Vec<bool> = (0..g * window).map(|i| i % 3 == 1).collect();
+    let pass: Vec<bool> = (0..g).map(|i| i % 2 == 0).collect();
+    // The decision's pruned encoding reads the same where the heads read.
+    let pruned = fast.encode_decision(b);
+    for pass in [&pass[..], &[]] {
+        let burn = floats(net.pointer_logits(&enc, b, &blocked, pass, &device));
+        close(
+            "pointer",
+            &burn,
+            &fast.pointer_logits(&mine, b, &blocked, pass),
+        );
+        close(
+            "pruned pointer",
+            &burn,
+            &fast.pointer_logits(&pruned, b, &blocked, pass),
+        );
+    }
+    let slot: Vec<usize> = (0..g).map(|i| i % window).collect();
+    let prev: Vec<f32> = (0..g * kinds).map(|i| (i % 5) as f32).collect();
+    let (lo, hi): (Vec<u32>, Vec<u32>) = (0..g).map(|i| (i as u32 % 3, 4 + i as u32)).unzip();
+    for k in 0..kinds {
+        let burn = floats(net.alloc_logits(&enc, b, &slot, k, &prev, &lo, &hi, &device));
+        close(
+            &format!("allocation {k}"),
+            &burn,
+            &fast.alloc_logits(&mine, b, &slot, k, &prev, &lo, &hi),
+        );
+        close(
+            &format!("pruned allocation {k}"),
+            &burn,
+            &fast.alloc_logits(&pruned, b, &slot, k, &prev, &lo, &hi),
+        );
+    }
+}
+
+#[test]
+fn the_decision_pass_computes_what_burn_computes() {
+    let dims = Dims::per_preset(2, 2, 10);
+    let views: Vec<ClusterView> = (0..6).map(random_view).collect();
+    let device = Device::flex();
+    let mut checked = 0;
+    for (seed, variant) in ["tapfinger", "nohan", "nomask", "exclusive"]
+        .iter()
+        .enumerate()
+    {
+        device.seed(seed as u64 + 11);
+        let cfg = NetConfig::variant(dims.clone(), variant).unwrap();
+        let net = Net::new(&cfg, &device);
+        // Alone, and all six in one block-diagonal batch.
+        for v in &views {
+            for n in &v.nodes {
+                agree(&net, &batch(&[(v, n.id)], &dims), 10, 2);
+                checked += 1;
+            }
+        }
+        let items: Vec<(&ClusterView, NodeId)> = views.iter().map(|v| (v, NodeId(0))).collect();
+        agree(&net, &batch(&items, &dims), 10, 2);
+    }
+    assert!(checked > 20, "{checked} graphs");
+}
