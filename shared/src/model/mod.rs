@@ -1,5 +1,7 @@
 //! The learned TapFinger policy: graph batching ([`batch`](mod@batch)), the burn
 //! network ([`net`]) and [`TapfingerPolicy`], which implements the shared [`Policy`] trait.
+//! Training runs the network in burn; the policy decides with its decision pass
+//! ([`net::infer`]: the same weights on plain buffers, only the nodes a decision reads).
 //!
 //! Decisions sample from the network's masked distributions with the caller's seeded RNG (never
 //! burn's), so a decision is reproducible from the seed. The masks are exact: a task is selectable
