@@ -476,7 +476,14 @@ impl TapfingerPolicy {
                 // A cap below the minimum (a malformed task): no legal allocation, so pass.
                 return Some(Decision::Pass);
             }
-            let l = fast.alloc_logits(&enc, &b, &[slot], k, &prev, &[lo], &[hi]);
+            let q = net::AllocQuery {
+                slot: &[slot],
+                kind: k,
+                prev: &prev,
+                lo: &[lo],
+                hi: &[hi],
+            };
+            let l = fast.alloc_logits(&enc, &b, &q);
             let (units, p) = self.pick(&l, rng)?;
             prev[k] = units as f32;
             alloc.push(units as u32);

@@ -248,6 +248,24 @@ pub struct Net {
     max_units: usize,
 }
 
+/// What an allocation head is asked, per graph of a batch: the logits of kind `kind` for the
+/// window slot `slot[g]` (ignored where it is the pass action), given the units already chosen
+/// for the kinds before it (`prev`, `graphs × kinds`, zeros from `kind` on) and the legal range
+/// `lo[g]..=hi[g]`.
+#[derive(Debug, Clone, Copy)]
+pub struct AllocQuery<'a> {
+    /// The chosen window slot per graph.
+    pub slot: &'a [usize],
+    /// The network's resource kind.
+    pub kind: usize,
+    /// Units chosen so far per graph and kind.
+    pub prev: &'a [f32],
+    /// Least legal units per graph.
+    pub lo: &'a [u32],
+    /// Most legal units per graph.
+    pub hi: &'a [u32],
+}
+
 /// Node embeddings per type.
 pub struct Encoded {
     /// `[counts[t], width]` per node type.
@@ -490,21 +508,15 @@ impl Net {
         Tensor::cat(vec![u, pass], 1)
     }
 
-    /// Allocation logits `[graphs, max_units + 1]` for kind `k`, for the window slot `slot[g]`
-    /// (ignored where it is the pass action), given the units already chosen for kinds `< k`
-    /// (`prev`, `graphs × kinds`, zeros after `k`) and the legal range `lo[g]..=hi[g]`.
-    #[allow(clippy::too_many_arguments)]
+    /// Allocation logits `[graphs, max_units + 1]` for the query's kind ([`AllocQuery`]).
     pub fn alloc_logits(
         &self,
         enc: &Encoded,
         b: &GraphBatch,
-        slot: &[usize],
-        k: usize,
-        prev: &[f32],
-        lo: &[u32],
-        hi: &[u32],
+        q: &AllocQuery<'_>,
         device: &Device,
     ) -> Tensor<2> {
+        let (slot, k, prev, lo, hi) = (q.slot, q.kind, q.prev, q.lo, q.hi);
         let g = b.graphs;
         let idx: Vec<i32> = (0..g)
             .map(|i| b.window[i * self.window + slot[i].min(self.window - 1)])

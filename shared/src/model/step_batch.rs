@@ -202,9 +202,14 @@ impl TapfingerPolicy {
                 .iter()
                 .map(|r| r.as_ref().map_or((0, 0), |r| r[k]))
                 .unzip();
-            let l = self
-                .fast()?
-                .alloc_logits(enc, b, &slots, k, &prev, &lo, &hi);
+            let q = super::net::AllocQuery {
+                slot: &slots,
+                kind: k,
+                prev: &prev,
+                lo: &lo,
+                hi: &hi,
+            };
+            let l = self.fast()?.alloc_logits(enc, b, &q);
             let width = l.len() / g.max(1);
             for i in (0..g).filter(|&i| ranges[i].is_some()) {
                 let (u, _) = super::argmax(&l[i * width..(i + 1) * width])?;

@@ -248,11 +248,14 @@ impl Trainer {
                 .iter()
                 .map(|s| s.rec.units.get(k).copied().unwrap_or(0) as i32)
                 .collect();
-            let l = log_softmax(
-                self.net
-                    .alloc_logits(&enc, &b, &slots, k, &prev, &lo, &hi, &device),
-                1,
-            );
+            let q = tapfinger::model::net::AllocQuery {
+                slot: &slots,
+                kind: k,
+                prev: &prev,
+                lo: &lo,
+                hi: &hi,
+            };
+            let l = log_softmax(self.net.alloc_logits(&enc, &b, &q, &device), 1);
             alloc_logp = alloc_logp + l.gather(1, idx(units.clone())).reshape([g]);
             for (i, u) in units.iter().enumerate() {
                 prev[i * dims.kinds + k] = *u as f32;

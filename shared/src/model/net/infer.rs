@@ -13,7 +13,7 @@
 //! slower on the decision benchmark); the rest is row loops.
 
 use super::super::batch::{EDGE_KINDS, GraphBatch};
-use super::{MASKED, Net};
+use super::{AllocQuery, MASKED, Net};
 use burn::nn::activation::Activation;
 use burn::nn::transformer::TransformerEncoderLayer;
 use burn::nn::{LayerNorm, Linear};
@@ -559,17 +559,8 @@ impl Infer {
     }
 
     /// [`Net::alloc_logits`], flat: `max_units + 1` per graph.
-    #[allow(clippy::too_many_arguments)]
-    pub fn alloc_logits(
-        &self,
-        enc: &Embeddings,
-        b: &GraphBatch,
-        slot: &[usize],
-        k: usize,
-        prev: &[f32],
-        lo: &[u32],
-        hi: &[u32],
-    ) -> Vec<f32> {
+    pub fn alloc_logits(&self, enc: &Embeddings, b: &GraphBatch, q: &AllocQuery<'_>) -> Vec<f32> {
+        let (slot, k, prev, lo, hi) = (q.slot, q.kind, q.prev, q.lo, q.hi);
         let (g, w, d) = (b.graphs, self.window, self.width);
         let scale = self.max_units.max(1) as f32;
         let task = gather(

@@ -124,7 +124,14 @@ fn batched_and_single_forward_passes_agree() {
     let slots = vec![0usize; all.graphs];
     let prev = vec![1.0f32; all.graphs * 2];
     let (lo, hi) = (vec![1u32; all.graphs], vec![6u32; all.graphs]);
-    let alloc = floats(net.alloc_logits(&enc, &all, &slots, 1, &prev, &lo, &hi, &device));
+    let q = net::AllocQuery {
+        slot: &slots,
+        kind: 1,
+        prev: &prev,
+        lo: &lo,
+        hi: &hi,
+    };
+    let alloc = floats(net.alloc_logits(&enc, &all, &q, &device));
     let units = cfg.max_units + 1;
     // Not vacuous: graphs differ, and empty window slots are masked.
     assert!(
@@ -149,16 +156,14 @@ fn batched_and_single_forward_passes_agree() {
             .into_data()
             .try_to_vec::<f32>()
             .unwrap();
-        let a1 = floats(net.alloc_logits(
-            &e1,
-            &one,
-            &slots[..1],
-            1,
-            &prev[..2],
-            &lo[..1],
-            &hi[..1],
-            &device,
-        ));
+        let q1 = net::AllocQuery {
+            slot: &slots[..1],
+            kind: 1,
+            prev: &prev[..2],
+            lo: &lo[..1],
+            hi: &hi[..1],
+        };
+        let a1 = floats(net.alloc_logits(&e1, &one, &q1, &device));
         for (x, y) in p1.iter().zip(&ptr[g * 11..(g + 1) * 11]) {
             assert!(
                 (x - y).abs() <= 1e-4 * (1.0 + x.abs()),

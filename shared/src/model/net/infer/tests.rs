@@ -2,7 +2,7 @@
 
 use super::super::super::batch::{Dims, GraphBatch, batch};
 use super::super::super::tests::random_view;
-use super::super::{Net, NetConfig};
+use super::super::{AllocQuery, Net, NetConfig};
 use super::Embeddings;
 use crate::NodeId;
 use crate::view::ClusterView;
@@ -54,16 +54,23 @@ fn agree(net: &Net, b: &GraphBatch, window: usize, kinds: usize) {
     let prev: Vec<f32> = (0..g * kinds).map(|i| (i % 5) as f32).collect();
     let (lo, hi): (Vec<u32>, Vec<u32>) = (0..g).map(|i| (i as u32 % 3, 4 + i as u32)).unzip();
     for k in 0..kinds {
-        let burn = floats(net.alloc_logits(&enc, b, &slot, k, &prev, &lo, &hi, &device));
+        let q = AllocQuery {
+            slot: &slot,
+            kind: k,
+            prev: &prev,
+            lo: &lo,
+            hi: &hi,
+        };
+        let burn = floats(net.alloc_logits(&enc, b, &q, &device));
         close(
             &format!("allocation {k}"),
             &burn,
-            &fast.alloc_logits(&mine, b, &slot, k, &prev, &lo, &hi),
+            &fast.alloc_logits(&mine, b, &q),
         );
         close(
             &format!("pruned allocation {k}"),
             &burn,
-            &fast.alloc_logits(&pruned, b, &slot, k, &prev, &lo, &hi),
+            &fast.alloc_logits(&pruned, b, &q),
         );
     }
 }
