@@ -207,7 +207,10 @@ impl TapfingerPolicy {
         }
     }
 
-    /// The decision pass ([`net::infer`]); `None` if the network's weights cannot be read.
+    /// The decision pass ([`net::infer`]); `None` if the network's weights cannot be read (never
+    /// for a network [`Net::new`] builds: the decision pass's tests read every named variant and
+    /// the shipped general model). Where it is `None` the policy passes, as on any numerical
+    /// failure ([`Policy::decide`]).
     fn fast(&self) -> Option<&net::infer::Infer> {
         self.infer.get_or_init(|| self.net.infer()).as_ref()
     }

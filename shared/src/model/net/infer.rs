@@ -7,8 +7,8 @@
 //! profiled on `hetero6`, the matrix products were under a tenth of the time and allocation and
 //! copies about a quarter. Training keeps burn (it needs the gradients); deciding runs this
 //! pass, in the simulator and the agent alike. The unit tests check that both passes give the
-//! same logits on every node type, edge kind and mask, for untrained networks of four variants
-//! (with and without graph attention) and for the shipped general model on real views, so this
+//! same logits on every node type, edge kind and mask, for untrained networks of every named
+//! variant (with and without graph attention) and for the shipped general model on real views, so this
 //! is one network with two evaluators, not two networks.
 //! Matrix products go through `nalgebra` (which calls `matrixmultiply`; a plain row loop was
 //! slower on the decision benchmark); the rest is row loops.
