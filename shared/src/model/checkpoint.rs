@@ -100,6 +100,15 @@ pub fn load_bytes(
         .map_err(|e| err(e.to_string()))?;
     let net = burn::module::Module::try_load_record(Net::new(&cfg, &Device::flex()), record)
         .map_err(|e| err(e.to_string()))?;
+    // The policy decides with the decision pass (`net::infer`), which reads these weights into
+    // plain buffers; where it could not, the policy would pass every step. Refused here, loudly,
+    // rather than an agent that silently schedules nothing. (It reads every network `Net::new`
+    // builds: its tests cover each named variant and the shipped model.)
+    if net.infer().is_none() {
+        return Err(err(
+            "its weights cannot be read by the decision pass (a layer of a form this build does not decide with): use the tapfinger that trained it, or retrain".into(),
+        ));
+    }
     Ok((net, cfg, meta.scenario))
 }
 
