@@ -209,7 +209,8 @@ impl TapfingerPolicy {
 
     /// The decision pass ([`net::infer`]); `None` if the network's weights cannot be read (never
     /// for a network [`Net::new`] builds: the decision pass's tests read every named variant and
-    /// the shipped general model). Where it is `None` the policy passes, as on any numerical
+    /// the shipped general model; a model file that could not is refused when it is loaded,
+    /// [`checkpoint::load_bytes`]). Where it is `None` the policy passes, as on any numerical
     /// failure ([`Policy::decide`]).
     fn fast(&self) -> Option<&net::infer::Infer> {
         self.infer.get_or_init(|| self.net.infer()).as_ref()
