@@ -115,6 +115,17 @@ pub(crate) struct TrainArgs {
     /// Largest cluster of the curriculum (train small, test big).
     #[arg(long, default_value_t = 12)]
     pub(crate) max_nodes: usize,
+    /// The generated families of the curriculum and of --select's development scenarios,
+    /// comma-separated: base (`gen:N`), wide (`gen-wide:N`); with both, the curriculum takes
+    /// each seed in each family in turn and the development scenarios alternate.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "base",
+        requires = "generator_seeds"
+    )]
+    pub(crate) families: Vec<tapfinger_sim::generate::Family>,
     /// PPO without the input-dependent baseline (advantages from the critic by GAE
     /// instead): its ablation. Applies to resumed runs too.
     #[arg(long)]
@@ -189,6 +200,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         focus,
         generator_seeds,
         max_nodes,
+        families,
         no_input_baseline,
         imitate,
         teacher,
@@ -324,7 +336,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         }
         trainer.cfg.lr = lr;
     }
-    let curriculum: Vec<u64> = match &generator_seeds {
+    let curriculum: Vec<String> = match &generator_seeds {
         None => Vec::new(),
         Some(r) => {
             if r.end > tapfinger_sim::generate::HELD_OUT_FROM {
@@ -335,11 +347,10 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
                     tapfinger_sim::generate::HELD_OUT_FROM
                 );
             }
-            let seeds: Vec<u64> = r
+            let seeds: Vec<String> = r
                 .clone()
-                .filter(|s| {
-                    Scenario::load(&format!("gen:{s}")).is_ok_and(|sc| sc.nodes.len() <= max_nodes)
-                })
+                .flat_map(|s| families.iter().map(move |f| f.scenario(s)))
+                .filter(|name| Scenario::load(name).is_ok_and(|sc| sc.nodes.len() <= max_nodes))
                 .collect();
             if seeds.is_empty() {
                 bail!("no generated scenario in that range has at most {max_nodes} nodes");
@@ -354,7 +365,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     let judges = if curriculum.is_empty() || select == 0 {
         Vec::new()
     } else {
-        development_judges(&curriculum, select, select_workloads, &load)?
+        development_judges(&curriculum, &families, select, select_workloads, &load)?
     };
     let judge = |trainer: &Trainer| -> Result<f64> {
         let net = trainer.inference_net();
@@ -391,8 +402,8 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     let mut done = 0u64;
     while started.elapsed() < budget && iterations.is_none_or(|n| done < n) {
         if !curriculum.is_empty() {
-            let s = curriculum[(trainer.iteration as usize) % curriculum.len()];
-            trainer.set_simulator(load(&format!("gen:{s}"))?, auto_teacher)?;
+            let name = &curriculum[(trainer.iteration as usize) % curriculum.len()];
+            trainer.set_simulator(load(name)?, auto_teacher)?;
         }
         let p = trainer.iterate()?;
         done += 1;
@@ -512,10 +523,12 @@ fn set_sharing(net: &mut NetConfig, sharing: &str, general: bool) {
 /// (`--select` with `--generator-seeds`): below the held-out seeds, and never trained on.
 const DEVELOPMENT_FROM: u64 = 9_000;
 
-/// The first `n` development scenarios and elastic Tiresias's average JCT on each one's first
-/// `workloads` validation workloads: what a general model's checkpoints are judged against.
+/// The first `n` development scenarios (generator seeds from [`DEVELOPMENT_FROM`], the
+/// `families` in turn) and elastic Tiresias's average JCT on each one's first `workloads`
+/// validation workloads: what a general model's checkpoints are judged against.
 fn development_judges(
-    curriculum: &[u64],
+    curriculum: &[String],
+    families: &[tapfinger_sim::generate::Family],
     n: usize,
     workloads: u64,
     load: &dyn Fn(&str) -> Result<Simulator>,
@@ -527,16 +540,25 @@ fn development_judges(
             tapfinger_sim::generate::HELD_OUT_FROM - DEVELOPMENT_FROM
         );
     }
-    if curriculum.iter().any(|s| seeds.contains(s)) {
+    let names: Vec<String> = seeds
+        .clone()
+        .map(|s| families[(s - DEVELOPMENT_FROM) as usize % families.len().max(1)].scenario(s))
+        .collect();
+    if curriculum
+        .iter()
+        .filter_map(|c| tapfinger_sim::generate::parse(c))
+        .any(|(_, s)| seeds.contains(&s))
+    {
         bail!(
             "--generator-seeds overlaps the development scenarios gen:{}..{} that --select judges on",
             seeds.start,
             seeds.end
         );
     }
-    seeds
-        .map(|s| {
-            let sim = load(&format!("gen:{s}"))?;
+    names
+        .iter()
+        .map(|name| {
+            let sim = load(name)?;
             let kinds = sim.scenario().kind_names();
             let references = (0..workloads)
                 .map(|j| {

@@ -29,6 +29,13 @@
 //! - bursty arrivals in half the scenarios (`burst`, [`crate::workload::Burst`]);
 //! - heavy-tailed task sizes in half (`task_size`, [`crate::workload::TaskSize`]: Pareto with
 //!   shape 1.3–2.5, mean 1, capped at 10–30×).
+//!
+//! A second family, `gen-wide:N` ([`Family::Wide`], `generate --family wide`), draws the same
+//! way but with larger boxes (GPU boxes of 16–32 cores and 4–32 GPUs, CPU-only boxes of 4–32
+//! cores) and classes that can use up to sixteen times their minimum demand (the base family:
+//! four times), as data-parallel jobs that scale to a whole box do. It is there to judge a
+//! policy on clusters and tasks bigger than the base family's, and to train on them; its seeds
+//! from [`HELD_OUT_FROM`] up are held out too.
 
 use crate::scenario::{Scenario, ScenarioError};
 use crate::speed::SpeedModel;
@@ -36,11 +43,74 @@ use rand::RngExt as _;
 use std::fmt::Write as _;
 use tapfinger::resources::Resources;
 
+mod measured;
+use measured::{POLLUX_MIN, SYNERGY_MIN, SYNERGY_MODELS, pollux_profile, synergy_rows};
+
 /// Generator seeds from this one up are held out: never trained on.
 pub const HELD_OUT_FROM: u64 = 10_000;
 
-/// The prefix that names a generated scenario (`gen:42`).
+/// The prefix that names a generated scenario of the base family (`gen:42`).
 pub const PREFIX: &str = "gen:";
+
+/// A family of generated scenarios: how large its boxes are and how far its classes scale.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Family {
+    /// `gen:N`: boxes of up to 32 cores and 8 GPUs; a class uses up to 4× its minimum demand.
+    #[default]
+    Base,
+    /// `gen-wide:N`: boxes of up to 32 cores and 32 GPUs; a class uses up to 16× its minimum.
+    Wide,
+}
+
+impl Family {
+    /// The prefix of its scenarios' names.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Self::Base => PREFIX,
+            Self::Wide => "gen-wide:",
+        }
+    }
+
+    /// Its scenario of generator seed `seed`, by name (`gen:42`, `gen-wide:42`).
+    pub fn scenario(self, seed: u64) -> String {
+        format!("{}{seed}", self.prefix())
+    }
+
+    /// How many times its minimum demand a class can use, per kind.
+    fn cap_factor(self) -> u32 {
+        match self {
+            Self::Base => 4,
+            Self::Wide => 16,
+        }
+    }
+
+    /// The sizes a GPU box's (cores, GPUs, memory units) and a CPU-only box's (cores, memory
+    /// units) capacities are drawn from.
+    fn box_sizes(self) -> [&'static [u32]; 5] {
+        match self {
+            Self::Base => [
+                &[8, 16, 32],
+                &[1, 2, 4, 8],
+                &[8, 16, 32],
+                &[2, 4, 8, 16],
+                &[2, 4, 8, 16],
+            ],
+            Self::Wide => [
+                &[16, 24, 32],
+                &[4, 8, 16, 32],
+                &[16, 24, 32],
+                &[4, 8, 16, 32],
+                &[4, 8, 16, 32],
+            ],
+        }
+    }
+}
+
+/// [`tests::the_base_family_is_the_one_the_figures_were_measured_on`]'s fingerprint of the
+/// base family.
+#[cfg(test)]
+const BASE_FINGERPRINT: u64 = 0x0205_7b95_ab38_0e33;
 
 /// Memory grid step of generated clusters (GiB).
 const MEM_STEP_GIB: u32 = 4;
@@ -91,111 +161,36 @@ enum Shape {
     },
 }
 
-/// Synergy's measured CPU × memory profiles (`sim/presets/edge_synergy.csv`, derived from
-/// msr-fiddle/synergy, MIT licence: see `sim/presets/README.md` and the licence file there):
-/// the file the edge-synergy preset embeds, not a second copy.
-fn synergy_csv() -> &'static str {
-    crate::presets::PRESET_FILES
-        .iter()
-        .find(|(name, _)| *name == "edge_synergy.csv")
-        .map_or("", |(_, text)| text)
-}
-/// Pollux's single-box data-parallel profiles (`sim/presets/pollux_single_node.csv`: step time
-/// at 1–4 GPUs on one box per model and per-GPU batch size, from petuum/adaptdl, Apache 2.0: see
-/// `sim/presets/README.md` and the licence file there).
-const POLLUX_CSV: &str = include_str!("../presets/pollux_single_node.csv");
-/// The minimum demand of a Pollux class in generated units: 2 cores, 1 GPU, 8 memory units.
-const POLLUX_MIN: [u32; 3] = [2, 1, 8];
-
-/// A Pollux profile drawn at random: (model, batch, CSV rows named `name` with seconds scaled
-/// to `t0` on one GPU). A job is a fixed number of samples: its time at `g` GPUs is
-/// proportional to `step_time(g) / g` (each step does `g × batch` samples).
-fn pollux_profile(rng: &mut tapfinger::Rng, name: &str, t0: f64) -> (String, String, String) {
-    let rows: Vec<(&str, &str, u32, f64)> = POLLUX_CSV
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            Some((
-                *f.first()?,
-                *f.get(1)?,
-                f.get(2)?.parse().ok()?,
-                f.get(3)?.parse().ok()?,
-            ))
-        })
-        .collect();
-    let profiles: Vec<(&str, &str)> = rows
-        .iter()
-        .filter(|r| r.2 == 1)
-        .map(|r| (r.0, r.1))
-        .collect();
-    let (model, batch) = profiles[rng.random_range(0..profiles.len())];
-    let mine: Vec<(u32, f64)> = rows
-        .iter()
-        .filter(|r| r.0 == model && r.1 == batch)
-        .map(|r| (r.2, r.3 / f64::from(r.2)))
-        .collect();
-    let one = mine.iter().find(|r| r.0 == 1).map_or(1.0, |r| r.1);
-    let [cpu, _, mem] = POLLUX_MIN;
-    let mut out = String::from("type,cpu,gpu,mem,seconds\n");
-    for (g, per) in mine {
-        let _ = writeln!(out, "{name},{cpu},{g},{mem},{:.3}", t0 * per / one);
-    }
-    (model.to_string(), batch.to_string(), out)
-}
-
-/// The models in it.
-const SYNERGY_MODELS: [&str; 3] = ["res18", "lstm", "m5"];
-/// Its memory unit (GB: 1/24 of a 500 GB server) and ours (4 GiB, in GB).
-const SYNERGY_MEM_GB: f64 = 20.8333;
-const MEM_UNIT_GB: f64 = 4.0 * 1.073_741_824;
-/// The minimum demand of a Synergy class in generated units: 2 cores, 1 GPU, 3 Synergy units
-/// of memory (62.5 GB = 15 of ours); its seconds are scaled to `t0` there.
-const SYNERGY_MIN: [u32; 3] = [2, 1, 15];
-
-/// Synergy profile `model` with its memory in generated units and seconds scaled to `t0` at
-/// [`SYNERGY_MIN`], as CSV rows named `name`.
-fn synergy_rows(model: &str, name: &str, t0: f64) -> String {
-    let rows: Vec<(u32, u32, u32, f64)> = synergy_csv()
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            (f.first() == Some(&model)).then(|| {
-                let mem: f64 = f[3].parse().unwrap_or(0.0);
-                (
-                    f[1].parse().unwrap_or(0),
-                    f[2].parse().unwrap_or(0),
-                    (mem * SYNERGY_MEM_GB / MEM_UNIT_GB).round() as u32,
-                    f[4].parse().unwrap_or(f64::NAN),
-                )
-            })
-        })
-        .collect();
-    let reference = rows
-        .iter()
-        .find(|r| [r.0, r.1, r.2] == SYNERGY_MIN)
-        .map_or(1.0, |r| r.3);
-    let mut out = String::from("type,cpu,gpu,mem,seconds\n");
-    for (cpu, gpu, mem, secs) in rows {
-        let _ = writeln!(out, "{name},{cpu},{gpu},{mem},{:.3}", t0 * secs / reference);
-    }
-    out
-}
-
-/// Scenario `gen:N`, if `name` has the prefix (an error names the expected form).
+/// Scenario `gen:N` or `gen-wide:N`, if `name` has one of the prefixes (an error names the
+/// expected form).
 pub fn load(name: &str) -> Option<Result<Scenario, ScenarioError>> {
-    let seed = name.strip_prefix(PREFIX)?;
+    let (family, seed) = split(name)?;
     Some(match seed.parse() {
-        Ok(seed) => Scenario::from_toml(&scenario_toml(seed), name, None),
+        Ok(seed) => Scenario::from_toml(&draw_in(family, seed).toml, name, None),
         Err(e) => Err(ScenarioError::Parse {
             origin: name.into(),
-            message: format!("a generated scenario is gen:SEED (a whole number): {e}"),
+            message: format!(
+                "a generated scenario is {}SEED (a whole number): {e}",
+                family.prefix()
+            ),
         }),
     })
 }
 
-/// The TOML text of generated scenario `seed`.
+/// A generated scenario's family and the text after its prefix, if `name` has one.
+fn split(name: &str) -> Option<(Family, &str)> {
+    [Family::Base, Family::Wide]
+        .into_iter()
+        .find_map(|f| name.strip_prefix(f.prefix()).map(|s| (f, s)))
+}
+
+/// A generated scenario's family and generator seed, if `name` is one (`gen:42`,
+/// `gen-wide:42`).
+pub fn parse(name: &str) -> Option<(Family, u64)> {
+    split(name).and_then(|(f, s)| s.parse().ok().map(|s| (f, s)))
+}
+
+/// The TOML text of generated scenario `seed` of the base family.
 pub fn scenario_toml(seed: u64) -> String {
     draw(seed).toml
 }
@@ -209,12 +204,18 @@ pub struct Drawn {
     pub load: f64,
 }
 
-/// Draw generated scenario `seed`.
+/// Draw generated scenario `seed` of the base family.
 pub fn draw(seed: u64) -> Drawn {
-    // A stream of its own: the generator seed never shares randomness with a workload seed.
+    draw_in(Family::Base, seed)
+}
+
+/// Draw generated scenario `seed` of `family`.
+pub fn draw_in(family: Family, seed: u64) -> Drawn {
+    // A stream of its own: the generator seed never shares randomness with a workload seed
+    // (the families share it: `gen-wide:N` is `gen:N` drawn with larger sizes).
     let mut rng = tapfinger::seeded_rng(seed ^ 0x6E6E_7261_746F_7221);
-    let boxes = draw_nodes(&mut rng);
-    let classes = draw_classes(&mut rng, &boxes);
+    let boxes = draw_nodes(&mut rng, family);
+    let classes = draw_classes(&mut rng, &boxes, family);
     let load = rng.random_range(0.3..0.95);
     let lambda = arrival_rate(&boxes, &classes, load);
     let tasks = boxes.len() as u32 * rng.random_range(8..=24);
@@ -233,17 +234,27 @@ pub fn draw(seed: u64) -> Drawn {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "# Generated scenario {seed} (`tapfinger-sim generate --seed {seed}`).{}",
+        "# Generated scenario {seed} (`tapfinger-sim generate{} --seed {seed}`).{}",
+        if family == Family::Wide {
+            " --family wide"
+        } else {
+            ""
+        },
         if seed >= HELD_OUT_FROM {
             " Held out: never train on it."
         } else {
             ""
         }
     );
-    let _ = writeln!(t, "name = \"gen:{seed}\"");
+    let _ = writeln!(t, "name = \"{}\"", family.scenario(seed));
     let _ = writeln!(
         t,
-        "description = \"generated: {} nodes ({} with GPUs), {} task classes, offered load {load:.2}\"",
+        "description = \"generated{}: {} nodes ({} with GPUs), {} task classes, offered load {load:.2}\"",
+        if family == Family::Wide {
+            " (wide)"
+        } else {
+            ""
+        },
         boxes.len(),
         boxes.iter().filter(|b| b.capacity[1] > 0).count(),
         classes.len()
@@ -323,11 +334,12 @@ pub fn draw(seed: u64) -> Drawn {
     Drawn { toml: t, load }
 }
 
-/// The grid of a table class per kind: its minimum, twice and four times that, up to its cap
-/// (just 0 for a kind it does not use).
+/// The grid of a table class per kind: its minimum and that doubled, up to its cap (min, 2·min,
+/// 4·min in the base family; up to 16·min in the wide one; just 0 for a kind it does not use).
 fn table_axis(min: u32, max: u32) -> Vec<u32> {
-    let mut axis: Vec<u32> = [min, 2 * min, 4 * min]
+    let mut axis: Vec<u32> = [1, 2, 4, 8, 16]
         .into_iter()
+        .map(|f| f * min)
         .filter(|v| *v <= max.max(min))
         .collect();
     axis.dedup();
@@ -356,7 +368,8 @@ fn table_rows(c: &Class) -> String {
     out
 }
 
-fn draw_nodes(rng: &mut tapfinger::Rng) -> Vec<Box_> {
+fn draw_nodes(rng: &mut tapfinger::Rng, family: Family) -> Vec<Box_> {
+    let [g_cpu, g_gpu, g_mem, c_cpu, c_mem] = family.box_sizes();
     let n = rng.random_range(2..=24usize);
     // At least one GPU box in most clusters; some clusters are CPU-only.
     let gpu_share = if rng.random_bool(0.15) {
@@ -369,13 +382,9 @@ fn draw_nodes(rng: &mut tapfinger::Rng) -> Vec<Box_> {
         .map(|i| {
             let gpu_box = gpu_share > 0.0 && (i == 0 || rng.random_bool(gpu_share));
             let capacity = if gpu_box {
-                [
-                    pick(rng, &[8, 16, 32]),
-                    pick(rng, &[1, 2, 4, 8]),
-                    pick(rng, &[8, 16, 32]),
-                ]
+                [pick(rng, g_cpu), pick(rng, g_gpu), pick(rng, g_mem)]
             } else {
-                [pick(rng, &[2, 4, 8, 16]), 0, pick(rng, &[2, 4, 8, 16])]
+                [pick(rng, c_cpu), 0, pick(rng, c_mem)]
             };
             Box_ {
                 name: format!("{}{i}", if gpu_box { "g" } else { "c" }),
@@ -396,7 +405,8 @@ fn largest_node(boxes: &[Box_]) -> [u32; 3] {
     m
 }
 
-fn draw_classes(rng: &mut tapfinger::Rng, boxes: &[Box_]) -> Vec<Class> {
+fn draw_classes(rng: &mut tapfinger::Rng, boxes: &[Box_], family: Family) -> Vec<Class> {
+    let factor = family.cap_factor();
     let has_gpu = boxes.iter().any(|b| b.capacity[1] > 0);
     let largest = largest_node(boxes);
     // The largest box that can hold a Synergy class (one GPU, 2 cores, 15 memory units).
@@ -504,9 +514,9 @@ fn draw_classes(rng: &mut tapfinger::Rng, boxes: &[Box_]) -> Vec<Class> {
             let mem = rng.random_range(1..=largest[2].clamp(1, 4));
             let min = fit_somewhere([cpu, gpu, mem], boxes);
             let max = [
-                (cpu * 4).min(largest[0]).max(cpu),
-                (gpu * 4).min(largest[1]).max(gpu),
-                (mem * 4).min(largest[2]).max(mem),
+                (cpu * factor).min(largest[0]).max(cpu),
+                (gpu * factor).min(largest[1]).max(gpu),
+                (mem * factor).min(largest[2]).max(mem),
             ];
             let shape = if family == 5 {
                 Shape::Table {
@@ -704,6 +714,87 @@ mod tests {
     fn a_bad_generator_name_says_so() {
         let e = Scenario::load("gen:x").unwrap_err().to_string();
         assert!(e.contains("gen:x"), "{e}");
+        let e = Scenario::load("gen-wide:x").unwrap_err().to_string();
+        assert!(e.contains("gen-wide:SEED"), "{e}");
+        assert_eq!(parse("gen-wide:12"), Some((Family::Wide, 12)));
+        assert_eq!(parse("gen:12"), Some((Family::Base, 12)));
+        assert_eq!(parse("hetero6"), None);
+    }
+
+    /// FNV-1a over the base family's text for seeds 0..40 and 10000..10040: every figure in
+    /// docs/BENCHMARKS.md (the held-out suite above all) was measured on these scenarios, so a
+    /// change to the generator that moves them must be deliberate (and the figures redone).
+    #[test]
+    fn the_base_family_is_the_one_the_figures_were_measured_on() {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for seed in (0..40).chain(HELD_OUT_FROM..HELD_OUT_FROM + 40) {
+            for b in scenario_toml(seed).bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        assert_eq!(
+            h, BASE_FINGERPRINT,
+            "the base family's scenarios changed: {h:#x}"
+        );
+    }
+
+    #[test]
+    fn the_wide_family_has_larger_boxes_and_classes_that_scale_further() {
+        let (mut big_gpu, mut wide_classes) = (0, 0);
+        for seed in (0..150).chain(HELD_OUT_FROM..HELD_OUT_FROM + 50) {
+            let name = Family::Wide.scenario(seed);
+            let text = draw_in(Family::Wide, seed).toml;
+            assert!(text.contains(&format!("name = \"{name}\"")));
+            assert!(
+                text.contains("--family wide"),
+                "it says how to print it again"
+            );
+            let sc = Scenario::load(&name)
+                .unwrap_or_else(|e| panic!("{name} does not load: {e}\n{text}"));
+            let base = Scenario::load(&format!("gen:{seed}")).unwrap();
+            // The same draw, larger: as many nodes and classes as the base scenario.
+            assert_eq!(sc.nodes.len(), base.nodes.len(), "{name}");
+            assert_eq!(sc.types.len(), base.types.len(), "{name}");
+            for n in &sc.nodes {
+                assert!(n.capacity.get(0) >= 4 && n.capacity.get(0) <= 32, "{name}");
+                assert!(n.capacity.get(1) <= 32, "{name}");
+                big_gpu += usize::from(n.capacity.get(1) >= 16);
+            }
+            for t in &sc.types {
+                assert!(
+                    sc.nodes.iter().any(|n| t.min_demand.fits_in(&n.capacity)),
+                    "{name}: {} fits nowhere",
+                    t.name
+                );
+                let max = t.max_demand.as_ref().unwrap();
+                if (0..3).any(|k| t.min_demand.get(k) > 0 && max.get(k) >= 8 * t.min_demand.get(k))
+                {
+                    wide_classes += 1;
+                }
+                if let SpeedModel::Table(m) = &t.speed {
+                    let lo = m.seconds(&t.min_demand).unwrap();
+                    let hi = m.seconds(max).unwrap();
+                    assert!(
+                        hi <= lo,
+                        "{name} {}: {hi} s at its cap, {lo} s at its minimum",
+                        t.name
+                    );
+                }
+            }
+        }
+        assert!(big_gpu > 100, "{big_gpu} boxes with 16 or more GPUs");
+        assert!(
+            wide_classes > 100,
+            "{wide_classes} classes that use 8x their minimum or more"
+        );
+        // A random table's grid doubles up to its cap.
+        assert_eq!(table_axis(1, 16), [1, 2, 4, 8, 16]);
+        assert_eq!(
+            table_axis(2, 8),
+            [2, 4, 8],
+            "the base family's grid, as before"
+        );
+        assert_eq!(table_axis(3, 20), [3, 6, 12]);
     }
 
     #[test]

@@ -43,12 +43,17 @@ struct Output {
 enum Cmd {
     /// List the built-in scenario presets.
     Scenarios,
-    /// Print generated scenario N as TOML (the scenario `gen:N` wherever a scenario is named).
-    /// Seeds from 10000 up are held out for evaluation: never train on them.
+    /// Print generated scenario N as TOML (the scenario `gen:N` wherever a scenario is named;
+    /// `gen-wide:N` with --family wide). Seeds from 10000 up are held out for evaluation: never
+    /// train on them.
     Generate {
         /// Generator seed.
         #[arg(long)]
         seed: u64,
+        /// The family: base (`gen:N`) or wide (`gen-wide:N`: larger boxes, classes that use
+        /// up to 16 times their minimum demand).
+        #[arg(long, value_enum, default_value_t)]
+        family: tapfinger_sim::generate::Family,
     },
     /// Turn a published cluster trace into a scenario that replays it (docs/TRACES.md): prints
     /// the scenario TOML, or writes it to --out; says on stderr what was left out and why.
@@ -149,6 +154,9 @@ enum Cmd {
         /// Generator seeds, A..B (B excluded), e.g. 10000..10100.
         #[arg(long, value_name = "A..B", value_parser = parse_range)]
         generator_seeds: std::ops::Range<u64>,
+        /// The generated family: base (`gen:N`) or wide (`gen-wide:N`).
+        #[arg(long, value_enum, default_value_t)]
+        family: tapfinger_sim::generate::Family,
         /// Workload seeds per scenario.
         #[arg(long, default_value_t = 2)]
         seeds: u64,
@@ -354,7 +362,9 @@ fn run(cli: Cli) -> Result<()> {
                 "gen:N"
             );
         }
-        Cmd::Generate { seed } => print!("{}", tapfinger_sim::generate::scenario_toml(seed)),
+        Cmd::Generate { seed, family } => {
+            print!("{}", tapfinger_sim::generate::draw_in(family, seed).toml);
+        }
         Cmd::Import {
             file,
             format,
@@ -478,6 +488,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Suite {
             generator_seeds,
+            family,
             seeds,
             seed_base,
             candidate,
@@ -492,6 +503,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             let cfg = tapfinger_sim::suite::SuiteConfig {
                 generator_seeds,
+                family,
                 seeds,
                 seed_base,
                 candidate,

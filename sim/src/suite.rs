@@ -27,6 +27,8 @@ use tapfinger::baselines;
 pub struct SuiteConfig {
     /// Generator seeds (`gen:N` for N in the range).
     pub generator_seeds: Range<u64>,
+    /// The generated family (`gen:N` or `gen-wide:N`).
+    pub family: crate::generate::Family,
     /// Workload seeds per scenario: `seed_base..seed_base + seeds`.
     pub seeds: u64,
     /// First workload seed.
@@ -52,7 +54,7 @@ pub enum SuiteError {
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
     /// A policy failed to build or an episode failed.
-    #[error("gen:{seed}")]
+    #[error("generated scenario {seed}")]
     Compare {
         /// Generator seed.
         seed: u64,
@@ -105,6 +107,8 @@ pub struct SuiteScenario {
 pub struct SuiteSummary {
     /// The policy judged.
     pub candidate: String,
+    /// The generated family (`base`: `gen:N`; `wide`: `gen-wide:N`).
+    pub family: crate::generate::Family,
     /// Scenarios where the candidate's ratio is ≤ 1.
     pub wins: usize,
     /// Scenarios run.
@@ -139,7 +143,7 @@ fn others(candidate: &str) -> Vec<String> {
 
 /// Run one scenario.
 fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario, SuiteError> {
-    let sc = Scenario::load(&format!("{}{gen_seed}", crate::generate::PREFIX))?;
+    let sc = Scenario::load(&cfg.family.scenario(gen_seed))?;
     let (nodes, classes) = (sc.nodes.len(), sc.types.len());
     let mut sim = Simulator::new(sc);
     if cfg.profile_hints {
@@ -190,7 +194,7 @@ fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario,
         generator_seed: gen_seed,
         nodes,
         classes,
-        load: crate::generate::draw(gen_seed).load,
+        load: crate::generate::draw_in(cfg.family, gen_seed).load,
         results,
         best_baseline,
         ratio,
@@ -240,6 +244,7 @@ pub fn run(cfg: &SuiteConfig, tick: &(dyn Fn() + Sync)) -> Result<Suite, SuiteEr
     let ratios: Vec<f64> = scenarios.iter().map(|s| s.ratio).collect();
     let summary = SuiteSummary {
         candidate: report::display_name(&cfg.candidate).to_string(),
+        family: cfg.family,
         wins: ratios.iter().filter(|r| **r <= 1.0).count(),
         scenarios: scenarios.len(),
         mean_ratio_to_best_baseline: ratios.iter().sum::<f64>() / ratios.len().max(1) as f64,
@@ -253,7 +258,7 @@ pub fn run(cfg: &SuiteConfig, tick: &(dyn Fn() + Sync)) -> Result<Suite, SuiteEr
 
 /// Build the candidate's policies on the first scenario, so a bad name or model fails at once.
 fn check_candidate(cfg: &SuiteConfig, gen_seed: u64) -> Result<(), SuiteError> {
-    let sc = Scenario::load(&format!("{}{gen_seed}", crate::generate::PREFIX))?;
+    let sc = Scenario::load(&cfg.family.scenario(gen_seed))?;
     let sim = Simulator::new(sc);
     report::check_policy(&sim, &cfg.candidate, cfg.model.as_deref()).map_err(|source| {
         SuiteError::Compare {

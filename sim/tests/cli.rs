@@ -293,6 +293,20 @@ fn a_generated_scenario_prints_saves_and_runs() {
     assert!(from_file.0 && by_name.0, "{} {}", from_file.2, by_name.2);
     assert_eq!(from_file.1, by_name.1);
     fails_with(&["run", "--scenario", "gen:twelve"], "gen:SEED");
+    // The wide family: its own name, the same way to print, save and run.
+    let (ok, wide, err) = sim(&["generate", "--family", "wide", "--seed", "10007"]);
+    assert!(ok, "{err}");
+    assert!(wide.contains("name = \"gen-wide:10007\""), "{wide}");
+    assert_ne!(wide, text);
+    let by_name = sim(&[
+        "run",
+        "--scenario",
+        "gen-wide:10007",
+        "--policy",
+        "tiresias",
+    ]);
+    assert!(by_name.0, "{}", by_name.2);
+    fails_with(&["generate", "--family", "huge", "--seed", "1"], "huge");
 }
 
 #[test]
@@ -339,10 +353,26 @@ fn suite_json_has_the_documented_shape_and_judges_against_the_best_baseline() {
         }
     }
     let sum = &v["summary"];
+    assert_eq!(sum["family"], "base");
     assert!(sum["mean_bound_ratio"].as_f64().unwrap() > 0.0);
     assert_eq!(sum["scenarios"], 3);
     assert!(sum["wins"].as_u64().unwrap() <= 3);
     assert!(sum["mean_ratio_to_best_baseline"].as_f64().unwrap() > 0.0);
+    let (ok, text, err) = sim(&[
+        "suite",
+        "--generator-seeds",
+        "3..4",
+        "--family",
+        "wide",
+        "--seeds",
+        "1",
+        "--candidate",
+        "random",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["summary"]["family"], "wide");
     fails_with(
         &["suite", "--generator-seeds", "5..5"],
         "the range is empty",

@@ -317,7 +317,7 @@ fn a_resumed_run_writes_back_to_its_folder() {
 /// A general model's checkpoints are judged on development scenarios (gen:9000..), not on the
 /// training scenario of the moment (it changes every iteration): the log says so, the start and
 /// each judged iteration get a score, the folder keeps the best and `last/` the end; a
-/// curriculum that overlaps those scenarios is refused.
+/// curriculum that overlaps those scenarios is refused, in either generated family.
 #[test]
 fn a_general_model_is_selected_on_development_scenarios() {
     let out = write("select-general.marker", "")
@@ -374,6 +374,17 @@ fn a_general_model_is_selected_on_development_scenarios() {
     let (ok, _, stderr) = sim(&more);
     assert!(ok, "{stderr}");
     assert!(stderr.contains("2 workload(s) each"), "{stderr}");
+    // Both families: each seed in each family in turn (the second iteration trains on the
+    // first seed's wide scenario, the one the saved run names last).
+    let mut both = args("20..40", "2");
+    both.extend_from_slice(&["--families", "base,wide"]);
+    let (ok, _, stderr) = sim(&both);
+    assert!(ok, "{stderr}");
+    let saved = std::fs::read_to_string(out.join("last").join("train.json")).unwrap();
+    assert!(saved.contains("\"gen-wide:"), "{saved}");
+    let mut overlap = args("8990..9010", "4");
+    overlap.extend_from_slice(&["--families", "wide"]);
+    fails_with(&overlap, "overlaps the development scenarios");
     // Without a curriculum --select N counts workloads already: the option is refused.
     fails_with(
         &[

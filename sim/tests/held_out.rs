@@ -14,6 +14,7 @@ fn the_shipped_general_model_holds_its_own_against_the_best_baseline_on_held_out
     let cfg = SuiteConfig {
         // The first twenty held-out scenarios, one workload each (a fraction of a second apiece).
         generator_seeds: 10_000..10_020,
+        family: Default::default(),
         seeds: 1,
         seed_base: 100,
         candidate: "tapfinger".into(),
