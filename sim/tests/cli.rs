@@ -311,18 +311,24 @@ fn a_generated_scenario_prints_saves_and_runs() {
 
 #[test]
 fn suite_json_has_the_documented_shape_and_judges_against_the_best_baseline() {
-    let (ok, text, err) = sim(&[
-        "suite",
-        "--generator-seeds",
-        "3..6",
-        "--seeds",
-        "1",
-        "--candidate",
-        "random",
-        "--json",
-    ]);
-    assert!(ok, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    // The suite of Random on generator seeds `seeds` of `family`, one workload each, as JSON.
+    let suite = |seeds: &str, family: &str| -> serde_json::Value {
+        let (ok, text, err) = sim(&[
+            "suite",
+            "--generator-seeds",
+            seeds,
+            "--family",
+            family,
+            "--seeds",
+            "1",
+            "--candidate",
+            "random",
+            "--json",
+        ]);
+        assert!(ok, "{err}");
+        serde_json::from_str(&text).unwrap()
+    };
+    let v = suite("3..6", "base");
     let scenarios = v["scenarios"].as_array().unwrap();
     assert_eq!(scenarios.len(), 3);
     for s in scenarios {
@@ -358,21 +364,7 @@ fn suite_json_has_the_documented_shape_and_judges_against_the_best_baseline() {
     assert_eq!(sum["scenarios"], 3);
     assert!(sum["wins"].as_u64().unwrap() <= 3);
     assert!(sum["mean_ratio_to_best_baseline"].as_f64().unwrap() > 0.0);
-    let (ok, text, err) = sim(&[
-        "suite",
-        "--generator-seeds",
-        "3..4",
-        "--family",
-        "wide",
-        "--seeds",
-        "1",
-        "--candidate",
-        "random",
-        "--json",
-    ]);
-    assert!(ok, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v["summary"]["family"], "wide");
+    assert_eq!(suite("3..4", "wide")["summary"]["family"], "wide");
     fails_with(
         &["suite", "--generator-seeds", "5..5"],
         "the range is empty",
