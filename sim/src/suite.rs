@@ -274,8 +274,8 @@ pub fn table(s: &Suite) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "{:>8} {:>5} {:>7} {:>5} {:>10} {:>14} {:>10} {:>6} {:>6}",
-        "gen",
+        "{:>10} {:>5} {:>7} {:>5} {:>10} {:>14} {:>10} {:>6} {:>6}",
+        s.summary.family.prefix().trim_end_matches(':'),
         "nodes",
         "classes",
         "load",
@@ -293,7 +293,7 @@ pub fn table(s: &Suite) -> String {
             .map_or(f64::NAN, |r| r.avg_jct);
         let _ = writeln!(
             t,
-            "{:>8} {:>5} {:>7} {:>5.2} {:>10.2} {:>14} {:>10.2} {:>6.3} {:>6.3}",
+            "{:>10} {:>5} {:>7} {:>5.2} {:>10.2} {:>14} {:>10.2} {:>6.3} {:>6.3}",
             sc.generator_seed,
             sc.nodes,
             sc.classes,

@@ -365,6 +365,20 @@ fn suite_json_has_the_documented_shape_and_judges_against_the_best_baseline() {
     assert!(sum["wins"].as_u64().unwrap() <= 3);
     assert!(sum["mean_ratio_to_best_baseline"].as_f64().unwrap() > 0.0);
     assert_eq!(suite("3..4", "wide")["summary"]["family"], "wide");
+    // The table's first column names the family its seeds are of.
+    let (ok, table, err) = sim(&[
+        "suite",
+        "--generator-seeds",
+        "3..4",
+        "--family",
+        "wide",
+        "--seeds",
+        "1",
+        "--candidate",
+        "random",
+    ]);
+    assert!(ok, "{err}");
+    assert!(table.trim_start().starts_with("gen-wide "), "{table}");
     fails_with(
         &["suite", "--generator-seeds", "5..5"],
         "the range is empty",
