@@ -549,10 +549,18 @@ fn development_judges(
         .filter_map(|c| tapfinger_sim::generate::parse(c))
         .any(|(_, s)| seeds.contains(&s))
     {
+        // Name them as the judges are named, in each family trained on.
+        let named: Vec<String> = families
+            .iter()
+            .map(|f| format!("{}{}..{}", f.prefix(), seeds.start, seeds.end))
+            .collect();
         bail!(
-            "--generator-seeds overlaps the development scenarios gen:{}..{} that --select judges on",
-            seeds.start,
-            seeds.end
+            "--generator-seeds overlaps the development scenarios {} that --select judges on",
+            if named.is_empty() {
+                format!("gen:{}..{}", seeds.start, seeds.end)
+            } else {
+                named.join(" and ")
+            }
         );
     }
     names

@@ -54,10 +54,10 @@ pub enum SuiteError {
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
     /// A policy failed to build or an episode failed.
-    #[error("generated scenario {seed}")]
+    #[error("generated scenario {scenario}")]
     Compare {
-        /// Generator seed.
-        seed: u64,
+        /// The scenario's name (`gen:42`, `gen-wide:42`): the family with the generator seed.
+        scenario: String,
         /// Cause.
         source: CompareError,
     },
@@ -164,7 +164,7 @@ fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario,
             let e =
                 report::run_one_with(&sim, p, seed, cfg.model.as_deref()).map_err(|source| {
                     SuiteError::Compare {
-                        seed: gen_seed,
+                        scenario: cfg.family.scenario(gen_seed),
                         source,
                     }
                 })?;
@@ -262,7 +262,7 @@ fn check_candidate(cfg: &SuiteConfig, gen_seed: u64) -> Result<(), SuiteError> {
     let sim = Simulator::new(sc);
     report::check_policy(&sim, &cfg.candidate, cfg.model.as_deref()).map_err(|source| {
         SuiteError::Compare {
-            seed: gen_seed,
+            scenario: cfg.family.scenario(gen_seed),
             source,
         }
     })

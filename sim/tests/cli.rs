@@ -388,6 +388,19 @@ fn suite_json_has_the_documented_shape_and_judges_against_the_best_baseline() {
         &["suite", "--generator-seeds", "0..1", "--candidate", "magic"],
         "unknown policy \"magic\"",
     );
+    // The failing scenario is named with its family.
+    fails_with(
+        &[
+            "suite",
+            "--family",
+            "wide",
+            "--generator-seeds",
+            "3..4",
+            "--candidate",
+            "magic",
+        ],
+        "generated scenario gen-wide:3",
+    );
 }
 
 #[test]

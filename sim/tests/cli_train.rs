@@ -384,7 +384,10 @@ fn a_general_model_is_selected_on_development_scenarios() {
     assert!(saved.contains("\"gen-wide:"), "{saved}");
     let mut overlap = args("8990..9010", "4");
     overlap.extend_from_slice(&["--families", "wide"]);
-    fails_with(&overlap, "overlaps the development scenarios");
+    fails_with(
+        &overlap,
+        "overlaps the development scenarios gen-wide:9000..9004 that",
+    );
     // Without a curriculum --select N counts workloads already: the option is refused.
     fails_with(
         &[
