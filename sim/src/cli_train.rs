@@ -96,17 +96,28 @@ pub(crate) struct TrainArgs {
     /// and first the fewest units that let a running task finish within the slot, by the
     /// estimator), elastic-gain-floors (both: floors
     /// from the allocation head, the spare units on top of them by estimated gain),
+    /// elastic-gain-finish-floors (elastic-gain-finish on top of floors from the allocation
+    /// head; with --from a model trained without floors, its allocation heads start near each
+    /// task's minimum demand, `Net::floors_near_minimum`),
     /// elastic-hold-gpus (elastic, but GPUs stay at the minimum demand:
     /// for clusters whose tasks cannot resume on new devices), fixed (the allocation head
     /// chooses once per task), or auto: for a new run elastic for a general model and fixed for
     /// a per-preset one; with --from, the model's own (new runs only).
-    #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "elastic-gain", "elastic-gain-finish", "elastic-floors", "elastic-gain-floors", "elastic-hold-gpus", "fixed"], conflicts_with = "resume")]
+    #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "elastic-gain", "elastic-gain-finish", "elastic-floors", "elastic-gain-floors", "elastic-gain-finish-floors", "elastic-hold-gpus", "fixed"], conflicts_with = "resume")]
     pub(crate) sharing: String,
     /// Each decision attends to at most this many nodes (0: the whole cluster) [default: 8
     /// for a general model, 0 per preset; with --from, the model's own unless given] (new runs
     /// only).
     #[arg(long, conflicts_with = "resume")]
     pub(crate) focus: Option<usize>,
+    /// With a --sharing that has floors: each floor is one of two points per kind, the task's
+    /// minimum demand or the most the node could give it now, and the larger's logit is
+    /// shifted by this offset (e.g. -2: about one claim in eight per kind explores the large
+    /// floor at the start). With --from a model trained without floors, its allocation heads
+    /// start even between the two points, so the start decides as that model did
+    /// (`NetConfig::two_point`) (new runs only).
+    #[arg(long, allow_negative_numbers = true, conflicts_with = "resume")]
+    pub(crate) two_point: Option<f32>,
     /// A curriculum: each iteration on the next generated scenario gen:N for N in A..B
     /// (training seeds: below 10000) with at most --max-nodes nodes; needs a general model.
     /// --scenario is the first one's stand-in (name it gen:A).
@@ -198,6 +209,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         forecast_interval,
         sharing,
         focus,
+        two_point,
         generator_seeds,
         max_nodes,
         families,
@@ -263,9 +275,24 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             if let Some(k) = focus {
                 net_cfg.focus = k;
             }
+            let had_floors = net_cfg.floors;
             if sharing != "auto" {
                 set_sharing(&mut net_cfg, &sharing, general);
             }
+            set_two_point(&mut net_cfg, two_point)?;
+            // A model trained without floors never trained its allocation heads: they start
+            // near the minimum demand (two points: even, the offset decides) instead of at
+            // random over the grid.
+            let net = if net_cfg.floors && !had_floors {
+                let slope = if net_cfg.two_point.is_some() {
+                    0.0
+                } else {
+                    FLOOR_SLOPE
+                };
+                net.floors_near_minimum(slope)
+            } else {
+                net
+            };
             let cfg = new_run(&sim, net_cfg, seed, envs, lr, imitate, teacher)?;
             eprintln!(
                 "fine-tuning {} (trained on {trained_on}) on {}",
@@ -303,6 +330,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             })?;
             let general = general || rlpto;
             set_sharing(&mut net, &sharing, general);
+            set_two_point(&mut net, two_point)?;
             if contention && !net.elastic {
                 bail!(
                     "--contention reads a node's free units as those beyond the running tasks' floors, which an elastic share splits: it needs an elastic --sharing, not {sharing}"
@@ -506,18 +534,43 @@ fn new_run(
 
 /// `--sharing` into a network's settings (`auto`: elastic for a general model).
 fn set_sharing(net: &mut NetConfig, sharing: &str, general: bool) {
-    net.finish_first = sharing == "elastic-gain-finish";
+    net.finish_first = matches!(
+        sharing,
+        "elastic-gain-finish" | "elastic-gain-finish-floors"
+    );
     (net.elastic, net.hold_gpus, net.floors, net.gain_share) = match sharing {
         "elastic" => (true, false, false, false),
         "elastic-gain-finish" => (true, false, false, true),
         "elastic-gain" => (true, false, false, true),
         "elastic-floors" => (true, false, true, false),
-        "elastic-gain-floors" => (true, false, true, true),
+        "elastic-gain-floors" | "elastic-gain-finish-floors" => (true, false, true, true),
         "elastic-hold-gpus" => (true, true, false, false),
         "fixed" => (false, false, false, false),
         _ => (general, false, false, false),
     };
 }
+
+/// `--two-point` into a network's settings: only where its sharing has floors.
+fn set_two_point(net: &mut NetConfig, two_point: Option<f32>) -> Result<()> {
+    if let Some(off) = two_point {
+        if !(net.floors && net.elastic) {
+            bail!(
+                "--two-point chooses floors: it needs a --sharing with floors (e.g. elastic-gain-finish-floors)"
+            );
+        }
+        if !off.is_finite() {
+            bail!("--two-point must be a finite number, not {off}");
+        }
+        net.two_point = Some(off);
+    }
+    Ok(())
+}
+
+/// How fast the warm-started allocation heads' odds fall per unit above a task's minimum
+/// demand (`Net::floors_near_minimum`): the greedy floor is the minimum, and a sampled one
+/// more than two units above it rare (docs/BENCHMARKS.md, twenty-ninth session, measured 0.4
+/// and 1.0).
+const FLOOR_SLOPE: f32 = 1.0;
 
 /// First generator seed of the development scenarios that judge a general model's checkpoints
 /// (`--select` with `--generator-seeds`): below the held-out seeds, and never trained on.

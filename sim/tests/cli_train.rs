@@ -240,6 +240,56 @@ fn a_model_with_floors_learns_from_a_fixed_share_teacher_and_runs() {
         assert!(ok, "{sharing}: {stderr}");
         assert!(stdout.contains("floors"), "{sharing}: {stdout}");
     }
+    // Two-point floors from the shipped general model: the option is saved with the model,
+    // which loads and runs; without floors it is refused.
+    let out = write("floors.marker", "")
+        .parent()
+        .unwrap()
+        .join("two-point");
+    let out_s = out.to_str().unwrap();
+    let tp = |sharing: &'static str| {
+        vec![
+            "train",
+            "--scenario",
+            "gen:3",
+            "--from",
+            "general",
+            "--sharing",
+            sharing,
+            "--two-point",
+            "-2",
+            "--iterations",
+            "1",
+            "--threads",
+            "1",
+            "--eval-episodes",
+            "0",
+            "--select",
+            "0",
+            "--out",
+            out_s,
+        ]
+    };
+    let (ok, _, stderr) = sim(&tp("elastic-gain-finish-floors"));
+    assert!(ok, "{stderr}");
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("train.json")).unwrap()).unwrap();
+    assert_eq!(cfg["config"]["net"]["floors"], true);
+    assert_eq!(cfg["config"]["net"]["finish_first"], true);
+    assert_eq!(cfg["config"]["net"]["two_point"], -2.0);
+    let policies = format!("two-point={out_s}");
+    let (ok, stdout, stderr) = sim(&[
+        "compare",
+        "--scenario",
+        "gen:3",
+        "--seeds",
+        "1",
+        "--policies",
+        &policies,
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("two-point"), "{stdout}");
+    common::fails_with(&tp("elastic-gain-finish"), "--two-point chooses floors");
     // Without floors the same teacher is refused, as before.
     common::fails_with(
         &[

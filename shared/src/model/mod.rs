@@ -379,7 +379,7 @@ impl TapfingerPolicy {
         for k in 0..dims.kinds {
             let (lo, hi) = self.range(view, t, &cap, k);
             let u = self.kind_of(view, k).map_or(0, |c| alloc.get(c));
-            if !(lo..=hi).contains(&u) {
+            if !net::legal(u, lo, hi, self.cfg.two_point) {
                 return None;
             }
             record.lo.push(lo);
@@ -486,6 +486,7 @@ impl TapfingerPolicy {
                 prev: &prev,
                 lo: &[lo],
                 hi: &[hi],
+                two_point: self.cfg.two_point,
             };
             let l = fast.alloc_logits(&enc, &b, &q);
             let (units, p) = self.pick(&l, rng)?;

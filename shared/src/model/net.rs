@@ -68,6 +68,13 @@ pub struct NetConfig {
     /// and models written before it existed): claims at the minimum demand.
     #[serde(default)]
     pub floors: bool,
+    /// With `floors`: a floor is one of two points per kind, the task's minimum demand or the
+    /// most the node could give it now (its cap, the node's free units, the head's grid), and
+    /// the head's logit of the larger is shifted by this offset (negative: the start rarely
+    /// claims large, so training explores it without first losing what claiming at the minimum
+    /// does). In training and in deployment alike. `None` (the default): any unit between.
+    #[serde(default)]
+    pub two_point: Option<f32>,
     /// With `elastic`: the slot's re-share hands each spare CPU and GPU unit to the running
     /// task whose estimated job time it cuts by the largest fraction
     /// ([`crate::share::gain_greedy_shares`]: on the online speed estimator, never a true speed
@@ -173,6 +180,7 @@ impl NetConfig {
             elastic: false,
             hold_gpus: false,
             floors: false,
+            two_point: None,
             gain_share: false,
             finish_first: false,
             focus: 0,
@@ -264,6 +272,14 @@ pub struct AllocQuery<'a> {
     pub lo: &'a [u32],
     /// Most legal units per graph.
     pub hi: &'a [u32],
+    /// [`NetConfig::two_point`]: only `lo` and `hi` are legal, `hi`'s logit shifted by this.
+    pub two_point: Option<f32>,
+}
+
+/// Whether `u` units are a legal allocation in `lo..=hi` ([`AllocQuery`]); with
+/// [`NetConfig::two_point`], only its two ends.
+pub(crate) fn legal(u: u32, lo: u32, hi: u32, two_point: Option<f32>) -> bool {
+    (lo..=hi).contains(&u) && (two_point.is_none() || u == lo || u == hi)
 }
 
 /// Node embeddings per type.
@@ -297,6 +313,29 @@ impl Net {
             }
         }
         Some(self)
+    }
+
+    /// This network's allocation heads set to draw, for every kind, the lowest unit allowed
+    /// (a task's minimum demand) most often and each unit above it `e^-slope` times as often as
+    /// the one below: zero weights, bias `-slope · u` for `u` units. The warm start of a model
+    /// trained without floors ([`NetConfig::floors`]) whose floors are now learned: its
+    /// untrained heads would draw floors at random over the whole grid (a share of a box no
+    /// task needs, so the boxes' queues stall), while this start claims near the minimum, as it
+    /// did, and leaves PPO room to find where larger floors pay.
+    pub fn floors_near_minimum(mut self, slope: f32) -> Self {
+        for lin in &mut self.alloc_out {
+            let w = lin.weight.val();
+            let [inp, units] = w.dims();
+            let device = w.device();
+            lin.weight =
+                burn::module::Param::from_tensor(Tensor::<2>::zeros([inp, units], &device));
+            let bias: Vec<f32> = (0..units).map(|u| -slope * u as f32).collect();
+            lin.bias = Some(burn::module::Param::from_tensor(Tensor::<1>::from_data(
+                TensorData::new(bias, [units]),
+                &device,
+            )));
+        }
+        self
     }
 
     /// A freshly initialized network.
@@ -516,7 +555,7 @@ impl Net {
         q: &AllocQuery<'_>,
         device: &Device,
     ) -> Tensor<2> {
-        let (slot, k, prev, lo, hi) = (q.slot, q.kind, q.prev, q.lo, q.hi);
+        let (slot, k, prev, lo, hi, two_point) = (q.slot, q.kind, q.prev, q.lo, q.hi, q.two_point);
         let g = b.graphs;
         let idx: Vec<i32> = (0..g)
             .map(|i| b.window[i * self.window + slot[i].min(self.window - 1)])
@@ -535,8 +574,25 @@ impl Net {
         let logits = self.alloc_out[k].forward(x);
         let units = self.max_units + 1;
         let mask: Vec<bool> = (0..g)
-            .flat_map(|i| (0..units).map(move |u| (u as u32) < lo[i] || (u as u32) > hi[i]))
+            .flat_map(|i| (0..units).map(move |u| !legal(u as u32, lo[i], hi[i], two_point)))
             .collect();
+        let logits = match two_point {
+            Some(off) => {
+                let shift: Vec<f32> = (0..g)
+                    .flat_map(|i| {
+                        (0..units).map(move |u| {
+                            if u as u32 == hi[i] && hi[i] > lo[i] {
+                                off
+                            } else {
+                                0.0
+                            }
+                        })
+                    })
+                    .collect();
+                logits + Tensor::<2>::from_data(TensorData::new(shift, [g, units]), device)
+            }
+            None => logits,
+        };
         logits.mask_fill(
             Tensor::<2, Bool>::from_data(TensorData::new(mask, [g, units]), device),
             MASKED,

@@ -208,6 +208,7 @@ impl TapfingerPolicy {
                 prev: &prev,
                 lo: &lo,
                 hi: &hi,
+                two_point: self.cfg.two_point,
             };
             let l = self.fast()?.alloc_logits(enc, b, &q);
             let width = l.len() / g.max(1);

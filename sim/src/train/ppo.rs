@@ -254,6 +254,7 @@ impl Trainer {
                 prev: &prev,
                 lo: &lo,
                 hi: &hi,
+                two_point: self.cfg.net.two_point,
             };
             let l = log_softmax(self.net.alloc_logits(&enc, &b, &q, &device), 1);
             alloc_logp = alloc_logp + l.gather(1, idx(units.clone())).reshape([g]);

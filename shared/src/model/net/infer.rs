@@ -561,7 +561,7 @@ impl Infer {
 
     /// [`Net::alloc_logits`], flat: `max_units + 1` per graph.
     pub fn alloc_logits(&self, enc: &Embeddings, b: &GraphBatch, q: &AllocQuery<'_>) -> Vec<f32> {
-        let (slot, k, prev, lo, hi) = (q.slot, q.kind, q.prev, q.lo, q.hi);
+        let (slot, k, prev, lo, hi, two_point) = (q.slot, q.kind, q.prev, q.lo, q.hi, q.two_point);
         let (g, w, d) = (b.graphs, self.window, self.width);
         let scale = self.max_units.max(1) as f32;
         let task = gather(
@@ -589,8 +589,13 @@ impl Infer {
         let units = self.max_units + 1;
         for (i, row) in logits.chunks_mut(units).enumerate() {
             for (u, l) in row.iter_mut().enumerate() {
-                if (u as u32) < lo[i] || (u as u32) > hi[i] {
+                if !super::legal(u as u32, lo[i], hi[i], two_point) {
                     *l = MASKED;
+                } else if let Some(off) = two_point
+                    && u as u32 == hi[i]
+                    && hi[i] > lo[i]
+                {
+                    *l += off;
                 }
             }
         }

@@ -130,6 +130,7 @@ fn batched_and_single_forward_passes_agree() {
         prev: &prev,
         lo: &lo,
         hi: &hi,
+        two_point: None,
     };
     let alloc = floats(net.alloc_logits(&enc, &all, &q, &device));
     let units = cfg.max_units + 1;
@@ -162,6 +163,7 @@ fn batched_and_single_forward_passes_agree() {
             prev: &prev[..2],
             lo: &lo[..1],
             hi: &hi[..1],
+            two_point: None,
         };
         let a1 = floats(net.alloc_logits(&e1, &one, &q1, &device));
         for (x, y) in p1.iter().zip(&ptr[g * 11..(g + 1) * 11]) {

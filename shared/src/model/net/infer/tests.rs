@@ -54,24 +54,47 @@ fn agree(net: &Net, b: &GraphBatch, window: usize, kinds: usize) {
     let prev: Vec<f32> = (0..g * kinds).map(|i| (i % 5) as f32).collect();
     let (lo, hi): (Vec<u32>, Vec<u32>) = (0..g).map(|i| (i as u32 % 3, 4 + i as u32)).unzip();
     for k in 0..kinds {
-        let q = AllocQuery {
-            slot: &slot,
-            kind: k,
-            prev: &prev,
-            lo: &lo,
-            hi: &hi,
-        };
-        let burn = floats(net.alloc_logits(&enc, b, &q, &device));
-        close(
-            &format!("allocation {k}"),
-            &burn,
-            &fast.alloc_logits(&mine, b, &q),
-        );
-        close(
-            &format!("pruned allocation {k}"),
-            &burn,
-            &fast.alloc_logits(&pruned, b, &q),
-        );
+        let mut plain = Vec::new();
+        for two_point in [None, Some(-2.0)] {
+            let q = AllocQuery {
+                slot: &slot,
+                kind: k,
+                prev: &prev,
+                lo: &lo,
+                hi: &hi,
+                two_point,
+            };
+            let burn = floats(net.alloc_logits(&enc, b, &q, &device));
+            close(
+                &format!("allocation {k}, {two_point:?}"),
+                &burn,
+                &fast.alloc_logits(&mine, b, &q),
+            );
+            close(
+                &format!("pruned allocation {k}, {two_point:?}"),
+                &burn,
+                &fast.alloc_logits(&pruned, b, &q),
+            );
+            if two_point.is_none() {
+                plain = burn;
+                continue;
+            }
+            // Two points: only the ends are legal, the larger shifted by the offset.
+            let width = burn.len() / g;
+            for i in 0..g {
+                for u in 0..width {
+                    let (x, y) = (burn[i * width + u], plain[i * width + u]);
+                    let u = u as u32;
+                    if u == hi[i] && hi[i] > lo[i] {
+                        assert!((x - (y - 2.0)).abs() < 1e-4, "graph {i} hi: {x} vs {y}");
+                    } else if u == lo[i] {
+                        assert_eq!(x, y, "graph {i} lo");
+                    } else {
+                        assert!(x < -1e8, "graph {i}, unit {u} between the points: {x}");
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -97,4 +120,45 @@ fn the_decision_pass_computes_what_burn_computes() {
         agree(&net, &batch(&items, &dims), 10, 2);
     }
     assert!(checked > 50, "{checked} graphs");
+}
+
+/// A network whose floors are newly learned starts near the minimum demand: in both passes,
+/// every kind's allocation logits fall by the slope per unit from the lowest allowed unit (so
+/// the greedy floor is the minimum and sampled floors are geometric above it), masked outside
+/// the allowed range, whatever the view.
+#[test]
+fn warm_started_floor_heads_favour_the_minimum_by_the_slope() {
+    let dims = Dims::per_preset(2, 2, 10);
+    let device = Device::flex();
+    device.seed(5);
+    let net = Net::new(&NetConfig::new(dims.clone()), &device).floors_near_minimum(0.5);
+    let fast = net.infer().expect("weights");
+    for seed in 0..3 {
+        let v = random_view(seed);
+        let b = batch(&[(&v, NodeId(0))], &dims);
+        let enc = net.encode(&b, &device);
+        let (lo, hi) = ([2u32], [6u32]);
+        for k in 0..2 {
+            let q = AllocQuery {
+                slot: &[seed as usize],
+                kind: k,
+                prev: &[1.0, 3.0],
+                lo: &lo,
+                hi: &hi,
+                two_point: None,
+            };
+            let fast_logits = fast.alloc_logits(&fast.encode(&b), &b, &q);
+            for logits in [floats(net.alloc_logits(&enc, &b, &q, &device)), fast_logits] {
+                for u in 2..6 {
+                    let step = logits[u] - logits[u + 1];
+                    assert!((step - 0.5).abs() < 1e-5, "kind {k}, unit {u}: step {step}");
+                }
+                let best = (0..logits.len())
+                    .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+                    .unwrap();
+                assert_eq!(best, 2, "kind {k}: the greedy floor is the minimum");
+                assert!(logits[1] < logits[6] - 10.0 && logits[7] < logits[6] - 10.0);
+            }
+        }
+    }
 }
