@@ -196,88 +196,27 @@ fn a_fine_tune_keeps_the_weights_that_scored_best_on_validation() {
 /// (its claims are floors the student can make), and the model it writes runs in `compare` like
 /// any other: a re-share that took a task under its floor would be an error there (the ledger
 /// refuses it), so the run finishing is the check.
-#[test]
-fn a_model_with_floors_learns_from_a_fixed_share_teacher_and_runs() {
-    for (sharing, gain) in [("elastic-floors", false), ("elastic-gain-floors", true)] {
-        let out = write("floors.marker", "").parent().unwrap().join(sharing);
-        let out_s = out.to_str().unwrap();
-        let (ok, _, stderr) = sim(&[
-            "train",
-            "--scenario",
-            "gen:3",
-            "--general",
-            "--sharing",
-            sharing,
-            "--imitate",
-            "1",
-            "--teacher",
-            "first-fit-max",
-            "--iterations",
-            "1",
-            "--threads",
-            "1",
-            "--eval-episodes",
-            "0",
-            "--out",
-            out_s,
-        ]);
-        assert!(ok, "{sharing}: {stderr}");
-        let cfg: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("train.json")).unwrap())
-                .unwrap();
-        assert_eq!(cfg["config"]["net"]["floors"], true, "{sharing}");
-        assert_eq!(cfg["config"]["net"]["gain_share"], gain, "{sharing}");
-        let policies = format!("floors={out_s},tiresias");
-        let (ok, stdout, stderr) = sim(&[
-            "compare",
-            "--scenario",
-            "gen:3",
-            "--seeds",
-            "1",
-            "--policies",
-            &policies,
-        ]);
-        assert!(ok, "{sharing}: {stderr}");
-        assert!(stdout.contains("floors"), "{sharing}: {stdout}");
-    }
-    // Two-point floors from the shipped general model: the option is saved with the model,
-    // which loads and runs; without floors it is refused.
-    let out = write("floors.marker", "")
-        .parent()
-        .unwrap()
-        .join("two-point");
+/// Train one iteration on `gen:3` with `extra` into `out`, then run the result beside
+/// Tiresias on one workload; the saved network settings (`train.json`'s `config.net`).
+fn trains_and_runs(extra: &[&str], out: &std::path::Path) -> serde_json::Value {
     let out_s = out.to_str().unwrap();
-    let tp = |sharing: &'static str| {
-        vec![
-            "train",
-            "--scenario",
-            "gen:3",
-            "--from",
-            "general",
-            "--sharing",
-            sharing,
-            "--two-point",
-            "-2",
-            "--iterations",
-            "1",
-            "--threads",
-            "1",
-            "--eval-episodes",
-            "0",
-            "--select",
-            "0",
-            "--out",
-            out_s,
-        ]
-    };
-    let (ok, _, stderr) = sim(&tp("elastic-gain-finish-floors"));
-    assert!(ok, "{stderr}");
+    let mut args = vec!["train", "--scenario", "gen:3"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[
+        "--iterations",
+        "1",
+        "--threads",
+        "1",
+        "--eval-episodes",
+        "0",
+        "--out",
+        out_s,
+    ]);
+    let (ok, _, stderr) = sim(&args);
+    assert!(ok, "{extra:?}: {stderr}");
     let cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("train.json")).unwrap()).unwrap();
-    assert_eq!(cfg["config"]["net"]["floors"], true);
-    assert_eq!(cfg["config"]["net"]["finish_first"], true);
-    assert_eq!(cfg["config"]["net"]["two_point"], -2.0);
-    let policies = format!("two-point={out_s}");
+    let policies = format!("trained={out_s},tiresias");
     let (ok, stdout, stderr) = sim(&[
         "compare",
         "--scenario",
@@ -287,9 +226,56 @@ fn a_model_with_floors_learns_from_a_fixed_share_teacher_and_runs() {
         "--policies",
         &policies,
     ]);
-    assert!(ok, "{stderr}");
-    assert!(stdout.contains("two-point"), "{stdout}");
-    common::fails_with(&tp("elastic-gain-finish"), "--two-point chooses floors");
+    assert!(ok, "{extra:?}: {stderr}");
+    assert!(stdout.contains("trained"), "{extra:?}: {stdout}");
+    cfg["config"]["net"].clone()
+}
+
+#[test]
+fn a_model_with_floors_learns_from_a_fixed_share_teacher_and_runs() {
+    let marker = write("floors.marker", "");
+    let dir = marker.parent().unwrap();
+    for (sharing, gain) in [("elastic-floors", false), ("elastic-gain-floors", true)] {
+        let out = dir.join(sharing);
+        let cfg = trains_and_runs(
+            &[
+                "--general",
+                "--sharing",
+                sharing,
+                "--imitate",
+                "1",
+                "--teacher",
+                "first-fit-max",
+            ],
+            &out,
+        );
+        assert_eq!(cfg["floors"], true, "{sharing}");
+        assert_eq!(cfg["gain_share"], gain, "{sharing}");
+    }
+    // Two-point floors from the shipped general model: the option is saved with the model,
+    // which loads and runs; without floors it is refused.
+    let two_point = |sharing: &'static str| {
+        vec![
+            "--from",
+            "general",
+            "--sharing",
+            sharing,
+            "--two-point",
+            "-2",
+            "--select",
+            "0",
+        ]
+    };
+    let cfg = trains_and_runs(
+        &two_point("elastic-gain-finish-floors"),
+        &dir.join("two-point"),
+    );
+    assert_eq!(cfg["floors"], true);
+    assert_eq!(cfg["finish_first"], true);
+    assert_eq!(cfg["two_point"], -2.0);
+    let mut refused = vec!["train", "--scenario", "gen:3"];
+    refused.extend(two_point("elastic-gain-finish"));
+    common::fails_with(&refused, "--two-point chooses floors");
     // Without floors the same teacher is refused, as before.
     common::fails_with(
         &[
