@@ -282,6 +282,15 @@ pub(crate) fn legal(u: u32, lo: u32, hi: u32, two_point: Option<f32>) -> bool {
     (lo..=hi).contains(&u) && (two_point.is_none() || u == lo || u == hi)
 }
 
+/// What [`NetConfig::two_point`] adds to the logit of `u` units in `lo..=hi`: its offset at the
+/// larger point, where there are two; 0 elsewhere (and without it).
+pub(crate) fn two_point_shift(u: u32, lo: u32, hi: u32, two_point: Option<f32>) -> f32 {
+    match two_point {
+        Some(off) if u == hi && hi > lo => off,
+        _ => 0.0,
+    }
+}
+
 /// Node embeddings per type.
 pub struct Encoded {
     /// `[counts[t], width]` per node type.
@@ -577,16 +586,10 @@ impl Net {
             .flat_map(|i| (0..units).map(move |u| !legal(u as u32, lo[i], hi[i], two_point)))
             .collect();
         let logits = match two_point {
-            Some(off) => {
+            Some(_) => {
                 let shift: Vec<f32> = (0..g)
                     .flat_map(|i| {
-                        (0..units).map(move |u| {
-                            if u as u32 == hi[i] && hi[i] > lo[i] {
-                                off
-                            } else {
-                                0.0
-                            }
-                        })
+                        (0..units).map(move |u| two_point_shift(u as u32, lo[i], hi[i], two_point))
                     })
                     .collect();
                 logits + Tensor::<2>::from_data(TensorData::new(shift, [g, units]), device)

@@ -589,13 +589,10 @@ impl Infer {
         let units = self.max_units + 1;
         for (i, row) in logits.chunks_mut(units).enumerate() {
             for (u, l) in row.iter_mut().enumerate() {
-                if !super::legal(u as u32, lo[i], hi[i], two_point) {
+                if super::legal(u as u32, lo[i], hi[i], two_point) {
+                    *l += super::two_point_shift(u as u32, lo[i], hi[i], two_point);
+                } else {
                     *l = MASKED;
-                } else if let Some(off) = two_point
-                    && u as u32 == hi[i]
-                    && hi[i] > lo[i]
-                {
-                    *l += off;
                 }
             }
         }
