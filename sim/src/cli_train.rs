@@ -127,8 +127,9 @@ pub(crate) struct TrainArgs {
     #[arg(long, default_value_t = 12)]
     pub(crate) max_nodes: usize,
     /// The generated families of the curriculum and of --select's development scenarios,
-    /// comma-separated: base (`gen:N`), wide (`gen-wide:N`); with both, the curriculum takes
-    /// each seed in each family in turn and the development scenarios alternate.
+    /// comma-separated: base (`gen:N`), wide (`gen-wide:N`), long (`gen-long:N`); with several,
+    /// the curriculum takes each seed in each family in turn and the development scenarios
+    /// alternate.
     #[arg(
         long,
         value_enum,

@@ -36,6 +36,16 @@
 //! four times), as data-parallel jobs that scale to a whole box do. It is there to judge a
 //! policy on clusters and tasks bigger than the base family's, and to train on them; its seeds
 //! from [`HELD_OUT_FROM`] up are held out too.
+//!
+//! A third family, `gen-long:N` ([`Family::Long`], `generate --family long`), draws the base
+//! family's boxes with many small, long tasks on each: every class (but the measured ones) a
+//! speed table, half of them Amdahl's law (a serial part of 5–30 %) instead of a power law,
+//! needing 1–2 cores, at most 1 GPU and one memory unit and scaling to 16 times that; twice as
+//! many tasks per node; and the tables' seconds read with slots of 1/S seconds
+//! (`slot_seconds`), S log-uniform in 3–10 ([`Family::time_scale`]), so that each task takes S
+//! times as many slots (the arrival rate and the bursts' lengths are scaled to match). It is
+//! there because the features a policy sees count time in slots, and a user's tasks may take
+//! hundreds of them, many at once on one box.
 
 use crate::scenario::{Scenario, ScenarioError};
 use crate::speed::SpeedModel;
@@ -43,7 +53,9 @@ use rand::RngExt as _;
 use std::fmt::Write as _;
 use tapfinger::resources::Resources;
 
+mod family;
 mod measured;
+pub use family::Family;
 use measured::{POLLUX_MIN, SYNERGY_MIN, SYNERGY_MODELS, pollux_profile, synergy_rows};
 
 /// Generator seeds from this one up are held out: never trained on.
@@ -51,61 +63,6 @@ pub const HELD_OUT_FROM: u64 = 10_000;
 
 /// The prefix that names a generated scenario of the base family (`gen:42`).
 pub const PREFIX: &str = "gen:";
-
-/// A family of generated scenarios: how large its boxes are and how far its classes scale.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Family {
-    /// `gen:N`: boxes of up to 32 cores and 8 GPUs; a class uses up to 4× its minimum demand.
-    #[default]
-    Base,
-    /// `gen-wide:N`: boxes of up to 32 cores and 32 GPUs; a class uses up to 16× its minimum.
-    Wide,
-}
-
-impl Family {
-    /// The prefix of its scenarios' names.
-    pub fn prefix(self) -> &'static str {
-        match self {
-            Self::Base => PREFIX,
-            Self::Wide => "gen-wide:",
-        }
-    }
-
-    /// Its scenario of generator seed `seed`, by name (`gen:42`, `gen-wide:42`).
-    pub fn scenario(self, seed: u64) -> String {
-        format!("{}{seed}", self.prefix())
-    }
-
-    /// How many times its minimum demand a class can use, per kind.
-    fn cap_factor(self) -> u32 {
-        match self {
-            Self::Base => 4,
-            Self::Wide => 16,
-        }
-    }
-
-    /// The sizes a GPU box's (cores, GPUs, memory units) and a CPU-only box's (cores, memory
-    /// units) capacities are drawn from.
-    fn box_sizes(self) -> [&'static [u32]; 5] {
-        match self {
-            Self::Base => [
-                &[8, 16, 32],
-                &[1, 2, 4, 8],
-                &[8, 16, 32],
-                &[2, 4, 8, 16],
-                &[2, 4, 8, 16],
-            ],
-            Self::Wide => [
-                &[16, 24, 32],
-                &[4, 8, 16, 32],
-                &[16, 24, 32],
-                &[4, 8, 16, 32],
-                &[4, 8, 16, 32],
-            ],
-        }
-    }
-}
 
 /// [`tests::the_base_family_is_the_one_the_figures_were_measured_on`]'s fingerprint of the
 /// base family.
@@ -151,7 +108,13 @@ enum Shape {
     Synthetic { w: [f64; 3], b: f64 },
     /// A table: `t0` seconds alone at the minimum demand, and per kind a concave power
     /// `alpha` of throughput in the allocation (`(a / min)^alpha`), on the grid min, 2·min, 4·min.
-    Table { t0: f64, alpha: [f64; 3] },
+    /// With a `serial` part, CPUs and GPUs speed it up by Amdahl's law instead
+    /// (`1 / (serial + (1 − serial) / r)` at `r` times the minimum of each).
+    Table {
+        t0: f64,
+        alpha: [f64; 3],
+        serial: Option<f64>,
+    },
     /// A measured Synergy profile (CPU × memory, one GPU), its seconds scaled so that the task
     /// takes `t0` alone at its minimum demand: the CSV rows, ready.
     Measured {
@@ -179,7 +142,7 @@ pub fn load(name: &str) -> Option<Result<Scenario, ScenarioError>> {
 
 /// A generated scenario's family and the text after its prefix, if `name` has one.
 fn split(name: &str) -> Option<(Family, &str)> {
-    [Family::Base, Family::Wide]
+    family::ALL
         .into_iter()
         .find_map(|f| name.strip_prefix(f.prefix()).map(|s| (f, s)))
 }
@@ -212,19 +175,21 @@ pub fn draw(seed: u64) -> Drawn {
 /// Draw generated scenario `seed` of `family`.
 pub fn draw_in(family: Family, seed: u64) -> Drawn {
     // A stream of its own: the generator seed never shares randomness with a workload seed
-    // (the families share it: `gen-wide:N` is `gen:N` drawn with larger sizes).
+    // (the families share it: `gen-wide:N` is `gen:N` drawn with larger sizes, `gen-long:N` with
+    // tables only).
     let mut rng = tapfinger::seeded_rng(seed ^ 0x6E6E_7261_746F_7221);
     let boxes = draw_nodes(&mut rng, family);
     let classes = draw_classes(&mut rng, &boxes, family);
     let load = rng.random_range(0.3..0.95);
-    let lambda = arrival_rate(&boxes, &classes, load);
-    let tasks = boxes.len() as u32 * rng.random_range(8..=24);
+    let scale = family.time_scale(seed);
+    let lambda = arrival_rate(&boxes, &classes, load) / scale;
+    let tasks = boxes.len() as u32 * rng.random_range(family.tasks_per_node());
     // Half the scenarios have bursty arrivals (the same mean rate, spread unevenly in time).
     let burst = rng.random_bool(0.5).then(|| {
         (
             rng.random_range(2.0..10.0),
-            rng.random_range(2.0..10.0),
-            rng.random_range(5.0..40.0),
+            rng.random_range(2.0..10.0) * scale,
+            rng.random_range(5.0..40.0) * scale,
         )
     });
     // Half have heavy-tailed task sizes (Pareto, mean 1, capped).
@@ -235,11 +200,7 @@ pub fn draw_in(family: Family, seed: u64) -> Drawn {
     let _ = writeln!(
         t,
         "# Generated scenario {seed} (`tapfinger-sim generate{} --seed {seed}`).{}",
-        if family == Family::Wide {
-            " --family wide"
-        } else {
-            ""
-        },
+        family.flag(),
         if seed >= HELD_OUT_FROM {
             " Held out: never train on it."
         } else {
@@ -250,16 +211,20 @@ pub fn draw_in(family: Family, seed: u64) -> Drawn {
     let _ = writeln!(
         t,
         "description = \"generated{}: {} nodes ({} with GPUs), {} task classes, offered load {load:.2}\"",
-        if family == Family::Wide {
-            " (wide)"
-        } else {
-            ""
+        match family {
+            Family::Base => String::new(),
+            Family::Wide => " (wide)".into(),
+            Family::Long => format!(" (long, tasks {scale:.1}x as many slots)"),
         },
         boxes.len(),
         boxes.iter().filter(|b| b.capacity[1] > 0).count(),
         classes.len()
     );
     let _ = writeln!(t, "lambda = {lambda:.4}\ntasks = {tasks}\nwindow = 10");
+    if family.tables_only() {
+        // A table's seconds read with shorter slots: each task takes `scale` times the slots.
+        let _ = writeln!(t, "slot_seconds = {:.6}", 1.0 / scale);
+    }
     if let Some((factor, on, off)) = burst {
         let _ = writeln!(
             t,
@@ -348,7 +313,7 @@ fn table_axis(min: u32, max: u32) -> Vec<u32> {
 
 /// The CSV rows (`type,cpu,gpu,mem,seconds`) of a table class.
 fn table_rows(c: &Class) -> String {
-    let Shape::Table { t0, alpha } = &c.shape else {
+    let Shape::Table { t0, alpha, serial } = &c.shape else {
         return String::new();
     };
     let mut out = String::from("type,cpu,gpu,mem,seconds\n");
@@ -358,7 +323,11 @@ fn table_rows(c: &Class) -> String {
                 let mut speedup = 1.0;
                 for (k, a) in [cpu, gpu, mem].into_iter().enumerate() {
                     if c.min[k] > 0 {
-                        speedup *= (f64::from(a) / f64::from(c.min[k])).powf(alpha[k]);
+                        let r = f64::from(a) / f64::from(c.min[k]);
+                        speedup *= match serial {
+                            Some(s) if k < 2 => 1.0 / (s + (1.0 - s) / r),
+                            _ => r.powf(alpha[k]),
+                        };
                     }
                 }
                 let _ = writeln!(out, "{},{cpu},{gpu},{mem},{:.3}", c.name, t0 / speedup);
@@ -407,6 +376,7 @@ fn largest_node(boxes: &[Box_]) -> [u32; 3] {
 
 fn draw_classes(rng: &mut tapfinger::Rng, boxes: &[Box_], family: Family) -> Vec<Class> {
     let factor = family.cap_factor();
+    let tables = family.tables_only();
     let has_gpu = boxes.iter().any(|b| b.capacity[1] > 0);
     let largest = largest_node(boxes);
     // The largest box that can hold a Synergy class (one GPU, 2 cores, 15 memory units).
@@ -462,13 +432,16 @@ fn draw_classes(rng: &mut tapfinger::Rng, boxes: &[Box_], family: Family) -> Vec
                 };
             }
             // Families of speed shapes; GPU-bound ones only where there are GPUs.
-            let family = loop {
+            let shape = loop {
+                if tables {
+                    break 5;
+                }
                 let f = rng.random_range(0..6u32);
                 if f != 1 || has_gpu {
                     break f;
                 }
             };
-            let (w, b, uses_gpu) = match family {
+            let (w, b, uses_gpu) = match shape {
                 0 => ([rng.random_range(0.03..0.2), 0.0, 0.0], 0.0, false),
                 1 => (
                     [
@@ -505,20 +478,21 @@ fn draw_classes(rng: &mut tapfinger::Rng, boxes: &[Box_], family: Family) -> Vec
                 // A table; the weights are unused (the shape is drawn below).
                 _ => ([0.0; 3], 0.0, has_gpu && rng.random_bool(0.5)),
             };
-            let cpu = rng.random_range(1..=largest[0].clamp(1, 4));
+            let most = family.most_minimum();
+            let cpu = rng.random_range(1..=largest[0].clamp(1, most[0]));
             let gpu = if uses_gpu {
-                rng.random_range(1..=largest[1].clamp(1, 2))
+                rng.random_range(1..=largest[1].clamp(1, most[1]))
             } else {
                 0
             };
-            let mem = rng.random_range(1..=largest[2].clamp(1, 4));
+            let mem = rng.random_range(1..=largest[2].clamp(1, most[2]));
             let min = fit_somewhere([cpu, gpu, mem], boxes);
             let max = [
                 (cpu * factor).min(largest[0]).max(cpu),
                 (gpu * factor).min(largest[1]).max(gpu),
                 (mem * factor).min(largest[2]).max(mem),
             ];
-            let shape = if family == 5 {
+            let shape = if shape == 5 {
                 Shape::Table {
                     t0: rng.random_range(4.0..30.0),
                     alpha: [
@@ -526,6 +500,10 @@ fn draw_classes(rng: &mut tapfinger::Rng, boxes: &[Box_], family: Family) -> Vec
                         rng.random_range(0.2..0.9),
                         rng.random_range(0.0..0.5),
                     ],
+                    // Half the long family's tables follow Amdahl's law (a serial part of
+                    // 5–30 %), as data-parallel training with a loader and an optimizer step
+                    // does: near linear at first, little gain from the last units.
+                    serial: (tables && rng.random_bool(0.5)).then(|| rng.random_range(0.05..0.3)),
                 }
             } else {
                 Shape::Synthetic { w, b }
@@ -795,6 +773,88 @@ mod tests {
             "the base family's grid, as before"
         );
         assert_eq!(table_axis(3, 20), [3, 6, 12]);
+    }
+
+    #[test]
+    fn the_long_family_has_the_base_boxes_and_tasks_that_take_more_slots() {
+        let mut scales = Vec::new();
+        for seed in (0..100).chain(HELD_OUT_FROM..HELD_OUT_FROM + 40) {
+            let name = Family::Long.scenario(seed);
+            let text = draw_in(Family::Long, seed).toml;
+            assert!(
+                text.contains("--family long"),
+                "it says how to print it again"
+            );
+            let sc = Scenario::load(&name)
+                .unwrap_or_else(|e| panic!("{name} does not load: {e}\n{text}"));
+            let base = Scenario::load(&format!("gen:{seed}")).unwrap();
+            // The base family's cluster, drawn from the same stream.
+            let caps = |s: &Scenario| -> Vec<Resources> {
+                s.nodes.iter().map(|n| n.capacity.clone()).collect()
+            };
+            assert_eq!(caps(&sc), caps(&base), "{name}");
+            let per_node = sc.tasks as usize / sc.nodes.len();
+            assert!(
+                (16..=48).contains(&per_node),
+                "{name}: {per_node} tasks per node"
+            );
+            let scale = Family::Long.time_scale(seed);
+            assert!((3.0..10.0).contains(&scale), "{name}: {scale}");
+            assert!((sc.slot_seconds * scale - 1.0).abs() < 1e-4, "{name}");
+            scales.push(scale);
+            for t in &sc.types {
+                let SpeedModel::Table(m) = &t.speed else {
+                    panic!("{name} {}: not a table", t.name);
+                };
+                // Alone at its minimum it takes `scale` times its table's seconds in slots.
+                let secs = m.seconds(&t.min_demand).unwrap();
+                let (slots, _) = t.speed.isolated(&t.min_demand, sc.slot_seconds).unwrap();
+                assert!(slots as f64 >= secs * scale - 1e-6, "{name} {}", t.name);
+                assert!(slots as f64 <= secs * scale + 1.0, "{name} {}", t.name);
+            }
+        }
+        // The scale spreads over its range.
+        assert!(scales.iter().any(|s| *s < 4.0) && scales.iter().any(|s| *s > 8.0));
+        // Its generic classes need little and scale to 16 times that; about half follow
+        // Amdahl's law.
+        let (mut generic, mut amdahl) = (0, 0);
+        for seed in 0..100 {
+            let mut rng = tapfinger::seeded_rng(seed);
+            let boxes = draw_nodes(&mut rng, Family::Long);
+            for c in draw_classes(&mut rng, &boxes, Family::Long) {
+                if let Shape::Table { serial, .. } = c.shape {
+                    generic += 1;
+                    amdahl += usize::from(serial.is_some());
+                    assert!(c.min[0] <= 2 && c.min[1] <= 1 && c.min[2] == 1);
+                    assert!(c.max[0] >= c.min[0] && c.max[0] <= 16 * c.min[0]);
+                }
+            }
+        }
+        assert!(
+            amdahl * 3 > generic && amdahl * 3 < 2 * generic,
+            "{amdahl} of {generic}"
+        );
+        // Amdahl's law on CPUs with a 15 % serial part: 16 cores run it 4.92 times as fast.
+        let c = Class {
+            name: "a".into(),
+            weight: 1.0,
+            min: [1, 0, 1],
+            max: [16, 0, 1],
+            shape: Shape::Table {
+                t0: 100.0,
+                alpha: [0.9, 0.0, 0.0],
+                serial: Some(0.15),
+            },
+        };
+        let rows = table_rows(&c);
+        assert!(rows.contains("a,16,0,1,20.31"), "{rows}");
+        assert!(rows.contains("a,2,0,1,57.5"), "{rows}");
+        // The other families keep one-second slots.
+        for seed in 0..20 {
+            assert!(!draw_in(Family::Base, seed).toml.contains("slot_seconds"));
+            assert!(!draw_in(Family::Wide, seed).toml.contains("slot_seconds"));
+        }
+        assert_eq!(parse("gen-long:7"), Some((Family::Long, 7)));
     }
 
     #[test]

@@ -27,7 +27,7 @@ use tapfinger::baselines;
 pub struct SuiteConfig {
     /// Generator seeds (`gen:N` for N in the range).
     pub generator_seeds: Range<u64>,
-    /// The generated family (`gen:N` or `gen-wide:N`).
+    /// The generated family (`gen:N`, `gen-wide:N` or `gen-long:N`).
     pub family: crate::generate::Family,
     /// Workload seeds per scenario: `seed_base..seed_base + seeds`.
     pub seeds: u64,
@@ -56,7 +56,7 @@ pub enum SuiteError {
     /// A policy failed to build or an episode failed.
     #[error("generated scenario {scenario}")]
     Compare {
-        /// The scenario's name (`gen:42`, `gen-wide:42`): the family with the generator seed.
+        /// The scenario's name (`gen:42`, `gen-wide:42`, `gen-long:42`): the family with the generator seed.
         scenario: String,
         /// Cause.
         source: CompareError,
@@ -107,7 +107,7 @@ pub struct SuiteScenario {
 pub struct SuiteSummary {
     /// The policy judged.
     pub candidate: String,
-    /// The generated family (`base`: `gen:N`; `wide`: `gen-wide:N`).
+    /// The generated family (`base`: `gen:N`; `wide`: `gen-wide:N`; `long`: `gen-long:N`).
     pub family: crate::generate::Family,
     /// Scenarios where the candidate's ratio is ≤ 1.
     pub wins: usize,
