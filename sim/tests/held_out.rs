@@ -1,5 +1,5 @@
 //! The shipped general model on a few held-out generated scenarios (generator seeds from 10000,
-//! never trained on; of the base family and of the wide one, which it never trained on at all),
+//! never trained on; of the base, wide and long families),
 //! against the best baseline of each: a behaviour check of the model that
 //! `run`, `compare` and `suite` use by default, not a timing. The bar is what the shipped model
 //! is known to hold (docs/BENCHMARKS.md), not issue #13's goal, which it does not reach yet: it
@@ -13,19 +13,29 @@ use tapfinger_sim::suite::{self, SuiteConfig};
 
 #[test]
 fn the_shipped_general_model_holds_its_own_against_the_best_baseline_on_held_out_scenarios() {
-    holds_its_own(Family::Base);
+    holds_its_own(Family::Base, WORST);
 }
 
 /// The same on the wide family (boxes of up to 32 GPUs, classes that scale to 16 times their
-/// minimum demand), which the shipped model never trained on: it must not fall apart on
-/// clusters and tasks larger than its training family's (14 of these 20 won, mean 0.973, when
-/// this test was written).
+/// minimum demand): it must not fall apart on clusters and tasks larger than the base family's
+/// (14 of these 20 won, mean 0.973, when this test was written, by a model that had never
+/// trained on the family).
 #[test]
-fn the_shipped_general_model_holds_its_own_on_the_wide_family_it_never_saw() {
-    holds_its_own(Family::Wide);
+fn the_shipped_general_model_holds_its_own_on_the_wide_family() {
+    holds_its_own(Family::Wide, WORST);
 }
 
-fn holds_its_own(family: Family) {
+/// The same on the long family (many small tasks on each box, 3–10 times as many slots long):
+/// the model shipped before the thirty-second session lost to the best baseline by 12 % on
+/// average there (docs/BENCHMARKS.md). The worst ratio is looser: on `gen-long:10017`
+/// first-fit-max, which gives each task all it can use, beats the model by half (10.3 against
+/// 15.0 slots) while every elastic baseline is worse than the model (Tiresias 21.2).
+#[test]
+fn the_shipped_general_model_holds_its_own_on_the_long_family() {
+    holds_its_own(Family::Long, 1.6);
+}
+
+fn holds_its_own(family: Family, worst_bound: f64) {
     let cfg = SuiteConfig {
         // The first twenty held-out scenarios, one workload each (a fraction of a second apiece).
         generator_seeds: 10_000..10_020,
@@ -51,12 +61,12 @@ fn holds_its_own(family: Family) {
     assert_eq!(results.len(), 20);
     assert!(wins >= WINS, "{wins} wins of 20: {results:?}");
     assert!(mean <= MEAN, "mean ratio {mean:.3}: {results:?}");
-    assert!(worst <= WORST, "worst ratio {worst:.3}: {results:?}");
+    assert!(worst <= worst_bound, "worst ratio {worst:.3}: {results:?}");
 }
 
 /// Wins (ratio ≤ 1) of the twenty that the shipped model must keep.
 const WINS: usize = 8;
 /// Mean ratio to the best baseline it must stay under.
 const MEAN: f64 = 1.02;
-/// The worst ratio it must stay under.
+/// The worst ratio it must stay under (on the base and wide families).
 const WORST: f64 = 1.25;
