@@ -716,20 +716,27 @@ mod tests {
         );
     }
 
+    /// Scenario `seed` of `family` (its name, loaded, after checking that its text names it and
+    /// says how to print it again) and the base family's scenario of the same seed.
+    fn drawn_beside_base(family: Family, seed: u64) -> (String, Scenario, Scenario) {
+        let name = family.scenario(seed);
+        let text = draw_in(family, seed).toml;
+        assert!(text.contains(&format!("name = \"{name}\"")));
+        assert!(
+            text.contains(family.flag()),
+            "it says how to print it again"
+        );
+        let sc =
+            Scenario::load(&name).unwrap_or_else(|e| panic!("{name} does not load: {e}\n{text}"));
+        let base = Scenario::load(&format!("gen:{seed}")).unwrap();
+        (name, sc, base)
+    }
+
     #[test]
     fn the_wide_family_has_larger_boxes_and_classes_that_scale_further() {
         let (mut big_gpu, mut wide_classes) = (0, 0);
         for seed in (0..150).chain(HELD_OUT_FROM..HELD_OUT_FROM + 50) {
-            let name = Family::Wide.scenario(seed);
-            let text = draw_in(Family::Wide, seed).toml;
-            assert!(text.contains(&format!("name = \"{name}\"")));
-            assert!(
-                text.contains("--family wide"),
-                "it says how to print it again"
-            );
-            let sc = Scenario::load(&name)
-                .unwrap_or_else(|e| panic!("{name} does not load: {e}\n{text}"));
-            let base = Scenario::load(&format!("gen:{seed}")).unwrap();
+            let (name, sc, base) = drawn_beside_base(Family::Wide, seed);
             // The same draw, larger: as many nodes and classes as the base scenario.
             assert_eq!(sc.nodes.len(), base.nodes.len(), "{name}");
             assert_eq!(sc.types.len(), base.types.len(), "{name}");
@@ -779,15 +786,7 @@ mod tests {
     fn the_long_family_has_the_base_boxes_and_tasks_that_take_more_slots() {
         let mut scales = Vec::new();
         for seed in (0..100).chain(HELD_OUT_FROM..HELD_OUT_FROM + 40) {
-            let name = Family::Long.scenario(seed);
-            let text = draw_in(Family::Long, seed).toml;
-            assert!(
-                text.contains("--family long"),
-                "it says how to print it again"
-            );
-            let sc = Scenario::load(&name)
-                .unwrap_or_else(|e| panic!("{name} does not load: {e}\n{text}"));
-            let base = Scenario::load(&format!("gen:{seed}")).unwrap();
+            let (name, sc, base) = drawn_beside_base(Family::Long, seed);
             // The base family's cluster, drawn from the same stream.
             let caps = |s: &Scenario| -> Vec<Resources> {
                 s.nodes.iter().map(|n| n.capacity.clone()).collect()

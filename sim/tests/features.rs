@@ -202,13 +202,21 @@ fn no_task_beats_its_lower_bound_with_heavy_tailed_sizes() {
     }
 }
 
-/// The shipped general model with a bounded focus, written where the simulator can load it.
+/// The shipped general model with a bounded focus, written where the simulator can load it;
+/// without floors, or with two-point floors whose larger point is favoured (an offset of +4
+/// where it was trained with −2, whose greedy floors are almost always the minimum), so that
+/// the allocation heads' choices change the schedule.
 fn general_focused(k: usize, floors: bool) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("tf-focus-{k}-{floors}-{}", std::process::id()));
     tapfinger::model::checkpoint::GENERAL
         .write_to(&dir, |j| {
             j["config"]["net"]["focus"] = serde_json::json!(k);
             j["config"]["net"]["floors"] = serde_json::json!(floors);
+            j["config"]["net"]["two_point"] = if floors {
+                serde_json::json!(4.0)
+            } else {
+                serde_json::Value::Null
+            };
         })
         .unwrap();
     dir
@@ -216,8 +224,8 @@ fn general_focused(k: usize, floors: bool) -> std::path::PathBuf {
 
 #[test]
 fn one_batched_pass_per_step_decides_as_one_pass_per_agent() {
-    // The shipped general model, and its weights drawing floors (the allocation heads then run
-    // in the batch too).
+    // The shipped general model without floors, and with floors leaning to the larger point
+    // (the allocation heads then run in the batch too).
     let mut episodes = std::collections::BTreeMap::new();
     for (floors, g) in [(false, 3), (false, 6), (true, 3), (true, 6)] {
         let dir = general_focused(4, floors);
