@@ -6,6 +6,9 @@
 mod common;
 use common::{fails_with, sim, write};
 
+/// One thread and no validation episodes: the settings of every quick training run here.
+const QUICK: [&str; 4] = ["--threads", "1", "--eval-episodes", "0"];
+
 #[test]
 fn training_refuses_what_it_cannot_learn_from() {
     // The learned policy cannot copy re-allocation: an elastic teacher is refused.
@@ -202,16 +205,9 @@ fn trains_and_runs(extra: &[&str], out: &std::path::Path) -> serde_json::Value {
     let out_s = out.to_str().unwrap();
     let mut args = vec!["train", "--scenario", "gen:3"];
     args.extend_from_slice(extra);
-    args.extend_from_slice(&[
-        "--iterations",
-        "1",
-        "--threads",
-        "1",
-        "--eval-episodes",
-        "0",
-        "--out",
-        out_s,
-    ]);
+    args.extend_from_slice(&["--iterations", "1"]);
+    args.extend_from_slice(&QUICK);
+    args.extend_from_slice(&["--out", out_s]);
     let (ok, _, stderr) = sim(&args);
     assert!(ok, "{extra:?}: {stderr}");
     let cfg: serde_json::Value =
@@ -379,13 +375,11 @@ fn a_general_model_is_selected_on_development_scenarios() {
             select,
             "--select-every",
             "1",
-            "--threads",
-            "1",
-            "--eval-episodes",
-            "0",
-            "--out",
-            out_s,
         ]
+        .into_iter()
+        .chain(QUICK)
+        .chain(["--out", out_s])
+        .collect::<Vec<_>>()
     };
     let (ok, stdout, stderr) = sim(&args("20..40", "2"));
     assert!(ok, "{stderr}");
