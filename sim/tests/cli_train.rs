@@ -11,6 +11,18 @@ const QUICK: [&str; 4] = ["--threads", "1", "--eval-episodes", "0"];
 
 #[test]
 fn training_refuses_what_it_cannot_learn_from() {
+    // Judged checkpoints are kept only where a selection judges them.
+    fails_with(
+        &[
+            "train",
+            "--scenario",
+            "synthetic3",
+            "--keep-judged",
+            "--minutes",
+            "0.1",
+        ],
+        "--keep-judged keeps the checkpoints --select judges",
+    );
     // The learned policy cannot copy re-allocation: an elastic teacher is refused.
     fails_with(
         &[
@@ -398,12 +410,31 @@ fn a_general_model_is_selected_on_development_scenarios() {
         &args("8990..9010", "4"),
         "overlaps the development scenarios gen:9000..9004",
     );
-    // More workloads per development scenario, where the log says so.
+    assert!(
+        !out.join("judged").exists(),
+        "judged checkpoints are kept only when asked"
+    );
+    // More workloads per development scenario, where the log says so; with --keep-judged
+    // every judged checkpoint stays, each a model `suite --model` can load.
     let mut more = args("20..40", "2");
-    more.extend_from_slice(&["--select-workloads", "2"]);
+    more.extend_from_slice(&["--select-workloads", "2", "--keep-judged"]);
     let (ok, _, stderr) = sim(&more);
     assert!(ok, "{stderr}");
     assert!(stderr.contains("2 workload(s) each"), "{stderr}");
+    let mut judged: Vec<u64> = std::fs::read_dir(out.join("judged"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
+        .collect();
+    judged.sort();
+    assert_eq!(judged.len(), 2, "two judged iterations: {judged:?}");
+    for n in &judged {
+        let dir = out.join("judged").join(n.to_string());
+        assert!(dir.join("model.bpk").exists(), "{}", dir.display());
+        let saved: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("train.json")).unwrap())
+                .unwrap();
+        assert_eq!(saved["iteration"].as_u64(), Some(*n), "{saved}");
+    }
     // Both families: each seed in each family in turn (the second iteration trains on the
     // first seed's wide scenario, the one the saved run names last).
     let mut both = args("20..40", "2");

@@ -7,8 +7,11 @@ use indicatif::ProgressBar;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tapfinger::model::net::{NetConfig, VARIANTS};
-use tapfinger_sim::train::{TrainConfig, Trainer};
+use tapfinger_sim::train::Trainer;
 use tapfinger_sim::{Scenario, Simulator, policies};
+
+mod setup;
+use setup::{FLOOR_SLOPE, development_judges, new_run, set_sharing, set_two_point};
 
 /// Arguments of `train`.
 #[derive(clap::Args)]
@@ -186,6 +189,13 @@ pub(crate) struct TrainArgs {
     /// Iterations between two judgements of --select.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) select_every: u64,
+    /// With --select: also keep every judged checkpoint, in OUT/judged/ITERATION (weights,
+    /// train.json, curve), to judge them again on more workloads than the selection's
+    /// (`suite --model OUT/judged/N`). A checkpoint judged worse than the best so far on the
+    /// selection's workloads can be the better one on others (docs/BENCHMARKS.md,
+    /// thirty-third session).
+    #[arg(long)]
+    pub(crate) keep_judged: bool,
 }
 
 /// Run `train`.
@@ -224,6 +234,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         profile_hints,
         declare_work,
         select_every,
+        keep_judged,
     } = a;
     let load = |name: &str| -> Result<Simulator> {
         let mut sim = load(name)?;
@@ -391,6 +402,11 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     // scenario may end worse than the general model it began from (docs/BENCHMARKS.md,
     // "Fine-tuning on several held-out scenarios").
     let select = select.unwrap_or(if from.is_some() { 16 } else { 0 });
+    if keep_judged && select == 0 {
+        bail!(
+            "--keep-judged keeps the checkpoints --select judges: give --select N (a fine-tune --from a model has 16 by default)"
+        );
+    }
     let judges = if curriculum.is_empty() || select == 0 {
         Vec::new()
     } else {
@@ -483,6 +499,9 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
                 trainer.save(&out)?;
                 best = Some((jct, trainer.iteration));
             }
+            if keep_judged {
+                trainer.save(&out.join("judged").join(trainer.iteration.to_string()))?;
+            }
         }
     }
     trainer.save(&last_dir)?;
@@ -502,136 +521,4 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         last_dir.display()
     );
     Ok(())
-}
-
-/// The configuration of a new training run (from scratch or `--from` a model) with network
-/// `net`; an imitation teacher the learned policy cannot copy is refused.
-fn new_run(
-    sim: &Simulator,
-    net: NetConfig,
-    seed: u64,
-    envs: Option<u64>,
-    lr: Option<f64>,
-    imitate: u64,
-    teacher: String,
-) -> Result<TrainConfig> {
-    if imitate > 0
-        && let Err(why) = policies::check_teacher(sim, &teacher, &net)
-    {
-        bail!("teacher {teacher:?}: {why}");
-    }
-    let mut cfg = TrainConfig::new(net.dims.clone(), seed);
-    cfg.net = net;
-    if let Some(n) = envs {
-        cfg.envs = usize::try_from(n).context("--envs")?;
-    }
-    if let Some(lr) = lr {
-        cfg.lr = lr;
-    }
-    cfg.imitate = imitate;
-    cfg.teacher = teacher;
-    Ok(cfg)
-}
-
-/// `--sharing` into a network's settings (`auto`: elastic for a general model).
-fn set_sharing(net: &mut NetConfig, sharing: &str, general: bool) {
-    net.finish_first = matches!(
-        sharing,
-        "elastic-gain-finish" | "elastic-gain-finish-floors"
-    );
-    (net.elastic, net.hold_gpus, net.floors, net.gain_share) = match sharing {
-        "elastic" => (true, false, false, false),
-        "elastic-gain-finish" => (true, false, false, true),
-        "elastic-gain" => (true, false, false, true),
-        "elastic-floors" => (true, false, true, false),
-        "elastic-gain-floors" | "elastic-gain-finish-floors" => (true, false, true, true),
-        "elastic-hold-gpus" => (true, true, false, false),
-        "fixed" => (false, false, false, false),
-        _ => (general, false, false, false),
-    };
-}
-
-/// `--two-point` into a network's settings: only where its sharing has floors.
-fn set_two_point(net: &mut NetConfig, two_point: Option<f32>) -> Result<()> {
-    if let Some(off) = two_point {
-        if !(net.floors && net.elastic) {
-            bail!(
-                "--two-point chooses floors: it needs a --sharing with floors (e.g. elastic-gain-finish-floors)"
-            );
-        }
-        if !off.is_finite() {
-            bail!("--two-point must be a finite number, not {off}");
-        }
-        net.two_point = Some(off);
-    }
-    Ok(())
-}
-
-/// How fast the warm-started allocation heads' odds fall per unit above a task's minimum
-/// demand (`Net::floors_near_minimum`): the greedy floor is the minimum, and a sampled one
-/// more than two units above it rare (docs/BENCHMARKS.md, twenty-ninth session, measured 0.4
-/// and 1.0).
-const FLOOR_SLOPE: f32 = 1.0;
-
-/// First generator seed of the development scenarios that judge a general model's checkpoints
-/// (`--select` with `--generator-seeds`): below the held-out seeds, and never trained on.
-const DEVELOPMENT_FROM: u64 = 9_000;
-
-/// The first `n` development scenarios (generator seeds from [`DEVELOPMENT_FROM`], the
-/// `families` in turn) and elastic Tiresias's average JCT on each one's first `workloads`
-/// validation workloads: what a general model's checkpoints are judged against.
-fn development_judges(
-    curriculum: &[String],
-    families: &[tapfinger_sim::generate::Family],
-    n: usize,
-    workloads: u64,
-    load: &dyn Fn(&str) -> Result<Simulator>,
-) -> Result<Vec<tapfinger_sim::train::DevJudge>> {
-    let seeds = DEVELOPMENT_FROM..DEVELOPMENT_FROM + n as u64;
-    if seeds.end > tapfinger_sim::generate::HELD_OUT_FROM {
-        bail!(
-            "--select {n}: at most {} development scenarios",
-            tapfinger_sim::generate::HELD_OUT_FROM - DEVELOPMENT_FROM
-        );
-    }
-    let names: Vec<String> = seeds
-        .clone()
-        .map(|s| families[(s - DEVELOPMENT_FROM) as usize % families.len().max(1)].scenario(s))
-        .collect();
-    if curriculum
-        .iter()
-        .filter_map(|c| tapfinger_sim::generate::parse(c))
-        .any(|(_, s)| seeds.contains(&s))
-    {
-        // Name them as the judges are named, in each family trained on.
-        let named: Vec<String> = families
-            .iter()
-            .map(|f| format!("{}{}..{}", f.prefix(), seeds.start, seeds.end))
-            .collect();
-        bail!(
-            "--generator-seeds overlaps the development scenarios {} that --select judges on",
-            if named.is_empty() {
-                format!("gen:{}..{}", seeds.start, seeds.end)
-            } else {
-                named.join(" and ")
-            }
-        );
-    }
-    names
-        .iter()
-        .map(|name| {
-            let sim = load(name)?;
-            let kinds = sim.scenario().kind_names();
-            let references = (0..workloads)
-                .map(|j| {
-                    let r = sim.run(
-                        policies::build(&sim, tapfinger_sim::train::REFERENCE)?,
-                        tapfinger_sim::train::VALIDATION_SEEDS + j,
-                    )?;
-                    Ok(tapfinger_sim::metrics::summarize(&r, &kinds).avg_jct)
-                })
-                .collect::<Result<Vec<f64>>>()?;
-            Ok(tapfinger_sim::train::DevJudge { sim, references })
-        })
-        .collect()
 }
