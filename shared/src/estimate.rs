@@ -40,6 +40,18 @@
 //! slots count as speed samples, past it they do not (a slowed slot would make units look
 //! useless). The gain-aware share reads the cost to avoid switches that buy nothing.
 //!
+//! A real task's slots are noisy (progress reported in coarse steps, a box shared with other
+//! work): a switch slot that happens to hold two progress steps where the next holds three
+//! measures a third of a slot lost, and one such sample would mark the class costly and freeze
+//! its allocations. So the same statistic is kept for **ordinary pairs** (one task's
+//! consecutive slots at one allocation: what the earlier slot "lost" against the later), and
+//! a switch cost counts only as far as it stands out of them: the switches' mean loss minus the
+//! ordinary pairs' mean, and only where that excess is at least [`COSTLY_SWITCH`] after
+//! subtracting [`NOISE_Z`] standard errors of the ordinary losses' spread. Where slots are
+//! steady (the simulator's speed tables; its formulas, whose speed only falls as a task
+//! progresses, so an earlier slot never loses against a later one) the ordinary pairs measure
+//! nothing and the cost is the switches' mean, as without them.
+//!
 //! **Profile hints.** A task's submitter may say how long the task takes alone at a few
 //! allocations (the spec's `profile`, what a profiling run or experience measured;
 //! [`Estimator::hint`]). Each distinct hint of a class is one more sample of its job time, kept
@@ -70,6 +82,10 @@ pub const KINDS: [&str; 3] = ["cpu", "gpu", "mem"];
 /// progress it loses) from which a switch's slot is no longer a speed sample of its class, and
 /// the gain-aware share avoids switches that buy nothing ([`crate::share::gain_greedy_shares`]).
 pub const COSTLY_SWITCH: f64 = 0.1;
+
+/// Standard errors of the ordinary slot-to-slot losses a class's switch losses must stand above
+/// before they count as a cost (module doc): about 2.5 % one-sided for normal noise.
+pub const NOISE_Z: f64 = 2.0;
 
 /// Job length in slots at the minimum demand assumed for a class never observed.
 pub const PRIOR_SLOTS: f64 = 10.0;
@@ -152,6 +168,10 @@ struct Class {
     /// Re-allocations measured: (count, sum of the speed of a switch's slot over the speed of
     /// the same task's next slot at that allocation, each at most 1, in nanos).
     switches: (u64, u128),
+    /// Ordinary pairs (one task's consecutive slots at one allocation): (count, sum of what the
+    /// earlier slot lost against the later, `1 − min(later / earlier speed, 1)`, in nanos, sum of
+    /// its squares in nanos). The noise a switch's loss must stand out of (module doc).
+    ordinary: (u64, u128, u128),
     /// The switches' slots, kept apart from `cells` as `cells` keeps samples: they count as
     /// speed samples while the class's switches measure free ([`COSTLY_SWITCH`]), as they
     /// did before switches were measured.
@@ -216,7 +236,31 @@ impl Class {
         if self.switches.0 == 0 {
             return 0.0;
         }
-        (1.0 - self.switches.1 as f64 / NANO / self.switches.0 as f64).clamp(0.0, 1.0)
+        let n = self.switches.0 as f64;
+        let lost = (1.0 - self.switches.1 as f64 / NANO / n).clamp(0.0, 1.0);
+        let (mean, spread) = self.ordinary_loss();
+        let excess = (lost - mean).max(0.0);
+        // Below the bar once the noise is allowed for: no evidence of a cost (module doc).
+        if excess - NOISE_Z * spread / n.sqrt() < COSTLY_SWITCH {
+            return 0.0;
+        }
+        excess
+    }
+
+    /// The ordinary pairs' mean loss and its standard deviation (0 with fewer than two pairs:
+    /// no evidence of noise).
+    fn ordinary_loss(&self) -> (f64, f64) {
+        let (n, sum, squares) = self.ordinary;
+        if n == 0 {
+            return (0.0, 0.0);
+        }
+        let nf = n as f64;
+        let mean = sum as f64 / NANO / nf;
+        if n < 2 {
+            return (mean, 0.0);
+        }
+        let var = (squares as f64 / NANO - nf * mean * mean) / (nf - 1.0);
+        (mean, var.max(0.0).sqrt())
     }
 
     /// The speed samples per allocation: the observed ones, and the switches' slots while
@@ -474,11 +518,23 @@ impl Estimator {
         let cell = c.cells.entry(a).or_insert((0, 0));
         cell.0 += 1;
         cell.1 += t;
-        if let Some((b, u)) = self.last.insert(task.id, (a, t)).filter(|(b, _)| *b != a) {
-            let ratio = (t as f64 / (u as f64).max(1.0)).min(1e6);
-            let pair = c.pairs.entry((b, a)).or_insert((0, 0));
-            pair.0 += 1;
-            pair.1 += (ratio * NANO).round() as u128;
+        match self.last.insert(task.id, (a, t)) {
+            Some((b, u)) if b != a => {
+                let ratio = (t as f64 / (u as f64).max(1.0)).min(1e6);
+                let pair = c.pairs.entry((b, a)).or_insert((0, 0));
+                pair.0 += 1;
+                pair.1 += (ratio * NANO).round() as u128;
+            }
+            Some((_, u)) => {
+                // An ordinary pair: what the earlier slot lost against this one, as a switch's
+                // slot is measured against its next (`u`, `t`: job times, the earlier first).
+                let lost = 1.0 - (t as f64 / (u as f64).max(1.0)).min(1.0);
+                let nanos = (lost * NANO).round() as u128;
+                c.ordinary.0 += 1;
+                c.ordinary.1 += nanos;
+                c.ordinary.2 += (lost * lost * NANO).round() as u128;
+            }
+            None => {}
         }
         c.refit();
     }
@@ -540,8 +596,9 @@ impl Estimator {
     }
 
     /// The fraction of a slot's progress a re-allocation of `class` costs, as measured (each
-    /// switch's slot against the same task's next slot): 0 where switches are free or were
-    /// never measured, 1 where a switch's slot makes no progress.
+    /// switch's slot against the same task's next slot, beyond what ordinary slots lose against
+    /// their next; module doc): 0 where switches are free, were never measured or lose too
+    /// little to stand out of the noise, 1 where a switch's slot makes no progress.
     pub fn switch_cost(&self, class: TaskTypeId) -> f64 {
         self.classes.get(&class).map_or(0.0, Class::switch_cost)
     }
@@ -648,6 +705,44 @@ mod tests {
         // Where switches cost, their slots are no speed samples; where they are free, they are.
         assert_eq!(e.samples(TaskTypeId(0)), 4);
         assert_eq!(free.samples(TaskTypeId(0)), 6);
+    }
+
+    /// A switch's loss counts only as far as it stands out of what one task's ordinary
+    /// consecutive slots lose against each other: a switch slot with two progress steps where
+    /// the next has three is noise where ordinary slots vary as much, a cost where they are
+    /// steady, and a cost where many switches all lose a third.
+    #[test]
+    fn a_switch_s_loss_counts_only_beyond_the_slot_to_slot_noise() {
+        let at = |g| Resources(vec![2, g, 1]);
+        // A task whose slots at 1 GPU hold `steps` progress steps of 1/120 each, then a switch
+        // to 2 GPUs holding 2 steps, then a slot there holding 3.
+        let run = |e: &mut Estimator, id: u64, steps: &[u32]| {
+            let mut t = task(0, [2, 1, 1]);
+            t.id = TaskId(id);
+            for s in steps {
+                e.observe(&t, &at(1), f64::from(*s) / 120.0, 1.0);
+            }
+            e.observe_switch(&t, &at(2), 2.0 / 120.0, 1.0);
+            e.observe(&t, &at(2), 3.0 / 120.0, 1.0);
+        };
+        let mut steady = est();
+        run(&mut steady, 1, &[3, 3, 3, 3]);
+        assert!((steady.switch_cost(TaskTypeId(0)) - 1.0 / 3.0).abs() < 1e-6);
+        let mut noisy = est();
+        run(&mut noisy, 1, &[3, 2, 3, 3, 2]);
+        assert_eq!(noisy.switch_cost(TaskTypeId(0)), 0.0);
+        // The same noise, but twenty switches that each lose a third: the mean loss stands out.
+        for id in 2..22 {
+            run(&mut noisy, id, &[3, 2, 3, 3, 2]);
+        }
+        let c = noisy.switch_cost(TaskTypeId(0));
+        // Beyond the ordinary pairs' mean loss (a third of one pair in four).
+        assert!((c - (1.0 / 3.0 - 1.0 / 12.0)).abs() < 1e-6, "{c}");
+        // Slots that only slow down as a task progresses (the simulator's formulas) lose
+        // nothing against each other: the switches' mean, as without ordinary pairs.
+        let mut slowing = est();
+        run(&mut slowing, 1, &[6, 5, 4, 3]);
+        assert!((slowing.switch_cost(TaskTypeId(0)) - 1.0 / 3.0).abs() < 1e-6);
     }
 
     #[test]

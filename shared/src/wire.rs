@@ -24,8 +24,10 @@ use std::collections::BTreeMap;
 /// carry profile hints, [`TaskSpec::profile`]. 11: and declared work, [`TaskSpec::work`].
 /// 12: nothing new on the wire, but the speed estimator's model changed (Amdahl's term,
 /// [`crate::estimate::offsets`]): agents of 11 and 12 would estimate the same samples
-/// differently and decide from different views, so they must not form one cluster.)
-pub const WIRE_VERSION: u16 = 12;
+/// differently and decide from different views, so they must not form one cluster.
+/// 13: the same for the switch cost, which now counts only beyond the slot-to-slot noise,
+/// [`crate::estimate::NOISE_Z`].)
+pub const WIRE_VERSION: u16 = 13;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.
