@@ -426,10 +426,14 @@ fn agents_and_the_simulator_agree_for_the_learned_policy() {
 
 /// The shipped general model's weights, written to a folder of their own (`tag`) with `set`
 /// settings of its configuration turned on.
-fn general_with(tag: &str, set: &[&str]) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("tapfinger-parity-{tag}-{}", std::process::id()));
+/// The folder is removed when the returned handle drops, at the test's end.
+fn general_with(tag: &str, set: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("tapfinger-parity-{tag}-"))
+        .tempdir()
+        .unwrap();
     tapfinger::model::checkpoint::GENERAL
-        .write_to(&dir, |j| {
+        .write_to(dir.path(), |j| {
             for key in set {
                 j["config"]["net"][*key] = serde_json::Value::Bool(true);
             }
@@ -451,9 +455,9 @@ fn agents_and_the_simulator_re_share_alike_with_the_elastic_general_model() {
     // re-sharing by estimated gain.
     for model in [
         None,
-        Some(held.as_path()),
-        Some(floors.as_path()),
-        Some(gain.as_path()),
+        Some(held.path()),
+        Some(floors.path()),
+        Some(gain.path()),
     ] {
         for g in [8, 10] {
             let mut sc = Scenario::load(&format!("gen:{g}")).unwrap();
@@ -479,15 +483,14 @@ fn agents_and_the_simulator_agree_where_switches_cost() {
     sc.tasks = 40;
     let mut resized = 0;
     for seed in [100, 101] {
-        resized +=
-            check_parity(sc.clone(), policies::TAPFINGER, seed, Some(gain.as_path())).unwrap();
+        resized += check_parity(sc.clone(), policies::TAPFINGER, seed, Some(gain.path())).unwrap();
     }
     assert!(resized > 0, "no task was re-shared");
     // The views compared showed classes whose switches measured costly, so the share's costly
     // branch acted in both drivers.
     let sim = Simulator::new(sc).window_order(tapfinger::ledger::WindowOrder::Spread);
     let mut rec = Recording::default();
-    let learned = policies::learned(&sim, Some(gain.as_path())).unwrap();
+    let learned = policies::learned(&sim, Some(gain.path())).unwrap();
     sim.run_observed(learned, 100, &mut rec).unwrap();
     let costly = rec.views.values().flatten().any(|v| {
         v.running
@@ -506,7 +509,7 @@ fn agents_and_the_simulator_agree_with_profile_hints() {
     let mut sc = Scenario::load("gen:8").unwrap();
     sc.tasks = sc.tasks.min(40);
     sc.profile_hints = true;
-    for model in [None, Some(gain.as_path())] {
+    for model in [None, Some(gain.path())] {
         check_parity(sc.clone(), policies::TAPFINGER, 100, model).unwrap();
     }
     check_parity(sc, "tiresias", 101, None).unwrap();
@@ -525,12 +528,12 @@ fn agents_and_the_simulator_agree_with_declared_work() {
     );
     sc.tasks = sc.tasks.min(40);
     sc.declare_work = true;
-    check_parity(sc.clone(), policies::TAPFINGER, 100, Some(gain.as_path())).unwrap();
+    check_parity(sc.clone(), policies::TAPFINGER, 100, Some(gain.path())).unwrap();
     check_parity(sc.clone(), "optimus", 101, None).unwrap();
     // The views compared showed tasks of other sizes than their class's mean.
     let sim = Simulator::new(sc).window_order(tapfinger::ledger::WindowOrder::Spread);
     let mut rec = Recording::default();
-    let learned = policies::learned(&sim, Some(gain.as_path())).unwrap();
+    let learned = policies::learned(&sim, Some(gain.path())).unwrap();
     sim.run_observed(learned, 100, &mut rec).unwrap();
     let sized = rec.views.values().flatten().any(|v| {
         v.pending.iter().any(|p| (p.est.size - 1.0).abs() > 0.1)

@@ -5,10 +5,11 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
-use common::{BASE, fails_with, sim, write};
+use common::{BASE, Scratch, fails_with, sim};
 
 #[test]
 fn bad_input_is_a_clear_error() {
+    let scratch = Scratch::new();
     fails_with(&["run", "--scenario", "nope"], "unknown scenario \"nope\"");
     fails_with(
         &["run", "--scenario", "synthetic3", "--policy", "magic"],
@@ -56,11 +57,11 @@ fn bad_input_is_a_clear_error() {
         ),
     ];
     for (file, text, needle) in cases {
-        let p = write(file, &text);
+        let p = scratch.write(file, &text);
         fails_with(&["run", "--scenario", p.to_str().unwrap()], needle);
     }
     // A table scenario whose CSV misses a configuration.
-    write("t.csv", "type,cpu,gpu,seconds\nA,1,1,10\nA,2,2,5\n");
+    scratch.write("t.csv", "type,cpu,gpu,seconds\nA,1,1,10\nA,2,2,5\n");
     let toml = r#"
 name = "t"
 lambda = 1.0
@@ -77,7 +78,7 @@ name = "A"
 min_demand = [1, 1]
 speed = { model = "table", csv = "t.csv" }
 "#;
-    let p = write("table.toml", toml);
+    let p = scratch.write("table.toml", toml);
     fails_with(
         &["run", "--scenario", p.to_str().unwrap()],
         "configuration(s) missing",
@@ -87,7 +88,8 @@ speed = { model = "table", csv = "t.csv" }
 
 #[test]
 fn a_table_scenario_runs_from_a_file() {
-    write(
+    let scratch = Scratch::new();
+    scratch.write(
         "full.csv",
         "type,cpu,gpu,seconds\nA,1,1,10\nA,1,2,6\nA,2,1,7\nA,2,2,4\n",
     );
@@ -109,7 +111,7 @@ name = "A"
 min_demand = [1, 1]
 speed = { model = "table", csv = "full.csv", startup_seconds = 1.0 }
 "#;
-    let p = write("full.toml", toml);
+    let p = scratch.write("full.toml", toml);
     let (ok, out, err) = sim(&[
         "run",
         "--scenario",
@@ -182,7 +184,8 @@ fn plots_and_listing() {
     ] {
         assert!(out.contains(p), "{p} not listed");
     }
-    let dir = std::env::temp_dir().join(format!("tapfinger-plots-{}", std::process::id()));
+    let scratch = Scratch::new();
+    let dir = scratch.path().join("plots");
     let (ok, _, err) = sim(&[
         "compare",
         "--scenario",
@@ -208,6 +211,7 @@ fn plots_and_listing() {
 
 #[test]
 fn the_shipped_model_is_the_default_and_beats_the_baselines_on_hetero6() {
+    let scratch = Scratch::new();
     // `compare` with no --policies puts the learned policy first where a model ships.
     let (ok, out, err) = sim(&["compare", "--scenario", "hetero6", "--seeds", "1", "--json"]);
     assert!(ok, "{err}");
@@ -267,7 +271,7 @@ name = "A"
 min_demand = [1]
 speed = { model = "synthetic", w = [0.25], b = 0.0 }
 "#;
-    let p = write("custom.toml", toml);
+    let p = scratch.write("custom.toml", toml);
     // A scenario without a model of its own gets the shipped general model, also by default.
     let (ok, out, err) = sim(&["run", "--scenario", p.to_str().unwrap(), "--json"]);
     assert!(ok, "{err}");
@@ -276,12 +280,13 @@ speed = { model = "synthetic", w = [0.25], b = 0.0 }
 
 #[test]
 fn a_generated_scenario_prints_saves_and_runs() {
+    let scratch = Scratch::new();
     let (ok, text, err) = sim(&["generate", "--seed", "10007"]);
     assert!(ok, "{err}");
     assert!(text.contains("name = \"gen:10007\""), "{text}");
     assert!(text.contains("Held out"), "seeds from 10000 up say so");
     // The printed TOML is a scenario file like any other, and `gen:N` names the same scenario.
-    let path = write("generated.toml", &text);
+    let path = scratch.write("generated.toml", &text);
     let from_file = sim(&[
         "run",
         "--scenario",

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
-use common::{fails_with, sim, write};
+use common::{Scratch, fails_with, sim};
 
 /// The documented example job and price list (docs/PLANNING.md).
 const PLAN_JOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/plan/job.toml");
@@ -12,6 +12,7 @@ const PLAN_PRICES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/plan/pri
 
 #[test]
 fn plan_prints_the_least_cost_plan_and_refuses_what_no_plan_meets() {
+    let scratch = Scratch::new();
     let (ok, out, err) = sim(&["plan", "--job", PLAN_JOB, "--prices", PLAN_PRICES]);
     assert!(ok, "{err}");
     assert!(out.contains("exact plan: throughput"), "{out}");
@@ -42,7 +43,7 @@ fn plan_prints_the_least_cost_plan_and_refuses_what_no_plan_meets() {
     assert!(out.contains("learned plan: throughput"), "{out}");
 
     let job = std::fs::read_to_string(PLAN_JOB).unwrap();
-    let too_fast = write(
+    let too_fast = scratch.write(
         "plan-too-fast.toml",
         &job.replace("throughput = 400.0", "throughput = 5000.0"),
     );
@@ -56,7 +57,7 @@ fn plan_prints_the_least_cost_plan_and_refuses_what_no_plan_meets() {
         ],
         "no plan reaches 5000 batches/s",
     );
-    let unknown = write(
+    let unknown = scratch.write(
         "plan-unknown.toml",
         &job.replace("cpu = 0.004 }", "cpu = 0.004, tpu = 0.001 }"),
     );
@@ -70,7 +71,7 @@ fn plan_prints_the_least_cost_plan_and_refuses_what_no_plan_meets() {
         ],
         "layer 2 (\"feature-cross\"): time names \"tpu\"",
     );
-    let misspelt = write("plan-misspelt.toml", &job.replace("out_bytes", "outbytes"));
+    let misspelt = scratch.write("plan-misspelt.toml", &job.replace("out_bytes", "outbytes"));
     fails_with(
         &[
             "plan",

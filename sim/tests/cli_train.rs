@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
-use common::{fails_with, sim, write};
+use common::{Scratch, fails_with, sim};
 
 /// One thread and no validation episodes: the settings of every quick training run here.
 const QUICK: [&str; 4] = ["--threads", "1", "--eval-episodes", "0"];
@@ -108,7 +108,8 @@ fn training_refuses_what_it_cannot_learn_from() {
 
 #[test]
 fn curves_plots_runs_side_by_side_and_says_what_is_missing() {
-    let dir = write("curves.marker", "").parent().unwrap().join("run-a");
+    let scratch = Scratch::new();
+    let dir = scratch.path().join("run-a");
     std::fs::create_dir_all(&dir).unwrap();
     let header = "iteration,avg_jct,episode_return,decisions,policy_loss,value_loss,entropy,phase,eval_jct,reference_jct\n";
     std::fs::write(
@@ -144,10 +145,8 @@ fn curves_plots_runs_side_by_side_and_says_what_is_missing() {
 /// run that saved its last weights would fail.)
 #[test]
 fn a_fine_tune_keeps_the_weights_that_scored_best_on_validation() {
-    let out = write("select.marker", "")
-        .parent()
-        .unwrap()
-        .join("fine-tune");
+    let scratch = Scratch::new();
+    let out = scratch.path().join("fine-tune");
     let out_s = out.to_str().unwrap();
     let (ok, stdout, stderr) = sim(&[
         "train",
@@ -241,8 +240,8 @@ fn trains_and_runs(extra: &[&str], out: &std::path::Path) -> serde_json::Value {
 
 #[test]
 fn a_model_with_floors_learns_from_a_fixed_share_teacher_and_runs() {
-    let marker = write("floors.marker", "");
-    let dir = marker.parent().unwrap();
+    let scratch = Scratch::new();
+    let dir = scratch.path();
     for (sharing, gain) in [("elastic-floors", false), ("elastic-gain-floors", true)] {
         let out = dir.join(sharing);
         let cfg = trains_and_runs(
@@ -307,7 +306,8 @@ fn a_model_with_floors_learns_from_a_fixed_share_teacher_and_runs() {
 /// a new `--envs`, and refuses a new run's settings (seed, features, sharing, imitation, focus).
 #[test]
 fn a_resumed_run_writes_back_to_its_folder() {
-    let dir = write("resume.marker", "").parent().unwrap().join("resumed");
+    let scratch = Scratch::new();
+    let dir = scratch.path().join("resumed");
     let dir_s = dir.to_str().unwrap();
     let common = [
         "--iterations",
@@ -364,10 +364,8 @@ fn a_resumed_run_writes_back_to_its_folder() {
 /// curriculum that overlaps those scenarios is refused, in either generated family.
 #[test]
 fn a_general_model_is_selected_on_development_scenarios() {
-    let out = write("select-general.marker", "")
-        .parent()
-        .unwrap()
-        .join("general-select");
+    let scratch = Scratch::new();
+    let out = scratch.path().join("general-select");
     let out_s = out.to_str().unwrap();
     let args = |seeds: &'static str, select: &'static str| {
         vec![

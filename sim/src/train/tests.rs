@@ -121,7 +121,12 @@ fn ppo_improves_a_tiny_environment() {
     assert!(last < first, "sampling JCT {first:.2} → {last:.2}");
 
     // A checkpoint resumes with the same weights: the same greedy decisions.
-    let dir = std::env::temp_dir().join(format!("tapfinger-ckpt-{}", std::process::id()));
+    // Removed when the test ends, passed or failed.
+    let scratch = tempfile::Builder::new()
+        .prefix("tapfinger-ckpt-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path().to_path_buf();
     t.save(&dir).unwrap();
     let sim2 = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
     let resumed = Trainer::resume(sim2, &dir).unwrap();
@@ -149,7 +154,12 @@ fn a_general_model_loads_on_every_cluster_and_an_unknown_schema_is_refused_namin
     cfg.envs = 1;
     cfg.eval_episodes = 0;
     let t = Trainer::new(sim, cfg);
-    let dir = std::env::temp_dir().join(format!("tapfinger-general-{}", std::process::id()));
+    // Removed when the test ends, passed or failed.
+    let scratch = tempfile::Builder::new()
+        .prefix("tapfinger-general-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path().to_path_buf();
     t.save(&dir).unwrap();
     for name in ["hetero6", "edge-synergy", "gen:10001"] {
         let other = Simulator::new(Scenario::load(name).unwrap());
@@ -185,7 +195,6 @@ fn a_general_model_loads_on_every_cluster_and_an_unknown_schema_is_refused_namin
         e.contains("feature schema 1") && e.contains("feature schema 2"),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The centralized critic's assembly: in the simulator every agent of a round decides on the
@@ -292,7 +301,12 @@ fn a_resumed_run_continues_exactly_where_the_checkpoint_stopped() {
     let mut first = make();
     first.iterate().unwrap();
     first.iterate().unwrap();
-    let dir = std::env::temp_dir().join(format!("tapfinger-resume-{}", std::process::id()));
+    // Removed when the test ends, passed or failed.
+    let scratch = tempfile::Builder::new()
+        .prefix("tapfinger-resume-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path().to_path_buf();
     first.save(&dir).unwrap();
     assert!(dir.join(OPTIM_FILE).exists(), "Adam's moments are saved");
     let sim = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
@@ -308,7 +322,6 @@ fn a_resumed_run_continues_exactly_where_the_checkpoint_stopped() {
     assert_eq!(no_eval(&third), no_eval(&straight_curve[2]));
     let eval = [900, 901];
     assert_eq!(greedy_jct(&resumed, &eval), greedy_jct(&straight, &eval));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Helpers of the command-line tests (`cli*.rs`): run the built `tapfinger-sim`, write inputs
-//! into a temporary folder, expect a clear error.
+//! into a test's own temporary folder, expect a clear error.
 // Each test file uses some of them.
 #![allow(dead_code)]
 
@@ -17,12 +17,30 @@ pub(crate) fn sim(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-pub(crate) fn write(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("tapfinger-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
+/// A folder of one test's own, removed when the test ends (passed or failed), so that test
+/// runs leave nothing behind in the system's temporary folder.
+pub(crate) struct Scratch(tempfile::TempDir);
+
+impl Scratch {
+    pub(crate) fn new() -> Self {
+        Self(
+            tempfile::Builder::new()
+                .prefix("tapfinger-cli-")
+                .tempdir()
+                .unwrap(),
+        )
+    }
+
+    pub(crate) fn path(&self) -> &std::path::Path {
+        self.0.path()
+    }
+
+    /// Writes `text` to the file `name` in the folder, and gives its path.
+    pub(crate) fn write(&self, name: &str, text: &str) -> std::path::PathBuf {
+        let p = self.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
 }
 
 pub(crate) const BASE: &str = include_str!("../../presets/synthetic3.toml");
