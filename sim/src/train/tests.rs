@@ -121,11 +121,7 @@ fn ppo_improves_a_tiny_environment() {
     assert!(last < first, "sampling JCT {first:.2} → {last:.2}");
 
     // A checkpoint resumes with the same weights: the same greedy decisions.
-    // Removed when the test ends, passed or failed.
-    let scratch = tempfile::Builder::new()
-        .prefix("tapfinger-ckpt-")
-        .tempdir()
-        .unwrap();
+    let scratch = scratch("ckpt");
     let dir = scratch.path().to_path_buf();
     t.save(&dir).unwrap();
     let sim2 = Simulator::new(Scenario::from_toml(TINY, "tiny", None).unwrap());
@@ -154,11 +150,7 @@ fn a_general_model_loads_on_every_cluster_and_an_unknown_schema_is_refused_namin
     cfg.envs = 1;
     cfg.eval_episodes = 0;
     let t = Trainer::new(sim, cfg);
-    // Removed when the test ends, passed or failed.
-    let scratch = tempfile::Builder::new()
-        .prefix("tapfinger-general-")
-        .tempdir()
-        .unwrap();
+    let scratch = scratch("general");
     let dir = scratch.path().to_path_buf();
     t.save(&dir).unwrap();
     for name in ["hetero6", "edge-synergy", "gen:10001"] {
@@ -301,11 +293,7 @@ fn a_resumed_run_continues_exactly_where_the_checkpoint_stopped() {
     let mut first = make();
     first.iterate().unwrap();
     first.iterate().unwrap();
-    // Removed when the test ends, passed or failed.
-    let scratch = tempfile::Builder::new()
-        .prefix("tapfinger-resume-")
-        .tempdir()
-        .unwrap();
+    let scratch = scratch("resume");
     let dir = scratch.path().to_path_buf();
     first.save(&dir).unwrap();
     assert!(dir.join(OPTIM_FILE).exists(), "Adam's moments are saved");
@@ -466,4 +454,12 @@ fn a_judgement_averages_every_workload_of_every_scenario() {
         .judge_on(&net, &[judge(vec![1.0]), judge(vec![1.0])])
         .unwrap();
     assert!((twice - one).abs() < 1e-9 * one, "{one} {twice}");
+}
+
+/// A folder of the test's own (`tapfinger-TAG-…`), removed when the test ends, passed or failed.
+fn scratch(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("tapfinger-{tag}-"))
+        .tempdir()
+        .unwrap()
 }
