@@ -27,11 +27,13 @@ async fn agent(
 }
 
 /// A folder for this test process and an empty journal path in it.
-fn fresh_journal(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let journal = dir.join("tasks.jsonl");
-    let _ = std::fs::remove_file(&journal);
+/// A journal's path in a new folder, removed when the folder is dropped.
+fn fresh_journal(tag: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("{tag}-"))
+        .tempdir()
+        .unwrap();
+    let journal = dir.path().join("tasks.jsonl");
     (dir, journal)
 }
 
@@ -51,8 +53,8 @@ async fn agent_with(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_real_tasks_finish_exactly_once_within_capacity() {
     // Real short processes: each reports progress, sleeps, and prints the GPU it was given.
-    let logs = std::env::temp_dir().join(format!("tf-thirty-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&logs);
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path();
     let proc = |n: &str| Exec::Processes(logs.join(n));
     let key = identity::Keypair::generate_ed25519;
     let (a, addr) = agent_with("a", vec![], proc("a"), key(), None).await;
@@ -103,7 +105,7 @@ async fn thirty_real_tasks_finish_exactly_once_within_capacity() {
     // Every task ran as a process and saw either no GPU or the node's device 7, never a count,
     // numbered as NVML numbers devices (PCI bus order).
     let mut seen = 0;
-    for entry in std::fs::read_dir(&logs).unwrap() {
+    for entry in std::fs::read_dir(logs).unwrap() {
         for log in std::fs::read_dir(entry.unwrap().path()).unwrap() {
             let text = std::fs::read_to_string(log.unwrap().path()).unwrap();
             if let Some(line) = text.lines().find(|l| l.starts_with("gpu=")) {
@@ -116,7 +118,6 @@ async fn thirty_real_tasks_finish_exactly_once_within_capacity() {
         }
     }
     assert_eq!(seen, 30, "every task writes its log");
-    let _ = std::fs::remove_dir_all(&logs);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -344,7 +345,7 @@ async fn a_restarted_agent_recovers_its_journaled_tasks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_agent_rejoins_its_live_peers() {
-    let (dir, journal) = fresh_journal("tf-rejoin");
+    let (_dir, journal) = fresh_journal("tf-rejoin");
     let (a, addr) = agent("a", vec![], 0.05).await;
     let (b, _) = agent("b", vec![addr.clone()], 0.05).await;
     let key = identity::Keypair::generate_ed25519();
@@ -405,7 +406,6 @@ async fn a_restarted_agent_rejoins_its_live_peers() {
         "a task ran to completion twice: {f:?}"
     );
     assert_eq!(unique, ids);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A spec refused as too big for every box heard says so when a box this agent knows is not
@@ -447,8 +447,8 @@ async fn a_refusal_judged_without_a_known_box_says_so() {
 async fn a_running_task_shows_its_latest_loss_and_that_it_is_converging() {
     use tapfinger_agent::api::{ApiState, router};
     use tapfinger_agent::run::http;
-    let logs = std::env::temp_dir().join(format!("tf-reports-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&logs);
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().to_path_buf();
     let (a, _) = agent_with(
         "a",
         vec![],
@@ -567,8 +567,8 @@ async fn the_agent_forecasts_arrivals_from_the_series_its_ledger_counts() {
 /// runner's heartbeats carry its latest report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_shows_the_loss_and_convergence_of_a_task_running_elsewhere() {
-    let logs = std::env::temp_dir().join(format!("tf-shared-reports-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&logs);
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path();
     let key = identity::Keypair::generate_ed25519;
     let (a, addr) = agent_with("a", vec![], Exec::Processes(logs.join("a")), key(), None).await;
     let (b, _) = agent_with(
@@ -609,5 +609,4 @@ async fn a_peer_shows_the_loss_and_convergence_of_a_task_running_elsewhere() {
     // The task sleeps on: the agents' shutdown ends it.
     a.shutdown().await;
     b.shutdown().await;
-    let _ = std::fs::remove_dir_all(&logs);
 }

@@ -55,8 +55,8 @@ async fn a_running_task_s_cpu_quota_follows_the_re_share() {
     if let Cgroups::Unavailable(why) = Cgroups::detect(Path::new("/sys/fs/cgroup"), &group) {
         panic!("this test needs writable cgroups (CI has them): {why}");
     }
-    let logs = std::env::temp_dir().join(format!("tf-elastic-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&logs);
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().to_path_buf();
     // One box of 4 cores: the first task alone gets them all, then shares them with a second.
     let (a, _) = Local::new("a", Exec::Cgroups(logs.clone(), group.clone()))
         .start()
@@ -104,7 +104,6 @@ async fn a_running_task_s_cpu_quota_follows_the_re_share() {
         q2.iter().any(|q| q + q1[shared] <= 4.0),
         "no two shares fitted the box: {q1:?} {q2:?}"
     );
-    let _ = std::fs::remove_dir_all(&logs);
     // The agent's parent group (its tasks' groups went with them).
     drop(a);
     for h in ["", "cpu", "memory"] {
@@ -127,8 +126,8 @@ async fn a_converging_task_s_cpu_quota_steps_down_to_its_minimum_while_it_runs()
     if let Cgroups::Unavailable(why) = Cgroups::detect(Path::new("/sys/fs/cgroup"), &group) {
         panic!("this test needs writable cgroups (CI has them): {why}");
     }
-    let logs = std::env::temp_dir().join(format!("tf-shrink-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&logs);
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().to_path_buf();
     let mut local = Local::new("a", Exec::Cgroups(logs.clone(), group.clone()));
     local.shrink = true;
     let (a, _) = local.start().await;
@@ -158,7 +157,6 @@ async fn a_converging_task_s_cpu_quota_steps_down_to_its_minimum_while_it_runs()
     let mut steps: Vec<f64> = q[first..].to_vec();
     steps.dedup();
     assert_eq!(steps, vec![4.0, 3.0, 2.0, 1.0], "{q:?}");
-    let _ = std::fs::remove_dir_all(&logs);
     drop(a);
     for h in ["", "cpu", "memory"] {
         let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(h).join(&group));
@@ -181,9 +179,8 @@ for i in $(seq 1 20); do echo "TAPFINGER progress=$(awk "BEGIN {{print $i/20}}")
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_gpu_share_restarts_a_resumable_task_with_its_devices_and_only_such_a_task() {
-    let dir = std::env::temp_dir().join(format!("tf-gpu-restart-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     // One box with one GPU (device 7). A task asking for no GPU starts without one; the
     // re-share that follows gives it the idle GPU, which it can only get by a restart.
     let (a, _) = Local::new("a", Exec::Processes(dir.join("logs")))
@@ -223,5 +220,4 @@ async fn a_new_gpu_share_restarts_a_resumable_task_with_its_devices_and_only_suc
     );
     // The other cannot resume: it ran once, without a GPU, never restarted.
     assert_eq!(f, vec!["gpu= resume=".to_string()], "{f:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

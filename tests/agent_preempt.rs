@@ -68,8 +68,8 @@ fn runs(rec: &Path, name: &str) -> Vec<Vec<(String, u64)>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_urgent_task_preempts_batch_work_after_its_checkpoint_signal() {
-    let dir = std::env::temp_dir().join(format!("tf-preempt-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let rec = dir.join("rec");
     std::fs::create_dir_all(&rec).unwrap();
     let journal = dir.join("tasks.jsonl");
@@ -159,5 +159,4 @@ async fn an_urgent_task_preempts_batch_work_after_its_checkpoint_signal() {
         |s| s[0].preempted.get(&batch) == Some(&cost),
     )
     .await;
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -27,9 +27,8 @@ fn tool(name: &str) -> Command {
 
 #[test]
 fn the_service_units_verify_without_a_warning() {
-    let dir = std::env::temp_dir().join(format!("tf-units-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let verify = |units: &[PathBuf]| {
         let out = tool("systemd-analyze")
             .args(["verify", "--man=no"])
@@ -63,13 +62,12 @@ fn the_service_units_verify_without_a_warning() {
     std::fs::write(&bad, text.replace("KillMode=process", "KillMod=process")).unwrap();
     let (_, said) = verify(&[bad]);
     assert!(said.contains("KillMod"), "{said}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn the_sysusers_file_creates_the_service_user() {
-    let root = std::env::temp_dir().join(format!("tf-sysusers-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
     std::fs::create_dir_all(root.join("etc")).unwrap();
     let conf = deploy()
         .join("tapfinger.sysusers.conf")
@@ -88,5 +86,4 @@ fn the_sysusers_file_creates_the_service_user() {
             .any(|l| l.starts_with("tapfinger:") && l.contains(":/var/lib/tapfinger:")),
         "{passwd}"
     );
-    let _ = std::fs::remove_dir_all(&root);
 }

@@ -180,8 +180,8 @@ mod tests {
 
     #[test]
     fn old_logs_go_and_running_tasks_keep_theirs() {
-        let dir = std::env::temp_dir().join(format!("tf-sweep-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         for name in ["1.stdout", "2.stdout", "2.stderr", "notes.txt"] {
             std::fs::write(dir.join(name), "x").unwrap();
         }
@@ -191,6 +191,5 @@ mod tests {
         assert_eq!(sweep(&[&dir], Duration::from_millis(1), &keep), 1);
         assert!(!dir.join("1.stdout").exists());
         assert!(dir.join("2.stdout").exists() && dir.join("notes.txt").exists());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

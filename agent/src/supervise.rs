@@ -259,9 +259,8 @@ mod tests {
     /// and ends by itself within its grace; one that ignores it is killed after the grace.
     #[tokio::test(flavor = "current_thread")]
     async fn a_preempted_task_gets_its_checkpoint_signal_then_its_grace() {
-        let dir = std::env::temp_dir().join(format!("tf-sup-usr1-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let lease = dir.join("lease");
         std::fs::write(&lease, "me").unwrap();
         let marker = dir.join("term");
@@ -296,13 +295,12 @@ mod tests {
         raise_soon();
         let r = supervise(&a).await;
         assert_eq!(r.how, "preempted");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn exit_records_round_trip() {
-        let dir = std::env::temp_dir().join(format!("tf-sup-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let p = dir.join("t.exit");
         let r = ExitRecord {
             code: Some(3),

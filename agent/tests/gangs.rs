@@ -177,6 +177,10 @@ impl Drop for Cluster {
         for i in 0..3 {
             self.kill(i);
         }
+        // The agents' logs and the records stay for a failed run only.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

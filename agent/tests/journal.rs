@@ -28,9 +28,8 @@ fn start(dir: &Path) -> std::process::Child {
 
 #[test]
 fn a_damaged_journal_stops_the_agent_until_it_is_repaired() {
-    let dir = std::env::temp_dir().join(format!("tf-journal-cli-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let journal = dir.join("tasks.jsonl");
     let text = format!(
         "{}\n{{\"accepted\": garbage\n{}\n",
@@ -39,7 +38,7 @@ fn a_damaged_journal_stops_the_agent_until_it_is_repaired() {
     );
     std::fs::write(&journal, text).unwrap();
 
-    let out = start(&dir).wait_with_output().unwrap();
+    let out = start(dir).wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "started on a damaged journal: {err}");
     assert!(
@@ -68,7 +67,7 @@ fn a_damaged_journal_stops_the_agent_until_it_is_repaired() {
         said.contains("kept     2 records") && said.contains("line 2:"),
         "{said}"
     );
-    let backups = std::fs::read_dir(&dir)
+    let backups = std::fs::read_dir(dir)
         .unwrap()
         .filter(|e| {
             let name = e.as_ref().unwrap().file_name();
@@ -78,7 +77,7 @@ fn a_damaged_journal_stops_the_agent_until_it_is_repaired() {
     assert_eq!(backups, 1);
 
     // Now it starts and keeps running (it is stopped here after a few seconds).
-    let mut child = start(&dir);
+    let mut child = start(dir);
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(3) {
         if let Some(status) = child.try_wait().unwrap() {
@@ -92,5 +91,4 @@ fn a_damaged_journal_stops_the_agent_until_it_is_repaired() {
     }
     child.kill().unwrap();
     let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
 }

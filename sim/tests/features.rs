@@ -206,10 +206,10 @@ fn no_task_beats_its_lower_bound_with_heavy_tailed_sizes() {
 /// without floors, or with two-point floors whose larger point is favoured (an offset of +4
 /// where it was trained with −2, whose greedy floors are almost always the minimum), so that
 /// the allocation heads' choices change the schedule.
-fn general_focused(k: usize, floors: bool) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("tf-focus-{k}-{floors}-{}", std::process::id()));
+fn general_focused(k: usize, floors: bool) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
     tapfinger::model::checkpoint::GENERAL
-        .write_to(&dir, |j| {
+        .write_to(dir.path(), |j| {
             j["config"]["net"]["focus"] = serde_json::json!(k);
             j["config"]["net"]["floors"] = serde_json::json!(floors);
             j["config"]["net"]["two_point"] = if floors {
@@ -228,14 +228,15 @@ fn one_batched_pass_per_step_decides_as_one_pass_per_agent() {
     // (the allocation heads then run in the batch too).
     let mut episodes = std::collections::BTreeMap::new();
     for (floors, g) in [(false, 3), (false, 6), (true, 3), (true, 6)] {
-        let dir = general_focused(4, floors);
+        let tmp = general_focused(4, floors);
+        let dir = tmp.path();
         let sim = Simulator::new(Scenario::load(&format!("gen:{g}")).unwrap());
         let alone = sim
-            .run(policies::learned(&sim, Some(&dir)).unwrap(), 100)
+            .run(policies::learned(&sim, Some(dir)).unwrap(), 100)
             .unwrap();
         episodes.insert((floors, g), alone.tasks.clone());
         let step = tapfinger::model::step_batch::SharedStep::default();
-        let ps = policies::learned_sharing(&sim, Some(&dir), Some(step.clone())).unwrap();
+        let ps = policies::learned_sharing(&sim, Some(dir), Some(step.clone())).unwrap();
         let batched = sim.run(ps, 100).unwrap();
         assert_eq!(alone, batched, "gen:{g}");
         // It did batch: several agents' decisions per pass.

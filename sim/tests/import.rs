@@ -180,9 +180,8 @@ fn a_bad_row_is_named_by_line_and_column() {
 
 #[test]
 fn the_cli_writes_a_scenario_that_runs() {
-    let dir = std::env::temp_dir().join(format!("tf-import-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("pai.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pai.toml");
     let bin = env!("CARGO_BIN_EXE_tapfinger-sim");
     let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/traces/pai_task_table.csv");
     let o = std::process::Command::new(bin)
@@ -203,5 +202,4 @@ fn the_cli_writes_a_scenario_that_runs() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let _ = std::fs::remove_dir_all(&dir);
 }

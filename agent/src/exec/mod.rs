@@ -617,9 +617,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_process_runs_reports_progress_and_logs() {
-        let dir = std::env::temp_dir().join(format!("tf-exec-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let (tx, mut rx) = mpsc::channel(16);
-        let mut ex = ProcessExecutor::new(Cgroups::Unavailable("test".into()), dir.clone(), tx);
+        let mut ex = ProcessExecutor::new(Cgroups::Unavailable("test".into()), dir.into(), tx);
         let s = spec(&[
             "sh",
             "-c",
@@ -697,8 +698,8 @@ mod tests {
             panic!("this test needs writable cgroups (v1 `cpu` or v2), as CI has: {why}");
         }
         let (tx, mut rx) = mpsc::channel(16);
-        let dir = std::env::temp_dir().join(format!("tf-exec-cg-{}", std::process::id()));
-        let mut ex = ProcessExecutor::new(cg.clone(), dir, tx);
+        let dir = tempfile::tempdir().unwrap();
+        let mut ex = ProcessExecutor::new(cg.clone(), dir.path().into(), tx);
         let enforcement = ex
             .start(
                 TaskId(7),

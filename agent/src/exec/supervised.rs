@@ -228,10 +228,8 @@ mod tests {
     /// current attempt's marker, is not reported as the current attempt's.
     #[tokio::test]
     async fn progress_before_the_latest_attempt_mark_is_not_this_attempts() {
-        let dir = std::env::temp_dir().join(format!("tf-tail-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("1.stdout");
-        let _ = std::fs::remove_file(&path);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("1.stdout");
         drop(crate::logs::open_attempt_log(&path).unwrap());
         let mut f = std::fs::OpenOptions::new()
             .append(true)
@@ -249,6 +247,5 @@ mod tests {
         let mut fresh = Tail::new(path.clone(), len);
         writeln!(f, "TAPFINGER progress=0.3").unwrap();
         assert_eq!(reported(&mut fresh).await, vec![0.3]);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -406,11 +406,14 @@ mod tests {
         }
     }
 
-    fn fresh(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("tf-store-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir.join("tasks.jsonl")
+    /// A journal's path in a new folder, removed when the folder is dropped.
+    fn fresh(name: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("tf-store-{name}-"))
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join("tasks.jsonl");
+        (dir, path)
     }
 
     fn append_raw(path: &Path, bytes: &[u8]) {
@@ -426,7 +429,7 @@ mod tests {
     /// journal written before specs had them still reads (the field defaults to none).
     #[test]
     fn profile_hints_survive_the_journal_and_old_records_still_read() {
-        let path = fresh("hints");
+        let (_dir, path) = fresh("hints");
         let hinted = TaskSpec::from_toml(
             "command = [\"x\"]\nmin_demand = { cpu = 1 }\n\
              [[profile]]\nalloc = { cpu = 2 }\nseconds = 30\n",
@@ -457,7 +460,7 @@ mod tests {
 
     #[test]
     fn replays_unfinished_tasks_and_survives_a_torn_line() {
-        let path = fresh("replay");
+        let (_dir, path) = fresh("replay");
         let spec = spec();
         {
             let (mut s, r) = Store::open(&path).unwrap();
@@ -503,7 +506,7 @@ mod tests {
 
     #[test]
     fn a_damaged_line_is_refused_and_the_repair_keeps_the_rest() {
-        let path = fresh("corrupt");
+        let (_dir, path) = fresh("corrupt");
         {
             let (mut s, _) = Store::open(&path).unwrap();
             s.accepted(&task(1), &spec()).unwrap();
@@ -530,7 +533,7 @@ mod tests {
 
     #[test]
     fn preemption_counts_survive_a_restart_and_a_compaction() {
-        let path = fresh("preempted");
+        let (_dir, path) = fresh("preempted");
         let opts = StoreOptions {
             keep_finished: 2,
             compact_min_lines: 4,
@@ -555,7 +558,7 @@ mod tests {
 
     #[test]
     fn compaction_keeps_the_live_tasks_and_bounds_the_journal() {
-        let path = fresh("compact");
+        let (_dir, path) = fresh("compact");
         let opts = StoreOptions {
             keep_finished: 50,
             compact_min_lines: 200,
@@ -637,7 +640,7 @@ mod tests {
             return crash_child(Path::new(&which[..which.rfind(':').unwrap()]), *step);
         }
         for (name, _) in steps {
-            let path = fresh(&format!("kill-{name}"));
+            let (_dir, path) = fresh(&format!("kill-{name}"));
             let out = std::process::Command::new(std::env::current_exe().unwrap())
                 .args([
                     "--exact",

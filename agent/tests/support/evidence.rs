@@ -148,15 +148,11 @@ mod tests {
     use super::*;
 
     fn read(records: &[(&str, &str)]) -> Evidence {
-        let dir = std::env::temp_dir().join(format!("tf-evidence-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = tempfile::tempdir().unwrap();
         for (name, text) in records {
-            std::fs::write(dir.join(name), text).unwrap();
+            std::fs::write(dir.path().join(name), text).unwrap();
         }
-        let e = Evidence::read(&dir);
-        let _ = std::fs::remove_dir_all(&dir);
-        e
+        Evidence::read(dir.path())
     }
 
     #[test]
