@@ -418,9 +418,10 @@ pub struct Estimator {
     kinds: KindMap,
     /// Samples and fitted model per task class.
     classes: BTreeMap<TaskTypeId, Class>,
-    /// Each task's last sample (canonical allocation, job time in nanos) until it is done: the
-    /// next sample at another allocation makes a pair with it.
-    last: BTreeMap<TaskId, ([u32; 3], u128)>,
+    /// Each task's last sample (canonical allocation, job time in nanos, whether it was its
+    /// run's first) until it is done: the next sample at another allocation makes a pair with
+    /// it, at the same allocation an ordinary pair unless it held the run's start-up.
+    last: BTreeMap<TaskId, ([u32; 3], u128, bool)>,
     /// Each re-allocated task's switch slot (canonical allocation, job time in nanos; `u128::MAX`
     /// for a slot without progress) until its next sample, which says what the switch cost.
     switched: BTreeMap<TaskId, ([u32; 3], u128)>,
@@ -495,6 +496,18 @@ impl Estimator {
     /// `task` ran `slots` at `alloc` and did `delta` of its work. Samples without progress (a
     /// stalled task, an allocation below its need) or without time are ignored.
     pub fn observe(&mut self, task: &Task, alloc: &Resources, delta: f64, slots: f64) {
+        self.sample(task, alloc, delta, slots, false);
+    }
+
+    /// As [`Self::observe`], for the first sample of a run, since its start: it holds the
+    /// run's start-up (an agent's task process loading its model), so it is a speed sample but
+    /// it makes no ordinary pair with the next slot. Counted there, a start-up would raise the
+    /// ordinary slots' loss, which a switch's must stand above: a restart's cost measured low.
+    pub fn observe_start(&mut self, task: &Task, alloc: &Resources, delta: f64, slots: f64) {
+        self.sample(task, alloc, delta, slots, true);
+    }
+
+    fn sample(&mut self, task: &Task, alloc: &Resources, delta: f64, slots: f64, start: bool) {
         if !(delta > 1e-9 && slots > 1e-9 && delta.is_finite() && slots.is_finite()) {
             return;
         }
@@ -518,14 +531,16 @@ impl Estimator {
         let cell = c.cells.entry(a).or_insert((0, 0));
         cell.0 += 1;
         cell.1 += t;
-        match self.last.insert(task.id, (a, t)) {
-            Some((b, u)) if b != a => {
+        match self.last.insert(task.id, (a, t, start)) {
+            Some((b, u, _)) if b != a => {
                 let ratio = (t as f64 / (u as f64).max(1.0)).min(1e6);
                 let pair = c.pairs.entry((b, a)).or_insert((0, 0));
                 pair.0 += 1;
                 pair.1 += (ratio * NANO).round() as u128;
             }
-            Some((_, u)) => {
+            // The earlier slot held its run's start-up: not slot-to-slot noise.
+            Some((_, _, true)) => {}
+            Some((_, u, false)) => {
                 // An ordinary pair: what the earlier slot lost against this one, as a switch's
                 // slot is measured against its next (`u`, `t`: job times, the earlier first).
                 let lost = 1.0 - (t as f64 / (u as f64).max(1.0)).min(1.0);
@@ -743,6 +758,42 @@ mod tests {
         let mut slowing = est();
         run(&mut slowing, 1, &[6, 5, 4, 3]);
         assert!((slowing.switch_cost(TaskTypeId(0)) - 1.0 / 3.0).abs() < 1e-6);
+    }
+
+    /// A run's first slot holds its start-up (a process loading its model): a speed sample, but
+    /// no ordinary pair with the slot after it, so a start-up does not pass for slot-to-slot
+    /// noise that a switch's loss would have to stand above.
+    #[test]
+    fn a_run_s_start_up_is_no_slot_to_slot_noise() {
+        let at = |g| Resources(vec![2, g, 1]);
+        // Each task starts with a slot of one progress step (start-up), runs slots of three,
+        // then switches to 2 GPUs: a switch slot of two steps and a slot of three.
+        let run = |e: &mut Estimator, id: u64, start_up: bool| {
+            let mut t = task(0, [2, 1, 1]);
+            t.id = TaskId(id);
+            if start_up {
+                e.observe_start(&t, &at(1), 1.0 / 120.0, 1.0);
+            } else {
+                e.observe(&t, &at(1), 1.0 / 120.0, 1.0);
+            }
+            for _ in 0..3 {
+                e.observe(&t, &at(1), 3.0 / 120.0, 1.0);
+            }
+            e.observe_switch(&t, &at(2), 2.0 / 120.0, 1.0);
+            e.observe(&t, &at(2), 3.0 / 120.0, 1.0);
+        };
+        let (mut started, mut counted) = (est(), est());
+        for id in 1..4 {
+            run(&mut started, id, true);
+            run(&mut counted, id, false);
+        }
+        // The switches lose a third; counted as an ordinary pair, the start-up (two thirds
+        // lost, one pair in four) would hide that.
+        assert!((started.switch_cost(TaskTypeId(0)) - 1.0 / 3.0).abs() < 1e-6);
+        assert_eq!(counted.switch_cost(TaskTypeId(0)), 0.0);
+        // The start-up slot is still a speed sample: five a task (the switch slots are none,
+        // switches being costly).
+        assert_eq!(started.samples(TaskTypeId(0)), 15);
     }
 
     #[test]

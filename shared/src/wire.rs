@@ -26,8 +26,10 @@ use std::collections::BTreeMap;
 /// [`crate::estimate::offsets`]): agents of 11 and 12 would estimate the same samples
 /// differently and decide from different views, so they must not form one cluster.
 /// 13: the same for the switch cost, which now counts only beyond the slot-to-slot noise,
-/// [`crate::estimate::NOISE_Z`].)
-pub const WIRE_VERSION: u16 = 13;
+/// [`crate::estimate::NOISE_Z`]. 14: again the estimator: a run's start-up slot makes no
+/// ordinary pair, and progress that reaches 1 makes no sample,
+/// [`crate::estimate::Estimator::observe_start`].)
+pub const WIRE_VERSION: u16 = 14;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.

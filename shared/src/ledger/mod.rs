@@ -467,7 +467,11 @@ impl<M> Ledger<M> {
     /// driver's clock); other states: nothing. The progress made since the copy's last
     /// observation at the same allocation (or since its start) is a sample for the speed
     /// estimator; made since an observation at another allocation (the slot of a re-share),
-    /// it is a switch ([`crate::estimate::Estimator::observe_switch`]).
+    /// it is a switch ([`crate::estimate::Estimator::observe_switch`]). A copy's first sample,
+    /// since its start, holds its start-up ([`crate::estimate::Estimator::observe_start`]).
+    /// Progress that reaches 1 makes no sample: the task finished somewhere within the time
+    /// since the last observation (an agent's task reporting `progress=1` before it exits), so
+    /// that time says nothing of its speed.
     pub fn set_progress(&mut self, id: TaskId, p: f64, now: f64) {
         let Some(Entry {
             task,
@@ -491,19 +495,25 @@ impl<M> Ledger<M> {
             *progress = p;
             return;
         }
+        let finished = p >= 1.0;
         let since = match observed.take() {
-            Some((q, t, a)) if a == *alloc => Some((q, t)),
+            Some((q, t, a)) if a == *alloc => Some((q, t, false)),
             // The slot of a switch to this allocation: what it cost, not a speed.
             Some((q, t, _)) => {
-                self.estimator.observe_switch(task, alloc, p - q, now - t);
+                if !finished {
+                    self.estimator.observe_switch(task, alloc, p - q, now - t);
+                }
                 None
             }
             // The first observation of a copy that has not progressed before: since its start.
-            None if *progress == 0.0 => Some((0.0, *started as f64)),
+            None if *progress == 0.0 => Some((0.0, *started as f64, true)),
             None => None,
         };
-        if let Some((q, t)) = since {
-            self.estimator.observe(task, alloc, p - q, now - t);
+        match since {
+            _ if finished => {}
+            Some((q, t, true)) => self.estimator.observe_start(task, alloc, p - q, now - t),
+            Some((q, t, false)) => self.estimator.observe(task, alloc, p - q, now - t),
+            None => {}
         }
         *progress = p;
         *observed = Some((p, now, alloc.clone()));

@@ -528,6 +528,10 @@ fn the_slot_after_a_re_allocation_is_no_speed_sample() {
     reshare(&mut l, [4, 1], 0.4);
     l.set_progress(TaskId(1), 0.6, 4.0);
     assert_eq!(l.estimator().samples(t.ty), 3);
+    // Progress that reaches 1 ends the task somewhere in the slot: no sample (as a full slot it
+    // would say 0.4 a slot was 0.2).
+    l.set_progress(TaskId(1), 1.0, 5.0);
+    assert_eq!(l.estimator().samples(t.ty), 3);
 }
 
 /// A task learned only once it is done (from an outcome or a journal) counts its declared work
