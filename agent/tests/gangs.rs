@@ -226,6 +226,42 @@ fn records_of(rec: &Path, prefix: &str) -> (Vec<Start>, Vec<(u32, String)>) {
     (starts, done)
 }
 
+/// The run (epoch) of task `task` whose every started member wrote its end, with its starts and
+/// ends; `None` while there is none. A run whose members did not all start (boxes that decided
+/// a round out of step: the gang module's doc) fails at rendezvous and the gang starts again
+/// under a new epoch, so that only the complete run counts; and no other run may have ended a
+/// member (two runs that each got as far as an end would be the gang run twice).
+fn finished_run(rec: &Path, task: u64) -> Option<(String, Vec<Start>, Vec<(u32, String)>)> {
+    let mut epochs: Vec<String> = std::fs::read_dir(rec)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().to_string();
+            let rest = name.strip_prefix(&format!("{task}-"))?;
+            Some(rest.split('-').next()?.to_string())
+        })
+        .collect();
+    epochs.sort();
+    epochs.dedup();
+    let runs: Vec<_> = epochs
+        .into_iter()
+        .map(|e| {
+            let (s, d) = records_of(rec, &format!("{task}-{e}-"));
+            (e, s, d)
+        })
+        .collect();
+    let ended: Vec<&String> = runs
+        .iter()
+        .filter(|(_, _, d)| !d.is_empty())
+        .map(|r| &r.0)
+        .collect();
+    assert!(
+        ended.len() <= 1,
+        "task {task}: members ended in runs {ended:?}"
+    );
+    runs.into_iter()
+        .find(|(_, s, d)| !s.is_empty() && d.len() == s.len())
+}
+
 fn running(pid: u32) -> bool {
     // A zombie (exited, not yet reaped by its parent) does not run.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -256,9 +292,9 @@ fn a_three_member_gang_rendezvouses_across_three_agents_and_finishes() {
     c.wait_until(
         Duration::from_secs(60),
         "the three members to finish",
-        |_| records(&rec).1.len() == 3,
+        |_| finished_run(&rec, task).is_some(),
     );
-    let (starts, done) = records(&rec);
+    let (_, starts, done) = finished_run(&rec, task).unwrap();
     // Every member ran once, each on its own box, and all agreed on 0 + 1 + 2.
     assert_eq!(
         starts.iter().map(|s| s.0).collect::<Vec<_>>(),
@@ -282,7 +318,12 @@ fn a_three_member_gang_rendezvouses_across_three_agents_and_finishes() {
     c.wait_until(
         Duration::from_secs(10),
         "no member process to be left",
-        |_| starts.iter().all(|s| !running(s.1)),
+        |_| {
+            records_of(&rec, &format!("{task}-"))
+                .0
+                .iter()
+                .all(|s| !running(s.1))
+        },
     );
 
     // A layer chain: a target no plan meets on these boxes is refused, with the best reachable.
@@ -313,16 +354,12 @@ fn a_three_member_gang_rendezvouses_across_three_agents_and_finishes() {
     let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
         .as_u64()
         .unwrap();
-    let prefix = format!("{id}-");
     c.wait_until(
         Duration::from_secs(60),
         "the pipeline's members to finish",
-        |_| {
-            let (s, d) = records_of(&rec, &prefix);
-            !s.is_empty() && d.len() == s.len()
-        },
+        |_| finished_run(&rec, id).is_some(),
     );
-    let (s, d) = records_of(&rec, &prefix);
+    let (_, s, d) = finished_run(&rec, id).unwrap();
     let world = s.len() as u32;
     assert!(world >= 3, "{s:?}");
     let sum = (world * (world - 1) / 2).to_string();
