@@ -187,6 +187,9 @@ impl Drop for Cluster {
 /// A member's start record: its rank, pid and box.
 type Start = (u32, u32, String);
 
+/// One run of a gang: its epoch, its members' starts, and (rank, sum) of those that ended.
+type Run = (String, Vec<Start>, Vec<(u32, String)>);
+
 /// The members' records in `rec`: their starts, and (rank, sum) at the end.
 fn records(rec: &Path) -> (Vec<Start>, Vec<(u32, String)>) {
     records_of(rec, "")
@@ -231,7 +234,7 @@ fn records_of(rec: &Path, prefix: &str) -> (Vec<Start>, Vec<(u32, String)>) {
 /// a round out of step: the gang module's doc) fails at rendezvous and the gang starts again
 /// under a new epoch, so that only the complete run counts; and no other run may have ended a
 /// member (two runs that each got as far as an end would be the gang run twice).
-fn finished_run(rec: &Path, task: u64) -> Option<(String, Vec<Start>, Vec<(u32, String)>)> {
+fn finished_run(rec: &Path, task: u64) -> Option<Run> {
     let mut epochs: Vec<String> = std::fs::read_dir(rec)
         .unwrap()
         .filter_map(|e| {
@@ -242,7 +245,7 @@ fn finished_run(rec: &Path, task: u64) -> Option<(String, Vec<Start>, Vec<(u32, 
         .collect();
     epochs.sort();
     epochs.dedup();
-    let runs: Vec<_> = epochs
+    let runs: Vec<Run> = epochs
         .into_iter()
         .map(|e| {
             let (s, d) = records_of(rec, &format!("{task}-{e}-"));
