@@ -13,12 +13,23 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tapfinger-agent");
 
+/// A port the system had free, never one handed out before in this process: the port is
+/// released before an agent binds it, so the system may offer it again, and two agents of one
+/// cluster given the same port fail to start (a run saw an API port reused for a peer's
+/// listener). Another process may still take it meanwhile; that this does not prevent.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if GIVEN.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
 }
 
 struct Cluster {
