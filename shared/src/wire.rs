@@ -28,8 +28,9 @@ use std::collections::BTreeMap;
 /// 13: the same for the switch cost, which now counts only beyond the slot-to-slot noise,
 /// [`crate::estimate::NOISE_Z`]. 14: again the estimator: a run's start-up slot makes no
 /// ordinary pair, and progress that reaches 1 makes no sample,
-/// [`crate::estimate::Estimator::observe_start`].)
-pub const WIRE_VERSION: u16 = 14;
+/// [`crate::estimate::Estimator::observe_start`]. 15: the estimator measures a start-up's
+/// cost, and a costly one's slot is no sample nor pair, [`crate::estimate::Estimator::start_cost`].)
+pub const WIRE_VERSION: u16 = 15;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.

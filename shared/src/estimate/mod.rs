@@ -52,6 +52,17 @@
 //! progresses, so an earlier slot never loses against a later one) the ordinary pairs measure
 //! nothing and the cost is the switches' mean, as without them.
 //!
+//! **What a start-up costs.** A run's first slot holds its start-up (an agent's task process
+//! loading its model; [`Estimator::observe_start`]): it makes no ordinary pair, but the same
+//! task's next slot at that allocation says what fraction of the slot the start-up lost, as a
+//! switch's next slot says of the switch. Per class, beyond the ordinary pairs' loss and its
+//! noise, that is its start cost ([`Estimator::start_cost`]); while it is under
+//! [`COSTLY_SWITCH`] a first slot is a speed sample and makes a pair with a later slot at
+//! another allocation, past it it does neither. A task re-shared right after it starts would
+//! otherwise pair its slow first slot with the slot after the switch and show the new
+//! allocation faster than it is. In the simulator tasks start at full speed, so the start cost
+//! is 0 and the estimates are what they were before start-ups were measured.
+//!
 //! **Profile hints.** A task's submitter may say how long the task takes alone at a few
 //! allocations (the spec's `profile`, what a profiling run or experience measured;
 //! [`Estimator::hint`]). Each distinct hint of a class is one more sample of its job time, kept
@@ -69,7 +80,8 @@
 //! sample, the prior scales by the task's work over that mean. A class none of whose tasks
 //! declare work is estimated exactly as without this (one unit per task).
 
-use crate::fit::nnls;
+mod class;
+
 use crate::resources::Resources;
 use crate::task::{Task, TaskId, TaskTypeId};
 use std::collections::BTreeMap;
@@ -147,38 +159,7 @@ pub const MAX_HINTS: usize = 64;
 /// exactly).
 const NANO: f64 = 1e9;
 
-/// One class's samples and fit.
-#[derive(Debug, Clone, Default)]
-struct Class {
-    /// Per canonical allocation: (samples, sum of job times in nanoslots).
-    cells: BTreeMap<[u32; 3], (u64, u128)>,
-    /// The fitted model, once samples span two allocations.
-    theta: Option<[f64; 4]>,
-    /// Samples' level relative to the prior shape (time / shape, averaged per sample).
-    level: Option<f64>,
-    /// The minimum demand the prior shape and the terms' offsets are anchored at: per kind, the
-    /// least of the class's tasks heard of ([`class_for`]).
-    min: [f64; 3],
-    /// Per (earlier, later) canonical allocation of one task's consecutive samples: (pairs, sum
-    /// of the later job time over the earlier one, in nanos). A ratio of one task's own times
-    /// does not depend on the task's size, which the cells' times mix in (module doc).
-    pairs: BTreeMap<([u32; 3], [u32; 3]), (u64, u128)>,
-    /// Distinct profile hints: (canonical allocation, job time in nanoslots), one sample each.
-    hints: std::collections::BTreeSet<([u32; 3], u128)>,
-    /// Re-allocations measured: (count, sum of the speed of a switch's slot over the speed of
-    /// the same task's next slot at that allocation, each at most 1, in nanos).
-    switches: (u64, u128),
-    /// Ordinary pairs (one task's consecutive slots at one allocation): (count, sum of what the
-    /// earlier slot lost against the later, `1 − min(later / earlier speed, 1)`, in nanos, sum of
-    /// its squares in nanos). The noise a switch's loss must stand out of (module doc).
-    ordinary: (u64, u128, u128),
-    /// The switches' slots, kept apart from `cells` as `cells` keeps samples: they count as
-    /// speed samples while the class's switches measure free ([`COSTLY_SWITCH`]), as they
-    /// did before switches were measured.
-    switch_cells: BTreeMap<[u32; 3], (u64, u128)>,
-    /// Tasks that declared their work: (count, sum of their work in nano-units).
-    declared: (u64, u128),
-}
+use class::{Class, class_for};
 
 /// Per canonical kind, the offset `o` of the model's term `θ / (o + a)`: 0 where the class's
 /// tasks ask at least one unit of the kind (Amdahl's law, `θ / a`: a task that scales linearly
@@ -195,222 +176,6 @@ pub fn term(o: f64, a: f64) -> f64 {
     1.0 / (o + a).max(1.0)
 }
 
-fn terms(a: &[f64; 3], o: &[f64; 3]) -> [f64; 4] {
-    [1.0, term(o[0], a[0]), term(o[1], a[1]), term(o[2], a[2])]
-}
-
-/// [`terms`] without the terms of the kinds that never `varied` (the intercept carries them).
-fn varied_terms(a: &[f64; 3], o: &[f64; 3], varied: &[bool; 3]) -> [f64; 4] {
-    let mut f = terms(a, o);
-    for k in 0..3 {
-        if !varied[k] {
-            f[k + 1] = 0.0;
-        }
-    }
-    f
-}
-
-fn as_f64(a: &[u32; 3]) -> [f64; 3] {
-    a.map(f64::from)
-}
-
-impl Class {
-    /// The mean declared work of its tasks so far (`None`: none declared).
-    fn mean_work(&self) -> Option<f64> {
-        (self.declared.0 > 0).then(|| self.declared.1 as f64 / self.declared.0 as f64 / NANO)
-    }
-
-    /// Whether samples or hints have set its level (else [`Class::slots`] is the prior's).
-    /// Not `samples() > 0`: that may copy the cells, and estimates are read far more often
-    /// than samples come in.
-    fn fitted(&self) -> bool {
-        self.theta.is_some() || self.level.is_some()
-    }
-
-    fn samples(&self) -> u64 {
-        self.speed_cells().values().map(|c| c.0).sum::<u64>() + self.hints.len() as u64
-    }
-
-    /// The fraction of a slot a re-allocation costs, as measured ([`Estimator::switch_cost`]).
-    fn switch_cost(&self) -> f64 {
-        if self.switches.0 == 0 {
-            return 0.0;
-        }
-        let n = self.switches.0 as f64;
-        let lost = (1.0 - self.switches.1 as f64 / NANO / n).clamp(0.0, 1.0);
-        let (mean, spread) = self.ordinary_loss();
-        let excess = (lost - mean).max(0.0);
-        // Below the bar once the noise is allowed for: no evidence of a cost (module doc).
-        if excess - NOISE_Z * spread / n.sqrt() < COSTLY_SWITCH {
-            return 0.0;
-        }
-        excess
-    }
-
-    /// The ordinary pairs' mean loss and its standard deviation (0 with fewer than two pairs:
-    /// no evidence of noise).
-    fn ordinary_loss(&self) -> (f64, f64) {
-        let (n, sum, squares) = self.ordinary;
-        if n == 0 {
-            return (0.0, 0.0);
-        }
-        let nf = n as f64;
-        let mean = sum as f64 / NANO / nf;
-        if n < 2 {
-            return (mean, 0.0);
-        }
-        let var = (squares as f64 / NANO - nf * mean * mean) / (nf - 1.0);
-        (mean, var.max(0.0).sqrt())
-    }
-
-    /// The speed samples per allocation: the observed ones, and the switches' slots while
-    /// switches measure free. From sums alone, so the same in any order the samples came in.
-    fn speed_cells(&self) -> std::borrow::Cow<'_, BTreeMap<[u32; 3], (u64, u128)>> {
-        if self.switch_cells.is_empty() || self.switch_cost() >= COSTLY_SWITCH {
-            return std::borrow::Cow::Borrowed(&self.cells);
-        }
-        let mut all = self.cells.clone();
-        for (a, (n, sum)) in &self.switch_cells {
-            let cell = all.entry(*a).or_insert((0, 0));
-            cell.0 += n;
-            cell.1 += sum;
-        }
-        std::borrow::Cow::Owned(all)
-    }
-
-    fn refit(&mut self) {
-        // Per allocation: its mean job time and its weight (√samples, as least squares over
-        // every sample would weigh it); each hint a row of weight 1.
-        let cells = self.speed_cells();
-        let rows: Vec<([f64; 3], f64, f64)> = cells
-            .iter()
-            .map(|(a, (n, sum))| (as_f64(a), *sum as f64 / NANO / *n as f64, *n as f64))
-            .chain(
-                self.hints
-                    .iter()
-                    .map(|(a, t)| (as_f64(a), *t as f64 / NANO, 1.0)),
-            )
-            .collect();
-        let n: f64 = rows.iter().map(|r| r.2).sum();
-        self.level = Some(
-            rows.iter()
-                .map(|(a, t, w)| w * t / prior_shape(&self.min, a))
-                .sum::<f64>()
-                / n,
-        );
-        let varied: [bool; 3] = std::array::from_fn(|k| {
-            rows.iter()
-                .any(|(a, _, _)| (a[k] - rows[0].0[k]).abs() > 0.0)
-        });
-        if self.fit_pairs(&rows, varied) {
-            return;
-        }
-        if !varied.iter().any(|v| *v) {
-            self.theta = None;
-            return;
-        }
-        // Kinds that never varied get no term: the intercept carries them.
-        let o = offsets(&self.min);
-        let x: Vec<[f64; 4]> = rows
-            .iter()
-            .map(|(a, _, w)| varied_terms(a, &o, &varied).map(|v| v * w.sqrt()))
-            .collect();
-        let y: Vec<f64> = rows.iter().map(|(_, t, w)| t * w.sqrt()).collect();
-        self.theta = Some(nnls(&x, &y));
-    }
-
-    /// The fit from the pairs (module doc), where they exist: the shape from the pairs' ratios
-    /// (`T(later) = ratio · T(earlier)`, normalized to 1 at the most sampled allocation), the
-    /// level from every sample (`rows`: allocation, mean job time, samples). False, and nothing
-    /// changed, without pairs or where the pairs leave a kind unvaried that the samples vary.
-    fn fit_pairs(&mut self, rows: &[([f64; 3], f64, f64)], in_samples: [bool; 3]) -> bool {
-        if self.pairs.is_empty() {
-            return false;
-        }
-        // Pairs that never varied a kind the samples did say nothing of it, and a shape without
-        // its term would hold the kind useless for good (a share that believes so never hands
-        // the kind out, so no pair ever varies it): the samples' fit speaks until they do. (A
-        // pair's allocations are samples' too, so past this the pairs vary what they vary.)
-        if (0..3).any(|k| in_samples[k] && !self.pairs.keys().any(|(a, b)| a[k] != b[k])) {
-            return false;
-        }
-        let o = offsets(&self.min);
-        let masked = |a: &[f64; 3]| varied_terms(a, &o, &in_samples);
-        let mut x: Vec<[f64; 4]> = Vec::with_capacity(self.pairs.len() + 1);
-        let mut y: Vec<f64> = Vec::with_capacity(self.pairs.len() + 1);
-        let mut total = 0.0;
-        for ((a, b), (n, sum)) in &self.pairs {
-            let n = *n as f64;
-            let ratio = *sum as f64 / NANO / n;
-            let (fa, fb) = (masked(&as_f64(a)), masked(&as_f64(b)));
-            x.push(std::array::from_fn(|j| (fb[j] - ratio * fa[j]) * n.sqrt()));
-            y.push(0.0);
-            total += n;
-        }
-        // The anchor fixes the scale the ratios leave free (heavily weighted: it must hold).
-        let anchor = rows
-            .iter()
-            .max_by(|p, q| p.2.total_cmp(&q.2))
-            .map_or([0.0; 3], |r| r.0);
-        let weight = 1e3 * total.sqrt();
-        x.push(masked(&anchor).map(|v| v * weight));
-        y.push(weight);
-        let shape = nnls(&x, &y);
-        let f = |a: &[f64; 3]| {
-            terms(a, &o)
-                .iter()
-                .zip(&shape)
-                .map(|(t, s)| t * s)
-                .sum::<f64>()
-        };
-        let n: f64 = rows.iter().map(|r| r.2).sum();
-        let level = rows
-            .iter()
-            .map(|(a, t, w)| w * t / f(a).max(1e-9))
-            .sum::<f64>()
-            / n;
-        if !(level.is_finite() && level > 0.0 && shape.iter().any(|s| *s > 0.0)) {
-            return false;
-        }
-        self.theta = Some(shape.map(|s| s * level));
-        true
-    }
-
-    fn slots(&self, min: &[f64; 3], a: &[f64; 3]) -> f64 {
-        let t = match (&self.theta, self.level) {
-            (Some(th), _) => terms(a, &offsets(&self.min))
-                .iter()
-                .zip(th)
-                .map(|(f, t)| f * t)
-                .sum::<f64>(),
-            (None, Some(level)) => level * prior_shape(&self.min, a),
-            (None, None) => PRIOR_SLOTS * prior_shape(min, a),
-        };
-        t.max(1e-3)
-    }
-}
-
-/// `ty`'s class, made if new, anchored at the least minimum demand (per kind) of the tasks it
-/// has heard of: a minimum of many, the same whatever order the agents hear the tasks in, so
-/// that they fit the same terms ([`offsets`]) and prior shape. A lower minimum refits it.
-fn class_for(
-    classes: &mut BTreeMap<TaskTypeId, Class>,
-    ty: TaskTypeId,
-    min: [f64; 3],
-) -> &mut Class {
-    let c = classes.entry(ty).or_insert_with(|| Class {
-        min,
-        ..Class::default()
-    });
-    if (0..3).any(|k| min[k] < c.min[k]) {
-        c.min = std::array::from_fn(|k| c.min[k].min(min[k]));
-        if c.fitted() {
-            c.refit();
-        }
-    }
-    c
-}
-
 /// The estimator of a cluster (module doc).
 #[derive(Debug, Clone, Default)]
 pub struct Estimator {
@@ -420,7 +185,8 @@ pub struct Estimator {
     classes: BTreeMap<TaskTypeId, Class>,
     /// Each task's last sample (canonical allocation, job time in nanos, whether it was its
     /// run's first) until it is done: the next sample at another allocation makes a pair with
-    /// it, at the same allocation an ordinary pair unless it held the run's start-up.
+    /// it (a start pair after a first slot), at the same allocation an ordinary pair, or after
+    /// a first slot a measure of the start-up's cost.
     last: BTreeMap<TaskId, ([u32; 3], u128, bool)>,
     /// Each re-allocated task's switch slot (canonical allocation, job time in nanos; `u128::MAX`
     /// for a slot without progress) until its next sample, which says what the switch cost.
@@ -500,9 +266,11 @@ impl Estimator {
     }
 
     /// As [`Self::observe`], for the first sample of a run, since its start: it holds the
-    /// run's start-up (an agent's task process loading its model), so it is a speed sample but
-    /// it makes no ordinary pair with the next slot. Counted there, a start-up would raise the
-    /// ordinary slots' loss, which a switch's must stand above: a restart's cost measured low.
+    /// run's start-up (an agent's task process loading its model), so it makes no ordinary pair
+    /// with the next slot (counted there, a start-up would raise the ordinary slots' loss, which
+    /// a switch's must stand above: a restart's cost measured low); the next slot at the same
+    /// allocation measures the start-up's cost instead, and while that is costly
+    /// ([`Self::start_cost`]) this slot is no speed sample and makes no pair (module doc).
     pub fn observe_start(&mut self, task: &Task, alloc: &Resources, delta: f64, slots: f64) {
         self.sample(task, alloc, delta, slots, true);
     }
@@ -528,18 +296,33 @@ impl Estimator {
             c.switches.0 += 1;
             c.switches.1 += (kept * NANO).round() as u128;
         }
-        let cell = c.cells.entry(a).or_insert((0, 0));
+        let cells = if start {
+            &mut c.start_cells
+        } else {
+            &mut c.cells
+        };
+        let cell = cells.entry(a).or_insert((0, 0));
         cell.0 += 1;
         cell.1 += t;
         match self.last.insert(task.id, (a, t, start)) {
-            Some((b, u, _)) if b != a => {
+            Some((b, u, earlier_start)) if b != a => {
                 let ratio = (t as f64 / (u as f64).max(1.0)).min(1e6);
-                let pair = c.pairs.entry((b, a)).or_insert((0, 0));
+                let pairs = if earlier_start {
+                    &mut c.start_pairs
+                } else {
+                    &mut c.pairs
+                };
+                let pair = pairs.entry((b, a)).or_insert((0, 0));
                 pair.0 += 1;
                 pair.1 += (ratio * NANO).round() as u128;
             }
-            // The earlier slot held its run's start-up: not slot-to-slot noise.
-            Some((_, _, true)) => {}
+            // The earlier slot held its run's start-up: not slot-to-slot noise, but a measure
+            // of the start-up's cost, as a switch's slot against its next.
+            Some((_, u, true)) => {
+                let kept = (t as f64 / (u as f64).max(1.0)).min(1.0);
+                c.starts.0 += 1;
+                c.starts.1 += (kept * NANO).round() as u128;
+            }
             Some((_, u, false)) => {
                 // An ordinary pair: what the earlier slot lost against this one, as a switch's
                 // slot is measured against its next (`u`, `t`: job times, the earlier first).
@@ -616,6 +399,14 @@ impl Estimator {
     /// little to stand out of the noise, 1 where a switch's slot makes no progress.
     pub fn switch_cost(&self, class: TaskTypeId) -> f64 {
         self.classes.get(&class).map_or(0.0, Class::switch_cost)
+    }
+
+    /// The fraction of its first slot a run's start-up costs `class` (a task process loading
+    /// its model), measured as [`Self::switch_cost`] is: each run's first slot against the same
+    /// task's next slot at that allocation, beyond the ordinary slots' loss. While it is under
+    /// [`COSTLY_SWITCH`] first slots are speed samples and make pairs; past it they do neither.
+    pub fn start_cost(&self, class: TaskTypeId) -> f64 {
+        self.classes.get(&class).map_or(0.0, Class::start_cost)
     }
 
     /// Estimated slots `task` takes alone at `alloc` (all of its work).
@@ -791,9 +582,100 @@ mod tests {
         // lost, one pair in four) would hide that.
         assert!((started.switch_cost(TaskTypeId(0)) - 1.0 / 3.0).abs() < 1e-6);
         assert_eq!(counted.switch_cost(TaskTypeId(0)), 0.0);
-        // The start-up slot is still a speed sample: five a task (the switch slots are none,
-        // switches being costly).
-        assert_eq!(started.samples(TaskTypeId(0)), 15);
+        // The start-ups are measured as switches are: a run's first slot against its next at
+        // the same allocation. They lose two thirds, so the first slots are no speed samples:
+        // four a task (the switch slots are none either, switches being costly).
+        assert!((started.start_cost(TaskTypeId(0)) - 2.0 / 3.0).abs() < 1e-6);
+        assert_eq!(started.samples(TaskTypeId(0)), 12);
+        assert_eq!(counted.start_cost(TaskTypeId(0)), 0.0);
+    }
+
+    /// A task re-shared right after it starts: its slow first slot and the slot after the
+    /// switch would make a pair that shows the new allocation faster than it is. Once the
+    /// class's start-ups measure costly, first slots make no pairs and are no speed samples.
+    #[test]
+    fn a_costly_start_up_makes_no_pair() {
+        let at = |g| Resources(vec![2, g, 1]);
+        // Half serial (Amdahl): 12 slots alone at one GPU, 9 at two. A start-up loses half a
+        // slot.
+        let step = |g: u32| 1.0 / (6.0 + 6.0 / f64::from(g));
+        let feed = |e: &mut Estimator, first_as_start: bool| {
+            let first = |e: &mut Estimator, t: &Task, g: u32| {
+                if first_as_start {
+                    e.observe_start(t, &at(g), step(g) / 2.0, 1.0);
+                } else {
+                    e.observe(t, &at(g), step(g) / 2.0, 1.0);
+                }
+            };
+            for id in 0..6u64 {
+                let mut t = task(0, [2, 1, 1]);
+                t.id = TaskId(id);
+                first(e, &t, 1);
+                if id % 2 == 0 {
+                    // Kept at one GPU: the start-up's cost shows against the next slot; later,
+                    // a switch to two GPUs after ordinary slots (a true pair).
+                    for _ in 0..3 {
+                        e.observe(&t, &at(1), step(1), 1.0);
+                    }
+                } else {
+                    // Re-shared at once: a switch slot, then slots at two GPUs.
+                    e.observe_switch(&t, &at(2), step(2) / 2.0, 1.0);
+                    for _ in 0..2 {
+                        e.observe(&t, &at(2), step(2), 1.0);
+                    }
+                    continue;
+                }
+                e.observe_switch(&t, &at(2), step(2) / 2.0, 1.0);
+                e.observe(&t, &at(2), step(2), 1.0);
+            }
+        };
+        let (mut started, mut counted) = (est(), est());
+        feed(&mut started, true);
+        feed(&mut counted, false);
+        let t = task(0, [2, 1, 1]);
+        let ratio = |e: &Estimator| e.slots(&t, &at(2)) / e.slots(&t, &at(1));
+        assert!((started.start_cost(TaskTypeId(0)) - 0.5).abs() < 1e-6);
+        assert!((ratio(&started) - 0.75).abs() < 0.01, "{}", ratio(&started));
+        assert!((started.slots(&t, &at(1)) - 12.0).abs() < 0.2);
+        // Taken as ordinary slots, the start-ups bend the shape: two GPUs look faster.
+        assert!(ratio(&counted) < 0.65, "{}", ratio(&counted));
+    }
+
+    /// Where first slots are as fast as the next (the simulator's: its tasks start at full
+    /// speed), marking them as starts changes no estimate: they are speed samples and make
+    /// pairs as any slot does.
+    #[test]
+    fn free_start_ups_change_no_estimate() {
+        let at = |g| Resources(vec![2, g, 1]);
+        let step = |g: u32| f64::from(g) / 12.0 + 0.01;
+        let feed = |e: &mut Estimator, first_as_start: bool| {
+            for id in 0..4u64 {
+                let mut t = task(0, [2, 1, 1]);
+                t.id = TaskId(id);
+                let g0 = 1 + (id % 2) as u32;
+                if first_as_start {
+                    e.observe_start(&t, &at(g0), step(g0), 1.0);
+                } else {
+                    e.observe(&t, &at(g0), step(g0), 1.0);
+                }
+                e.observe(&t, &at(g0), step(g0), 1.0);
+                e.observe_switch(&t, &at(4), step(4), 1.0);
+                e.observe(&t, &at(4), step(4), 1.0);
+                e.observe(&t, &at(3), step(3), 1.0);
+            }
+        };
+        let (mut started, mut counted) = (est(), est());
+        feed(&mut started, true);
+        feed(&mut counted, false);
+        let t = task(0, [2, 1, 1]);
+        assert_eq!(started.start_cost(TaskTypeId(0)), 0.0);
+        for g in 1..6 {
+            assert_eq!(started.slots(&t, &at(g)), counted.slots(&t, &at(g)));
+        }
+        assert_eq!(
+            started.samples(TaskTypeId(0)),
+            counted.samples(TaskTypeId(0))
+        );
     }
 
     #[test]
@@ -1173,7 +1055,7 @@ mod tests {
         /// tasks' events interleave (each task's own in order), the estimates and the measured
         /// switch cost are the same to the bit.
         #[test]
-        fn estimates_and_switch_costs_do_not_depend_on_the_order_tasks_are_heard_in(
+        fn estimates_and_costs_do_not_depend_on_the_order_tasks_are_heard_in(
             events in proptest::collection::vec(
                 proptest::collection::vec((0u32..4, 0.01f64..1.0, proptest::bool::ANY), 1..6),
                 1..5,
@@ -1189,7 +1071,10 @@ mod tests {
                     let mut t = task(0, [1, 0, 1]);
                     t.id = TaskId(i as u64);
                     let a = Resources(vec![2, g, 1]);
-                    if switch {
+                    // Each task's first event is its run's start (its start-up).
+                    if next[i] == 1 {
+                        e.observe_start(&t, &a, d, 1.0);
+                    } else if switch {
                         e.observe_switch(&t, &a, d, 1.0);
                     } else {
                         e.observe(&t, &a, d, 1.0);
@@ -1199,7 +1084,8 @@ mod tests {
                 let slots: Vec<u64> = (0..4)
                     .map(|g| e.slots(&t, &Resources(vec![2, g, 1])).to_bits())
                     .collect();
-                (slots, e.switch_cost(TaskTypeId(0)).to_bits(), e.samples(TaskTypeId(0)))
+                let costs = [e.switch_cost(TaskTypeId(0)), e.start_cost(TaskTypeId(0))];
+                (slots, costs.map(f64::to_bits), e.samples(TaskTypeId(0)))
             };
             let in_turn: Vec<usize> = events
                 .iter()
