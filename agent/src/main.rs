@@ -125,6 +125,12 @@ enum Cmd {
         #[command(flatten)]
         client: Client,
     },
+    /// What the speed estimator holds of each task class: samples, estimated slots alone at the
+    /// class's minimum and at twice it, and what a re-allocation and a start-up cost.
+    Classes {
+        #[command(flatten)]
+        client: Client,
+    },
     /// The policy version in use (`policy`), or go back to the previous one (`policy rollback`;
     /// the version rolled back from and older ones are refused from then on).
     Policy {
@@ -207,6 +213,7 @@ fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyh
                 Some(tapfinger_agent::run::tasks_table)
             }
             "/v1/peers" => Some(tapfinger_agent::run::peers_table),
+            "/v1/classes" => Some(tapfinger_agent::run::classes_table),
             "/v1/node" => Some(tapfinger_agent::run::node_lines),
             _ => None,
         };
@@ -360,6 +367,7 @@ fn main() {
             .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{}/logs", id.0), None)),
         Cmd::Node { client } => call(&client, "GET", "/v1/node", None),
         Cmd::Peers { client } => call(&client, "GET", "/v1/peers", None),
+        Cmd::Classes { client } => call(&client, "GET", "/v1/classes", None),
         Cmd::Policy { action, client } => match action.as_str() {
             "show" => call(&client, "GET", "/v1/policy", None),
             "rollback" => call(&client, "POST", "/v1/policy/rollback", None),

@@ -401,6 +401,35 @@ pub fn peers_table(body: &serde_json::Value) -> Option<String> {
     Some(out)
 }
 
+/// `GET /v1/classes` as an aligned table (`tapfinger-agent classes`); None if the body is not
+/// a [`crate::api::Classes`]. A class the estimator has no sample of shows the prior's figures,
+/// marked `prior`.
+pub fn classes_table(body: &serde_json::Value) -> Option<String> {
+    let page: crate::api::Classes = serde_json::from_value(body.clone()).ok()?;
+    let mut out = format!(
+        "{:<20} {:>7} {:<12} {:>9} {:>9} {:>7} {:>7}\n",
+        "CLASS", "SAMPLES", "MIN c,g,m", "T@MIN", "T@2xMIN", "SWITCH", "START"
+    );
+    for c in &page.classes {
+        let name = if c.name.is_empty() {
+            "(unnamed)"
+        } else {
+            &c.name
+        };
+        let min = c.min.map(|m| format!("{m}")).join(",");
+        let prior = if c.fitted { "" } else { " prior" };
+        out.push_str(&format!(
+            "{:<20} {:>7} {:<12} {:>9.2} {:>9.2} {:>7.2} {:>7.2}{prior}\n",
+            name, c.samples, min, c.slots_at_min, c.slots_at_double, c.switch_cost, c.start_cost
+        ));
+    }
+    out.push_str(&format!(
+        "{} class(es); T: estimated slots alone; SWITCH, START: fraction of a slot lost",
+        page.classes.len()
+    ));
+    Some(out)
+}
+
 /// `GET /v1/node` as aligned `key  value` lines (`tapfinger-agent node`); None if the body is not
 /// a [`crate::api::NodeInfo`].
 pub fn node_lines(body: &serde_json::Value) -> Option<String> {
@@ -427,6 +456,29 @@ pub fn node_lines(body: &serde_json::Value) -> Option<String> {
 
 #[cfg(test)]
 mod table_tests {
+    #[test]
+    fn classes_render_as_a_table() {
+        let v = serde_json::json!({"classes": [
+            {"name": "bert-finetune", "id": 1030, "samples": 12, "hints": 0,
+             "min": [2.0, 1.0, 1.0], "fitted": true, "slots_at_min": 12.0,
+             "slots_at_double": 9.0, "switch_cost": 0.25, "start_cost": 0.5},
+            {"name": "", "id": 0, "samples": 0, "hints": 0, "min": [1.0, 0.0, 1.0],
+             "fitted": false, "slots_at_min": 10.0, "slots_at_double": 8.5,
+             "switch_cost": 0.0, "start_cost": 0.0}
+        ]});
+        let t = super::classes_table(&v).unwrap();
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4, "{t}");
+        assert!(lines[0].starts_with("CLASS"));
+        assert!(lines[1].starts_with("bert-finetune") && lines[1].contains("2,1,1"));
+        assert!(
+            lines[1].contains("12.00") && lines[1].contains("0.25") && lines[1].contains("0.50")
+        );
+        assert!(lines[2].starts_with("(unnamed)") && lines[2].ends_with("prior"));
+        assert!(lines[3].starts_with("2 class(es)"));
+        assert!(super::classes_table(&serde_json::json!({"peers": []})).is_none());
+    }
+
     #[test]
     fn tasks_render_as_a_table() {
         let v = serde_json::json!({"tasks": [

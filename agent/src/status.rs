@@ -52,6 +52,8 @@ pub struct Status {
     pub preempted: BTreeMap<TaskId, tapfinger::node::preempt::Preempted>,
     /// The latest task-volume forecast, if one was made.
     pub forecast: Option<tapfinger::forecast::outlook::Outlook>,
+    /// What the speed estimator holds of each task class ([`estimates_of`]).
+    pub estimates: Vec<ClassInfo>,
 }
 
 /// The pending tasks of `tasks` in the order nodes take them at `slot` ([`Status::queue`]).
@@ -81,6 +83,68 @@ pub fn classes_of<M>(tasks: &Ledger<M>) -> BTreeMap<TaskId, u8> {
         .filter(|(_, e)| e.task.priority > 0)
         .map(|(id, e)| (id, e.task.priority))
         .collect()
+}
+
+/// What the ledger's speed estimator holds of each class, named by a known task's spec
+/// (`type`), else by the agent's configured type list, else `#ID` (a class whose tasks
+/// have all left the ledger and which no type list names).
+pub fn estimates_of(tasks: &Ledger<tapfinger::node::TaskMeta>, types: &[String]) -> Vec<ClassInfo> {
+    let names: BTreeMap<u16, &str> = tasks
+        .iter()
+        .map(|(_, e)| (e.task.ty.0, e.meta.spec.task_type.as_str()))
+        .collect();
+    tasks
+        .estimator()
+        .summary()
+        .into_iter()
+        .map(|c| {
+            let id = c.class.0;
+            let name = names
+                .get(&id)
+                .map(|n| (*n).to_string())
+                .or_else(|| types.get(usize::from(id)).cloned())
+                .unwrap_or_else(|| format!("#{id}"));
+            ClassInfo {
+                name,
+                id,
+                samples: c.samples,
+                hints: c.hints,
+                min: c.min,
+                fitted: c.fitted,
+                slots_at_min: c.slots_at_min,
+                slots_at_double: c.slots_at_double,
+                switch_cost: c.switch_cost,
+                start_cost: c.start_cost,
+            }
+        })
+        .collect()
+}
+
+/// One task class as this agent's speed estimator holds it (every agent holds the same, from
+/// the same progress reports).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ClassInfo {
+    /// The class's name (a spec's `type`; empty: tasks that name none).
+    pub name: String,
+    /// Its id (the index in the cluster's type list, else a hash of the name).
+    pub id: u16,
+    /// Speed samples held: slots observed and distinct profile hints.
+    pub samples: usize,
+    /// Distinct profile hints among them.
+    pub hints: usize,
+    /// The least minimum demand of its tasks, in CPU, GPU and memory units.
+    pub min: [f64; 3],
+    /// Whether samples or hints set the estimates (false: the prior's).
+    pub fitted: bool,
+    /// Estimated slots a task of it takes alone at `min` (a task of the class's mean declared
+    /// work, where tasks declare it).
+    pub slots_at_min: f64,
+    /// The same at twice `min` in every kind it asks for: how the class scales.
+    pub slots_at_double: f64,
+    /// The fraction of a slot a re-allocation costs it, as measured (0: free or not yet seen).
+    pub switch_cost: f64,
+    /// The fraction of its first slot a run's start-up costs it, as measured.
+    pub start_cost: f64,
 }
 
 /// A pending task as the dashboard shows it.

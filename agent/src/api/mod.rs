@@ -1,5 +1,5 @@
-//! The agent's local HTTP API (axum): submit, list and show tasks, this node, its peers, and
-//! Prometheus metrics. It only talks to the event loop through its command channel and status
+//! The agent's local HTTP API (axum): submit, list and show tasks, this node, its peers, what
+//! the speed estimator holds of each task class, and Prometheus metrics. It only talks to the event loop through its command channel and status
 //! snapshots, so a slow client never blocks scheduling.
 //!
 //! Bound to 127.0.0.1 by default; when a bearer token is configured every request but the
@@ -16,8 +16,8 @@
 pub mod dashboard;
 pub mod types;
 pub use types::{
-    CancelledTask, ErrorBody, NodeInfo, PeerInfo, Peers, PolicyVersion, Submitted, TaskInfo,
-    TaskLogs, TaskPage, TaskStatus,
+    CancelledTask, ClassInfo, Classes, ErrorBody, NodeInfo, PeerInfo, Peers, PolicyVersion,
+    Submitted, TaskInfo, TaskLogs, TaskPage, TaskStatus,
 };
 
 use crate::daemon::{Command, Status};
@@ -64,6 +64,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/tasks/{id}/logs", get(logs))
         .route("/v1/node", get(node))
         .route("/v1/peers", get(peers))
+        .route("/v1/classes", get(classes))
         .route("/v1/policy", get(policy))
         .route("/v1/policy/rollback", axum::routing::post(rollback))
         .route("/metrics", get(metrics))
@@ -334,6 +335,14 @@ async fn peers(State(s): State<ApiState>) -> Response {
         })
         .collect();
     axum::Json(Peers { peers }).into_response()
+}
+
+async fn classes(State(s): State<ApiState>) -> Response {
+    let st = s.status.borrow().clone();
+    axum::Json(Classes {
+        classes: st.estimates.clone(),
+    })
+    .into_response()
 }
 
 async fn policy(State(s): State<ApiState>) -> Response {

@@ -209,6 +209,15 @@ pub struct Peers {
     pub peers: Vec<PeerInfo>,
 }
 
+pub use crate::status::ClassInfo;
+
+/// `GET /v1/classes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Classes {
+    /// Every class the estimator has heard of, by id.
+    pub classes: Vec<ClassInfo>,
+}
+
 /// `POST /v1/policy/rollback`: the version now in use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PolicyVersion {

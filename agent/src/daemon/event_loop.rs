@@ -387,6 +387,7 @@ impl Daemon {
             shared_reports: core.reports(),
             preempted: core.preempted().clone(),
             forecast: self.forecasting.latest().cloned(),
+            estimates: crate::status::estimates_of(core.tasks(), &self.p.types),
         };
         let latencies = self.p.core.take_latencies();
         self.metrics.update(&snapshot, &latencies);

@@ -436,6 +436,54 @@ impl Estimator {
             .get(&class)
             .map_or(0, |c| usize::try_from(c.samples()).unwrap_or(usize::MAX))
     }
+
+    /// What the estimator holds of each class it has heard of, in class order: what an
+    /// operator reads to see what the policy is told of a class's speed.
+    pub fn summary(&self) -> Vec<ClassSummary> {
+        self.classes
+            .iter()
+            .map(|(id, c)| {
+                // A task of the class's mean declared work (one unit where none is declared).
+                let work = c.mean_work().unwrap_or(1.0);
+                let double = c.min.map(|m| 2.0 * m);
+                ClassSummary {
+                    class: *id,
+                    samples: usize::try_from(c.samples()).unwrap_or(usize::MAX),
+                    hints: c.hints.len(),
+                    min: c.min,
+                    fitted: c.fitted(),
+                    slots_at_min: c.slots(&c.min, &c.min) * work,
+                    slots_at_double: c.slots(&c.min, &double) * work,
+                    switch_cost: c.switch_cost(),
+                    start_cost: c.start_cost(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// One class as the estimator holds it ([`Estimator::summary`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ClassSummary {
+    /// The class.
+    pub class: TaskTypeId,
+    /// Speed samples held (observed slots and distinct profile hints).
+    pub samples: usize,
+    /// Distinct profile hints among them.
+    pub hints: usize,
+    /// The least minimum demand of its tasks heard of, in the canonical kinds ([`KINDS`]).
+    pub min: [f64; 3],
+    /// Whether samples or hints set its estimates (else the prior's).
+    pub fitted: bool,
+    /// Estimated slots alone at `min`, for a task of the class's mean declared work (one unit
+    /// where none is declared).
+    pub slots_at_min: f64,
+    /// The same at twice `min` in every kind it asks for: how the class scales.
+    pub slots_at_double: f64,
+    /// What a re-allocation costs it ([`Estimator::switch_cost`]).
+    pub switch_cost: f64,
+    /// What a run's start-up costs it ([`Estimator::start_cost`]).
+    pub start_cost: f64,
 }
 
 #[cfg(test)]
@@ -588,6 +636,33 @@ mod tests {
         assert!((started.start_cost(TaskTypeId(0)) - 2.0 / 3.0).abs() < 1e-6);
         assert_eq!(started.samples(TaskTypeId(0)), 12);
         assert_eq!(counted.start_cost(TaskTypeId(0)), 0.0);
+    }
+
+    /// The summary says per class what the estimates say.
+    #[test]
+    fn the_summary_says_what_the_estimates_say() {
+        let mut e = est();
+        let at = |g| Resources(vec![2, g, 1]);
+        let mut t = task(3, [2, 1, 1]);
+        for id in 0..3u64 {
+            t.id = TaskId(id);
+            e.observe_start(&t, &at(1), 1.0 / 12.0, 1.0);
+            e.observe(&t, &at(1), 1.0 / 12.0, 1.0);
+            e.observe_switch(&t, &at(2), 1.0 / 12.0, 1.0);
+            e.observe(&t, &at(2), 1.0 / 9.0, 1.0);
+        }
+        let s = e.summary();
+        assert_eq!(s.len(), 1);
+        let c = &s[0];
+        assert_eq!(c.class, TaskTypeId(3));
+        assert_eq!(c.samples, e.samples(TaskTypeId(3)));
+        assert!(c.fitted && c.hints == 0);
+        assert_eq!(c.min, [2.0, 1.0, 1.0]);
+        assert_eq!(c.slots_at_min, e.slots(&t, &at(1)));
+        assert_eq!(c.slots_at_double, e.slots(&t, &Resources(vec![4, 2, 2])));
+        assert_eq!(c.switch_cost, e.switch_cost(TaskTypeId(3)));
+        assert_eq!(c.start_cost, 0.0);
+        assert!(c.switch_cost > 0.2);
     }
 
     /// A task re-shared right after it starts: its slow first slot and the slot after the
