@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 use tapfinger::spec::TaskSpec;
-use tapfinger_agent::api::{ApiState, Classes, router};
-use tapfinger_tests::{Exec, Local, finished, wait};
+use tapfinger_agent::api::Classes;
+use tapfinger_tests::{Exec, Local, finished, serve_api, wait};
 
 /// A task of class `class` needing one core and one memory unit, that may use the box's four.
 fn task(class: &str) -> TaskSpec {
@@ -37,16 +37,7 @@ async fn the_api_shows_what_the_estimator_learned_of_a_class() {
             0.04 / 7.5 * a.cpus
         });
     let (a, _) = Local::new("a", Exec::Speed(speed)).start().await;
-    let app = router(ApiState {
-        commands: a.commands.clone(),
-        status: a.status.clone(),
-        metrics: a.metrics.clone(),
-        token: None,
-        log_dir: None,
-    });
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let api = l.local_addr().unwrap().to_string();
-    tokio::spawn(tapfinger_agent::api::serve(l, app));
+    let api = serve_api(&a, None).await;
     assert!(
         classes(&api).await.classes.is_empty(),
         "a class listed before any task was submitted"
@@ -65,8 +56,8 @@ async fn the_api_shows_what_the_estimator_learned_of_a_class() {
 
     let got = classes(&api).await.classes;
     assert_eq!(got.len(), 1, "{got:?}");
-    let c = &got[0];
-    assert_eq!(c.name, "resnet-finetune");
+    assert_eq!(got[0].name, "resnet-finetune");
+    let c = &got[0].estimate;
     assert_eq!(c.min, [1.0, 0.0, 1.0]);
     assert!(c.fitted && c.samples > 0 && c.hints == 0, "{c:?}");
     eprintln!("{c:?}");

@@ -169,17 +169,11 @@ async fn a_killed_agent_loses_no_task() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_api_accepts_lists_refuses_and_guards() {
-    use tapfinger_agent::api::{ApiState, router};
+    use tapfinger_agent::api::router;
     use tapfinger_agent::run::http;
     let (a, _) = agent("a", vec![], 0.2).await;
     let serve = |token: Option<String>| {
-        let app = router(ApiState {
-            commands: a.commands.clone(),
-            status: a.status.clone(),
-            metrics: a.metrics.clone(),
-            token,
-            log_dir: None,
-        });
+        let app = router(tapfinger_tests::api_state(&a, token, None));
         async move {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = l.local_addr().unwrap().to_string();
@@ -445,7 +439,7 @@ async fn a_refusal_judged_without_a_known_box_says_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_task_shows_its_latest_loss_and_that_it_is_converging() {
-    use tapfinger_agent::api::{ApiState, router};
+    use tapfinger_agent::api::router;
     use tapfinger_agent::run::http;
     let tmp = tempfile::tempdir().unwrap();
     let logs = tmp.path().to_path_buf();
@@ -457,13 +451,7 @@ async fn a_running_task_shows_its_latest_loss_and_that_it_is_converging() {
         None,
     )
     .await;
-    let app = router(ApiState {
-        commands: a.commands.clone(),
-        status: a.status.clone(),
-        metrics: a.metrics.clone(),
-        token: None,
-        log_dir: None,
-    });
+    let app = router(tapfinger_tests::api_state(&a, None, None));
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let api = l.local_addr().unwrap().to_string();
     tokio::spawn(tapfinger_agent::api::serve_with(

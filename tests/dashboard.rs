@@ -8,9 +8,8 @@
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use tapfinger::spec::TaskSpec;
-use tapfinger_agent::api::{ApiState, router};
 use tapfinger_agent::run::http;
-use tapfinger_tests::{Exec, Local, wait};
+use tapfinger_tests::{Exec, Local, serve_api, wait};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -152,16 +151,7 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
     .await;
     // Agent a's API, with a token: the page must read without it.
     let a = &agents[0];
-    let app = router(ApiState {
-        commands: a.commands.clone(),
-        status: a.status.clone(),
-        metrics: a.metrics.clone(),
-        token: Some("secret".into()),
-        log_dir: None,
-    });
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let api = l.local_addr().unwrap().to_string();
-    tokio::spawn(tapfinger_agent::api::serve(l, app));
+    let api = serve_api(a, Some("secret".into())).await;
     let (code, _) = http(&api, "GET", "/v1/tasks", None, None).await.unwrap();
     assert_eq!(code, 401, "the rest of the API still needs the token");
 
@@ -219,4 +209,13 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
         .eval("return document.getElementById('policy').textContent")
         .await;
     assert_eq!(policy, json!("0"));
+    // The tasks' class (they name none) with what the estimator learned of it from their
+    // progress.
+    let classes = "return [...document.querySelectorAll('#classes tbody tr')].map(r => \
+                   [r.dataset.class, Number(r.children[1].textContent)])";
+    let v = browser.eval(classes).await;
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "classes shown: {v}");
+    assert_eq!(rows[0][0], json!(""), "classes shown: {v}");
+    assert!(rows[0][1].as_f64().unwrap() > 0.0, "no samples shown: {v}");
 }

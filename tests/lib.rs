@@ -295,3 +295,27 @@ pub fn finished(s: &[std::sync::Arc<Status>]) -> Vec<TaskId> {
         .flat_map(|st| st.finished_here.iter().copied())
         .collect()
 }
+
+/// The API state of `agent` (its commands, status and metrics), with `token` and `log_dir`.
+pub fn api_state(
+    agent: &Agent,
+    token: Option<String>,
+    log_dir: Option<PathBuf>,
+) -> tapfinger_agent::api::ApiState {
+    tapfinger_agent::api::ApiState {
+        commands: agent.commands.clone(),
+        status: agent.status.clone(),
+        metrics: agent.metrics.clone(),
+        token,
+        log_dir,
+    }
+}
+
+/// `agent`'s API (with `token`, no logs) served on an ephemeral loopback port: its address.
+pub async fn serve_api(agent: &Agent, token: Option<String>) -> String {
+    let app = tapfinger_agent::api::router(api_state(agent, token, None));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = l.local_addr().unwrap().to_string();
+    tokio::spawn(tapfinger_agent::api::serve(l, app));
+    api
+}

@@ -94,6 +94,22 @@ impl AgentMetrics {
                 "tapfinger_forecast_arrivals",
                 "Expected task arrivals (cluster-wide) in the interval `ahead` intervals from now (RLPTO's forecast)."
             );
+            describe_gauge!(
+                "tapfinger_class_samples",
+                "Speed samples the estimator holds of a task class (observed slots and profile hints)."
+            );
+            describe_gauge!(
+                "tapfinger_class_slots_at_min",
+                "Estimated slots a task of the class takes alone at its minimum demand."
+            );
+            describe_gauge!(
+                "tapfinger_class_switch_cost",
+                "Fraction of a slot a re-allocation costs the class, as measured."
+            );
+            describe_gauge!(
+                "tapfinger_class_start_cost",
+                "Fraction of its first slot a run's start-up costs the class, as measured."
+            );
             describe_counter!(
                 "tapfinger_preempted_total",
                 "Tasks this node preempted for a higher priority class."
@@ -244,6 +260,15 @@ impl AgentMetrics {
                     gauge!("tapfinger_forecast_arrivals", "ahead" => (i + 1).to_string()).set(*v);
                 }
             }
+            // Labelled by the class's name (`#ID` where no spec names it): the classes a cluster
+            // runs are few, and a class once heard of stays in the estimator.
+            for c in &st.estimates {
+                let (class, e) = (|| c.name.clone(), &c.estimate);
+                gauge!("tapfinger_class_samples", "class" => class()).set(e.samples as f64);
+                gauge!("tapfinger_class_slots_at_min", "class" => class()).set(e.slots_at_min);
+                gauge!("tapfinger_class_switch_cost", "class" => class()).set(e.switch_cost);
+                gauge!("tapfinger_class_start_cost", "class" => class()).set(e.start_cost);
+            }
             gauge!("tapfinger_work_lost")
                 .set(st.preempted.values().map(|p| p.work_lost).sum::<f64>());
             counter!("tapfinger_claims_total").absolute(n.claims);
@@ -320,6 +345,20 @@ mod tests {
             min_demand: Resources(vec![1, 0, 0]),
         };
         st.queue = vec![queued(1, 0), queued(2, 2), queued(3, 2)];
+        st.estimates = vec![crate::status::ClassInfo {
+            name: "bert".into(),
+            estimate: tapfinger::estimate::ClassSummary {
+                class: tapfinger::TaskTypeId(1030),
+                samples: 12,
+                hints: 0,
+                min: [2.0, 1.0, 1.0],
+                fitted: true,
+                slots_at_min: 12.5,
+                slots_at_double: 9.0,
+                switch_cost: 0.25,
+                start_cost: 0.5,
+            },
+        }];
         m.update(&st, &[3, 40]);
         m.queue_wait(12_000);
         m.admission(2.5);
@@ -349,6 +388,10 @@ mod tests {
             "tapfinger_queue_wait_ms_bucket{le=\"10000\"} 0",
             "tapfinger_queue_wait_ms_bucket{le=\"30000\"} 1",
             "tapfinger_admission_latency_ms_bucket{le=\"3\"} 1",
+            "tapfinger_class_samples{class=\"bert\"} 12",
+            "tapfinger_class_slots_at_min{class=\"bert\"} 12.5",
+            "tapfinger_class_switch_cost{class=\"bert\"} 0.25",
+            "tapfinger_class_start_cost{class=\"bert\"} 0.5",
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");
         }

@@ -416,11 +416,12 @@ pub fn classes_table(body: &serde_json::Value) -> Option<String> {
         } else {
             &c.name
         };
-        let min = c.min.map(|m| format!("{m}")).join(",");
-        let prior = if c.fitted { "" } else { " prior" };
+        let e = &c.estimate;
+        let min = e.min.map(|m| format!("{m}")).join(",");
+        let prior = if e.fitted { "" } else { " prior" };
         out.push_str(&format!(
             "{:<20} {:>7} {:<12} {:>9.2} {:>9.2} {:>7.2} {:>7.2}{prior}\n",
-            name, c.samples, min, c.slots_at_min, c.slots_at_double, c.switch_cost, c.start_cost
+            name, e.samples, min, e.slots_at_min, e.slots_at_double, e.switch_cost, e.start_cost
         ));
     }
     out.push_str(&format!(
@@ -459,10 +460,10 @@ mod table_tests {
     #[test]
     fn classes_render_as_a_table() {
         let v = serde_json::json!({"classes": [
-            {"name": "bert-finetune", "id": 1030, "samples": 12, "hints": 0,
+            {"name": "bert-finetune", "class": 1030, "samples": 12, "hints": 0,
              "min": [2.0, 1.0, 1.0], "fitted": true, "slots_at_min": 12.0,
              "slots_at_double": 9.0, "switch_cost": 0.25, "start_cost": 0.5},
-            {"name": "", "id": 0, "samples": 0, "hints": 0, "min": [1.0, 0.0, 1.0],
+            {"name": "", "class": 0, "samples": 0, "hints": 0, "min": [1.0, 0.0, 1.0],
              "fitted": false, "slots_at_min": 10.0, "slots_at_double": 8.5,
              "switch_cost": 0.0, "start_cost": 0.0}
         ]});

@@ -104,18 +104,7 @@ pub fn estimates_of(tasks: &Ledger<tapfinger::node::TaskMeta>, types: &[String])
                 .map(|n| (*n).to_string())
                 .or_else(|| types.get(usize::from(id)).cloned())
                 .unwrap_or_else(|| format!("#{id}"));
-            ClassInfo {
-                name,
-                id,
-                samples: c.samples,
-                hints: c.hints,
-                min: c.min,
-                fitted: c.fitted,
-                slots_at_min: c.slots_at_min,
-                slots_at_double: c.slots_at_double,
-                switch_cost: c.switch_cost,
-                start_cost: c.start_cost,
-            }
+            ClassInfo { name, estimate: c }
         })
         .collect()
 }
@@ -126,25 +115,10 @@ pub fn estimates_of(tasks: &Ledger<tapfinger::node::TaskMeta>, types: &[String])
 pub struct ClassInfo {
     /// The class's name (a spec's `type`; empty: tasks that name none).
     pub name: String,
-    /// Its id (the index in the cluster's type list, else a hash of the name).
-    pub id: u16,
-    /// Speed samples held: slots observed and distinct profile hints.
-    pub samples: usize,
-    /// Distinct profile hints among them.
-    pub hints: usize,
-    /// The least minimum demand of its tasks, in CPU, GPU and memory units.
-    pub min: [f64; 3],
-    /// Whether samples or hints set the estimates (false: the prior's).
-    pub fitted: bool,
-    /// Estimated slots a task of it takes alone at `min` (a task of the class's mean declared
-    /// work, where tasks declare it).
-    pub slots_at_min: f64,
-    /// The same at twice `min` in every kind it asks for: how the class scales.
-    pub slots_at_double: f64,
-    /// The fraction of a slot a re-allocation costs it, as measured (0: free or not yet seen).
-    pub switch_cost: f64,
-    /// The fraction of its first slot a run's start-up costs it, as measured.
-    pub start_cost: f64,
+    /// What the estimator holds of it (`class` is its id: the index in the cluster's type
+    /// list, else a hash of the name).
+    #[serde(flatten)]
+    pub estimate: tapfinger::estimate::ClassSummary,
 }
 
 /// A pending task as the dashboard shows it.

@@ -2,11 +2,12 @@
 //! polls `GET /v1/dashboard` every second and shows every box with its capacity and free units,
 //! the cluster's queue (each task's position and wait so far), the running tasks with their
 //! shares and progress, the latest finished tasks, the negotiation counters (rounds, conflicts,
-//! lost claims, missing proposals, and how many of each in the last ten seconds) and the policy
-//! version in use.
+//! lost claims, missing proposals, and how many of each in the last ten seconds), the policy
+//! version in use, and what the speed estimator holds of each task class.
 //!
-//! Both routes are **read-only and readable without the API token**: they show names,
-//! capacities, task ids, states and shares, never a task's command, environment or logs. The
+//! Both routes are **read-only and readable without the API token**: they show names (of boxes
+//! and of task classes), capacities, task ids, states, shares and speed estimates, never a
+//! task's command, environment or logs. The
 //! page's only action, cancelling a task, goes through `DELETE /v1/tasks/{id}` with the token
 //! the operator types into the page (kept in the browser tab's session storage).
 
@@ -46,6 +47,9 @@ pub struct Dashboard {
     pub policy_version: u64,
     /// Policy name or model.
     pub policy_hash: String,
+    /// What the speed estimator holds of each task class (`GET /v1/classes`).
+    #[serde(default)]
+    pub classes: Vec<crate::api::ClassInfo>,
 }
 
 /// A box: what `GET /v1/peers` shows of a peer, and whether it is the agent answering.
@@ -206,6 +210,7 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
         },
         policy_version: policy.version,
         policy_hash: policy.hash.clone(),
+        classes: st.estimates.clone(),
     })
     .into_response()
 }
