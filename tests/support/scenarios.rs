@@ -57,6 +57,7 @@ pub(crate) fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> 
                     tasks,
                     window: 3,
                     switch_weight: sw,
+                    start_weight: 1.0,
                     slot_seconds: 1.0,
                     memory: if fail {
                         MemoryMode::Fail

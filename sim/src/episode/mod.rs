@@ -13,7 +13,7 @@
 //! `replicas` every agent runs its own instance, every message reaches every instance, and the
 //! episode fails if any two decide a round differently (the tests run this way).
 
-use crate::scenario::{MemoryMode, Scenario};
+use crate::scenario::Scenario;
 use crate::workload;
 use std::sync::Arc;
 use tapfinger::ledger::{Ledger, TaskState};
@@ -21,6 +21,7 @@ use tapfinger::protocol::{Output, ProtocolConfig};
 use tapfinger::view::ClusterView;
 use tapfinger::{NodeId, Policy, Protocol, Resources, Round, RoundOutcome, Task, TaskId};
 
+mod advance;
 mod forecast;
 mod gangs;
 mod learning;
@@ -527,111 +528,6 @@ impl<'a> Episode<'a> {
     /// Task `id`'s work over its type's (1 without heavy-tailed sizes).
     fn size(&self, id: TaskId) -> f64 {
         crate::workload::size_of(&self.sizes, id)
-    }
-
-    /// The slot runs: attained service grows, running tasks progress at their true speed,
-    /// finish, stall below their need, or (memory `fail` mode) die and queue again.
-    fn progress(&mut self, slot: u64, observe: &mut dyn Observer) {
-        let sc = self.sc;
-        let gpu = tapfinger::estimate::KindMap::from_names(&sc.kind_names()).0[1];
-        self.ledger.accrue_service();
-        let running: Vec<TaskId> = self
-            .ids
-            .iter()
-            .flat_map(|n| self.ledger.running_on(*n).collect::<Vec<_>>())
-            .collect();
-        for id in running {
-            let e = &self.ledger[&id];
-            let TaskState::Running {
-                node,
-                alloc,
-                progress,
-                ..
-            } = e.state.clone()
-            else {
-                continue;
-            };
-            let task = e.task.clone();
-            let ty = &sc.types[usize::from(task.ty.0)];
-            let switched = e.meta.prev.as_ref().is_some_and(|p| *p != alloc);
-            let gpus_changed = gpu.is_some_and(|g| {
-                e.meta
-                    .prev
-                    .as_ref()
-                    .is_some_and(|p| p.get(g) != alloc.get(g))
-            });
-            if gpus_changed && let Some(m) = self.ledger.meta_mut(id) {
-                m.gpu_changes += 1;
-            }
-            if !ty.need.fits_in(&alloc) {
-                if sc.memory == MemoryMode::Fail {
-                    // Killed for lack of memory; re-queued asking for what it really needs.
-                    let mut again = (*task).clone();
-                    again.min_demand = again.min_demand.max_each(&ty.need);
-                    self.ledger.set_state(id, TaskState::Pending);
-                    self.ledger.replace_task(Arc::new(again));
-                    if let Some(m) = self.ledger.meta_mut(id) {
-                        m.failures += 1;
-                    }
-                    for p in &mut self.protocols {
-                        p.release(id);
-                    }
-                } else if let Some(m) = self.ledger.meta_mut(id) {
-                    m.prev = Some(alloc);
-                }
-                continue;
-            }
-            let penalty = if switched { sc.switch_weight } else { 1.0 };
-            // A task `size` times its type's work advances `size` times slower.
-            let size = self.size(id);
-            let progress =
-                progress + ty.speed.delta(&alloc, progress, sc.slot_seconds) * penalty / size;
-            if let Some(m) = self.ledger.meta_mut(id) {
-                m.prev = Some(alloc.clone());
-            }
-            self.learn(id, &alloc, progress, slot);
-            self.checkpoint(id, progress, slot);
-            let finished = progress >= 1.0 - 1e-12;
-            observe.progressed(slot, id, progress, finished);
-            if finished {
-                let finish = slot + 1;
-                let meta = &self.ledger[&id].meta;
-                self.records.push(TaskRecord {
-                    id: id.0,
-                    ty: task.ty.0,
-                    arrival: task.arrival,
-                    start: meta.start,
-                    finish,
-                    node: node.0,
-                    jct: finish - task.arrival,
-                    lower_bound: (self.lower_bound)(&task, size),
-                    failures: meta.failures,
-                    members: 0,
-                    priority: task.priority,
-                    accuracy: self.final_accuracy(task.ty.0),
-                    accuracy_at_plateau: meta.learning.at_plateau,
-                    resource_time: meta.learning.resource_time,
-                    preemptions: meta.checkpoints.preemptions,
-                    work_lost: meta.checkpoints.lost,
-                    gpu_changes: meta.gpu_changes,
-                    cluster_reward: sc.reward.of(
-                        self.final_accuracy(task.ty.0),
-                        finish - task.arrival,
-                        meta.learning.resource_time,
-                    ),
-                    size,
-                });
-                // The accuracy it ends with (its reports' gains then sum to it: the cluster
-                // reward paid by slot sums to the record's).
-                if let Some(a) = self.final_accuracy(task.ty.0) {
-                    self.ledger.note_accuracy(id, a);
-                }
-                // Finished tasks leave the ledger: the record is all that is kept of them.
-                self.ledger.remove(id);
-            } else {
-                self.ledger.set_progress(id, progress, (slot + 1) as f64);
-            }
-        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! Gangs in whole episodes: after every decision step and every slot's progress, the ledger is
+//! Whole episodes. Gangs: after every decision step and every slot's progress, the ledger is
 //! audited from its task entries alone (not from the books it keeps beside them).
 
 use super::*;
@@ -267,4 +267,30 @@ fn gpu_changes_are_counted_where_an_elastic_share_moves_gpus() {
     };
     assert!(changes("tiresias") > 0);
     assert_eq!(changes("first-fit-max"), 0);
+}
+
+/// `start_weight` slows a run's first slot: alone on the cluster (no queue, no switch), each
+/// task finishes at most one slot later than at full speed, and some do finish later.
+#[test]
+fn a_run_s_first_slot_is_slowed_by_the_start_weight() {
+    let jcts = |start_weight: f64| -> Vec<u64> {
+        (0..12)
+            .map(|seed| {
+                let mut sc = Scenario::load("synthetic3").unwrap();
+                sc.tasks = 1;
+                sc.start_weight = start_weight;
+                let sim = Simulator::new(sc);
+                let ps = crate::policies::build(&sim, "first-fit-max").unwrap();
+                sim.run(ps, seed).unwrap().tasks[0].jct
+            })
+            .collect()
+    };
+    let (full, half) = (jcts(1.0), jcts(0.5));
+    for (f, h) in full.iter().zip(&half) {
+        assert!(*h >= *f && *h <= *f + 1, "{full:?} {half:?}");
+    }
+    assert!(
+        half.iter().sum::<u64>() > full.iter().sum::<u64>(),
+        "{full:?} {half:?}"
+    );
 }

@@ -96,6 +96,10 @@ pub struct ScenarioFile {
     /// Progress multiplier in a slot whose allocation changed (elastic policies).
     #[serde(default = "one")]
     pub switch_weight: f64,
+    /// Progress multiplier in a run's first slot: the time from the decision to the task's
+    /// first progress (an agent's rounds and launch, a process loading its model).
+    #[serde(default = "one")]
+    pub start_weight: f64,
     /// Seconds per slot (used by measured tables).
     #[serde(default = "one")]
     pub slot_seconds: f64,
@@ -323,6 +327,8 @@ pub struct Scenario {
     pub window: usize,
     /// Switching penalty multiplier.
     pub switch_weight: f64,
+    /// Progress multiplier of a run's first slot.
+    pub start_weight: f64,
     /// Seconds per slot.
     pub slot_seconds: f64,
     /// Below-need behaviour.
@@ -503,6 +509,10 @@ mod tests {
         );
         assert!(bad(|s| s.replace("tasks = 192", "tasks = \"many\"")).contains("tasks"));
         assert!(bad(|s| s.replacen("[0.0, 0.0]", "[0.0]", 1)).contains("speed.w"));
+        for w in ["0.0", "1.5"] {
+            let e = bad(|s| s.replace("window = 10", &format!("window = 10\nstart_weight = {w}")));
+            assert!(e.contains("start_weight") && e.contains("(0, 1]"), "{e}");
+        }
     }
 
     #[test]

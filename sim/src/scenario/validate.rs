@@ -82,6 +82,12 @@ impl Scenario {
                 format!("must be in (0, 1], got {}", f.switch_weight),
             ));
         }
+        if !(f.start_weight > 0.0 && f.start_weight <= 1.0) {
+            return Err(invalid(
+                "start_weight".into(),
+                format!("must be in (0, 1], got {}", f.start_weight),
+            ));
+        }
         if !(f.slot_seconds.is_finite() && f.slot_seconds > 0.0) {
             return Err(invalid(
                 "slot_seconds".into(),
@@ -346,6 +352,7 @@ impl Scenario {
             tasks: u32::try_from(f.tasks).unwrap_or(u32::MAX),
             window: usize::try_from(f.window).unwrap_or(10),
             switch_weight: f.switch_weight,
+            start_weight: f.start_weight,
             slot_seconds: f.slot_seconds,
             memory: f.memory,
             reachability: f.reachability,
