@@ -294,3 +294,46 @@ fn a_run_s_first_slot_is_slowed_by_the_start_weight() {
         "{full:?} {half:?}"
     );
 }
+
+/// With `start_weight`, the estimator the policies read measures the start-up from the
+/// progress it sees (a first slot against the next), as an agent's does; at full speed it
+/// measures none.
+#[test]
+fn the_estimator_measures_the_start_weight() {
+    let measured = |start_weight: f64| -> f64 {
+        let mut sc = Scenario::load("synthetic3").unwrap();
+        sc.tasks = 40;
+        sc.start_weight = start_weight;
+        let sim = Simulator::new(sc.clone());
+        let policies = crate::policies::build(&sim, "first-fit-max").unwrap();
+        let mut e = Episode::new(
+            &sc,
+            Box::new(|_: &Task, _: f64| 1),
+            policies,
+            Seeds {
+                workload: 3,
+                policy: 3,
+            },
+            false,
+            tapfinger::ledger::WindowOrder::ById,
+            None,
+        )
+        .unwrap();
+        let seen = std::rc::Rc::new(std::cell::Cell::new(0.0f64));
+        let last = seen.clone();
+        e.audit = Some(Box::new(move |l: &Ledger<SimMeta>, _| {
+            let est = l.estimator();
+            let cost = (0..3)
+                .map(|ty| est.start_cost(tapfinger::TaskTypeId(ty)))
+                .fold(0.0, f64::max);
+            last.set(cost);
+        }));
+        e.run(3, &mut NoObserver).unwrap();
+        seen.get()
+    };
+    assert_eq!(measured(1.0), 0.0);
+    let half = measured(0.5);
+    // Formula speeds fall as a task progresses, so the slot after the first is a little
+    // slower than the first's true speed: the measure is at most the half lost.
+    assert!((0.3..=0.5).contains(&half), "{half}");
+}
