@@ -166,6 +166,13 @@ impl Simulator {
         self
     }
 
+    /// A run's first slot keeps `w` of its progress, whatever the scenario's `start_weight`
+    /// says (`--start-weight`; `w` in (0, 1], checked by the caller).
+    pub fn start_weight(mut self, w: f64) -> Self {
+        self.sc.start_weight = w;
+        self
+    }
+
     /// Forecast each episode's arrivals per interval of `slots` slots (`--forecast`).
     pub fn forecast(mut self, slots: u64) -> Self {
         self.sc.forecast_interval_slots = Some(slots.max(1));

@@ -182,6 +182,10 @@ enum Cmd {
         /// spec may.
         #[arg(long)]
         declare_work: bool,
+        /// A run's first slot keeps this share (0 < W ≤ 1) of its progress in every generated
+        /// scenario (they have none by default): start-ups, as agents measure them.
+        #[arg(long, value_name = "W", value_parser = start_weight)]
+        start_weight: Option<f64>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -311,6 +315,21 @@ struct Variants {
     /// each task's estimate at its own size.
     #[arg(long)]
     declare_work: bool,
+    /// A run's first slot keeps this share (0 < W ≤ 1) of its progress, whatever the scenario's
+    /// `start_weight` says: the time from a decision to a task's first progress, which agents
+    /// measure as its start-up.
+    #[arg(long, value_name = "W", value_parser = start_weight)]
+    start_weight: Option<f64>,
+}
+
+/// `--start-weight`: a share of a slot's progress, in (0, 1].
+fn start_weight(s: &str) -> std::result::Result<f64, String> {
+    let w: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if w > 0.0 && w <= 1.0 {
+        Ok(w)
+    } else {
+        Err(format!("must be in (0, 1], got {w}"))
+    }
 }
 
 /// [`load`], run as `v` says.
@@ -333,6 +352,9 @@ fn load_with(name: &str, v: Variants) -> Result<Simulator> {
     }
     if v.declare_work {
         sim = sim.declare_work();
+    }
+    if let Some(w) = v.start_weight {
+        sim = sim.start_weight(w);
     }
     Ok(sim)
 }
@@ -497,6 +519,7 @@ fn run(cli: Cli) -> Result<()> {
             threads,
             profile_hints,
             declare_work,
+            start_weight,
             json,
         } => {
             if seeds == 0 {
@@ -513,6 +536,7 @@ fn run(cli: Cli) -> Result<()> {
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
                 profile_hints,
                 declare_work,
+                start_weight,
             };
             let n = cfg.generator_seeds.end - cfg.generator_seeds.start;
             let progress = std::sync::Mutex::new(Progress::new(n).unit("scenarios"));

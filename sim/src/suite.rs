@@ -45,6 +45,9 @@ pub struct SuiteConfig {
     pub profile_hints: bool,
     /// Tasks declare their work ([`crate::Simulator::declare_work`]).
     pub declare_work: bool,
+    /// A run's first slot keeps this share of its progress ([`crate::Simulator::start_weight`];
+    /// `None`: the generated scenario's, 1).
+    pub start_weight: Option<f64>,
 }
 
 /// Why the suite could not run.
@@ -122,6 +125,9 @@ pub struct SuiteSummary {
     pub mean_bound_ratio: f64,
     /// Workload seeds per scenario.
     pub seeds: Vec<u64>,
+    /// The first slots' share of progress, where `--start-weight` set one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_weight: Option<f64>,
 }
 
 /// The whole suite.
@@ -151,6 +157,9 @@ fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario,
     }
     if cfg.declare_work {
         sim = sim.declare_work();
+    }
+    if let Some(w) = cfg.start_weight {
+        sim = sim.start_weight(w);
     }
     let kinds = sim.scenario().kind_names();
     let names: Vec<String> = std::iter::once(cfg.candidate.clone())
@@ -252,6 +261,7 @@ pub fn run(cfg: &SuiteConfig, tick: &(dyn Fn() + Sync)) -> Result<Suite, SuiteEr
         mean_bound_ratio: scenarios.iter().map(|s| s.bound_ratio).sum::<f64>()
             / scenarios.len().max(1) as f64,
         seeds,
+        start_weight: cfg.start_weight,
     };
     Ok(Suite { scenarios, summary })
 }

@@ -478,3 +478,55 @@ fn spread_windows_contest_fewer_claims() {
     let (by_id, spread) = (conflicts(&[]), conflicts(&["--spread"]));
     assert!(spread < by_id, "spread {spread} vs by id {by_id}");
 }
+
+/// `--start-weight` slows every run's first slot in the scenarios run (a preset's and the
+/// generated ones'), is stated in the suite's summary, and is refused outside (0, 1].
+#[test]
+fn start_weight_slows_first_slots_everywhere_and_is_checked() {
+    let jct = |extra: &[&str]| -> f64 {
+        let mut args = vec![
+            "compare",
+            "--scenario",
+            "synthetic3",
+            "--seeds",
+            "2",
+            "--policies",
+            "first-fit-max",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (ok, text, err) = sim(&args);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["results"][0]["avg_jct"].as_f64().unwrap()
+    };
+    assert!(jct(&["--start-weight", "0.3"]) > jct(&[]));
+    let suite = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "suite",
+            "--generator-seeds",
+            "3..5",
+            "--seeds",
+            "1",
+            "--candidate",
+            "tiresias",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (ok, text, err) = sim(&args);
+        assert!(ok, "{err}");
+        serde_json::from_str(&text).unwrap()
+    };
+    let (plain, slowed) = (suite(&[]), suite(&["--start-weight", "0.3"]));
+    assert!(plain["summary"]["start_weight"].is_null());
+    assert_eq!(slowed["summary"]["start_weight"], 0.3);
+    let first =
+        |v: &serde_json::Value| v["scenarios"][0]["results"][0]["avg_jct"].as_f64().unwrap();
+    assert!(first(&slowed) > first(&plain));
+    for bad in ["0", "1.5", "x"] {
+        fails_with(
+            &["run", "--scenario", "synthetic3", "--start-weight", bad],
+            "--start-weight",
+        );
+    }
+}

@@ -47,6 +47,7 @@ fn holds_its_own(family: Family, worst_bound: f64) {
         threads: 2,
         profile_hints: false,
         declare_work: false,
+        start_weight: None,
     };
     let s = suite::run(&cfg, &|| {}).unwrap();
     let results: Vec<(u64, f64)> = s
