@@ -467,6 +467,7 @@ fn run(cli: Cli) -> Result<()> {
                     "summary": metrics::summarize(e, &kinds),
                     "tasks": e.tasks,
                     "slots": e.slots,
+                    "estimates": e.estimates,
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);
                 if let Some(dir) = &out.plot {

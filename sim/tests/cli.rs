@@ -530,3 +530,44 @@ fn start_weight_slows_first_slots_everywhere_and_is_checked() {
         );
     }
 }
+
+/// `run --json` ends with what the speed estimator held of each class, in the fields an
+/// agent's `GET /v1/classes` gives.
+#[test]
+fn run_json_shows_the_estimator_s_classes() {
+    let (ok, text, err) = sim(&[
+        "run",
+        "--scenario",
+        "synthetic3",
+        "--policy",
+        "tiresias",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let classes = v["estimates"].as_array().unwrap();
+    assert!(!classes.is_empty(), "{}", v["estimates"]);
+    for c in classes {
+        for key in [
+            "class",
+            "samples",
+            "hints",
+            "min",
+            "fitted",
+            "slots_at_min",
+            "slots_at_double",
+            "switch_cost",
+            "start_cost",
+        ] {
+            assert!(!c[key].is_null(), "{key} missing in {c}");
+        }
+        assert!(
+            c["fitted"] == true && c["samples"].as_u64().unwrap() > 0,
+            "{c}"
+        );
+        assert!(
+            c["slots_at_double"].as_f64() <= c["slots_at_min"].as_f64(),
+            "{c}"
+        );
+    }
+}

@@ -302,6 +302,7 @@ impl<'a> Episode<'a> {
             });
             slot += 1;
         }
+        let estimates = self.ledger.estimator().summary();
         let mut tasks = self.records;
         tasks.sort_by_key(|r| r.id);
         Ok(EpisodeResult {
@@ -317,6 +318,7 @@ impl<'a> Episode<'a> {
             messages: self.messages,
             rooms_unused: self.rooms_unused,
             forecasts: self.forecasts,
+            estimates,
         })
     }
 

@@ -165,4 +165,7 @@ pub struct EpisodeResult {
     pub rooms_unused: u64,
     /// The task-volume forecast, interval by interval (`compare --forecast`; empty without).
     pub forecasts: Vec<super::ForecastPoint>,
+    /// What the speed estimator the policies read held of each task class at the end (as an
+    /// agent's `GET /v1/classes` shows it, less the names).
+    pub estimates: Vec<tapfinger::estimate::ClassSummary>,
 }
