@@ -84,6 +84,7 @@ mod class;
 
 use crate::resources::Resources;
 use crate::task::{Task, TaskId, TaskTypeId};
+use class::{Class, class_for};
 use std::collections::BTreeMap;
 
 /// The canonical resource kinds every feature and estimate uses; a cluster without one has zero
@@ -158,8 +159,6 @@ pub const MAX_HINTS: usize = 64;
 /// came in (agents hear them in other orders than the simulator: their estimates must agree
 /// exactly).
 const NANO: f64 = 1e9;
-
-use class::{Class, class_for};
 
 /// Per canonical kind, the offset `o` of the model's term `θ / (o + a)`: 0 where the class's
 /// tasks ask at least one unit of the kind (Amdahl's law, `θ / a`: a task that scales linearly
