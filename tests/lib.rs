@@ -308,6 +308,7 @@ pub fn api_state(
         metrics: agent.metrics.clone(),
         token,
         log_dir,
+        security: Default::default(),
     }
 }
 

@@ -49,9 +49,17 @@ pub struct AgentConfig {
     /// straight to every box); false: only to the bootstrap list and the LAN, and messages to
     /// the others are relayed.
     pub peer_exchange: bool,
-    /// Private-network key file (`swarm.key` format): peers without it cannot connect.
+    /// Private-network key file (`swarm.key` format, made by `tapfinger-agent keygen`): peers
+    /// without it cannot connect. Required when the agent listens on an address other than
+    /// loopback, unless `insecure_open_cluster` is set.
     pub cluster_key_file: Option<PathBuf>,
-    /// If not empty, only these peer ids may talk to this agent.
+    /// Run an open cluster: listen beyond loopback without a cluster key, so that any host that
+    /// reaches the port can join and have its tasks run here. Only for a lab network that is
+    /// closed by other means; warned at every start and shown in `GET /v1/node` and the
+    /// dashboard.
+    pub insecure_open_cluster: bool,
+    /// If not empty, only these peer ids may talk to this agent (the other agents and the
+    /// coordinator): a key holder off the list can neither connect nor be heard.
     pub allow_peers: Vec<PeerId>,
     /// Address of the local HTTP API.
     pub api: String,
@@ -189,6 +197,7 @@ impl Default for AgentConfig {
             mdns: false,
             peer_exchange: true,
             cluster_key_file: None,
+            insecure_open_cluster: false,
             allow_peers: Vec::new(),
             api: "127.0.0.1:7601".into(),
             api_token_file: None,
@@ -436,6 +445,38 @@ impl AgentConfig {
         Ok(())
     }
 
+    /// The network's exposure: `Ok(None)` when the peer-to-peer side is closed (every listen
+    /// address is loopback, or a cluster key is set); `Ok(Some(warning))` for an open cluster
+    /// the operator asked for (`insecure_open_cluster`); an error, naming `keygen`, for an open
+    /// cluster nobody asked for. Without a key, any host that reaches a non-loopback port can
+    /// announce a task (a command line) that some box will run.
+    pub fn open_cluster(&self) -> Result<Option<String>, ConfigError> {
+        let exposed: Vec<String> = self
+            .listen
+            .iter()
+            .filter(|a| !is_loopback(a))
+            .map(ToString::to_string)
+            .collect();
+        if exposed.is_empty() || self.cluster_key_file.is_some() {
+            return Ok(None);
+        }
+        let what = format!(
+            "the agent listens on {} (not loopback) without a cluster key, so any host that reaches that port can join the cluster and run commands on its boxes",
+            exposed.join(", ")
+        );
+        if self.insecure_open_cluster {
+            return Ok(Some(format!(
+                "OPEN CLUSTER (insecure_open_cluster = true): {what}"
+            )));
+        }
+        Err(err(
+            "cluster_key_file",
+            format!(
+                "{what}. Make a key with `tapfinger-agent keygen --swarm-key /etc/tapfinger/swarm.key`, copy it to every box of the cluster (mode 0600), and set cluster_key_file = \"/etc/tapfinger/swarm.key\" (or pass --cluster-key-file); or listen on 127.0.0.1 only. A lab that really wants an open cluster sets insecure_open_cluster = true"
+            ),
+        ))
+    }
+
     /// The plateau detector's settings.
     pub fn plateau(&self) -> tapfinger::plateau::Plateau {
         tapfinger::plateau::Plateau {
@@ -502,6 +543,8 @@ impl AgentConfig {
     }
 }
 
+pub use tapfinger_net::secret::is_loopback;
+
 /// The resource kinds every agent schedules.
 pub fn space() -> tapfinger::resources::ResourceSpace {
     let kind = |name: &str, unit: &str| tapfinger::resources::ResourceKind {
@@ -547,6 +590,49 @@ mod tests {
         assert_eq!(cfg.api, "127.0.0.1:7601");
         let o = cfg.offer(&box8()).unwrap();
         assert_eq!((o.cpus, o.gpus, o.memory_bytes), (8.0, 0, 16 << 30));
+    }
+
+    #[test]
+    fn an_open_cluster_is_refused_unless_asked_for() {
+        // The shipped defaults listen on 0.0.0.0 without a key.
+        let e = AgentConfig::default().open_cluster().unwrap_err();
+        assert_eq!(e.field, "cluster_key_file");
+        assert!(e.message.contains("tapfinger-agent keygen"), "{e}");
+        assert!(e.message.contains("/ip4/0.0.0.0/tcp/7600"), "{e}");
+        let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let open = AgentConfig::from_toml_with("", &set(&["insecure_open_cluster=true"])).unwrap();
+        assert!(
+            open.open_cluster()
+                .unwrap()
+                .unwrap()
+                .contains("OPEN CLUSTER")
+        );
+        let keyed = AgentConfig::from_toml_with("", &set(&["cluster_key_file=\"/k\""])).unwrap();
+        assert_eq!(keyed.open_cluster().unwrap(), None);
+        for local in [
+            "/ip4/127.0.0.1/tcp/7600",
+            "/ip6/::1/tcp/7600",
+            "/ip4/127.0.0.2/udp/1/quic-v1",
+        ] {
+            let c =
+                AgentConfig::from_toml_with("", &set(&[&format!("listen=[\"{local}\"]")])).unwrap();
+            assert_eq!(c.open_cluster().unwrap(), None, "{local}");
+        }
+        for exposed in [
+            "/ip4/10.0.0.5/tcp/7600",
+            "/ip6/::/tcp/7600",
+            "/dns4/box.lan/tcp/7600",
+        ] {
+            let c = AgentConfig::from_toml_with(
+                "",
+                &set(&["listen=[\"/ip4/127.0.0.1/tcp/1\"]"])
+                    .into_iter()
+                    .chain([format!("listen=[\"/ip4/127.0.0.1/tcp/1\", \"{exposed}\"]")])
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap();
+            assert!(c.open_cluster().is_err(), "{exposed}");
+        }
     }
 
     #[test]

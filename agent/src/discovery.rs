@@ -13,6 +13,9 @@ pub struct Gpu {
     pub model: String,
     /// Total memory in bytes.
     pub memory_bytes: u64,
+    /// Minor number of its device node (`/dev/nvidia<minor>`, major 195), which the task's
+    /// device policy allows; `None` when NVML does not say (the index is assumed).
+    pub minor: Option<u32>,
 }
 
 /// What the box has.
@@ -48,6 +51,7 @@ pub fn discover() -> anyhow::Result<Discovered> {
                         index,
                         model: d.name().unwrap_or_else(|_| "unknown".into()),
                         memory_bytes: d.memory_info().map_or(0, |m| m.total),
+                        minor: d.minor_number().ok(),
                     });
                 }
             }

@@ -152,6 +152,18 @@ enum Cmd {
         /// The journal (`<data_dir>/tasks.jsonl`).
         path: std::path::PathBuf,
     },
+    /// Make the cluster's secrets, each a new file of mode 0600 (an existing file is never
+    /// overwritten): the swarm key every box of a cluster shares (`cluster_key_file`), and, with
+    /// `--token`, a bearer token for the HTTP API (`api_token_file`). With no option: the swarm
+    /// key at /etc/tapfinger/swarm.key.
+    Keygen {
+        /// Where to write a new swarm key.
+        #[arg(long)]
+        swarm_key: Option<std::path::PathBuf>,
+        /// Where to write a new API token.
+        #[arg(long)]
+        token: Option<std::path::PathBuf>,
+    },
     /// Print the CPU cores, memory and GPUs this box would offer.
     Discover {
         /// JSON output.
@@ -187,9 +199,35 @@ fn load_config(path: Option<&std::path::Path>, set: &[String]) -> anyhow::Result
     }
 }
 
+fn keygen(
+    swarm_key: Option<std::path::PathBuf>,
+    token: Option<std::path::PathBuf>,
+) -> anyhow::Result<()> {
+    use tapfinger_net::secret;
+    let swarm_key = match (&swarm_key, &token) {
+        (None, None) => Some(std::path::PathBuf::from("/etc/tapfinger/swarm.key")),
+        _ => swarm_key,
+    };
+    if let Some(p) = &swarm_key {
+        secret::write_private(p, &secret::new_swarm_key()?)?;
+        println!(
+            "swarm key  {} (copy it to every box of the cluster; set cluster_key_file to it)",
+            p.display()
+        );
+    }
+    if let Some(p) = &token {
+        secret::write_private(p, &secret::new_token()?)?;
+        println!(
+            "API token  {} (set api_token_file to it; clients pass --token-file)",
+            p.display()
+        );
+    }
+    Ok(())
+}
+
 fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyhow::Result<()> {
     let token = match &client.token_file {
-        Some(p) => Some(std::fs::read_to_string(p)?.trim().to_string()),
+        Some(p) => Some(tapfinger_net::secret::read_token(p)?),
         None => None,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -235,6 +273,9 @@ fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyh
 
 fn check(path: Option<&std::path::Path>) -> anyhow::Result<()> {
     let cfg = load_config(path, &[])?;
+    if let Some(warning) = cfg.open_cluster()? {
+        println!("warning  {warning}");
+    }
     let d = discovery::discover()?;
     let offer = cfg.offer(&d)?;
     println!("name     {}", cfg.name);
@@ -275,6 +316,7 @@ fn main() {
     let result = match cli.cmd {
         Cmd::Check { config } => check(config.as_deref()),
         Cmd::RepairJournal { path } => repair_journal(&path),
+        Cmd::Keygen { swarm_key, token } => keygen(swarm_key, token),
         Cmd::Demo(args) => tapfinger_agent::demo::run(&args, &mut std::io::stdout()).map(|_| ()),
         Cmd::DemoGang(args) => std::process::exit(tapfinger_agent::demo_gang::run(&args)),
         Cmd::GangLaunch { command } => {

@@ -9,7 +9,7 @@ use crate::api::{ApiState, router};
 use crate::config::AgentConfig;
 use crate::daemon::{self, Parts, node_id};
 use crate::exec::{Allocation, Cgroups, ProcessExecutor};
-use crate::net::{NetConfig, Network, parse_psk};
+use crate::net::{NetConfig, Network};
 use anyhow::Context;
 use libp2p::identity::Keypair;
 use std::collections::BTreeSet;
@@ -38,6 +38,11 @@ pub fn identity(dir: &std::path::Path) -> anyhow::Result<Keypair> {
 /// Run the daemon until a signal.
 pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     cfg.validate()?;
+    // Before anything is opened or bound: an open cluster nobody asked for never starts.
+    let open_cluster = cfg.open_cluster()?;
+    if let Some(warning) = &open_cluster {
+        tracing::warn!("{warning}");
+    }
     let discovered = crate::discovery::discover()?;
     if let Some(note) = &discovered.gpu_note {
         tracing::info!("{note}");
@@ -67,11 +72,12 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     let (store, recovered) = crate::store::Store::open_with(&journal, opts)?;
     let keypair = identity(&cfg.data_dir)?;
     let psk = match &cfg.cluster_key_file {
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read cluster_key_file {}", p.display()))?;
-            Some(parse_psk(&text).map_err(|e| anyhow::anyhow!("cluster_key_file: {e}"))?)
-        }
+        Some(p) => Some(tapfinger_net::secret::read_swarm_key(p).context("cluster_key_file")?),
+        None => None,
+    };
+    // Read before the network starts, so that a bad token file stops the agent before it joins.
+    let token = match &cfg.api_token_file {
+        Some(p) => Some(tapfinger_net::secret::read_token(p).context("api_token_file")?),
         None => None,
     };
     let allow = (!cfg.allow_peers.is_empty())
@@ -189,17 +195,61 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             "cgroups unavailable ({why}): CPU shares fall back to affinity, memory is not limited"
         );
     }
+    let devices = match &cgroups {
+        Cgroups::V1 { .. } => {
+            crate::exec::Devices::detect(std::path::Path::new("/sys/fs/cgroup"), "tapfinger", false)
+        }
+        Cgroups::V2(_) => {
+            crate::exec::Devices::detect(std::path::Path::new("/sys/fs/cgroup"), "tapfinger", true)
+        }
+        Cgroups::Unavailable(why) => {
+            crate::exec::Devices::Unavailable(format!("no writable cgroup ({why})"))
+        }
+    };
+    match &devices {
+        crate::exec::Devices::Unavailable(_) if !gpu_devices.is_empty() => {
+            tracing::warn!(
+                "{}: a task can open every GPU of this box",
+                devices.describe()
+            );
+        }
+        d => tracing::info!("{}", d.describe()),
+    }
+    // Each offered GPU's device node: NVIDIA's major, NVML's minor number (else its index).
+    let gpu_nodes = discovered
+        .gpus
+        .iter()
+        .map(|g| {
+            (
+                g.index,
+                (
+                    crate::exec::devices::NVIDIA_MAJOR,
+                    g.minor.unwrap_or(g.index),
+                ),
+            )
+        })
+        .collect();
+    let control = crate::exec::devices::nvidia_control(
+        &std::fs::read_to_string("/proc/devices").unwrap_or_default(),
+    );
+    let security = crate::api::SecurityInfo {
+        open_cluster: open_cluster.is_some(),
+        cluster_key: cfg.cluster_key_file.is_some(),
+        allowlist: cfg.allow_peers.len(),
+        api_token: cfg.api_token_file.is_some(),
+        gpu_isolation: devices.describe(),
+    };
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
     let run_dir = cfg.data_dir.join("runs");
-    let executor = ProcessExecutor::new(cgroups, cfg.data_dir.join("logs"), tx).supervised(
-        crate::exec::Supervision {
+    let executor = ProcessExecutor::new(cgroups, cfg.data_dir.join("logs"), tx)
+        .with_devices(devices, gpu_nodes, control)
+        .supervised(crate::exec::Supervision {
             program: std::env::current_exe().context("cannot find the agent's own binary")?,
             lease: lease_file.clone(),
             autonomy_ms: cfg.autonomy_ms,
             owner: me.0.to_string(),
             run_dir: run_dir.clone(),
-        },
-    );
+        });
     let agent = daemon::spawn(Parts {
         core,
         net,
@@ -222,15 +272,6 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         forecast_interval_slots,
         plateau: cfg.plateau(),
     });
-    let token = match &cfg.api_token_file {
-        Some(p) => Some(
-            std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read api_token_file {}", p.display()))?
-                .trim()
-                .to_string(),
-        ),
-        None => None,
-    };
     let listener = tokio::net::TcpListener::bind(&cfg.api)
         .await
         .with_context(|| format!("api: cannot bind {}", cfg.api))?;
@@ -241,6 +282,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         metrics: agent.metrics.clone(),
         token,
         log_dir: Some(cfg.data_dir.join("logs")),
+        security: std::sync::Arc::new(security),
     });
     let server = tokio::spawn(crate::api::serve(listener, app));
     wait_for_signal().await;
@@ -440,7 +482,7 @@ pub fn node_lines(body: &serde_json::Value) -> Option<String> {
             v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
         })
     };
-    Some(format!(
+    let mut text = format!(
         "{:<18} {}\n{:<18} {}\n{:<18} {}\n{:<18} {}\n{:<18} {}",
         "id",
         n.id.map_or("-".to_string(), |i| i.to_string()),
@@ -452,7 +494,33 @@ pub fn node_lines(body: &serde_json::Value) -> Option<String> {
         n.peers,
         "dropped_messages",
         n.dropped_messages
-    ))
+    );
+    if let Some(sec) = &n.security {
+        let network = if sec.open_cluster {
+            "OPEN CLUSTER (no cluster key: any host that reaches it can run commands here)"
+                .to_string()
+        } else if sec.cluster_key {
+            match sec.allowlist {
+                0 => "cluster key".to_string(),
+                n => format!("cluster key, {n} peer(s) allowed"),
+            }
+        } else {
+            "loopback only".to_string()
+        };
+        text.push_str(&format!(
+            "\n{:<18} {network}\n{:<18} {}\n{:<18} {}",
+            "network",
+            "api_token",
+            if sec.api_token {
+                "required"
+            } else {
+                "none (loopback)"
+            },
+            "gpu_isolation",
+            sec.gpu_isolation
+        ));
+    }
+    Some(text)
 }
 
 #[cfg(test)]

@@ -49,6 +49,13 @@ pub struct SuperviseArgs {
     /// The task's standard error log.
     #[arg(long)]
     pub stderr: PathBuf,
+    /// A cgroup v2 group to attach the task's device filter to before it starts (it joins the
+    /// group itself); the filter is held until the task ends ([`crate::exec::devices`]).
+    #[arg(long)]
+    pub device_filter: Option<PathBuf>,
+    /// The devices the filter allows, in the v1 `devices.allow` syntax (repeatable).
+    #[arg(long = "device-rule", value_name = "RULE")]
+    pub device_rules: Vec<String>,
     /// The task's command line.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -122,6 +129,36 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
                 how: "spawn".into(),
                 message: format!("cannot open the task's log files: {e}"),
             };
+        }
+    };
+    // The device filter first: a task that could not be kept to its devices does not start.
+    let _filter = match &a.device_filter {
+        None => None,
+        Some(group) => {
+            let rules: Option<Vec<_>> = a
+                .device_rules
+                .iter()
+                .map(|l| crate::exec::devices::DeviceRule::parse(l))
+                .collect();
+            let attached = rules
+                .ok_or_else(|| format!("a device rule is not one: {:?}", a.device_rules))
+                .and_then(|rules| {
+                    crate::exec::devices::Filter::attach(
+                        &crate::exec::devices::DevicePolicy { rules },
+                        group,
+                    )
+                    .map_err(|e| e.to_string())
+                });
+            match attached {
+                Ok(f) => Some(f),
+                Err(message) => {
+                    return ExitRecord {
+                        code: None,
+                        how: "spawn".into(),
+                        message,
+                    };
+                }
+            }
         }
     };
     let mut child = match tokio::process::Command::new(&a.command[0])
@@ -272,6 +309,8 @@ mod tests {
             grace_ms: 2_000,
             stdout: dir.join("t.stdout"),
             stderr: dir.join("t.stderr"),
+            device_filter: None,
+            device_rules: Vec::new(),
             command: vec!["sh".into(), "-c".into(), script.into()],
         };
         let raise_soon = || {

@@ -79,12 +79,12 @@ impl Cluster {
             format!("/key/swarm/psk/1.0.0/\n/base16/\n{}\n", "ab".repeat(32)),
         )
         .unwrap();
-        std::fs::write(dir.join("token"), "harness-token").unwrap();
+        std::fs::write(dir.join("token"), "harness-token-0123456789").unwrap();
         let mut c = Cluster {
             net,
             dir,
             bin: PathBuf::from(env!("CARGO_BIN_EXE_tapfinger-agent")),
-            token: "harness-token".into(),
+            token: "harness-token-0123456789".into(),
             agents: (0..AGENTS).map(|_| None).collect(),
             submitted: BTreeMap::new(),
             seq: 0,

@@ -15,10 +15,20 @@ pub struct CoordinatorConfig {
     pub listen: Vec<libp2p::Multiaddr>,
     /// Agents to dial at start.
     pub bootstrap: Vec<libp2p::Multiaddr>,
-    /// The cluster's private-network key file (the agents' `cluster_key_file`).
+    /// The cluster's private-network key file (the agents' `cluster_key_file`). Required when
+    /// `listen` has an address other than loopback, unless `insecure_open_cluster` is set.
     pub cluster_key_file: Option<PathBuf>,
-    /// Local HTTP API (status, metrics).
+    /// Listen beyond loopback without a cluster key (a lab network closed by other means):
+    /// any host that reaches the port could then send experience. Warned at every start.
+    pub insecure_open_cluster: bool,
+    /// If not empty, only these agents' peer ids may connect and send experience; others are
+    /// disconnected, and refused (counted in `/metrics` as
+    /// `tapfinger_coordinator_refused_total`).
+    pub allow_peers: Vec<libp2p::PeerId>,
+    /// HTTP API (status, metrics).
     pub api: String,
+    /// Bearer-token file for the HTTP API (required when `api` is not a loopback address).
+    pub api_token_file: Option<PathBuf>,
     /// Scenario whose simulator evaluates candidates (its kinds, types and window must be the
     /// agents'): `edge-agent` by default.
     pub scenario: String,
@@ -60,7 +70,10 @@ impl Default for CoordinatorConfig {
             ],
             bootstrap: Vec::new(),
             cluster_key_file: None,
+            insecure_open_cluster: false,
+            allow_peers: Vec::new(),
             api: "127.0.0.1:7701".into(),
+            api_token_file: None,
             scenario: "edge-agent".into(),
             start: "shipped".into(),
             update_decisions: 512,
@@ -83,7 +96,47 @@ impl CoordinatorConfig {
         anyhow::ensure!(c.update_decisions > 0, "update_decisions: must be positive");
         anyhow::ensure!(c.lr > 0.0, "lr: must be positive");
         anyhow::ensure!(c.tolerance >= 0.0, "tolerance: must not be negative");
+        c.check_api()?;
         Ok(c)
+    }
+
+    /// The API's address: a non-loopback one needs `api_token_file`.
+    pub fn check_api(&self) -> anyhow::Result<()> {
+        let api: std::net::SocketAddr = self
+            .api
+            .parse()
+            .map_err(|e| anyhow::anyhow!("api: {:?} is not an address:port ({e})", self.api))?;
+        anyhow::ensure!(
+            api.ip().is_loopback() || self.api_token_file.is_some(),
+            "api_token_file: required when the API listens on {} (not loopback); make one with `tapfinger-agent keygen --token /etc/tapfinger/coordinator.token`",
+            api.ip()
+        );
+        Ok(())
+    }
+
+    /// Like the agents' check: `Ok(Some(warning))` for an open cluster asked for, an error for
+    /// one nobody asked for, `Ok(None)` when the network is closed (a key, or loopback only).
+    pub fn open_cluster(&self) -> anyhow::Result<Option<String>> {
+        let exposed: Vec<String> = self
+            .listen
+            .iter()
+            .filter(|a| !tapfinger_net::secret::is_loopback(a))
+            .map(ToString::to_string)
+            .collect();
+        if exposed.is_empty() || self.cluster_key_file.is_some() {
+            return Ok(None);
+        }
+        let what = format!(
+            "the coordinator listens on {} (not loopback) without a cluster key, so any host that reaches it could send experience it trains on",
+            exposed.join(", ")
+        );
+        anyhow::ensure!(
+            self.insecure_open_cluster,
+            "cluster_key_file: {what}. Set cluster_key_file to the agents' swarm key (`tapfinger-agent keygen --swarm-key PATH` makes one), or listen on 127.0.0.1 only; a lab that wants an open cluster sets insecure_open_cluster = true"
+        );
+        Ok(Some(format!(
+            "OPEN CLUSTER (insecure_open_cluster = true): {what}"
+        )))
     }
 }
 
@@ -97,11 +150,44 @@ mod tests {
         assert_eq!(c.scenario, "edge-agent");
         let e = CoordinatorConfig::from_toml("learning_rate = 1").unwrap_err();
         assert!(e.to_string().contains("learning_rate"), "{e}");
-        // The commented example holds the defaults.
+        // The commented example holds the defaults, and the cluster key every deployment needs.
         let example =
             CoordinatorConfig::from_toml(include_str!("../../deploy/coordinator.toml")).unwrap();
-        assert_eq!(example, CoordinatorConfig::default());
+        assert_eq!(
+            example,
+            CoordinatorConfig {
+                cluster_key_file: Some("/etc/tapfinger/swarm.key".into()),
+                ..CoordinatorConfig::default()
+            }
+        );
+        assert!(example.open_cluster().unwrap().is_none());
         let e = CoordinatorConfig::from_toml("lr = -1.0").unwrap_err();
         assert!(e.to_string().contains("lr"), "{e}");
+    }
+
+    #[test]
+    fn an_open_coordinator_and_an_api_without_a_token_are_refused() {
+        // The shipped defaults listen on 0.0.0.0 without a key.
+        let e = CoordinatorConfig::default().open_cluster().unwrap_err();
+        assert!(
+            e.to_string().contains("cluster_key_file") && e.to_string().contains("keygen"),
+            "{e}"
+        );
+        let open = CoordinatorConfig::from_toml("insecure_open_cluster = true").unwrap();
+        assert!(
+            open.open_cluster()
+                .unwrap()
+                .unwrap()
+                .contains("OPEN CLUSTER")
+        );
+        let keyed = CoordinatorConfig::from_toml("cluster_key_file = \"/k\"").unwrap();
+        assert!(keyed.open_cluster().unwrap().is_none());
+        let local = CoordinatorConfig::from_toml("listen = [\"/ip4/127.0.0.1/tcp/7700\"]").unwrap();
+        assert!(local.open_cluster().unwrap().is_none());
+        let e = CoordinatorConfig::from_toml("api = \"0.0.0.0:7701\"").unwrap_err();
+        assert!(e.to_string().contains("api_token_file"), "{e}");
+        CoordinatorConfig::from_toml("api = \"0.0.0.0:7701\"\napi_token_file = \"/t\"").unwrap();
+        let e = CoordinatorConfig::from_toml("allow_peers = [\"nope\"]").unwrap_err();
+        assert!(e.to_string().contains("allow_peers"), "{e}");
     }
 }

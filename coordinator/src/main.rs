@@ -28,6 +28,13 @@ enum Cmd {
         /// Overrides `data_dir`.
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Overrides `cluster_key_file`.
+        #[arg(long)]
+        cluster_key_file: Option<PathBuf>,
+        /// An agent's peer id allowed to connect and send experience (repeatable; overrides
+        /// `allow_peers`).
+        #[arg(long = "allow-peer", value_name = "PEER_ID")]
+        allow_peers: Vec<libp2p::PeerId>,
     },
     /// Offline training: the coordinator's learner fed by simulated agents of a scenario;
     /// writes the same checkpoint format (`DIR/trainer/`, `DIR/published/v<N>/`).
@@ -53,13 +60,21 @@ enum Cmd {
         /// API address.
         #[arg(long, default_value = "127.0.0.1:7701")]
         api: String,
+        /// Bearer token file (when the API requires one).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
     },
 }
 
 fn main() {
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Run { config, data_dir } => run(config, data_dir),
+        Cmd::Run {
+            config,
+            data_dir,
+            cluster_key_file,
+            allow_peers,
+        } => run(config, data_dir, cluster_key_file, allow_peers),
         Cmd::Train {
             scenario,
             updates,
@@ -67,7 +82,7 @@ fn main() {
             out,
             start,
         } => train(scenario, updates, episodes, out, start),
-        Cmd::Status { api } => status(&api),
+        Cmd::Status { api, token_file } => status(&api, token_file.as_deref()),
     };
     if let Err(e) = r {
         eprintln!("error: {e:#}");
@@ -75,7 +90,12 @@ fn main() {
     }
 }
 
-fn run(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<()> {
+fn run(
+    config: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+    cluster_key_file: Option<PathBuf>,
+    allow_peers: Vec<libp2p::PeerId>,
+) -> anyhow::Result<()> {
     let mut cfg = match config {
         Some(p) => CoordinatorConfig::from_toml(&std::fs::read_to_string(&p)?)?,
         None => CoordinatorConfig::default(),
@@ -83,13 +103,27 @@ fn run(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<()>
     if let Some(d) = data_dir {
         cfg.data_dir = d;
     }
+    if let Some(k) = cluster_key_file {
+        cfg.cluster_key_file = Some(k);
+    }
+    if !allow_peers.is_empty() {
+        cfg.allow_peers = allow_peers;
+    }
     tapfinger_net::log::init_logging(tapfinger_net::log::LogFormat::Human);
+    // Before anything is bound: an open coordinator nobody asked for never starts.
+    if let Some(warning) = cfg.open_cluster()? {
+        tracing::warn!("{warning}");
+    }
+    let token = match &cfg.api_token_file {
+        Some(p) => Some(tapfinger_net::secret::read_token(p)?),
+        None => None,
+    };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let (key, net) = tapfinger_coordinator::serve::start_network(&cfg).await?;
         tracing::info!(peer_id = %key.public().to_peer_id(), "coordinator starting (agents set coordinator.peer to this id)");
         let c = tapfinger_coordinator::serve::spawn(cfg.clone(), key, net)?;
-        let api = tapfinger_coordinator::serve::api(&cfg.api, c.shared.clone());
+        let api = tapfinger_coordinator::serve::api(&cfg.api, c.shared.clone(), token);
         tokio::select! {
             r = api => r,
             _ = tokio::signal::ctrl_c() => Ok(()),
@@ -137,13 +171,20 @@ fn train(
     Ok(())
 }
 
-fn status(api: &str) -> anyhow::Result<()> {
+fn status(api: &str, token_file: Option<&std::path::Path>) -> anyhow::Result<()> {
     use std::io::{Read, Write};
+    let auth = match token_file {
+        Some(p) => format!(
+            "Authorization: Bearer {}\r\n",
+            tapfinger_net::secret::read_token(p)?
+        ),
+        None => String::new(),
+    };
     let mut s = std::net::TcpStream::connect(api)
         .map_err(|e| anyhow::anyhow!("cannot reach the coordinator at {api}: {e}"))?;
     write!(
         s,
-        "GET /v1/status HTTP/1.1\r\nHost: {api}\r\nConnection: close\r\n\r\n"
+        "GET /v1/status HTTP/1.1\r\nHost: {api}\r\n{auth}Connection: close\r\n\r\n"
     )?;
     let mut body = String::new();
     s.read_to_string(&mut body)?;

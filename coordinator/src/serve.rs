@@ -28,6 +28,9 @@ pub struct Shared {
     pub received_live: std::collections::BTreeMap<u32, u64>,
     /// An update is running.
     pub updating: bool,
+    /// Connections and requests refused from peers off the allowlist, by what they tried
+    /// (`connect`, `experience`, ...).
+    pub refused: std::collections::BTreeMap<String, u64>,
 }
 
 /// A running coordinator.
@@ -185,6 +188,12 @@ async fn run(
                         tracing::warn!(error = %e, "cannot answer");
                     }
                 }
+                Some(NetEvent::Refused { from, what }) => {
+                    tracing::warn!(peer = %from, what, "refused a peer off the allowlist");
+                    if let Ok(mut s) = shared.lock() {
+                        *s.refused.entry(what).or_default() += 1;
+                    }
+                }
                 Some(NetEvent::Listening(addr)) => {
                     tracing::info!(address = %format!("{addr}/p2p/{}", net.peer_id), "listening");
                 }
@@ -218,18 +227,19 @@ pub async fn start_network(cfg: &CoordinatorConfig) -> anyhow::Result<(Keypair, 
     let key = tapfinger_net::identity::identity(&cfg.data_dir)?;
     let psk = match &cfg.cluster_key_file {
         Some(p) => Some(
-            tapfinger_net::swarm::parse_psk(&std::fs::read_to_string(p)?)
+            tapfinger_net::secret::read_swarm_key(p)
                 .map_err(|e| anyhow::anyhow!("cluster_key_file: {e}"))?,
         ),
         None => None,
     };
+    let allow = (!cfg.allow_peers.is_empty()).then(|| cfg.allow_peers.iter().copied().collect());
     let net = Network::start(NetConfig {
         keypair: key.clone(),
         cluster: cfg.cluster.clone(),
         listen: cfg.listen.clone(),
         bootstrap: cfg.bootstrap.clone(),
         psk,
-        allow: None,
+        allow,
         mdns: false,
         peer_exchange: true,
         channel: 256,
@@ -256,6 +266,7 @@ pub fn status_json(s: &Shared) -> serde_json::Value {
         "last_evaluation": s.state.last_evaluation,
         "inbox_batches": s.inbox_batches,
         "inbox_dropped": s.inbox_dropped,
+        "refused": s.refused,
     })
 }
 
@@ -307,6 +318,10 @@ impl Metrics {
                 "tapfinger_coordinator_decisions_received",
                 "Decisions received per agent."
             );
+            describe_counter!(
+                "tapfinger_coordinator_refused_total",
+                "Connections and requests refused from peers off the allowlist, by what they tried."
+            );
         });
         Self(r)
     }
@@ -324,6 +339,10 @@ impl Metrics {
             gauge!("tapfinger_coordinator_published_jct").set(s.state.published_jct);
             gauge!("tapfinger_coordinator_candidates_refused").set(s.state.refused as f64);
             gauge!("tapfinger_coordinator_inbox_batches").set(s.inbox_batches as f64);
+            for (what, n) in &s.refused {
+                counter!("tapfinger_coordinator_refused_total", "what" => what.clone())
+                    .absolute(*n);
+            }
             for (node, n) in &s.state.received {
                 counter!("tapfinger_coordinator_decisions_received", "node" => node.to_string())
                     .absolute(*n);
@@ -333,8 +352,22 @@ impl Metrics {
     }
 }
 
-/// Serve the HTTP API on `addr` until the process ends.
-pub async fn api(addr: &str, shared: Arc<Mutex<Shared>>) -> anyhow::Result<()> {
+/// Serve the HTTP API on `addr` until the process ends; with `token`, every request must carry
+/// `Authorization: Bearer <token>` (compared in constant time).
+pub async fn api(
+    addr: &str,
+    shared: Arc<Mutex<Shared>>,
+    token: Option<String>,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("api: cannot bind {addr}: {e}"))?;
+    axum::serve(listener, router(shared, token)).await?;
+    Ok(())
+}
+
+/// The HTTP API's routes (`/v1/status`, `/metrics`) behind the token check.
+pub fn router(shared: Arc<Mutex<Shared>>, token: Option<String>) -> axum::Router {
     use axum::routing::get;
     let s1 = shared.clone();
     let registry = Arc::new(Metrics::new());
@@ -354,11 +387,29 @@ pub async fn api(addr: &str, shared: Arc<Mutex<Shared>>) -> anyhow::Result<()> {
                 async move { text }
             }),
         );
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("api: cannot bind {addr}: {e}"))?;
-    axum::serve(listener, app).await?;
-    Ok(())
+    let token = Arc::new(token);
+    app.layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let token = token.clone();
+            async move {
+                use axum::response::IntoResponse;
+                if let Some(t) = token.as_ref() {
+                    let given = req
+                        .headers()
+                        .get(axum::http::header::AUTHORIZATION)
+                        .and_then(|v| v.to_str().ok());
+                    if !tapfinger_net::secret::bearer_matches(t, given) {
+                        return (
+                            axum::http::StatusCode::UNAUTHORIZED,
+                            "missing or wrong bearer token",
+                        )
+                            .into_response();
+                    }
+                }
+                next.run(req).await
+            }
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -370,11 +421,13 @@ mod metrics_tests {
         let mut s = Shared::default();
         s.state.version = 3;
         s.state.received.insert(7, 120);
+        s.refused.insert("experience".into(), 2);
         let text = Metrics::new().render(&s);
         for line in [
             "# TYPE tapfinger_coordinator_policy_version gauge",
             "tapfinger_coordinator_policy_version 3",
             "tapfinger_coordinator_decisions_received{node=\"7\"} 120",
+            "tapfinger_coordinator_refused_total{what=\"experience\"} 2",
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");
         }

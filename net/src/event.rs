@@ -21,6 +21,14 @@ pub enum NetEvent {
         /// The message (boxed: it is much larger than the other events).
         envelope: Box<Envelope>,
     },
+    /// A peer off the allowlist connected or asked something: disconnected, its request not
+    /// answered.
+    Refused {
+        /// Who.
+        from: PeerId,
+        /// What it tried (`connect`, or the request's kind).
+        what: String,
+    },
     /// A message that failed decoding or validation, dropped.
     Dropped {
         /// Who propagated it.

@@ -54,6 +54,22 @@ pub fn identity(dir: &Path) -> Result<Keypair, IdentityError> {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-    std::fs::write(&path, bytes).map_err(|source| IdentityError::Write { path, source })?;
+    // Private to its owner: whoever reads it can speak as this box.
+    write_private_bytes(&path, &bytes).map_err(|source| IdentityError::Write { path, source })?;
     Ok(key)
+}
+
+/// Write a new file readable by its owner only.
+fn write_private_bytes(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
 }

@@ -54,6 +54,18 @@ pub enum Request {
     },
 }
 
+impl Request {
+    /// Its kind, for logs and counters (`experience`, `announcement`, `trial`, `checkpoint`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Request::Experience { .. } => "experience",
+            Request::Announcement => "announcement",
+            Request::Trial { .. } => "trial",
+            Request::Checkpoint { .. } => "checkpoint",
+        }
+    }
+}
+
 /// What the coordinator answers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Response {

@@ -4,7 +4,8 @@
 //! ([`direct`]) and gossip, request-response, allowlist), identities ([`identity`]: the
 //! persistent key and the node id derived from a peer id), the coordinator's messages
 //! ([`learn`]: signed checkpoints, experience batches, a bounded spool), a metrics registry
-//! ([`metrics`]) and logging ([`log`]).
+//! ([`metrics`]), logging ([`log`]) and the cluster's secrets on disk ([`secret`]: swarm keys and
+//! API tokens).
 
 mod behaviour;
 mod dial;
@@ -16,5 +17,6 @@ pub mod learn;
 pub mod log;
 pub mod metrics;
 pub mod peers;
+pub mod secret;
 pub mod signed;
 pub mod swarm;

@@ -188,4 +188,32 @@ mod tests {
             assert!(open_from(&f[..n], &me).is_err(), "{n}");
         }
     }
+
+    // Arbitrary bytes from a peer, and bytes flipped in a good frame: refused or opened, never
+    // a panic, and a flipped frame never opens as another author's.
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn arbitrary_frames_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let _ = open(&bytes);
+            let _ = id(&bytes);
+            let _ = author(&bytes);
+            let _ = signature(&bytes);
+            let _ = open_from(&bytes, &Keypair::generate_ed25519().public().to_peer_id());
+        }
+
+        #[test]
+        fn a_flipped_frame_is_refused(at in proptest::prelude::any::<proptest::sample::Index>(), bit in 0u8..8) {
+            let k = Keypair::generate_ed25519();
+            let mut f = sign(&k, b"an announcement");
+            let i = at.index(f.len());
+            f[i] ^= 1 << bit;
+            if let Ok((who, payload)) = open(&f) {
+                // Only a flip in the unsigned framing may leave it readable, and then as itself.
+                proptest::prop_assert_eq!(who, k.public().to_peer_id());
+                proptest::prop_assert_eq!(payload, &b"an announcement"[..]);
+            }
+        }
+    }
 }

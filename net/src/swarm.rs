@@ -443,7 +443,7 @@ async fn run(
                         if !allowed(&peer_id) {
                             tracing::warn!(%peer_id, "peer not on the allowlist: disconnecting");
                             let _ = swarm.disconnect_peer_id(peer_id);
-                            None
+                            Some(NetEvent::Refused { from: peer_id, what: "connect".into() })
                         } else if num_established.get() == 1 {
                             writers.connect(peer_id);
                             if cfg.peer_exchange {
@@ -545,7 +545,13 @@ async fn run(
                     }
                     SwarmEvent::Behaviour(BehaviourEvent::Rr(request_response::Event::Message { peer, message, .. })) => {
                         if !allowed(&peer) {
-                            None
+                            let what = match &message {
+                                request_response::Message::Request { request, .. } => request.kind(),
+                                request_response::Message::Response { .. } => "response",
+                            };
+                            tracing::warn!(%peer, what, "request from a peer not on the allowlist: refused");
+                            let _ = swarm.disconnect_peer_id(peer);
+                            Some(NetEvent::Refused { from: peer, what: what.into() })
                         } else {
                             match message {
                                 request_response::Message::Request { request, channel, .. } => {

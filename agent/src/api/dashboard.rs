@@ -3,7 +3,8 @@
 //! the cluster's queue (each task's position and wait so far), the running tasks with their
 //! shares and progress, the latest finished tasks, the negotiation counters (rounds, conflicts,
 //! lost claims, missing proposals, and how many of each in the last ten seconds), the policy
-//! version in use, and what the speed estimator holds of each task class.
+//! version in use, what the speed estimator holds of each task class, and what protects the
+//! box (a warning across the page for an open cluster; whether GPUs are isolated).
 //!
 //! Both routes are **read-only and readable without the API token**: they show names (of boxes
 //! and of task classes), capacities, task ids, states, shares and speed estimates, never a
@@ -50,6 +51,9 @@ pub struct Dashboard {
     /// What the speed estimator holds of each task class (`GET /v1/classes`).
     #[serde(default)]
     pub classes: Vec<crate::api::ClassInfo>,
+    /// What protects this box: an open cluster is shown as a warning across the page.
+    #[serde(default)]
+    pub security: crate::api::SecurityInfo,
 }
 
 /// A box: what `GET /v1/peers` shows of a peer, and whether it is the agent answering.
@@ -211,6 +215,7 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
         policy_version: policy.version,
         policy_hash: policy.hash.clone(),
         classes: st.estimates.clone(),
+        security: (*s.security).clone(),
     })
     .into_response()
 }

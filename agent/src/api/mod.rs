@@ -17,7 +17,7 @@ pub mod dashboard;
 pub mod types;
 pub use types::{
     CancelledTask, ClassInfo, Classes, ErrorBody, NodeInfo, PeerInfo, Peers, PolicyVersion,
-    Submitted, TaskInfo, TaskLogs, TaskPage, TaskStatus,
+    SecurityInfo, Submitted, TaskInfo, TaskLogs, TaskPage, TaskStatus,
 };
 
 use crate::daemon::{Command, Status};
@@ -54,6 +54,8 @@ pub struct ApiState {
     pub log_dir: Option<std::path::PathBuf>,
     /// The agent's metrics, which its event loop keeps current.
     pub metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
+    /// What protects this box (fixed at start).
+    pub security: std::sync::Arc<SecurityInfo>,
 }
 
 /// The routes.
@@ -134,9 +136,8 @@ fn refused(s: &ApiState, headers: &HeaderMap) -> Option<Response> {
     };
     let given = headers
         .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    (given != Some(token.as_str())).then(|| {
+        .and_then(|v| v.to_str().ok());
+    (!tapfinger_net::secret::bearer_matches(token, given)).then(|| {
         (
             StatusCode::UNAUTHORIZED,
             axum::Json(ErrorBody::new("missing or wrong bearer token")),
@@ -318,6 +319,7 @@ async fn node(State(s): State<ApiState>) -> Response {
         peers: st.peers.len(),
         dropped_messages: st.dropped,
         forecast: st.forecast.clone(),
+        security: Some((*s.security).clone()),
     })
     .into_response()
 }

@@ -187,6 +187,25 @@ pub struct NodeInfo {
     /// the last value while the history is short).
     #[serde(default)]
     pub forecast: Option<tapfinger::forecast::outlook::Outlook>,
+    /// What protects this box ([`SecurityInfo`]).
+    #[serde(default)]
+    pub security: Option<SecurityInfo>,
+}
+
+/// What protects a box, as its configuration and its kernel allow (docs/SECURITY.md).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct SecurityInfo {
+    /// An open cluster (`insecure_open_cluster`): it listens beyond loopback without a cluster
+    /// key, so any host that reaches it can have commands run here.
+    pub open_cluster: bool,
+    /// A cluster key closes the peer-to-peer network to boxes without it.
+    pub cluster_key: bool,
+    /// Peers on the allowlist (0: any holder of the key).
+    pub allowlist: usize,
+    /// The API asks for a bearer token.
+    pub api_token: bool,
+    /// Whether a task can open only the GPUs it was given, and how (or why not).
+    pub gpu_isolation: String,
 }
 
 /// One live peer as its last heartbeat described it.

@@ -201,6 +201,8 @@ impl Daemon {
                 self.dropped += 1;
                 Vec::new()
             }
+            // Logged by the network; nothing of it reaches the protocol.
+            NetEvent::Refused { .. } => Vec::new(),
             NetEvent::Listening(addr) => {
                 tracing::info!(address = %format!("{addr}/p2p/{}", p.net.peer_id), "listening");
                 Vec::new()

@@ -192,8 +192,16 @@ impl Cgroups {
 
     /// Remove a finished task's groups (they must be empty; failures are left for the next start).
     pub(crate) fn remove(&self, task: TaskId) {
+        for d in self.groups_of(task) {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+
+    /// The groups [`Cgroups::create`] makes for `task` (the first: its CPU group, on v2 its
+    /// only one).
+    pub(crate) fn groups_of(&self, task: TaskId) -> Vec<PathBuf> {
         let name = format!("task-{}", task.0);
-        let dirs: Vec<PathBuf> = match self {
+        match self {
             Cgroups::V2(d) => vec![d.join(&name)],
             Cgroups::V1 { cpu, memory } => {
                 let mut v = vec![cpu.join(&name)];
@@ -203,9 +211,6 @@ impl Cgroups {
                 v
             }
             Cgroups::Unavailable(_) => Vec::new(),
-        };
-        for d in dirs {
-            let _ = std::fs::remove_dir(d);
         }
     }
 }

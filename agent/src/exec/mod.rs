@@ -31,9 +31,11 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 mod cgroups;
+pub mod devices;
 mod sim;
 mod supervised;
 pub use cgroups::{CFS_PERIOD_US, Cgroups};
+pub use devices::Devices;
 pub use sim::{SimulatedExecutor, SpeedFn};
 
 /// What a task is given, in natural units (the agent converts grid units with the kinds' steps).
@@ -192,6 +194,15 @@ pub struct ProcessExecutor {
     /// survive the agent and can be adopted; `None`: tasks are children of the agent, each in a
     /// process group of its own, killed when the executor drops them.
     supervision: Option<Supervision>,
+    /// How tasks are kept to their GPUs' device nodes ([`devices`]).
+    devices: Devices,
+    /// Each GPU's device node (major, minor) by its NVML index.
+    gpu_nodes: BTreeMap<u32, (u32, u32)>,
+    /// The control devices every GPU task may open as well.
+    gpu_control: Vec<devices::DeviceRule>,
+    /// Start tasks through `setpriv` without the agent's ambient capabilities (an agent given
+    /// `CAP_BPF` and `CAP_NET_ADMIN` for device filters must not pass them on).
+    drop_caps: bool,
 }
 
 /// How tasks are supervised (see [`crate::supervise`]).
@@ -221,6 +232,18 @@ struct Running {
     handle: Option<Handle>,
 }
 
+/// What a task's command is run through when the agent holds ambient capabilities: they are
+/// cleared (ambient and inheritable sets), so the task's program starts with none.
+const DROP_CAPS: [&str; 4] = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--"];
+
+/// The ambient capability set in the text of `/proc/self/status` (`CapAmb:`, hex).
+fn ambient_caps(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapAmb:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+}
+
 /// The `n` CPUs (of `total`) that the fewest running tasks are pinned to, lowest index first on
 /// ties, so that tasks under the affinity fallback do not all share the first CPUs.
 fn least_used_cpus(total: usize, n: usize, pinned: impl Iterator<Item = usize>) -> Vec<usize> {
@@ -246,7 +269,24 @@ impl ProcessExecutor {
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
+        let ambient = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|t| ambient_caps(&t))
+            .unwrap_or(0);
+        let setpriv = std::process::Command::new("setpriv")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ambient != 0 && !setpriv {
+            tracing::warn!(
+                ambient = format!("{ambient:#x}"),
+                "the agent has ambient capabilities and setpriv (util-linux) is not installed: tasks inherit them"
+            );
+        }
         Self {
+            drop_caps: ambient != 0 && setpriv,
             cgroups,
             log_dir,
             events,
@@ -254,7 +294,44 @@ impl ProcessExecutor {
             taskset,
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             supervision: None,
+            devices: Devices::Unavailable("not set up".into()),
+            gpu_nodes: BTreeMap::new(),
+            gpu_control: Vec::new(),
         }
+    }
+
+    /// Keep every task to the device nodes of the GPUs it is given (`nodes`: each GPU's
+    /// (major, minor) by NVML index), the `control` devices and those every process needs, by
+    /// `devices`. A task given GPU `i` with no node in `nodes` fails to start.
+    pub fn with_devices(
+        mut self,
+        devices: Devices,
+        nodes: BTreeMap<u32, (u32, u32)>,
+        control: Vec<devices::DeviceRule>,
+    ) -> Self {
+        self.devices = devices;
+        self.gpu_nodes = nodes;
+        self.gpu_control = control;
+        self
+    }
+
+    /// How GPU devices are isolated (for the node's status).
+    pub fn devices(&self) -> &Devices {
+        &self.devices
+    }
+
+    /// The device policy of a task given the GPUs `gpus`.
+    fn device_policy(&self, gpus: &[u32]) -> Result<devices::DevicePolicy, String> {
+        let nodes = gpus
+            .iter()
+            .map(|g| {
+                self.gpu_nodes
+                    .get(g)
+                    .copied()
+                    .ok_or_else(|| format!("GPU {g} has no known device node"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(devices::DevicePolicy::for_task(&nodes, &self.gpu_control))
     }
 
     /// Run every task under a supervisor (see [`Supervision`]).
@@ -284,11 +361,35 @@ impl Executor for ProcessExecutor {
         let grace = std::time::Duration::from_secs(spec.grace_seconds.clamp(0, 3600) as u64);
         let spawn_err = |reason: String| ExecError::Spawn { task, reason };
         std::fs::create_dir_all(&self.log_dir).map_err(|e| spawn_err(e.to_string()))?;
+        // A v2 device filter to attach before the task joins this group (and hold while it runs).
+        let mut filter_at: Option<(PathBuf, devices::DevicePolicy)> = None;
         let (enforcement, mut argv): (Enforcement, Vec<String>) = match self
             .cgroups
             .create(task, alloc)
         {
-            Ok(groups) => {
+            Ok(mut groups) => {
+                // The device policy is in place before the task joins its groups; a task that
+                // cannot be kept to its GPUs does not start.
+                let isolated = self
+                    .device_policy(&alloc.gpus)
+                    .map_err(devices::DeviceError::Program)
+                    .and_then(|p| {
+                        let applied =
+                            self.devices
+                                .apply(&format!("task-{}", task.0), &groups, &p)?;
+                        Ok((applied, p))
+                    });
+                match isolated {
+                    Ok((applied, policy)) => {
+                        groups.extend(applied.join);
+                        filter_at = applied.filter.map(|g| (g, policy));
+                    }
+                    Err(e) => {
+                        self.devices.remove(&format!("task-{}", task.0));
+                        self.cgroups.remove(task);
+                        return Err(spawn_err(e.to_string()));
+                    }
+                }
                 let joins: Vec<String> = groups
                     .iter()
                     .map(|g| format!("echo $$ > '{}/cgroup.procs'", g.display()))
@@ -329,6 +430,9 @@ impl Executor for ProcessExecutor {
                 Vec::new(),
             ),
         };
+        if self.drop_caps {
+            argv.extend(DROP_CAPS.iter().map(|a| (*a).to_string()));
+        }
         argv.extend(spec.command.iter().cloned());
         let log = self.log_dir.join(format!("{}", task.0));
         if let Some(sup) = &self.supervision {
@@ -353,8 +457,15 @@ impl Executor for ProcessExecutor {
                 log.with_extension("stdout").display().to_string(),
                 "--stderr".into(),
                 log.with_extension("stderr").display().to_string(),
-                "--".into(),
             ];
+            // The supervisor attaches the device filter and holds it as long as the task runs.
+            if let Some((group, policy)) = &filter_at {
+                full.extend(["--device-filter".into(), group.display().to_string()]);
+                for line in policy.v1_lines() {
+                    full.extend(["--device-rule".into(), line]);
+                }
+            }
+            full.push("--".into());
             full.extend(argv);
             argv = std::iter::once(sup.program.display().to_string())
                 .chain(full)
@@ -380,6 +491,20 @@ impl Executor for ProcessExecutor {
             return supervised::start(self, sup.clone(), task, cmd, log, pinned)
                 .map(|()| enforcement);
         }
+        let cleanup = |ex: &Self| {
+            ex.devices.remove(&format!("task-{}", task.0));
+            ex.cgroups.remove(task);
+        };
+        let filter = match filter_at
+            .map(|(g, p)| devices::Filter::attach(&p, &g))
+            .transpose()
+        {
+            Ok(f) => f,
+            Err(e) => {
+                cleanup(self);
+                return Err(spawn_err(e.to_string()));
+            }
+        };
         let mut child = cmd
             .process_group(0)
             .spawn()
@@ -399,7 +524,7 @@ impl Executor for ProcessExecutor {
         drop(running);
         let registry = self.running.clone();
         let events = self.events.clone();
-        let cgroups = self.cgroups.clone();
+        let cgroups = (self.cgroups.clone(), self.devices.clone());
         tokio::spawn(async move {
             let out = tokio::spawn(pump(
                 stdout,
@@ -426,6 +551,8 @@ impl Executor for ProcessExecutor {
             };
             let _ = out.await;
             let _ = err.await;
+            // Held until the task's process is gone.
+            drop(filter);
             ended(&registry, &cgroups, &events, task, code, stopped).await;
         });
         Ok(enforcement)
@@ -502,12 +629,13 @@ impl Executor for ProcessExecutor {
 /// A task's process is gone: free its cgroup and its registry entry, then report the exit.
 async fn ended(
     registry: &Mutex<BTreeMap<TaskId, Running>>,
-    cgroups: &Cgroups,
+    (cgroups, devices): &(Cgroups, Devices),
     events: &mpsc::Sender<ExecEvent>,
     task: TaskId,
     code: Option<i32>,
     stopped: bool,
 ) {
+    devices.remove(&format!("task-{}", task.0));
     cgroups.remove(task);
     registry
         .lock()

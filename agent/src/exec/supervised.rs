@@ -106,7 +106,7 @@ fn follow(
 ) {
     let registry = ex.running.clone();
     let events = ex.events.clone();
-    let cgroups = ex.cgroups.clone();
+    let cgroups = (ex.cgroups.clone(), ex.devices.clone());
     tokio::spawn(async move {
         let mut end = std::pin::pin!(end);
         let mut stop = std::pin::pin!(stop);

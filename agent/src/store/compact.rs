@@ -22,10 +22,10 @@ use super::{Record, Recovered, Store, StoreError};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
-/// A point in compaction where a test may kill the process (see [`Store::crash_at`]).
-#[doc(hidden)]
+/// A point in compaction where a test may kill the process (`Store::crash_at`, compiled into
+/// the unit tests only: no release binary can be made to abort by it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Half of the snapshot written, not synced.
     MidSnapshot,
     /// The snapshot written and synced, not renamed.
@@ -153,16 +153,21 @@ impl Store {
     }
 
     /// Kill the process at `step` of the next compactions (tests of crash safety).
-    #[doc(hidden)]
-    pub fn crash_at(&mut self, step: Step) {
+    #[cfg(test)]
+    pub(crate) fn crash_at(&mut self, step: Step) {
         self.crash = Some(step);
     }
 
+    #[cfg(test)]
     fn crash_point(&self, step: Step) {
         if self.crash == Some(step) {
             std::process::abort();
         }
     }
+
+    /// Outside the unit tests a compaction never aborts.
+    #[cfg(not(test))]
+    fn crash_point(&self, _step: Step) {}
 }
 
 /// What [`repair`] did.

@@ -152,7 +152,8 @@ pub struct Store {
     lines: u64,
     /// Compactions done since open.
     compactions: u64,
-    /// A test's kill point.
+    /// A test's kill point (unit tests only).
+    #[cfg(test)]
     crash: Option<compact::Step>,
 }
 
@@ -292,6 +293,7 @@ impl Store {
             live: r.clone(),
             lines,
             compactions: 0,
+            #[cfg(test)]
             crash: None,
         };
         store.maybe_compact();

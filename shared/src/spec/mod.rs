@@ -688,4 +688,43 @@ mod tests {
         let cores: Vec<u32> = t.gang.unwrap().stages.iter().map(|m| m.get(0)).collect();
         assert_eq!(cores, vec![16, 3]);
     }
+
+    // Arbitrary input from a user or a peer: a spec's text, as TOML or JSON, and the task built
+    // from it, never panic, whatever the bytes; errors name a field. Mutations of a valid spec
+    // reach deeper than random text (past the syntax into the fields).
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,400}") {
+            if let Err(e) = TaskSpec::from_toml(&text) {
+                proptest::prop_assert!(!e.field.is_empty());
+            }
+            let _ = TaskSpec::from_json(&text);
+            let _ = check(&text);
+        }
+
+        #[test]
+        fn a_mutated_spec_is_refused_or_checked_never_a_panic(
+            at in 0usize..400,
+            with in "[\\[\\]{}=\",.0-9a-z_ \n-]{0,12}",
+            cut in 0usize..8,
+        ) {
+            let good = "name = \"x\"\ncommand = [\"sh\", \"-c\", \"true\"]\ntype = \"LM\"\n\
+                        min_demand = { cpu = 2, gpu = 1 }\nmax_demand = { cpu = 8 }\npriority = 1\n\
+                        require_labels = { site = \"b\" }\nwork = 3.5\ngrace_seconds = 5\n\
+                        [gang]\nworkers = 2\nps = 1\nworker_demand = { cpu = 1 }\n";
+            let mut text: Vec<char> = good.chars().collect();
+            let at = at.min(text.len());
+            let end = (at + cut).min(text.len());
+            text.splice(at..end, with.chars());
+            let text: String = text.into_iter().collect();
+            let _ = check(&text);
+            if let Ok(spec) = TaskSpec::from_toml(&text)
+                && let Ok(json) = serde_json::to_string(&spec)
+            {
+                let _ = TaskSpec::from_json(&json);
+            }
+        }
+    }
 }
