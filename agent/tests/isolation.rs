@@ -174,6 +174,51 @@ fn the_v2_device_filter_refuses_what_it_does_not_list() {
         drop(filter);
         let _ = std::fs::remove_dir(&group);
     }
+    // The production path: the task's supervisor attaches the filter the executor describes to
+    // it (`--device-filter`, `--device-rule`), then starts the task, which joins the group.
+    for (name, gpus) in [("sup-none", vec![]), ("sup-full", vec![FULL])] {
+        let group = base.join(name);
+        std::fs::create_dir_all(&group).unwrap();
+        let out = dir.path().join(name);
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tapfinger-agent"));
+        cmd.arg("supervise")
+            .arg("--lease")
+            .arg(dir.path().join("lease"))
+            .args(["--autonomy-ms", "60000", "--owner", "me"])
+            .arg("--exit-file")
+            .arg(dir.path().join(format!("{name}.exit")))
+            .arg("--stdout")
+            .arg(dir.path().join(format!("{name}.stdout")))
+            .arg("--stderr")
+            .arg(dir.path().join(format!("{name}.stderr")))
+            .arg("--device-filter")
+            .arg(&group);
+        for line in DevicePolicy::for_task(&gpus, &[]).v1_lines() {
+            cmd.args(["--device-rule", &line]);
+        }
+        std::fs::write(dir.path().join("lease"), "me").unwrap();
+        let status = cmd
+            .arg("--")
+            .args(["sh", "-c"])
+            .arg(format!(
+                "echo $$ > '{}/cgroup.procs' && {}",
+                group.display(),
+                probe(&out)
+            ))
+            .status()
+            .unwrap();
+        assert!(status.success(), "{name}: {status:?}");
+        results.push(std::fs::read_to_string(&out).unwrap().trim().to_string());
+        let _ = std::fs::remove_dir(&group);
+    }
     let _ = std::fs::remove_dir(&base);
-    assert_eq!(results, ["denied opened", "opened opened"]);
+    assert_eq!(
+        results,
+        [
+            "denied opened",
+            "opened opened",
+            "denied opened",
+            "opened opened"
+        ]
+    );
 }
