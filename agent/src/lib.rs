@@ -2,7 +2,7 @@
 //! the binary and by the integration tests that start several agents on loopback.
 //!
 //! [`config`] (agent.toml), [`discovery`] (what the box has), [`net`] (libp2p), [`exec`] (process
-//! and simulated executors), [`daemon`] (the event loop around the shared node state machine),
+//! and simulated executors), [`devices`] (which device nodes a task may open: GPU isolation), [`daemon`] (the event loop around the shared node state machine),
 //! [`api`] (local HTTP API), [`store`] (durable task journal), [`recover`] (what a restart does
 //! with the data directory), [`reports`] (tasks' metrics and convergence), [`supervise`] (the process between the agent and each task, so tasks
 //! are adopted after a restart and never outlive the agent's lease), [`policy`] (the learned
@@ -14,6 +14,7 @@ pub mod config;
 pub mod daemon;
 pub mod demo;
 pub mod demo_gang;
+pub mod devices;
 pub mod discovery;
 pub mod exec;
 pub mod gang_launch;

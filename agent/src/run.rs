@@ -222,14 +222,11 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         .map(|g| {
             (
                 g.index,
-                (
-                    crate::exec::devices::NVIDIA_MAJOR,
-                    g.minor.unwrap_or(g.index),
-                ),
+                (crate::devices::NVIDIA_MAJOR, g.minor.unwrap_or(g.index)),
             )
         })
         .collect();
-    let control = crate::exec::devices::nvidia_control(
+    let control = crate::devices::nvidia_control(
         &std::fs::read_to_string("/proc/devices").unwrap_or_default(),
     );
     let security = crate::api::SecurityInfo {

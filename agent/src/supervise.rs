@@ -50,7 +50,7 @@ pub struct SuperviseArgs {
     #[arg(long)]
     pub stderr: PathBuf,
     /// A cgroup v2 group to attach the task's device filter to before it starts (it joins the
-    /// group itself); the filter is held until the task ends ([`crate::exec::devices`]).
+    /// group itself); the filter is held until the task ends ([`crate::devices`]).
     #[arg(long)]
     pub device_filter: Option<PathBuf>,
     /// The devices the filter allows, in the v1 `devices.allow` syntax (repeatable).
@@ -138,16 +138,13 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
             let rules: Option<Vec<_>> = a
                 .device_rules
                 .iter()
-                .map(|l| crate::exec::devices::DeviceRule::parse(l))
+                .map(|l| crate::devices::DeviceRule::parse(l))
                 .collect();
             let attached = rules
                 .ok_or_else(|| format!("a device rule is not one: {:?}", a.device_rules))
                 .and_then(|rules| {
-                    crate::exec::devices::Filter::attach(
-                        &crate::exec::devices::DevicePolicy { rules },
-                        group,
-                    )
-                    .map_err(|e| e.to_string())
+                    crate::devices::Filter::attach(&crate::devices::DevicePolicy { rules }, group)
+                        .map_err(|e| e.to_string())
                 });
             match attached {
                 Ok(f) => Some(f),

@@ -1,7 +1,7 @@
 //! What an attacker on the network would try, against real agent processes on 127.0.0.1
 //! (ephemeral ports): the shipped network defaults off loopback refuse to start; a host without
 //! the cluster key cannot connect; a host with the key but off the allowlist cannot announce a
-//! task, report an outcome, cancel or take over a task. Verdicts come from what tasks write
+//! task, claim one, report an outcome, cancel or take over a task. Verdicts come from what tasks write
 //! themselves (a task that ran leaves its record) and from the process's exit, not from the
 //! agents' word alone.
 #![allow(clippy::unwrap_used)]
@@ -10,6 +10,7 @@ use libp2p::{Multiaddr, PeerId, identity::Keypair};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tapfinger::protocol::{Claim, Message, PROTOCOL_VERSION, Proposal, Round};
 use tapfinger::spec::TaskSpec;
 use tapfinger::wire::{Body, CANCELLED, Envelope, Outcome, WIRE_VERSION};
 use tapfinger::{Resources, Task, TaskId, TaskTypeId};
@@ -318,7 +319,23 @@ fn outsiders_can_neither_join_nor_be_heard() {
             arrival: 0,
             gang: None,
         };
+        let mut members: Vec<_> = pwned.reachable.iter().copied().chain([me]).collect();
+        members.sort();
         let bodies = vec![
+            // A claim on the legitimate task in the rounds of the next slots, with certainty.
+            Body::Protocol(Message {
+                version: PROTOCOL_VERSION,
+                round: Round { slot: 0, step: 0 },
+                from: me,
+                proposal: Proposal::Claim(Claim {
+                    task: legit,
+                    alloc: Resources(vec![2, 0, 1]),
+                    prob: 1.0,
+                    headroom: 100.0,
+                }),
+                members,
+                free: Resources(vec![64, 0, 64]),
+            }),
             Body::Announce {
                 task: pwned.clone(),
                 spec: record_task(&rec, "pwned", 0.0),

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tapfinger::TaskId;
 use tapfinger::spec::TaskSpec;
-use tapfinger_agent::exec::devices::{DevicePolicy, DeviceRule, Filter};
+use tapfinger_agent::devices::{DevicePolicy, DeviceRule, Filter};
 use tapfinger_agent::exec::{Allocation, Cgroups, Devices, ExecEvent, Executor, ProcessExecutor};
 use tokio::sync::mpsc;
 

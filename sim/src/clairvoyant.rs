@@ -8,7 +8,7 @@
 //! ([`RULE`], [`RULE_STARTED`], [`RULE_UNSIZED`]: with every task's true size, only the
 //! running tasks', none), to measure what each piece of knowledge is worth.
 
-use crate::env::allocations;
+use crate::grid::allocations;
 use crate::scenario::Scenario;
 use tapfinger::lookahead::{self, Item};
 use tapfinger::view::View;

@@ -31,11 +31,11 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 mod cgroups;
-pub mod devices;
 mod sim;
 mod supervised;
+use crate::devices;
+pub use crate::devices::Devices;
 pub use cgroups::{CFS_PERIOD_US, Cgroups};
-pub use devices::Devices;
 pub use sim::{SimulatedExecutor, SpeedFn};
 
 /// What a task is given, in natural units (the agent converts grid units with the kinds' steps).

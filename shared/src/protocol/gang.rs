@@ -75,7 +75,7 @@ pub fn claim_members(task: TaskId, members: Vec<(NodeId, Resources)>) -> Proposa
 
 /// Why a gang claim is malformed (it is then counted as a pass).
 pub(super) fn validate(g: &GangClaim) -> Result<(), String> {
-    super::resolve::check_bayes(g.prob, g.headroom)?;
+    super::bayes::check_bayes(g.prob, g.headroom)?;
     if g.members.is_empty() || g.members.len() > MAX_MEMBERS {
         return Err(format!(
             "{} members (1 to {MAX_MEMBERS} allowed)",
@@ -137,7 +137,7 @@ pub(super) fn resolve(
                 .collect();
             let pairs: Vec<(NodeId, &Claim)> =
                 claims.iter().map(|(a, _)| *a).zip(&as_claims).collect();
-            super::resolve::posterior_argmax(&pairs)
+            super::bayes::posterior_argmax(&pairs)
         };
         let (claimant, g) = claims[winner];
         let fits = take_all(&mut left, &g.members);

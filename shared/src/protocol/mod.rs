@@ -20,12 +20,14 @@ use crate::task::{NodeId, TaskId};
 
 use std::collections::{BTreeMap, BTreeSet};
 
+mod bayes;
 pub mod gang;
 mod resolve;
+pub(crate) use bayes::check_bayes;
+pub use bayes::posteriors;
 pub use gang::{GangClaim, GangCommit};
-pub(crate) use resolve::check_bayes;
 use resolve::validate;
-pub use resolve::{posteriors, resolve, resolve_with_free};
+pub use resolve::{resolve, resolve_with_free};
 
 mod message;
 pub use message::*;

@@ -1,24 +1,12 @@
 //! Resolving a round: the pure function every member applies to the same set of proposals
-//! (claims on committed tasks lose; a contested task goes to the argmax of the Bayes posterior,
-//! exact ties to the lowest agent id), and the check that turns an invalid claim into a pass.
+//! (claims on committed tasks lose; a contested task goes to the argmax of the Bayes posterior
+//! ([`super::bayes`]), exact ties to the lowest agent id; then gang claims ([`super::gang`])),
+//! and the check that turns an invalid claim into a pass.
 
+use super::bayes::{check_bayes, posterior_argmax};
 use super::{Claim, Commit, Message, Proposal, Round, RoundOutcome};
 use crate::task::{NodeId, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// The two numbers the Bayes rule reads from a claim (single or gang): a likelihood in [0, 1]
-/// and a finite non-negative headroom.
-pub(crate) fn check_bayes(prob: f64, headroom: f64) -> Result<(), String> {
-    if !(prob.is_finite() && (0.0..=1.0).contains(&prob)) {
-        return Err(format!("probability {prob} outside [0, 1]"));
-    }
-    if !(headroom.is_finite() && headroom >= 0.0) {
-        return Err(format!(
-            "headroom {headroom} is not a finite non-negative number"
-        ));
-    }
-    Ok(())
-}
 
 pub(super) fn validate(msg: &Message) -> Result<(), String> {
     if let Proposal::Claim(c) = &msg.proposal {
@@ -32,10 +20,6 @@ pub(super) fn validate(msg: &Message) -> Result<(), String> {
     }
     Ok(())
 }
-
-/// Largest headroom used in the prior; larger values (a node with nothing demanded of a kind)
-/// would overflow `exp` without changing the argmax.
-const MAX_HEADROOM: f64 = 1e6;
 
 /// Resolve one round: the pure, order-independent core of the protocol.
 ///
@@ -120,41 +104,4 @@ pub fn resolve_with_free(
         slot_ended,
         next,
     }
-}
-
-/// The Bayes posterior of each claimant of one task, in the order given.
-pub fn posteriors(claims: &[(NodeId, &Claim)]) -> Vec<f64> {
-    let rho: Vec<f64> = claims
-        .iter()
-        .map(|(_, c)| c.headroom.min(MAX_HEADROOM))
-        .collect();
-    let max_rho = rho.iter().copied().fold(f64::MIN, f64::max);
-    let prior: Vec<f64> = rho.iter().map(|r| (r - max_rho).exp()).collect();
-    let z_prior: f64 = prior.iter().sum();
-    let joint: Vec<f64> = claims
-        .iter()
-        .zip(&prior)
-        .map(|((_, c), p)| c.prob * p / z_prior)
-        .collect();
-    let z: f64 = joint.iter().sum();
-    if z > 0.0 {
-        joint.iter().map(|j| j / z).collect()
-    } else {
-        // Every likelihood is zero: the posterior is the prior.
-        prior.iter().map(|p| p / z_prior).collect()
-    }
-}
-
-/// Index of the winning claim: the posterior argmax; ties go to the lowest agent id.
-pub(super) fn posterior_argmax(claims: &[(NodeId, &Claim)]) -> usize {
-    let post = posteriors(claims);
-    let mut best = 0;
-    for i in 1..claims.len() {
-        let better =
-            post[i] > post[best] || (post[i] == post[best] && claims[i].0 < claims[best].0);
-        if better {
-            best = i;
-        }
-    }
-    best
 }

@@ -201,7 +201,7 @@ impl<'a> Episode<'a> {
             g.assign(&mut arrivals, &capacities, seeds.workload, sc.slot_seconds)
         });
         if sc.profile_hints {
-            crate::policies::hint_profiles(sc, &arrivals, &mut ledger);
+            crate::profile::hint_profiles(sc, &arrivals, &mut ledger);
         }
         Ok(Self {
             sc,

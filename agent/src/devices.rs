@@ -13,7 +13,7 @@
 //! is wrapped in a minimal ELF object ([`DevicePolicy::elf`], written with `object`), the form
 //! `aya` loads. The attachment is a bpf link that lasts while its holder ([`Filter`]) lives:
 //! the task's supervisor, which outlives the agent and ends with the task
-//! ([`crate::supervise`]), or the executor for a task it runs as its own child.
+//! ([`crate::supervise`]), or the process executor ([`crate::exec`]) for a task it runs as its own child.
 //!
 //! Where neither mechanism is available (no writable `devices` hierarchy; no `CAP_BPF` and
 //! `CAP_NET_ADMIN` for the agent, or a kernel before 5.7), [`Devices::Unavailable`] says why
