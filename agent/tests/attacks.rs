@@ -10,6 +10,7 @@ use libp2p::{Multiaddr, PeerId, identity::Keypair};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
 use tapfinger::protocol::{Claim, Message, PROTOCOL_VERSION, Proposal, Round};
 use tapfinger::spec::TaskSpec;
 use tapfinger::wire::{Body, CANCELLED, Envelope, Outcome, WIRE_VERSION};
@@ -17,56 +18,11 @@ use tapfinger::{Resources, Task, TaskId, TaskTypeId};
 use tapfinger_agent::net::{NetConfig, NetEvent, Network};
 use tapfinger_net::identity::node_id;
 
+#[path = "support/process.rs"]
+mod process;
+use process::{Agent, free_port, http, json, wait_until};
+
 const BIN: &str = env!("CARGO_BIN_EXE_tapfinger-agent");
-
-/// A port the system had free (released before the agent binds it; another process could take
-/// it meanwhile, which this does not prevent).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn http(api: &str, method: &str, path: &str, body: Option<String>) -> Option<(u16, String)> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .ok()?;
-    rt.block_on(async {
-        tokio::time::timeout(
-            Duration::from_secs(5),
-            tapfinger_agent::run::http(api, method, path, body, None),
-        )
-        .await
-        .ok()?
-        .ok()
-    })
-}
-
-fn json(api: &str, path: &str) -> Option<serde_json::Value> {
-    let (code, body) = http(api, "GET", path, None)?;
-    (code == 200).then(|| serde_json::from_str(&body).ok())?
-}
-
-fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let end = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// An agent process, killed when dropped.
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn agent(dir: &Path, name: &str, listen: &str, api: &str, extra: &[String]) -> Child {
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();

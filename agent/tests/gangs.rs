@@ -13,24 +13,9 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tapfinger-agent");
 
-/// A port the system had free, never one handed out before in this process: the port is
-/// released before an agent binds it, so the system may offer it again, and two agents of one
-/// cluster given the same port fail to start (a run saw an API port reused for a peer's
-/// listener). Another process may still take it meanwhile; that this does not prevent.
-fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    loop {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if GIVEN.lock().unwrap().insert(port) {
-            return port;
-        }
-    }
-}
+#[path = "support/process.rs"]
+mod process;
+use process::free_port;
 
 struct Cluster {
     dir: PathBuf,
@@ -113,24 +98,11 @@ impl Cluster {
         path: &str,
         body: Option<String>,
     ) -> Option<(u16, String)> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .ok()?;
-        rt.block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(5),
-                tapfinger_agent::run::http(&self.apis[i], method, path, body, None),
-            )
-            .await
-            .ok()?
-            .ok()
-        })
+        process::http(&self.apis[i], method, path, body)
     }
 
     fn json(&self, i: usize, path: &str) -> Option<serde_json::Value> {
-        let (code, body) = self.http(i, "GET", path, None)?;
-        (code == 200).then(|| serde_json::from_str(&body).ok())?
+        process::json(&self.apis[i], path)
     }
 
     fn alive(&self) -> Vec<usize> {

@@ -1,0 +1,74 @@
+//! What the tests that run agent processes on 127.0.0.1 share: free ports, one HTTP request to
+//! an agent's API, waiting for a condition, and agent processes killed when the test ends.
+// Each test file uses some of them.
+#![allow(dead_code)]
+
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// A port the system had free, never one handed out before in this process: the port is
+/// released before an agent binds it, so the system may offer it again, and two agents of one
+/// cluster given the same port fail to start. Another process may still take it meanwhile; that
+/// this does not prevent.
+pub(crate) fn free_port() -> u16 {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if GIVEN.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
+}
+
+/// One request to the API at `api` (no token): its status and body, or `None` when it did not
+/// answer within 5 s.
+pub(crate) fn http(
+    api: &str,
+    method: &str,
+    path: &str,
+    body: Option<String>,
+) -> Option<(u16, String)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    rt.block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            tapfinger_agent::run::http(api, method, path, body, None),
+        )
+        .await
+        .ok()?
+        .ok()
+    })
+}
+
+/// `GET path` as JSON, if it answered 200.
+pub(crate) fn json(api: &str, path: &str) -> Option<serde_json::Value> {
+    let (code, body) = http(api, "GET", path, None)?;
+    (code == 200).then(|| serde_json::from_str(&body).ok())?
+}
+
+/// Wait up to `limit` for `done`, polling every 100 ms; a timeout fails the test, naming `what`.
+pub(crate) fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// An agent process, killed (and reaped) when dropped.
+pub(crate) struct Agent(pub(crate) Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
