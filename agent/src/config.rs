@@ -451,12 +451,7 @@ impl AgentConfig {
     /// cluster nobody asked for. Without a key, any host that reaches a non-loopback port can
     /// announce a task (a command line) that some box will run.
     pub fn open_cluster(&self) -> Result<Option<String>, ConfigError> {
-        let exposed: Vec<String> = self
-            .listen
-            .iter()
-            .filter(|a| !is_loopback(a))
-            .map(ToString::to_string)
-            .collect();
+        let exposed = tapfinger_net::secret::exposed(&self.listen);
         if exposed.is_empty() || self.cluster_key_file.is_some() {
             return Ok(None);
         }

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 mod evidence;
 #[path = "support/net.rs"]
 mod net;
+#[path = "support/process.rs"]
+mod process;
 use evidence::Evidence;
 use net::Net;
 
@@ -162,19 +164,7 @@ impl Cluster {
         path: &str,
         body: Option<String>,
     ) -> Option<(u16, String)> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .ok()?;
-        rt.block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(5),
-                tapfinger_agent::run::http(&self.api(i), method, path, body, Some(&self.token)),
-            )
-            .await
-            .ok()?
-            .ok()
-        })
+        process::http_with(&self.api(i), method, path, body, Some(&self.token))
     }
 
     fn json(&self, i: usize, path: &str) -> Option<serde_json::Value> {

@@ -117,12 +117,7 @@ impl CoordinatorConfig {
     /// Like the agents' check: `Ok(Some(warning))` for an open cluster asked for, an error for
     /// one nobody asked for, `Ok(None)` when the network is closed (a key, or loopback only).
     pub fn open_cluster(&self) -> anyhow::Result<Option<String>> {
-        let exposed: Vec<String> = self
-            .listen
-            .iter()
-            .filter(|a| !tapfinger_net::secret::is_loopback(a))
-            .map(ToString::to_string)
-            .collect();
+        let exposed = tapfinger_net::secret::exposed(&self.listen);
         if exposed.is_empty() || self.cluster_key_file.is_some() {
             return Ok(None);
         }

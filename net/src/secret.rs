@@ -143,6 +143,16 @@ pub fn is_loopback(addr: &libp2p::Multiaddr) -> bool {
     }
 }
 
+/// The addresses of `listen` that others than this host may reach (not loopback), as text: a
+/// daemon listening on any of them without the cluster key runs an open cluster.
+pub fn exposed(listen: &[libp2p::Multiaddr]) -> Vec<String> {
+    listen
+        .iter()
+        .filter(|a| !is_loopback(a))
+        .map(ToString::to_string)
+        .collect()
+}
+
 /// Whether the `Authorization` header value `given` carries the bearer token `expected`. The
 /// comparison takes the same time wherever the first difference is, so that timing does not
 /// tell an attacker how much of a guess was right.

@@ -236,6 +236,16 @@ struct Running {
 /// cleared (ambient and inheritable sets), so the task's program starts with none.
 const DROP_CAPS: [&str; 4] = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--"];
 
+/// Whether `program --version` runs and succeeds (util-linux's tools, here).
+fn installed(program: &str) -> bool {
+    std::process::Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// The ambient capability set in the text of `/proc/self/status` (`CapAmb:`, hex).
 fn ambient_caps(status: &str) -> Option<u64> {
     status
@@ -263,22 +273,12 @@ fn least_used_cpus(total: usize, n: usize, pinned: impl Iterator<Item = usize>) 
 impl ProcessExecutor {
     /// An executor writing logs into `log_dir`, creating cgroups as `cgroups` allows.
     pub fn new(cgroups: Cgroups, log_dir: PathBuf, events: mpsc::Sender<ExecEvent>) -> Self {
-        let taskset = std::process::Command::new("taskset")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
+        let taskset = installed("taskset");
         let ambient = std::fs::read_to_string("/proc/self/status")
             .ok()
             .and_then(|t| ambient_caps(&t))
             .unwrap_or(0);
-        let setpriv = std::process::Command::new("setpriv")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
+        let setpriv = installed("setpriv");
         if ambient != 0 && !setpriv {
             tracing::warn!(
                 ambient = format!("{ambient:#x}"),

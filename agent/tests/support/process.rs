@@ -33,6 +33,17 @@ pub(crate) fn http(
     path: &str,
     body: Option<String>,
 ) -> Option<(u16, String)> {
+    http_with(api, method, path, body, None)
+}
+
+/// [`http`] with a bearer token.
+pub(crate) fn http_with(
+    api: &str,
+    method: &str,
+    path: &str,
+    body: Option<String>,
+    token: Option<&str>,
+) -> Option<(u16, String)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -40,7 +51,7 @@ pub(crate) fn http(
     rt.block_on(async {
         tokio::time::timeout(
             Duration::from_secs(5),
-            tapfinger_agent::run::http(api, method, path, body, None),
+            tapfinger_agent::run::http(api, method, path, body, token),
         )
         .await
         .ok()?
