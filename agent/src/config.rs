@@ -146,7 +146,7 @@ pub struct AgentConfig {
     pub coordinator: CoordinatorLink,
 }
 
-/// `[coordinator]`: the link to the optional coordinator (issue #5).
+/// `[coordinator]`: the link to the optional coordinator.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CoordinatorLink {

@@ -1,4 +1,4 @@
-//! The agent's side of online learning (issue #5): shipping experience to the coordinator and
+//! The agent's side of online learning: shipping experience to the coordinator and
 //! taking new policy versions from it, with rollback.
 //!
 //! Sans-IO like the node core: the daemon feeds it ticks, connection changes and responses, and

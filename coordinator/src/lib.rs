@@ -1,4 +1,4 @@
-//! `tapfinger-coordinator`: the optional piece that learns from live agents (issue #5).
+//! `tapfinger-coordinator`: the optional piece that learns from live agents.
 //!
 //! Agents decide on their own; in learning mode they ship their experience to the coordinator,
 //! which trains the shared actor and the centralized critic with the simulator's PPO trainer

@@ -1,4 +1,4 @@
-//! Online learning between agents and the coordinator (issue #5): the request-response messages,
+//! Online learning between agents and the coordinator: the request-response messages,
 //! signed policy announcements, and the bounded on-disk spool of experience batches.
 //!
 //! Experience travels agent → coordinator as [`Request::Experience`] batches over libp2p
