@@ -86,6 +86,10 @@ impl AgentMetrics {
                 "Malformed or spoofed messages dropped."
             );
             describe_counter!(
+                "tapfinger_refused_peers_total",
+                "Connections and requests refused from peers off the allowlist."
+            );
+            describe_counter!(
                 "tapfinger_finished_here_total",
                 "Tasks run to completion on this node."
             );
@@ -244,6 +248,7 @@ impl AgentMetrics {
                     .set(by_class.get(&p).copied().unwrap_or(0));
             }
             counter!("tapfinger_dropped_messages_total").absolute(st.dropped);
+            counter!("tapfinger_refused_peers_total").absolute(st.refused);
             let t = &st.traffic;
             for (path, n) in [("direct", t.direct), ("relayed", t.relayed)] {
                 counter!("tapfinger_messages_taken_total", "path" => path).absolute(n);

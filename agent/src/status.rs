@@ -26,6 +26,8 @@ pub struct Status {
     pub finished_here: Vec<TaskId>,
     /// Malformed messages dropped.
     pub dropped: u64,
+    /// Connections and requests refused from peers off the allowlist.
+    pub refused: u64,
     /// What the network carried: messages taken directly and by relay, copies, frames dropped
     /// for a slow peer.
     pub traffic: crate::net::Traffic,

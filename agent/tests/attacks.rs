@@ -347,6 +347,14 @@ fn outsiders_can_neither_join_nor_be_heard() {
         );
     });
 
+    // The box counted the key holder it refused, for its operator to see.
+    let (_, metrics) = http(&apis[0], "GET", "/metrics", None).unwrap();
+    let refused = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tapfinger_refused_peers_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(refused.is_some_and(|n| n >= 1.0), "{metrics}");
+
     // The legitimate task ran to its end, once, and the outsider's never ran.
     wait_until(
         Duration::from_secs(60),

@@ -45,6 +45,8 @@ struct Daemon {
     forecasting: super::forecasting::Forecasting,
     /// Malformed or spoofed messages dropped.
     dropped: u64,
+    /// Connections and requests refused from peers off the allowlist.
+    refused: u64,
     /// The next local task number (ids continue after every id accepted here).
     next_local: u32,
     /// Outcomes already journaled.
@@ -105,6 +107,7 @@ pub(super) async fn run(
         reports: crate::reports::Reports::new(plateau),
         forecasting: super::forecasting::Forecasting::new(forecast_every),
         dropped: 0,
+        refused: 0,
         next_local,
         recorded,
         gpus,
@@ -201,8 +204,11 @@ impl Daemon {
                 self.dropped += 1;
                 Vec::new()
             }
-            // Logged by the network; nothing of it reaches the protocol.
-            NetEvent::Refused { .. } => Vec::new(),
+            // Logged by the network and counted; nothing of it reaches the protocol.
+            NetEvent::Refused { .. } => {
+                self.refused += 1;
+                Vec::new()
+            }
             NetEvent::Listening(addr) => {
                 tracing::info!(address = %format!("{addr}/p2p/{}", p.net.peer_id), "listening");
                 Vec::new()
@@ -377,6 +383,7 @@ impl Daemon {
                 .collect(),
             finished_here: self.finished_here.clone(),
             dropped: self.dropped,
+            refused: self.refused,
             traffic: self.p.net.traffic(),
             stats: core.stats().clone(),
             policy: self.p.online.as_ref().map(|o| o.status().clone()),
