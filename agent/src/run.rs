@@ -70,30 +70,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     // A damaged journal stops the agent before it joins the cluster, with the line and the
     // repair command.
     let (store, recovered) = crate::store::Store::open_with(&journal, opts)?;
-    let keypair = identity(&cfg.data_dir)?;
-    let psk = match &cfg.cluster_key_file {
-        Some(p) => Some(tapfinger_net::secret::read_swarm_key(p).context("cluster_key_file")?),
-        None => None,
-    };
-    // Read before the network starts, so that a bad token file stops the agent before it joins.
-    let token = match &cfg.api_token_file {
-        Some(p) => Some(tapfinger_net::secret::read_token(p).context("api_token_file")?),
-        None => None,
-    };
-    let allow = (!cfg.allow_peers.is_empty())
-        .then(|| cfg.allow_peers.iter().copied().collect::<BTreeSet<_>>());
-    let net = Network::start(NetConfig {
-        keypair,
-        cluster: cfg.cluster.clone(),
-        listen: cfg.listen.clone(),
-        bootstrap: cfg.bootstrap.clone(),
-        psk,
-        allow,
-        mdns: cfg.mdns,
-        peer_exchange: cfg.peer_exchange,
-        channel: 1024,
-    })
-    .await?;
+    let (net, token) = start_network(&cfg).await?;
     let me = node_id(&net.peer_id);
     tracing::info!(peer_id = %net.peer_id, node = me.0, %capacity, "agent starting");
     let window = 10;
@@ -115,138 +92,41 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     };
     let lease_file = cfg.data_dir.join("lease");
     let members_file = cfg.data_dir.join("members.json");
-    let lease_age_ms = crate::supervise::lease_age(&lease_file).map(|d| d.as_millis() as u64);
-    let mut core = NodeCore::new(
-        NodeConfig {
-            me,
-            name: cfg.name.clone(),
-            capacity: capacity.clone(),
-            kind_names: space().kind_names(),
-            labels: cfg.labels.clone(),
-            incarnation: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_secs()),
-            num_types: 1,
-            window,
-            service_kind: crate::policy::SERVICE_KIND,
-            slot_ms: cfg.slot_ms,
-            round_ms: cfg.round_ms,
-            heartbeat_ms: cfg.heartbeat_ms,
-            peer_timeout_ms: cfg.peer_timeout(),
-            autonomy_ms: cfg.autonomy_ms,
-            forget_ms: cfg.forget_ms,
-            known: crate::store::load_members(&members_file),
-            lease_age_ms,
-            addr: cfg.gang_address(),
-            priorities: cfg.priorities(),
-            shrink_kind: cfg
-                .shrink_converging
-                .then(|| space().index_of("cpu"))
-                .flatten(),
-            preempt: cfg.preempt,
-        },
+    let mut core = node_core(
+        &cfg,
+        me,
+        capacity,
         policy,
-        u64::from(me.0),
+        window,
+        &lease_file,
+        &members_file,
     );
     if cfg.reserve_for_urgent {
         core.set_reservation(Some(forecast_interval_slots));
     }
-    anyhow::ensure!(
-        !cfg.coordinator.explore_candidates || cfg.coordinator.learning,
-        "coordinator.explore_candidates: only in learning mode (coordinator.learning = true)"
-    );
-    let online = match &cfg.coordinator.peer {
-        None => {
-            anyhow::ensure!(
-                !cfg.coordinator.learning,
-                "coordinator.learning: needs coordinator.peer (where experience goes)"
-            );
-            None
-        }
-        Some(peer) => {
-            anyhow::ensure!(
-                cfg.policy == "tapfinger",
-                "coordinator.peer: only the learned policy (`tapfinger`) takes weights from a coordinator (policy is `{}`)",
-                cfg.policy
-            );
-            Some(crate::online::Online::open(
-                crate::online::OnlineConfig {
-                    coordinator: *peer,
-                    learning: cfg.coordinator.learning,
-                    dir: cfg.data_dir.join("online"),
-                    spool_max: cfg.coordinator.spool_max_batches,
-                    batch_decisions: cfg.coordinator.batch_decisions,
-                    poll_ms: cfg.coordinator.poll_ms,
-                    explore_candidates: cfg.coordinator.explore_candidates,
-                    window,
-                    start: crate::policy::initial_checkpoint(cfg.model.as_deref())?,
-                },
-                &mut core,
-            )?)
-        }
-    };
-    let cgroups = Cgroups::detect_for_agent(
-        std::path::Path::new("/sys/fs/cgroup"),
-        &std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
-        "tapfinger",
-    );
-    if let Cgroups::Unavailable(why) = &cgroups {
-        tracing::warn!(
-            "cgroups unavailable ({why}): CPU shares fall back to affinity, memory is not limited"
-        );
-    }
-    let devices = match &cgroups {
-        Cgroups::V1 { .. } => {
-            crate::exec::Devices::detect(std::path::Path::new("/sys/fs/cgroup"), "tapfinger", false)
-        }
-        Cgroups::V2(_) => {
-            crate::exec::Devices::detect(std::path::Path::new("/sys/fs/cgroup"), "tapfinger", true)
-        }
-        Cgroups::Unavailable(why) => {
-            crate::exec::Devices::Unavailable(format!("no writable cgroup ({why})"))
-        }
-    };
-    match &devices {
-        crate::exec::Devices::Unavailable(_) if !gpu_devices.is_empty() => {
-            tracing::warn!(
-                "{}: a task can open every GPU of this box",
-                devices.describe()
-            );
-        }
-        d => tracing::info!("{}", d.describe()),
-    }
-    // Each offered GPU's device node: NVIDIA's major, NVML's minor number (else its index).
-    let gpu_nodes = discovered
-        .gpus
-        .iter()
-        .map(|g| {
-            (
-                g.index,
-                (crate::devices::NVIDIA_MAJOR, g.minor.unwrap_or(g.index)),
-            )
-        })
-        .collect();
-    let control = crate::devices::nvidia_control(
-        &std::fs::read_to_string("/proc/devices").unwrap_or_default(),
+    let online = online_link(&cfg, window, &mut core)?;
+    let (tx, rx) = tokio::sync::mpsc::channel(1024);
+    let run_dir = cfg.data_dir.join("runs");
+    let (executor, gpu_isolation) = executor(
+        &cfg,
+        &discovered,
+        !gpu_devices.is_empty(),
+        tx,
+        crate::exec::Supervision {
+            program: std::env::current_exe().context("cannot find the agent's own binary")?,
+            lease: lease_file.clone(),
+            autonomy_ms: cfg.autonomy_ms,
+            owner: me.0.to_string(),
+            run_dir: run_dir.clone(),
+        },
     );
     let security = crate::api::SecurityInfo {
         open_cluster: open_cluster.is_some(),
         cluster_key: cfg.cluster_key_file.is_some(),
         allowlist: cfg.allow_peers.len(),
         api_token: cfg.api_token_file.is_some(),
-        gpu_isolation: devices.describe(),
+        gpu_isolation,
     };
-    let (tx, rx) = tokio::sync::mpsc::channel(1024);
-    let run_dir = cfg.data_dir.join("runs");
-    let executor = ProcessExecutor::new(cgroups, cfg.data_dir.join("logs"), tx)
-        .with_devices(devices, gpu_nodes, control)
-        .supervised(crate::exec::Supervision {
-            program: std::env::current_exe().context("cannot find the agent's own binary")?,
-            lease: lease_file.clone(),
-            autonomy_ms: cfg.autonomy_ms,
-            owner: me.0.to_string(),
-            run_dir: run_dir.clone(),
-        });
     let agent = daemon::spawn(Parts {
         core,
         net,
@@ -287,6 +167,187 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     agent.shutdown().await;
     server.abort();
     Ok(())
+}
+
+/// The persistent identity, the cluster key and the allowlist, on the network; and the API's
+/// token, read before the network starts so that a bad token file stops the agent before it
+/// joins.
+async fn start_network(cfg: &AgentConfig) -> anyhow::Result<(Network, Option<String>)> {
+    let keypair = identity(&cfg.data_dir)?;
+    let psk = match &cfg.cluster_key_file {
+        Some(p) => Some(tapfinger_net::secret::read_swarm_key(p).context("cluster_key_file")?),
+        None => None,
+    };
+    // Read before the network starts, so that a bad token file stops the agent before it joins.
+    let token = match &cfg.api_token_file {
+        Some(p) => Some(tapfinger_net::secret::read_token(p).context("api_token_file")?),
+        None => None,
+    };
+    let allow = (!cfg.allow_peers.is_empty())
+        .then(|| cfg.allow_peers.iter().copied().collect::<BTreeSet<_>>());
+    let net = Network::start(NetConfig {
+        keypair,
+        cluster: cfg.cluster.clone(),
+        listen: cfg.listen.clone(),
+        bootstrap: cfg.bootstrap.clone(),
+        psk,
+        allow,
+        mdns: cfg.mdns,
+        peer_exchange: cfg.peer_exchange,
+        channel: 1024,
+    })
+    .await?;
+    Ok((net, token))
+}
+
+/// This box's node state machine with its policy: who it is, what it offers, its timing, the
+/// members and lease its data directory remembers.
+fn node_core(
+    cfg: &AgentConfig,
+    me: tapfinger::NodeId,
+    capacity: Resources,
+    policy: Box<dyn tapfinger::Policy>,
+    window: usize,
+    lease_file: &std::path::Path,
+    members_file: &std::path::Path,
+) -> NodeCore {
+    let lease_age_ms = crate::supervise::lease_age(lease_file).map(|d| d.as_millis() as u64);
+    NodeCore::new(
+        NodeConfig {
+            me,
+            name: cfg.name.clone(),
+            capacity,
+            kind_names: space().kind_names(),
+            labels: cfg.labels.clone(),
+            incarnation: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_secs()),
+            num_types: 1,
+            window,
+            service_kind: crate::policy::SERVICE_KIND,
+            slot_ms: cfg.slot_ms,
+            round_ms: cfg.round_ms,
+            heartbeat_ms: cfg.heartbeat_ms,
+            peer_timeout_ms: cfg.peer_timeout(),
+            autonomy_ms: cfg.autonomy_ms,
+            forget_ms: cfg.forget_ms,
+            known: crate::store::load_members(members_file),
+            lease_age_ms,
+            addr: cfg.gang_address(),
+            priorities: cfg.priorities(),
+            shrink_kind: cfg
+                .shrink_converging
+                .then(|| space().index_of("cpu"))
+                .flatten(),
+            preempt: cfg.preempt,
+        },
+        policy,
+        u64::from(me.0),
+    )
+}
+
+/// The link to the coordinator, if one is configured (checked against the policy and the
+/// learning settings).
+fn online_link(
+    cfg: &AgentConfig,
+    window: usize,
+    core: &mut NodeCore,
+) -> anyhow::Result<Option<crate::online::Online>> {
+    anyhow::ensure!(
+        !cfg.coordinator.explore_candidates || cfg.coordinator.learning,
+        "coordinator.explore_candidates: only in learning mode (coordinator.learning = true)"
+    );
+    Ok(match &cfg.coordinator.peer {
+        None => {
+            anyhow::ensure!(
+                !cfg.coordinator.learning,
+                "coordinator.learning: needs coordinator.peer (where experience goes)"
+            );
+            None
+        }
+        Some(peer) => {
+            anyhow::ensure!(
+                cfg.policy == "tapfinger",
+                "coordinator.peer: only the learned policy (`tapfinger`) takes weights from a coordinator (policy is `{}`)",
+                cfg.policy
+            );
+            Some(crate::online::Online::open(
+                crate::online::OnlineConfig {
+                    coordinator: *peer,
+                    learning: cfg.coordinator.learning,
+                    dir: cfg.data_dir.join("online"),
+                    spool_max: cfg.coordinator.spool_max_batches,
+                    batch_decisions: cfg.coordinator.batch_decisions,
+                    poll_ms: cfg.coordinator.poll_ms,
+                    explore_candidates: cfg.coordinator.explore_candidates,
+                    window,
+                    start: crate::policy::initial_checkpoint(cfg.model.as_deref())?,
+                },
+                core,
+            )?)
+        }
+    })
+}
+
+/// The process executor with what this box can enforce: CPU and memory in cgroups, each task
+/// kept to its GPUs' device nodes ([`crate::devices`]), every task under a supervisor; and how
+/// GPUs are isolated, for the node's status.
+fn executor(
+    cfg: &AgentConfig,
+    discovered: &crate::discovery::Discovered,
+    has_gpus: bool,
+    tx: tokio::sync::mpsc::Sender<crate::exec::ExecEvent>,
+    supervision: crate::exec::Supervision,
+) -> (ProcessExecutor, String) {
+    let cgroups = Cgroups::detect_for_agent(
+        std::path::Path::new("/sys/fs/cgroup"),
+        &std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+        "tapfinger",
+    );
+    if let Cgroups::Unavailable(why) = &cgroups {
+        tracing::warn!(
+            "cgroups unavailable ({why}): CPU shares fall back to affinity, memory is not limited"
+        );
+    }
+    let devices = match &cgroups {
+        Cgroups::V1 { .. } => {
+            crate::exec::Devices::detect(std::path::Path::new("/sys/fs/cgroup"), "tapfinger", false)
+        }
+        Cgroups::V2(_) => {
+            crate::exec::Devices::detect(std::path::Path::new("/sys/fs/cgroup"), "tapfinger", true)
+        }
+        Cgroups::Unavailable(why) => {
+            crate::exec::Devices::Unavailable(format!("no writable cgroup ({why})"))
+        }
+    };
+    match &devices {
+        crate::exec::Devices::Unavailable(_) if has_gpus => {
+            tracing::warn!(
+                "{}: a task can open every GPU of this box",
+                devices.describe()
+            );
+        }
+        d => tracing::info!("{}", d.describe()),
+    }
+    // Each offered GPU's device node: NVIDIA's major, NVML's minor number (else its index).
+    let gpu_nodes = discovered
+        .gpus
+        .iter()
+        .map(|g| {
+            (
+                g.index,
+                (crate::devices::NVIDIA_MAJOR, g.minor.unwrap_or(g.index)),
+            )
+        })
+        .collect();
+    let control = crate::devices::nvidia_control(
+        &std::fs::read_to_string("/proc/devices").unwrap_or_default(),
+    );
+    let gpu_isolation = devices.describe();
+    let executor = ProcessExecutor::new(cgroups, cfg.data_dir.join("logs"), tx)
+        .with_devices(devices, gpu_nodes, control)
+        .supervised(supervision);
+    (executor, gpu_isolation)
 }
 
 async fn wait_for_signal() {
