@@ -115,7 +115,7 @@ impl Simulator {
     }
 
     /// Every task carries its type's profiling runs as profile hints (`--profile-hints`,
-    /// [`crate::profile::hint_profiles`]).
+    /// `profile::hint_profiles`).
     pub fn profile_hints(mut self) -> Self {
         self.sc.profile_hints = true;
         self
