@@ -23,35 +23,160 @@ impl Scenario {
             }
             other => invalid("resources".into(), other.to_string()),
         })?;
-        let n = space.len();
-        let names: Vec<String> = space.kinds().iter().map(|k| k.name.clone()).collect();
-        let vector =
-            |field: String, v: &[i64], allow_zero_all: bool| -> Result<Resources, ScenarioError> {
-                if v.len() != n {
+        let c = Checker {
+            origin,
+            names: space.kinds().iter().map(|k| k.name.clone()).collect(),
+        };
+        c.scalars(&f)?;
+        let nodes = c.nodes(&f)?;
+        if f.task_types.is_empty() {
+            return Err(invalid(
+                "task_types".into(),
+                "at least one task type is required".into(),
+            ));
+        }
+        if f.task_types.len() > usize::from(u16::MAX) {
+            return Err(invalid("task_types".into(), "too many task types".into()));
+        }
+        let types = f
+            .task_types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| c.task_type(i, t, &nodes, f.slot_seconds, dir))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (p, v) in &f.published {
+            if !v.is_finite() || *v < 0.0 {
+                return Err(invalid(
+                    format!("published.{p}"),
+                    format!("must be a non-negative number, got {v}"),
+                ));
+            }
+        }
+        let trace = match &f.trace {
+            Some(spec) => {
+                let names: Vec<String> = types.iter().map(|t| t.name.clone()).collect();
+                let rows = crate::trace::parse(spec, &names, dir)
+                    .map_err(|reason| invalid("trace".into(), reason))?;
+                check_trace(&rows, &types, &nodes)
+                    .map_err(|reason| invalid("trace".into(), reason))?;
+                if usize::try_from(f.tasks).unwrap_or(usize::MAX) > rows.len() {
                     return Err(invalid(
-                        field,
-                        format!(
-                            "has {} entries, expected {} ({})",
-                            v.len(),
-                            n,
-                            names.join(", ")
-                        ),
+                        "tasks".into(),
+                        format!("{} is more than the trace's {} rows", f.tasks, rows.len()),
                     ));
                 }
-                let mut out = Vec::with_capacity(n);
-                for (k, x) in v.iter().enumerate() {
-                    if *x < 0 {
-                        return Err(invalid(field, format!("{} is {x}; must be ≥ 0", names[k])));
-                    }
-                    out.push(u32::try_from(*x).map_err(|_| {
-                        invalid(field.clone(), format!("{} is too large: {x}", names[k]))
-                    })?);
-                }
-                if !allow_zero_all && out.iter().all(|x| *x == 0) {
-                    return Err(invalid(field, "must not be all zero".into()));
-                }
-                Ok(Resources(out))
-            };
+                Some(rows)
+            }
+            None => None,
+        };
+        let gangs = f
+            .gangs
+            .as_ref()
+            .map(|g| g.check(&c.names))
+            .transpose()
+            .map_err(|(field, reason)| invalid(field, reason))?;
+        let (priorities, checkpoint_slots) = c.priorities(&f)?;
+        let shrink = f
+            .shrink
+            .map(|x| x.check())
+            .transpose()
+            .map_err(|(field, reason)| invalid(field, reason))?;
+        let reward = f.reward.unwrap_or_default();
+        reward
+            .check()
+            .map_err(|(field, reason)| invalid(field, reason))?;
+        Ok(Scenario {
+            name: f.name,
+            description: f.description,
+            space,
+            nodes,
+            types,
+            lambda: f.lambda,
+            tasks: u32::try_from(f.tasks).unwrap_or(u32::MAX),
+            window: usize::try_from(f.window).unwrap_or(10),
+            switch_weight: f.switch_weight,
+            start_weight: f.start_weight,
+            slot_seconds: f.slot_seconds,
+            memory: f.memory,
+            reachability: f.reachability,
+            max_slots: u64::try_from(f.max_slots).unwrap_or(u64::MAX),
+            published: f.published,
+            profile_hints: f.profile_hints,
+            declare_work: f.declare_work,
+            burst: f.burst,
+            task_size: f.task_size,
+            trace,
+            gangs,
+            priorities,
+            checkpoint_slots,
+            preempt_grace_slots: f
+                .priorities
+                .as_ref()
+                .map_or(0, |p| p.grace_slots.max(0) as u64),
+            forecast_interval_slots: None,
+            cluster_reward: false,
+            reserve: false,
+            shrink,
+            reward,
+        })
+    }
+}
+
+/// What every check reads: where the file came from and its resource kinds.
+struct Checker<'a> {
+    /// File or preset, for the messages.
+    origin: &'a str,
+    /// The resource kinds' names, in order.
+    names: Vec<String>,
+}
+
+impl Checker<'_> {
+    fn invalid(&self, field: String, reason: String) -> ScenarioError {
+        ScenarioError::Invalid {
+            origin: self.origin.into(),
+            field,
+            reason,
+        }
+    }
+
+    /// A resource vector of the file's kinds: one entry per kind, none negative; all zero only
+    /// where `allow_zero_all`.
+    fn vector(
+        &self,
+        field: String,
+        v: &[i64],
+        allow_zero_all: bool,
+    ) -> Result<Resources, ScenarioError> {
+        let (n, names) = (self.names.len(), &self.names);
+        if v.len() != n {
+            return Err(self.invalid(
+                field,
+                format!(
+                    "has {} entries, expected {} ({})",
+                    v.len(),
+                    n,
+                    names.join(", ")
+                ),
+            ));
+        }
+        let mut out = Vec::with_capacity(n);
+        for (k, x) in v.iter().enumerate() {
+            if *x < 0 {
+                return Err(self.invalid(field, format!("{} is {x}; must be ≥ 0", names[k])));
+            }
+            out.push(u32::try_from(*x).map_err(|_| {
+                self.invalid(field.clone(), format!("{} is too large: {x}", names[k]))
+            })?);
+        }
+        if !allow_zero_all && out.iter().all(|x| *x == 0) {
+            return Err(self.invalid(field, "must not be all zero".into()));
+        }
+        Ok(Resources(out))
+    }
+
+    /// The file's single numbers: arrivals, sizes, window, weights, slot length, horizon.
+    fn scalars(&self, f: &ScenarioFile) -> Result<(), ScenarioError> {
+        let invalid = |field: String, reason: String| self.invalid(field, reason);
         if let Some(reason) = f.burst.as_ref().and_then(|b| b.invalid()) {
             return Err(invalid("burst".into(), reason));
         }
@@ -100,6 +225,12 @@ impl Scenario {
                 format!("must be > 0, got {}", f.max_slots),
             ));
         }
+        Ok(())
+    }
+
+    /// The nodes, each `count` of a spec expanded into numbered copies.
+    fn nodes(&self, f: &ScenarioFile) -> Result<Vec<NodeDef>, ScenarioError> {
+        let invalid = |field: String, reason: String| self.invalid(field, reason);
         if f.nodes.is_empty() {
             return Err(invalid(
                 "nodes".into(),
@@ -108,7 +239,7 @@ impl Scenario {
         }
         let mut nodes = Vec::new();
         for (i, spec) in f.nodes.iter().enumerate() {
-            let cap = vector(format!("nodes[{i}].capacity"), &spec.capacity, false)?;
+            let cap = self.vector(format!("nodes[{i}].capacity"), &spec.capacity, false)?;
             if spec.count <= 0 || spec.count > 10_000 {
                 return Err(invalid(
                     format!("nodes[{i}].count"),
@@ -128,175 +259,170 @@ impl Scenario {
                 });
             }
         }
-        if f.task_types.is_empty() {
+        Ok(nodes)
+    }
+
+    /// Task type `i`: its demands (the minimum must fit some node, the need some node within the
+    /// cap), weight, speed model, priority class and learning curve.
+    fn task_type(
+        &self,
+        i: usize,
+        t: &TaskTypeSpec,
+        nodes: &[NodeDef],
+        slot_seconds: f64,
+        dir: Option<&Path>,
+    ) -> Result<TaskType, ScenarioError> {
+        let invalid = |field: String, reason: String| self.invalid(field, reason);
+        let field = |s: &str| format!("task_types[{i}] ({}).{s}", t.name);
+        let min = self.vector(field("min_demand"), &t.min_demand, false)?;
+        if !nodes.iter().any(|nd| min.fits_in(&nd.capacity)) {
             return Err(invalid(
-                "task_types".into(),
-                "at least one task type is required".into(),
+                field("min_demand"),
+                format!("{min} is larger than every node's capacity"),
             ));
         }
-        if f.task_types.len() > usize::from(u16::MAX) {
-            return Err(invalid("task_types".into(), "too many task types".into()));
-        }
-        let mut types = Vec::new();
-        for (i, t) in f.task_types.iter().enumerate() {
-            let field = |s: &str| format!("task_types[{i}] ({}).{s}", t.name);
-            let min = vector(field("min_demand"), &t.min_demand, false)?;
-            if !nodes.iter().any(|nd| min.fits_in(&nd.capacity)) {
-                return Err(invalid(
-                    field("min_demand"),
-                    format!("{min} is larger than every node's capacity"),
-                ));
-            }
-            let max = match &t.max_demand {
-                Some(m) => {
-                    let m = vector(field("max_demand"), m, false)?;
-                    if !min.fits_in(&m) {
-                        return Err(invalid(
-                            field("max_demand"),
-                            format!("{m} is below the minimum demand {min}"),
-                        ));
-                    }
-                    Some(m)
-                }
-                None => None,
-            };
-            let need = match &t.need {
-                Some(v) => {
-                    let need = vector(field("need"), v, true)?;
-                    let both = need.max_each(&min);
-                    if !nodes.iter().any(|nd| {
-                        both.fits_in(&nd.capacity.min_each(max.as_ref().unwrap_or(&nd.capacity)))
-                    }) {
-                        return Err(invalid(
-                            field("need"),
-                            format!("{need} cannot be met on any node within the cap"),
-                        ));
-                    }
-                    need
-                }
-                None => min.clone(),
-            };
-            if !(t.weight.is_finite() && t.weight > 0.0) {
-                return Err(invalid(
-                    field("weight"),
-                    format!("must be > 0, got {}", t.weight),
-                ));
-            }
-            let speed = match &t.speed {
-                SpeedSpec::Synthetic { w, b } => {
-                    if w.len() != n {
-                        return Err(invalid(
-                            field("speed.w"),
-                            format!("has {} entries, expected {n}", w.len()),
-                        ));
-                    }
-                    if w.iter().any(|x| !x.is_finite() || *x < 0.0) || !b.is_finite() || *b < 0.0 {
-                        return Err(invalid(
-                            field("speed"),
-                            "weights and b must be finite and ≥ 0".into(),
-                        ));
-                    }
-                    if *b == 0.0 && w.iter().all(|x| *x == 0.0) {
-                        return Err(invalid(
-                            field("speed"),
-                            "w and b are all zero: the task would never progress".into(),
-                        ));
-                    }
-                    SpeedModel::Synthetic {
-                        w: w.clone(),
-                        b: *b,
-                    }
-                }
-                SpeedSpec::Table {
-                    csv,
-                    rows,
-                    row_type,
-                    startup_seconds,
-                } => {
-                    if !(startup_seconds.is_finite() && *startup_seconds >= 0.0) {
-                        return Err(invalid(
-                            field("speed.startup_seconds"),
-                            format!("must be ≥ 0, got {startup_seconds}"),
-                        ));
-                    }
-                    let row = row_type.clone().unwrap_or_else(|| t.name.clone());
-                    let source = crate::speed::TableSource {
-                        csv: csv.as_deref(),
-                        rows: rows.as_deref(),
-                        dir,
-                        embedded: PRESET_FILES,
-                    };
-                    let table = TableModel::from_source(&source, &row, &names, *startup_seconds)
-                        .map_err(|source| ScenarioError::Table {
-                            origin: origin.into(),
-                            source,
-                        })?;
-                    let model = SpeedModel::Table(table);
-                    if !nodes.iter().any(|nd| {
-                        model
-                            .isolated(
-                                &nd.capacity.min_each(max.as_ref().unwrap_or(&nd.capacity)),
-                                f.slot_seconds,
-                            )
-                            .is_some()
-                    }) {
-                        return Err(invalid(
-                            field("speed"),
-                            "no node can run this type at any allocation the table covers".into(),
-                        ));
-                    }
-                    model
-                }
-            };
-            tapfinger::task::check_class(i64::from(t.priority))
-                .map_err(|m| invalid(field("priority"), m))?;
-            let curve = t
-                .curve
-                .map(|c| c.check())
-                .transpose()
-                .map_err(|(f, m)| invalid(field(&f), m))?;
-            types.push(TaskType {
-                name: t.name.clone(),
-                weight: t.weight,
-                min_demand: min,
-                max_demand: max,
-                need,
-                priority: t.priority,
-                curve,
-                speed,
-            });
-        }
-        for (p, v) in &f.published {
-            if !v.is_finite() || *v < 0.0 {
-                return Err(invalid(
-                    format!("published.{p}"),
-                    format!("must be a non-negative number, got {v}"),
-                ));
-            }
-        }
-        let trace = match &f.trace {
-            Some(spec) => {
-                let names: Vec<String> = types.iter().map(|t| t.name.clone()).collect();
-                let rows = crate::trace::parse(spec, &names, dir)
-                    .map_err(|reason| invalid("trace".into(), reason))?;
-                check_trace(&rows, &types, &nodes)
-                    .map_err(|reason| invalid("trace".into(), reason))?;
-                if usize::try_from(f.tasks).unwrap_or(usize::MAX) > rows.len() {
+        let max = match &t.max_demand {
+            Some(m) => {
+                let m = self.vector(field("max_demand"), m, false)?;
+                if !min.fits_in(&m) {
                     return Err(invalid(
-                        "tasks".into(),
-                        format!("{} is more than the trace's {} rows", f.tasks, rows.len()),
+                        field("max_demand"),
+                        format!("{m} is below the minimum demand {min}"),
                     ));
                 }
-                Some(rows)
+                Some(m)
             }
             None => None,
         };
-        let gangs = f
-            .gangs
-            .as_ref()
-            .map(|g| g.check(&names))
+        let need = match &t.need {
+            Some(v) => {
+                let need = self.vector(field("need"), v, true)?;
+                let both = need.max_each(&min);
+                if !nodes.iter().any(|nd| {
+                    both.fits_in(&nd.capacity.min_each(max.as_ref().unwrap_or(&nd.capacity)))
+                }) {
+                    return Err(invalid(
+                        field("need"),
+                        format!("{need} cannot be met on any node within the cap"),
+                    ));
+                }
+                need
+            }
+            None => min.clone(),
+        };
+        if !(t.weight.is_finite() && t.weight > 0.0) {
+            return Err(invalid(
+                field("weight"),
+                format!("must be > 0, got {}", t.weight),
+            ));
+        }
+        let speed = self.speed(t, &field, nodes, max.as_ref(), slot_seconds, dir)?;
+        tapfinger::task::check_class(i64::from(t.priority))
+            .map_err(|m| invalid(field("priority"), m))?;
+        let curve = t
+            .curve
+            .map(|c| c.check())
             .transpose()
-            .map_err(|(field, reason)| invalid(field, reason))?;
+            .map_err(|(f, m)| invalid(field(&f), m))?;
+        Ok(TaskType {
+            name: t.name.clone(),
+            weight: t.weight,
+            min_demand: min,
+            max_demand: max,
+            need,
+            priority: t.priority,
+            curve,
+            speed,
+        })
+    }
+
+    /// A task type's speed model: a synthetic formula with sane weights, or a measured table
+    /// that some node can run the type on.
+    fn speed(
+        &self,
+        t: &TaskTypeSpec,
+        field: &dyn Fn(&str) -> String,
+        nodes: &[NodeDef],
+        max: Option<&Resources>,
+        slot_seconds: f64,
+        dir: Option<&Path>,
+    ) -> Result<SpeedModel, ScenarioError> {
+        let invalid = |field: String, reason: String| self.invalid(field, reason);
+        let n = self.names.len();
+        Ok(match &t.speed {
+            SpeedSpec::Synthetic { w, b } => {
+                if w.len() != n {
+                    return Err(invalid(
+                        field("speed.w"),
+                        format!("has {} entries, expected {n}", w.len()),
+                    ));
+                }
+                if w.iter().any(|x| !x.is_finite() || *x < 0.0) || !b.is_finite() || *b < 0.0 {
+                    return Err(invalid(
+                        field("speed"),
+                        "weights and b must be finite and ≥ 0".into(),
+                    ));
+                }
+                if *b == 0.0 && w.iter().all(|x| *x == 0.0) {
+                    return Err(invalid(
+                        field("speed"),
+                        "w and b are all zero: the task would never progress".into(),
+                    ));
+                }
+                SpeedModel::Synthetic {
+                    w: w.clone(),
+                    b: *b,
+                }
+            }
+            SpeedSpec::Table {
+                csv,
+                rows,
+                row_type,
+                startup_seconds,
+            } => {
+                if !(startup_seconds.is_finite() && *startup_seconds >= 0.0) {
+                    return Err(invalid(
+                        field("speed.startup_seconds"),
+                        format!("must be ≥ 0, got {startup_seconds}"),
+                    ));
+                }
+                let row = row_type.clone().unwrap_or_else(|| t.name.clone());
+                let source = crate::speed::TableSource {
+                    csv: csv.as_deref(),
+                    rows: rows.as_deref(),
+                    dir,
+                    embedded: PRESET_FILES,
+                };
+                let table = TableModel::from_source(&source, &row, &self.names, *startup_seconds)
+                    .map_err(|source| ScenarioError::Table {
+                    origin: self.origin.into(),
+                    source,
+                })?;
+                let model = SpeedModel::Table(table);
+                if !nodes.iter().any(|nd| {
+                    model
+                        .isolated(
+                            &nd.capacity.min_each(max.unwrap_or(&nd.capacity)),
+                            slot_seconds,
+                        )
+                        .is_some()
+                }) {
+                    return Err(invalid(
+                        field("speed"),
+                        "no node can run this type at any allocation the table covers".into(),
+                    ));
+                }
+                model
+            }
+        })
+    }
+
+    /// The priority settings, and how often preempted tasks checkpoint (when preemption is on).
+    fn priorities(
+        &self,
+        f: &ScenarioFile,
+    ) -> Result<(tapfinger::ledger::Priorities, Option<u64>), ScenarioError> {
+        let invalid = |field: String, reason: String| self.invalid(field, reason);
         let priorities = match &f.priorities {
             None => tapfinger::ledger::Priorities::default(),
             Some(p) if p.aging_slots < 0 => {
@@ -333,49 +459,7 @@ impl Scenario {
             .as_ref()
             .filter(|p| p.preempt)
             .map(|p| p.checkpoint_slots as u64);
-        let shrink = f
-            .shrink
-            .map(|x| x.check())
-            .transpose()
-            .map_err(|(field, reason)| invalid(field, reason))?;
-        let reward = f.reward.unwrap_or_default();
-        reward
-            .check()
-            .map_err(|(field, reason)| invalid(field, reason))?;
-        Ok(Scenario {
-            name: f.name,
-            description: f.description,
-            space,
-            nodes,
-            types,
-            lambda: f.lambda,
-            tasks: u32::try_from(f.tasks).unwrap_or(u32::MAX),
-            window: usize::try_from(f.window).unwrap_or(10),
-            switch_weight: f.switch_weight,
-            start_weight: f.start_weight,
-            slot_seconds: f.slot_seconds,
-            memory: f.memory,
-            reachability: f.reachability,
-            max_slots: u64::try_from(f.max_slots).unwrap_or(u64::MAX),
-            published: f.published,
-            profile_hints: f.profile_hints,
-            declare_work: f.declare_work,
-            burst: f.burst,
-            task_size: f.task_size,
-            trace,
-            gangs,
-            priorities,
-            checkpoint_slots,
-            preempt_grace_slots: f
-                .priorities
-                .as_ref()
-                .map_or(0, |p| p.grace_slots.max(0) as u64),
-            forecast_interval_slots: None,
-            cluster_reward: false,
-            reserve: false,
-            shrink,
-            reward,
-        })
+        Ok((priorities, checkpoint_slots))
     }
 }
 
