@@ -64,6 +64,65 @@ pub struct Supervision {
     pub run_dir: PathBuf,
 }
 
+/// A task's command line as its launcher runs it, and what that enforces.
+struct Wrapper {
+    /// What is enforced.
+    enforcement: Enforcement,
+    /// The wrapper's words, before the command's.
+    argv: Vec<String>,
+    /// CPUs it is pinned to (affinity fallback).
+    pinned: Vec<usize>,
+    /// A v2 device filter for this group, to attach before the task joins it.
+    filter_at: Option<(PathBuf, devices::DevicePolicy)>,
+}
+
+impl Supervision {
+    /// The supervisor's command line for `task`, running `inner` (see [`crate::supervise`]):
+    /// the lease, the grace, where the exit record and the logs go, and the device filter it
+    /// attaches and holds while the task runs.
+    fn argv(
+        &self,
+        task: TaskId,
+        grace: std::time::Duration,
+        log: &std::path::Path,
+        filter_at: Option<&(PathBuf, devices::DevicePolicy)>,
+        inner: Vec<String>,
+    ) -> Vec<String> {
+        let mut full = vec![
+            "supervise".to_string(),
+            "--lease".into(),
+            self.lease.display().to_string(),
+            "--autonomy-ms".into(),
+            self.autonomy_ms.to_string(),
+            "--owner".into(),
+            self.owner.clone(),
+            "--grace-ms".into(),
+            grace.as_millis().to_string(),
+            "--exit-file".into(),
+            self.run_dir
+                .join(format!("{}.exit", task.0))
+                .display()
+                .to_string(),
+            "--stdout".into(),
+            log.with_extension("stdout").display().to_string(),
+            "--stderr".into(),
+            log.with_extension("stderr").display().to_string(),
+        ];
+        // The supervisor attaches the device filter and holds it as long as the task runs.
+        if let Some((group, policy)) = filter_at {
+            full.extend(["--device-filter".into(), group.display().to_string()]);
+            for line in policy.v1_lines() {
+                full.extend(["--device-rule".into(), line]);
+            }
+        }
+        full.push("--".into());
+        full.extend(inner);
+        std::iter::once(self.program.display().to_string())
+            .chain(full)
+            .collect()
+    }
+}
+
 struct Running {
     /// Asks the waiter to stop the task (taken by the first stop).
     /// `None`: at once; `Some(grace)`: SIGTERM first, the grace to end, then a kill.
@@ -184,32 +243,20 @@ impl ProcessExecutor {
         self
     }
 
-    /// The cgroup situation (for the node's status).
-    pub fn cgroups(&self) -> &Cgroups {
-        &self.cgroups
-    }
-}
-
-impl Executor for ProcessExecutor {
-    fn start(
-        &mut self,
+    /// How the task's command is wrapped to enforce `alloc`: joining its cgroups (its device
+    /// policy in place first; a v2 filter is returned for its launcher to attach), else pinned to
+    /// the CPUs least used by the `others`' pins, else nothing enforced.
+    fn wrapper(
+        &self,
         task: TaskId,
-        spec: &TaskSpec,
         alloc: &Allocation,
-    ) -> Result<Enforcement, ExecError> {
-        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        if running.contains_key(&task) {
-            return Err(ExecError::AlreadyRunning(task));
-        }
-        let mut pinned = Vec::new();
-        let grace = std::time::Duration::from_secs(spec.grace_seconds.clamp(0, 3600) as u64);
+        others: impl Iterator<Item = usize>,
+    ) -> Result<Wrapper, ExecError> {
         let spawn_err = |reason: String| ExecError::Spawn { task, reason };
-        std::fs::create_dir_all(&self.log_dir).map_err(|e| spawn_err(e.to_string()))?;
         // A v2 device filter to attach before the task joins this group (and hold while it runs).
         let mut filter_at: Option<(PathBuf, devices::DevicePolicy)> = None;
-        let (enforcement, mut argv): (Enforcement, Vec<String>) = match self
-            .cgroups
-            .create(task, alloc)
+        let mut pinned = Vec::new();
+        let (enforcement, argv): (Enforcement, Vec<String>) = match self.cgroups.create(task, alloc)
         {
             Ok(mut groups) => {
                 // The device policy is in place before the task joins its groups; a task that
@@ -250,11 +297,7 @@ impl Executor for ProcessExecutor {
             }
             Err(e) if self.taskset => {
                 let n = alloc.cpus.ceil().max(1.0) as usize;
-                pinned = least_used_cpus(
-                    self.cpus,
-                    n,
-                    running.values().flat_map(|r| r.pinned.iter().copied()),
-                );
+                pinned = least_used_cpus(self.cpus, n, others);
                 let cpus = pinned
                     .iter()
                     .map(usize::to_string)
@@ -274,6 +317,44 @@ impl Executor for ProcessExecutor {
                 Vec::new(),
             ),
         };
+        Ok(Wrapper {
+            enforcement,
+            argv,
+            pinned,
+            filter_at,
+        })
+    }
+
+    /// The cgroup situation (for the node's status).
+    pub fn cgroups(&self) -> &Cgroups {
+        &self.cgroups
+    }
+}
+
+impl Executor for ProcessExecutor {
+    fn start(
+        &mut self,
+        task: TaskId,
+        spec: &TaskSpec,
+        alloc: &Allocation,
+    ) -> Result<Enforcement, ExecError> {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        if running.contains_key(&task) {
+            return Err(ExecError::AlreadyRunning(task));
+        }
+        let grace = std::time::Duration::from_secs(spec.grace_seconds.clamp(0, 3600) as u64);
+        let spawn_err = |reason: String| ExecError::Spawn { task, reason };
+        std::fs::create_dir_all(&self.log_dir).map_err(|e| spawn_err(e.to_string()))?;
+        let Wrapper {
+            enforcement,
+            mut argv,
+            pinned,
+            filter_at,
+        } = self.wrapper(
+            task,
+            alloc,
+            running.values().flat_map(|r| r.pinned.iter().copied()),
+        )?;
         if self.drop_caps {
             argv.extend(DROP_CAPS.iter().map(|a| (*a).to_string()));
         }
@@ -282,38 +363,7 @@ impl Executor for ProcessExecutor {
         if let Some(sup) = &self.supervision {
             // The supervisor runs the same command line; it owns the task's output and outlives
             // the agent (see `supervise`).
-            let mut full = vec![
-                "supervise".to_string(),
-                "--lease".into(),
-                sup.lease.display().to_string(),
-                "--autonomy-ms".into(),
-                sup.autonomy_ms.to_string(),
-                "--owner".into(),
-                sup.owner.clone(),
-                "--grace-ms".into(),
-                grace.as_millis().to_string(),
-                "--exit-file".into(),
-                sup.run_dir
-                    .join(format!("{}.exit", task.0))
-                    .display()
-                    .to_string(),
-                "--stdout".into(),
-                log.with_extension("stdout").display().to_string(),
-                "--stderr".into(),
-                log.with_extension("stderr").display().to_string(),
-            ];
-            // The supervisor attaches the device filter and holds it as long as the task runs.
-            if let Some((group, policy)) = &filter_at {
-                full.extend(["--device-filter".into(), group.display().to_string()]);
-                for line in policy.v1_lines() {
-                    full.extend(["--device-rule".into(), line]);
-                }
-            }
-            full.push("--".into());
-            full.extend(argv);
-            argv = std::iter::once(sup.program.display().to_string())
-                .chain(full)
-                .collect();
+            argv = sup.argv(task, grace, &log, filter_at.as_ref(), argv);
         }
         let mut cmd = tokio::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
