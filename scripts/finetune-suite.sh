@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fine-tuning on one's own cluster, judged on several scenarios (issue #13 item 6): for each
+# Fine-tuning on one's own cluster, judged on several scenarios: for each
 # generated scenario gen:N, N in A..B (held-out generator seeds: the general model never trained
 # on them), fine-tune the shipped general model for MINUTES on the scenario's training workloads
 # (seeds from 2^40 up), then compare the fine-tuned model, the general model as shipped and every

@@ -1,8 +1,8 @@
 #!/bin/bash
-# Every preset's comparison table on the reporting seeds 100-109 (issue #13): the preset's own
+# Every preset's comparison table on the reporting seeds 100-109: the preset's own
 # model (`tapfinger`), the shipped general model (`general`), every baseline and the clairvoyant
 # reference, the same ten workloads for all. One JSON per preset into the output folder
-# (default docs/experiments/presets-100-109), and the tables on stdout.
+# (default out/presets-100-109), and the tables on stdout.
 #   [GENERAL=MODEL_DIR] scripts/preset-tables.sh [OUT_DIR]
 # GENERAL names a candidate general model to put in the `general` column instead of the shipped
 # one (shared/models/general).
@@ -11,7 +11,7 @@
 set -e
 cd "$(dirname "$0")/.."
 B=${BIN:-./target/release/tapfinger-sim}
-OUT=${1:-docs/experiments/presets-100-109}
+OUT=${1:-out/presets-100-109}
 mkdir -p "$OUT"
 P="tapfinger,general=${GENERAL:-shared/models/general},optimus,optimus-np,tiresias,tiresias-np,drf,first-fit-max,random,min,clairvoyant"
 for s in $($B scenarios | awk '{print $1}' | grep -v '^gen:'); do

@@ -44,7 +44,7 @@ impl Browser {
         let addr = format!("127.0.0.1:{port}");
         let profile = std::env::temp_dir().join(format!("tf-chromium-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&profile);
-        // The flags keep Chromium off the network (this machine has none) and out of a sandbox
+        // The flags keep Chromium off the network (a CI box may have none) and out of a sandbox
         // that needs privileges a test runner may not have.
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",

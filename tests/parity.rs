@@ -89,6 +89,8 @@ struct Agents {
     now: u64,
     /// Starts per node: (task, allocation), in order.
     starts: Vec<Vec<(TaskId, Resources)>>,
+    /// Gang starts per node: (gang, this node's members' units), in order.
+    gang_starts: Vec<Vec<(TaskId, Resources)>>,
     /// Re-shares per node: (task, allocation), in order.
     resizes: Vec<Vec<(TaskId, Resources)>>,
 }
@@ -133,6 +135,7 @@ impl Agents {
             cores,
             now: 0,
             starts: vec![Vec::new(); n],
+            gang_starts: vec![Vec::new(); n],
             resizes: vec![Vec::new(); n],
         }
     }
@@ -150,8 +153,17 @@ impl Agents {
                         }
                     }
                 }
-                Action::Start { task, alloc, .. } => self.starts[i].push((task, alloc)),
+                Action::Start {
+                    task,
+                    alloc,
+                    gang: None,
+                    ..
+                } => self.starts[i].push((task, alloc)),
+                Action::Start { task, alloc, .. } => self.gang_starts[i].push((task, alloc)),
                 Action::Resize { task, alloc } => self.resizes[i].push((task, alloc)),
+                // When a gang's host ends it, every other member box stops its members (whose
+                // processes ended already in this replay).
+                Action::Stop { task } if self.cores[i].tasks()[&task].task.gang.is_some() => {}
                 other => panic!("node {i}: unexpected {other:?}"),
             }
         }
@@ -190,6 +202,24 @@ fn hinted_spec(sc: &Scenario, task: &tapfinger::Task) -> TaskSpec {
     TaskSpec::from_toml(&text).unwrap()
 }
 
+/// The gangs `outcome` started with members on node `i`: (gang, the units of its members there).
+fn gang_units(outcome: &RoundOutcome, i: usize) -> Vec<(TaskId, Resources)> {
+    outcome
+        .gangs
+        .iter()
+        .filter_map(|g| {
+            let mut here: Option<Resources> = None;
+            for (_, a) in g.members.iter().filter(|(n, _)| n.0 as usize == i) {
+                here = Some(match here {
+                    Some(x) => x.checked_add(a).unwrap(),
+                    None => a.clone(),
+                });
+            }
+            here.map(|u| (g.task, u))
+        })
+        .collect()
+}
+
 /// A view with only what a policy decides from (the slot and step are compared apart).
 fn normalized(v: &ClusterView) -> ClusterView {
     ClusterView {
@@ -219,8 +249,7 @@ fn check_parity(
     seed: u64,
     model: Option<&std::path::Path>,
 ) -> Result<usize, TestCaseError> {
-    // The agents' window order (same-age tasks in an order of each node's own).
-    let sim = Simulator::new(sc.clone()).window_order(tapfinger::ledger::WindowOrder::Spread);
+    let sim = Simulator::new(sc.clone());
     let build = |sim: &Simulator| -> Vec<Box<dyn Policy>> {
         if policy == policies::TAPFINGER {
             policies::learned(sim, model).unwrap()
@@ -244,7 +273,12 @@ fn check_parity(
     agents.now += HEARTBEAT;
     agents.tick_all();
     agents.now += HEARTBEAT;
-    let tasks = tapfinger_sim::workload::generate(&sc, seed);
+    let mut tasks = tapfinger_sim::workload::generate(&sc, seed);
+    // The episode's gangs, as it draws them (a share of the tasks, each with its shape).
+    if let Some(g) = &sc.gangs {
+        let capacities: Vec<Resources> = sc.nodes.iter().map(|n| n.capacity.clone()).collect();
+        g.assign(&mut tasks, &capacities, seed, sc.slot_seconds);
+    }
     let sizes = tapfinger_sim::workload::sizes(&sc, seed, sc.tasks as usize);
     let last_slot = result.slots.len() as u64;
     let mut next = 0;
@@ -282,9 +316,21 @@ fn check_parity(
                 );
             }
             let before: Vec<usize> = agents.starts.iter().map(Vec::len).collect();
+            let gangs_before: Vec<usize> = agents.gang_starts.iter().map(Vec::len).collect();
             agents.tick_all();
             let outcome = &rec.rounds[round];
             round += 1;
+            for (i, b) in gangs_before.iter().enumerate() {
+                let started = agents.gang_starts[i][*b..].to_vec();
+                prop_assert_eq!(
+                    started,
+                    gang_units(outcome, i),
+                    "{} seed {}: node {} gang starts",
+                    policy,
+                    seed,
+                    i
+                );
+            }
             for (i, b) in before.iter().enumerate() {
                 let started: Vec<(TaskId, Resources)> = agents.starts[i][*b..].to_vec();
                 let expected: Vec<(TaskId, Resources)> = outcome
@@ -338,6 +384,22 @@ fn check_parity(
         }
         // The slot runs: each runner reports its tasks' progress (or exit).
         for (task, p, finished) in rec.progress.get(&slot).cloned().unwrap_or_default() {
+            if let TaskState::Gang { members, .. } = &agents.cores[0].tasks()[&task].state {
+                // A gang ends when its host (rank 0's box) exits, after its other boxes.
+                if finished {
+                    let mut boxes: Vec<usize> = members.iter().map(|(n, _)| n.0 as usize).collect();
+                    boxes.dedup();
+                    let host = boxes[0];
+                    boxes.retain(|b| *b != host);
+                    boxes.sort_unstable();
+                    boxes.dedup();
+                    for r in boxes.into_iter().chain([host]) {
+                        let out = agents.cores[r].on_exit(task, Some(0), false);
+                        agents.settle(r, out);
+                    }
+                }
+                continue;
+            }
             let runner = agents.cores[0].tasks()[&task].state.running_on().unwrap();
             let r = runner.0 as usize;
             if finished {
@@ -488,7 +550,7 @@ fn agents_and_the_simulator_agree_where_switches_cost() {
     assert!(resized > 0, "no task was re-shared");
     // The views compared showed classes whose switches measured costly, so the share's costly
     // branch acted in both drivers.
-    let sim = Simulator::new(sc).window_order(tapfinger::ledger::WindowOrder::Spread);
+    let sim = Simulator::new(sc);
     let mut rec = Recording::default();
     let learned = policies::learned(&sim, Some(gain.path())).unwrap();
     sim.run_observed(learned, 100, &mut rec).unwrap();
@@ -531,7 +593,7 @@ fn agents_and_the_simulator_agree_with_declared_work() {
     check_parity(sc.clone(), policies::TAPFINGER, 100, Some(gain.path())).unwrap();
     check_parity(sc.clone(), "optimus", 101, None).unwrap();
     // The views compared showed tasks of other sizes than their class's mean.
-    let sim = Simulator::new(sc).window_order(tapfinger::ledger::WindowOrder::Spread);
+    let sim = Simulator::new(sc);
     let mut rec = Recording::default();
     let learned = policies::learned(&sim, Some(gain.path())).unwrap();
     sim.run_observed(learned, 100, &mut rec).unwrap();
@@ -543,6 +605,51 @@ fn agents_and_the_simulator_agree_with_declared_work() {
         sized,
         "no view showed a task of another size than its class's mean"
     );
+}
+
+/// Gangs: the simulator and the agents propose the same gangs from the same boxes (the
+/// ledger's one rule), place them alike, start the same members on the same boxes in the same
+/// rounds, and end them in the same slots.
+#[test]
+fn agents_and_the_simulator_agree_with_gangs() {
+    let mut sc = Scenario::load("gang-edge").unwrap();
+    sc.tasks = 30;
+    let mut gangs = 0;
+    for (policy, seed) in [("tiresias", 100), ("optimus", 101), ("first-fit-max", 102)] {
+        check_parity(sc.clone(), policy, seed, None).unwrap();
+        let r = Simulator::new(sc.clone())
+            .run(
+                policies::build(&Simulator::new(sc.clone()), policy).unwrap(),
+                seed,
+            )
+            .unwrap();
+        gangs += r.tasks.iter().filter(|t| t.members > 1).count();
+    }
+    // Gangs ran, several across boxes, so the comparison above covered them.
+    assert!(gangs >= 10, "{gangs} gangs");
+}
+
+/// The window order: with many tasks of the same age in every window, the simulator's windows
+/// are the agents' (each node's own order of same-age tasks), for a baseline and the learned
+/// policy.
+#[test]
+fn agents_and_the_simulator_order_same_age_tasks_alike() {
+    let mut sc = Scenario::load("hetero6").unwrap();
+    sc.tasks = 36;
+    sc.lambda = 12.0;
+    for (policy, seed) in [("tiresias", 100), (policies::TAPFINGER, 101)] {
+        check_parity(sc.clone(), policy, seed, None).unwrap();
+    }
+    // Same-age tasks filled windows, and the nodes ordered them differently.
+    let sim = Simulator::new(sc.clone());
+    let mut rec = Recording::default();
+    sim.run_observed(policies::build(&sim, "tiresias").unwrap(), 100, &mut rec)
+        .unwrap();
+    let differ = rec.views.values().flatten().any(|v| {
+        let firsts: BTreeSet<_> = v.nodes.iter().filter_map(|n| n.window.first()).collect();
+        firsts.len() > 1
+    });
+    assert!(differ, "every node's window began with the same task");
 }
 
 #[test]

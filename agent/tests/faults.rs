@@ -14,7 +14,7 @@
 //! for every task.
 //!
 //! It needs root, `ip` (iproute2) and network namespaces; without them it fails (CI has them).
-//! The figures it prints per scenario are the ones in docs/BENCHMARKS.md.
+//! It prints its figures per scenario (lost, overlapping, twice-run copies; agreement time).
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};

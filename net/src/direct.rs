@@ -4,8 +4,8 @@
 //! Why not gossip alone? Gossip relays every message hop by hop: in the 16-agent cluster
 //! benchmark a proposal reached its first peer after 19 ms (p50) and its last one 49 ms later,
 //! queued behind the relaying agents' own work, and each copy was one more decryption and
-//! deduplication for every agent on the way (docs/BENCHMARKS.md, "Round latency: direct
-//! broadcast"). Boxes of one cluster normally reach each other directly (they exchange whom
+//! deduplication for every agent on the way (docs/DECISIONS.md, "The agents' network and
+//! rounds"). Boxes of one cluster normally reach each other directly (they exchange whom
 //! they know, [`crate::peers`]), so one frame per peer is both the fewest frames and the fewest
 //! hops. Gossip stays for what a direct frame cannot reach (`Relay`: an author heard of but
 //! not connected).
@@ -223,7 +223,7 @@ pub(crate) const BEACON: Duration = Duration::from_secs(1);
 /// beacons grow with the square of the agents. With one a second each, 64 agents in one
 /// process on 2 cores (1 s heartbeats) joined but then decided rounds only at their deadline
 /// and finished no task in 60 s; with one every 5 s they ran 500 tasks in 52 s
-/// (docs/BENCHMARKS.md). Two beacons fit in [`RELAY_MEMORY`], so an author heard only by gossip
+/// (2026-11-24). Two beacons fit in [`RELAY_MEMORY`], so an author heard only by gossip
 /// stays heard.
 pub(crate) const BEACON_WITH_EXCHANGE: Duration = Duration::from_secs(5);
 

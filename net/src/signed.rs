@@ -4,7 +4,7 @@
 //! Why not gossipsub's own signing (`MessageAuthenticity::Signed`)? Gossipsub verifies the
 //! signature of *every copy* it receives while decoding, before it can tell a copy from a new
 //! message; in a 16-agent cluster most copies are duplicates relayed by mesh peers, and ed25519
-//! with SHA-512 took 43 % of all CPU in the cluster benchmark (docs/BENCHMARKS.md). Here gossip
+//! with SHA-512 took 43 % of all CPU in the cluster benchmark (docs/DECISIONS.md). Here gossip
 //! runs anonymously, deduplicates by the frame's signature (its message id: two frames with the
 //! same signature are the same message), and the receiver verifies each message once, before
 //! gossipsub forwards it (validation mode), so a relay can neither forge an author nor spread a

@@ -301,7 +301,7 @@ pub const GENERAL_CONTENDED_WIDTHS: [usize; 3] =
 /// and the re-share splits the rest, so a node's free units (schema 4's figure) say what a
 /// task would get alone, not beside the others. A box running nine tasks that use GPUs showed
 /// every GPU task 16 GPUs' speed; the general model piled them onto the largest box
-/// (`hetero6`, docs/BENCHMARKS.md, twenty-second session).
+/// (`hetero6`, docs/DECISIONS.md, "The general model: recipe and features").
 pub fn build_general_contended(view: &ClusterView, me: NodeId) -> HeteroGraph {
     contended_graph(view, me, false)
 }
@@ -323,7 +323,7 @@ pub const GENERAL_COSTS_WIDTHS: [usize; 3] = [
 /// another box would host the task at less harm. A task that gains from nothing runs as fast
 /// on a small box as on a large one, where its floor holds units others would use
 /// (`hetero6`: the schema-5 model put 125 of 187 such tasks on the two largest boxes,
-/// docs/BENCHMARKS.md, twenty-second session).
+/// 2026-11-26).
 pub fn build_general_costs(view: &ClusterView, me: NodeId) -> HeteroGraph {
     contended_graph(view, me, true)
 }
@@ -347,8 +347,7 @@ pub const GENERAL_REACH_WIDTHS: [usize; 3] = [
 /// and leaves each box's own to pile up; once arrivals stop, the piles drain one box at a
 /// time while the others idle (`gen:9028`, a development scenario, workload seed 10: the
 /// schema-5 model's last task finished at slot 186, elastic Tiresias's at 152; with every
-/// task reaching every box the three policies were identical; docs/BENCHMARKS.md,
-/// twenty-seventh session). The graph's edges cannot say it: attention averages over a
+/// task reaching every box the three policies were identical; docs/DECISIONS.md). The graph's edges cannot say it: attention averages over a
 /// task's boxes, whatever their number.
 pub fn build_general_reach(view: &ClusterView, me: NodeId) -> HeteroGraph {
     let mut f = contended_features(view, me, false);

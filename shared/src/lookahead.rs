@@ -317,7 +317,7 @@ pub fn rebalance(items: &[Item<'_>], free: &Resources) -> Vec<(TaskId, Resources
 /// the node (a 64-CPU box's full grid with memory would be thousands of rows per task), and the
 /// knee needs the grid fine: doublings (1, 2, 4, …) scored a mean ratio of 1.045 to the best
 /// baseline on the development scenarios, 16 levels 1.019 and 64 levels 1.017
-/// (docs/BENCHMARKS.md, twenty-fourth session).
+/// (2026-11-26).
 #[derive(Debug, Clone, Default)]
 pub struct Lookahead;
 

@@ -7,7 +7,7 @@
 
 use crate::Rng;
 use crate::resources::Resources;
-use crate::task::{NodeId, TaskId};
+use crate::task::TaskId;
 use crate::view::View;
 
 /// What an agent does in one decision step.
@@ -60,36 +60,6 @@ pub trait Policy: Send {
     fn forecast_interval(&self) -> Option<u64> {
         None
     }
-
-    /// True if the policy places a gang's members itself ([`Policy::place_gang`]); otherwise a
-    /// gang placer does (the locality-aware one unless a run names another).
-    fn places_gangs(&self) -> bool {
-        false
-    }
-
-    /// For policies that place gangs: the gang's members in rank order (the parameter servers
-    /// first, all on one box, then the workers; or a pipeline's stages), each on a box of
-    /// `ask.free` with room for it, or `None` if it does not fit now. Nothing is held: the
-    /// result becomes a gang claim, decided all or nothing like any other.
-    fn place_gang(
-        &mut self,
-        _ask: &GangAsk<'_>,
-        _rng: &mut Rng,
-    ) -> Option<Vec<(NodeId, Resources)>> {
-        None
-    }
-}
-
-/// What a policy that places gangs is asked ([`Policy::place_gang`]).
-pub struct GangAsk<'a> {
-    /// The step's snapshot (the gang is in no window: pending gangs wait in no queue).
-    pub cluster: &'a crate::view::ClusterView,
-    /// The gang (its shape in [`crate::Task::gang`]).
-    pub task: &'a crate::Task,
-    /// Per box that may host members: the units it can give now.
-    pub free: &'a [(NodeId, Resources)],
-    /// The estimator's view of a task (a member, shown as a task of its own).
-    pub estimate: &'a dyn Fn(&crate::Task) -> crate::view::TaskEstimate,
 }
 
 /// Check a policy's decision against the view it was made on and turn it into the protocol's

@@ -94,7 +94,7 @@ fn share_with(
 /// does not depend on progress either, so a task's share does not drift every slot as it
 /// advances. Optimus's rule, each unit to the task whose *remaining* time it cuts most, changed
 /// allocations more often and did worse on the generated development scenarios and on the
-/// presets' development seeds (docs/BENCHMARKS.md).
+/// presets' development seeds (docs/DECISIONS.md, "Sharing rules").
 ///
 /// With `finish_first` the tasks the estimator says can finish within this
 /// slot first get the fewest units that do it, those that need fewest first, and then nothing

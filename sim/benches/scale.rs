@@ -5,11 +5,10 @@
 //! to the smallest cluster's, and the episode's average JCT.
 //!
 //! `cargo bench -p tapfinger-sim --bench scale -- [--nodes 6,24,48,96] [--policy tiresias]
-//! [--model DIR] [--spread]` (1000 nodes: `--nodes 1002`; `--model` runs the learned policy `tapfinger`
+//! [--model DIR]` (1000 nodes: `--nodes 1002`; `--model` runs the learned policy `tapfinger`
 //! from that checkpoint, e.g. a general model whose decisions attend to a bounded set of nodes;
-//! its agents share one batched forward pass per step, `policies::learned_with`; `--spread`
-//! orders same-age tasks in each node's window as the agents do, `WindowOrder::Spread`). Also
-//! prints the decision steps and the contested tasks per slot.
+//! its agents share one batched forward pass per step, `policies::learned_with`). Also prints
+//! the decision steps and the contested tasks per slot.
 
 use std::time::Instant;
 use tapfinger_sim::scenario::NodeDef;
@@ -37,7 +36,6 @@ fn main() {
     let mut nodes = vec![6usize, 24, 48, 96];
     let mut policy = "tiresias".to_string();
     let mut model: Option<std::path::PathBuf> = None;
-    let mut order = tapfinger::ledger::WindowOrder::ById;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -51,9 +49,6 @@ fn main() {
             }
             "--policy" => policy = args.next().expect("--policy NAME"),
             "--model" => model = Some(std::path::PathBuf::from(args.next().expect("--model DIR"))),
-            // The agents' window order (same-age tasks in an order of each node's own), instead
-            // of the simulator's default (by id, the published figures').
-            "--spread" => order = tapfinger::ledger::WindowOrder::Spread,
             _ => {} // cargo bench passes --bench
         }
     }
@@ -61,7 +56,6 @@ fn main() {
         policy = format!("tapfinger ({})", m.display());
     }
     println!("policy {policy}; hetero6 servers repeated; 64 tasks per node");
-    println!("window order {order:?}");
     println!(
         "{:>6} {:>8} {:>10} {:>14} {:>10} {:>9} {:>11} {:>15}",
         "nodes",
@@ -75,7 +69,7 @@ fn main() {
     );
     let mut first = None;
     for n in nodes {
-        let sim = Simulator::new(scaled(n.div_ceil(6))).window_order(order);
+        let sim = Simulator::new(scaled(n.div_ceil(6)));
         let ps = match &model {
             // One batched forward pass per step (a model with a bounded focus; the decisions
             // are those of one pass per agent but for ties rounded otherwise).

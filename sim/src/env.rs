@@ -18,8 +18,6 @@ pub struct Simulator {
     sc: Scenario,
     /// Every agent runs its own protocol instance and they must agree (a check; slower).
     replicas: bool,
-    /// How a node's queue orders tasks of the same age (see [`tapfinger::ledger::WindowOrder`]).
-    order: tapfinger::ledger::WindowOrder,
     /// `[type][node]`: best isolated (slots, fractional slots, allocation) on that node, if the
     /// type can run there.
     best: Vec<Vec<Option<(u64, f64, Resources)>>>,
@@ -66,7 +64,6 @@ impl Simulator {
             best,
             replicas: false,
             prefit: Default::default(),
-            order: tapfinger::ledger::WindowOrder::ById,
             gang_placer: None,
         }
     }
@@ -82,13 +79,6 @@ impl Simulator {
     /// the same result because resolution depends only on the set of proposals).
     pub fn replicated(mut self, on: bool) -> Self {
         self.replicas = on;
-        self
-    }
-
-    /// Order same-age tasks in each node's window with `order` (default `ById`, the order of the
-    /// published figures; the agents use `Spread`).
-    pub fn window_order(mut self, order: tapfinger::ledger::WindowOrder) -> Self {
-        self.order = order;
         self
     }
 
@@ -267,7 +257,6 @@ impl Simulator {
                 policy: policy_seed,
             },
             self.replicas,
-            self.order,
             placer.or(self.gang_placer),
         )
         .map(|e| e.with_prefit(prefit))

@@ -700,7 +700,7 @@ mod tests {
     }
 
     /// FNV-1a over the base family's text for seeds 0..40 and 10000..10040: every figure in
-    /// docs/BENCHMARKS.md (the held-out suite above all) was measured on these scenarios, so a
+    /// docs/RESULTS.md and docs/DECISIONS.md (the held-out suite above all) was measured on these scenarios, so a
     /// change to the generator that moves them must be deliberate (and the figures redone).
     #[test]
     fn the_base_family_is_the_one_the_figures_were_measured_on() {

@@ -98,8 +98,7 @@ enum Cmd {
         /// preset, else the shipped general model), `rlpto` (the shipped RLPTO model, with the
         /// arrival forecast it was trained with), a baseline, `clairvoyant`, or
         /// LABEL=MODEL_PATH [default: tapfinger]; on a scenario with gangs, `NAME+PLACER`
-        /// places them with `locality`, `pack-first`, `spread` or (the learned policy only)
-        /// `policy` instead of the scenario's.
+        /// places them with `locality`, `pack-first` or `spread` instead of the scenario's.
         #[arg(long)]
         policy: Option<String>,
         /// Seed of the workload and of the policies' randomness.
@@ -121,8 +120,7 @@ enum Cmd {
         /// Comma-separated policies (names as for `run`, LABEL=MODEL_PATH for extra trained
         /// models, NAME+PLACER for a gang placer); default: tapfinger (as for `run`), every
         /// baseline and the clairvoyant reference, and on a scenario with gangs each of them
-        /// again with gangs placed `+pack-first` and `+spread` (locality-oblivious), and
-        /// `tapfinger+policy` (the learned policy placing gang members itself).
+        /// again with gangs placed `+pack-first` and `+spread` (locality-oblivious).
         #[arg(long, value_delimiter = ',')]
         policies: Vec<String>,
         /// Number of seeds.
@@ -299,12 +297,6 @@ struct Variants {
     /// resumes from its last checkpoint); `compare` adds the tasks preempted and the work lost.
     #[arg(long)]
     preempt: bool,
-    /// Order same-age tasks in each node's window in an order of the node's own, as the agents
-    /// do (`WindowOrder::Spread`), instead of by id (the published figures' order): agents
-    /// whose windows hold the same tasks claim different ones, so a large cluster's slot needs
-    /// far fewer rounds (docs/BENCHMARKS.md, simulator scale).
-    #[arg(long)]
-    spread: bool,
     /// Every task carries its type's profiling runs (those Optimus fits) as profile hints for
     /// the speed estimator, whatever the scenario's `profile_hints` says: every policy's views
     /// then show the estimates a submitter's profile would give before any progress.
@@ -343,9 +335,6 @@ fn load_with(name: &str, v: Variants) -> Result<Simulator> {
     }
     if v.no_shrink {
         sim = sim.no_shrink();
-    }
-    if v.spread {
-        sim = sim.window_order(tapfinger::ledger::WindowOrder::Spread);
     }
     if v.profile_hints {
         sim = sim.profile_hints();
@@ -589,14 +578,10 @@ fn run(cli: Cli) -> Result<()> {
                 } else {
                     &[""]
                 };
-                let mut all: Vec<String> = placers
+                let all: Vec<String> = placers
                     .iter()
                     .flat_map(|s| plain.iter().map(move |p| format!("{p}{s}")))
                     .collect();
-                if sim.scenario().gangs.is_some() {
-                    // The learned policy placing the members itself, beside the placers.
-                    all.push(format!("{}+policy", policies::TAPFINGER));
-                }
                 all
             } else {
                 names

@@ -150,8 +150,7 @@ fn may_teach(p: &dyn tapfinger::Policy, student: &NetConfig) -> bool {
 /// form ([`baselines::FirstFitElastic`]), so that an elastic student can be shown a task left
 /// waiting where first-fit-max's waits pay off (first-fit-max itself keeps each allocation for
 /// a task's whole run, which an elastic student cannot copy). Not among `auto`'s candidates:
-/// chosen per scenario it made the general model worse (docs/BENCHMARKS.md, twenty-third
-/// session).
+/// chosen per scenario it made the general model worse (docs/DECISIONS.md).
 pub const EXTRA_TEACHERS: &[&str] = &["first-fit-elastic"];
 
 /// The policies that may teach a learned policy of configuration `student` on `sim`'s

@@ -23,12 +23,6 @@ pub enum CompareError {
     /// The learned policy could not be loaded.
     #[error(transparent)]
     Model(#[from] crate::policies::LearnedError),
-    /// `NAME+policy` for a policy that does not place gangs itself.
-    #[error(
-        "{0}+policy: only the learned policy places gangs itself; use {0} (locality-aware), \
-         {0}+pack-first or {0}+spread"
-    )]
-    NotPlacing(String),
     /// An episode failed.
     #[error("policy {policy}, seed {seed}: {source}")]
     Episode {
@@ -110,20 +104,6 @@ fn instances_for(
     })
 }
 
-/// The `policy` placer asks the policy to place gangs: refused for one that does not.
-fn refuse_placer(
-    policy: &str,
-    placer: Option<GangPlacer>,
-    ps: &[Box<dyn tapfinger::Policy>],
-) -> Result<(), CompareError> {
-    match (placer, ps.first()) {
-        (Some(GangPlacer::Policy), Some(p)) if !p.places_gangs() => {
-            Err(CompareError::NotPlacing(policy.into()))
-        }
-        _ => Ok(()),
-    }
-}
-
 /// Build `policy` once (an unknown name or a model that does not load is an error), running
 /// nothing.
 pub fn check_policy(
@@ -164,7 +144,6 @@ pub fn run_one_with(
         return clairvoyant_episode(sim, seed);
     }
     let ps = instances_for(sim, policy, model, Some(seed))?;
-    refuse_placer(policy, placer, &ps)?;
     sim.run_placed(ps, seed, placer)
         .map_err(|source| CompareError::Episode {
             policy: policy.into(),
@@ -226,9 +205,7 @@ pub fn compare_with(
     let kinds: Vec<String> = sc.kind_names();
     // Fail fast on an unknown name before running anything.
     for p in policy_names {
-        let (name, placer) = split_placer(p);
-        let ps = instances(sim, name, model)?;
-        refuse_placer(name, placer, &ps)?;
+        instances(sim, split_placer(p).0, model)?;
     }
     let mut results = Vec::new();
     for p in policy_names {

@@ -2,7 +2,7 @@
 //! at its start by RLPTO's ARIMA + GRU, fitted once per simulator on arrivals drawn before the
 //! episode, from that history and the episode's own counts; the views every policy decides from
 //! carry the next intervals' forecast; the intervals while tasks arrive are judged against what
-//! arrived. Behaviour, not accuracy: the figures are in docs/BENCHMARKS.md.
+//! arrived. Behaviour, not accuracy: the figures are in docs/DECISIONS.md.
 
 // Test code may unwrap: a failure there is a test failure with its message.
 #![allow(clippy::unwrap_used)]

@@ -2,7 +2,7 @@
 //! never trained on; of the base, wide and long families),
 //! against the best baseline of each: a behaviour check of the model that
 //! `run`, `compare` and `suite` use by default, not a timing. The bar is what the shipped model
-//! is known to hold (docs/BENCHMARKS.md), not issue #13's goal, which it does not reach yet: it
+//! is known to hold (docs/RESULTS.md), not the goal of 90 wins at a mean of 0.9: it
 //! catches a model that no longer loads everywhere or that falls behind the baselines.
 
 // Test code may unwrap: a failure there is a test failure with its message.
@@ -26,8 +26,8 @@ fn the_shipped_general_model_holds_its_own_on_the_wide_family() {
 }
 
 /// The same on the long family (many small tasks on each box, 3–10 times as many slots long):
-/// the model shipped before the thirty-second session lost to the best baseline by 12 % on
-/// average there (docs/BENCHMARKS.md). The worst ratio is looser: on `gen-long:10017`
+/// the model shipped before 2026-11-28 lost to the best baseline by 12 % on
+/// average there (docs/DECISIONS.md). The worst ratio is looser: on `gen-long:10017`
 /// first-fit-max, which gives each task all it can use, beats the model by half (10.3 against
 /// 15.0 slots) while every elastic baseline is worse than the model (Tiresias 21.2).
 #[test]

@@ -3,7 +3,7 @@
 //! classes than in the same workloads with classes ignored (`--priority-blind`), for a policy
 //! that takes its window in order and for elastic Tiresias, whose shares go class by class; and
 //! with preemption (`--preempt`) only lower classes are stopped, for rooms that are then used.
-//! Behaviour, not timing; the figures are in docs/BENCHMARKS.md.
+//! Behaviour, not timing; the figures are in docs/DECISIONS.md.
 
 // Test code may unwrap: a failure there is a test failure with its message.
 #![allow(clippy::unwrap_used)]

@@ -2,8 +2,8 @@
 //! clusters of every shape (GPU and CPU-only boxes, with priority classes or without, generated
 //! ones), each episode forecasts its arrivals with the interval the model was trained with (the
 //! forecast is one of its features), and on `rlpto-edge` its urgent class finishes well before
-//! the batch class. Behaviour, not timing; the figures are in docs/BENCHMARKS.md ("The RLPTO
-//! policy").
+//! the batch class. Behaviour, not timing; the figures are in docs/DECISIONS.md ("Priorities,
+//! forecasts, shrinking, RLPTO").
 
 // Test code may unwrap: a failure there is a test failure with its message.
 #![allow(clippy::unwrap_used)]

@@ -2,7 +2,7 @@
 //! plateau detector finds the fine-tuning jobs converging, their CPUs go to others, nobody's final
 //! accuracy changes (a shrunk task still does all its work), and the run differs from the same
 //! workloads without shrinking (`--no-shrink`) where that lets queued work start (a policy that
-//! gives each task its maximum). Behaviour, not timing; the figures are in docs/BENCHMARKS.md.
+//! gives each task its maximum). Behaviour, not timing; the figures are in docs/DECISIONS.md.
 
 // Test code may unwrap: a failure there is a test failure with its message.
 #![allow(clippy::unwrap_used)]

@@ -316,7 +316,7 @@ async fn run(a: Args) {
 /// runs on two nodes at once.
 /// Start an agent on a thread of its own, in a single-threaded runtime that lives as long as the
 /// process, as the agent binary runs on a box. (On 2 cores, 16 such threads took longer to
-/// decide rounds than one shared runtime: docs/BENCHMARKS.md.)
+/// decide rounds than one shared runtime.)
 async fn start_on_own_thread(l: Local) -> (tapfinger_agent::daemon::Agent, libp2p::Multiaddr) {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let name = l.name.clone();

@@ -11,13 +11,11 @@
 //! through [`Ledger::set_state`] (or the narrower methods here), which keeps the indices right.
 //!
 //! Definitions, stated once:
-//! - **Window order** ([`WindowOrder`], [`Priorities`]): the highest priority class first (0;
-//!   a waiting task moves up a class per so many slots, `order`), then the oldest arrival; tasks of the same age by id
-//!   ([`WindowOrder::ById`]) or in an order of each node's own ([`WindowOrder::Spread`], a hash
+//! - **Window order** ([`Priorities`], [`rank`]): the highest priority class first (0;
+//!   a waiting task moves up a class per so many slots, `order`), then the oldest arrival; tasks of the same age in an order of each node's own ([`rank`], a hash
 //!   of task and node), so that agents whose windows hold the same tasks do not all claim the
 //!   same one and lose the round to each other. Every node's window is the first `window` tasks
-//!   of its queue that the driver lets it start. The agent uses `Spread`; the simulator uses
-//!   `ById` by default (its published figures) and `Spread` on request (the parity test).
+//!   of its queue that the driver lets it start. The simulator and the agents order alike.
 //! - **Free units** of a node: its capacity minus the allocations of the tasks running there.
 //! - **Reward** of a node for a slot: minus the tasks running on it and minus every pending task
 //!   it could run (its whole queue, window and overflow). The TapFinger objective: summed over
@@ -26,8 +24,9 @@
 //!   earns the accuracy they gain (`ledger/outlook.rs`).
 //! - **Forecast**: the expected arrivals of the next intervals the driver sets
 //!   ([`Ledger::set_forecast`]), carried by every view.
-//! - **Gangs** (tasks with [`Task::gang`]): a pending gang is in no node's queue (its owner
-//!   proposes it whole; `reachable` names the boxes its members may use); a running one holds
+//! - **Gangs** (tasks with [`Task::gang`]): a pending gang is in no node's queue (one box
+//!   proposes it whole by the rule of [`Ledger::gang_proposal`]; `reachable` names the boxes
+//!   its members may use); a running one holds
 //!   every member's units on its box ([`TaskState::Gang`]).
 //! - **Attained service** (Tiresias): the units of the service kind (GPUs where the cluster has
 //!   them) a task held, summed over the slots it ran.
@@ -44,6 +43,7 @@ use std::sync::Arc;
 
 mod arrivals;
 mod elastic;
+mod gangs;
 mod nodes;
 mod order;
 mod outlook;
@@ -52,7 +52,8 @@ mod reserve;
 mod shrink;
 mod view;
 use elastic::{add_each, sub_each};
-pub use order::{Priorities, WindowOrder};
+pub use gangs::{GANG_TRIES, GangPlacement};
+pub use order::{Priorities, rank};
 pub use outlook::RewardWeights;
 pub use preempt::Preemption;
 pub use view::MayStart;
@@ -212,8 +213,6 @@ struct Book {
 pub struct Ledger<M> {
     /// Pending tasks per node a policy sees (what its network was trained for).
     window: usize,
-    /// How a node's queue orders tasks of the same class and age.
-    order: WindowOrder,
     /// How priority classes order the queues.
     priorities: Priorities,
     /// The resource kind whose units count as attained service.
@@ -249,7 +248,6 @@ impl<M> Ledger<M> {
     pub fn new(window: usize, service_kind: usize) -> Self {
         Self {
             window,
-            order: WindowOrder::ById,
             priorities: Priorities::default(),
             service_kind,
             tasks: BTreeMap::new(),
@@ -298,12 +296,6 @@ impl<M> Ledger<M> {
         self.window
     }
 
-    /// Order same-age tasks with `order` (set before the first task arrives).
-    pub fn with_order(mut self, order: WindowOrder) -> Self {
-        self.order = order;
-        self
-    }
-
     /// Order the queues by priority class as `p` says (set before the first task arrives).
     pub fn with_priorities(mut self, p: Priorities) -> Self {
         self.priorities = p;
@@ -339,7 +331,7 @@ impl<M> Ledger<M> {
     /// task it could run.
     fn book(&mut self, id: NodeId) -> &mut Book {
         let tasks = &self.tasks;
-        let (order, priorities) = (self.order, self.priorities);
+        let priorities = self.priorities;
         let (elastic, floors) = (self.all_elastic, self.all_floors);
         self.nodes.entry(id).or_insert_with(|| Book {
             capacity: Resources::default(),
@@ -355,7 +347,7 @@ impl<M> Ledger<M> {
                         && e.task.gang.is_none()
                         && e.task.reachable.contains(&id)
                 })
-                .map(|e| order::key(order, priorities, &e.task, id))
+                .map(|e| order::key(priorities, &e.task, id))
                 .collect(),
             running: BTreeSet::new(),
             held: Resources::default(),
@@ -528,8 +520,7 @@ impl<M> Ledger<M> {
             TaskState::Pending => {
                 for n in &task.reachable {
                     if let Some(b) = self.nodes.get_mut(n) {
-                        b.queue
-                            .insert(order::key(self.order, self.priorities, task, *n));
+                        b.queue.insert(order::key(self.priorities, task, *n));
                     }
                 }
             }
@@ -561,8 +552,7 @@ impl<M> Ledger<M> {
             TaskState::Pending => {
                 for n in &task.reachable {
                     if let Some(b) = self.nodes.get_mut(n) {
-                        b.queue
-                            .remove(&order::key(self.order, self.priorities, task, *n));
+                        b.queue.remove(&order::key(self.priorities, task, *n));
                     }
                 }
             }

@@ -1,6 +1,6 @@
 //! The order of a node's queue, and so of its window: priority classes first (0 is the
-//! highest), with aging, then the oldest arrival, then same-age tasks by id or by a rank of each
-//! node's own ([`WindowOrder`]).
+//! highest), with aging, then the oldest arrival, then same-age tasks by a rank of each node's
+//! own ([`rank`]), then by id.
 //!
 //! A queue is kept sorted by `(class, arrival, rank, id)` with the class as submitted, so that
 //! with one class in the queue (the common case) the window is its first tasks, as before
@@ -15,17 +15,6 @@
 use crate::task::{NodeId, Task, TaskId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
-
-/// How a node's queue orders tasks of the same class and age (module doc).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WindowOrder {
-    /// By task id.
-    #[default]
-    ById,
-    /// By a pseudo-random rank of each node's own (splitmix64 of task and node id):
-    /// deterministic, so every agent computes the same windows for every node.
-    Spread,
-}
 
 /// How priority classes order the windows (module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,18 +71,22 @@ impl Priorities {
 /// A queue entry: class as queued, arrival, rank, id.
 pub(super) type QueueKey = (u8, u64, u64, TaskId);
 
+/// The rank of same-age `task` in `node`'s queue: splitmix64 of task and node id. Each node
+/// has an order of its own, so that agents whose windows hold the same oldest tasks do not all
+/// claim the same one and lose the round to each other (by id, a 240-node cluster needed about
+/// ten rounds a slot, and more the larger it grew; ranked, about four and a half at any size).
+/// It is deterministic, so every agent computes the same window for every node, and the
+/// simulator the agents' windows.
+pub fn rank(task: TaskId, node: NodeId) -> u64 {
+    let mut z = task.0 ^ (u64::from(node.0)).rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// The queue key of `task` at `node`.
-pub(super) fn key(order: WindowOrder, p: Priorities, task: &Task, node: NodeId) -> QueueKey {
-    let rank = match order {
-        WindowOrder::ById => 0,
-        WindowOrder::Spread => {
-            let mut z = task.id.0 ^ (u64::from(node.0)).rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-    };
-    (p.queued(task), task.arrival, rank, task.id)
+pub(super) fn key(p: Priorities, task: &Task, node: NodeId) -> QueueKey {
+    (p.queued(task), task.arrival, rank(task.id, node), task.id)
 }
 
 /// A node's window at `slot`: the first `size` tasks of `queue` in effective order that are not

@@ -31,7 +31,7 @@ fn running(node: u32, alloc: [u32; 2]) -> TaskState {
 }
 
 #[test]
-fn windows_hold_the_oldest_tasks_first_then_the_lowest_ids() {
+fn windows_hold_the_oldest_tasks_first_then_by_each_nodes_rank() {
     let mut l = two_nodes();
     l.insert(task(5, 1, [1, 0], &[0, 1]), TaskState::Pending, ());
     l.insert(task(9, 0, [1, 0], &[0]), TaskState::Pending, ());
@@ -44,13 +44,23 @@ fn windows_hold_the_oldest_tasks_first_then_the_lowest_ids() {
             .map(|&i| v.pending[i].task.id.0)
             .collect()
     };
-    assert_eq!(ids(0), vec![9, 2]);
+    // Same-age tasks 2 and 5 in each node's own order.
+    let by_rank = |n: u32| -> Vec<u64> {
+        let mut same = vec![2u64, 5];
+        same.sort_by_key(|t| super::rank(TaskId(*t), NodeId(n)));
+        same
+    };
+    assert_eq!(ids(0), vec![9, by_rank(0)[0]]);
     assert_eq!(v.nodes[0].overflow, 1);
-    assert_eq!(ids(1), vec![2, 5]);
+    assert_eq!(ids(1), by_rank(1));
     assert_eq!(v.nodes[1].overflow, 0);
     // Tasks in at least one window, by id.
     let pending: Vec<u64> = v.pending.iter().map(|p| p.task.id.0).collect();
-    assert_eq!(pending, vec![2, 5, 9]);
+    let mut want = vec![9, by_rank(0)[0]];
+    want.extend(by_rank(1));
+    want.sort_unstable();
+    want.dedup();
+    assert_eq!(pending, want);
 }
 
 #[test]
@@ -308,8 +318,8 @@ proptest! {
 }
 
 #[test]
-fn spread_orders_same_age_tasks_differently_per_node_and_keeps_age_first() {
-    let mut l: Ledger<()> = Ledger::new(3, 1).with_order(WindowOrder::Spread);
+fn windows_order_same_age_tasks_differently_per_node_and_keep_age_first() {
+    let mut l: Ledger<()> = Ledger::new(3, 1);
     for n in 0..4 {
         l.set_node(NodeId(n), Resources(vec![8, 2]));
     }
@@ -419,16 +429,17 @@ proptest! {
         }
         let v = l.view(slot, 0, 1, None);
         let got: Vec<u64> = v.nodes[0].window.iter().map(|&i| v.pending[i].task.id.0).collect();
-        let mut all: Vec<(u8, u64, u64)> = tasks
+        let mut all: Vec<(u8, u64, u64, u64)> = tasks
             .iter()
             .enumerate()
             .map(|(i, (c, a))| {
                 let c = if honour { *c } else { 0 };
-                (p.effective(c, *a, slot), *a, i as u64)
+                let id = i as u64;
+                (p.effective(c, *a, slot), *a, super::rank(TaskId(id), NodeId(0)), id)
             })
             .collect();
         all.sort_unstable();
-        let want: Vec<u64> = all.iter().take(size).map(|x| x.2).collect();
+        let want: Vec<u64> = all.iter().take(size).map(|x| x.3).collect();
         prop_assert_eq!(&got, &want);
         prop_assert_eq!(v.nodes[0].overflow, tasks.len() - got.len());
         if let (true, Some(a)) = (honour, aging) {

@@ -16,7 +16,6 @@
 pub mod batch;
 pub mod checkpoint;
 pub mod critic;
-mod gang;
 pub mod net;
 pub mod step_batch;
 
@@ -543,17 +542,6 @@ impl Policy for TapfingerPolicy {
     fn forecast_interval(&self) -> Option<u64> {
         (self.cfg.dims.is_rlpto() && self.cfg.forecast_interval_slots > 0)
             .then_some(self.cfg.forecast_interval_slots)
-    }
-
-    fn places_gangs(&self) -> bool {
-        true
-    }
-    fn place_gang(
-        &mut self,
-        ask: &crate::policy::GangAsk<'_>,
-        _rng: &mut Rng,
-    ) -> Option<Vec<(crate::NodeId, Resources)>> {
-        self.place_members(ask)
     }
 }
 

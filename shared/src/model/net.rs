@@ -111,7 +111,7 @@ pub struct NetConfig {
     /// the other exclusive ones and tasks of other classes may (which class runs first is the
     /// policy's choice). Why: a box's own tasks wait for that box alone, and a policy that
     /// keeps taking the tasks of their class anyone could run piles them up until the
-    /// arrivals stop (docs/BENCHMARKS.md, twenty-seventh session).
+    /// arrivals stop (docs/DECISIONS.md, "Masks and action rules").
     #[serde(default)]
     pub exclusive_first: bool,
 }

@@ -86,19 +86,8 @@ impl TapfingerPolicy {
     }
 
     /// The pointer logits of every graph of `items` in one block-diagonal pass, flat (`window +
-    /// 1` per graph), under the masks `blocked` (`window` per graph) and `pass`.
-    pub(super) fn pointer_pass(
-        &self,
-        items: &[(&ClusterView, NodeId)],
-        blocked: &[bool],
-        pass: &[bool],
-    ) -> Option<Vec<f32>> {
-        self.encoded_pointer_pass(items, blocked, pass)
-            .map(|(_, _, flat)| flat)
-    }
-
-    /// [`Self::pointer_pass`], also returning the batch and its encoding (for the allocation
-    /// heads that run after the pointer).
+    /// 1` per graph), under the masks `blocked` (`window` per graph) and `pass`, with the batch
+    /// and its encoding (for the allocation heads that run after the pointer).
     fn encoded_pointer_pass(
         &self,
         items: &[(&ClusterView, NodeId)],

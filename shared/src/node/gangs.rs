@@ -1,11 +1,11 @@
 //! Gangs in the node core: who proposes a pending gang, how a decided gang starts on every box
 //! that hosts a member, and how it ends.
 //!
-//! - **Proposing.** The lowest-id round member among a pending gang's boxes places it on what
-//!   the round's members can give now
-//!   ([`GangShape::place`](crate::placement::gang::GangShape::place), the LP rounding) and
-//!   proposes it whole instead of a single claim. Only boxes that state an address
-//!   ([`super::NodeConfig::addr`]) host members: the others could not be reached at rendezvous.
+//! - **Proposing.** The ledger's rule, as in the simulator
+//!   ([`crate::ledger::Ledger::gang_proposal`]: the lowest-id round member among a pending
+//!   gang's boxes places it, with the LP rounding, and proposes it whole instead of a single
+//!   claim). Only boxes that state an address ([`super::NodeConfig::addr`]) host members: the
+//!   others could not be reached at rendezvous.
 //! - **Starting.** Every box decides the same gangs from the same round, and holds each as
 //!   started. A box that decided the round with every member's proposal starts its members as
 //!   one process group ([`Action::Start`] with a [`GangStart`]: their ranks and the rendezvous
@@ -26,15 +26,12 @@
 //!   missing a member cannot go on, and the silent box does the same on its side.
 
 use super::{Action, NodeCore, TaskState};
+use crate::ledger::GangPlacement;
 use crate::placement::gang::{GangPlacer, Links};
 use crate::protocol::{GangCommit, Proposal};
 use crate::resources::Resources;
 use crate::task::{NodeId, TaskId};
 use crate::wire::{Body, Outcome};
-
-/// Most pending gangs a node tries to place per round (the oldest first): each try solves an
-/// LP, and a round must stay short however many gangs wait.
-pub const GANG_TRIES: usize = 4;
 
 /// The first port rank 0 of a gang may listen on; [`master_port`] picks one of the next 1000.
 pub const GANG_PORTS: u16 = 29500;
@@ -98,67 +95,28 @@ impl NodeCore {
         }
     }
 
-    /// This node's gang claim for the round, if it proposes a pending gang that fits now.
+    /// This node's gang claim for the round, if it proposes a pending gang that fits now: the
+    /// ledger's rule ([`crate::ledger::Ledger::gang_proposal`]), hosting on round members that
+    /// state an address, placed by the locality-aware LP rounding for edge links.
     pub(super) fn gang_proposal(&mut self) -> Option<Proposal> {
-        let me = self.cfg.me;
-        let members: Vec<NodeId> = self.protocol.members().iter().copied().collect();
-        // The oldest first (then by id): a gang that waits is not passed over for ever by newer
-        // ones that happen to fit.
-        let mut pending: Vec<(u64, TaskId)> = self
-            .tasks
-            .pending_gangs()
-            .filter_map(|id| self.tasks.get(id).map(|e| (e.task.arrival, id)))
+        let members: std::collections::BTreeSet<NodeId> =
+            self.protocol.members().iter().copied().collect();
+        let hosts: std::collections::BTreeSet<NodeId> = members
+            .iter()
+            .copied()
+            .filter(|n| !self.addr_of(*n).is_empty())
             .collect();
-        pending.sort();
-        let mut tries = 0;
-        for (_, id) in pending {
-            let Some(e) = self.tasks.get(id) else {
-                continue;
-            };
-            let boxes: Vec<NodeId> = e
-                .task
-                .reachable
-                .iter()
-                .copied()
-                .filter(|n| members.contains(n) && !self.addr_of(*n).is_empty())
-                .collect();
-            // The lowest-id round member among its boxes proposes it: a rule every box applies
-            // alike from what it knows for certain. (The owner was tried first: a box that
-            // restarted forgot that it owned the gang, its peers still named it, and nobody
-            // proposed the gang again.)
-            let proposer = e
-                .task
-                .reachable
-                .iter()
-                .copied()
-                .find(|n| members.contains(n));
-            if proposer != Some(me) {
-                continue;
-            }
-            let Some(shape) = e.task.gang.clone() else {
-                continue;
-            };
-            if tries == GANG_TRIES {
-                break;
-            }
-            tries += 1;
-            let free: Vec<(NodeId, Resources)> = boxes
-                .iter()
-                .map(|n| (*n, self.tasks.claimable(*n)))
-                .collect();
-            let claim = crate::protocol::gang::claim(
-                id,
-                &shape,
-                GangPlacer::Locality,
-                &free,
-                Links::EDGE,
-                &mut self.rng,
-            );
-            if claim.is_some() {
-                return claim;
-            }
-        }
-        None
+        let how = GangPlacement {
+            placer: GangPlacer::Locality,
+            links: Links::EDGE,
+        };
+        self.tasks.gang_proposal(
+            self.cfg.me,
+            &members,
+            |n| hosts.contains(&n),
+            how,
+            &mut self.rng,
+        )
     }
 
     /// The round's gangs: held as started here; this box's members start only if the round was

@@ -348,10 +348,7 @@ impl NodeCore {
             protocol,
             peers: BTreeMap::new(),
             tasks: {
-                // Same-age tasks in an order of each node's own, so that agents whose windows
-                // hold the same tasks do not all claim the same one (conflicts, lost rounds).
                 let mut l = Ledger::new(cfg.window, cfg.service_kind)
-                    .with_order(crate::ledger::WindowOrder::Spread)
                     .with_priorities(cfg.priorities)
                     .with_shrink(cfg.shrink_kind)
                     .with_kinds(crate::estimate::KindMap::from_names(&cfg.kind_names));

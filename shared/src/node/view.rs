@@ -1,7 +1,5 @@
 //! What a node's policy sees and is rewarded for, from its [`crate::ledger::Ledger`]: the same
-//! view and reward the simulator computes, with two differences. Same-age tasks are ordered by a
-//! per-node rank ([`crate::ledger::WindowOrder::Spread`], which the simulator runs on request),
-//! and a pending task this node may not start now (its owner is on the other side of a
+//! view and reward the simulator computes, with one difference: a pending task this node may not start now (its owner is on the other side of a
 //! partition) is in no window it decides from (the protocol's rule, not the ledger's).
 
 use super::NodeCore;

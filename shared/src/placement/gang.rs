@@ -46,11 +46,6 @@ pub enum GangPlacer {
     PackFirst,
     /// Locality-oblivious: workers dealt one per box in turn ([`super::simple::Spread`]).
     Spread,
-    /// The proposing agent's policy places the members itself
-    /// ([`crate::policy::Policy::place_gang`]; the learned policy does, in the simulator, to
-    /// measure it against the placers). Not one of [`GangPlacer::ALL`]; where no policy is at
-    /// hand (a placer alone), it places as [`GangPlacer::Locality`].
-    Policy,
 }
 
 impl GangPlacer {
@@ -67,16 +62,12 @@ impl GangPlacer {
             GangPlacer::Locality => "locality",
             GangPlacer::PackFirst => "pack-first",
             GangPlacer::Spread => "spread",
-            GangPlacer::Policy => "policy",
         }
     }
 
     /// The placer of that name.
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL
-            .into_iter()
-            .chain([GangPlacer::Policy])
-            .find(|p| p.name() == name)
+        Self::ALL.into_iter().find(|p| p.name() == name)
     }
 }
 
@@ -129,9 +120,7 @@ impl GangShape {
         let first = match placer {
             // The placement is kept until the gang ends: the most work now, not a schedule
             // that changes slot by slot.
-            GangPlacer::Locality | GangPlacer::Policy => {
-                super::lp::Rounding::default().place_now(&c, &room, &j, rng)
-            }
+            GangPlacer::Locality => super::lp::Rounding::default().place_now(&c, &room, &j, rng),
             GangPlacer::PackFirst => super::simple::pack_slot(&c, &room, &j, 0),
             GangPlacer::Spread => super::simple::spread_slot(&c, &room, &j, 0),
         }?;

@@ -60,17 +60,12 @@ pub fn claim(
     rng: &mut crate::Rng,
 ) -> Option<Proposal> {
     let members = shape.place(placer, free, links, rng)?;
-    Some(claim_members(task, members))
-}
-
-/// The claim on gang `task` with `members` placed already (by a policy that places gangs).
-pub fn claim_members(task: TaskId, members: Vec<(NodeId, Resources)>) -> Proposal {
-    Proposal::Gang(GangClaim {
+    Some(Proposal::Gang(GangClaim {
         task,
         members,
         prob: 1.0,
         headroom: 1.0,
-    })
+    }))
 }
 
 /// Why a gang claim is malformed (it is then counted as a pass).

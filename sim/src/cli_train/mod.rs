@@ -192,8 +192,7 @@ pub(crate) struct TrainArgs {
     /// With --select: also keep every judged checkpoint, in OUT/judged/ITERATION (weights,
     /// train.json, curve), to judge them again on more workloads than the selection's
     /// (`suite --model OUT/judged/N`). A checkpoint judged worse than the best so far on the
-    /// selection's workloads can be the better one on others (docs/BENCHMARKS.md,
-    /// thirty-third session).
+    /// selection's workloads can be the better one on others (docs/DECISIONS.md).
     #[arg(long)]
     pub(crate) keep_judged: bool,
 }
@@ -399,8 +398,8 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         }
     };
     // A fine-tune is judged against its start: without this, ten minutes of PPO on a user's
-    // scenario may end worse than the general model it began from (docs/BENCHMARKS.md,
-    // "Fine-tuning on several held-out scenarios").
+    // scenario may end worse than the general model it began from (docs/DECISIONS.md,
+    // "Fine-tuning on one's own cluster").
     let select = select.unwrap_or(if from.is_some() { 16 } else { 0 });
     if keep_judged && select == 0 {
         bail!(

@@ -1,85 +1,34 @@
 //! Gangs in an episode: who proposes a pending gang, how a decided gang starts, and how a
 //! running gang progresses.
 //!
-//! Each pending gang has one owner, the agent of index `id mod nodes` (in the agent: the box
-//! that accepted it). At every decision step the owner places its oldest pending gang that fits
-//! (trying at most [`tapfinger::node::gangs::GANG_TRIES`])
-//! on what every box can give now (the ledger's claimable units, the same every box states with
-//! its proposal) and proposes it as a [`GangClaim`] instead of its single claim; the round
-//! settles single claims first and then the gang, all or nothing ([`tapfinger::protocol`]).
-//! The policies do not see gangs: they see the units gang members hold as taken. (With the
-//! `policy` placer, the learned policy places the members of the gangs its agent owns instead
-//! of the placer: [`tapfinger::Policy::place_gang`].) A gang keeps
-//! its members until it ends, and does `rate × slot_seconds` iterations a slot, the rate from
-//! its members' placement and its true compute time ([`crate::gangs::GangTruth`]).
+//! Proposing follows the agents' rule, kept in the ledger
+//! ([`tapfinger::ledger::Ledger::gang_proposal`]): at every decision step the lowest-id box
+//! among a pending gang's boxes places the oldest pending gangs it proposes (at most
+//! [`tapfinger::ledger::GANG_TRIES`]) on what every box can give now (the ledger's claimable
+//! units, the same every box states with its proposal) with the scenario's placer and links,
+//! and proposes the first that fits as a [`GangClaim`](tapfinger::protocol::GangClaim) instead
+//! of its single claim; the round settles single claims first and then the gang, all or nothing
+//! ([`tapfinger::protocol`]). The policies do not see gangs: they see the units gang members
+//! hold as taken. A gang keeps its members until it ends, and does `rate × slot_seconds`
+//! iterations a slot, the rate from its members' placement and its true compute time
+//! ([`crate::gangs::GangTruth`]).
 
 use super::{Episode, SimError, TaskRecord};
 use tapfinger::ledger::TaskState;
-use tapfinger::placement::gang::GangPlacer;
-use tapfinger::policy::GangAsk;
 use tapfinger::protocol::Proposal;
 use tapfinger::{NodeId, Resources, RoundOutcome, TaskId};
 
 impl Episode<'_> {
-    /// Agent `i`'s gang claim this step, if it owns a pending gang that fits now.
-    pub(super) fn gang_proposal(
-        &mut self,
-        i: usize,
-        view: &tapfinger::view::ClusterView,
-    ) -> Option<Proposal> {
+    /// Agent `i`'s gang claim this step, if it proposes a pending gang that fits now.
+    pub(super) fn gang_proposal(&mut self, i: usize) -> Option<Proposal> {
         let g = self.sc.gangs.as_ref()?;
-        let n = self.ids.len() as u64;
-        let owned: Vec<TaskId> = self
-            .ledger
-            .pending_gangs()
-            .filter(|id| id.0 % n == i as u64)
-            .collect();
-        if owned.is_empty() {
-            return None;
-        }
-        // The oldest first (ids follow arrivals), at most as many as an agent tries.
-        for id in owned.into_iter().take(tapfinger::node::gangs::GANG_TRIES) {
-            let Some(task) = self.ledger.get(id).map(|e| e.task.clone()) else {
-                continue;
-            };
-            let Some(shape) = &task.gang else {
-                continue;
-            };
-            let free: Vec<(NodeId, Resources)> = task
-                .reachable
-                .iter()
-                .map(|id| (*id, self.ledger.claimable(*id)))
-                .collect();
-            // With the `policy` placer a policy that places gangs does so itself (the learned
-            // one, `tapfinger::model`'s `gang` module); the others leave it to the locality
-            // placer.
-            let claim = if self.placer == GangPlacer::Policy && self.policies[i].places_gangs() {
-                let ledger = &self.ledger;
-                let estimate = |t: &tapfinger::Task| ledger.estimate_now(t);
-                let ask = GangAsk {
-                    cluster: view,
-                    task: &task,
-                    free: &free,
-                    estimate: &estimate,
-                };
-                self.policies[i]
-                    .place_gang(&ask, &mut self.rngs[i])
-                    .map(|members| tapfinger::protocol::gang::claim_members(id, members))
-            } else {
-                tapfinger::protocol::gang::claim(
-                    id,
-                    shape,
-                    self.placer,
-                    &free,
-                    g.links,
-                    &mut self.rngs[i],
-                )
-            };
-            if claim.is_some() {
-                return claim;
-            }
-        }
-        None
+        let members: std::collections::BTreeSet<NodeId> = self.ids.iter().copied().collect();
+        let how = tapfinger::ledger::GangPlacement {
+            placer: self.placer,
+            links: g.links,
+        };
+        self.ledger
+            .gang_proposal(self.ids[i], &members, |_| true, how, &mut self.rngs[i])
     }
 
     /// Start the round's gangs: every member's units are checked against its box's claimable

@@ -140,7 +140,6 @@ impl<'a> Episode<'a> {
         policies: Vec<Box<dyn Policy>>,
         seeds: Seeds,
         replicas: bool,
-        order: tapfinger::ledger::WindowOrder,
         placer: Option<tapfinger::placement::gang::GangPlacer>,
     ) -> Result<Self, SimError> {
         let n = sc.nodes.len();
@@ -175,7 +174,6 @@ impl<'a> Episode<'a> {
             .collect();
         let (cpu_kind, gpu_kind) = sc.cpu_gpu_kinds();
         let mut ledger = Ledger::new(sc.window, gpu_kind)
-            .with_order(order)
             .with_priorities(sc.priorities)
             .with_shrink(sc.shrink.filter(|s| s.enabled).map(|_| cpu_kind))
             .with_kinds(tapfinger::estimate::KindMap::from_names(&sc.kind_names()));
@@ -396,7 +394,7 @@ impl<'a> Episode<'a> {
             let proposal = tapfinger::policy::to_proposal(&decision, &v)
                 .map_err(|e| self.violation(i, slot, e.to_string()))?;
             // An owner of a pending gang that fits proposes it instead ([`gangs`]).
-            let proposal = self.gang_proposal(i, &view).unwrap_or(proposal);
+            let proposal = self.gang_proposal(i).unwrap_or(proposal);
             // A node that made room for a waiting task proposes it ([`preempt`]).
             let proposal = self.forced_proposal(i).unwrap_or(proposal);
             // Every agent states its claimable units, as an agent does: gangs place members

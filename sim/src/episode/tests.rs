@@ -102,7 +102,6 @@ fn run(
             policy: seed,
         },
         replicas,
-        tapfinger::ledger::WindowOrder::ById,
         Some(placer),
     )
     .unwrap();
@@ -134,26 +133,6 @@ proptest! {
         let r = run(&sc, policy, seed, replicas, GangPlacer::ALL[placer]);
         prop_assert_eq!(r.tasks.len(), 30);
     }
-}
-
-#[test]
-fn the_learned_policy_places_gangs_itself_whole_and_they_finish() {
-    // The audit checks every slot's books: no partial gang, no box over its capacity.
-    let sc = scenario(2.0, 30, 0.5, 1.25e8);
-    let own = run(&sc, "tapfinger", 3, false, GangPlacer::Policy);
-    let placed = run(&sc, "tapfinger", 3, false, GangPlacer::Locality);
-    assert_eq!(own.tasks.len(), 30);
-    let gangs = |r: &EpisodeResult| -> Vec<(u64, u64, u32)> {
-        r.tasks
-            .iter()
-            .filter(|t| t.members > 0)
-            .map(|t| (t.id, t.jct, t.members))
-            .collect()
-    };
-    assert!(gangs(&own).len() >= 8, "{} gangs", gangs(&own).len());
-    assert!(own.tasks.iter().all(|t| t.jct >= t.lower_bound));
-    // The policy's own placements are not the locality placer's.
-    assert_ne!(gangs(&own), gangs(&placed));
 }
 
 #[test]
@@ -215,7 +194,6 @@ fn a_preemption_grace_lowers_the_box_until_its_victims_have_ended() {
             policy: 100,
         },
         false,
-        tapfinger::ledger::WindowOrder::ById,
         None,
     )
     .unwrap();
@@ -315,7 +293,6 @@ fn the_estimator_measures_the_start_weight() {
                 policy: 3,
             },
             false,
-            tapfinger::ledger::WindowOrder::ById,
             None,
         )
         .unwrap();

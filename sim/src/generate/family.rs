@@ -87,8 +87,7 @@ impl Family {
     /// add up over the tasks a box runs (the delay a start adds to them), so many long tasks on
     /// one box reach values the base family never shows: a policy trained on it alone held
     /// tasks back from the large boxes of `converging-edge` and `rlpto-edge`, and not where
-    /// their tasks were five times shorter or ten per node (docs/BENCHMARKS.md, thirty-second
-    /// session).
+    /// their tasks were five times shorter or ten per node (2026-11-28).
     pub fn time_scale(self, seed: u64) -> f64 {
         match self {
             Self::Base | Self::Wide => 1.0,
