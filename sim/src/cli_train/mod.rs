@@ -1,7 +1,7 @@
 //! `tapfinger-sim train`: its arguments and the training loop around [`Trainer`] (a new run, a
 //! resumed one, or a fine-tune `--from` a model; a curriculum over generated scenarios).
 
-use crate::{load, parse_range};
+use crate::cli_compare::{load, parse_range};
 use anyhow::{Context, Result, bail};
 use indicatif::ProgressBar;
 use std::path::PathBuf;
@@ -197,257 +197,340 @@ pub(crate) struct TrainArgs {
     pub(crate) keep_judged: bool,
 }
 
-/// Run `train`.
+/// Run `train`: set up the trainer (new, resumed or fine-tuned), then iterate until the time or
+/// the iteration budget is spent, keeping the best judged checkpoint when asked.
 pub(crate) fn train(a: TrainArgs) -> Result<()> {
-    let TrainArgs {
-        scenario,
-        minutes,
-        iterations,
-        out,
-        resume,
-        from,
-        seed,
-        envs,
-        lr,
-        variant,
-        general,
-        node_fit,
-        contention,
-        costs,
-        reach,
-        rlpto,
-        forecast_interval,
-        sharing,
-        focus,
-        two_point,
-        generator_seeds,
-        max_nodes,
-        families,
-        no_input_baseline,
-        imitate,
-        teacher,
-        threads,
-        eval_episodes,
-        select,
-        select_workloads,
-        profile_hints,
-        declare_work,
-        select_every,
-        keep_judged,
-    } = a;
-    let load = |name: &str| -> Result<Simulator> {
-        let mut sim = load(name)?;
-        if profile_hints {
-            sim = sim.profile_hints();
-        }
-        if declare_work {
-            sim = sim.declare_work();
-        }
-        Ok(sim)
-    };
-    if !(minutes.is_finite() && minutes > 0.0) {
+    if !(a.minutes.is_finite() && a.minutes > 0.0) {
         bail!("--minutes must be a positive number");
     }
     // A resumed run writes where it was resumed from unless told otherwise: two runs resumed
     // from different folders must not overwrite one shared default.
-    let out = out.unwrap_or_else(|| resume.clone().unwrap_or_else(|| PathBuf::from("out/train")));
-    let sim = load(&scenario)?;
-    let auto_teacher = teacher == policies::AUTO_TEACHER;
-    let mut trainer = match (&resume, &from) {
+    let out = a.out.clone().unwrap_or_else(|| {
+        a.resume
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("out/train"))
+    });
+    let sim = load_for(&a, &a.scenario)?;
+    let mut trainer = match (&a.resume, &a.from) {
         (Some(dir), _) => Trainer::resume(sim, dir)?,
-        (None, Some(model)) => {
-            let (net, mut net_cfg, trained_on) =
-                if model.as_os_str() == "general" && !model.exists() {
-                    let g = &tapfinger::model::checkpoint::GENERAL;
-                    let (net, cfg) = g.load(&sim.dims())?;
-                    (
-                        net,
-                        cfg,
-                        "generated scenarios (the shipped general model)".to_string(),
-                    )
-                } else {
-                    tapfinger::model::checkpoint::load_path(model, &sim.dims())?
-                };
-            let net = if reach {
-                let to = tapfinger::model::batch::Dims::general_reach(net_cfg.dims.window);
-                if !net_cfg.dims.is_contended() || net_cfg.dims.is_costs() {
-                    bail!(
-                        "--reach widens a schema-5 model (general, under contention); {} is of schema {}",
-                        model.display(),
-                        net_cfg.dims.schema
-                    );
-                }
-                let widened = net.widen_inputs(&net_cfg.dims, &to);
-                net_cfg.dims = to;
-                widened.context("widening the model's inputs")?
-            } else {
-                net
-            };
-            if let Some(k) = focus {
-                net_cfg.focus = k;
-            }
-            let had_floors = net_cfg.floors;
-            if sharing != "auto" {
-                set_sharing(&mut net_cfg, &sharing, general);
-            }
-            set_two_point(&mut net_cfg, two_point)?;
-            // A model trained without floors never trained its allocation heads: they start
-            // near the minimum demand (two points: even, the offset decides) instead of at
-            // random over the grid.
-            let net = if net_cfg.floors && !had_floors {
-                let slope = if net_cfg.two_point.is_some() {
-                    0.0
-                } else {
-                    FLOOR_SLOPE
-                };
-                net.floors_near_minimum(slope)
-            } else {
-                net
-            };
-            let cfg = new_run(&sim, net_cfg, seed, envs, lr, imitate, teacher)?;
-            eprintln!(
-                "fine-tuning {} (trained on {trained_on}) on {}",
-                model.display(),
-                sim.scenario().name
-            );
-            Trainer::with_net(sim, cfg, net)?
-        }
+        (None, Some(model)) => fine_tune(&a, sim, model)?,
         (None, None) => {
-            if reach && !contention {
-                bail!(
-                    "--reach adds to schema 5's features: a new run needs --contention too (or --from a schema-5 model)"
-                );
-            }
-            let dims = if rlpto {
-                tapfinger::model::batch::Dims::rlpto(sim.scenario().window)
-            } else if node_fit {
-                tapfinger::model::batch::Dims::general_fit(sim.scenario().window)
-            } else if costs {
-                tapfinger::model::batch::Dims::general_costs(sim.scenario().window)
-            } else if reach {
-                tapfinger::model::batch::Dims::general_reach(sim.scenario().window)
-            } else if contention {
-                tapfinger::model::batch::Dims::general_contended(sim.scenario().window)
-            } else if general {
-                tapfinger::model::batch::Dims::general(sim.scenario().window)
-            } else {
-                sim.dims()
-            };
-            let mut net = NetConfig::variant(dims, &variant).with_context(|| {
-                format!(
-                    "unknown variant {variant:?}; known: {}",
-                    VARIANTS.join(", ")
-                )
-            })?;
-            let general = general || rlpto;
-            set_sharing(&mut net, &sharing, general);
-            set_two_point(&mut net, two_point)?;
-            if contention && !net.elastic {
-                bail!(
-                    "--contention reads a node's free units as those beyond the running tasks' floors, which an elastic share splits: it needs an elastic --sharing, not {sharing}"
-                );
-            }
-            net.focus = focus.unwrap_or(if general { 8 } else { 0 });
-            if rlpto {
-                net.forecast_interval_slots = forecast_interval;
-            }
-            let cfg = new_run(&sim, net, seed, envs, lr, imitate, teacher)?;
+            let cfg = new_config(&a, &sim)?;
             Trainer::new(sim, cfg)
         }
     };
-    if let Some(t) = threads {
+    override_settings(&a, &mut trainer)?;
+    let curriculum = curriculum(&a)?;
+    let mut selection = Selection::new(&a, &curriculum, out)?;
+    selection.start(&trainer)?;
+    iterate(&a, &mut trainer, &curriculum, &mut selection)
+}
+
+/// A scenario as this run loads every one (training, curriculum, development judges): with the
+/// profile hints and declared work it asks for.
+fn load_for(a: &TrainArgs, name: &str) -> Result<Simulator> {
+    let mut sim = load(name)?;
+    if a.profile_hints {
+        sim = sim.profile_hints();
+    }
+    if a.declare_work {
+        sim = sim.declare_work();
+    }
+    Ok(sim)
+}
+
+/// `--from MODEL`: a new run from a model's weights (widened to schema 7 with `--reach`; its
+/// allocation heads started near the minimum demand when floors are new to it).
+fn fine_tune(a: &TrainArgs, sim: Simulator, model: &std::path::Path) -> Result<Trainer> {
+    let (net, mut net_cfg, trained_on) = if model.as_os_str() == "general" && !model.exists() {
+        let g = &tapfinger::model::checkpoint::GENERAL;
+        let (net, cfg) = g.load(&sim.dims())?;
+        (
+            net,
+            cfg,
+            "generated scenarios (the shipped general model)".to_string(),
+        )
+    } else {
+        tapfinger::model::checkpoint::load_path(model, &sim.dims())?
+    };
+    let net = if a.reach {
+        let to = tapfinger::model::batch::Dims::general_reach(net_cfg.dims.window);
+        if !net_cfg.dims.is_contended() || net_cfg.dims.is_costs() {
+            bail!(
+                "--reach widens a schema-5 model (general, under contention); {} is of schema {}",
+                model.display(),
+                net_cfg.dims.schema
+            );
+        }
+        let widened = net.widen_inputs(&net_cfg.dims, &to);
+        net_cfg.dims = to;
+        widened.context("widening the model's inputs")?
+    } else {
+        net
+    };
+    if let Some(k) = a.focus {
+        net_cfg.focus = k;
+    }
+    let had_floors = net_cfg.floors;
+    if a.sharing != "auto" {
+        set_sharing(&mut net_cfg, &a.sharing, a.general);
+    }
+    set_two_point(&mut net_cfg, a.two_point)?;
+    // A model trained without floors never trained its allocation heads: they start near the
+    // minimum demand (two points: even, the offset decides) instead of at random over the grid.
+    let net = if net_cfg.floors && !had_floors {
+        let slope = if net_cfg.two_point.is_some() {
+            0.0
+        } else {
+            FLOOR_SLOPE
+        };
+        net.floors_near_minimum(slope)
+    } else {
+        net
+    };
+    let cfg = new_run(
+        &sim,
+        net_cfg,
+        a.seed,
+        a.envs,
+        a.lr,
+        a.imitate,
+        a.teacher.clone(),
+    )?;
+    eprintln!(
+        "fine-tuning {} (trained on {trained_on}) on {}",
+        model.display(),
+        sim.scenario().name
+    );
+    Ok(Trainer::with_net(sim, cfg, net)?)
+}
+
+/// A new run's configuration: the feature schema its flags name, the variant, the sharing.
+fn new_config(a: &TrainArgs, sim: &Simulator) -> Result<tapfinger_sim::train::TrainConfig> {
+    use tapfinger::model::batch::Dims;
+    if a.reach && !a.contention {
+        bail!(
+            "--reach adds to schema 5's features: a new run needs --contention too (or --from a schema-5 model)"
+        );
+    }
+    let window = sim.scenario().window;
+    let dims = if a.rlpto {
+        Dims::rlpto(window)
+    } else if a.node_fit {
+        Dims::general_fit(window)
+    } else if a.costs {
+        Dims::general_costs(window)
+    } else if a.reach {
+        Dims::general_reach(window)
+    } else if a.contention {
+        Dims::general_contended(window)
+    } else if a.general {
+        Dims::general(window)
+    } else {
+        sim.dims()
+    };
+    let variant = &a.variant;
+    let mut net = NetConfig::variant(dims, variant).with_context(|| {
+        format!(
+            "unknown variant {variant:?}; known: {}",
+            VARIANTS.join(", ")
+        )
+    })?;
+    let general = a.general || a.rlpto;
+    set_sharing(&mut net, &a.sharing, general);
+    set_two_point(&mut net, a.two_point)?;
+    if a.contention && !net.elastic {
+        bail!(
+            "--contention reads a node's free units as those beyond the running tasks' floors, which an elastic share splits: it needs an elastic --sharing, not {}",
+            a.sharing
+        );
+    }
+    net.focus = a.focus.unwrap_or(if general { 8 } else { 0 });
+    if a.rlpto {
+        net.forecast_interval_slots = a.forecast_interval;
+    }
+    new_run(sim, net, a.seed, a.envs, a.lr, a.imitate, a.teacher.clone())
+}
+
+/// The settings a resumed run may change (its batch, validation, baseline, learning rate, and
+/// the threads); every other setting of a new run is refused with --resume (clap), so none is
+/// silently ignored.
+fn override_settings(a: &TrainArgs, trainer: &mut Trainer) -> Result<()> {
+    if let Some(t) = a.threads {
         trainer.threads = t.max(1);
     }
-    // A resumed run may change its batch (the episodes of one iteration); every other
-    // setting of a new run is refused with --resume (clap), so none is silently ignored.
-    if let Some(n) = envs {
+    if let Some(n) = a.envs {
         trainer.cfg.envs = usize::try_from(n).context("--envs")?;
     }
-    if let Some(n) = eval_episodes {
+    if let Some(n) = a.eval_episodes {
         trainer.cfg.eval_episodes = n;
     }
-    if no_input_baseline {
+    if a.no_input_baseline {
         trainer.cfg.input_baseline = false;
     }
-    if let Some(lr) = lr {
+    if let Some(lr) = a.lr {
         if !(lr.is_finite() && lr > 0.0) {
             bail!("--lr must be a positive number");
         }
         trainer.cfg.lr = lr;
     }
-    let curriculum: Vec<String> = match &generator_seeds {
-        None => Vec::new(),
-        Some(r) => {
-            if r.end > tapfinger_sim::generate::HELD_OUT_FROM {
-                bail!(
-                    "--generator-seeds {}..{}: seeds from {} up are held out for evaluation",
-                    r.start,
-                    r.end,
-                    tapfinger_sim::generate::HELD_OUT_FROM
-                );
-            }
-            let seeds: Vec<String> = r
-                .clone()
-                .flat_map(|s| families.iter().map(move |f| f.scenario(s)))
-                .filter(|name| Scenario::load(name).is_ok_and(|sc| sc.nodes.len() <= max_nodes))
-                .collect();
-            if seeds.is_empty() {
-                bail!("no generated scenario in that range has at most {max_nodes} nodes");
-            }
-            seeds
-        }
+    Ok(())
+}
+
+/// `--generator-seeds`: the curriculum's scenarios, each family's in turn, at most
+/// `--max-nodes` nodes; empty without the flag.
+fn curriculum(a: &TrainArgs) -> Result<Vec<String>> {
+    let Some(r) = &a.generator_seeds else {
+        return Ok(Vec::new());
     };
-    // A fine-tune is judged against its start: without this, ten minutes of PPO on a user's
-    // scenario may end worse than the general model it began from (docs/DECISIONS.md,
-    // "Fine-tuning on one's own cluster").
-    let select = select.unwrap_or(if from.is_some() { 16 } else { 0 });
-    if keep_judged && select == 0 {
+    if r.end > tapfinger_sim::generate::HELD_OUT_FROM {
         bail!(
-            "--keep-judged keeps the checkpoints --select judges: give --select N (a fine-tune --from a model has 16 by default)"
+            "--generator-seeds {}..{}: seeds from {} up are held out for evaluation",
+            r.start,
+            r.end,
+            tapfinger_sim::generate::HELD_OUT_FROM
         );
     }
-    let judges = if curriculum.is_empty() || select == 0 {
-        Vec::new()
-    } else {
-        development_judges(&curriculum, &families, select, select_workloads, &load)?
-    };
-    let judge = |trainer: &Trainer| -> Result<f64> {
-        let net = trainer.inference_net();
-        Ok(if judges.is_empty() {
-            trainer.evaluate_net(&net, select)?
+    let max_nodes = a.max_nodes;
+    let seeds: Vec<String> = r
+        .clone()
+        .flat_map(|s| a.families.iter().map(move |f| f.scenario(s)))
+        .filter(|name| Scenario::load(name).is_ok_and(|sc| sc.nodes.len() <= max_nodes))
+        .collect();
+    if seeds.is_empty() {
+        bail!("no generated scenario in that range has at most {max_nodes} nodes");
+    }
+    Ok(seeds)
+}
+
+/// `--select`: the judge of checkpoints and the best one so far, kept in the output folder
+/// (the last state then goes to OUT/last).
+struct Selection {
+    /// Validation workloads (or development scenarios) per judgement; 0: off.
+    select: usize,
+    /// Workloads per development scenario.
+    select_workloads: u64,
+    /// The development scenarios' judges (empty: the run's own validation workloads).
+    judges: Vec<tapfinger_sim::train::DevJudge>,
+    /// The best judged score and its iteration.
+    best: Option<(f64, u64)>,
+    /// Where the best goes (the output folder).
+    out: PathBuf,
+    /// Where the last state goes.
+    last_dir: PathBuf,
+    /// Keep every judged checkpoint too.
+    keep_judged: bool,
+}
+
+impl Selection {
+    fn new(a: &TrainArgs, curriculum: &[String], out: PathBuf) -> Result<Self> {
+        // A fine-tune is judged against its start: without this, ten minutes of PPO on a
+        // user's scenario may end worse than the general model it began from
+        // (docs/DECISIONS.md, "Fine-tuning on one's own cluster").
+        let select = a.select.unwrap_or(if a.from.is_some() { 16 } else { 0 });
+        if a.keep_judged && select == 0 {
+            bail!(
+                "--keep-judged keeps the checkpoints --select judges: give --select N (a fine-tune --from a model has 16 by default)"
+            );
+        }
+        let judges = if curriculum.is_empty() || select == 0 {
+            Vec::new()
         } else {
-            trainer.judge_on(&net, &judges)?
+            let load = |name: &str| load_for(a, name);
+            development_judges(curriculum, &a.families, select, a.select_workloads, &load)?
+        };
+        let last_dir = if select > 0 {
+            out.join("last")
+        } else {
+            out.clone()
+        };
+        Ok(Self {
+            select,
+            select_workloads: a.select_workloads,
+            judges,
+            best: None,
+            out,
+            last_dir,
+            keep_judged: a.keep_judged,
         })
-    };
-    let mut best = if select > 0 {
-        let jct = judge(&trainer)?;
-        trainer.save(&out)?;
+    }
+
+    /// The trainer's current weights, judged greedily.
+    fn judge(&self, trainer: &Trainer) -> Result<f64> {
+        let net = trainer.inference_net();
+        Ok(if self.judges.is_empty() {
+            trainer.evaluate_net(&net, self.select)?
+        } else {
+            trainer.judge_on(&net, &self.judges)?
+        })
+    }
+
+    /// Judge and keep the start (a fine-tune must not end worse than it began).
+    fn start(&mut self, trainer: &Trainer) -> Result<()> {
+        if self.select == 0 {
+            return Ok(());
+        }
+        let jct = self.judge(trainer)?;
+        trainer.save(&self.out)?;
         eprintln!(
-            "selection: the start scores {jct:.3} (greedy, {select} {})",
-            if judges.is_empty() {
+            "selection: the start scores {jct:.3} (greedy, {} {})",
+            self.select,
+            if self.judges.is_empty() {
                 "validation workloads".to_string()
             } else {
-                format!("development scenarios, {select_workloads} workload(s) each, over Tiresias")
+                format!(
+                    "development scenarios, {} workload(s) each, over Tiresias",
+                    self.select_workloads
+                )
             }
         );
-        Some((jct, trainer.iteration))
-    } else {
-        None
-    };
-    let last_dir = if best.is_some() {
-        out.join("last")
-    } else {
-        out.clone()
-    };
+        self.best = Some((jct, trainer.iteration));
+        Ok(())
+    }
+
+    /// Judge the current weights and keep them if they beat the best so far.
+    fn judge_now(&mut self, trainer: &Trainer, bar: &ProgressBar) -> Result<()> {
+        let Some((best_jct, _)) = self.best else {
+            return Ok(());
+        };
+        let jct = self.judge(trainer)?;
+        let better = jct < best_jct;
+        bar.suspend(|| {
+            eprintln!(
+                "selection: iteration {} scores {jct:.3} (best {best_jct:.3}){}",
+                trainer.iteration,
+                if better { ": kept" } else { "" }
+            )
+        });
+        if better {
+            trainer.save(&self.out)?;
+            self.best = Some((jct, trainer.iteration));
+        }
+        if self.keep_judged {
+            trainer.save(&self.out.join("judged").join(trainer.iteration.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The training loop: an iteration at a time (on the curriculum's next scenario), a log line
+/// each, the last state saved every 5, judged every `--select-every`.
+fn iterate(
+    a: &TrainArgs,
+    trainer: &mut Trainer,
+    curriculum: &[String],
+    selection: &mut Selection,
+) -> Result<()> {
+    let auto_teacher = a.teacher == policies::AUTO_TEACHER;
     let started = Instant::now();
-    let budget = Duration::from_secs_f64(minutes * 60.0);
+    let budget = Duration::from_secs_f64(a.minutes * 60.0);
     let bar = ProgressBar::new_spinner();
     bar.enable_steady_tick(Duration::from_millis(200));
     let mut done = 0u64;
-    while started.elapsed() < budget && iterations.is_none_or(|n| done < n) {
+    while started.elapsed() < budget && a.iterations.is_none_or(|n| done < n) {
         if !curriculum.is_empty() {
             let name = &curriculum[(trainer.iteration as usize) % curriculum.len()];
-            trainer.set_simulator(load(name)?, auto_teacher)?;
+            trainer.set_simulator(load_for(a, name)?, auto_teacher)?;
         }
         let p = trainer.iterate()?;
         done += 1;
@@ -480,36 +563,20 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             started.elapsed().as_secs_f64()
         ));
         if done.is_multiple_of(5) {
-            trainer.save(&last_dir)?;
+            trainer.save(&selection.last_dir)?;
         }
-        let ending = started.elapsed() >= budget || iterations.is_some_and(|n| done >= n);
-        let due = done.is_multiple_of(select_every) || ending;
-        if let Some((best_jct, _)) = best.filter(|_| due) {
-            let jct = judge(&trainer)?;
-            let better = jct < best_jct;
-            bar.suspend(|| {
-                eprintln!(
-                    "selection: iteration {} scores {jct:.3} (best {best_jct:.3}){}",
-                    trainer.iteration,
-                    if better { ": kept" } else { "" }
-                )
-            });
-            if better {
-                trainer.save(&out)?;
-                best = Some((jct, trainer.iteration));
-            }
-            if keep_judged {
-                trainer.save(&out.join("judged").join(trainer.iteration.to_string()))?;
-            }
+        let ending = started.elapsed() >= budget || a.iterations.is_some_and(|n| done >= n);
+        if done.is_multiple_of(a.select_every) || ending {
+            selection.judge_now(trainer, &bar)?;
         }
     }
-    trainer.save(&last_dir)?;
+    trainer.save(&selection.last_dir)?;
     bar.finish_and_clear();
-    if let Some((jct, at)) = best {
+    if let Some((jct, at)) = selection.best {
         println!(
             "selected iteration {at} (validation avg JCT {jct:.3}) into {}; the last state is in {}",
-            out.display(),
-            last_dir.display()
+            selection.out.display(),
+            selection.last_dir.display()
         );
     }
     let last = trainer.curve.last().map_or(f64::NAN, |p| p.avg_jct);
@@ -517,7 +584,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         "trained {done} iteration(s) ({} in all) in {:.0}s; last avg JCT {last:.2} slots; checkpoint in {}",
         trainer.iteration,
         started.elapsed().as_secs_f64(),
-        last_dir.display()
+        selection.last_dir.display()
     );
     Ok(())
 }
