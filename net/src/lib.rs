@@ -10,6 +10,7 @@
 mod behaviour;
 mod dial;
 pub mod direct;
+mod driver;
 pub mod event;
 pub mod identity;
 mod inbound;

@@ -26,26 +26,23 @@
 //! QUIC cannot carry the pre-shared key (pnet wraps a byte stream), so QUIC is only offered when no
 //! key is configured.
 
-use crate::behaviour::{Behaviour, BehaviourEvent};
-use crate::dial::{Bootstrap, dial_lan_peer};
-use crate::direct::{self, Relay, Writers};
+use crate::behaviour::Behaviour;
+use crate::direct::{self, Writers};
 pub use crate::event::NetEvent;
 use crate::inbound::Inbound;
 pub use crate::inbound::Traffic;
 use crate::learn;
 use crate::peers;
-use futures::StreamExt;
 use libp2p::core::transport::Transport as _;
 use libp2p::core::upgrade::Version;
 use libp2p::gossipsub::{self, IdentTopic, MessageAuthenticity};
 use libp2p::pnet::{PnetConfig, PreSharedKey};
 use libp2p::request_response::{self, ProtocolSupport, ResponseChannel};
-use libp2p::swarm::SwarmEvent;
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::{
     Multiaddr, PeerId, StreamProtocol, Swarm, identify, identity, mdns, noise, ping, tcp, yamux,
 };
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 use tapfinger::wire::{self, Envelope, MAX_FRAME};
 use tokio::sync::mpsc;
@@ -82,7 +79,7 @@ pub struct NetConfig {
 }
 
 /// What the agent asks of the swarm task.
-enum Out {
+pub(crate) enum Out {
     /// A signed frame already handed to the direct writers: gossip it too if `Relay` says so.
     Relay(std::sync::Arc<[u8]>),
     Request(PeerId, Box<learn::Request>),
@@ -255,7 +252,7 @@ impl Network {
         let inbound = Inbound::new(ev_tx, cfg.allow.clone());
         let counters = inbound.counters.clone();
         let writers = Writers::new(control, protocol, counters.clone());
-        let task = tokio::spawn(run(
+        let task = tokio::spawn(crate::driver::run(
             swarm,
             topic,
             cfg,
@@ -340,254 +337,6 @@ impl Network {
 impl Drop for Network {
     fn drop(&mut self) {
         self.task.abort();
-    }
-}
-
-/// Aborts a task when dropped (the direct streams' acceptor ends with the swarm's task).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-async fn run(
-    mut swarm: Swarm<Behaviour>,
-    topic: IdentTopic,
-    cfg: NetConfig,
-    mut out: mpsc::Receiver<Out>,
-    inbound: Inbound,
-    incoming: libp2p_stream::IncomingStreams,
-    writers: Writers,
-) {
-    let _acceptor = AbortOnDrop(tokio::spawn(direct::accept(incoming, inbound.clone())));
-    let events = inbound.events.clone();
-    let me = *swarm.local_peer_id();
-    let mut relay = Relay::new(if cfg.peer_exchange {
-        direct::BEACON_WITH_EXCHANGE
-    } else {
-        direct::BEACON
-    });
-    let mut book = peers::Book::default();
-    // Round-robin over connected peers for the periodic peer-exchange question.
-    let mut ask_next = 0usize;
-    let allowed = |p: &PeerId| cfg.allow.as_ref().is_none_or(|a| a.contains(p));
-    let mut redial = tokio::time::interval(Duration::from_secs(5));
-    redial.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Peers mDNS found and has not yet expired. mDNS reports a peer once, so a dial that fails
-    // must be retried from here.
-    let mut lan: BTreeMap<PeerId, Vec<Multiaddr>> = BTreeMap::new();
-    let mut bootstrap = Bootstrap::new(cfg.bootstrap.clone());
-    // Bootstrap peers are dialled once we listen, so that `Listening` is always reported before
-    // any peer we dialled is (a consumer waiting for the listen address cannot skip a `PeerUp`),
-    // and identify can tell them where to reach us. At the latest from the second tick on (5 s),
-    // should no listen address ever be reported.
-    let mut dial = cfg.listen.is_empty();
-    let mut ticks = 0u32;
-    loop {
-        tokio::select! {
-            msg = out.recv() => match msg {
-                None => return,
-                Some(Out::Relay(frame)) => {
-                    // "No peers subscribed" is normal while alone (or before gossip's mesh has
-                    // formed); anything else is worth a log line.
-                    if relay.due(|p| *p == me || swarm.is_connected(p)) {
-                        inbound.counters.gossip_sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if let Err(e) = swarm.behaviour_mut().gossipsub.publish(topic.clone(), frame.to_vec())
-                            && !matches!(e, gossipsub::PublishError::NoPeersSubscribedToTopic | gossipsub::PublishError::Duplicate)
-                        {
-                            tracing::warn!(error = %e, "publish failed");
-                        }
-                    }
-                }
-                Some(Out::Request(peer, r)) => {
-                    swarm.behaviour_mut().rr.send_request(&peer, *r);
-                }
-                Some(Out::Respond(channel, r)) => {
-                    if swarm.behaviour_mut().rr.send_response(channel, *r).is_err() {
-                        tracing::debug!("a response could not be sent (the asker is gone)");
-                    }
-                }
-            },
-            _ = redial.tick() => {
-                ticks += 1;
-                dial |= ticks > 1;
-                if dial {
-                    bootstrap.dial_missing(&mut swarm);
-                }
-                for (peer, addrs) in &lan {
-                    if !swarm.is_connected(peer) {
-                        dial_lan_peer(&mut swarm, *peer, addrs.clone());
-                    }
-                }
-                // Ask one connected peer in turn whom it knows: heals a mesh whose first
-                // answers came before identify had told the answering peer every address.
-                let connected: Vec<PeerId> = swarm.connected_peers().copied().filter(allowed).collect();
-                if cfg.peer_exchange && !connected.is_empty() {
-                    ask_next = (ask_next + 1) % connected.len();
-                    swarm.behaviour_mut().peers.send_request(&connected[ask_next], peers::Ask::Whom);
-                }
-            }
-            ev = swarm.select_next_some() => {
-                let report = match ev {
-                    SwarmEvent::NewListenAddr { address, .. } => {
-                        if !dial {
-                            dial = true;
-                            bootstrap.dial_missing(&mut swarm);
-                        }
-                        Some(NetEvent::Listening(address))
-                    }
-                    SwarmEvent::ConnectionEstablished { peer_id, connection_id, num_established, .. } => {
-                        bootstrap.established(connection_id, peer_id);
-                        if !allowed(&peer_id) {
-                            tracing::warn!(%peer_id, "peer not on the allowlist: disconnecting");
-                            let _ = swarm.disconnect_peer_id(peer_id);
-                            Some(NetEvent::Refused { from: peer_id, what: "connect".into() })
-                        } else if num_established.get() == 1 {
-                            writers.connect(peer_id);
-                            if cfg.peer_exchange {
-                                swarm.behaviour_mut().peers.send_request(&peer_id, peers::Ask::Whom);
-                            }
-                            Some(NetEvent::PeerUp(peer_id))
-                        } else {
-                            None
-                        }
-                    }
-                    SwarmEvent::ConnectionClosed { peer_id, num_established: 0, .. } if allowed(&peer_id) => {
-                        writers.disconnect(&peer_id);
-                        Some(NetEvent::PeerDown(peer_id))
-                    }
-                    SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Discovered(list))) => {
-                        for (peer, addr) in list {
-                            if allowed(&peer) {
-                                let known = lan.entry(peer).or_default();
-                                if !known.contains(&addr) {
-                                    known.push(addr);
-                                }
-                            }
-                        }
-                        for (peer, addrs) in &lan {
-                            if !swarm.is_connected(peer) {
-                                dial_lan_peer(&mut swarm, *peer, addrs.clone());
-                            }
-                        }
-                        None
-                    }
-                    SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Expired(list))) => {
-                        for (peer, addr) in list {
-                            if let Some(addrs) = lan.get_mut(&peer) {
-                                addrs.retain(|a| *a != addr);
-                                if addrs.is_empty() {
-                                    lan.remove(&peer);
-                                }
-                            }
-                        }
-                        None
-                    }
-                    SwarmEvent::Behaviour(BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. })) => {
-                        tracing::debug!(%peer_id, agent = %info.agent_version, "identified peer");
-                        let news = book.learned(peer_id, info.listen_addrs);
-                        if let Some(news) = news.filter(|_| cfg.peer_exchange && allowed(&peer_id)) {
-                            let others: Vec<PeerId> = swarm.connected_peers().copied().filter(|p| *p != peer_id && allowed(p)).collect();
-                            for p in others {
-                                swarm.behaviour_mut().peers.send_request(&p, peers::Ask::News(news.clone()));
-                            }
-                        }
-                        None
-                    }
-                    SwarmEvent::Behaviour(BehaviourEvent::Peers(request_response::Event::Message { peer, message, .. })) => {
-                        match message {
-                            request_response::Message::Request { channel, request: peers::Ask::Whom, .. } if allowed(&peer) => {
-                                let connected: Vec<PeerId> = swarm.connected_peers().copied().filter(allowed).collect();
-                                let answer = book.answer(&peer, &connected);
-                                let _ = swarm.behaviour_mut().peers.send_response(channel, answer);
-                            }
-                            request_response::Message::Request { channel, request: peers::Ask::News(news), .. } if allowed(&peer) => {
-                                let _ = swarm.behaviour_mut().peers.send_response(channel, peers::Known::default());
-                                if cfg.peer_exchange {
-                                    for (p, addrs) in peers::to_dial(news, &me, allowed, |p| swarm.is_connected(p)) {
-                                        tracing::debug!(peer = %p, via = %peer, "dialling a peer another one has just met");
-                                        dial_lan_peer(&mut swarm, p, addrs);
-                                    }
-                                }
-                            }
-                            request_response::Message::Response { response, .. } if allowed(&peer) && cfg.peer_exchange => {
-                                for (p, addrs) in peers::to_dial(response, &me, allowed, |p| swarm.is_connected(p)) {
-                                    tracing::debug!(peer = %p, via = %peer, "dialling a peer another one knows");
-                                    dial_lan_peer(&mut swarm, p, addrs);
-                                }
-                            }
-                            _ => {}
-                        }
-                        None
-                    }
-                    SwarmEvent::Behaviour(BehaviourEvent::Peers(e)) => {
-                        tracing::debug!(event = ?e, "peer exchange");
-                        None
-                    }
-                    SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(gossipsub::Event::Message {
-                        propagation_source,
-                        message_id,
-                        message,
-                    })) => {
-                        let g = inbound.gossip(&propagation_source, &message.data);
-                        if let Some(author) = g.author {
-                            relay.heard.insert(author, tokio::time::Instant::now());
-                        }
-                        let (acceptance, report) = (g.acceptance, g.event);
-                        swarm.behaviour_mut().gossipsub.report_message_validation_result(
-                            &message_id,
-                            &propagation_source,
-                            acceptance,
-                        );
-                        report
-                    }
-                    SwarmEvent::Behaviour(BehaviourEvent::Rr(request_response::Event::Message { peer, message, .. })) => {
-                        if !allowed(&peer) {
-                            let what = match &message {
-                                request_response::Message::Request { request, .. } => request.kind(),
-                                request_response::Message::Response { .. } => "response",
-                            };
-                            tracing::warn!(%peer, what, "request from a peer not on the allowlist: refused");
-                            let _ = swarm.disconnect_peer_id(peer);
-                            Some(NetEvent::Refused { from: peer, what: what.into() })
-                        } else {
-                            match message {
-                                request_response::Message::Request { request, channel, .. } => {
-                                    Some(NetEvent::Request { from: peer, request: Box::new(request), channel })
-                                }
-                                request_response::Message::Response { response, .. } => {
-                                    Some(NetEvent::Response { from: peer, response: Box::new(response) })
-                                }
-                            }
-                        }
-                    }
-                    SwarmEvent::Behaviour(BehaviourEvent::Rr(request_response::Event::OutboundFailure { peer, error, .. })) => {
-                        Some(NetEvent::RequestFailed { to: peer, reason: error.to_string() })
-                    }
-                    SwarmEvent::Behaviour(BehaviourEvent::Rr(request_response::Event::InboundFailure { peer, error, .. })) => {
-                        tracing::debug!(%peer, error = %error, "inbound request failed");
-                        None
-                    }
-                    SwarmEvent::IncomingConnectionError { error, .. } => {
-                        tracing::debug!(error = %error, "incoming connection failed");
-                        None
-                    }
-                    SwarmEvent::OutgoingConnectionError { peer_id, connection_id, error } => {
-                        bootstrap.failed(connection_id, &error);
-                        tracing::debug!(?peer_id, error = %error, "outgoing connection failed");
-                        None
-                    }
-                    _ => None,
-                };
-                if let Some(r) = report
-                    && events.send(r).await.is_err()
-                {
-                    return;
-                }
-            }
-        }
     }
 }
 
