@@ -231,7 +231,24 @@ impl NodeCore {
     }
 
     fn apply(&mut self, outcome: RoundOutcome, now: u64) -> Vec<Action> {
-        let mut out = Vec::new();
+        self.count_round(&outcome, now);
+        let (tentative, sets_differ) = self.round_mode(&outcome);
+        let starts: Vec<bool> = outcome
+            .commits
+            .iter()
+            .map(|c| !tentative || (sets_differ && self.owner_may_start(c)))
+            .collect();
+        if tentative {
+            self.hold_back(&outcome, &starts);
+        }
+        let mut out = self.start_commits(&outcome, &starts);
+        out.extend(self.start_gangs(&outcome.gangs, !tentative, outcome.round.slot, now));
+        out.extend(self.after_round(&outcome, &starts, now));
+        out
+    }
+
+    /// A round's statistics and this node's proposal-to-decision latency.
+    fn count_round(&mut self, outcome: &RoundOutcome, now: u64) {
         self.stats.rounds += 1;
         self.stats.conflicts += u64::from(outcome.contested);
         self.stats.missing += outcome.missing.len() as u64;
@@ -246,6 +263,11 @@ impl NodeCore {
             }
             self.latencies.push_back(now.saturating_sub(t));
         }
+    }
+
+    /// Whether the round is tentative (its starts held back) and whether only its member sets
+    /// differ; whether this node is in step with the others afterwards (`settling`).
+    fn round_mode(&mut self, outcome: &RoundOutcome) -> (bool, bool) {
         // A round decided at its deadline without some members' proposals may have been decided
         // otherwise by a member that missed ours (rounds out of step after a partition heals, or
         // a node that just joined): it starts nothing, so a task never starts twice at once. The
@@ -289,57 +311,62 @@ impl NodeCore {
             // jump in `on_message`).
             self.settling = true;
         }
-        let starts: Vec<bool> = outcome
-            .commits
-            .iter()
-            .map(|c| !tentative || (sets_differ && self.owner_may_start(c)))
-            .collect();
-        if tentative {
-            self.stats.rounds_held_back += u64::from(starts.iter().any(|s| !s));
-            for c in outcome
-                .commits
-                .iter()
-                .zip(&starts)
-                .filter(|(_, s)| !**s)
-                .map(|(c, _)| c)
-            {
-                // Members that heard every proposal started it at `c.agent` with the next epoch:
-                // record the same epoch, so that when they ask `c.agent` about the copy it does
-                // not list, its answer (pending, this epoch) puts the task back to pending there
-                // too; and `c.agent` answers for it (`won_in_vain`). Without this they kept
-                // believing in a copy that never ran, asking about it at every heartbeat, and
-                // never scheduled the task again. The owner does not change: a start that did not
-                // happen gives nobody the task (it once did, and two nodes, each alone in its
-                // rounds and each made owner by such a round, both started it).
-                let pending = self
-                    .tasks
-                    .get(c.task)
-                    .is_some_and(|t| t.state == TaskState::Pending);
-                if let Some(m) = self.tasks.meta_mut(c.task).filter(|_| pending) {
-                    m.epoch += 1;
-                }
-                if pending && c.agent != self.cfg.me {
-                    // `c.agent` may have decided this round with every proposal and started the
-                    // task. Until it says otherwise (asked, like any copy it does not list, after
-                    // a peer timeout) the task counts as running there and stays committed
-                    // here: released at once, this node could win it in a later round whose
-                    // other members still held it committed, and start a second copy (seen in
-                    // the 16-agent bench: a member refused as not yet in step made one node's
-                    // round tentative while the winner's was complete).
-                    self.tasks
-                        .set_state(c.task, running_at(c, outcome.round.slot));
-                    continue;
-                }
-                self.protocol.release(c.task);
-                if pending && c.agent == self.cfg.me {
-                    self.won_in_vain.insert(c.task);
-                }
-            }
-        }
+        (tentative, sets_differ)
+    }
+
+    /// A tentative round's commits that do not start (`starts` false): their tasks are claimable
+    /// again, or count as running where another member may have started them.
+    fn hold_back(&mut self, outcome: &RoundOutcome, starts: &[bool]) {
+        self.stats.rounds_held_back += u64::from(starts.iter().any(|s| !s));
         for c in outcome
             .commits
             .iter()
-            .zip(&starts)
+            .zip(starts)
+            .filter(|(_, s)| !**s)
+            .map(|(c, _)| c)
+        {
+            // Members that heard every proposal started it at `c.agent` with the next epoch:
+            // record the same epoch, so that when they ask `c.agent` about the copy it does
+            // not list, its answer (pending, this epoch) puts the task back to pending there
+            // too; and `c.agent` answers for it (`won_in_vain`). Without this they kept
+            // believing in a copy that never ran, asking about it at every heartbeat, and
+            // never scheduled the task again. The owner does not change: a start that did not
+            // happen gives nobody the task (it once did, and two nodes, each alone in its
+            // rounds and each made owner by such a round, both started it).
+            let pending = self
+                .tasks
+                .get(c.task)
+                .is_some_and(|t| t.state == TaskState::Pending);
+            if let Some(m) = self.tasks.meta_mut(c.task).filter(|_| pending) {
+                m.epoch += 1;
+            }
+            if pending && c.agent != self.cfg.me {
+                // `c.agent` may have decided this round with every proposal and started the
+                // task. Until it says otherwise (asked, like any copy it does not list, after
+                // a peer timeout) the task counts as running there and stays committed
+                // here: released at once, this node could win it in a later round whose
+                // other members still held it committed, and start a second copy (seen in
+                // the 16-agent bench: a member refused as not yet in step made one node's
+                // round tentative while the winner's was complete).
+                self.tasks
+                    .set_state(c.task, running_at(c, outcome.round.slot));
+                continue;
+            }
+            self.protocol.release(c.task);
+            if pending && c.agent == self.cfg.me {
+                self.won_in_vain.insert(c.task);
+            }
+        }
+    }
+
+    /// The commits that start (`starts` true): a new epoch and owner for each, and for those
+    /// won here, the start and its announcement.
+    fn start_commits(&mut self, outcome: &RoundOutcome, starts: &[bool]) -> Vec<Action> {
+        let mut out = Vec::new();
+        for c in outcome
+            .commits
+            .iter()
+            .zip(starts)
             .filter(|(_, s)| **s)
             .map(|(c, _)| c)
         {
@@ -378,7 +405,13 @@ impl NodeCore {
                 }));
             }
         }
-        out.extend(self.start_gangs(&outcome.gangs, !tentative, outcome.round.slot, now));
+        out
+    }
+
+    /// What follows a round: preemption and re-sharing at a slot's end (and re-sharing after a
+    /// start here), the slot's bookkeeping, and learning's records.
+    fn after_round(&mut self, outcome: &RoundOutcome, starts: &[bool], now: u64) -> Vec<Action> {
+        let mut out = Vec::new();
         // An elastic node re-shares when the slot's rounds are over, and also as soon as it
         // starts a task: the new task starts at its minimum demand, and without a re-share the
         // shares in force (the running tasks' from the last slot) and it could add up to more
@@ -386,7 +419,7 @@ impl NodeCore {
         let started_here = outcome
             .commits
             .iter()
-            .zip(&starts)
+            .zip(starts)
             .any(|(c, s)| *s && c.agent == self.cfg.me);
         if outcome.slot_ended {
             // Lower classes here make room for a waiting task ([`super::preempt`]).
