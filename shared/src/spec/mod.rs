@@ -171,6 +171,69 @@ impl TaskSpec {
         id: TaskId,
         arrival: u64,
     ) -> Result<Task, SpecError> {
+        self.check_fields()?;
+        let kinds = space.len();
+        let units = |field: &str, map: &BTreeMap<String, i64>| -> Result<Resources, SpecError> {
+            let mut r = Resources(vec![0; kinds]);
+            for (name, v) in map {
+                let k = space.index_of(name).ok_or_else(|| {
+                    err(
+                        format!("{field}.{name}"),
+                        format!(
+                            "unknown resource kind; this cluster has {}",
+                            kind_names(space).join(", ")
+                        ),
+                    )
+                })?;
+                if *v < 0 {
+                    return Err(err(
+                        format!("{field}.{name}"),
+                        format!("must not be negative ({v})"),
+                    ));
+                }
+                r.0[k] = u32::try_from(*v)
+                    .map_err(|_| err(format!("{field}.{name}"), format!("too large ({v})")))?;
+            }
+            Ok(r)
+        };
+        self.check_shape()?;
+        if let Some(g) = &self.gang {
+            return self.validate_gang(g, space, types, nodes, id, arrival, &units);
+        }
+        if let Some(p) = &self.pipeline {
+            let shape = self.plan_pipeline(p, space, nodes)?;
+            return self.gang_task(shape, types, nodes, id, arrival);
+        }
+        let min = units("min_demand", &self.min_demand)?;
+        self.check_profile(space, &min)?;
+        self.check_work()?;
+        if min.0.iter().all(|u| *u == 0) {
+            return Err(err(
+                "min_demand",
+                format!(
+                    "at least one kind must be positive (kinds: {})",
+                    kind_names(space).join(", ")
+                ),
+            ));
+        }
+        let max = self.max_units(space, &min, &units)?;
+        let mut reachable = self.reachable(nodes, &min)?;
+        let ty = self.type_id(types);
+        reachable.sort();
+        Ok(Task {
+            id,
+            ty,
+            min_demand: min,
+            max_demand: max,
+            priority: self.class()?,
+            reachable,
+            arrival,
+            gang: None,
+        })
+    }
+
+    /// The fields every spec has: a program, strings within their limits, a class, a grace.
+    fn check_fields(&self) -> Result<(), SpecError> {
         let program = self.command.first().map(String::as_str).unwrap_or("");
         if program.trim().is_empty() {
             return Err(err(
@@ -200,30 +263,11 @@ impl TaskSpec {
                 format!("must be 0 to 3600 seconds, got {}", self.grace_seconds),
             ));
         }
-        let kinds = space.len();
-        let units = |field: &str, map: &BTreeMap<String, i64>| -> Result<Resources, SpecError> {
-            let mut r = Resources(vec![0; kinds]);
-            for (name, v) in map {
-                let k = space.index_of(name).ok_or_else(|| {
-                    err(
-                        format!("{field}.{name}"),
-                        format!(
-                            "unknown resource kind; this cluster has {}",
-                            kind_names(space).join(", ")
-                        ),
-                    )
-                })?;
-                if *v < 0 {
-                    return Err(err(
-                        format!("{field}.{name}"),
-                        format!("must not be negative ({v})"),
-                    ));
-                }
-                r.0[k] = u32::try_from(*v)
-                    .map_err(|_| err(format!("{field}.{name}"), format!("too large ({v})")))?;
-            }
-            Ok(r)
-        };
+        Ok(())
+    }
+
+    /// A gang or a pipeline (not both), neither with declared work or profile hints.
+    fn check_shape(&self) -> Result<(), SpecError> {
         if self.gang.is_some() && self.pipeline.is_some() {
             return Err(err("pipeline", "a spec is a gang or a pipeline, not both"));
         }
@@ -239,25 +283,17 @@ impl TaskSpec {
                 "profile hints are for single-node tasks, not gangs or pipelines",
             ));
         }
-        if let Some(g) = &self.gang {
-            return self.validate_gang(g, space, types, nodes, id, arrival, &units);
-        }
-        if let Some(p) = &self.pipeline {
-            let shape = self.plan_pipeline(p, space, nodes)?;
-            return self.gang_task(shape, types, nodes, id, arrival);
-        }
-        let min = units("min_demand", &self.min_demand)?;
-        self.check_profile(space, &min)?;
-        self.check_work()?;
-        if min.0.iter().all(|u| *u == 0) {
-            return Err(err(
-                "min_demand",
-                format!(
-                    "at least one kind must be positive (kinds: {})",
-                    kind_names(space).join(", ")
-                ),
-            ));
-        }
+        Ok(())
+    }
+
+    /// The maximum demand (`None`: none given), each kind at least the minimum; a task that
+    /// cannot resume never gets GPUs beyond its minimum (see `resumable`).
+    fn max_units(
+        &self,
+        space: &ResourceSpace,
+        min: &Resources,
+        units: &Units<'_>,
+    ) -> Result<Option<Resources>, SpecError> {
         let max = if self.max_demand.is_empty() {
             None
         } else {
@@ -275,9 +311,8 @@ impl TaskSpec {
             }
             Some(m)
         };
-        // A task that cannot resume never gets GPUs beyond its minimum (see `resumable`).
         let gpu = crate::estimate::KindMap::from_names(&kind_names(space)).0[1];
-        let max = match gpu {
+        Ok(match gpu {
             Some(g)
                 if !self.resumable && min.get(g) < max.as_ref().map_or(u32::MAX, |m| m.get(g)) =>
             {
@@ -286,7 +321,16 @@ impl TaskSpec {
                 Some(m)
             }
             _ => max,
-        };
+        })
+    }
+
+    /// The nodes the task may run on: among `nodes` (if named), carrying the required labels,
+    /// with a capacity that holds the minimum demand.
+    fn reachable(
+        &self,
+        nodes: &[Placement<'_>],
+        min: &Resources,
+    ) -> Result<Vec<NodeId>, SpecError> {
         for name in &self.nodes {
             if !nodes.iter().any(|n| n.name == name) {
                 return Err(err(format!("nodes.{name}"), "no such node in the cluster"));
@@ -323,19 +367,7 @@ impl TaskSpec {
                 }),
             ));
         }
-        let ty = self.type_id(types);
-        let mut reachable = reachable;
-        reachable.sort();
-        Ok(Task {
-            id,
-            ty,
-            min_demand: min,
-            max_demand: max,
-            priority: self.class()?,
-            reachable,
-            arrival,
-            gang: None,
-        })
+        Ok(reachable)
     }
 }
 
