@@ -242,52 +242,87 @@ pub fn table(c: &Comparison) -> String {
         c.seeds.len(),
         c.seeds
     );
-    let kinds: Vec<String> = c
-        .results
-        .first()
-        .map(|r| r.mean.utilization.keys().cloned().collect())
-        .unwrap_or_default();
-    // Wide enough for the longest name (`first-fit-max+pack-first`).
-    let w = c
-        .results
-        .iter()
-        .map(|r| r.policy.len() + 1)
-        .max()
-        .unwrap_or(0)
-        .max(15);
-    let _ = write!(
-        s,
-        "{:<w$} {:>14} {:>9} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9}",
-        "policy", "avg JCT", "paper", "median", "p95", "p99", "JCT/LB", "makespan", "conflicts"
-    );
-    for k in &kinds {
-        let _ = write!(s, " {:>7}", format!("util {k}"));
-    }
-    let gangs = c.results.iter().any(|r| r.mean.gang_avg_jct.is_some());
-    if gangs {
-        let _ = write!(s, " {:>9}", "gang JCT");
-    }
-    // One column per priority class, where the workload has more than one.
-    let classes: std::collections::BTreeSet<u8> = c
-        .results
-        .iter()
-        .flat_map(|r| r.mean.class_avg_jct.keys().copied())
-        .collect();
-    for k in &classes {
-        let _ = write!(s, " {:>9}", format!("class {k}"));
-    }
-    // RLPTO's cluster reward beside JCT; the accuracy columns where tasks have learning curves.
-    let _ = write!(s, " {:>8}", "reward");
-    let curves = c.results.iter().any(|r| r.mean.accuracy.is_some());
-    if curves {
-        let _ = write!(s, " {:>8} {:>9}", "accuracy", "converged");
-    }
-    let preempting = c.results.iter().any(|r| r.mean.preempted > 0.0);
-    if preempting {
-        let _ = write!(s, " {:>9} {:>9}", "preempted", "work lost");
-    }
-    s.push('\n');
+    let cols = Columns::of(c);
+    cols.header(&mut s);
     for r in &c.results {
+        cols.row(&mut s, r);
+        s.push('\n');
+    }
+    notes(&mut s, c, cols.preempting);
+    s
+}
+
+/// The table's columns: the fixed ones, then those the comparison has data for.
+struct Columns {
+    /// Resource kinds (a utilization column each).
+    kinds: Vec<String>,
+    /// Width of the policy column: the longest name (e.g. `first-fit-max+pack-first`).
+    w: usize,
+    /// Gangs ran: their average JCT.
+    gangs: bool,
+    /// Priority classes, where the workload has more than one: one column each.
+    classes: std::collections::BTreeSet<u8>,
+    /// Tasks have learning curves: accuracy and converged.
+    curves: bool,
+    /// Tasks were preempted: how many and the work lost.
+    preempting: bool,
+}
+
+impl Columns {
+    fn of(c: &Comparison) -> Self {
+        Self {
+            kinds: c
+                .results
+                .first()
+                .map(|r| r.mean.utilization.keys().cloned().collect())
+                .unwrap_or_default(),
+            w: c.results
+                .iter()
+                .map(|r| r.policy.len() + 1)
+                .max()
+                .unwrap_or(0)
+                .max(15),
+            gangs: c.results.iter().any(|r| r.mean.gang_avg_jct.is_some()),
+            classes: c
+                .results
+                .iter()
+                .flat_map(|r| r.mean.class_avg_jct.keys().copied())
+                .collect(),
+            curves: c.results.iter().any(|r| r.mean.accuracy.is_some()),
+            preempting: c.results.iter().any(|r| r.mean.preempted > 0.0),
+        }
+    }
+
+    fn header(&self, s: &mut String) {
+        let w = self.w;
+        let _ = write!(
+            s,
+            "{:<w$} {:>14} {:>9} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9}",
+            "policy", "avg JCT", "paper", "median", "p95", "p99", "JCT/LB", "makespan", "conflicts"
+        );
+        for k in &self.kinds {
+            let _ = write!(s, " {:>7}", format!("util {k}"));
+        }
+        if self.gangs {
+            let _ = write!(s, " {:>9}", "gang JCT");
+        }
+        for k in &self.classes {
+            let _ = write!(s, " {:>9}", format!("class {k}"));
+        }
+        // RLPTO's cluster reward beside JCT; the accuracy columns where tasks have learning
+        // curves.
+        let _ = write!(s, " {:>8}", "reward");
+        if self.curves {
+            let _ = write!(s, " {:>8} {:>9}", "accuracy", "converged");
+        }
+        if self.preempting {
+            let _ = write!(s, " {:>9} {:>9}", "preempted", "work lost");
+        }
+        s.push('\n');
+    }
+
+    fn row(&self, s: &mut String, r: &PolicyResult) {
+        let w = self.w;
         let m = &r.mean;
         let paper = r
             .published_avg_jct
@@ -310,26 +345,26 @@ pub fn table(c: &Comparison) -> String {
             m.makespan,
             m.conflicts_per_slot
         );
-        for k in &kinds {
+        for k in &self.kinds {
             let _ = write!(
                 s,
                 " {:>7.1}%",
                 100.0 * m.utilization.get(k).copied().unwrap_or(0.0)
             );
         }
-        if gangs {
+        if self.gangs {
             let _ = write!(
                 s,
                 " {:>9}",
                 m.gang_avg_jct.map_or("-".into(), |v| format!("{v:.2}"))
             );
         }
-        for k in &classes {
+        for k in &self.classes {
             let v = m.class_avg_jct.get(k);
             let _ = write!(s, " {:>9}", v.map_or("-".into(), |v| format!("{v:.2}")));
         }
         let _ = write!(s, " {:>8.2}", m.cluster_reward);
-        if curves {
+        if self.curves {
             let _ = write!(
                 s,
                 " {:>8} {:>9.1}",
@@ -337,11 +372,14 @@ pub fn table(c: &Comparison) -> String {
                 m.converged
             );
         }
-        if preempting {
+        if self.preempting {
             let _ = write!(s, " {:>9.1} {:>9.2}", m.preempted, m.work_lost);
         }
-        s.push('\n');
     }
+}
+
+/// The lines under the table that say what its columns mean.
+fn notes(s: &mut String, c: &Comparison, preempting: bool) {
     if let Some(r) = c.results.first() {
         let _ = writeln!(
             s,
@@ -404,7 +442,6 @@ pub fn table(c: &Comparison) -> String {
             "paper: average JCT published for TapFinger's setting (arXiv 2302.00571); our re-implementations differ in details"
         );
     }
-    s
 }
 
 /// CSV, one row per policy.
