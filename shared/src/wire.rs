@@ -448,8 +448,8 @@ mod tests {
     use crate::task::TaskTypeId;
     use proptest::prelude::*;
 
-    fn samples() -> Vec<Envelope> {
-        let task = Task {
+    fn sample_task() -> Task {
+        Task {
             id: TaskId(9),
             ty: TaskTypeId(1),
             min_demand: Resources(vec![2, 1]),
@@ -458,8 +458,11 @@ mod tests {
             reachable: vec![NodeId(0), NodeId(2)],
             arrival: 4,
             gang: None,
-        };
-        let spec = TaskSpec {
+        }
+    }
+
+    fn sample_spec() -> TaskSpec {
+        TaskSpec {
             name: "mlp".into(),
             command: vec!["demo".into(), "--epochs".into(), "3".into()],
             env: BTreeMap::new(),
@@ -486,61 +489,59 @@ mod tests {
                 seconds: 90.0,
             }],
             work: Some(30.0),
-        };
-        let body = [
-            Body::Heartbeat(NodeState {
-                addr: "10.0.0.7".into(),
-                gangs: vec![GangRun {
-                    task: TaskId(9),
-                    epoch: 2,
-                    members: vec![(NodeId(1), Resources(vec![1, 0]))],
-                }],
-                name: "box-1".into(),
-                labels: [("site".to_string(), "plant-3".to_string())].into(),
-                capacity: Resources(vec![8, 1]),
-                free: Resources(vec![4, 0]),
-                running: vec![RunningState {
-                    task: TaskId(3),
-                    alloc: Resources(vec![4, 1]),
-                    progress: 0.4,
-                    started: 2,
-                    epoch: 1,
-                    attained: 3.0,
-                    report: TaskReport {
-                        metrics: [("loss".to_string(), 0.7)].into(),
-                        converging: true,
-                    },
-                }],
-                incarnation: 2,
-                sent: 1234,
-                hears: vec![
-                    Heard {
-                        node: NodeId(0),
-                        incarnation: 1,
-                        echo: 17,
-                    },
-                    Heard {
-                        node: NodeId(2),
-                        incarnation: 3,
-                        echo: 99,
-                    },
-                ],
-                lease: true,
-                recent: vec![Outcome {
-                    task: TaskId(2),
-                    node: NodeId(1),
-                    epoch: 1,
-                    exit_code: Some(0),
-                }],
-            }),
-            Body::Want(vec![TaskId(3)]),
-            Body::Announce {
-                task: task.clone(),
-                spec: spec.clone(),
-                owner: Some(NodeId(1)),
-                epoch: 0,
-                runs: None,
-            },
+        }
+    }
+
+    fn sample_heartbeat() -> Body {
+        Body::Heartbeat(NodeState {
+            addr: "10.0.0.7".into(),
+            gangs: vec![GangRun {
+                task: TaskId(9),
+                epoch: 2,
+                members: vec![(NodeId(1), Resources(vec![1, 0]))],
+            }],
+            name: "box-1".into(),
+            labels: [("site".to_string(), "plant-3".to_string())].into(),
+            capacity: Resources(vec![8, 1]),
+            free: Resources(vec![4, 0]),
+            running: vec![RunningState {
+                task: TaskId(3),
+                alloc: Resources(vec![4, 1]),
+                progress: 0.4,
+                started: 2,
+                epoch: 1,
+                attained: 3.0,
+                report: TaskReport {
+                    metrics: [("loss".to_string(), 0.7)].into(),
+                    converging: true,
+                },
+            }],
+            incarnation: 2,
+            sent: 1234,
+            hears: vec![
+                Heard {
+                    node: NodeId(0),
+                    incarnation: 1,
+                    echo: 17,
+                },
+                Heard {
+                    node: NodeId(2),
+                    incarnation: 3,
+                    echo: 99,
+                },
+            ],
+            lease: true,
+            recent: vec![Outcome {
+                task: TaskId(2),
+                node: NodeId(1),
+                epoch: 1,
+                exit_code: Some(0),
+            }],
+        })
+    }
+
+    fn sample_proposals() -> [Body; 2] {
+        [
             Body::Protocol(ProtocolMessage {
                 version: PROTOCOL_VERSION,
                 round: Round { slot: 3, step: 1 },
@@ -570,6 +571,25 @@ mod tests {
                 members: vec![NodeId(1), NodeId(4)],
                 free: Resources::default(),
             }),
+        ]
+    }
+
+    fn samples() -> Vec<Envelope> {
+        let task = sample_task();
+        let spec = sample_spec();
+        let [claim, gang] = sample_proposals();
+        let body = [
+            sample_heartbeat(),
+            Body::Want(vec![TaskId(3)]),
+            Body::Announce {
+                task: task.clone(),
+                spec: spec.clone(),
+                owner: Some(NodeId(1)),
+                epoch: 0,
+                runs: None,
+            },
+            claim,
+            gang,
             Body::Started {
                 task: TaskId(9),
                 alloc: Resources(vec![4, 1]),
