@@ -27,6 +27,146 @@ pub const QUEUE_WAIT_BUCKETS_MS: [f64; 12] = [
     0.0, 1e3, 5e3, 1e4, 3e4, 6e4, 3e5, 6e5, 1.8e6, 3.6e6, 1.08e7, 3.6e7,
 ];
 
+/// The gauges an agent publishes, each with its description.
+const GAUGES: &[(&str, &str)] = &[
+    ("tapfinger_tasks", "Tasks this agent knows, by state."),
+    (
+        "tapfinger_allocated_units",
+        "Units allocated on this node, by resource kind index.",
+    ),
+    (
+        "tapfinger_capacity_units",
+        "Units this node offers, by resource kind index.",
+    ),
+    ("tapfinger_peers", "Live peers."),
+    (
+        "tapfinger_tasks_converging",
+        "Tasks running here whose reported loss (or accuracy) has plateaued.",
+    ),
+    (
+        "tapfinger_forecast_arrivals",
+        "Expected task arrivals (cluster-wide) in the interval `ahead` intervals from now (RLPTO's forecast).",
+    ),
+    (
+        "tapfinger_class_samples",
+        "Speed samples the estimator holds of a task class (observed slots and profile hints).",
+    ),
+    (
+        "tapfinger_class_slots_at_min",
+        "Estimated slots a task of the class takes alone at its minimum demand.",
+    ),
+    (
+        "tapfinger_class_switch_cost",
+        "Fraction of a slot a re-allocation costs the class, as measured.",
+    ),
+    (
+        "tapfinger_class_start_cost",
+        "Fraction of its first slot a run's start-up costs the class, as measured.",
+    ),
+    (
+        "tapfinger_work_lost",
+        "Work the tasks preempted here lost (progress since their last checkpoint, in whole runs).",
+    ),
+    (
+        "tapfinger_queue_length",
+        "Pending tasks in the cluster, by priority class.",
+    ),
+    (
+        "tapfinger_policy_version",
+        "Policy version in use (0: the start model).",
+    ),
+    (
+        "tapfinger_policy_refused",
+        "Policy announcements or checkpoints refused.",
+    ),
+    (
+        "tapfinger_experience_batches_shipped",
+        "Experience batches acknowledged by the coordinator.",
+    ),
+    (
+        "tapfinger_experience_batches_waiting",
+        "Experience batches waiting on disk.",
+    ),
+    (
+        "tapfinger_experience_batches_dropped",
+        "Experience batches dropped because the spool was full.",
+    ),
+];
+
+/// The counters an agent publishes, each with its description.
+const COUNTERS: &[(&str, &str)] = &[
+    (
+        "tapfinger_messages_taken_total",
+        "Messages from peers taken, by path: direct (from a connected author) or relayed by gossip.",
+    ),
+    (
+        "tapfinger_message_copies_total",
+        "Copies of messages already taken (a message that came both ways).",
+    ),
+    (
+        "tapfinger_frames_dropped_slow_peer_total",
+        "Frames not sent to a peer whose queue was full (it did not keep up).",
+    ),
+    (
+        "tapfinger_messages_gossiped_total",
+        "Messages this agent also sent by gossip (to reach agents it is not connected to).",
+    ),
+    (
+        "tapfinger_dropped_messages_total",
+        "Malformed or spoofed messages dropped.",
+    ),
+    (
+        "tapfinger_refused_peers_total",
+        "Connections and requests refused from peers off the allowlist.",
+    ),
+    (
+        "tapfinger_finished_here_total",
+        "Tasks run to completion on this node.",
+    ),
+    ("tapfinger_rounds_total", "Negotiation rounds decided."),
+    (
+        "tapfinger_preempted_total",
+        "Tasks this node preempted for a higher priority class.",
+    ),
+    ("tapfinger_claims_total", "Claims this agent made."),
+    (
+        "tapfinger_claims_lost_total",
+        "Claims of this agent that lost a conflict.",
+    ),
+    (
+        "tapfinger_conflicts_total",
+        "Tasks claimed by more than one agent in a round.",
+    ),
+    (
+        "tapfinger_missing_proposals_total",
+        "Peers whose proposal missed a round deadline.",
+    ),
+    (
+        "tapfinger_rounds_held_back_total",
+        "Rounds with a win not started: a proposal missing, or members' sets differed.",
+    ),
+    (
+        "tapfinger_rounds_sets_differ_total",
+        "Rounds decided over differing member sets: only owners' tasks started.",
+    ),
+    (
+        "tapfinger_messages_received_total",
+        "Messages received from peers.",
+    ),
+    (
+        "tapfinger_resizes_total",
+        "Shares of tasks running here changed by an elastic re-share.",
+    ),
+    (
+        "tapfinger_reshares_refused_total",
+        "Re-shares of this agent's policy refused as out of bounds (a policy bug).",
+    ),
+    (
+        "tapfinger_messages_sent_total",
+        "Messages this agent broadcast, by kind.",
+    ),
+];
+
 /// What an agent publishes.
 #[derive(Debug)]
 pub struct AgentMetrics {
@@ -51,114 +191,12 @@ impl AgentMetrics {
             (QUEUE_WAIT, &QUEUE_WAIT_BUCKETS_MS),
         ]);
         registry.with(|| {
-            describe_gauge!("tapfinger_tasks", "Tasks this agent knows, by state.");
-            describe_counter!(
-                "tapfinger_messages_taken_total",
-                "Messages from peers taken, by path: direct (from a connected author) or relayed by gossip."
-            );
-            describe_counter!(
-                "tapfinger_message_copies_total",
-                "Copies of messages already taken (a message that came both ways)."
-            );
-            describe_counter!(
-                "tapfinger_frames_dropped_slow_peer_total",
-                "Frames not sent to a peer whose queue was full (it did not keep up)."
-            );
-            describe_counter!(
-                "tapfinger_messages_gossiped_total",
-                "Messages this agent also sent by gossip (to reach agents it is not connected to)."
-            );
-            describe_gauge!(
-                "tapfinger_allocated_units",
-                "Units allocated on this node, by resource kind index."
-            );
-            describe_gauge!(
-                "tapfinger_capacity_units",
-                "Units this node offers, by resource kind index."
-            );
-            describe_gauge!("tapfinger_peers", "Live peers.");
-            describe_gauge!(
-                "tapfinger_tasks_converging",
-                "Tasks running here whose reported loss (or accuracy) has plateaued."
-            );
-            describe_counter!(
-                "tapfinger_dropped_messages_total",
-                "Malformed or spoofed messages dropped."
-            );
-            describe_counter!(
-                "tapfinger_refused_peers_total",
-                "Connections and requests refused from peers off the allowlist."
-            );
-            describe_counter!(
-                "tapfinger_finished_here_total",
-                "Tasks run to completion on this node."
-            );
-            describe_counter!("tapfinger_rounds_total", "Negotiation rounds decided.");
-            describe_gauge!(
-                "tapfinger_forecast_arrivals",
-                "Expected task arrivals (cluster-wide) in the interval `ahead` intervals from now (RLPTO's forecast)."
-            );
-            describe_gauge!(
-                "tapfinger_class_samples",
-                "Speed samples the estimator holds of a task class (observed slots and profile hints)."
-            );
-            describe_gauge!(
-                "tapfinger_class_slots_at_min",
-                "Estimated slots a task of the class takes alone at its minimum demand."
-            );
-            describe_gauge!(
-                "tapfinger_class_switch_cost",
-                "Fraction of a slot a re-allocation costs the class, as measured."
-            );
-            describe_gauge!(
-                "tapfinger_class_start_cost",
-                "Fraction of its first slot a run's start-up costs the class, as measured."
-            );
-            describe_counter!(
-                "tapfinger_preempted_total",
-                "Tasks this node preempted for a higher priority class."
-            );
-            describe_gauge!(
-                "tapfinger_work_lost",
-                "Work the tasks preempted here lost (progress since their last checkpoint, in whole runs)."
-            );
-            describe_counter!("tapfinger_claims_total", "Claims this agent made.");
-            describe_counter!(
-                "tapfinger_claims_lost_total",
-                "Claims of this agent that lost a conflict."
-            );
-            describe_counter!(
-                "tapfinger_conflicts_total",
-                "Tasks claimed by more than one agent in a round."
-            );
-            describe_counter!(
-                "tapfinger_missing_proposals_total",
-                "Peers whose proposal missed a round deadline."
-            );
-            describe_counter!(
-                "tapfinger_rounds_held_back_total",
-                "Rounds with a win not started: a proposal missing, or members' sets differed."
-            );
-            describe_counter!(
-                "tapfinger_rounds_sets_differ_total",
-                "Rounds decided over differing member sets: only owners' tasks started."
-            );
-            describe_counter!(
-                "tapfinger_messages_received_total",
-                "Messages received from peers."
-            );
-            describe_counter!(
-                "tapfinger_resizes_total",
-                "Shares of tasks running here changed by an elastic re-share."
-            );
-            describe_counter!(
-                "tapfinger_reshares_refused_total",
-                "Re-shares of this agent's policy refused as out of bounds (a policy bug)."
-            );
-            describe_counter!(
-                "tapfinger_messages_sent_total",
-                "Messages this agent broadcast, by kind."
-            );
+            for (name, what) in GAUGES {
+                describe_gauge!(*name, *what);
+            }
+            for (name, what) in COUNTERS {
+                describe_counter!(*name, *what);
+            }
             describe_histogram!(
                 ROUND_LATENCY,
                 metrics::Unit::Milliseconds,
@@ -173,30 +211,6 @@ impl AgentMetrics {
                 ADMISSION_LATENCY,
                 metrics::Unit::Milliseconds,
                 "From a submission's arrival at the API to its answer (validated and journaled)."
-            );
-            describe_gauge!(
-                "tapfinger_queue_length",
-                "Pending tasks in the cluster, by priority class."
-            );
-            describe_gauge!(
-                "tapfinger_policy_version",
-                "Policy version in use (0: the start model)."
-            );
-            describe_gauge!(
-                "tapfinger_policy_refused",
-                "Policy announcements or checkpoints refused."
-            );
-            describe_gauge!(
-                "tapfinger_experience_batches_shipped",
-                "Experience batches acknowledged by the coordinator."
-            );
-            describe_gauge!(
-                "tapfinger_experience_batches_waiting",
-                "Experience batches waiting on disk."
-            );
-            describe_gauge!(
-                "tapfinger_experience_batches_dropped",
-                "Experience batches dropped because the spool was full."
             );
         });
         Self {
