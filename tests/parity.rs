@@ -260,19 +260,14 @@ fn check_parity(
     let elastic = build(&sim)[0].elastic();
     let mut rec = Recording::default();
     let result = sim.run_observed(build(&sim), seed, &mut rec).unwrap();
-    let mut agents = Agents::new(&sc, build(&sim), seed);
-    // Warm-up: heartbeats until every node holds its lease, then one more period; a node
-    // proposes two periods after it got its lease, so its first round is slot 0 of the loop.
-    loop {
-        agents.tick_all();
-        if agents.cores.iter().all(|c| c.lease_held(agents.now)) {
-            break;
-        }
-        agents.now += HEARTBEAT;
-    }
-    agents.now += HEARTBEAT;
-    agents.tick_all();
-    agents.now += HEARTBEAT;
+    let mut r = Replay {
+        agents: Agents::new(&sc, build(&sim), seed),
+        rec,
+        policy,
+        seed,
+        round: 0,
+    };
+    r.warm_up();
     let mut tasks = tapfinger_sim::workload::generate(&sc, seed);
     // The episode's gangs, as it draws them (a share of the tasks, each with its shape).
     if let Some(g) = &sc.gangs {
@@ -280,59 +275,122 @@ fn check_parity(
         g.assign(&mut tasks, &capacities, seed, sc.slot_seconds);
     }
     let sizes = tapfinger_sim::workload::sizes(&sc, seed, sc.tasks as usize);
-    let last_slot = result.slots.len() as u64;
     let mut next = 0;
-    let mut round = 0;
-    for slot in 0..last_slot {
-        while let Some(t) = tasks.get(next).filter(|t| t.arrival == slot) {
+    for slot in 0..result.slots.len() as u64 {
+        r.submit(&sc, &tasks, &sizes, &mut next, slot);
+        r.check_rounds(slot)?;
+        r.check_shares(slot)?;
+        r.run_slot(slot);
+        r.agents.now += HEARTBEAT;
+        r.agents.tick_all(); // heartbeats: the progress and the shares spread
+        r.check_known_shares(slot)?;
+        r.agents.now += HEARTBEAT;
+    }
+    let resized: usize = r.agents.resizes.iter().map(Vec::len).sum();
+    prop_assert!(
+        elastic || resized == 0,
+        "{} seed {}: a non-elastic policy resized tasks",
+        policy,
+        seed
+    );
+    r.check_done(&result)?;
+    prop_assert_eq!(r.round, r.rec.rounds.len());
+    Ok(resized)
+}
+
+/// The node cores replaying a simulated episode, and what the simulator recorded of it.
+struct Replay<'a> {
+    agents: Agents,
+    rec: Recording,
+    policy: &'a str,
+    seed: u64,
+    /// The simulator's rounds replayed so far.
+    round: usize,
+}
+
+impl Replay<'_> {
+    /// Heartbeats until every node holds its lease, then one more period; a node proposes two
+    /// periods after it got its lease, so its first round is slot 0 of the episode.
+    fn warm_up(&mut self) {
+        loop {
+            self.agents.tick_all();
+            if self
+                .agents
+                .cores
+                .iter()
+                .all(|c| c.lease_held(self.agents.now))
+            {
+                break;
+            }
+            self.agents.now += HEARTBEAT;
+        }
+        self.agents.now += HEARTBEAT;
+        self.agents.tick_all();
+        self.agents.now += HEARTBEAT;
+    }
+
+    /// The slot's arrivals, each submitted at the first node that can run it (its owner).
+    fn submit(
+        &mut self,
+        sc: &Scenario,
+        tasks: &[tapfinger::Task],
+        sizes: &[f64],
+        next: &mut usize,
+        slot: u64,
+    ) {
+        while let Some(t) = tasks.get(*next).filter(|t| t.arrival == slot) {
             // Submitted at the first node that can run it (its owner).
             let at = t.reachable[0].0 as usize;
             let mut s = if sc.profile_hints {
-                hinted_spec(&sc, t)
+                hinted_spec(sc, t)
             } else {
                 spec(t.id)
             };
             if sc.declare_work {
-                s.work = Some(tapfinger_sim::workload::size_of(&sizes, t.id));
+                s.work = Some(tapfinger_sim::workload::size_of(sizes, t.id));
             }
-            let out = agents.cores[at].submit(t.clone(), s);
-            agents.settle(at, out);
-            next += 1;
+            let out = self.agents.cores[at].submit(t.clone(), s);
+            self.agents.settle(at, out);
+            *next += 1;
         }
-        let views = &rec.views[&slot];
+    }
+
+    /// Every round of the slot: each node sees the simulator's view, and starts what it started.
+    fn check_rounds(&mut self, slot: u64) -> Result<(), TestCaseError> {
+        let views = &self.rec.views[&slot];
         for (step, expected) in views.iter().enumerate() {
-            for (i, core) in agents.cores.iter().enumerate() {
+            for (i, core) in self.agents.cores.iter().enumerate() {
                 let v = core.view();
                 prop_assert_eq!((v.slot, v.step as usize), (slot, step), "node {} round", i);
                 prop_assert_eq!(
                     normalized(&v),
                     normalized(expected),
                     "{} seed {}: node {} sees another view at slot {} step {}",
-                    policy,
-                    seed,
+                    self.policy,
+                    self.seed,
                     i,
                     slot,
                     step
                 );
             }
-            let before: Vec<usize> = agents.starts.iter().map(Vec::len).collect();
-            let gangs_before: Vec<usize> = agents.gang_starts.iter().map(Vec::len).collect();
-            agents.tick_all();
-            let outcome = &rec.rounds[round];
-            round += 1;
+            let before: Vec<usize> = self.agents.starts.iter().map(Vec::len).collect();
+            let gangs_before: Vec<usize> = self.agents.gang_starts.iter().map(Vec::len).collect();
+            self.agents.tick_all();
+            let outcome = &self.rec.rounds[self.round];
+            self.round += 1;
             for (i, b) in gangs_before.iter().enumerate() {
-                let started = agents.gang_starts[i][*b..].to_vec();
+                let started = self.agents.gang_starts[i][*b..].to_vec();
                 prop_assert_eq!(
                     started,
                     gang_units(outcome, i),
                     "{} seed {}: node {} gang starts",
-                    policy,
-                    seed,
+                    self.policy,
+                    self.seed,
                     i
                 );
             }
             for (i, b) in before.iter().enumerate() {
-                let started: Vec<(TaskId, Resources)> = agents.starts[i][*b..].to_vec();
+                let started: Vec<(TaskId, Resources)> = self.agents.starts[i][*b..].to_vec();
                 let expected: Vec<(TaskId, Resources)> = outcome
                     .commits
                     .iter()
@@ -343,15 +401,19 @@ fn check_parity(
                     started,
                     expected,
                     "{} seed {}: node {} starts",
-                    policy,
-                    seed,
+                    self.policy,
+                    self.seed,
                     i
                 );
             }
         }
-        // The slot's shares: every node re-shared its own tasks as the simulator did.
-        let expected = &rec.allocs[&slot];
-        for (i, core) in agents.cores.iter().enumerate() {
+        Ok(())
+    }
+
+    /// The slot's shares and rewards: every node re-shared its own tasks as the simulator did.
+    fn check_shares(&self, slot: u64) -> Result<(), TestCaseError> {
+        let expected = &self.rec.allocs[&slot];
+        for (i, core) in self.agents.cores.iter().enumerate() {
             let own: BTreeMap<TaskId, Resources> = running_allocs(core)
                 .into_iter()
                 .filter(|(t, _)| core.tasks()[t].state.running_on() == Some(core.id()))
@@ -365,26 +427,30 @@ fn check_parity(
                 &own,
                 &want,
                 "{} seed {}: node {} shares in slot {}",
-                policy,
-                seed,
+                self.policy,
+                self.seed,
                 i,
                 slot
             );
         }
-        for (i, core) in agents.cores.iter().enumerate() {
+        for (i, core) in self.agents.cores.iter().enumerate() {
             prop_assert_eq!(
                 core.reward(),
-                rec.rewards[&slot][i],
+                self.rec.rewards[&slot][i],
                 "{} seed {}: node {} reward in slot {}",
-                policy,
-                seed,
+                self.policy,
+                self.seed,
                 i,
                 slot
             );
         }
-        // The slot runs: each runner reports its tasks' progress (or exit).
-        for (task, p, finished) in rec.progress.get(&slot).cloned().unwrap_or_default() {
-            if let TaskState::Gang { members, .. } = &agents.cores[0].tasks()[&task].state {
+        Ok(())
+    }
+
+    /// The slot runs: each runner reports its tasks' progress (or exit).
+    fn run_slot(&mut self, slot: u64) {
+        for (task, p, finished) in self.rec.progress.get(&slot).cloned().unwrap_or_default() {
+            if let TaskState::Gang { members, .. } = &self.agents.cores[0].tasks()[&task].state {
                 // A gang ends when its host (rank 0's box) exits, after its other boxes.
                 if finished {
                     let mut boxes: Vec<usize> = members.iter().map(|(n, _)| n.0 as usize).collect();
@@ -394,65 +460,69 @@ fn check_parity(
                     boxes.sort_unstable();
                     boxes.dedup();
                     for r in boxes.into_iter().chain([host]) {
-                        let out = agents.cores[r].on_exit(task, Some(0), false);
-                        agents.settle(r, out);
+                        let out = self.agents.cores[r].on_exit(task, Some(0), false);
+                        self.agents.settle(r, out);
                     }
                 }
                 continue;
             }
-            let runner = agents.cores[0].tasks()[&task].state.running_on().unwrap();
+            let runner = self.agents.cores[0].tasks()[&task]
+                .state
+                .running_on()
+                .unwrap();
             let r = runner.0 as usize;
             if finished {
-                let out = agents.cores[r].on_exit(task, Some(0), false);
-                agents.settle(r, out);
+                let out = self.agents.cores[r].on_exit(task, Some(0), false);
+                self.agents.settle(r, out);
             } else {
-                agents.cores[r].on_progress(task, p);
+                self.agents.cores[r].on_progress(task, p);
             }
         }
-        agents.now += HEARTBEAT;
-        agents.tick_all(); // heartbeats: the progress and the shares spread
-        // Every peer knows every running task's shares.
-        let running: BTreeMap<TaskId, Resources> = rec.allocs[&slot]
+    }
+
+    /// After the heartbeats: every peer knows every running task's shares.
+    fn check_known_shares(&self, slot: u64) -> Result<(), TestCaseError> {
+        let running: BTreeMap<TaskId, Resources> = self.rec.allocs[&slot]
             .iter()
-            .filter(|(t, _)| matches!(agents.cores[0].tasks()[*t].state, TaskState::Running { .. }))
+            .filter(|(t, _)| {
+                matches!(
+                    self.agents.cores[0].tasks()[*t].state,
+                    TaskState::Running { .. }
+                )
+            })
             .map(|(t, a)| (*t, a.clone()))
             .collect();
-        for (i, core) in agents.cores.iter().enumerate() {
+        for (i, core) in self.agents.cores.iter().enumerate() {
             prop_assert_eq!(
                 &running_allocs(core),
                 &running,
                 "{} seed {}: node {} knows other shares after slot {}",
-                policy,
-                seed,
+                self.policy,
+                self.seed,
                 i,
                 slot
             );
         }
-        agents.now += HEARTBEAT;
+        Ok(())
     }
-    let resized: usize = agents.resizes.iter().map(Vec::len).sum();
-    prop_assert!(
-        elastic || resized == 0,
-        "{} seed {}: a non-elastic policy resized tasks",
-        policy,
-        seed
-    );
-    // Every task finished where and when the simulator says, as every node knows it.
-    for rec_task in &result.tasks {
-        for core in &agents.cores {
-            let e = &core.tasks()[&TaskId(rec_task.id)];
-            prop_assert!(
-                matches!(e.state, TaskState::Done { node, code: Some(0), .. } if node.0 == rec_task.node),
-                "{} seed {}: task {} is {:?}",
-                policy,
-                seed,
-                rec_task.id,
-                e.state
-            );
+
+    /// Every task finished where and when the simulator says, as every node knows it.
+    fn check_done(&self, result: &tapfinger_sim::EpisodeResult) -> Result<(), TestCaseError> {
+        for rec_task in &result.tasks {
+            for core in &self.agents.cores {
+                let e = &core.tasks()[&TaskId(rec_task.id)];
+                prop_assert!(
+                    matches!(e.state, TaskState::Done { node, code: Some(0), .. } if node.0 == rec_task.node),
+                    "{} seed {}: task {} is {:?}",
+                    self.policy,
+                    self.seed,
+                    rec_task.id,
+                    e.state
+                );
+            }
         }
+        Ok(())
     }
-    prop_assert_eq!(round, rec.rounds.len());
-    Ok(resized)
 }
 
 /// The policies an agent runs: every baseline (the clairvoyant reference reads the
