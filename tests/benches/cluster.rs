@@ -99,6 +99,82 @@ fn main() {
 
 async fn run(a: Args) {
     let t0 = Instant::now();
+    let agents = start_agents(&a).await;
+    let all: Vec<_> = agents.iter().collect();
+    let n = a.agents;
+    wait(
+        &all,
+        Duration::from_secs(120),
+        "every agent to see every other",
+        |s| s.iter().all(|st| st.peers.len() == n - 1),
+    )
+    .await;
+    let joined = t0.elapsed();
+    let before: Vec<NodeStats> = statuses(&all)
+        .into_iter()
+        .map(|s| s.stats.clone())
+        .collect();
+    let before_latency: Vec<Histogram> = all
+        .iter()
+        .map(|a| Histogram::parse(&a.metrics.render()))
+        .collect();
+    let t1 = Instant::now();
+    let (ids, mut breaches, samples) = schedule(&a, &all).await;
+    let elapsed = t1.elapsed();
+    tokio::time::sleep(Duration::from_millis(3 * a.heartbeat_ms)).await;
+    let after = statuses(&all);
+    breaches.extend(breaches_in(&after));
+    let f = finished(&after);
+    let unique: BTreeSet<_> = f.iter().copied().collect();
+    let duplicates = f.len() - unique.len();
+    let lost = ids.difference(&unique).count();
+    // Round latency from every agent's /metrics histogram, less what it held after joining.
+    let mut latency = Histogram::default();
+    for (agent, b) in all.iter().zip(&before_latency) {
+        latency.add(&Histogram::parse(&agent.metrics.render()), 1.0);
+        latency.add(b, -1.0);
+    }
+    let cluster = scheduling_phase(&after, &before);
+    println!(
+        "cluster bench: {n} agents ({} mesh, {} runtime), {} tasks, policy {}, slot {} ms, round deadline {} ms, heartbeat {} ms",
+        if a.full_mesh { "full" } else { "sparse" },
+        if a.own_threads { "per-agent" } else { "shared" },
+        a.tasks,
+        a.policy,
+        a.slot_ms,
+        a.round_ms,
+        a.heartbeat_ms
+    );
+    println!(
+        "  joined in {:.1} s; all tasks finished {:.1} s after the first submission",
+        joined.as_secs_f64(),
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "  duplicates {duplicates}, lost {lost}, finished {} distinct of {} submitted",
+        unique.len(),
+        ids.len()
+    );
+    print_rounds(&cluster, n, elapsed, &latency);
+    println!(
+        "  capacity and overlap checked at {} samples of every agent: {} breach(es)",
+        samples + 1,
+        breaches.len()
+    );
+    for b in breaches.iter().take(10) {
+        eprintln!("  breach: {b}");
+    }
+    if duplicates > 0 || lost > 0 || !breaches.is_empty() {
+        eprintln!(
+            "FAILED: {duplicates} duplicate(s), {lost} lost task(s), {} capacity or overlap breach(es)",
+            breaches.len()
+        );
+        std::process::exit(1);
+    }
+}
+
+/// Start the agents, each bootstrapped as `--full-mesh` says.
+async fn start_agents(a: &Args) -> Vec<tapfinger_agent::daemon::Agent> {
     let mut agents = Vec::new();
     let mut addrs: Vec<libp2p::Multiaddr> = Vec::new();
     for i in 0..a.agents {
@@ -130,30 +206,22 @@ async fn run(a: Args) {
         agents.push(agent);
         addrs.push(addr);
     }
-    let all: Vec<_> = agents.iter().collect();
+    agents
+}
+
+/// Submit the tasks and wait for all of them to finish, sampling every agent's status all the
+/// while: the ids submitted, the capacity and overlap breaches seen, and the samples taken.
+async fn schedule(
+    a: &Args,
+    all: &[&tapfinger_agent::daemon::Agent],
+) -> (BTreeSet<TaskId>, Vec<String>, u64) {
     let n = a.agents;
-    wait(
-        &all,
-        Duration::from_secs(120),
-        "every agent to see every other",
-        |s| s.iter().all(|st| st.peers.len() == n - 1),
-    )
-    .await;
-    let joined = t0.elapsed();
-    let before: Vec<NodeStats> = statuses(&all)
-        .into_iter()
-        .map(|s| s.stats.clone())
-        .collect();
-    let before_latency: Vec<Histogram> = all
-        .iter()
-        .map(|a| Histogram::parse(&a.metrics.render()))
-        .collect();
-    let t1 = Instant::now();
     // Submissions and samples run side by side: the capacity and overlap checks cover the
     // whole run, not only what is left once every task is in (at 32 agents the submissions
     // alone took most of the run).
     let ids = std::cell::RefCell::new(BTreeSet::new());
     let submitting = std::cell::Cell::new(true);
+    let started = Instant::now();
     let submit = async {
         for i in 0..a.tasks {
             let id = all[i % n].submit(spec()).await.expect("accepted");
@@ -170,7 +238,7 @@ async fn run(a: Args) {
     let mut breaches: Vec<String> = Vec::new();
     let sample = async {
         loop {
-            let s = statuses(&all);
+            let s = statuses(all);
             samples += 1;
             breaches.extend(breaches_in(&s));
             // Distinct tasks: a task finished twice must not stand in for one not yet finished.
@@ -188,7 +256,7 @@ async fn run(a: Args) {
                 }
                 eprintln!(
                     "  after {:.0} s: {now_done} of {} finished; peers heard {}..{}; rounds {} ({} held back, {} proposals missing); protocol messages refused {:?}; sent {:?}",
-                    t1.elapsed().as_secs_f64(),
+                    started.elapsed().as_secs_f64(),
                     a.tasks,
                     heard.iter().min().unwrap_or(&0),
                     heard.iter().max().unwrap_or(&0),
@@ -209,24 +277,14 @@ async fn run(a: Args) {
         }
     };
     tokio::join!(submit, sample);
-    let ids = ids.into_inner();
-    let elapsed = t1.elapsed();
-    tokio::time::sleep(Duration::from_millis(3 * a.heartbeat_ms)).await;
-    let after = statuses(&all);
-    breaches.extend(breaches_in(&after));
-    let f = finished(&after);
-    let unique: BTreeSet<_> = f.iter().copied().collect();
-    let duplicates = f.len() - unique.len();
-    let lost = ids.difference(&unique).count();
-    // Round latency from every agent's /metrics histogram, less what it held after joining.
-    let mut latency = Histogram::default();
-    for (agent, b) in all.iter().zip(&before_latency) {
-        latency.add(&Histogram::parse(&agent.metrics.render()), 1.0);
-        latency.add(b, -1.0);
-    }
-    // Only the scheduling phase: subtract what the agents counted while joining.
+    (ids.into_inner(), breaches, samples)
+}
+
+/// The cluster's counters over the scheduling phase: what the agents counted while joining
+/// taken away.
+fn scheduling_phase(after: &[std::sync::Arc<Status>], before: &[NodeStats]) -> NodeStats {
     let mut cluster = NodeStats::default();
-    for (st, b) in after.iter().zip(&before) {
+    for (st, b) in after.iter().zip(before) {
         let mut d = st.stats.clone();
         d.rounds -= b.rounds;
         d.claims -= b.claims;
@@ -239,30 +297,16 @@ async fn run(a: Args) {
         }
         cluster.merge(&d);
     }
+    cluster
+}
+
+/// The rounds' figures: their rate and latency, messages per round, claims and conflicts,
+/// copies stopped.
+fn print_rounds(cluster: &NodeStats, n: usize, elapsed: Duration, latency: &Histogram) {
     // Every agent decides every round, so cluster rounds are the per-agent mean.
     let rounds = cluster.rounds as f64 / n as f64;
     let per_round = |v: u64| v as f64 / rounds.max(1.0);
     let protocol = cluster.sent.get("protocol").copied().unwrap_or(0);
-    println!(
-        "cluster bench: {n} agents ({} mesh, {} runtime), {} tasks, policy {}, slot {} ms, round deadline {} ms, heartbeat {} ms",
-        if a.full_mesh { "full" } else { "sparse" },
-        if a.own_threads { "per-agent" } else { "shared" },
-        a.tasks,
-        a.policy,
-        a.slot_ms,
-        a.round_ms,
-        a.heartbeat_ms
-    );
-    println!(
-        "  joined in {:.1} s; all tasks finished {:.1} s after the first submission",
-        joined.as_secs_f64(),
-        elapsed.as_secs_f64()
-    );
-    println!(
-        "  duplicates {duplicates}, lost {lost}, finished {} distinct of {} submitted",
-        unique.len(),
-        ids.len()
-    );
     println!(
         "  rounds {rounds:.0} ({:.1} per second)",
         rounds / elapsed.as_secs_f64()
@@ -294,26 +338,8 @@ async fn run(a: Args) {
         cluster.copies_stopped, cluster.lease_stops, cluster.handed_back
     );
     println!("  messages by kind: {:?}", cluster.sent);
-    println!(
-        "  capacity and overlap checked at {} samples of every agent: {} breach(es)",
-        samples + 1,
-        breaches.len()
-    );
-    for b in breaches.iter().take(10) {
-        eprintln!("  breach: {b}");
-    }
-    if duplicates > 0 || lost > 0 || !breaches.is_empty() {
-        eprintln!(
-            "FAILED: {duplicates} duplicate(s), {lost} lost task(s), {} capacity or overlap breach(es)",
-            breaches.len()
-        );
-        std::process::exit(1);
-    }
 }
 
-/// What is wrong in one sample of every agent's status, each runner judged by its own record of
-/// what it runs: the allocations in force on a node add up to more than its capacity, or a task
-/// runs on two nodes at once.
 /// Start an agent on a thread of its own, in a single-threaded runtime that lives as long as the
 /// process, as the agent binary runs on a box. (On 2 cores, 16 such threads took longer to
 /// decide rounds than one shared runtime.)
@@ -336,6 +362,9 @@ async fn start_on_own_thread(l: Local) -> (tapfinger_agent::daemon::Agent, libp2
     rx.await.expect("the agent starts")
 }
 
+/// What is wrong in one sample of every agent's status, each runner judged by its own record of
+/// what it runs: the allocations in force on a node add up to more than its capacity, or a task
+/// runs on two nodes at once.
 fn breaches_in(s: &[std::sync::Arc<Status>]) -> Vec<String> {
     let mut out = Vec::new();
     let mut runner: std::collections::BTreeMap<TaskId, tapfinger::NodeId> = Default::default();
