@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tapfinger::protocol::{Claim, Message, PROTOCOL_VERSION, Proposal, Round};
 use tapfinger::spec::TaskSpec;
 use tapfinger::wire::{Body, CANCELLED, Envelope, Outcome, WIRE_VERSION};
-use tapfinger::{Resources, Task, TaskId, TaskTypeId};
+use tapfinger::{NodeId, Resources, Task, TaskId, TaskTypeId};
 use tapfinger_agent::net::{NetConfig, NetEvent, Network};
 use tapfinger_net::identity::node_id;
 
@@ -146,84 +146,13 @@ fn outsiders_can_neither_join_nor_be_heard() {
     let dir = tempfile::tempdir().unwrap();
     let rec: PathBuf = dir.path().join("rec");
     std::fs::create_dir_all(&rec).unwrap();
-    // The operator's first step: a cluster key (and a token), private to their owner.
-    let key = dir.path().join("swarm.key");
-    let token = dir.path().join("api.token");
-    let out = Command::new(BIN)
-        .args(["keygen", "--swarm-key"])
-        .arg(&key)
-        .arg("--token")
-        .arg(&token)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        for f in [&key, &token] {
-            let mode = std::fs::metadata(f).unwrap().permissions().mode() & 0o777;
-            assert_eq!(mode, 0o600, "{}", f.display());
-        }
-    }
-    let again = Command::new(BIN)
-        .args(["keygen", "--swarm-key"])
-        .arg(&key)
-        .output()
-        .unwrap();
-    assert!(!again.status.success(), "keygen overwrote a key");
-
-    // Two boxes with the key, each allowing only the other.
-    let ids: Vec<PeerId> = ["a0", "a1"]
-        .iter()
-        .map(|n| identity_in(&dir.path().join(n)))
-        .collect();
-    let allow = format!(
-        "allow_peers=[{}]",
-        ids.iter()
-            .map(|p| format!("\"{p}\""))
-            .collect::<Vec<_>>()
-            .join(",")
-    );
-    let p2p: Vec<u16> = (0..2).map(|_| free_port()).collect();
-    let apis: Vec<String> = (0..2)
-        .map(|_| format!("127.0.0.1:{}", free_port()))
-        .collect();
+    let key = keygen(dir.path());
+    let (_agents, ids, apis, p2p) = two_boxes(dir.path(), &key);
     let addr = |i: usize| -> Multiaddr {
         format!("/ip4/127.0.0.1/tcp/{}/p2p/{}", p2p[i], ids[i])
             .parse()
             .unwrap()
     };
-    let _agents: Vec<Agent> = (0..2)
-        .map(|i| {
-            Agent(agent(
-                dir.path(),
-                &format!("a{i}"),
-                &format!("/ip4/127.0.0.1/tcp/{}", p2p[i]),
-                &apis[i],
-                &[
-                    "--cluster-key-file".into(),
-                    key.display().to_string(),
-                    "--set".into(),
-                    allow.clone(),
-                    "--bootstrap".into(),
-                    addr(1 - i).to_string(),
-                ],
-            ))
-        })
-        .collect();
-    wait_until(
-        Duration::from_secs(60),
-        "the two boxes to hear each other",
-        || {
-            (0..2).all(|i| {
-                json(&apis[i], "/v1/peers").and_then(|v| v["peers"].as_array().map(Vec::len))
-                    == Some(1)
-            })
-        },
-    );
-    let node = json(&apis[0], "/v1/node").unwrap();
-    assert_eq!(node["security"]["cluster_key"], true);
-    assert_eq!(node["security"]["allowlist"], 2);
-
     // A legitimate task, long enough for the attacks below to land while it runs.
     let (code, body) = http(
         &apis[0],
@@ -261,81 +190,8 @@ fn outsiders_can_neither_join_nor_be_heard() {
         let rogue_key = Keypair::generate_ed25519();
         let me = node_id(&rogue_key.public().to_peer_id());
         let mut rogue = outsider(rogue_key, Some(&key), addr(0)).await;
-        let reachable = ids
-            .iter()
-            .map(node_id)
-            .collect::<std::collections::BTreeSet<_>>();
-        let pwned = Task {
-            id: TaskId(0x5eed_0000_0001),
-            ty: TaskTypeId(0),
-            min_demand: Resources(vec![1, 0, 0]),
-            max_demand: None,
-            priority: 0,
-            reachable: reachable.into_iter().collect(),
-            arrival: 0,
-            gang: None,
-        };
-        let mut members: Vec<_> = pwned.reachable.iter().copied().chain([me]).collect();
-        members.sort();
-        let bodies = vec![
-            // A claim on the legitimate task in the rounds of the next slots, with certainty.
-            Body::Protocol(Message {
-                version: PROTOCOL_VERSION,
-                round: Round { slot: 0, step: 0 },
-                from: me,
-                proposal: Proposal::Claim(Claim {
-                    task: legit,
-                    alloc: Resources(vec![2, 0, 1]),
-                    prob: 1.0,
-                    headroom: 100.0,
-                }),
-                members,
-                free: Resources(vec![64, 0, 64]),
-            }),
-            Body::Announce {
-                task: pwned.clone(),
-                spec: record_task(&rec, "pwned", 0.0),
-                owner: Some(me),
-                epoch: 0,
-                runs: None,
-            },
-            // A cancel: an outcome at the cancellation epoch, which beats every copy.
-            Body::Finished(Outcome {
-                task: legit,
-                node: me,
-                epoch: CANCELLED,
-                exit_code: None,
-            }),
-            Body::Failed {
-                task: legit,
-                reason: "taken over".into(),
-                requeue: false,
-            },
-            Body::Started {
-                task: legit,
-                alloc: Resources(vec![1, 0, 0]),
-                epoch: 1 << 40,
-            },
-        ];
-        let mut seq = 0;
-        let end = tokio::time::Instant::now() + Duration::from_secs(4);
-        let (mut ever, mut now) = (false, false);
-        while tokio::time::Instant::now() < end {
-            for body in &bodies {
-                seq += 1;
-                let _ = rogue
-                    .send(&Envelope {
-                        version: WIRE_VERSION,
-                        from: me,
-                        seq,
-                        body: body.clone(),
-                    })
-                    .await;
-            }
-            let (e, n) = connection(&mut rogue, Duration::from_millis(200)).await;
-            ever |= e;
-            now = if e || n { n } else { now };
-        }
+        let bodies = rogue_messages(me, legit, &ids, &rec);
+        let (ever, now) = keep_sending(&mut rogue, me, &bodies).await;
         // It did connect (its key is right), and was cut off by the allowlist.
         assert!(
             ever,
@@ -346,7 +202,196 @@ fn outsiders_can_neither_join_nor_be_heard() {
             "the agent kept a connection from a peer off its allowlist"
         );
     });
+    refused_and_unharmed(&apis, &rec, legit);
+}
 
+/// The operator's first step: a cluster key (and a token), private to their owner; `keygen`
+/// never overwrites a key. The key's path.
+fn keygen(dir: &Path) -> PathBuf {
+    // The operator's first step: a cluster key (and a token), private to their owner.
+    let key = dir.join("swarm.key");
+    let token = dir.join("api.token");
+    let out = Command::new(BIN)
+        .args(["keygen", "--swarm-key"])
+        .arg(&key)
+        .arg("--token")
+        .arg(&token)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for f in [&key, &token] {
+            let mode = std::fs::metadata(f).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", f.display());
+        }
+    }
+    let again = Command::new(BIN)
+        .args(["keygen", "--swarm-key"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(!again.status.success(), "keygen overwrote a key");
+
+    key
+}
+
+/// Two boxes with the key, each allowing only the other, hearing each other: the agents, their
+/// peer ids, API addresses and p2p ports.
+fn two_boxes(dir: &Path, key: &Path) -> (Vec<Agent>, Vec<PeerId>, Vec<String>, Vec<u16>) {
+    let ids: Vec<PeerId> = ["a0", "a1"]
+        .iter()
+        .map(|n| identity_in(&dir.join(n)))
+        .collect();
+    let allow = format!(
+        "allow_peers=[{}]",
+        ids.iter()
+            .map(|p| format!("\"{p}\""))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let p2p: Vec<u16> = (0..2).map(|_| free_port()).collect();
+    let apis: Vec<String> = (0..2)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let addr = |i: usize| -> Multiaddr {
+        format!("/ip4/127.0.0.1/tcp/{}/p2p/{}", p2p[i], ids[i])
+            .parse()
+            .unwrap()
+    };
+    let agents: Vec<Agent> = (0..2)
+        .map(|i| {
+            Agent(agent(
+                dir,
+                &format!("a{i}"),
+                &format!("/ip4/127.0.0.1/tcp/{}", p2p[i]),
+                &apis[i],
+                &[
+                    "--cluster-key-file".into(),
+                    key.display().to_string(),
+                    "--set".into(),
+                    allow.clone(),
+                    "--bootstrap".into(),
+                    addr(1 - i).to_string(),
+                ],
+            ))
+        })
+        .collect();
+    wait_until(
+        Duration::from_secs(60),
+        "the two boxes to hear each other",
+        || {
+            (0..2).all(|i| {
+                json(&apis[i], "/v1/peers").and_then(|v| v["peers"].as_array().map(Vec::len))
+                    == Some(1)
+            })
+        },
+    );
+    let node = json(&apis[0], "/v1/node").unwrap();
+    assert_eq!(node["security"]["cluster_key"], true);
+    assert_eq!(node["security"]["allowlist"], 2);
+
+    (agents, ids, apis, p2p)
+}
+
+/// What a key holder off the allowlist sends: a certain claim on the legitimate task, a task
+/// of its own, a cancel, a failure and a start at a huge epoch.
+fn rogue_messages(me: NodeId, legit: TaskId, ids: &[PeerId], rec: &Path) -> Vec<Body> {
+    let reachable = ids
+        .iter()
+        .map(node_id)
+        .collect::<std::collections::BTreeSet<_>>();
+    let pwned = Task {
+        id: TaskId(0x5eed_0000_0001),
+        ty: TaskTypeId(0),
+        min_demand: Resources(vec![1, 0, 0]),
+        max_demand: None,
+        priority: 0,
+        reachable: reachable.into_iter().collect(),
+        arrival: 0,
+        gang: None,
+    };
+    let mut members: Vec<_> = pwned.reachable.iter().copied().chain([me]).collect();
+    members.sort();
+    vec![
+        // A claim on the legitimate task in the rounds of the next slots, with certainty.
+        Body::Protocol(Message {
+            version: PROTOCOL_VERSION,
+            round: Round { slot: 0, step: 0 },
+            from: me,
+            proposal: Proposal::Claim(Claim {
+                task: legit,
+                alloc: Resources(vec![2, 0, 1]),
+                prob: 1.0,
+                headroom: 100.0,
+            }),
+            members,
+            free: Resources(vec![64, 0, 64]),
+        }),
+        Body::Announce {
+            task: pwned.clone(),
+            spec: record_task(rec, "pwned", 0.0),
+            owner: Some(me),
+            epoch: 0,
+            runs: None,
+        },
+        // A cancel: an outcome at the cancellation epoch, which beats every copy.
+        Body::Finished(Outcome {
+            task: legit,
+            node: me,
+            epoch: CANCELLED,
+            exit_code: None,
+        }),
+        Body::Failed {
+            task: legit,
+            reason: "taken over".into(),
+            requeue: false,
+        },
+        Body::Started {
+            task: legit,
+            alloc: Resources(vec![1, 0, 0]),
+            epoch: 1 << 40,
+        },
+    ]
+}
+
+/// Send `bodies` over and over for 4 s while watching the connection: whether it was ever
+/// connected, and whether it is at the end.
+async fn keep_sending(rogue: &mut Network, me: NodeId, bodies: &[Body]) -> (bool, bool) {
+    let mut seq = 0;
+    let end = tokio::time::Instant::now() + Duration::from_secs(4);
+    let (mut ever, mut now) = (false, false);
+    while tokio::time::Instant::now() < end {
+        for body in bodies {
+            seq += 1;
+            let _ = rogue
+                .send(&Envelope {
+                    version: WIRE_VERSION,
+                    from: me,
+                    seq,
+                    body: body.clone(),
+                })
+                .await;
+        }
+        let (e, n) = connection(rogue, Duration::from_millis(200)).await;
+        ever |= e;
+        now = if e || n { n } else { now };
+    }
+    // It did connect (its key is right), and was cut off by the allowlist.
+    assert!(
+        ever,
+        "the key holder never connected: the allowlist was not what refused it"
+    );
+    assert!(
+        !now,
+        "the agent kept a connection from a peer off its allowlist"
+    );
+    (ever, now)
+}
+
+/// After the attacks: the box counted the key holder it refused, the legitimate task ran to its
+/// end once, and the outsider's never ran.
+fn refused_and_unharmed(apis: &[String], rec: &Path, legit: TaskId) {
     // The box counted the key holder it refused, for its operator to see.
     let (_, metrics) = http(&apis[0], "GET", "/metrics", None).unwrap();
     let refused = metrics
@@ -377,7 +422,7 @@ fn outsiders_can_neither_join_nor_be_heard() {
         "ran\n",
         "the legitimate task ran more than once"
     );
-    for api in &apis {
+    for api in apis {
         let tasks = json(api, "/v1/tasks").unwrap();
         let ids: Vec<u64> = tasks["tasks"]
             .as_array()
