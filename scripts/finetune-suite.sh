@@ -12,8 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 first="$1"; end="$2"; minutes="${3:-10}"
-cargo build --release -p tapfinger-sim
-bin=target/release/tapfinger-sim
+# The train profile: burn's CPU backend fully optimized (Cargo.toml), as the shipped models
+# were trained; a run bounded in minutes does as many iterations as they did.
+cargo build --profile train -p tapfinger-sim
+bin=target/train/tapfinger-sim
 root="${ROOT:-out/finetune-suite}"
 # shellcheck disable=SC2206
 extra=(${TRAIN_ARGS:-})

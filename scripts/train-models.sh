@@ -15,8 +15,10 @@ presets=("$@")
 if [ ${#presets[@]} -eq 0 ]; then
   presets=(hetero6 synthetic6-l3 multitask3 synthetic3 synthetic6-l2 synthetic6-l4 edge-synergy edge-agent)
 fi
-cargo build --release -p tapfinger-sim
-bin=target/release/tapfinger-sim
+# The train profile: burn's CPU backend fully optimized (Cargo.toml), as the shipped models
+# were trained; a run bounded in minutes does as many iterations as they did.
+cargo build --profile train -p tapfinger-sim
+bin=target/train/tapfinger-sim
 for p in "${presets[@]}"; do
   if [ "$variant" = tapfinger ]; then out="out/models/$p"; else out="out/ablations/$variant/$p"; fi
   rm -rf "$out"
