@@ -16,17 +16,128 @@ use crate::view::{RunningView, View};
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
-/// Names accepted by [`by_name`], in the order reports list them.
-pub const BASELINES: &[&str] = &[
-    "optimus",
-    "optimus-np",
-    "tiresias",
-    "tiresias-np",
-    "drf",
-    "first-fit-max",
-    "random",
-    "min",
-];
+/// Every baseline, by name: the eight that reports rank ([`Baseline::RANKED`]) and the rules
+/// kept beside them (an elastic first-fit that imitation learning can copy, Tiresias with the
+/// gain-aware re-share, and the look-ahead rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Baseline {
+    /// Optimus, elastic: fits each task type's speed and gives units where they gain most.
+    Optimus,
+    /// Optimus, non-preemptive: each task keeps what it started with.
+    OptimusNp,
+    /// Tiresias (least attained service), elastic.
+    Tiresias,
+    /// Tiresias, non-preemptive.
+    TiresiasNp,
+    /// Dominant resource fairness.
+    Drf,
+    /// Greedy: the first task that fits, with all it can use.
+    FirstFitMax,
+    /// A uniformly random feasible task and allocation.
+    Random,
+    /// The first feasible task at its minimum demand.
+    Min,
+    /// Elastic first-fit: the oldest task that fits, at its minimum, re-shared every slot.
+    FirstFitElastic,
+    /// Tiresias whose spare units go where the estimator says they cut the most time.
+    TiresiasGain,
+    /// The look-ahead rule ([`crate::lookahead`]).
+    Lookahead,
+}
+
+impl Baseline {
+    /// The baselines reports rank, in the order they list them.
+    pub const RANKED: [Baseline; 8] = [
+        Baseline::Optimus,
+        Baseline::OptimusNp,
+        Baseline::Tiresias,
+        Baseline::TiresiasNp,
+        Baseline::Drf,
+        Baseline::FirstFitMax,
+        Baseline::Random,
+        Baseline::Min,
+    ];
+
+    /// Every baseline: the ranked ones, then the others.
+    pub const ALL: [Baseline; 11] = [
+        Baseline::Optimus,
+        Baseline::OptimusNp,
+        Baseline::Tiresias,
+        Baseline::TiresiasNp,
+        Baseline::Drf,
+        Baseline::FirstFitMax,
+        Baseline::Random,
+        Baseline::Min,
+        Baseline::FirstFitElastic,
+        Baseline::TiresiasGain,
+        Baseline::Lookahead,
+    ];
+
+    /// Its name, as commands, configuration files and reports write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Baseline::Optimus => "optimus",
+            Baseline::OptimusNp => "optimus-np",
+            Baseline::Tiresias => "tiresias",
+            Baseline::TiresiasNp => "tiresias-np",
+            Baseline::Drf => "drf",
+            Baseline::FirstFitMax => "first-fit-max",
+            Baseline::Random => "random",
+            Baseline::Min => "min",
+            Baseline::FirstFitElastic => "first-fit-elastic",
+            Baseline::TiresiasGain => "tiresias-gain",
+            Baseline::Lookahead => crate::lookahead::LOOKAHEAD,
+        }
+    }
+
+    /// Whether Optimus's profiling samples are needed to build it.
+    pub fn needs_profile(self) -> bool {
+        matches!(self, Baseline::Optimus | Baseline::OptimusNp)
+    }
+
+    /// The policy, for the cluster `ctx` describes.
+    pub fn build(self, ctx: &BaselineContext) -> Result<Box<dyn Policy>, BaselineError> {
+        let tiresias = |elastic| Tiresias {
+            gpu_kind: ctx.gpu_kind,
+            elastic,
+        };
+        Ok(match self {
+            Baseline::Random => Box::new(RandomPolicy),
+            Baseline::Min => Box::new(MinPolicy),
+            Baseline::FirstFitMax => Box::new(FirstFitMax),
+            Baseline::FirstFitElastic => Box::new(FirstFitElastic),
+            Baseline::Lookahead => Box::new(crate::lookahead::Lookahead),
+            Baseline::Drf => Box::new(Drf),
+            Baseline::Tiresias => Box::new(tiresias(true)),
+            Baseline::TiresiasNp => Box::new(tiresias(false)),
+            Baseline::TiresiasGain => Box::new(TiresiasGain(tiresias(true))),
+            Baseline::Optimus => Box::new(Optimus::fit(ctx, true)?),
+            Baseline::OptimusNp => Box::new(Optimus::fit(ctx, false)?),
+        })
+    }
+}
+
+impl std::fmt::Display for Baseline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Baseline {
+    type Err = BaselineError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Baseline::ALL
+            .into_iter()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| BaselineError::Unknown(s.to_string()))
+    }
+}
+
+/// The names of every baseline ([`Baseline::ALL`]), comma-separated.
+fn known() -> String {
+    Baseline::ALL.map(Baseline::name).join(", ")
+}
 
 /// A profiling measurement: how many slots a task of type `ty` took from start to finish alone
 /// with allocation `alloc` (fractional; what a profiler extrapolates from a short run).
@@ -57,38 +168,16 @@ pub struct BaselineContext {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BaselineError {
     /// No baseline of that name.
-    #[error("unknown policy {0:?}; known baselines: {known}", known = BASELINES.join(", "))]
+    #[error("unknown policy {0:?}; known baselines: {known}", known = known())]
     Unknown(String),
     /// Optimus could not fit its model.
     #[error("optimus: no profiling samples for task type #{0}")]
     NoProfile(u16),
 }
 
-/// Build a baseline by name.
+/// Build a baseline by name ([`Baseline`]'s `FromStr`, then [`Baseline::build`]).
 pub fn by_name(name: &str, ctx: &BaselineContext) -> Result<Box<dyn Policy>, BaselineError> {
-    Ok(match name {
-        "random" => Box::new(RandomPolicy),
-        "min" => Box::new(MinPolicy),
-        "first-fit-max" => Box::new(FirstFitMax),
-        "first-fit-elastic" => Box::new(FirstFitElastic),
-        crate::lookahead::LOOKAHEAD => Box::new(crate::lookahead::Lookahead),
-        "drf" => Box::new(Drf),
-        "tiresias" => Box::new(Tiresias {
-            gpu_kind: ctx.gpu_kind,
-            elastic: true,
-        }),
-        "tiresias-np" => Box::new(Tiresias {
-            gpu_kind: ctx.gpu_kind,
-            elastic: false,
-        }),
-        "tiresias-gain" => Box::new(TiresiasGain(Tiresias {
-            gpu_kind: ctx.gpu_kind,
-            elastic: true,
-        })),
-        "optimus" => Box::new(Optimus::fit(ctx, true)?),
-        "optimus-np" => Box::new(Optimus::fit(ctx, false)?),
-        other => return Err(BaselineError::Unknown(other.to_string())),
-    })
+    name.parse::<Baseline>()?.build(ctx)
 }
 
 fn random_alloc(task: &Task, free: &Resources, rng: &mut Rng) -> Resources {
@@ -190,7 +279,7 @@ pub struct FirstFitElastic;
 
 impl Policy for FirstFitElastic {
     fn name(&self) -> &str {
-        "first-fit-elastic"
+        Baseline::FirstFitElastic.name()
     }
     fn elastic(&self) -> bool {
         true
@@ -307,7 +396,7 @@ pub struct TiresiasGain(pub Tiresias);
 
 impl Policy for TiresiasGain {
     fn name(&self) -> &str {
-        "tiresias-gain"
+        Baseline::TiresiasGain.name()
     }
     fn elastic(&self) -> bool {
         true
@@ -549,6 +638,34 @@ impl Policy for Optimus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every baseline parses from its name, builds a policy that reports that name, and an
+    /// unknown name is refused with the list of every name.
+    #[test]
+    fn every_baseline_parses_builds_and_names_itself() {
+        let ctx = BaselineContext {
+            num_types: 1,
+            cpu_kind: 0,
+            gpu_kind: 1,
+            profile: vec![ProfileSample {
+                ty: TaskTypeId(0),
+                alloc: Resources(vec![1, 1]),
+                slots: 10.0,
+            }],
+        };
+        for b in Baseline::ALL {
+            assert_eq!(b.name().parse::<Baseline>(), Ok(b));
+            assert_eq!(b.to_string(), b.name());
+            let p = b.build(&ctx).unwrap();
+            assert_eq!(p.name(), b.name(), "{b:?}");
+        }
+        assert!(Baseline::RANKED.iter().all(|b| Baseline::ALL.contains(b)));
+        let e = "fifo".parse::<Baseline>().unwrap_err().to_string();
+        assert!(e.contains("\"fifo\""), "{e}");
+        for b in Baseline::ALL {
+            assert!(e.contains(b.name()), "{e}");
+        }
+    }
 
     /// The gain-aware share gives each spare unit to a task the estimator says it speeds up
     /// (memory whatever the gain); the plain share splits every kind round robin.

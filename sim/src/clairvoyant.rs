@@ -30,8 +30,11 @@ pub const RULE_UNSIZED: &str = "clairvoyant-rule-unsized";
 /// Whether `name` is the clairvoyant reference or one of its rule's variants: they read the
 /// true speed model, and reports mark them and never rank them among the baselines.
 pub fn is_clairvoyant(name: &str) -> bool {
-    [CLAIRVOYANT, RULE, RULE_STARTED, RULE_UNSIZED].contains(&name)
+    NAMES.contains(&name)
 }
+
+/// The clairvoyant reference and its rule's variants, by name.
+pub const NAMES: [&str; 4] = [CLAIRVOYANT, RULE, RULE_STARTED, RULE_UNSIZED];
 
 /// Clairvoyant reference: knows each type's true isolated runtime at every allocation, and
 /// re-allocates elastically like the elastic baselines, so it is never handicapped against them.

@@ -13,9 +13,70 @@ use tapfinger::baselines::{self, BaselineContext, BaselineError};
 use tapfinger::model::checkpoint::{self, LoadError};
 use tapfinger::model::net::NetConfig;
 
+/// A policy the simulator runs, by name: [`FromStr`](std::str::FromStr) takes every name it
+/// knows, and an unknown one is an [`UnknownPolicy`] that lists them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PolicyName {
+    /// `tapfinger`: the learned policy (the model given, else the one shipped for the scenario,
+    /// else the general model).
+    Tapfinger,
+    /// `rlpto`: the shipped RLPTO model.
+    Rlpto,
+    /// `LABEL=MODEL_PATH`: the learned policy with the model at `path`, reported as `label`.
+    Model {
+        /// The name reports give it.
+        label: String,
+        /// The checkpoint folder or model file.
+        path: std::path::PathBuf,
+    },
+    /// A heuristic baseline.
+    Baseline(baselines::Baseline),
+    /// The clairvoyant reference or one of its rule's variants (they read the true speed model).
+    Clairvoyant(&'static str),
+}
+
+/// A policy name the simulator does not know.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "unknown policy {0:?}; known: {TAPFINGER}, {RLPTO}, {baselines}, {clairvoyant}, or LABEL=MODEL_PATH (a trained model)",
+    baselines = baselines::Baseline::ALL.map(baselines::Baseline::name).join(", "),
+    clairvoyant = crate::clairvoyant::NAMES.join(", ")
+)]
+pub struct UnknownPolicy(pub String);
+
+impl std::str::FromStr for PolicyName {
+    type Err = UnknownPolicy;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some((label, path)) = s.split_once('=') {
+            if label.is_empty() || path.is_empty() {
+                return Err(UnknownPolicy(s.to_string()));
+            }
+            return Ok(PolicyName::Model {
+                label: label.to_string(),
+                path: path.into(),
+            });
+        }
+        if s == TAPFINGER {
+            return Ok(PolicyName::Tapfinger);
+        }
+        if s == RLPTO {
+            return Ok(PolicyName::Rlpto);
+        }
+        if let Some(c) = crate::clairvoyant::NAMES.into_iter().find(|c| *c == s) {
+            return Ok(PolicyName::Clairvoyant(c));
+        }
+        s.parse()
+            .map(PolicyName::Baseline)
+            .map_err(|_| UnknownPolicy(s.to_string()))
+    }
+}
+
 /// Every policy name the simulator knows, in report order.
 pub fn all_policies() -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = baselines::BASELINES.to_vec();
+    let mut v: Vec<&'static str> = baselines::Baseline::RANKED
+        .map(baselines::Baseline::name)
+        .to_vec();
     v.push(CLAIRVOYANT);
     v
 }
@@ -151,16 +212,16 @@ fn may_teach(p: &dyn tapfinger::Policy, student: &NetConfig) -> bool {
 /// waiting where first-fit-max's waits pay off (first-fit-max itself keeps each allocation for
 /// a task's whole run, which an elastic student cannot copy). Not among `auto`'s candidates:
 /// chosen per scenario it made the general model worse (docs/DECISIONS.md).
-pub const EXTRA_TEACHERS: &[&str] = &["first-fit-elastic"];
+pub const EXTRA_TEACHERS: &[baselines::Baseline] = &[baselines::Baseline::FirstFitElastic];
 
 /// The policies that may teach a learned policy of configuration `student` on `sim`'s
 /// scenario ([`may_teach`]): the ranked baselines, and with `extras` [`EXTRA_TEACHERS`].
 fn teachers(sim: &Simulator, student: &NetConfig, extras: bool) -> Vec<&'static str> {
-    let extra: &[&str] = if extras { EXTRA_TEACHERS } else { &[] };
-    baselines::BASELINES
+    let extra: &[baselines::Baseline] = if extras { EXTRA_TEACHERS } else { &[] };
+    baselines::Baseline::RANKED
         .iter()
         .chain(extra)
-        .copied()
+        .map(|b| b.name())
         .filter(|n| {
             build(sim, n).is_ok_and(|ps| ps.first().is_some_and(|p| may_teach(p.as_ref(), student)))
         })
@@ -252,4 +313,39 @@ fn build_with(
     (0..sc.nodes.len())
         .map(|_| baselines::by_name(name, &ctx))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every name the simulator lists parses, trained models parse as `LABEL=PATH`, and an
+    /// unknown name is refused naming every known one.
+    #[test]
+    fn policy_names_parse_and_an_unknown_one_lists_them_all() {
+        assert_eq!(TAPFINGER.parse(), Ok(PolicyName::Tapfinger));
+        assert_eq!(RLPTO.parse(), Ok(PolicyName::Rlpto));
+        for name in all_policies() {
+            assert!(name.parse::<PolicyName>().is_ok(), "{name}");
+        }
+        assert_eq!(
+            "mine=out/m".parse(),
+            Ok(PolicyName::Model {
+                label: "mine".into(),
+                path: "out/m".into()
+            })
+        );
+        assert!("=out/m".parse::<PolicyName>().is_err());
+        let e = "fifo".parse::<PolicyName>().unwrap_err().to_string();
+        for known in [
+            TAPFINGER,
+            RLPTO,
+            "optimus",
+            "lookahead",
+            CLAIRVOYANT,
+            "LABEL=MODEL_PATH",
+        ] {
+            assert!(e.contains(known), "{e}");
+        }
+    }
 }

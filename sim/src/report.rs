@@ -20,6 +20,9 @@ pub enum CompareError {
     /// Unknown policy or failed policy construction.
     #[error(transparent)]
     Policy(#[from] BaselineError),
+    /// A policy name the simulator does not know.
+    #[error(transparent)]
+    Unknown(#[from] policies::UnknownPolicy),
     /// The learned policy could not be loaded.
     #[error(transparent)]
     Model(#[from] crate::policies::LearnedError),
@@ -89,14 +92,13 @@ fn instances_for(
     model: Option<&Path>,
     seed: Option<u64>,
 ) -> Result<Vec<Box<dyn tapfinger::Policy>>, CompareError> {
-    if let Some((_, path)) = policy.split_once('=') {
-        return Ok(policies::learned(sim, Some(Path::new(path)))?);
-    }
-    if policy == policies::TAPFINGER {
-        return Ok(policies::learned(sim, model)?);
-    }
-    if policy == policies::RLPTO {
-        return Ok(policies::rlpto(sim)?);
+    match policy.parse::<policies::PolicyName>()? {
+        policies::PolicyName::Model { path, .. } => {
+            return Ok(policies::learned(sim, Some(&path))?);
+        }
+        policies::PolicyName::Tapfinger => return Ok(policies::learned(sim, model)?),
+        policies::PolicyName::Rlpto => return Ok(policies::rlpto(sim)?),
+        policies::PolicyName::Baseline(_) | policies::PolicyName::Clairvoyant(_) => {}
     }
     Ok(match seed {
         Some(seed) => policies::build_for_seed(sim, policy, seed)?,
@@ -166,7 +168,7 @@ fn clairvoyant_episode(sim: &Simulator, seed: u64) -> Result<EpisodeResult, Comp
         source,
     })?;
     let mut best_jct = summarize(&best, &kinds).avg_jct;
-    for name in tapfinger::baselines::BASELINES {
+    for name in tapfinger::baselines::Baseline::RANKED.map(tapfinger::baselines::Baseline::name) {
         // A baseline that cannot run here (or does not finish) is no candidate.
         let Some(episode) = instances_for(sim, name, None, Some(seed))
             .ok()

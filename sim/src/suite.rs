@@ -141,7 +141,10 @@ pub struct Suite {
 
 /// The policies run beside the candidate: every baseline and the clairvoyant reference.
 fn others(candidate: &str) -> Vec<String> {
-    let mut v: Vec<String> = baselines::BASELINES.iter().map(|s| s.to_string()).collect();
+    let mut v: Vec<String> = baselines::Baseline::RANKED
+        .iter()
+        .map(|b| b.name().to_string())
+        .collect();
     v.push(CLAIRVOYANT.into());
     v.retain(|p| p != candidate);
     v
