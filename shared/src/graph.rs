@@ -4,9 +4,9 @@
 //! summary node. Feature schemas: per preset ([`build`]: free units per kind, queue length,
 //! "is me"; minimum demand and a one-hot type; allocation, one-hot type, running time), general
 //! ([`build_general`]: the canonical kinds and the online speed estimates, no task type), and
-//! the general ones with more per task: RLPTO's ([`build_rlpto`]), each pending task's fit to
-//! the boxes ([`build_general_fit`]) and that fit beside the tasks running on each box
-//! ([`build_general_contended`], the shipped general model's). Edges go both ways between a server and each
+//! the general ones with more per task: RLPTO's ([`build_rlpto`]) and each pending task's fit
+//! to the boxes beside the tasks running on each ([`build_general_contended`], the shipped
+//! general model's). Edges go both ways between a server and each
 //! task in its window, each task it runs, and the summary node. Features are scaled by the largest
 //! node capacity per kind so that one set of weights works for clusters of any size. This module
 //! only builds data; it never decides.
@@ -145,10 +145,6 @@ pub fn build(view: &ClusterView, me: NodeId) -> HeteroGraph {
 /// Feature widths of the general schema: server, pending task, running task.
 pub const GENERAL_WIDTHS: [usize; 3] = [9, 10, 8];
 
-/// Feature widths of the general schema with node fit (schema 4, [`build_general_fit`]).
-pub const GENERAL_FIT_WIDTHS: [usize; 3] =
-    [GENERAL_WIDTHS[0], GENERAL_WIDTHS[1] + 2, GENERAL_WIDTHS[2]];
-
 /// A count or a time in slots, compressed: `ln(1 + x) / 4` (≈ 1 at 50 slots), so that heavy
 /// tails and long queues stay in range.
 fn squash(x: f64) -> f32 {
@@ -233,33 +229,6 @@ pub fn build_general(view: &ClusterView, me: NodeId) -> HeteroGraph {
     general_features(view, me).assemble(view)
 }
 
-/// Build the graph with the general features and each pending task's fit to the boxes (schema
-/// 4): [`build_general`]'s features, and per pending task two more, both from the online
-/// estimator's figures in the view ([`crate::view::TaskEstimate::slots_at`], never a true speed
-/// model):
-///
-/// - its estimated job time (squashed) at the largest allocation the deciding node could give
-///   it now (its cap of the node's free units);
-/// - the least such time over the boxes it may run on and fits now (the deciding node's own
-///   where it fits nowhere): whether a better box is free now, which the cluster-wide figures
-///   of schema 2 cannot say.
-pub fn build_general_fit(view: &ClusterView, me: NodeId) -> HeteroGraph {
-    let mut f = general_features(view, me);
-    let kinds = &view.kinds;
-    let mine = view.nodes.iter().find(|n| n.id == me);
-    for (x, p) in f.pending.iter_mut().zip(&view.pending) {
-        let t = &p.task;
-        let at = |free: &crate::resources::Resources| {
-            p.est
-                .slots_at(kinds, &t.min_demand, &t.cap(free).max_each(&t.min_demand))
-        };
-        let (here, best) = here_and_best(view, mine, p, |n| at(&n.free));
-        x.push(squash(here));
-        x.push(squash(best));
-    }
-    f.assemble(view)
-}
-
 /// Pending task `p`'s estimated time by `time_on` on the deciding node `mine` (its time at the
 /// minimum demand where there is none), and the least over that and every box it may run on
 /// and fits now.
@@ -298,76 +267,16 @@ pub const GENERAL_CONTENDED_WIDTHS: [usize; 3] =
 ///   does not fit).
 ///
 /// Why: on an elastic node a start takes only the minimum demand from the node's free units
-/// and the re-share splits the rest, so a node's free units (schema 4's figure) say what a
-/// task would get alone, not beside the others. A box running nine tasks that use GPUs showed
+/// and the re-share splits the rest, so a node's free units (a removed schema's figure) say what
+/// a task would get alone, not beside the others. A box running nine tasks that use GPUs showed
 /// every GPU task 16 GPUs' speed; the general model piled them onto the largest box
 /// (`hetero6`, docs/DECISIONS.md, "The general model: recipe and features").
 pub fn build_general_contended(view: &ClusterView, me: NodeId) -> HeteroGraph {
-    contended_graph(view, me, false)
+    contended_features(view, me).assemble(view)
 }
 
-/// Feature widths of the general schema with costs (schema 6, [`build_general_costs`]).
-pub const GENERAL_COSTS_WIDTHS: [usize; 3] = [
-    GENERAL_CONTENDED_WIDTHS[0],
-    GENERAL_CONTENDED_WIDTHS[1] + 3,
-    GENERAL_CONTENDED_WIDTHS[2],
-];
-
-/// Build the graph with schema 5's features and, per pending task, where its start would cost
-/// least (schema 6), from the same estimator figures: over the boxes it may run on and fits
-/// now (the deciding node's own figure where it fits nowhere), the least time its start would
-/// add to the tasks running there; its own time there plus that added time on the deciding
-/// node; and the least such sum over those boxes.
-///
-/// Why: schema 5 says what a start would cost the deciding node's running tasks, not whether
-/// another box would host the task at less harm. A task that gains from nothing runs as fast
-/// on a small box as on a large one, where its floor holds units others would use
-/// (`hetero6`: the schema-5 model put 125 of 187 such tasks on the two largest boxes,
-/// 2026-11-26).
-pub fn build_general_costs(view: &ClusterView, me: NodeId) -> HeteroGraph {
-    contended_graph(view, me, true)
-}
-
-/// Feature widths of the general schema with contention and reach (schema 7,
-/// [`build_general_reach`]).
-pub const GENERAL_REACH_WIDTHS: [usize; 3] = [
-    GENERAL_CONTENDED_WIDTHS[0],
-    GENERAL_CONTENDED_WIDTHS[1] + 2,
-    GENERAL_CONTENDED_WIDTHS[2],
-];
-
-/// Build the graph with schema 5's features and, per pending task, how many other boxes could
-/// ever run it (schema 7): of the boxes in the view other than the deciding node, those it may
-/// run on ([`crate::task::Task::reachable`], what its spec says) whose capacity holds its
-/// minimum demand — their count (squashed) and their fraction of the others (0 on a one-box
-/// view). Read from the spec and the capacities: no estimate, no true speed.
-///
-/// Why: tasks reach a random subset of the boxes, and one that only this box may run waits
-/// until this box takes it. A policy blind to that takes the tasks every box could run first
-/// and leaves each box's own to pile up; once arrivals stop, the piles drain one box at a
-/// time while the others idle (`gen:9028`, a development scenario, workload seed 10: the
-/// schema-5 model's last task finished at slot 186, elastic Tiresias's at 152; with every
-/// task reaching every box the three policies were identical; docs/DECISIONS.md). The graph's edges cannot say it: attention averages over a
-/// task's boxes, whatever their number.
-pub fn build_general_reach(view: &ClusterView, me: NodeId) -> HeteroGraph {
-    let mut f = contended_features(view, me, false);
-    let others = view.nodes.len().saturating_sub(1).max(1) as f64;
-    for (x, p) in f.pending.iter_mut().zip(&view.pending) {
-        let n = other_hosts(view, me, &p.task) as f64;
-        x.push(squash(n));
-        x.push((n / others) as f32);
-    }
-    f.assemble(view)
-}
-
-/// How many boxes of `view` other than `me` could ever run `t`: those its spec lets it reach
-/// whose capacity holds its minimum demand (schema 7's figure).
-pub fn other_hosts(view: &ClusterView, me: NodeId, t: &crate::task::Task) -> usize {
-    other_host_boxes(view, me, t).count()
-}
-
-/// Whether some box of `view` other than `me` could ever run `t` ([`other_hosts`] > 0),
-/// stopping at the first: the exclusive-first mask (`NetConfig::exclusive_first`) asks this of
+/// Whether some box of `view` other than `me` could ever run `t` (one its spec lets it reach
+/// whose capacity holds its minimum demand), stopping at the first: the exclusive-first mask (`NetConfig::exclusive_first`) asks this of
 /// every window task at every decision, and on a 1,000-box cluster a scan of every box per task
 /// would cost more than the decision's network pass.
 pub fn has_other_host(view: &ClusterView, me: NodeId, t: &crate::task::Task) -> bool {
@@ -389,13 +298,8 @@ fn other_host_boxes<'a>(
         .filter(move |n| t.min_demand.fits_in(&n.capacity))
 }
 
-/// Schema 5's graph, and with `costs` schema 6's three more figures per pending task.
-fn contended_graph(view: &ClusterView, me: NodeId, costs: bool) -> HeteroGraph {
-    contended_features(view, me, costs).assemble(view)
-}
-
-/// Schema 5's features, and with `costs` schema 6's three more per pending task.
-fn contended_features(view: &ClusterView, me: NodeId, costs: bool) -> Features {
+/// Schema 5's features.
+fn contended_features(view: &ClusterView, me: NodeId) -> Features {
     let mut f = general_features(view, me);
     let kinds = &view.kinds;
     let mine = view.nodes.iter().find(|n| n.id == me);
@@ -413,15 +317,6 @@ fn contended_features(view: &ClusterView, me: NodeId, costs: bool) -> Features {
         x.push(squash(here));
         x.push(squash(best));
         x.push(squash(delay));
-        if costs {
-            let delay_on = |n: &crate::view::NodeView| added_delay(view, n, p);
-            let (_, least_delay) = here_and_best(view, mine, p, delay_on);
-            let cost_on = |n: &crate::view::NodeView| time_on(n) + added_delay(view, n, p);
-            let (cost_here, least_cost) = here_and_best(view, mine, p, cost_on);
-            x.push(squash(least_delay));
-            x.push(squash(cost_here));
-            x.push(squash(least_cost));
-        }
     }
     f
 }
@@ -827,70 +722,6 @@ mod tests {
         );
     }
 
-    /// Schema 4 adds each pending task's fit: its estimated time at what the deciding node could
-    /// give it now, and the least such time over the boxes it may run on and fits now (a box
-    /// outside its reach, or one its minimum does not fit, does not count).
-    #[test]
-    fn node_fit_features_say_whether_a_better_box_is_free() {
-        let kinds = crate::estimate::KindMap::from_names(&["cpu", "gpu", "mem"]);
-        let task = Task {
-            id: TaskId(1),
-            ty: TaskTypeId(0),
-            min_demand: Resources(vec![1, 1, 1]),
-            max_demand: Some(Resources(vec![4, 4, 4])),
-            priority: 0,
-            reachable: vec![NodeId(0), NodeId(1), NodeId(3)],
-            arrival: 0,
-            gang: None,
-        };
-        let node = |id, free: Vec<u32>| NodeView {
-            id: NodeId(id),
-            capacity: Resources(vec![8, 8, 8]),
-            free: Resources(free),
-            window: vec![0],
-            overflow: 0,
-            running: vec![],
-        };
-        // GPU-bound: one more GPU saves 30 % of its 10 slots at the minimum.
-        let est = crate::view::TaskEstimate::gpu_bound(4.6);
-        let view = ClusterView {
-            kinds,
-            nodes: vec![
-                node(0, vec![4, 1, 8]),
-                node(1, vec![4, 2, 8]),
-                // Unreachable, and one its memory does not fit: both would give it 4 GPUs.
-                node(2, vec![8, 8, 8]),
-                node(3, vec![8, 8, 0]),
-            ],
-            pending: vec![PendingView {
-                class: 0,
-                task: task.into(),
-                est,
-            }],
-            ..Default::default()
-        };
-        // θ_gpu = 0.3 · 10 · 2 · 3 = 18: at 2 GPUs 10 + 18 · (1/3 − 1/2) = 7 slots (at 4, on
-        // the boxes that do not count, it would be 4.6).
-        let (slow, fast) = (squash(10.0), squash(7.0));
-        let (here, best) = (GENERAL_WIDTHS[1], GENERAL_WIDTHS[1] + 1);
-        let on0 = pending(&build_general_fit(&view, NodeId(0)));
-        assert_eq!(on0.len(), GENERAL_FIT_WIDTHS[1]);
-        assert_eq!(
-            on0[..GENERAL_WIDTHS[1]],
-            pending(&build_general(&view, NodeId(0)))[..]
-        );
-        assert!(
-            (on0[here] - slow).abs() < 1e-6 && (on0[best] - fast).abs() < 1e-6,
-            "{on0:?}"
-        );
-        let on1 = pending(&build_general_fit(&view, NodeId(1)));
-        assert!(
-            (on1[here] - fast).abs() < 1e-6 && (on1[best] - fast).abs() < 1e-6,
-            "{on1:?}"
-        );
-        assert_widths(&build_general_fit(&view, NodeId(0)), GENERAL_FIT_WIDTHS);
-    }
-
     /// Two boxes of 8 CPUs and 8 GPUs: box 0 runs a GPU-bound task, box 1 one that gains from
     /// nothing, each half done at its floor; pending, a GPU-bound task that may run on both
     /// (the estimate of [`crate::view::TaskEstimate::gpu_bound`]).
@@ -953,7 +784,7 @@ mod tests {
         let t = |g: f64| 10.0 + 18.0 * (1.0 / (1.0 + g) - 0.5);
         let [here, best, delay] = [0, 1, 2].map(|i| GENERAL_WIDTHS[1] + i);
         let close = |a: f32, b: f64| (a - squash(b)).abs() < 1e-6;
-        // On box 0: 1 + 6/2 = 4 GPUs (schema 4 read 7 from the free units); the running task
+        // On box 0: 1 + 6/2 = 4 GPUs (its free units alone would say 7); the running task
         // would drop from 8 GPUs to 4 for the half of its work left.
         let on0 = pending(&build_general_contended(&view, NodeId(0)));
         assert_eq!(on0.len(), GENERAL_CONTENDED_WIDTHS[1]);
@@ -964,11 +795,6 @@ mod tests {
         assert!(close(on0[here], t(4.0)), "{on0:?}");
         assert!(close(on0[best], t(7.0)), "{on0:?}");
         assert!(close(on0[delay], 0.5 * (t(4.0) - t(8.0))), "{on0:?}");
-        let fit = pending(&build_general_fit(&view, NodeId(0)));
-        assert!(
-            (fit[GENERAL_WIDTHS[1]] - squash(t(7.0))).abs() < 1e-6,
-            "{fit:?}"
-        );
         // On box 1: all 6 spare GPUs, and nobody slowed.
         let on1 = pending(&build_general_contended(&view, NodeId(1)));
         assert!(
@@ -982,40 +808,11 @@ mod tests {
         );
     }
 
-    /// Schema 6 adds where a start would cost least: on box 0 the GPU-bound newcomer would run
-    /// at 4 GPUs and slow the task there; on box 1 it would run at 7 and slow nobody (the task
-    /// there gains from nothing), so both boxes see a least added time of 0 and a least cost
-    /// of its time at 7 GPUs, and box 0 its own higher cost.
+    /// Whether another box could ever run a task: one its spec lets it reach whose capacity
+    /// holds its minimum demand (a box without GPUs cannot hold a task that asks for one,
+    /// whatever is free now). The exclusive-first mask asks this.
     #[test]
-    fn cost_features_say_which_box_a_start_harms_least() {
-        let view = two_boxes();
-        let t = |g: f64| 10.0 + 18.0 * (1.0 / (1.0 + g) - 0.5);
-        let w = GENERAL_CONTENDED_WIDTHS[1];
-        let close = |a: f32, b: f64| (a - squash(b)).abs() < 1e-6;
-        let on0 = pending(&build_general_costs(&view, NodeId(0)));
-        assert_eq!(on0.len(), GENERAL_COSTS_WIDTHS[1]);
-        assert_eq!(
-            on0[..w],
-            pending(&build_general_contended(&view, NodeId(0)))[..]
-        );
-        let delay0 = 0.5 * (t(4.0) - t(8.0));
-        assert!(close(on0[w], 0.0), "{on0:?}");
-        assert!(close(on0[w + 1], t(4.0) + delay0), "{on0:?}");
-        assert!(close(on0[w + 2], t(7.0)), "{on0:?}");
-        let on1 = pending(&build_general_costs(&view, NodeId(1)));
-        assert!(close(on1[w], 0.0), "{on1:?}");
-        assert!(
-            close(on1[w + 1], t(7.0)) && close(on1[w + 2], t(7.0)),
-            "{on1:?}"
-        );
-        assert_widths(&build_general_costs(&view, NodeId(0)), GENERAL_COSTS_WIDTHS);
-    }
-
-    /// Schema 7 adds, per pending task, how many boxes other than the deciding one could ever
-    /// run it: those its spec lets it reach whose capacity holds its minimum demand (a box
-    /// without GPUs cannot hold a task that asks for one, whatever is free now).
-    #[test]
-    fn reach_features_count_the_other_boxes_that_could_run_a_task() {
+    fn another_host_is_a_reachable_box_that_can_hold_the_task() {
         let mut view = two_boxes();
         // Box 2 has no GPUs.
         view.nodes.push(NodeView {
@@ -1034,33 +831,18 @@ mod tests {
                 est: est.clone(),
             });
         }
-        let w = GENERAL_CONTENDED_WIDTHS[1];
-        let g = build_general_reach(&view, NodeId(0));
-        assert_widths(&g, GENERAL_REACH_WIDTHS);
-        let contended = build_general_contended(&view, NodeId(0));
-        let rows = |g: &HeteroGraph, width: usize| -> Vec<Vec<f32>> {
-            g.node_weights()
-                .filter(|n| n.kind == NodeKind::Pending)
-                .map(|n| {
-                    assert_eq!(n.features.len(), width);
-                    n.features.clone()
-                })
-                .collect()
-        };
-        let (reach, base) = (rows(&g, w + 2), rows(&contended, w));
         // Tasks 1 (boxes 0, 1), 4 (box 0 only), 5 (box 2 cannot hold it), 6 (boxes 1 and 2).
-        let want = [(1.0, 0.5), (0.0, 0.0), (0.0, 0.0), (1.0, 0.5)];
-        for (p, (n, _)) in view.pending.iter().zip(want) {
-            assert_eq!(has_other_host(&view, NodeId(0), &p.task), n > 0.0);
-            assert_eq!(other_hosts(&view, NodeId(0), &p.task) as f64, n);
-        }
-        for ((r, b), (n, frac)) in reach.iter().zip(&base).zip(want) {
-            assert_eq!(r[..w], b[..]);
-            assert!((r[w] - squash(n)).abs() < 1e-6, "{r:?}");
-            assert!((r[w + 1] - frac).abs() < 1e-6, "{r:?}");
+        let want = [true, false, false, true];
+        for (p, w) in view.pending.iter().zip(want) {
+            assert_eq!(
+                has_other_host(&view, NodeId(0), &p.task),
+                w,
+                "{}",
+                p.task.id
+            );
         }
         // From box 1, task 1 could also run on box 0.
-        let from1 = rows(&build_general_reach(&view, NodeId(1)), w + 2);
-        assert!((from1[0][w] - squash(1.0)).abs() < 1e-6);
+        assert!(has_other_host(&view, NodeId(1), &view.pending[0].task));
+        assert!(!has_other_host(&view, NodeId(0), &view.pending[1].task));
     }
 }

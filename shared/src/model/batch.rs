@@ -40,11 +40,10 @@ pub struct Dims {
     /// kinds: a model fits one preset); 2, general features ([`graph::build_general`]: the
     /// canonical kinds and the online speed estimates, the same meaning on every cluster); 3,
     /// RLPTO's ([`graph::build_rlpto`]: the general features with priority classes,
-    /// convergence and the arrival forecast); 4, general with each pending task's fit to the
-    /// boxes ([`graph::build_general_fit`]); 5, the same under contention with the tasks
-    /// running there ([`graph::build_general_contended`]); 6, that and where a start would
-    /// cost least ([`graph::build_general_costs`]); 7, schema 5's and how many other boxes could
-    /// run each pending task ([`graph::build_general_reach`]).
+    /// convergence and the arrival forecast); 5, general with each pending task's fit to the
+    /// boxes beside the tasks running there ([`graph::build_general_contended`], the shipped
+    /// general model's). (Schemas 4, 6 and 7 were experiments, `docs/DECISIONS.md`; models of
+    /// them no longer load.)
     #[serde(default = "schema_v1")]
     pub schema: u32,
 }
@@ -59,21 +58,9 @@ pub const SCHEMA_GENERAL: u32 = 2;
 /// The feature schema of RLPTO models.
 pub const SCHEMA_RLPTO: u32 = 3;
 
-/// The feature schema of general models that see each pending task's fit to the boxes
-/// ([`graph::build_general_fit`]).
-pub const SCHEMA_GENERAL_FIT: u32 = 4;
-
 /// The feature schema of general models that see each pending task's fit to the boxes beside
 /// the tasks running there ([`graph::build_general_contended`]).
 pub const SCHEMA_GENERAL_CONTENDED: u32 = 5;
-
-/// The feature schema of general models that also see where a pending task's start would cost
-/// least ([`graph::build_general_costs`]).
-pub const SCHEMA_GENERAL_COSTS: u32 = 6;
-
-/// The feature schema of general models that see schema 5's features and how many other boxes
-/// could run each pending task ([`graph::build_general_reach`]; the newest this build reads).
-pub const SCHEMA_GENERAL_REACH: u32 = 7;
 
 impl Dims {
     /// Schema-1 sizes (a model for one preset).
@@ -96,35 +83,11 @@ impl Dims {
         }
     }
 
-    /// The general schema with each pending task's fit to the boxes ([`graph::build_general_fit`]).
-    pub fn general_fit(window: usize) -> Self {
-        Self {
-            schema: SCHEMA_GENERAL_FIT,
-            ..Self::general(window)
-        }
-    }
-
     /// The general schema with each pending task's fit to the boxes under contention
     /// ([`graph::build_general_contended`]).
     pub fn general_contended(window: usize) -> Self {
         Self {
             schema: SCHEMA_GENERAL_CONTENDED,
-            ..Self::general(window)
-        }
-    }
-
-    /// The general schema with contention and costs ([`graph::build_general_costs`]).
-    pub fn general_costs(window: usize) -> Self {
-        Self {
-            schema: SCHEMA_GENERAL_COSTS,
-            ..Self::general(window)
-        }
-    }
-
-    /// The general schema with contention and reach ([`graph::build_general_reach`]).
-    pub fn general_reach(window: usize) -> Self {
-        Self {
-            schema: SCHEMA_GENERAL_REACH,
             ..Self::general(window)
         }
     }
@@ -138,30 +101,14 @@ impl Dims {
         }
     }
 
-    /// Whether the features are general (schema 2 to 7: one model for every cluster).
+    /// Whether the features are general (schemas 2, 3 and 5: one model for every cluster).
     pub fn is_general(&self) -> bool {
         self.schema >= SCHEMA_GENERAL
     }
 
-    /// Whether this is the general schema with node fit ([`graph::build_general_fit`]).
-    pub fn is_node_fit(&self) -> bool {
-        self.schema == SCHEMA_GENERAL_FIT
-    }
-
-    /// Whether this is a general schema with contention ([`graph::build_general_contended`],
-    /// and with costs [`graph::build_general_costs`]).
+    /// Whether this is the general schema with contention ([`graph::build_general_contended`]).
     pub fn is_contended(&self) -> bool {
-        self.schema == SCHEMA_GENERAL_CONTENDED || self.is_costs()
-    }
-
-    /// Whether this is the general schema with costs ([`graph::build_general_costs`]).
-    pub fn is_costs(&self) -> bool {
-        self.schema == SCHEMA_GENERAL_COSTS
-    }
-
-    /// Whether this is the general schema with reach ([`graph::build_general_reach`]).
-    pub fn is_reach(&self) -> bool {
-        self.schema == SCHEMA_GENERAL_REACH
+        self.schema == SCHEMA_GENERAL_CONTENDED
     }
 
     /// Whether this is RLPTO's schema.
@@ -174,15 +121,6 @@ impl Dims {
     pub fn feature_width(&self, kind: usize) -> usize {
         if self.is_rlpto() {
             return graph::RLPTO_WIDTHS.get(kind).copied().unwrap_or(1);
-        }
-        if self.is_node_fit() {
-            return graph::GENERAL_FIT_WIDTHS.get(kind).copied().unwrap_or(1);
-        }
-        if self.is_costs() {
-            return graph::GENERAL_COSTS_WIDTHS.get(kind).copied().unwrap_or(1);
-        }
-        if self.is_reach() {
-            return graph::GENERAL_REACH_WIDTHS.get(kind).copied().unwrap_or(1);
         }
         if self.is_contended() {
             return graph::GENERAL_CONTENDED_WIDTHS
@@ -235,12 +173,6 @@ pub fn batch(items: &[(&ClusterView, NodeId)], dims: &Dims) -> GraphBatch {
     for (view, agent) in items {
         let g = if dims.is_rlpto() {
             graph::build_rlpto(view, *agent)
-        } else if dims.is_node_fit() {
-            graph::build_general_fit(view, *agent)
-        } else if dims.is_costs() {
-            graph::build_general_costs(view, *agent)
-        } else if dims.is_reach() {
-            graph::build_general_reach(view, *agent)
         } else if dims.is_contended() {
             graph::build_general_contended(view, *agent)
         } else if dims.is_general() {

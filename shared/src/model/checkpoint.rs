@@ -63,16 +63,19 @@ pub fn load_bytes(
     };
     let meta: CheckpointMeta = serde_json::from_str(train_json).map_err(|e| err(e.to_string()))?;
     let cfg = meta.config.net;
-    if cfg.dims.schema > super::batch::SCHEMA_GENERAL_REACH || cfg.dims.schema == 0 {
+    let known = [
+        1,
+        super::batch::SCHEMA_GENERAL,
+        super::batch::SCHEMA_RLPTO,
+        super::batch::SCHEMA_GENERAL_CONTENDED,
+    ];
+    if !known.contains(&cfg.dims.schema) {
         return Err(err(format!(
-            "written with feature schema {}; this build reads schemas 1 (per preset), {} (general), {} (RLPTO), {} (general, with node fit), {} (general, with node fit under contention), {} (general, under contention with costs) and {} (general, under contention with reach): use the tapfinger that trained it, or retrain",
+            "written with feature schema {}; this build reads schemas 1 (per preset), {} (general), {} (RLPTO) and {} (general, under contention: the shipped general model's): use the tapfinger that trained it, or retrain",
             cfg.dims.schema,
             super::batch::SCHEMA_GENERAL,
             super::batch::SCHEMA_RLPTO,
-            super::batch::SCHEMA_GENERAL_FIT,
             super::batch::SCHEMA_GENERAL_CONTENDED,
-            super::batch::SCHEMA_GENERAL_COSTS,
-            super::batch::SCHEMA_GENERAL_REACH
         )));
     }
     if dims.is_general() && !cfg.dims.is_general() {

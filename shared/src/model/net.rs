@@ -302,28 +302,6 @@ fn ints(v: &[i32], device: &Device) -> Tensor<1, Int> {
 }
 
 impl Net {
-    /// This network with each node type's input projection widened from `from`'s feature widths
-    /// to `to`'s, for a schema that appends features to another's (schema 7 to schema 5's
-    /// pending tasks, [`crate::graph::build_general_reach`]). The appended features get zero
-    /// weights, so the widened network decides exactly as this one did until training moves
-    /// them: a trained model's warm start for features it never saw, instead of a new run.
-    /// `None` where some width would shrink or the input count differs.
-    pub fn widen_inputs(mut self, from: &Dims, to: &Dims) -> Option<Self> {
-        for (t, lin) in self.input.iter_mut().enumerate() {
-            let (a, b) = (from.feature_width(t), to.feature_width(t));
-            let w = lin.weight.val();
-            let [rows, d] = w.dims();
-            if b < a || rows != a {
-                return None;
-            }
-            if b > a {
-                let zeros = Tensor::<2>::zeros([b - a, d], &w.device());
-                lin.weight = burn::module::Param::from_tensor(Tensor::cat(vec![w, zeros], 0));
-            }
-        }
-        Some(self)
-    }
-
     /// This network's allocation heads set to draw, for every kind, the lowest unit allowed
     /// (a task's minimum demand) most often and each unit above it `e^-slope` times as often as
     /// the one below: zero weights, bias `-slope · u` for `u` units. The warm start of a model

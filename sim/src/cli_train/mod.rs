@@ -55,31 +55,13 @@ pub(crate) struct TrainArgs {
     /// estimates, no task types), which loads on every cluster (new runs only).
     #[arg(long, conflicts_with = "resume")]
     pub(crate) general: bool,
-    /// With --general: feature schema 4, the general features and each pending task's fit to
-    /// the boxes (its estimated job time at what the deciding node could give it now, and the
-    /// least such time over the boxes it fits now) (new runs only).
-    #[arg(long, requires = "general", conflicts_with = "resume")]
-    pub(crate) node_fit: bool,
     /// With --general: feature schema 5, the general features and each pending task's fit to
     /// the boxes beside the tasks running there (its estimated job time at what it would get
     /// on the deciding node sharing it with them, the least such time over the boxes it fits
     /// now, and the time its start would add to the deciding node's running tasks); needs an
     /// elastic --sharing (new runs only).
-    #[arg(long, requires = "general", conflicts_with_all = ["resume", "node_fit"])]
+    #[arg(long, requires = "general", conflicts_with = "resume")]
     pub(crate) contention: bool,
-    /// With --contention: feature schema 6, schema 5's features and where a pending task's
-    /// start would cost least (the least time it would add to the running tasks over the boxes
-    /// it fits now; its own time plus that added time on the deciding node, and the least such
-    /// sum over those boxes) (new runs only).
-    #[arg(long, requires = "contention", conflicts_with = "resume")]
-    pub(crate) costs: bool,
-    /// With --contention: feature schema 7, schema 5's features and how many other boxes could
-    /// ever run each pending task (those it may run on whose capacity holds its minimum demand:
-    /// their count and their fraction of the other boxes). With --from a schema-5 model: that
-    /// model widened to schema 7, the new features' weights zero (it decides as before until
-    /// training moves them).
-    #[arg(long, conflicts_with_all = ["resume", "costs"])]
-    pub(crate) reach: bool,
     /// Train an RLPTO model (new runs only): general features plus each task's priority
     /// class, whether it is converging, and the forecast arrivals of the next intervals
     /// (feature schema 3), trained on RLPTO's cluster reward (the scenario's `[reward]`
@@ -239,8 +221,8 @@ fn load_for(a: &TrainArgs, name: &str) -> Result<Simulator> {
     Ok(sim)
 }
 
-/// `--from MODEL`: a new run from a model's weights (widened to schema 7 with `--reach`; its
-/// allocation heads started near the minimum demand when floors are new to it).
+/// `--from MODEL`: a new run from a model's weights (its allocation heads started near the
+/// minimum demand when floors are new to it).
 fn fine_tune(a: &TrainArgs, sim: Simulator, model: &std::path::Path) -> Result<Trainer> {
     let (net, mut net_cfg, trained_on) = if model.as_os_str() == "general" && !model.exists() {
         let g = &tapfinger::model::checkpoint::GENERAL;
@@ -252,21 +234,6 @@ fn fine_tune(a: &TrainArgs, sim: Simulator, model: &std::path::Path) -> Result<T
         )
     } else {
         tapfinger::model::checkpoint::load_path(model, &sim.dims())?
-    };
-    let net = if a.reach {
-        let to = tapfinger::model::batch::Dims::general_reach(net_cfg.dims.window);
-        if !net_cfg.dims.is_contended() || net_cfg.dims.is_costs() {
-            bail!(
-                "--reach widens a schema-5 model (general, under contention); {} is of schema {}",
-                model.display(),
-                net_cfg.dims.schema
-            );
-        }
-        let widened = net.widen_inputs(&net_cfg.dims, &to);
-        net_cfg.dims = to;
-        widened.context("widening the model's inputs")?
-    } else {
-        net
     };
     if let Some(k) = a.focus {
         net_cfg.focus = k;
@@ -308,20 +275,9 @@ fn fine_tune(a: &TrainArgs, sim: Simulator, model: &std::path::Path) -> Result<T
 /// A new run's configuration: the feature schema its flags name, the variant, the sharing.
 fn new_config(a: &TrainArgs, sim: &Simulator) -> Result<tapfinger_sim::train::TrainConfig> {
     use tapfinger::model::batch::Dims;
-    if a.reach && !a.contention {
-        bail!(
-            "--reach adds to schema 5's features: a new run needs --contention too (or --from a schema-5 model)"
-        );
-    }
     let window = sim.scenario().window;
     let dims = if a.rlpto {
         Dims::rlpto(window)
-    } else if a.node_fit {
-        Dims::general_fit(window)
-    } else if a.costs {
-        Dims::general_costs(window)
-    } else if a.reach {
-        Dims::general_reach(window)
     } else if a.contention {
         Dims::general_contended(window)
     } else if a.general {

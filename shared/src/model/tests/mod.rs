@@ -187,53 +187,6 @@ fn batched_and_single_forward_passes_agree() {
     }
 }
 
-/// A schema-5 network widened to schema 7 ([`Net::widen_inputs`]) scores every window slot and
-/// every view as before: the appended reach features have zero weights until training moves
-/// them (and the views below do carry them, non-zero).
-#[test]
-fn a_widened_network_decides_as_before_until_trained() {
-    let device = Device::flex();
-    device.seed(5);
-    let (from, to) = (Dims::general_contended(10), Dims::general_reach(10));
-    let net = Net::new(&NetConfig::new(from.clone()), &device);
-    let wide = net.clone().widen_inputs(&from, &to).unwrap();
-    let views: Vec<ClusterView> = (0..6)
-        .map(|s| {
-            let mut v = random_view(s);
-            v.kinds = crate::estimate::KindMap::from_names(&["cpu", "gpu"]);
-            let ids: Vec<NodeId> = v.nodes.iter().map(|n| n.id).collect();
-            for p in &mut v.pending {
-                Arc::make_mut(&mut p.task).reachable = ids.clone();
-            }
-            v
-        })
-        .collect();
-    let items: Vec<(&ClusterView, NodeId)> = views.iter().map(|v| (v, NodeId(0))).collect();
-    let (narrow, widened) = (batch(&items, &from), batch(&items, &to));
-    let (w5, w7) = (from.feature_width(1), to.feature_width(1));
-    assert_eq!(w7, w5 + 2);
-    assert!(
-        widened.features[1]
-            .chunks(w7)
-            .any(|row| row[w5..].iter().any(|x| *x != 0.0)),
-        "no view carries a reach feature"
-    );
-    let blocked = vec![false; narrow.graphs * 10];
-    let scores = |n: &Net, b: &super::batch::GraphBatch| {
-        let enc = n.encode(b, &device);
-        let mut out = floats(n.pointer_logits(&enc, b, &blocked, &[], &device));
-        out.extend(floats(n.value(&enc, b, &device).unsqueeze::<2>()));
-        out
-    };
-    let (before, after) = (scores(&net, &narrow), scores(&wide, &widened));
-    assert_eq!(before.len(), after.len());
-    for (x, y) in before.iter().zip(&after) {
-        assert!((x - y).abs() <= 1e-5 * (1.0 + x.abs()), "{x} vs {y}");
-    }
-    // Narrowing is refused.
-    assert!(wide.widen_inputs(&to, &from).is_none());
-}
-
 #[test]
 fn sampled_decisions_are_always_feasible() {
     let device = Device::flex();
