@@ -17,6 +17,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod critic;
 pub mod net;
+pub mod sharing;
 pub mod step_batch;
 
 pub use checkpoint::{LoadError, load_bytes};

@@ -1,7 +1,7 @@
 //! `tapfinger-sim train`: its arguments and the training loop around [`Trainer`] (a new run, a
 //! resumed one, or a fine-tune `--from` a model; a curriculum over generated scenarios).
 
-use crate::cli_compare::{load, parse_range};
+use crate::cli_compare::load;
 use anyhow::{Context, Result, bail};
 use indicatif::ProgressBar;
 use std::path::PathBuf;
@@ -10,190 +10,28 @@ use tapfinger::model::net::{NetConfig, VARIANTS};
 use tapfinger_sim::train::Trainer;
 use tapfinger_sim::{Scenario, Simulator, policies};
 
+mod args;
 mod setup;
-use setup::{FLOOR_SLOPE, development_judges, new_run, set_sharing, set_two_point};
-
-/// Arguments of `train`.
-#[derive(clap::Args)]
-pub(crate) struct TrainArgs {
-    /// Preset name or path to a scenario TOML file.
-    #[arg(long, default_value = "hetero6")]
-    pub(crate) scenario: String,
-    /// Stop after this many minutes of wall time.
-    #[arg(long, default_value_t = 10.0)]
-    pub(crate) minutes: f64,
-    /// Stop after this many iterations (whichever comes first).
-    #[arg(long)]
-    pub(crate) iterations: Option<u64>,
-    /// Output folder (checkpoint, train.json, curve.csv, curve.svg) [default: the folder
-    /// resumed with --resume (a resumed run continues where it was), else out/train].
-    #[arg(long)]
-    pub(crate) out: Option<PathBuf>,
-    /// Continue from a checkpoint folder.
-    #[arg(long, value_name = "DIR")]
-    pub(crate) resume: Option<PathBuf>,
-    /// Fine-tune: start a new run from this model's weights (a checkpoint folder, a
-    /// model.bpk, or `general`: the shipped general model, which fits any scenario), with a
-    /// fresh optimizer.
-    #[arg(long, value_name = "MODEL", conflicts_with = "resume")]
-    pub(crate) from: Option<PathBuf>,
-    /// Seed (new runs only).
-    #[arg(long, default_value_t = 0, conflicts_with = "resume")]
-    pub(crate) seed: u64,
-    /// Episodes per iteration [default: 8; a resumed run keeps its own unless given].
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    pub(crate) envs: Option<u64>,
-    /// Policy variant: tapfinger, or the ablations nohan, nopointer, vanilla, nomask (no
-    /// work-conserving mask), crowd2 (the crowding mask: a busy elastic node may not start a
-    /// task that would run there at under half its speed alone), or exclusive (the
-    /// exclusive-first mask: a younger task may not overtake a fitting older one of its class
-    /// that no other box could run) (new runs only; a trained model gets the exclusive-first
-    /// mask by `"exclusive_first": true` in its train.json and --resume, docs/MODELS.md).
-    #[arg(long, default_value = "tapfinger", conflicts_with = "resume")]
-    pub(crate) variant: String,
-    /// Train a general model (feature schema 2: CPU, GPU and memory, the online speed
-    /// estimates, no task types), which loads on every cluster (new runs only).
-    #[arg(long, conflicts_with = "resume")]
-    pub(crate) general: bool,
-    /// With --general: feature schema 5, the general features and each pending task's fit to
-    /// the boxes beside the tasks running there (its estimated job time at what it would get
-    /// on the deciding node sharing it with them, the least such time over the boxes it fits
-    /// now, and the time its start would add to the deciding node's running tasks); needs an
-    /// elastic --sharing (new runs only).
-    #[arg(long, requires = "general", conflicts_with = "resume")]
-    pub(crate) contention: bool,
-    /// Train an RLPTO model (new runs only): general features plus each task's priority
-    /// class, whether it is converging, and the forecast arrivals of the next intervals
-    /// (feature schema 3), trained on RLPTO's cluster reward (the scenario's `[reward]`
-    /// weights) instead of the time in system.
-    #[arg(long, conflicts_with_all = ["general", "resume"])]
-    pub(crate) rlpto: bool,
-    /// The RLPTO model's forecast interval in slots: its views carry the forecast arrivals of
-    /// the next intervals of this many slots, in training and wherever it runs (new runs only).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "resume")]
-    pub(crate) forecast_interval: u64,
-    /// How a node shares among its running tasks: elastic (start at the minimum demand,
-    /// re-share the spare units every slot), elastic-floors (the allocation head chooses each
-    /// task's floor, the least it holds for its run; the spare units are re-shared every slot
-    /// on top of the floors), elastic-gain (elastic, but each spare CPU and GPU unit goes to the
-    /// task whose estimated job time it cuts by the largest fraction, on the online speed
-    /// estimator, instead of least attained service first), elastic-gain-finish (elastic-gain,
-    /// and first the fewest units that let a running task finish within the slot, by the
-    /// estimator), elastic-gain-floors (both: floors
-    /// from the allocation head, the spare units on top of them by estimated gain),
-    /// elastic-gain-finish-floors (elastic-gain-finish on top of floors from the allocation
-    /// head; with --from a model trained without floors, its allocation heads start near each
-    /// task's minimum demand, `Net::floors_near_minimum`),
-    /// elastic-hold-gpus (elastic, but GPUs stay at the minimum demand:
-    /// for clusters whose tasks cannot resume on new devices), fixed (the allocation head
-    /// chooses once per task), or auto: for a new run elastic for a general model and fixed for
-    /// a per-preset one; with --from, the model's own (new runs only).
-    #[arg(long, default_value = "auto", value_parser = ["auto", "elastic", "elastic-gain", "elastic-gain-finish", "elastic-floors", "elastic-gain-floors", "elastic-gain-finish-floors", "elastic-hold-gpus", "fixed"], conflicts_with = "resume")]
-    pub(crate) sharing: String,
-    /// Each decision attends to at most this many nodes (0: the whole cluster) [default: 8
-    /// for a general model, 0 per preset; with --from, the model's own unless given] (new runs
-    /// only).
-    #[arg(long, conflicts_with = "resume")]
-    pub(crate) focus: Option<usize>,
-    /// With a --sharing that has floors: each floor is one of two points per kind, the task's
-    /// minimum demand or the most the node could give it now, and the larger's logit is
-    /// shifted by this offset (e.g. -2: about one claim in eight per kind explores the large
-    /// floor at the start). With --from a model trained without floors, its allocation heads
-    /// start even between the two points, so the start decides as that model did
-    /// (`NetConfig::two_point`) (new runs only).
-    #[arg(long, allow_negative_numbers = true, conflicts_with = "resume")]
-    pub(crate) two_point: Option<f32>,
-    /// A curriculum: each iteration on the next generated scenario gen:N for N in A..B
-    /// (training seeds: below 10000) with at most --max-nodes nodes; needs a general model.
-    /// --scenario is the first one's stand-in (name it gen:A).
-    #[arg(long, value_name = "A..B", value_parser = parse_range)]
-    pub(crate) generator_seeds: Option<std::ops::Range<u64>>,
-    /// Largest cluster of the curriculum (train small, test big).
-    #[arg(long, default_value_t = 12)]
-    pub(crate) max_nodes: usize,
-    /// The generated families of the curriculum and of --select's development scenarios,
-    /// comma-separated: base (`gen:N`), wide (`gen-wide:N`), long (`gen-long:N`); with several,
-    /// the curriculum takes each seed in each family in turn and the development scenarios
-    /// alternate.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "base",
-        requires = "generator_seeds"
-    )]
-    pub(crate) families: Vec<tapfinger_sim::generate::Family>,
-    /// PPO without the input-dependent baseline (advantages from the critic by GAE
-    /// instead): its ablation. Applies to resumed runs too.
-    #[arg(long)]
-    pub(crate) no_input_baseline: bool,
-    /// Adam learning rate [default: 3e-4; a resumed run keeps its own unless given].
-    #[arg(long)]
-    pub(crate) lr: Option<f64>,
-    /// Imitation (DAgger) iterations before PPO (new runs only).
-    #[arg(long, default_value_t = 0, conflicts_with = "resume")]
-    pub(crate) imitate: u64,
-    /// Teacher policy for imitation (new runs only): a policy that shares as the student
-    /// does (elastic or not; for an elastic student also first-fit-elastic), or auto (of the
-    /// ranked baselines that share so, the one with the least average JCT on development
-    /// workloads of the scenario).
-    #[arg(long, default_value = "auto", conflicts_with = "resume")]
-    pub(crate) teacher: String,
-    /// OS threads running episodes (default: all cores); results do not depend on it.
-    #[arg(long)]
-    pub(crate) threads: Option<usize>,
-    /// Greedy validation episodes after each iteration (0: none) [default: 4; a resumed run
-    /// keeps its own unless given].
-    #[arg(long)]
-    pub(crate) eval_episodes: Option<usize>,
-    /// Keep the best weights, not the last: the start and every --select-every iterations are
-    /// judged greedily on this many validation workloads (seeds from 2^41, never those of
-    /// training or of `compare`), and the output folder holds the best so far (the last state
-    /// goes to OUT/last) [default: 16 with --from, else 0 (off)]. With --generator-seeds (a
-    /// general model, whose training scenario changes every iteration): on this many
-    /// development scenarios gen:9000.. instead, one validation workload each, scored by the
-    /// average JCT over elastic Tiresias's there, averaged.
-    #[arg(long)]
-    pub(crate) select: Option<usize>,
-    /// With --generator-seeds and --select N: validation workloads per development scenario
-    /// in each judgement (more cost time and rank checkpoints more surely).
-    #[arg(long, default_value_t = 1, requires = "generator_seeds", value_parser = clap::value_parser!(u64).range(1..=64))]
-    pub(crate) select_workloads: u64,
-    /// Every task of every scenario this run loads (training, curriculum, development
-    /// judges) carries its type's profiling runs as profile hints for the speed estimator.
-    /// A setting of this run, not of the model: evaluate it with `--profile-hints` too.
-    #[arg(long)]
-    pub(crate) profile_hints: bool,
-    /// Every task of every scenario this run loads declares its work (its size) to the speed
-    /// estimator. A setting of this run, not of the model: evaluate it with `--declare-work`.
-    #[arg(long)]
-    pub(crate) declare_work: bool,
-    /// Iterations between two judgements of --select.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
-    pub(crate) select_every: u64,
-    /// With --select: also keep every judged checkpoint, in OUT/judged/ITERATION (weights,
-    /// train.json, curve), to judge them again on more workloads than the selection's
-    /// (`suite --model OUT/judged/N`). A checkpoint judged worse than the best so far on the
-    /// selection's workloads can be the better one on others (docs/DECISIONS.md).
-    #[arg(long)]
-    pub(crate) keep_judged: bool,
-}
+pub(crate) use args::TrainArgs;
+use setup::{FLOOR_SLOPE, development_judges, new_run, set_two_point};
+use tapfinger::model::sharing::Sharing;
 
 /// Run `train`: set up the trainer (new, resumed or fine-tuned), then iterate until the time or
 /// the iteration budget is spent, keeping the best judged checkpoint when asked.
 pub(crate) fn train(a: TrainArgs) -> Result<()> {
-    if !(a.minutes.is_finite() && a.minutes > 0.0) {
+    if !(a.run.minutes.is_finite() && a.run.minutes > 0.0) {
         bail!("--minutes must be a positive number");
     }
     // A resumed run writes where it was resumed from unless told otherwise: two runs resumed
     // from different folders must not overwrite one shared default.
-    let out = a.out.clone().unwrap_or_else(|| {
-        a.resume
+    let out = a.run.out.clone().unwrap_or_else(|| {
+        a.run
+            .resume
             .clone()
             .unwrap_or_else(|| PathBuf::from("out/train"))
     });
-    let sim = load_for(&a, &a.scenario)?;
-    let mut trainer = match (&a.resume, &a.from) {
+    let sim = load_for(&a, &a.run.scenario)?;
+    let mut trainer = match (&a.run.resume, &a.run.from) {
         (Some(dir), _) => Trainer::resume(sim, dir)?,
         (None, Some(model)) => fine_tune(&a, sim, model)?,
         (None, None) => {
@@ -212,10 +50,10 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
 /// profile hints and declared work it asks for.
 fn load_for(a: &TrainArgs, name: &str) -> Result<Simulator> {
     let mut sim = load(name)?;
-    if a.profile_hints {
+    if a.run.profile_hints {
         sim = sim.profile_hints();
     }
-    if a.declare_work {
+    if a.run.declare_work {
         sim = sim.declare_work();
     }
     Ok(sim)
@@ -235,14 +73,14 @@ fn fine_tune(a: &TrainArgs, sim: Simulator, model: &std::path::Path) -> Result<T
     } else {
         tapfinger::model::checkpoint::load_path(model, &sim.dims())?
     };
-    if let Some(k) = a.focus {
+    if let Some(k) = a.model.focus {
         net_cfg.focus = k;
     }
     let had_floors = net_cfg.floors;
-    if a.sharing != "auto" {
-        set_sharing(&mut net_cfg, &a.sharing, a.general);
+    if let Some(s) = a.model.sharing.0 {
+        s.apply(&mut net_cfg);
     }
-    set_two_point(&mut net_cfg, a.two_point)?;
+    set_two_point(&mut net_cfg, a.model.two_point)?;
     // A model trained without floors never trained its allocation heads: they start near the
     // minimum demand (two points: even, the offset decides) instead of at random over the grid.
     let net = if net_cfg.floors && !had_floors {
@@ -258,11 +96,11 @@ fn fine_tune(a: &TrainArgs, sim: Simulator, model: &std::path::Path) -> Result<T
     let cfg = new_run(
         &sim,
         net_cfg,
-        a.seed,
-        a.envs,
-        a.lr,
-        a.imitate,
-        a.teacher.clone(),
+        a.run.seed,
+        a.run.envs,
+        a.optim.lr,
+        a.optim.imitate,
+        a.optim.teacher.clone(),
     )?;
     eprintln!(
         "fine-tuning {} (trained on {trained_on}) on {}",
@@ -276,55 +114,69 @@ fn fine_tune(a: &TrainArgs, sim: Simulator, model: &std::path::Path) -> Result<T
 fn new_config(a: &TrainArgs, sim: &Simulator) -> Result<tapfinger_sim::train::TrainConfig> {
     use tapfinger::model::batch::Dims;
     let window = sim.scenario().window;
-    let dims = if a.rlpto {
+    let dims = if a.model.rlpto {
         Dims::rlpto(window)
-    } else if a.contention {
+    } else if a.model.contention {
         Dims::general_contended(window)
-    } else if a.general {
+    } else if a.model.general {
         Dims::general(window)
     } else {
         sim.dims()
     };
-    let variant = &a.variant;
+    let variant = &a.model.variant;
     let mut net = NetConfig::variant(dims, variant).with_context(|| {
         format!(
             "unknown variant {variant:?}; known: {}",
             VARIANTS.join(", ")
         )
     })?;
-    let general = a.general || a.rlpto;
-    set_sharing(&mut net, &a.sharing, general);
-    set_two_point(&mut net, a.two_point)?;
-    if a.contention && !net.elastic {
+    let general = a.model.general || a.model.rlpto;
+    // `auto`: elastic for a general model, fixed for a per-preset one.
+    let auto = if general {
+        Sharing::Elastic
+    } else {
+        Sharing::Fixed
+    };
+    a.model.sharing.0.unwrap_or(auto).apply(&mut net);
+    set_two_point(&mut net, a.model.two_point)?;
+    if a.model.contention && !net.elastic {
         bail!(
             "--contention reads a node's free units as those beyond the running tasks' floors, which an elastic share splits: it needs an elastic --sharing, not {}",
-            a.sharing
+            Sharing::of(&net).map_or("this one", Sharing::name)
         );
     }
-    net.focus = a.focus.unwrap_or(if general { 8 } else { 0 });
-    if a.rlpto {
-        net.forecast_interval_slots = a.forecast_interval;
+    net.focus = a.model.focus.unwrap_or(if general { 8 } else { 0 });
+    if a.model.rlpto {
+        net.forecast_interval_slots = a.model.forecast_interval;
     }
-    new_run(sim, net, a.seed, a.envs, a.lr, a.imitate, a.teacher.clone())
+    new_run(
+        sim,
+        net,
+        a.run.seed,
+        a.run.envs,
+        a.optim.lr,
+        a.optim.imitate,
+        a.optim.teacher.clone(),
+    )
 }
 
 /// The settings a resumed run may change (its batch, validation, baseline, learning rate, and
 /// the threads); every other setting of a new run is refused with --resume (clap), so none is
 /// silently ignored.
 fn override_settings(a: &TrainArgs, trainer: &mut Trainer) -> Result<()> {
-    if let Some(t) = a.threads {
+    if let Some(t) = a.run.threads {
         trainer.threads = t.max(1);
     }
-    if let Some(n) = a.envs {
+    if let Some(n) = a.run.envs {
         trainer.cfg.envs = usize::try_from(n).context("--envs")?;
     }
-    if let Some(n) = a.eval_episodes {
+    if let Some(n) = a.run.eval_episodes {
         trainer.cfg.eval_episodes = n;
     }
-    if a.no_input_baseline {
+    if a.optim.no_input_baseline {
         trainer.cfg.input_baseline = false;
     }
-    if let Some(lr) = a.lr {
+    if let Some(lr) = a.optim.lr {
         if !(lr.is_finite() && lr > 0.0) {
             bail!("--lr must be a positive number");
         }
@@ -336,7 +188,7 @@ fn override_settings(a: &TrainArgs, trainer: &mut Trainer) -> Result<()> {
 /// `--generator-seeds`: the curriculum's scenarios, each family's in turn, at most
 /// `--max-nodes` nodes; empty without the flag.
 fn curriculum(a: &TrainArgs) -> Result<Vec<String>> {
-    let Some(r) = &a.generator_seeds else {
+    let Some(r) = &a.curriculum.generator_seeds else {
         return Ok(Vec::new());
     };
     if r.end > tapfinger_sim::generate::HELD_OUT_FROM {
@@ -347,10 +199,10 @@ fn curriculum(a: &TrainArgs) -> Result<Vec<String>> {
             tapfinger_sim::generate::HELD_OUT_FROM
         );
     }
-    let max_nodes = a.max_nodes;
+    let max_nodes = a.curriculum.max_nodes;
     let seeds: Vec<String> = r
         .clone()
-        .flat_map(|s| a.families.iter().map(move |f| f.scenario(s)))
+        .flat_map(|s| a.curriculum.families.iter().map(move |f| f.scenario(s)))
         .filter(|name| Scenario::load(name).is_ok_and(|sc| sc.nodes.len() <= max_nodes))
         .collect();
     if seeds.is_empty() {
@@ -383,8 +235,11 @@ impl Selection {
         // A fine-tune is judged against its start: without this, ten minutes of PPO on a
         // user's scenario may end worse than the general model it began from
         // (docs/DECISIONS.md, "Fine-tuning on one's own cluster").
-        let select = a.select.unwrap_or(if a.from.is_some() { 16 } else { 0 });
-        if a.keep_judged && select == 0 {
+        let select = a
+            .selection
+            .select
+            .unwrap_or(if a.run.from.is_some() { 16 } else { 0 });
+        if a.selection.keep_judged && select == 0 {
             bail!(
                 "--keep-judged keeps the checkpoints --select judges: give --select N (a fine-tune --from a model has 16 by default)"
             );
@@ -393,7 +248,13 @@ impl Selection {
             Vec::new()
         } else {
             let load = |name: &str| load_for(a, name);
-            development_judges(curriculum, &a.families, select, a.select_workloads, &load)?
+            development_judges(
+                curriculum,
+                &a.curriculum.families,
+                select,
+                a.selection.select_workloads,
+                &load,
+            )?
         };
         let last_dir = if select > 0 {
             out.join("last")
@@ -402,12 +263,12 @@ impl Selection {
         };
         Ok(Self {
             select,
-            select_workloads: a.select_workloads,
+            select_workloads: a.selection.select_workloads,
             judges,
             best: None,
             out,
             last_dir,
-            keep_judged: a.keep_judged,
+            keep_judged: a.selection.keep_judged,
         })
     }
 
@@ -477,13 +338,13 @@ fn iterate(
     curriculum: &[String],
     selection: &mut Selection,
 ) -> Result<()> {
-    let auto_teacher = a.teacher == policies::AUTO_TEACHER;
+    let auto_teacher = a.optim.teacher == policies::AUTO_TEACHER;
     let started = Instant::now();
-    let budget = Duration::from_secs_f64(a.minutes * 60.0);
+    let budget = Duration::from_secs_f64(a.run.minutes * 60.0);
     let bar = ProgressBar::new_spinner();
     bar.enable_steady_tick(Duration::from_millis(200));
     let mut done = 0u64;
-    while started.elapsed() < budget && a.iterations.is_none_or(|n| done < n) {
+    while started.elapsed() < budget && a.run.iterations.is_none_or(|n| done < n) {
         if !curriculum.is_empty() {
             let name = &curriculum[(trainer.iteration as usize) % curriculum.len()];
             trainer.set_simulator(load_for(a, name)?, auto_teacher)?;
@@ -521,8 +382,8 @@ fn iterate(
         if done.is_multiple_of(5) {
             trainer.save(&selection.last_dir)?;
         }
-        let ending = started.elapsed() >= budget || a.iterations.is_some_and(|n| done >= n);
-        if done.is_multiple_of(a.select_every) || ending {
+        let ending = started.elapsed() >= budget || a.run.iterations.is_some_and(|n| done >= n);
+        if done.is_multiple_of(a.selection.select_every) || ending {
             selection.judge_now(trainer, &bar)?;
         }
     }

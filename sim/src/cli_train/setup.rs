@@ -36,24 +36,6 @@ pub(super) fn new_run(
     Ok(cfg)
 }
 
-/// `--sharing` into a network's settings (`auto`: elastic for a general model).
-pub(super) fn set_sharing(net: &mut NetConfig, sharing: &str, general: bool) {
-    net.finish_first = matches!(
-        sharing,
-        "elastic-gain-finish" | "elastic-gain-finish-floors"
-    );
-    (net.elastic, net.hold_gpus, net.floors, net.gain_share) = match sharing {
-        "elastic" => (true, false, false, false),
-        "elastic-gain-finish" => (true, false, false, true),
-        "elastic-gain" => (true, false, false, true),
-        "elastic-floors" => (true, false, true, false),
-        "elastic-gain-floors" | "elastic-gain-finish-floors" => (true, false, true, true),
-        "elastic-hold-gpus" => (true, true, false, false),
-        "fixed" => (false, false, false, false),
-        _ => (general, false, false, false),
-    };
-}
-
 /// `--two-point` into a network's settings: only where its sharing has floors.
 pub(super) fn set_two_point(net: &mut NetConfig, two_point: Option<f32>) -> Result<()> {
     if let Some(off) = two_point {
