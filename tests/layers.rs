@@ -16,20 +16,10 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use tapfinger_tests::rust_files;
 
 const CRATES: &[&str] = &["shared", "sim", "agent", "coordinator", "net", "harness"];
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
 
 /// A module's path in its crate (`protocol/gang.rs` → `["protocol", "gang"]`; a `mod.rs`
 /// is its folder's module).

@@ -320,3 +320,16 @@ pub async fn serve_api(agent: &Agent, token: Option<String>) -> String {
     tokio::spawn(tapfinger_agent::api::serve(l, app));
     api
 }
+
+/// Every `.rs` file below `dir` (the source checks `layers.rs` and `sizes.rs` read them); panics
+/// on an unreadable folder: a broken checkout, said at once.
+pub fn rust_files(dir: &std::path::Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}

@@ -10,7 +10,8 @@
 // A test: an unreadable source tree is a broken checkout, said at once.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use tapfinger_tests::rust_files;
 
 /// The longest a function may be, in lines.
 const MAX_LINES: usize = 150;
@@ -25,17 +26,6 @@ const FOLDERS: &[&str] = &[
     "harness",
     "tests",
 ];
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
 
 /// Whether `line` (indentation removed) opens a function with a body.
 fn opens_fn(line: &str) -> bool {

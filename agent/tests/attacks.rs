@@ -377,15 +377,6 @@ async fn keep_sending(rogue: &mut Network, me: NodeId, bodies: &[Body]) -> (bool
         ever |= e;
         now = if e || n { n } else { now };
     }
-    // It did connect (its key is right), and was cut off by the allowlist.
-    assert!(
-        ever,
-        "the key holder never connected: the allowlist was not what refused it"
-    );
-    assert!(
-        !now,
-        "the agent kept a connection from a peer off its allowlist"
-    );
     (ever, now)
 }
 

@@ -8,16 +8,38 @@ use crate::dial::{Bootstrap, dial_lan_peer};
 use crate::direct::{self, Relay, Writers};
 use crate::event::NetEvent;
 use crate::inbound::Inbound;
+use crate::learn;
 use crate::peers;
-use crate::swarm::{NetConfig, Out};
 use futures::StreamExt;
 use libp2p::gossipsub::{self, IdentTopic};
-use libp2p::request_response;
+use libp2p::request_response::{self, ResponseChannel};
 use libp2p::swarm::SwarmEvent;
 use libp2p::{Multiaddr, PeerId, Swarm, identify, mdns};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio::sync::mpsc;
+
+/// What the agent asks of the swarm task.
+pub(crate) enum Out {
+    /// A signed frame already handed to the direct writers: gossip it too if `Relay` says so.
+    Relay(std::sync::Arc<[u8]>),
+    /// A request of the learning protocol to a peer.
+    Request(PeerId, Box<learn::Request>),
+    /// The answer to a peer's request.
+    Respond(ResponseChannel<learn::Response>, Box<learn::Response>),
+}
+
+/// What the loop needs of the network's settings ([`crate::swarm::NetConfig`]).
+pub(crate) struct Settings {
+    /// If set, only these peers may talk to us.
+    pub(crate) allow: Option<BTreeSet<PeerId>>,
+    /// Ask connected peers whom they know, and dial those.
+    pub(crate) peer_exchange: bool,
+    /// Peers to dial once listening, and again while not connected.
+    pub(crate) bootstrap: Vec<Multiaddr>,
+    /// Whether no listen address was asked for (then bootstrap peers are dialled at once).
+    pub(crate) no_listen: bool,
+}
 
 /// Aborts a task when dropped (the direct streams' acceptor ends with the swarm's task).
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -32,7 +54,7 @@ impl Drop for AbortOnDrop {
 struct Driver {
     swarm: Swarm<Behaviour>,
     topic: IdentTopic,
-    cfg: NetConfig,
+    cfg: Settings,
     inbound: Inbound,
     writers: Writers,
     me: PeerId,
@@ -56,7 +78,7 @@ struct Driver {
 pub(crate) async fn run(
     swarm: Swarm<Behaviour>,
     topic: IdentTopic,
-    cfg: NetConfig,
+    cfg: Settings,
     mut out: mpsc::Receiver<Out>,
     inbound: Inbound,
     incoming: libp2p_stream::IncomingStreams,
@@ -78,7 +100,7 @@ pub(crate) async fn run(
     // should no listen address ever be reported.
     let mut d = Driver {
         bootstrap: Bootstrap::new(cfg.bootstrap.clone()),
-        dial: cfg.listen.is_empty(),
+        dial: cfg.no_listen,
         swarm,
         topic,
         cfg,

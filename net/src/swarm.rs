@@ -28,6 +28,7 @@
 
 use crate::behaviour::Behaviour;
 use crate::direct::{self, Writers};
+use crate::driver::Out;
 pub use crate::event::NetEvent;
 use crate::inbound::Inbound;
 pub use crate::inbound::Traffic;
@@ -76,14 +77,6 @@ pub struct NetConfig {
     pub peer_exchange: bool,
     /// Capacity of the inbound and outbound channels.
     pub channel: usize,
-}
-
-/// What the agent asks of the swarm task.
-pub(crate) enum Out {
-    /// A signed frame already handed to the direct writers: gossip it too if `Relay` says so.
-    Relay(std::sync::Arc<[u8]>),
-    Request(PeerId, Box<learn::Request>),
-    Respond(ResponseChannel<learn::Response>, Box<learn::Response>),
 }
 
 /// Errors of the network layer.
@@ -252,10 +245,16 @@ impl Network {
         let inbound = Inbound::new(ev_tx, cfg.allow.clone());
         let counters = inbound.counters.clone();
         let writers = Writers::new(control, protocol, counters.clone());
+        let settings = crate::driver::Settings {
+            allow: cfg.allow.clone(),
+            peer_exchange: cfg.peer_exchange,
+            bootstrap: cfg.bootstrap.clone(),
+            no_listen: cfg.listen.is_empty(),
+        };
         let task = tokio::spawn(crate::driver::run(
             swarm,
             topic,
-            cfg,
+            settings,
             out_rx,
             inbound,
             incoming,

@@ -75,8 +75,9 @@ impl std::str::FromStr for PolicyName {
 /// Every policy name the simulator knows, in report order.
 pub fn all_policies() -> Vec<&'static str> {
     let mut v: Vec<&'static str> = baselines::Baseline::RANKED
-        .map(baselines::Baseline::name)
-        .to_vec();
+        .iter()
+        .map(|b| b.name())
+        .collect();
     v.push(CLAIRVOYANT);
     v
 }

@@ -168,7 +168,10 @@ fn clairvoyant_episode(sim: &Simulator, seed: u64) -> Result<EpisodeResult, Comp
         source,
     })?;
     let mut best_jct = summarize(&best, &kinds).avg_jct;
-    for name in tapfinger::baselines::Baseline::RANKED.map(tapfinger::baselines::Baseline::name) {
+    for name in tapfinger::baselines::Baseline::RANKED
+        .iter()
+        .map(|b| b.name())
+    {
         // A baseline that cannot run here (or does not finish) is no candidate.
         let Some(episode) = instances_for(sim, name, None, Some(seed))
             .ok()
