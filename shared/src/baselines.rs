@@ -258,7 +258,7 @@ impl Policy for FirstFitMax {
 }
 
 /// First-fit-max's admission in elastic form (by name only, `first-fit-elastic`; not among the
-/// [`BASELINES`] a suite ranks): the oldest window task starts, at its minimum demand, only if
+/// [`Baseline::RANKED`] a suite ranks): the oldest window task starts, at its minimum demand, only if
 /// that fits in the node's capacity less what every running task would hold at its cap there.
 /// First-fit-max hands a task everything up to its cap and so makes later tasks wait where
 /// tasks scale strongly; an elastic policy that starts every task at once (Tiresias, Optimus)
