@@ -49,12 +49,12 @@ impl NodeCore {
     /// Members this node counts for its quorum: itself and every node heard from (from earlier
     /// runs too, as the driver persisted them), until silent for `forget_ms`.
     pub fn known(&self) -> &std::collections::BTreeSet<NodeId> {
-        &self.known
+        &self.members.known
     }
 
     /// True once since the known members changed (the driver persists them then).
     pub fn take_known_changed(&mut self) -> bool {
-        std::mem::take(&mut self.known_changed)
+        std::mem::take(&mut self.members.known_changed)
     }
 
     /// Whether peer `p` is in step with this node at `now`: heard within the peer timeout, and
@@ -105,18 +105,19 @@ impl NodeCore {
     /// Whether more than half of the known members (this node included) are in step with it now.
     pub fn has_quorum(&self, now: u64) -> bool {
         let mutual = 1 + self.peers_in_step(now).count();
-        2 * mutual > self.known.len().max(1)
+        2 * mutual > self.members.known.len().max(1)
     }
 
     /// Whether this node holds its lease (a quorum within the last `autonomy_ms`).
     pub fn lease_held(&self, now: u64) -> bool {
-        self.last_quorum
+        self.lease
+            .last_quorum
             .is_some_and(|t| i128::from(now) <= t + i128::from(self.cfg.autonomy_ms))
     }
 
     /// When a quorum last held (ms on the driver's clock; negative: before this run began).
     pub fn last_quorum(&self) -> Option<i128> {
-        self.last_quorum
+        self.lease.last_quorum
     }
 
     /// A member to remember: a peer we hear, or the owner of a task we were told of. A node we
@@ -126,10 +127,10 @@ impl NodeCore {
         if id == self.cfg.me || self.peers.contains_key(&id) {
             return;
         }
-        if self.known.insert(id) {
-            self.known_changed = true;
+        if self.members.known.insert(id) {
+            self.members.known_changed = true;
         }
-        self.silent.entry(id).or_insert(now);
+        self.members.silent.entry(id).or_insert(now);
     }
 
     /// A node this one does not hear but a peer in step does is not silent: its silence counts
@@ -139,7 +140,7 @@ impl NodeCore {
     fn heard_through_peers(&mut self, now: u64) {
         // Nobody silent (the usual case): nothing to update, and no pass over every peer's
         // heartbeat at every tick.
-        if self.silent.is_empty() {
+        if self.members.silent.is_empty() {
             return;
         }
         let heard: Vec<(NodeId, u64)> = self
@@ -149,7 +150,7 @@ impl NodeCore {
             .flat_map(|p| p.state.hears.iter().map(|h| (h.node, p.last_seen)))
             .collect();
         for (x, at) in heard {
-            if let Some(s) = self.silent.get_mut(&x) {
+            if let Some(s) = self.members.silent.get_mut(&x) {
                 *s = (*s).max(at);
             }
         }
@@ -170,7 +171,8 @@ impl NodeCore {
         if quorum {
             let takeover = self.takeover_ms();
             allowed.extend(
-                self.silent
+                self.members
+                    .silent
                     .iter()
                     .filter(|(_, s)| now >= *s + takeover)
                     .map(|(o, _)| *o),
@@ -179,7 +181,7 @@ impl NodeCore {
         // While the members decide rounds over different member sets, only an owner starts a
         // task (`owner_may_start`): this node claims its own tasks alone, or its claims would
         // win tasks it may not start and crowd out the owners' claims.
-        let own_only = self.sets_differ.then_some(self.cfg.me);
+        let own_only = self.rounds.sets_differ.then_some(self.cfg.me);
         move |t: &TaskEntry| {
             lease
                 && own_only.is_none_or(|me| t.meta.owner == Some(me))
@@ -208,45 +210,45 @@ impl NodeCore {
     /// Whether this node is back from a lapsed lease and passes until its rounds are in step
     /// with the others' (a round decided with every member's proposal).
     pub fn settling(&self) -> bool {
-        self.settling
+        self.rounds.settling
     }
 
     /// Leases and takeovers, once per tick.
     pub(super) fn tick_leases(&mut self, now: u64) -> Vec<Action> {
         let me = self.cfg.me;
         let mut out = Vec::new();
-        if self.first_lease_tick {
-            self.first_lease_tick = false;
-            self.last_quorum = self
+        if self.lease.first_lease_tick {
+            self.lease.first_lease_tick = false;
+            self.lease.last_quorum = self
                 .cfg
                 .lease_age_ms
                 .map(|a| i128::from(now) - i128::from(a));
         }
         let quorum = self.has_quorum(now);
         if quorum {
-            self.last_quorum = Some(i128::from(now));
-            if self.lease_lost {
+            self.lease.last_quorum = Some(i128::from(now));
+            if self.lease.lease_lost {
                 // Back with a quorum after stopping everything: listen before deciding, and
                 // claim nothing until the rounds are in step again (`settling`).
                 // (A node that never held a quorum before, such as a fresh one, has nothing
                 // another side could have taken over.)
-                self.lease_lost = false;
-                self.settling = self.lapsed;
+                self.lease.lease_lost = false;
+                self.rounds.settling = self.lease.lapsed;
                 self.first_tick = None;
             }
-            if !self.had_quorum {
+            if !self.lease.had_quorum {
                 // Silence measured while this node had no quorum proves nothing: the silent
                 // node may have held a quorum on the other side all along. It counts from now.
-                for s in self.silent.values_mut() {
+                for s in self.members.silent.values_mut() {
                     *s = (*s).max(now);
                 }
             }
         }
-        self.had_quorum = quorum;
+        self.lease.had_quorum = quorum;
         self.heard_through_peers(now);
-        if !self.lease_held(now) && !self.lease_lost {
-            self.lease_lost = true;
-            self.lapsed = self.last_quorum.is_some();
+        if !self.lease_held(now) && !self.lease.lease_lost {
+            self.lease.lease_lost = true;
+            self.lease.lapsed = self.lease.last_quorum.is_some();
             self.first_tick = None;
             let mine: Vec<_> = self.tasks.running_on(me).collect();
             for id in mine {
@@ -260,7 +262,7 @@ impl NodeCore {
                     m.owner = Some(me);
                 }
                 self.protocol.release(id);
-                self.handing_back.insert(id);
+                self.copies.handing_back.insert(id);
             }
             // The pending tasks this node owns, which nobody runs: handed to whichever side
             // holds a quorum. A node cut off says so in vain (the others take them over when its
@@ -272,7 +274,7 @@ impl NodeCore {
                 .filter(|(id, t)| {
                     t.state == TaskState::Pending
                         && t.meta.owner == Some(me)
-                        && !self.handing_back.contains(id)
+                        && !self.copies.handing_back.contains(id)
                 })
                 .map(|(id, _)| id)
                 .collect();
@@ -280,35 +282,40 @@ impl NodeCore {
         }
         // Members we remember but do not hear count as silent from the first tick on.
         let unheard: Vec<NodeId> = self
+            .members
             .known
             .iter()
             .filter(|id| **id != me && !self.peers.contains_key(id))
             .copied()
             .collect();
         for id in unheard {
-            self.silent.entry(id).or_insert(now);
+            self.members.silent.entry(id).or_insert(now);
         }
         let forget: Vec<NodeId> = self
+            .members
             .silent
             .iter()
             .filter(|(_, s)| now.saturating_sub(**s) > self.cfg.forget_ms)
             .map(|(id, _)| *id)
             .collect();
         for id in forget {
-            self.silent.remove(&id);
-            self.taken_over.remove(&id);
-            self.known.remove(&id);
-            self.known_changed = true;
+            self.members.silent.remove(&id);
+            self.members.taken_over.remove(&id);
+            self.members.known.remove(&id);
+            self.members.known_changed = true;
         }
         if quorum {
             let due: Vec<NodeId> = self
+                .members
                 .silent
                 .iter()
-                .filter(|(id, s)| now >= **s + self.takeover_ms() && !self.taken_over.contains(id))
+                .filter(|(id, s)| {
+                    now >= **s + self.takeover_ms() && !self.members.taken_over.contains(id)
+                })
                 .map(|(id, _)| *id)
                 .collect();
             for id in due {
-                self.taken_over.insert(id);
+                self.members.taken_over.insert(id);
                 let theirs: Vec<_> = self
                     .tasks
                     .iter()

@@ -52,7 +52,7 @@ impl NodeCore {
         };
         if here {
             // An adopted copy: its process lives on here.
-            self.live.insert(id);
+            self.copies.live.insert(id);
         }
         self.learn_task(task, state, TaskMeta { spec, owner, epoch });
         body.map(|b| vec![self.envelope(b)]).unwrap_or_default()
@@ -114,7 +114,7 @@ impl NodeCore {
     /// duplicate): say nothing.
     pub fn on_exit(&mut self, task: TaskId, code: Option<i32>, stopped: bool) -> Vec<Action> {
         let out = self.exited(task, code, stopped);
-        self.live.remove(&task);
+        self.copies.live.remove(&task);
         // Its process is gone, so its units are free, whether this node had stopped it before
         // or stops it while handling the end (a gang member that ended by itself sends its gang
         // back to the queue, which stops this box's members, this one among them: already
@@ -131,7 +131,7 @@ impl NodeCore {
             return self.gang_exit(task, code, stopped);
         }
         // (A copy started here again since is another run: its end is an ordinary one.)
-        if self.handing_back.remove(&task) && t.state.running_on() != Some(self.cfg.me) {
+        if self.copies.handing_back.remove(&task) && t.state.running_on() != Some(self.cfg.me) {
             // A copy stopped because the lease lapsed has ended: if the task is still ours and
             // the lease still gone, nothing runs it any more, and a quorum side may have it.
             let ours = t.state == TaskState::Pending && t.meta.owner == Some(self.cfg.me);
@@ -158,10 +158,10 @@ impl NodeCore {
             epoch,
             exit_code: code,
         };
-        if self.recent.len() >= crate::wire::MAX_RECENT {
-            self.recent.pop_front();
+        if self.copies.recent.len() >= crate::wire::MAX_RECENT {
+            self.copies.recent.pop_front();
         }
-        self.recent.push_back(o.clone());
+        self.copies.recent.push_back(o.clone());
         vec![self.envelope(Body::Finished(o))]
     }
 
@@ -278,7 +278,7 @@ mod tests {
         let mut n = node();
         super::super::test_running_here(&mut n, 7, 2);
         // Left over from an earlier run stopped for a lapsed lease, its end not yet reported.
-        n.handing_back.insert(TaskId(7));
+        n.copies.handing_back.insert(TaskId(7));
         let out = n.on_exit(TaskId(7), Some(0), false);
         assert!(
             out.iter()

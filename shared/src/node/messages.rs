@@ -50,8 +50,13 @@ impl NodeCore {
                     // Not in step with us (or not heard yet): it takes part once it is, with
                     // its latest proposal.
                     self.stats.refused("not-a-member");
-                    if self.unheard.get(&from).is_none_or(|u| u.round <= m.round) {
-                        self.unheard.insert(from, m);
+                    if self
+                        .rounds
+                        .unheard
+                        .get(&from)
+                        .is_none_or(|u| u.round <= m.round)
+                    {
+                        self.rounds.unheard.insert(from, m);
                     }
                     return Vec::new();
                 }
@@ -62,8 +67,8 @@ impl NodeCore {
                     // until a round is decided with every member's proposal (`settling`): by then
                     // each member's start messages, sent before its proposal, are in.
                     self.protocol = self.fresh_protocol(m.round);
-                    self.proposed_at = None;
-                    self.settling = true;
+                    self.rounds.proposed_at = None;
+                    self.rounds.settling = true;
                 }
                 match self.protocol.receive(m, now) {
                     Ok(outputs) => self.handle(outputs, now),
@@ -144,10 +149,10 @@ impl NodeCore {
     /// from the first heartbeat that left it out. Keyed by the runner too: a copy believed to
     /// have moved starts its wait again.
     pub(super) fn unlisted_for(&mut self, id: TaskId, from: NodeId, now: u64) -> u64 {
-        let since = match self.unlisted.get(&id) {
+        let since = match self.reconcile.unlisted.get(&id) {
             Some(&(node, since)) if node == from => since,
             _ => {
-                self.unlisted.insert(id, (from, now));
+                self.reconcile.unlisted.insert(id, (from, now));
                 now
             }
         };
@@ -156,12 +161,13 @@ impl NodeCore {
 
     fn on_heartbeat(&mut self, from: NodeId, state: NodeState, now: u64) -> Vec<Action> {
         let mut out = Vec::new();
-        self.silent.remove(&from);
-        self.taken_over.remove(&from);
-        if self.known.insert(from) {
-            self.known_changed = true;
+        self.members.silent.remove(&from);
+        self.members.taken_over.remove(&from);
+        if self.members.known.insert(from) {
+            self.members.known_changed = true;
         }
         let restarted = self
+            .members
             .incarnations
             .insert(from, state.incarnation)
             .is_some_and(|i| i != state.incarnation);
@@ -186,7 +192,7 @@ impl NodeCore {
         if !self.peers.contains_key(&from) || restarted {
             // It takes part in the rounds once in step ([`NodeCore::tick`]). Greeted at the next tick ([`NodeCore::tick`]): one greet for every peer that
             // joins meanwhile.
-            self.greet_due = true;
+            self.members.greet_due = true;
         }
         // Its running list is authoritative for its copies; fencing by epoch.
         let mut want = std::collections::BTreeSet::new();
@@ -231,16 +237,16 @@ impl NodeCore {
         let believed: Vec<TaskId> = self.tasks.running_on(from).collect();
         for id in believed {
             if listed.contains(&id) {
-                self.unlisted.remove(&id);
+                self.reconcile.unlisted.remove(&id);
                 continue;
             }
             if self.unlisted_for(id, from, now) >= self.cfg.peer_timeout_ms {
                 want.insert(id);
             }
         }
-        if self.unlisted.len() > 4 * MAX_WANT {
+        if self.reconcile.unlisted.len() > 4 * MAX_WANT {
             let tasks = &self.tasks;
-            self.unlisted.retain(|id, _| {
+            self.reconcile.unlisted.retain(|id, _| {
                 tasks
                     .get(*id)
                     .is_some_and(|t| t.state.running_on().is_some())
@@ -249,14 +255,17 @@ impl NodeCore {
         // A task asked about within the peer timeout is not asked about again: the answer is a
         // broadcast that may still be on its way, and asking at every heartbeat of every peer
         // (4 a second each) was most of the cluster's traffic under load.
-        if self.asked.len() > 4 * MAX_WANT {
+        if self.reconcile.asked.len() > 4 * MAX_WANT {
             let timeout = self.cfg.peer_timeout_ms;
-            self.asked.retain(|_, at| now.saturating_sub(*at) < timeout);
+            self.reconcile
+                .asked
+                .retain(|_, at| now.saturating_sub(*at) < timeout);
         }
         let ids: Vec<TaskId> = want
             .into_iter()
             .filter(|id| {
-                self.asked
+                self.reconcile
+                    .asked
                     .get(id)
                     .is_none_or(|at| now.saturating_sub(*at) >= self.cfg.peer_timeout_ms)
             })
@@ -264,7 +273,7 @@ impl NodeCore {
             .collect();
         if !ids.is_empty() {
             for id in &ids {
-                self.asked.insert(*id, now);
+                self.reconcile.asked.insert(*id, now);
             }
             out.push(self.envelope(Body::Want(ids)));
         }
@@ -443,16 +452,16 @@ impl NodeCore {
                 }
                 TaskState::Pending
                     if self.answers_for(t.meta.owner, Some(from))
-                        || self.won_in_vain.contains(id) =>
+                        || self.reconcile.won_in_vain.contains(id) =>
                 {
                     tell.push(t.announcement(None));
                 }
                 _ => {}
             }
         }
-        if self.won_in_vain.len() > 4 * MAX_WANT {
+        if self.reconcile.won_in_vain.len() > 4 * MAX_WANT {
             let tasks = &self.tasks;
-            self.won_in_vain.retain(|id| {
+            self.reconcile.won_in_vain.retain(|id| {
                 tasks
                     .get(*id)
                     .is_some_and(|t| t.state == TaskState::Pending)
@@ -597,7 +606,7 @@ impl NodeCore {
         if let Some(m) = self.tasks.meta_mut(o.task) {
             m.epoch = m.epoch.max(if o.epoch == CANCELLED { 0 } else { o.epoch });
         }
-        self.gang_runs.remove(&o.task);
+        self.reconcile.gang_runs.remove(&o.task);
         self.tasks.set_state(
             o.task,
             TaskState::Done {

@@ -27,7 +27,7 @@ use crate::protocol::{Protocol, Round};
 use crate::resources::Resources;
 use crate::spec::TaskSpec;
 use crate::task::{NodeId, TaskId};
-use crate::wire::{Body, Envelope, NodeState, Outcome, RunningState, WIRE_VERSION};
+use crate::wire::{Body, Envelope, NodeState, RunningState, WIRE_VERSION};
 use std::collections::{BTreeMap, BTreeSet};
 
 mod draining;
@@ -38,7 +38,9 @@ pub mod messages;
 pub mod preempt;
 pub mod reports;
 mod rounds;
+mod state;
 mod stats;
+use state::{Copies, LeaseState, Membership, Preemption, Reconcile, RoundState};
 mod view;
 pub use stats::NodeStats;
 
@@ -230,92 +232,26 @@ pub struct NodeCore {
     /// First tick: a node proposes only after two heartbeat periods, so that a (re)started node
     /// first hears its peers and their answers to its re-announced tasks.
     first_tick: Option<u64>,
-    /// When this node proposed in the current round (for round latency).
-    proposed_at: Option<u64>,
     /// Counters for metrics and benchmarks.
     stats: NodeStats,
     /// Learning mode: where the policy records its decisions, and what this node adds.
     learning: Option<(crate::model::Recorder, crate::model::Experience)>,
     /// The latest `now` seen (for the view, which takes no clock).
     now: u64,
-    /// Members for the quorum (this node, nodes heard, persisted ones), and whether that changed.
-    known: BTreeSet<NodeId>,
-    /// `known` grew since the driver last persisted it (`NodeCore::take_known`).
-    known_changed: bool,
-    /// Members not heard within the peer timeout: when they were last heard (or first missed).
-    silent: BTreeMap<NodeId, u64>,
-    /// Silent members whose tasks were taken over already.
-    taken_over: BTreeSet<NodeId>,
-    /// Each peer's last incarnation (kept across silences, to tell a restart).
-    incarnations: BTreeMap<NodeId, u64>,
-    /// When a quorum last held (may be before this run: the driver's record).
-    last_quorum: Option<i128>,
-    /// The lease lapsed and this node stopped its copies.
-    lease_lost: bool,
-    /// Back with a quorum after its lease lapsed: this node claims nothing (it passes) until a
-    /// round is decided with every member's proposal in the same round. Until then its rounds
-    /// and the other side's are out of step, and both may hold the same tasks as pending (its
-    /// stopped copies, which the other side may have taken over).
-    settling: bool,
-    /// The last round was decided with every member's proposal but over different member
-    /// sets: until a round is complete, only owners start tasks, and this node claims only its
-    /// own ([`NodeCore::start_rule`]).
-    sets_differ: bool,
-    /// The lease was lost after a quorum had held (not a fresh node's first ticks).
-    lapsed: bool,
-    /// Whether a quorum held at the last tick (silence counts only while one does).
-    had_quorum: bool,
-    /// No tick yet: the first one sets `last_quorum` from the driver's record.
-    first_lease_tick: bool,
-    /// The latest outcomes of tasks run here, repeated in heartbeats.
-    recent: std::collections::VecDeque<Outcome>,
-    /// Round latencies (ms) not yet taken by the driver; the oldest go beyond [`MAX_LATENCIES`].
-    latencies: std::collections::VecDeque<u64>,
-    /// A peer (re)joined since this node last greeted: greet at the next tick that may. A greet
-    /// is a broadcast, so one serves every peer that joined meanwhile; sending one per joiner
-    /// made 16 agents starting together (or flapping under load) send thousands of messages.
-    greet_due: bool,
-    /// Copies this node believes a peer runs that the peer's heartbeats did not list: the peer,
-    /// and since when; asked about only after a peer timeout.
-    unlisted: BTreeMap<TaskId, (NodeId, u64)>,
-    /// Tasks this node asked its peers about ([`Body::Want`]), and when: each at most once per
-    /// peer timeout.
-    asked: BTreeMap<TaskId, u64>,
-    /// Tasks this node won in rounds that started nothing (tentative): peers that decided those
-    /// rounds in full believe it runs them, and ask; it answers for them although it does not
-    /// own them (pending ones only; pruned when large).
-    won_in_vain: BTreeSet<TaskId>,
-    /// Gangs this node holds from a round it decided without every proposal, with the time by
-    /// which a member box must confirm it started them; otherwise they go back to pending
-    /// ([`gangs`]).
-    gangs_unconfirmed: BTreeMap<TaskId, u64>,
-    /// The latest proposal of each peer not (yet) in step with this node: refused then, and
-    /// taken if the peer comes into step ([`NodeCore::sync_members`]). Its sender does not send
-    /// it again once its own round is complete, so without this the round waited here for the
-    /// next resend, or its deadline.
-    unheard: BTreeMap<NodeId, crate::protocol::Message>,
-    /// Copies stopped because the lease lapsed, handed back when the driver reports their end.
-    handing_back: BTreeSet<TaskId>,
-    /// Units of copies stopped here whose end the driver has not reported ([`draining`]).
-    draining: BTreeMap<TaskId, Resources>,
-    /// Progress at each own task's last reported checkpoint, the room this node keeps for a
-    /// waiting task, and what preemption cost tasks here ([`preempt`]).
-    checkpoints: BTreeMap<TaskId, f64>,
-    room: Option<preempt::Room>,
-    preempted: BTreeMap<TaskId, preempt::Preempted>,
     /// Running tasks' latest reports, this node's and its peers' ([`reports`]).
     reports: BTreeMap<TaskId, reports::TaskReport>,
-    /// Tasks with a process here: started (or adopted) and whose end is not reported yet. Only
-    /// the stop of one of these keeps units ([`draining`]); a stop of a copy already gone
-    /// would keep them for good.
-    live: BTreeSet<TaskId>,
-    /// Epochs at which each gang really started (a complete round here, or a member box said it
-    /// started): a failure requeues a gang while these number no more than its restarts. A
-    /// tentative start from an incomplete round, which bumps the epoch too, is not a run.
-    gang_runs: BTreeMap<TaskId, BTreeSet<u64>>,
-    /// When this node last greeted: at most one greet per peer timeout (peers that flap under
-    /// load would otherwise draw a greet from every node at every heartbeat).
-    last_greet: Option<u64>,
+    /// Who the members are: those known, silent, taken over, restarted, and greeting them.
+    members: Membership,
+    /// The lease: whether a quorum holds, since when, and what its loss did.
+    lease: LeaseState,
+    /// The rounds: whether this node is in step, its proposals' timing, peers out of step.
+    rounds: RoundState,
+    /// What this node reconciles with its peers about copies and gangs.
+    reconcile: Reconcile,
+    /// Copies with a process here, and those stopped whose end is awaited.
+    copies: Copies,
+    /// Checkpoints, the room kept for a waiting task, and what preemption cost.
+    preemption: Preemption,
 }
 
 /// Round-latency samples kept for a driver that does not take them.
@@ -361,39 +297,19 @@ impl NodeCore {
             last_heartbeat: None,
             slot_start: 0,
             first_tick: None,
-            proposed_at: None,
             stats: NodeStats::default(),
             learning: None,
             now: 0,
-            known: cfg.known.iter().copied().chain([cfg.me]).collect(),
-            known_changed: false,
-            silent: BTreeMap::new(),
-            taken_over: BTreeSet::new(),
-            incarnations: BTreeMap::new(),
-            last_quorum: None,
-            lease_lost: false,
-            settling: false,
-            sets_differ: false,
-            lapsed: false,
-            had_quorum: false,
-            first_lease_tick: true,
-            recent: std::collections::VecDeque::new(),
-            latencies: std::collections::VecDeque::new(),
-            greet_due: false,
-            asked: BTreeMap::new(),
-            unlisted: BTreeMap::new(),
-            last_greet: None,
-            handing_back: BTreeSet::new(),
-            draining: BTreeMap::new(),
-            checkpoints: BTreeMap::new(),
-            room: None,
-            preempted: BTreeMap::new(),
             reports: BTreeMap::new(),
-            live: BTreeSet::new(),
-            gang_runs: BTreeMap::new(),
-            won_in_vain: BTreeSet::new(),
-            gangs_unconfirmed: BTreeMap::new(),
-            unheard: BTreeMap::new(),
+            members: Membership {
+                known: cfg.known.iter().copied().chain([cfg.me]).collect(),
+                ..Membership::default()
+            },
+            lease: LeaseState::default(),
+            rounds: RoundState::default(),
+            reconcile: Reconcile::default(),
+            copies: Copies::default(),
+            preemption: Preemption::default(),
             cfg,
         }
     }
@@ -439,7 +355,7 @@ impl NodeCore {
     /// Round latencies (ms, from this node's proposal to the round's decision here) since the
     /// last call, oldest first.
     pub fn take_latencies(&mut self) -> Vec<u64> {
-        self.latencies.drain(..).collect()
+        self.rounds.latencies.drain(..).collect()
     }
 
     /// This node's id.
@@ -599,7 +515,7 @@ impl NodeCore {
             sent: now,
             hears,
             lease: self.lease_held(now),
-            recent: self.recent.iter().cloned().collect(),
+            recent: self.copies.recent.iter().cloned().collect(),
         };
         self.envelope(Body::Heartbeat(state))
     }

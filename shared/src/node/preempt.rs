@@ -40,39 +40,39 @@ impl NodeCore {
     /// `checkpoint=`): a preemption from now on loses only what it does after it.
     pub fn on_checkpoint(&mut self, task: TaskId, p: f64) {
         if p.is_finite() {
-            self.checkpoints.insert(task, p.clamp(0.0, 1.0));
+            self.preemption.checkpoints.insert(task, p.clamp(0.0, 1.0));
         }
     }
 
     /// Tasks preempted here, with what it cost them.
     pub fn preempted(&self) -> &std::collections::BTreeMap<TaskId, Preempted> {
-        &self.preempted
+        &self.preemption.preempted
     }
 
     /// What preemption had cost `task` here before a restart (the agent's journal).
     pub fn restore_preempted(&mut self, task: TaskId, p: Preempted) {
-        self.preempted.insert(task, p);
+        self.preemption.preempted.insert(task, p);
     }
 
     /// At a slot's end: this node's part of the slot's preemption plan, if preemption is on.
     pub(super) fn preempt(&mut self, slot: u64, now: u64) -> Vec<Action> {
         // Without a lease (or settling after one lapsed) this node starts nothing, so it makes
         // no room either.
-        if !self.cfg.preempt || !self.lease_held(now) || self.settling {
+        if !self.cfg.preempt || !self.lease_held(now) || self.rounds.settling {
             return Vec::new();
         }
-        if let Some(r) = self.room
+        if let Some(r) = self.preemption.room
             && (slot > r.until || !self.waits(r.task))
         {
-            self.room = None;
+            self.preemption.room = None;
         }
-        if self.room.is_some() {
+        if self.preemption.room.is_some() {
             return Vec::new();
         }
         let me = self.cfg.me;
         let plan = {
             let tasks = &self.tasks;
-            let checkpoints = &self.checkpoints;
+            let checkpoints = &self.preemption.checkpoints;
             tasks.preemption_plan(slot, |id| match tasks.get(id).map(|e| &e.state) {
                 Some(TaskState::Running { progress, .. }) => {
                     (progress - checkpoints.get(&id).copied().unwrap_or(0.0)).max(0.0)
@@ -94,8 +94,9 @@ impl NodeCore {
             };
             let grace_ms = e.meta.spec.grace_seconds.max(0) as u64 * 1000;
             grace_slots = grace_slots.max(grace_ms.div_ceil(self.cfg.slot_ms.max(1)));
-            let lost = (progress - self.checkpoints.get(v).copied().unwrap_or(0.0)).max(0.0);
-            let cost = self.preempted.entry(*v).or_default();
+            let lost =
+                (progress - self.preemption.checkpoints.get(v).copied().unwrap_or(0.0)).max(0.0);
+            let cost = self.preemption.preempted.entry(*v).or_default();
             cost.times += 1;
             cost.work_lost += lost;
             self.stats.preempted += 1;
@@ -111,7 +112,7 @@ impl NodeCore {
                 reason: format!("preempted for {} (a higher priority class)", p.task),
             }));
         }
-        self.room = Some(Room {
+        self.preemption.room = Some(Room {
             task: p.task,
             until: slot + ROOM_SLOTS + grace_slots,
         });
@@ -128,9 +129,9 @@ impl NodeCore {
     /// While this node keeps a room: the task it is for, once it fits
     /// ([`crate::ledger::Ledger::room_alloc`]), and a pass until then; `None` without a room.
     pub(super) fn room_proposal(&mut self) -> Option<Proposal> {
-        let r = self.room?;
+        let r = self.preemption.room?;
         if !self.waits(r.task) {
-            self.room = None;
+            self.preemption.room = None;
             return None;
         }
         let me = self.cfg.me;

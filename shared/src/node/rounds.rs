@@ -51,13 +51,14 @@ impl NodeCore {
         {
             out.push(self.heartbeat(now));
         }
-        if self.greet_due
+        if self.members.greet_due
             && self
+                .members
                 .last_greet
                 .is_none_or(|t| now.saturating_sub(t) >= self.cfg.peer_timeout_ms)
         {
-            self.greet_due = false;
-            self.last_greet = Some(now);
+            self.members.greet_due = false;
+            self.members.last_greet = Some(now);
             out.extend(self.greet());
         }
         let gone: Vec<NodeId> = self
@@ -69,7 +70,7 @@ impl NodeCore {
         for id in gone {
             // Out of the rounds at once; its tasks stay its own until a takeover ([`lease`]).
             if let Some(p) = self.peers.remove(&id) {
-                self.silent.insert(id, p.last_seen);
+                self.members.silent.insert(id, p.last_seen);
             }
             self.tasks.set_live(id, false);
             out.extend(self.break_gangs(id));
@@ -143,7 +144,7 @@ impl NodeCore {
         for id in joined {
             // And we take the proposal we refused from it (its stated member set tells whether
             // it decides this round over the same members; if not, the round starts nothing).
-            if let Some(m) = self.unheard.remove(&id) {
+            if let Some(m) = self.rounds.unheard.remove(&id) {
                 match self.protocol.receive(m, now) {
                     Ok(outputs) => out.extend(self.handle(outputs, now)),
                     Err(e) => self.stats.refused(e.kind()),
@@ -158,7 +159,7 @@ impl NodeCore {
         let proposal = match view.for_agent(self.cfg.me) {
             // Without a lease this node starts nothing, but still passes so rounds go on; so
             // does a node back from a lapsed lease until its rounds are in step (`settling`).
-            Some(v) if self.lease_held(now) && !self.settling => {
+            Some(v) if self.lease_held(now) && !self.rounds.settling => {
                 let d = self.policy.decide(&v, &mut self.rng);
                 let single = to_proposal(&d, &v).unwrap_or(crate::protocol::Proposal::Pass);
                 // A pending gang this node proposes goes first ([`super::gangs`]); a room this
@@ -173,7 +174,7 @@ impl NodeCore {
         match self.protocol.propose_offering(proposal, self.free(), now) {
             Ok(outputs) => {
                 self.stats.claims += u64::from(claim);
-                self.proposed_at = Some(now);
+                self.rounds.proposed_at = Some(now);
                 self.handle(outputs, now)
             }
             Err(_) => Vec::new(),
@@ -257,11 +258,11 @@ impl NodeCore {
             .iter()
             .filter(|(a, _)| *a == self.cfg.me)
             .count() as u64;
-        if let Some(t) = self.proposed_at.take() {
-            if self.latencies.len() >= super::MAX_LATENCIES {
-                self.latencies.pop_front();
+        if let Some(t) = self.rounds.proposed_at.take() {
+            if self.rounds.latencies.len() >= super::MAX_LATENCIES {
+                self.rounds.latencies.pop_front();
             }
-            self.latencies.push_back(now.saturating_sub(t));
+            self.rounds.latencies.push_back(now.saturating_sub(t));
         }
     }
 
@@ -288,12 +289,12 @@ impl NodeCore {
         // straddle the peer timeout, in which no round was ever complete and nothing started).
         // The task's owner may still start it: see `owner_may_start`.
         let sets_differ = tentative && outcome.missing.is_empty() && outcome.ahead.is_empty();
-        self.sets_differ = sets_differ;
+        self.rounds.sets_differ = sets_differ;
         self.stats.rounds_sets_differ += u64::from(sets_differ);
         if !tentative || sets_differ {
             // Every member proposed in this round: the rounds are in step, and each member's
             // start messages, sent before its proposal, are in.
-            self.settling = false;
+            self.rounds.settling = false;
         }
         let natural = if outcome.slot_ended {
             Round {
@@ -309,7 +310,7 @@ impl NodeCore {
         if outcome.next != natural {
             // Skipped to the round the others are in: claim nothing until in step (as after a
             // jump in `on_message`).
-            self.settling = true;
+            self.rounds.settling = true;
         }
         (tentative, sets_differ)
     }
@@ -354,7 +355,7 @@ impl NodeCore {
             }
             self.protocol.release(c.task);
             if pending && c.agent == self.cfg.me {
-                self.won_in_vain.insert(c.task);
+                self.reconcile.won_in_vain.insert(c.task);
             }
         }
     }
@@ -388,10 +389,10 @@ impl NodeCore {
             if c.agent == self.cfg.me {
                 // A new run here: the end of an earlier one stopped for a lapsed lease is
                 // no longer awaited (its exit, reported late, would pass for this run's).
-                self.handing_back.remove(&c.task);
+                self.copies.handing_back.remove(&c.task);
                 let spec = m.spec.clone();
                 let epoch = m.epoch;
-                self.live.insert(c.task);
+                self.copies.live.insert(c.task);
                 out.push(Action::Start {
                     task: c.task,
                     spec,
@@ -465,7 +466,7 @@ impl NodeCore {
     ///   sent its starts before its proposal, on the same ordered link).
     fn owner_may_start(&self, c: &crate::protocol::Commit) -> bool {
         c.agent == self.cfg.me
-            && !self.handing_back.contains(&c.task)
+            && !self.copies.handing_back.contains(&c.task)
             && self
                 .tasks
                 .get(c.task)

@@ -1,0 +1,131 @@
+//! A node core's state by concern: membership, the lease, the rounds, what it reconciles with
+//! its peers, the copies run here, preemption. Each is a field of [`super::NodeCore`]; the
+//! behaviour lives in the sibling modules, one concern each.
+
+use super::preempt;
+use crate::NodeId;
+use crate::protocol::Message;
+use crate::resources::Resources;
+use crate::task::TaskId;
+use crate::wire::Outcome;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Who the members are: those known, silent, taken over, restarted, and greeting them.
+#[derive(Default)]
+pub(super) struct Membership {
+    /// Members for the quorum (this node, nodes heard, persisted ones), and whether that changed.
+    pub(super) known: BTreeSet<NodeId>,
+    /// `known` grew since the driver last persisted it (`NodeCore::take_known`).
+    pub(super) known_changed: bool,
+    /// Members not heard within the peer timeout: when they were last heard (or first missed).
+    pub(super) silent: BTreeMap<NodeId, u64>,
+    /// Silent members whose tasks were taken over already.
+    pub(super) taken_over: BTreeSet<NodeId>,
+    /// Each peer's last incarnation (kept across silences, to tell a restart).
+    pub(super) incarnations: BTreeMap<NodeId, u64>,
+    /// A peer (re)joined since this node last greeted: greet at the next tick that may. A greet
+    /// is a broadcast, so one serves every peer that joined meanwhile; sending one per joiner
+    /// made 16 agents starting together (or flapping under load) send thousands of messages.
+    pub(super) greet_due: bool,
+    /// When this node last greeted: at most one greet per peer timeout (peers that flap under
+    /// load would otherwise draw a greet from every node at every heartbeat).
+    pub(super) last_greet: Option<u64>,
+}
+
+/// The lease: whether a quorum holds, since when, and what its loss did.
+pub(super) struct LeaseState {
+    /// When a quorum last held (may be before this run: the driver's record).
+    pub(super) last_quorum: Option<i128>,
+    /// The lease lapsed and this node stopped its copies.
+    pub(super) lease_lost: bool,
+    /// The lease was lost after a quorum had held (not a fresh node's first ticks).
+    pub(super) lapsed: bool,
+    /// Whether a quorum held at the last tick (silence counts only while one does).
+    pub(super) had_quorum: bool,
+    /// No tick yet: the first one sets `last_quorum` from the driver's record.
+    pub(super) first_lease_tick: bool,
+}
+
+/// The rounds: whether this node is in step, its proposals' timing, peers out of step.
+#[derive(Default)]
+pub(super) struct RoundState {
+    /// When this node proposed in the current round (for round latency).
+    pub(super) proposed_at: Option<u64>,
+    /// Back with a quorum after its lease lapsed: this node claims nothing (it passes) until a
+    /// round is decided with every member's proposal in the same round. Until then its rounds
+    /// and the other side's are out of step, and both may hold the same tasks as pending (its
+    /// stopped copies, which the other side may have taken over).
+    pub(super) settling: bool,
+    /// The last round was decided with every member's proposal but over different member
+    /// sets: until a round is complete, only owners start tasks, and this node claims only its
+    /// own ([`super::NodeCore::start_rule`]).
+    pub(super) sets_differ: bool,
+    /// The latest proposal of each peer not (yet) in step with this node: refused then, and
+    /// taken if the peer comes into step ([`super::NodeCore::sync_members`]). Its sender does not send
+    /// it again once its own round is complete, so without this the round waited here for the
+    /// next resend, or its deadline.
+    pub(super) unheard: BTreeMap<NodeId, Message>,
+    /// Round latencies (ms) not yet taken by the driver; the oldest go beyond [`super::MAX_LATENCIES`].
+    pub(super) latencies: VecDeque<u64>,
+}
+
+/// What this node reconciles with its peers about copies and gangs.
+#[derive(Default)]
+pub(super) struct Reconcile {
+    /// Copies this node believes a peer runs that the peer's heartbeats did not list: the peer,
+    /// and since when; asked about only after a peer timeout.
+    pub(super) unlisted: BTreeMap<TaskId, (NodeId, u64)>,
+    /// Tasks this node asked its peers about ([`crate::wire::Body::Want`]), and when: each at most once per
+    /// peer timeout.
+    pub(super) asked: BTreeMap<TaskId, u64>,
+    /// Tasks this node won in rounds that started nothing (tentative): peers that decided those
+    /// rounds in full believe it runs them, and ask; it answers for them although it does not
+    /// own them (pending ones only; pruned when large).
+    pub(super) won_in_vain: BTreeSet<TaskId>,
+    /// Gangs this node holds from a round it decided without every proposal, with the time by
+    /// which a member box must confirm it started them; otherwise they go back to pending
+    /// ([`super::gangs`]).
+    pub(super) gangs_unconfirmed: BTreeMap<TaskId, u64>,
+    /// Epochs at which each gang really started (a complete round here, or a member box said it
+    /// started): a failure requeues a gang while these number no more than its restarts. A
+    /// tentative start from an incomplete round, which bumps the epoch too, is not a run.
+    pub(super) gang_runs: BTreeMap<TaskId, BTreeSet<u64>>,
+}
+
+/// Copies with a process here, and those stopped whose end is awaited.
+#[derive(Default)]
+pub(super) struct Copies {
+    /// Copies stopped because the lease lapsed, handed back when the driver reports their end.
+    pub(super) handing_back: BTreeSet<TaskId>,
+    /// Units of copies stopped here whose end the driver has not reported ([`super::draining`]).
+    pub(super) draining: BTreeMap<TaskId, Resources>,
+    /// Tasks with a process here: started (or adopted) and whose end is not reported yet. Only
+    /// the stop of one of these keeps units ([`super::draining`]); a stop of a copy already gone
+    /// would keep them for good.
+    pub(super) live: BTreeSet<TaskId>,
+    /// The latest outcomes of tasks run here, repeated in heartbeats.
+    pub(super) recent: VecDeque<Outcome>,
+}
+
+/// Checkpoints, the room kept for a waiting task, and what preemption cost.
+#[derive(Default)]
+pub(super) struct Preemption {
+    /// Progress at each own task's last reported checkpoint ([`super::preempt`]).
+    pub(super) checkpoints: BTreeMap<TaskId, f64>,
+    /// The room this node keeps for a waiting task ([`super::preempt`]).
+    pub(super) room: Option<preempt::Room>,
+    /// What preemption cost the tasks preempted here ([`super::preempt`]).
+    pub(super) preempted: BTreeMap<TaskId, preempt::Preempted>,
+}
+
+impl Default for LeaseState {
+    fn default() -> Self {
+        Self {
+            last_quorum: None,
+            lease_lost: false,
+            lapsed: false,
+            had_quorum: false,
+            first_lease_tick: true,
+        }
+    }
+}
