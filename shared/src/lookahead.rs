@@ -434,21 +434,12 @@ impl Policy for Lookahead {
 mod tests {
     use super::*;
     use crate::NodeId;
-    use crate::task::TaskTypeId;
+
     use crate::view::{ClusterView, NodeView, PendingView};
     use std::sync::Arc;
 
     fn task(id: u64, min: [u32; 3]) -> Arc<Task> {
-        Arc::new(Task {
-            id: TaskId(id),
-            ty: TaskTypeId(0),
-            min_demand: Resources(min.to_vec()),
-            max_demand: None,
-            priority: 0,
-            reachable: vec![NodeId(0)],
-            arrival: id,
-            gang: None,
-        })
+        Arc::new(Task::new(id, min).arriving(id))
     }
 
     /// A job of `work` slots at one GPU that speeds up linearly with GPUs (1 to 4).

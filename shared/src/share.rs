@@ -413,22 +413,13 @@ fn class(view: &View<'_>, r: &RunningView) -> u8 {
 mod tests {
     use super::*;
     use crate::estimate::{Estimator, KindMap};
-    use crate::task::{NodeId, Task, TaskTypeId};
+    use crate::task::{NodeId, Task};
     use crate::view::{ClusterView, NodeView, TaskEstimate};
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
     fn task(id: u64) -> Task {
-        Task {
-            id: TaskId(id),
-            ty: TaskTypeId(0),
-            min_demand: Resources(vec![1, 1, 1]),
-            max_demand: None,
-            priority: 0,
-            reachable: vec![NodeId(0)],
-            arrival: id,
-            gang: None,
-        }
+        Task::new(id, [1, 1, 1]).arriving(id)
     }
 
     fn running(id: u64, progress: f64, est: TaskEstimate) -> RunningView {

@@ -151,6 +151,54 @@ pub fn validate(s: &GangShape) -> Result<(), String> {
 }
 
 impl Task {
+    /// A task of type 0 and class 0 that arrives at slot 0, may run on node 0 only and asks for
+    /// `min_demand` with no maximum: the start of a builder ([`Task::of_type`], [`Task::class`],
+    /// [`Task::arriving`], [`Task::on`], [`Task::at_most`]) for the tasks tests and tools make.
+    pub fn new(id: u64, min_demand: impl Into<Vec<u32>>) -> Self {
+        Self {
+            id: TaskId(id),
+            ty: TaskTypeId(0),
+            min_demand: Resources(min_demand.into()),
+            max_demand: None,
+            priority: 0,
+            reachable: vec![NodeId(0)],
+            arrival: 0,
+            gang: None,
+        }
+    }
+
+    /// This task of type `ty`.
+    pub fn of_type(mut self, ty: u16) -> Self {
+        self.ty = TaskTypeId(ty);
+        self
+    }
+
+    /// This task in priority class `class`.
+    pub fn class(mut self, class: u8) -> Self {
+        self.priority = class;
+        self
+    }
+
+    /// This task arriving at `slot`.
+    pub fn arriving(mut self, slot: u64) -> Self {
+        self.arrival = slot;
+        self
+    }
+
+    /// This task allowed on `nodes` (kept sorted, as [`Task::reachable`] must be).
+    pub fn on(mut self, nodes: &[u32]) -> Self {
+        self.reachable = nodes.iter().copied().map(NodeId).collect();
+        self.reachable.sort();
+        self.reachable.dedup();
+        self
+    }
+
+    /// This task asking for at most `max_demand`.
+    pub fn at_most(mut self, max_demand: impl Into<Vec<u32>>) -> Self {
+        self.max_demand = Some(Resources(max_demand.into()));
+        self
+    }
+
     /// The cap on an allocation on a node with `free` units left: min(free, max_demand).
     pub fn cap(&self, free: &Resources) -> Resources {
         match &self.max_demand {
@@ -170,30 +218,12 @@ impl Task {
 /// [`crate::view::TaskEstimate::gpu_bound`]).
 #[cfg(test)]
 pub(crate) fn test_gpu_task(id: u64, reachable: &[u32]) -> Task {
-    Task {
-        id: TaskId(id),
-        ty: TaskTypeId(0),
-        min_demand: Resources(vec![1, 1]),
-        max_demand: Some(Resources(vec![8, 8])),
-        priority: 0,
-        reachable: reachable.iter().copied().map(NodeId).collect(),
-        arrival: 0,
-        gang: None,
-    }
+    Task::new(id, [1, 1]).at_most([8, 8]).on(reachable)
 }
 
 /// A one-unit class-0 task of type 0 that arrived at slot 0 and may run on nodes 0 and 1: what
 /// unit tests need where the task itself does not matter.
 #[cfg(test)]
 pub(crate) fn test_task(id: u64) -> std::sync::Arc<Task> {
-    std::sync::Arc::new(Task {
-        id: TaskId(id),
-        ty: TaskTypeId(0),
-        min_demand: Resources(vec![1]),
-        max_demand: None,
-        priority: 0,
-        reachable: vec![NodeId(0), NodeId(1)],
-        arrival: 0,
-        gang: None,
-    })
+    std::sync::Arc::new(Task::new(id, [1]).on(&[0, 1]))
 }

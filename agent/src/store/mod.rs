@@ -381,19 +381,9 @@ pub fn save_members(path: &Path, members: &BTreeSet<NodeId>) -> std::io::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tapfinger::TaskTypeId;
 
     fn task(id: u64) -> Task {
-        Task {
-            id: TaskId(id),
-            ty: TaskTypeId(0),
-            min_demand: Resources(vec![1, 0, 0]),
-            max_demand: None,
-            priority: 0,
-            reachable: vec![NodeId(1)],
-            arrival: 0,
-            gang: None,
-        }
+        Task::new(id, [1, 0, 0]).on(&[1])
     }
 
     fn spec() -> TaskSpec {

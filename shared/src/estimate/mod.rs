@@ -488,20 +488,11 @@ pub struct ClassSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task::NodeId;
+
     use proptest::prelude::*;
 
     fn task(ty: u16, min: [u32; 3]) -> Task {
-        Task {
-            id: TaskId(1),
-            ty: TaskTypeId(ty),
-            min_demand: Resources(min.to_vec()),
-            max_demand: None,
-            priority: 0,
-            reachable: vec![NodeId(0)],
-            arrival: 0,
-            gang: None,
-        }
+        Task::new(1, min).of_type(ty)
     }
 
     fn est() -> Estimator {

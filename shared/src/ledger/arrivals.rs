@@ -62,21 +62,12 @@ impl<M> Ledger<M> {
 mod tests {
     use super::*;
     use crate::ledger::TaskState;
-    use crate::resources::Resources;
-    use crate::task::{NodeId, TaskId, TaskTypeId};
+
+    use crate::task::TaskId;
     use std::sync::Arc;
 
     fn task(id: u64, arrival: u64) -> Arc<Task> {
-        Arc::new(Task {
-            id: TaskId(id),
-            ty: TaskTypeId(0),
-            min_demand: Resources(vec![1, 0]),
-            max_demand: None,
-            priority: 0,
-            reachable: vec![NodeId(0)],
-            arrival,
-            gang: None,
-        })
+        Arc::new(Task::new(id, [1, 0]).arriving(arrival))
     }
 
     #[test]

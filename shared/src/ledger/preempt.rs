@@ -184,21 +184,12 @@ impl<M> Ledger<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task::{Task, TaskTypeId};
+    use crate::task::Task;
     use proptest::prelude::*;
     use std::sync::Arc;
 
     fn task(id: u64, class: u8, cpus: u32, nodes: &[u32]) -> Arc<Task> {
-        Arc::new(Task {
-            id: TaskId(id),
-            ty: TaskTypeId(0),
-            min_demand: Resources(vec![cpus, 0]),
-            max_demand: None,
-            priority: class,
-            reachable: nodes.iter().map(|n| NodeId(*n)).collect(),
-            arrival: 0,
-            gang: None,
-        })
+        Arc::new(Task::new(id, [cpus, 0]).class(class).on(nodes))
     }
 
     fn run(l: &mut Ledger<()>, t: Arc<Task>, node: u32, started: u64) {

@@ -131,20 +131,11 @@ impl<M> Ledger<M> {
 mod tests {
     use crate::ledger::{Ledger, TaskState};
     use crate::resources::Resources;
-    use crate::task::{NodeId, Task, TaskId, TaskTypeId};
+    use crate::task::{NodeId, Task, TaskId};
     use std::sync::Arc;
 
     fn task(id: u64, arrival: u64, priority: u8, cpus: u32) -> Arc<Task> {
-        Arc::new(Task {
-            id: TaskId(id),
-            ty: TaskTypeId(0),
-            min_demand: Resources(vec![cpus]),
-            max_demand: None,
-            priority,
-            reachable: vec![NodeId(0)],
-            arrival,
-            gang: None,
-        })
+        Arc::new(Task::new(id, [cpus]).class(priority).arriving(arrival))
     }
 
     /// The pending tasks in some window at `slot`, by id.

@@ -153,21 +153,12 @@ impl<M> Ledger<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task::{Task, TaskTypeId};
+    use crate::task::Task;
     use proptest::prelude::*;
     use std::sync::Arc;
 
     fn task(id: u64, min: u32, max: u32) -> Arc<Task> {
-        Arc::new(Task {
-            id: TaskId(id),
-            ty: TaskTypeId(0),
-            min_demand: Resources(vec![min, 0]),
-            max_demand: Some(Resources(vec![max, 0])),
-            priority: 0,
-            reachable: vec![NodeId(0)],
-            arrival: 0,
-            gang: None,
-        })
+        Arc::new(Task::new(id, [min, 0]).at_most([max, 0]))
     }
 
     fn ledger(elastic: bool, cpus: u32) -> Ledger<()> {

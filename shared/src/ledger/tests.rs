@@ -2,16 +2,7 @@ use super::*;
 use proptest::prelude::*;
 
 fn task(id: u64, arrival: u64, min: [u32; 2], reachable: &[u32]) -> Arc<Task> {
-    Arc::new(Task {
-        id: TaskId(id),
-        ty: crate::task::TaskTypeId(0),
-        min_demand: Resources(min.to_vec()),
-        max_demand: None,
-        priority: 0,
-        reachable: reachable.iter().map(|n| NodeId(*n)).collect(),
-        arrival,
-        gang: None,
-    })
+    Arc::new(Task::new(id, min).arriving(arrival).on(reachable))
 }
 
 fn two_nodes() -> Ledger<()> {
