@@ -151,7 +151,7 @@ fn squash(x: f64) -> f32 {
     ((1.0 + x.max(0.0)).ln() / 4.0) as f32
 }
 
-/// The general features of `view` (schema 2, see [`build_general`]).
+/// The general features of `view` (see [`build_general`]).
 fn general_features(view: &ClusterView, me: NodeId) -> Features {
     let map = view.kinds;
     let canon = |r: &crate::resources::Resources| map.canonical(r);
@@ -214,7 +214,8 @@ fn general_features(view: &ClusterView, me: NodeId) -> Features {
     }
 }
 
-/// Build the graph of a snapshot with the general features (schema 2), marking `me`. They mean
+/// Build the graph of a snapshot with the general features alone, marking `me` (what the
+/// general and RLPTO schemas, [`build_general_contended`] and [`build_rlpto`], add to). They mean
 /// the same on every cluster: the canonical kinds CPU, GPU and memory (an absent kind is zero),
 /// scaled by the largest node per kind; and for tasks, the online estimator's speeds instead of
 /// a task type, with waiting time, progress and attained service.
@@ -249,7 +250,7 @@ fn here_and_best(
     (here, best)
 }
 
-/// Feature widths of the general schema with contention (schema 5, [`build_general_contended`]).
+/// Feature widths of the general schema (number 5, [`build_general_contended`]).
 pub const GENERAL_CONTENDED_WIDTHS: [usize; 3] =
     [GENERAL_WIDTHS[0], GENERAL_WIDTHS[1] + 3, GENERAL_WIDTHS[2]];
 

@@ -1,7 +1,7 @@
 //! Decision latency of the learned policy: one agent's decision (graph batching, HAN encoder,
 //! pointer and allocation heads through the decision pass `model::net::infer`, sampling) on the
 //! busiest `hetero6` state of a Tiresias episode, with the per-preset features (schema 1) and
-//! with the general ones (schema 2, which also read the speed estimates the view carries),
+//! with the general ones (which also read the speed estimates the view carries),
 //! untrained and as shipped (elastic: no allocation heads).
 //! Goals: under 2 ms (per preset), 0.5 ms (general).
 

@@ -135,13 +135,8 @@ fn one_set_of_general_weights_decides_on_every_preset_and_generated_scenario() {
     use tapfinger::model::TapfingerPolicy;
     use tapfinger::model::batch::Dims;
     use tapfinger::model::net::NetConfig;
-    // Schema 2, schema 3 (RLPTO's) and schema 5 (each pending task's fit to the boxes beside
-    // the tasks running there).
-    for dims in [
-        Dims::general(10),
-        Dims::rlpto(10),
-        Dims::general_contended(10),
-    ] {
+    // The general schema and RLPTO's.
+    for dims in [Dims::general(10), Dims::rlpto(10)] {
         let cfg = NetConfig::new(dims);
         let net = tapfinger::model::net::Net::new(&cfg, &burn::tensor::Device::flex());
         for name in [

@@ -27,49 +27,103 @@ pub const EDGE_KINDS: [(EdgeKind, usize, usize); 6] = [
     (EdgeKind::ServerSummary, 0, 3),
 ];
 
+/// A model's feature schema: what its graph's nodes carry. One per kind of model that ships,
+/// written in a model's `train.json` by its number (1, 3 and 5, as models have always been; the
+/// numbers between were experiments, `docs/DECISIONS.md`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "u32", into = "u32")]
+pub enum Schema {
+    /// Per preset (1, [`graph::build`]): the cluster's own kinds and a one-hot of the task type:
+    /// a model fits one preset.
+    #[default]
+    Preset,
+    /// RLPTO's (3, [`graph::build_rlpto`]): the general features with each task's priority
+    /// class, its convergence and the arrival forecast.
+    Rlpto,
+    /// General (5, [`graph::build_general_contended`]): the canonical kinds and the online
+    /// speed estimates, the same meaning on every cluster, and each pending task's fit to the
+    /// boxes beside the tasks running there (the shipped general model's).
+    General,
+}
+
+impl Schema {
+    /// Every schema this build reads.
+    pub const ALL: [Schema; 3] = [Schema::Preset, Schema::Rlpto, Schema::General];
+
+    /// Its number in a model's `train.json`.
+    pub fn number(self) -> u32 {
+        match self {
+            Schema::Preset => 1,
+            Schema::Rlpto => 3,
+            Schema::General => 5,
+        }
+    }
+
+    /// What it is called.
+    pub fn name(self) -> &'static str {
+        match self {
+            Schema::Preset => "per preset",
+            Schema::Rlpto => "RLPTO",
+            Schema::General => "general",
+        }
+    }
+}
+
+impl From<Schema> for u32 {
+    fn from(s: Schema) -> u32 {
+        s.number()
+    }
+}
+
+/// A schema number this build does not read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "written with feature schema {0}; this build reads schemas {known}: use the tapfinger that trained it, or retrain",
+    known = Schema::ALL.map(|s| format!("{} ({})", s.number(), s.name())).join(", ")
+)]
+pub struct UnknownSchema(pub u32);
+
+impl TryFrom<u32> for Schema {
+    type Error = UnknownSchema;
+
+    fn try_from(n: u32) -> Result<Self, Self::Error> {
+        Schema::ALL
+            .into_iter()
+            .find(|s| s.number() == n)
+            .ok_or(UnknownSchema(n))
+    }
+}
+
+impl std::fmt::Display for Schema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.number(), self.name())
+    }
+}
+
 /// Sizes that fix the network's input and output shapes, and the feature schema.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Dims {
-    /// Resource kinds (the cluster's own in schema 1; CPU, GPU, memory in schema 2).
+    /// Resource kinds (the cluster's own per preset; CPU, GPU, memory in the general schemas).
     pub kinds: usize,
-    /// Task types (one-hot width; schema 1 only).
+    /// Task types (one-hot width; per preset only).
     pub types: usize,
     /// Pending window per agent.
     pub window: usize,
-    /// Feature schema: 1, per-preset features (a one-hot of the task type, the cluster's own
-    /// kinds: a model fits one preset); 2, general features ([`graph::build_general`]: the
-    /// canonical kinds and the online speed estimates, the same meaning on every cluster); 3,
-    /// RLPTO's ([`graph::build_rlpto`]: the general features with priority classes,
-    /// convergence and the arrival forecast); 5, general with each pending task's fit to the
-    /// boxes beside the tasks running there ([`graph::build_general_contended`], the shipped
-    /// general model's). (Schemas 4, 6 and 7 were experiments, `docs/DECISIONS.md`; models of
-    /// them no longer load.)
-    #[serde(default = "schema_v1")]
-    pub schema: u32,
+    /// The feature schema (absent in older files: per preset).
+    #[serde(default)]
+    pub schema: Schema,
 }
-
-fn schema_v1() -> u32 {
-    1
-}
-
-/// The feature schema of general models.
-pub const SCHEMA_GENERAL: u32 = 2;
-
-/// The feature schema of RLPTO models.
-pub const SCHEMA_RLPTO: u32 = 3;
-
-/// The feature schema of general models that see each pending task's fit to the boxes beside
-/// the tasks running there ([`graph::build_general_contended`]).
-pub const SCHEMA_GENERAL_CONTENDED: u32 = 5;
 
 impl Dims {
-    /// Schema-1 sizes (a model for one preset).
+    /// Per-preset sizes (a model for one preset).
     pub fn per_preset(kinds: usize, types: usize, window: usize) -> Self {
         Self {
             kinds,
             types,
             window,
-            schema: 1,
+            schema: Schema::Preset,
         }
     }
 
@@ -79,63 +133,44 @@ impl Dims {
             kinds: crate::estimate::KINDS.len(),
             types: 0,
             window,
-            schema: SCHEMA_GENERAL,
+            schema: Schema::General,
         }
     }
 
-    /// The general schema with each pending task's fit to the boxes under contention
-    /// ([`graph::build_general_contended`]).
-    pub fn general_contended(window: usize) -> Self {
-        Self {
-            schema: SCHEMA_GENERAL_CONTENDED,
-            ..Self::general(window)
-        }
-    }
-
-    /// RLPTO's schema: the general one with priority classes, convergence and the arrival
-    /// forecast ([`graph::build_rlpto`]).
+    /// RLPTO's schema: the general one's kinds with priority classes, convergence and the
+    /// arrival forecast ([`graph::build_rlpto`]).
     pub fn rlpto(window: usize) -> Self {
         Self {
-            schema: SCHEMA_RLPTO,
+            schema: Schema::Rlpto,
             ..Self::general(window)
         }
     }
 
-    /// Whether the features are general (schemas 2, 3 and 5: one model for every cluster).
+    /// Whether the features are general (one model for every cluster: RLPTO's and general).
     pub fn is_general(&self) -> bool {
-        self.schema >= SCHEMA_GENERAL
-    }
-
-    /// Whether this is the general schema with contention ([`graph::build_general_contended`]).
-    pub fn is_contended(&self) -> bool {
-        self.schema == SCHEMA_GENERAL_CONTENDED
+        self.schema != Schema::Preset
     }
 
     /// Whether this is RLPTO's schema.
     pub fn is_rlpto(&self) -> bool {
-        self.schema == SCHEMA_RLPTO
+        self.schema == Schema::Rlpto
     }
 
-    /// Feature width of each node type (as built by [`graph::build`],
-    /// [`graph::build_general`] or [`graph::build_rlpto`]).
+    /// Feature width of each node type (as [`graph::build`], [`graph::build_rlpto`] or
+    /// [`graph::build_general_contended`] build them).
     pub fn feature_width(&self, kind: usize) -> usize {
-        if self.is_rlpto() {
-            return graph::RLPTO_WIDTHS.get(kind).copied().unwrap_or(1);
-        }
-        if self.is_contended() {
-            return graph::GENERAL_CONTENDED_WIDTHS
+        match self.schema {
+            Schema::Rlpto => graph::RLPTO_WIDTHS.get(kind).copied().unwrap_or(1),
+            Schema::General => graph::GENERAL_CONTENDED_WIDTHS
                 .get(kind)
                 .copied()
-                .unwrap_or(1);
-        }
-        match (self.is_general(), kind) {
-            (true, 0) => graph::GENERAL_WIDTHS[0],
-            (true, 1) => graph::GENERAL_WIDTHS[1],
-            (true, 2) => graph::GENERAL_WIDTHS[2],
-            (false, 0) => self.kinds + 2,
-            (false, 1) => self.kinds + self.types,
-            (false, 2) => self.kinds + self.types + 1,
-            _ => 1,
+                .unwrap_or(1),
+            Schema::Preset => match kind {
+                0 => self.kinds + 2,
+                1 => self.kinds + self.types,
+                2 => self.kinds + self.types + 1,
+                _ => 1,
+            },
         }
     }
 }
@@ -171,14 +206,10 @@ pub fn batch(items: &[(&ClusterView, NodeId)], dims: &Dims) -> GraphBatch {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut pending_slots: Vec<Vec<i32>> = Vec::with_capacity(items.len());
     for (view, agent) in items {
-        let g = if dims.is_rlpto() {
-            graph::build_rlpto(view, *agent)
-        } else if dims.is_contended() {
-            graph::build_general_contended(view, *agent)
-        } else if dims.is_general() {
-            graph::build_general(view, *agent)
-        } else {
-            graph::build(view, *agent)
+        let g = match dims.schema {
+            Schema::Rlpto => graph::build_rlpto(view, *agent),
+            Schema::General => graph::build_general_contended(view, *agent),
+            Schema::Preset => graph::build(view, *agent),
         };
         // Local index of every graph node within its type, offset by the batch so far.
         let mut local = vec![0i32; g.node_count()];

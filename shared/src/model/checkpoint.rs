@@ -47,7 +47,7 @@ struct CheckpointNet {
 }
 
 /// Load a network from the bytes of a `model.bpk` and the text of its `train.json`; `label` names
-/// the source in errors. A general model (feature schema 2, or 3 for RLPTO) loads on every cluster; a per-preset
+/// the source in errors. A general model (feature schema 5, or 3 for RLPTO) loads on every cluster; a per-preset
 /// model trained for other input sizes is refused with both sizes named, since loading it would
 /// fail deep inside burn with a shape error or, worse, silently misread features; a model of a
 /// feature schema this build does not know is refused naming both versions. Returns the network, its configuration and the scenario it was trained on.
@@ -61,29 +61,16 @@ pub fn load_bytes(
         label: label.to_string(),
         reason,
     };
+    // A schema this build does not read fails here, naming those it reads
+    // ([`super::batch::UnknownSchema`]).
     let meta: CheckpointMeta = serde_json::from_str(train_json).map_err(|e| err(e.to_string()))?;
     let cfg = meta.config.net;
-    let known = [
-        1,
-        super::batch::SCHEMA_GENERAL,
-        super::batch::SCHEMA_RLPTO,
-        super::batch::SCHEMA_GENERAL_CONTENDED,
-    ];
-    if !known.contains(&cfg.dims.schema) {
-        return Err(err(format!(
-            "written with feature schema {}; this build reads schemas 1 (per preset), {} (general), {} (RLPTO) and {} (general, under contention: the shipped general model's): use the tapfinger that trained it, or retrain",
-            cfg.dims.schema,
-            super::batch::SCHEMA_GENERAL,
-            super::batch::SCHEMA_RLPTO,
-            super::batch::SCHEMA_GENERAL_CONTENDED,
-        )));
-    }
     if dims.is_general() && !cfg.dims.is_general() {
         return Err(err(format!(
-            "written with feature schema {} (per preset, scenario {}); a general model (feature schema {}) is needed here",
+            "written with feature schema {} (scenario {}); a general model (feature schema {}) is needed here",
             cfg.dims.schema,
             meta.scenario,
-            super::batch::SCHEMA_GENERAL
+            super::batch::Schema::General
         )));
     }
     // A general model reads every cluster; a per-preset one only the sizes it was trained for.
@@ -247,7 +234,7 @@ shipped! {
     /// For `edge-agent` (the agent's resource kinds and units, one task type); the agent's
     /// default before the general model.
     EDGE_AGENT = "edge-agent";
-    /// The general model (feature schema 2): trained on generated scenarios, it loads on every
+    /// The general model (the general feature schema): trained on generated scenarios, it loads on every
     /// cluster; the learned policy's default wherever no model ships for the scenario, and the
     /// agent's default.
     GENERAL = "general";

@@ -99,17 +99,12 @@ pub(crate) struct ModelArgs {
     /// mask by `"exclusive_first": true` in its train.json and --resume, docs/MODELS.md).
     #[arg(long, default_value = "tapfinger", conflicts_with = "resume")]
     pub(crate) variant: String,
-    /// Train a general model (feature schema 2: CPU, GPU and memory, the online speed
-    /// estimates, no task types), which loads on every cluster (new runs only).
+    /// Train a general model (feature schema 5: CPU, GPU and memory, the online speed
+    /// estimates, no task types, and each pending task's fit to the boxes beside the tasks
+    /// running there), which loads on every cluster; needs an elastic --sharing (new runs
+    /// only).
     #[arg(long, conflicts_with = "resume")]
     pub(crate) general: bool,
-    /// With --general: feature schema 5, the general features and each pending task's fit to
-    /// the boxes beside the tasks running there (its estimated job time at what it would get
-    /// on the deciding node sharing it with them, the least such time over the boxes it fits
-    /// now, and the time its start would add to the deciding node's running tasks); needs an
-    /// elastic --sharing (new runs only).
-    #[arg(long, requires = "general", conflicts_with = "resume")]
-    pub(crate) contention: bool,
     /// Train an RLPTO model (new runs only): general features plus each task's priority
     /// class, whether it is converging, and the forecast arrivals of the next intervals
     /// (feature schema 3), trained on RLPTO's cluster reward (the scenario's `[reward]`

@@ -116,8 +116,6 @@ fn new_config(a: &TrainArgs, sim: &Simulator) -> Result<tapfinger_sim::train::Tr
     let window = sim.scenario().window;
     let dims = if a.model.rlpto {
         Dims::rlpto(window)
-    } else if a.model.contention {
-        Dims::general_contended(window)
     } else if a.model.general {
         Dims::general(window)
     } else {
@@ -139,9 +137,9 @@ fn new_config(a: &TrainArgs, sim: &Simulator) -> Result<tapfinger_sim::train::Tr
     };
     a.model.sharing.0.unwrap_or(auto).apply(&mut net);
     set_two_point(&mut net, a.model.two_point)?;
-    if a.model.contention && !net.elastic {
+    if a.model.general && !net.elastic {
         bail!(
-            "--contention reads a node's free units as those beyond the running tasks' floors, which an elastic share splits: it needs an elastic --sharing, not {}",
+            "--general reads a node's free units as those beyond the running tasks' floors, which an elastic share splits: it needs an elastic --sharing, not {}",
             Sharing::of(&net).map_or("this one", Sharing::name)
         );
     }

@@ -117,7 +117,7 @@ fn the_crowding_mask_keeps_a_busy_node_from_starting_a_task_at_under_half_its_sp
     let claims = |crowding: u32| {
         let device = Device::flex();
         device.seed(3);
-        let mut cfg = NetConfig::new(Dims::general_contended(10));
+        let mut cfg = NetConfig::new(Dims::general(10));
         cfg.elastic = true;
         cfg.crowding = crowding;
         // Sampling, as in training: the mask acts there as in deployment.
@@ -180,7 +180,7 @@ fn the_exclusive_first_mask_keeps_a_younger_task_of_its_class_from_overtaking_a_
         ..Default::default()
     };
     let blocked = |view: &ClusterView, on: bool| {
-        let mut cfg = NetConfig::new(Dims::general_contended(10));
+        let mut cfg = NetConfig::new(Dims::general(10));
         cfg.elastic = true;
         cfg.exclusive_first = on;
         let policy = TapfingerPolicy::untrained(cfg, Device::flex());
@@ -201,7 +201,7 @@ fn the_exclusive_first_mask_keeps_a_younger_task_of_its_class_from_overtaking_a_
     };
     let device = Device::flex();
     device.seed(8);
-    let mut cfg = NetConfig::new(Dims::general_contended(10));
+    let mut cfg = NetConfig::new(Dims::general(10));
     cfg.elastic = true;
     cfg.exclusive_first = true;
     let mut policy = TapfingerPolicy::untrained(cfg, device);
