@@ -108,18 +108,8 @@ pub(crate) struct SuiteArgs {
     /// OS threads (default: all cores); results do not depend on it.
     #[arg(long)]
     threads: Option<usize>,
-    /// Every task carries its type's profiling runs as profile hints for the speed
-    /// estimator (every policy's views), as a submitter's spec may.
-    #[arg(long)]
-    profile_hints: bool,
-    /// Every task declares its work (its size) to the speed estimator, as a submitter's
-    /// spec may.
-    #[arg(long)]
-    declare_work: bool,
-    /// A run's first slot keeps this share (0 < W ≤ 1) of its progress in every generated
-    /// scenario (they have none by default): start-ups, as agents measure them.
-    #[arg(long, value_name = "W", value_parser = start_weight)]
-    start_weight: Option<f64>,
+    #[command(flatten)]
+    estimates: Estimates,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -159,6 +149,14 @@ pub(crate) struct Variants {
     /// resumes from its last checkpoint); `compare` adds the tasks preempted and the work lost.
     #[arg(long)]
     preempt: bool,
+    #[command(flatten)]
+    estimates: Estimates,
+}
+
+/// What the speed estimator is told beyond the progress it observes, whatever the scenario
+/// says (`run`, `compare` and `suite`).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub(crate) struct Estimates {
     /// Every task carries its type's profiling runs (those Optimus fits) as profile hints for
     /// the speed estimator, whatever the scenario's `profile_hints` says: every policy's views
     /// then show the estimates a submitter's profile would give before any progress.
@@ -170,8 +168,8 @@ pub(crate) struct Variants {
     #[arg(long)]
     declare_work: bool,
     /// A run's first slot keeps this share (0 < W ≤ 1) of its progress, whatever the scenario's
-    /// `start_weight` says: the time from a decision to a task's first progress, which agents
-    /// measure as its start-up.
+    /// `start_weight` says (generated scenarios have none): the time from a decision to a
+    /// task's first progress, which agents measure as its start-up.
     #[arg(long, value_name = "W", value_parser = start_weight)]
     start_weight: Option<f64>,
 }
@@ -198,13 +196,13 @@ fn load_with(name: &str, v: Variants) -> Result<Simulator> {
     if v.no_shrink {
         sim = sim.no_shrink();
     }
-    if v.profile_hints {
+    if v.estimates.profile_hints {
         sim = sim.profile_hints();
     }
-    if v.declare_work {
+    if v.estimates.declare_work {
         sim = sim.declare_work();
     }
-    if let Some(w) = v.start_weight {
+    if let Some(w) = v.estimates.start_weight {
         sim = sim.start_weight(w);
     }
     Ok(sim)
@@ -341,9 +339,7 @@ pub(crate) fn suite(a: SuiteArgs) -> Result<()> {
         candidate,
         model,
         threads,
-        profile_hints,
-        declare_work,
-        start_weight,
+        estimates,
         json,
     } = a;
     if seeds == 0 {
@@ -358,9 +354,9 @@ pub(crate) fn suite(a: SuiteArgs) -> Result<()> {
         model,
         threads: threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
-        profile_hints,
-        declare_work,
-        start_weight,
+        profile_hints: estimates.profile_hints,
+        declare_work: estimates.declare_work,
+        start_weight: estimates.start_weight,
     };
     let n = cfg.generator_seeds.end - cfg.generator_seeds.start;
     let progress = std::sync::Mutex::new(Progress::new(n).unit("scenarios"));
