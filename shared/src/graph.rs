@@ -322,23 +322,6 @@ fn contended_features(view: &ClusterView, me: NodeId) -> Features {
     f
 }
 
-/// How much slower pending task `p` would run on node `n` beside the tasks running there than
-/// alone there: its estimated job time at schema 5's equal split of the node's spare units over
-/// its time at its cap of the node's capacity (1 on an idle node; the crowding mask's measure,
-/// `NetConfig::crowding`).
-pub fn crowding(
-    view: &ClusterView,
-    n: &crate::view::NodeView,
-    p: &crate::view::PendingView,
-) -> f64 {
-    let t = &p.task;
-    let spare = n.free.saturating_sub(&t.min_demand);
-    let shared = contended(view, n, &spare, &t.min_demand, t, &p.est.gain, Some(&p.est));
-    let alone = t.cap(&n.capacity).max_each(&t.min_demand);
-    let kinds = &view.kinds;
-    p.est.slots_at(kinds, &t.min_demand, &shared) / p.est.slots_at(kinds, &t.min_demand, &alone)
-}
-
 /// What a task would run at on node `n` beside the tasks running there, by an equal split of
 /// the units beyond the floors: its `floor`, and of the node's `spare` units (those no floor
 /// holds, less a newcomer's minimum) an equal part per kind among the tasks that take that

@@ -64,6 +64,17 @@ pub fn load_bytes(
     // A schema this build does not read fails here, naming those it reads
     // ([`super::batch::UnknownSchema`]).
     let meta: CheckpointMeta = serde_json::from_str(train_json).map_err(|e| err(e.to_string()))?;
+    // What `NetConfig` no longer has: the crowding mask's factor (0 or absent: off). A model
+    // trained with the mask on would decide otherwise without it, so it is refused.
+    let crowding = serde_json::from_str::<serde_json::Value>(train_json)
+        .ok()
+        .and_then(|v| v["config"]["net"]["crowding"].as_u64())
+        .unwrap_or(0);
+    if crowding > 0 {
+        return Err(err(format!(
+            "trained with the crowding mask (crowding {crowding}), which this build no longer has (docs/DECISIONS.md, section 5): retrain without it"
+        )));
+    }
     let cfg = meta.config.net;
     if dims.is_general() && !cfg.dims.is_general() {
         return Err(err(format!(

@@ -251,9 +251,6 @@ impl TapfingerPolicy {
         // allocations: an elastic one claims at the minimum demand, however large (a task asking
         // for 60 GiB, say, must not wait forever).
         let grid = !self.cfg.elastic;
-        // The crowding mask (`NetConfig::crowding`): on a busy elastic node, a start that would
-        // run at less than 1/K of its speed alone there waits.
-        let crowd = self.cfg.elastic && self.cfg.crowding > 0 && !view.node().running.is_empty();
         // The exclusive-first mask (`NetConfig::exclusive_first`): the window is in queue order
         // (oldest first), so the tasks behind a fitting exclusive one are younger.
         let exclusive: Vec<bool> = window
@@ -277,14 +274,6 @@ impl TapfingerPolicy {
                             && (0..self.cfg.dims.kinds).any(|k| {
                                 self.kind_of(view, k)
                                     .is_some_and(|c| t.min_demand.get(c) > max_units)
-                            })
-                        || crowd
-                            && view.node().window.get(i).is_some_and(|&p| {
-                                crate::graph::crowding(
-                                    view.cluster,
-                                    view.node(),
-                                    &view.cluster.pending[p],
-                                ) > f64::from(self.cfg.crowding)
                             })
                 })
             })

@@ -98,12 +98,6 @@ pub struct NetConfig {
     /// views carried in training, which they are run with (0: none; other models).
     #[serde(default)]
     pub forecast_interval_slots: u64,
-    /// The crowding mask, in training and in deployment alike (0: off, the shipped models): a
-    /// node already running tasks may not start a window task whose estimated job time there
-    /// beside them ([`crate::graph::crowding`]) is more than this many times its time alone
-    /// there; it passes or starts another instead. Elastic models only.
-    #[serde(default)]
-    pub crowding: u32,
     /// The exclusive-first mask, in training and in deployment alike (off: the shipped models,
     /// and models written before it existed): while a window task that no other box could ever
     /// run ([`crate::graph::has_other_host`] is false) fits the node's free units, the younger tasks
@@ -136,7 +130,6 @@ pub const VARIANTS: &[&str] = &[
     "nopointer",
     "vanilla",
     "nomask",
-    "crowd2",
     "exclusive",
 ];
 
@@ -144,8 +137,7 @@ impl NetConfig {
     /// The configuration of a named variant: `nohan` drops the graph attention layers (each node
     /// is embedded from its own features by an MLP), `nopointer` selects uniformly, `vanilla` is
     /// both an MLP encoder and first-come selection, `nomask` is the full policy without the
-    /// work-conserving mask (its ablation), `crowd2` the full policy with the crowding mask at
-    /// twice a task's time alone ([`NetConfig::crowding`]), `exclusive` the full policy with the
+    /// work-conserving mask (its ablation), `exclusive` the full policy with the
     /// exclusive-first mask ([`NetConfig::exclusive_first`]).
     pub fn variant(dims: Dims, name: &str) -> Option<Self> {
         let mut c = Self::new(dims);
@@ -154,7 +146,6 @@ impl NetConfig {
             "nohan" => c.layers = 0,
             "nopointer" => c.selection = Selection::Uniform,
             "nomask" => c.work_conserving = false,
-            "crowd2" => c.crowding = 2,
             "exclusive" => c.exclusive_first = true,
             "vanilla" => {
                 c.layers = 0;
@@ -185,7 +176,6 @@ impl NetConfig {
             finish_first: false,
             focus: 0,
             forecast_interval_slots: 0,
-            crowding: 0,
             exclusive_first: false,
         }
     }

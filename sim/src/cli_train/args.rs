@@ -92,8 +92,7 @@ pub(crate) struct TrainRun {
 #[command(next_help_heading = "The model")]
 pub(crate) struct ModelArgs {
     /// Policy variant: tapfinger, or the ablations nohan, nopointer, vanilla, nomask (no
-    /// work-conserving mask), crowd2 (the crowding mask: a busy elastic node may not start a
-    /// task that would run there at under half its speed alone), or exclusive (the
+    /// work-conserving mask), or exclusive (the
     /// exclusive-first mask: a younger task may not overtake a fitting older one of its class
     /// that no other box could run) (new runs only; a trained model gets the exclusive-first
     /// mask by `"exclusive_first": true` in its train.json and --resume, docs/MODELS.md).

@@ -177,6 +177,18 @@ fn a_general_model_loads_on_every_cluster_and_an_unknown_schema_is_refused_namin
             "{e}"
         );
     }
+    // A model trained with the crowding mask, which this build no longer has: refused, since
+    // it would decide otherwise without it.
+    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    v["config"]["net"]["crowding"] = serde_json::json!(2);
+    std::fs::write(dir.join("train.json"), v.to_string()).unwrap();
+    let e = tapfinger::model::checkpoint::load_path(&dir, &Dims::general(10))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("crowding mask (crowding 2)"), "{e}");
+    v["config"]["net"]["crowding"] = serde_json::json!(0);
+    std::fs::write(dir.join("train.json"), v.to_string()).unwrap();
+    assert!(tapfinger::model::checkpoint::load_path(&dir, &Dims::general(10)).is_ok());
     // A per-preset model where a general one is needed: both schemas named.
     let e = tapfinger::model::checkpoint::SHIPPED[0]
         .load(&Dims::general(10))

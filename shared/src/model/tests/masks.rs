@@ -1,5 +1,5 @@
 //! The action masks, in sampling (training) and greedy (deployment) decisions alike: the
-//! work-conserving mask, the crowding mask and the exclusive-first mask.
+//! work-conserving mask and the exclusive-first mask.
 
 use super::*;
 use crate::view::TaskEstimate;
@@ -68,72 +68,6 @@ fn work_conserving_in(greedy: bool) {
         checked > 5,
         "too few idle nodes with work to test the guard ({checked})"
     );
-}
-
-/// A node running three GPU-bound tasks, and a fourth in its window that would get 2 of the 8
-/// GPUs there (an estimated 7 slots) against 8 alone (3 slots): 2.33 times slower.
-fn crowded_view() -> ClusterView {
-    let task = |id| crate::task::test_gpu_task(id, &[0]);
-    // T(g) = 10 + 18 · (1/(1 + g) − 1/2) at g GPUs.
-    let est = TaskEstimate::gpu_bound(3.0);
-    let running = |id| RunningView {
-        task: task(id).into(),
-        node: NodeId(0),
-        alloc: Resources(vec![1, 1]),
-        in_force: Resources(vec![1, 2]),
-        started: 0,
-        progress: 0.5,
-        attained: 0.0,
-        est: est.clone(),
-        est_alloc: 5.0,
-        converging: false,
-    };
-    ClusterView {
-        slot: 1,
-        kinds: crate::estimate::KindMap::from_names(&["cpu", "gpu"]),
-        nodes: vec![NodeView {
-            id: NodeId(0),
-            capacity: Resources(vec![8, 8]),
-            free: Resources(vec![5, 5]),
-            window: vec![0],
-            overflow: 0,
-            running: vec![0, 1, 2],
-        }],
-        running: vec![running(1), running(2), running(3)],
-        pending: vec![PendingView {
-            class: 0,
-            task: task(4).into(),
-            est,
-        }],
-        ..Default::default()
-    }
-}
-
-#[test]
-fn the_crowding_mask_keeps_a_busy_node_from_starting_a_task_at_under_half_its_speed_alone() {
-    let view = crowded_view();
-    let r = crate::graph::crowding(&view, &view.nodes[0], &view.pending[0]);
-    assert!((r - 7.0 / 3.0).abs() < 1e-9, "{r}");
-    let claims = |crowding: u32| {
-        let device = Device::flex();
-        device.seed(3);
-        let mut cfg = NetConfig::new(Dims::general(10));
-        cfg.elastic = true;
-        cfg.crowding = crowding;
-        // Sampling, as in training: the mask acts there as in deployment.
-        let mut policy = TapfingerPolicy::untrained(cfg, device);
-        let mut rng = crate::seeded_rng(4);
-        let v = view.for_agent(NodeId(0)).unwrap();
-        (0..40)
-            .filter(|_| policy.decide(&v, &mut rng) != Decision::Pass)
-            .count()
-    };
-    assert_eq!(claims(2), 0, "the crowded start was claimed");
-    assert!(
-        claims(3) > 0,
-        "at 3 times the mask does not act, yet nothing was claimed"
-    );
-    assert!(claims(0) > 0, "without the mask nothing was claimed");
 }
 
 /// The exclusive-first mask: on box 0, window in queue order — task 1 (class 0, box 1 may run
