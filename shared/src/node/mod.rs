@@ -30,6 +30,7 @@ use crate::task::{NodeId, TaskId};
 use crate::wire::{Body, Envelope, NodeState, RunningState, WIRE_VERSION};
 use std::collections::{BTreeMap, BTreeSet};
 
+mod announce;
 mod draining;
 pub mod gangs;
 pub mod lease;
