@@ -16,7 +16,6 @@ pub mod grid;
 pub mod import;
 pub mod learning;
 pub mod metrics;
-pub mod planner;
 pub mod plot;
 pub mod policies;
 mod presets;

@@ -69,8 +69,6 @@ enum Cmd {
     /// Locality-aware placement of parameter-server jobs (LP rounding) against the exact
     /// optimum, pack-first and spreading (docs/PLACEMENT.md).
     PlaceBench(cli_place::PlaceBenchArgs),
-    /// Train the learned layer-to-resource planner (LSTM, REINFORCE) on random layer chains.
-    TrainPlanner(cli_plan::TrainPlannerArgs),
 }
 
 fn main() {
@@ -104,7 +102,6 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::PlanBench(args) => cli_plan::bench(args)?,
         Cmd::ForecastBench(args) => cli_forecast::bench(args)?,
         Cmd::PlaceBench(args) => cli_place::bench(args),
-        Cmd::TrainPlanner(args) => cli_plan::train_planner(args)?,
     }
     Ok(())
 }
