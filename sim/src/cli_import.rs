@@ -3,33 +3,65 @@
 use crate::cli_compare::load;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
+use tapfinger_sim::import::{ClusterChoice, ImportOptions, Knobs, gavel::Throughputs};
 
 /// Arguments of `import`.
 #[derive(clap::Args)]
 pub(crate) struct ImportArgs {
     /// The trace file.
     file: PathBuf,
-    /// alibaba-2020 (pai_task_table), alibaba-2023 (openb_pod_list), philly
-    /// (cluster_job_log), helios (cluster_log.csv) or gavel (job trace TSV).
+    /// alibaba-2020 (pai_task_table), alibaba-2023 (openb_pod_list_default), philly
+    /// (cluster_job_log), helios (cluster_log.csv) or gavel (a job trace).
     #[arg(long)]
     format: String,
-    /// Trace seconds per slot.
-    #[arg(long, default_value_t = 60.0)]
-    slot_seconds: f64,
-    /// Divide arrival gaps by this (> 1 replays the arrivals faster: more load).
-    #[arg(long, default_value_t = 1.0)]
-    compress: f64,
-    /// At most this many tasks (the earliest).
+    /// Trace seconds per slot [default: 60, or the least multiple of 60 that keeps the longest
+    /// task within the simulator's horizon of 100,000 slots].
+    #[arg(long)]
+    slot_seconds: Option<f64>,
+    /// Divide arrival gaps by this (> 1 replays the arrivals faster: more load) [default: 1].
+    #[arg(long, conflicts_with = "target_load")]
+    compress: Option<f64>,
+    /// Choose the compression that makes the offered load this: GPU-hours offered per GPU-hour
+    /// of the cluster over the arrivals' span (core-hours where the cluster has no GPU).
+    #[arg(long)]
+    target_load: Option<f64>,
+    /// At most this many tasks (the earliest); the rest are counted as left out.
     #[arg(long, default_value_t = 2000)]
     limit: usize,
-    /// Gavel: training steps per second (its trace records steps, not time).
-    #[arg(long, default_value_t = 10.0)]
-    steps_per_second: f64,
+    /// Only jobs arriving at least this many seconds after the trace's first arrival.
+    #[arg(long, value_name = "SECONDS")]
+    from: Option<f64>,
+    /// Only jobs arriving less than this many seconds after the trace's first arrival.
+    #[arg(long, value_name = "SECONDS")]
+    until: Option<f64>,
+    /// Gavel: the GPU type whose measured throughputs give each job's run time (k80, p100 or
+    /// v100); the built-in cluster's GPU boxes are labelled with it.
+    #[arg(long, default_value = "v100")]
+    gpu_model: String,
+    /// Gavel: its simulation_throughputs.json [default: the figures shipped in the binary].
+    #[arg(long, value_name = "FILE")]
+    throughputs: Option<PathBuf>,
     /// A scenario (preset or file) whose nodes the trace is replayed on; its resources must
-    /// include cpu and mem [default: 4 CPU boxes and 4 GPU boxes labelled with the trace's
-    /// GPU models].
-    #[arg(long)]
+    /// include cpu and mem [default: the built-in cluster, sized to hold the largest job].
+    #[arg(long, conflicts_with_all = ["nodes", "cpu_boxes", "gpu_boxes", "gpus_per_box"])]
     cluster: Option<String>,
+    /// A node list in Alibaba 2023's layout (openb_node_list_gpu_node.csv) to replay on the
+    /// trace's own cluster, each box labelled with its GPU model.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["cpu_boxes", "gpu_boxes", "gpus_per_box"])]
+    nodes: Option<PathBuf>,
+    /// The built-in cluster's CPU-only boxes.
+    #[arg(long, default_value_t = 4)]
+    cpu_boxes: u32,
+    /// The built-in cluster's GPU boxes.
+    #[arg(long, default_value_t = 4)]
+    gpu_boxes: u32,
+    /// GPUs per GPU box of the built-in cluster [default: 4, or the largest GPU job's].
+    #[arg(long)]
+    gpus_per_box: Option<u32>,
+    /// GPUs per grid unit, e.g. 0.25: a job asking for a fraction of a GPU keeps it (Alibaba
+    /// 2023's gpu_milli) [default: 1, whole devices, or the --cluster scenario's].
+    #[arg(long)]
+    gpu_step: Option<f64>,
     /// Scenario name [default: the file's stem].
     #[arg(long)]
     name: Option<String>,
@@ -38,46 +70,74 @@ pub(crate) struct ImportArgs {
     out: Option<PathBuf>,
 }
 
+fn read(path: &PathBuf) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
 /// `import`.
 pub(crate) fn import(a: ImportArgs) -> Result<()> {
-    let ImportArgs {
-        file,
-        format,
-        slot_seconds,
-        compress,
-        limit,
-        steps_per_second,
-        cluster,
-        name,
-        out,
-    } = a;
-    let text = std::fs::read_to_string(&file)
-        .with_context(|| format!("cannot read {}", file.display()))?;
-    let opts = tapfinger_sim::import::ImportOptions {
-        format,
-        slot_seconds,
-        compress,
-        limit,
-        steps_per_second,
-        cluster: cluster
-            .as_deref()
-            .map(load)
-            .transpose()?
-            .map(|s| s.scenario().clone()),
-        name: name.unwrap_or_else(|| {
-            file.file_stem()
-                .map_or("trace".into(), |s| s.to_string_lossy().into_owned())
-        }),
+    let text = read(&a.file)?;
+    let name = a.name.clone().unwrap_or_else(|| {
+        a.file
+            .file_stem()
+            .map_or("trace".into(), |s| s.to_string_lossy().into_owned())
+    });
+    let mut opts = ImportOptions::new(&a.format, &name);
+    opts.slot_seconds = a.slot_seconds;
+    opts.compress = a.compress;
+    opts.target_load = a.target_load;
+    opts.limit = a.limit;
+    opts.from_s = a.from;
+    opts.until_s = a.until;
+    opts.gpu_model = a.gpu_model.clone();
+    opts.gpu_step = a.gpu_step;
+    opts.throughputs = match &a.throughputs {
+        Some(p) => {
+            Some(Throughputs::from_json(&read(p)?).with_context(|| p.display().to_string())?)
+        }
+        None => None,
+    };
+    opts.cluster = if let Some(c) = &a.cluster {
+        ClusterChoice::Scenario(Box::new(load(c)?.scenario().clone()))
+    } else if let Some(n) = &a.nodes {
+        ClusterChoice::NodeList(read(n)?)
+    } else {
+        ClusterChoice::BuiltIn(Knobs {
+            cpu_boxes: a.cpu_boxes,
+            gpu_boxes: a.gpu_boxes,
+            gpus_per_box: a.gpus_per_box,
+            label: None,
+        })
     };
     let r = tapfinger_sim::import::import(&text, &opts)
-        .with_context(|| format!("{}", file.display()))?;
-    eprintln!("imported {} tasks in {} task types", r.tasks, r.types);
+        .with_context(|| format!("{}", a.file.display()))?;
+    eprintln!(
+        "read {} entries: imported {} tasks in {} task types",
+        r.entries, r.tasks, r.types
+    );
     for (why, n) in &r.skipped {
         eprintln!("left out {n}: {why}");
     }
-    match out {
+    let chosen = if r.slot_chosen {
+        " (chosen so that the longest task fits the simulator's horizon)"
+    } else {
+        ""
+    };
+    eprintln!(
+        "slots of {} s{chosen}; arrivals compressed {:.4}x",
+        r.slot_seconds, r.compress
+    );
+    match r.load {
+        Some(l) => eprintln!(
+            "offered load: {} GPU, {:.3} CPU (work offered per unit of the cluster over the arrivals' span)",
+            l.gpu.map_or("no".into(), |g| format!("{g:.3}")),
+            l.cpu
+        ),
+        None => eprintln!("offered load: every task arrives at once"),
+    }
+    match &a.out {
         Some(p) => {
-            std::fs::write(&p, &r.toml).with_context(|| format!("cannot write {}", p.display()))?
+            std::fs::write(p, &r.toml).with_context(|| format!("cannot write {}", p.display()))?
         }
         None => print!("{}", r.toml),
     }

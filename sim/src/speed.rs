@@ -288,6 +288,11 @@ fn grid(axes: &[Vec<u32>]) -> Vec<Vec<u32>> {
     out
 }
 
+/// The most slots a task may need alone: a task type that needs more at every allocation
+/// cannot run (its lower bound is not computed beyond it). `tapfinger-sim import` chooses its
+/// slot length so that every task of a trace fits.
+pub const HORIZON_SLOTS: u64 = 100_000;
+
 /// How a task type progresses.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SpeedModel {
@@ -334,7 +339,7 @@ impl SpeedModel {
         size: f64,
     ) -> Option<(u64, f64)> {
         let mut p = 0.0;
-        for slot in 1..=100_000u64 {
+        for slot in 1..=HORIZON_SLOTS {
             let d = self.delta(a, p, slot_seconds) / size;
             if d <= 0.0 {
                 return None;

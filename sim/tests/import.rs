@@ -1,11 +1,12 @@
 //! `tapfinger-sim import` on a small sample of every trace format: what is kept and what is left
-//! out (and why), GPU-model constraints carried to the replay, bad rows named by line and column,
-//! and the imported scenario replayed by the simulator with every task finishing.
+//! out (and why, with counts that add up), GPU-model constraints carried to the replay, bad rows
+//! named by line and column, the trace's window, load and slot length, and the imported scenario
+//! replayed by the simulator with every task finishing.
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
 use tapfinger_sim::Scenario;
-use tapfinger_sim::import::{ImportError, ImportOptions, import};
+use tapfinger_sim::import::{ClusterChoice, ImportError, ImportOptions, Imported, Knobs, import};
 
 fn sample(name: &str) -> String {
     std::fs::read_to_string(
@@ -17,20 +18,24 @@ fn sample(name: &str) -> String {
 }
 
 fn opts(format: &str) -> ImportOptions {
-    ImportOptions {
-        format: format.into(),
-        slot_seconds: 60.0,
-        compress: 1.0,
-        limit: 2000,
-        steps_per_second: 10.0,
-        cluster: None,
-        name: format!("imported-{format}"),
-    }
+    ImportOptions::new(format, &format!("imported-{format}"))
+}
+
+/// Every entry read is imported or counted under one reason.
+fn adds_up(r: &Imported) {
+    let left: usize = r.skipped.iter().map(|(_, n)| n).sum();
+    assert_eq!(r.tasks + left, r.entries, "{:?}", r.skipped);
 }
 
 /// Import, load the scenario, and replay it with a baseline: every task finishes.
-fn replay(format: &str, file: &str) -> (tapfinger_sim::import::Imported, Scenario) {
-    let r = import(&sample(file), &opts(format)).unwrap();
+fn replay(format: &str, file: &str) -> (Imported, Scenario) {
+    replay_with(file, &opts(format))
+}
+
+fn replay_with(file: &str, o: &ImportOptions) -> (Imported, Scenario) {
+    let format = o.format.as_str();
+    let r = import(&sample(file), o).unwrap();
+    adds_up(&r);
     let sc = Scenario::from_toml(&r.toml, format, None).unwrap();
     assert_eq!(sc.tasks as usize, r.tasks);
     let sim = tapfinger_sim::Simulator::new(sc.clone());
@@ -39,7 +44,7 @@ fn replay(format: &str, file: &str) -> (tapfinger_sim::import::Imported, Scenari
     (r, sc)
 }
 
-fn skipped(r: &tapfinger_sim::import::Imported, why: &str) -> usize {
+fn skipped(r: &Imported, why: &str) -> usize {
     r.skipped
         .iter()
         .find(|(w, _)| w.contains(why))
@@ -49,11 +54,20 @@ fn skipped(r: &tapfinger_sim::import::Imported, why: &str) -> usize {
 #[test]
 fn alibaba_2020_keeps_finished_instances_and_their_gpu_models() {
     let (r, sc) = replay("alibaba-2020", "pai_task_table.csv");
-    // j1, two instances of j2, j3, j5 and j7; not the running, failed, zero-length or huge ones.
-    assert_eq!(r.tasks, 6);
+    // j1, two instances of j2, j3, j5, j7 and j9; not the running, failed or zero-length ones.
+    assert_eq!((r.entries, r.tasks), (10, 7));
     assert_eq!(skipped(&r, "not Terminated"), 2);
     assert_eq!(skipped(&r, "not positive"), 1);
-    assert_eq!(skipped(&r, "fits no box"), 1);
+    // The built-in cluster is sized to hold j9 (96 cores, 8 GPUs, 500 GB).
+    assert_eq!(skipped(&r, "fits no box"), 0);
+    let mut o = opts("alibaba-2020");
+    o.cluster = ClusterChoice::BuiltIn(Knobs {
+        gpus_per_box: Some(4),
+        ..Knobs::default()
+    });
+    let small = import(&sample("pai_task_table.csv"), &o).unwrap();
+    adds_up(&small);
+    assert_eq!(skipped(&small, "fits no box"), 1);
     // GPU boxes carry the trace's models, most frequent first.
     let labels: Vec<Vec<String>> = sc.nodes.iter().map(|n| n.labels.clone()).collect();
     assert_eq!(
@@ -83,10 +97,18 @@ fn alibaba_2020_keeps_finished_instances_and_their_gpu_models() {
 }
 
 #[test]
-fn alibaba_2023_reads_gpu_shares_and_alternative_models() {
+fn alibaba_2023_reads_phases_gpu_shares_and_alternative_models() {
     let (r, sc) = replay("alibaba-2023", "openb_pod_list.csv");
-    assert_eq!(r.tasks, 4);
-    assert_eq!(skipped(&r, "never scheduled or never deleted"), 1);
+    assert_eq!((r.entries, r.tasks), (9, 5));
+    assert_eq!(skipped(&r, "pod_phase Failed"), 1);
+    assert_eq!(skipped(&r, "never scheduled (Pending)"), 1);
+    assert_eq!(skipped(&r, "still running when the trace ends"), 2);
+    // The built-in cluster holds the 8-GPU pod.
+    assert!(
+        sc.nodes.iter().any(|n| n.capacity.get(1) == 8),
+        "{:?}",
+        sc.nodes
+    );
     let trace = sc.trace.as_ref().unwrap();
     assert!(trace.iter().any(|t| t.require == ["V100M16", "V100M32"]));
     let tasks = tapfinger_sim::workload::generate(&sc, 0);
@@ -100,6 +122,65 @@ fn alibaba_2023_reads_gpu_shares_and_alternative_models() {
         !on.is_empty() && on.iter().all(|l| l[0].starts_with("V100")),
         "{on:?}"
     );
+    // Whole devices by default: half a GPU asks for one.
+    let half = tasks.iter().find(|t| t.min_demand.get(0) == 6).unwrap();
+    assert_eq!(half.min_demand.get(1), 1);
+}
+
+#[test]
+fn alibaba_2023_keeps_gpu_fractions_where_the_unit_allows() {
+    let mut o = opts("alibaba-2023");
+    o.gpu_step = Some(0.25);
+    let (r, sc) = replay_with("openb_pod_list.csv", &o);
+    assert_eq!(r.tasks, 5);
+    let tasks = tapfinger_sim::workload::generate(&sc, 0);
+    // Half a GPU is two quarters; eight GPUs are 32 quarters, on boxes of 32.
+    let half = tasks.iter().find(|t| t.min_demand.get(0) == 6).unwrap();
+    assert_eq!(half.min_demand.get(1), 2);
+    assert!(tasks.iter().any(|t| t.min_demand.get(1) == 32));
+    assert!(r.toml.contains("step = 0.25"));
+    o.gpu_step = Some(0.3);
+    let e = import(&sample("openb_pod_list.csv"), &o).unwrap_err();
+    assert!(e.to_string().contains("whole number of units"), "{e}");
+}
+
+#[test]
+fn alibaba_2023_replays_on_the_traces_own_nodes() {
+    let mut o = opts("alibaba-2023");
+    o.cluster = ClusterChoice::NodeList(sample("openb_node_list_gpu_node.csv"));
+    let (r, sc) = replay_with("openb_pod_list.csv", &o);
+    assert_eq!(r.tasks, 5);
+    // Eight boxes, the two identical P100 boxes and the two G2 boxes each written once with a count.
+    assert_eq!(sc.nodes.len(), 8);
+    assert_eq!(r.toml.matches("[[nodes]]").count(), 6);
+    let g2: Vec<&str> = sc
+        .nodes
+        .iter()
+        .filter(|n| n.labels == ["G2"])
+        .map(|n| n.name.as_str())
+        .collect();
+    assert_eq!(g2.len(), 2);
+    // The pod asking for G2 runs only there.
+    let trace = sc.trace.as_ref().unwrap();
+    let i = trace.iter().position(|t| t.require == ["G2"]).unwrap();
+    let tasks = tapfinger_sim::workload::generate(&sc, 0);
+    assert!(
+        tasks[i]
+            .reachable
+            .iter()
+            .all(|n| sc.nodes[n.0 as usize].labels == ["G2"])
+    );
+}
+
+#[test]
+fn alibaba_2023_files_without_times_are_refused_clearly() {
+    let e = import(
+        &sample("openb_pod_list_multigpu20.csv"),
+        &opts("alibaba-2023"),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("no times"), "{e}");
+    assert!(e.to_string().contains("openb_pod_list_default.csv"), "{e}");
 }
 
 #[test]
@@ -116,25 +197,106 @@ fn philly_takes_the_last_attempt() {
 }
 
 #[test]
-fn helios_and_gavel_import_and_replay() {
+fn helios_imports_and_replays() {
     let (r, _) = replay("helios", "cluster_log.csv");
-    assert_eq!(r.tasks, 3);
-    assert_eq!(skipped(&r, "fits no box"), 1);
-    let (r, sc) = replay("gavel", "gavel_jobs.tsv");
-    assert_eq!(r.tasks, 4);
-    // Two ResNet-18 jobs share a class; 36000 and 72000 steps: sizes in ratio 1:2.
-    let trace = sc.trace.as_ref().unwrap();
-    assert_eq!(trace[0].ty, trace[2].ty);
-    assert!((trace[2].size / trace[0].size - 2.0).abs() < 1e-3);
+    // a4 ran for no time; a3's 8 GPUs fit the built-in cluster, sized to it.
+    assert_eq!((r.entries, r.tasks), (5, 4));
+    assert_eq!(skipped(&r, "not positive"), 1);
+}
+
+#[test]
+fn gavel_reads_both_published_layouts_with_measured_run_times() {
+    let table = tapfinger_sim::import::gavel::Throughputs::shipped();
+    // The 7-column msr layout: three jobs, run times from V100 figures.
+    let (r, sc) = replay("gavel", "gavel_msr.trace");
+    assert_eq!((r.entries, r.tasks), (3, 3));
+    let rate = table
+        .get("v100", "Transformer (batch size 128)", 1)
+        .unwrap();
+    // The first arrival is the Transformer job of 79561 steps.
+    let first = &sc.trace.as_ref().unwrap()[0];
+    let tt = &sc.types[first.ty];
+    let seconds = tt.speed.isolated(&tt.min_demand, 1.0).unwrap().1;
+    assert!(
+        (seconds * first.size - 79561.0 / rate).abs() < 1.0,
+        "{seconds} vs {}",
+        79561.0 / rate
+    );
+    assert!(sc.nodes.iter().any(|n| n.labels == ["v100"]));
+    // The 10-column physical_cluster layout: twenty jobs, two on two GPUs.
+    let (r, sc) = replay("gavel", "gavel_physical.trace");
+    assert_eq!(r.tasks, 20);
+    let tasks = tapfinger_sim::workload::generate(&sc, 0);
+    assert_eq!(tasks.iter().filter(|t| t.min_demand.get(1) == 2).count(), 3);
+    // The same jobs run longer on K80s.
+    let mut o = opts("gavel");
+    o.gpu_model = "k80".into();
+    let slow = import(&sample("gavel_msr.trace"), &o).unwrap();
+    adds_up(&slow);
+    let fast = import(&sample("gavel_msr.trace"), &opts("gavel")).unwrap();
+    assert_ne!(slow.toml, fast.toml);
+    // A row of another layout is refused with its line.
+    let text = format!(
+        "{}A3C\tcmd\t--steps\t1000\t0\t1\n",
+        sample("gavel_msr.trace")
+    );
+    let e = import(&text, &opts("gavel")).unwrap_err();
+    assert!(e.to_string().starts_with("line 4"), "{e}");
+}
+
+#[test]
+fn limits_and_windows_are_counted() {
+    let mut o = opts("gavel");
+    o.limit = 2;
+    let r = import(&sample("gavel_physical.trace"), &o).unwrap();
+    adds_up(&r);
+    assert_eq!((r.tasks, skipped(&r, "beyond --limit 2")), (2, 18));
+    // Arrivals at 0, 1511 and 3362 s.
+    let mut o = opts("gavel");
+    o.from_s = Some(1000.0);
+    o.until_s = Some(3000.0);
+    let r = import(&sample("gavel_msr.trace"), &o).unwrap();
+    adds_up(&r);
+    assert_eq!((r.tasks, skipped(&r, "outside --from/--until")), (1, 2));
+}
+
+#[test]
+fn the_load_is_reported_and_can_be_targeted() {
+    let r = import(&sample("cluster_log.csv"), &opts("helios")).unwrap();
+    let base = r.load.unwrap().gpu.unwrap();
+    assert!(base > 0.0);
+    let mut o = opts("helios");
+    o.target_load = Some(0.8);
+    let r = import(&sample("cluster_log.csv"), &o).unwrap();
+    assert!((r.load.unwrap().gpu.unwrap() - 0.8).abs() < 1e-9);
+    assert!((r.compress - 0.8 / base).abs() < 1e-9);
+    o.compress = Some(2.0);
+    assert!(import(&sample("cluster_log.csv"), &o).is_err());
+}
+
+#[test]
+fn long_tasks_get_longer_slots_and_short_ones_keep_their_size() {
+    // One job of 20 million seconds and two of one second, all of one class.
+    let text = "submit_time,gpu_num,cpu_num,node_num,duration\n0,1,4,1,20000000\n10,1,4,1,1\n20,1,4,1,1\n30,1,4,1,20000000\n";
+    let r = import(text, &opts("helios")).unwrap();
+    assert_eq!(r.slot_seconds, 240.0);
+    assert!(r.slot_chosen);
+    let sc = Scenario::from_toml(&r.toml, "t", None).unwrap();
+    let sizes: Vec<f64> = sc.trace.unwrap().iter().map(|t| t.size).collect();
+    assert!((sizes[1] - 1.0 / 20_000_000.0).abs() < 1e-15, "{sizes:?}");
+    let mut o = opts("helios");
+    o.slot_seconds = Some(60.0);
+    let e = import(text, &o).unwrap_err().to_string();
+    assert!(e.contains("--slot-seconds 240"), "{e}");
 }
 
 #[test]
 fn time_compression_packs_the_arrivals() {
     let slow = import(&sample("cluster_log.csv"), &opts("helios")).unwrap();
     let mut o = opts("helios");
-    o.compress = 10.0;
+    o.compress = Some(10.0);
     let fast = import(&sample("cluster_log.csv"), &o).unwrap();
-    let last = |r: &tapfinger_sim::import::Imported| {
+    let last = |r: &Imported| {
         let sc = Scenario::from_toml(&r.toml, "t", None).unwrap();
         sc.trace.unwrap().last().unwrap().arrival
     };
@@ -193,7 +355,8 @@ fn the_cli_writes_a_scenario_that_runs() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(
-        err.contains("imported 6 tasks") && err.contains("left out 2: status is not Terminated"),
+        err.contains("read 10 entries: imported 7 tasks")
+            && err.contains("left out 2: status is not Terminated"),
         "{err}"
     );
     let o = std::process::Command::new(bin)

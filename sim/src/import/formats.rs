@@ -9,10 +9,46 @@ use chrono::NaiveDateTime;
 /// The formats `tapfinger-sim import --format` reads.
 pub const FORMATS: &[&str] = &["alibaba-2020", "alibaba-2023", "philly", "helios", "gavel"];
 
-/// What a reader gives back: the jobs and the number of rows skipped (with why, by reason).
-pub(super) type Read = (Vec<Job>, Vec<(String, usize)>);
+/// What a reader gives back: the jobs it read and what it left out, so that `entries` =
+/// jobs + every count left out.
+#[derive(Debug, Default)]
+pub(super) struct Read {
+    /// The jobs that can be replayed.
+    pub jobs: Vec<Job>,
+    /// Entries read (rows; Alibaba 2020: instances).
+    pub entries: usize,
+    /// Entries left out, by reason.
+    pub skipped: Vec<(String, usize)>,
+}
 
-fn bad(line: usize, column: &str, reason: impl Into<String>) -> ImportError {
+impl Read {
+    /// Count one entry left out for `why`.
+    pub(super) fn skip(&mut self, why: &str) {
+        self.skip_n(why, 1);
+    }
+
+    /// Count `n` entries left out for `why`.
+    pub(super) fn skip_n(&mut self, why: &str, n: usize) {
+        match self.skipped.iter_mut().find(|(w, _)| w == why) {
+            Some((_, k)) => *k += n,
+            None => self.skipped.push((why.to_string(), n)),
+        }
+    }
+
+    /// Count one entry and keep its job.
+    fn keep(&mut self, job: Job) {
+        self.entries += 1;
+        self.jobs.push(job);
+    }
+
+    /// Count one entry and leave it out for `why`.
+    fn drop(&mut self, why: &str) {
+        self.entries += 1;
+        self.skip(why);
+    }
+}
+
+pub(super) fn bad(line: usize, column: &str, reason: impl Into<String>) -> ImportError {
     ImportError::Row {
         line,
         column: column.into(),
@@ -30,18 +66,11 @@ fn seconds(v: &str) -> Result<f64, String> {
         .map_err(|e| format!("{v:?} is neither seconds nor a datetime: {e}"))
 }
 
-fn number(v: &str, line: usize, column: &str) -> Result<f64, ImportError> {
+pub(super) fn number(v: &str, line: usize, column: &str) -> Result<f64, ImportError> {
     v.parse::<f64>()
         .ok()
         .filter(|x| x.is_finite() && *x >= 0.0)
         .ok_or_else(|| bad(line, column, format!("{v:?} is not a number ≥ 0")))
-}
-
-fn skip(skipped: &mut Vec<(String, usize)>, why: &str) {
-    match skipped.iter_mut().find(|(w, _)| w == why) {
-        Some((_, n)) => *n += 1,
-        None => skipped.push((why.to_string(), 1)),
-    }
 }
 
 /// A CSV (or TSV) table: the named columns' positions, from a header if the first line is one,
@@ -106,8 +135,13 @@ impl<'a> Table<'a> {
     }
 }
 
+/// Instances of one Alibaba 2020 row replayed at most (a row may list thousands; the rest are
+/// counted as left out).
+const MAX_INSTANCES: usize = 1000;
+
 /// Alibaba cluster-trace-gpu-v2020, `pai_task_table` (header optional, as the published file has
-/// none): one job per instance, arriving at its start (the table has no submit time).
+/// none): one job per instance, arriving at its start (the table has no submit time). Entries
+/// are instances; a row left out counts its instances where it states them.
 pub(super) fn alibaba_2020(text: &str) -> Result<Read, ImportError> {
     const C: &[&str] = &[
         "job_name",
@@ -122,24 +156,9 @@ pub(super) fn alibaba_2020(text: &str) -> Result<Read, ImportError> {
         "gpu_type",
     ];
     let t = Table::read(text, ',', C, false)?;
-    let (mut jobs, mut skipped) = (Vec::new(), Vec::new());
+    let mut read = Read::default();
     for (n, r) in &t.rows {
         let n = *n;
-        if t.get(r, 3) != "Terminated" {
-            skip(&mut skipped, "status is not Terminated");
-            continue;
-        }
-        let (start, end) = (t.get(r, 4), t.get(r, 5));
-        if start.is_empty() || end.is_empty() {
-            skip(&mut skipped, "no start or end time");
-            continue;
-        }
-        let start = number(start, n, C[4])?;
-        let duration = number(end, n, C[5])? - start;
-        if duration <= 0.0 {
-            skip(&mut skipped, "duration is not positive");
-            continue;
-        }
         let opt = |i: usize| -> Result<f64, ImportError> {
             let v = t.get(r, i);
             if v.is_empty() {
@@ -149,26 +168,55 @@ pub(super) fn alibaba_2020(text: &str) -> Result<Read, ImportError> {
             }
         };
         let inst = opt(2)?.max(1.0) as usize;
+        let mut leave = |why: &str| {
+            read.entries += inst;
+            read.skip_n(why, inst);
+        };
+        if t.get(r, 3) != "Terminated" {
+            leave("status is not Terminated");
+            continue;
+        }
+        let (start, end) = (t.get(r, 4), t.get(r, 5));
+        if start.is_empty() || end.is_empty() {
+            leave("no start or end time");
+            continue;
+        }
+        let start = number(start, n, C[4])?;
+        let duration = number(end, n, C[5])? - start;
+        if duration <= 0.0 {
+            leave("duration is not positive");
+            continue;
+        }
         let gpu_type = Some(t.get(r, 9))
             .filter(|g| !g.is_empty() && *g != "MISC")
             .map(String::from);
-        for _ in 0..inst.min(1000) {
-            jobs.push(Job {
-                arrival_s: start,
-                duration_s: duration,
-                cpu: opt(6)? / 100.0,
-                mem_gib: opt(7)?,
-                gpu: opt(8)? / 100.0,
-                gpu_type: gpu_type.clone(),
-                class: None,
-            });
+        let job = Job {
+            arrival_s: start,
+            duration_s: duration,
+            cpu: opt(6)? / 100.0,
+            mem_gib: opt(7)?,
+            gpu: opt(8)? / 100.0,
+            gpu_type,
+            class: None,
+        };
+        for _ in 0..inst.min(MAX_INSTANCES) {
+            read.keep(job.clone());
+        }
+        if inst > MAX_INSTANCES {
+            read.entries += inst - MAX_INSTANCES;
+            read.skip_n(
+                &format!("instances of one row beyond the first {MAX_INSTANCES}"),
+                inst - MAX_INSTANCES,
+            );
         }
     }
-    Ok((jobs, skipped))
+    Ok(read)
 }
 
-/// Alibaba cluster-trace-gpu-v2023, `openb_pod_list` (header required): a pod arrives at its
-/// creation and runs from its scheduling to its deletion.
+/// Alibaba cluster-trace-gpu-v2023, `openb_pod_list_default` (header required): a pod arrives at
+/// its creation and runs from its scheduling to its deletion. Pods that `Failed` are left out,
+/// and so are pods never scheduled (`Pending`) and pods still `Running` when the trace ends
+/// (deleted at the trace's last deletion time: their run time is not known).
 pub(super) fn alibaba_2023(text: &str) -> Result<Read, ImportError> {
     const C: &[&str] = &[
         "name",
@@ -180,57 +228,104 @@ pub(super) fn alibaba_2023(text: &str) -> Result<Read, ImportError> {
         "creation_time",
         "deletion_time",
         "scheduled_time",
+        "pod_phase",
     ];
+    let header = text.lines().next().unwrap_or_default();
+    let times = ["creation_time", "deletion_time", "scheduled_time"];
+    if !times
+        .iter()
+        .all(|c| header.split(',').any(|h| h.trim() == *c))
+    {
+        return Err(bad(
+            1,
+            "creation_time",
+            "this file has no times (creation_time, deletion_time, scheduled_time): the \
+             openb_pod_list_multigpu*, gpushare* and cpu* samples list demands only; import \
+             openb_pod_list_default.csv or a gpuspec*.csv file",
+        ));
+    }
     let t = Table::read(text, ',', C, true)?;
-    let (mut jobs, mut skipped) = (Vec::new(), Vec::new());
+    // The trace's end: pods deleted then were still running.
+    let mut end = f64::NEG_INFINITY;
+    for (n, r) in &t.rows {
+        let d = t.get(r, 7);
+        if !d.is_empty() {
+            end = end.max(number(d, *n, C[7])?);
+        }
+    }
+    let mut read = Read::default();
     for (n, r) in &t.rows {
         let n = *n;
+        let phase = t.get(r, 9);
+        match phase {
+            "Succeeded" | "Running" => {}
+            "Failed" => {
+                read.drop("pod_phase Failed");
+                continue;
+            }
+            "Pending" => {
+                read.drop("never scheduled (Pending)");
+                continue;
+            }
+            other => {
+                return Err(bad(
+                    n,
+                    C[9],
+                    format!("{other:?}: expected Succeeded, Running, Pending or Failed"),
+                ));
+            }
+        }
         let (sched, del) = (t.get(r, 8), t.get(r, 7));
         if sched.is_empty() || del.is_empty() {
-            skip(&mut skipped, "never scheduled or never deleted");
+            read.drop("never scheduled or never deleted");
             continue;
         }
-        let duration = number(del, n, C[7])? - number(sched, n, C[8])?;
+        let del = number(del, n, C[7])?;
+        if phase == "Running" && del >= end {
+            read.drop("still running when the trace ends");
+            continue;
+        }
+        let duration = del - number(sched, n, C[8])?;
         if duration <= 0.0 {
-            skip(&mut skipped, "duration is not positive");
+            read.drop("duration is not positive");
             continue;
         }
         let gpus = number(t.get(r, 3), n, C[3])?;
         let milli = number(t.get(r, 4), n, C[4])?;
-        jobs.push(Job {
+        read.keep(Job {
             arrival_s: number(t.get(r, 6), n, C[6])?,
             duration_s: duration,
             cpu: number(t.get(r, 1), n, C[1])? / 1000.0,
             mem_gib: number(t.get(r, 2), n, C[2])? / 1024.0,
-            // gpu_milli is the share of each GPU a pod of one GPU or less asks for.
+            // gpu_milli is the share of its one GPU a GPU-sharing pod asks for.
             gpu: if gpus <= 1.0 {
                 gpus * milli / 1000.0
             } else {
                 gpus
             },
             gpu_type: Some(t.get(r, 5))
-                .filter(|g| !g.is_empty())
+                .filter(|g| !g.is_empty() && *g != "nan")
                 .map(String::from),
             class: None,
         });
     }
-    Ok((jobs, skipped))
+    Ok(read)
 }
 
 /// Helios (`cluster_log.csv`, header required): arrival at submission, the recorded duration.
 pub(super) fn helios(text: &str) -> Result<Read, ImportError> {
     const C: &[&str] = &["submit_time", "gpu_num", "cpu_num", "node_num", "duration"];
     let t = Table::read(text, ',', C, true)?;
-    let (mut jobs, mut skipped) = (Vec::new(), Vec::new());
+    let mut read = Read::default();
     for (n, r) in &t.rows {
         let n = *n;
         let duration = number(t.get(r, 4), n, C[4])?;
         if duration <= 0.0 {
-            skip(&mut skipped, "duration is not positive");
+            read.drop("duration is not positive");
             continue;
         }
         // node_num boxes' worth of work on one box: a multi-node job becomes one large task.
-        jobs.push(Job {
+        read.keep(Job {
             arrival_s: seconds(t.get(r, 0)).map_err(|e| bad(n, C[0], e))?,
             duration_s: duration,
             cpu: number(t.get(r, 2), n, C[2])?,
@@ -240,37 +335,7 @@ pub(super) fn helios(text: &str) -> Result<Read, ImportError> {
             class: None,
         });
     }
-    Ok((jobs, skipped))
-}
-
-/// Gavel's job trace (TSV, no header): `job_type, command, num_steps_arg, total_steps,
-/// arrival_time, scale_factor`. It records steps, not time: `steps_per_second` turns one into
-/// the other. `job_type` (the model) names the class.
-pub(super) fn gavel(text: &str, steps_per_second: f64) -> Result<Read, ImportError> {
-    const C: &[&str] = &[
-        "job_type",
-        "command",
-        "num_steps_arg",
-        "total_steps",
-        "arrival_time",
-        "scale_factor",
-    ];
-    let t = Table::read(text, '\t', C, false)?;
-    let mut jobs = Vec::new();
-    for (n, r) in &t.rows {
-        let n = *n;
-        let steps = number(t.get(r, 3), n, C[3])?;
-        jobs.push(Job {
-            arrival_s: number(t.get(r, 4), n, C[4])?,
-            duration_s: (steps / steps_per_second).max(1.0),
-            cpu: 0.0,
-            mem_gib: 0.0,
-            gpu: number(t.get(r, 5), n, C[5])?.max(1.0),
-            gpu_type: None,
-            class: Some(t.get(r, 0).to_string()),
-        });
-    }
-    Ok((jobs, Vec::new()))
+    Ok(read)
 }
 
 #[derive(serde::Deserialize)]
@@ -308,7 +373,7 @@ pub(super) fn philly(text: &str) -> Result<Read, ImportError> {
         column: format!("{} (character)", e.column()),
         reason: e.to_string(),
     })?;
-    let (mut jobs, mut skipped) = (Vec::new(), Vec::new());
+    let mut read = Read::default();
     for (i, j) in list.iter().enumerate() {
         let entry = |field: &str, reason: String| ImportError::Entry {
             index: i + 1,
@@ -316,24 +381,24 @@ pub(super) fn philly(text: &str) -> Result<Read, ImportError> {
             reason,
         };
         let Some(last) = j.attempts.last() else {
-            skip(&mut skipped, "no attempt");
+            read.drop("no attempt");
             continue;
         };
         let (Some(s), Some(e)) = (&last.start_time, &last.end_time) else {
-            skip(&mut skipped, "attempt without start or end");
+            read.drop("attempt without start or end");
             continue;
         };
         if s == "None" || e == "None" {
-            skip(&mut skipped, "attempt without start or end");
+            read.drop("attempt without start or end");
             continue;
         }
         let duration = seconds(e).map_err(|r| entry("end_time", r))?
             - seconds(s).map_err(|r| entry("start_time", r))?;
         if duration <= 0.0 {
-            skip(&mut skipped, "duration is not positive");
+            read.drop("duration is not positive");
             continue;
         }
-        jobs.push(Job {
+        read.keep(Job {
             arrival_s: seconds(&j.submitted_time).map_err(|r| entry("submitted_time", r))?,
             duration_s: duration,
             cpu: 0.0,
@@ -343,5 +408,5 @@ pub(super) fn philly(text: &str) -> Result<Read, ImportError> {
             class: None,
         });
     }
-    Ok((jobs, skipped))
+    Ok(read)
 }

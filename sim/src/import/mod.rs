@@ -2,20 +2,24 @@
 //! the trace's tasks ([`crate::trace`]), replayed on a cluster of the user's choosing.
 //!
 //! Each readable, finished job becomes one task that arrives when the job arrived (gaps divided
-//! by `compress`, in slots of `slot_seconds`) and runs with what it asked for: CPU cores (at
-//! least one), GPUs as whole devices (a fraction asks for one) and memory in GiB. Tasks with the
-//! same demand, GPU model and (where the trace names one) model class form one task type, whose
-//! speed table gives the median duration of its tasks at that demand; each task's size is its
-//! own duration over that median. So a replay runs every task for as long as it ran in the
-//! trace, and a policy chooses only where and when (the types' `max_demand` is their demand). A
-//! job that names a GPU model may only run on boxes labelled with it. Jobs that fit no box of
-//! the cluster are left out and counted, never silently dropped.
+//! by the compression, in slots of `slot_seconds`) and runs with what it asked for: CPU cores
+//! (at least one), GPUs (whole devices, or fractions of one where the GPU unit is smaller) and
+//! memory in GiB. Tasks with the same demand, GPU model and (where the trace names one) model
+//! class form one task type, whose speed table gives the median duration of its tasks at that
+//! demand; each task's size is its own duration over that median. So a replay runs every task
+//! for as long as it ran in the trace, and a policy chooses only where and when (the types'
+//! `max_demand` is their demand). A job that names a GPU model may only run on boxes labelled
+//! with it. Every entry of the trace is either imported or counted under the reason it was left
+//! out, so the counts add up.
 
+mod cluster;
 mod formats;
+pub mod gavel;
+mod write;
 
+use crate::speed::HORIZON_SLOTS;
+pub use cluster::{CPU_BOX, ClusterChoice, GPU_BOX, Knobs};
 pub use formats::FORMATS;
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 /// One job as read from a trace.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,294 +79,340 @@ pub enum ImportError {
 pub struct ImportOptions {
     /// One of [`FORMATS`].
     pub format: String,
-    /// Trace seconds per slot.
-    pub slot_seconds: f64,
-    /// Arrival gaps are divided by this (> 1: a denser replay, more load).
-    pub compress: f64,
+    /// Trace seconds per slot (`None`: 60, or the least round value that keeps every task
+    /// within the simulator's horizon).
+    pub slot_seconds: Option<f64>,
+    /// Arrival gaps are divided by this (> 1: a denser replay, more load); `None`: 1, or what
+    /// `target_load` needs.
+    pub compress: Option<f64>,
+    /// Choose the compression that makes the offered load this ([`Load`]).
+    pub target_load: Option<f64>,
     /// At most this many tasks (the earliest).
     pub limit: usize,
-    /// Gavel only: training steps per second.
-    pub steps_per_second: f64,
-    /// The scenario whose resources (cpu, gpu, mem) and nodes the replay runs on; `None`: the
-    /// built-in edge cluster ([`DEFAULT_BOXES`]).
-    pub cluster: Option<crate::Scenario>,
+    /// Only jobs arriving at or after this many seconds from the trace's first arrival.
+    pub from_s: Option<f64>,
+    /// Only jobs arriving before this many seconds from the trace's first arrival.
+    pub until_s: Option<f64>,
+    /// Gavel: the GPU type whose measured throughputs give run times.
+    pub gpu_model: String,
+    /// Gavel: the measured throughputs (`None`: the shipped table).
+    pub throughputs: Option<gavel::Throughputs>,
+    /// The boxes the replay runs on.
+    pub cluster: ClusterChoice,
+    /// GPUs per grid unit (`None`: the `--cluster` scenario's, else 1: whole devices). Below 1,
+    /// a job asking for a fraction of a GPU keeps it.
+    pub gpu_step: Option<f64>,
     /// Name of the scenario written.
     pub name: String,
 }
 
-/// The cluster a trace is replayed on unless another is given: `DEFAULT_BOXES` CPU boxes of
-/// `CPU_BOX` and as many GPU boxes of `GPU_BOX` (cores, GPUs, GiB), the GPU boxes labelled with
-/// the trace's GPU models, most frequent first.
-pub const DEFAULT_BOXES: usize = 4;
-/// A default CPU box: cores, GPUs, GiB.
-pub const CPU_BOX: [u32; 3] = [32, 0, 128];
-/// A default GPU box: cores, GPUs, GiB.
-pub const GPU_BOX: [u32; 3] = [32, 4, 256];
+impl ImportOptions {
+    /// Options with the defaults for `format`, named `name`.
+    pub fn new(format: &str, name: &str) -> Self {
+        Self {
+            format: format.into(),
+            slot_seconds: None,
+            compress: None,
+            target_load: None,
+            limit: 2000,
+            from_s: None,
+            until_s: None,
+            gpu_model: "v100".into(),
+            throughputs: None,
+            cluster: ClusterChoice::BuiltIn(Knobs::default()),
+            gpu_step: None,
+            name: name.into(),
+        }
+    }
+}
+
+/// Offered work per available unit over the replay's arrival span: the sum over tasks of
+/// demand × run time, over the cluster's units × the time from the first arrival to the last
+/// (after compression). Near or above 1 a queue builds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Load {
+    /// GPU-hours offered per GPU-hour available (`None`: no GPU in the cluster).
+    pub gpu: Option<f64>,
+    /// Core-hours offered per core-hour available.
+    pub cpu: f64,
+}
 
 /// What an import made.
 #[derive(Debug)]
 pub struct Imported {
     /// The scenario TOML.
     pub toml: String,
+    /// Entries of the trace read (rows or jobs; Alibaba 2020: instances).
+    pub entries: usize,
     /// Tasks written.
     pub tasks: usize,
     /// Task types (demand classes).
     pub types: usize,
-    /// Rows or jobs left out, by reason.
+    /// Entries left out, by reason; `tasks` + these = `entries`.
     pub skipped: Vec<(String, usize)>,
-}
-
-/// A box of the replay cluster.
-struct Host {
-    /// Its name in the scenario.
-    name: String,
-    /// CPU, GPU and memory units.
-    capacity: [u32; 3],
-    /// Labels the trace's constraints match (e.g. the GPU model).
-    labels: Vec<String>,
+    /// Seconds per slot used.
+    pub slot_seconds: f64,
+    /// Whether the slot length was chosen to keep the longest task within the horizon.
+    pub slot_chosen: bool,
+    /// The compression used.
+    pub compress: f64,
+    /// The offered load at that compression (`None`: all tasks arrive at once).
+    pub load: Option<Load>,
 }
 
 /// Read `text` in `opts.format` and write the scenario.
 pub fn import(text: &str, opts: &ImportOptions) -> Result<Imported, ImportError> {
-    if !(opts.slot_seconds > 0.0 && opts.compress > 0.0 && opts.steps_per_second > 0.0) {
-        return Err(ImportError::BadOption(
-            "--slot-seconds, --compress and --steps-per-second must be > 0".into(),
-        ));
-    }
-    let (mut jobs, mut skipped) = match opts.format.as_str() {
+    check_options(opts)?;
+    let mut read = match opts.format.as_str() {
         "alibaba-2020" => formats::alibaba_2020(text)?,
         "alibaba-2023" => formats::alibaba_2023(text)?,
         "philly" => formats::philly(text)?,
         "helios" => formats::helios(text)?,
-        "gavel" => formats::gavel(text, opts.steps_per_second)?,
+        "gavel" => {
+            let shipped;
+            let table = match &opts.throughputs {
+                Some(t) => t,
+                None => {
+                    shipped = gavel::Throughputs::shipped();
+                    &shipped
+                }
+            };
+            gavel::read(text, &opts.gpu_model, table)?
+        }
         other => return Err(ImportError::Format(other.into())),
     };
-    jobs.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
-    let boxes = cluster(opts, &jobs)?;
-    let fits = |j: &Job, b: &Host| {
-        let d = demand_of(j);
-        (0..3).all(|k| d[k] <= b.capacity[k])
-            && j.gpu_type.as_ref().is_none_or(|g| {
-                j.gpu == 0.0 || g.split('|').any(|m| b.labels.iter().any(|l| l == m))
+    read.jobs
+        .sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+    let gpu_step = gpu_step(opts)?;
+    let t0 = read.jobs.first().map_or(0.0, |j| j.arrival_s);
+    let windowed = window(std::mem::take(&mut read.jobs), t0, opts, &mut read);
+    // Gavel's run times are the chosen GPU type's: the built-in GPU boxes carry its name.
+    let choice = match &opts.cluster {
+        ClusterChoice::BuiltIn(k) if opts.format == "gavel" && k.label.is_none() => {
+            ClusterChoice::BuiltIn(Knobs {
+                label: Some(opts.gpu_model.clone()),
+                ..k.clone()
             })
+        }
+        other => other.clone(),
+    };
+    let boxes = cluster::hosts(&choice, gpu_step, &windowed)?;
+    let fits = |j: &Job| {
+        let d = demand_of(j, gpu_step);
+        boxes.iter().any(|b| {
+            (0..3).all(|k| d[k] <= b.capacity[k])
+                && j.gpu_type.as_ref().is_none_or(|g| {
+                    j.gpu == 0.0 || g.split('|').any(|m| b.labels.iter().any(|l| l == m))
+                })
+        })
     };
     let mut kept = Vec::new();
-    for j in jobs {
-        if kept.len() >= opts.limit {
-            break;
-        }
-        if boxes.iter().any(|b| fits(&j, b)) {
-            kept.push(j);
+    for j in windowed {
+        if !fits(&j) {
+            read.skip("fits no box of the cluster (demand or GPU model)");
+        } else if kept.len() >= opts.limit {
+            read.skip(&format!("beyond --limit {}", opts.limit));
         } else {
-            let why = "fits no box of the cluster (demand or GPU model)".to_string();
-            match skipped.iter_mut().find(|(w, _)| *w == why) {
-                Some((_, n)) => *n += 1,
-                None => skipped.push((why, 1)),
-            }
+            kept.push(j);
         }
     }
     if kept.is_empty() {
-        let why: Vec<String> = skipped.iter().map(|(w, n)| format!("{n} {w}")).collect();
+        let why: Vec<String> = read
+            .skipped
+            .iter()
+            .map(|(w, n)| format!("{n} {w}"))
+            .collect();
         return Err(ImportError::Empty(why.join("; ")));
     }
-    // Classes: demand, GPU model (where GPUs are asked for) and model name.
-    type Key = ([u32; 3], Option<String>, Option<String>);
-    let key = |j: &Job| -> Key {
-        (
-            demand_of(j),
-            j.gpu_type.clone().filter(|_| j.gpu > 0.0),
-            j.class.clone(),
-        )
+    let slot_seconds = slot_length(&kept, opts.slot_seconds)?;
+    let at_one = load(&kept, &boxes, gpu_step, 1.0);
+    let compress = match (opts.compress, opts.target_load) {
+        (Some(c), _) => c,
+        (None, Some(target)) => {
+            let base = at_one.map(|l| l.gpu.unwrap_or(l.cpu)).ok_or_else(|| {
+                ImportError::BadOption(
+                    "--target-load: every task arrives at once, so no compression changes the load"
+                        .into(),
+                )
+            })?;
+            target / base
+        }
+        (None, None) => 1.0,
     };
-    let mut classes: BTreeMap<Key, Vec<f64>> = BTreeMap::new();
-    for j in &kept {
-        classes.entry(key(j)).or_default().push(j.duration_s);
-    }
-    let median: BTreeMap<Key, f64> = classes
-        .into_iter()
-        .map(|(k, mut d)| {
-            d.sort_by(f64::total_cmp);
-            (k, d[d.len() / 2])
-        })
-        .collect();
-    let names: BTreeMap<Key, String> = median
-        .keys()
-        .enumerate()
-        .map(|(i, k)| (k.clone(), format!("c{i}")))
-        .collect();
+    let out = write::Written::new(opts, &boxes, gpu_step, &kept, slot_seconds, compress);
     Ok(Imported {
-        toml: write(opts, &boxes, &kept, &median, &names, key),
+        toml: out.toml,
+        entries: read.entries,
         tasks: kept.len(),
-        types: median.len(),
-        skipped,
+        types: out.types,
+        skipped: read.skipped,
+        slot_seconds,
+        slot_chosen: opts.slot_seconds.is_none() && slot_seconds != DEFAULT_SLOT_SECONDS,
+        compress,
+        load: at_one.map(|l| Load {
+            gpu: l.gpu.map(|g| g * compress),
+            cpu: l.cpu * compress,
+        }),
     })
 }
 
-/// The boxes: the given scenario's, or the default cluster labelled with the trace's GPU models.
-fn cluster(opts: &ImportOptions, jobs: &[Job]) -> Result<Vec<Host>, ImportError> {
-    if let Some(sc) = &opts.cluster {
-        let names = sc.kind_names();
-        let idx = |k: &str| names.iter().position(|n| n == k);
-        let (Some(cpu), Some(mem)) = (idx("cpu"), idx("mem")) else {
-            return Err(ImportError::BadOption(format!(
-                "--cluster {}: its resources must include cpu and mem (and may include gpu); it has {}",
-                sc.name,
-                names.join(", ")
-            )));
-        };
-        let gpu = idx("gpu");
-        return Ok(sc
-            .nodes
-            .iter()
-            .map(|n| Host {
-                name: n.name.clone(),
-                capacity: [
-                    n.capacity.get(cpu),
-                    gpu.map_or(0, |g| n.capacity.get(g)),
-                    n.capacity.get(mem),
-                ],
-                labels: n.labels.clone(),
-            })
-            .collect());
+/// Seconds per slot unless a task needs longer ones.
+pub const DEFAULT_SLOT_SECONDS: f64 = 60.0;
+
+fn check_options(opts: &ImportOptions) -> Result<(), ImportError> {
+    let positive = |v: Option<f64>| v.is_none_or(|x| x.is_finite() && x > 0.0);
+    if !(positive(opts.slot_seconds) && positive(opts.compress) && positive(opts.target_load)) {
+        return Err(ImportError::BadOption(
+            "--slot-seconds, --compress and --target-load must be > 0".into(),
+        ));
     }
-    let mut models: BTreeMap<&str, usize> = BTreeMap::new();
-    for j in jobs.iter().filter(|j| j.gpu > 0.0) {
-        // `a|b`: either model will do (Alibaba 2023); each counts.
-        for m in j.gpu_type.iter().flat_map(|g| g.split('|')) {
-            *models.entry(m).or_default() += 1;
+    if opts.compress.is_some() && opts.target_load.is_some() {
+        return Err(ImportError::BadOption(
+            "--compress and --target-load both set the compression: give one".into(),
+        ));
+    }
+    if let (Some(f), Some(u)) = (opts.from_s, opts.until_s)
+        && f >= u
+    {
+        return Err(ImportError::BadOption(format!(
+            "--from {f} is not before --until {u}"
+        )));
+    }
+    if opts.limit == 0 {
+        return Err(ImportError::BadOption("--limit must be ≥ 1".into()));
+    }
+    Ok(())
+}
+
+/// GPUs per grid unit: the option, else the `--cluster` scenario's, else 1.
+fn gpu_step(opts: &ImportOptions) -> Result<f64, ImportError> {
+    let scenario = match &opts.cluster {
+        ClusterChoice::Scenario(sc) => sc
+            .space
+            .kinds()
+            .iter()
+            .find(|k| k.name == "gpu")
+            .map(|k| k.step),
+        _ => None,
+    };
+    match (opts.gpu_step, scenario) {
+        (Some(s), Some(c)) if (s - c).abs() > 1e-12 => Err(ImportError::BadOption(format!(
+            "--gpu-step {s}: the --cluster scenario's GPU unit is {c}"
+        ))),
+        (Some(s), _) if !(s > 0.0 && s <= 1.0 && (1.0 / s - (1.0 / s).round()).abs() < 1e-9) => {
+            Err(ImportError::BadOption(format!(
+                "--gpu-step {s}: a GPU must be a whole number of units (e.g. 1, 0.5, 0.25, 0.1)"
+            )))
+        }
+        (Some(s), _) => Ok(s),
+        (None, c) => Ok(c.unwrap_or(1.0)),
+    }
+}
+
+/// The jobs inside `--from/--until` (seconds from the trace's first arrival `t0`); the others
+/// are counted as left out.
+fn window(jobs: Vec<Job>, t0: f64, opts: &ImportOptions, read: &mut formats::Read) -> Vec<Job> {
+    let mut inside = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        let t = j.arrival_s - t0;
+        if opts.from_s.is_some_and(|f| t < f) || opts.until_s.is_some_and(|u| t >= u) {
+            read.skip("arrives outside --from/--until");
+        } else {
+            inside.push(j);
         }
     }
-    let mut by_count: Vec<(&str, usize)> = models.into_iter().collect();
-    by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    let mut boxes: Vec<Host> = (0..DEFAULT_BOXES)
-        .map(|i| Host {
-            name: format!("cpu-{i}"),
-            capacity: CPU_BOX,
-            labels: Vec::new(),
-        })
-        .collect();
-    for i in 0..DEFAULT_BOXES {
-        boxes.push(Host {
-            name: format!("gpu-{i}"),
-            capacity: GPU_BOX,
-            labels: by_count
-                .get(i % by_count.len().max(1))
-                .map(|(m, _)| vec![m.to_string()])
-                .unwrap_or_default(),
-        });
-    }
-    Ok(boxes)
+    inside
 }
 
-fn quote(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
+/// The slot length: the one asked for if every task fits the horizon with it, else an error
+/// naming one that does; by default 60 s, or the least multiple of 60 s that fits.
+fn slot_length(jobs: &[Job], asked: Option<f64>) -> Result<f64, ImportError> {
+    let longest = jobs.iter().map(|j| j.duration_s).fold(0.0, f64::max);
+    let least = longest / HORIZON_SLOTS as f64;
+    let needed = (least / 60.0).ceil().max(1.0) * 60.0;
+    match asked {
+        Some(s) if s < least => Err(ImportError::BadOption(format!(
+            "--slot-seconds {s}: the longest task runs {longest} s, {:.0} slots, beyond the \
+             simulator's horizon of {HORIZON_SLOTS} slots per task; --slot-seconds {needed} (or \
+             anything ≥ {least:.3}) replays it",
+            longest / s
+        ))),
+        Some(s) => Ok(s),
+        None => Ok(needed.max(DEFAULT_SLOT_SECONDS)),
+    }
 }
 
-fn write<K: Ord>(
-    opts: &ImportOptions,
-    boxes: &[Host],
-    jobs: &[Job],
-    median: &BTreeMap<K, f64>,
-    names: &BTreeMap<K, String>,
-    key: impl Fn(&Job) -> K,
-) -> String {
-    let t0 = jobs.first().map_or(0.0, |j| j.arrival_s);
-    let slot = |j: &Job| ((j.arrival_s - t0) / opts.compress / opts.slot_seconds).floor() as u64;
-    let span = jobs.last().map_or(1, |j| slot(j).max(1));
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "# Imported by `tapfinger-sim import --format {}`: {} tasks.",
-        opts.format,
-        jobs.len()
-    );
-    let _ = writeln!(t, "name = {}", quote(&opts.name));
-    let _ = writeln!(
-        t,
-        "description = {}",
-        quote(&format!(
-            "{} trace, {} tasks, slot {} s, arrivals compressed {}x",
-            opts.format,
-            jobs.len(),
-            opts.slot_seconds,
-            opts.compress
-        ))
-    );
-    // The mean arrival rate (informational: a trace's arrivals are replayed as recorded).
-    let _ = writeln!(
-        t,
-        "lambda = {}",
-        (jobs.len() as f64 / span as f64).max(1e-6)
-    );
-    let _ = writeln!(t, "tasks = {}", jobs.len());
-    let _ = writeln!(t, "slot_seconds = {}", opts.slot_seconds);
-    let _ = writeln!(t, "max_slots = {}", 100_000u64.max(span * 100));
-    let _ = writeln!(
-        t,
-        "resources = [\n  {{ name = \"cpu\", unit = \"cores\" }},\n  {{ name = \"gpu\", unit = \"GPUs\" }},\n  {{ name = \"mem\", unit = \"GiB\" }},\n]"
-    );
-    for b in boxes {
-        let labels: Vec<String> = b.labels.iter().map(|l| quote(l)).collect();
-        let _ = writeln!(
-            t,
-            "\n[[nodes]]\nname = {}\ncapacity = [{}, {}, {}]\nlabels = [{}]",
-            quote(&b.name),
-            b.capacity[0],
-            b.capacity[1],
-            b.capacity[2],
-            labels.join(", ")
-        );
+/// Offered load at compression `compress` ([`Load`]); `None` when every task arrives at once.
+fn load(jobs: &[Job], boxes: &[cluster::Host], gpu_step: f64, compress: f64) -> Option<Load> {
+    let span = (jobs.last()?.arrival_s - jobs.first()?.arrival_s) / compress;
+    if span <= 0.0 {
+        return None;
     }
-    let mut count: BTreeMap<&String, usize> = BTreeMap::new();
-    for j in jobs {
-        *count.entry(&names[&key(j)]).or_default() += 1;
-    }
-    for (k, name) in names {
-        let j = jobs
+    let total = |k: usize| -> f64 {
+        boxes
             .iter()
-            .find(|j| &key(j) == k)
-            .map(demand_of)
-            .unwrap_or([1, 0, 0]);
-        let _ = writeln!(
-            t,
-            "\n[[task_types]]\nname = {}\nweight = {}\nmin_demand = [{}, {}, {}]\nmax_demand = [{}, {}, {}]\nspeed = {{ model = \"table\", rows = \"type,cpu,gpu,mem,seconds\\n{},{},{},{},{:.1}\\n\" }}",
-            quote(name),
-            count.get(name).copied().unwrap_or(1),
-            j[0],
-            j[1],
-            j[2],
-            j[0],
-            j[1],
-            j[2],
-            name,
-            j[0],
-            j[1],
-            j[2],
-            median[k]
-        );
-    }
-    let _ = writeln!(t, "\n[trace]\nrows = \"\"\"\narrival,type,size,require");
-    for j in jobs {
-        let k = key(j);
-        let require = j.gpu_type.as_deref().filter(|_| j.gpu > 0.0).unwrap_or("");
-        let _ = writeln!(
-            t,
-            "{},{},{:.4},{}",
-            slot(j),
-            names[&k],
-            j.duration_s / median[&k],
-            require
-        );
-    }
-    let _ = writeln!(t, "\"\"\"");
-    t
+            .map(|b| f64::from(b.capacity[k]) * f64::from(b.count))
+            .sum()
+    };
+    let offered = |k: usize| -> f64 {
+        jobs.iter()
+            .map(|j| f64::from(demand_of(j, gpu_step)[k]) * j.duration_s)
+            .sum()
+    };
+    let gpus = total(1);
+    Some(Load {
+        gpu: (gpus > 0.0).then(|| offered(1) / (gpus * span)),
+        cpu: offered(0) / (total(0) * span),
+    })
 }
 
-/// A job's demand in grid units: cores (at least one), whole GPUs, GiB.
-fn demand_of(j: &Job) -> [u32; 3] {
-    [
-        (j.cpu.ceil() as u32).max(1),
-        j.gpu.ceil() as u32,
-        j.mem_gib.ceil() as u32,
-    ]
+/// A job's demand in grid units: cores (at least one), GPU units of `gpu_step` (a fraction of
+/// one GPU kept where the unit allows, else a whole device), GiB.
+fn demand_of(j: &Job, gpu_step: f64) -> [u32; 3] {
+    let gpu = if j.gpu <= 0.0 {
+        0
+    } else if j.gpu < 1.0 {
+        ((j.gpu / gpu_step - 1e-9).ceil() as u32).max(1)
+    } else {
+        (j.gpu.ceil() / gpu_step).round() as u32
+    };
+    [(j.cpu.ceil() as u32).max(1), gpu, j.mem_gib.ceil() as u32]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(gpu: f64, duration_s: f64) -> Job {
+        Job {
+            arrival_s: 0.0,
+            duration_s,
+            cpu: 0.5,
+            mem_gib: 1.2,
+            gpu,
+            gpu_type: None,
+            class: None,
+        }
+    }
+
+    #[test]
+    fn fractions_of_a_gpu_are_kept_where_the_unit_allows() {
+        assert_eq!(demand_of(&job(0.46, 1.0), 1.0), [1, 1, 2]);
+        assert_eq!(demand_of(&job(0.46, 1.0), 0.25), [1, 2, 2]);
+        assert_eq!(demand_of(&job(0.5, 1.0), 0.25), [1, 2, 2]);
+        assert_eq!(demand_of(&job(0.05, 1.0), 0.1), [1, 1, 2]);
+        assert_eq!(demand_of(&job(2.0, 1.0), 0.25), [1, 8, 2]);
+        assert_eq!(demand_of(&job(0.0, 1.0), 0.25), [1, 0, 2]);
+    }
+
+    #[test]
+    fn the_slot_length_keeps_the_longest_task_within_the_horizon() {
+        let h = HORIZON_SLOTS as f64;
+        let jobs = [job(1.0, 100.0), job(1.0, 90.0 * h)];
+        assert_eq!(slot_length(&jobs, None).unwrap(), 120.0);
+        assert_eq!(slot_length(&jobs[..1], None).unwrap(), 60.0);
+        assert_eq!(slot_length(&jobs, Some(90.0)).unwrap(), 90.0);
+        let e = slot_length(&jobs, Some(60.0)).unwrap_err().to_string();
+        assert!(e.contains("--slot-seconds 120"), "{e}");
+    }
 }
