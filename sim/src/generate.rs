@@ -61,6 +61,18 @@ use measured::{POLLUX_MIN, SYNERGY_MIN, SYNERGY_MODELS, pollux_profile, synergy_
 /// Generator seeds from this one up are held out: never trained on.
 pub const HELD_OUT_FROM: u64 = 10_000;
 
+/// The first of the fresh held-out seeds of every family (100 of them each, from here): chosen
+/// once, looked at only to judge a finished model. The seeds from [`HELD_OUT_FROM`] to here
+/// stay held out (never trained on), but have been looked at while models were chosen.
+pub const JUDGED_FROM: u64 = 30_000;
+
+/// If `name` names a generated scenario of a held-out seed (`gen:10003`), its family and seed.
+pub fn held_out(name: &str) -> Option<(Family, u64)> {
+    let (family, seed) = split(name)?;
+    let seed: u64 = seed.parse().ok()?;
+    (seed >= HELD_OUT_FROM).then_some((family, seed))
+}
+
 /// The prefix that names a generated scenario of the base family (`gen:42`).
 pub const PREFIX: &str = "gen:";
 

@@ -92,6 +92,28 @@ fn training_refuses_what_it_cannot_learn_from() {
         ],
         "held out",
     );
+    // Nor on a held-out scenario named directly, of any family, or saved to a file.
+    for name in ["gen:10003", "gen-wide:30001", "gen-long:12000"] {
+        fails_with(
+            &["train", "--scenario", name, "--general", "--iterations", "1"],
+            "is held out for evaluation",
+        );
+    }
+    let scratch = Scratch::new();
+    let (ok, text, err) = sim(&["generate", "--seed", "10003"]);
+    assert!(ok, "{err}");
+    let saved = scratch.write("saved.toml", &text);
+    fails_with(
+        &[
+            "train",
+            "--scenario",
+            saved.to_str().unwrap(),
+            "--general",
+            "--iterations",
+            "1",
+        ],
+        "generator seed 10003 is held out",
+    );
     fails_with(
         &[
             "train",

@@ -50,6 +50,15 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
 /// profile hints and declared work it asks for.
 fn load_for(a: &TrainArgs, name: &str) -> Result<Simulator> {
     let mut sim = load(name)?;
+    // By name or by the name inside a saved file: a held-out scenario is never trained on.
+    for n in [name, sim.scenario().name.as_str()] {
+        if let Some((_, seed)) = tapfinger_sim::generate::held_out(n) {
+            bail!(
+                "{n}: generator seed {seed} is held out for evaluation (training uses seeds below {})",
+                tapfinger_sim::generate::HELD_OUT_FROM
+            );
+        }
+    }
     if a.run.profile_hints {
         sim = sim.profile_hints();
     }
