@@ -41,13 +41,18 @@ pub enum Baseline {
     FirstFitElastic,
     /// Tiresias whose spare units go where the estimator says they cut the most time.
     TiresiasGain,
+    /// Tiresias that re-shares exactly as the shipped general model does: the fewest units that
+    /// finish a task within the slot first, then each spare unit where the estimator says it
+    /// cuts the most time ([`crate::share::gain_greedy_shares`]), so that against it a learned
+    /// policy's win is its choice of task and box, not its share.
+    TiresiasShare,
     /// The look-ahead rule ([`crate::lookahead`]).
     Lookahead,
 }
 
 impl Baseline {
     /// Every baseline: the ranked ones, then the others.
-    pub const ALL: [Baseline; 11] = [
+    pub const ALL: [Baseline; 12] = [
         Baseline::Optimus,
         Baseline::OptimusNp,
         Baseline::Tiresias,
@@ -58,11 +63,17 @@ impl Baseline {
         Baseline::Min,
         Baseline::FirstFitElastic,
         Baseline::TiresiasGain,
+        Baseline::TiresiasShare,
         Baseline::Lookahead,
     ];
 
     /// The baselines reports rank, in the order they list them: the first eight of [`Self::ALL`].
     pub const RANKED: &'static [Baseline] = Self::ALL.split_at(8).0;
+
+    /// The baselines a suite judges a candidate against: every one a deployment could run (all
+    /// but the clairvoyant reference, which reads the true speeds), the one that shares as the
+    /// learned policy does among them.
+    pub const JUDGED: &'static [Baseline] = &Self::ALL;
 
     /// Its name, as commands, configuration files and reports write it.
     pub fn name(self) -> &'static str {
@@ -77,6 +88,7 @@ impl Baseline {
             Baseline::Min => "min",
             Baseline::FirstFitElastic => "first-fit-elastic",
             Baseline::TiresiasGain => "tiresias-gain",
+            Baseline::TiresiasShare => "tiresias-share",
             Baseline::Lookahead => crate::lookahead::LOOKAHEAD,
         }
     }
@@ -102,6 +114,7 @@ impl Baseline {
             Baseline::Tiresias => Box::new(tiresias(true)),
             Baseline::TiresiasNp => Box::new(tiresias(false)),
             Baseline::TiresiasGain => Box::new(TiresiasGain(tiresias(true))),
+            Baseline::TiresiasShare => Box::new(TiresiasShare(tiresias(true))),
             Baseline::Optimus => Box::new(Optimus::fit(ctx, true)?),
             Baseline::OptimusNp => Box::new(Optimus::fit(ctx, false)?),
         })
@@ -397,6 +410,25 @@ impl Policy for TiresiasGain {
     }
     fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(TaskId, Resources)> {
         least_attained_shares_by(view, false, true)
+    }
+}
+
+/// Tiresias with the shipped general model's share ([`Baseline::TiresiasShare`]).
+#[derive(Debug, Clone)]
+pub struct TiresiasShare(pub Tiresias);
+
+impl Policy for TiresiasShare {
+    fn name(&self) -> &str {
+        Baseline::TiresiasShare.name()
+    }
+    fn elastic(&self) -> bool {
+        true
+    }
+    fn decide(&mut self, view: &View<'_>, rng: &mut Rng) -> Decision {
+        self.0.decide(view, rng)
+    }
+    fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(TaskId, Resources)> {
+        crate::share::gain_greedy_shares(view, false, true)
     }
 }
 

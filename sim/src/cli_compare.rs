@@ -86,12 +86,15 @@ pub(crate) struct CompareArgs {
 /// Arguments of `suite`.
 #[derive(clap::Args)]
 pub(crate) struct SuiteArgs {
-    /// Generator seeds, A..B (B excluded), e.g. 10000..10100.
-    #[arg(long, value_name = "A..B", value_parser = parse_range)]
-    generator_seeds: std::ops::Range<u64>,
-    /// The generated family: base (`gen:N`) or wide (`gen-wide:N`).
-    #[arg(long, value_enum, default_value_t)]
-    family: tapfinger_sim::generate::Family,
+    /// Generator seeds, A..B (B excluded), e.g. 30000..30100.
+    #[arg(long, value_name = "A..B", value_parser = parse_range, required_unless_present = "scenarios")]
+    generator_seeds: Option<std::ops::Range<u64>>,
+    /// A folder of scenario files (e.g. imported traces), each one a scenario of the suite.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["generator_seeds", "family"])]
+    scenarios: Option<PathBuf>,
+    /// The generated family: base (`gen:N`), wide (`gen-wide:N`) or long (`gen-long:N`).
+    #[arg(long, value_enum)]
+    family: Option<tapfinger_sim::generate::Family>,
     /// Workload seeds per scenario.
     #[arg(long, default_value_t = 2)]
     seeds: u64,
@@ -333,6 +336,7 @@ pub(crate) fn compare(a: CompareArgs) -> Result<()> {
 pub(crate) fn suite(a: SuiteArgs) -> Result<()> {
     let SuiteArgs {
         generator_seeds,
+        scenarios,
         family,
         seeds,
         seed_base,
@@ -345,9 +349,24 @@ pub(crate) fn suite(a: SuiteArgs) -> Result<()> {
     if seeds == 0 {
         bail!("--seeds must be at least 1");
     }
+    use tapfinger_sim::suite::Scenarios;
+    let scenarios = match (scenarios, generator_seeds) {
+        (Some(dir), _) => {
+            let s = Scenarios::folder(&dir)
+                .with_context(|| format!("cannot read the folder {}", dir.display()))?;
+            if s.names().is_empty() {
+                bail!("{}: no *.toml scenario files", dir.display());
+            }
+            s
+        }
+        (None, Some(seeds)) => Scenarios::Generated {
+            family: family.unwrap_or_default(),
+            seeds,
+        },
+        (None, None) => bail!("give --generator-seeds or --scenarios"),
+    };
     let cfg = tapfinger_sim::suite::SuiteConfig {
-        generator_seeds,
-        family,
+        scenarios,
         seeds,
         seed_base,
         candidate,
@@ -358,7 +377,7 @@ pub(crate) fn suite(a: SuiteArgs) -> Result<()> {
         declare_work: estimates.declare_work,
         start_weight: estimates.start_weight,
     };
-    let n = cfg.generator_seeds.end - cfg.generator_seeds.start;
+    let n = cfg.scenarios.names().len() as u64;
     let progress = std::sync::Mutex::new(Progress::new(n).unit("scenarios"));
     let s = tapfinger_sim::suite::run(&cfg, &|| {
         if let Ok(mut p) = progress.lock() {

@@ -66,6 +66,11 @@ pub const HELD_OUT_FROM: u64 = 10_000;
 /// stay held out (never trained on), but have been looked at while models were chosen.
 pub const JUDGED_FROM: u64 = 30_000;
 
+/// The generator seed of a generated scenario's name (`gen-wide:42` → 42).
+pub fn split_seed(name: &str) -> Option<u64> {
+    split(name)?.1.parse().ok()
+}
+
 /// If `name` names a generated scenario of a held-out seed (`gen:10003`), its family and seed.
 pub fn held_out(name: &str) -> Option<(Family, u64)> {
     let (family, seed) = split(name)?;

@@ -1,15 +1,20 @@
-//! The evaluation suite: one candidate policy against every baseline on generated scenarios.
+//! The evaluation suite: one candidate policy against every deployable baseline on generated
+//! scenarios or on a folder of scenario files (imported traces, say).
 //!
-//! For each generator seed in a range, the scenario `gen:N` is run with every baseline, the
-//! clairvoyant reference and the candidate, on the same workload seeds. Per scenario the
-//! candidate's average JCT is divided by the best *non-clairvoyant* baseline's (the best of that
-//! scenario, never a chosen one); a ratio ≤ 1 is a win. Held-out seeds (from
-//! [`crate::generate::HELD_OUT_FROM`]) are what a learned policy is judged on.
+//! Each scenario (`gen:N` for each generator seed in a range, or each file) is run with every
+//! baseline a deployment could run ([`baselines::Baseline::JUDGED`], among them
+//! `tiresias-share`, which re-shares as the shipped general model does), the clairvoyant
+//! reference and the candidate, on the same workload seeds. Per scenario the candidate's
+//! average JCT is divided by the best *non-clairvoyant* baseline's (the best of that scenario,
+//! never a chosen one); a ratio ≤ 1 is a win. The same ratio per workload seed gives the spread
+//! over workload draws. Held-out seeds (from [`crate::generate::HELD_OUT_FROM`]) are what a
+//! learned policy is judged on.
 //!
 //! The JSON (`tapfinger-sim suite --json`) is a contract for scripts:
-//! `{"scenarios": [{"generator_seed", "nodes", "classes", "load", "results": [{"policy",
-//! "avg_jct", "clairvoyant"}], ...}], "summary": {"wins", "scenarios",
-//! "mean_ratio_to_best_baseline", ...}}`. Fields may be added; these names stay.
+//! `{"scenarios": [{"scenario", "generator_seed", "nodes", "classes", "load", "results":
+//! [{"policy", "avg_jct", "clairvoyant"}], "ratio", "ratio_by_seed", ...}], "summary": {"wins",
+//! "scenarios", "mean_ratio_to_best_baseline", "mean_ratio_by_seed", ...}}`. Fields may be added;
+//! these names stay (`generator_seed` and `load` are null for a scenario file).
 
 use crate::metrics::summarize;
 use crate::policies::{self, CLAIRVOYANT};
@@ -22,13 +27,48 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tapfinger::baselines;
 
+/// The scenarios a suite runs.
+#[derive(Debug, Clone)]
+pub enum Scenarios {
+    /// Generated scenarios of one family, one per generator seed.
+    Generated {
+        /// The family (`gen:N`, `gen-wide:N` or `gen-long:N`).
+        family: crate::generate::Family,
+        /// Generator seeds.
+        seeds: Range<u64>,
+    },
+    /// Scenario files (or any names [`Scenario::load`] takes).
+    Named(Vec<String>),
+}
+
+impl Scenarios {
+    /// Every scenario's name, in order.
+    pub fn names(&self) -> Vec<String> {
+        match self {
+            Scenarios::Generated { family, seeds } => {
+                seeds.clone().map(|s| family.scenario(s)).collect()
+            }
+            Scenarios::Named(v) => v.clone(),
+        }
+    }
+
+    /// The `*.toml` files of `dir`, by name.
+    pub fn folder(dir: &std::path::Path) -> std::io::Result<Self> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .map(|p| p.display().to_string())
+            .collect();
+        v.sort();
+        Ok(Scenarios::Named(v))
+    }
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct SuiteConfig {
-    /// Generator seeds (`gen:N` for N in the range).
-    pub generator_seeds: Range<u64>,
-    /// The generated family (`gen:N`, `gen-wide:N` or `gen-long:N`).
-    pub family: crate::generate::Family,
+    /// The scenarios.
+    pub scenarios: Scenarios,
     /// Workload seeds per scenario: `seed_base..seed_base + seeds`.
     pub seeds: u64,
     /// First workload seed.
@@ -57,15 +97,15 @@ pub enum SuiteError {
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
     /// A policy failed to build or an episode failed.
-    #[error("generated scenario {scenario}")]
+    #[error("scenario {scenario}")]
     Compare {
-        /// The scenario's name (`gen:42`, `gen-wide:42`, `gen-long:42`): the family with the generator seed.
+        /// The scenario's name (`gen:42`, `gen-wide:42`, `gen-long:42`, or a file).
         scenario: String,
         /// Cause.
         source: CompareError,
     },
     /// Nothing to run.
-    #[error("empty suite: give at least one generator seed and one workload seed")]
+    #[error("empty suite: give at least one scenario and one workload seed")]
     Empty,
 }
 
@@ -76,27 +116,33 @@ pub struct SuiteResult {
     pub policy: String,
     /// Mean average JCT (slots).
     pub avg_jct: f64,
+    /// Average JCT per workload seed.
+    pub by_seed: Vec<f64>,
     /// True for the reference that reads the true speed model.
     pub clairvoyant: bool,
 }
 
-/// One generated scenario's results.
+/// One scenario's results.
 #[derive(Debug, Clone, Serialize)]
 pub struct SuiteScenario {
-    /// Generator seed (`gen:N`).
-    pub generator_seed: u64,
+    /// Its name (`gen:42`, or the file).
+    pub scenario: String,
+    /// Generator seed (`gen:N`; `None` for a file).
+    pub generator_seed: Option<u64>,
     /// Nodes.
     pub nodes: usize,
     /// Task classes.
     pub classes: usize,
-    /// Offered load the scenario was drawn with.
-    pub load: f64,
+    /// Offered load the scenario was drawn with (`None` for a file).
+    pub load: Option<f64>,
     /// Every policy, the candidate first.
     pub results: Vec<SuiteResult>,
     /// The best non-clairvoyant baseline here (the candidate excluded).
     pub best_baseline: String,
     /// Candidate avg JCT / best baseline's.
     pub ratio: f64,
+    /// The same per workload seed (the best baseline's JCT on that seed's workload).
+    pub ratio_by_seed: Vec<f64>,
     /// Mean over the workload seeds of the tasks' average lower bound (each task alone on the
     /// best box at its best allocation from its arrival): no schedule does better.
     pub lower_bound_jct: f64,
@@ -110,14 +156,18 @@ pub struct SuiteScenario {
 pub struct SuiteSummary {
     /// The policy judged.
     pub candidate: String,
-    /// The generated family (`base`: `gen:N`; `wide`: `gen-wide:N`; `long`: `gen-long:N`).
-    pub family: crate::generate::Family,
+    /// The generated family (`base`: `gen:N`; `wide`: `gen-wide:N`; `long`: `gen-long:N`;
+    /// `None`: scenario files).
+    pub family: Option<crate::generate::Family>,
     /// Scenarios where the candidate's ratio is ≤ 1.
     pub wins: usize,
     /// Scenarios run.
     pub scenarios: usize,
     /// Mean of the per-scenario ratios.
     pub mean_ratio_to_best_baseline: f64,
+    /// Per workload seed, the mean over scenarios of that seed's ratio: the spread of the mean
+    /// over workload draws.
+    pub mean_ratio_by_seed: Vec<f64>,
     /// Largest per-scenario ratio (the worst case).
     pub worst_ratio: f64,
     /// Mean of the per-scenario `bound_ratio`s: the mean ratio a schedule reaching every task's
@@ -139,9 +189,10 @@ pub struct Suite {
     pub summary: SuiteSummary,
 }
 
-/// The policies run beside the candidate: every baseline and the clairvoyant reference.
+/// The policies run beside the candidate: every deployable baseline and the clairvoyant
+/// reference.
 fn others(candidate: &str) -> Vec<String> {
-    let mut v: Vec<String> = baselines::Baseline::RANKED
+    let mut v: Vec<String> = baselines::Baseline::JUDGED
         .iter()
         .map(|b| b.name().to_string())
         .collect();
@@ -151,8 +202,8 @@ fn others(candidate: &str) -> Vec<String> {
 }
 
 /// Run one scenario.
-fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario, SuiteError> {
-    let sc = Scenario::load(&cfg.family.scenario(gen_seed))?;
+fn one(cfg: &SuiteConfig, name: &str, seeds: &[u64]) -> Result<SuiteScenario, SuiteError> {
+    let sc = Scenario::load(name)?;
     let (nodes, classes) = (sc.nodes.len(), sc.types.len());
     let mut sim = Simulator::new(sc);
     if cfg.profile_hints {
@@ -172,16 +223,18 @@ fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario,
     let mut bound = 0.0;
     for (i, p) in names.iter().enumerate() {
         let mut sum = 0.0;
+        let mut by_seed = Vec::with_capacity(seeds.len());
         for &seed in seeds {
             let e =
                 report::run_one_with(&sim, p, seed, cfg.model.as_deref()).map_err(|source| {
                     SuiteError::Compare {
-                        scenario: cfg.family.scenario(gen_seed),
+                        scenario: name.to_string(),
                         source,
                     }
                 })?;
             let m = summarize(&e, &kinds);
             sum += m.avg_jct;
+            by_seed.push(m.avg_jct);
             if i == 0 {
                 // Every policy runs the same workloads, so the candidate's bound is everyone's.
                 bound += m.lower_bound_jct / seeds.len() as f64;
@@ -190,6 +243,7 @@ fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario,
         results.push(SuiteResult {
             policy: report::display_name(p).to_string(),
             avg_jct: sum / seeds.len() as f64,
+            by_seed,
             clairvoyant: crate::clairvoyant::is_clairvoyant(p),
         });
     }
@@ -198,18 +252,35 @@ fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario,
         .filter(|r| !r.clairvoyant)
         .min_by(|a, b| a.avg_jct.total_cmp(&b.avg_jct))
         .cloned();
-    let (best_baseline, ratio, bound_ratio) = match best {
-        Some(b) => (b.policy, results[0].avg_jct / b.avg_jct, bound / b.avg_jct),
-        None => (String::new(), f64::NAN, f64::NAN),
+    let (best_baseline, ratio, bound_ratio, ratio_by_seed) = match best {
+        Some(b) => (
+            b.policy,
+            results[0].avg_jct / b.avg_jct,
+            bound / b.avg_jct,
+            results[0]
+                .by_seed
+                .iter()
+                .zip(&b.by_seed)
+                .map(|(c, b)| c / b)
+                .collect(),
+        ),
+        None => (String::new(), f64::NAN, f64::NAN, Vec::new()),
+    };
+    let generated = match &cfg.scenarios {
+        Scenarios::Generated { family, .. } => crate::generate::split_seed(name)
+            .map(|seed| (seed, crate::generate::draw_in(*family, seed).load)),
+        Scenarios::Named(_) => None,
     };
     Ok(SuiteScenario {
-        generator_seed: gen_seed,
+        scenario: name.to_string(),
+        generator_seed: generated.map(|g| g.0),
         nodes,
         classes,
-        load: crate::generate::draw_in(cfg.family, gen_seed).load,
+        load: generated.map(|g| g.1),
         results,
         best_baseline,
         ratio,
+        ratio_by_seed,
         lower_bound_jct: bound,
         bound_ratio,
     })
@@ -217,14 +288,14 @@ fn one(cfg: &SuiteConfig, gen_seed: u64, seeds: &[u64]) -> Result<SuiteScenario,
 
 /// Run the suite; `tick` is called after each scenario (from any thread).
 pub fn run(cfg: &SuiteConfig, tick: &(dyn Fn() + Sync)) -> Result<Suite, SuiteError> {
-    let gens: Vec<u64> = cfg.generator_seeds.clone().collect();
+    let gens: Vec<String> = cfg.scenarios.names();
     let seeds: Vec<u64> = (cfg.seed_base..cfg.seed_base.saturating_add(cfg.seeds)).collect();
     if gens.is_empty() || seeds.is_empty() {
         return Err(SuiteError::Empty);
     }
     // Fail fast on a candidate that cannot be built (an unknown name, a model that does not
     // load) before hours of baselines.
-    check_candidate(cfg, gens[0])?;
+    check_candidate(cfg, &gens[0])?;
     let next = AtomicUsize::new(0);
     let out: Mutex<Vec<Option<Result<SuiteScenario, SuiteError>>>> =
         Mutex::new((0..gens.len()).map(|_| None).collect());
@@ -233,7 +304,7 @@ pub fn run(cfg: &SuiteConfig, tick: &(dyn Fn() + Sync)) -> Result<Suite, SuiteEr
             s.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&g) = gens.get(i) else { break };
+                    let Some(g) = gens.get(i) else { break };
                     let r = one(cfg, g, &seeds);
                     let failed = r.is_err();
                     if let Ok(mut o) = out.lock() {
@@ -254,12 +325,25 @@ pub fn run(cfg: &SuiteConfig, tick: &(dyn Fn() + Sync)) -> Result<Suite, SuiteEr
         scenarios.push(r?);
     }
     let ratios: Vec<f64> = scenarios.iter().map(|s| s.ratio).collect();
+    let mean_ratio_by_seed = (0..seeds.len())
+        .map(|k| {
+            scenarios
+                .iter()
+                .filter_map(|s| s.ratio_by_seed.get(k))
+                .sum::<f64>()
+                / scenarios.len().max(1) as f64
+        })
+        .collect();
     let summary = SuiteSummary {
         candidate: report::display_name(&cfg.candidate).to_string(),
-        family: cfg.family,
+        family: match &cfg.scenarios {
+            Scenarios::Generated { family, .. } => Some(*family),
+            Scenarios::Named(_) => None,
+        },
         wins: ratios.iter().filter(|r| **r <= 1.0).count(),
         scenarios: scenarios.len(),
         mean_ratio_to_best_baseline: ratios.iter().sum::<f64>() / ratios.len().max(1) as f64,
+        mean_ratio_by_seed,
         worst_ratio: ratios.iter().copied().fold(f64::NAN, f64::max),
         mean_bound_ratio: scenarios.iter().map(|s| s.bound_ratio).sum::<f64>()
             / scenarios.len().max(1) as f64,
@@ -270,12 +354,12 @@ pub fn run(cfg: &SuiteConfig, tick: &(dyn Fn() + Sync)) -> Result<Suite, SuiteEr
 }
 
 /// Build the candidate's policies on the first scenario, so a bad name or model fails at once.
-fn check_candidate(cfg: &SuiteConfig, gen_seed: u64) -> Result<(), SuiteError> {
-    let sc = Scenario::load(&cfg.family.scenario(gen_seed))?;
+fn check_candidate(cfg: &SuiteConfig, name: &str) -> Result<(), SuiteError> {
+    let sc = Scenario::load(name)?;
     let sim = Simulator::new(sc);
     report::check_policy(&sim, &cfg.candidate, cfg.model.as_deref()).map_err(|source| {
         SuiteError::Compare {
-            scenario: cfg.family.scenario(gen_seed),
+            scenario: name.to_string(),
             source,
         }
     })
@@ -285,10 +369,14 @@ fn check_candidate(cfg: &SuiteConfig, gen_seed: u64) -> Result<(), SuiteError> {
 pub fn table(s: &Suite) -> String {
     use std::fmt::Write as _;
     let mut t = String::new();
+    let first = s
+        .summary
+        .family
+        .map_or("scenario", |f| f.prefix().trim_end_matches(':'));
     let _ = writeln!(
         t,
-        "{:>10} {:>5} {:>7} {:>5} {:>10} {:>14} {:>10} {:>6} {:>6}",
-        s.summary.family.prefix().trim_end_matches(':'),
+        "{:>16} {:>5} {:>7} {:>5} {:>10} {:>14} {:>10} {:>6} {:>13} {:>6}",
+        first,
         "nodes",
         "classes",
         "load",
@@ -296,6 +384,7 @@ pub fn table(s: &Suite) -> String {
         "best baseline",
         "its JCT",
         "ratio",
+        "per draw",
         "floor"
     );
     for sc in &s.scenarios {
@@ -304,33 +393,53 @@ pub fn table(s: &Suite) -> String {
             .iter()
             .find(|r| r.policy == sc.best_baseline)
             .map_or(f64::NAN, |r| r.avg_jct);
+        let name = match sc.generator_seed {
+            Some(g) => g.to_string(),
+            None => std::path::Path::new(&sc.scenario)
+                .file_stem()
+                .map_or(sc.scenario.clone(), |f| f.to_string_lossy().into_owned()),
+        };
+        let (lo, hi) = range(&sc.ratio_by_seed);
         let _ = writeln!(
             t,
-            "{:>10} {:>5} {:>7} {:>5.2} {:>10.2} {:>14} {:>10.2} {:>6.3} {:>6.3}",
-            sc.generator_seed,
+            "{:>16} {:>5} {:>7} {:>5} {:>10.2} {:>14} {:>10.2} {:>6.3} {:>13} {:>6.3}",
+            name,
             sc.nodes,
             sc.classes,
-            sc.load,
+            sc.load.map_or("-".into(), |l| format!("{l:.2}")),
             sc.results[0].avg_jct,
             sc.best_baseline,
             best,
             sc.ratio,
+            format!("{lo:.3}-{hi:.3}"),
             sc.bound_ratio
         );
     }
     let m = &s.summary;
+    let (lo, hi) = range(&m.mean_ratio_by_seed);
     let _ = writeln!(
         t,
-        "{}: {} wins of {} scenarios (ratio <= 1 to the best baseline); mean ratio {:.3}, worst {:.3}; floor (every task at its lower bound) {:.3}; workload seeds {:?}",
+        "{}: {} wins of {} scenarios (ratio <= 1 to the best baseline); mean ratio {:.3} ({:.3}-{:.3} over the {} workload draws), worst {:.3}; floor (every task at its lower bound) {:.3}; workload seeds {:?}",
         m.candidate,
         m.wins,
         m.scenarios,
         m.mean_ratio_to_best_baseline,
+        lo,
+        hi,
+        m.seeds.len(),
         m.worst_ratio,
         m.mean_bound_ratio,
         m.seeds
     );
     t
+}
+
+/// The least and the largest of `v` (NaN, NaN when empty).
+fn range(v: &[f64]) -> (f64, f64) {
+    (
+        v.iter().copied().fold(f64::NAN, f64::min),
+        v.iter().copied().fold(f64::NAN, f64::max),
+    )
 }
 
 /// Whether `candidate` names the learned policy (it needs a model).

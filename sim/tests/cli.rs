@@ -404,7 +404,51 @@ fn suite_json_has_the_documented_shape_and_judges_against_the_best_baseline() {
             "--candidate",
             "magic",
         ],
-        "generated scenario gen-wide:3",
+        "scenario gen-wide:3",
+    );
+    // A folder of scenario files: each one a scenario, named by its file, with the spread.
+    let scratch = Scratch::new();
+    let dir = scratch.path().join("suite-files");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, seed) in [("a", "3"), ("b", "4")] {
+        let (ok, text, err) = sim(&["generate", "--seed", seed]);
+        assert!(ok, "{err}");
+        std::fs::write(dir.join(format!("{name}.toml")), text).unwrap();
+    }
+    std::fs::write(dir.join("notes.txt"), "not a scenario").unwrap();
+    let (ok, text, err) = sim(&[
+        "suite",
+        "--scenarios",
+        dir.to_str().unwrap(),
+        "--seeds",
+        "2",
+        "--candidate",
+        "random",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let scenarios = v["scenarios"].as_array().unwrap();
+    assert_eq!(scenarios.len(), 2);
+    assert!(
+        scenarios[0]["scenario"]
+            .as_str()
+            .unwrap()
+            .ends_with("a.toml")
+    );
+    assert!(scenarios[0]["generator_seed"].is_null());
+    assert_eq!(scenarios[0]["ratio_by_seed"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        v["summary"]["mean_ratio_by_seed"].as_array().unwrap().len(),
+        2
+    );
+    assert!(v["summary"]["family"].is_null());
+    // The like-for-like baseline is among those judged.
+    let results = scenarios[0]["results"].as_array().unwrap();
+    assert!(results.iter().any(|r| r["policy"] == "tiresias-share"));
+    fails_with(
+        &["suite", "--scenarios", "/nonexistent-dir"],
+        "cannot read the folder",
     );
 }
 

@@ -95,7 +95,14 @@ fn training_refuses_what_it_cannot_learn_from() {
     // Nor on a held-out scenario named directly, of any family, or saved to a file.
     for name in ["gen:10003", "gen-wide:30001", "gen-long:12000"] {
         fails_with(
-            &["train", "--scenario", name, "--general", "--iterations", "1"],
+            &[
+                "train",
+                "--scenario",
+                name,
+                "--general",
+                "--iterations",
+                "1",
+            ],
             "is held out for evaluation",
         );
     }

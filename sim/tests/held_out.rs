@@ -39,8 +39,10 @@ fn the_shipped_general_model_holds_its_own_on_the_long_family() {
 fn holds_its_own(family: Family, worst_bound: f64) {
     let cfg = SuiteConfig {
         // The first twenty held-out scenarios, one workload each (a fraction of a second apiece).
-        generator_seeds: 10_000..10_020,
-        family,
+        scenarios: suite::Scenarios::Generated {
+            family,
+            seeds: 10_000..10_020,
+        },
         seeds: 1,
         seed_base: 100,
         candidate: "tapfinger".into(),
@@ -54,7 +56,7 @@ fn holds_its_own(family: Family, worst_bound: f64) {
     let results: Vec<(u64, f64)> = s
         .scenarios
         .iter()
-        .map(|x| (x.generator_seed, x.ratio))
+        .map(|x| (x.generator_seed.unwrap(), x.ratio))
         .collect();
     eprintln!("held-out ratios to the best baseline ({family:?}): {results:?}");
     let wins = results.iter().filter(|(_, r)| *r <= 1.0).count();
