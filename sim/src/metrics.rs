@@ -27,6 +27,9 @@ pub struct Summary {
     pub makespan: f64,
     /// Mean allocated share per kind over the slots up to the makespan.
     pub utilization: BTreeMap<String, f64>,
+    /// The same over the slots that ended with a task waiting (arrived, not started): what a
+    /// policy leaves idle under a queue (`None` where no task ever waited).
+    pub utilization_while_waiting: Option<BTreeMap<String, f64>>,
     /// Mean contested tasks per slot.
     pub conflicts_per_slot: f64,
     /// Mean tasks started per slot.
@@ -128,6 +131,24 @@ pub fn summarize(r: &EpisodeResult, kinds: &[String]) -> Summary {
             )
         })
         .collect();
+    let queued: Vec<&crate::episode::SlotRecord> =
+        r.slots.iter().filter(|s| s.waiting > 0).collect();
+    let utilization_while_waiting = (!queued.is_empty()).then(|| {
+        kinds
+            .iter()
+            .enumerate()
+            .map(|(k, name)| {
+                (
+                    name.clone(),
+                    queued
+                        .iter()
+                        .map(|s| s.utilization.get(k).copied().unwrap_or(0.0))
+                        .sum::<f64>()
+                        / queued.len() as f64,
+                )
+            })
+            .collect()
+    });
     Summary {
         avg_jct: jct.iter().sum::<f64>() / n,
         median_jct: percentile(&jct, 0.5),
@@ -142,6 +163,7 @@ pub fn summarize(r: &EpisodeResult, kinds: &[String]) -> Summary {
             / n,
         makespan: r.tasks.iter().map(|t| t.finish).max().unwrap_or(0) as f64,
         utilization,
+        utilization_while_waiting,
         conflicts_per_slot: r.slots.iter().map(|s| f64::from(s.conflicts)).sum::<f64>() / slots,
         decisions_per_slot: r.slots.iter().map(|s| f64::from(s.commits)).sum::<f64>() / slots,
         steps_per_slot: r.slots.iter().map(|s| f64::from(s.steps)).sum::<f64>() / slots,
@@ -230,6 +252,23 @@ pub fn mean_summary(s: &[Summary]) -> Summary {
             utilization.insert(k.clone(), mean_std(&v).0);
         }
     }
+    // Over the seeds where a task waited.
+    let waited: Vec<&BTreeMap<String, f64>> = s
+        .iter()
+        .filter_map(|x| x.utilization_while_waiting.as_ref())
+        .collect();
+    let utilization_while_waiting = waited.first().map(|first| {
+        first
+            .keys()
+            .map(|k| {
+                let v: Vec<f64> = waited
+                    .iter()
+                    .map(|m| m.get(k).copied().unwrap_or(0.0))
+                    .collect();
+                (k.clone(), mean_std(&v).0)
+            })
+            .collect()
+    });
     Summary {
         avg_jct: f(|x| x.avg_jct),
         median_jct: f(|x| x.median_jct),
@@ -238,6 +277,7 @@ pub fn mean_summary(s: &[Summary]) -> Summary {
         lower_bound_jct: f(|x| x.lower_bound_jct),
         jct_over_lower_bound: f(|x| x.jct_over_lower_bound),
         makespan: f(|x| x.makespan),
+        utilization_while_waiting,
         utilization,
         conflicts_per_slot: f(|x| x.conflicts_per_slot),
         decisions_per_slot: f(|x| x.decisions_per_slot),

@@ -298,6 +298,15 @@ impl Columns {
         }
     }
 
+    /// The kind whose use while tasks wait the table shows: `gpu` where the cluster has it.
+    fn busy_kind(&self) -> &str {
+        self.kinds
+            .iter()
+            .find(|k| *k == "gpu")
+            .or_else(|| self.kinds.first())
+            .map_or("gpu", String::as_str)
+    }
+
     fn header(&self, s: &mut String) {
         let w = self.w;
         let _ = write!(
@@ -308,6 +317,7 @@ impl Columns {
         for k in &self.kinds {
             let _ = write!(s, " {:>7}", format!("util {k}"));
         }
+        let _ = write!(s, " {:>9}", format!("{} queued", self.busy_kind()));
         if self.gangs {
             let _ = write!(s, " {:>9}", "gang JCT");
         }
@@ -357,6 +367,16 @@ impl Columns {
                 100.0 * m.utilization.get(k).copied().unwrap_or(0.0)
             );
         }
+        // The scarce kind's use while tasks wait: what a policy leaves idle under a queue.
+        let busy = m
+            .utilization_while_waiting
+            .as_ref()
+            .and_then(|u| u.get(self.busy_kind()));
+        let _ = write!(
+            s,
+            " {:>9}",
+            busy.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v))
+        );
         if self.gangs {
             let _ = write!(
                 s,

@@ -118,6 +118,9 @@ pub struct SuiteResult {
     pub avg_jct: f64,
     /// Average JCT per workload seed.
     pub by_seed: Vec<f64>,
+    /// The GPUs' use (the cores' where the cluster has no GPU) over the slots that ended with a
+    /// task waiting, mean over the seeds where one did.
+    pub busy_while_waiting: Option<f64>,
     /// True for the reference that reads the true speed model.
     pub clairvoyant: bool,
 }
@@ -216,6 +219,23 @@ fn one(cfg: &SuiteConfig, name: &str, seeds: &[u64]) -> Result<SuiteScenario, Su
         sim = sim.start_weight(w);
     }
     let kinds = sim.scenario().kind_names();
+    // The GPUs where the cluster has any, else the cores (or the first kind).
+    let gpus: u64 = sim.scenario().space.index_of("gpu").map_or(0, |g| {
+        sim.scenario()
+            .nodes
+            .iter()
+            .map(|n| u64::from(n.capacity.get(g)))
+            .sum()
+    });
+    let busy_kind = if gpus > 0 {
+        "gpu"
+    } else {
+        kinds
+            .iter()
+            .find(|k| *k == "cpu")
+            .or(kinds.first())
+            .map_or("cpu", String::as_str)
+    };
     let names: Vec<String> = std::iter::once(cfg.candidate.clone())
         .chain(others(&cfg.candidate))
         .collect();
@@ -224,6 +244,7 @@ fn one(cfg: &SuiteConfig, name: &str, seeds: &[u64]) -> Result<SuiteScenario, Su
     for (i, p) in names.iter().enumerate() {
         let mut sum = 0.0;
         let mut by_seed = Vec::with_capacity(seeds.len());
+        let mut busy = Vec::new();
         for &seed in seeds {
             let e =
                 report::run_one_with(&sim, p, seed, cfg.model.as_deref()).map_err(|source| {
@@ -235,6 +256,13 @@ fn one(cfg: &SuiteConfig, name: &str, seeds: &[u64]) -> Result<SuiteScenario, Su
             let m = summarize(&e, &kinds);
             sum += m.avg_jct;
             by_seed.push(m.avg_jct);
+            if let Some(u) = m
+                .utilization_while_waiting
+                .as_ref()
+                .and_then(|u| u.get(busy_kind))
+            {
+                busy.push(*u);
+            }
             if i == 0 {
                 // Every policy runs the same workloads, so the candidate's bound is everyone's.
                 bound += m.lower_bound_jct / seeds.len() as f64;
@@ -244,6 +272,8 @@ fn one(cfg: &SuiteConfig, name: &str, seeds: &[u64]) -> Result<SuiteScenario, Su
             policy: report::display_name(p).to_string(),
             avg_jct: sum / seeds.len() as f64,
             by_seed,
+            busy_while_waiting: (!busy.is_empty())
+                .then(|| busy.iter().sum::<f64>() / busy.len() as f64),
             clairvoyant: crate::clairvoyant::is_clairvoyant(p),
         });
     }
@@ -375,7 +405,7 @@ pub fn table(s: &Suite) -> String {
         .map_or("scenario", |f| f.prefix().trim_end_matches(':'));
     let _ = writeln!(
         t,
-        "{:>16} {:>5} {:>7} {:>5} {:>10} {:>14} {:>10} {:>6} {:>13} {:>6}",
+        "{:>16} {:>5} {:>7} {:>5} {:>10} {:>14} {:>10} {:>6} {:>13} {:>6} {:>13}",
         first,
         "nodes",
         "classes",
@@ -385,7 +415,8 @@ pub fn table(s: &Suite) -> String {
         "its JCT",
         "ratio",
         "per draw",
-        "floor"
+        "floor",
+        "busy queued"
     );
     for sc in &s.scenarios {
         let best = sc
@@ -400,9 +431,16 @@ pub fn table(s: &Suite) -> String {
                 .map_or(sc.scenario.clone(), |f| f.to_string_lossy().into_owned()),
         };
         let (lo, hi) = range(&sc.ratio_by_seed);
+        let busy = |p: &str| {
+            sc.results
+                .iter()
+                .find(|r| r.policy == p)
+                .and_then(|r| r.busy_while_waiting)
+                .map_or("-".into(), |b| format!("{:.0}%", 100.0 * b))
+        };
         let _ = writeln!(
             t,
-            "{:>16} {:>5} {:>7} {:>5} {:>10.2} {:>14} {:>10.2} {:>6.3} {:>13} {:>6.3}",
+            "{:>16} {:>5} {:>7} {:>5} {:>10.2} {:>14} {:>10.2} {:>6.3} {:>13} {:>6.3} {:>13}",
             name,
             sc.nodes,
             sc.classes,
@@ -412,7 +450,12 @@ pub fn table(s: &Suite) -> String {
             best,
             sc.ratio,
             format!("{lo:.3}-{hi:.3}"),
-            sc.bound_ratio
+            sc.bound_ratio,
+            format!(
+                "{} vs {}",
+                busy(&sc.results[0].policy),
+                busy(&sc.best_baseline)
+            )
         );
     }
     let m = &s.summary;

@@ -281,10 +281,10 @@ impl TapfingerPolicy {
     }
 
     /// The work-conserving mask ([`net::NetConfig::work_conserving`]): whether this node may not
-    /// pass, being idle with a selectable task in its window.
+    /// pass, being idle (or, in the strict form, at all) with a selectable task in its window.
     fn pass_blocked(&self, view: &View<'_>, window: &[&crate::Task], blocked: &[bool]) -> bool {
         self.cfg.work_conserving
-            && view.node().running.is_empty()
+            && (self.cfg.strict_conserving || view.node().running.is_empty())
             && (0..window.len()).any(|i| !blocked[i])
     }
 

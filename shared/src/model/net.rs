@@ -45,6 +45,14 @@ pub struct NetConfig {
     /// it existed were evaluated with the same rule as a greedy-mode guard.)
     #[serde(default = "yes")]
     pub work_conserving: bool,
+    /// With `work_conserving`, the strict form, in training and in deployment alike: no node
+    /// passes while a task in its window fits, busy or idle, so a task that fits never waits
+    /// while the units it needs lie idle. Off (models written before it existed): only an idle
+    /// node is held to it. Why: on replays of real traces, where long tasks keep every box
+    /// busy, a model trained on generated scenarios passed on busy boxes with GPUs idle and
+    /// tasks waiting (docs/DECISIONS.md, "Masks and action rules").
+    #[serde(default)]
+    pub strict_conserving: bool,
     /// Elastic sharing, in training and in deployment alike: a claim starts the task at its
     /// minimum demand (the allocation head is not used), and once per slot the node's spare units
     /// are re-shared among its running tasks by [`crate::baselines::least_attained_shares`]
@@ -168,6 +176,7 @@ impl NetConfig {
             max_units: 32,
             selection: Selection::Pointer,
             work_conserving: true,
+            strict_conserving: false,
             elastic: false,
             hold_gpus: false,
             floors: false,

@@ -286,6 +286,11 @@ impl<'a> Episode<'a> {
                 a(&self.ledger, true);
             }
             let in_system = (self.next_arrival - self.records.len()) as u32;
+            let waiting = self
+                .ledger
+                .values()
+                .filter(|e| e.state == TaskState::Pending)
+                .count() as u32;
             let utilization = self.utilization();
             self.pay(slot, observe);
             self.progress(slot, observe);
@@ -293,6 +298,7 @@ impl<'a> Episode<'a> {
             self.slots.push(SlotRecord {
                 slot,
                 in_system,
+                waiting,
                 utilization,
                 conflicts: d.conflicts,
                 commits: d.commits,

@@ -135,6 +135,8 @@ pub struct SlotRecord {
     pub slot: u64,
     /// Tasks arrived and not finished (at the end of the slot's decisions).
     pub in_system: u32,
+    /// Of those, tasks not started (waiting in the queues).
+    pub waiting: u32,
     /// Allocated / capacity per kind, summed over nodes.
     pub utilization: Vec<f64>,
     /// Contested tasks in the slot's rounds.

@@ -1,5 +1,5 @@
 //! The action masks, in sampling (training) and greedy (deployment) decisions alike: the
-//! work-conserving mask and the exclusive-first mask.
+//! work-conserving mask (and its strict form) and the exclusive-first mask.
 
 use super::*;
 use crate::view::TaskEstimate;
@@ -35,6 +35,48 @@ fn sampled_decisions_are_work_conserving_too_and_the_ablation_may_pass() {
     assert!(
         idle_passes > 0,
         "without the mask an untrained policy never passed idle"
+    );
+}
+
+/// The strict form: no node passes while a window task fits, busy or idle, in sampling and
+/// greedy decisions alike; the default form lets a busy node pass.
+#[test]
+fn the_strict_form_holds_busy_nodes_to_it_too() {
+    let passes_busy = |strict: bool, greedy: bool| {
+        let device = Device::flex();
+        device.seed(6);
+        let mut cfg = NetConfig::new(dims());
+        cfg.strict_conserving = strict;
+        let mut policy = TapfingerPolicy::untrained(cfg, device).greedy(greedy);
+        let mut rng = crate::seeded_rng(2);
+        let (mut busy_with_work, mut passed) = (0, 0);
+        for seed in 100..220 {
+            let view = random_view(seed);
+            for node in &view.nodes {
+                let v = view.for_agent(node.id).unwrap();
+                let fits = v.feasible().next().is_some();
+                let pass = policy.decide(&v, &mut rng) == Decision::Pass;
+                if strict {
+                    assert!(!(fits && pass), "a node passed with feasible work");
+                }
+                if fits && !node.running.is_empty() {
+                    busy_with_work += 1;
+                    passed += usize::from(pass);
+                }
+            }
+        }
+        assert!(
+            busy_with_work > 5,
+            "too few busy nodes with work ({busy_with_work})"
+        );
+        passed
+    };
+    for greedy in [true, false] {
+        assert_eq!(passes_busy(true, greedy), 0);
+    }
+    assert!(
+        passes_busy(false, false) > 0,
+        "without the strict form an untrained policy never passed on a busy node"
     );
 }
 
