@@ -52,9 +52,9 @@ pub(crate) struct ImportArgs {
     /// The built-in cluster's CPU-only boxes.
     #[arg(long, default_value_t = 4)]
     cpu_boxes: u32,
-    /// The built-in cluster's GPU boxes.
-    #[arg(long, default_value_t = 4)]
-    gpu_boxes: u32,
+    /// The built-in cluster's GPU boxes [default: 4, or one per GPU model the trace names].
+    #[arg(long)]
+    gpu_boxes: Option<u32>,
     /// GPUs per GPU box of the built-in cluster [default: 4, or the largest GPU job's].
     #[arg(long)]
     gpus_per_box: Option<u32>,

@@ -30,13 +30,14 @@ pub enum ClusterChoice {
 }
 
 /// The built-in cluster: CPU boxes and GPU boxes, each GPU box labelled with one of the trace's
-/// GPU models (most frequent first, in turn).
+/// GPU models (most frequent first, in turn; a job that accepts several models counts for each).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Knobs {
     /// CPU-only boxes.
     pub cpu_boxes: u32,
-    /// GPU boxes.
-    pub gpu_boxes: u32,
+    /// GPU boxes (`None`: 4, or one per GPU model the trace names if more, so that every job
+    /// naming a model has a box of it).
+    pub gpu_boxes: Option<u32>,
     /// GPUs per GPU box (`None`: 4, or the trace's largest GPU job if more).
     pub gpus_per_box: Option<u32>,
     /// The GPU boxes' label where the trace names no GPU model (Gavel: the GPU type its run
@@ -48,7 +49,7 @@ impl Default for Knobs {
     fn default() -> Self {
         Self {
             cpu_boxes: 4,
-            gpu_boxes: 4,
+            gpu_boxes: None,
             gpus_per_box: None,
             label: None,
         }
@@ -207,7 +208,8 @@ fn built_in(k: &Knobs, jobs: &[Job], units: impl Fn(f64) -> u32) -> Vec<Host> {
             count: 1,
         })
         .collect();
-    for i in 0..k.gpu_boxes as usize {
+    let gpu_boxes = k.gpu_boxes.map_or(4.max(by_count.len()), |n| n as usize);
+    for i in 0..gpu_boxes {
         boxes.push(Host {
             name: format!("gpu-{i}"),
             capacity: gpu_box,
@@ -251,7 +253,7 @@ mod tests {
         let small = built_in(
             &Knobs {
                 cpu_boxes: 1,
-                gpu_boxes: 2,
+                gpu_boxes: Some(2),
                 gpus_per_box: Some(2),
                 label: Some("v100".into()),
             },
@@ -261,6 +263,17 @@ mod tests {
         assert_eq!(small.len(), 3);
         assert_eq!(small[1].capacity, [32, 2, 256]);
         assert_eq!(small[1].labels, ["v100"]);
+        // A GPU box for every model the trace names.
+        let models: Vec<Job> = ["A", "B", "C", "D", "E|A"]
+            .iter()
+            .map(|m| Job {
+                gpu_type: Some(m.to_string()),
+                ..job(1.0, 1.0, 1.0)
+            })
+            .collect();
+        let h = built_in(&Knobs::default(), &models, |g| g as u32);
+        let labels: Vec<&str> = h[4..].iter().map(|b| b.labels[0].as_str()).collect();
+        assert_eq!(labels, ["A", "B", "C", "D", "E"]);
     }
 
     #[test]
