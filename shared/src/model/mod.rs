@@ -283,9 +283,30 @@ impl TapfingerPolicy {
     /// The work-conserving mask ([`net::NetConfig::work_conserving`]): whether this node may not
     /// pass, being idle (or, in the strict form, at all) with a selectable task in its window.
     fn pass_blocked(&self, view: &View<'_>, window: &[&crate::Task], blocked: &[bool]) -> bool {
-        self.cfg.work_conserving
-            && (self.cfg.strict_conserving || view.node().running.is_empty())
-            && (0..window.len()).any(|i| !blocked[i])
+        if !self.cfg.work_conserving || !(0..window.len()).any(|i| !blocked[i]) {
+            return false;
+        }
+        if view.node().running.is_empty() {
+            return true;
+        }
+        if !self.cfg.strict_conserving {
+            return false;
+        }
+        let mut spare = view.node().free.clone();
+        for &i in &view.node().running {
+            let r = &view.cluster.running[i];
+            let Some(m) = &r.task.max_demand else {
+                return false;
+            };
+            for k in 0..spare.len() {
+                let room = m.get(k).saturating_sub(r.alloc.get(k));
+                spare.0[k] = spare.0[k].saturating_sub(room);
+            }
+        }
+        window
+            .iter()
+            .enumerate()
+            .any(|(i, t)| !blocked[i] && t.min_demand.fits_in(&spare))
     }
 
     /// Whether this model draws task `t`'s floor with its allocation head (an elastic model with

@@ -45,12 +45,14 @@ pub struct NetConfig {
     /// it existed were evaluated with the same rule as a greedy-mode guard.)
     #[serde(default = "yes")]
     pub work_conserving: bool,
-    /// With `work_conserving`, the strict form, in training and in deployment alike: no node
-    /// passes while a task in its window fits, busy or idle, so a task that fits never waits
-    /// while the units it needs lie idle. Off (models written before it existed): only an idle
-    /// node is held to it. Why: on replays of real traces, where long tasks keep every box
-    /// busy, a model trained on generated scenarios passed on busy boxes with GPUs idle and
-    /// tasks waiting (docs/DECISIONS.md, "Masks and action rules").
+    /// With `work_conserving`, the strict form, in training and in deployment alike: a busy node
+    /// may not pass either while a task in its window fits in the units its running tasks could
+    /// not take (its free units less each running task's room to its cap; none where a running
+    /// task has no cap). So a task that fits never waits while units no one can use lie idle,
+    /// and a node whose running tasks would take its spare units may still wait for them. Off
+    /// (the shipped models): only an idle node is held to it. Why: on replays of real traces,
+    /// whose tasks cannot be resized, a model trained on generated scenarios passed on busy
+    /// boxes with GPUs idle and tasks waiting (docs/DECISIONS.md, "Masks and action rules").
     #[serde(default)]
     pub strict_conserving: bool,
     /// Elastic sharing, in training and in deployment alike: a claim starts the task at its
