@@ -69,3 +69,62 @@ pub fn discover() -> anyhow::Result<Discovered> {
         gpu_note,
     })
 }
+
+impl Discovered {
+    /// `labels` with this box's GPU model under [`tapfinger::estimate::GPU_MODEL_LABEL`]: the
+    /// name NVML gives the first of the `offered` GPUs, unless the configuration names one
+    /// (an operator may group models NVML names apart) or no GPU is offered. The estimator
+    /// learns each class's speed per GPU model, and specs may require the label.
+    pub fn labels_with_gpu_model(
+        &self,
+        labels: &std::collections::BTreeMap<String, String>,
+        offered: u32,
+    ) -> std::collections::BTreeMap<String, String> {
+        let mut labels = labels.clone();
+        let key = tapfinger::estimate::GPU_MODEL_LABEL;
+        if offered > 0
+            && !labels.contains_key(key)
+            && let Some(g) = self.gpus.first()
+        {
+            labels.insert(key.to_string(), g.model.clone());
+        }
+        labels
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gpu_model_label_is_nvml_s_name_unless_configured_or_no_gpu_is_offered() {
+        let box_of = |models: &[&str]| Discovered {
+            cpus: 8,
+            memory_bytes: 1 << 34,
+            gpus: models
+                .iter()
+                .enumerate()
+                .map(|(i, m)| Gpu {
+                    index: i as u32,
+                    model: m.to_string(),
+                    memory_bytes: 1 << 34,
+                    minor: None,
+                })
+                .collect(),
+            gpu_note: None,
+        };
+        let key = tapfinger::estimate::GPU_MODEL_LABEL;
+        let none = std::collections::BTreeMap::new();
+        let h200 = box_of(&["NVIDIA H200"]);
+        assert_eq!(h200.labels_with_gpu_model(&none, 1)[key], "NVIDIA H200");
+        assert!(!h200.labels_with_gpu_model(&none, 0).contains_key(key));
+        assert!(
+            !box_of(&[])
+                .labels_with_gpu_model(&none, 0)
+                .contains_key(key)
+        );
+        let mut mine = none.clone();
+        mine.insert(key.to_string(), "h200".to_string());
+        assert_eq!(h200.labels_with_gpu_model(&mine, 1)[key], "h200");
+    }
+}

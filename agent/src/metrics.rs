@@ -282,11 +282,18 @@ impl AgentMetrics {
             // Labelled by the class's name (`#ID` where no spec names it): the classes a cluster
             // runs are few, and a class once heard of stays in the estimator.
             for c in &st.estimates {
-                let (class, e) = (|| c.name.clone(), &c.estimate);
-                gauge!("tapfinger_class_samples", "class" => class()).set(e.samples as f64);
-                gauge!("tapfinger_class_slots_at_min", "class" => class()).set(e.slots_at_min);
-                gauge!("tapfinger_class_switch_cost", "class" => class()).set(e.switch_cost);
-                gauge!("tapfinger_class_start_cost", "class" => class()).set(e.start_cost);
+                // A class learned per GPU model has a series per model.
+                let labels = || {
+                    [
+                        ("class", c.name.clone()),
+                        ("gpu_model", c.gpu_model.clone()),
+                    ]
+                };
+                let e = &c.estimate;
+                gauge!("tapfinger_class_samples", &labels()).set(e.samples as f64);
+                gauge!("tapfinger_class_slots_at_min", &labels()).set(e.slots_at_min);
+                gauge!("tapfinger_class_switch_cost", &labels()).set(e.switch_cost);
+                gauge!("tapfinger_class_start_cost", &labels()).set(e.start_cost);
             }
             gauge!("tapfinger_work_lost")
                 .set(st.preempted.values().map(|p| p.work_lost).sum::<f64>());
@@ -366,8 +373,10 @@ mod tests {
         st.queue = vec![queued(1, 0), queued(2, 2), queued(3, 2)];
         st.estimates = vec![crate::status::ClassInfo {
             name: "bert".into(),
+            gpu_model: "v100".into(),
             estimate: tapfinger::estimate::ClassSummary {
                 class: tapfinger::TaskTypeId(1030),
+                gpu_model: tapfinger::estimate::GpuModel::of("v100"),
                 samples: 12,
                 hints: 0,
                 min: [2.0, 1.0, 1.0],
@@ -407,10 +416,10 @@ mod tests {
             "tapfinger_queue_wait_ms_bucket{le=\"10000\"} 0",
             "tapfinger_queue_wait_ms_bucket{le=\"30000\"} 1",
             "tapfinger_admission_latency_ms_bucket{le=\"3\"} 1",
-            "tapfinger_class_samples{class=\"bert\"} 12",
-            "tapfinger_class_slots_at_min{class=\"bert\"} 12.5",
-            "tapfinger_class_switch_cost{class=\"bert\"} 0.25",
-            "tapfinger_class_start_cost{class=\"bert\"} 0.5",
+            "tapfinger_class_samples{class=\"bert\",gpu_model=\"v100\"} 12",
+            "tapfinger_class_slots_at_min{class=\"bert\",gpu_model=\"v100\"} 12.5",
+            "tapfinger_class_switch_cost{class=\"bert\",gpu_model=\"v100\"} 0.25",
+            "tapfinger_class_start_cost{class=\"bert\",gpu_model=\"v100\"} 0.5",
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");
         }

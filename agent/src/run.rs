@@ -36,7 +36,7 @@ pub fn identity(dir: &std::path::Path) -> anyhow::Result<Keypair> {
 }
 
 /// Run the daemon until a signal.
-pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
+pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
     cfg.validate()?;
     // Before anything is opened or bound: an open cluster nobody asked for never starts.
     let open_cluster = cfg.open_cluster()?;
@@ -48,6 +48,8 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         tracing::info!("{note}");
     }
     let offer = cfg.offer(&discovered)?;
+    // The box's GPU model, as NVML names it unless configured: peers learn speeds per model.
+    cfg.labels = discovered.labels_with_gpu_model(&cfg.labels, offer.gpus);
     // The offered GPUs are the first `offer.gpus` devices NVML lists.
     let gpu_devices: Vec<u32> = discovered
         .gpus

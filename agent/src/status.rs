@@ -89,8 +89,19 @@ pub fn classes_of<M>(tasks: &Ledger<M>) -> BTreeMap<TaskId, u8> {
 
 /// What the ledger's speed estimator holds of each class, named by a known task's spec
 /// (`type`), else by the agent's configured type list, else `#ID` (a class whose tasks
-/// have all left the ledger and which no type list names).
-pub fn estimates_of(tasks: &Ledger<tapfinger::node::TaskMeta>, types: &[String]) -> Vec<ClassInfo> {
+/// have all left the ledger and which no type list names), each with the name of the GPU
+/// model its samples ran on as the boxes' `gpu_model` labels in `labels` give it.
+pub fn estimates_of(
+    tasks: &Ledger<tapfinger::node::TaskMeta>,
+    types: &[String],
+    labels: &BTreeMap<tapfinger::NodeId, BTreeMap<String, String>>,
+) -> Vec<ClassInfo> {
+    use tapfinger::estimate::{GPU_MODEL_LABEL, GpuModel};
+    let models: BTreeMap<GpuModel, &str> = labels
+        .values()
+        .filter_map(|l| l.get(GPU_MODEL_LABEL))
+        .map(|n| (GpuModel::of(n), n.as_str()))
+        .collect();
     let names: BTreeMap<u16, &str> = tasks
         .iter()
         .map(|(_, e)| (e.task.ty.0, e.meta.spec.task_type.as_str()))
@@ -106,7 +117,15 @@ pub fn estimates_of(tasks: &Ledger<tapfinger::node::TaskMeta>, types: &[String])
                 .map(|n| (*n).to_string())
                 .or_else(|| types.get(usize::from(id)).cloned())
                 .unwrap_or_else(|| format!("#{id}"));
-            ClassInfo { name, estimate: c }
+            let gpu_model = models
+                .get(&c.gpu_model)
+                .map(|n| (*n).to_string())
+                .unwrap_or_default();
+            ClassInfo {
+                name,
+                gpu_model,
+                estimate: c,
+            }
         })
         .collect()
 }
@@ -117,6 +136,14 @@ pub fn estimates_of(tasks: &Ledger<tapfinger::node::TaskMeta>, types: &[String])
 pub struct ClassInfo {
     /// The class's name (a spec's `type`; empty: tasks that name none).
     pub name: String,
+    /// The GPU model its samples here ran on (a box's `gpu_model` label; empty: none named,
+    /// or a class that uses no GPU): the estimator learns a class per model.
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        rename = "gpu_model_name"
+    )]
+    pub gpu_model: String,
     /// What the estimator holds of it (`class` is its id: the index in the cluster's type
     /// list, else a hash of the name).
     #[serde(flatten)]

@@ -180,16 +180,23 @@ fn general_features(view: &ClusterView, me: NodeId) -> Features {
             f
         })
         .collect();
+    // Pending tasks' estimates on the deciding box's GPU model (where boxes differ in it).
+    let gpu = view
+        .nodes
+        .iter()
+        .find(|n| n.id == me)
+        .map_or(crate::estimate::GpuModel::NONE, |n| n.gpu);
     let pending = view
         .pending
         .iter()
         .map(|p| {
+            let est = p.est_on(gpu);
             let mut f = scaled(&p.task.min_demand);
-            f.push(squash(p.est.at_min));
-            f.push(squash(p.est.at_max));
-            f.extend(p.est.gain.iter().map(|g| g.clamp(0.0, 1.0) as f32));
+            f.push(squash(est.at_min));
+            f.push(squash(est.at_max));
+            f.extend(est.gain.iter().map(|g| g.clamp(0.0, 1.0) as f32));
             f.push(squash(view.slot.saturating_sub(p.task.arrival) as f64));
-            f.push(if p.est.samples > 0 { 1.0 } else { 0.0 });
+            f.push(if est.samples > 0 { 1.0 } else { 0.0 });
             f
         })
         .collect();
@@ -306,10 +313,12 @@ fn contended_features(view: &ClusterView, me: NodeId) -> Features {
     let mine = view.nodes.iter().find(|n| n.id == me);
     for (x, p) in f.pending.iter_mut().zip(&view.pending) {
         let t = &p.task;
+        // On each box, the estimate on its GPU model.
         let time_on = |n: &crate::view::NodeView| {
+            let est = p.est_on(n.gpu);
             let spare = n.free.saturating_sub(&t.min_demand);
-            let a = contended(view, n, &spare, &t.min_demand, t, &p.est.gain, Some(&p.est));
-            p.est.slots_at(kinds, &t.min_demand, &a)
+            let a = contended(view, n, &spare, &t.min_demand, t, &est.gain, Some(est));
+            est.slots_at(kinds, &t.min_demand, &a)
         };
         let (here, best) = here_and_best(view, mine, p, time_on);
         let delay = mine
@@ -371,7 +380,15 @@ fn added_delay(view: &ClusterView, n: &crate::view::NodeView, p: &crate::view::P
         .map(|r| {
             let t = &r.task;
             let before = contended(view, n, &n.free, &r.alloc, t, &r.est.gain, None);
-            let with = contended(view, n, &after, &r.alloc, t, &r.est.gain, Some(&p.est));
+            let with = contended(
+                view,
+                n,
+                &after,
+                &r.alloc,
+                t,
+                &r.est.gain,
+                Some(p.est_on(n.gpu)),
+            );
             let left = 1.0 - r.progress.clamp(0.0, 1.0);
             left * (r.est.slots_at(&view.kinds, &t.min_demand, &with)
                 - r.est.slots_at(&view.kinds, &t.min_demand, &before))
@@ -538,6 +555,7 @@ mod tests {
             gang: None,
         };
         let node = |id| NodeView {
+            gpu: Default::default(),
             id: NodeId(id),
             capacity: Resources(vec![16, 16]),
             free: Resources(vec![8, 16]),
@@ -549,6 +567,7 @@ mod tests {
             num_types: 2,
             nodes: vec![node(0), node(1)],
             pending: vec![PendingView {
+                on: Vec::new(),
                 class: 0,
                 task: task.into(),
                 est: Default::default(),
@@ -589,6 +608,7 @@ mod tests {
             num_types: 7,
             kinds,
             nodes: vec![NodeView {
+                gpu: Default::default(),
                 id: NodeId(0),
                 capacity: Resources(vec![16, 8]),
                 free: Resources(vec![8, 8]),
@@ -597,6 +617,7 @@ mod tests {
                 running: vec![],
             }],
             pending: vec![PendingView {
+                on: Vec::new(),
                 class: 0,
                 task: task(ty).into(),
                 est: Default::default(),
@@ -635,6 +656,7 @@ mod tests {
             classes: true,
             kinds: crate::estimate::KindMap::from_names(&["cpu", "mem"]),
             nodes: vec![NodeView {
+                gpu: Default::default(),
                 id: NodeId(0),
                 capacity: Resources(vec![8, 16]),
                 free: Resources(vec![4, 8]),
@@ -643,6 +665,7 @@ mod tests {
                 running: vec![0],
             }],
             pending: vec![PendingView {
+                on: Vec::new(),
                 task: task(1, 9),
                 est: Default::default(),
                 class: 3,
@@ -726,6 +749,7 @@ mod tests {
             converging: false,
         };
         let node = |id, r| NodeView {
+            gpu: Default::default(),
             id: NodeId(id),
             capacity: Resources(vec![8, 8]),
             free: Resources(vec![7, 7]),
@@ -749,6 +773,7 @@ mod tests {
                 ),
             ],
             pending: vec![PendingView {
+                on: Vec::new(),
                 class: 0,
                 task: task(1, vec![0, 1]).into(),
                 est: gpu_bound,
@@ -800,6 +825,7 @@ mod tests {
         let mut view = two_boxes();
         // Box 2 has no GPUs.
         view.nodes.push(NodeView {
+            gpu: Default::default(),
             id: NodeId(2),
             capacity: Resources(vec![8, 0]),
             free: Resources(vec![8, 0]),
@@ -810,6 +836,7 @@ mod tests {
         let est = view.pending[0].est.clone();
         for (id, reach) in [(4, vec![0]), (5, vec![0, 2]), (6, vec![0, 1, 2])] {
             view.pending.push(PendingView {
+                on: Vec::new(),
                 class: 0,
                 task: crate::task::test_gpu_task(id, &reach).into(),
                 est: est.clone(),

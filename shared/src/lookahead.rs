@@ -394,7 +394,11 @@ impl Lookahead {
             for &i in &view.node().window {
                 let p = &c.pending[i];
                 if p.task.min_demand.fits_in(free) {
-                    out.push((&*p.task, Self::rows(view, &p.task, &p.est), 1.0));
+                    out.push((
+                        &*p.task,
+                        Self::rows(view, &p.task, p.est_on(view.node().gpu)),
+                        1.0,
+                    ));
                 }
             }
         }
@@ -515,6 +519,7 @@ mod tests {
         let cluster = ClusterView {
             kinds: crate::estimate::KindMap([Some(0), Some(1), Some(2)]),
             nodes: vec![NodeView {
+                gpu: Default::default(),
                 id: NodeId(0),
                 capacity: Resources(vec![16, 6, 32]),
                 free: Resources(vec![16, 6, 32]),
@@ -523,6 +528,7 @@ mod tests {
                 running: vec![],
             }],
             pending: vec![PendingView {
+                on: Vec::new(),
                 task: task(1, [1, 1, 4]),
                 est: TaskEstimate::gpu_bound(4.0),
                 class: 0,

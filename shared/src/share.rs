@@ -441,6 +441,7 @@ mod tests {
         ClusterView {
             kinds: KindMap([Some(0), Some(1), Some(2)]),
             nodes: vec![NodeView {
+                gpu: Default::default(),
                 id: NodeId(0),
                 capacity: Resources(vec![8, 8, 8]),
                 free: Resources(free.to_vec()),

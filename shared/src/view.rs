@@ -27,6 +27,10 @@ pub struct NodeView {
     pub overflow: usize,
     /// Indices into [`ClusterView::running`] of the tasks running on this node.
     pub running: Vec<usize>,
+    /// Its GPU model ([`crate::estimate::GpuModel::NONE`]: none named): the estimates of its
+    /// window's tasks there are [`PendingView::est_on`]'s.
+    #[serde(default)]
+    pub gpu: crate::estimate::GpuModel,
 }
 
 impl NodeView {
@@ -91,7 +95,17 @@ impl TaskEstimate {
     /// the first that one more unit of each canonical kind saves (0 for a kind the cluster
     /// lacks).
     pub fn of(est: &crate::estimate::Estimator, task: &Task, largest: &Resources) -> Self {
-        let at_min = est.slots(task, &task.min_demand);
+        Self::of_on(est, task, crate::estimate::GpuModel::NONE, largest)
+    }
+
+    /// [`TaskEstimate::of`] on a box of GPU model `gpu`.
+    pub fn of_on(
+        est: &crate::estimate::Estimator,
+        task: &Task,
+        gpu: crate::estimate::GpuModel,
+        largest: &Resources,
+    ) -> Self {
+        let at_min = est.slots_on(task, gpu, &task.min_demand);
         let mut top = task.cap(largest);
         for (x, m) in top.0.iter_mut().zip(&task.min_demand.0) {
             *x = (*x).max(*m);
@@ -101,17 +115,17 @@ impl TaskEstimate {
                 .map_or(0.0, |i| {
                     let mut a = task.min_demand.clone();
                     a.0[i] += 1;
-                    ((at_min - est.slots(task, &a)) / at_min).max(0.0)
+                    ((at_min - est.slots_on(task, gpu, &a)) / at_min).max(0.0)
                 })
         });
         Self {
             at_min,
-            at_max: est.slots(task, &top),
+            at_max: est.slots_on(task, gpu, &top),
             gain,
             samples: est.samples(task.ty),
             switch_cost: est.switch_cost(task.ty),
             size: est.relative_work(task),
-            offset: est.offsets(task),
+            offset: est.offsets_on(task, gpu),
         }
     }
 
@@ -166,13 +180,28 @@ impl TaskEstimate {
 pub struct PendingView {
     /// The task as submitted (shared, so that building a view per step stays cheap).
     pub task: Arc<Task>,
-    /// The estimator's view of its speed.
+    /// The estimator's view of its speed (on the GPU model most of the live boxes have: on a
+    /// cluster of one model, or none, on every box).
     #[serde(default)]
     pub est: TaskEstimate,
+    /// Where the live boxes have more than one GPU model: its estimate on each of the others
+    /// ([`PendingView::est_on`]), by model; empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on: Vec<(crate::estimate::GpuModel, TaskEstimate)>,
     /// Its priority class as the queues serve it in this view's slot (aging included; 0 is the
     /// most urgent); 0 where the cluster ignores classes.
     #[serde(default)]
     pub class: u8,
+}
+
+impl PendingView {
+    /// Its estimate on a box of GPU model `gpu` (a node's [`NodeView::gpu`]).
+    pub fn est_on(&self, gpu: crate::estimate::GpuModel) -> &TaskEstimate {
+        self.on
+            .iter()
+            .find(|(m, _)| *m == gpu)
+            .map_or(&self.est, |(_, e)| e)
+    }
 }
 
 /// A running task.
@@ -306,6 +335,7 @@ impl ClusterView {
             .map(|&i| {
                 let n = &self.nodes[i];
                 NodeView {
+                    gpu: Default::default(),
                     window: n.window.iter().map(|w| p_new[w]).collect(),
                     running: n.running.iter().map(|r| r_new[r]).collect(),
                     ..n.clone()

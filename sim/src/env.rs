@@ -47,11 +47,13 @@ impl Simulator {
                             .as_ref()
                             .map_or(n.capacity.clone(), |m| m.min_each(&n.capacity));
                         let lo = t.min_demand.max_each(&t.need).min_each(&hi);
+                        // On a box of a GPU model the type lists: as a task of 1/pace the work.
+                        let size = 1.0 / t.pace(n);
                         allocations(&lo, &hi)
                             .iter()
                             .filter_map(|a| {
                                 t.speed
-                                    .isolated(a, sc.slot_seconds)
+                                    .isolated_sized(a, sc.slot_seconds, size)
                                     .map(|x| (x.0, x.1, a.clone()))
                             })
                             .min_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)))
@@ -182,8 +184,11 @@ impl Simulator {
         let ty = &self.sc.types[usize::from(task.ty.0)];
         task.reachable
             .iter()
-            .filter_map(|n| self.best[usize::from(task.ty.0)][n.0 as usize].as_ref())
-            .filter_map(|(_, _, a)| ty.speed.isolated_sized(a, self.sc.slot_seconds, size))
+            .filter_map(|n| {
+                let best = self.best[usize::from(task.ty.0)][n.0 as usize].as_ref()?;
+                Some((best, size / ty.pace(&self.sc.nodes[n.0 as usize])))
+            })
+            .filter_map(|((_, _, a), size)| ty.speed.isolated_sized(a, self.sc.slot_seconds, size))
             .map(|(slots, _)| slots)
             .min()
             .unwrap_or(u64::MAX)

@@ -87,6 +87,7 @@ pub(crate) fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> 
                             capacity,
                             count: 1,
                             labels: Vec::new(),
+                            gpu_model: None,
                         })
                         .collect(),
                     task_types: types
@@ -110,6 +111,7 @@ pub(crate) fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> 
                                 priority: 0,
                                 curve: None,
                                 speed: SpeedSpec::Synthetic { w, b: b + 0.05 },
+                                gpu_speed: BTreeMap::new(),
                             }
                         })
                         .collect(),

@@ -396,7 +396,11 @@ impl Daemon {
             shared_reports: core.reports(),
             preempted: core.preempted().clone(),
             forecast: self.forecasting.latest().cloned(),
-            estimates: crate::status::estimates_of(core.tasks(), &self.p.types),
+            estimates: crate::status::estimates_of(
+                core.tasks(),
+                &self.p.types,
+                &core.node_labels(),
+            ),
         };
         let latencies = self.p.core.take_latencies();
         self.metrics.update(&snapshot, &latencies);

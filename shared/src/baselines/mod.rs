@@ -500,6 +500,7 @@ mod tests {
         let cluster = ClusterView {
             kinds: crate::estimate::KindMap([Some(0), Some(1), Some(2)]),
             nodes: vec![NodeView {
+                gpu: Default::default(),
                 id: crate::NodeId(0),
                 capacity: Resources(vec![6, 6, 6]),
                 free: Resources(vec![4, 4, 4]),
@@ -548,6 +549,7 @@ mod tests {
         let view_with = |running_max: Option<[u32; 3]>| ClusterView {
             kinds: crate::estimate::KindMap([Some(0), Some(1), Some(2)]),
             nodes: vec![NodeView {
+                gpu: Default::default(),
                 id: crate::NodeId(0),
                 capacity: Resources(vec![8, 8, 8]),
                 free: Resources(vec![7, 7, 7]),
@@ -571,6 +573,7 @@ mod tests {
             pending: [task(2, [5, 1, 1], None), task(3, [1, 1, 1], None)]
                 .into_iter()
                 .map(|task| PendingView {
+                    on: Vec::new(),
                     task,
                     est: Default::default(),
                     class: 0,
@@ -649,6 +652,7 @@ mod tests {
         let gpus = |sizes: [f64; 2]| {
             let cluster = ClusterView {
                 nodes: vec![NodeView {
+                    gpu: Default::default(),
                     id: crate::NodeId(0),
                     capacity: Resources(vec![2, 8]),
                     free: Resources(vec![0, 6]),

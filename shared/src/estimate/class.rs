@@ -43,8 +43,6 @@ pub(super) struct Class {
     /// speed samples while the class's switches measure free ([`COSTLY_SWITCH`]), as they
     /// did before switches were measured.
     pub(super) switch_cells: Cells,
-    /// Tasks that declared their work: (count, sum of their work in nano-units).
-    pub(super) declared: (u64, u128),
     /// Start-ups measured, as `switches` measures re-allocations: (count, sum of the speed of
     /// a run's first slot over the speed of its next slot at the same allocation, each at most
     /// 1, in nanos).
@@ -79,9 +77,10 @@ fn as_f64(a: &[u32; 3]) -> [f64; 3] {
 }
 
 impl Class {
-    /// The mean declared work of its tasks so far (`None`: none declared).
-    pub(super) fn mean_work(&self) -> Option<f64> {
-        (self.declared.0 > 0).then(|| self.declared.1 as f64 / self.declared.0 as f64 / NANO)
+    /// Observed slots and hints held, without merging any cells: what ranks a class's GPU
+    /// models by how much it was seen on them ([`super::models::speaking`]).
+    pub(super) fn weight(&self) -> u64 {
+        self.cells.values().map(|c| c.0).sum::<u64>() + self.hints.len() as u64
     }
 
     /// Whether samples or hints have set its level (else [`Class::slots`] is the prior's).
@@ -282,15 +281,15 @@ impl Class {
     }
 }
 
-/// `ty`'s class, made if new, anchored at the least minimum demand (per kind) of the tasks it
+/// `ty`'s class on a GPU model (the entry `key`), made if new, anchored at the least minimum demand (per kind) of the tasks it
 /// has heard of: a minimum of many, the same whatever order the agents hear the tasks in, so
 /// that they fit the same terms ([`offsets`]) and prior shape. A lower minimum refits it.
 pub(super) fn class_for(
-    classes: &mut BTreeMap<TaskTypeId, Class>,
-    ty: TaskTypeId,
+    classes: &mut BTreeMap<(TaskTypeId, super::GpuModel), Class>,
+    key: (TaskTypeId, super::GpuModel),
     min: [f64; 3],
 ) -> &mut Class {
-    let c = classes.entry(ty).or_insert_with(|| Class {
+    let c = classes.entry(key).or_insert_with(|| Class {
         min,
         ..Class::default()
     });

@@ -81,10 +81,12 @@
 //! declare work is estimated exactly as without this (one unit per task).
 
 mod class;
+mod models;
 
 use crate::resources::Resources;
 use crate::task::{Task, TaskId, TaskTypeId};
-use class::{Class, class_for};
+use class::class_for;
+pub use models::{GPU_MODEL_LABEL, GpuModel};
 use std::collections::BTreeMap;
 
 /// The canonical resource kinds every feature and estimate uses; a cluster without one has zero
@@ -180,18 +182,24 @@ pub fn term(o: f64, a: f64) -> f64 {
 pub struct Estimator {
     /// Where CPU, GPU and memory sit among a cluster's kinds (the model's inputs).
     kinds: KindMap,
-    /// Samples and fitted model per task class.
-    classes: BTreeMap<TaskTypeId, Class>,
-    /// Each task's last sample (canonical allocation, job time in nanos, whether it was its
-    /// run's first) until it is done: the next sample at another allocation makes a pair with
-    /// it (a start pair after a first slot), at the same allocation an ordinary pair, or after
-    /// a first slot a measure of the start-up's cost.
-    last: BTreeMap<TaskId, ([u32; 3], u128, bool)>,
-    /// Each re-allocated task's switch slot (canonical allocation, job time in nanos; `u128::MAX`
-    /// for a slot without progress) until its next sample, which says what the switch cost.
-    switched: BTreeMap<TaskId, ([u32; 3], u128)>,
+    /// Samples and fitted model per task class and GPU model ([`models`]; a class whose tasks
+    /// use no GPU, and every class on a cluster whose boxes name no model, has one entry, at
+    /// [`GpuModel::NONE`]).
+    classes: models::Entries,
+    /// Each task's last sample (the GPU model it ran on, canonical allocation, job time in
+    /// nanos, whether it was its run's first) until it is done: the next sample at another
+    /// allocation makes a pair with it (a start pair after a first slot), at the same
+    /// allocation an ordinary pair, or after a first slot a measure of the start-up's cost. A
+    /// sample on another GPU model pairs with nothing (its times are another model's).
+    last: BTreeMap<TaskId, (GpuModel, [u32; 3], u128, bool)>,
+    /// Each re-allocated task's switch slot (GPU model, canonical allocation, job time in
+    /// nanos; `u128::MAX` for a slot without progress) until its next sample, which says what
+    /// the switch cost.
+    switched: BTreeMap<TaskId, (GpuModel, [u32; 3], u128)>,
     /// Each task's declared work (module doc), until it is done.
     declared: BTreeMap<TaskId, f64>,
+    /// Per class, the tasks that declared their work: (count, sum of their work in nano-units).
+    works: BTreeMap<TaskTypeId, (u64, u128)>,
 }
 
 /// Largest declared work taken (a bound, so that the sums in nanos cannot overflow).
@@ -206,11 +214,16 @@ impl Estimator {
     pub fn new(kinds: KindMap) -> Self {
         Self {
             kinds,
-            classes: BTreeMap::new(),
-            last: BTreeMap::new(),
-            switched: BTreeMap::new(),
-            declared: BTreeMap::new(),
+            ..Self::default()
         }
+    }
+
+    /// The entry key of `task` on a box of GPU model `model`: the model only where the task
+    /// asks for a GPU (a CPU task runs alike on every GPU model, and splitting its samples by
+    /// model would only slow its learning).
+    fn key(&self, task: &Task, model: GpuModel) -> (TaskTypeId, GpuModel) {
+        let gpu = self.kinds.units(&task.min_demand)[1];
+        (task.ty, if gpu > 0 { model } else { GpuModel::NONE })
     }
 
     /// `task`'s submitter declared `work` units of work (module doc). A task declares once
@@ -225,19 +238,26 @@ impl Estimator {
         let nanos = (work.min(MAX_WORK) * NANO).round();
         let work = nanos / NANO;
         self.declared.insert(task.id, work);
+        // The class is heard of: its anchor takes this task's minimum demand.
         let min = self.kinds.canonical(&task.min_demand);
-        let c = class_for(&mut self.classes, task.ty, min);
-        c.declared.0 += 1;
-        c.declared.1 += nanos as u128;
+        class_for(&mut self.classes, (task.ty, GpuModel::NONE), min);
+        let w = self.works.entry(task.ty).or_insert((0, 0));
+        w.0 += 1;
+        w.1 += nanos as u128;
+    }
+
+    /// The mean declared work of `ty`'s tasks so far (`None`: none declared).
+    fn mean_work(&self, ty: TaskTypeId) -> Option<f64> {
+        self.works
+            .get(&ty)
+            .filter(|w| w.0 > 0)
+            .map(|w| w.1 as f64 / w.0 as f64 / NANO)
     }
 
     /// `task`'s declared work over its class's mean declared work: how many mean tasks of its
     /// class it is (1 where its class declares nothing, or it declares nothing itself).
     pub fn relative_work(&self, task: &Task) -> f64 {
-        match (
-            self.declared.get(&task.id),
-            self.classes.get(&task.ty).and_then(Class::mean_work),
-        ) {
+        match (self.declared.get(&task.id), self.mean_work(task.ty)) {
             (Some(w), Some(mean)) if mean > 0.0 => w / mean,
             _ => 1.0,
         }
@@ -249,7 +269,7 @@ impl Estimator {
         self.declared
             .get(&task.id)
             .copied()
-            .or_else(|| self.classes.get(&task.ty).and_then(Class::mean_work))
+            .or_else(|| self.mean_work(task.ty))
             .unwrap_or(1.0)
     }
 
@@ -258,33 +278,73 @@ impl Estimator {
         self.kinds
     }
 
-    /// `task` ran `slots` at `alloc` and did `delta` of its work. Samples without progress (a
-    /// stalled task, an allocation below its need) or without time are ignored.
+    /// `task` ran `slots` at `alloc` and did `delta` of its work, on a box of no GPU model
+    /// ([`Self::observe_on`]).
     pub fn observe(&mut self, task: &Task, alloc: &Resources, delta: f64, slots: f64) {
-        self.sample(task, alloc, delta, slots, false);
+        self.sample(task, GpuModel::NONE, alloc, delta, slots, false);
     }
 
-    /// As [`Self::observe`], for the first sample of a run, since its start: it holds the
+    /// `task` ran `slots` at `alloc` on a box of GPU model `model` and did `delta` of its work.
+    /// Samples without progress (a stalled task, an allocation below its need) or without time
+    /// are ignored.
+    pub fn observe_on(
+        &mut self,
+        task: &Task,
+        model: GpuModel,
+        alloc: &Resources,
+        delta: f64,
+        slots: f64,
+    ) {
+        self.sample(task, model, alloc, delta, slots, false);
+    }
+
+    /// As [`Self::observe_on`], for the first sample of a run, since its start: it holds the
     /// run's start-up (an agent's task process loading its model), so it makes no ordinary pair
     /// with the next slot (counted there, a start-up would raise the ordinary slots' loss, which
     /// a switch's must stand above: a restart's cost measured low); the next slot at the same
     /// allocation measures the start-up's cost instead, and while that is costly
     /// ([`Self::start_cost`]) this slot is no speed sample and makes no pair (module doc).
-    pub fn observe_start(&mut self, task: &Task, alloc: &Resources, delta: f64, slots: f64) {
-        self.sample(task, alloc, delta, slots, true);
+    pub fn observe_start_on(
+        &mut self,
+        task: &Task,
+        model: GpuModel,
+        alloc: &Resources,
+        delta: f64,
+        slots: f64,
+    ) {
+        self.sample(task, model, alloc, delta, slots, true);
     }
 
-    fn sample(&mut self, task: &Task, alloc: &Resources, delta: f64, slots: f64, start: bool) {
+    /// [`Self::observe_start_on`] on a box of no GPU model.
+    pub fn observe_start(&mut self, task: &Task, alloc: &Resources, delta: f64, slots: f64) {
+        self.sample(task, GpuModel::NONE, alloc, delta, slots, true);
+    }
+
+    fn sample(
+        &mut self,
+        task: &Task,
+        model: GpuModel,
+        alloc: &Resources,
+        delta: f64,
+        slots: f64,
+        start: bool,
+    ) {
         if !(delta > 1e-9 && slots > 1e-9 && delta.is_finite() && slots.is_finite()) {
             return;
         }
+        let key = self.key(task, model);
+        let model = key.1;
         let a = self.kinds.units(alloc);
         let min = self.kinds.canonical(&task.min_demand);
         let work = self.work(task);
-        let c = class_for(&mut self.classes, task.ty, min);
+        let c = class_for(&mut self.classes, key, min);
         // Per unit of work; capped so that a runaway sample cannot overflow the sums.
         let t = ((slots / delta / work).min(1e9) * NANO).round() as u128;
-        if let Some((_, u)) = self.switched.remove(&task.id).filter(|(b, _)| *b == a) {
+        if let Some((_, _, u)) = self
+            .switched
+            .remove(&task.id)
+            .filter(|(m, b, _)| *m == model && *b == a)
+        {
             // A ratio of one task's own times: the same whatever order the agents hear the
             // tasks in, and whatever the task's size.
             let kept = if u == u128::MAX {
@@ -303,8 +363,10 @@ impl Estimator {
         let cell = cells.entry(a).or_insert((0, 0));
         cell.0 += 1;
         cell.1 += t;
-        match self.last.insert(task.id, (a, t, start)) {
-            Some((b, u, earlier_start)) if b != a => {
+        match self.last.insert(task.id, (model, a, t, start)) {
+            // Its last sample was on another GPU model: another model's times.
+            Some((m, ..)) if m != model => {}
+            Some((_, b, u, earlier_start)) if b != a => {
                 let ratio = (t as f64 / (u as f64).max(1.0)).min(1e6);
                 let pairs = if earlier_start {
                     &mut c.start_pairs
@@ -317,12 +379,12 @@ impl Estimator {
             }
             // The earlier slot held its run's start-up: not slot-to-slot noise, but a measure
             // of the start-up's cost, as a switch's slot against its next.
-            Some((_, u, true)) => {
+            Some((_, _, u, true)) => {
                 let kept = (t as f64 / (u as f64).max(1.0)).min(1.0);
                 c.starts.0 += 1;
                 c.starts.1 += (kept * NANO).round() as u128;
             }
-            Some((_, u, false)) => {
+            Some((_, _, u, false)) => {
                 // An ordinary pair: what the earlier slot lost against this one, as a switch's
                 // slot is measured against its next (`u`, `t`: job times, the earlier first).
                 let lost = 1.0 - (t as f64 / (u as f64).max(1.0)).min(1.0);
@@ -337,14 +399,15 @@ impl Estimator {
     }
 
     /// Profile hints for `task`'s class from its submitter: each `(alloc, slots)` says the task
-    /// takes `slots` alone at `alloc` (module doc). Hints without a positive finite time are
-    /// ignored, as is a hint the class already holds.
+    /// takes `slots` alone at `alloc` (module doc). A hint names no GPU model: hints are kept
+    /// at [`GpuModel::NONE`], and speak for every model the class has not run on. Hints
+    /// without a positive finite time are ignored, as is a hint the class already holds.
     pub fn hint(&mut self, task: &Task, hints: &[(Resources, f64)]) {
         let min = self.kinds.canonical(&task.min_demand);
         let kinds = self.kinds;
         let work = self.work(task);
         let mut fresh = false;
-        let c = class_for(&mut self.classes, task.ty, min);
+        let c = class_for(&mut self.classes, (task.ty, GpuModel::NONE), min);
         for (alloc, slots) in hints {
             if !(slots.is_finite() && *slots > 1e-9) {
                 continue;
@@ -367,13 +430,27 @@ impl Estimator {
         self.declared.remove(&task);
     }
 
-    /// `task` ran `slots` at `alloc`, its new allocation, and did `delta` of its work: the
-    /// slot of its switch, no speed sample ([`crate::ledger::Ledger::set_progress`]). Its next
-    /// sample at `alloc` says what fraction of a slot the switch kept ([`Self::switch_cost`]).
+    /// [`Self::observe_switch_on`] on a box of no GPU model.
     pub fn observe_switch(&mut self, task: &Task, alloc: &Resources, delta: f64, slots: f64) {
+        self.observe_switch_on(task, GpuModel::NONE, alloc, delta, slots);
+    }
+
+    /// `task` ran `slots` at `alloc`, its new allocation, on a box of GPU model `model`, and
+    /// did `delta` of its work: the slot of its switch, no speed sample
+    /// ([`crate::ledger::Ledger::set_progress`]). Its next sample at `alloc` says what fraction
+    /// of a slot the switch kept ([`Self::switch_cost`]).
+    pub fn observe_switch_on(
+        &mut self,
+        task: &Task,
+        model: GpuModel,
+        alloc: &Resources,
+        delta: f64,
+        slots: f64,
+    ) {
         if !(slots > 1e-9 && slots.is_finite() && delta.is_finite()) {
             return;
         }
+        let key = self.key(task, model);
         let a = self.kinds.units(alloc);
         let work = self.work(task);
         let t = if delta > 1e-9 {
@@ -381,10 +458,10 @@ impl Estimator {
         } else {
             u128::MAX
         };
-        self.switched.insert(task.id, (a, t));
+        self.switched.insert(task.id, (key.1, a, t));
         if t != u128::MAX {
             let min = self.kinds.canonical(&task.min_demand);
-            let c = class_for(&mut self.classes, task.ty, min);
+            let c = class_for(&mut self.classes, key, min);
             let cell = c.switch_cells.entry(a).or_insert((0, 0));
             cell.0 += 1;
             cell.1 += t;
@@ -395,9 +472,12 @@ impl Estimator {
     /// The fraction of a slot's progress a re-allocation of `class` costs, as measured (each
     /// switch's slot against the same task's next slot, beyond what ordinary slots lose against
     /// their next; module doc): 0 where switches are free, were never measured or lose too
-    /// little to stand out of the noise, 1 where a switch's slot makes no progress.
+    /// little to stand out of the noise, 1 where a switch's slot makes no progress. Of the
+    /// class's GPU models, the one with the most switches measured speaks.
     pub fn switch_cost(&self, class: TaskTypeId) -> f64 {
-        self.classes.get(&class).map_or(0.0, Class::switch_cost)
+        models::of_class(&self.classes, class)
+            .max_by(|(m1, c1), (m2, c2)| c1.switches.0.cmp(&c2.switches.0).then(m2.cmp(m1)))
+            .map_or(0.0, |(_, c)| c.switch_cost())
     }
 
     /// The fraction of its first slot a run's start-up costs `class` (a task process loading
@@ -405,48 +485,70 @@ impl Estimator {
     /// task's next slot at that allocation, beyond the ordinary slots' loss. While it is under
     /// [`COSTLY_SWITCH`] first slots are speed samples and make pairs; past it they do neither.
     pub fn start_cost(&self, class: TaskTypeId) -> f64 {
-        self.classes.get(&class).map_or(0.0, Class::start_cost)
+        models::of_class(&self.classes, class)
+            .max_by(|(m1, c1), (m2, c2)| c1.starts.0.cmp(&c2.starts.0).then(m2.cmp(m1)))
+            .map_or(0.0, |(_, c)| c.start_cost())
     }
 
-    /// Estimated slots `task` takes alone at `alloc` (all of its work).
+    /// Estimated slots `task` takes alone at `alloc` (all of its work) on a box of no GPU
+    /// model ([`Self::slots_on`]).
     pub fn slots(&self, task: &Task, alloc: &Resources) -> f64 {
+        self.slots_on(task, GpuModel::NONE, alloc)
+    }
+
+    /// Estimated slots `task` takes alone at `alloc` (all of its work) on a box of GPU model
+    /// `model`: its class's fit there, else its fit on another model scaled by how the models
+    /// compare ([`models::speaking`]), else the prior.
+    pub fn slots_on(&self, task: &Task, model: GpuModel, alloc: &Resources) -> f64 {
         let a = self.kinds.canonical(alloc);
         let min = self.kinds.canonical(&task.min_demand);
-        match self.classes.get(&task.ty) {
-            // Per unit of work (module doc); before any sample the prior is a mean task's.
-            Some(c) if c.fitted() => c.slots(&min, &a) * self.work(task),
-            Some(c) => c.slots(&min, &a) * self.work(task) / c.mean_work().unwrap_or(1.0),
-            None => PRIOR_SLOTS * prior_shape(&min, &a),
+        let (ty, model) = self.key(task, model);
+        match models::speaking(&self.classes, ty, model) {
+            // Per unit of work (module doc).
+            Some((c, pace)) => c.slots(&min, &a) * self.work(task) * pace,
+            // Before any sample the prior is a mean task's.
+            None => {
+                PRIOR_SLOTS * prior_shape(&min, &a) * self.work(task)
+                    / self.mean_work(ty).unwrap_or(1.0)
+            }
         }
     }
 
-    /// The offsets of `task`'s model terms ([`offsets`]): its class's where a model is fitted,
-    /// else the prior's (1 for every kind: [`prior_shape`] is of the form `θ / (1 + a)`).
-    pub fn offsets(&self, task: &Task) -> [f64; 3] {
-        match self.classes.get(&task.ty) {
-            Some(c) if c.theta.is_some() => offsets(&c.min),
+    /// The offsets of `task`'s model terms ([`offsets`]) on a box of GPU model `model`: those
+    /// of the fit that speaks there, else the prior's (1 for every kind: [`prior_shape`] is of
+    /// the form `θ / (1 + a)`).
+    pub fn offsets_on(&self, task: &Task, model: GpuModel) -> [f64; 3] {
+        let (ty, model) = self.key(task, model);
+        match models::speaking(&self.classes, ty, model) {
+            Some((c, _)) if c.theta.is_some() => offsets(&c.min),
             _ => [1.0; 3],
         }
     }
 
-    /// Samples held for `class`.
-    pub fn samples(&self, class: TaskTypeId) -> usize {
-        self.classes
-            .get(&class)
-            .map_or(0, |c| usize::try_from(c.samples()).unwrap_or(usize::MAX))
+    /// [`Self::offsets_on`] on a box of no GPU model.
+    pub fn offsets(&self, task: &Task) -> [f64; 3] {
+        self.offsets_on(task, GpuModel::NONE)
     }
 
-    /// What the estimator holds of each class it has heard of, in class order: what an
-    /// operator reads to see what the policy is told of a class's speed.
+    /// Samples held for `class`, on every GPU model.
+    pub fn samples(&self, class: TaskTypeId) -> usize {
+        models::of_class(&self.classes, class)
+            .map(|(_, c)| usize::try_from(c.samples()).unwrap_or(usize::MAX))
+            .fold(0, usize::saturating_add)
+    }
+
+    /// What the estimator holds of each class it has heard of, per GPU model it ran on, in
+    /// class order: what an operator reads to see what the policy is told of a class's speed.
     pub fn summary(&self) -> Vec<ClassSummary> {
         self.classes
             .iter()
-            .map(|(id, c)| {
+            .map(|((id, model), c)| {
                 // A task of the class's mean declared work (one unit where none is declared).
-                let work = c.mean_work().unwrap_or(1.0);
+                let work = self.mean_work(*id).unwrap_or(1.0);
                 let double = c.min.map(|m| 2.0 * m);
                 ClassSummary {
                     class: *id,
+                    gpu_model: *model,
                     samples: usize::try_from(c.samples()).unwrap_or(usize::MAX),
                     hints: c.hints.len(),
                     min: c.min,
@@ -466,6 +568,10 @@ impl Estimator {
 pub struct ClassSummary {
     /// The class.
     pub class: TaskTypeId,
+    /// The GPU model its samples here ran on ([`GpuModel::NONE`]: none named, or a class that
+    /// uses no GPU).
+    #[serde(default)]
+    pub gpu_model: GpuModel,
     /// Speed samples held (observed slots and distinct profile hints).
     pub samples: usize,
     /// Distinct profile hints among them.

@@ -45,6 +45,7 @@ mod arrivals;
 mod elastic;
 mod gangs;
 mod nodes;
+mod observe;
 mod order;
 mod outlook;
 mod preempt;
@@ -186,6 +187,8 @@ struct Book {
     capacity: Resources,
     /// Sum of the allocations of the tasks running here (kept as tasks start and end).
     used: Resources,
+    /// Its GPU model ([`Ledger::set_gpu_model`]): the estimator learns each class per model.
+    gpu: crate::estimate::GpuModel,
     /// Sum of the floors of the tasks running here (their minimum demands unless a claim set a
     /// higher floor, [`Ledger::set_floors`]): an elastic node's claimable units are its capacity
     /// less these.
@@ -265,32 +268,6 @@ impl<M> Ledger<M> {
         }
     }
 
-    /// Estimate speeds in the canonical kinds as `kinds` maps them (set before the first
-    /// observation; without it no kind is known and every estimate is the prior).
-    pub fn with_kinds(mut self, kinds: crate::estimate::KindMap) -> Self {
-        self.estimator = crate::estimate::Estimator::new(kinds);
-        self
-    }
-
-    /// Profile hints for `task`'s class from its submitter
-    /// ([`crate::estimate::Estimator::hint`]: each `(alloc, slots)` its time alone there).
-    pub fn hint(&mut self, task: &Task, hints: &[(Resources, f64)]) {
-        if !hints.is_empty() {
-            self.estimator.hint(task, hints);
-        }
-    }
-
-    /// `task`'s submitter declared `work` units of work
-    /// ([`crate::estimate::Estimator::declare`]: its estimate scales by it).
-    pub fn declare(&mut self, task: &Task, work: f64) {
-        self.estimator.declare(task, work);
-    }
-
-    /// The online speed estimator.
-    pub fn estimator(&self) -> &crate::estimate::Estimator {
-        &self.estimator
-    }
-
     /// The window size.
     pub fn window(&self) -> usize {
         self.window
@@ -336,6 +313,7 @@ impl<M> Ledger<M> {
         self.nodes.entry(id).or_insert_with(|| Book {
             capacity: Resources::default(),
             used: Resources::default(),
+            gpu: crate::estimate::GpuModel::NONE,
             min_used: Resources::default(),
             elastic,
             floors,
@@ -453,62 +431,6 @@ impl<M> Ledger<M> {
         }
         self.index(&task, &state);
         Some(())
-    }
-
-    /// Progress of a running task (clamped to [0, 1]) observed at time `now` (in slots, on the
-    /// driver's clock); other states: nothing. The progress made since the copy's last
-    /// observation at the same allocation (or since its start) is a sample for the speed
-    /// estimator; made since an observation at another allocation (the slot of a re-share),
-    /// it is a switch ([`crate::estimate::Estimator::observe_switch`]). A copy's first sample,
-    /// since its start, holds its start-up ([`crate::estimate::Estimator::observe_start`]).
-    /// Progress that reaches 1 makes no sample: the task finished somewhere within the time
-    /// since the last observation (an agent's task reporting `progress=1` before it exits), so
-    /// that time says nothing of its speed.
-    pub fn set_progress(&mut self, id: TaskId, p: f64, now: f64) {
-        let Some(Entry {
-            task,
-            state:
-                TaskState::Running {
-                    progress,
-                    alloc,
-                    started,
-                    ..
-                },
-            observed,
-            ..
-        }) = self.tasks.get_mut(&id)
-        else {
-            return;
-        };
-        let p = p.clamp(0.0, 1.0);
-        if observed.as_ref().is_some_and(|(_, t, _)| now <= *t) {
-            // No time has passed on the driver's clock (reports within one slot): the sample
-            // waits for the next slot.
-            *progress = p;
-            return;
-        }
-        let finished = p >= 1.0;
-        let since = match observed.take() {
-            Some((q, t, a)) if a == *alloc => Some((q, t, false)),
-            // The slot of a switch to this allocation: what it cost, not a speed.
-            Some((q, t, _)) => {
-                if !finished {
-                    self.estimator.observe_switch(task, alloc, p - q, now - t);
-                }
-                None
-            }
-            // The first observation of a copy that has not progressed before: since its start.
-            None if *progress == 0.0 => Some((0.0, *started as f64, true)),
-            None => None,
-        };
-        match since {
-            _ if finished => {}
-            Some((q, t, true)) => self.estimator.observe_start(task, alloc, p - q, now - t),
-            Some((q, t, false)) => self.estimator.observe(task, alloc, p - q, now - t),
-            None => {}
-        }
-        *progress = p;
-        *observed = Some((p, now, alloc.clone()));
     }
 
     fn index(&mut self, task: &Task, state: &TaskState) {

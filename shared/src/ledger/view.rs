@@ -67,6 +67,7 @@ impl<M> Ledger<M> {
             .zip(windows)
             .map(|((id, b), (window, overflow))| {
                 NodeView {
+                    gpu: b.gpu,
                     id: *id,
                     capacity: b.capacity.clone(),
                     // An elastic node's re-share is not a claim (see `elastic`).
@@ -87,6 +88,19 @@ impl<M> Ledger<M> {
             .collect();
         // The largest node per kind: the ceiling of every task's `at_max`.
         let largest = self.largest_live();
+        // The GPU models of the live boxes, the most common first (ties: the least key): a
+        // pending task's `est` is on the first, `on` holds the others.
+        let mut models: Vec<(usize, crate::estimate::GpuModel)> = Vec::new();
+        for (_, b) in &live {
+            match models.iter_mut().find(|(_, m)| *m == b.gpu) {
+                Some((n, _)) => *n += 1,
+                None => models.push((1, b.gpu)),
+            }
+        }
+        models.sort_by(|(n1, m1), (n2, m2)| n2.cmp(n1).then(m1.cmp(m2)));
+        let main = models
+            .first()
+            .map_or(crate::estimate::GpuModel::NONE, |m| m.1);
         ClusterView {
             slot,
             step,
@@ -98,8 +112,13 @@ impl<M> Ledger<M> {
                 .iter()
                 .filter_map(|id| self.tasks.get(id))
                 .map(|e| PendingView {
+                    on: models
+                        .iter()
+                        .skip(1)
+                        .map(|(_, m)| (*m, self.estimate_on(&e.task, *m, &largest)))
+                        .collect(),
                     task: e.task.clone(),
-                    est: self.estimate(&e.task, &largest),
+                    est: self.estimate_on(&e.task, main, &largest),
                     class: self.priorities.class(&e.task, slot),
                 })
                 .collect(),
@@ -114,6 +133,7 @@ impl<M> Ledger<M> {
                         started,
                     } => {
                         let alloc = self.shown_alloc(*node, &e.task, alloc);
+                        let gpu = self.gpu_model(*node);
                         // What its last slot ran at (the same in every driver, however many
                         // re-shares a slot sees); a task that has not run yet: what it shows.
                         let in_force = e
@@ -128,8 +148,8 @@ impl<M> Ledger<M> {
                             started: *started,
                             progress: *progress,
                             attained: e.attained,
-                            est: self.estimate(&e.task, &largest),
-                            est_alloc: self.estimator.slots(&e.task, alloc),
+                            est: self.estimate_on(&e.task, gpu, &largest),
+                            est_alloc: self.estimator.slots_on(&e.task, gpu, alloc),
                             converging: self.is_converging(e.task.id),
                         })
                     }
@@ -143,7 +163,7 @@ impl<M> Ledger<M> {
     /// The estimator's view of `task` as a view built now would show it (a gang member shown
     /// as a task of its own, for a policy that places gangs).
     pub fn estimate_now(&self, task: &Task) -> TaskEstimate {
-        self.estimate(task, &self.largest_live())
+        self.estimate_on(task, crate::estimate::GpuModel::NONE, &self.largest_live())
     }
 
     /// The largest live node's capacity, per kind.
@@ -160,8 +180,14 @@ impl<M> Ledger<M> {
         largest
     }
 
-    /// The estimator's view of `task` in a cluster whose largest node (per kind) is `largest`.
-    fn estimate(&self, task: &Task, largest: &Resources) -> TaskEstimate {
-        TaskEstimate::of(&self.estimator, task, largest)
+    /// The estimator's view of `task` on a box of GPU model `gpu` in a cluster whose largest
+    /// node (per kind) is `largest`.
+    fn estimate_on(
+        &self,
+        task: &Task,
+        gpu: crate::estimate::GpuModel,
+        largest: &Resources,
+    ) -> TaskEstimate {
+        TaskEstimate::of_on(&self.estimator, task, gpu, largest)
     }
 }

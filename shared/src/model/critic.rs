@@ -128,6 +128,7 @@ fn merge(views: &BTreeMap<NodeId, &ClusterView>) -> ClusterView {
     let nodes = source
         .iter()
         .map(|(&id, (v, n, _))| NodeView {
+            gpu: Default::default(),
             id,
             capacity: n.capacity.clone(),
             free: n.free.clone(),
@@ -173,6 +174,7 @@ mod tests {
 
     fn node(id: u32, free: u32, window: Vec<usize>, running: Vec<usize>) -> NodeView {
         NodeView {
+            gpu: Default::default(),
             id: NodeId(id),
             capacity: Resources(vec![4]),
             free: Resources(vec![free]),
@@ -200,11 +202,13 @@ mod tests {
             nodes: vec![node(0, 4, vec![0], vec![]), node(1, 4, vec![1], vec![])],
             pending: vec![
                 PendingView {
+                    on: Vec::new(),
                     class: 0,
                     task: task(1),
                     est: Default::default(),
                 },
                 PendingView {
+                    on: Vec::new(),
                     class: 0,
                     task: task(2),
                     est: Default::default(),
@@ -223,6 +227,7 @@ mod tests {
             kinds: Default::default(),
             nodes: vec![node(0, 4, vec![], vec![]), node(1, 1, vec![0], vec![0])],
             pending: vec![PendingView {
+                on: Vec::new(),
                 class: 0,
                 task: task(3),
                 est: Default::default(),
@@ -270,6 +275,7 @@ mod tests {
             kinds: Default::default(),
             nodes: vec![node(0, 4, vec![0], vec![]), node(1, 4, vec![0], vec![])],
             pending: vec![PendingView {
+                on: Vec::new(),
                 class: 0,
                 task: task(1),
                 est: Default::default(),

@@ -275,6 +275,9 @@ impl NodeCore {
             out.push(self.envelope(Body::Want(ids)));
         }
         self.tasks.set_node(from, state.capacity.clone());
+        // Its GPU model, as its labels name it: the estimator learns per model.
+        self.tasks
+            .set_gpu_model(from, crate::estimate::GpuModel::of_labels(&state.labels));
         self.peers.insert(
             from,
             Peer {

@@ -290,6 +290,7 @@ impl NodeCore {
                     .with_shrink(cfg.shrink_kind)
                     .with_kinds(crate::estimate::KindMap::from_names(&cfg.kind_names));
                 l.set_node(cfg.me, cfg.capacity.clone());
+                l.set_gpu_model(cfg.me, crate::estimate::GpuModel::of_labels(&cfg.labels));
                 l.set_all_elastic(elastic);
                 l.set_all_floors(floors);
                 l

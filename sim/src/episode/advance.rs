@@ -1,5 +1,6 @@
 //! The slot's progress: attained service grows, running tasks progress at their true speed
-//! (slowed in a run's first slot by `start_weight` and in a switch's slot by `switch_weight`),
+//! (slowed in a run's first slot by `start_weight` and in a switch's slot by `switch_weight`,
+//! scaled by the type's `gpu_speed` for the box's GPU model),
 //! finish, stall below their need, or (memory `fail` mode) die and queue again.
 
 use super::{Episode, Observer, TaskRecord};
@@ -70,10 +71,12 @@ impl Episode<'_> {
             } else {
                 1.0
             };
-            // A task `size` times its type's work advances `size` times slower.
+            // A task `size` times its type's work advances `size` times slower; on a box of a
+            // GPU model its type lists, at that model's relative speed.
             let size = self.size(id);
-            let progress =
-                progress + ty.speed.delta(&alloc, progress, sc.slot_seconds) * penalty / size;
+            let pace = sc.nodes.get(node.0 as usize).map_or(1.0, |n| ty.pace(n));
+            let progress = progress
+                + ty.speed.delta(&alloc, progress, sc.slot_seconds) * penalty * pace / size;
             if let Some(m) = self.ledger.meta_mut(id) {
                 m.prev = Some(alloc.clone());
             }

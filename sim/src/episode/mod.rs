@@ -182,6 +182,7 @@ impl<'a> Episode<'a> {
         }
         for ((id, node), p) in ids.iter().zip(&sc.nodes).zip(&policies) {
             ledger.set_node(*id, node.capacity.clone());
+            ledger.set_gpu_model(*id, node.gpu_key());
             ledger.set_elastic(*id, p.elastic());
             ledger.set_floors(*id, p.floors());
         }

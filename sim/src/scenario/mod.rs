@@ -213,6 +213,10 @@ pub struct NodeSpec {
     /// Labels (e.g. a GPU model) that a recorded task may require ([`crate::trace`]).
     #[serde(default)]
     pub labels: Vec<String>,
+    /// Its GPUs' model (e.g. `v100`): task types run at their `gpu_speed` for it, and the
+    /// online estimator learns each class per model, as agents do from NVML's device name.
+    #[serde(default)]
+    pub gpu_model: Option<String>,
 }
 
 fn one_i64() -> i64 {
@@ -244,6 +248,10 @@ pub struct TaskTypeSpec {
     pub curve: Option<crate::learning::CurveSpec>,
     /// Speed model.
     pub speed: SpeedSpec,
+    /// Speed on nodes of a GPU model relative to `speed` (e.g. `{ k80 = 0.3, v100 = 1.0 }`:
+    /// a task progresses 0.3 times as fast on a K80 box); a model not listed runs at 1.
+    #[serde(default)]
+    pub gpu_speed: BTreeMap<String, f64>,
 }
 
 /// The TOML form of a speed model.
@@ -283,6 +291,18 @@ pub struct NodeDef {
     pub capacity: Resources,
     /// Labels.
     pub labels: Vec<String>,
+    /// Its GPUs' model ([`NodeSpec::gpu_model`]).
+    pub gpu_model: Option<String>,
+}
+
+impl NodeDef {
+    /// Its GPU model as the estimator keys it.
+    pub fn gpu_key(&self) -> tapfinger::estimate::GpuModel {
+        self.gpu_model.as_deref().map_or(
+            tapfinger::estimate::GpuModel::NONE,
+            tapfinger::estimate::GpuModel::of,
+        )
+    }
 }
 
 /// A validated task type.
@@ -304,6 +324,20 @@ pub struct TaskType {
     pub curve: Option<crate::learning::Curve>,
     /// Speed model.
     pub speed: SpeedModel,
+    /// Speed per GPU model relative to `speed` ([`TaskTypeSpec::gpu_speed`]).
+    pub gpu_speed: BTreeMap<String, f64>,
+}
+
+impl TaskType {
+    /// How fast it runs on `node` relative to its speed model: its `gpu_speed` for the node's
+    /// GPU model, 1 where the node names none or the type lists none for it.
+    pub fn pace(&self, node: &NodeDef) -> f64 {
+        node.gpu_model
+            .as_ref()
+            .and_then(|m| self.gpu_speed.get(m))
+            .copied()
+            .unwrap_or(1.0)
+    }
 }
 
 /// A validated scenario.

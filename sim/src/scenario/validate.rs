@@ -256,6 +256,7 @@ impl Checker<'_> {
                     name,
                     capacity: cap.clone(),
                     labels: spec.labels.clone(),
+                    gpu_model: spec.gpu_model.clone(),
                 });
             }
         }
@@ -324,6 +325,20 @@ impl Checker<'_> {
             .map(|c| c.check())
             .transpose()
             .map_err(|(f, m)| invalid(field(&f), m))?;
+        for (model, x) in &t.gpu_speed {
+            if !(x.is_finite() && *x > 0.0) {
+                return Err(invalid(
+                    field(&format!("gpu_speed.{model}")),
+                    format!("must be a finite number > 0, got {x}"),
+                ));
+            }
+            if !nodes.iter().any(|n| n.gpu_model.as_ref() == Some(model)) {
+                return Err(invalid(
+                    field(&format!("gpu_speed.{model}")),
+                    "no node has this gpu_model".into(),
+                ));
+            }
+        }
         Ok(TaskType {
             name: t.name.clone(),
             weight: t.weight,
@@ -333,6 +348,7 @@ impl Checker<'_> {
             priority: t.priority,
             curve,
             speed,
+            gpu_speed: t.gpu_speed.clone(),
         })
     }
 

@@ -158,6 +158,7 @@ fn the_exclusive_first_mask_keeps_a_younger_task_of_its_class_from_overtaking_a_
         std::sync::Arc::new(t)
     };
     let node = |id| NodeView {
+        gpu: Default::default(),
         id: NodeId(id),
         capacity: Resources(vec![8, 8]),
         free: Resources(vec![8, 8]),
@@ -181,6 +182,7 @@ fn the_exclusive_first_mask_keeps_a_younger_task_of_its_class_from_overtaking_a_
         ]
         .into_iter()
         .map(|(id, ty, reach)| PendingView {
+            on: Vec::new(),
             class: 0,
             task: task(id, ty, &reach),
             est: TaskEstimate::gpu_bound(3.0),

@@ -14,6 +14,7 @@ pub(crate) fn random_view(seed: u64) -> ClusterView {
     let n_pending = rng.random_range(0..=8usize);
     let pending: Vec<PendingView> = (0..n_pending)
         .map(|i| PendingView {
+            on: Vec::new(),
             class: 0,
             task: Arc::new(Task {
                 id: TaskId(i as u64),
@@ -72,6 +73,7 @@ pub(crate) fn random_view(seed: u64) -> ClusterView {
         }
         let window: Vec<usize> = (0..n_pending).filter(|_| rng.random_bool(0.6)).collect();
         nodes.push(NodeView {
+            gpu: Default::default(),
             id: NodeId(n as u32),
             capacity,
             free,
@@ -394,6 +396,7 @@ fn beyond_the_grid(big: u32) -> ClusterView {
         classes: false,
         kinds: Default::default(),
         nodes: vec![NodeView {
+            gpu: Default::default(),
             id: NodeId(0),
             capacity: Resources(vec![2 * big, 4]),
             free: Resources(vec![2 * big, 4]),
@@ -402,6 +405,7 @@ fn beyond_the_grid(big: u32) -> ClusterView {
             running: vec![],
         }],
         pending: vec![PendingView {
+            on: Vec::new(),
             class: 0,
             task: Arc::new(Task {
                 id: TaskId(7),
