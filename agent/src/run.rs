@@ -509,8 +509,8 @@ pub fn peers_table(body: &serde_json::Value) -> Option<String> {
 pub fn classes_table(body: &serde_json::Value) -> Option<String> {
     let page: crate::api::Classes = serde_json::from_value(body.clone()).ok()?;
     let mut out = format!(
-        "{:<20} {:>7} {:<12} {:>9} {:>9} {:>7} {:>7}\n",
-        "CLASS", "SAMPLES", "MIN c,g,m", "T@MIN", "T@2xMIN", "SWITCH", "START"
+        "{:<20} {:<14} {:>7} {:<12} {:>9} {:>9} {:>7} {:>7}\n",
+        "CLASS", "GPU MODEL", "SAMPLES", "MIN c,g,m", "T@MIN", "T@2xMIN", "SWITCH", "START"
     );
     for c in &page.classes {
         let name = if c.name.is_empty() {
@@ -521,13 +521,26 @@ pub fn classes_table(body: &serde_json::Value) -> Option<String> {
         let e = &c.estimate;
         let min = e.min.map(|m| format!("{m}")).join(",");
         let prior = if e.fitted { "" } else { " prior" };
+        // A class is learned per GPU model its tasks ran on: a row per model.
+        let model = if c.gpu_model.is_empty() {
+            "-"
+        } else {
+            &c.gpu_model
+        };
         out.push_str(&format!(
-            "{:<20} {:>7} {:<12} {:>9.2} {:>9.2} {:>7.2} {:>7.2}{prior}\n",
-            name, e.samples, min, e.slots_at_min, e.slots_at_double, e.switch_cost, e.start_cost
+            "{:<20} {:<14} {:>7} {:<12} {:>9.2} {:>9.2} {:>7.2} {:>7.2}{prior}\n",
+            name,
+            model,
+            e.samples,
+            min,
+            e.slots_at_min,
+            e.slots_at_double,
+            e.switch_cost,
+            e.start_cost
         ));
     }
     out.push_str(&format!(
-        "{} class(es); T: estimated slots alone; SWITCH, START: fraction of a slot lost",
+        "{} row(s); T: estimated slots alone; SWITCH, START: fraction of a slot lost",
         page.classes.len()
     ));
     Some(out)
@@ -588,7 +601,8 @@ mod table_tests {
     #[test]
     fn classes_render_as_a_table() {
         let v = serde_json::json!({"classes": [
-            {"name": "bert-finetune", "class": 1030, "samples": 12, "hints": 0,
+            {"name": "bert-finetune", "class": 1030, "gpu_model": 7, "gpu_model_name": "NVIDIA H200",
+             "samples": 12, "hints": 0,
              "min": [2.0, 1.0, 1.0], "fitted": true, "slots_at_min": 12.0,
              "slots_at_double": 9.0, "switch_cost": 0.25, "start_cost": 0.5},
             {"name": "", "class": 0, "samples": 0, "hints": 0, "min": [1.0, 0.0, 1.0],
@@ -601,10 +615,14 @@ mod table_tests {
         assert!(lines[0].starts_with("CLASS"));
         assert!(lines[1].starts_with("bert-finetune") && lines[1].contains("2,1,1"));
         assert!(
+            lines[1].contains("NVIDIA H200") && lines[2].contains(" - "),
+            "{t}"
+        );
+        assert!(
             lines[1].contains("12.00") && lines[1].contains("0.25") && lines[1].contains("0.50")
         );
         assert!(lines[2].starts_with("(unnamed)") && lines[2].ends_with("prior"));
-        assert!(lines[3].starts_with("2 class(es)"));
+        assert!(lines[3].starts_with("2 row(s)"));
         assert!(super::classes_table(&serde_json::json!({"peers": []})).is_none());
     }
 

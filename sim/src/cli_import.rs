@@ -34,10 +34,12 @@ pub(crate) struct ImportArgs {
     /// Only jobs arriving less than this many seconds after the trace's first arrival.
     #[arg(long, value_name = "SECONDS")]
     until: Option<f64>,
-    /// Gavel: the GPU type whose measured throughputs give each job's run time (k80, p100 or
-    /// v100); the built-in cluster's GPU boxes are labelled with it.
-    #[arg(long, default_value = "v100")]
-    gpu_model: String,
+    /// Gavel: the GPU types of the cluster (k80, p100, v100; comma-separated for a mixed
+    /// one, e.g. v100,p100,k80): the first one's measured throughputs give each job's run
+    /// time and each task type runs on the others at their measured speed relative to it
+    /// (`gpu_speed`); the built-in cluster's GPU boxes are of these types in turn.
+    #[arg(long, default_value = "v100", value_delimiter = ',')]
+    gpu_model: Vec<String>,
     /// Gavel: its simulation_throughputs.json [default: the figures shipped in the binary].
     #[arg(long, value_name = "FILE")]
     throughputs: Option<PathBuf>,
@@ -89,7 +91,7 @@ pub(crate) fn import(a: ImportArgs) -> Result<()> {
     opts.limit = a.limit;
     opts.from_s = a.from;
     opts.until_s = a.until;
-    opts.gpu_model = a.gpu_model.clone();
+    opts.gpu_models = a.gpu_model.clone();
     opts.gpu_step = a.gpu_step;
     opts.throughputs = match &a.throughputs {
         Some(p) => {
@@ -106,7 +108,7 @@ pub(crate) fn import(a: ImportArgs) -> Result<()> {
             cpu_boxes: a.cpu_boxes,
             gpu_boxes: a.gpu_boxes,
             gpus_per_box: a.gpus_per_box,
-            label: None,
+            models: Vec::new(),
         })
     };
     let r = tapfinger_sim::import::import(&text, &opts)

@@ -230,7 +230,7 @@ fn gavel_reads_both_published_layouts_with_measured_run_times() {
     assert_eq!(tasks.iter().filter(|t| t.min_demand.get(1) == 2).count(), 3);
     // The same jobs run longer on K80s.
     let mut o = opts("gavel");
-    o.gpu_model = "k80".into();
+    o.gpu_models = vec!["k80".into()];
     let slow = import(&sample("gavel_msr.trace"), &o).unwrap();
     adds_up(&slow);
     let fast = import(&sample("gavel_msr.trace"), &opts("gavel")).unwrap();
@@ -242,6 +242,53 @@ fn gavel_reads_both_published_layouts_with_measured_run_times() {
     );
     let e = import(&text, &opts("gavel")).unwrap_err();
     assert!(e.to_string().starts_with("line 4"), "{e}");
+}
+
+#[test]
+fn gavel_on_mixed_gpu_types_gives_each_type_its_measured_speed_per_model() {
+    let table = tapfinger_sim::import::gavel::Throughputs::shipped();
+    let mut o = opts("gavel");
+    o.gpu_models = ["v100", "p100", "k80"].map(String::from).to_vec();
+    let (r, sc) = replay_with("gavel_physical.trace", &o);
+    assert_eq!(r.tasks, 20);
+    // The built-in GPU boxes are of the three types in turn, and say so.
+    let models: Vec<Option<&str>> = sc.nodes.iter().map(|n| n.gpu_model.as_deref()).collect();
+    assert_eq!(
+        models.iter().filter(|m| m.is_some()).count(),
+        4,
+        "{models:?}"
+    );
+    for m in ["v100", "p100", "k80"] {
+        assert!(models.contains(&Some(m)), "{models:?}");
+    }
+    // Every type runs on the P100 and the K80 at Gavel's measured speed relative to the V100
+    // (not always slower: Gavel measured some jobs faster on a P100).
+    let trace = sc.trace.as_ref().unwrap();
+    for tt in &sc.types {
+        let class = tt.name.as_str();
+        assert!(trace.iter().any(|t| sc.types[t.ty].name == class));
+        let gpus = tt.min_demand.get(1);
+        let speeds: Vec<f64> = ["p100", "k80"].iter().map(|m| tt.gpu_speed[*m]).collect();
+        assert!(
+            speeds.iter().all(|x| x.is_finite() && *x > 0.0),
+            "{class}: {speeds:?}"
+        );
+        // A type's speeds are one of the trace's job types' measured ratios at its GPUs.
+        let jobs: Vec<String> = sample("gavel_physical.trace")
+            .lines()
+            .map(|l| l.split('\t').next().unwrap().to_string())
+            .collect();
+        let matches = jobs.iter().any(|j| {
+            table.get("v100", j, gpus).is_some_and(|v| {
+                ["p100", "k80"].iter().zip(&speeds).all(|(m, x)| {
+                    table
+                        .get(m, j, gpus)
+                        .is_some_and(|r| (r / v - x).abs() < 1e-9)
+                })
+            })
+        });
+        assert!(matches, "{class} at {gpus} GPU(s): {speeds:?}");
+    }
 }
 
 #[test]

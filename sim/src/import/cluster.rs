@@ -16,6 +16,8 @@ pub(super) struct Host {
     pub labels: Vec<String>,
     /// Identical copies.
     pub count: u32,
+    /// Its GPUs' model (the scenario node's `gpu_model`).
+    pub gpu_model: Option<String>,
 }
 
 /// Which boxes to replay on.
@@ -40,9 +42,9 @@ pub struct Knobs {
     pub gpu_boxes: Option<u32>,
     /// GPUs per GPU box (`None`: 4, or the trace's largest GPU job if more).
     pub gpus_per_box: Option<u32>,
-    /// The GPU boxes' label where the trace names no GPU model (Gavel: the GPU type its run
-    /// times are measured on).
-    pub label: Option<String>,
+    /// The GPU boxes' models, in turn, where the trace names no GPU model (Gavel: the GPU
+    /// types its run times are measured on).
+    pub models: Vec<String>,
 }
 
 impl Default for Knobs {
@@ -51,7 +53,7 @@ impl Default for Knobs {
             cpu_boxes: 4,
             gpu_boxes: None,
             gpus_per_box: None,
-            label: None,
+            models: Vec::new(),
         }
     }
 }
@@ -98,6 +100,7 @@ fn from_scenario(sc: &crate::Scenario) -> Result<Vec<Host>, ImportError> {
             ],
             labels: n.labels.clone(),
             count: 1,
+            gpu_model: n.gpu_model.clone(),
         })
         .collect())
 }
@@ -150,6 +153,7 @@ fn node_list(text: &str, units: impl Fn(f64) -> u32) -> Result<Vec<Host>, Import
             .or_insert(Host {
                 name: f[pos[0]].to_string(),
                 capacity,
+                gpu_model: labels.first().cloned(),
                 labels,
                 count: 1,
             });
@@ -182,10 +186,8 @@ fn built_in(k: &Knobs, jobs: &[Job], units: impl Fn(f64) -> u32) -> Vec<Host> {
     }
     let mut by_count: Vec<(&str, usize)> = models.into_iter().collect();
     by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    if by_count.is_empty()
-        && let Some(l) = &k.label
-    {
-        by_count.push((l, 0));
+    if by_count.is_empty() {
+        by_count.extend(k.models.iter().map(|m| (m.as_str(), 0)));
     }
     let cpu_box = [
         CPU_BOX[0].max(most(false, &|j| j.cpu)),
@@ -206,18 +208,20 @@ fn built_in(k: &Knobs, jobs: &[Job], units: impl Fn(f64) -> u32) -> Vec<Host> {
             capacity: cpu_box,
             labels: Vec::new(),
             count: 1,
+            gpu_model: None,
         })
         .collect();
     let gpu_boxes = k.gpu_boxes.map_or(4.max(by_count.len()), |n| n as usize);
     for i in 0..gpu_boxes {
+        let model = by_count
+            .get(i % by_count.len().max(1))
+            .map(|(m, _)| m.to_string());
         boxes.push(Host {
             name: format!("gpu-{i}"),
             capacity: gpu_box,
-            labels: by_count
-                .get(i % by_count.len().max(1))
-                .map(|(m, _)| vec![m.to_string()])
-                .unwrap_or_default(),
+            labels: model.iter().cloned().collect(),
             count: 1,
+            gpu_model: model,
         });
     }
     boxes
@@ -236,6 +240,7 @@ mod tests {
             gpu,
             gpu_type: None,
             class: None,
+            pace: Default::default(),
         }
     }
 
@@ -255,7 +260,7 @@ mod tests {
                 cpu_boxes: 1,
                 gpu_boxes: Some(2),
                 gpus_per_box: Some(2),
-                label: Some("v100".into()),
+                models: vec!["v100".into()],
             },
             &[job(1.0, 1.0, 1.0)],
             |g| g as u32,

@@ -198,6 +198,7 @@ pub(super) fn alibaba_2020(text: &str) -> Result<Read, ImportError> {
             gpu: opt(8)? / 100.0,
             gpu_type,
             class: None,
+            pace: Default::default(),
         };
         for _ in 0..inst.min(MAX_INSTANCES) {
             read.keep(job.clone());
@@ -307,6 +308,7 @@ pub(super) fn alibaba_2023(text: &str) -> Result<Read, ImportError> {
                 .filter(|g| !g.is_empty() && *g != "nan")
                 .map(String::from),
             class: None,
+            pace: Default::default(),
         });
     }
     Ok(read)
@@ -333,6 +335,7 @@ pub(super) fn helios(text: &str) -> Result<Read, ImportError> {
             gpu: number(t.get(r, 1), n, C[1])?,
             gpu_type: None,
             class: None,
+            pace: Default::default(),
         });
     }
     Ok(read)
@@ -406,6 +409,7 @@ pub(super) fn philly(text: &str) -> Result<Read, ImportError> {
             gpu: last.detail.iter().map(|d| d.gpus.len()).sum::<usize>() as f64,
             gpu_type: None,
             class: None,
+            pace: Default::default(),
         });
     }
     Ok(read)

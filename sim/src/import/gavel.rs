@@ -113,13 +113,27 @@ fn layout(n: usize) -> Option<[usize; 4]> {
     }
 }
 
-/// Read a Gavel trace; run times on GPUs of type `gpu` from `table`.
-pub(super) fn read(text: &str, gpu: &str, table: &Throughputs) -> Result<Read, ImportError> {
-    if !table.0.contains_key(gpu) {
-        return Err(ImportError::BadOption(format!(
-            "--gpu-model {gpu:?}: the throughputs cover {}",
-            table.gpu_types().join(", ")
-        )));
+/// Read a Gavel trace for a cluster of GPU types `gpus`: run times on the first from `table`,
+/// and each job's speed on the others relative to it (a job the table says cannot run on one
+/// of them, or was not measured there at its scale factor, requires the others).
+pub(super) fn read(text: &str, gpus: &[String], table: &Throughputs) -> Result<Read, ImportError> {
+    let Some(gpu) = gpus.first().map(String::as_str) else {
+        return Err(ImportError::BadOption(
+            "--gpu-model: give at least one GPU type".into(),
+        ));
+    };
+    for g in gpus {
+        if !table.0.contains_key(g) {
+            return Err(ImportError::BadOption(format!(
+                "--gpu-model {g:?}: the throughputs cover {}",
+                table.gpu_types().join(", ")
+            )));
+        }
+        if gpus.iter().filter(|x| *x == g).count() > 1 {
+            return Err(ImportError::BadOption(format!(
+                "--gpu-model {g:?} is named twice"
+            )));
+        }
     }
     const NAMES: [&str; 4] = ["job_type", "total_steps", "scale_factor", "arrival_time"];
     let mut read = Read::default();
@@ -179,14 +193,30 @@ pub(super) fn read(text: &str, gpu: &str, table: &Throughputs) -> Result<Read, I
             read.skip("duration is not positive");
             continue;
         }
+        // Its speed on the other types relative to the first; where it cannot run on one,
+        // it requires the types it can.
+        let pace: BTreeMap<String, f64> = gpus[1..]
+            .iter()
+            .filter_map(|g| {
+                let r = table.get(g, job_type, scale).filter(|r| *r > 0.0)?;
+                Some((g.clone(), r / rate))
+            })
+            .collect();
+        let gpu_type = (pace.len() + 1 < gpus.len()).then(|| {
+            std::iter::once(gpu)
+                .chain(pace.keys().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join("|")
+        });
         read.jobs.push(Job {
             arrival_s: arrival,
             duration_s: steps / rate,
             cpu: 0.0,
             mem_gib: 0.0,
             gpu: f64::from(scale),
-            gpu_type: None,
+            gpu_type,
             class: Some(job_type.to_string()),
+            pace,
         });
     }
     Ok(read)
@@ -195,6 +225,10 @@ pub(super) fn read(text: &str, gpu: &str, table: &Throughputs) -> Result<Read, I
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn v100() -> Vec<String> {
+        vec!["v100".to_string()]
+    }
 
     #[test]
     fn the_shipped_table_is_gavels_and_reads_whole() {
@@ -229,28 +263,48 @@ mod tests {
         let nine = "A3C\tcmd\t--steps\t1\t1000\t1\t1\t-1\t30.5\n";
         let ten = "A3C\tcmd\tdir\t--steps\t1\t1000\t1\t1\t-1.000000\t30.5\n";
         for text in [seven, nine, ten] {
-            let r = read(text, "v100", &t).unwrap();
+            let r = read(text, &v100(), &t).unwrap();
             assert_eq!(r.jobs.len(), 1, "{text}");
             assert_eq!(r.jobs[0].arrival_s, 30.5);
             assert!((r.jobs[0].duration_s - 1000.0 / rate).abs() < 1e-9);
             assert_eq!(r.jobs[0].gpu, 1.0);
         }
         let six = "A3C\tcmd\t--steps\t1000\t30.5\t1\n";
-        let e = read(&format!("{seven}{six}"), "v100", &t).unwrap_err();
+        let e = read(&format!("{seven}{six}"), &v100(), &t).unwrap_err();
         assert!(e.to_string().starts_with("line 2"), "{e}");
         assert!(e.to_string().contains("6 tab-separated fields"), "{e}");
-        let e = read("Nope\tcmd\t--steps\t1\t1000\t0\t1\n", "v100", &t).unwrap_err();
+        let e = read("Nope\tcmd\t--steps\t1\t1000\t0\t1\n", &v100(), &t).unwrap_err();
         assert!(e.to_string().contains("no measured throughput"), "{e}");
         // A known job type at a scale factor Gavel did not measure is counted, not guessed.
         let r = read(
             "Recommendation (batch size 1024)\tcmd\t-n\t1\t1000\t0\t4\n",
-            "v100",
+            &v100(),
             &t,
         )
         .unwrap();
         assert_eq!((r.entries, r.jobs.len()), (1, 0));
         assert!(r.skipped[0].0.contains("scale factor"), "{:?}", r.skipped);
-        let e = read(seven, "a100", &t).unwrap_err();
+        let e = read(seven, &["a100".to_string()], &t).unwrap_err();
         assert!(e.to_string().contains("k80, p100, v100"), "{e}");
+    }
+
+    #[test]
+    fn on_several_gpu_types_a_job_runs_at_each_one_s_measured_speed() {
+        let t = Throughputs::shipped();
+        let gpus: Vec<String> = ["v100", "k80", "p100"].map(String::from).to_vec();
+        let r = read("A3C\tcmd\t--steps\t1\t1000\t30.5\t1\n", &gpus, &t).unwrap();
+        let j = &r.jobs[0];
+        let v = t.get("v100", "A3C", 1).unwrap();
+        assert!(
+            (j.duration_s - 1000.0 / v).abs() < 1e-9,
+            "run time on the first type"
+        );
+        for g in ["k80", "p100"] {
+            let want = t.get(g, "A3C", 1).unwrap() / v;
+            assert!((j.pace[g] - want).abs() < 1e-12, "{g}: {:?}", j.pace);
+        }
+        assert_eq!(j.gpu_type, None, "it runs on every type");
+        let e = read("", &["v100".to_string(), "v100".to_string()], &t).unwrap_err();
+        assert!(e.to_string().contains("named twice"), "{e}");
     }
 }

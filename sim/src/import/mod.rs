@@ -20,6 +20,7 @@ mod write;
 use crate::speed::HORIZON_SLOTS;
 pub use cluster::{CPU_BOX, ClusterChoice, GPU_BOX, Knobs};
 pub use formats::FORMATS;
+use std::collections::BTreeMap;
 
 /// One job as read from a trace.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +39,9 @@ pub struct Job {
     pub gpu_type: Option<String>,
     /// The model or job kind, where the trace names it.
     pub class: Option<String>,
+    /// Its speed on other GPU models relative to the one its run time was measured on (Gavel
+    /// with several `--gpu-model`s), by model; empty: the same everywhere.
+    pub pace: BTreeMap<String, f64>,
 }
 
 /// Why a trace could not be imported.
@@ -93,8 +97,10 @@ pub struct ImportOptions {
     pub from_s: Option<f64>,
     /// Only jobs arriving before this many seconds from the trace's first arrival.
     pub until_s: Option<f64>,
-    /// Gavel: the GPU type whose measured throughputs give run times.
-    pub gpu_model: String,
+    /// Gavel: the GPU types of the replay's GPU boxes (in turn); the first one's measured
+    /// throughputs give run times, and each task type runs on the others at their measured
+    /// speed relative to it.
+    pub gpu_models: Vec<String>,
     /// Gavel: the measured throughputs (`None`: the shipped table).
     pub throughputs: Option<gavel::Throughputs>,
     /// The boxes the replay runs on.
@@ -117,7 +123,7 @@ impl ImportOptions {
             limit: 2000,
             from_s: None,
             until_s: None,
-            gpu_model: "v100".into(),
+            gpu_models: vec!["v100".into()],
             throughputs: None,
             cluster: ClusterChoice::BuiltIn(Knobs::default()),
             gpu_step: None,
@@ -177,7 +183,7 @@ pub fn import(text: &str, opts: &ImportOptions) -> Result<Imported, ImportError>
                     &shipped
                 }
             };
-            gavel::read(text, &opts.gpu_model, table)?
+            gavel::read(text, &opts.gpu_models, table)?
         }
         other => return Err(ImportError::Format(other.into())),
     };
@@ -186,11 +192,11 @@ pub fn import(text: &str, opts: &ImportOptions) -> Result<Imported, ImportError>
     let gpu_step = gpu_step(opts)?;
     let t0 = read.jobs.first().map_or(0.0, |j| j.arrival_s);
     let windowed = window(std::mem::take(&mut read.jobs), t0, opts, &mut read);
-    // Gavel's run times are the chosen GPU type's: the built-in GPU boxes carry its name.
+    // Gavel's run times are the chosen GPU types': the built-in GPU boxes are of them, in turn.
     let choice = match &opts.cluster {
-        ClusterChoice::BuiltIn(k) if opts.format == "gavel" && k.label.is_none() => {
+        ClusterChoice::BuiltIn(k) if opts.format == "gavel" && k.models.is_empty() => {
             ClusterChoice::BuiltIn(Knobs {
-                label: Some(opts.gpu_model.clone()),
+                models: opts.gpu_models.clone(),
                 ..k.clone()
             })
         }
@@ -392,6 +398,7 @@ mod tests {
             gpu,
             gpu_type: None,
             class: None,
+            pace: Default::default(),
         }
     }
 

@@ -41,6 +41,7 @@ impl Written {
         for j in jobs {
             classes.entry(key(j)).or_default().push(j.duration_s);
         }
+        let paces = gpu_speeds(jobs, boxes, key);
         let median: BTreeMap<Key, f64> = classes
             .into_iter()
             .map(|(k, mut d)| {
@@ -97,23 +98,7 @@ impl Written {
             t,
             "resources = [\n  {{ name = \"cpu\", unit = \"cores\" }},\n  {{ name = \"gpu\", unit = \"GPUs\"{gpu_unit} }},\n  {{ name = \"mem\", unit = \"GiB\" }},\n]"
         );
-        for b in boxes {
-            let labels: Vec<String> = b.labels.iter().map(|l| quote(l)).collect();
-            let count = if b.count > 1 {
-                format!("\ncount = {}", b.count)
-            } else {
-                String::new()
-            };
-            let _ = writeln!(
-                t,
-                "\n[[nodes]]\nname = {}\ncapacity = [{}, {}, {}]{count}\nlabels = [{}]",
-                quote(&b.name),
-                b.capacity[0],
-                b.capacity[1],
-                b.capacity[2],
-                labels.join(", ")
-            );
-        }
+        write_nodes(&mut t, boxes);
         let mut count: BTreeMap<&String, usize> = BTreeMap::new();
         for j in jobs {
             *count.entry(&names[&key(j)]).or_default() += 1;
@@ -122,7 +107,7 @@ impl Written {
             let d = k.0;
             let _ = writeln!(
                 t,
-                "\n[[task_types]]\nname = {}\nweight = {}\nmin_demand = [{}, {}, {}]\nmax_demand = [{}, {}, {}]\nspeed = {{ model = \"table\", rows = \"type,cpu,gpu,mem,seconds\\n{},{},{},{},{}\\n\" }}",
+                "\n[[task_types]]\nname = {}\nweight = {}\nmin_demand = [{}, {}, {}]\nmax_demand = [{}, {}, {}]\nspeed = {{ model = \"table\", rows = \"type,cpu,gpu,mem,seconds\\n{},{},{},{},{}\\n\" }}{}",
                 quote(name),
                 count.get(name).copied().unwrap_or(1),
                 d[0],
@@ -135,7 +120,8 @@ impl Written {
                 d[0],
                 d[1],
                 d[2],
-                median[*k]
+                median[*k],
+                paces[*k]
             );
         }
         let _ = writeln!(t, "\n[trace]\nrows = \"\"\"\narrival,type,size,require");
@@ -157,5 +143,53 @@ impl Written {
             toml: t,
             types: median.len(),
         }
+    }
+}
+
+/// Per task type, its `gpu_speed` line (empty where it has none): its speed per GPU model
+/// relative to its table, on the models some box has. A type's jobs share model name and
+/// scale factor, so their paces agree: the first's is the type's.
+fn gpu_speeds(jobs: &[Job], boxes: &[Host], key: impl Fn(&Job) -> Key) -> BTreeMap<Key, String> {
+    let models: Vec<&String> = boxes.iter().filter_map(|b| b.gpu_model.as_ref()).collect();
+    let mut paces: BTreeMap<Key, String> = BTreeMap::new();
+    for j in jobs {
+        paces.entry(key(j)).or_insert_with(|| {
+            let speeds: Vec<String> = j
+                .pace
+                .iter()
+                .filter(|(m, _)| models.contains(m))
+                .map(|(m, x)| format!("{} = {x}", quote(m)))
+                .collect();
+            if speeds.is_empty() {
+                String::new()
+            } else {
+                format!("\ngpu_speed = {{ {} }}", speeds.join(", "))
+            }
+        });
+    }
+    paces
+}
+
+/// The `[[nodes]]` tables of `boxes`.
+fn write_nodes(t: &mut String, boxes: &[Host]) {
+    for b in boxes {
+        let labels: Vec<String> = b.labels.iter().map(|l| quote(l)).collect();
+        let mut count = if b.count > 1 {
+            format!("\ncount = {}", b.count)
+        } else {
+            String::new()
+        };
+        if let Some(m) = &b.gpu_model {
+            let _ = write!(count, "\ngpu_model = {}", quote(m));
+        }
+        let _ = writeln!(
+            t,
+            "\n[[nodes]]\nname = {}\ncapacity = [{}, {}, {}]{count}\nlabels = [{}]",
+            quote(&b.name),
+            b.capacity[0],
+            b.capacity[1],
+            b.capacity[2],
+            labels.join(", ")
+        );
     }
 }
