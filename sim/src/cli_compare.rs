@@ -92,7 +92,8 @@ pub(crate) struct SuiteArgs {
     /// A folder of scenario files (e.g. imported traces), each one a scenario of the suite.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["generator_seeds", "family"])]
     scenarios: Option<PathBuf>,
-    /// The generated family: base (`gen:N`), wide (`gen-wide:N`) or long (`gen-long:N`).
+    /// The generated family: base (`gen:N`), wide (`gen-wide:N`), long (`gen-long:N`) or gavel
+    /// (`gen-gavel:N`).
     #[arg(long, value_enum)]
     family: Option<tapfinger_sim::generate::Family>,
     /// Workload seeds per scenario.
@@ -171,7 +172,7 @@ pub(crate) struct Estimates {
     #[arg(long)]
     declare_work: bool,
     /// A run's first slot keeps this share (0 < W ≤ 1) of its progress, whatever the scenario's
-    /// `start_weight` says (generated scenarios have none): the time from a decision to a
+    /// `start_weight` says (generated scenarios other than gen-gavel have none): the time from a decision to a
     /// task's first progress, which agents measure as its start-up.
     #[arg(long, value_name = "W", value_parser = start_weight)]
     start_weight: Option<f64>,

@@ -54,6 +54,7 @@ use std::fmt::Write as _;
 use tapfinger::resources::Resources;
 
 mod family;
+mod gavel;
 mod measured;
 pub use family::Family;
 use measured::{POLLUX_MIN, SYNERGY_MIN, SYNERGY_MODELS, pollux_profile, synergy_rows};
@@ -191,6 +192,9 @@ pub fn draw(seed: u64) -> Drawn {
 
 /// Draw generated scenario `seed` of `family`.
 pub fn draw_in(family: Family, seed: u64) -> Drawn {
+    if family == Family::Gavel {
+        return gavel::draw(seed);
+    }
     // A stream of its own: the generator seed never shares randomness with a workload seed
     // (the families share it: `gen-wide:N` is `gen:N` drawn with larger sizes, `gen-long:N` with
     // tables only).
@@ -232,6 +236,7 @@ pub fn draw_in(family: Family, seed: u64) -> Drawn {
             Family::Base => String::new(),
             Family::Wide => " (wide)".into(),
             Family::Long => format!(" (long, tasks {scale:.1}x as many slots)"),
+            Family::Gavel => String::new(),
         },
         boxes.len(),
         boxes.iter().filter(|b| b.capacity[1] > 0).count(),

@@ -19,10 +19,14 @@ pub enum Family {
     /// slots long ([`Family::time_scale`]) and twice as many per node, so that a box runs many
     /// long tasks at once.
     Long,
+    /// `gen-gavel:N`: GPU boxes of mixed types (K80, P100, V100) and Gavel's job types at
+    /// fixed scale factors, their speeds per type from Gavel's measured throughputs
+    /// (`generate/gavel.rs`; drawn apart from the other families).
+    Gavel,
 }
 
 /// The families, in the order their prefixes are tried.
-pub(super) const ALL: [Family; 3] = [Family::Base, Family::Wide, Family::Long];
+pub(super) const ALL: [Family; 4] = [Family::Base, Family::Wide, Family::Long, Family::Gavel];
 
 impl Family {
     /// The prefix of its scenarios' names.
@@ -31,6 +35,7 @@ impl Family {
             Self::Base => super::PREFIX,
             Self::Wide => "gen-wide:",
             Self::Long => "gen-long:",
+            Self::Gavel => "gen-gavel:",
         }
     }
 
@@ -45,13 +50,14 @@ impl Family {
             Self::Base => "",
             Self::Wide => " --family wide",
             Self::Long => " --family long",
+            Self::Gavel => " --family gavel",
         }
     }
 
     /// How many times its minimum demand a class can use, per kind.
     pub(super) fn cap_factor(self) -> u32 {
         match self {
-            Self::Base => 4,
+            Self::Base | Self::Gavel => 4,
             Self::Wide | Self::Long => 16,
         }
     }
@@ -59,7 +65,7 @@ impl Family {
     /// The largest minimum demand (cores, GPUs, memory units) a generic class is drawn with.
     pub(super) fn most_minimum(self) -> [u32; 3] {
         match self {
-            Self::Base | Self::Wide => [4, 2, 4],
+            Self::Base | Self::Wide | Self::Gavel => [4, 2, 4],
             Self::Long => [2, 1, 1],
         }
     }
@@ -67,7 +73,7 @@ impl Family {
     /// How many tasks per node an episode has.
     pub(super) fn tasks_per_node(self) -> std::ops::RangeInclusive<u32> {
         match self {
-            Self::Base | Self::Wide => 8..=24,
+            Self::Base | Self::Wide | Self::Gavel => 8..=24,
             Self::Long => 16..=48,
         }
     }
@@ -90,7 +96,7 @@ impl Family {
     /// their tasks were five times shorter or ten per node (2026-11-28).
     pub fn time_scale(self, seed: u64) -> f64 {
         match self {
-            Self::Base | Self::Wide => 1.0,
+            Self::Base | Self::Wide | Self::Gavel => 1.0,
             Self::Long => {
                 let mut rng = tapfinger::seeded_rng(seed ^ 0x6C6F_6E67_2D73_6C6F);
                 rng.random_range(3f64.ln()..10f64.ln()).exp()
@@ -102,7 +108,7 @@ impl Family {
     /// units) capacities are drawn from.
     pub(super) fn box_sizes(self) -> [&'static [u32]; 5] {
         match self {
-            Self::Base | Self::Long => [
+            Self::Base | Self::Long | Self::Gavel => [
                 &[8, 16, 32],
                 &[1, 2, 4, 8],
                 &[8, 16, 32],

@@ -90,6 +90,14 @@ impl Throughputs {
             .is_some_and(|m| m.keys().any(|(j, _)| j == job_type))
     }
 
+    /// The (job type, scale factor) pairs measured on `gpu`, in order.
+    pub fn jobs(&self, gpu: &str) -> Vec<(String, u32)> {
+        self.0
+            .get(gpu)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// The GPU types the table covers.
     pub fn gpu_types(&self) -> Vec<&str> {
         self.0.keys().map(String::as_str).collect()
