@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The learned policy against every deployable baseline on replays of published traces: two of
-# Gavel's job traces (run times on V100s, the first 300 jobs) and two of Alibaba's GPU 2023 pod
+# Gavel's job traces (the first 300 jobs, on a mixed cluster of V100, P100 and K80 boxes, each
+# job at Gavel's measured speed on each type) and two of Alibaba's GPU 2023 pod
 # lists (the first 500 finished pods, GPU fractions in quarters), each at an offered load of 0.8
 # on the built-in cluster. A replay runs the same tasks under every workload seed, so one seed.
 #   scripts/trace-suite.sh GAVEL_MSR_DIR ALIBABA_CSV_DIR [OUT]
@@ -14,7 +15,8 @@ cargo build --release -p tapfinger-sim
 bin=target/release/tapfinger-sim
 rm -rf "$out"; mkdir -p "$out"
 for t in seed=0/6214e9 seed=1/11cb48; do
-  "$bin" import --format gavel "$gavel/$t.trace" --target-load 0.8 --limit 300 \
+  "$bin" import --format gavel "$gavel/$t.trace" --gpu-model v100,p100,k80 \
+    --target-load 0.8 --limit 300 \
     --out "$out/gavel-${t#*/}.toml"
 done
 for f in default gpuspec33; do

@@ -560,3 +560,44 @@ fn a_task_learned_done_counts_its_declared_work_and_is_let_go() {
     assert!((est.relative_work(&next) - 2.0 / 3.0).abs() < 1e-12);
     assert_eq!(est.relative_work(&done), 1.0);
 }
+
+/// Boxes of two GPU models: a task's progress on each is a sample of its class on that
+/// model, a view shows each running task's estimate on its own box's model and each pending
+/// task's on every model of the live boxes, and each box in the view says its model.
+#[test]
+fn progress_is_learned_per_gpu_model_and_views_show_each_box_s_figures() {
+    use crate::estimate::GpuModel;
+    let mut l = two_nodes().with_kinds(crate::estimate::KindMap([Some(0), Some(1), None]));
+    let (fast, slow) = (GpuModel::of("v100"), GpuModel::of("k80"));
+    l.set_gpu_model(NodeId(0), fast);
+    l.set_gpu_model(NodeId(1), slow);
+    // Two tasks of one class at one GPU: 10 slots on the V100 box, 30 on the K80 box.
+    for (id, node, step) in [(1, 0, 0.1), (2, 1, 1.0 / 30.0)] {
+        l.insert(task(id, 0, [1, 1], &[0, 1]), running(node, [1, 1]), ());
+        for s in 1..=3 {
+            l.set_progress(TaskId(id), step * f64::from(s), f64::from(s));
+        }
+    }
+    l.insert(task(3, 0, [1, 1], &[0, 1]), TaskState::Pending, ());
+    let v = l.view(3, 0, 1, None);
+    assert_eq!(
+        v.nodes.iter().map(|n| n.gpu).collect::<Vec<_>>(),
+        [fast, slow]
+    );
+    let at_min = |e: &crate::view::TaskEstimate| e.at_min;
+    let close = |x: f64, y: f64| (x - y).abs() < 1e-6 * y;
+    for r in &v.running {
+        let want = if r.node == NodeId(0) { 10.0 } else { 30.0 };
+        assert!(
+            close(at_min(&r.est), want) && close(r.est_alloc, want),
+            "{r:?}"
+        );
+    }
+    let p = &v.pending[0];
+    assert!(close(at_min(p.est_on(fast)), 10.0), "{p:?}");
+    assert!(close(at_min(p.est_on(slow)), 30.0), "{p:?}");
+    // A box of one model: no per-model figures to carry.
+    let mut one = two_nodes();
+    one.insert(task(3, 0, [1, 1], &[0, 1]), TaskState::Pending, ());
+    assert!(one.view(0, 0, 1, None).pending[0].on.is_empty());
+}

@@ -213,6 +213,29 @@ mod tests {
         }
     }
 
+    /// A box's `gpu_model` label (NVML's device name on an agent) is its GPU model in its own
+    /// ledger and, from its heartbeats, in its peers': the estimator learns per model there.
+    #[test]
+    fn a_box_s_gpu_model_label_reaches_its_peers_ledgers() {
+        use crate::estimate::{GPU_MODEL_LABEL, GpuModel};
+        let mut cfg = super::super::NodeConfig::short(NodeId(1), Resources(vec![4, 1]));
+        cfg.labels
+            .insert(GPU_MODEL_LABEL.to_string(), "Tesla K80".to_string());
+        let ctx = crate::baselines::BaselineContext {
+            num_types: 1,
+            cpu_kind: 0,
+            gpu_kind: 1,
+            profile: Vec::new(),
+        };
+        let mut b = NodeCore::new(cfg, crate::baselines::by_name("min", &ctx).unwrap(), 0);
+        let k80 = GpuModel::of("tesla k80");
+        assert_eq!(b.tasks().gpu_model(NodeId(1)), k80);
+        let mut a = node();
+        deliver(vec![b.heartbeat(0)], &mut a);
+        assert_eq!(a.tasks().gpu_model(NodeId(1)), k80);
+        assert_eq!(a.tasks().gpu_model(NodeId(0)), GpuModel::NONE);
+    }
+
     /// A spec's profile hints reach the speed estimator of the node it was submitted at and of
     /// a peer that hears its announcement, alike, in slots of the node's slot length.
     #[test]
