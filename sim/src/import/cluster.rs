@@ -42,8 +42,8 @@ pub struct Knobs {
     pub gpu_boxes: Option<u32>,
     /// GPUs per GPU box (`None`: 4, or the trace's largest GPU job if more).
     pub gpus_per_box: Option<u32>,
-    /// The GPU boxes' models, in turn, where the trace names no GPU model (Gavel: the GPU
-    /// types its run times are measured on).
+    /// The GPU boxes' models, in turn (Gavel: the GPU types its run times are measured on);
+    /// empty: the trace's GPU models, most frequent first.
     pub models: Vec<String>,
 }
 
@@ -186,8 +186,11 @@ fn built_in(k: &Knobs, jobs: &[Job], units: impl Fn(f64) -> u32) -> Vec<Host> {
     }
     let mut by_count: Vec<(&str, usize)> = models.into_iter().collect();
     by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    if by_count.is_empty() {
-        by_count.extend(k.models.iter().map(|m| (m.as_str(), 0)));
+    // The models asked for (Gavel's `--gpu-model` types) are the boxes', in their order, even
+    // where some jobs name only some of them (a job that cannot run on a K80 requires the
+    // others: the K80 boxes are still there).
+    if !k.models.is_empty() {
+        by_count = k.models.iter().map(|m| (m.as_str(), 0)).collect();
     }
     let cpu_box = [
         CPU_BOX[0].max(most(false, &|j| j.cpu)),
@@ -299,5 +302,20 @@ mod tests {
         assert!(e.to_string().starts_with("line 2, column cpu_milli"), "{e}");
         let e = node_list("sn,cpu,memory_mib,gpu,model\n", |g| g as u32).unwrap_err();
         assert!(e.to_string().contains("no column \"cpu_milli\""), "{e}");
+    }
+
+    #[test]
+    fn the_models_asked_for_are_the_gpu_boxes_even_where_jobs_name_fewer() {
+        let mut j = job(1.0, 1.0, 1.0);
+        // A job that cannot run on a K80 requires the other two.
+        j.gpu_type = Some("v100|p100".into());
+        let k = Knobs {
+            gpu_boxes: Some(3),
+            models: ["v100", "p100", "k80"].map(String::from).to_vec(),
+            ..Knobs::default()
+        };
+        let h = built_in(&k, &[j], |g| g as u32);
+        let models: Vec<Option<&str>> = h.iter().map(|b| b.gpu_model.as_deref()).collect();
+        assert_eq!(&models[4..], [Some("v100"), Some("p100"), Some("k80")]);
     }
 }
