@@ -303,10 +303,15 @@ impl TapfingerPolicy {
                 spare.0[k] = spare.0[k].saturating_sub(room);
             }
         }
-        window
-            .iter()
-            .enumerate()
-            .any(|(i, t)| !blocked[i] && t.min_demand.fits_in(&spare))
+        let node = view.node();
+        window.iter().enumerate().any(|(i, t)| {
+            !blocked[i]
+                && t.min_demand.fits_in(&spare)
+                && node
+                    .window
+                    .get(i)
+                    .is_none_or(|&p| !faster_elsewhere(view, &view.cluster.pending[p]))
+        })
     }
 
     /// Whether this model draws task `t`'s floor with its allocation head (an elastic model with
@@ -554,6 +559,31 @@ impl Policy for TapfingerPolicy {
         (self.cfg.dims.is_rlpto() && self.cfg.forecast_interval_slots > 0)
             .then_some(self.cfg.forecast_interval_slots)
     }
+}
+
+/// How many times faster (by the estimator, alone at its minimum demand) a task must run on
+/// another box it may run on for the strict work-conserving mask to let a node pass it
+/// ([`faster_elsewhere`]).
+pub const FASTER_ELSEWHERE: f64 = 1.5;
+
+/// Whether pending task `p` runs at least [`FASTER_ELSEWHERE`] times faster on another box of
+/// the view it may run on (one whose capacity holds it) than on the deciding node, by the
+/// estimator's figures for each box's GPU model: the one reason the strict work-conserving
+/// mask lets a node pass a task that fits. Where GPU models differ, starting a task on a
+/// slow box (a K80 runs some of Gavel's jobs at 0.07 times a V100's speed) holds it there for
+/// its whole run, while waiting for a fast one finishes it sooner (Gavel's heterogeneity-aware
+/// policies are built on it). On a cluster of one model the figures are the same on every box
+/// and this is never true.
+fn faster_elsewhere(view: &View<'_>, p: &crate::view::PendingView) -> bool {
+    let me = view.node();
+    let here = p.est_on(me.gpu).at_min;
+    let t = &p.task;
+    t.reachable
+        .iter()
+        .filter(|&&id| id != view.me)
+        .filter_map(|&id| view.cluster.node_index(id).map(|i| &view.cluster.nodes[i]))
+        .filter(|n| n.gpu != me.gpu && t.min_demand.fits_in(&n.capacity))
+        .any(|n| p.est_on(n.gpu).at_min * FASTER_ELSEWHERE <= here)
 }
 
 #[cfg(test)]

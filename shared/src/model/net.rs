@@ -48,8 +48,10 @@ pub struct NetConfig {
     /// With `work_conserving`, the strict form, in training and in deployment alike: a busy node
     /// may not pass either while a task in its window fits in the units its running tasks could
     /// not take (its free units less each running task's room to its cap; none where a running
-    /// task has no cap). So a task that fits never waits while units no one can use lie idle,
-    /// and a node whose running tasks would take its spare units may still wait for them. Off
+    /// task has no cap), unless the task runs [`super::FASTER_ELSEWHERE`] times faster on another
+    /// box it may run on (GPU models differ; by the estimator). So a task that fits never waits
+    /// while units no one can use lie idle but to run much faster elsewhere, and a node whose
+    /// running tasks would take its spare units may still wait for them. Off
     /// (the shipped models): only an idle node is held to it. Why: on replays of real traces,
     /// whose tasks cannot be resized, a model trained on generated scenarios passed on busy
     /// boxes with GPUs idle and tasks waiting (docs/DECISIONS.md, "Masks and action rules").

@@ -113,6 +113,88 @@ fn the_strict_form_holds_busy_nodes_to_it_too() {
     );
 }
 
+/// The strict form's one exception: a node may pass a task that fits if it runs
+/// [`crate::model::FASTER_ELSEWHERE`] times faster on another box it may run on, by the
+/// estimator's figures for each box's GPU model; never a task without such a box.
+#[test]
+fn the_strict_form_lets_a_task_wait_for_a_much_faster_gpu_model() {
+    use crate::estimate::GpuModel;
+    let (slow, fast) = (GpuModel::of("k80"), GpuModel::of("v100"));
+    let device = Device::flex();
+    device.seed(6);
+    let mut cfg = NetConfig::new(dims());
+    cfg.strict_conserving = true;
+    let mut policy = TapfingerPolicy::untrained(cfg, device).greedy(false);
+    let mut rng = crate::seeded_rng(2);
+    let (mut waited, mut checked) = (0, 0);
+    for seed in 100..220 {
+        let mut view = random_view(seed);
+        for r in view.running.iter_mut() {
+            let mut t = (*r.task).clone();
+            t.max_demand = Some(r.alloc.clone());
+            r.task = std::sync::Arc::new(t);
+        }
+        // The last box is a V100 box; every pending task runs there 3 times as fast, but one in
+        // five only 1.2 times (that one must not wait).
+        if view.nodes.len() < 2 {
+            continue;
+        }
+        let last = view.nodes.len() - 1;
+        let ids: Vec<crate::task::NodeId> = view.nodes.iter().map(|n| n.id).collect();
+        for (i, n) in view.nodes.iter_mut().enumerate() {
+            n.gpu = if i == last { fast } else { slow };
+        }
+        for (i, p) in view.pending.iter_mut().enumerate() {
+            p.est.at_min = 9.0;
+            let speedup = if i % 5 == 4 { 1.2 } else { 3.0 };
+            let on_fast = TaskEstimate {
+                at_min: 9.0 / speedup,
+                ..p.est.clone()
+            };
+            p.on = vec![(fast, on_fast)];
+            let mut t = (*p.task).clone();
+            t.reachable = ids.clone();
+            p.task = std::sync::Arc::new(t);
+        }
+        let fast_id = view.nodes[last].id;
+        let fast_cap = view.nodes[last].capacity.clone();
+        for node in view.nodes.iter().take(last) {
+            let v = view.for_agent(node.id).unwrap();
+            let Some(spare) = untakable(&v) else { continue };
+            // Window tasks that fit the units no one takes, and whether each may wait.
+            let fits: Vec<bool> = v
+                .node()
+                .window
+                .iter()
+                .take(dims().window)
+                .map(|&i| &v.cluster.pending[i])
+                .filter(|p| p.task.min_demand.fits_in(&spare))
+                .map(|p| {
+                    p.est_on(fast).at_min * 1.5 <= p.est.at_min
+                        && p.task.reachable.contains(&fast_id)
+                        && p.task.min_demand.fits_in(&fast_cap)
+                })
+                .collect();
+            if fits.is_empty() {
+                continue;
+            }
+            checked += 1;
+            if policy.decide(&v, &mut rng) == Decision::Pass {
+                assert!(
+                    fits.iter().all(|may_wait| *may_wait),
+                    "a node passed a task that fits and runs no faster elsewhere"
+                );
+                waited += 1;
+            }
+        }
+    }
+    assert!(checked > 10, "too few busy nodes with work ({checked})");
+    assert!(
+        waited > 0,
+        "no task ever waited for the faster box ({checked} checked)"
+    );
+}
+
 fn work_conserving_in(greedy: bool) {
     let device = Device::flex();
     device.seed(6);
