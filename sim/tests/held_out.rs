@@ -1,5 +1,5 @@
 //! The shipped general model on a few held-out generated scenarios (generator seeds from 10000,
-//! never trained on; of the base, wide and long families),
+//! never trained on; of the base, wide, long and Gavel families),
 //! against the best baseline of each: a behaviour check of the model that
 //! `run`, `compare` and `suite` use by default, not a timing. The bar is what the shipped model
 //! is known to hold (docs/RESULTS.md), not the goal of 90 wins at a mean of 0.9: it
@@ -34,6 +34,15 @@ fn the_shipped_general_model_holds_its_own_on_the_wide_family() {
 #[test]
 fn the_shipped_general_model_holds_its_own_on_the_long_family() {
     holds_its_own(Family::Long, 1.7);
+}
+
+/// The same on the Gavel family (mixed K80, P100 and V100 boxes; jobs that cannot be resized;
+/// loads up to 1.2), a family it never trained on: the worst ratio is looser, as on the long
+/// family (13 of these 20 won, mean 0.958, worst 1.347, when this test
+/// was written, 2026-11-29).
+#[test]
+fn the_shipped_general_model_holds_its_own_on_the_gavel_family() {
+    holds_its_own(Family::Gavel, 1.45);
 }
 
 fn holds_its_own(family: Family, worst_bound: f64) {

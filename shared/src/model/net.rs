@@ -51,10 +51,11 @@ pub struct NetConfig {
     /// task has no cap), unless the task runs [`super::FASTER_ELSEWHERE`] times faster on another
     /// box it may run on (GPU models differ; by the estimator). So a task that fits never waits
     /// while units no one can use lie idle but to run much faster elsewhere, and a node whose
-    /// running tasks would take its spare units may still wait for them. Off
-    /// (the shipped models): only an idle node is held to it. Why: on replays of real traces,
-    /// whose tasks cannot be resized, a model trained on generated scenarios passed on busy
-    /// boxes with GPUs idle and tasks waiting (docs/DECISIONS.md, "Masks and action rules").
+    /// running tasks would take its spare units may still wait for them. Off (the per-preset
+    /// models; the general model has it on): only an idle node is held to it. Why: on replays
+    /// of real traces, whose tasks cannot be resized, a model trained on generated scenarios
+    /// passed on busy boxes with GPUs idle and tasks waiting (docs/DECISIONS.md, "Masks and
+    /// action rules").
     #[serde(default)]
     pub strict_conserving: bool,
     /// Elastic sharing, in training and in deployment alike: a claim starts the task at its
