@@ -281,7 +281,10 @@ fn check(path: Option<&std::path::Path>) -> anyhow::Result<()> {
     println!("name     {}", cfg.name);
     println!("cluster  {}", cfg.cluster);
     // As `run` sets them: the GPU model from NVML unless configured.
-    println!("labels   {:?}", d.labels_with_gpu_model(&cfg.labels, offer.gpus));
+    println!(
+        "labels   {:?}",
+        d.labels_with_gpu_model(&cfg.labels, offer.gpus)
+    );
     println!(
         "offer    {} CPU(s), {} GPU(s), {:.1} GiB memory",
         offer.cpus,
