@@ -247,18 +247,7 @@ pub fn draw_in(family: Family, seed: u64) -> Drawn {
         // A table's seconds read with shorter slots: each task takes `scale` times the slots.
         let _ = writeln!(t, "slot_seconds = {:.6}", 1.0 / scale);
     }
-    if let Some((factor, on, off)) = burst {
-        let _ = writeln!(
-            t,
-            "burst = {{ factor = {factor:.2}, on_slots = {on:.1}, off_slots = {off:.1} }}"
-        );
-    }
-    if let Some((shape, max)) = heavy {
-        let _ = writeln!(
-            t,
-            "task_size = {{ pareto_shape = {shape:.2}, max = {max:.1} }}"
-        );
-    }
+    write_spread(&mut t, burst, heavy);
     let _ = writeln!(t);
     for (name, unit, step) in [("cpu", "core", 1.0), ("gpu", "GPU", 1.0)] {
         let _ = writeln!(
@@ -319,6 +308,23 @@ pub fn draw_in(family: Family, seed: u64) -> Drawn {
         }
     }
     Drawn { toml: t, load }
+}
+
+/// The `burst` and `task_size` lines of a generated scenario, where drawn: bursts (factor,
+/// mean burst and quiet lengths in slots) and heavy-tailed sizes (Pareto shape, cap).
+fn write_spread(t: &mut String, burst: Option<(f64, f64, f64)>, heavy: Option<(f64, f64)>) {
+    if let Some((factor, on, off)) = burst {
+        let _ = writeln!(
+            t,
+            "burst = {{ factor = {factor:.2}, on_slots = {on:.1}, off_slots = {off:.1} }}"
+        );
+    }
+    if let Some((shape, max)) = heavy {
+        let _ = writeln!(
+            t,
+            "task_size = {{ pareto_shape = {shape:.2}, max = {max:.1} }}"
+        );
+    }
 }
 
 /// The grid of a table class per kind: its minimum and that doubled, up to its cap (min, 2·min,

@@ -186,18 +186,7 @@ fn write(
         t,
         "lambda = {lambda:.6}\ntasks = {tasks}\nwindow = 10\nslot_seconds = {SLOT_SECONDS}\nstart_weight = {start_weight:.3}\nmax_slots = 1000000"
     );
-    if let Some((factor, on, off)) = burst {
-        let _ = writeln!(
-            t,
-            "burst = {{ factor = {factor:.2}, on_slots = {on:.1}, off_slots = {off:.1} }}"
-        );
-    }
-    if let Some((shape, max)) = heavy {
-        let _ = writeln!(
-            t,
-            "task_size = {{ pareto_shape = {shape:.2}, max = {max:.1} }}"
-        );
-    }
+    super::write_spread(&mut t, burst, heavy);
     let _ = writeln!(
         t,
         "resources = [\n  {{ name = \"cpu\", unit = \"core\" }},\n  {{ name = \"gpu\", unit = \"GPU\" }},\n  {{ name = \"mem\", unit = \"GiB\", step = 4.0 }},\n]\n"
