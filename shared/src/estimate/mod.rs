@@ -498,7 +498,7 @@ impl Estimator {
 
     /// Estimated slots `task` takes alone at `alloc` (all of its work) on a box of GPU model
     /// `model`: its class's fit there, else its fit on another model scaled by how the models
-    /// compare ([`models::speaking`]), else the prior.
+    /// compare (`estimate/models.rs`), else the prior.
     pub fn slots_on(&self, task: &Task, model: GpuModel, alloc: &Resources) -> f64 {
         let a = self.kinds.canonical(alloc);
         let min = self.kinds.canonical(&task.min_demand);

@@ -563,7 +563,7 @@ impl Policy for TapfingerPolicy {
 
 /// How many times faster (by the estimator, alone at its minimum demand) a task must run on
 /// another box it may run on for the strict work-conserving mask to let a node pass it
-/// ([`faster_elsewhere`]).
+/// (the strict mask's one exception; see `NetConfig::strict_conserving`).
 pub const FASTER_ELSEWHERE: f64 = 1.5;
 
 /// Whether pending task `p` runs at least [`FASTER_ELSEWHERE`] times faster on another box of
