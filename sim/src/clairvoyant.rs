@@ -204,7 +204,7 @@ mod tests {
         let rule = jct(&plain, RULE);
         assert_eq!(rule, jct(&plain, RULE_STARTED));
         assert_eq!(rule, jct(&plain, RULE_UNSIZED));
-        let tailed = Simulator::new(Scenario::load("gen:8").unwrap());
+        let tailed = Simulator::new(Scenario::load("gen:1").unwrap());
         let (all, started, none) = (
             jct(&tailed, RULE),
             jct(&tailed, RULE_STARTED),

@@ -28,7 +28,10 @@
 //!
 //! - bursty arrivals in half the scenarios (`burst`, [`crate::workload::Burst`]);
 //! - heavy-tailed task sizes in half (`task_size`, [`crate::workload::TaskSize`]: Pareto with
-//!   shape 1.3–2.5, mean 1, capped at 10–30×).
+//!   shape 1.3–2.5, mean 1, capped at 10–30×);
+//! - the costs real boxes have ([`costs`]): a re-share and a start that cost part of a slot in
+//!   every scenario, classes that cannot be resized in half of them, 7–60 classes in one of
+//!   seven, and more work than the cluster can serve in one of six.
 //!
 //! A second family, `gen-wide:N` ([`Family::Wide`], `generate --family wide`), draws the same
 //! way but with larger boxes (GPU boxes of 16–32 cores and 4–32 GPUs, CPU-only boxes of 4–32
@@ -53,6 +56,7 @@ use rand::RngExt as _;
 use std::fmt::Write as _;
 use tapfinger::resources::Resources;
 
+mod costs;
 mod family;
 mod gavel;
 mod measured;
@@ -85,7 +89,7 @@ pub const PREFIX: &str = "gen:";
 /// [`tests::the_base_family_is_the_one_the_figures_were_measured_on`]'s fingerprint of the
 /// base family.
 #[cfg(test)]
-const BASE_FINGERPRINT: u64 = 0x0205_7b95_ab38_0e33;
+const BASE_FINGERPRINT: u64 = 0x8a46_5966_c44c_d344;
 
 /// Memory grid step of generated clusters (GiB).
 const MEM_STEP_GIB: u32 = 4;
@@ -200,8 +204,10 @@ pub fn draw_in(family: Family, seed: u64) -> Drawn {
     // tables only).
     let mut rng = tapfinger::seeded_rng(seed ^ 0x6E6E_7261_746F_7221);
     let boxes = draw_nodes(&mut rng, family);
-    let classes = draw_classes(&mut rng, &boxes, family);
-    let load = rng.random_range(0.3..0.95);
+    let mut classes = draw_classes(&mut rng, &boxes, family);
+    let mut costs = costs::Costs::draw(seed);
+    costs.apply(&mut classes, &boxes, family);
+    let load = costs.load(rng.random_range(0.3..0.95));
     let scale = family.time_scale(seed);
     let lambda = arrival_rate(&boxes, &classes, load) / scale;
     let tasks = boxes.len() as u32 * rng.random_range(family.tasks_per_node());
@@ -243,6 +249,7 @@ pub fn draw_in(family: Family, seed: u64) -> Drawn {
         classes.len()
     );
     let _ = writeln!(t, "lambda = {lambda:.4}\ntasks = {tasks}\nwindow = 10");
+    costs.write(&mut t);
     if family.tables_only() {
         // A table's seconds read with shorter slots: each task takes `scale` times the slots.
         let _ = writeln!(t, "slot_seconds = {:.6}", 1.0 / scale);
@@ -403,6 +410,18 @@ fn largest_node(boxes: &[Box_]) -> [u32; 3] {
 }
 
 fn draw_classes(rng: &mut tapfinger::Rng, boxes: &[Box_], family: Family) -> Vec<Class> {
+    let n = rng.random_range(1..=6usize);
+    draw_classes_from(rng, boxes, family, 0..n)
+}
+
+/// Classes `class{i}` for each `i` of `names`, drawn in turn from `rng` (the first ones of a
+/// scenario from its main stream, any more from the stream of its costs, [`costs`]).
+fn draw_classes_from(
+    rng: &mut tapfinger::Rng,
+    boxes: &[Box_],
+    family: Family,
+    names: std::ops::Range<usize>,
+) -> Vec<Class> {
     let factor = family.cap_factor();
     let tables = family.tables_only();
     let has_gpu = boxes.iter().any(|b| b.capacity[1] > 0);
@@ -419,8 +438,7 @@ fn draw_classes(rng: &mut tapfinger::Rng, boxes: &[Box_], family: Family) -> Vec
         .filter(|b| b.capacity.iter().zip(POLLUX_MIN).all(|(c, m)| *c >= m))
         .map(|b| b.capacity)
         .max_by_key(|c| (c[1], c[0]));
-    let n = rng.random_range(1..=6usize);
-    (0..n)
+    names
         .map(|i| {
             if let Some(host) = pollux_host
                 && rng.random_bool(1.0 / 7.0)
@@ -629,7 +647,7 @@ mod tests {
             let sc = Scenario::load(&format!("gen:{seed}"))
                 .unwrap_or_else(|e| panic!("gen:{seed} does not load: {e}\n{text}"));
             assert!((2..=24).contains(&sc.nodes.len()));
-            assert!((1..=6).contains(&sc.types.len()));
+            assert!((1..=60).contains(&sc.types.len()));
             assert_eq!(sc.space.len(), 3, "cpu, gpu and mem everywhere");
             // Every class fits on some node at its minimum demand.
             for t in &sc.types {
@@ -655,7 +673,7 @@ mod tests {
                     let lo = m.seconds(&t.min_demand).unwrap();
                     let hi = m.seconds(t.max_demand.as_ref().unwrap()).unwrap();
                     assert!(
-                        hi <= lo,
+                        hi <= lo * (1.0 + 1e-9),
                         "gen:{seed} {}: {hi} s at its cap, {lo} s at its minimum",
                         t.name
                     );
@@ -788,7 +806,7 @@ mod tests {
                     let lo = m.seconds(&t.min_demand).unwrap();
                     let hi = m.seconds(max).unwrap();
                     assert!(
-                        hi <= lo,
+                        hi <= lo * (1.0 + 1e-9),
                         "{name} {}: {hi} s at its cap, {lo} s at its minimum",
                         t.name
                     );
