@@ -86,8 +86,9 @@ fn share_with(
 /// the remaining time a unit saves is worth the slot fraction the switch loses; and it takes
 /// nothing from the round robin. A costly task just started takes only the CPU and GPU units it
 /// gains from. Units nobody takes stay idle, so an arrival takes them without moving anyone.
-/// Where switches are free (or not yet measured; every generated scenario) the share is as
-/// before.
+/// Where switches are free (or not yet measured) the share is as before. The strict
+/// work-conserving mask reads what this share leaves idle (`NetConfig::strict_conserving`), so
+/// a node does not wait for units a costly task will not take.
 ///
 /// Why fractions: the estimate of a task's job time is its class's, not its own (sizes differ
 /// within a class), and a fraction of it is the same for a long task as for a short one; it

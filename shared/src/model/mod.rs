@@ -292,17 +292,7 @@ impl TapfingerPolicy {
         if !self.cfg.strict_conserving {
             return false;
         }
-        let mut spare = view.node().free.clone();
-        for &i in &view.node().running {
-            let r = &view.cluster.running[i];
-            let Some(m) = &r.task.max_demand else {
-                return false;
-            };
-            for k in 0..spare.len() {
-                let room = m.get(k).saturating_sub(r.alloc.get(k));
-                spare.0[k] = spare.0[k].saturating_sub(room);
-            }
-        }
+        let spare = self.idle_after_share(view);
         let node = view.node();
         window.iter().enumerate().any(|(i, t)| {
             !blocked[i]
@@ -312,6 +302,38 @@ impl TapfingerPolicy {
                     .get(i)
                     .is_none_or(|&p| !faster_elsewhere(view, &view.cluster.pending[p]))
         })
+    }
+
+    /// The units of the deciding node that would stay idle next slot if it passed: its free
+    /// units after its running tasks are re-shared by [`Self::shares`] (what the node does at
+    /// the end of the slot), each task's change in allocation taken from or given back to them.
+    /// Where switches are free a running task takes every spare unit up to its cap; one whose
+    /// class pays for a switch keeps what it holds unless a move is worth it, so the units it
+    /// leaves are idle, and the strict mask counts them so.
+    fn idle_after_share(&self, view: &View<'_>) -> Resources {
+        let mut spare = view.node().free.clone();
+        for (id, a) in self.shares(view) {
+            let Some(r) = view.running().find(|r| r.task.id == id) else {
+                continue;
+            };
+            for k in 0..spare.len() {
+                let (now, next) = (r.alloc.get(k), a.get(k));
+                spare.0[k] = (spare.0[k] + now).saturating_sub(next);
+            }
+        }
+        spare
+    }
+
+    /// The node's re-share of its running tasks under this model's sharing rule (none unless
+    /// elastic): what [`Policy::rebalance`] returns, and what the strict mask reads.
+    fn shares(&self, view: &View<'_>) -> Vec<(crate::TaskId, Resources)> {
+        if !self.cfg.elastic {
+            Vec::new()
+        } else if self.cfg.gain_share {
+            crate::share::gain_greedy_shares(view, self.cfg.hold_gpus, self.cfg.finish_first)
+        } else {
+            crate::share::least_attained_shares(view, self.cfg.hold_gpus)
+        }
     }
 
     /// Whether this model draws task `t`'s floor with its allocation head (an elastic model with
@@ -545,15 +567,7 @@ impl Policy for TapfingerPolicy {
         self.cfg.elastic && self.cfg.floors
     }
     fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(crate::TaskId, Resources)> {
-        if self.cfg.elastic {
-            if self.cfg.gain_share {
-                crate::share::gain_greedy_shares(view, self.cfg.hold_gpus, self.cfg.finish_first)
-            } else {
-                crate::share::least_attained_shares(view, self.cfg.hold_gpus)
-            }
-        } else {
-            Vec::new()
-        }
+        self.shares(view)
     }
     fn forecast_interval(&self) -> Option<u64> {
         (self.cfg.dims.is_rlpto() && self.cfg.forecast_interval_slots > 0)

@@ -46,9 +46,11 @@ pub struct NetConfig {
     #[serde(default = "yes")]
     pub work_conserving: bool,
     /// With `work_conserving`, the strict form, in training and in deployment alike: a busy node
-    /// may not pass either while a task in its window fits in the units its running tasks could
-    /// not take (its free units less each running task's room to its cap; none where a running
-    /// task has no cap), unless the task runs [`super::FASTER_ELSEWHERE`] times faster on another
+    /// may not pass either while a task in its window fits in the units its running tasks would
+    /// not take (its free units after the node's re-share of them, which gives a task whose
+    /// switches are free every spare unit up to its cap, and leaves a task whose class pays for
+    /// a switch what it holds unless a move is worth it), unless the task runs
+    /// [`super::FASTER_ELSEWHERE`] times faster on another
     /// box it may run on (GPU models differ; by the estimator). So a task that fits never waits
     /// while units no one can use lie idle but to run much faster elsewhere, and a node whose
     /// running tasks would take its spare units may still wait for them. Off (the per-preset

@@ -26,22 +26,22 @@ use std::fmt::Write as _;
 #[derive(Debug)]
 pub(super) struct Costs {
     /// Progress multiplier of a slot whose allocation changed.
-    pub switch_weight: f64,
+    pub(super) switch_weight: f64,
     /// Progress multiplier of a run's first slot.
-    pub start_weight: f64,
+    pub(super) start_weight: f64,
     /// The chance that a class cannot be resized (0 in half the scenarios).
-    pub fixed: f64,
+    pub(super) fixed: f64,
     /// How many classes the scenario has in all, if more than the main stream drew.
-    pub classes: Option<usize>,
+    pub(super) classes: Option<usize>,
     /// The offered load, if it overloads the cluster.
-    pub overload: Option<f64>,
+    pub(super) overload: Option<f64>,
     /// The stream the rest is drawn from (which classes are fixed, the extra classes).
     rng: tapfinger::Rng,
 }
 
 impl Costs {
     /// The costs of scenario `seed` (the same for every family that draws them).
-    pub fn draw(seed: u64) -> Self {
+    pub(super) fn draw(seed: u64) -> Self {
         let mut rng = tapfinger::seeded_rng(seed ^ 0x636F_7374_732D_7265);
         let switch_weight = rng.random_range(0.5..=1.0);
         let start_weight = rng.random_range(0.3..=1.0);
@@ -67,7 +67,7 @@ impl Costs {
     }
 
     /// Add the classes beyond the main stream's and make the fixed ones unresizable.
-    pub fn apply(&mut self, classes: &mut Vec<Class>, boxes: &[Box_], family: Family) {
+    pub(super) fn apply(&mut self, classes: &mut Vec<Class>, boxes: &[Box_], family: Family) {
         if let Some(n) = self.classes
             && n > classes.len()
         {
@@ -82,12 +82,12 @@ impl Costs {
     }
 
     /// The offered load: the main stream's unless this scenario overloads its cluster.
-    pub fn load(&self, drawn: f64) -> f64 {
+    pub(super) fn load(&self, drawn: f64) -> f64 {
         self.overload.unwrap_or(drawn)
     }
 
     /// The scenario's `switch_weight` and `start_weight` lines.
-    pub fn write(&self, t: &mut String) {
+    pub(super) fn write(&self, t: &mut String) {
         let _ = writeln!(
             t,
             "switch_weight = {:.3}\nstart_weight = {:.3}",

@@ -309,3 +309,67 @@ fn the_exclusive_first_mask_keeps_a_younger_task_of_its_class_from_overtaking_a_
     assert!(!taken.contains(&3), "task 3 overtook task 2: {taken:?}");
     assert!(taken.len() >= 2, "{taken:?}");
 }
+
+/// The strict form counts the units the node's re-share would leave idle: a running task whose
+/// class pays for a switch (a measured cost, and it has run a slot) keeps what it holds unless
+/// a move is worth it, so the spare units it could grow into stay idle, and a node must not pass
+/// a task that fits in them. Where switches are free the same task takes them, and the node may
+/// wait for it.
+#[test]
+fn the_strict_form_counts_the_units_a_costly_task_would_leave_idle() {
+    let device = Device::flex();
+    device.seed(6);
+    let mut cfg = NetConfig::new(dims());
+    cfg.strict_conserving = true;
+    // The shipped general model's sharing: elastic, gain-aware, finishing first.
+    (cfg.elastic, cfg.gain_share, cfg.finish_first) = (true, true, true);
+    let mut policy = TapfingerPolicy::untrained(cfg, device).greedy(false);
+    let mut rng = crate::seeded_rng(2);
+    let (mut checked, mut passed_free) = (0, 0);
+    for seed in 100..260 {
+        for costly in [true, false] {
+            let mut view = random_view(seed);
+            view.slot = view.slot.max(5);
+            for r in view.running.iter_mut() {
+                // Every running task may grow to take its node's whole capacity, and has run.
+                let mut t = (*r.task).clone();
+                t.max_demand = Some(Resources(vec![64; r.alloc.len()]));
+                r.task = std::sync::Arc::new(t);
+                r.started = 0;
+                r.in_force = r.alloc.clone();
+                r.est.switch_cost = if costly { 0.5 } else { 0.0 };
+            }
+            for node in &view.nodes {
+                let v = view.for_agent(node.id).unwrap();
+                if node.running.is_empty() || v.feasible().next().is_none() {
+                    continue;
+                }
+                let pass = policy.decide(&v, &mut rng) == Decision::Pass;
+                let idle = policy.idle_after_share(&v);
+                let fits_idle = v
+                    .feasible()
+                    .take(dims().window)
+                    .any(|t| t.min_demand.fits_in(&idle));
+                if costly {
+                    checked += usize::from(fits_idle);
+                    assert!(
+                        !(fits_idle && pass),
+                        "a busy node passed while a task fits units its costly tasks leave idle"
+                    );
+                } else {
+                    // Free switches: the running tasks take every spare unit up to their caps.
+                    assert!(!fits_idle, "units left idle though switches are free");
+                    passed_free += usize::from(pass);
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 5,
+        "too few busy nodes with idle units ({checked})"
+    );
+    assert!(
+        passed_free > 0,
+        "with free switches a busy node never waited for its tasks to grow"
+    );
+}
