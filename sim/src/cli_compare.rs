@@ -172,7 +172,7 @@ pub(crate) struct Estimates {
     #[arg(long)]
     declare_work: bool,
     /// A run's first slot keeps this share (0 < W ≤ 1) of its progress, whatever the scenario's
-    /// `start_weight` says (generated scenarios other than gen-gavel have none): the time from a decision to a
+    /// `start_weight` says (every generated scenario draws one): the time from a decision to a
     /// task's first progress, which agents measure as its start-up.
     #[arg(long, value_name = "W", value_parser = start_weight)]
     start_weight: Option<f64>,

@@ -86,7 +86,7 @@ pub struct SuiteConfig {
     /// Tasks declare their work ([`crate::Simulator::declare_work`]).
     pub declare_work: bool,
     /// A run's first slot keeps this share of its progress ([`crate::Simulator::start_weight`];
-    /// `None`: the generated scenario's, 1).
+    /// `None`: the scenario's own).
     pub start_weight: Option<f64>,
 }
 
