@@ -29,7 +29,7 @@
 //! - bursty arrivals in half the scenarios (`burst`, [`crate::workload::Burst`]);
 //! - heavy-tailed task sizes in half (`task_size`, [`crate::workload::TaskSize`]: Pareto with
 //!   shape 1.3–2.5, mean 1, capped at 10–30×);
-//! - the costs real boxes have ([`costs`]): a re-share and a start that cost part of a slot in
+//! - the costs real boxes have (`generate/costs.rs`): a re-share and a start that cost part of a slot in
 //!   every scenario, classes that cannot be resized in half of them, 7–60 classes in one of
 //!   seven, and more work than the cluster can serve in one of six.
 //!
@@ -415,7 +415,7 @@ fn draw_classes(rng: &mut tapfinger::Rng, boxes: &[Box_], family: Family) -> Vec
 }
 
 /// Classes `class{i}` for each `i` of `names`, drawn in turn from `rng` (the first ones of a
-/// scenario from its main stream, any more from the stream of its costs, [`costs`]).
+/// scenario from its main stream, any more from the stream of its costs, `costs.rs`).
 fn draw_classes_from(
     rng: &mut tapfinger::Rng,
     boxes: &[Box_],
