@@ -117,7 +117,7 @@ pub fn gain_greedy_shares(
             vec![false; tasks.len()]
         };
         greedy(view, tasks, allocs, free, held, &done);
-        round_robin(view, tasks, allocs, free, held, Spare::GainfulWhereCostly);
+        round_robin(view, tasks, allocs, free, held, Spare::AllButSettledCostly);
     })
 }
 
@@ -310,14 +310,14 @@ enum Spare {
     Gainful,
     /// Nothing to a task whose class pays for a switch ([`COSTLY_SWITCH`]) once it has run a
     /// slot, as `All` for the others (a costly task just started among them).
-    GainfulWhereCostly,
+    AllButSettledCostly,
 }
 
 /// Hands `free` out to `tasks` (in [`least_attained_order`]) kind by kind, one unit at a time
 /// round robin, up to each task's maximum demand, skipping the `held` kind; where the view's
 /// priority classes count, the highest class's tasks share until none of them can take more,
 /// then the next class's do; CPU and GPU only to the tasks `spare` says, memory and kinds
-/// without a canonical place to all (but, with [`Spare::GainfulWhereCostly`], nothing at all
+/// without a canonical place to all (but, with [`Spare::AllButSettledCostly`], nothing at all
 /// to a task that pays for switches and has run).
 fn round_robin(
     view: &View<'_>,
@@ -345,14 +345,13 @@ fn round_robin(
                     // Memory is a need more than a speed: a task short of it fails, so it is
                     // shared whatever its estimated gain.
                     let gainful = match spare {
-                        Spare::All => false,
+                        Spare::All | Spare::AllButSettledCostly => false,
                         Spare::Gainful => true,
-                        Spare::GainfulWhereCostly => settled_and_costly(view, r),
                     };
                     // A task that pays for switches and has run keeps what it holds (or what
                     // the greedy step moved it to): a unit more would be a switch for nothing.
                     let settled =
-                        matches!(spare, Spare::GainfulWhereCostly) && settled_and_costly(view, r);
+                        matches!(spare, Spare::AllButSettledCostly) && settled_and_costly(view, r);
                     let useful = !settled
                         && (!gainful
                             || canonical(k).is_none_or(|c| c == 2 || r.est.gain[c] >= MIN_GAIN));

@@ -155,7 +155,7 @@ mod tests {
     }
 
     #[test]
-    fn an_overloaded_scenario_says_so_and_queues_deeper() {
+    fn an_overloaded_scenario_is_drawn_at_its_load_and_says_it() {
         let seed = (0..100u64)
             .find(|s| Costs::draw(*s).overload.is_some())
             .expect("an overloaded scenario among the first hundred");
