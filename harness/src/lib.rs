@@ -33,6 +33,8 @@ pub struct Cluster {
     pub starts: u32,
     /// Starts per task.
     pub started: BTreeMap<TaskId, u32>,
+    /// The epoch of every start of each task, in order.
+    pub epochs: BTreeMap<TaskId, Vec<u64>>,
     /// (task, ms) whenever two copies of a task ran at the same time.
     pub overlaps: Vec<(TaskId, u64)>,
     /// The side of a partition each node is on (messages cross only within a side).
@@ -98,6 +100,7 @@ impl Cluster {
             finished: BTreeMap::new(),
             starts: 0,
             started: BTreeMap::new(),
+            epochs: BTreeMap::new(),
             overlaps: Vec::new(),
             side: vec![0; n],
             cut: BTreeSet::new(),
@@ -133,6 +136,12 @@ impl Cluster {
                 Action::Start { task, alloc, .. } => {
                     self.starts += 1;
                     *self.started.entry(task).or_default() += 1;
+                    // The epoch the starting node gave this copy (what the task would be told).
+                    let epoch = self.nodes[from]
+                        .tasks()
+                        .get(task)
+                        .map_or(0, |t| t.meta.epoch);
+                    self.epochs.entry(task).or_default().push(epoch);
                     if self.running.iter().any(|(_, _, t)| *t == task) {
                         self.overlaps.push((task, self.now));
                     }

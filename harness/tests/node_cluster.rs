@@ -243,6 +243,12 @@ fn a_partition_longer_than_the_autonomy_time_never_overlaps_and_heals_to_one_out
     // The minority nodes (0 and 1) stopped what they ran when their lease lapsed.
     let stops: u64 = c.nodes[..2].iter().map(|n| n.stats().lease_stops).sum();
     assert!(stops > 0, "the cut-off side stopped nothing");
+    // Every start carried an epoch no other start of the task carried, including the starts
+    // of the two sides, which could not hear of each other's.
+    for (id, e) in &c.epochs {
+        let unique: BTreeSet<_> = e.iter().collect();
+        assert_eq!(unique.len(), e.len(), "{id}: starts shared an epoch: {e:?}");
+    }
     assert_agree(&c);
     let o = c.outcomes();
     for (id, s) in &o[0] {
@@ -250,6 +256,42 @@ fn a_partition_longer_than_the_autonomy_time_never_overlaps_and_heals_to_one_out
             matches!(s, TaskState::Done { code: Some(0), .. }),
             "{id}: {s:?}"
         );
+    }
+}
+
+/// A queue known on both sides when a cut longer than the autonomy time begins: the cut-off
+/// side starts the queued tasks it owns while its lease holds, and the other side, which never
+/// heard those starts, takes the same tasks over after the takeover time. The two starts of
+/// such a task carry different epochs (each side's counter is the same; the node ids differ),
+/// so a task's storage fencing on the epoch keeps one of them.
+#[test]
+fn starts_on_both_sides_of_a_long_cut_carry_different_epochs() {
+    let mut c = Cluster::new(5, "min");
+    c.work_ms = 800;
+    for _ in 0..40 {
+        c.step();
+    }
+    for id in 0..60u64 {
+        c.submit((id % 5) as usize, id);
+    }
+    for _ in 0..10 {
+        c.step();
+    }
+    c.side = vec![1, 1, 0, 0, 0];
+    for _ in 0..5000 / STEP {
+        c.step();
+    }
+    c.side = vec![0; 5];
+    c.run_until_finished(60, 30_000);
+    assert!(c.overlaps.is_empty(), "copies overlapped: {:?}", c.overlaps);
+    let twice: Vec<_> = c.epochs.iter().filter(|(_, e)| e.len() > 1).collect();
+    assert!(
+        !twice.is_empty(),
+        "no task started twice: the scenario tests nothing"
+    );
+    for (id, e) in twice {
+        let unique: BTreeSet<_> = e.iter().collect();
+        assert_eq!(unique.len(), e.len(), "{id}: starts shared an epoch: {e:?}");
     }
 }
 

@@ -148,6 +148,22 @@ pub struct Outcome {
 /// The epoch of a cancellation: above any copy's, so a cancel always wins a reconciliation.
 pub const CANCELLED: u64 = u64::MAX;
 
+/// The epoch of a new start of a task by `node`, after the highest epoch known for it, `known`:
+/// a pair (counter, node id) in one number, `counter × 2³² + node id`, ordered as numbers are
+/// (lexicographically). The counter is one above `known`'s, so the start beats every copy its
+/// deciders knew of; the node id makes it unique even against a start they could not know of
+/// (two sides of a partition that each start the task with the same counter carry different
+/// epochs, and the higher one is the one a task's storage keeps). Never [`CANCELLED`].
+pub fn next_epoch(known: u64, node: crate::NodeId) -> u64 {
+    let counter = ((known >> 32) + 1).min(u64::from(u32::MAX) - 1);
+    (counter << 32) | u64::from(node.0)
+}
+
+/// The counter part of an epoch ([`next_epoch`]).
+pub fn epoch_counter(epoch: u64) -> u64 {
+    epoch >> 32
+}
+
 /// A finished task with its outcome, as a (re)joining peer is told of it: with the task and its
 /// spec, so that a node that never heard of the task (it was submitted on the other side of a
 /// partition) knows it afterwards like every other node.

@@ -155,7 +155,7 @@ impl NodeCore {
             let Some(m) = self.tasks.meta_mut(g.task) else {
                 continue;
             };
-            m.epoch += 1;
+            m.epoch = crate::wire::next_epoch(m.epoch, g.claimant);
             m.owner = Some(g.claimant);
             let spec = m.spec.clone();
             if complete {
@@ -640,7 +640,11 @@ mod tests {
         assert_eq!(n.tasks()[&TaskId(7)].state, TaskState::Pending);
         let out = n.start_gangs(&[commit()], true, 1, 2000);
         assert_eq!(starts(&out).len(), 1);
-        assert_eq!(n.tasks()[&TaskId(7)].meta.epoch, 2);
+        // Two starts: the tentative hold's and the real one, each a counter above the last.
+        assert_eq!(
+            crate::wire::epoch_counter(n.tasks()[&TaskId(7)].meta.epoch),
+            2
+        );
         let out = n.on_exit(TaskId(7), Some(1), false);
         assert!(
             out.iter().any(|a| matches!(a, Action::Broadcast(e)

@@ -339,7 +339,7 @@ impl NodeCore {
                 .get(c.task)
                 .is_some_and(|t| t.state == TaskState::Pending);
             if let Some(m) = self.tasks.meta_mut(c.task).filter(|_| pending) {
-                m.epoch += 1;
+                m.epoch = crate::wire::next_epoch(m.epoch, c.agent);
             }
             if pending && c.agent != self.cfg.me {
                 // `c.agent` may have decided this round with every proposal and started the
@@ -378,13 +378,14 @@ impl NodeCore {
             {
                 continue;
             }
-            // A new start: an epoch above every one known for the task (a fencing token).
+            // A new start: an epoch above every one known for the task, and of the starting node's
+            // own (a fencing token no other start of the task carries).
             self.tasks
                 .set_state(c.task, running_at(c, outcome.round.slot));
             let Some(m) = self.tasks.meta_mut(c.task) else {
                 continue;
             };
-            m.epoch += 1;
+            m.epoch = crate::wire::next_epoch(m.epoch, c.agent);
             m.owner = Some(c.agent);
             if c.agent == self.cfg.me {
                 // A new run here: the end of an earlier one stopped for a lapsed lease is
