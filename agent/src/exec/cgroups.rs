@@ -197,6 +197,33 @@ impl Cgroups {
         }
     }
 
+    /// Kill every process left in `task`'s groups (a task whose supervisor is gone): through
+    /// `cgroup.kill` where the kernel has it (cgroup v2, Linux 5.14 on), else each process its
+    /// `cgroup.procs` lists. Returns how many processes the groups held.
+    pub(crate) fn kill_all(&self, task: TaskId) -> usize {
+        let mut found = 0;
+        for d in self.groups_of(task) {
+            let procs: Vec<i32> = std::fs::read_to_string(d.join("cgroup.procs"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect();
+            if procs.is_empty() {
+                continue;
+            }
+            found += procs.len();
+            if std::fs::write(d.join("cgroup.kill"), "1").is_err() {
+                for p in procs {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(p),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+        }
+        found
+    }
+
     /// The groups [`Cgroups::create`] makes for `task` (the first: its CPU group, on v2 its
     /// only one).
     pub(crate) fn groups_of(&self, task: TaskId) -> Vec<PathBuf> {

@@ -8,6 +8,8 @@ use std::path::Path;
 #[derive(Debug, Clone)]
 pub(crate) struct Copy {
     pub node: String,
+    /// The epoch the agent gave this copy (`TAPFINGER_EPOCH`).
+    pub epoch: String,
     pub start: u64,
     /// Last sign of life (ms); a copy without an end line died within 100 ms of it.
     pub last: u64,
@@ -51,6 +53,7 @@ impl Evidence {
                     (Some(&"start"), Some(t), c) => {
                         *c = Some(Copy {
                             node: w.get(2).unwrap_or(&"?").to_string(),
+                            epoch: w.get(3).unwrap_or(&"?").to_string(),
                             start: t,
                             last: t,
                             ended: false,
@@ -132,6 +135,20 @@ impl Evidence {
             .filter(|(_, c)| c.len() > 1)
             .map(|(k, _)| k.clone())
             .collect()
+    }
+
+    /// Tasks two of whose copies carried the same epoch (a fencing token that does not fence).
+    pub(crate) fn shared_epochs(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (k, cs) in &self.copies {
+            let mut seen = std::collections::BTreeSet::new();
+            for c in cs {
+                if !seen.insert(&c.epoch) {
+                    out.push((k.clone(), c.epoch.clone()));
+                }
+            }
+        }
+        out
     }
 
     pub(crate) fn completed_twice(&self) -> Vec<String> {

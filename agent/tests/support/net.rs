@@ -136,6 +136,51 @@ impl Net {
     }
 }
 
+impl Net {
+    /// Cut the links one way: packets from agents `from` to agents `to` are dropped (a blackhole
+    /// route in each sender's namespace), while the other direction still carries. TCP needs
+    /// both directions, so connections between the two sets fail, but each side still hears
+    /// what the other sends until then, and datagrams keep arriving one way.
+    pub(crate) fn cut_one_way(&self, from: &[usize], to: &[usize]) {
+        for &i in from {
+            for &j in to {
+                let host = format!("{}/32", self.addr(j));
+                ip(&["-n", &self.ns(i), "route", "replace", "blackhole", &host])
+                    .expect("a blackhole route");
+            }
+        }
+    }
+
+    /// Undo [`Net::cut_one_way`].
+    pub(crate) fn mend_one_way(&self, from: &[usize], to: &[usize]) {
+        for &i in from {
+            for &j in to {
+                let host = format!("{}/32", self.addr(j));
+                let _ = ip(&["-n", &self.ns(i), "route", "del", "blackhole", &host]);
+            }
+        }
+    }
+
+    /// The processes in agent `i`'s namespace whose command line has the word `word` (the
+    /// agent's task supervisors: `supervise`).
+    pub(crate) fn pids_running(&self, i: usize, word: &str) -> Vec<i32> {
+        let Ok(out) = Command::new("ip")
+            .args(["netns", "pids", &self.ns(i)])
+            .output()
+        else {
+            return Vec::new();
+        };
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+            .filter(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c.split(|b| *b == 0).any(|w| w == word.as_bytes()))
+            })
+            .collect()
+    }
+}
+
 impl Drop for Net {
     fn drop(&mut self) {
         for ns in (0..AGENTS).map(|i| self.ns(i)).chain([self.hub()]) {

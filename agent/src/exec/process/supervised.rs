@@ -15,6 +15,10 @@ use tokio::sync::{mpsc, oneshot};
 /// How often a supervised task's log and process are looked at.
 const POLL: Duration = Duration::from_millis(200);
 
+/// How long a restarted agent waits for a killed leftover of a task to be gone (SIGKILL takes
+/// effect within milliseconds; a process in uninterruptible sleep can take longer).
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
 /// Spawn the supervisor `cmd` (already the full `supervise` command line) for `task`.
 pub(super) fn start(
     ex: &ProcessExecutor,
@@ -65,6 +69,21 @@ pub(super) fn start(
 pub(super) fn adopt(ex: &ProcessExecutor, sup: Supervision, task: TaskId, h: Handle) -> Adopted {
     let exit_file = sup.run_dir.join(format!("{}.exit", task.0));
     if !alive(h.pid, h.start) {
+        // The supervisor is gone. Its guard kills the task's group when it goes, but a guard
+        // killed with it leaves what the task started: that is killed here, from the group the
+        // supervisor recorded and from the task's cgroup, before the task can be requeued and
+        // start anywhere (the replay runs before this agent announces anything).
+        if let Some(g) = crate::guard::Group::read(&exit_file.with_extension("group")) {
+            let n = crate::guard::kill_recorded(g, KILL_WAIT);
+            if n > 0 {
+                tracing::warn!(%task, processes = n, pgid = g.pgid, "killed what was left of a task whose supervisor was gone");
+            }
+        }
+        let n = ex.cgroups.kill_all(task);
+        if n > 0 {
+            tracing::warn!(%task, processes = n, "killed what was left in a task's cgroup");
+        }
+        let _ = std::fs::remove_file(exit_file.with_extension("group"));
         return match ExitRecord::read(&exit_file) {
             Some(r) => Adopted::Exited(if r.how == "exited" { r.code } else { None }),
             None => Adopted::Lost,

@@ -1,0 +1,193 @@
+//! The task supervisor and its guard as the agent starts them (`tapfinger-agent supervise`), with
+//! tasks that record their own processes: a preemption gives the checkpoint signal and the grace;
+//! a supervisor killed with SIGKILL takes its task's whole process group with it; the guard
+//! killed with it still takes the task's first process, and what is left is found and killed from
+//! the group the supervisor recorded. Every verdict is read from `/proc` and the task's own files.
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tapfinger_agent::guard::{Group, kill_recorded};
+use tapfinger_agent::supervise::{ExitRecord, start_time};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tapfinger-agent");
+
+/// A supervisor running `script` under `sh -c`, with a lease that stays fresh for a minute.
+fn supervise(dir: &Path, script: &str, grace_ms: u64) -> Child {
+    let lease = dir.join("lease");
+    std::fs::write(&lease, "me").unwrap();
+    Command::new(BIN)
+        .arg("supervise")
+        .arg("--lease")
+        .arg(&lease)
+        .args(["--autonomy-ms", "60000", "--owner", "me"])
+        .args(["--grace-ms", &grace_ms.to_string()])
+        .arg("--exit-file")
+        .arg(dir.join("t.exit"))
+        .arg("--stdout")
+        .arg(dir.join("t.stdout"))
+        .arg("--stderr")
+        .arg(dir.join("t.stderr"))
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap()
+}
+
+/// Wait until `f` holds, for at most `limit` (a bound on a liveness wait, not a speed claim).
+fn until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < end, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A pid the task wrote to `dir/name`, once it has.
+fn pid_in(dir: &Path, name: &str) -> u32 {
+    let p: PathBuf = dir.join(name);
+    until(Duration::from_secs(20), name, || {
+        std::fs::read_to_string(&p).is_ok_and(|s| s.ends_with('\n'))
+    });
+    std::fs::read_to_string(&p).unwrap().trim().parse().unwrap()
+}
+
+fn alive(pid: u32) -> bool {
+    start_time(pid).is_some()
+}
+
+/// A task that records its shell's pid and a background child's, then waits.
+const TREE: &str = "sleep 300 & echo $! > child.tmp; mv child.tmp child; echo $$ > leader.tmp; mv leader.tmp leader; wait";
+
+fn task_in(dir: &Path) -> String {
+    format!("cd '{}' || exit 1; {TREE}", dir.display())
+}
+
+/// SIGUSR1 to the supervisor (a preemption): the task gets SIGTERM, its checkpoint signal, and
+/// ends by itself within its grace; one that ignores it is killed after the grace.
+#[test]
+fn a_preempted_task_gets_its_checkpoint_signal_then_its_grace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let marker = dir.join("term");
+    let polite = format!(
+        "trap 'echo term > {}; exit 0' TERM; echo up > {}/up; while true; do sleep 0.05; done",
+        marker.display(),
+        dir.display()
+    );
+    let mut sup = supervise(dir, &polite, 5_000);
+    until(Duration::from_secs(20), "the task started", || {
+        dir.join("up").exists()
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sup.id() as i32),
+        nix::sys::signal::Signal::SIGUSR1,
+    )
+    .unwrap();
+    sup.wait().unwrap();
+    let r = ExitRecord::read(&dir.join("t.exit")).unwrap();
+    assert_eq!(r.how, "preempted");
+    assert_eq!(std::fs::read_to_string(&marker).unwrap().trim(), "term");
+    // One that ignores the signal is killed once its grace is up (else this never returns).
+    std::fs::remove_file(dir.join("up")).unwrap();
+    let deaf = format!(
+        "trap '' TERM; echo up > {}/up; while true; do sleep 0.05; done",
+        dir.display()
+    );
+    let mut sup = supervise(dir, &deaf, 200);
+    until(Duration::from_secs(20), "the task started", || {
+        dir.join("up").exists()
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sup.id() as i32),
+        nix::sys::signal::Signal::SIGUSR1,
+    )
+    .unwrap();
+    sup.wait().unwrap();
+    assert_eq!(
+        ExitRecord::read(&dir.join("t.exit")).unwrap().how,
+        "preempted"
+    );
+}
+
+/// A task's exit code and a program that cannot start come through the guard as before.
+#[test]
+fn exit_codes_and_spawn_failures_pass_through_the_guard() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut sup = supervise(dir, "exit 3", 0);
+    sup.wait().unwrap();
+    let r = ExitRecord::read(&dir.join("t.exit")).unwrap();
+    assert_eq!((r.how.as_str(), r.code), ("exited", Some(3)));
+    assert!(
+        !dir.join("t.group").exists(),
+        "the group record outlived its group"
+    );
+    let lease = dir.join("lease");
+    let mut sup = Command::new(BIN)
+        .arg("supervise")
+        .arg("--lease")
+        .arg(&lease)
+        .args(["--autonomy-ms", "60000", "--owner", "me"])
+        .arg("--exit-file")
+        .arg(dir.join("t.exit"))
+        .arg("--stdout")
+        .arg(dir.join("t.stdout"))
+        .arg("--stderr")
+        .arg(dir.join("t.stderr"))
+        .args(["--", "/no/such/program"])
+        .spawn()
+        .unwrap();
+    sup.wait().unwrap();
+    let r = ExitRecord::read(&dir.join("t.exit")).unwrap();
+    assert_eq!(r.how, "spawn", "{r:?}");
+    assert!(r.message.contains("/no/such/program"), "{r:?}");
+}
+
+/// SIGKILL to the supervisor (an OOM kill, `kill -9`): the task's whole process group dies
+/// with it, its shell and the child it started both.
+#[test]
+fn a_task_dies_with_its_killed_supervisor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut sup = supervise(dir, &task_in(dir), 0);
+    let (leader, child) = (pid_in(dir, "leader"), pid_in(dir, "child"));
+    assert!(alive(leader) && alive(child));
+    let group = Group::read(&dir.join("t.group")).expect("the supervisor records the group");
+    sup.kill().unwrap();
+    sup.wait().unwrap();
+    until(Duration::from_secs(20), "the task's group died", || {
+        !alive(leader) && !alive(child) && !alive(group.pgid)
+    });
+}
+
+/// SIGKILL to the supervisor and the guard at once: the task's first process dies with the
+/// guard (its parent-death signal survives `exec`); the child it started outlives both, and is
+/// what a restarted agent kills from the recorded group before the task may run again.
+#[test]
+fn what_outlives_a_killed_supervisor_and_guard_is_killed_from_the_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut sup = supervise(dir, &task_in(dir), 0);
+    let (leader, child) = (pid_in(dir, "leader"), pid_in(dir, "child"));
+    let group = Group::read(&dir.join("t.group")).unwrap();
+    assert_eq!(start_time(group.pgid), Some(group.start));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(group.pgid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    sup.kill().unwrap();
+    sup.wait().unwrap();
+    until(
+        Duration::from_secs(20),
+        "the task's first process died",
+        || !alive(leader),
+    );
+    assert!(alive(child), "the scenario needs a process left over");
+    assert_eq!(kill_recorded(group, Duration::from_secs(20)), 1);
+    assert!(!alive(child), "the recorded group's kill left a process");
+}
