@@ -5,13 +5,15 @@
 //! Two stages, both this binary, because the workspace forbids `unsafe` and so a `pre_exec` hook
 //! in the supervisor that would set the task's parent-death signal:
 //!
-//! 1. **The guard** leads the task's process group (the supervisor starts it in a group of its
-//!    own). It asks the kernel for a signal when its parent dies (`PR_SET_PDEATHSIG`), checks
-//!    that its parent is still the supervisor that started it (else it starts nothing), and runs
-//!    the second stage as its child. On the signal, or when a check every 100 ms finds its
-//!    parent changed, it kills its whole process group (the task and whatever the task started
-//!    in it, itself last) with SIGKILL. It ignores SIGTERM and SIGINT, which the supervisor sends
-//!    to the group as the task's checkpoint signal. It exits with the task's exit code, or by
+//! 1. **The guard** asks the kernel for a signal when its parent dies (`PR_SET_PDEATHSIG`),
+//!    checks that its parent is still the supervisor that started it (else it starts nothing),
+//!    and runs the second stage as its child, in a process group of its own: the task's group,
+//!    which it records (`--group-file`, pid and start time) before the task's program starts and
+//!    which the supervisor signals from then on. On the signal, or when a check every 100 ms
+//!    finds its parent changed, it kills the task's whole group with SIGKILL, reaps the task and
+//!    exits. Being outside that group, it outlives every kill of the group long enough to reap
+//!    the task at once (a task whose parent died with it would stay a zombie until `init`
+//!    reaped it, and counted as alive meanwhile). It exits with the task's exit code, or by
 //!    SIGKILL when the task died of a signal (the supervisor then records no code, as for any
 //!    task killed by a signal).
 //! 2. **`guard --exec`** asks for SIGKILL when *its* parent (the guard) dies, checks that parent,
@@ -35,6 +37,9 @@ pub struct GuardArgs {
     /// Where to write why the task's program could not be started.
     #[arg(long)]
     pub spawn_error: PathBuf,
+    /// Where the first stage records the task's process group ([`Group`]).
+    #[arg(long)]
+    pub group_file: Option<PathBuf>,
     /// The second stage: set the parent-death signal and replace this process with the command.
     #[arg(long)]
     pub exec: bool,
@@ -47,8 +52,8 @@ pub struct GuardArgs {
 /// works when the file was replaced on disk (an upgrade while tasks run).
 pub const SELF_EXE: &str = "/proc/self/exe";
 
-/// The signal the guard asks for when its parent dies. Not SIGTERM (the task's checkpoint
-/// signal, sent to the whole group) nor SIGKILL (the guard must live to kill its group).
+/// The signal the guard asks for when its parent dies (not SIGKILL: the guard must live to kill
+/// the task's group).
 const PARENT_GONE: nix::sys::signal::Signal = nix::sys::signal::Signal::SIGHUP;
 
 /// Whether this process's parent is still `parent`.
@@ -104,9 +109,9 @@ pub async fn run(a: GuardArgs) -> i32 {
 
 async fn guard(a: &GuardArgs) -> i32 {
     use tokio::signal::unix::{SignalKind, signal};
-    // Registered before the task starts, so that the checkpoint signal the supervisor sends the
-    // group never ends the guard; the task itself gets the default handling (a handler is not
-    // inherited through exec).
+    // Registered before the task starts; the task itself gets the default handling (a handler
+    // is not inherited through exec). SIGTERM and SIGINT to the guard (a signal to the group it
+    // leads) are not for the task: its own group gets the supervisor's signals.
     let (Ok(mut gone), Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::from_raw(PARENT_GONE as i32)),
         signal(SignalKind::terminate()),
@@ -121,6 +126,7 @@ async fn guard(a: &GuardArgs) -> i32 {
         .arg(&a.spawn_error)
         .arg("--")
         .args(&a.command)
+        .process_group(0)
         .kill_on_drop(false)
         .spawn()
     {
@@ -133,6 +139,28 @@ async fn guard(a: &GuardArgs) -> i32 {
             return 1;
         }
     };
+    let task = child.id().unwrap_or(0);
+    let kill_task = || {
+        if let Ok(p) = i32::try_from(task) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(p),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    };
+    // Recorded before the task's program runs (the second stage's pid and start time stay the
+    // same through its exec). A stage that is gone already has nothing to record.
+    if let (Some(path), Some(start)) = (&a.group_file, crate::supervise::start_time(task))
+        && let Err(e) = (Group { pgid: task, start }).write(path)
+    {
+        kill_task();
+        let _ = child.wait().await;
+        write_spawn_error(
+            &a.spawn_error,
+            &format!("cannot record the task's process group: {e}"),
+        );
+        return 1;
+    }
     let mut check = tokio::time::interval(Duration::from_millis(100));
     loop {
         tokio::select! {
@@ -153,18 +181,19 @@ async fn guard(a: &GuardArgs) -> i32 {
             _ = int.recv() => continue,
         }
         if !parent_is(a.parent) {
-            // The supervisor is gone, and with it the task's fence: the whole group goes now.
-            let _ =
-                nix::sys::signal::killpg(nix::unistd::getpgrp(), nix::sys::signal::Signal::SIGKILL);
+            // The supervisor is gone, and with it the task's fence: the task's whole group goes
+            // now; the guard reaps the task and ends.
+            kill_task();
         }
     }
 }
 
-/// A task's process group as the supervisor records it (`<run dir>/<task>.group`): its leader
-/// (the guard) and the leader's start time, so that a reused pid is never taken for it.
+/// A task's process group as its guard records it (`<run dir>/<task>.group`): its leader (the
+/// task's first process) and the leader's start time, so that a reused pid is never taken for
+/// it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Group {
-    /// The group id (the guard's pid).
+    /// The group id (the task's first process's pid).
     pub pgid: u32,
     /// The guard's start time ([`crate::supervise::start_time`]).
     pub start: u64,

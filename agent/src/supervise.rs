@@ -160,14 +160,20 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
             }
         }
     };
-    // The task runs under its guard ([`crate::guard`]), which leads the task's process group and
-    // kills it if this supervisor dies; a program that cannot start is reported in this file.
+    // The task runs under its guard ([`crate::guard`]), which starts it in a process group of
+    // its own, records that group (so that an agent restarted after this supervisor was killed
+    // can find and stop what is left of the task) and kills it if this supervisor dies; a
+    // program that cannot start is reported in the spawn file.
     let spawn_file = a.exit_file.with_extension("spawn");
+    let group_file = a.exit_file.with_extension("group");
     let _ = std::fs::remove_file(&spawn_file);
+    let _ = std::fs::remove_file(&group_file);
     let mut child = match tokio::process::Command::new(crate::guard::SELF_EXE)
         .args(["guard", "--parent", &std::process::id().to_string()])
         .arg("--spawn-error")
         .arg(&spawn_file)
+        .arg("--group-file")
+        .arg(&group_file)
         .arg("--")
         .args(&a.command)
         .stdin(std::process::Stdio::null())
@@ -185,22 +191,18 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
             };
         }
     };
-    let pgid = child.id().unwrap_or(0);
-    // The group is recorded before anything else, so that an agent restarted after this
-    // supervisor was killed can find and stop what is left of the task ([`crate::guard`]). A
-    // guard already gone (a program that failed at once) has no group left to record.
-    if let Some(start) = start_time(pgid)
-        && let Err(e) =
-            (crate::guard::Group { pgid, start }).write(&a.exit_file.with_extension("group"))
-    {
-        kill_group(pgid);
-        let _ = child.wait().await;
-        return ExitRecord {
-            code: None,
-            how: "spawn".into(),
-            message: format!("cannot record the task's process group: {e}"),
-        };
-    }
+    // The task's group, once the guard has recorded it; a guard that ended first (a program
+    // that could not start, or ended at once) leaves its own group to kill.
+    let guard_group = child.id().unwrap_or(0);
+    let pgid = loop {
+        if let Some(g) = crate::guard::Group::read(&group_file) {
+            break g.pgid;
+        }
+        if !matches!(child.try_wait(), Ok(None)) {
+            break guard_group;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
     use tokio::signal::unix::{SignalKind, signal};
     // SIGTERM: the agent stops the task; SIGUSR1: it preempts it. Without both no stop could
     // reach the task, so it is not left running.

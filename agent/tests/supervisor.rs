@@ -55,6 +55,22 @@ fn pid_in(dir: &Path, name: &str) -> u32 {
     std::fs::read_to_string(&p).unwrap().trim().parse().unwrap()
 }
 
+/// The processes whose parent is `pid` (field 4 of `/proc/<pid>/stat`).
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|st| {
+                st.rfind(')')
+                    .and_then(|i| st[i + 2..].split_whitespace().nth(1)?.parse().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
+
 fn alive(pid: u32) -> bool {
     start_time(pid).is_some()
 }
@@ -174,9 +190,18 @@ fn what_outlives_a_killed_supervisor_and_guard_is_killed_from_the_record() {
     let mut sup = supervise(dir, &task_in(dir), 0);
     let (leader, child) = (pid_in(dir, "leader"), pid_in(dir, "child"));
     let group = Group::read(&dir.join("t.group")).unwrap();
-    assert_eq!(start_time(group.pgid), Some(group.start));
+    assert_eq!(
+        (group.pgid, start_time(group.pgid)),
+        (leader, Some(group.start))
+    );
+    let guard = children_of(sup.id());
+    assert_eq!(
+        guard.len(),
+        1,
+        "the supervisor's one child is the guard: {guard:?}"
+    );
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(group.pgid as i32),
+        nix::unistd::Pid::from_raw(guard[0] as i32),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();

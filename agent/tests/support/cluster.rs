@@ -98,7 +98,11 @@ impl Cluster {
             .args(["--set", "slot_ms=1000", "--set", "round_ms=300"])
             .args(["--set", &format!("offer.cpu={CPUS}")])
             .args(["--set", "offer.gpu=0", "--set", "offer.mem_gb=4"])
-            .env("RUST_LOG", "info,libp2p=warn")
+            // TAPFINGER_FAULTS_LOG: the agents' log filter, for debugging a scenario.
+            .env(
+                "RUST_LOG",
+                std::env::var("TAPFINGER_FAULTS_LOG").unwrap_or("info,libp2p=warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
