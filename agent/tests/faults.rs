@@ -177,6 +177,15 @@ fn partition(name: &str, cut_ms: u64, runs: Runs, how: Cut) {
         c.submit(k % AGENTS, 30);
     }
     std::thread::sleep(Duration::from_millis(cut_ms).saturating_sub(cut.elapsed()));
+    // Each agent's count of connected peers at the end of the cut (a cut link is noticed and its
+    // connection closed, so the count is what each side can reach).
+    let during: Vec<u64> = (0..AGENTS)
+        .map(|i| {
+            c.json(i, "/v1/node")
+                .and_then(|v| v["peers"].as_u64())
+                .unwrap_or(99)
+        })
+        .collect();
     match how {
         Cut::Split => c.net.cut(&[]),
         Cut::OneWay => c.net.mend_one_way(&[0, 1], &[2, 3, 4]),
@@ -187,7 +196,7 @@ fn partition(name: &str, cut_ms: u64, runs: Runs, how: Cut) {
         d.map_or("never".to_string(), |d| format!("{:.1} s", d.as_secs_f64()))
     };
     println!(
-        "scenario {name}: apart for {:.1} s (the cut took {:.1} s to set up); after the heal the mesh was whole in {}, every agent's view the same in {}",
+        "scenario {name}: apart for {:.1} s (the cut took {:.1} s to set up; peers each agent had at its end {during:?}); after the heal the mesh was whole in {}, every agent's view the same in {}",
         apart.as_secs_f64(),
         (cut - cutting).as_secs_f64(),
         secs(mesh),
@@ -313,6 +322,7 @@ fn the_cluster_never_loses_nor_overlaps_a_task_under_crashes_and_partitions() {
             "f" => scenario_supervisors(true),
             "g" => scenario_supervisors(false),
             "h" => partition("h (one-way cut 2->3, 14 s)", 14_000, Runs::Any, Cut::OneWay),
+            "c30" => partition("c30 (partition 2|3, 30 s)", 30_000, Runs::Any, Cut::Split),
             _ => scenario_e(),
         }
         return;

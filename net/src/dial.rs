@@ -8,6 +8,29 @@ use libp2p::{Multiaddr, PeerId, Swarm};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+/// How often the bootstrap and LAN peers that are not connected are dialled again. With
+/// [`CONNECT_TIMEOUT`], a link that comes back (a healed partition, a restarted box) is dialled
+/// within about a second, and a dial sent into a cut is given up before TCP's growing SYN
+/// retransmission gaps could hold the reconnection back (after a 30 s cut, the next SYN of a dial
+/// left running could be 15 s away).
+pub(crate) const REDIAL: Duration = Duration::from_secs(1);
+
+/// A connection that is neither up nor failed this long after its dial (TCP connect, the key's
+/// handshake, noise, yamux) is given up. Generous for a LAN or a slow WAN link; short against
+/// a cut.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Every connection is pinged this often, and closed when a ping has no answer within
+/// [`PING_TIMEOUT`]: a link cut without a word (a partition, a box that lost power) is noticed in
+/// seconds, so that its peer is dialled afresh as soon as the link is back, instead of waiting on
+/// the old connection's TCP retransmission backoff, which after a 30 s cut can hold the data back
+/// for another 15–30 s.
+pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(1);
+
+/// See [`PING_INTERVAL`]. Several heartbeats long, so that a loaded box's slow answer is not
+/// taken for a cut.
+pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Dial a peer found on the LAN. Two agents usually discover each other at the same instant and
 /// dial each other; from their listening ports (libp2p's default port reuse) the two dials become
 /// one TCP simultaneous open in which both sides think they dialed, and the handshake fails. A
@@ -57,11 +80,12 @@ impl Bootstrap {
     /// otherwise dial each other from their listening ports, and the two dials would become one
     /// TCP simultaneous open whose handshake fails (see [`dial_lan_peer`]).
     pub(crate) fn dial_missing(&mut self, swarm: &mut Swarm<Behaviour>) {
-        // The TCP transport has no handshake timeout: a dial that neither connected nor failed in
-        // 30 s is given up here, so that a stuck handshake cannot stop the redials for good.
+        // The transport gives a dial up after CONNECT_TIMEOUT; should its failure never be
+        // reported, the dial is forgotten here after twice that, so that nothing can stop the
+        // redials for good.
         let now = tokio::time::Instant::now();
         self.pending
-            .retain(|_, (_, began)| now.duration_since(*began) < Duration::from_secs(30));
+            .retain(|_, (_, began)| now.duration_since(*began) < 2 * CONNECT_TIMEOUT);
         for i in 0..self.addrs.len() {
             let in_flight = self.pending.values().any(|&(j, _)| j == i);
             let up = self.peer[i].is_some_and(|p| swarm.is_connected(&p));
@@ -102,7 +126,7 @@ impl Bootstrap {
             self.own[i] = true;
         } else if !self.warned[i] {
             self.warned[i] = true;
-            tracing::warn!(%addr, error = %error, "cannot reach bootstrap peer (retrying every 5 s)");
+            tracing::warn!(%addr, error = %error, "cannot reach bootstrap peer (retrying every second)");
         } else {
             tracing::debug!(%addr, error = %error, "bootstrap peer still unreachable");
         }

@@ -14,9 +14,8 @@ use futures::StreamExt;
 use libp2p::gossipsub::{self, IdentTopic};
 use libp2p::request_response::{self, ResponseChannel};
 use libp2p::swarm::SwarmEvent;
-use libp2p::{Multiaddr, PeerId, Swarm, identify, mdns};
+use libp2p::{Multiaddr, PeerId, Swarm, identify, mdns, ping};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// What the agent asks of the swarm task.
@@ -92,11 +91,11 @@ pub(crate) async fn run(
     } else {
         direct::BEACON
     });
-    let mut redial = tokio::time::interval(Duration::from_secs(5));
+    let mut redial = tokio::time::interval(crate::dial::REDIAL);
     redial.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Bootstrap peers are dialled once we listen, so that `Listening` is always reported before
     // any peer we dialled is (a consumer waiting for the listen address cannot skip a `PeerUp`),
-    // and identify can tell them where to reach us. At the latest from the second tick on (5 s),
+    // and identify can tell them where to reach us. At the latest from the sixth tick on (5 s),
     // should no listen address ever be reported.
     let mut d = Driver {
         bootstrap: Bootstrap::new(cfg.bootstrap.clone()),
@@ -215,18 +214,18 @@ impl Driver {
         }
     }
 
-    /// Every 5 s: redial the bootstrap and LAN peers that are not connected, and ask one
-    /// connected peer in turn whom it knows (heals a mesh whose first answers came before
-    /// identify had told the answering peer every address).
+    /// Every second ([`crate::dial::REDIAL`]): redial the bootstrap and LAN peers that are not
+    /// connected; every fifth, ask one connected peer in turn whom it knows (heals a mesh whose
+    /// first answers came before identify had told the answering peer every address).
     fn on_tick(&mut self) {
         self.ticks += 1;
-        self.dial |= self.ticks > 1;
+        self.dial |= self.ticks > 5;
         if self.dial {
             self.bootstrap.dial_missing(&mut self.swarm);
         }
         self.dial_lan();
         let connected = self.connected();
-        if self.cfg.peer_exchange && !connected.is_empty() {
+        if self.cfg.peer_exchange && !connected.is_empty() && self.ticks % 5 == 0 {
             self.ask_next = (self.ask_next + 1) % connected.len();
             self.swarm
                 .behaviour_mut()
@@ -279,6 +278,18 @@ impl Driver {
             } if self.allowed(&peer_id) => {
                 self.writers.disconnect(&peer_id);
                 Some(NetEvent::PeerDown(peer_id))
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Ping(ping::Event {
+                peer,
+                connection,
+                result: Err(error),
+            })) => {
+                // No answer within the ping timeout: the link is cut (or the peer hangs). The
+                // connection is closed, so that the peer is dialled afresh once it answers again
+                // rather than heard through the old connection's retransmission backoff.
+                tracing::info!(%peer, %error, "a connection does not answer its pings: closed");
+                self.swarm.close_connection(connection);
+                None
             }
             SwarmEvent::Behaviour(BehaviourEvent::Mdns(e)) => {
                 self.on_mdns(e);

@@ -62,8 +62,8 @@ pub struct NetConfig {
     pub cluster: String,
     /// Addresses to listen on, e.g. `/ip4/0.0.0.0/tcp/7600`.
     pub listen: Vec<Multiaddr>,
-    /// Peers to dial once listening, and again every 5 s while the peer that answered is not
-    /// connected.
+    /// Peers to dial once listening, and again every second while the peer that answered is
+    /// not connected ([`crate::dial`]).
     pub bootstrap: Vec<Multiaddr>,
     /// Private-network key: peers without it cannot connect.
     pub psk: Option<PreSharedKey>,
@@ -153,7 +153,11 @@ impl Network {
                 "/tapfinger/1".into(),
                 key.public(),
             ));
-            let ping = ping::Behaviour::new(ping::Config::new());
+            let ping = ping::Behaviour::new(
+                ping::Config::new()
+                    .with_interval(crate::dial::PING_INTERVAL)
+                    .with_timeout(crate::dial::PING_TIMEOUT),
+            );
             let mdns = if mdns_on {
                 Some(
                     mdns::tokio::Behaviour::new(mdns::Config::default(), key.public().to_peer_id())
@@ -200,7 +204,8 @@ impl Network {
                             .and_then(move |socket, _| pnet.handshake(socket))
                             .upgrade(Version::V1Lazy)
                             .authenticate(noise)
-                            .multiplex(yamux::Config::default()))
+                            .multiplex(yamux::Config::default())
+                            .timeout(crate::dial::CONNECT_TIMEOUT))
                     })
                     .map_err(|e| setup(&e))?
                     .with_behaviour(behaviour)
@@ -208,15 +213,20 @@ impl Network {
                     .with_swarm_config(swarm_cfg)
                     .build()
             }
+            // TCP as the key's path builds it (with the connect timeout the builder's `with_tcp`
+            // has no setting for), and QUIC beside it.
             None => libp2p::SwarmBuilder::with_existing_identity(cfg.keypair.clone())
                 .with_tokio()
-                .with_tcp(
-                    tcp::Config::default(),
-                    noise::Config::new,
-                    yamux::Config::default,
-                )
-                .map_err(|e| setup(&e))?
                 .with_quic()
+                .with_other_transport(|key| -> Result<_, BoxError> {
+                    let noise = noise::Config::new(key)?;
+                    Ok(tcp::tokio::Transport::new(tcp::Config::default())
+                        .upgrade(Version::V1Lazy)
+                        .authenticate(noise)
+                        .multiplex(yamux::Config::default())
+                        .timeout(crate::dial::CONNECT_TIMEOUT))
+                })
+                .map_err(|e| setup(&e))?
                 .with_behaviour(behaviour)
                 .map_err(|e| setup(&e))?
                 .with_swarm_config(swarm_cfg)
