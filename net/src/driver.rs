@@ -225,7 +225,7 @@ impl Driver {
         }
         self.dial_lan();
         let connected = self.connected();
-        if self.cfg.peer_exchange && !connected.is_empty() && self.ticks % 5 == 0 {
+        if self.cfg.peer_exchange && !connected.is_empty() && self.ticks.is_multiple_of(5) {
             self.ask_next = (self.ask_next + 1) % connected.len();
             self.swarm
                 .behaviour_mut()
