@@ -66,6 +66,7 @@ fn heartbeat(id: u32, seq: u64) -> Envelope {
             hears: Vec::new(),
             lease: true,
             recent: Vec::new(),
+            digest: Default::default(),
         }),
     }
 }

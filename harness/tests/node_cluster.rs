@@ -590,6 +590,82 @@ fn a_cluster_without_faults_sends_no_want() {
         .map(|n| n.stats().sent.get("want").copied().unwrap_or(0))
         .sum();
     assert_eq!(wants, 0, "questions in a cluster without faults");
+    let exchanges: u64 = c
+        .nodes
+        .iter()
+        .flat_map(|n| ["ranges", "ids"].map(|k| n.stats().sent.get(k).copied().unwrap_or(0)))
+        .sum();
+    // A task submitted every 10 ms reaches the nodes at different times, so heartbeats' digests
+    // differ now and then and an exchange follows: at most a ranges message a node per 5
+    // heartbeats, and the ids of the blocks that differed; never a question.
+    let heartbeats: u64 = c
+        .nodes
+        .iter()
+        .map(|n| n.stats().sent.get("heartbeat").copied().unwrap_or(0))
+        .sum();
+    let ranges: u64 = c
+        .nodes
+        .iter()
+        .map(|n| n.stats().sent.get("ranges").copied().unwrap_or(0))
+        .sum();
+    println!("{exchanges} anti-entropy messages ({ranges} ranges) for {heartbeats} heartbeats");
+    assert!(
+        5 * ranges <= heartbeats,
+        "{ranges} ranges for {heartbeats} heartbeats"
+    );
+}
+
+/// A node restarted with no memory at all once every task has finished (it forgot the tasks it
+/// ran for others, and the others' greets are long past): the digests in the heartbeats differ,
+/// and the ranges, ids and questions that follow teach it every task and outcome its peers
+/// know, within a few heartbeats.
+#[test]
+fn a_node_restarted_without_its_memory_relearns_every_task_from_its_peers() {
+    let mut c = Cluster::new(4, "min");
+    c.work_ms = 300;
+    for _ in 0..40 {
+        c.step();
+    }
+    for id in 0..40u64 {
+        c.submit((id % 4) as usize, id);
+        c.step();
+    }
+    c.run_until_finished(40, 10_000);
+    for _ in 0..40 {
+        c.step();
+    }
+    let ctx = baselines::BaselineContext {
+        num_types: 1,
+        cpu_kind: 0,
+        gpu_kind: 1,
+        profile: Vec::new(),
+    };
+    let mut cfg = c.nodes[2].config().clone();
+    cfg.incarnation = 2;
+    c.nodes[2] = NodeCore::new(cfg, baselines::by_name("min", &ctx).unwrap(), 99);
+    assert!(c.outcomes()[2].is_empty());
+    let mut steps = 0;
+    while c.outcomes()[2].len() < 40 && steps < 2_000 {
+        c.step();
+        steps += 1;
+    }
+    // Heartbeats every 100 ms (10 steps): well within 20 heartbeats.
+    assert!(
+        steps < 200,
+        "relearned {} of 40 tasks in {steps} steps",
+        c.outcomes()[2].len()
+    );
+    for _ in 0..50 {
+        c.step();
+    }
+    assert_agree(&c);
+    let sent = c.nodes[2].stats().sent.clone();
+    assert!(
+        sent.get("ranges").copied().unwrap_or(0) > 0,
+        "it learned through something else: {sent:?}"
+    );
+    assert_eq!(c.finished.len(), 40);
+    assert!(c.finished.values().all(|n| *n == 1), "{:?}", c.finished);
 }
 
 #[test]

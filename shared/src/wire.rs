@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 /// ordinary pair, and progress that reaches 1 makes no sample,
 /// [`crate::estimate::Estimator::observe_start`]. 15: the estimator measures a start-up's
 /// cost, and a costly one's slot is no sample nor pair, [`crate::estimate::Estimator::start_cost`].)
-pub const WIRE_VERSION: u16 = 15;
+pub const WIRE_VERSION: u16 = 16;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.
@@ -102,7 +102,50 @@ pub struct NodeState {
     /// The gangs with members running here: a peer that missed a gang's start learns it, and
     /// does not place the gang again while it runs.
     pub gangs: Vec<GangRun>,
+    /// A digest of every task this node knows (anti-entropy: a peer whose own differs for a
+    /// while compares [`Body::Ranges`], then [`Body::Ids`]).
+    pub digest: Digest,
 }
+
+/// A digest of a set of tasks: how many, and the XOR of a hash of each one's id and whether it
+/// has finished (the node core's anti-entropy).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Digest {
+    /// Tasks in the set.
+    pub count: u64,
+    /// XOR of their hashes.
+    pub hash: u64,
+}
+
+/// The digest of a block of the tasks one node numbered: those of `origin` (the upper half of
+/// their ids) whose number (the lower half) shifted right by [`BLOCK_BITS`] is `block`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Range {
+    /// The numbering node.
+    pub origin: u32,
+    /// The block of numbers.
+    pub block: u32,
+    /// The digest of the sender's tasks in it.
+    pub digest: Digest,
+}
+
+/// Tasks numbered in a row fall in one block of 2^BLOCK_BITS numbers ([`Range`]): a
+/// difference between two nodes' lists (a task just submitted, the tasks one restart forgot)
+/// is then resolved by resending one block's ids, not a node's whole history.
+pub const BLOCK_BITS: u32 = 10;
+
+/// The tasks of one block ([`Range`]) a node knows: the lower half of each id, and whether it
+/// has finished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OriginIds {
+    /// The numbering node.
+    pub origin: u32,
+    /// (lower half of the id, finished) per task.
+    pub ids: Vec<(u32, bool)>,
+}
+
+/// Most entries one [`Body::Ranges`] or [`Body::Ids`] carries (longer lists go in several).
+pub const MAX_IDS: usize = 8192;
 
 /// A gang running with members on the heartbeat's sender.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -216,6 +259,12 @@ pub enum Body {
     /// What the sender knows finished, sent to a peer that (re)joins so that both sides of a
     /// healed partition agree in one exchange (at most [`MAX_OUTCOMES`] per message).
     Outcomes(Vec<FinishedTask>),
+    /// The sender's digest per origin, sent while its heartbeats' digest differs from a peer's:
+    /// a receiver whose own differs for an origin answers with its [`Body::Ids`] of it.
+    Ranges(Vec<Range>),
+    /// The tasks of one origin the sender knows: a receiver asks ([`Body::Want`]) for those it
+    /// lacks, or knows as unfinished where the sender says finished.
+    Ids(OriginIds),
     /// The sender lacks these tasks (ids in a peer's heartbeat it never heard of, or a copy it
     /// believes runs on a peer that does not list it): whoever can speak for a task answers
     /// with its announcement or its outcome. Repeated every heartbeat until answered.
@@ -452,6 +501,19 @@ impl Envelope {
                 }
             }
             Body::Failed { reason, .. } => check_str("reason", reason)?,
+            Body::Ranges(r) if r.len() > MAX_IDS => {
+                return Err(invalid(format!(
+                    "ranges: {} entries (max {MAX_IDS})",
+                    r.len()
+                )));
+            }
+            Body::Ids(i) if i.ids.len() > MAX_IDS => {
+                return Err(invalid(format!(
+                    "ids: {} entries (max {MAX_IDS})",
+                    i.ids.len()
+                )));
+            }
+            Body::Ranges(_) | Body::Ids(_) => {}
         }
         Ok(())
     }
@@ -553,6 +615,10 @@ mod tests {
                 epoch: 1,
                 exit_code: Some(0),
             }],
+            digest: Digest {
+                count: 7,
+                hash: 0xdead_beef,
+            },
         })
     }
 
@@ -597,6 +663,15 @@ mod tests {
         let body = [
             sample_heartbeat(),
             Body::Want(vec![TaskId(3)]),
+            Body::Ranges(vec![Range {
+                origin: 5,
+                block: 1,
+                digest: Digest { count: 2, hash: 9 },
+            }]),
+            Body::Ids(OriginIds {
+                origin: 5,
+                ids: vec![(1, true), (2, false)],
+            }),
             Body::Announce {
                 task: task.clone(),
                 spec: spec.clone(),

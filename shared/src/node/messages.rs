@@ -86,6 +86,8 @@ impl NodeCore {
             }
             Body::Started { task, alloc, epoch } => self.on_started(task, from, alloc, epoch),
             Body::Want(ids) => self.on_want(from, &ids),
+            Body::Ranges(r) => self.on_ranges(&r, now),
+            Body::Ids(i) => self.on_ids(&i, now),
             Body::Finished(o) => self.apply_outcome(o),
             Body::Outcomes(list) => {
                 let mut out = Vec::new();
@@ -274,6 +276,7 @@ impl NodeCore {
             }
             out.push(self.envelope(Body::Want(ids)));
         }
+        out.extend(self.compare_digest(from, state.digest, now));
         self.tasks.set_node(from, state.capacity.clone());
         // Its GPU model, as its labels name it: the estimator learns per model.
         self.tasks

@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod announce;
 mod draining;
+mod entropy;
 pub mod gangs;
 pub mod lease;
 mod local;
@@ -249,6 +250,8 @@ pub struct NodeCore {
     rounds: RoundState,
     /// What this node reconciles with its peers about copies and gangs.
     reconcile: Reconcile,
+    /// The anti-entropy of task lists with the peers ([`entropy`]).
+    entropy: entropy::Entropy,
     /// Copies with a process here, and those stopped whose end is awaited.
     copies: Copies,
     /// Checkpoints, the room kept for a waiting task, and what preemption cost.
@@ -310,6 +313,7 @@ impl NodeCore {
             lease: LeaseState::default(),
             rounds: RoundState::default(),
             reconcile: Reconcile::default(),
+            entropy: entropy::Entropy::default(),
             copies: Copies::default(),
             preemption: Preemption::default(),
             cfg,
@@ -443,6 +447,8 @@ impl NodeCore {
             Body::Finished(_) => "finished",
             Body::Outcomes(_) => "outcomes",
             Body::Want(_) => "want",
+            Body::Ranges(_) => "ranges",
+            Body::Ids(_) => "ids",
             Body::Failed { .. } => "failed",
         };
         *self.stats.sent.entry(kind.to_string()).or_default() += 1;
@@ -518,6 +524,7 @@ impl NodeCore {
             hears,
             lease: self.lease_held(now),
             recent: self.copies.recent.iter().cloned().collect(),
+            digest: self.digest(),
         };
         self.envelope(Body::Heartbeat(state))
     }

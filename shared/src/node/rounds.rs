@@ -72,6 +72,7 @@ impl NodeCore {
             if let Some(p) = self.peers.remove(&id) {
                 self.members.silent.insert(id, p.last_seen);
             }
+            self.forget_entropy(id);
             self.tasks.set_live(id, false);
             out.extend(self.break_gangs(id));
         }
