@@ -329,6 +329,54 @@ fn scenario_e() {
     );
 }
 
+/// The probe, at the scale an operator would try (run on demand: `TAPFINGER_FAULTS_ONLY=probe`;
+/// about three minutes): agents with the default autonomy time (120 s), 200 tasks of 2 s; two
+/// agents and their task supervisors SIGKILLed mid-run and restarted 3 s later; then a 2|3 split
+/// of 30 s (within the autonomy time: nothing runs twice for it), healed; every agent's whole
+/// task list compared.
+fn probe() {
+    let mut c = Cluster::start_with("probe", 120_000);
+    for k in 0..200 {
+        c.submit(k % AGENTS, 20);
+    }
+    sleep_ms(5000);
+    let killed = c.kill_with_supervisors(1) + c.kill_with_supervisors(3);
+    sleep_ms(3000);
+    c.spawn(1);
+    c.spawn(3);
+    c.wait_peers();
+    let t0 = Instant::now();
+    while let Err(e) = c.same_views() {
+        assert!(t0.elapsed() < AGREE_BOUND, "probe: after the restart: {e}");
+        sleep_ms(100);
+    }
+    let restart_views = t0.elapsed();
+    sleep_ms(2000);
+    c.net.cut(&[0, 1]);
+    sleep_ms(30_000);
+    c.net.cut(&[]);
+    let (mesh, agree) = c.heal(Duration::from_secs(60));
+    println!(
+        "scenario probe: {killed} supervisors killed with their agents; after their restart every agent listed the same tasks within {:.1} s of them answering; after the 30 s split the mesh was whole in {mesh:?}, every agent's view the same in {agree:?}",
+        restart_views.as_secs_f64()
+    );
+    let t = c.settle(Duration::from_secs(300));
+    verdict(
+        "probe (200 tasks, kills, a 30 s split)",
+        &c,
+        Runs::CompletedOnce,
+        t,
+    );
+    assert!(
+        mesh.is_some_and(|d| d <= MESH_BOUND),
+        "probe: mesh whole after {mesh:?}"
+    );
+    assert!(
+        agree.is_some_and(|d| d <= AGREE_BOUND),
+        "probe: views the same after {agree:?}"
+    );
+}
+
 #[test]
 fn the_cluster_never_loses_nor_overlaps_a_task_under_crashes_and_partitions() {
     if std::env::var_os("TAPFINGER_FAULTS_ONLY").is_some_and(|s| !s.is_empty()) {
@@ -341,6 +389,7 @@ fn the_cluster_never_loses_nor_overlaps_a_task_under_crashes_and_partitions() {
             "d" => scenario_d(),
             "f" => scenario_supervisors(true),
             "g" => scenario_supervisors(false),
+            "probe" => probe(),
             "h" => partition("h (one-way cut 2->3, 14 s)", 14_000, Runs::Any, Cut::OneWay),
             _ => scenario_e(),
         }

@@ -615,12 +615,14 @@ fn a_cluster_without_faults_sends_no_want() {
     );
 }
 
-/// A node restarted with no memory at all once every task has finished (it forgot the tasks it
-/// ran for others, and the others' greets are long past): the digests in the heartbeats differ,
-/// and the ranges, ids and questions that follow teach it every task and outcome its peers
-/// know, within a few heartbeats.
+/// Two nodes restarted with no memory at all once every task has finished (they forgot the
+/// tasks they ran for others, and the others' greets are long past): node 2, which ran some, and
+/// node 0, the lowest id, which answers for a runner that is asking itself. The digests in the
+/// heartbeats differ, and the ranges, ids and questions that follow teach both every task and
+/// outcome their peers know, within a few heartbeats; the questions that the designated node
+/// cannot answer (it forgot too) are answered by every node that knows when asked again.
 #[test]
-fn a_node_restarted_without_its_memory_relearns_every_task_from_its_peers() {
+fn nodes_restarted_without_their_memory_relearn_every_task_from_their_peers() {
     let mut c = Cluster::new(4, "min");
     c.work_ms = 300;
     for _ in 0..40 {
@@ -640,19 +642,22 @@ fn a_node_restarted_without_its_memory_relearns_every_task_from_its_peers() {
         gpu_kind: 1,
         profile: Vec::new(),
     };
-    let mut cfg = c.nodes[2].config().clone();
-    cfg.incarnation = 2;
-    c.nodes[2] = NodeCore::new(cfg, baselines::by_name("min", &ctx).unwrap(), 99);
-    assert!(c.outcomes()[2].is_empty());
+    for i in [0, 2] {
+        let mut cfg = c.nodes[i].config().clone();
+        cfg.incarnation = 2;
+        c.nodes[i] = NodeCore::new(cfg, baselines::by_name("min", &ctx).unwrap(), 99);
+        assert!(c.outcomes()[i].is_empty());
+    }
     let mut steps = 0;
-    while c.outcomes()[2].len() < 40 && steps < 2_000 {
+    while (c.outcomes()[0].len() < 40 || c.outcomes()[2].len() < 40) && steps < 2_000 {
         c.step();
         steps += 1;
     }
-    // Heartbeats every 100 ms (10 steps): well within 20 heartbeats.
+    // Heartbeats every 100 ms (10 steps): well within 30 heartbeats.
     assert!(
-        steps < 200,
-        "relearned {} of 40 tasks in {steps} steps",
+        steps < 300,
+        "relearned {} and {} of 40 tasks in {steps} steps",
+        c.outcomes()[0].len(),
         c.outcomes()[2].len()
     );
     for _ in 0..50 {
@@ -666,42 +671,6 @@ fn a_node_restarted_without_its_memory_relearns_every_task_from_its_peers() {
     );
     assert_eq!(c.finished.len(), 40);
     assert!(c.finished.values().all(|n| *n == 1), "{:?}", c.finished);
-}
-
-#[test]
-fn a_node_back_from_a_lapsed_lease_claims_nothing_until_its_rounds_are_in_step() {
-    // After a cut longer than the takeover time, the cut-off nodes hold as pending the copies
-    // they stopped, which the other side may have taken over, and the two sides' rounds are out
-    // of step: a member already in a later round counts as a pass, so each side could commit
-    // one task in a round of its own. (A fault CI met with real agents: both sides started one
-    // task, 0.23 s apart.) So a node back from a lapsed lease passes until a round is decided
-    // with every member's proposal, then claims again.
-    let mut c = Cluster::busy(3000);
-    assert!(!c.nodes[0].settling());
-    c.side = vec![1, 1, 0, 0, 0];
-    for _ in 0..4000 / STEP {
-        c.step();
-    }
-    assert!(c.nodes[0].stats().lease_stops > 0, "node 0 kept its lease");
-    c.side = vec![0; 5];
-    let mut settled_at = None;
-    let mut saw_settling = false;
-    for i in 0..4000 / STEP {
-        let claims = c.nodes[0].stats().claims;
-        let settling = c.nodes[0].settling();
-        c.step();
-        saw_settling |= settling;
-        if settling {
-            assert_eq!(c.nodes[0].stats().claims, claims, "claimed while settling");
-        } else if saw_settling && settled_at.is_none() {
-            settled_at = Some(i);
-        }
-    }
-    assert!(saw_settling, "node 0 came back claiming at once");
-    assert!(settled_at.is_some(), "node 0 never got back in step");
-    c.run_until_finished(15, 20_000);
-    assert!(c.overlaps.is_empty(), "copies overlapped: {:?}", c.overlaps);
-    assert_agree(&c);
 }
 
 /// Preemption across nodes that each decide from their own ledger: three boxes full of batch

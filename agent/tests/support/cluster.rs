@@ -21,11 +21,18 @@ pub(crate) struct Cluster {
     /// Task key -> (agent it was submitted to, task id).
     pub(crate) submitted: BTreeMap<String, (usize, u64)>,
     pub(crate) seq: usize,
+    /// The agents' autonomy time (ms).
+    pub(crate) autonomy_ms: u64,
 }
 
 impl Cluster {
     /// A cluster for scenario `name` (its first word names the directory).
     pub(crate) fn start(name: &str) -> Self {
+        Self::start_with(name, AUTONOMY_MS)
+    }
+
+    /// [`Cluster::start`] with agents whose autonomy time is `autonomy_ms`.
+    pub(crate) fn start_with(name: &str, autonomy_ms: u64) -> Self {
         let name = name.split_whitespace().next().unwrap_or("x");
         let net = Net::build().unwrap_or_else(|e| {
             panic!("the fault harness needs root and network namespaces (CI has both): {e}")
@@ -48,6 +55,7 @@ impl Cluster {
             agents: (0..AGENTS).map(|_| None).collect(),
             submitted: BTreeMap::new(),
             seq: 0,
+            autonomy_ms,
         };
         for i in 0..AGENTS {
             c.spawn(i);
@@ -94,7 +102,7 @@ impl Cluster {
             ])
             .args(["--set", &format!("heartbeat_ms={HEARTBEAT_MS}")])
             .args(["--set", &format!("peer_timeout_ms={PEER_TIMEOUT_MS}")])
-            .args(["--set", &format!("autonomy_ms={AUTONOMY_MS}")])
+            .args(["--set", &format!("autonomy_ms={}", self.autonomy_ms)])
             .args(["--set", "slot_ms=1000", "--set", "round_ms=300"])
             .args(["--set", &format!("offer.cpu={CPUS}")])
             .args(["--set", "offer.gpu=0", "--set", "offer.mem_gb=4"])

@@ -156,17 +156,29 @@ impl NodeCore {
     }
 
     /// A peer lacks these tasks: answer for those we speak for (outcomes of tasks we ran, copies
-    /// we run, pending tasks we own; for an owner or runner that is gone, one live node).
-    pub(super) fn on_want(&mut self, from: NodeId, ids: &[TaskId]) -> Vec<Action> {
+    /// we run, pending tasks we own; for an owner or runner that is gone, one live node). A
+    /// finished task asked about again, a peer timeout or more after this node first heard it
+    /// asked about, is answered by every node that knows its outcome: the node that should have
+    /// answered may have forgotten it (a runner restarted without the tasks it ran for others).
+    pub(super) fn on_want(&mut self, from: NodeId, ids: &[TaskId], now: u64) -> Vec<Action> {
         let me = self.cfg.me;
+        let timeout = self.cfg.peer_timeout_ms;
         let mut done = Vec::new();
         let mut tell = Vec::new();
         for id in ids {
             let Some(t) = self.tasks.get(*id) else {
                 continue;
             };
+            let first = self.reconcile.heard_asked.entry(*id).or_insert(now);
+            if now.saturating_sub(*first) >= 4 * timeout {
+                // A question long after the last one: a new question.
+                *first = now;
+            }
+            let again = now.saturating_sub(*first) >= timeout;
             match &t.state {
-                TaskState::Done { node, .. } if self.answers_for(Some(*node), Some(from)) => {
+                TaskState::Done { node, .. }
+                    if again || self.answers_for(Some(*node), Some(from)) =>
+                {
                     done.extend(t.finished_task());
                 }
                 TaskState::Running { node, alloc, .. } if *node == me => {
@@ -180,6 +192,12 @@ impl NodeCore {
                 }
                 _ => {}
             }
+        }
+        if self.reconcile.heard_asked.len() > 4 * MAX_WANT {
+            // Questions answered long ago: a question heard now starts its count afresh.
+            self.reconcile
+                .heard_asked
+                .retain(|_, at| now.saturating_sub(*at) < 4 * timeout);
         }
         if self.reconcile.won_in_vain.len() > 4 * MAX_WANT {
             let tasks = &self.tasks;

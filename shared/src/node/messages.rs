@@ -85,7 +85,7 @@ impl NodeCore {
                 }
             }
             Body::Started { task, alloc, epoch } => self.on_started(task, from, alloc, epoch),
-            Body::Want(ids) => self.on_want(from, &ids),
+            Body::Want(ids) => self.on_want(from, &ids, now),
             Body::Ranges(r) => self.on_ranges(&r, now),
             Body::Ids(i) => self.on_ids(&i, now),
             Body::Finished(o) => self.apply_outcome(o),

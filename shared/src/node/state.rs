@@ -78,6 +78,9 @@ pub(super) struct Reconcile {
     /// Tasks this node asked its peers about ([`crate::wire::Body::Want`]), and when: each at most once per
     /// peer timeout.
     pub(super) asked: BTreeMap<TaskId, u64>,
+    /// Tasks peers asked this node about, and when it first heard that: a question heard again a
+    /// peer timeout later is answered by every node that knows the answer ([`super::announce`]).
+    pub(super) heard_asked: BTreeMap<TaskId, u64>,
     /// Tasks this node won in rounds that started nothing (tentative): peers that decided those
     /// rounds in full believe it runs them, and ask; it answers for them although it does not
     /// own them (pending ones only; pruned when large).
