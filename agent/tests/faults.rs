@@ -336,11 +336,28 @@ fn scenario_e() {
 /// task list compared.
 fn probe() {
     let mut c = Cluster::start_with("probe", 120_000);
+    let t0 = Instant::now();
     for k in 0..200 {
         c.submit(k % AGENTS, 20);
     }
-    sleep_ms(5000);
+    let submitting = t0.elapsed();
+    // Mid-run: once both agents run tasks.
+    let t0 = Instant::now();
+    while [1, 3]
+        .iter()
+        .any(|i| c.net.pids_running(*i, "supervise").is_empty())
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "probe: agents 1 and 3 ran nothing"
+        );
+        sleep_ms(100);
+    }
     let killed = c.kill_with_supervisors(1) + c.kill_with_supervisors(3);
+    println!(
+        "scenario probe: 200 submissions took {:.1} s; {killed} supervisors killed with agents 1 and 3",
+        submitting.as_secs_f64()
+    );
     sleep_ms(3000);
     c.spawn(1);
     c.spawn(3);
@@ -357,7 +374,7 @@ fn probe() {
     c.net.cut(&[]);
     let (mesh, agree) = c.heal(Duration::from_secs(60));
     println!(
-        "scenario probe: {killed} supervisors killed with their agents; after their restart every agent listed the same tasks within {:.1} s of them answering; after the 30 s split the mesh was whole in {mesh:?}, every agent's view the same in {agree:?}",
+        "scenario probe: after the restart of agents 1 and 3 every agent listed the same tasks within {:.1} s of them answering; after the 30 s split the mesh was whole in {mesh:?}, every agent's view the same in {agree:?}",
         restart_views.as_secs_f64()
     );
     let t = c.settle(Duration::from_secs(300));
