@@ -202,12 +202,7 @@ pub struct Group {
 impl Group {
     /// Record the group at `path` (written whole or not at all).
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
-        let tmp = path.with_extension("group-tmp");
-        std::fs::write(
-            &tmp,
-            serde_json::to_vec(self).map_err(std::io::Error::other)?,
-        )?;
-        std::fs::rename(&tmp, path)
+        crate::supervise::write_json(self, path, "group-tmp")
     }
 
     /// The group recorded at `path`, if any.
@@ -230,13 +225,7 @@ fn members(pgid: u32) -> Vec<u32> {
 /// The process group of `pid` (field 5 of `/proc/<pid>/stat`); `None` for a zombie or no
 /// process.
 fn group_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    if fields.first() == Some(&"Z") {
-        return None;
-    }
-    fields.get(2)?.parse().ok()
+    u32::try_from(crate::supervise::stat_field(pid, 5)?).ok()
 }
 
 /// Kill what is left of a recorded group, and wait (up to `limit`) until none of it is alive;

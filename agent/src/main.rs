@@ -275,6 +275,18 @@ fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyh
     }
 }
 
+/// Run one of the helper processes (gang launcher, guard, supervisor) on a single-threaded
+/// runtime (the guard's parent-death signal is tied to the thread that started its child, so one
+/// thread it is), and exit with its code.
+fn exit_with(run: impl std::future::Future<Output = i32>) -> ! {
+    let code = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map(|rt| rt.block_on(run))
+        .unwrap_or(1);
+    std::process::exit(code)
+}
+
 fn check(path: Option<&std::path::Path>) -> anyhow::Result<()> {
     let cfg = load_config(path, &[])?;
     if let Some(warning) = cfg.open_cluster()? {
@@ -328,29 +340,10 @@ fn main() {
         Cmd::Demo(args) => tapfinger_agent::demo::run(&args, &mut std::io::stdout()).map(|_| ()),
         Cmd::DemoGang(args) => std::process::exit(tapfinger_agent::demo_gang::run(&args)),
         Cmd::GangLaunch { command } => {
-            let code = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map(|rt| rt.block_on(tapfinger_agent::gang_launch::run(&command)))
-                .unwrap_or(1);
-            std::process::exit(code)
+            exit_with(async move { tapfinger_agent::gang_launch::run(&command).await })
         }
-        Cmd::Guard(args) => {
-            let code = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map(|rt| rt.block_on(tapfinger_agent::guard::run(args)))
-                .unwrap_or(1);
-            std::process::exit(code)
-        }
-        Cmd::Supervise(args) => {
-            let code = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map(|rt| rt.block_on(tapfinger_agent::supervise::run(args)))
-                .unwrap_or(1);
-            std::process::exit(code)
-        }
+        Cmd::Guard(args) => exit_with(tapfinger_agent::guard::run(args)),
+        Cmd::Supervise(args) => exit_with(tapfinger_agent::supervise::run(args)),
         Cmd::Run {
             config,
             name,

@@ -2,9 +2,10 @@
 //! every task): a small process between the agent and the task, so that a task never runs unknown
 //! to the cluster.
 //!
-//! - The task runs in a process group of its own (its cgroup join happens in the command the
-//!   executor gives), with its output going straight to its log files, so it does not depend on
-//!   the agent being alive to write anything.
+//! - The task runs under its guard ([`crate::guard`]), in a process group of its own that the
+//!   guard records and kills should this supervisor die (its cgroup join happens in the command
+//!   the executor gives), with its output going straight to its log files, so it does not depend
+//!   on the agent being alive to write anything.
 //! - The supervisor survives the agent (it is in its own process group too): an agent restarted
 //!   with its data directory **adopts** the tasks still running (its journal records the
 //!   supervisor's pid and start time) and no work is lost.
@@ -82,13 +83,19 @@ impl ExitRecord {
     }
 
     fn write(&self, path: &Path) -> std::io::Result<()> {
-        let tmp = path.with_extension("tmp");
-        std::fs::write(
-            &tmp,
-            serde_json::to_vec(self).map_err(std::io::Error::other)?,
-        )?;
-        std::fs::rename(&tmp, path)
+        write_json(self, path, "tmp")
     }
+}
+
+/// Write `value` as JSON to `path` whole or not at all: to a file beside it (extension `tmp`),
+/// renamed over it.
+pub(crate) fn write_json<T: Serialize>(value: &T, path: &Path, tmp: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension(tmp);
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec(value).map_err(std::io::Error::other)?,
+    )?;
+    std::fs::rename(&tmp, path)
 }
 
 /// How old a file's modification time is; `None` if it cannot be read (no lease file: the agent
@@ -284,15 +291,21 @@ fn spawn_failure(path: &Path) -> Option<ExitRecord> {
 /// The start time of process `pid` (clock ticks since boot, field 22 of `/proc/<pid>/stat`), to
 /// tell a process from a later one that reuses its pid; `None` if there is no such process.
 pub fn start_time(pid: u32) -> Option<u64> {
+    stat_field(pid, 22)
+}
+
+/// Field `n` (1-based, as `proc(5)` numbers them, from 3 on) of `/proc/<pid>/stat`; `None` if
+/// there is no such process or it is a zombie (it counts as gone).
+pub fn stat_field(pid: u32, n: usize) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may contain spaces: split after it.
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3 (state); field 22 is at index 19. A zombie counts as gone.
+    // `rest` starts at field 3 (the state).
     if fields.first() == Some(&"Z") {
         return None;
     }
-    fields.get(19)?.parse().ok()
+    fields.get(n.checked_sub(3)?)?.parse().ok()
 }
 
 /// Whether the process `pid` started at `start` is still alive.

@@ -16,6 +16,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_tapfinger-agent");
 
 /// A supervisor running `script` under `sh -c`, with a lease that stays fresh for a minute.
 fn supervise(dir: &Path, script: &str, grace_ms: u64) -> Child {
+    supervise_command(dir, &["sh", "-c", script], grace_ms)
+}
+
+/// A supervisor running `command`, with a lease that stays fresh for a minute.
+fn supervise_command(dir: &Path, command: &[&str], grace_ms: u64) -> Child {
     let lease = dir.join("lease");
     std::fs::write(&lease, "me").unwrap();
     Command::new(BIN)
@@ -30,7 +35,8 @@ fn supervise(dir: &Path, script: &str, grace_ms: u64) -> Child {
         .arg(dir.join("t.stdout"))
         .arg("--stderr")
         .arg(dir.join("t.stderr"))
-        .args(["--", "sh", "-c", script])
+        .arg("--")
+        .args(command)
         .stdin(Stdio::null())
         .process_group(0)
         .spawn()
@@ -82,6 +88,24 @@ fn task_in(dir: &Path) -> String {
     format!("cd '{}' || exit 1; {TREE}", dir.display())
 }
 
+/// Start `script` under a supervisor with `grace_ms`, preempt it (SIGUSR1 to the supervisor)
+/// once it has written `up`, and return the supervisor's exit record.
+fn preempted(dir: &Path, script: &str, grace_ms: u64) -> ExitRecord {
+    let _ = std::fs::remove_file(dir.join("up"));
+    let script = format!("echo up > {}/up; {script}", dir.display());
+    let mut sup = supervise(dir, &script, grace_ms);
+    until(Duration::from_secs(20), "the task started", || {
+        dir.join("up").exists()
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sup.id() as i32),
+        nix::sys::signal::Signal::SIGUSR1,
+    )
+    .unwrap();
+    sup.wait().unwrap();
+    ExitRecord::read(&dir.join("t.exit")).unwrap()
+}
+
 /// SIGUSR1 to the supervisor (a preemption): the task gets SIGTERM, its checkpoint signal, and
 /// ends by itself within its grace; one that ignores it is killed after the grace.
 #[test]
@@ -90,43 +114,14 @@ fn a_preempted_task_gets_its_checkpoint_signal_then_its_grace() {
     let dir = tmp.path();
     let marker = dir.join("term");
     let polite = format!(
-        "trap 'echo term > {}; exit 0' TERM; echo up > {}/up; while true; do sleep 0.05; done",
+        "trap 'echo term > {}; exit 0' TERM; while true; do sleep 0.05; done",
         marker.display(),
-        dir.display()
     );
-    let mut sup = supervise(dir, &polite, 5_000);
-    until(Duration::from_secs(20), "the task started", || {
-        dir.join("up").exists()
-    });
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(sup.id() as i32),
-        nix::sys::signal::Signal::SIGUSR1,
-    )
-    .unwrap();
-    sup.wait().unwrap();
-    let r = ExitRecord::read(&dir.join("t.exit")).unwrap();
-    assert_eq!(r.how, "preempted");
+    assert_eq!(preempted(dir, &polite, 5_000).how, "preempted");
     assert_eq!(std::fs::read_to_string(&marker).unwrap().trim(), "term");
     // One that ignores the signal is killed once its grace is up (else this never returns).
-    std::fs::remove_file(dir.join("up")).unwrap();
-    let deaf = format!(
-        "trap '' TERM; echo up > {}/up; while true; do sleep 0.05; done",
-        dir.display()
-    );
-    let mut sup = supervise(dir, &deaf, 200);
-    until(Duration::from_secs(20), "the task started", || {
-        dir.join("up").exists()
-    });
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(sup.id() as i32),
-        nix::sys::signal::Signal::SIGUSR1,
-    )
-    .unwrap();
-    sup.wait().unwrap();
-    assert_eq!(
-        ExitRecord::read(&dir.join("t.exit")).unwrap().how,
-        "preempted"
-    );
+    let deaf = "trap '' TERM; while true; do sleep 0.05; done";
+    assert_eq!(preempted(dir, deaf, 200).how, "preempted");
 }
 
 /// A task's exit code and a program that cannot start come through the guard as before.
@@ -142,21 +137,7 @@ fn exit_codes_and_spawn_failures_pass_through_the_guard() {
         !dir.join("t.group").exists(),
         "the group record outlived its group"
     );
-    let lease = dir.join("lease");
-    let mut sup = Command::new(BIN)
-        .arg("supervise")
-        .arg("--lease")
-        .arg(&lease)
-        .args(["--autonomy-ms", "60000", "--owner", "me"])
-        .arg("--exit-file")
-        .arg(dir.join("t.exit"))
-        .arg("--stdout")
-        .arg(dir.join("t.stdout"))
-        .arg("--stderr")
-        .arg(dir.join("t.stderr"))
-        .args(["--", "/no/such/program"])
-        .spawn()
-        .unwrap();
+    let mut sup = supervise_command(dir, &["/no/such/program"], 0);
     sup.wait().unwrap();
     let r = ExitRecord::read(&dir.join("t.exit")).unwrap();
     assert_eq!(r.how, "spawn", "{r:?}");

@@ -256,6 +256,22 @@ impl Cluster {
         self.cores.retain(|(n, _), _| *n != i);
     }
 
+    /// Restart node `i` with no memory at all (a new incarnation, the `min` policy, nothing
+    /// replayed), its copies gone with it: a box whose agent lost everything but its identity.
+    pub fn forget(&mut self, i: usize) {
+        self.running.retain(|(_, n, _)| *n != i);
+        self.cores.retain(|(n, _), _| *n != i);
+        let ctx = tapfinger::baselines::BaselineContext {
+            num_types: 1,
+            cpu_kind: 0,
+            gpu_kind: 1,
+            profile: Vec::new(),
+        };
+        let mut cfg = self.nodes[i].config().clone();
+        cfg.incarnation += 1;
+        self.nodes[i] = NodeCore::new(cfg, tapfinger::baselines::by_name("min", &ctx).unwrap(), 99);
+    }
+
     /// Record a breach if the copies alive on `node` (running or stopping) use more cores than
     /// it has (4).
     fn check_capacity(&mut self, node: usize) {

@@ -79,17 +79,7 @@ fn a_restarted_node_replays_its_tasks_without_running_them_twice() {
     while c.finished.len() < 6 {
         c.step();
     }
-    c.running.retain(|(_, n, _)| *n != 0);
-    c.cores.retain(|(n, _), _| *n != 0);
-    let ctx = baselines::BaselineContext {
-        num_types: 1,
-        cpu_kind: 0,
-        gpu_kind: 1,
-        profile: Vec::new(),
-    };
-    let mut cfg = c.nodes[0].config().clone();
-    cfg.incarnation = 2;
-    c.nodes[0] = NodeCore::new(cfg, baselines::by_name("min", &ctx).unwrap(), 99);
+    c.forget(0);
     for id in 0..18u64 {
         c.submit(0, id);
     }
@@ -636,16 +626,8 @@ fn nodes_restarted_without_their_memory_relearn_every_task_from_their_peers() {
     for _ in 0..40 {
         c.step();
     }
-    let ctx = baselines::BaselineContext {
-        num_types: 1,
-        cpu_kind: 0,
-        gpu_kind: 1,
-        profile: Vec::new(),
-    };
     for i in [0, 2] {
-        let mut cfg = c.nodes[i].config().clone();
-        cfg.incarnation = 2;
-        c.nodes[i] = NodeCore::new(cfg, baselines::by_name("min", &ctx).unwrap(), 99);
+        c.forget(i);
         assert!(c.outcomes()[i].is_empty());
     }
     let mut steps = 0;

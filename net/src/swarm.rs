@@ -63,7 +63,7 @@ pub struct NetConfig {
     /// Addresses to listen on, e.g. `/ip4/0.0.0.0/tcp/7600`.
     pub listen: Vec<Multiaddr>,
     /// Peers to dial once listening, and again every second while the peer that answered is
-    /// not connected ([`crate::dial`]).
+    /// not connected (see `dial.rs`).
     pub bootstrap: Vec<Multiaddr>,
     /// Private-network key: peers without it cannot connect.
     pub psk: Option<PreSharedKey>,
