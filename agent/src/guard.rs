@@ -150,7 +150,7 @@ async fn guard(a: &GuardArgs) -> i32 {
     };
     // Recorded before the task's program runs (the second stage's pid and start time stay the
     // same through its exec). A stage that is gone already has nothing to record.
-    if let (Some(path), Some(start)) = (&a.group_file, crate::supervise::start_time(task))
+    if let (Some(path), Some(start)) = (&a.group_file, crate::procs::start_time(task))
         && let Err(e) = (Group { pgid: task, start }).write(path)
     {
         kill_task();
@@ -195,14 +195,14 @@ async fn guard(a: &GuardArgs) -> i32 {
 pub struct Group {
     /// The group id (the task's first process's pid).
     pub pgid: u32,
-    /// The guard's start time ([`crate::supervise::start_time`]).
+    /// The guard's start time ([`crate::procs::start_time`]).
     pub start: u64,
 }
 
 impl Group {
     /// Record the group at `path` (written whole or not at all).
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
-        crate::supervise::write_json(self, path, "group-tmp")
+        crate::procs::write_json(self, path, "group-tmp")
     }
 
     /// The group recorded at `path`, if any.
@@ -225,7 +225,7 @@ fn members(pgid: u32) -> Vec<u32> {
 /// The process group of `pid` (field 5 of `/proc/<pid>/stat`); `None` for a zombie or no
 /// process.
 fn group_of(pid: u32) -> Option<u32> {
-    u32::try_from(crate::supervise::stat_field(pid, 5)?).ok()
+    u32::try_from(crate::procs::stat_field(pid, 5)?).ok()
 }
 
 /// Kill what is left of a recorded group, and wait (up to `limit`) until none of it is alive;
@@ -235,7 +235,7 @@ fn group_of(pid: u32) -> Option<u32> {
 /// the task's. A leader's pid taken by another process (the whole group ended long ago) is left
 /// alone.
 pub fn kill_recorded(g: Group, limit: Duration) -> usize {
-    let leader = crate::supervise::start_time(g.pgid);
+    let leader = crate::procs::start_time(g.pgid);
     if leader.is_some_and(|s| s != g.start) {
         return 0;
     }
@@ -285,7 +285,7 @@ mod tests {
             .trim()
             .parse()
             .unwrap_or_else(|e| panic!("{e}"));
-        let start = crate::supervise::start_time(pgid).unwrap_or_else(|| panic!("no leader"));
+        let start = crate::procs::start_time(pgid).unwrap_or_else(|| panic!("no leader"));
         let path = tmp.path().join("7.group");
         Group { pgid, start }
             .write(&path)
@@ -298,7 +298,7 @@ mod tests {
         };
         assert_eq!(kill_recorded(other, Duration::from_secs(5)), 0);
         assert!(
-            crate::supervise::start_time(child).is_some(),
+            crate::procs::start_time(child).is_some(),
             "a stranger was killed"
         );
         assert_eq!(kill_recorded(g, Duration::from_secs(10)), 2);

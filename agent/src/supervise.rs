@@ -83,19 +83,8 @@ impl ExitRecord {
     }
 
     fn write(&self, path: &Path) -> std::io::Result<()> {
-        write_json(self, path, "tmp")
+        crate::procs::write_json(self, path, "tmp")
     }
-}
-
-/// Write `value` as JSON to `path` whole or not at all: to a file beside it (extension `tmp`),
-/// renamed over it.
-pub(crate) fn write_json<T: Serialize>(value: &T, path: &Path, tmp: &str) -> std::io::Result<()> {
-    let tmp = path.with_extension(tmp);
-    std::fs::write(
-        &tmp,
-        serde_json::to_vec(value).map_err(std::io::Error::other)?,
-    )?;
-    std::fs::rename(&tmp, path)
 }
 
 /// How old a file's modification time is; `None` if it cannot be read (no lease file: the agent
@@ -288,31 +277,6 @@ fn spawn_failure(path: &Path) -> Option<ExitRecord> {
     })
 }
 
-/// The start time of process `pid` (clock ticks since boot, field 22 of `/proc/<pid>/stat`), to
-/// tell a process from a later one that reuses its pid; `None` if there is no such process.
-pub fn start_time(pid: u32) -> Option<u64> {
-    stat_field(pid, 22)
-}
-
-/// Field `n` (1-based, as `proc(5)` numbers them, from 3 on) of `/proc/<pid>/stat`; `None` if
-/// there is no such process or it is a zombie (it counts as gone).
-pub fn stat_field(pid: u32, n: usize) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may contain spaces: split after it.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3 (the state).
-    if fields.first() == Some(&"Z") {
-        return None;
-    }
-    fields.get(n.checked_sub(3)?)?.parse().ok()
-}
-
-/// Whether the process `pid` started at `start` is still alive.
-pub fn alive(pid: u32, start: u64) -> bool {
-    start_time(pid) == Some(start)
-}
-
 /// Touch the lease file of `owner` (the agent's node id, its content): the agent holds a quorum
 /// now.
 pub fn touch(path: &Path, owner: &str) -> std::io::Result<()> {
@@ -333,15 +297,6 @@ pub fn lease_age(path: &Path) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn start_time_tells_this_process_and_no_other() {
-        let me = std::process::id();
-        let t = start_time(me).expect("this process has a start time");
-        assert!(alive(me, t));
-        assert!(!alive(me, t + 1));
-        assert_eq!(start_time(u32::MAX - 1), None);
-    }
 
     #[test]
     fn exit_records_round_trip() {

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tapfinger_agent::guard::{Group, kill_recorded};
-use tapfinger_agent::supervise::{ExitRecord, start_time};
+use tapfinger_agent::procs::start_time;
+use tapfinger_agent::supervise::ExitRecord;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tapfinger-agent");
 

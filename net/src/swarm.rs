@@ -121,29 +121,32 @@ pub struct Network {
     writers: Writers,
 }
 
+/// Gossip's settings: anonymous, each message identified by its signature, relaying only.
+fn gossip_config() -> Result<gossipsub::Config, gossipsub::ConfigBuilderError> {
+    gossipsub::ConfigBuilder::default()
+        .max_transmit_size(MAX_FRAME + 4096)
+        // Authorship is proved by our own signed frame, checked once per message
+        // (crate::signed): gossip itself is anonymous, and a message's id is its signature.
+        .validation_mode(gossipsub::ValidationMode::Anonymous)
+        .message_id_fn(|m: &gossipsub::Message| {
+            gossipsub::MessageId::from(
+                crate::signed::signature(&m.data).map_or_else(|| m.data.clone(), <[u8]>::to_vec),
+            )
+        })
+        .validate_messages()
+        // Gossip only relays what direct frames cannot reach (crate::direct): an author sends
+        // its gossip copy to its mesh peers, not to every peer it is connected to.
+        .flood_publish(false)
+        .heartbeat_interval(Duration::from_millis(500))
+        .build()
+}
+
 impl Network {
     /// Build the swarm, start listening and dialing, and run it in a background task.
     pub async fn start(cfg: NetConfig) -> Result<Self, NetError> {
         let setup = |e: &dyn std::fmt::Display| NetError::Setup(e.to_string());
         let keypair = cfg.keypair.clone();
-        let gossip_cfg = gossipsub::ConfigBuilder::default()
-            .max_transmit_size(MAX_FRAME + 4096)
-            // Authorship is proved by our own signed frame, checked once per message
-            // (crate::signed): gossip itself is anonymous, and a message's id is its signature.
-            .validation_mode(gossipsub::ValidationMode::Anonymous)
-            .message_id_fn(|m: &gossipsub::Message| {
-                gossipsub::MessageId::from(
-                    crate::signed::signature(&m.data)
-                        .map_or_else(|| m.data.clone(), <[u8]>::to_vec),
-                )
-            })
-            .validate_messages()
-            // Gossip only relays what direct frames cannot reach (crate::direct): an author sends
-            // its gossip copy to its mesh peers, not to every peer it is connected to.
-            .flood_publish(false)
-            .heartbeat_interval(Duration::from_millis(500))
-            .build()
-            .map_err(|e| setup(&e))?;
+        let gossip_cfg = gossip_config().map_err(|e| setup(&e))?;
         let mdns_on = cfg.mdns;
         let peers_protocol = peers::protocol(&cfg.cluster).map_err(|e| setup(&e))?;
         let behaviour = move |key: &identity::Keypair| -> Result<Behaviour, BoxError> {

@@ -4,7 +4,8 @@
 //! record. A restarted agent adopts a task the same way from the pid its journal recorded.
 
 use super::{Adopted, ExecError, ExecEvent, Handle, ProcessExecutor, Running, Supervision};
-use crate::supervise::{ExitRecord, alive, start_time};
+use crate::procs::{alive, start_time};
+use crate::supervise::ExitRecord;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
