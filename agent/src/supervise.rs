@@ -156,6 +156,24 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
             }
         }
     };
+    use tokio::signal::unix::{SignalKind, signal};
+    // SIGTERM: the agent stops the task; SIGUSR1: it preempts it. Handled from before the task
+    // starts, so that a stop sent at any moment is a stop (not the default action, which would
+    // end this supervisor without an exit record). Without both no stop could reach the task,
+    // so it does not start.
+    let (mut term, mut usr1) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::user_defined1()),
+    ) {
+        (Ok(t), Ok(u)) => (t, u),
+        (Err(e), _) | (_, Err(e)) => {
+            return ExitRecord {
+                code: None,
+                how: "spawn".into(),
+                message: format!("cannot handle SIGTERM and SIGUSR1: {e}"),
+            };
+        }
+    };
     // The task runs under its guard ([`crate::guard`]), which starts it in a process group of
     // its own, records that group (so that an agent restarted after this supervisor was killed
     // can find and stop what is left of the task) and kills it if this supervisor dies; a
@@ -198,24 +216,6 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
             break guard_group;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
-    };
-    use tokio::signal::unix::{SignalKind, signal};
-    // SIGTERM: the agent stops the task; SIGUSR1: it preempts it. Without both no stop could
-    // reach the task, so it is not left running.
-    let (mut term, mut usr1) = match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::user_defined1()),
-    ) {
-        (Ok(t), Ok(u)) => (t, u),
-        (Err(e), _) | (_, Err(e)) => {
-            kill_group(pgid);
-            let _ = child.wait().await;
-            return ExitRecord {
-                code: None,
-                how: "spawn".into(),
-                message: format!("cannot handle SIGTERM and SIGUSR1: {e}"),
-            };
-        }
     };
     let limit = Duration::from_millis(a.autonomy_ms);
     let mut check = tokio::time::interval(Duration::from_millis(100));

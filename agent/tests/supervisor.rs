@@ -182,11 +182,13 @@ fn what_outlives_a_killed_supervisor_and_guard_is_killed_from_the_record() {
         1,
         "the supervisor's one child is the guard: {guard:?}"
     );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(guard[0] as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    // Both stopped first, so that neither can act on the other's death (the supervisor kills
+    // the task's group when its guard ends): killed "at once".
+    use nix::sys::signal::Signal::{SIGKILL, SIGSTOP};
+    let signal = |pid: u32, s| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), s);
+    signal(sup.id(), SIGSTOP).unwrap();
+    signal(guard[0], SIGSTOP).unwrap();
+    signal(guard[0], SIGKILL).unwrap();
     sup.kill().unwrap();
     sup.wait().unwrap();
     until(
