@@ -6,7 +6,7 @@
 //! [`api`] (local HTTP API), [`store`] (durable task journal), [`recover`] (what a restart does
 //! with the data directory), [`reports`] (tasks' metrics and convergence), [`supervise`] (the process between the agent and each task, so tasks
 //! are adopted after a restart and never outlive the agent's lease), [`guard`] (what makes a task
-//! die with its supervisor), [`procs`] (what `/proc` says of a process), [`policy`] (the learned
+//! die with its supervisor), [`procs`] (what `/proc` says of a process), [`mps`] (fractional GPU shares through NVIDIA MPS), [`policy`] (the learned
 //! policy and baselines), [`online`]/[`learn`] (the coordinator link), [`run`] (assembles the
 //! daemon).
 
@@ -22,6 +22,7 @@ pub mod gang_launch;
 pub mod guard;
 pub mod logs;
 pub mod metrics;
+pub mod mps;
 pub mod online;
 pub mod policy;
 pub mod procs;
