@@ -193,8 +193,14 @@ impl Mps {
                 "CUDA_MPS_PIPE_DIRECTORY".into(),
                 self.pipe(device).display().to_string(),
             ),
-            ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), percent.to_string()),
-            ("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(), format!("0={mib}M")),
+            (
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(),
+                percent.to_string(),
+            ),
+            (
+                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(),
+                format!("0={mib}M"),
+            ),
         ])
     }
 }
@@ -306,6 +312,9 @@ mod tests {
             Mps::new(&stand_in(dir, 3), &dir.join("mps")).unwrap_or_else(|e| panic!("{e}"));
         let e = mps.acquire(0).unwrap_err();
         assert!(e.to_string().contains("GPU 0"), "{e}");
-        assert!(mps.running().is_empty(), "a daemon that failed counts no client");
+        assert!(
+            mps.running().is_empty(),
+            "a daemon that failed counts no client"
+        );
     }
 }

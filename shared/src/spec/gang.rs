@@ -20,9 +20,9 @@ pub struct GangSpec {
     #[serde(default = "one_ps")]
     pub ps: i64,
     /// Units per resource kind one worker holds.
-    pub worker_demand: BTreeMap<String, i64>,
+    pub worker_demand: BTreeMap<String, f64>,
     /// Units per resource kind one parameter server holds.
-    pub ps_demand: BTreeMap<String, i64>,
+    pub ps_demand: BTreeMap<String, f64>,
     /// Seconds of compute per iteration of one worker (for placement; default 1).
     #[serde(default = "one_second")]
     pub compute_seconds: f64,

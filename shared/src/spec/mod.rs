@@ -40,12 +40,14 @@ pub struct TaskSpec {
     /// and the estimator serves from its prior until the class has been observed.
     #[serde(default, rename = "type")]
     pub task_type: String,
-    /// Minimum units per resource kind (`cpu`, `gpu`, `mem`, ...); kinds not named get 0.
+    /// Minimum per resource kind (`cpu`, `gpu`, `mem`, ...), in the kind's natural unit (cores,
+    /// GPUs, GiB), a multiple of the cluster's step for the kind (`gpu = 0.25` where GPUs are
+    /// shared in quarters); kinds not named get 0.
     #[serde(default)]
-    pub min_demand: BTreeMap<String, i64>,
-    /// Largest useful units per kind (optional; kinds not named are uncapped).
+    pub min_demand: BTreeMap<String, f64>,
+    /// Largest useful amount per kind, as `min_demand` (optional; kinds not named are uncapped).
     #[serde(default)]
-    pub max_demand: BTreeMap<String, i64>,
+    pub max_demand: BTreeMap<String, f64>,
     /// Labels a node must carry (all of them) to run the task, e.g. `site = "plant-3"`.
     #[serde(default)]
     pub require_labels: BTreeMap<String, String>,
@@ -103,6 +105,31 @@ fn default_grace() -> i64 {
 
 /// The default grace of a preempted task ([`TaskSpec::grace_seconds`]).
 pub const DEFAULT_GRACE_SECONDS: i64 = 10;
+
+/// `v` of `kind` in its natural unit as grid units: a non-negative multiple of the kind's step
+/// (within a millionth of a step, what decimal fractions like 0.1 need).
+fn grid_units(v: f64, kind: &crate::resources::ResourceKind) -> Result<u32, String> {
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("must not be negative ({v})"));
+    }
+    let units = v / kind.step;
+    let whole = units.round();
+    if (units - whole).abs() > 1e-6 {
+        let unit = if kind.unit.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", kind.unit)
+        };
+        return Err(format!(
+            "{v} is not a multiple of this cluster's step for {} ({}{unit})",
+            kind.name, kind.step
+        ));
+    }
+    if whole > f64::from(u32::MAX) {
+        return Err(format!("too large ({v})"));
+    }
+    Ok(whole as u32)
+}
 
 /// A spec that cannot be accepted; `field` names the offending field (`min_demand.cpu`, ...).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -173,7 +200,7 @@ impl TaskSpec {
     ) -> Result<Task, SpecError> {
         self.check_fields()?;
         let kinds = space.len();
-        let units = |field: &str, map: &BTreeMap<String, i64>| -> Result<Resources, SpecError> {
+        let units = |field: &str, map: &BTreeMap<String, f64>| -> Result<Resources, SpecError> {
             let mut r = Resources(vec![0; kinds]);
             for (name, v) in map {
                 let k = space.index_of(name).ok_or_else(|| {
@@ -185,14 +212,8 @@ impl TaskSpec {
                         ),
                     )
                 })?;
-                if *v < 0 {
-                    return Err(err(
-                        format!("{field}.{name}"),
-                        format!("must not be negative ({v})"),
-                    ));
-                }
-                r.0[k] = u32::try_from(*v)
-                    .map_err(|_| err(format!("{field}.{name}"), format!("too large ({v})")))?;
+                r.0[k] = grid_units(*v, &space.kinds()[k])
+                    .map_err(|reason| err(format!("{field}.{name}"), reason))?;
             }
             Ok(r)
         };
@@ -401,7 +422,7 @@ impl TaskSpec {
 
 /// Demands by kind name into a vector of the cluster's kinds, for the field named.
 pub(crate) type Units<'a> =
-    dyn Fn(&str, &BTreeMap<String, i64>) -> Result<Resources, SpecError> + 'a;
+    dyn Fn(&str, &BTreeMap<String, f64>) -> Result<Resources, SpecError> + 'a;
 
 pub(crate) fn kind_names(space: &ResourceSpace) -> Vec<String> {
     space.kinds().iter().map(|k| k.name.clone()).collect()
@@ -501,6 +522,56 @@ mod tests {
             TaskId(7),
             3,
         )
+    }
+
+    /// Demands are in each kind's natural unit: where GPUs are shared in quarters, `gpu = 0.25`
+    /// is one grid unit and `gpu = 2` eight; an amount that is not a multiple of the step is
+    /// refused, naming the field and the step; where a GPU is one unit, a fraction is refused.
+    #[test]
+    fn demands_are_multiples_of_the_cluster_s_step() {
+        let quarters = ResourceSpace::new(vec![
+            crate::resources::ResourceKind {
+                name: "cpu".into(),
+                unit: "core".into(),
+                step: 1.0,
+            },
+            crate::resources::ResourceKind {
+                name: "gpu".into(),
+                unit: "GPU".into(),
+                step: 0.25,
+            },
+        ])
+        .unwrap();
+        let labels = BTreeMap::new();
+        let cap = Resources(vec![16, 8]);
+        let nodes = [Placement {
+            id: NodeId(1),
+            name: "gpu-box",
+            labels: &labels,
+            capacity: &cap,
+        }];
+        let on = |space: &ResourceSpace, demand: &str| {
+            TaskSpec::from_toml(&format!("command = [\"x\"]\nmin_demand = {{ {demand} }}\n"))
+                .unwrap()
+                .validate(space, &[], &nodes, TaskId(1), 0)
+        };
+        assert_eq!(
+            on(&quarters, "cpu = 1, gpu = 0.25").unwrap().min_demand,
+            Resources(vec![1, 1])
+        );
+        assert_eq!(
+            on(&quarters, "gpu = 2").unwrap().min_demand,
+            Resources(vec![0, 8])
+        );
+        let e = on(&quarters, "cpu = 1, gpu = 0.3").unwrap_err();
+        assert_eq!(e.field, "min_demand.gpu", "{e}");
+        assert!(e.to_string().contains("0.25"), "{e}");
+        let e = on(&space(), "cpu = 1, gpu = 0.5").unwrap_err();
+        assert_eq!(e.field, "min_demand.gpu", "{e}");
+        let e = on(&space(), "cpu = 1.5").unwrap_err();
+        assert_eq!(e.field, "min_demand.cpu", "{e}");
+        let e = on(&space(), "cpu = -1").unwrap_err();
+        assert_eq!(e.field, "min_demand.cpu", "{e}");
     }
 
     #[test]
