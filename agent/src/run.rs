@@ -568,6 +568,18 @@ pub fn node_lines(body: &serde_json::Value) -> Option<String> {
         "dropped_messages",
         n.dropped_messages
     );
+    if let Some(model) = n.labels.get(tapfinger::estimate::GPU_MODEL_LABEL) {
+        text.push_str(&format!("\n{:<18} {model}", "gpu_model"));
+    }
+    let others: Vec<String> = n
+        .labels
+        .iter()
+        .filter(|(k, _)| k.as_str() != tapfinger::estimate::GPU_MODEL_LABEL)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if !others.is_empty() {
+        text.push_str(&format!("\n{:<18} {}", "labels", others.join(" ")));
+    }
     if let Some(sec) = &n.security {
         let network = if sec.open_cluster {
             "OPEN CLUSTER (no cluster key: any host that reaches it can run commands here)"
@@ -654,6 +666,15 @@ mod table_tests {
         .unwrap();
         assert_eq!(n.lines().count(), 5);
         assert!(n.contains("4,1,8") && n.contains("peers"), "{n}");
+        // The box's GPU model on a line of its own; its other labels after.
+        let n = super::node_lines(&serde_json::json!({
+            "id": 3, "capacity": [4, 1, 8], "used": null, "peers": 2, "dropped_messages": 0,
+            "labels": {"gpu_model": "NVIDIA H200", "site": "plant-3"}
+        }))
+        .unwrap();
+        assert_eq!(n.lines().count(), 7, "{n}");
+        assert!(n.contains("gpu_model          NVIDIA H200"), "{n}");
+        assert!(n.contains("labels             site=plant-3"), "{n}");
     }
 }
 

@@ -320,6 +320,7 @@ async fn node(State(s): State<ApiState>) -> Response {
         dropped_messages: st.dropped,
         forecast: st.forecast.clone(),
         security: Some((*s.security).clone()),
+        labels: st.labels.clone(),
     })
     .into_response()
 }

@@ -190,6 +190,10 @@ pub struct NodeInfo {
     /// What protects this box ([`SecurityInfo`]).
     #[serde(default)]
     pub security: Option<SecurityInfo>,
+    /// Its labels, its GPU model (`gpu_model`, NVML's name unless configured) among them: what
+    /// a spec's `require_labels` can ask for.
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// What protects a box, as its configuration and its kernel allow (docs/SECURITY.md).
