@@ -134,10 +134,11 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
     let mut agents = Vec::new();
     let mut addrs = Vec::new();
     for name in ["box-a", "box-b", "box-c"] {
-        let (a, addr) = Local::new(name, Exec::Simulated(0.001))
-            .bootstrap(addrs.clone())
-            .start()
-            .await;
+        let mut local = Local::new(name, Exec::Simulated(0.001)).bootstrap(addrs.clone());
+        if name == "box-b" {
+            local.labels = [("gpu_model".to_string(), "Test GPU".to_string())].into();
+        }
+        let (a, addr) = local.start().await;
         agents.push(a);
         addrs.push(addr);
     }
@@ -167,6 +168,10 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
         assert!(t0.elapsed() < Duration::from_secs(20), "boxes shown: {v}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Each box's GPU model, from its labels (box-b's, as its heartbeats carry them).
+    let models =
+        "return [...document.querySelectorAll('#boxes tbody tr')].map(r => r.cells[1].textContent)";
+    assert_eq!(browser.eval(models).await, json!(["", "Test GPU", ""]));
 
     // Fill every box, then submit the task to follow: it must queue until a box is free.
     for _ in 0..3 {

@@ -125,6 +125,8 @@ pub struct Local {
     pub preempt: bool,
     /// Slots per interval of the task-volume forecast (0: none).
     pub forecast_interval_slots: u64,
+    /// Its labels (none by default).
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Local {
@@ -148,6 +150,7 @@ impl Local {
             shrink: false,
             preempt: false,
             forecast_interval_slots: 0,
+            labels: BTreeMap::new(),
         }
     }
 
@@ -185,7 +188,7 @@ impl Local {
             name: self.name,
             capacity: self.capacity.clone(),
             kind_names: vec!["cpu".into(), "gpu".into(), "mem".into()],
-            labels: BTreeMap::new(),
+            labels: self.labels.clone(),
             incarnation: self.incarnation,
             num_types: 1,
             window: 10,

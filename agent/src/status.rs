@@ -37,9 +37,9 @@ pub struct Status {
     pub policy: Option<crate::online::PolicyStatus>,
     /// This node's name.
     pub name: String,
-    /// This node's labels (its GPU model among them, `gpu_model`, as NVML names it unless
-    /// configured).
-    pub labels: BTreeMap<String, String>,
+    /// The labels of this node and its live peers (each box's GPU model among them,
+    /// `gpu_model`, as NVML names it unless configured).
+    pub labels: BTreeMap<NodeId, BTreeMap<String, String>>,
     /// This node's current slot and the slot length (ms).
     pub slot: u64,
     /// Slot length (ms).

@@ -1,5 +1,5 @@
 //! The web dashboard: `GET /` serves one self-contained page (no scripts from elsewhere) that
-//! polls `GET /v1/dashboard` every second and shows every box with its capacity and free units,
+//! polls `GET /v1/dashboard` every second and shows every box with its GPU model, capacity and free units,
 //! the cluster's queue (each task's position and wait so far), the running tasks with their
 //! shares and progress, the latest finished tasks, the negotiation counters (rounds, conflicts,
 //! lost claims, missing proposals, and how many of each in the last ten seconds), the policy
@@ -64,6 +64,9 @@ pub struct BoxInfo {
     pub info: PeerInfo,
     /// Whether it is the agent answering.
     pub me: bool,
+    /// Its GPU model (its `gpu_model` label), if it has one.
+    #[serde(default)]
+    pub gpu_model: Option<String>,
 }
 
 /// A queued task.
@@ -125,6 +128,12 @@ pub(super) async fn page() -> Response {
 pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
     let st = s.status.borrow().clone();
     let me = st.id.map_or(0, |i| i.0);
+    let gpu_model = |id: u32| {
+        st.labels
+            .get(&tapfinger::NodeId(id))
+            .and_then(|l| l.get(tapfinger::estimate::GPU_MODEL_LABEL))
+            .cloned()
+    };
     let mut boxes = Vec::new();
     if let (Some(cap), Some(used)) = (&st.capacity, &st.used) {
         boxes.push(BoxInfo {
@@ -140,6 +149,7 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
                     .collect(),
             },
             me: true,
+            gpu_model: gpu_model(me),
         });
     }
     for (id, name, cap, free) in &st.peer_table {
@@ -151,6 +161,7 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
                 free: free.0.clone(),
             },
             me: false,
+            gpu_model: gpu_model(id.0),
         });
     }
     boxes.sort_by(|a, b| (a.info.name.as_str(), a.info.id).cmp(&(b.info.name.as_str(), b.info.id)));

@@ -320,7 +320,10 @@ async fn node(State(s): State<ApiState>) -> Response {
         dropped_messages: st.dropped,
         forecast: st.forecast.clone(),
         security: Some((*s.security).clone()),
-        labels: st.labels.clone(),
+        labels: st
+            .id
+            .and_then(|me| st.labels.get(&me).cloned())
+            .unwrap_or_default(),
     })
     .into_response()
 }

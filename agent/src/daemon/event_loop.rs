@@ -388,7 +388,7 @@ impl Daemon {
             stats: core.stats().clone(),
             policy: self.p.online.as_ref().map(|o| o.status().clone()),
             name: core.config().name.clone(),
-            labels: core.config().labels.clone(),
+            labels: core.node_labels(),
             slot: core.slot(),
             slot_ms: core.config().slot_ms,
             queue: crate::status::queue_of(core.tasks(), core.slot()),
