@@ -1,6 +1,6 @@
 //! What `/proc` says of a process (its start time, its process group), to tell a process from a
-//! later one that reuses its pid, and whole-or-nothing JSON files: what the supervisor, the guard
-//! and a restarted agent share.
+//! later one that reuses its pid, and whole-or-nothing JSON files: what the supervisor, the guard,
+//! a restarted agent and its member list share.
 
 use serde::Serialize;
 use std::path::Path;

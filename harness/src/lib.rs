@@ -256,6 +256,21 @@ impl Cluster {
         self.cores.retain(|(n, _), _| *n != i);
     }
 
+    /// Assert that every node knows the same tasks with the same states (outcomes) as node 0.
+    pub fn assert_agree(&self) {
+        let o = self.outcomes();
+        for (i, m) in o.iter().enumerate() {
+            for (id, s) in m {
+                assert_eq!(
+                    Some(s),
+                    o[0].get(id),
+                    "node {i} and node 0 disagree on {id}"
+                );
+            }
+            assert_eq!(m.len(), o[0].len(), "node {i} knows other tasks");
+        }
+    }
+
     /// Restart node `i` with no memory at all (a new incarnation, the `min` policy, nothing
     /// replayed), its copies gone with it: a box whose agent lost everything but its identity.
     pub fn forget(&mut self, i: usize) {

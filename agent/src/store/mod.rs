@@ -370,12 +370,7 @@ pub fn load_members(path: &Path) -> BTreeSet<NodeId> {
 
 /// Save the members (atomically: a crash leaves the old file or the new one).
 pub fn save_members(path: &Path, members: &BTreeSet<NodeId>) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(
-        &tmp,
-        serde_json::to_vec(members).map_err(std::io::Error::other)?,
-    )?;
-    std::fs::rename(&tmp, path)
+    crate::procs::write_json(members, path, "tmp")
 }
 
 #[cfg(test)]

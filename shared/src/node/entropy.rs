@@ -3,9 +3,10 @@
 //! for another node, a greet lost while a connection came up, a partition).
 //!
 //! Three steps, each only while the one before shows a difference, so a cluster whose views agree
-//! exchanges 16 bytes a heartbeat and nothing more (under a steady stream of submissions the
-//! newest tasks make digests differ now and then: a node then sends its ranges at most once per
-//! [`RESEND`] heartbeats, and the ids of the newest block, and asks for nothing):
+//! exchanges a digest a heartbeat (a count and a 64-bit hash, at most 18 bytes encoded) and
+//! nothing more (under a steady stream of submissions the newest tasks make digests differ now
+//! and then: a node then sends its ranges at most once per [`RESEND`] heartbeats, and the ids of
+//! the newest block, and asks for nothing):
 //!
 //! 1. Every heartbeat carries a [`Digest`] of the sender's list: how many tasks it knows and a
 //!    hash of their ids and finished flags.
