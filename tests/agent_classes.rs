@@ -21,7 +21,7 @@ fn task(class: &str) -> TaskSpec {
 
 /// `GET /v1/classes` of the agent's API served on `api`.
 async fn classes(api: &str) -> Classes {
-    let (code, body) = tapfinger_agent::run::http(api, "GET", "/v1/classes", None, None)
+    let (code, body) = tapfinger_agent::client::http(api, "GET", "/v1/classes", None, None)
         .await
         .unwrap();
     assert_eq!(code, 200, "{body}");

@@ -170,7 +170,7 @@ async fn a_killed_agent_loses_no_task() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_api_accepts_lists_refuses_and_guards() {
     use tapfinger_agent::api::router;
-    use tapfinger_agent::run::http;
+    use tapfinger_agent::client::http;
     let (a, _) = agent("a", vec![], 0.2).await;
     let serve = |token: Option<String>| {
         let app = router(tapfinger_tests::api_state(&a, token, None));
@@ -440,7 +440,7 @@ async fn a_refusal_judged_without_a_known_box_says_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_task_shows_its_latest_loss_and_that_it_is_converging() {
     use tapfinger_agent::api::router;
-    use tapfinger_agent::run::http;
+    use tapfinger_agent::client::http;
     let tmp = tempfile::tempdir().unwrap();
     let logs = tmp.path().to_path_buf();
     let (a, _) = agent_with(
@@ -499,7 +499,7 @@ async fn poll(
 ) -> (bool, String) {
     let mut last = String::new();
     for _ in 0..tries {
-        let (code, body) = tapfinger_agent::run::http(api, "GET", path, None, None)
+        let (code, body) = tapfinger_agent::client::http(api, "GET", path, None, None)
             .await
             .unwrap();
         if ok(code, &body) {

@@ -59,6 +59,7 @@ fn heartbeat(id: u32, seq: u64) -> Envelope {
             name: format!("box-{id}"),
             labels: Default::default(),
             capacity: Resources(vec![4, 0]),
+            steps: vec![1.0, 1.0],
             free: Resources(vec![4, 0]),
             running: Vec::new(),
             incarnation: 1,

@@ -8,7 +8,7 @@
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use tapfinger::spec::TaskSpec;
-use tapfinger_agent::run::http;
+use tapfinger_agent::client::http;
 use tapfinger_tests::{Exec, Local, serve_api, wait};
 
 const CHROMIUM: &str = "/usr/bin/chromium";

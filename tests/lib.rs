@@ -127,6 +127,12 @@ pub struct Local {
     pub forecast_interval_slots: u64,
     /// Its labels (none by default).
     pub labels: BTreeMap<String, String>,
+    /// The cluster's GPU step (the agent's `gpu_step`; 1 by default). Below 1, `capacity`
+    /// counts GPUs in its units (4 for one device at 0.25).
+    pub gpu_step: f64,
+    /// The MPS control program (the agent's `mps_control`), its folders under `mps` beside it;
+    /// used where `gpu_step` is below 1. Devices have 16 GiB of memory each.
+    pub mps_control: Option<PathBuf>,
 }
 
 impl Local {
@@ -151,6 +157,8 @@ impl Local {
             preempt: false,
             forecast_interval_slots: 0,
             labels: BTreeMap::new(),
+            gpu_step: 1.0,
+            mps_control: None,
         }
     }
 
@@ -183,12 +191,31 @@ impl Local {
         })
         .await;
         let me = node_id(&net.peer_id);
+        let space = tapfinger_agent::run::space(self.gpu_step);
+        let per = tapfinger::spec::units_per_device(&space).map_or(1, |(_, per)| per);
+        let gpu_devices: Vec<u32> = (0..self.capacity.get(1) / per).map(|i| 7 + i).collect();
+        let gpu_shares = match &self.mps_control {
+            Some(program) if per > 1 => {
+                let gpus: Vec<(u32, u64)> = gpu_devices.iter().map(|d| (*d, 16 << 30)).collect();
+                let dir = program.parent().unwrap().join("mps");
+                tapfinger_agent::mps::GpuShares::setup(per, program, &dir, &gpus)
+            }
+            _ => Default::default(),
+        };
+        let mut labels = self.labels.clone();
+        if gpu_shares.mps.is_some() {
+            labels.insert(
+                tapfinger::spec::GPU_SHARES_LABEL.into(),
+                tapfinger::spec::GPU_SHARES_MPS.into(),
+            );
+        }
         let node = NodeConfig {
             me,
             name: self.name,
             capacity: self.capacity.clone(),
             kind_names: vec!["cpu".into(), "gpu".into(), "mem".into()],
-            labels: self.labels.clone(),
+            steps: space.kinds().iter().map(|k| k.step).collect(),
+            labels,
             incarnation: self.incarnation,
             num_types: 1,
             window: 10,
@@ -238,13 +265,14 @@ impl Local {
             net,
             executor,
             exec_events: rx,
-            to_allocation: Box::new(tapfinger_agent::run::to_allocation),
-            space: tapfinger_agent::run::space(),
+            to_allocation: Box::new(move |r| tapfinger_agent::run::to_allocation_in(r, per)),
+            space,
             types: vec!["default".into()],
             store,
             recovered,
             files: None,
-            gpu_devices: (0..self.capacity.get(1)).map(|i| 7 + i).collect(),
+            gpu_devices,
+            gpu_shares,
             online,
             forecast_interval_slots: self.forecast_interval_slots,
             plateau: Default::default(),

@@ -138,6 +138,15 @@ pub struct AgentConfig {
     pub log_format: LogFormat,
     /// Placement labels of this node.
     pub labels: BTreeMap<String, String>,
+    /// The cluster's GPU unit in devices (default 1: whole devices). Below one (0.5, 0.25,
+    /// 0.1: one device divided by a whole number), tasks may ask for a fraction of a GPU and
+    /// run as MPS clients held to it. Every box of a cluster must use the same (a unit must
+    /// mean the same amount to every box; a peer with another is not heard). A box whose MPS
+    /// control program is missing keeps the step and takes only whole-device tasks.
+    pub gpu_step: f64,
+    /// The MPS control program (`nvidia-cuda-mps-control`, looked up on `PATH`, or a path):
+    /// started per device that holds fractional tasks, its folders under `<data_dir>/mps`.
+    pub mps_control: PathBuf,
     /// Caps on what is offered (default: everything discovered).
     pub offer: Amounts,
     /// Units kept for the host (subtracted from the offer).
@@ -221,6 +230,8 @@ impl Default for AgentConfig {
             model: None,
             log_format: LogFormat::Human,
             labels: BTreeMap::new(),
+            gpu_step: 1.0,
+            mps_control: PathBuf::from(crate::mps::CONTROL),
             offer: Amounts::default(),
             reserve: Amounts::default(),
             coordinator: CoordinatorLink::default(),
@@ -430,6 +441,15 @@ impl AgentConfig {
                 "must be longer than the peer timeout plus the autonomy time",
             ));
         }
+        if self.gpu_units().is_none() {
+            return Err(err(
+                "gpu_step",
+                format!(
+                    "must be one device divided by a whole number up to 100 (1, 0.5, 0.25, 0.1, ...), got {}",
+                    self.gpu_step
+                ),
+            ));
+        }
         for (section, a) in [("offer", &self.offer), ("reserve", &self.reserve)] {
             for (k, v) in [("cpu", a.cpu), ("gpu", a.gpu), ("mem_gb", a.mem_gb)] {
                 if let Some(v) = v
@@ -495,6 +515,16 @@ impl AgentConfig {
         }
     }
 
+    /// Grid units of one GPU device (1 / `gpu_step`), if the step divides a device.
+    pub fn gpu_units(&self) -> Option<u32> {
+        let per = (1.0 / self.gpu_step).round();
+        (self.gpu_step.is_finite()
+            && self.gpu_step > 0.0
+            && (1.0..=100.0).contains(&per)
+            && (per * self.gpu_step - 1.0).abs() < 1e-9)
+            .then_some(per as u32)
+    }
+
     /// The peer timeout in force (`peer_timeout_ms`, or five heartbeats).
     pub fn peer_timeout(&self) -> u64 {
         self.peer_timeout_ms.unwrap_or(5 * self.heartbeat_ms)
@@ -540,17 +570,17 @@ impl AgentConfig {
 
 pub use tapfinger_net::secret::is_loopback;
 
-/// The resource kinds every agent schedules.
-pub fn space() -> tapfinger::resources::ResourceSpace {
-    let kind = |name: &str, unit: &str| tapfinger::resources::ResourceKind {
+/// The resource kinds every agent schedules, GPUs in units of `gpu_step` devices.
+pub fn space(gpu_step: f64) -> tapfinger::resources::ResourceSpace {
+    let kind = |name: &str, unit: &str, step: f64| tapfinger::resources::ResourceKind {
         name: name.into(),
         unit: unit.into(),
-        step: 1.0,
+        step,
     };
     tapfinger::resources::ResourceSpace::new(vec![
-        kind("cpu", "core"),
-        kind("gpu", "GPU"),
-        kind("mem", "GiB"),
+        kind("cpu", "core", 1.0),
+        kind("gpu", "GPU", gpu_step),
+        kind("mem", "GiB", 1.0),
     ])
     .unwrap_or_else(|_| tapfinger::resources::ResourceSpace::cpu_gpu())
 }

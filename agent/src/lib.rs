@@ -11,6 +11,7 @@
 //! daemon).
 
 pub mod api;
+pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod demo;

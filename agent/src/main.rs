@@ -237,7 +237,7 @@ fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyh
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (status, body) = rt.block_on(tapfinger_agent::run::http(
+    let (status, body) = rt.block_on(tapfinger_agent::client::http(
         &client.api,
         method,
         path,
@@ -252,11 +252,11 @@ fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyh
         let render: Option<fn(&serde_json::Value) -> Option<String>> = match path {
             _ if method != "GET" || client.json => None,
             p if p.starts_with("/v1/tasks?") || p == "/v1/tasks" => {
-                Some(tapfinger_agent::run::tasks_table)
+                Some(tapfinger_agent::client::tasks_table)
             }
-            "/v1/peers" => Some(tapfinger_agent::run::peers_table),
-            "/v1/classes" => Some(tapfinger_agent::run::classes_table),
-            "/v1/node" => Some(tapfinger_agent::run::node_lines),
+            "/v1/peers" => Some(tapfinger_agent::client::peers_table),
+            "/v1/classes" => Some(tapfinger_agent::client::classes_table),
+            "/v1/node" => Some(tapfinger_agent::client::node_lines),
             _ => None,
         };
         let table = render.and_then(|f| {
@@ -410,11 +410,11 @@ fn main() {
             }
             call(&client, "GET", &path, None)
         }
-        Cmd::Show { id, client } => tapfinger_agent::run::task_id(&id)
+        Cmd::Show { id, client } => tapfinger_agent::client::task_id(&id)
             .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{}", id.0), None)),
-        Cmd::Cancel { id, client } => tapfinger_agent::run::task_id(&id)
+        Cmd::Cancel { id, client } => tapfinger_agent::client::task_id(&id)
             .and_then(|id| call(&client, "DELETE", &format!("/v1/tasks/{}", id.0), None)),
-        Cmd::Logs { id, client } => tapfinger_agent::run::task_id(&id)
+        Cmd::Logs { id, client } => tapfinger_agent::client::task_id(&id)
             .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{}/logs", id.0), None)),
         Cmd::Node { client } => call(&client, "GET", "/v1/node", None),
         Cmd::Peers { client } => call(&client, "GET", "/v1/peers", None),

@@ -94,7 +94,9 @@ impl Mps {
     /// The control program's environment for `device`'s daemon.
     fn control(&self, device: u32) -> Command {
         let mut c = Command::new(&self.program);
-        c.env("CUDA_VISIBLE_DEVICES", device.to_string())
+        // NVML's numbering, as the agent's device indices are (CUDA's own is fastest first).
+        c.env("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+            .env("CUDA_VISIBLE_DEVICES", device.to_string())
             .env("CUDA_MPS_PIPE_DIRECTORY", self.pipe(device))
             .env("CUDA_MPS_LOG_DIRECTORY", self.log(device))
             .stdout(Stdio::null())
@@ -165,6 +167,27 @@ impl Mps {
         }
     }
 
+    /// A fractional task on `device` adopted after a restart of the agent: the daemon started
+    /// for it then still runs (it is a daemon), so it is counted, not started again.
+    pub fn adopt(&mut self, device: u32) {
+        *self.clients.entry(device).or_default() += 1;
+    }
+
+    /// Stop the daemons of `devices` that have no client here but whose pipe folder exists: a
+    /// previous run of the agent started them, and their clients ended while it was down.
+    /// Failures are logged, not returned: such a daemon may have died with the box.
+    pub fn stop_idle(&mut self, devices: &[u32]) {
+        for &d in devices {
+            if self.clients.contains_key(&d) || !self.pipe(d).is_dir() {
+                continue;
+            }
+            self.clients.insert(d, 1);
+            if let Err(e) = self.release(d) {
+                tracing::debug!(device = d, error = %e, "no MPS daemon left to stop");
+            }
+        }
+    }
+
     /// Devices whose daemon runs, with their clients.
     pub fn running(&self) -> &BTreeMap<u32, usize> {
         &self.clients
@@ -202,6 +225,67 @@ impl Mps {
                 format!("0={mib}M"),
             ),
         ])
+    }
+}
+
+/// How this box gives its GPUs: grid units per device (1 / the cluster's `gpu_step`), and the
+/// MPS daemons where a device may be shared.
+#[derive(Debug)]
+pub struct GpuShares {
+    /// Grid units of one device (1: whole devices only, cluster-wide).
+    pub per_device: u32,
+    /// The MPS daemons; `None`: this box gives whole devices only.
+    pub mps: Option<Mps>,
+    /// Each offered device's memory in bytes (a share's memory limit is its part of it).
+    pub memory: BTreeMap<u32, u64>,
+    /// How GPUs are shared here, or why they are not, for the log, `GET /v1/node` and the
+    /// dashboard.
+    pub note: String,
+}
+
+impl Default for GpuShares {
+    fn default() -> Self {
+        Self {
+            per_device: 1,
+            mps: None,
+            memory: BTreeMap::new(),
+            note: "whole devices (gpu_step = 1)".into(),
+        }
+    }
+}
+
+impl GpuShares {
+    /// The sharing of `gpus` (the offered devices: index, memory) where a device is
+    /// `per_device` units: MPS through `program` with its folders under `dir` if a device may be
+    /// shared and the program is there; whole devices otherwise, saying why.
+    pub fn setup(per_device: u32, program: &Path, dir: &Path, gpus: &[(u32, u64)]) -> Self {
+        let memory = gpus.iter().copied().collect();
+        let whole = |note: String| Self {
+            per_device: per_device.max(1),
+            mps: None,
+            memory: BTreeMap::new(),
+            note,
+        };
+        if per_device <= 1 {
+            return Self::default();
+        }
+        if gpus.is_empty() {
+            return whole("no GPU offered".into());
+        }
+        match Mps::new(program, dir) {
+            Ok(mps) => Self {
+                per_device,
+                mps: Some(mps),
+                memory,
+                note: format!(
+                    "MPS shares of 1/{per_device} GPU ({})",
+                    program.display()
+                ),
+            },
+            Err(e) => whole(format!(
+                "whole devices only: {e}; tasks asking for a fraction of a GPU run on other boxes"
+            )),
+        }
     }
 }
 

@@ -468,6 +468,7 @@ mod tests {
             name: "n1".into(),
             capacity: Resources(vec![4, 1, 8]),
             kind_names: vec!["cpu".into(), "gpu".into(), "mem".into()],
+            steps: Vec::new(),
             labels: Default::default(),
             incarnation: 1,
             num_types: 1,

@@ -17,8 +17,9 @@ use std::time::{Duration, SystemTime};
 use tapfinger::node::{Action, NodeCore, TaskState};
 use tapfinger::{NodeId, TaskId};
 
-/// The tasks the replay left running here: their GPU devices (for the daemon's pool).
-pub type Held = Vec<(TaskId, Vec<u32>)>;
+/// The tasks the replay left running here: their GPU devices and GPU grid units (for the
+/// daemon's pool: fewer units than a device are a share of the one device listed).
+pub type Held = Vec<(TaskId, Vec<u32>, u32)>;
 
 /// Replay `r` into `core`; returns the actions to carry out (announcements, finishes) and the
 /// GPU devices held by adopted tasks. Runs that ended are journaled as ended.
@@ -66,7 +67,9 @@ pub fn replay(
         match adopted {
             Adopted::Running => {
                 actions.extend(core.restore(run.task, run.spec, running, Some(me), run.epoch));
-                held.push((id, run.gpus));
+                // The agent's GPU kind is its second (`crate::config::space`).
+                let units = run.alloc.get(1);
+                held.push((id, run.gpus, units));
             }
             Adopted::Exited(code) => {
                 actions.extend(core.restore(run.task, run.spec, running, Some(me), run.epoch));

@@ -197,7 +197,7 @@ fn an_id_known_with_another_task_is_refused() {
         matches!(
             &acts[..],
             [Action::Refused {
-                task: TaskId(5),
+                task: Some(TaskId(5)),
                 ..
             }]
         ),
@@ -325,4 +325,54 @@ fn lower_classes_make_room_for_urgent_tasks_once_and_within_capacity() {
         .map(|p| p.times)
         .sum();
     assert_eq!(counted, 12);
+}
+
+/// A node whose resource steps differ from its peers' (a box sharing GPUs in quarters among
+/// boxes counting whole devices) is not heard: its peers refuse it once, saying why, never
+/// count it a peer, and place nothing there; the others go on among themselves.
+#[test]
+fn a_node_with_other_resource_steps_is_not_heard() {
+    let mut c = Cluster::with(3, "min", |cfg| {
+        cfg.steps = if cfg.me == NodeId(2) {
+            vec![1.0, 0.25]
+        } else {
+            vec![1.0, 1.0]
+        };
+    });
+    let mut odd = None;
+    for _ in 0..40 {
+        c.step();
+        odd = odd.or_else(|| {
+            c.bus
+                .iter()
+                .find(|(_, _, e)| e.from == NodeId(2) && matches!(e.body, Body::Heartbeat(_)))
+                .map(|(_, _, e)| e.clone())
+        });
+    }
+    for n in 0..2 {
+        assert_eq!(c.nodes[n].peers().count(), 1, "node {n} hears only its like");
+        assert!(!c.nodes[n].peers().any(|p| p == NodeId(2)));
+    }
+    // What a node says when the odd node's heartbeats reach it: one refusal, saying why.
+    let odd = odd.expect("node 2 sends heartbeats");
+    let mut fresh = Cluster::with(1, "min", |cfg| cfg.steps = vec![1.0, 1.0]);
+    let mut refusals = fresh.nodes[0].on_message(odd.clone(), 0);
+    refusals.extend(fresh.nodes[0].on_message(odd, 10));
+    assert!(
+        matches!(&refusals[..], [Action::Refused { task: None, reason, .. }] if reason.contains("gpu 0.25")),
+        "refused once, saying why: {refusals:?}"
+    );
+    for id in 0..6u64 {
+        c.submit((id % 2) as usize, id);
+    }
+    let mut steps = 0;
+    while c.finished.len() < 6 && steps < 5000 {
+        c.step();
+        assert!(
+            c.running.iter().all(|(_, node, _)| *node != 2),
+            "nothing runs on the node not heard"
+        );
+        steps += 1;
+    }
+    assert_eq!(c.finished.len(), 6);
 }

@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 /// ordinary pair, and progress that reaches 1 makes no sample,
 /// [`crate::estimate::Estimator::observe_start`]. 15: the estimator measures a start-up's
 /// cost, and a costly one's slot is no sample nor pair, [`crate::estimate::Estimator::start_cost`].)
-pub const WIRE_VERSION: u16 = 16;
+pub const WIRE_VERSION: u16 = 17;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.
@@ -76,6 +76,10 @@ pub struct NodeState {
     pub labels: BTreeMap<String, String>,
     /// Units offered to the cluster.
     pub capacity: Resources,
+    /// Each resource kind's grid step in its natural unit (what one unit of `capacity` means:
+    /// 0.25 for a GPU shared in quarters); empty where the sender does not say. A peer whose
+    /// steps differ from a node's own is not heard by it: their vectors mean different amounts.
+    pub steps: Vec<f64>,
     /// Units not allocated.
     pub free: Resources,
     /// Tasks running here.
@@ -429,6 +433,12 @@ impl Envelope {
                     check_str("label", v)?;
                 }
                 check_vec("capacity", &s.capacity, None)?;
+                if !s.steps.is_empty()
+                    && (s.steps.len() != s.capacity.len()
+                        || s.steps.iter().any(|x| !(x.is_finite() && *x > 0.0)))
+                {
+                    return Err(invalid("heartbeat: a step per kind, each positive"));
+                }
                 check_vec("free", &s.free, Some(s.capacity.len()))?;
                 if !s.free.fits_in(&s.capacity) {
                     return Err(invalid("heartbeat: free exceeds capacity"));
@@ -581,6 +591,7 @@ mod tests {
             name: "box-1".into(),
             labels: [("site".to_string(), "plant-3".to_string())].into(),
             capacity: Resources(vec![8, 1]),
+            steps: vec![1.0, 0.25],
             free: Resources(vec![4, 0]),
             running: vec![RunningState {
                 task: TaskId(3),

@@ -88,6 +88,7 @@ impl Agents {
                     name: format!("n{i}"),
                     capacity: sc.nodes[i].capacity.clone(),
                     kind_names: sc.kind_names(),
+                    steps: Vec::new(),
                     labels: BTreeMap::new(),
                     incarnation: 1,
                     num_types: sc.types.len(),

@@ -211,7 +211,7 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
     let policy = st.policy.clone().unwrap_or_default();
     axum::Json(Dashboard {
         node: st.name.clone(),
-        kinds: crate::config::space().kind_names(),
+        kinds: crate::config::space(1.0).kind_names(),
         slot_ms: st.slot_ms,
         boxes,
         queue,

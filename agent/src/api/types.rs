@@ -210,6 +210,10 @@ pub struct SecurityInfo {
     pub api_token: bool,
     /// Whether a task can open only the GPUs it was given, and how (or why not).
     pub gpu_isolation: String,
+    /// How GPUs are shared between tasks here (MPS fractions of the cluster's `gpu_step`), or
+    /// why this box gives whole devices only.
+    #[serde(default)]
+    pub gpu_sharing: String,
 }
 
 /// One live peer as its last heartbeat described it.

@@ -91,9 +91,19 @@ pub(super) async fn run(
     let recorded = recovered.outcomes.keys().copied().collect();
     let (mut pending, held) =
         crate::recover::replay(&mut p.core, p.executor.as_mut(), &mut p.store, recovered);
-    let mut gpus = GpuPool::new(&p.gpu_devices);
-    for (task, devices) in held {
-        gpus.hold(task, devices);
+    let mut gpus = GpuPool::with_shares(&p.gpu_devices, p.gpu_shares.per_device);
+    for (task, devices, units) in held {
+        match (&devices[..], &mut p.gpu_shares.mps) {
+            ([device], Some(mps)) if units < p.gpu_shares.per_device => {
+                gpus.hold_share(task, *device, units);
+                mps.adopt(*device);
+            }
+            _ => gpus.hold(task, devices),
+        }
+    }
+    if let Some(mps) = &mut p.gpu_shares.mps {
+        // Daemons a previous run left with no client (its tasks ended while it was down).
+        mps.stop_idle(&p.gpu_devices);
     }
     let forecast_every = p.forecast_interval_slots;
     let plateau = p.plateau;

@@ -1,4 +1,6 @@
-//! GPU devices by task: the node core counts GPUs, only the daemon knows device indices.
+//! GPU devices by task: the node core counts GPUs, only the daemon knows device indices. A task
+//! holds whole devices, or a share of one device (MPS, [`crate::mps`]) counted in grid units of
+//! the GPU step; a device that holds shares holds no whole-device task, and the other way round.
 
 use std::collections::{BTreeMap, BTreeSet};
 use tapfinger::TaskId;
@@ -11,14 +13,91 @@ pub(super) struct GpuPool {
     pub(super) free: BTreeSet<u32>,
     /// The devices each task running here holds (given back when it exits).
     pub(super) held: BTreeMap<TaskId, Vec<u32>>,
+    /// Grid units of one device (1 / the GPU step; 1: no shares).
+    per_device: u32,
+    /// Units of each device held by shares (a device here is not in `free`).
+    shares: BTreeMap<u32, u32>,
+    /// The share each task holds: (device, units).
+    shared: BTreeMap<TaskId, (u32, u32)>,
 }
 
 impl GpuPool {
+    #[cfg(test)]
     pub(super) fn new(devices: &[u32]) -> Self {
+        Self::with_shares(devices, 1)
+    }
+
+    /// A pool whose devices are `per_device` grid units each, so that a task may hold a share of
+    /// one device (fewer units than a device has).
+    pub(super) fn with_shares(devices: &[u32], per_device: u32) -> Self {
         Self {
             free: devices.iter().copied().collect(),
             held: BTreeMap::new(),
+            per_device: per_device.max(1),
+            shares: BTreeMap::new(),
+            shared: BTreeMap::new(),
         }
+    }
+
+    /// Take a share of `units` grid units (fewer than a device has) of one device for `task`:
+    /// on the device already shared that it fills best, else on a free device (which then holds
+    /// shares only). None if no device has room, which the core's accounting should make
+    /// impossible, or if `units` is not a share.
+    pub(super) fn take_share(&mut self, task: TaskId, units: u32) -> Option<u32> {
+        if units == 0 || units >= self.per_device {
+            return None;
+        }
+        let best = self
+            .shares
+            .iter()
+            .filter(|(_, used)| **used + units <= self.per_device)
+            .max_by_key(|(_, used)| **used)
+            .map(|(d, _)| *d);
+        let device = match best {
+            Some(d) => d,
+            None => {
+                let d = *self.free.iter().next()?;
+                self.free.remove(&d);
+                d
+            }
+        };
+        *self.shares.entry(device).or_default() += units;
+        self.shared.insert(task, (device, units));
+        Some(device)
+    }
+
+    /// The share `task` holds: (device, units).
+    #[cfg(test)]
+    pub(super) fn share_of(&self, task: TaskId) -> Option<(u32, u32)> {
+        self.shared.get(&task).copied()
+    }
+
+    /// Grid units `task` holds: its share, or its whole devices.
+    pub(super) fn units_of(&self, task: TaskId) -> u32 {
+        match self.shared.get(&task) {
+            Some((_, units)) => *units,
+            None => self.held.get(&task).map_or(0, |d| d.len() as u32 * self.per_device),
+        }
+    }
+
+    /// The devices `task` holds: its whole devices, or the one its share is of.
+    pub(super) fn devices_of(&self, task: TaskId) -> Vec<u32> {
+        match self.shared.get(&task) {
+            Some((device, _)) => vec![*device],
+            None => self.held.get(&task).cloned().unwrap_or_default(),
+        }
+    }
+
+    /// Whether `task` holds devices or a share here.
+    pub(super) fn holds(&self, task: TaskId) -> bool {
+        self.held.contains_key(&task) || self.shared.contains_key(&task)
+    }
+
+    /// Mark `units` of `device` as held by `task` (an adopted fractional task).
+    pub(super) fn hold_share(&mut self, task: TaskId, device: u32, units: u32) {
+        self.free.remove(&device);
+        *self.shares.entry(device).or_default() += units;
+        self.shared.insert(task, (device, units));
     }
 
     /// Take `n` free devices for `task` (lowest indices first); None if fewer are free, which the
@@ -47,10 +126,21 @@ impl GpuPool {
         }
     }
 
-    pub(super) fn release(&mut self, task: TaskId) {
+    /// Give back what `task` holds; the device of its share, if it held one (whose MPS client
+    /// it was).
+    pub(super) fn release(&mut self, task: TaskId) -> Option<u32> {
         if let Some(ds) = self.held.remove(&task) {
             self.free.extend(ds);
         }
+        let (device, units) = self.shared.remove(&task)?;
+        let used = self.shares.entry(device).or_default();
+        *used = used.saturating_sub(units);
+        if *used == 0 {
+            // Its last share ended: whole again.
+            self.shares.remove(&device);
+            self.free.insert(device);
+        }
+        Some(device)
     }
 }
 
@@ -71,5 +161,26 @@ mod tests {
         pool.release(TaskId(2));
         pool.release(TaskId(2));
         assert_eq!(pool.free.iter().copied().collect::<Vec<_>>(), vec![2]);
+    }
+
+    /// Quarter shares pack onto the fullest device that fits; a device with shares is never
+    /// given whole, and is whole again once its last share ends.
+    #[test]
+    fn shares_pack_onto_one_device_and_never_meet_a_whole_device_task() {
+        let mut pool = GpuPool::with_shares(&[0, 1], 4);
+        assert_eq!(pool.take_share(TaskId(1), 1), Some(0));
+        assert_eq!(pool.take_share(TaskId(2), 3), Some(0), "fills GPU 0");
+        assert_eq!(pool.take(TaskId(3), 2), None, "GPU 0 holds shares");
+        assert_eq!(pool.take_share(TaskId(4), 2), Some(1));
+        assert_eq!(pool.take_share(TaskId(5), 3), None, "no device has 3 quarters free");
+        assert_eq!(pool.take_share(TaskId(6), 2), Some(1));
+        assert_eq!(pool.take_share(TaskId(7), 4), None, "a whole device is not a share");
+        assert_eq!(pool.share_of(TaskId(2)), Some((0, 3)));
+        pool.release(TaskId(1));
+        pool.release(TaskId(2));
+        assert_eq!(pool.take(TaskId(3), 1), Some(vec![0]), "GPU 0 is whole again");
+        pool.release(TaskId(4));
+        pool.release(TaskId(6));
+        assert_eq!(pool.free.iter().copied().collect::<Vec<_>>(), vec![1]);
     }
 }

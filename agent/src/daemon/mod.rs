@@ -114,8 +114,11 @@ pub struct Parts {
     pub recovered: crate::store::Recovered,
     /// Files beside the journal (None: kept in memory only).
     pub files: Option<Files>,
-    /// GPU device indices this node offers (their count is the GPU capacity).
+    /// GPU device indices this node offers (their count × `gpu_shares.per_device` is the GPU
+    /// capacity).
     pub gpu_devices: Vec<u32>,
+    /// How devices are shared: grid units per device, MPS where fractions run here.
+    pub gpu_shares: crate::mps::GpuShares,
     /// Online learning and policy rollout (None: no coordinator configured).
     pub online: Option<crate::online::Online>,
     /// The plateau detector judging the tasks' loss (or accuracy) reports.

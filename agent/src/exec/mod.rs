@@ -6,8 +6,11 @@
 //! (v2 `cpu.max`, v1 `cpu.cfs_quota_us`/`cpu.cfs_period_us`); memory: `memory.max` (v2) or
 //! `memory.limit_in_bytes` (v1); GPUs: whole devices, `CUDA_VISIBLE_DEVICES` with the indices
 //! given and `CUDA_DEVICE_ORDER=PCI_BUS_ID`, so that CUDA numbers devices as NVML (which the
-//! daemon asks) does rather than fastest first. A GPU is never split between tasks: the grid's
-//! GPU unit is one device, and no MPS daemon is started. The child joins its cgroup before
+//! daemon asks) does rather than fastest first. Where the cluster's GPU step is below one device,
+//! a task may hold a fraction of one device: it runs as an MPS client of that device's control
+//! daemon (started by the agent, [`crate::mps`]) with its share of the device's compute and
+//! memory in its environment ([`Allocation::gpu_env`]); a device holds shares or one
+//! whole-device task, never both. The child joins its cgroup before
 //! the task's program starts: it is launched as `sh -c 'echo $$ > <cgroup>/cgroup.procs && exec
 //! "$@"'`, so no unsafe pre-exec hook is needed and nothing runs unconstrained. Where no cgroup
 //! is writable the executor falls back to CPU affinity (`taskset -c`, when installed) and says so
@@ -41,8 +44,14 @@ pub struct Allocation {
     pub cpus: f64,
     /// Memory limit in bytes, if memory is a scheduled resource.
     pub memory_bytes: Option<u64>,
-    /// GPU device indices (whole devices, NVML's numbering).
+    /// GPU device indices (NVML's numbering): whole devices, or the one device a share is of.
     pub gpus: Vec<u32>,
+    /// The fraction of its one device a fractional task holds (an MPS client); `None`: whole
+    /// devices.
+    pub gpu_share: Option<f64>,
+    /// Environment that makes the task an MPS client held to its share ([`crate::mps`]),
+    /// set by the daemon once it has the device; it wins over the executor's GPU variables.
+    pub gpu_env: Vec<(String, String)>,
 }
 
 /// How the allocation was enforced for a task.

@@ -51,7 +51,7 @@ pub(crate) fn http_with(
     rt.block_on(async {
         tokio::time::timeout(
             Duration::from_secs(5),
-            tapfinger_agent::run::http(api, method, path, body, token),
+            tapfinger_agent::client::http(api, method, path, body, token),
         )
         .await
         .ok()?

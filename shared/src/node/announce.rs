@@ -102,7 +102,7 @@ impl NodeCore {
             // counter): refuse it, loudly, rather than mistake one task for the other.
             self.stats.refused_announces += 1;
             return vec![Action::Refused {
-                task: id,
+                task: Some(id),
                 from,
                 reason: "announced with another spec than the task known under this id".into(),
             }];

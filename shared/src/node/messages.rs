@@ -26,6 +26,15 @@ impl NodeCore {
         }
         self.now = self.now.max(now);
         self.stats.received += 1;
+        if let Body::Heartbeat(state) = &e.body
+            && let Some(refused) = self.check_steps(from, &state.steps)
+        {
+            return refused;
+        }
+        if self.members.other_steps.contains(&from) {
+            self.stats.refused("other-steps");
+            return Vec::new();
+        }
         match e.body {
             Body::Heartbeat(state) => self.on_heartbeat(from, state, now),
             Body::Announce {
@@ -156,6 +165,39 @@ impl NodeCore {
             }
         };
         now.saturating_sub(since)
+    }
+
+    /// A heartbeat's resource steps against this node's: `Some` (the refusal, said once per
+    /// peer, then nothing) when they differ, so that nothing the peer says is heard; a peer
+    /// heard again once it says the same (restarted with the cluster's steps).
+    fn check_steps(&mut self, from: NodeId, steps: &[f64]) -> Option<Vec<Action>> {
+        if self.cfg.steps.is_empty() || steps.is_empty() || steps == self.cfg.steps.as_slice() {
+            self.members.other_steps.remove(&from);
+            return None;
+        }
+        self.stats.refused("other-steps");
+        if !self.members.other_steps.insert(from) {
+            return Some(Vec::new());
+        }
+        let show = |s: &[f64]| {
+            self.cfg
+                .kind_names
+                .iter()
+                .zip(s)
+                .map(|(k, x)| format!("{k} {x}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        Some(vec![Action::Refused {
+            task: None,
+            from,
+            reason: format!(
+                "its resource steps ({}) are not this box's ({}): one unit would mean two \
+                 amounts, so it is not heard until it uses the cluster's (`gpu_step`)",
+                show(steps),
+                show(&self.cfg.steps)
+            ),
+        }])
     }
 
     fn on_heartbeat(&mut self, from: NodeId, state: NodeState, now: u64) -> Vec<Action> {

@@ -59,6 +59,10 @@ pub struct NodeConfig {
     /// profile hints, say), and where CPU, GPU and memory sit for the speed estimator
     /// ([`crate::estimate::KindMap::from_names`]).
     pub kind_names: Vec<String>,
+    /// Each kind's grid step in its natural unit (the resource space's), sent in heartbeats: a
+    /// peer with other steps is not heard, since its units mean other amounts (a box sharing
+    /// GPUs in quarters and one counting whole devices). Empty: not said, not checked.
+    pub steps: Vec<f64>,
     /// Placement labels.
     pub labels: BTreeMap<String, String>,
     /// Incarnation (increase on every restart).
@@ -112,6 +116,7 @@ impl NodeConfig {
             name: format!("n{}", me.0),
             capacity,
             kind_names: vec!["cpu".into(), "gpu".into()],
+            steps: Vec::new(),
             labels: BTreeMap::new(),
             incarnation: 1,
             num_types: 1,
@@ -176,10 +181,11 @@ pub enum Action {
         /// Task.
         task: TaskId,
     },
-    /// A peer's message was refused (for the driver to log): an id known with another task.
+    /// A peer's message was refused (for the driver to log): an id known with another task, or
+    /// a peer whose resource steps differ from this node's.
     Refused {
-        /// Task id.
-        task: TaskId,
+        /// The task concerned, if one is.
+        task: Option<TaskId>,
         /// Sender.
         from: NodeId,
         /// Why.
@@ -517,6 +523,7 @@ impl NodeCore {
             name: self.cfg.name.clone(),
             labels: self.cfg.labels.clone(),
             capacity: self.cfg.capacity.clone(),
+            steps: self.cfg.steps.clone(),
             free: self.free(),
             running,
             incarnation: self.cfg.incarnation,

@@ -21,6 +21,9 @@ pub(super) struct Membership {
     pub(super) silent: BTreeMap<NodeId, u64>,
     /// Silent members whose tasks were taken over already.
     pub(super) taken_over: BTreeSet<NodeId>,
+    /// Peers whose heartbeats carry other resource steps than this node's: not heard until
+    /// one carries the same (refused once, loudly, then quietly).
+    pub(super) other_steps: BTreeSet<NodeId>,
     /// Each peer's last incarnation (kept across silences, to tell a restart).
     pub(super) incarnations: BTreeMap<NodeId, u64>,
     /// A peer (re)joined since this node last greeted: greet at the next tick that may. A greet

@@ -180,6 +180,15 @@ impl TaskSpec {
                     ),
                 ));
             }
+            // Members take whole devices: a gang's ranks are not MPS clients.
+            if let Some((g, per)) = super::gpu_share::units_per_device(space)
+                && !d.get(g).is_multiple_of(per)
+            {
+                return Err(err(
+                    format!("{f}.gpu"),
+                    "a gang's members take whole GPUs, not fractions",
+                ));
+            }
         }
         self.gang_task(shape, types, nodes, id, arrival)
     }

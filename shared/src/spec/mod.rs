@@ -12,8 +12,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 mod gang;
+mod gpu_share;
 mod profile;
 pub use gang::{GangSpec, PipelineSpec, WorkerCount};
+pub use gpu_share::{GPU_SHARES_LABEL, GPU_SHARES_MPS, shares_gpus, units_per_device};
 pub use profile::{MAX_HINT_SECONDS, MAX_PROFILE, ProfileHint};
 
 /// Longest accepted name, label key or value, argument or environment entry (bytes).
@@ -238,6 +240,14 @@ impl TaskSpec {
             ));
         }
         let max = self.max_units(space, &min, &units)?;
+        let (max, fractional) = self.gpu_shares(space, &min, max)?;
+        let sharing;
+        let nodes = if fractional {
+            sharing = self.boxes_sharing_gpus(nodes)?;
+            &sharing[..]
+        } else {
+            nodes
+        };
         let mut reachable = self.reachable(nodes, &min)?;
         let ty = self.type_id(types);
         reachable.sort();
@@ -542,7 +552,8 @@ mod tests {
             },
         ])
         .unwrap();
-        let labels = BTreeMap::new();
+        let labels: BTreeMap<String, String> =
+            [(GPU_SHARES_LABEL.to_string(), GPU_SHARES_MPS.to_string())].into();
         let cap = Resources(vec![16, 8]);
         let nodes = [Placement {
             id: NodeId(1),

@@ -31,7 +31,7 @@ impl Daemon {
                 code,
                 stopped: by_executor,
             } => {
-                self.gpus.release(task);
+                self.free_gpus(task);
                 self.reports.forget(task);
                 if self.restarting.remove(&task)
                     && !self.stopped_here.contains(&task)
@@ -85,6 +85,7 @@ impl Daemon {
                 }
             }
             Action::Refused { task, from, reason } => {
+                let task = task.map(|t| t.to_string()).unwrap_or_default();
                 tracing::warn!(%task, peer = %from, %reason, "refused a peer's message");
             }
         }
@@ -122,14 +123,15 @@ impl Daemon {
     /// (only resumable tasks are given GPUs beyond their minimum, see `TaskSpec::resumable`).
     fn resize(&mut self, task: TaskId, alloc: &Resources) {
         let mut allocation = (self.p.to_allocation)(alloc);
-        let held = self.gpus.held.get(&task).map_or(0, Vec::len);
-        if allocation.gpus.len() != held {
+        // The agent's GPU kind is its second (`crate::config::space`). MPS fixes a client's
+        // share when it starts, as a process's devices are fixed: a new share is a restart.
+        if alloc.get(1) != self.gpus.units_of(task) {
             if self.restarting.insert(task) {
                 self.p.executor.stop(task);
             }
             return;
         }
-        allocation.gpus = self.gpus.held.get(&task).cloned().unwrap_or_default();
+        allocation.gpus = self.gpus.devices_of(task);
         match self.p.executor.resize(task, &allocation) {
             Ok(crate::exec::Enforcement::None(why)) => {
                 tracing::warn!(%task, %alloc, %why, "re-shared, not enforced");
@@ -174,24 +176,13 @@ impl Daemon {
         // A stop asked for an earlier run of this task here is not about this one.
         self.stopped_here.remove(&task);
         let mut allocation = (p.to_allocation)(&alloc);
-        let started = if self.gpus.held.contains_key(&task) {
+        let started = if self.gpus.holds(task) {
             Err(crate::exec::ExecError::AlreadyRunning(task))
         } else {
-            match self.gpus.take(task, allocation.gpus.len()) {
-                Some(devices) => {
-                    allocation.gpus = devices;
-                    p.executor.start(task, &spec, &allocation)
-                }
-                None => Err(crate::exec::ExecError::Spawn {
-                    task,
-                    reason: format!(
-                        "{} GPU(s) needed, {} free",
-                        allocation.gpus.len(),
-                        self.gpus.free.len()
-                    ),
-                }),
-            }
+            self.place_gpus(task, &mut allocation)
+                .and_then(|()| self.p.executor.start(task, &spec, &allocation))
         };
+        let p = &mut self.p;
         if started.is_ok()
             && let Some(store) = &mut p.store
         {
@@ -202,7 +193,7 @@ impl Daemon {
                 spec: submitted,
                 epoch: entry.meta.epoch,
                 alloc: alloc.clone(),
-                gpus: self.gpus.held.get(&task).cloned().unwrap_or_default(),
+                gpus: self.gpus.devices_of(task),
                 handle: p.executor.handle(task),
             };
             if let Err(e) = store.run(&run) {
@@ -219,15 +210,72 @@ impl Daemon {
             }
             Err(e) => {
                 if !matches!(e, crate::exec::ExecError::AlreadyRunning(_)) {
-                    self.gpus.release(task);
+                    self.free_gpus(task);
                 }
                 tracing::warn!(%task, error = %e, "cannot start");
-                for m in p.core.on_exit(task, None, false) {
+                for m in self.p.core.on_exit(task, None, false) {
                     if let Action::Broadcast(e) = m {
-                        let _ = p.net.send(&e).await;
+                        let _ = self.p.net.send(&e).await;
                     }
                 }
             }
+        }
+    }
+
+    /// The devices of a task about to start, in `allocation`: whole devices from the pool, or
+    /// a share of one device with its MPS daemon running and the client environment set.
+    fn place_gpus(
+        &mut self,
+        task: TaskId,
+        allocation: &mut crate::exec::Allocation,
+    ) -> Result<(), crate::exec::ExecError> {
+        let spawn = |reason: String| crate::exec::ExecError::Spawn { task, reason };
+        let Some(share) = allocation.gpu_share else {
+            let n = allocation.gpus.len();
+            allocation.gpus = self.gpus.take(task, n).ok_or_else(|| {
+                spawn(format!("{n} GPU(s) needed, {} free", self.gpus.free.len()))
+            })?;
+            return Ok(());
+        };
+        let shares = &mut self.p.gpu_shares;
+        let Some(mps) = shares.mps.as_mut() else {
+            return Err(spawn(format!(
+                "{share} of a GPU asked, and this box gives {}",
+                shares.note
+            )));
+        };
+        let units = (share * f64::from(shares.per_device)).round() as u32;
+        let device = self
+            .gpus
+            .take_share(task, units)
+            .ok_or_else(|| spawn(format!("no GPU here has {share} of a device free")))?;
+        let memory = shares.memory.get(&device).copied().unwrap_or(0);
+        let env = mps.acquire(device).and_then(|()| {
+            mps.client_env(device, share, memory, None).inspect_err(|_| {
+                let _ = mps.release(device);
+            })
+        });
+        match env {
+            Ok(env) => {
+                allocation.gpus = vec![device];
+                allocation.gpu_env = env;
+                Ok(())
+            }
+            Err(e) => {
+                self.gpus.release(task);
+                Err(spawn(e.to_string()))
+            }
+        }
+    }
+
+    /// Give back what a task that ended (or did not start) held: its devices, or its share,
+    /// the share's MPS daemon stopping with the device's last client.
+    fn free_gpus(&mut self, task: TaskId) {
+        if let Some(device) = self.gpus.release(task)
+            && let Some(mps) = &mut self.p.gpu_shares.mps
+            && let Err(e) = mps.release(device)
+        {
+            tracing::warn!(%task, error = %e, "cannot stop the MPS daemon");
         }
     }
 }

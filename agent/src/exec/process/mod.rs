@@ -380,6 +380,8 @@ impl Executor for ProcessExecutor {
         } else {
             cmd.env("CUDA_VISIBLE_DEVICES", "");
         }
+        // An MPS client sees its device through the daemon (see `crate::mps`).
+        cmd.envs(alloc.gpu_env.iter().map(|(k, v)| (k, v)));
         if let Some(sup) = &self.supervision {
             drop(running);
             return supervised::start(self, sup.clone(), task, cmd, log, pinned)

@@ -1,0 +1,345 @@
+//! The CLI side of the agent's subcommands (`tasks`, `show`, `node`, ...): one HTTP request to
+//! the local agent's API, and the tables its answers are printed as.
+
+use anyhow::Context;
+use tapfinger::TaskId;
+
+/// One request to the agent's API for the CLI subcommands (HTTP/1.1 over TCP, no TLS: the API
+/// listens on loopback or behind a token), with hyper's client: any framing the server chooses
+/// (length or chunked) is read. Returns the status code and the body.
+pub async fn http(
+    api: &str,
+    method: &str,
+    path: &str,
+    body: Option<String>,
+    token: Option<&str>,
+) -> anyhow::Result<(u16, String)> {
+    use http_body_util::{BodyExt, Full};
+    let stream = tokio::net::TcpStream::connect(api).await.with_context(|| {
+        format!("cannot reach the agent's API at {api} (is `tapfinger-agent run` running?)")
+    })?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .context("HTTP handshake with the agent's API")?;
+    let conn = tokio::spawn(conn);
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, api)
+        .header(hyper::header::CONTENT_TYPE, "application/json");
+    if let Some(t) = token {
+        req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let req = req
+        .body(Full::new(hyper::body::Bytes::from(
+            body.unwrap_or_default(),
+        )))
+        .context("building the request")?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .context("the agent's API did not answer")?;
+    let status = resp.status().as_u16();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .context("reading the agent's answer")?
+        .to_bytes();
+    conn.abort();
+    Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// Parse a task id as printed by `submit`.
+pub fn task_id(s: &str) -> anyhow::Result<TaskId> {
+    Ok(TaskId(
+        s.parse()
+            .with_context(|| format!("{s:?} is not a task id"))?,
+    ))
+}
+
+/// `GET /v1/tasks` as a table for people (`tapfinger-agent tasks`); None if the body is not a
+/// [`crate::api::TaskPage`], in which case the CLI prints the JSON as is.
+pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
+    use crate::api::{TaskPage, TaskStatus};
+    let page: TaskPage = serde_json::from_value(body.clone()).ok()?;
+    let mut out = format!(
+        "{:<22} {:<10} {:<11} {:<14} {:>8}\n",
+        "ID", "STATE", "NODE", "ALLOC c,g,m", "PROGRESS"
+    );
+    for t in &page.tasks {
+        let (state, node, alloc, progress) = match &t.status {
+            TaskStatus::Pending => ("pending", None, String::new(), String::new()),
+            TaskStatus::Running {
+                node,
+                alloc,
+                progress,
+            } => (
+                "running",
+                Some(*node),
+                alloc
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                format!("{:.0}%", progress * 100.0),
+            ),
+            TaskStatus::Gang { members, progress } => (
+                "gang",
+                members.first().map(|(n, _)| *n),
+                format!("{} members", members.len()),
+                format!("{:.0}%", progress * 100.0),
+            ),
+            TaskStatus::Succeeded(e) => ("succeeded", Some(e.node), String::new(), String::new()),
+            TaskStatus::Failed(e) => ("failed", Some(e.node), String::new(), String::new()),
+            TaskStatus::Cancelled(e) => ("cancelled", Some(e.node), String::new(), String::new()),
+        };
+        out.push_str(&format!(
+            "{:<22} {:<10} {:<11} {:<14} {:>8}\n",
+            t.id,
+            state,
+            node.map_or(String::new(), |n| n.to_string()),
+            alloc,
+            progress
+        ));
+    }
+    out.push_str(&format!("{} task(s)", page.tasks.len()));
+    if let Some(next) = page.next_offset {
+        out.push_str(&format!(" of {}; more with --offset {next}", page.total));
+    }
+    Some(out)
+}
+
+/// `GET /v1/peers` as a table for people (`tapfinger-agent peers`); None if the body is not a
+/// [`crate::api::Peers`].
+pub fn peers_table(body: &serde_json::Value) -> Option<String> {
+    let page: crate::api::Peers = serde_json::from_value(body.clone()).ok()?;
+    let units = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let mut out = format!(
+        "{:<11} {:<20} {:<14} {:<14}\n",
+        "NODE", "NAME", "CAPACITY c,g,m", "FREE c,g,m"
+    );
+    for p in &page.peers {
+        out.push_str(&format!(
+            "{:<11} {:<20} {:<14} {:<14}\n",
+            p.id,
+            p.name,
+            units(&p.capacity),
+            units(&p.free)
+        ));
+    }
+    out.push_str(&format!("{} peer(s)", page.peers.len()));
+    Some(out)
+}
+
+/// `GET /v1/classes` as an aligned table (`tapfinger-agent classes`); None if the body is not
+/// a [`crate::api::Classes`]. A class the estimator has no sample of shows the prior's figures,
+/// marked `prior`.
+pub fn classes_table(body: &serde_json::Value) -> Option<String> {
+    let page: crate::api::Classes = serde_json::from_value(body.clone()).ok()?;
+    let mut out = format!(
+        "{:<20} {:<14} {:>7} {:<12} {:>9} {:>9} {:>7} {:>7}\n",
+        "CLASS", "GPU MODEL", "SAMPLES", "MIN c,g,m", "T@MIN", "T@2xMIN", "SWITCH", "START"
+    );
+    for c in &page.classes {
+        let name = if c.name.is_empty() {
+            "(unnamed)"
+        } else {
+            &c.name
+        };
+        let e = &c.estimate;
+        let min = e.min.map(|m| format!("{m}")).join(",");
+        let prior = if e.fitted { "" } else { " prior" };
+        // A class is learned per GPU model its tasks ran on: a row per model.
+        let model = if c.gpu_model.is_empty() {
+            "-"
+        } else {
+            &c.gpu_model
+        };
+        out.push_str(&format!(
+            "{:<20} {:<14} {:>7} {:<12} {:>9.2} {:>9.2} {:>7.2} {:>7.2}{prior}\n",
+            name,
+            model,
+            e.samples,
+            min,
+            e.slots_at_min,
+            e.slots_at_double,
+            e.switch_cost,
+            e.start_cost
+        ));
+    }
+    out.push_str(&format!(
+        "{} row(s); T: estimated slots alone; SWITCH, START: fraction of a slot lost",
+        page.classes.len()
+    ));
+    Some(out)
+}
+
+/// `GET /v1/node` as aligned `key  value` lines (`tapfinger-agent node`); None if the body is not
+/// a [`crate::api::NodeInfo`].
+pub fn node_lines(body: &serde_json::Value) -> Option<String> {
+    let n: crate::api::NodeInfo = serde_json::from_value(body.clone()).ok()?;
+    let units = |v: &Option<Vec<u32>>| {
+        v.as_ref().map_or("-".to_string(), |v| {
+            v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+        })
+    };
+    let mut text = format!(
+        "{:<18} {}\n{:<18} {}\n{:<18} {}\n{:<18} {}\n{:<18} {}",
+        "id",
+        n.id.map_or("-".to_string(), |i| i.to_string()),
+        "capacity",
+        units(&n.capacity),
+        "used",
+        units(&n.used),
+        "peers",
+        n.peers,
+        "dropped_messages",
+        n.dropped_messages
+    );
+    if let Some(model) = n.labels.get(tapfinger::estimate::GPU_MODEL_LABEL) {
+        text.push_str(&format!("\n{:<18} {model}", "gpu_model"));
+    }
+    let others: Vec<String> = n
+        .labels
+        .iter()
+        .filter(|(k, _)| k.as_str() != tapfinger::estimate::GPU_MODEL_LABEL)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if !others.is_empty() {
+        text.push_str(&format!("\n{:<18} {}", "labels", others.join(" ")));
+    }
+    if let Some(sec) = &n.security {
+        let network = if sec.open_cluster {
+            "OPEN CLUSTER (no cluster key: any host that reaches it can run commands here)"
+                .to_string()
+        } else if sec.cluster_key {
+            match sec.allowlist {
+                0 => "cluster key".to_string(),
+                n => format!("cluster key, {n} peer(s) allowed"),
+            }
+        } else {
+            "loopback only".to_string()
+        };
+        text.push_str(&format!(
+            "\n{:<18} {network}\n{:<18} {}\n{:<18} {}",
+            "network",
+            "api_token",
+            if sec.api_token {
+                "required"
+            } else {
+                "none (loopback)"
+            },
+            "gpu_isolation",
+            sec.gpu_isolation
+        ));
+        if !sec.gpu_sharing.is_empty() {
+            text.push_str(&format!("\n{:<18} {}", "gpu_sharing", sec.gpu_sharing));
+        }
+    }
+    Some(text)
+}
+
+#[cfg(test)]
+mod table_tests {
+    #[test]
+    fn classes_render_as_a_table() {
+        let v = serde_json::json!({"classes": [
+            {"name": "bert-finetune", "class": 1030, "gpu_model": 7, "gpu_model_name": "NVIDIA H200",
+             "samples": 12, "hints": 0,
+             "min": [2.0, 1.0, 1.0], "fitted": true, "slots_at_min": 12.0,
+             "slots_at_double": 9.0, "switch_cost": 0.25, "start_cost": 0.5},
+            {"name": "", "class": 0, "samples": 0, "hints": 0, "min": [1.0, 0.0, 1.0],
+             "fitted": false, "slots_at_min": 10.0, "slots_at_double": 8.5,
+             "switch_cost": 0.0, "start_cost": 0.0}
+        ]});
+        let t = super::classes_table(&v).unwrap();
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4, "{t}");
+        assert!(lines[0].starts_with("CLASS"));
+        assert!(lines[1].starts_with("bert-finetune") && lines[1].contains("2,1,1"));
+        assert!(
+            lines[1].contains("NVIDIA H200") && lines[2].contains(" - "),
+            "{t}"
+        );
+        assert!(
+            lines[1].contains("12.00") && lines[1].contains("0.25") && lines[1].contains("0.50")
+        );
+        assert!(lines[2].starts_with("(unnamed)") && lines[2].ends_with("prior"));
+        assert!(lines[3].starts_with("2 row(s)"));
+        assert!(super::classes_table(&serde_json::json!({"peers": []})).is_none());
+    }
+
+    #[test]
+    fn tasks_render_as_a_table() {
+        let v = serde_json::json!({"tasks": [
+            {"id": 7, "state": "running", "node": 3, "alloc": [2, 0, 2], "progress": 0.25},
+            {"id": 8, "state": "pending"}
+        ], "total": 2, "next_offset": null});
+        let t = super::tasks_table(&v).unwrap();
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("ID"));
+        assert!(
+            lines[1].contains("running") && lines[1].contains("2,0,2") && lines[1].contains("25%")
+        );
+        assert!(lines[2].starts_with("8 ") && lines[2].contains("pending"));
+        assert_eq!(lines[3], "2 task(s)");
+        assert!(super::tasks_table(&serde_json::json!({"x": 1})).is_none());
+        let p = serde_json::json!({"peers": [{"id": 5, "name": "box-b", "capacity": [4, 1, 8], "free": [2, 1, 6]}]});
+        let t = super::peers_table(&p).unwrap();
+        assert!(
+            t.contains("box-b") && t.contains("4,1,8") && t.contains("2,1,6"),
+            "{t}"
+        );
+        assert!(t.ends_with("1 peer(s)"));
+        let n = super::node_lines(&serde_json::json!({
+            "id": 3, "capacity": [4, 1, 8], "used": null, "peers": 2, "dropped_messages": 0
+        }))
+        .unwrap();
+        assert_eq!(n.lines().count(), 5);
+        assert!(n.contains("4,1,8") && n.contains("peers"), "{n}");
+        // The box's GPU model on a line of its own; its other labels after.
+        let n = super::node_lines(&serde_json::json!({
+            "id": 3, "capacity": [4, 1, 8], "used": null, "peers": 2, "dropped_messages": 0,
+            "labels": {"gpu_model": "NVIDIA H200", "site": "plant-3"}
+        }))
+        .unwrap();
+        assert_eq!(n.lines().count(), 7, "{n}");
+        assert!(n.contains("gpu_model          NVIDIA H200"), "{n}");
+        assert!(n.contains("labels             site=plant-3"), "{n}");
+    }
+}
+
+#[cfg(test)]
+mod client_tests {
+    use super::http;
+
+    /// The CLI's client reads a chunked answer (a streamed body has no Content-Length).
+    #[tokio::test]
+    async fn the_client_reads_chunked_responses() {
+        let chunks = futures::stream::iter(
+            ["{\"a\":", "1,", "\"b\":2}"]
+                .map(|c| Ok::<_, std::io::Error>(axum::body::Bytes::from_static(c.as_bytes()))),
+        );
+        let body = std::sync::Arc::new(std::sync::Mutex::new(Some(axum::body::Body::from_stream(
+            chunks,
+        ))));
+        let app = axum::Router::new().route(
+            "/x",
+            axum::routing::get(move || {
+                let b = body
+                    .lock()
+                    .ok()
+                    .and_then(|mut b| b.take())
+                    .unwrap_or_default();
+                async move { b }
+            }),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move { axum::serve(l, app).await });
+        let (code, text) = http(&addr, "GET", "/x", None, None).await.unwrap();
+        assert_eq!((code, text.as_str()), (200, "{\"a\":1,\"b\":2}"));
+    }
+}

@@ -1,0 +1,175 @@
+//! Fractions of a GPU on a real agent (real processes, the agent's daemon loop), with a
+//! stand-in for `nvidia-cuda-mps-control` where no GPU is: the stand-in and the tasks write what
+//! they were asked and what they saw to one events file, in the order it happened, so the
+//! judgement rests on the tasks' own environment, not on the agent's account of it.
+//!
+//! One box with one GPU (device 7) shared in quarters: a 0.25 and a 0.75 task run at once as
+//! clients of one MPS daemon, each held to its share; a whole-device task never runs while the
+//! daemon serves them. A box without the control program shares nothing
+//! and refuses a fraction, naming the field.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tapfinger::TaskId;
+use tapfinger::spec::TaskSpec;
+use tapfinger_agent::daemon::{Agent, SubmitError};
+use tapfinger_tests::{Exec, Local, statuses};
+
+/// A stand-in control program: appends `mps <args> dev=<device> pipe=<folder> in=<stdin>` to
+/// `events` (stdin is read only when not started as a daemon, as the real one reads commands).
+fn stand_in(dir: &Path, events: &Path) -> PathBuf {
+    let p = dir.join("nvidia-cuda-mps-control");
+    std::fs::write(
+        &p,
+        format!(
+            "#!/bin/sh\nin=''\nif [ \"$1\" != -d ]; then in=$(cat); fi\n\
+             echo \"mps $* dev=$CUDA_VISIBLE_DEVICES pipe=$CUDA_MPS_PIPE_DIRECTORY in=$in\" >> {}\n",
+            events.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+/// A task `name` asking for `gpu` GPUs: it writes `start`, its CUDA environment to `<name>.env`,
+/// sleeps `secs`, then writes `end`.
+fn task(name: &str, gpu: f64, secs: f64, dir: &Path) -> TaskSpec {
+    let events = dir.join("events");
+    let script = format!(
+        "echo start {name} >> {ev}; env | grep ^CUDA | sort > {env}; sleep {secs}; echo end {name} >> {ev}",
+        ev = events.display(),
+        env = dir.join(format!("{name}.env")).display()
+    );
+    let mut s = TaskSpec::from_toml(&format!(
+        "name = \"{name}\"\nmin_demand = {{ cpu = 1, gpu = {gpu}, mem = 1 }}\n"
+    ))
+    .unwrap();
+    s.command = vec!["sh".into(), "-c".into(), script];
+    s
+}
+
+fn events(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("events"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn env(dir: &Path, name: &str) -> Vec<String> {
+    std::fs::read_to_string(dir.join(format!("{name}.env")))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Poll until `n` tasks have finished on `agent` (60 s at most).
+async fn until_finished(agent: &Agent, n: usize) {
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = statuses(&[agent]);
+        if s[0].finished_here.len() >= n {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < end, "timed out: {:#?}", s[0]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The position of the first event equal to `e`.
+fn at(ev: &[String], e: &str) -> usize {
+    ev.iter()
+        .position(|x| x == e)
+        .unwrap_or_else(|| panic!("no `{e}` in {ev:#?}"))
+}
+
+/// A box of one GPU in quarters: one MPS daemon serves both fractional tasks at once, each
+/// client held to its share of compute and memory; it quits after the last; the whole-device
+/// task runs outside the daemon's life, seeing its device and no MPS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fractional_tasks_share_a_gpu_under_one_mps_daemon() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let program = stand_in(dir, &dir.join("events"));
+    let mut local = Local::new("a", Exec::Processes(dir.join("logs")));
+    local.policy = "min".into();
+    local.capacity = tapfinger::Resources(vec![4, 4, 8]);
+    local.gpu_step = 0.25;
+    local.mps_control = Some(program);
+    let (agent, _) = local.start().await;
+    let ids: Vec<TaskId> = {
+        let mut ids = Vec::new();
+        for (name, gpu, secs) in [("quarter", 0.25, 1.5), ("rest", 0.75, 1.5), ("whole", 1.0, 0.5)] {
+            ids.push(agent.submit(task(name, gpu, secs, dir)).await.unwrap());
+            // In this order into the queue.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        ids
+    };
+    until_finished(&agent, ids.len()).await;
+    let ev = events(dir);
+    let pipe = dir.join("mps/7/pipe").display().to_string();
+    let daemon = format!("mps -d dev=7 pipe={pipe} in=");
+    let quit = format!("mps  dev=7 pipe={pipe} in=quit");
+    assert_eq!(ev.iter().filter(|e| **e == daemon).count(), 1, "{ev:#?}");
+    assert_eq!(ev.iter().filter(|e| **e == quit).count(), 1, "{ev:#?}");
+    let (d, q) = (at(&ev, &daemon), at(&ev, &quit));
+    for name in ["quarter", "rest"] {
+        assert!(d < at(&ev, &format!("start {name}")), "daemon first: {ev:#?}");
+        assert!(at(&ev, &format!("end {name}")) < q, "quit after the last: {ev:#?}");
+    }
+    // Both shares at once: each started before the other ended.
+    assert!(at(&ev, "start quarter") < at(&ev, "end rest"), "{ev:#?}");
+    assert!(at(&ev, "start rest") < at(&ev, "end quarter"), "{ev:#?}");
+    // The whole device is used before the daemon starts or after it quits (the policy may
+    // take the queue in either order), never while it serves clients.
+    assert!(
+        at(&ev, "end whole") < d || q < at(&ev, "start whole"),
+        "a whole device never meets MPS clients: {ev:#?}"
+    );
+    for (name, percent, mib) in [("quarter", 25, 4096), ("rest", 75, 12288)] {
+        let e = env(dir, name);
+        for want in [
+            format!("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={percent}"),
+            format!("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={mib}M"),
+            format!("CUDA_MPS_PIPE_DIRECTORY={pipe}"),
+            "CUDA_VISIBLE_DEVICES=0".to_string(),
+        ] {
+            assert!(e.contains(&want), "{name} lacks {want}: {e:#?}");
+        }
+    }
+    let whole = env(dir, "whole");
+    assert!(whole.contains(&"CUDA_VISIBLE_DEVICES=7".to_string()), "{whole:#?}");
+    assert!(!whole.iter().any(|l| l.starts_with("CUDA_MPS")), "{whole:#?}");
+    agent.shutdown().await;
+}
+
+/// A box whose MPS control program is missing keeps the quarter step but shares nothing: a
+/// fraction is refused at submit, naming the field; a whole device runs as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_without_mps_refuses_a_fraction_and_runs_whole_devices() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut local = Local::new("a", Exec::Processes(dir.join("logs")));
+    local.policy = "min".into();
+    local.capacity = tapfinger::Resources(vec![4, 4, 8]);
+    local.gpu_step = 0.25;
+    local.mps_control = Some(dir.join("no-such-mps-control"));
+    let (agent, _) = local.start().await;
+    match agent.submit(task("half", 0.5, 0.1, dir)).await {
+        Err(SubmitError::Refused(e)) => {
+            assert_eq!(e.field, "min_demand.gpu", "{e}");
+            assert!(e.message.contains("gpu_shares"), "{e}");
+        }
+        other => panic!("a fraction on a box without MPS: {other:?}"),
+    }
+    agent.submit(task("whole", 1.0, 0.1, dir)).await.unwrap();
+    until_finished(&agent, 1).await;
+    assert!(env(dir, "whole").contains(&"CUDA_VISIBLE_DEVICES=7".to_string()));
+    assert!(!dir.join("mps").exists(), "no MPS folders on a box without MPS");
+    agent.shutdown().await;
+}
