@@ -173,3 +173,35 @@ async fn a_box_without_mps_refuses_a_fraction_and_runs_whole_devices() {
     assert!(!dir.join("mps").exists(), "no MPS folders on a box without MPS");
     agent.shutdown().await;
 }
+
+/// Two GPUs with three quarters used on each: the box's units show half a GPU free, but no
+/// device has it. A half-GPU task placed there goes back to the queue rather than failing, and
+/// runs once a device has room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_no_single_device_holds_waits_in_the_queue() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let program = stand_in(dir, &dir.join("events"));
+    let mut local = Local::new("a", Exec::Processes(dir.join("logs")));
+    local.policy = "min".into();
+    local.capacity = tapfinger::Resources(vec![4, 8, 8]);
+    local.gpu_step = 0.25;
+    local.mps_control = Some(program);
+    let (agent, _) = local.start().await;
+    for (name, gpu, secs) in [("a", 0.75, 1.5), ("b", 0.75, 1.5), ("half", 0.5, 0.1)] {
+        agent.submit(task(name, gpu, secs, dir)).await.unwrap();
+        // Each started before the next arrives (slots of 150 ms).
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    until_finished(&agent, 3).await;
+    let ev = events(dir);
+    let ends = at(&ev, "end a").min(at(&ev, "end b"));
+    assert!(at(&ev, "start b") < at(&ev, "end a"), "a and b at once: {ev:#?}");
+    assert!(ends < at(&ev, "start half"), "half waits for a device: {ev:#?}");
+    let e = env(dir, "half");
+    assert!(
+        e.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50".to_string()),
+        "{e:#?}"
+    );
+    agent.shutdown().await;
+}

@@ -102,6 +102,15 @@ pub enum ExecError {
         /// Cause.
         reason: String,
     },
+    /// No single GPU has room for the task's share, though the node's units do (shares of
+    /// several devices): the task goes back to the queue.
+    #[error("cannot start task {task}: {reason}")]
+    NoRoom {
+        /// Task.
+        task: TaskId,
+        /// Cause.
+        reason: String,
+    },
     /// The task is already running here.
     #[error("task {0} is already running")]
     AlreadyRunning(TaskId),

@@ -165,6 +165,27 @@ impl NodeCore {
         vec![self.envelope(Body::Finished(o))]
     }
 
+    /// A task this node won could not start for want of room its units do not show (a GPU
+    /// share that fits the node's free units but no single device's): back to the queue
+    /// everywhere, to be placed again, rather than failed.
+    pub fn on_start_refused(&mut self, task: TaskId, reason: &str) -> Vec<Action> {
+        self.copies.live.remove(&task);
+        self.drained(task);
+        if self.tasks.get(task).and_then(|t| t.state.running_on()) != Some(self.cfg.me) {
+            return Vec::new();
+        }
+        self.tasks.set_state(task, TaskState::Pending);
+        if let Some(m) = self.tasks.meta_mut(task) {
+            m.owner = None;
+        }
+        self.protocol.release(task);
+        vec![self.envelope(Body::Failed {
+            task,
+            reason: reason.into(),
+            requeue: true,
+        })]
+    }
+
     /// The node is shutting down: hand back every task running here (peers re-queue them).
     pub fn shutdown(&mut self) -> Vec<Action> {
         let mine: Vec<TaskId> = self.tasks.running_on(self.cfg.me).collect();

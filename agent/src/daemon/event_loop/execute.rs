@@ -213,7 +213,13 @@ impl Daemon {
                     self.free_gpus(task);
                 }
                 tracing::warn!(%task, error = %e, "cannot start");
-                for m in self.p.core.on_exit(task, None, false) {
+                let back = match &e {
+                    crate::exec::ExecError::NoRoom { reason, .. } => {
+                        self.p.core.on_start_refused(task, reason)
+                    }
+                    _ => self.p.core.on_exit(task, None, false),
+                };
+                for m in back {
                     if let Action::Broadcast(e) = m {
                         let _ = self.p.net.send(&e).await;
                     }
@@ -245,10 +251,12 @@ impl Daemon {
             )));
         };
         let units = (share * f64::from(shares.per_device)).round() as u32;
-        let device = self
-            .gpus
-            .take_share(task, units)
-            .ok_or_else(|| spawn(format!("no GPU here has {share} of a device free")))?;
+        let device = self.gpus.take_share(task, units).ok_or_else(|| {
+            crate::exec::ExecError::NoRoom {
+                task,
+                reason: format!("no GPU here has {share} of a device free"),
+            }
+        })?;
         let memory = shares.memory.get(&device).copied().unwrap_or(0);
         let env = mps.acquire(device).and_then(|()| {
             mps.client_env(device, share, memory, None).inspect_err(|_| {
