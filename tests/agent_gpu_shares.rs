@@ -103,7 +103,11 @@ async fn fractional_tasks_share_a_gpu_under_one_mps_daemon() {
     let (agent, _) = local.start().await;
     let ids: Vec<TaskId> = {
         let mut ids = Vec::new();
-        for (name, gpu, secs) in [("quarter", 0.25, 1.5), ("rest", 0.75, 1.5), ("whole", 1.0, 0.5)] {
+        for (name, gpu, secs) in [
+            ("quarter", 0.25, 1.5),
+            ("rest", 0.75, 1.5),
+            ("whole", 1.0, 0.5),
+        ] {
             ids.push(agent.submit(task(name, gpu, secs, dir)).await.unwrap());
             // In this order into the queue.
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -119,8 +123,14 @@ async fn fractional_tasks_share_a_gpu_under_one_mps_daemon() {
     assert_eq!(ev.iter().filter(|e| **e == quit).count(), 1, "{ev:#?}");
     let (d, q) = (at(&ev, &daemon), at(&ev, &quit));
     for name in ["quarter", "rest"] {
-        assert!(d < at(&ev, &format!("start {name}")), "daemon first: {ev:#?}");
-        assert!(at(&ev, &format!("end {name}")) < q, "quit after the last: {ev:#?}");
+        assert!(
+            d < at(&ev, &format!("start {name}")),
+            "daemon first: {ev:#?}"
+        );
+        assert!(
+            at(&ev, &format!("end {name}")) < q,
+            "quit after the last: {ev:#?}"
+        );
     }
     // Both shares at once: each started before the other ended.
     assert!(at(&ev, "start quarter") < at(&ev, "end rest"), "{ev:#?}");
@@ -143,8 +153,14 @@ async fn fractional_tasks_share_a_gpu_under_one_mps_daemon() {
         }
     }
     let whole = env(dir, "whole");
-    assert!(whole.contains(&"CUDA_VISIBLE_DEVICES=7".to_string()), "{whole:#?}");
-    assert!(!whole.iter().any(|l| l.starts_with("CUDA_MPS")), "{whole:#?}");
+    assert!(
+        whole.contains(&"CUDA_VISIBLE_DEVICES=7".to_string()),
+        "{whole:#?}"
+    );
+    assert!(
+        !whole.iter().any(|l| l.starts_with("CUDA_MPS")),
+        "{whole:#?}"
+    );
     agent.shutdown().await;
 }
 
@@ -170,7 +186,10 @@ async fn a_box_without_mps_refuses_a_fraction_and_runs_whole_devices() {
     agent.submit(task("whole", 1.0, 0.1, dir)).await.unwrap();
     until_finished(&agent, 1).await;
     assert!(env(dir, "whole").contains(&"CUDA_VISIBLE_DEVICES=7".to_string()));
-    assert!(!dir.join("mps").exists(), "no MPS folders on a box without MPS");
+    assert!(
+        !dir.join("mps").exists(),
+        "no MPS folders on a box without MPS"
+    );
     agent.shutdown().await;
 }
 
@@ -196,8 +215,14 @@ async fn a_share_no_single_device_holds_waits_in_the_queue() {
     until_finished(&agent, 3).await;
     let ev = events(dir);
     let ends = at(&ev, "end a").min(at(&ev, "end b"));
-    assert!(at(&ev, "start b") < at(&ev, "end a"), "a and b at once: {ev:#?}");
-    assert!(ends < at(&ev, "start half"), "half waits for a device: {ev:#?}");
+    assert!(
+        at(&ev, "start b") < at(&ev, "end a"),
+        "a and b at once: {ev:#?}"
+    );
+    assert!(
+        ends < at(&ev, "start half"),
+        "half waits for a device: {ev:#?}"
+    );
     let e = env(dir, "half");
     assert!(
         e.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50".to_string()),

@@ -277,10 +277,7 @@ impl GpuShares {
                 per_device,
                 mps: Some(mps),
                 memory,
-                note: format!(
-                    "MPS shares of 1/{per_device} GPU ({})",
-                    program.display()
-                ),
+                note: format!("MPS shares of 1/{per_device} GPU ({})", program.display()),
             },
             Err(e) => whole(format!(
                 "whole devices only: {e}; tasks asking for a fraction of a GPU run on other boxes"

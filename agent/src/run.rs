@@ -13,8 +13,8 @@ use crate::net::{NetConfig, Network};
 use anyhow::Context;
 use libp2p::identity::Keypair;
 use std::collections::BTreeSet;
-use tapfinger::node::{NodeConfig, NodeCore};
 use tapfinger::Resources;
+use tapfinger::node::{NodeConfig, NodeCore};
 
 pub use crate::config::space;
 

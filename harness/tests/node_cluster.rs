@@ -350,7 +350,11 @@ fn a_node_with_other_resource_steps_is_not_heard() {
         });
     }
     for n in 0..2 {
-        assert_eq!(c.nodes[n].peers().count(), 1, "node {n} hears only its like");
+        assert_eq!(
+            c.nodes[n].peers().count(),
+            1,
+            "node {n} hears only its like"
+        );
         assert!(!c.nodes[n].peers().any(|p| p == NodeId(2)));
     }
     // What a node says when the odd node's heartbeats reach it: one refusal, saying why.

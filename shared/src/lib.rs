@@ -10,6 +10,7 @@ pub mod baselines;
 pub mod estimate;
 pub mod fit;
 pub mod forecast;
+pub mod gpu_pool;
 pub mod graph;
 pub mod ledger;
 pub mod lookahead;

@@ -70,6 +70,14 @@ pub(crate) const PRESETS: &[Preset] = &[
         name: "rlpto-edge",
         toml: include_str!("../presets/rlpto-edge.toml"),
     },
+    Preset {
+        name: "small-gpu-edge",
+        toml: include_str!("../presets/small-gpu-edge.toml"),
+    },
+    Preset {
+        name: "small-gpu-edge-whole",
+        toml: include_str!("../presets/small-gpu-edge-whole.toml"),
+    },
 ];
 
 /// Embedded data files that presets refer to by relative path.

@@ -73,6 +73,7 @@ pub(crate) fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> 
                     burst: None,
                     task_size: None,
                     trace: None,
+                    colocation: None,
                     gangs: None,
                     priorities: None,
                     shrink: None,
@@ -111,6 +112,7 @@ pub(crate) fn scenario_with(fail_mode: bool) -> impl Strategy<Value = Scenario> 
                                 priority: 0,
                                 curve: None,
                                 speed: SpeedSpec::Synthetic { w, b: b + 0.05 },
+                                gavel_job: None,
                                 gpu_speed: BTreeMap::new(),
                             }
                         })

@@ -2,12 +2,12 @@
 //! event to its handler, which calls the node core, and carries out the core's actions with
 //! [`Daemon::execute`]; after every step the journal, the lease file and the status follow.
 
-use super::gpus::GpuPool;
 use super::{Command, Files, Parts, Status, node_id, task_id, validate};
 use crate::exec::ExecEvent;
 use crate::net::NetEvent;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
+use tapfinger::gpu_pool::GpuPool;
 use tapfinger::node::NodeCore;
 use tapfinger::node::{Action, TaskState};
 use tapfinger::spec::{SpecError, TaskSpec};

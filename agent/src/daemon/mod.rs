@@ -13,7 +13,6 @@
 mod event_loop;
 mod forecasting;
 mod gang_start;
-mod gpus;
 
 use crate::exec::{Allocation, ExecEvent, Executor};
 use crate::net::Network;

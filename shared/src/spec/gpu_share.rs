@@ -148,7 +148,11 @@ mod tests {
         let t = validate("min_demand = { cpu = 1, gpu = 0.25 }", [true, false])
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(t.reachable, vec![NodeId(0)]);
-        assert_eq!(t.max_demand.as_ref().map(|m| m.get(1)), Some(1), "not resumable");
+        assert_eq!(
+            t.max_demand.as_ref().map(|m| m.get(1)),
+            Some(1),
+            "not resumable"
+        );
         let t = validate(
             "min_demand = { cpu = 1, gpu = 0.25 }\nresumable = true",
             [true, true],

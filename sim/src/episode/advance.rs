@@ -1,6 +1,7 @@
 //! The slot's progress: attained service grows, running tasks progress at their true speed
 //! (slowed in a run's first slot by `start_weight` and in a switch's slot by `switch_weight`,
-//! scaled by the type's `gpu_speed` for the box's GPU model),
+//! scaled by the type's `gpu_speed` for the box's GPU model and, on a shared GPU, by the
+//! co-location factor of its device's other tasks),
 //! finish, stall below their need, or (memory `fail` mode) die and queue again.
 
 use super::{Episode, Observer, TaskRecord};
@@ -16,6 +17,8 @@ impl Episode<'_> {
         let sc = self.sc;
         let gpu = tapfinger::estimate::KindMap::from_names(&sc.kind_names()).0[1];
         self.ledger.accrue_service();
+        // Shares on devices; tasks no device holds go back to the queue here.
+        let shared = self.place_on_devices();
         let running: Vec<TaskId> = self
             .ids
             .iter()
@@ -74,7 +77,8 @@ impl Episode<'_> {
             // A task `size` times its type's work advances `size` times slower; on a box of a
             // GPU model its type lists, at that model's relative speed.
             let size = self.size(id);
-            let pace = sc.nodes.get(node.0 as usize).map_or(1.0, |n| ty.pace(n));
+            let pace = sc.nodes.get(node.0 as usize).map_or(1.0, |n| ty.pace(n))
+                * shared.get(&id).copied().unwrap_or(1.0);
             let progress = progress
                 + ty.speed.delta(&alloc, progress, sc.slot_seconds) * penalty * pace / size;
             if let Some(m) = self.ledger.meta_mut(id) {

@@ -22,6 +22,7 @@ use tapfinger::view::ClusterView;
 use tapfinger::{NodeId, Policy, Protocol, Resources, Round, RoundOutcome, Task, TaskId};
 
 mod advance;
+mod devices;
 mod forecast;
 mod gangs;
 mod learning;
@@ -126,6 +127,8 @@ pub(crate) struct Episode<'a> {
     placer: tapfinger::placement::gang::GangPlacer,
     /// Each gang's work and true compute time (the simulator's secret).
     truths: std::collections::BTreeMap<TaskId, crate::gangs::GangTruth>,
+    /// Each node's GPU devices where they are shared in fractions ([`devices`]).
+    devices: Option<devices::Devices>,
     /// A check of the ledger run after every step (`false`) and after the slot's re-shares,
     /// before it runs (`true`) (tests only).
     #[cfg(test)]
@@ -230,6 +233,7 @@ impl<'a> Episode<'a> {
                 .or(sc.gangs.as_ref().map(|g| g.placer))
                 .unwrap_or_default(),
             truths,
+            devices: devices::Devices::of(sc),
             #[cfg(test)]
             audit: None,
         })

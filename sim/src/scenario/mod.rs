@@ -8,7 +8,9 @@
 use crate::speed::{SpeedModel, TableError, TableModel};
 use serde::Deserialize;
 
+mod sharing;
 mod validate;
+pub use sharing::Colocation;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tapfinger::{ResourceError, ResourceKind, ResourceSpace, Resources};
@@ -151,6 +153,10 @@ pub struct ScenarioFile {
     /// estimates each task at its own size (`--declare-work` turns it on anywhere).
     #[serde(default)]
     pub declare_work: bool,
+    /// What tasks sharing a GPU cost each other: `"gavel-v100"` (Gavel's measured pairs, the
+    /// types' `gavel_job`); unset: nothing ([`Colocation`]).
+    #[serde(default)]
+    pub colocation: Option<String>,
 }
 
 /// The `[priorities]` section as written.
@@ -248,6 +254,10 @@ pub struct TaskTypeSpec {
     pub curve: Option<crate::learning::CurveSpec>,
     /// Speed model.
     pub speed: SpeedSpec,
+    /// Gavel's job type this type's tasks are (e.g. `"ResNet-50 (batch size 16)"`): what it
+    /// costs a task of another type to share a GPU with one, under the scenario's `colocation`.
+    #[serde(default)]
+    pub gavel_job: Option<String>,
     /// Speed on nodes of a GPU model relative to `speed` (e.g. `{ k80 = 0.3, v100 = 1.0 }`:
     /// a task progresses 0.3 times as fast on a K80 box); a model not listed runs at 1.
     #[serde(default)]
@@ -402,6 +412,8 @@ pub struct Scenario {
     pub cluster_reward: bool,
     /// Keep capacity for the urgent tasks the forecast says are coming (`compare --reserve`).
     pub reserve: bool,
+    /// What tasks sharing a GPU cost each other (`None`: nothing).
+    pub colocation: Option<Colocation>,
 }
 
 impl Scenario {

@@ -38,12 +38,17 @@ impl Scenario {
         if f.task_types.len() > usize::from(u16::MAX) {
             return Err(invalid("task_types".into(), "too many task types".into()));
         }
-        let types = f
+        let mut types = f
             .task_types
             .iter()
             .enumerate()
             .map(|(i, t)| c.task_type(i, t, &nodes, f.slot_seconds, dir))
             .collect::<Result<Vec<_>, _>>()?;
+        let capacities: Vec<Resources> = nodes.iter().map(|n| n.capacity.clone()).collect();
+        super::sharing::check_shares(&space, &capacities, &mut types)
+            .map_err(|(field, reason)| invalid(field, reason))?;
+        let colocation =
+            super::sharing::colocation(&f).map_err(|(field, reason)| invalid(field, reason))?;
         for (p, v) in &f.published {
             if !v.is_finite() || *v < 0.0 {
                 return Err(invalid(
@@ -118,6 +123,7 @@ impl Scenario {
             reserve: false,
             shrink,
             reward,
+            colocation,
         })
     }
 }

@@ -239,7 +239,10 @@ impl Daemon {
         let Some(share) = allocation.gpu_share else {
             let n = allocation.gpus.len();
             allocation.gpus = self.gpus.take(task, n).ok_or_else(|| {
-                spawn(format!("{n} GPU(s) needed, {} free", self.gpus.free.len()))
+                spawn(format!(
+                    "{n} GPU(s) needed, {} free",
+                    self.gpus.free_devices()
+                ))
             })?;
             return Ok(());
         };
@@ -251,17 +254,19 @@ impl Daemon {
             )));
         };
         let units = (share * f64::from(shares.per_device)).round() as u32;
-        let device = self.gpus.take_share(task, units).ok_or_else(|| {
-            crate::exec::ExecError::NoRoom {
-                task,
-                reason: format!("no GPU here has {share} of a device free"),
-            }
-        })?;
+        let device =
+            self.gpus
+                .take_share(task, units)
+                .ok_or_else(|| crate::exec::ExecError::NoRoom {
+                    task,
+                    reason: format!("no GPU here has {share} of a device free"),
+                })?;
         let memory = shares.memory.get(&device).copied().unwrap_or(0);
         let env = mps.acquire(device).and_then(|()| {
-            mps.client_env(device, share, memory, None).inspect_err(|_| {
-                let _ = mps.release(device);
-            })
+            mps.client_env(device, share, memory, None)
+                .inspect_err(|_| {
+                    let _ = mps.release(device);
+                })
         });
         match env {
             Ok(env) => {

@@ -1,18 +1,24 @@
-//! GPU devices by task: the node core counts GPUs, only the daemon knows device indices. A task
-//! holds whole devices, or a share of one device (MPS, [`crate::mps`]) counted in grid units of
-//! the GPU step; a device that holds shares holds no whole-device task, and the other way round.
+//! GPU devices by task on one node: the node core counts GPU units, the node's driver (an
+//! agent's daemon, the simulator) places them on devices. A task holds whole devices, or a share
+//! of one device (an MPS client on an agent) counted in grid units of the GPU step; a device that
+//! holds shares holds no whole-device task, and the other way round. Shares pack onto the fullest
+//! device they fit, so that whole devices stay free for whole-device tasks.
+//!
+//! The core's units cannot see devices: shares of several devices can leave room that no single
+//! device has. A driver whose placement fails sends the task back to the queue
+//! (`crate::node::NodeCore::on_start_refused`); the simulator does the same.
 
+use crate::task::TaskId;
 use std::collections::{BTreeMap, BTreeSet};
-use tapfinger::TaskId;
 
-/// Which GPU devices each task running here holds, so that two tasks never get the same device
-/// (the node core counts GPUs; only the daemon knows device indices).
-#[derive(Debug, Default)]
-pub(super) struct GpuPool {
+/// Which GPU devices each task running on a node holds, so that two tasks never get the same
+/// device and shares of one device never exceed it.
+#[derive(Debug, Default, Clone)]
+pub struct GpuPool {
     /// Devices no task holds.
-    pub(super) free: BTreeSet<u32>,
-    /// The devices each task running here holds (given back when it exits).
-    pub(super) held: BTreeMap<TaskId, Vec<u32>>,
+    free: BTreeSet<u32>,
+    /// The devices each task holds (given back when it ends).
+    held: BTreeMap<TaskId, Vec<u32>>,
     /// Grid units of one device (1 / the GPU step; 1: no shares).
     per_device: u32,
     /// Units of each device held by shares (a device here is not in `free`).
@@ -22,14 +28,47 @@ pub(super) struct GpuPool {
 }
 
 impl GpuPool {
-    #[cfg(test)]
-    pub(super) fn new(devices: &[u32]) -> Self {
+    /// A pool of whole devices.
+    pub fn new(devices: &[u32]) -> Self {
         Self::with_shares(devices, 1)
+    }
+
+    /// Devices no task holds.
+    pub fn free_devices(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Grid units of one device.
+    pub fn per_device(&self) -> u32 {
+        self.per_device
+    }
+
+    /// Every task holding devices or a share here.
+    pub fn tasks(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.held.keys().chain(self.shared.keys()).copied()
+    }
+
+    /// The tasks holding shares of `device`, with their units.
+    pub fn sharers(&self, device: u32) -> impl Iterator<Item = (TaskId, u32)> + '_ {
+        self.shared
+            .iter()
+            .filter(move |(_, (d, _))| *d == device)
+            .map(|(t, (_, u))| (*t, *u))
+    }
+
+    /// Place `units` grid units for `task`: a share of one device if fewer than a device has,
+    /// else whole devices (`units` / per device, rounded down). The devices, or None if none
+    /// has room.
+    pub fn place(&mut self, task: TaskId, units: u32) -> Option<Vec<u32>> {
+        if units > 0 && units < self.per_device {
+            return self.take_share(task, units).map(|d| vec![d]);
+        }
+        self.take(task, (units / self.per_device) as usize)
     }
 
     /// A pool whose devices are `per_device` grid units each, so that a task may hold a share of
     /// one device (fewer units than a device has).
-    pub(super) fn with_shares(devices: &[u32], per_device: u32) -> Self {
+    pub fn with_shares(devices: &[u32], per_device: u32) -> Self {
         Self {
             free: devices.iter().copied().collect(),
             held: BTreeMap::new(),
@@ -43,7 +82,7 @@ impl GpuPool {
     /// on the device already shared that it fills best, else on a free device (which then holds
     /// shares only). None if no device has room, which the core's accounting should make
     /// impossible, or if `units` is not a share.
-    pub(super) fn take_share(&mut self, task: TaskId, units: u32) -> Option<u32> {
+    pub fn take_share(&mut self, task: TaskId, units: u32) -> Option<u32> {
         if units == 0 || units >= self.per_device {
             return None;
         }
@@ -67,21 +106,23 @@ impl GpuPool {
     }
 
     /// The share `task` holds: (device, units).
-    #[cfg(test)]
-    pub(super) fn share_of(&self, task: TaskId) -> Option<(u32, u32)> {
+    pub fn share_of(&self, task: TaskId) -> Option<(u32, u32)> {
         self.shared.get(&task).copied()
     }
 
     /// Grid units `task` holds: its share, or its whole devices.
-    pub(super) fn units_of(&self, task: TaskId) -> u32 {
+    pub fn units_of(&self, task: TaskId) -> u32 {
         match self.shared.get(&task) {
             Some((_, units)) => *units,
-            None => self.held.get(&task).map_or(0, |d| d.len() as u32 * self.per_device),
+            None => self
+                .held
+                .get(&task)
+                .map_or(0, |d| d.len() as u32 * self.per_device),
         }
     }
 
     /// The devices `task` holds: its whole devices, or the one its share is of.
-    pub(super) fn devices_of(&self, task: TaskId) -> Vec<u32> {
+    pub fn devices_of(&self, task: TaskId) -> Vec<u32> {
         match self.shared.get(&task) {
             Some((device, _)) => vec![*device],
             None => self.held.get(&task).cloned().unwrap_or_default(),
@@ -89,12 +130,12 @@ impl GpuPool {
     }
 
     /// Whether `task` holds devices or a share here.
-    pub(super) fn holds(&self, task: TaskId) -> bool {
+    pub fn holds(&self, task: TaskId) -> bool {
         self.held.contains_key(&task) || self.shared.contains_key(&task)
     }
 
     /// Mark `units` of `device` as held by `task` (an adopted fractional task).
-    pub(super) fn hold_share(&mut self, task: TaskId, device: u32, units: u32) {
+    pub fn hold_share(&mut self, task: TaskId, device: u32, units: u32) {
         self.free.remove(&device);
         *self.shares.entry(device).or_default() += units;
         self.shared.insert(task, (device, units));
@@ -102,7 +143,7 @@ impl GpuPool {
 
     /// Take `n` free devices for `task` (lowest indices first); None if fewer are free, which the
     /// core's capacity accounting should make impossible.
-    pub(super) fn take(&mut self, task: TaskId, n: usize) -> Option<Vec<u32>> {
+    pub fn take(&mut self, task: TaskId, n: usize) -> Option<Vec<u32>> {
         if self.free.len() < n {
             return None;
         }
@@ -117,7 +158,7 @@ impl GpuPool {
     }
 
     /// Devices an adopted task holds (from the journal).
-    pub(super) fn hold(&mut self, task: TaskId, devices: Vec<u32>) {
+    pub fn hold(&mut self, task: TaskId, devices: Vec<u32>) {
         for d in &devices {
             self.free.remove(d);
         }
@@ -128,7 +169,7 @@ impl GpuPool {
 
     /// Give back what `task` holds; the device of its share, if it held one (whose MPS client
     /// it was).
-    pub(super) fn release(&mut self, task: TaskId) -> Option<u32> {
+    pub fn release(&mut self, task: TaskId) -> Option<u32> {
         if let Some(ds) = self.held.remove(&task) {
             self.free.extend(ds);
         }
@@ -172,13 +213,25 @@ mod tests {
         assert_eq!(pool.take_share(TaskId(2), 3), Some(0), "fills GPU 0");
         assert_eq!(pool.take(TaskId(3), 2), None, "GPU 0 holds shares");
         assert_eq!(pool.take_share(TaskId(4), 2), Some(1));
-        assert_eq!(pool.take_share(TaskId(5), 3), None, "no device has 3 quarters free");
+        assert_eq!(
+            pool.take_share(TaskId(5), 3),
+            None,
+            "no device has 3 quarters free"
+        );
         assert_eq!(pool.take_share(TaskId(6), 2), Some(1));
-        assert_eq!(pool.take_share(TaskId(7), 4), None, "a whole device is not a share");
+        assert_eq!(
+            pool.take_share(TaskId(7), 4),
+            None,
+            "a whole device is not a share"
+        );
         assert_eq!(pool.share_of(TaskId(2)), Some((0, 3)));
         pool.release(TaskId(1));
         pool.release(TaskId(2));
-        assert_eq!(pool.take(TaskId(3), 1), Some(vec![0]), "GPU 0 is whole again");
+        assert_eq!(
+            pool.take(TaskId(3), 1),
+            Some(vec![0]),
+            "GPU 0 is whole again"
+        );
         pool.release(TaskId(4));
         pool.release(TaskId(6));
         assert_eq!(pool.free.iter().copied().collect::<Vec<_>>(), vec![1]);
