@@ -732,4 +732,16 @@ mod tests {
         let reserve = AgentConfig::from_toml("reserve = { cpu = 9 }").unwrap();
         assert_eq!(reserve.offer(&box8()).unwrap_err().field, "reserve.cpu");
     }
+
+    /// The GPU step divides a device by a whole number; anything else names the field.
+    #[test]
+    fn the_gpu_step_divides_a_device() {
+        let c = AgentConfig::from_toml("gpu_step = 0.25").unwrap();
+        assert_eq!(c.gpu_units(), Some(4));
+        assert_eq!(AgentConfig::default().gpu_units(), Some(1));
+        for bad in ["0.3", "0", "-0.5", "2.0", "0.001"] {
+            let e = AgentConfig::from_toml(&format!("gpu_step = {bad}")).unwrap_err();
+            assert_eq!(e.field, "gpu_step", "{bad}");
+        }
+    }
 }

@@ -432,3 +432,66 @@ async fn wait_for_signal() {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discovery::{Discovered, Gpu};
+
+    fn one_gpu() -> Discovered {
+        Discovered {
+            cpus: 8,
+            memory_bytes: 32 << 30,
+            gpus: vec![Gpu {
+                index: 0,
+                model: "NVIDIA H200".into(),
+                memory_bytes: 80 << 30,
+                minor: Some(0),
+            }],
+            gpu_note: None,
+        }
+    }
+
+    /// Fewer units than a device are a share of one device; more are whole devices.
+    #[test]
+    fn units_below_a_device_are_a_share_of_one() {
+        let a = to_allocation_in(&Resources(vec![2, 1, 4]), 4);
+        assert_eq!((a.gpus.len(), a.gpu_share), (1, Some(0.25)));
+        let a = to_allocation_in(&Resources(vec![2, 8, 4]), 4);
+        assert_eq!((a.gpus.len(), a.gpu_share), (2, None));
+        let a = to_allocation_in(&Resources(vec![2, 0, 4]), 4);
+        assert_eq!((a.gpus.len(), a.gpu_share), (0, None));
+        assert_eq!(to_allocation(&Resources(vec![1, 1, 1])).gpus.len(), 1);
+    }
+
+    /// The box carries `gpu_shares = mps` exactly when it can run fractions: a configured label
+    /// on a box without the control program is removed.
+    #[test]
+    fn the_sharing_label_is_the_agent_s_to_set() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let program = tmp.path().join("mps-control");
+        std::fs::write(&program, "#!/bin/sh\n").unwrap_or_else(|e| panic!("{e}"));
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let label = tapfinger::spec::GPU_SHARES_LABEL;
+        let mut cfg = AgentConfig {
+            gpu_step: 0.25,
+            mps_control: program,
+            data_dir: tmp.path().to_path_buf(),
+            ..AgentConfig::default()
+        };
+        let shares = gpu_shares(&mut cfg, &one_gpu(), 1);
+        assert_eq!(shares.per_device, 4);
+        assert!(shares.mps.is_some(), "{}", shares.note);
+        assert_eq!(cfg.labels.get(label).map(String::as_str), Some("mps"));
+        cfg.mps_control = tmp.path().join("missing");
+        let shares = gpu_shares(&mut cfg, &one_gpu(), 1);
+        assert!(shares.mps.is_none() && shares.note.contains("whole devices only"));
+        assert_eq!(shares.per_device, 4, "the step stays the cluster's");
+        assert!(!cfg.labels.contains_key(label));
+        cfg.gpu_step = 1.0;
+        let shares = gpu_shares(&mut cfg, &one_gpu(), 1);
+        assert!(shares.mps.is_none() && shares.per_device == 1);
+    }
+}
