@@ -230,3 +230,66 @@ async fn a_share_no_single_device_holds_waits_in_the_queue() {
     );
     agent.shutdown().await;
 }
+
+/// What a task uses of its GPU reaches the node's status (what `show`, the API and the
+/// dashboard read) and `/metrics`, from a stand-in for NVML's process samples: the task's own
+/// process counts, a process of no task does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_s_gpu_use_is_shown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let program = stand_in(dir, &dir.join("events"));
+    let nvml = dir.join("nvml.json");
+    let mut local = Local::new("a", Exec::Processes(dir.join("logs")));
+    local.policy = "min".into();
+    local.capacity = tapfinger::Resources(vec![4, 4, 8]);
+    local.gpu_step = 0.25;
+    local.mps_control = Some(program);
+    local.fake_nvml = Some(nvml.clone());
+    let (agent, _) = local.start().await;
+    let mut spec = task("busy", 0.25, 8.0, dir);
+    let pid_file = dir.join("busy.pid");
+    spec.command[2] = format!("echo $$ > {}; {}", pid_file.display(), spec.command[2]);
+    let id = agent.submit(spec).await.unwrap();
+    let end = tokio::time::Instant::now() + Duration::from_secs(30);
+    let pid: u32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(tokio::time::Instant::now() < end, "the task never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let samples = format!(
+        r#"[{{"pid": {pid}, "device": 7, "sm_percent": 23, "memory_bytes": 3221225472}},
+            {{"pid": 1, "device": 7, "sm_percent": 50, "memory_bytes": 1073741824}}]"#
+    );
+    std::fs::write(&nvml, samples).unwrap();
+    let want = tapfinger_agent::gpu_use::TaskGpuUse {
+        sm_percent: 23,
+        memory_bytes: 3 << 30,
+        devices: vec![7],
+    };
+    loop {
+        let s = statuses(&[&agent]);
+        if s[0].gpu_use.get(&id) == Some(&want) {
+            assert_eq!(s[0].gpu_use.len(), 1, "{:?}", s[0].gpu_use);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "never shown: {:?}",
+            s[0].gpu_use
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metrics = agent.metrics.render();
+    assert!(
+        metrics.contains("tapfinger_tasks_gpu_sm_percent 23"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("tapfinger_tasks_on_gpus 1"), "{metrics}");
+    agent.shutdown().await;
+}

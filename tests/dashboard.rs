@@ -173,6 +173,14 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
         "return [...document.querySelectorAll('#boxes tbody tr')].map(r => r.cells[1].textContent)";
     assert_eq!(browser.eval(models).await, json!(["", "Test GPU", ""]));
 
+    // Running tasks show their share and what they use of their GPUs.
+    let heads =
+        "return [...document.querySelectorAll('#running thead th')].map(h => h.textContent)";
+    assert_eq!(
+        browser.eval(heads).await,
+        json!(["task", "box", "share", "GPU use", "progress", ""])
+    );
+
     // Fill every box, then submit the task to follow: it must queue until a box is free.
     for _ in 0..3 {
         a.submit(big()).await.unwrap();

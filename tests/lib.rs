@@ -133,6 +133,8 @@ pub struct Local {
     /// The MPS control program (the agent's `mps_control`), its folders under `mps` beside it;
     /// used where `gpu_step` is below 1. Devices have 16 GiB of memory each.
     pub mps_control: Option<PathBuf>,
+    /// A stand-in for NVML's process samples (a JSON file of `gpu_use::ProcUse`).
+    pub fake_nvml: Option<PathBuf>,
 }
 
 impl Local {
@@ -159,6 +161,7 @@ impl Local {
             labels: BTreeMap::new(),
             gpu_step: 1.0,
             mps_control: None,
+            fake_nvml: None,
         }
     }
 
@@ -273,6 +276,10 @@ impl Local {
             files: None,
             gpu_devices,
             gpu_shares,
+            gpu_probe: self.fake_nvml.map(|f| {
+                Box::new(tapfinger_agent::gpu_use::FileProbe(f))
+                    as Box<dyn tapfinger_agent::gpu_use::GpuProbe>
+            }),
             online,
             forecast_interval_slots: self.forecast_interval_slots,
             plateau: Default::default(),

@@ -20,6 +20,7 @@ pub mod devices;
 pub mod discovery;
 pub mod exec;
 pub mod gang_launch;
+pub mod gpu_use;
 pub mod guard;
 pub mod logs;
 pub mod metrics;

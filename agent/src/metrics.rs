@@ -40,6 +40,18 @@ const GAUGES: &[(&str, &str)] = &[
     ),
     ("tapfinger_peers", "Live peers."),
     (
+        "tapfinger_tasks_gpu_sm_percent",
+        "SM utilization of the GPU processes of the tasks running here, summed (percent of one device; NVML). Per task: `show` and the dashboard.",
+    ),
+    (
+        "tapfinger_tasks_gpu_memory_bytes",
+        "Device memory held by the GPU processes of the tasks running here, summed (NVML).",
+    ),
+    (
+        "tapfinger_tasks_on_gpus",
+        "Tasks running here with a process on a GPU (NVML).",
+    ),
+    (
         "tapfinger_tasks_converging",
         "Tasks running here whose reported loss (or accuracy) has plateaued.",
     ),
@@ -242,6 +254,13 @@ impl AgentMetrics {
                 }
             }
             gauge!("tapfinger_peers").set(st.peers.len() as f64);
+            // Summed, not per task: a series per task would grow with every task ever run.
+            let g = st.gpu_use.values();
+            gauge!("tapfinger_tasks_gpu_sm_percent")
+                .set(g.clone().map(|u| f64::from(u.sm_percent)).sum::<f64>());
+            gauge!("tapfinger_tasks_gpu_memory_bytes")
+                .set(g.clone().map(|u| u.memory_bytes as f64).sum::<f64>());
+            gauge!("tapfinger_tasks_on_gpus").set(st.gpu_use.len() as f64);
             gauge!("tapfinger_tasks_converging")
                 .set(st.reports.values().filter(|r| r.converging).count() as f64);
             let mut by_class: std::collections::BTreeMap<u8, u32> = Default::default();

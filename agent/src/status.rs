@@ -53,6 +53,10 @@ pub struct Status {
     pub reports: BTreeMap<TaskId, crate::reports::Report>,
     /// The latest reports of the tasks running on its peers (from their heartbeats).
     pub shared_reports: BTreeMap<TaskId, tapfinger::node::reports::TaskReport>,
+    /// Each resource kind's grid step in its natural unit (0.25: a GPU unit is a quarter).
+    pub steps: Vec<f64>,
+    /// What the tasks running here use of their GPUs (NVML, sampled every 2 s).
+    pub gpu_use: BTreeMap<TaskId, crate::gpu_use::TaskGpuUse>,
     /// Tasks this agent preempted, with what it cost them.
     pub preempted: BTreeMap<TaskId, tapfinger::node::preempt::Preempted>,
     /// The latest task-volume forecast, if one was made.

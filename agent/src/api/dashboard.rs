@@ -32,6 +32,10 @@ pub struct Dashboard {
     pub node: String,
     /// Resource kinds, in the order of every unit vector below.
     pub kinds: Vec<String>,
+    /// Each kind's grid step in its natural unit (a unit vector's entry times its step is the
+    /// amount: GPUs shared in quarters have a step of 0.25); empty: 1 each.
+    #[serde(default)]
+    pub steps: Vec<f64>,
     /// Slot length (ms).
     pub slot_ms: u64,
     /// This box and every live peer.
@@ -95,6 +99,9 @@ pub struct RunningEntry {
     pub alloc: Vec<u32>,
     /// Progress in [0, 1].
     pub progress: f64,
+    /// What it uses of its GPUs (NVML), if a GPU process of it is seen.
+    #[serde(default)]
+    pub gpu_use: Option<crate::gpu_use::TaskGpuUse>,
 }
 
 /// A finished task.
@@ -191,6 +198,7 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
                 node: node.0,
                 alloc: alloc.0.clone(),
                 progress: *progress,
+                gpu_use: st.gpu_use.get(id).cloned(),
             }),
             TaskState::Done { node, .. } if finished.len() < FINISHED_SHOWN => {
                 let state = match TaskStatus::from(t) {
@@ -212,6 +220,7 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
     axum::Json(Dashboard {
         node: st.name.clone(),
         kinds: crate::config::space(1.0).kind_names(),
+        steps: st.steps.clone(),
         slot_ms: st.slot_ms,
         boxes,
         queue,

@@ -236,6 +236,7 @@ fn info(st: &crate::status::Status, id: TaskId, t: &tapfinger::node::TaskState) 
         converging,
         preempted: st.preempted.get(&id).map_or(0, |p| p.times),
         work_lost: st.preempted.get(&id).map_or(0.0, |p| p.work_lost),
+        gpu_use: st.gpu_use.get(&id).cloned(),
         status: t.into(),
     }
 }

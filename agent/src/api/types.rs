@@ -133,6 +133,10 @@ pub struct TaskInfo {
     /// (1: a whole run).
     #[serde(default, skip_serializing_if = "is_zero_f")]
     pub work_lost: f64,
+    /// What it uses of its GPUs while it runs here (NVML: SM utilization and device memory
+    /// of its processes); absent where no GPU process of it is seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_use: Option<crate::gpu_use::TaskGpuUse>,
     /// Where it stands.
     #[serde(flatten)]
     pub status: TaskStatus,

@@ -66,6 +66,8 @@ struct Daemon {
     metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
     /// When the status was last published (see [`PUBLISH_EVERY`]).
     published: Option<Instant>,
+    /// What tasks running here use of their GPUs.
+    gpu_use: crate::gpu_use::Sampler,
 }
 
 /// How often the status snapshot, the metrics and the outcome journal are brought up to date
@@ -127,7 +129,9 @@ pub(super) async fn run(
         replies: Vec::new(),
         metrics,
         published: None,
+        gpu_use: crate::gpu_use::Sampler::new(None),
     };
+    d.gpu_use = crate::gpu_use::Sampler::new(d.p.gpu_probe.take());
     let mut runs_changed = false;
     let mut ticker = tokio::time::interval(Duration::from_millis(10));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -405,6 +409,8 @@ impl Daemon {
             classes: crate::status::classes_of(core.tasks()),
             reports: self.reports.all().clone(),
             shared_reports: core.reports(),
+            gpu_use: self.gpu_use.latest().clone(),
+            steps: core.config().steps.clone(),
             preempted: core.preempted().clone(),
             forecast: self.forecasting.latest().cloned(),
             estimates: crate::status::estimates_of(

@@ -118,6 +118,8 @@ pub struct Parts {
     pub gpu_devices: Vec<u32>,
     /// How devices are shared: grid units per device, MPS where fractions run here.
     pub gpu_shares: crate::mps::GpuShares,
+    /// What tasks use of their GPUs (NVML; `None`: nothing to show).
+    pub gpu_probe: Option<Box<dyn crate::gpu_use::GpuProbe>>,
     /// Online learning and policy rollout (None: no coordinator configured).
     pub online: Option<crate::online::Online>,
     /// The plateau detector judging the tasks' loss (or accuracy) reports.
