@@ -263,8 +263,9 @@ async fn a_task_s_gpu_use_is_shown() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let samples = format!(
-        r#"[{{"pid": {pid}, "device": 7, "sm_percent": 23, "memory_bytes": 3221225472}},
-            {{"pid": 1, "device": 7, "sm_percent": 50, "memory_bytes": 1073741824}}]"#
+        r#"{{"processes": [
+            {{"pid": {pid}, "device": 7, "sm_percent": 23, "memory_bytes": 3221225472}},
+            {{"pid": 1, "device": 7, "sm_percent": 50, "memory_bytes": 1073741824}}]}}"#
     );
     std::fs::write(&nvml, samples).unwrap();
     let want = tapfinger_agent::gpu_use::TaskGpuUse {

@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 /// One GPU as NVML reports it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Gpu {
     /// Device index.
     pub index: u32,
@@ -41,7 +41,15 @@ pub fn discover() -> anyhow::Result<Discovered> {
         .cpus()
         .len()
         .max(std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let fake = crate::gpu_use::fake_nvml();
     let (gpus, gpu_note) = match nvml_wrapper::Nvml::init() {
+        _ if fake.is_some() => (
+            fake.map(|f| f.gpus).unwrap_or_default(),
+            Some(format!(
+                "GPUs from a stand-in for NVML ({} is set)",
+                crate::gpu_use::FAKE_NVML
+            )),
+        ),
         Ok(nvml) => {
             let count = nvml.device_count().unwrap_or(0);
             let mut gpus = Vec::new();

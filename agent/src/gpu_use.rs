@@ -7,8 +7,9 @@
 //! left out. So an operator sees what a share buys: a quarter GPU's task at 25 % of the SMs is
 //! using what it was given, one at 3 % is not.
 //!
-//! Where NVML cannot be loaded there is nothing to show. A stand-in (a JSON file of samples, the
-//! `TAPFINGER_FAKE_NVML` environment variable) serves tests on machines without a GPU.
+//! Where NVML cannot be loaded there is nothing to show. A stand-in serves tests on machines
+//! without a GPU: the `TAPFINGER_FAKE_NVML` environment variable names a JSON file ([`FakeNvml`])
+//! whose GPUs discovery reports and whose processes the probe samples, instead of NVML's.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -47,8 +48,32 @@ pub trait GpuProbe: Send {
     fn sample(&mut self) -> Vec<ProcUse>;
 }
 
-/// The environment variable naming a stand-in's samples file.
+/// The environment variable naming a stand-in for NVML ([`FakeNvml`]), for tests.
 pub const FAKE_NVML: &str = "TAPFINGER_FAKE_NVML";
+
+/// What a stand-in for NVML says: the box's GPUs and the processes on them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FakeNvml {
+    /// The GPUs discovery reports.
+    #[serde(default)]
+    pub gpus: Vec<crate::discovery::Gpu>,
+    /// The processes the probe samples.
+    #[serde(default)]
+    pub processes: Vec<ProcUse>,
+}
+
+/// The stand-in [`FAKE_NVML`] names, if it is set (an unreadable file is an empty one).
+pub fn fake_nvml() -> Option<FakeNvml> {
+    let path = std::env::var_os(FAKE_NVML)?;
+    Some(read_fake(std::path::Path::new(&path)))
+}
+
+fn read_fake(path: &std::path::Path) -> FakeNvml {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
 
 /// The probe for `devices`: the stand-in if [`FAKE_NVML`] names a file, else NVML if it loads.
 pub fn probe(devices: &[u32]) -> Option<Box<dyn GpuProbe>> {
@@ -122,16 +147,13 @@ impl GpuProbe for NvmlProbe {
     }
 }
 
-/// A stand-in for NVML: the samples in a JSON file (a list of [`ProcUse`]), read at every
-/// sample; a missing or unreadable file is no process.
+/// A stand-in for NVML: the processes of a [`FakeNvml`] file, read at every sample; a missing
+/// or unreadable file is no process.
 pub struct FileProbe(pub std::path::PathBuf);
 
 impl GpuProbe for FileProbe {
     fn sample(&mut self) -> Vec<ProcUse> {
-        std::fs::read_to_string(&self.0)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default()
+        read_fake(&self.0).processes
     }
 }
 

@@ -76,8 +76,10 @@ fn gpu_shares(
         if cfg.labels.remove(&label).is_some() {
             tracing::warn!("labels.{label} is the agent's to set: removed");
         }
-        if shares.per_device > 1 {
+        if shares.per_device > 1 && offered > 0 {
             tracing::warn!("GPUs: {}", shares.note);
+        } else if shares.per_device > 1 {
+            tracing::info!("GPUs: {}", shares.note);
         }
     }
     shares

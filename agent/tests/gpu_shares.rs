@@ -1,0 +1,164 @@
+//! Fractions of a GPU through the agent binary, where no GPU is: a stand-in for NVML
+//! (`TAPFINGER_FAKE_NVML`: one 16 GiB GPU, and the processes on it) and a stand-in for
+//! `nvidia-cuda-mps-control` that records each call. One agent process with `gpu_step = 0.25`,
+//! its supervisors and guards as in production, runs a 0.25 and a 0.75 task at once. Judged from
+//! what the tasks wrote of their own environment and what the stand-in recorded, in order: one
+//! daemon started before the tasks, each task an MPS client held to its share, the daemon told to
+//! quit after both ended; and from the API: the box says it shares GPUs, and shows a task's GPU
+//! use from the stand-in's samples.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tapfinger-agent");
+
+#[path = "support/process.rs"]
+mod process;
+use process::{Agent, free_port, http, json, wait_until};
+
+fn lines(p: &Path) -> Vec<String> {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A task asking for `gpu` of a GPU: it records its start, its CUDA environment and its end.
+fn spec(name: &str, gpu: f64, secs: f64, dir: &Path) -> String {
+    let ev = dir.join("events").display().to_string();
+    let script = format!(
+        "echo $$ > {d}/{name}.pid; echo start {name} >> {ev}; env | grep ^CUDA | sort > {d}/{name}.env; \
+         sleep {secs}; echo end {name} >> {ev}",
+        d = dir.display()
+    );
+    serde_json::json!({
+        "name": name,
+        "command": ["sh", "-c", script],
+        "min_demand": { "cpu": 1, "gpu": gpu, "mem": 1 },
+    })
+    .to_string()
+}
+
+#[test]
+fn the_agent_binary_runs_fractions_under_mps_and_shows_their_gpu_use() {
+    let dir = std::env::temp_dir().join(format!("tf-gpu-shares-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let events = dir.join("events");
+    let control = dir.join("nvidia-cuda-mps-control");
+    std::fs::write(
+        &control,
+        format!(
+            "#!/bin/sh\nin=''\nif [ \"$1\" != -d ]; then in=$(cat); fi\n\
+             echo \"mps $* dev=$CUDA_VISIBLE_DEVICES in=$in\" >> {}\n",
+            events.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let nvml = dir.join("nvml.json");
+    let gpu = r#"{"index": 0, "model": "Stand-in GPU", "memory_bytes": 17179869184, "minor": 0}"#;
+    std::fs::write(&nvml, format!(r#"{{"gpus": [{gpu}]}}"#)).unwrap();
+    let api = format!("127.0.0.1:{}", free_port());
+    let log = std::fs::File::create(dir.join("agent.log")).unwrap();
+    let _agent = Agent(
+        Command::new(BIN)
+            .args(["run", "--name", "box"])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--listen", &format!("/ip4/127.0.0.1/tcp/{}", free_port())])
+            .args(["--api", &api, "--policy", "min"])
+            .args(["--set", "slot_ms=300", "--set", "round_ms=100"])
+            .args(["--set", "heartbeat_ms=100", "--set", "gpu_step=0.25"])
+            .args(["--set", "offer.mem_gb=4"])
+            .args(["--set", &format!("mps_control=\"{}\"", control.display())])
+            .env("TAPFINGER_FAKE_NVML", &nvml)
+            .env("RUST_LOG", "info,libp2p=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    wait_until(Duration::from_secs(30), "the API", || {
+        json(&api, "/v1/node").is_some()
+    });
+    let node = json(&api, "/v1/node").unwrap();
+    assert_eq!(node["labels"]["gpu_shares"], "mps", "{node}");
+    assert_eq!(node["labels"]["gpu_model"], "Stand-in GPU", "{node}");
+    assert_eq!(node["capacity"][1], 4, "one GPU in quarters: {node}");
+    let sharing = node["security"]["gpu_sharing"].as_str().unwrap_or("");
+    assert!(sharing.contains("MPS shares of 1/4 GPU"), "{node}");
+
+    let submit = |name: &str, gpu: f64, secs: f64| -> u64 {
+        let (code, body) =
+            http(&api, "POST", "/v1/tasks", Some(spec(name, gpu, secs, &dir))).unwrap();
+        assert_eq!(code, 201, "{body}");
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
+            .as_u64()
+            .unwrap()
+    };
+    let quarter = submit("quarter", 0.25, 6.0);
+    let rest = submit("rest", 0.75, 6.0);
+    // While the quarter runs, the stand-in says its process uses 21 % of the SMs and 2 GiB.
+    wait_until(Duration::from_secs(30), "the quarter task to start", || {
+        dir.join("quarter.pid").exists()
+    });
+    let pid = std::fs::read_to_string(dir.join("quarter.pid")).unwrap();
+    let proc = format!(
+        r#"{{"pid": {}, "device": 0, "sm_percent": 21, "memory_bytes": 2147483648}}"#,
+        pid.trim()
+    );
+    std::fs::write(
+        &nvml,
+        format!(r#"{{"gpus": [{gpu}], "processes": [{proc}]}}"#),
+    )
+    .unwrap();
+    wait_until(Duration::from_secs(20), "the quarter's GPU use", || {
+        json(&api, &format!("/v1/tasks/{quarter}")).is_some_and(|t| {
+            t["gpu_use"]["sm_percent"] == 21 && t["gpu_use"]["memory_bytes"] == 2147483648u64
+        })
+    });
+    let done =
+        |id: u64| json(&api, &format!("/v1/tasks/{id}")).is_some_and(|t| t["state"] == "succeeded");
+    wait_until(Duration::from_secs(60), "both tasks to succeed", || {
+        done(quarter) && done(rest)
+    });
+    wait_until(
+        Duration::from_secs(10),
+        "the daemon to be told to quit",
+        || lines(&events).iter().any(|l| l.ends_with("in=quit")),
+    );
+
+    let ev = lines(&events);
+    let at = |e: &str| {
+        ev.iter()
+            .position(|l| l == e)
+            .unwrap_or_else(|| panic!("no `{e}` in {ev:#?}"))
+    };
+    let (start, quit) = ("mps -d dev=0 in=", "mps  dev=0 in=quit");
+    assert_eq!(ev.iter().filter(|l| *l == start).count(), 1, "{ev:#?}");
+    assert_eq!(ev.iter().filter(|l| *l == quit).count(), 1, "{ev:#?}");
+    for name in ["quarter", "rest"] {
+        assert!(at(start) < at(&format!("start {name}")), "{ev:#?}");
+        assert!(at(&format!("end {name}")) < at(quit), "{ev:#?}");
+    }
+    assert!(at("start rest") < at("end quarter"), "at once: {ev:#?}");
+    let pipe = dir.join("data/mps/0/pipe").display().to_string();
+    for (name, percent, mib) in [("quarter", 25, 4096), ("rest", 75, 12288)] {
+        let env = lines(&dir.join(format!("{name}.env")));
+        for want in [
+            format!("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={percent}"),
+            format!("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={mib}M"),
+            format!("CUDA_MPS_PIPE_DIRECTORY={pipe}"),
+            "CUDA_VISIBLE_DEVICES=0".into(),
+        ] {
+            assert!(env.contains(&want), "{name} lacks {want}: {env:#?}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
