@@ -178,7 +178,7 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
         "return [...document.querySelectorAll('#running thead th')].map(h => h.textContent)";
     assert_eq!(
         browser.eval(heads).await,
-        json!(["task", "box", "share", "GPU use", "progress", ""])
+        json!(["task", "name", "box", "share", "GPU use", "progress", ""])
     );
 
     // Fill every box, then submit the task to follow: it must queue until a box is free.
@@ -216,6 +216,17 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
         seen,
         ["queued", "running", "succeeded"],
         "one page, updating by itself"
+    );
+    // Its row names it (no name in its spec: its program's) and the box that ran it.
+    let cells = format!(
+        "return [...document.querySelector('tr[data-task=\"{}\"]').cells].map(c => c.textContent)",
+        id.0
+    );
+    let v = browser.eval(&cells).await;
+    assert_eq!(v[1], json!("train"), "{v}");
+    assert!(
+        ["box-a", "box-b", "box-c"].contains(&v[3].as_str().unwrap_or("")),
+        "{v}"
     );
     // The queue row gave its position and wait; the page shows the policy version too.
     let policy = browser

@@ -59,14 +59,42 @@ pub fn task_id(s: &str) -> anyhow::Result<TaskId> {
     ))
 }
 
+/// The task a command line names: an id (digits, known to the agent), else the one task of that
+/// name. A name several tasks share is an error listing their ids; so is one no task has.
+pub async fn resolve(api: &str, token: Option<&str>, arg: &str) -> anyhow::Result<TaskId> {
+    if let Ok(id) = arg.parse::<u64>() {
+        let (code, _) = http(api, "GET", &format!("/v1/tasks/{id}"), None, token).await?;
+        if code == 200 {
+            return Ok(TaskId(id));
+        }
+    }
+    let query = serde_urlencoded::to_string([("name", arg)])?;
+    let (code, body) = http(api, "GET", &format!("/v1/tasks?{query}"), None, token).await?;
+    anyhow::ensure!(code == 200, "HTTP {code}: {body}");
+    let page: crate::api::TaskPage = serde_json::from_str(&body)?;
+    match &page.tasks[..] {
+        [one] => Ok(TaskId(one.id)),
+        [] => anyhow::bail!("no task has the id or name {arg:?}"),
+        many => {
+            let ids: Vec<String> = many.iter().map(|t| t.id.to_string()).collect();
+            anyhow::bail!(
+                "{} tasks are named {arg:?}: {}{}; give an id",
+                page.total,
+                ids.join(", "),
+                if page.total > many.len() { ", ..." } else { "" }
+            )
+        }
+    }
+}
+
 /// `GET /v1/tasks` as a table for people (`tapfinger-agent tasks`); None if the body is not a
 /// [`crate::api::TaskPage`], in which case the CLI prints the JSON as is.
 pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
     use crate::api::{TaskPage, TaskStatus};
     let page: TaskPage = serde_json::from_value(body.clone()).ok()?;
     let mut out = format!(
-        "{:<22} {:<10} {:<11} {:<14} {:>8}\n",
-        "ID", "STATE", "NODE", "ALLOC c,g,m", "PROGRESS"
+        "{:<22} {:<16} {:<12} {:<10} {:<12} {:<14} {:>8}\n",
+        "ID", "NAME", "CLASS", "STATE", "BOX", "ALLOC c,g,m", "PROGRESS"
     );
     for t in &page.tasks {
         let (state, node, alloc, progress) = match &t.status {
@@ -95,11 +123,19 @@ pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
             TaskStatus::Failed(e) => ("failed", Some(e.node), String::new(), String::new()),
             TaskStatus::Cancelled(e) => ("cancelled", Some(e.node), String::new(), String::new()),
         };
+        // The box's name where the agent knows it, else its id.
+        let at = t
+            .box_name
+            .clone()
+            .or_else(|| node.map(|n| n.to_string()))
+            .unwrap_or_default();
         out.push_str(&format!(
-            "{:<22} {:<10} {:<11} {:<14} {:>8}\n",
+            "{:<22} {:<16} {:<12} {:<10} {:<12} {:<14} {:>8}\n",
             t.id,
+            t.name,
+            if t.class.is_empty() { "-" } else { &t.class },
             state,
-            node.map_or(String::new(), |n| n.to_string()),
+            at,
             alloc,
             progress
         ));

@@ -95,26 +95,38 @@ enum Cmd {
         /// At most this many tasks (the API's page size at most).
         #[arg(long)]
         limit: Option<usize>,
+        /// Only tasks in this state: pending, running, gang, succeeded, failed, cancelled.
+        #[arg(long)]
+        state: Option<String>,
+        /// Only tasks of this name.
+        #[arg(long)]
+        name: Option<String>,
+        /// Only tasks of this class (the spec's `type`).
+        #[arg(long)]
+        class: Option<String>,
+        /// Only tasks on (or that ran on) the box of this name.
+        #[arg(long = "box")]
+        box_name: Option<String>,
         #[command(flatten)]
         client: Client,
     },
     /// Show one task.
     Show {
-        /// Task id.
+        /// Task id, or the name of exactly one task.
         id: String,
         #[command(flatten)]
         client: Client,
     },
     /// Cancel a task (it stops wherever it runs).
     Cancel {
-        /// Task id.
+        /// Task id, or the name of exactly one task.
         id: String,
         #[command(flatten)]
         client: Client,
     },
     /// Print a task's logs (from the agent that ran it).
     Logs {
-        /// Task id.
+        /// Task id, or the name of exactly one task.
         id: String,
         #[command(flatten)]
         client: Client,
@@ -227,6 +239,23 @@ fn keygen(
         );
     }
     Ok(())
+}
+
+/// The task id a command line names (an id, or a name exactly one task has).
+fn task_arg(client: &Client, arg: &str) -> anyhow::Result<u64> {
+    let token = match &client.token_file {
+        Some(p) => Some(tapfinger_net::secret::read_token(p)?),
+        None => None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let id = rt.block_on(tapfinger_agent::client::resolve(
+        &client.api,
+        token.as_deref(),
+        arg,
+    ))?;
+    Ok(id.0)
 }
 
 fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyhow::Result<()> {
@@ -402,20 +431,28 @@ fn main() {
         Cmd::Tasks {
             offset,
             limit,
+            state,
+            name,
+            class,
+            box_name,
             client,
         } => {
-            let mut path = format!("/v1/tasks?offset={offset}");
-            if let Some(l) = limit {
-                path.push_str(&format!("&limit={l}"));
-            }
-            call(&client, "GET", &path, None)
+            let mut q: Vec<(&str, String)> = vec![("offset", offset.to_string())];
+            q.extend(limit.map(|l| ("limit", l.to_string())));
+            q.extend(state.map(|v| ("state", v)));
+            q.extend(name.map(|v| ("name", v)));
+            q.extend(class.map(|v| ("class", v)));
+            q.extend(box_name.map(|v| ("box", v)));
+            serde_urlencoded::to_string(&q)
+                .map_err(anyhow::Error::from)
+                .and_then(|q| call(&client, "GET", &format!("/v1/tasks?{q}"), None))
         }
-        Cmd::Show { id, client } => tapfinger_agent::client::task_id(&id)
-            .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{}", id.0), None)),
-        Cmd::Cancel { id, client } => tapfinger_agent::client::task_id(&id)
-            .and_then(|id| call(&client, "DELETE", &format!("/v1/tasks/{}", id.0), None)),
-        Cmd::Logs { id, client } => tapfinger_agent::client::task_id(&id)
-            .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{}/logs", id.0), None)),
+        Cmd::Show { id, client } => task_arg(&client, &id)
+            .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{id}"), None)),
+        Cmd::Cancel { id, client } => task_arg(&client, &id)
+            .and_then(|id| call(&client, "DELETE", &format!("/v1/tasks/{id}"), None)),
+        Cmd::Logs { id, client } => task_arg(&client, &id)
+            .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{id}/logs"), None)),
         Cmd::Node { client } => call(&client, "GET", "/v1/node", None),
         Cmd::Peers { client } => call(&client, "GET", "/v1/peers", None),
         Cmd::Classes { client } => call(&client, "GET", "/v1/classes", None),

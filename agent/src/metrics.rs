@@ -31,6 +31,14 @@ pub const QUEUE_WAIT_BUCKETS_MS: [f64; 12] = [
 const GAUGES: &[(&str, &str)] = &[
     ("tapfinger_tasks", "Tasks this agent knows, by state."),
     (
+        "tapfinger_tasks_by_class",
+        "Tasks this agent knows, by state and class (the spec's `type`; empty: none).",
+    ),
+    (
+        "tapfinger_box_info",
+        "1, labelled with this box's name (join on it to name the box of every series).",
+    ),
+    (
         "tapfinger_allocated_units",
         "Units allocated on this node, by resource kind index.",
     ),
@@ -186,6 +194,8 @@ pub struct AgentMetrics {
     registry: Registry,
     /// Priority classes whose queue length was ever published.
     classes: std::sync::Mutex<std::collections::BTreeSet<u8>>,
+    /// (state, task class) pairs ever published.
+    by_class: std::sync::Mutex<std::collections::BTreeSet<(&'static str, String)>>,
 }
 
 impl Default for AgentMetrics {
@@ -228,6 +238,7 @@ impl AgentMetrics {
         Self {
             registry,
             classes: Default::default(),
+            by_class: Default::default(),
         }
     }
 
@@ -245,6 +256,35 @@ impl AgentMetrics {
             }
             for (state, n) in [("pending", pending), ("running", running), ("done", done)] {
                 gauge!("tapfinger_tasks", "state" => state).set(n);
+            }
+            gauge!("tapfinger_box_info", "box" => st.name.clone()).set(1.0);
+            // By task class (a cluster runs few): pairs seen before and now empty read 0.
+            let mut counts: std::collections::BTreeMap<(&'static str, String), u32> =
+                Default::default();
+            for (id, t) in &st.tasks {
+                let state = match t {
+                    TaskState::Pending => "pending",
+                    TaskState::Running { .. } | TaskState::Gang { .. } => "running",
+                    TaskState::Done { .. } => "done",
+                };
+                let class = st
+                    .names
+                    .get(id)
+                    .map(|n| n.class.clone())
+                    .unwrap_or_default();
+                *counts.entry((state, class)).or_default() += 1;
+            }
+            let seen = self
+                .by_class
+                .lock()
+                .map(|mut s| {
+                    s.extend(counts.keys().cloned());
+                    s.clone()
+                })
+                .unwrap_or_default();
+            for (state, class) in seen {
+                let n = counts.get(&(state, class.clone())).copied().unwrap_or(0);
+                gauge!("tapfinger_tasks_by_class", "state" => state, "class" => class).set(n);
             }
             if let (Some(used), Some(cap)) = (&st.used, &st.capacity) {
                 for k in 0..cap.len() {
@@ -381,6 +421,14 @@ mod tests {
             ..Status::default()
         };
         st.tasks.insert(TaskId(1), TaskState::Pending);
+        st.name = "box-7".into();
+        st.names.insert(
+            TaskId(1),
+            crate::status::TaskNames {
+                name: "job1".into(),
+                class: "etl".into(),
+            },
+        );
         st.stats.rounds = 7;
         st.stats.rounds_sets_differ = 2;
         let queued = |id, priority| crate::status::Queued {
@@ -409,14 +457,17 @@ mod tests {
         m.update(&st, &[3, 40]);
         m.queue_wait(12_000);
         m.admission(2.5);
-        let drained = Status {
+        let mut drained = Status {
             queue: vec![queued(1, 0)],
             ..st.clone()
         };
+        drained.tasks.clear();
         m.update(&drained, &[4000]);
         let text = m.render();
         for line in [
-            "tapfinger_tasks{state=\"pending\"} 1",
+            "tapfinger_box_info{box=\"box-7\"} 1",
+            // A (state, class) pair seen before and now empty reads 0.
+            "tapfinger_tasks_by_class{state=\"pending\",class=\"etl\"} 0",
             "tapfinger_allocated_units{kind=\"2\"} 4",
             "tapfinger_peers 2",
             "tapfinger_messages_taken_total{path=\"direct\"} 40",

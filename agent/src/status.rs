@@ -53,6 +53,10 @@ pub struct Status {
     pub reports: BTreeMap<TaskId, crate::reports::Report>,
     /// The latest reports of the tasks running on its peers (from their heartbeats).
     pub shared_reports: BTreeMap<TaskId, tapfinger::node::reports::TaskReport>,
+    /// Every task's name and class, by id.
+    pub names: BTreeMap<TaskId, TaskNames>,
+    /// The names of the boxes this agent knows (itself and its live peers), by id.
+    pub box_names: BTreeMap<NodeId, String>,
     /// Each resource kind's grid step in its natural unit (0.25: a GPU unit is a quarter).
     pub steps: Vec<f64>,
     /// What the tasks running here use of their GPUs (NVML, sampled every 2 s).
@@ -83,6 +87,42 @@ pub fn queue_of<M>(tasks: &Ledger<M>, slot: u64) -> Vec<Queued> {
         .collect();
     q.sort_by_key(|(c, t)| (*c, t.arrival, t.id));
     q.into_iter().map(|(_, t)| t).collect()
+}
+
+/// What people call a task: its spec's name (else its program's file name) and its class (the
+/// spec's `type`; empty: none).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskNames {
+    /// Its name.
+    pub name: String,
+    /// Its class.
+    pub class: String,
+}
+
+/// A spec's name, else its program's file name.
+pub fn task_name(spec: &tapfinger::spec::TaskSpec) -> String {
+    if !spec.name.is_empty() {
+        return spec.name.clone();
+    }
+    spec.command
+        .first()
+        .and_then(|p| std::path::Path::new(p).file_name())
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Every task's names ([`Status::names`]).
+pub fn names_of(tasks: &Ledger<tapfinger::node::TaskMeta>) -> BTreeMap<TaskId, TaskNames> {
+    tasks
+        .iter()
+        .map(|(id, e)| {
+            let names = TaskNames {
+                name: task_name(&e.meta.spec),
+                class: e.meta.spec.task_type.clone(),
+            };
+            (id, names)
+        })
+        .collect()
 }
 
 /// Every task's class where it is not 0 ([`Status::classes`]).

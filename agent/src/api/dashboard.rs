@@ -78,6 +78,9 @@ pub struct BoxInfo {
 pub struct QueueEntry {
     /// Task id, as a string: ids use all 64 bits, more than a JavaScript number holds exactly.
     pub id: String,
+    /// Task name (its spec's, else its program's file name).
+    #[serde(default)]
+    pub name: String,
     /// 1-based position in the cluster's queue.
     pub position: usize,
     /// Priority class (0 highest).
@@ -93,6 +96,9 @@ pub struct QueueEntry {
 pub struct RunningEntry {
     /// Task id, as a string: ids use all 64 bits, more than a JavaScript number holds exactly.
     pub id: String,
+    /// Task name (its spec's, else its program's file name).
+    #[serde(default)]
+    pub name: String,
     /// Node id it runs on.
     pub node: u32,
     /// Its share.
@@ -109,6 +115,9 @@ pub struct RunningEntry {
 pub struct FinishedEntry {
     /// Task id, as a string: ids use all 64 bits, more than a JavaScript number holds exactly.
     pub id: String,
+    /// Task name (its spec's, else its program's file name).
+    #[serde(default)]
+    pub name: String,
     /// `succeeded`, `failed` or `cancelled`.
     pub state: String,
     /// Node id that ran (or cancelled) it.
@@ -172,12 +181,19 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
         });
     }
     boxes.sort_by(|a, b| (a.info.name.as_str(), a.info.id).cmp(&(b.info.name.as_str(), b.info.id)));
+    let name_of = |id: tapfinger::TaskId| {
+        st.names
+            .get(&id)
+            .map(|n| n.name.clone())
+            .unwrap_or_default()
+    };
     let queue = st
         .queue
         .iter()
         .enumerate()
         .map(|(i, q)| QueueEntry {
             id: q.id.0.to_string(),
+            name: name_of(q.id),
             position: i + 1,
             priority: q.priority,
             wait_s: st.slot.saturating_sub(q.arrival) as f64 * st.slot_ms as f64 / 1e3,
@@ -195,6 +211,7 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
                 ..
             } => running.push(RunningEntry {
                 id: id.0.to_string(),
+                name: name_of(*id),
                 node: node.0,
                 alloc: alloc.0.clone(),
                 progress: *progress,
@@ -208,6 +225,7 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
                 };
                 finished.push(FinishedEntry {
                     id: id.0.to_string(),
+                    name: name_of(*id),
                     state: state.into(),
                     node: node.0,
                 });

@@ -193,24 +193,92 @@ struct Page {
     /// Most tasks to list (`None`: the default page).
     #[serde(default)]
     limit: Option<usize>,
+    /// Only tasks in this state (`pending`, `running`, `gang`, `succeeded`, `failed`,
+    /// `cancelled`).
+    #[serde(default)]
+    state: Option<String>,
+    /// Only tasks of this name.
+    #[serde(default)]
+    name: Option<String>,
+    /// Only tasks of this class.
+    #[serde(default)]
+    class: Option<String>,
+    /// Only tasks on (or that ran on) the box of this name.
+    #[serde(default, rename = "box")]
+    box_name: Option<String>,
+}
+
+/// The states a listing can be filtered by.
+const STATES: [&str; 6] = [
+    "pending",
+    "running",
+    "gang",
+    "succeeded",
+    "failed",
+    "cancelled",
+];
+
+impl Page {
+    /// Whether `t` passes the filters.
+    fn keeps(&self, t: &TaskInfo) -> bool {
+        let state = serde_json::to_value(&t.status)
+            .ok()
+            .and_then(|v| v["state"].as_str().map(str::to_string));
+        self.state
+            .as_ref()
+            .is_none_or(|s| state.as_ref() == Some(s))
+            && self.name.as_ref().is_none_or(|n| *n == t.name)
+            && self.class.as_ref().is_none_or(|c| *c == t.class)
+            && self
+                .box_name
+                .as_ref()
+                .is_none_or(|b| t.box_name.as_ref() == Some(b))
+    }
 }
 
 /// The tasks this agent knows (its own finished history included, from the journal after a
-/// restart), by id, a page at a time: `next_offset` is set while more remain.
+/// restart), by id, a page at a time: `next_offset` is set while more remain. `?state=`,
+/// `?name=`, `?class=` and `?box=` keep only the tasks that match (exactly), before paging; an
+/// unknown state is a 400 naming the field.
 async fn list(
     State(s): State<ApiState>,
     axum::extract::Query(page): axum::extract::Query<Page>,
 ) -> Response {
     let limit = page.limit.unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE);
+    if let Some(s) = &page.state
+        && !STATES.contains(&s.as_str())
+    {
+        let mut e = ErrorBody::new(format!("unknown state {s:?}; one of {}", STATES.join(", ")));
+        e.field = Some("state".into());
+        return (StatusCode::BAD_REQUEST, axum::Json(e)).into_response();
+    }
     let st = s.status.borrow();
-    let total = st.tasks.len();
-    let tasks: Vec<TaskInfo> = st
-        .tasks
-        .iter()
-        .skip(page.offset)
-        .take(limit)
-        .map(|(id, t)| info(&st, *id, t))
-        .collect();
+    let filtered = page.state.is_some()
+        || page.name.is_some()
+        || page.class.is_some()
+        || page.box_name.is_some();
+    let (tasks, total): (Vec<TaskInfo>, usize) = if filtered {
+        let all: Vec<TaskInfo> = st
+            .tasks
+            .iter()
+            .map(|(id, t)| info(&st, *id, t))
+            .filter(|t| page.keeps(t))
+            .collect();
+        let total = all.len();
+        (
+            all.into_iter().skip(page.offset).take(limit).collect(),
+            total,
+        )
+    } else {
+        let tasks = st
+            .tasks
+            .iter()
+            .skip(page.offset)
+            .take(limit)
+            .map(|(id, t)| info(&st, *id, t))
+            .collect();
+        (tasks, st.tasks.len())
+    };
     let next_offset = (page.offset + tasks.len() < total).then_some(page.offset + tasks.len());
     axum::Json(TaskPage {
         tasks,
@@ -229,8 +297,18 @@ fn info(st: &crate::status::Status, id: TaskId, t: &tapfinger::node::TaskState) 
         (None, Some(r)) => (r.metrics.clone(), r.converging),
         (None, None) => Default::default(),
     };
+    let names = st.names.get(&id).cloned().unwrap_or_default();
+    let node = match t {
+        tapfinger::node::TaskState::Pending => None,
+        tapfinger::node::TaskState::Running { node, .. }
+        | tapfinger::node::TaskState::Done { node, .. } => Some(*node),
+        tapfinger::node::TaskState::Gang { members, .. } => members.first().map(|(n, _)| *n),
+    };
     TaskInfo {
         id: id.0,
+        name: names.name,
+        class: names.class,
+        box_name: node.and_then(|n| st.box_names.get(&n).cloned()),
         priority: st.classes.get(&id).copied().unwrap_or(0),
         metrics,
         converging,

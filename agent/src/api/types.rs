@@ -116,6 +116,15 @@ impl From<&TaskState> for TaskStatus {
 pub struct TaskInfo {
     /// Its id.
     pub id: u64,
+    /// Its name (the spec's `name`, else its program's file name).
+    #[serde(default)]
+    pub name: String,
+    /// Its class (the spec's `type`; empty: none).
+    #[serde(default)]
+    pub class: String,
+    /// The name of the box it runs on or ran on (a gang: its first member's), where known.
+    #[serde(default, rename = "box", skip_serializing_if = "Option::is_none")]
+    pub box_name: Option<String>,
     /// Its priority class (0 is the highest).
     #[serde(default)]
     pub priority: u8,

@@ -68,6 +68,8 @@ struct Daemon {
     published: Option<Instant>,
     /// What tasks running here use of their GPUs.
     gpu_use: crate::gpu_use::Sampler,
+    /// The name of every box heard of since the agent started, by id.
+    box_names: std::collections::BTreeMap<NodeId, String>,
 }
 
 /// How often the status snapshot, the metrics and the outcome journal are brought up to date
@@ -130,6 +132,7 @@ pub(super) async fn run(
         metrics,
         published: None,
         gpu_use: crate::gpu_use::Sampler::new(None),
+        box_names: Default::default(),
     };
     d.gpu_use = crate::gpu_use::Sampler::new(d.p.gpu_probe.take());
     let mut runs_changed = false;
@@ -382,6 +385,12 @@ impl Daemon {
     /// Publish the status (if it changed), then answer the commands of this step.
     fn publish(&mut self, status: &watch::Sender<std::sync::Arc<Status>>) {
         self.published = Some(Instant::now());
+        // Every box heard of keeps its name: tasks it ran are listed after it has gone.
+        for (id, name, _, _) in self.p.core.peer_table() {
+            self.box_names.insert(id, name);
+        }
+        self.box_names
+            .insert(self.me, self.p.core.config().name.clone());
         let core = &self.p.core;
         let me = self.me;
         let snapshot = Status {
@@ -411,6 +420,8 @@ impl Daemon {
             shared_reports: core.reports(),
             gpu_use: self.gpu_use.latest().clone(),
             steps: core.config().steps.clone(),
+            names: crate::status::names_of(core.tasks()),
+            box_names: self.box_names.clone(),
             preempted: core.preempted().clone(),
             forecast: self.forecasting.latest().cloned(),
             estimates: crate::status::estimates_of(
