@@ -130,3 +130,69 @@ async fn tasks_are_listed_filtered_and_found_by_name() {
     let e = resolve(&api, None, "job99").await.unwrap_err().to_string();
     assert!(e.contains("job99"), "{e}");
 }
+
+/// `logs --follow`: what a running task writes arrives as it writes it, each line once and in
+/// order, until the task ends; its end (succeeded or failed) is what the follower returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_task_s_output_arrives_once_and_in_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().join("logs");
+    let mut local = Local::new("box-1", Exec::Processes(logs.clone()));
+    local.policy = "min".into();
+    let (agent, _) = local.start().await;
+    let app = tapfinger_agent::api::router(tapfinger_tests::api_state(&agent, None, Some(logs)));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = l.local_addr().unwrap().to_string();
+    tokio::spawn(tapfinger_agent::api::serve(l, app));
+    let task = |name: &str, exit: i32| {
+        let mut s = named(name, "etl");
+        s.command = vec![
+            "sh".into(),
+            "-c".into(),
+            format!(
+                "for i in 1 2 3 4 5 6; do echo line $i; sleep 0.2; done; echo oops >&2; exit {exit}"
+            ),
+        ];
+        s
+    };
+    let ok = agent.submit(task("talker", 0)).await.unwrap();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let status = tapfinger_agent::client::follow_logs(
+        &api,
+        None,
+        ok,
+        Duration::from_millis(100),
+        &mut out,
+        &mut err,
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(status, tapfinger_agent::api::TaskStatus::Succeeded(_)),
+        "{status:?}"
+    );
+    let out = String::from_utf8(out).unwrap();
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("line")).collect();
+    assert_eq!(
+        lines,
+        ["line 1", "line 2", "line 3", "line 4", "line 5", "line 6"],
+        "{out}"
+    );
+    assert!(String::from_utf8(err).unwrap().contains("oops"));
+    let bad = agent.submit(task("failer", 3)).await.unwrap();
+    let status = tapfinger_agent::client::follow_logs(
+        &api,
+        None,
+        bad,
+        Duration::from_millis(100),
+        &mut Vec::new(),
+        &mut Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(&status, tapfinger_agent::api::TaskStatus::Failed(e) if e.exit_code == Some(3)),
+        "{status:?}"
+    );
+    agent.shutdown().await;
+}

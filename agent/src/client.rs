@@ -87,6 +87,192 @@ pub async fn resolve(api: &str, token: Option<&str>, arg: &str) -> anyhow::Resul
     }
 }
 
+/// The exit code of `logs --follow` when the task failed or was cancelled (0: it succeeded; 1:
+/// any error of the command itself; 2: a usage error).
+pub const EXIT_TASK_FAILED: i32 = 4;
+
+/// Follow task `id`'s logs: write what it writes (its stdout to `out`, its stderr to `err`) as it
+/// comes, asking every `every`, until it has ended and all it wrote is written; its last status.
+/// Only the agent that runs a task has its logs: following one that ran elsewhere is an error
+/// naming that box.
+pub async fn follow_logs(
+    api: &str,
+    token: Option<&str>,
+    id: TaskId,
+    every: std::time::Duration,
+    out: &mut dyn std::io::Write,
+    err: &mut dyn std::io::Write,
+) -> anyhow::Result<crate::api::TaskStatus> {
+    use crate::api::{TaskInfo, TaskLogs, TaskStatus};
+    let (mut from_out, mut from_err): (Option<u64>, Option<u64>) = (None, None);
+    loop {
+        // The state before the logs: what a task wrote before it ended is read after its end
+        // is seen, so nothing is left unprinted.
+        let (code, body) = http(api, "GET", &format!("/v1/tasks/{}", id.0), None, token).await?;
+        anyhow::ensure!(code == 200, "HTTP {code}: {body}");
+        let info: TaskInfo = serde_json::from_str(&body)?;
+        let ended = matches!(
+            info.status,
+            TaskStatus::Succeeded(_) | TaskStatus::Failed(_) | TaskStatus::Cancelled(_)
+        );
+        let mut q: Vec<(&str, u64)> = Vec::new();
+        q.extend(from_out.map(|o| ("stdout_from", o)));
+        q.extend(from_err.map(|e| ("stderr_from", e)));
+        let path = format!(
+            "/v1/tasks/{}/logs?{}",
+            id.0,
+            serde_urlencoded::to_string(&q)?
+        );
+        let (code, body) = http(api, "GET", &path, None, token).await?;
+        match code {
+            200 => {
+                let l: TaskLogs = serde_json::from_str(&body)?;
+                out.write_all(l.stdout.as_bytes())?;
+                err.write_all(l.stderr.as_bytes())?;
+                out.flush()?;
+                err.flush()?;
+                from_out = Some(l.stdout_size);
+                from_err = Some(l.stderr_size);
+            }
+            // Not started yet, or not here.
+            404 if !ended => {}
+            404 if from_out.is_none() => anyhow::bail!(
+                "task {} has no logs on this agent; it ran on {}: ask that box's agent",
+                id.0,
+                info.box_name.as_deref().unwrap_or("another box")
+            ),
+            _ => anyhow::bail!("HTTP {code}: {body}"),
+        }
+        if ended {
+            return Ok(info.status);
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// `GET /v1/tasks/{id}` as `key value` lines for people (`tapfinger-agent show`); None if the
+/// body is not a [`crate::api::TaskInfo`].
+pub fn task_lines(body: &serde_json::Value) -> Option<String> {
+    use crate::api::{TaskInfo, TaskStatus};
+    let t: TaskInfo = serde_json::from_value(body.clone()).ok()?;
+    let mut rows: Vec<(&str, String)> = vec![
+        ("id", t.id.to_string()),
+        ("name", t.name.clone()),
+        (
+            "class",
+            if t.class.is_empty() {
+                "-".into()
+            } else {
+                t.class.clone()
+            },
+        ),
+        ("priority", t.priority.to_string()),
+    ];
+    let at = t.box_name.clone().unwrap_or_default();
+    let ended = |what: &str, e: &crate::api::Ended| {
+        let code = e
+            .exit_code
+            .map_or("no exit code".into(), |c| format!("exit code {c}"));
+        format!(
+            "{what} on {} ({code})",
+            if at.is_empty() {
+                e.node.to_string()
+            } else {
+                at.clone()
+            }
+        )
+    };
+    let units = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    match &t.status {
+        TaskStatus::Pending => rows.push(("state", "pending".into())),
+        TaskStatus::Running {
+            node,
+            alloc,
+            progress,
+        } => {
+            let on = if at.is_empty() {
+                node.to_string()
+            } else {
+                at.clone()
+            };
+            rows.push(("state", format!("running on {on}")));
+            rows.push(("share c,g,m", units(alloc)));
+            rows.push(("progress", format!("{:.0}%", progress * 100.0)));
+        }
+        TaskStatus::Gang { members, progress } => {
+            rows.push(("state", format!("running as a gang of {}", members.len())));
+            rows.push(("progress", format!("{:.0}%", progress * 100.0)));
+        }
+        TaskStatus::Succeeded(e) => rows.push(("state", ended("succeeded", e))),
+        TaskStatus::Failed(e) => rows.push(("state", ended("failed", e))),
+        TaskStatus::Cancelled(e) => rows.push(("state", ended("cancelled", e))),
+    }
+    if let Some(g) = &t.gpu_use {
+        let devices: Vec<String> = g.devices.iter().map(u32::to_string).collect();
+        rows.push((
+            "gpu use",
+            format!(
+                "{}% SM, {} on GPU {}",
+                g.sm_percent,
+                human_bytes(g.memory_bytes),
+                devices.join(",")
+            ),
+        ));
+    }
+    if !t.metrics.is_empty() {
+        let m: Vec<String> = t.metrics.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        rows.push(("metrics", m.join(" ")));
+    }
+    if t.converging {
+        rows.push(("converging", "yes (its loss has plateaued)".into()));
+    }
+    if t.preempted > 0 {
+        rows.push((
+            "preempted",
+            format!(
+                "{} time(s), {:.0}% of a run lost",
+                t.preempted,
+                t.work_lost * 100.0
+            ),
+        ));
+    }
+    Some(
+        rows.iter()
+            .map(|(k, v)| format!("{k:<12} {v}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
+
+/// `GET /v1/tasks/{id}/logs` as people read it: its standard output, then its standard error
+/// under a `--- stderr ---` line (where it wrote any); None if the body is not a
+/// [`crate::api::TaskLogs`].
+pub fn logs_text(body: &serde_json::Value) -> Option<String> {
+    let l: crate::api::TaskLogs = serde_json::from_value(body.clone()).ok()?;
+    let mut text = l.stdout.trim_end_matches('\n').to_string();
+    if !l.stderr.is_empty() {
+        text.push_str("\n--- stderr ---\n");
+        text.push_str(l.stderr.trim_end_matches('\n'));
+    }
+    Some(text)
+}
+
+/// Bytes for people: B, KiB, MiB, GiB.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
 /// `GET /v1/tasks` as a table for people (`tapfinger-agent tasks`); None if the body is not a
 /// [`crate::api::TaskPage`], in which case the CLI prints the JSON as is.
 pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
@@ -279,6 +465,37 @@ pub fn node_lines(body: &serde_json::Value) -> Option<String> {
 
 #[cfg(test)]
 mod table_tests {
+    /// A task for people: its names, where it runs, its share, its GPU use in human sizes;
+    /// logs as text with standard error after a marker line.
+    #[test]
+    fn a_task_and_its_logs_read_as_text() {
+        let v = serde_json::json!({
+            "id": 7, "name": "job3", "class": "etl", "box": "box-2", "priority": 0,
+            "state": "running", "node": 5, "alloc": [2, 1, 4], "progress": 0.42,
+            "gpu_use": {"sm_percent": 23, "memory_bytes": 3221225472u64, "devices": [0]},
+            "metrics": {"loss": 1.5}
+        });
+        let t = super::task_lines(&v).unwrap();
+        for want in [
+            "job3",
+            "etl",
+            "running on box-2",
+            "2,1,4",
+            "42%",
+            "23% SM, 3.0 GiB on GPU 0",
+            "loss=1.5",
+        ] {
+            assert!(t.contains(want), "{want}: {t}");
+        }
+        let l = super::logs_text(&serde_json::json!({
+            "id": 7, "stdout": "a\nb\n", "stderr": "oops\n"
+        }))
+        .unwrap();
+        assert_eq!(l, "a\nb\n--- stderr ---\noops");
+        assert_eq!(super::human_bytes(512), "512 B");
+        assert_eq!(super::human_bytes(3 << 20), "3.0 MiB");
+    }
+
     #[test]
     fn classes_render_as_a_table() {
         let v = serde_json::json!({"classes": [

@@ -107,6 +107,9 @@ enum Cmd {
         /// Only tasks on (or that ran on) the box of this name.
         #[arg(long = "box")]
         box_name: Option<String>,
+        /// Redraw the listing in place every 2 seconds, until interrupted.
+        #[arg(long, short)]
+        watch: bool,
         #[command(flatten)]
         client: Client,
     },
@@ -128,6 +131,10 @@ enum Cmd {
     Logs {
         /// Task id, or the name of exactly one task.
         id: String,
+        /// Keep printing what the task writes until it ends; then exit 0 if it succeeded, 4 if
+        /// it failed or was cancelled.
+        #[arg(long, short)]
+        follow: bool,
         #[command(flatten)]
         client: Client,
     },
@@ -241,6 +248,30 @@ fn keygen(
     Ok(())
 }
 
+/// `logs --follow`: the task's output as it comes; exits 4 when it failed or was cancelled.
+fn follow(client: &Client, id: u64) -> anyhow::Result<()> {
+    let token = match &client.token_file {
+        Some(p) => Some(tapfinger_net::secret::read_token(p)?),
+        None => None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let status = rt.block_on(tapfinger_agent::client::follow_logs(
+        &client.api,
+        token.as_deref(),
+        tapfinger::TaskId(id),
+        std::time::Duration::from_secs(1),
+        &mut std::io::stdout(),
+        &mut std::io::stderr(),
+    ))?;
+    if !matches!(status, tapfinger_agent::api::TaskStatus::Succeeded(_)) {
+        eprintln!("task {id} ended: {}", serde_json::to_string(&status)?);
+        std::process::exit(tapfinger_agent::client::EXIT_TASK_FAILED);
+    }
+    Ok(())
+}
+
 /// The task id a command line names (an id, or a name exactly one task has).
 fn task_arg(client: &Client, arg: &str) -> anyhow::Result<u64> {
     let token = match &client.token_file {
@@ -283,6 +314,8 @@ fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyh
             p if p.starts_with("/v1/tasks?") || p == "/v1/tasks" => {
                 Some(tapfinger_agent::client::tasks_table)
             }
+            p if p.ends_with("/logs") => Some(tapfinger_agent::client::logs_text),
+            p if p.starts_with("/v1/tasks/") => Some(tapfinger_agent::client::task_lines),
             "/v1/peers" => Some(tapfinger_agent::client::peers_table),
             "/v1/classes" => Some(tapfinger_agent::client::classes_table),
             "/v1/node" => Some(tapfinger_agent::client::node_lines),
@@ -435,6 +468,7 @@ fn main() {
             name,
             class,
             box_name,
+            watch,
             client,
         } => {
             let mut q: Vec<(&str, String)> = vec![("offset", offset.to_string())];
@@ -445,14 +479,34 @@ fn main() {
             q.extend(box_name.map(|v| ("box", v)));
             serde_urlencoded::to_string(&q)
                 .map_err(anyhow::Error::from)
-                .and_then(|q| call(&client, "GET", &format!("/v1/tasks?{q}"), None))
+                .and_then(|q| {
+                    let path = format!("/v1/tasks?{q}");
+                    if !watch {
+                        return call(&client, "GET", &path, None);
+                    }
+                    loop {
+                        // Home and clear, then the listing: redrawn in place.
+                        print!("\x1b[H\x1b[2J");
+                        call(&client, "GET", &path, None)?;
+                        std::thread::sleep(std::time::Duration::from_secs(2));
+                    }
+                })
         }
         Cmd::Show { id, client } => task_arg(&client, &id)
             .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{id}"), None)),
         Cmd::Cancel { id, client } => task_arg(&client, &id)
             .and_then(|id| call(&client, "DELETE", &format!("/v1/tasks/{id}"), None)),
-        Cmd::Logs { id, client } => task_arg(&client, &id)
+        Cmd::Logs {
+            id,
+            follow: false,
+            client,
+        } => task_arg(&client, &id)
             .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{id}/logs"), None)),
+        Cmd::Logs {
+            id,
+            follow: true,
+            client,
+        } => task_arg(&client, &id).and_then(|id| follow(&client, id)),
         Cmd::Node { client } => call(&client, "GET", "/v1/node", None),
         Cmd::Peers { client } => call(&client, "GET", "/v1/peers", None),
         Cmd::Classes { client } => call(&client, "GET", "/v1/classes", None),

@@ -16,7 +16,7 @@
 pub mod dashboard;
 pub mod types;
 pub use types::{
-    CancelledTask, ClassInfo, Classes, ErrorBody, NodeInfo, PeerInfo, Peers, PolicyVersion,
+    CancelledTask, ClassInfo, Classes, Ended, ErrorBody, NodeInfo, PeerInfo, Peers, PolicyVersion,
     SecurityInfo, Submitted, TaskInfo, TaskLogs, TaskPage, TaskStatus,
 };
 
@@ -358,7 +358,42 @@ async fn cancel(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
 /// Most bytes of a log returned (the end of it).
 const MAX_LOG: u64 = 1 << 20;
 
-async fn logs(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
+/// Where to read a task's logs from (`GET /v1/tasks/{id}/logs?stdout_from=N&stderr_from=M`):
+/// byte offsets, as the sizes of an earlier answer give them, so that a follower gets only what
+/// was written since. Without them: the last MiB of each.
+#[derive(Debug, Default, serde::Deserialize)]
+struct LogsFrom {
+    #[serde(default)]
+    stdout_from: Option<u64>,
+    #[serde(default)]
+    stderr_from: Option<u64>,
+}
+
+/// A log file from byte `from` (at most [`MAX_LOG`] of it; without `from`, its last MiB), and
+/// its size; `None` if there is no such file.
+fn read_log(path: &std::path::Path, from: Option<u64>) -> Option<(String, u64)> {
+    use std::io::{Read as _, Seek as _};
+    let mut f = std::fs::File::open(path).ok()?;
+    let size = f.metadata().ok()?.len();
+    let start = from.map_or(size.saturating_sub(MAX_LOG), |f| f.min(size));
+    f.seek(std::io::SeekFrom::Start(start)).ok()?;
+    let mut bytes = Vec::new();
+    f.take(MAX_LOG).read_to_end(&mut bytes).ok()?;
+    // A character cut at the end (still being written) waits for the next read.
+    if let Err(e) = std::str::from_utf8(&bytes)
+        && e.error_len().is_none()
+    {
+        bytes.truncate(e.valid_up_to());
+    }
+    let end = start + bytes.len() as u64;
+    Some((String::from_utf8_lossy(&bytes).into_owned(), end))
+}
+
+async fn logs(
+    State(s): State<ApiState>,
+    Path(id): Path<u64>,
+    axum::extract::Query(from): axum::extract::Query<LogsFrom>,
+) -> Response {
     let Some(dir) = &s.log_dir else {
         return (
             StatusCode::NOT_FOUND,
@@ -366,13 +401,9 @@ async fn logs(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
         )
             .into_response();
     };
-    let read = |ext: &str| -> Option<String> {
-        let path = dir.join(format!("{id}.{ext}"));
-        let bytes = std::fs::read(&path).ok()?;
-        let start = bytes.len().saturating_sub(MAX_LOG as usize);
-        Some(String::from_utf8_lossy(&bytes[start..]).into_owned())
-    };
-    match (read("stdout"), read("stderr")) {
+    let out = read_log(&dir.join(format!("{id}.stdout")), from.stdout_from);
+    let err = read_log(&dir.join(format!("{id}.stderr")), from.stderr_from);
+    match (out, err) {
         (None, None) => (
             StatusCode::NOT_FOUND,
             axum::Json(ErrorBody::new(format!(
@@ -382,8 +413,10 @@ async fn logs(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
             .into_response(),
         (out, err) => axum::Json(TaskLogs {
             id,
-            stdout: out.unwrap_or_default(),
-            stderr: err.unwrap_or_default(),
+            stdout_size: out.as_ref().map_or(0, |o| o.1),
+            stderr_size: err.as_ref().map_or(0, |e| e.1),
+            stdout: out.map(|o| o.0).unwrap_or_default(),
+            stderr: err.map(|e| e.0).unwrap_or_default(),
         })
         .into_response(),
     }

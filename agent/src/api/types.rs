@@ -180,6 +180,13 @@ pub struct TaskLogs {
     pub stdout: String,
     /// Its standard error (the last MiB).
     pub stderr: String,
+    /// Where `stdout` ends in its file, in bytes: what to ask `?stdout_from=` next time to get
+    /// only what follows.
+    #[serde(default)]
+    pub stdout_size: u64,
+    /// Where `stderr` ends in its file (`?stderr_from=`).
+    #[serde(default)]
+    pub stderr_size: u64,
 }
 
 /// `GET /v1/node`: this agent's node.
