@@ -248,6 +248,60 @@ fn keygen(
     Ok(())
 }
 
+/// The task commands of the CLI: `tasks`, `show`, `cancel`, `logs`.
+fn task_command(cmd: Cmd) -> anyhow::Result<()> {
+    match cmd {
+        Cmd::Tasks {
+            offset,
+            limit,
+            state,
+            name,
+            class,
+            box_name,
+            watch,
+            client,
+        } => {
+            let mut q: Vec<(&str, String)> = vec![("offset", offset.to_string())];
+            q.extend(limit.map(|l| ("limit", l.to_string())));
+            q.extend(state.map(|v| ("state", v)));
+            q.extend(name.map(|v| ("name", v)));
+            q.extend(class.map(|v| ("class", v)));
+            q.extend(box_name.map(|v| ("box", v)));
+            serde_urlencoded::to_string(&q)
+                .map_err(anyhow::Error::from)
+                .and_then(|q| {
+                    let path = format!("/v1/tasks?{q}");
+                    if !watch {
+                        return call(&client, "GET", &path, None);
+                    }
+                    loop {
+                        // Home and clear, then the listing: redrawn in place.
+                        print!("\x1b[H\x1b[2J");
+                        call(&client, "GET", &path, None)?;
+                        std::thread::sleep(std::time::Duration::from_secs(2));
+                    }
+                })
+        }
+        Cmd::Show { id, client } => task_arg(&client, &id)
+            .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{id}"), None)),
+        Cmd::Cancel { id, client } => task_arg(&client, &id)
+            .and_then(|id| call(&client, "DELETE", &format!("/v1/tasks/{id}"), None)),
+        Cmd::Logs {
+            id,
+            follow: false,
+            client,
+        } => task_arg(&client, &id)
+            .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{id}/logs"), None)),
+        Cmd::Logs {
+            id,
+            follow: true,
+            client,
+        } => task_arg(&client, &id).and_then(|id| follow(&client, id)),
+        // `main` hands this function the task commands only.
+        _ => anyhow::bail!("not a task command"),
+    }
+}
+
 /// `logs --follow`: the task's output as it comes; exits 4 when it failed or was cancelled.
 fn follow(client: &Client, id: u64) -> anyhow::Result<()> {
     let token = match &client.token_file {
@@ -461,52 +515,9 @@ fn main() {
                 Some(serde_json::to_string(&spec)?),
             )
         })(),
-        Cmd::Tasks {
-            offset,
-            limit,
-            state,
-            name,
-            class,
-            box_name,
-            watch,
-            client,
-        } => {
-            let mut q: Vec<(&str, String)> = vec![("offset", offset.to_string())];
-            q.extend(limit.map(|l| ("limit", l.to_string())));
-            q.extend(state.map(|v| ("state", v)));
-            q.extend(name.map(|v| ("name", v)));
-            q.extend(class.map(|v| ("class", v)));
-            q.extend(box_name.map(|v| ("box", v)));
-            serde_urlencoded::to_string(&q)
-                .map_err(anyhow::Error::from)
-                .and_then(|q| {
-                    let path = format!("/v1/tasks?{q}");
-                    if !watch {
-                        return call(&client, "GET", &path, None);
-                    }
-                    loop {
-                        // Home and clear, then the listing: redrawn in place.
-                        print!("\x1b[H\x1b[2J");
-                        call(&client, "GET", &path, None)?;
-                        std::thread::sleep(std::time::Duration::from_secs(2));
-                    }
-                })
+        cmd @ (Cmd::Tasks { .. } | Cmd::Show { .. } | Cmd::Cancel { .. } | Cmd::Logs { .. }) => {
+            task_command(cmd)
         }
-        Cmd::Show { id, client } => task_arg(&client, &id)
-            .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{id}"), None)),
-        Cmd::Cancel { id, client } => task_arg(&client, &id)
-            .and_then(|id| call(&client, "DELETE", &format!("/v1/tasks/{id}"), None)),
-        Cmd::Logs {
-            id,
-            follow: false,
-            client,
-        } => task_arg(&client, &id)
-            .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{id}/logs"), None)),
-        Cmd::Logs {
-            id,
-            follow: true,
-            client,
-        } => task_arg(&client, &id).and_then(|id| follow(&client, id)),
         Cmd::Node { client } => call(&client, "GET", "/v1/node", None),
         Cmd::Peers { client } => call(&client, "GET", "/v1/peers", None),
         Cmd::Classes { client } => call(&client, "GET", "/v1/classes", None),
