@@ -173,6 +173,33 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
         "return [...document.querySelectorAll('#boxes tbody tr')].map(r => r.cells[1].textContent)";
     assert_eq!(browser.eval(models).await, json!(["", "Test GPU", ""]));
 
+    // The charts of the last hour, drawn from the agent's history (uPlot, served by the agent).
+    let drawn = "return typeof charts === 'undefined' ? [] : Object.keys(charts).sort()";
+    let t0 = Instant::now();
+    loop {
+        let v = browser.eval(drawn).await;
+        if v.as_array().is_some_and(|a| a.len() == 6) {
+            assert_eq!(
+                v,
+                json!([
+                    "chart-cpu",
+                    "chart-gpu",
+                    "chart-jct",
+                    "chart-mem",
+                    "chart-queue",
+                    "chart-tasks"
+                ])
+            );
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "charts drawn: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let canvases = "return document.querySelectorAll('.chart canvas').length";
+    assert!(browser.eval(canvases).await.as_u64().unwrap_or(0) >= 6);
+    let points = "return charts['chart-tasks'].plot.data[0].length";
+    let before = browser.eval(points).await.as_u64().unwrap();
+
     // Running tasks show their share and what they use of their GPUs.
     let heads =
         "return [...document.querySelectorAll('#running thead th')].map(h => h.textContent)";
@@ -217,6 +244,23 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
         ["queued", "running", "succeeded"],
         "one page, updating by itself"
     );
+    // The charts moved while the tasks ran: more samples, and tasks seen running and finishing.
+    let moved = "const d = charts['chart-tasks'].plot.data; \
+                 return [d[0].length, Math.max(...d[1]), d[2].reduce((a, b) => a + b, 0)]";
+    let t0 = Instant::now();
+    loop {
+        let v = browser.eval(moved).await;
+        let n = |i: usize| v[i].as_f64().unwrap_or(0.0);
+        if n(0) > before as f64 && n(1) > 0.0 && n(2) > 0.0 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "charts: {v} (before: {before})"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
     // Its row names it (no name in its spec: its program's) and the box that ran it.
     let cells = format!(
         "return [...document.querySelector('tr[data-task=\"{}\"]').cells].map(c => c.textContent)",

@@ -341,6 +341,7 @@ pub fn api_state(
     log_dir: Option<PathBuf>,
 ) -> tapfinger_agent::api::ApiState {
     tapfinger_agent::api::ApiState {
+        history: agent.history.clone(),
         commands: agent.commands.clone(),
         status: agent.status.clone(),
         metrics: agent.metrics.clone(),

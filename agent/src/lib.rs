@@ -22,6 +22,7 @@ pub mod exec;
 pub mod gang_launch;
 pub mod gpu_use;
 pub mod guard;
+pub mod history;
 pub mod logs;
 pub mod metrics;
 pub mod mps;

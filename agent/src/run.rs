@@ -217,6 +217,7 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
         .with_context(|| format!("api: cannot bind {}", cfg.api))?;
     tracing::info!(api = %cfg.api, "HTTP API listening");
     let app = router(ApiState {
+        history: agent.history.clone(),
         commands: agent.commands.clone(),
         status: agent.status.clone(),
         metrics: agent.metrics.clone(),

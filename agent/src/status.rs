@@ -97,6 +97,8 @@ pub struct TaskNames {
     pub name: String,
     /// Its class.
     pub class: String,
+    /// The slot it arrived in.
+    pub arrival: u64,
 }
 
 /// A spec's name, else its program's file name.
@@ -119,6 +121,7 @@ pub fn names_of(tasks: &Ledger<tapfinger::node::TaskMeta>) -> BTreeMap<TaskId, T
             let names = TaskNames {
                 name: task_name(&e.meta.spec),
                 class: e.meta.spec.task_type.clone(),
+                arrival: e.task.arrival,
             };
             (id, names)
         })

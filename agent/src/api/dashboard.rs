@@ -257,3 +257,26 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
     })
     .into_response()
 }
+
+/// `GET /v1/history`: the samples of the last hour, oldest first ([`crate::history`]).
+pub async fn history(State(s): State<ApiState>) -> Response {
+    axum::Json(s.history.samples()).into_response()
+}
+
+/// uPlot, the charting library the page draws with, shipped in the binary (`vendor/`).
+pub async fn uplot_js() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/javascript")],
+        include_str!("vendor/uPlot.iife.min.js"),
+    )
+        .into_response()
+}
+
+/// uPlot's style sheet.
+pub async fn uplot_css() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/css")],
+        include_str!("vendor/uPlot.min.css"),
+    )
+        .into_response()
+}

@@ -56,6 +56,8 @@ pub struct ApiState {
     pub metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
     /// What protects this box (fixed at start).
     pub security: std::sync::Arc<SecurityInfo>,
+    /// The dashboard's history of the cluster.
+    pub history: std::sync::Arc<crate::history::History>,
 }
 
 /// The routes.
@@ -72,6 +74,9 @@ pub fn router(state: ApiState) -> Router {
         .route("/metrics", get(metrics))
         .route("/", get(dashboard::page))
         .route("/v1/dashboard", get(dashboard::dashboard))
+        .route("/v1/history", get(dashboard::history))
+        .route("/assets/uPlot.min.js", get(dashboard::uplot_js))
+        .route("/assets/uPlot.min.css", get(dashboard::uplot_css))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         // Outermost: runs before any extractor can answer 400 or 413.
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
@@ -87,7 +92,13 @@ async fn guard(
     // The dashboard is read-only and shows no command, environment or log: readable without
     // the token (module doc of [`dashboard`]).
     let public = req.method() == axum::http::Method::GET
-        && matches!(req.uri().path(), "/" | "/v1/dashboard");
+        && matches!(
+            req.uri().path(),
+            "/" | "/v1/dashboard"
+                | "/v1/history"
+                | "/assets/uPlot.min.js"
+                | "/assets/uPlot.min.css"
+        );
     if !public && let Some(r) = refused(&s, req.headers()) {
         return r;
     }

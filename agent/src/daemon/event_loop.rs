@@ -70,6 +70,10 @@ struct Daemon {
     gpu_use: crate::gpu_use::Sampler,
     /// The name of every box heard of since the agent started, by id.
     box_names: std::collections::BTreeMap<NodeId, String>,
+    /// The dashboard's history, sampled once a slot.
+    history: std::sync::Arc<crate::history::History>,
+    /// The slot of the last sample.
+    sampled_slot: Option<u64>,
 }
 
 /// How often the status snapshot, the metrics and the outcome journal are brought up to date
@@ -86,6 +90,7 @@ pub(super) async fn run(
     mut commands: mpsc::Receiver<Command>,
     status: watch::Sender<std::sync::Arc<Status>>,
     metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
+    history: std::sync::Arc<crate::history::History>,
 ) {
     let me = p.core.id();
     // Replay the journal before deciding anything: adopt what still runs, announce what is
@@ -133,6 +138,8 @@ pub(super) async fn run(
         published: None,
         gpu_use: crate::gpu_use::Sampler::new(None),
         box_names: Default::default(),
+        history,
+        sampled_slot: None,
     };
     d.gpu_use = crate::gpu_use::Sampler::new(d.p.gpu_probe.take());
     let mut runs_changed = false;
@@ -432,6 +439,13 @@ impl Daemon {
         };
         let latencies = self.p.core.take_latencies();
         self.metrics.update(&snapshot, &latencies);
+        if self.sampled_slot != Some(snapshot.slot) {
+            self.sampled_slot = Some(snapshot.slot);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            self.history.record(&snapshot, now);
+        }
         status.send_if_modified(|s| {
             if **s == snapshot {
                 false

@@ -62,6 +62,8 @@ pub struct Agent {
     pub status: watch::Receiver<std::sync::Arc<Status>>,
     /// Its metrics, kept current by the loop (the API renders them).
     pub metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
+    /// The last hour of the cluster as it sees it, a sample per slot (the dashboard's charts).
+    pub history: std::sync::Arc<crate::history::History>,
     /// The loop's task (awaited on shutdown).
     task: tokio::task::JoinHandle<()>,
 }
@@ -146,11 +148,19 @@ pub fn spawn(parts: Parts) -> Agent {
     let (cmd_tx, cmd_rx) = mpsc::channel(64);
     let (status_tx, status_rx) = watch::channel(std::sync::Arc::new(Status::default()));
     let metrics = std::sync::Arc::new(crate::metrics::AgentMetrics::new());
-    let task = tokio::spawn(event_loop::run(parts, cmd_rx, status_tx, metrics.clone()));
+    let history = std::sync::Arc::new(crate::history::History::new(parts.core.config().slot_ms));
+    let task = tokio::spawn(event_loop::run(
+        parts,
+        cmd_rx,
+        status_tx,
+        metrics.clone(),
+        history.clone(),
+    ));
     Agent {
         commands: cmd_tx,
         status: status_rx,
         metrics,
+        history,
         task,
     }
 }
