@@ -427,6 +427,7 @@ mod tests {
             crate::status::TaskNames {
                 name: "job1".into(),
                 class: "etl".into(),
+                arrival: 0,
             },
         );
         st.stats.rounds = 7;
