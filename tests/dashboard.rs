@@ -220,6 +220,33 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
             == 3
     })
     .await;
+    // A task running on this box: its own view, from its row's link, with its progress over time.
+    let st = a.status.borrow().clone();
+    let here = st
+        .tasks
+        .iter()
+        .find_map(|(id, t)| match t {
+            tapfinger::node::TaskState::Running { node, .. } if Some(*node) == st.id => Some(*id),
+            _ => None,
+        })
+        .expect("one of the three runs on box-a");
+    let click = format!(
+        "const a = document.querySelector('a[href=\"#task-{}\"]'); if (a) a.click(); return !!a",
+        here.0
+    );
+    let shown = "const c = charts['chart-task-progress']; \
+                 return !document.getElementById('task').hidden && !!c && c.plot.data[0].length > 0";
+    let t0 = Instant::now();
+    loop {
+        if browser.eval(&click).await == json!(true) && browser.eval(shown).await == json!(true) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "the task's own view"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     let id = a.submit(big()).await.unwrap();
     let state = format!(
         "const r = document.querySelector('tr[data-task=\"{}\"]'); return r ? r.dataset.state : null",

@@ -2,8 +2,10 @@
 //! sample per slot over the last hour (at most [`MAX_SAMPLES`]; the oldest go first). Each
 //! sample holds the queue length by priority class, the tasks running, the tasks finished so
 //! far and the mean time in system of those finished since the previous sample, and each box's
-//! CPU, GPU and memory in use (fractions of its capacity). Nothing in it is secret: the page
-//! reads it without the API token (`GET /v1/history`).
+//! CPU, GPU and memory in use (fractions of its capacity). Beside it, for each task running on
+//! this box (the last [`MAX_TASKS`] of them), a point per slot: its progress, its share and the
+//! metrics it reported (loss, accuracy, ...). Nothing in it is secret: the page reads it without
+//! the API token (`GET /v1/history`, `GET /v1/tasks/{id}/history`).
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -11,6 +13,21 @@ use tapfinger::TaskId;
 
 /// Most samples kept (an hour of 1 s slots; with the default 5 s slots, an hour is 720).
 pub const MAX_SAMPLES: usize = 3600;
+/// Tasks whose own series are kept (those that ran here most recently).
+pub const MAX_TASKS: usize = 200;
+
+/// One point of a task's series.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskPoint {
+    /// When, in milliseconds since the Unix epoch.
+    pub t_ms: u64,
+    /// Its progress in [0, 1].
+    pub progress: f64,
+    /// Its share, in grid units per resource kind.
+    pub alloc: Vec<u32>,
+    /// The metrics of its latest progress line (`loss`, `accuracy`, ...).
+    pub metrics: BTreeMap<String, f64>,
+}
 
 /// One sample.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,6 +55,9 @@ pub struct History {
 #[derive(Debug, Default)]
 struct Inner {
     samples: VecDeque<Sample>,
+    /// Each task's points, and the order tasks were last seen running (oldest first).
+    tasks: BTreeMap<TaskId, VecDeque<TaskPoint>>,
+    recent: VecDeque<TaskId>,
     cap: usize,
     /// Tasks seen finished (their finish is counted once).
     done: BTreeSet<TaskId>,
@@ -69,6 +89,25 @@ impl History {
         let (mut running, mut finished, mut jcts) = (0u32, 0u32, Vec::new());
         for (id, t) in &st.tasks {
             match t {
+                TaskState::Running {
+                    node,
+                    alloc,
+                    progress,
+                    ..
+                } if Some(*node) == st.id => {
+                    running += 1;
+                    let point = TaskPoint {
+                        t_ms,
+                        progress: *progress,
+                        alloc: alloc.0.clone(),
+                        metrics: st
+                            .reports
+                            .get(id)
+                            .map(|r| r.last.clone())
+                            .unwrap_or_default(),
+                    };
+                    h.point(*id, point);
+                }
                 TaskState::Running { .. } | TaskState::Gang { .. } => running += 1,
                 TaskState::Done { .. } => {
                     finished += 1;
@@ -124,12 +163,42 @@ impl History {
         }
     }
 
+    /// Task `id`'s points, oldest first (empty: it has not run here lately).
+    pub fn task(&self, id: TaskId) -> Vec<TaskPoint> {
+        self.inner
+            .lock()
+            .map(|h| h.tasks.get(&id).map(|p| p.iter().cloned().collect()))
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    }
+
     /// The samples, oldest first.
     pub fn samples(&self) -> Vec<Sample> {
         self.inner
             .lock()
             .map(|h| h.samples.iter().cloned().collect())
             .unwrap_or_default()
+    }
+}
+
+impl Inner {
+    /// Add a point to task `id`'s series: the series keeps the last hour, and only the
+    /// [`MAX_TASKS`] tasks seen running most recently keep theirs.
+    fn point(&mut self, id: TaskId, p: TaskPoint) {
+        let cap = self.cap;
+        let series = self.tasks.entry(id).or_default();
+        series.push_back(p);
+        while series.len() > cap {
+            series.pop_front();
+        }
+        self.recent.retain(|t| *t != id);
+        self.recent.push_back(id);
+        while self.recent.len() > MAX_TASKS {
+            if let Some(old) = self.recent.pop_front() {
+                self.tasks.remove(&old);
+            }
+        }
     }
 }
 
@@ -146,6 +215,7 @@ mod tests {
     fn a_sample_per_call_and_the_last_hour_kept() {
         let h = History::new(1_200_000); // 20-minute slots: three samples an hour
         let mut st = Status {
+            id: Some(NodeId(1)),
             name: "box-a".into(),
             slot_ms: 1000,
             slot: 10,
@@ -180,8 +250,21 @@ mod tests {
                 ..Default::default()
             },
         );
+        st.tasks.insert(
+            TaskId(6),
+            TaskState::Running {
+                node: NodeId(1),
+                alloc: Resources(vec![2, 1]),
+                progress: 0.5,
+                started: 0,
+            },
+        );
         h.record(&st, 1000);
         h.record(&st, 2000);
+        let p = h.task(TaskId(6));
+        assert_eq!(p.len(), 2, "a point per sample for a task running here");
+        assert_eq!((p[0].progress, p[0].alloc.clone()), (0.5, vec![2, 1]));
+        assert!(h.task(TaskId(5)).is_empty());
         let s = h.samples();
         assert_eq!(s.len(), 2);
         assert_eq!(s[0].queue, [(0, 1), (2, 2)].into());

@@ -263,6 +263,14 @@ pub async fn history(State(s): State<ApiState>) -> Response {
     axum::Json(s.history.samples()).into_response()
 }
 
+/// `GET /v1/tasks/{id}/history`: a task's points while it ran on this box, oldest first.
+pub async fn task_history(
+    State(s): State<ApiState>,
+    axum::extract::Path(id): axum::extract::Path<u64>,
+) -> Response {
+    axum::Json(s.history.task(tapfinger::TaskId(id))).into_response()
+}
+
 /// uPlot, the charting library the page draws with, shipped in the binary (`vendor/`).
 pub async fn uplot_js() -> Response {
     (

@@ -75,6 +75,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/", get(dashboard::page))
         .route("/v1/dashboard", get(dashboard::dashboard))
         .route("/v1/history", get(dashboard::history))
+        .route("/v1/tasks/{id}/history", get(dashboard::task_history))
         .route("/assets/uPlot.min.js", get(dashboard::uplot_js))
         .route("/assets/uPlot.min.css", get(dashboard::uplot_css))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
@@ -98,7 +99,15 @@ async fn guard(
                 | "/v1/history"
                 | "/assets/uPlot.min.js"
                 | "/assets/uPlot.min.css"
-        );
+        )
+        // A task's progress, shares and metrics over time (no command, environment or log).
+        || req.method() == axum::http::Method::GET
+            && req
+                .uri()
+                .path()
+                .strip_prefix("/v1/tasks/")
+                .and_then(|p| p.strip_suffix("/history"))
+                .is_some_and(|id| id.parse::<u64>().is_ok());
     if !public && let Some(r) = refused(&s, req.headers()) {
         return r;
     }
