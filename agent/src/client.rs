@@ -168,6 +168,12 @@ pub fn task_lines(body: &serde_json::Value) -> Option<String> {
         ),
         ("priority", t.priority.to_string()),
     ];
+    if let Some(a) = t.age_s {
+        rows.push(("submitted", format!("{} ago", human_duration(a))));
+    }
+    if let Some(r) = t.running_s {
+        rows.push(("running for", human_duration(r)));
+    }
     let at = t.box_name.clone().unwrap_or_default();
     let ended = |what: &str, e: &crate::api::Ended| {
         let code = e
@@ -257,6 +263,17 @@ pub fn logs_text(body: &serde_json::Value) -> Option<String> {
     Some(text)
 }
 
+/// Seconds for people: `42s`, `3m12s`, `2h05m`, `3d04h`.
+pub fn human_duration(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
 /// Bytes for people: B, KiB, MiB, GiB.
 pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
@@ -279,8 +296,8 @@ pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
     use crate::api::{TaskPage, TaskStatus};
     let page: TaskPage = serde_json::from_value(body.clone()).ok()?;
     let mut out = format!(
-        "{:<22} {:<16} {:<12} {:<10} {:<12} {:<14} {:>8}\n",
-        "ID", "NAME", "CLASS", "STATE", "BOX", "ALLOC c,g,m", "PROGRESS"
+        "{:<22} {:<16} {:<12} {:<10} {:<12} {:<14} {:>8} {:>8}\n",
+        "ID", "NAME", "CLASS", "STATE", "BOX", "ALLOC c,g,m", "PROGRESS", "AGE"
     );
     for t in &page.tasks {
         let (state, node, alloc, progress) = match &t.status {
@@ -316,14 +333,15 @@ pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
             .or_else(|| node.map(|n| n.to_string()))
             .unwrap_or_default();
         out.push_str(&format!(
-            "{:<22} {:<16} {:<12} {:<10} {:<12} {:<14} {:>8}\n",
+            "{:<22} {:<16} {:<12} {:<10} {:<12} {:<14} {:>8} {:>8}\n",
             t.id,
             t.name,
             if t.class.is_empty() { "-" } else { &t.class },
             state,
             at,
             alloc,
-            progress
+            progress,
+            t.age_s.map(human_duration).unwrap_or_default()
         ));
     }
     out.push_str(&format!("{} task(s)", page.tasks.len()));
@@ -494,6 +512,10 @@ mod table_tests {
         assert_eq!(l, "a\nb\n--- stderr ---\noops");
         assert_eq!(super::human_bytes(512), "512 B");
         assert_eq!(super::human_bytes(3 << 20), "3.0 MiB");
+        assert_eq!(super::human_duration(42.0), "42s");
+        assert_eq!(super::human_duration(192.0), "3m12s");
+        assert_eq!(super::human_duration(7500.0), "2h05m");
+        assert_eq!(super::human_duration(273_600.0), "3d04h");
     }
 
     #[test]

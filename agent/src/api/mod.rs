@@ -324,8 +324,19 @@ fn info(st: &crate::status::Status, id: TaskId, t: &tapfinger::node::TaskState) 
         | tapfinger::node::TaskState::Done { node, .. } => Some(*node),
         tapfinger::node::TaskState::Gang { members, .. } => members.first().map(|(n, _)| *n),
     };
+    let secs = |slots: u64| (slots * st.slot_ms) as f64 / 1000.0;
+    let age_s = (!matches!(t, tapfinger::node::TaskState::Done { .. }))
+        .then(|| secs(st.slot.saturating_sub(names.arrival)));
+    let running_s = match t {
+        tapfinger::node::TaskState::Running { started, .. } => {
+            Some(secs(st.slot.saturating_sub(*started)))
+        }
+        _ => None,
+    };
     TaskInfo {
         id: id.0,
+        age_s,
+        running_s,
         name: names.name,
         class: names.class,
         box_name: node.and_then(|n| st.box_names.get(&n).cloned()),

@@ -125,6 +125,12 @@ pub struct TaskInfo {
     /// The name of the box it runs on or ran on (a gang: its first member's), where known.
     #[serde(default, rename = "box", skip_serializing_if = "Option::is_none")]
     pub box_name: Option<String>,
+    /// Seconds since it was submitted (whole slots), while it has not finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_s: Option<f64>,
+    /// Seconds since its run started (whole slots), while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_s: Option<f64>,
     /// Its priority class (0 is the highest).
     #[serde(default)]
     pub priority: u8,
