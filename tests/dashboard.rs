@@ -173,6 +173,85 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
         "return [...document.querySelectorAll('#boxes tbody tr')].map(r => r.cells[1].textContent)";
     assert_eq!(browser.eval(models).await, json!(["", "Test GPU", ""]));
 
+    let before = charts_drawn(&browser).await;
+
+    // Running tasks show their share and what they use of their GPUs.
+    let heads =
+        "return [...document.querySelectorAll('#running thead th')].map(h => h.textContent)";
+    assert_eq!(
+        browser.eval(heads).await,
+        json!(["task", "name", "box", "share", "GPU use", "progress", ""])
+    );
+
+    // Fill every box, then submit the task to follow: it must queue until a box is free.
+    for _ in 0..3 {
+        a.submit(big()).await.unwrap();
+    }
+    wait(&all, Duration::from_secs(20), "the boxes to fill", |s| {
+        s[0].tasks
+            .values()
+            .filter(|t| matches!(t, tapfinger::node::TaskState::Running { .. }))
+            .count()
+            == 3
+    })
+    .await;
+    task_view(&browser, a).await;
+    let id = a.submit(big()).await.unwrap();
+    let state = format!(
+        "const r = document.querySelector('tr[data-task=\"{}\"]'); return r ? r.dataset.state : null",
+        id.0
+    );
+    let mut seen: Vec<String> = Vec::new();
+    let t0 = Instant::now();
+    while seen.last().map(String::as_str) != Some("succeeded") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "states seen: {seen:?}"
+        );
+        if let Value::String(s) = browser.eval(&state).await
+            && seen.last() != Some(&s)
+        {
+            seen.push(s);
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert_eq!(
+        seen,
+        ["queued", "running", "succeeded"],
+        "one page, updating by itself"
+    );
+    charts_moved(&browser, before).await;
+
+    // Its row names it (no name in its spec: its program's) and the box that ran it.
+    let cells = format!(
+        "return [...document.querySelector('tr[data-task=\"{}\"]').cells].map(c => c.textContent)",
+        id.0
+    );
+    let v = browser.eval(&cells).await;
+    assert_eq!(v[1], json!("train"), "{v}");
+    assert!(
+        ["box-a", "box-b", "box-c"].contains(&v[3].as_str().unwrap_or("")),
+        "{v}"
+    );
+    // The queue row gave its position and wait; the page shows the policy version too.
+    let policy = browser
+        .eval("return document.getElementById('policy').textContent")
+        .await;
+    assert_eq!(policy, json!("0"));
+    // The tasks' class (they name none) with what the estimator learned of it from their
+    // progress.
+    let classes = "return [...document.querySelectorAll('#classes tbody tr')].map(r => \
+                   [r.dataset.class, Number(r.children[1].textContent)])";
+    let v = browser.eval(classes).await;
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "classes shown: {v}");
+    assert_eq!(rows[0][0], json!(""), "classes shown: {v}");
+    assert!(rows[0][1].as_f64().unwrap() > 0.0, "no samples shown: {v}");
+}
+
+/// The six charts of the last hour, drawn from the agent's history (uPlot, served by the
+/// agent); how many samples the tasks chart has so far.
+async fn charts_drawn(browser: &Browser) -> u64 {
     // The charts of the last hour, drawn from the agent's history (uPlot, served by the agent).
     let drawn = "return typeof charts === 'undefined' ? [] : Object.keys(charts).sort()";
     let t0 = Instant::now();
@@ -198,28 +277,33 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
     let canvases = "return document.querySelectorAll('.chart canvas').length";
     assert!(browser.eval(canvases).await.as_u64().unwrap_or(0) >= 6);
     let points = "return charts['chart-tasks'].plot.data[0].length";
-    let before = browser.eval(points).await.as_u64().unwrap();
+    browser.eval(points).await.as_u64().unwrap()
+}
 
-    // Running tasks show their share and what they use of their GPUs.
-    let heads =
-        "return [...document.querySelectorAll('#running thead th')].map(h => h.textContent)";
-    assert_eq!(
-        browser.eval(heads).await,
-        json!(["task", "name", "box", "share", "GPU use", "progress", ""])
-    );
-
-    // Fill every box, then submit the task to follow: it must queue until a box is free.
-    for _ in 0..3 {
-        a.submit(big()).await.unwrap();
+/// The charts moved while the tasks ran: more samples than `before`, and tasks seen running and
+/// finishing.
+async fn charts_moved(browser: &Browser, before: u64) {
+    // The charts moved while the tasks ran: more samples, and tasks seen running and finishing.
+    let moved = "const d = charts['chart-tasks'].plot.data; \
+                 return [d[0].length, Math.max(...d[1]), d[2].reduce((a, b) => a + b, 0)]";
+    let t0 = Instant::now();
+    loop {
+        let v = browser.eval(moved).await;
+        let n = |i: usize| v[i].as_f64().unwrap_or(0.0);
+        if n(0) > before as f64 && n(1) > 0.0 && n(2) > 0.0 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "charts: {v} (before: {before})"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    wait(&all, Duration::from_secs(20), "the boxes to fill", |s| {
-        s[0].tasks
-            .values()
-            .filter(|t| matches!(t, tapfinger::node::TaskState::Running { .. }))
-            .count()
-            == 3
-    })
-    .await;
+}
+
+/// A task running on agent `a`'s box: its own view, from its row's link, with its progress
+/// over time.
+async fn task_view(browser: &Browser, a: &tapfinger_agent::daemon::Agent) {
     // A task running on this box: its own view, from its row's link, with its progress over time.
     let st = a.status.borrow().clone();
     let here = st
@@ -247,70 +331,4 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    let id = a.submit(big()).await.unwrap();
-    let state = format!(
-        "const r = document.querySelector('tr[data-task=\"{}\"]'); return r ? r.dataset.state : null",
-        id.0
-    );
-    let mut seen: Vec<String> = Vec::new();
-    let t0 = Instant::now();
-    while seen.last().map(String::as_str) != Some("succeeded") {
-        assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "states seen: {seen:?}"
-        );
-        if let Value::String(s) = browser.eval(&state).await
-            && seen.last() != Some(&s)
-        {
-            seen.push(s);
-        }
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-    assert_eq!(
-        seen,
-        ["queued", "running", "succeeded"],
-        "one page, updating by itself"
-    );
-    // The charts moved while the tasks ran: more samples, and tasks seen running and finishing.
-    let moved = "const d = charts['chart-tasks'].plot.data; \
-                 return [d[0].length, Math.max(...d[1]), d[2].reduce((a, b) => a + b, 0)]";
-    let t0 = Instant::now();
-    loop {
-        let v = browser.eval(moved).await;
-        let n = |i: usize| v[i].as_f64().unwrap_or(0.0);
-        if n(0) > before as f64 && n(1) > 0.0 && n(2) > 0.0 {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "charts: {v} (before: {before})"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-
-    // Its row names it (no name in its spec: its program's) and the box that ran it.
-    let cells = format!(
-        "return [...document.querySelector('tr[data-task=\"{}\"]').cells].map(c => c.textContent)",
-        id.0
-    );
-    let v = browser.eval(&cells).await;
-    assert_eq!(v[1], json!("train"), "{v}");
-    assert!(
-        ["box-a", "box-b", "box-c"].contains(&v[3].as_str().unwrap_or("")),
-        "{v}"
-    );
-    // The queue row gave its position and wait; the page shows the policy version too.
-    let policy = browser
-        .eval("return document.getElementById('policy').textContent")
-        .await;
-    assert_eq!(policy, json!("0"));
-    // The tasks' class (they name none) with what the estimator learned of it from their
-    // progress.
-    let classes = "return [...document.querySelectorAll('#classes tbody tr')].map(r => \
-                   [r.dataset.class, Number(r.children[1].textContent)])";
-    let v = browser.eval(classes).await;
-    let rows = v.as_array().unwrap();
-    assert_eq!(rows.len(), 1, "classes shown: {v}");
-    assert_eq!(rows[0][0], json!(""), "classes shown: {v}");
-    assert!(rows[0][1].as_f64().unwrap() > 0.0, "no samples shown: {v}");
 }

@@ -4,19 +4,7 @@
 
 use serde::Serialize;
 
-/// One GPU as NVML reports it.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct Gpu {
-    /// Device index.
-    pub index: u32,
-    /// Model name.
-    pub model: String,
-    /// Total memory in bytes.
-    pub memory_bytes: u64,
-    /// Minor number of its device node (`/dev/nvidia<minor>`, major 195), which the task's
-    /// device policy allows; `None` when NVML does not say (the index is assumed).
-    pub minor: Option<u32>,
-}
+pub use crate::nvml::Gpu;
 
 /// What the box has.
 #[derive(Debug, Clone, Serialize)]
@@ -41,13 +29,13 @@ pub fn discover() -> anyhow::Result<Discovered> {
         .cpus()
         .len()
         .max(std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let fake = crate::gpu_use::fake_nvml();
+    let fake = crate::nvml::fake_nvml();
     let (gpus, gpu_note) = match nvml_wrapper::Nvml::init() {
         _ if fake.is_some() => (
             fake.map(|f| f.gpus).unwrap_or_default(),
             Some(format!(
                 "GPUs from a stand-in for NVML ({} is set)",
-                crate::gpu_use::FAKE_NVML
+                crate::nvml::FAKE_NVML
             )),
         ),
         Ok(nvml) => {

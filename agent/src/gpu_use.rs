@@ -15,21 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tapfinger::TaskId;
 
-/// One process on one device, as NVML reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProcUse {
-    /// Process id.
-    pub pid: u32,
-    /// Device index (NVML's).
-    pub device: u32,
-    /// Its share of the device's SMs busy over the last sample period, in percent (`None`: not
-    /// reported, e.g. no sample since the last one).
-    #[serde(default)]
-    pub sm_percent: Option<u32>,
-    /// Device memory it holds, in bytes (`None`: not reported).
-    #[serde(default)]
-    pub memory_bytes: Option<u64>,
-}
+pub use crate::nvml::ProcUse;
 
 /// What one task uses of its GPUs, summed over its processes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -48,32 +34,7 @@ pub trait GpuProbe: Send {
     fn sample(&mut self) -> Vec<ProcUse>;
 }
 
-/// The environment variable naming a stand-in for NVML ([`FakeNvml`]), for tests.
-pub const FAKE_NVML: &str = "TAPFINGER_FAKE_NVML";
-
-/// What a stand-in for NVML says: the box's GPUs and the processes on them.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct FakeNvml {
-    /// The GPUs discovery reports.
-    #[serde(default)]
-    pub gpus: Vec<crate::discovery::Gpu>,
-    /// The processes the probe samples.
-    #[serde(default)]
-    pub processes: Vec<ProcUse>,
-}
-
-/// The stand-in [`FAKE_NVML`] names, if it is set (an unreadable file is an empty one).
-pub fn fake_nvml() -> Option<FakeNvml> {
-    let path = std::env::var_os(FAKE_NVML)?;
-    Some(read_fake(std::path::Path::new(&path)))
-}
-
-fn read_fake(path: &std::path::Path) -> FakeNvml {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default()
-}
+pub use crate::nvml::{FAKE_NVML, FakeNvml, fake_nvml};
 
 /// The probe for `devices`: the stand-in if [`FAKE_NVML`] names a file, else NVML if it loads.
 pub fn probe(devices: &[u32]) -> Option<Box<dyn GpuProbe>> {
@@ -153,7 +114,7 @@ pub struct FileProbe(pub std::path::PathBuf);
 
 impl GpuProbe for FileProbe {
     fn sample(&mut self) -> Vec<ProcUse> {
-        read_fake(&self.0).processes
+        crate::nvml::read_fake(&self.0).processes
     }
 }
 
@@ -264,7 +225,15 @@ mod tests {
             .env("TAPFINGER_TASK_ID", "4242")
             .spawn()
             .unwrap_or_else(|e| panic!("{e}"));
-        let got = task_of(child.id());
+        // Until the child has exec'd, its environment is still its parent's.
+        let mut got = None;
+        for _ in 0..200 {
+            got = task_of(child.id());
+            if got.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(got, Some(TaskId(4242)));

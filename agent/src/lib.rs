@@ -26,6 +26,7 @@ pub mod history;
 pub mod logs;
 pub mod metrics;
 pub mod mps;
+pub mod nvml;
 pub mod online;
 pub mod policy;
 pub mod procs;
