@@ -67,6 +67,17 @@ fn env(dir: &Path, name: &str) -> Vec<String> {
         .collect()
 }
 
+/// One box of `gpus` GPUs (devices 7, ...) in quarters, 4 cores and 8 GiB, running real
+/// processes under the `min` policy, its MPS control program `mps_control`.
+fn quarter_box(dir: &Path, gpus: u32, mps_control: PathBuf) -> Local {
+    let mut local = Local::new("a", Exec::Processes(dir.join("logs")));
+    local.policy = "min".into();
+    local.capacity = tapfinger::Resources(vec![4, 4 * gpus, 8]);
+    local.gpu_step = 0.25;
+    local.mps_control = Some(mps_control);
+    local
+}
+
 /// Poll until `n` tasks have finished on `agent` (60 s at most).
 async fn until_finished(agent: &Agent, n: usize) {
     let end = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -95,11 +106,7 @@ async fn fractional_tasks_share_a_gpu_under_one_mps_daemon() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let program = stand_in(dir, &dir.join("events"));
-    let mut local = Local::new("a", Exec::Processes(dir.join("logs")));
-    local.policy = "min".into();
-    local.capacity = tapfinger::Resources(vec![4, 4, 8]);
-    local.gpu_step = 0.25;
-    local.mps_control = Some(program);
+    let local = quarter_box(dir, 1, program);
     let (agent, _) = local.start().await;
     let ids: Vec<TaskId> = {
         let mut ids = Vec::new();
@@ -170,11 +177,7 @@ async fn fractional_tasks_share_a_gpu_under_one_mps_daemon() {
 async fn a_box_without_mps_refuses_a_fraction_and_runs_whole_devices() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut local = Local::new("a", Exec::Processes(dir.join("logs")));
-    local.policy = "min".into();
-    local.capacity = tapfinger::Resources(vec![4, 4, 8]);
-    local.gpu_step = 0.25;
-    local.mps_control = Some(dir.join("no-such-mps-control"));
+    let local = quarter_box(dir, 1, dir.join("no-such-mps-control"));
     let (agent, _) = local.start().await;
     match agent.submit(task("half", 0.5, 0.1, dir)).await {
         Err(SubmitError::Refused(e)) => {
@@ -201,11 +204,7 @@ async fn a_share_no_single_device_holds_waits_in_the_queue() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let program = stand_in(dir, &dir.join("events"));
-    let mut local = Local::new("a", Exec::Processes(dir.join("logs")));
-    local.policy = "min".into();
-    local.capacity = tapfinger::Resources(vec![4, 8, 8]);
-    local.gpu_step = 0.25;
-    local.mps_control = Some(program);
+    let local = quarter_box(dir, 2, program);
     let (agent, _) = local.start().await;
     for (name, gpu, secs) in [("a", 0.75, 1.5), ("b", 0.75, 1.5), ("half", 0.5, 0.1)] {
         agent.submit(task(name, gpu, secs, dir)).await.unwrap();
@@ -240,11 +239,7 @@ async fn a_task_s_gpu_use_is_shown() {
     let dir = tmp.path();
     let program = stand_in(dir, &dir.join("events"));
     let nvml = dir.join("nvml.json");
-    let mut local = Local::new("a", Exec::Processes(dir.join("logs")));
-    local.policy = "min".into();
-    local.capacity = tapfinger::Resources(vec![4, 4, 8]);
-    local.gpu_step = 0.25;
-    local.mps_control = Some(program);
+    let mut local = quarter_box(dir, 1, program);
     local.fake_nvml = Some(nvml.clone());
     let (agent, _) = local.start().await;
     let mut spec = task("busy", 0.25, 8.0, dir);

@@ -27,24 +27,9 @@ async fn page(api: &str, query: &str) -> TaskPage {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_are_listed_filtered_and_found_by_name() {
-    let mut agents = Vec::new();
-    let mut addrs = Vec::new();
-    for name in ["box-1", "box-2", "box-3"] {
-        let (a, addr) = Local::new(name, Exec::Simulated(0.05))
-            .bootstrap(addrs.clone())
-            .start()
-            .await;
-        agents.push(a);
-        addrs.push(addr);
-    }
+    let locals = ["box-1", "box-2", "box-3"].map(|name| Local::new(name, Exec::Simulated(0.05)));
+    let agents = tapfinger_tests::start_all(locals.into()).await;
     let all: Vec<_> = agents.iter().collect();
-    wait(
-        &all,
-        Duration::from_secs(30),
-        "agents to see each other",
-        |s| s.iter().all(|st| st.peers.len() == 2),
-    )
-    .await;
     let a = &agents[0];
     let mut ids = Vec::new();
     for i in 0..8 {

@@ -131,25 +131,15 @@ fn big() -> TaskSpec {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
     // About 5 s per 4-core task: progress 0.001 × 4 cores per 20 ms tick.
-    let mut agents = Vec::new();
-    let mut addrs = Vec::new();
-    for name in ["box-a", "box-b", "box-c"] {
-        let mut local = Local::new(name, Exec::Simulated(0.001)).bootstrap(addrs.clone());
+    let locals = ["box-a", "box-b", "box-c"].map(|name| {
+        let mut local = Local::new(name, Exec::Simulated(0.001));
         if name == "box-b" {
             local.labels = [("gpu_model".to_string(), "Test GPU".to_string())].into();
         }
-        let (a, addr) = local.start().await;
-        agents.push(a);
-        addrs.push(addr);
-    }
+        local
+    });
+    let agents = tapfinger_tests::start_all(locals.into()).await;
     let all: Vec<_> = agents.iter().collect();
-    wait(
-        &all,
-        Duration::from_secs(30),
-        "agents to see each other",
-        |s| s.iter().all(|st| st.peers.len() == 2),
-    )
-    .await;
     // Agent a's API, with a token: the page must read without it.
     let a = &agents[0];
     let api = serve_api(a, Some("secret".into())).await;

@@ -288,6 +288,28 @@ impl Local {
     }
 }
 
+/// Start `locals` in order, each dialling those before it, and wait (30 s at most) until every
+/// agent sees every other.
+pub async fn start_all(locals: Vec<Local>) -> Vec<Agent> {
+    let mut agents = Vec::new();
+    let mut addrs = Vec::new();
+    for local in locals {
+        let (a, addr) = local.bootstrap(addrs.clone()).start().await;
+        agents.push(a);
+        addrs.push(addr);
+    }
+    let n = agents.len();
+    let all: Vec<&Agent> = agents.iter().collect();
+    wait(
+        &all,
+        Duration::from_secs(30),
+        "agents to see each other",
+        |s| s.iter().all(|st| st.peers.len() + 1 == n),
+    )
+    .await;
+    agents
+}
+
 /// A task needing one core and 1 GiB (`train` is never run by the simulated executor).
 pub fn spec() -> TaskSpec {
     TaskSpec::from_toml("command = [\"train\"]\nmin_demand = { cpu = 1, mem = 1 }\n").unwrap()

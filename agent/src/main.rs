@@ -302,15 +302,23 @@ fn task_command(cmd: Cmd) -> anyhow::Result<()> {
     }
 }
 
+impl Client {
+    /// What a request needs: a runtime for its one connection, and the token if one is given.
+    fn session(&self) -> anyhow::Result<(tokio::runtime::Runtime, Option<String>)> {
+        let token = match &self.token_file {
+            Some(p) => Some(tapfinger_net::secret::read_token(p)?),
+            None => None,
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok((rt, token))
+    }
+}
+
 /// `logs --follow`: the task's output as it comes; exits 4 when it failed or was cancelled.
 fn follow(client: &Client, id: u64) -> anyhow::Result<()> {
-    let token = match &client.token_file {
-        Some(p) => Some(tapfinger_net::secret::read_token(p)?),
-        None => None,
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let (rt, token) = client.session()?;
     let status = rt.block_on(tapfinger_agent::client::follow_logs(
         &client.api,
         token.as_deref(),
@@ -328,13 +336,7 @@ fn follow(client: &Client, id: u64) -> anyhow::Result<()> {
 
 /// The task id a command line names (an id, or a name exactly one task has).
 fn task_arg(client: &Client, arg: &str) -> anyhow::Result<u64> {
-    let token = match &client.token_file {
-        Some(p) => Some(tapfinger_net::secret::read_token(p)?),
-        None => None,
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let (rt, token) = client.session()?;
     let id = rt.block_on(tapfinger_agent::client::resolve(
         &client.api,
         token.as_deref(),
@@ -344,13 +346,7 @@ fn task_arg(client: &Client, arg: &str) -> anyhow::Result<u64> {
 }
 
 fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyhow::Result<()> {
-    let token = match &client.token_file {
-        Some(p) => Some(tapfinger_net::secret::read_token(p)?),
-        None => None,
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let (rt, token) = client.session()?;
     let (status, body) = rt.block_on(tapfinger_agent::client::http(
         &client.api,
         method,
