@@ -321,4 +321,25 @@ async fn task_view(browser: &Browser, a: &tapfinger_agent::daemon::Agent) {
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    // Its spec (its command) only with the token, which the page is then given.
+    let spec = "return document.getElementById('task-spec').textContent";
+    let v = browser.eval(spec).await;
+    assert!(v.as_str().unwrap_or("").contains("API token"), "{v}");
+    browser
+        .eval("sessionStorage.setItem('tapfinger-token', 'secret'); showTask(); return true")
+        .await;
+    let t0 = Instant::now();
+    loop {
+        let v = browser.eval(spec).await;
+        if v.as_str().unwrap_or("").contains("\"train\"") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "spec shown: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Forget the token again: cancel buttons appear with it, and the rest of the test reads
+    // the page as anyone would.
+    browser
+        .eval("sessionStorage.removeItem('tapfinger-token'); return true")
+        .await;
 }

@@ -66,6 +66,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/tasks", get(list).post(submit))
         .route("/v1/tasks/{id}", get(show).delete(cancel))
         .route("/v1/tasks/{id}/logs", get(logs))
+        .route("/v1/tasks/{id}/spec", get(spec))
         .route("/v1/node", get(node))
         .route("/v1/peers", get(peers))
         .route("/v1/classes", get(classes))
@@ -380,6 +381,28 @@ async fn cancel(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
         Ok(false) => (
             StatusCode::NOT_FOUND,
             axum::Json(ErrorBody::new(format!("no unfinished task {id}"))),
+        )
+            .into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response(),
+    }
+}
+
+/// `GET /v1/tasks/{id}/spec`: the task's spec as submitted (its command and environment:
+/// behind the token like every route but the dashboard's).
+async fn spec(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
+    let (tx, rx) = oneshot::channel();
+    if s.commands
+        .send(Command::Spec(TaskId(id), tx))
+        .await
+        .is_err()
+    {
+        return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
+    }
+    match rx.await {
+        Ok(Some(spec)) => axum::Json(*spec).into_response(),
+        Ok(None) => (
+            StatusCode::NOT_FOUND,
+            axum::Json(ErrorBody::new(format!("no task {id}"))),
         )
             .into_response(),
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response(),

@@ -293,6 +293,16 @@ impl Daemon {
                 }));
                 actions.unwrap_or_default()
             }
+            Command::Spec(task, reply) => {
+                let spec = self
+                    .p
+                    .core
+                    .tasks()
+                    .get(task)
+                    .map(|e| Box::new(e.meta.spec.clone()));
+                let _ = reply.send(spec);
+                Vec::new()
+            }
             Command::Rollback(reply) => {
                 let r = match &mut self.p.online {
                     Some(o) => o.rollback(&mut self.p.core).map_err(|e| e.to_string()),

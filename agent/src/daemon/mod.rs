@@ -37,6 +37,8 @@ pub enum Command {
     Shutdown(oneshot::Sender<()>),
     /// Go back to the previous policy version; the reply is the version now in use.
     Rollback(oneshot::Sender<Result<u64, String>>),
+    /// A task's spec as submitted (`None`: no such task here).
+    Spec(TaskId, oneshot::Sender<Option<Box<TaskSpec>>>),
 }
 
 /// Converts grid units to what an executor needs (natural units of each kind). GPUs come out as a
