@@ -426,7 +426,9 @@ pub fn node_lines(body: &serde_json::Value) -> Option<String> {
         })
     };
     let mut text = format!(
-        "{:<18} {}\n{:<18} {}\n{:<18} {}\n{:<18} {}\n{:<18} {}",
+        "{:<18} {}\n{:<18} {}\n{:<18} {}\n{:<18} {}\n{:<18} {}\n{:<18} {}",
+        "name",
+        n.name,
         "id",
         n.id.map_or("-".to_string(), |i| i.to_string()),
         "capacity",
@@ -569,18 +571,20 @@ mod table_tests {
         );
         assert!(t.ends_with("1 peer(s)"));
         let n = super::node_lines(&serde_json::json!({
-            "id": 3, "capacity": [4, 1, 8], "used": null, "peers": 2, "dropped_messages": 0
+            "id": 3, "name": "box-3", "capacity": [4, 1, 8], "used": null, "peers": 2,
+            "dropped_messages": 0
         }))
         .unwrap();
-        assert_eq!(n.lines().count(), 5);
+        assert_eq!(n.lines().count(), 6);
         assert!(n.contains("4,1,8") && n.contains("peers"), "{n}");
+        assert!(n.contains("name               box-3"), "{n}");
         // The box's GPU model on a line of its own; its other labels after.
         let n = super::node_lines(&serde_json::json!({
             "id": 3, "capacity": [4, 1, 8], "used": null, "peers": 2, "dropped_messages": 0,
             "labels": {"gpu_model": "NVIDIA H200", "site": "plant-3"}
         }))
         .unwrap();
-        assert_eq!(n.lines().count(), 7, "{n}");
+        assert_eq!(n.lines().count(), 8, "{n}");
         assert!(n.contains("gpu_model          NVIDIA H200"), "{n}");
         assert!(n.contains("labels             site=plant-3"), "{n}");
     }

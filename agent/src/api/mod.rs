@@ -480,6 +480,7 @@ async fn node(State(s): State<ApiState>) -> Response {
     let st = s.status.borrow().clone();
     axum::Json(NodeInfo {
         id: st.id.map(|i| i.0),
+        name: st.name.clone(),
         capacity: st.capacity.as_ref().map(|c| c.0.clone()),
         used: st.used.as_ref().map(|u| u.0.clone()),
         peers: st.peers.len(),

@@ -200,6 +200,9 @@ pub struct TaskLogs {
 pub struct NodeInfo {
     /// Its node id (before the network has started: none).
     pub id: Option<u32>,
+    /// Its name.
+    #[serde(default)]
+    pub name: String,
     /// Units offered per kind.
     pub capacity: Option<Vec<u32>>,
     /// Units allocated per kind.
