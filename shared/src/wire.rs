@@ -573,7 +573,7 @@ mod tests {
             })),
             pipeline: None,
             profile: vec![crate::spec::ProfileHint {
-                alloc: [("cpu".to_string(), 4)].into(),
+                alloc: [("cpu".to_string(), 4.0)].into(),
                 seconds: 90.0,
             }],
             work: Some(30.0),

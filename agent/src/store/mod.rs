@@ -429,11 +429,17 @@ mod tests {
         // A record as an older agent wrote it: the same spec without the field.
         let line = std::fs::read_to_string(&path).unwrap();
         let old = line.replace(
-            ",\"profile\":[{\"alloc\":{\"cpu\":2},\"seconds\":30.0}]",
+            ",\"profile\":[{\"alloc\":{\"cpu\":2.0},\"seconds\":30.0}]",
             "",
         );
         assert_ne!(old, line, "the record carries no profile: {line}");
         append_raw(&path, old.replace("\"id\":1", "\"id\":2").as_bytes());
+        // And as agents wrote hints before amounts were in natural units: whole numbers.
+        let ints = line
+            .replace("\"cpu\":2.0}", "\"cpu\":2}")
+            .replace("\"id\":1", "\"id\":3");
+        assert!(ints.contains("\"alloc\":{\"cpu\":2}"), "{ints}");
+        append_raw(&path, ints.as_bytes());
         let (_, r) = Store::open(&path).unwrap();
         assert_eq!(r.skipped, 0);
         let specs: BTreeMap<u64, TaskSpec> = r
@@ -443,6 +449,7 @@ mod tests {
             .collect();
         assert_eq!(specs[&1], hinted);
         assert!(specs[&2].profile.is_empty());
+        assert_eq!(specs[&3].profile, hinted.profile);
     }
 
     #[test]

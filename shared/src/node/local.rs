@@ -63,9 +63,12 @@ impl NodeCore {
     /// (a submission, an announcement, an outcome, its journal), so every estimator takes the
     /// same hints (a set: the order they are heard in does not matter).
     pub(super) fn learn_task(&mut self, task: Task, state: TaskState, meta: TaskMeta) {
-        let hints =
-            meta.spec
-                .profile_hints(&self.cfg.kind_names, &task.min_demand, self.cfg.slot_ms);
+        let hints = meta.spec.profile_hints(
+            &self.cfg.kind_names,
+            &self.cfg.steps,
+            &task.min_demand,
+            self.cfg.slot_ms,
+        );
         // Work first: the hints are of this task, at its size.
         if let Some(w) = meta.spec.work {
             self.tasks.declare(&task, w);

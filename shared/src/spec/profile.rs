@@ -30,10 +30,11 @@ pub const MAX_HINT_SECONDS: f64 = 1e8;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileHint {
-    /// Units per resource kind the time was measured at; kinds not named are at the task's
-    /// minimum demand.
+    /// The amount per resource kind the time was measured at, in the kind's natural unit as
+    /// `min_demand` (cores, GPUs, GiB; a multiple of the cluster's step); kinds not named are at
+    /// the task's minimum demand.
     #[serde(default)]
-    pub alloc: BTreeMap<String, i64>,
+    pub alloc: BTreeMap<String, f64>,
     /// Seconds the whole task takes alone at `alloc`.
     pub seconds: f64,
 }
@@ -67,10 +68,15 @@ impl TaskSpec {
                 let k = space
                     .index_of(name)
                     .ok_or_else(|| err(&field, "unknown resource kind"))?;
-                if *v < i64::from(min.get(k)) || *v > i64::from(u32::MAX) {
+                let kind = &space.kinds()[k];
+                let units = super::grid_units(*v, kind).map_err(|m| err(&field, m))?;
+                if units < min.get(k) {
                     return Err(err(
                         &field,
-                        format!("{v} is below min_demand ({}) or too large", min.get(k)),
+                        format!(
+                            "{v} is below min_demand ({})",
+                            f64::from(min.get(k)) * kind.step
+                        ),
                     ));
                 }
             }
@@ -94,13 +100,15 @@ impl TaskSpec {
         }
     }
 
-    /// The profile hints as the estimator takes them: per hint, the allocation in the cluster's
-    /// kinds (`kind_names`, in order; kinds not named at `min`, the task's minimum demand) and
-    /// the time in slots of `slot_ms`. Hints naming a kind this cluster lacks are left out (a
-    /// spec is checked at submission; this serves every agent that hears it).
+    /// The profile hints as the estimator takes them: per hint, the allocation in grid units of
+    /// the cluster's kinds (`kind_names`, in order, each of its `steps`: empty, 1 each; kinds not
+    /// named at `min`, the task's minimum demand) and the time in slots of `slot_ms`. Hints
+    /// naming a kind this cluster lacks, or an amount off its grid, are left out (a spec is
+    /// checked at submission; this serves every agent that hears it).
     pub fn profile_hints(
         &self,
         kind_names: &[String],
+        steps: &[f64],
         min: &Resources,
         slot_ms: u64,
     ) -> Vec<(Resources, f64)> {
@@ -110,7 +118,12 @@ impl TaskSpec {
                 let mut a = min.clone();
                 for (name, v) in &h.alloc {
                     let k = kind_names.iter().position(|n| n == name)?;
-                    *a.0.get_mut(k)? = u32::try_from(*v).ok()?;
+                    let kind = crate::resources::ResourceKind {
+                        name: name.clone(),
+                        unit: String::new(),
+                        step: steps.get(k).copied().unwrap_or(1.0),
+                    };
+                    *a.0.get_mut(k)? = super::grid_units(*v, &kind).ok()?;
                 }
                 Some((a, h.seconds * 1000.0 / slot_ms.max(1) as f64))
             })
@@ -143,7 +156,7 @@ seconds = 1800
         let min = Resources(vec![2, 1]);
         spec.check_profile(&space(), &min).unwrap();
         let names = space().kind_names();
-        let hints = spec.profile_hints(&names, &min, 500);
+        let hints = spec.profile_hints(&names, &[], &min, 500);
         assert_eq!(
             hints,
             vec![
@@ -151,6 +164,38 @@ seconds = 1800
                 (Resources(vec![2, 1]), 3600.0)
             ]
         );
+    }
+
+    /// Hints are amounts in each kind's unit, as demands are: half a GPU is two quarter units;
+    /// an amount off the grid is refused naming the field.
+    #[test]
+    fn hints_are_in_natural_units_on_the_cluster_s_grid() {
+        let quarters = ResourceSpace::new(vec![
+            crate::resources::ResourceKind {
+                name: "cpu".into(),
+                unit: "core".into(),
+                step: 1.0,
+            },
+            crate::resources::ResourceKind {
+                name: "gpu".into(),
+                unit: "GPU".into(),
+                step: 0.25,
+            },
+        ])
+        .unwrap();
+        let spec = |gpu: &str| {
+            TaskSpec::from_toml(&format!(
+                "command = [\"x\"]\nmin_demand = {{ cpu = 1, gpu = 0.25 }}\n\
+                 [[profile]]\nalloc = {{ gpu = {gpu} }}\nseconds = 60\n"
+            ))
+            .unwrap()
+        };
+        let min = Resources(vec![1, 1]);
+        spec("0.5").check_profile(&quarters, &min).unwrap();
+        let hints = spec("0.5").profile_hints(&quarters.kind_names(), &[1.0, 0.25], &min, 1000);
+        assert_eq!(hints, vec![(Resources(vec![1, 2]), 60.0)]);
+        let e = spec("0.3").check_profile(&quarters, &min).unwrap_err();
+        assert_eq!(e.field, "profile[0].alloc.gpu", "{e}");
     }
 
     #[test]
