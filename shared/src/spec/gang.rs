@@ -254,6 +254,12 @@ impl TaskSpec {
         let eligible = self.eligible(nodes);
         let mut resources = Vec::new();
         let mut index = Vec::new();
+        // Grid units per planned unit of each kind: the planner counts whole GPUs (a layer's time
+        // is on a GPU), where the cluster may count quarters.
+        let per = |k: usize| match super::gpu_share::units_per_device(space) {
+            Some((g, per)) if g == k => per,
+            _ => 1,
+        };
         for (kind, price) in &p.prices {
             let Some(k) = names.iter().position(|n| n == kind) else {
                 return Err(err(
@@ -274,7 +280,10 @@ impl TaskSpec {
                     ));
                 }
             };
-            let units: u64 = eligible.iter().map(|n| u64::from(n.capacity.get(k))).sum();
+            let units: u64 = eligible
+                .iter()
+                .map(|n| u64::from(n.capacity.get(k) / per(k)))
+                .sum();
             resources.push(crate::plan::ResourceType {
                 name: kind.clone(),
                 kind: plan_kind,
@@ -332,7 +341,7 @@ impl TaskSpec {
             let k = index[r];
             let largest = eligible
                 .iter()
-                .map(|n| n.capacity.get(k))
+                .map(|n| n.capacity.get(k) / per(k))
                 .max()
                 .unwrap_or(0)
                 .max(1);
@@ -340,7 +349,7 @@ impl TaskSpec {
             while left > 0 {
                 let take = left.min(largest);
                 let mut m = Resources::zeros(names.len());
-                m.0[k] = take;
+                m.0[k] = take * per(k);
                 stages.push(m);
                 left -= take;
             }

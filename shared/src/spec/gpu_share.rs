@@ -189,4 +189,20 @@ mod tests {
         assert_eq!(e.field, "min_demand.gpu");
         assert!(e.message.contains("multiple"), "{}", e.message);
     }
+
+    /// A pipeline's plan counts whole GPUs (a layer's time is on a GPU): its stages hold whole
+    /// devices in quarter units.
+    #[test]
+    fn a_pipeline_s_stages_hold_whole_gpus() {
+        let t = validate(
+            "[pipeline]\nbatches = 1000\nthroughput = 50\nprices = { cpu = 0.05, gpu = 0.35 }\n\
+             [[pipeline.layer]]\ntime = { cpu = 0.01, gpu = 0.02 }\nout_bytes = 1e5\n\
+             [[pipeline.layer]]\ntime = { cpu = 0.4, gpu = 0.005 }\n",
+            [true, true],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let stages = &t.gang.as_deref().unwrap_or_else(|| panic!("a gang")).stages;
+        assert!(stages.iter().any(|m| m.get(1) > 0), "{stages:?}");
+        assert!(stages.iter().all(|m| m.get(1) % 4 == 0), "{stages:?}");
+    }
 }
