@@ -23,9 +23,12 @@ fn every_policy_runs_in_quarter_gpus_and_the_learned_one_places_fractions() {
     let sim = Simulator::new(sc);
     let mut names = policies::all_policies();
     names.push(policies::TAPFINGER);
+    names.push(policies::RLPTO);
     for name in names {
         let ps = if name == policies::TAPFINGER {
             policies::learned(&sim, None).unwrap()
+        } else if name == policies::RLPTO {
+            policies::rlpto(&sim).unwrap()
         } else {
             policies::build(&sim, name).unwrap()
         };
