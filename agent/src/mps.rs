@@ -398,4 +398,31 @@ mod tests {
             "a daemon that failed counts no client"
         );
     }
+
+    /// After a restart of the agent: a daemon with an adopted client is counted, not started
+    /// again; one a previous run left without clients (its pipe folder there) is told to quit;
+    /// a device that never had one is left alone.
+    #[test]
+    fn a_restarted_agent_adopts_clients_and_stops_idle_daemons() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tmp.path();
+        let program = stand_in(dir, 0);
+        let mut before = Mps::new(&program, &dir.join("mps")).unwrap_or_else(|e| panic!("{e}"));
+        before.acquire(0).unwrap_or_else(|e| panic!("{e}"));
+        before.acquire(1).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(calls(dir).len(), 2);
+        // The agent restarts: device 1's client still runs, device 0's ended meanwhile.
+        let mut after = Mps::new(&program, &dir.join("mps")).unwrap_or_else(|e| panic!("{e}"));
+        after.adopt(1);
+        after.stop_idle(&[0, 1, 2]);
+        let pipe0 = dir.join("mps/0/pipe").display().to_string();
+        assert_eq!(
+            calls(dir)[2..],
+            [format!("args= dev=0 pipe={pipe0} in=quit")],
+            "only the idle daemon is stopped"
+        );
+        assert_eq!(after.running().keys().copied().collect::<Vec<_>>(), vec![1]);
+        after.release(1).unwrap_or_else(|e| panic!("{e}"));
+        assert!(calls(dir)[3].ends_with("in=quit"), "{:?}", calls(dir));
+    }
 }
