@@ -142,7 +142,7 @@ fn the_agent_binary_runs_fractions_under_mps_and_shows_their_gpu_use() {
     let b = GpuBox::new("gpu-shares");
     let (dir, events, nvml, api) = (&b.dir, b.dir.join("events"), &b.nvml, &b.api);
     let _agent = b.start();
-    let node = json(&api, "/v1/node").unwrap();
+    let node = json(api, "/v1/node").unwrap();
     assert_eq!(node["labels"]["gpu_shares"], "mps", "{node}");
     assert_eq!(node["labels"]["gpu_model"], "Stand-in GPU", "{node}");
     assert_eq!(node["capacity"][1], 4, "one GPU in quarters: {node}");
@@ -161,12 +161,12 @@ fn the_agent_binary_runs_fractions_under_mps_and_shows_their_gpu_use() {
         pid.trim()
     );
     std::fs::write(
-        &nvml,
+        nvml,
         format!(r#"{{"gpus": [{GPU}], "processes": [{proc}]}}"#),
     )
     .unwrap();
     wait_until(Duration::from_secs(20), "the quarter's GPU use", || {
-        json(&api, &format!("/v1/tasks/{quarter}")).is_some_and(|t| {
+        json(api, &format!("/v1/tasks/{quarter}")).is_some_and(|t| {
             t["gpu_use"]["sm_percent"] == 21 && t["gpu_use"]["memory_bytes"] == 2147483648u64
         })
     });
