@@ -13,7 +13,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_tapfinger-agent");
 
 #[path = "support/process.rs"]
 mod process;
-use process::{Agent, free_port, json, wait_until};
+use process::{agent_command, free_port, start_agent};
 
 /// `tapfinger-agent ARGS --api API`, run to its end.
 fn cli(api: &str, args: &[&str]) -> Output {
@@ -51,26 +51,8 @@ fn the_cli_finds_follows_filters_and_says_so_in_its_exit_code() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let api = format!("127.0.0.1:{}", free_port());
-    let log = std::fs::File::create(dir.join("agent.log")).unwrap();
-    let _agent = Agent(
-        Command::new(BIN)
-            .args(["run", "--name", "box-1"])
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .args(["--listen", &format!("/ip4/127.0.0.1/tcp/{}", free_port())])
-            .args(["--api", &api, "--policy", "first-fit-max"])
-            .args(["--set", "slot_ms=300", "--set", "round_ms=100"])
-            .args(["--set", "heartbeat_ms=100"])
-            .env("RUST_LOG", "info,libp2p=warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
-    wait_until(Duration::from_secs(30), "the API", || {
-        json(&api, "/v1/node").is_some()
-    });
+    let cmd = agent_command(BIN, "box-1", &dir, free_port(), &api, "first-fit-max");
+    let _agent = start_agent(cmd, &api);
 
     let ok = cli(&api, &["submit", &spec(&dir, "good", 0)]);
     assert!(ok.status.success(), "{}", text(&ok.stderr));

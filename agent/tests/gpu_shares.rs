@@ -11,14 +11,13 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tapfinger-agent");
 
 #[path = "support/process.rs"]
 mod process;
-use process::{Agent, free_port, http, json, wait_until};
+use process::{Agent, agent_command, free_port, http, json, start_agent, wait_until};
 
 fn lines(p: &Path) -> Vec<String> {
     std::fs::read_to_string(p)
@@ -89,37 +88,14 @@ impl GpuBox {
     /// The agent with `gpu_step = 0.25`, its API answering (again on the same data directory
     /// after a kill).
     fn start(&self) -> Agent {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("agent.log"))
-            .unwrap();
-        let agent = Agent(
-            Command::new(BIN)
-                .args(["run", "--name", "box"])
-                .arg("--data-dir")
-                .arg(self.dir.join("data"))
-                .args(["--listen", &format!("/ip4/127.0.0.1/tcp/{}", self.p2p)])
-                .args(["--api", &self.api, "--policy", "min"])
-                .args(["--set", "slot_ms=300", "--set", "round_ms=100"])
-                .args(["--set", "heartbeat_ms=100", "--set", "gpu_step=0.25"])
-                .args(["--set", "offer.mem_gb=4"])
-                .args([
-                    "--set",
-                    &format!("mps_control=\"{}\"", self.control.display()),
-                ])
-                .env("TAPFINGER_FAKE_NVML", &self.nvml)
-                .env("RUST_LOG", "info,libp2p=warn")
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap(),
-        );
-        wait_until(Duration::from_secs(30), "the API", || {
-            json(&self.api, "/v1/node").is_some()
-        });
-        agent
+        let mut cmd = agent_command(BIN, "box", &self.dir, self.p2p, &self.api, "min");
+        cmd.args(["--set", "gpu_step=0.25", "--set", "offer.mem_gb=4"])
+            .args([
+                "--set",
+                &format!("mps_control=\"{}\"", self.control.display()),
+            ])
+            .env("TAPFINGER_FAKE_NVML", &self.nvml);
+        start_agent(cmd, &self.api)
     }
 
     /// Submit a task asking for `gpu` of a GPU for `secs` seconds; its id.

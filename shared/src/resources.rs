@@ -116,6 +116,14 @@ impl ResourceSpace {
         }
     }
 
+    /// [`Self::cpu_gpu`] with GPUs in quarters (tests of fractional GPU demands).
+    #[cfg(test)]
+    pub(crate) fn cpu_gpu_quarters() -> Self {
+        let mut s = Self::cpu_gpu();
+        s.kinds[1].step = 0.25;
+        s
+    }
+
     /// The kinds' names, in order.
     pub fn kind_names(&self) -> Vec<String> {
         self.kinds().iter().map(|k| k.name.clone()).collect()

@@ -74,6 +74,46 @@ pub(crate) fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> 
     }
 }
 
+/// The agent binary `bin` as box `name` on 127.0.0.1 (libp2p on `p2p`, the API at `api`), its
+/// data directory `dir/data`, short slots and heartbeats, deciding with `policy`, its output
+/// appended to `dir/agent.log`; the API answering once started ([`start_agent`]).
+pub(crate) fn agent_command(
+    bin: &str,
+    name: &str,
+    dir: &std::path::Path,
+    p2p: u16,
+    api: &str,
+    policy: &str,
+) -> std::process::Command {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("agent.log"))
+        .unwrap();
+    let mut c = std::process::Command::new(bin);
+    c.args(["run", "--name", name])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(["--listen", &format!("/ip4/127.0.0.1/tcp/{p2p}")])
+        .args(["--api", api, "--policy", policy])
+        .args(["--set", "slot_ms=300", "--set", "round_ms=100"])
+        .args(["--set", "heartbeat_ms=100"])
+        .env("RUST_LOG", "info,libp2p=warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    c
+}
+
+/// Start `cmd` (an agent) and wait up to 30 s for its API at `api` to answer.
+pub(crate) fn start_agent(mut cmd: std::process::Command, api: &str) -> Agent {
+    let agent = Agent(cmd.spawn().unwrap());
+    wait_until(Duration::from_secs(30), "the API", || {
+        json(api, "/v1/node").is_some()
+    });
+    agent
+}
+
 /// An agent process, killed (and reaped) when dropped.
 pub(crate) struct Agent(pub(crate) Child);
 

@@ -539,19 +539,7 @@ mod tests {
     /// refused, naming the field and the step; where a GPU is one unit, a fraction is refused.
     #[test]
     fn demands_are_multiples_of_the_cluster_s_step() {
-        let quarters = ResourceSpace::new(vec![
-            crate::resources::ResourceKind {
-                name: "cpu".into(),
-                unit: "core".into(),
-                step: 1.0,
-            },
-            crate::resources::ResourceKind {
-                name: "gpu".into(),
-                unit: "GPU".into(),
-                step: 0.25,
-            },
-        ])
-        .unwrap();
+        let quarters = ResourceSpace::cpu_gpu_quarters();
         let labels: BTreeMap<String, String> =
             [(GPU_SHARES_LABEL.to_string(), GPU_SHARES_MPS.to_string())].into();
         let cap = Resources(vec![16, 8]);

@@ -170,19 +170,7 @@ seconds = 1800
     /// an amount off the grid is refused naming the field.
     #[test]
     fn hints_are_in_natural_units_on_the_cluster_s_grid() {
-        let quarters = ResourceSpace::new(vec![
-            crate::resources::ResourceKind {
-                name: "cpu".into(),
-                unit: "core".into(),
-                step: 1.0,
-            },
-            crate::resources::ResourceKind {
-                name: "gpu".into(),
-                unit: "GPU".into(),
-                step: 0.25,
-            },
-        ])
-        .unwrap();
+        let quarters = ResourceSpace::cpu_gpu_quarters();
         let spec = |gpu: &str| {
             TaskSpec::from_toml(&format!(
                 "command = [\"x\"]\nmin_demand = {{ cpu = 1, gpu = 0.25 }}\n\
