@@ -51,14 +51,6 @@ pub async fn http(
     Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
 }
 
-/// Parse a task id as printed by `submit`.
-pub fn task_id(s: &str) -> anyhow::Result<TaskId> {
-    Ok(TaskId(
-        s.parse()
-            .with_context(|| format!("{s:?} is not a task id"))?,
-    ))
-}
-
 /// The task a command line names: an id (digits, known to the agent), else the one task of that
 /// name. A name several tasks share is an error listing their ids; so is one no task has.
 pub async fn resolve(api: &str, token: Option<&str>, arg: &str) -> anyhow::Result<TaskId> {

@@ -18,15 +18,10 @@ use tapfinger::node::{NodeConfig, NodeCore};
 
 pub use crate::config::space;
 
-/// Grid units of the agent's space (cores, GPUs, GiB) with whole GPU devices → what the
-/// executor enforces. GPUs are a count here; the daemon picks the devices.
-pub fn to_allocation(r: &Resources) -> Allocation {
-    to_allocation_in(r, 1)
-}
-
-/// [`to_allocation`] where a GPU device is `per_device` grid units: fewer units than a device
-/// are a share of one device (`gpu_share`); more are whole devices (specs allow no others,
-/// `tapfinger::spec::units_per_device`).
+/// Grid units of the agent's space (cores, GPUs, GiB) → what the executor enforces, where a GPU
+/// device is `per_device` grid units: fewer units than a device are a share of one device
+/// (`gpu_share`); more are whole devices (specs allow no others,
+/// `tapfinger::spec::units_per_device`). GPUs are a count here; the daemon picks the devices.
 pub fn to_allocation_in(r: &Resources, per_device: u32) -> Allocation {
     let per = per_device.max(1);
     let units = r.get(1);
@@ -465,7 +460,7 @@ mod tests {
         assert_eq!((a.gpus.len(), a.gpu_share), (2, None));
         let a = to_allocation_in(&Resources(vec![2, 0, 4]), 4);
         assert_eq!((a.gpus.len(), a.gpu_share), (0, None));
-        assert_eq!(to_allocation(&Resources(vec![1, 1, 1])).gpus.len(), 1);
+        assert_eq!(to_allocation_in(&Resources(vec![1, 1, 1]), 1).gpus.len(), 1);
     }
 
     /// The box carries `gpu_shares = mps` exactly when it can run fractions: a configured label

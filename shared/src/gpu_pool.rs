@@ -29,18 +29,14 @@ pub struct GpuPool {
 
 impl GpuPool {
     /// A pool of whole devices.
-    pub fn new(devices: &[u32]) -> Self {
+    #[cfg(test)]
+    fn new(devices: &[u32]) -> Self {
         Self::with_shares(devices, 1)
     }
 
     /// Devices no task holds.
     pub fn free_devices(&self) -> usize {
         self.free.len()
-    }
-
-    /// Grid units of one device.
-    pub fn per_device(&self) -> u32 {
-        self.per_device
     }
 
     /// Every task holding devices or a share here.
