@@ -472,6 +472,26 @@ pub fn node_lines(body: &serde_json::Value) -> Option<String> {
             text.push_str(&format!("\n{:<18} {}", "gpu_sharing", sec.gpu_sharing));
         }
     }
+    if let Some(h) = &n.storage {
+        let free = h
+            .free_bytes
+            .map(|f| format!(", {} free", human_bytes(f)))
+            .unwrap_or_default();
+        let state = match &h.failing {
+            Some(why) if h.full => format!(
+                "STORAGE FULL in {} ({why}{free}): new tasks are refused, {} record(s) wait in memory",
+                h.data_dir.display(),
+                h.backlog
+            ),
+            Some(why) => format!(
+                "FAILING in {} ({why}{free}): new tasks are refused, {} record(s) wait in memory",
+                h.data_dir.display(),
+                h.backlog
+            ),
+            None => format!("ok ({}{free})", h.data_dir.display()),
+        };
+        text.push_str(&format!("\n{:<18} {state}", "storage"));
+    }
     Some(text)
 }
 

@@ -169,10 +169,19 @@ enum Cmd {
         #[arg(long)]
         config: Option<std::path::PathBuf>,
     },
-    /// Repair a task journal the agent refuses to read: keep a copy of it beside it, then keep
-    /// only its readable records (prints the lines dropped). Stop the agent first.
+    /// Repair a task journal the agent refuses to open, accepting what is lost: keep a copy of
+    /// it beside it, then keep every record that checks out (prints each record dropped with its
+    /// task id and name, and the commits missing). Works on any bytes. Stop the agent first.
     RepairJournal {
-        /// The journal (`<data_dir>/tasks.jsonl`).
+        /// The journal (`<data_dir>/tasks.journal`).
+        path: std::path::PathBuf,
+    },
+    /// Read a task journal: `dump` prints its records as JSON lines (commit number and record;
+    /// records that do not check out are reported on stderr and skipped).
+    Journal {
+        /// `dump`.
+        action: String,
+        /// The journal (`<data_dir>/tasks.journal`).
         path: std::path::PathBuf,
     },
     /// Make the cluster's secrets, each a new file of mode 0600 (an existing file is never
@@ -431,14 +440,46 @@ fn check(path: Option<&std::path::Path>) -> anyhow::Result<()> {
 }
 
 fn repair_journal(path: &std::path::Path) -> anyhow::Result<()> {
+    // Not while an agent uses the journal.
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let _lock = tapfinger_agent::store::lock::lock(dir)?;
     let r = tapfinger_agent::store::compact::repair(path)?;
     println!("kept     {} records", r.kept);
-    println!("copy     {} (the journal as it was)", r.backup.display());
-    println!("dropped  {} unreadable line(s)", r.dropped.len());
-    for (line, text) in &r.dropped {
-        // A task named in a dropped line may need to be submitted again.
-        let short: String = text.chars().take(200).collect();
-        println!("  line {line}: {short}");
+    match &r.backup {
+        Some(b) => println!("copy     {} (the journal as it was)", b.display()),
+        None => println!("copy     none (there was no journal)"),
+    }
+    println!(
+        "dropped  {} record(s) that do not check out",
+        r.dropped.len()
+    );
+    for b in &r.dropped {
+        // A task named in a dropped record may need to be submitted again.
+        println!("  {}: {}", b.describe(), b.text);
+    }
+    for (a, b) in &r.missing {
+        println!("missing  commits {a}..{b} (which tasks they held is not known here)");
+    }
+    Ok(())
+}
+
+fn journal(action: &str, path: &std::path::Path) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        action == "dump",
+        "journal: unknown action `{action}` (dump)"
+    );
+    let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let d = tapfinger_agent::store::frame::dump(&bytes);
+    let mut out = std::io::stdout().lock();
+    for line in &d.lines {
+        use std::io::Write;
+        writeln!(out, "{line}")?;
+    }
+    for b in &d.bad {
+        eprintln!("{}: does not check out: {}", b.describe(), b.text);
     }
     Ok(())
 }
@@ -448,6 +489,7 @@ fn main() {
     let result = match cli.cmd {
         Cmd::Check { config } => check(config.as_deref()),
         Cmd::RepairJournal { path } => repair_journal(&path),
+        Cmd::Journal { action, path } => journal(&action, &path),
         Cmd::Keygen { swarm_key, token } => keygen(swarm_key, token),
         Cmd::Demo(args) => tapfinger_agent::demo::run(&args, &mut std::io::stdout()).map(|_| ()),
         Cmd::DemoGang(args) => std::process::exit(tapfinger_agent::demo_gang::run(&args)),

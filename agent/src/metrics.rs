@@ -29,6 +29,14 @@ pub const QUEUE_WAIT_BUCKETS_MS: [f64; 12] = [
 
 /// The gauges an agent publishes, each with its description.
 const GAUGES: &[(&str, &str)] = &[
+    (
+        "tapfinger_storage_full",
+        "1 while this agent's journal cannot be written (submissions refused with 507/503), else 0.",
+    ),
+    (
+        "tapfinger_storage_backlog_records",
+        "Records (outcomes, ends, preemptions) kept in memory until the journal takes writes.",
+    ),
     ("tapfinger_tasks", "Tasks this agent knows, by state."),
     (
         "tapfinger_tasks_by_class",
@@ -294,6 +302,10 @@ impl AgentMetrics {
                 }
             }
             gauge!("tapfinger_peers").set(st.peers.len() as f64);
+            if let Some(h) = &st.storage {
+                gauge!("tapfinger_storage_full").set(if h.failing.is_some() { 1.0 } else { 0.0 });
+                gauge!("tapfinger_storage_backlog_records").set(h.backlog as f64);
+            }
             // Summed, not per task: a series per task would grow with every task ever run.
             let g = st.gpu_use.values();
             gauge!("tapfinger_tasks_gpu_sm_percent")

@@ -85,6 +85,19 @@ pub fn identity(dir: &std::path::Path) -> anyhow::Result<Keypair> {
     Ok(tapfinger_net::identity::identity(dir)?)
 }
 
+/// The journal in `data_dir` (`tasks.journal`); a journal of an older agent
+/// (`tasks.jsonl`) is moved there first, and migrated when opened.
+pub fn journal_path(data_dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    let journal = data_dir.join("tasks.journal");
+    let old = data_dir.join("tasks.jsonl");
+    if !journal.exists() && old.exists() {
+        std::fs::rename(&old, &journal)
+            .with_context(|| format!("cannot move {} to {}", old.display(), journal.display()))?;
+        tracing::info!(from = %old.display(), to = %journal.display(), "journal of an older agent moved");
+    }
+    Ok(journal)
+}
+
 /// Run the daemon until a signal.
 pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
     cfg.validate()?;
@@ -115,7 +128,10 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
     ]);
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("cannot create data_dir {}", cfg.data_dir.display()))?;
-    let journal = cfg.data_dir.join("tasks.jsonl");
+    // One agent per data directory, held until this process ends: two would share a node id
+    // and hand out the same task ids.
+    let _lock = crate::store::lock::lock(&cfg.data_dir)?;
+    let journal = journal_path(&cfg.data_dir)?;
     let opts = crate::store::StoreOptions {
         keep_finished: cfg.journal_keep_finished,
         ..Default::default()

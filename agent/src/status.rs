@@ -67,6 +67,8 @@ pub struct Status {
     pub forecast: Option<tapfinger::forecast::outlook::Outlook>,
     /// What the speed estimator holds of each task class ([`estimates_of`]).
     pub estimates: Vec<ClassInfo>,
+    /// Whether the journal takes writes (none: the agent keeps no journal).
+    pub storage: Option<crate::store::Health>,
 }
 
 /// The pending tasks of `tasks` in the order nodes take them at `slot` ([`Status::queue`]).

@@ -1,5 +1,7 @@
-//! The agent binary with a damaged task journal: it refuses to start, naming the line and the
-//! repair command, and starts after `tapfinger-agent repair-journal`, with every readable task.
+//! The agent binary with a damaged task journal of an older agent (`tasks.jsonl`, bare JSON
+//! lines): it moves it to `tasks.journal`, refuses to start, naming the line and the repair
+//! command, and starts after `tapfinger-agent repair-journal`, with every readable task, the
+//! journal migrated to checksummed records.
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
@@ -30,13 +32,14 @@ fn start(dir: &Path) -> std::process::Child {
 fn a_damaged_journal_stops_the_agent_until_it_is_repaired() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let journal = dir.join("tasks.jsonl");
+    let old = dir.join("tasks.jsonl");
+    let journal = dir.join("tasks.journal");
     let text = format!(
         "{}\n{{\"accepted\": garbage\n{}\n",
         accepted(1),
         accepted(2)
     );
-    std::fs::write(&journal, text).unwrap();
+    std::fs::write(&old, text).unwrap();
 
     let out = start(dir).wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -64,14 +67,14 @@ fn a_damaged_journal_stops_the_agent_until_it_is_repaired() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        said.contains("kept     2 records") && said.contains("line 2:"),
+        said.contains("kept     2 records") && said.contains("line 2"),
         "{said}"
     );
     let backups = std::fs::read_dir(dir)
         .unwrap()
         .filter(|e| {
             let name = e.as_ref().unwrap().file_name();
-            name.to_string_lossy().starts_with("tasks.jsonl.corrupt-")
+            name.to_string_lossy().starts_with("tasks.journal.corrupt-")
         })
         .count();
     assert_eq!(backups, 1);

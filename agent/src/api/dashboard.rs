@@ -58,6 +58,10 @@ pub struct Dashboard {
     /// What protects this box: an open cluster is shown as a warning across the page.
     #[serde(default)]
     pub security: crate::api::SecurityInfo,
+    /// Whether this box's journal takes writes: a full disk is shown as a warning across the
+    /// page.
+    #[serde(default)]
+    pub storage: Option<crate::store::Health>,
 }
 
 /// A box: what `GET /v1/peers` shows of a peer, and whether it is the agent answering.
@@ -254,6 +258,10 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
         policy_hash: policy.hash.clone(),
         classes: st.estimates.clone(),
         security: (*s.security).clone(),
+        storage: st.storage.clone().map(|mut h| {
+            h.free_bytes = crate::store::free_bytes(&h.data_dir);
+            h
+        }),
     })
     .into_response()
 }

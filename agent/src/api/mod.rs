@@ -200,10 +200,34 @@ async fn submit_inner(s: &ApiState, body: String) -> Response {
     }
     match rx.await {
         Ok(Ok(id)) => (StatusCode::CREATED, axum::Json(Submitted { id: id.0 })).into_response(),
+        Ok(Err(e)) if e.field == crate::store::REFUSED_FULL => {
+            storage_refusal(StatusCode::INSUFFICIENT_STORAGE, &e)
+        }
+        Ok(Err(e)) if e.field == crate::store::REFUSED_FAILING => {
+            storage_refusal(StatusCode::SERVICE_UNAVAILABLE, &e)
+        }
         Ok(Err(e)) => bad(&e.field, &e.message),
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response(),
     }
 }
+
+/// A submission the journal could not record: the server's condition, not the request's, so a
+/// 5xx a client retries, with when to.
+fn storage_refusal(code: StatusCode, e: &tapfinger::spec::SpecError) -> Response {
+    (
+        code,
+        [(axum::http::header::RETRY_AFTER, STORAGE_RETRY_AFTER_S)],
+        axum::Json(ErrorBody {
+            error: e.message.clone(),
+            field: Some(e.field.clone()),
+        }),
+    )
+        .into_response()
+}
+
+/// Seconds a client refused for storage is told to wait (`Retry-After`): the agent tries its
+/// journal again every second, and an operator freeing space takes longer than that.
+const STORAGE_RETRY_AFTER_S: &str = "5";
 
 /// `?offset=N&limit=M` of `GET /v1/tasks`.
 #[derive(Debug, serde::Deserialize)]
@@ -491,6 +515,10 @@ async fn node(State(s): State<ApiState>) -> Response {
             .id
             .and_then(|me| st.labels.get(&me).cloned())
             .unwrap_or_default(),
+        storage: st.storage.clone().map(|mut h| {
+            h.free_bytes = crate::store::free_bytes(&h.data_dir);
+            h
+        }),
     })
     .into_response()
 }

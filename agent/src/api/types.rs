@@ -223,6 +223,10 @@ pub struct NodeInfo {
     /// a spec's `require_labels` can ask for.
     #[serde(default)]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Whether its journal takes writes: `full` is "storage full" (submissions are refused with
+    /// 507 until space is freed), `backlog` the outcomes waiting in memory to be written.
+    #[serde(default)]
+    pub storage: Option<crate::store::Health>,
 }
 
 /// What protects a box, as its configuration and its kernel allow (docs/SECURITY.md).

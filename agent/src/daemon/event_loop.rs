@@ -351,8 +351,15 @@ impl Daemon {
         let task = validate(&self.p, spec, self.me, self.next_local)?;
         if let Some(store) = &mut self.p.store {
             store.accepted(&task, spec).map_err(|e| SpecError {
-                field: "store".into(),
-                message: format!("cannot record the task durably: {e}"),
+                // The API answers these with 507 / 503 and Retry-After: not the client's fault.
+                field: match &e {
+                    crate::store::StoreError::Unavailable { full: true, .. } => {
+                        crate::store::REFUSED_FULL
+                    }
+                    _ => crate::store::REFUSED_FAILING,
+                }
+                .into(),
+                message: format!("the task was not accepted: {e}"),
                 by_boxes: false,
             })?;
         }
@@ -363,6 +370,11 @@ impl Daemon {
     /// After every step: files and online learning.
     async fn after_step(&mut self) {
         let now = self.now();
+        if let Some(store) = &mut self.p.store {
+            // What a full disk kept in memory is written once it has room (at most once a
+            // second while failing; nothing to do otherwise).
+            store.retry();
+        }
         if let Some(files) = &self.p.files {
             upkeep(
                 &mut self.p.core,
@@ -446,6 +458,7 @@ impl Daemon {
                 &self.p.types,
                 &core.node_labels(),
             ),
+            storage: self.p.store.as_ref().map(crate::store::Store::health),
         };
         let latencies = self.p.core.take_latencies();
         self.metrics.update(&snapshot, &latencies);

@@ -1,25 +1,28 @@
 //! Keeping the journal small: compaction into an atomic snapshot, and the repair command for a
-//! journal that cannot be read.
+//! journal the agent refuses to open.
 //!
 //! **Compaction** rewrites the journal as the records of what is still live: the tasks accepted
 //! here and not finished, the runs on this node without an end, the outcomes of the
 //! `keep_finished` most recent finished tasks (with their specs, the history a restarted agent
-//! shows) and the largest id accepted here (so numbering never goes back). The steps:
-//! 1. write `tasks.jsonl.compact` and `fsync` it;
-//! 2. rename it over `tasks.jsonl` (atomic on POSIX file systems) and `fsync` the directory;
-//! 3. reopen the append handle.
+//! shows) and the largest id accepted here (so numbering never goes back). Its records carry the
+//! next commit numbers, so the counter only grows. The steps:
+//! 1. write `tasks.journal.compact` and `fsync` it (on error it is removed: a full disk keeps the
+//!    old journal and gets its space back);
+//! 2. rename it over `tasks.journal` (atomic on POSIX file systems) and `fsync` the directory;
+//! 3. reopen the append handle, then move the commit counter up.
 //!
 //! A crash before step 2 leaves the old journal whole (a leftover `.compact` file is removed at the
-//! next open); after it, the new one. Either holds every acknowledged record, so no step loses a
-//! task; the store's tests kill a child process at each step and check that.
+//! next open); after it, the new one, whose last commit number is at least the counter's. Either
+//! holds every acknowledged record, so no step loses a task; the store's tests kill a child
+//! process at each step and check that.
 //!
-//! Why not an embedded database (redb, sled)? The journal's records are a handful of kinds written
-//! one at a time, read once at start; JSON lines keep it readable with `jq` and `grep` for an
-//! operator, and a snapshot in the same format keeps one reader. What a database would add is
-//! atomic multi-record commits, which nothing here needs: each record is durable on its own.
+//! **Repair** reads any bytes (either format, any encoding), keeps every record that checks out,
+//! reports each one dropped with the task id and name still legible in it, and moves the counter
+//! to what it kept: running it is how an operator accepts a loss the agent refused to start with.
 
-use super::{Record, Recovered, Store, StoreError};
-use std::io::{BufRead, Write};
+use super::frame::{self, Bad};
+use super::{Record, Recovered, Store, StoreError, commit};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// A point in compaction where a test may kill the process (`Store::crash_at`, compiled into
@@ -94,13 +97,7 @@ pub(super) fn live_records(r: &mut Recovered, keep_finished: usize) -> Vec<Recor
     out
 }
 
-fn line(r: &Record) -> std::io::Result<Vec<u8>> {
-    let mut l = serde_json::to_vec(r).map_err(std::io::Error::other)?;
-    l.push(b'\n');
-    Ok(l)
-}
-
-fn sync_dir(path: &Path) -> std::io::Result<()> {
+pub(super) fn sync_dir(path: &Path) -> std::io::Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
     std::fs::File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
 }
@@ -110,25 +107,50 @@ impl Store {
     pub fn compact(&mut self) -> std::io::Result<()> {
         let records = live_records(&mut self.live, self.opts.keep_finished);
         let tmp = snapshot_path(&self.path);
-        {
-            let mut f = std::fs::File::create(&tmp)?;
-            let half = records.len() / 2;
-            for (i, r) in records.iter().enumerate() {
-                if i == half {
-                    self.crash_point(Step::MidSnapshot);
-                }
-                f.write_all(&line(r)?)?;
+        let written = self.write_snapshot(&tmp, &records);
+        let len = match written {
+            Ok(len) => len,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
             }
-            f.sync_all()?;
-        }
+        };
         self.crash_point(Step::Synced);
         std::fs::rename(&tmp, &self.path)?;
         self.crash_point(Step::Renamed);
         sync_dir(&self.path)?;
         self.file = std::fs::OpenOptions::new().append(true).open(&self.path)?;
+        self.len = len;
+        self.dirty_tail = false;
+        self.seq += records.len() as u64;
         self.lines = records.len() as u64;
         self.compactions += 1;
+        let c = commit::Committed {
+            seq: self.seq,
+            last_id: self.live.last_id.map_or(0, |t| t.0),
+        };
+        if let Err(e) = self.counter.set(c) {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot update the commit counter");
+        }
         Ok(())
+    }
+
+    /// The snapshot's file, synced; its length.
+    fn write_snapshot(&self, tmp: &Path, records: &[Record]) -> std::io::Result<u64> {
+        let mut f = std::fs::File::create(tmp)?;
+        f.write_all(frame::HEADER)?;
+        let mut len = frame::HEADER.len() as u64;
+        let half = records.len() / 2;
+        for (i, r) in records.iter().enumerate() {
+            if i == half {
+                self.crash_point(Step::MidSnapshot);
+            }
+            let line = frame::encode(self.seq + 1 + i as u64, r)?;
+            f.write_all(&line)?;
+            len += line.len() as u64;
+        }
+        f.sync_all()?;
+        Ok(len)
     }
 
     /// Compact when the journal has grown to twice its live records (so the work of compacting
@@ -175,52 +197,91 @@ impl Store {
 pub struct Repaired {
     /// Records kept.
     pub kept: usize,
-    /// Lines that could not be read, with their line numbers (1-based) and text.
-    pub dropped: Vec<(usize, String)>,
-    /// Where the journal as it was is kept.
-    pub backup: PathBuf,
+    /// Records that did not check out: line, task id and name where legible, text.
+    pub dropped: Vec<Bad>,
+    /// Commit numbers missing (between records, or after the last one the journal held, by the
+    /// counter): `(first, last)`.
+    pub missing: Vec<(u64, u64)>,
+    /// Where the journal as it was is kept (none when there was no journal).
+    pub backup: Option<PathBuf>,
 }
 
-/// The operator's recovery for a journal the agent refuses to read: keep a copy of it as
-/// `tasks.jsonl.corrupt-<unix seconds>`, then rewrite it with the readable lines only (through
-/// the same atomic rename as compaction). The dropped lines are returned so they can be shown:
-/// a task named in them may need to be submitted again.
+/// The operator's recovery for a journal the agent refuses to open (module doc): keep a copy of
+/// it as `<journal>.corrupt-<unix seconds>`, then rewrite it with the records that check out,
+/// numbered after everything the counter says was committed (through the same atomic rename as
+/// compaction), and move the counter there. What was dropped or is missing is returned to be
+/// shown: a task named there may need to be submitted again.
 pub fn repair(path: &Path) -> Result<Repaired, StoreError> {
     let io = |e| StoreError::Io(path.to_path_buf(), e);
-    let f = std::fs::File::open(path).map_err(io)?;
-    let mut kept = Vec::new();
-    let mut dropped = Vec::new();
-    for (i, l) in std::io::BufReader::new(f).lines().enumerate() {
-        let l = l.map_err(io)?;
-        if l.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Record>(&l) {
-            Ok(_) => kept.push(l),
-            Err(_) => dropped.push((i + 1, l)),
-        }
+    let _ = std::fs::remove_file(snapshot_path(path));
+    let bytes = match std::fs::read(path) {
+        Ok(b) => Some(b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io(e)),
+    };
+    let data = bytes.as_deref().unwrap_or_default();
+    let scan = if frame::is_v1(data) {
+        frame::scan_v1(data)
+    } else {
+        frame::scan(data)
+    };
+    let counter_path = commit::counter_path(path);
+    let committed = commit::read(&counter_path).map_err(io)?.unwrap_or_default();
+    let mut missing = scan.gaps.clone();
+    let found = scan.last_seq().unwrap_or(0);
+    if !frame::is_v1(data) && committed.seq > found {
+        missing.push((found + 1, committed.seq));
     }
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let mut backup = path.as_os_str().to_owned();
-    backup.push(format!(".corrupt-{secs}"));
-    let backup = PathBuf::from(backup);
-    std::fs::copy(path, &backup).map_err(io)?;
+    let mut dropped = scan.damaged.clone();
+    dropped.extend(scan.tail.iter().cloned());
+    let mut r = Recovered::default();
+    for (_, rec) in &scan.records {
+        r.apply(rec.clone());
+    }
+    let last_id = r.last_id.map_or(0, |t| t.0).max(committed.last_id);
+    let mut records: Vec<Record> = Vec::with_capacity(scan.records.len() + 1);
+    if last_id > 0 {
+        records.push(Record::Ids {
+            last: tapfinger::TaskId(last_id),
+        });
+    }
+    records.extend(scan.records.into_iter().map(|(_, rec)| rec));
+    let backup = match &bytes {
+        Some(_) => {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let mut backup = path.as_os_str().to_owned();
+            backup.push(format!(".corrupt-{secs}"));
+            let backup = PathBuf::from(backup);
+            std::fs::copy(path, &backup).map_err(io)?;
+            Some(backup)
+        }
+        None => None,
+    };
+    let start = committed.seq.max(found);
     let tmp = snapshot_path(path);
     {
         let mut f = std::fs::File::create(&tmp).map_err(io)?;
-        for l in &kept {
-            f.write_all(l.as_bytes()).map_err(io)?;
-            f.write_all(b"\n").map_err(io)?;
+        f.write_all(frame::HEADER).map_err(io)?;
+        for (i, rec) in records.iter().enumerate() {
+            f.write_all(&frame::encode(start + 1 + i as u64, rec).map_err(io)?)
+                .map_err(io)?;
         }
         f.sync_all().map_err(io)?;
     }
     std::fs::rename(&tmp, path).map_err(io)?;
     sync_dir(path).map_err(io)?;
+    let end = commit::Committed {
+        seq: start + records.len() as u64,
+        last_id,
+    };
+    let mut counter = commit::Counter::open(&counter_path, end).map_err(io)?;
+    counter.set(end).map_err(io)?;
     Ok(Repaired {
-        kept: kept.len(),
+        kept: records.len() - usize::from(last_id > 0),
         dropped,
+        missing,
         backup,
     })
 }

@@ -1,46 +1,58 @@
-//! The agent's durable task store: an append-only JSON-lines journal (`<data_dir>/tasks.jsonl`)
-//! that compacts itself ([`compact`]).
+//! The agent's durable task store: an append-only journal (`<data_dir>/tasks.journal`) of
+//! checksummed records ([`frame`]), a commit counter beside it ([`commit`]), compaction and
+//! repair ([`compact`]), and the lock that keeps one agent per data directory ([`lock`]).
 //!
-//! What it records, each line `fsync`ed before the agent acts on it:
+//! What it records, each record `fsync`ed before the agent acts on it:
 //! - `accepted`: a task submitted here, before the API answers that it was accepted;
 //! - `run`: a task this node started (any node may have accepted it), with its epoch, allocation,
 //!   GPU devices and the supervisor's pid and start time, so that a restarted agent adopts it;
 //! - `ended`: a run here ended (finished, stopped or failed to start);
 //! - `outcome`: a task accepted here is known finished (who ran it, exit code, epoch) — the
 //!   finished history a restarted agent shows;
-//! - `ids`: the largest id accepted here (a compacted journal's first line);
+//! - `ids`: the largest id accepted here (a compacted journal's first record);
 //! - `preempted`: a task was preempted here (its count and the work it lost so far, the latest
-//!   line wins), so that `show`, `tasks` and `/metrics` keep them across a restart.
+//!   record wins), so that `show`, `tasks` and `/metrics` keep them across a restart.
 //!
 //! On restart the agent replays the journal: ids continue after the largest one accepted here,
 //! unfinished tasks are announced again, runs without an end are adopted (or found finished, or
 //! lost), and the history is restored, so an accepted task is never silently dropped nor its id
 //! reused.
 //!
-//! **Damage.** A torn last line (a crash in the middle of a write: no newline after it) was never
-//! acknowledged: it is cut off with a warning and the journal goes on after the last whole line.
-//! Any other line that cannot be read makes [`Store::open`] refuse with [`StoreError::Corrupt`],
-//! naming the line and the recovery command (`tapfinger-agent repair-journal PATH`,
-//! [`compact::repair`]): the agent does not start rather than drop a task silently.
+//! **A write that fails** (a full disk, an I/O error) leaves the journal as it was: the bytes of
+//! a short write are cut off again before anything else is written. An `accepted` or `run` record
+//! that cannot be written is refused to its caller (the API answers 507 or 503 with
+//! `Retry-After`; a start is undone and the task goes back to the queue); an `outcome`, `ended`
+//! or `preempted` record is kept in memory, in order, and written as soon as the disk takes
+//! writes again ([`Store::retry`]). [`Store::health`] says whether the store is failing.
+//!
+//! **Damage** (module doc of [`open`]): a torn last write is cut off; a record that does not
+//! check out, a gap in the commit numbers, or a journal shorter than its commit counter (records
+//! lost: truncated, emptied, deleted, restored from an older copy) make [`Store::open`] refuse,
+//! naming what was lost and the command that accepts the loss (`tapfinger-agent repair-journal`).
 //!
 //! **Size.** Once the journal has grown to twice its live records (and at least
 //! [`StoreOptions::compact_min_lines`]), it is rewritten as a snapshot of them; finished tasks
 //! beyond the [`StoreOptions::keep_finished`] most recent are forgotten then. So its size and the
 //! agent's restart time follow the live tasks, not all the tasks it ever saw.
 
+pub mod commit;
 pub mod compact;
+pub mod frame;
+pub mod lock;
+mod open;
 
 use crate::exec::Handle;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 use tapfinger::spec::TaskSpec;
 use tapfinger::{NodeId, Resources, Task, TaskId};
 
-#[derive(Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-enum Record {
+pub(crate) enum Record {
     Accepted {
         task: Box<Task>,
         spec: Box<TaskSpec>,
@@ -116,27 +128,139 @@ impl Default for StoreOptions {
     }
 }
 
-/// Why the journal cannot be used.
+/// Why the journal cannot be used, or a record cannot be written now.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// Reading or writing it failed.
+    /// Reading it, or setting it up, failed.
     #[error("{0}: {1}")]
     Io(PathBuf, #[source] std::io::Error),
-    /// A line other than a torn last one cannot be read.
+    /// Records that do not check out, or missing between records that do.
     #[error(
-        "{path}: line {line} cannot be read ({error}); the agent will not start rather than drop \
-         the tasks it may hold. Stop the agent and run `tapfinger-agent repair-journal {path}` to \
-         keep every readable record (the journal as it was is copied beside it first)"
+        "{path}: {what}; the agent will not start rather than drop the tasks they may hold. \
+         Stop the agent and run `tapfinger-agent repair-journal {path}` to keep every record \
+         that checks out (the journal as it was is copied beside it first)"
     )]
     Corrupt {
         /// The journal.
         path: String,
-        /// 1-based line number.
+        /// The damage, for the operator (lines, task ids and names where still legible).
+        what: String,
+        /// The first damaged line (1-based).
         line: usize,
-        /// What the parser said.
+    },
+    /// The journal holds fewer records than were committed: it was truncated, emptied,
+    /// deleted or restored from an older copy.
+    #[error(
+        "{path}: the journal ends at commit {found} but {committed} were committed ({}): \
+         records are missing (truncated, emptied, deleted or restored from an older copy){}. \
+         The agent will not start rather than forget acknowledged tasks: restore the journal if \
+         a current copy exists; otherwise stop the agent and run `tapfinger-agent \
+         repair-journal {path}` to accept the loss (it keeps every record that checks out; \
+         numbering continues after every id ever accepted here, and the cluster's peers still \
+         announce the tasks they hold)",
+        counter.display(),
+        lost_ids(*last_found, *last_committed)
+    )]
+    Lost {
+        /// The journal.
+        path: String,
+        /// The commit counter's file.
+        counter: PathBuf,
+        /// The last commit number the journal holds (0: none).
+        found: u64,
+        /// The commit counter's.
+        committed: u64,
+        /// Largest task id the journal holds.
+        last_found: u64,
+        /// Largest task id the counter says was accepted here.
+        last_committed: u64,
+    },
+    /// A record cannot be written now (full disk, I/O error); the journal is as it was.
+    #[error(
+        "cannot record durably in {}: {error}{}; retry once space is freed",
+        dir.display(),
+        free.map(|f| format!(" ({} free)", crate::client::human_bytes(f))).unwrap_or_default()
+    )]
+    Unavailable {
+        /// The data directory.
+        dir: PathBuf,
+        /// What the write said.
         error: String,
+        /// Whether the disk is full.
+        full: bool,
+        /// Free bytes there, if known.
+        free: Option<u64>,
+    },
+    /// Another agent holds the data directory.
+    #[error(
+        "{}: another agent{} is using this data directory; stop it first (two agents on one \
+         directory would hand out the same task ids)",
+        dir.display(),
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    Locked {
+        /// The data directory.
+        dir: PathBuf,
+        /// The holder's pid, as it wrote it.
+        pid: Option<u32>,
     },
 }
+
+fn lost_ids(found: u64, committed: u64) -> String {
+    if committed > found {
+        format!(
+            "; tasks accepted here after {} (up to {}) may be among them",
+            TaskId(found),
+            TaskId(committed)
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// Whether the store is writing: what [`Store::health`] says (`storage` in `GET /v1/node`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Health {
+    /// The directory the journal is in.
+    pub data_dir: PathBuf,
+    /// The last write failed and none has succeeded since: why.
+    pub failing: Option<String>,
+    /// That failure was a full disk (or quota): "storage full".
+    pub full: bool,
+    /// Records kept in memory until they can be written (outcomes, ends, preemptions).
+    pub backlog: usize,
+    /// Free bytes in the data directory when asked (the API fills it in; the status the loop
+    /// publishes leaves it out, so that it changes only with the store's state).
+    #[serde(default)]
+    pub free_bytes: Option<u64>,
+}
+
+/// Free bytes of the file system holding `path`.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    let s = nix::sys::statvfs::statvfs(path).ok()?;
+    // The field types differ between platforms.
+    #[allow(clippy::useless_conversion)]
+    let avail = u64::from(s.blocks_available());
+    Some(avail.saturating_mul(s.fragment_size()))
+}
+
+/// Whether an I/O error is a full disk or quota.
+fn is_full(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
+}
+
+/// The field of a submission refused because the disk is full (the API answers 507
+/// Insufficient Storage with `Retry-After`).
+pub const REFUSED_FULL: &str = "storage.full";
+/// The field of a submission refused because the journal cannot be written for another reason
+/// (503 with `Retry-After`).
+pub const REFUSED_FAILING: &str = "storage";
+
+/// How often a failing store tries its backlog again.
+const RETRY_EVERY: Duration = Duration::from_secs(1);
 
 /// The journal.
 pub struct Store {
@@ -144,14 +268,28 @@ pub struct Store {
     path: PathBuf,
     /// It, open for appending.
     file: std::fs::File,
+    /// Its length up to the last whole record (a failed write is cut back to it).
+    len: u64,
+    /// A failed write's bytes could not be cut off yet.
+    dirty_tail: bool,
+    /// The last record's commit number.
+    seq: u64,
+    /// The commit counter beside it.
+    counter: commit::Counter,
     /// Sync and compaction settings.
     opts: StoreOptions,
     /// What the journal holds, kept up to date with every record (compaction writes it).
     live: Recovered,
-    /// Lines in the journal file.
+    /// Records in the journal file.
     lines: u64,
     /// Compactions done since open.
     compactions: u64,
+    /// Records to write once the disk takes them, in order.
+    backlog: VecDeque<Record>,
+    /// The failure since the last write that succeeded.
+    failing: Option<(std::io::Error, Instant)>,
+    /// When the backlog was last tried.
+    tried: Option<Instant>,
     /// A test's kill point (unit tests only).
     #[cfg(test)]
     crash: Option<compact::Step>,
@@ -226,111 +364,191 @@ impl Store {
         Self::open_with(path, StoreOptions::default())
     }
 
-    /// Open (or create) the journal and replay it (module doc: a torn last line is cut off, any
-    /// other unreadable line is refused).
-    pub fn open_with(path: &Path, opts: StoreOptions) -> Result<(Self, Recovered), StoreError> {
-        let io = |e| StoreError::Io(path.to_path_buf(), e);
-        // A snapshot that was never renamed is an unfinished compaction: the journal is whole.
-        let _ = std::fs::remove_file(compact::snapshot_path(path));
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(io(e)),
-        };
-        let mut r = Recovered::default();
-        let mut lines = 0;
-        let mut good_end = 0;
-        let mut start = 0;
-        let mut number = 0;
-        while start < bytes.len() {
-            number += 1;
-            let (end, whole) = match bytes[start..].iter().position(|b| *b == b'\n') {
-                Some(i) => (start + i, true),
-                None => (bytes.len(), false),
-            };
-            let text = &bytes[start..end];
-            let next = if whole { end + 1 } else { end };
-            if text.iter().all(u8::is_ascii_whitespace) {
-                good_end = next;
-                start = next;
-                continue;
-            }
-            match serde_json::from_slice::<Record>(text) {
-                Ok(rec) => {
-                    r.apply(rec);
-                    lines += 1;
-                    good_end = next;
-                }
-                Err(e) if !whole => {
-                    tracing::warn!(path = %path.display(), line = number, error = %e,
-                        "cutting off a torn last line of the journal (a write the agent never acknowledged)");
-                    r.skipped += 1;
-                }
-                Err(e) => {
-                    return Err(StoreError::Corrupt {
-                        path: path.display().to_string(),
-                        line: number,
-                        error: e.to_string(),
-                    });
-                }
-            }
-            start = next;
+    /// Write one record (durable when this returns); on error the journal is as it was.
+    fn write(&mut self, r: &Record) -> std::io::Result<()> {
+        if self.dirty_tail {
+            self.file.set_len(self.len)?;
+            self.dirty_tail = false;
         }
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(io)?;
-        if good_end < bytes.len() {
-            // Appending after a torn line would glue the next record onto it.
-            file.set_len(good_end as u64).map_err(io)?;
-            file.sync_data().map_err(io)?;
+        let line = frame::encode(self.seq + 1, r)?;
+        if let Err(e) = self
+            .file
+            .write_all(&line)
+            .and_then(|()| self.file.sync_data())
+        {
+            // Back to the last whole record: the bytes of a short write would otherwise glue
+            // the next record onto them.
+            if self
+                .file
+                .set_len(self.len)
+                .and_then(|()| self.file.sync_data())
+                .is_err()
+            {
+                self.dirty_tail = true;
+            }
+            return Err(e);
         }
-        let mut store = Self {
-            path: path.to_path_buf(),
-            file,
-            opts,
-            live: r.clone(),
-            lines,
-            compactions: 0,
-            #[cfg(test)]
-            crash: None,
-        };
-        store.maybe_compact();
-        Ok((store, r))
-    }
-
-    fn append(&mut self, r: Record) -> std::io::Result<()> {
-        let mut line = serde_json::to_string(&r).map_err(std::io::Error::other)?;
-        line.push('\n');
-        self.file.write_all(line.as_bytes())?;
-        self.file.sync_data()?;
-        self.live.apply(r);
+        self.len += line.len() as u64;
+        self.seq += 1;
         self.lines += 1;
-        self.maybe_compact();
         Ok(())
     }
 
-    /// Record that `task` has now been preempted here `times` times, losing `work_lost` in all.
-    pub fn preempted(&mut self, task: TaskId, times: u32, work_lost: f64) -> std::io::Result<()> {
-        self.append(Record::Preempted {
+    /// After records were written: the counter follows (a lower bound, module doc of
+    /// [`commit`]), and compaction when due.
+    fn committed(&mut self) {
+        let c = commit::Committed {
+            seq: self.seq,
+            last_id: self.live.last_id.map_or(0, |t| t.0),
+        };
+        if let Err(e) = self.counter.set(c) {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot update the commit counter");
+        }
+        self.maybe_compact();
+    }
+
+    /// Write the backlog, in order, then `r`.
+    fn commit(&mut self, r: Option<Record>) -> std::io::Result<()> {
+        let result = self.flush().and_then(|()| match r {
+            Some(r) => self.write(&r).map(|()| self.live.apply(r)),
+            None => Ok(()),
+        });
+        match result {
+            Ok(()) => {
+                if let Some((e, since)) = self.failing.take() {
+                    tracing::info!(path = %self.path.display(), failed = %e,
+                        seconds = since.elapsed().as_secs(), "the journal takes writes again");
+                }
+                self.committed();
+                Ok(())
+            }
+            Err(e) => {
+                let kind = e.kind();
+                if self.failing.is_none() {
+                    tracing::warn!(path = %self.path.display(), error = %e, backlog = self.backlog.len(),
+                        "the journal cannot be written: submissions are refused until it can");
+                }
+                let msg = e.to_string();
+                self.failing = Some((e, Instant::now()));
+                Err(std::io::Error::new(kind, msg))
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        while let Some(r) = self.backlog.pop_front() {
+            if let Err(e) = self.write(&r) {
+                self.backlog.push_front(r);
+                return Err(e);
+            }
+            self.live.apply(r);
+        }
+        Ok(())
+    }
+
+    /// A record that must be durable before its caller goes on (refused otherwise).
+    fn must(&mut self, r: Record) -> Result<(), StoreError> {
+        self.commit(Some(r)).map_err(|e| self.unavailable(&e))
+    }
+
+    /// A record that may wait: kept in memory, in order, if it cannot be written now.
+    fn keep(&mut self, r: Record) -> Result<(), StoreError> {
+        if self.backlog.is_empty() && self.failing.is_none() {
+            match self.write(&r) {
+                Ok(()) => {
+                    self.live.apply(r);
+                    self.committed();
+                    return Ok(());
+                }
+                Err(e) => {
+                    self.backlog.push_back(r);
+                    let err = self.unavailable(&e);
+                    self.failing = Some((e, Instant::now()));
+                    return Err(err);
+                }
+            }
+        }
+        self.backlog.push_back(r);
+        self.commit(None).map_err(|e| self.unavailable(&e))
+    }
+
+    fn unavailable(&self, e: &std::io::Error) -> StoreError {
+        let dir = self.dir();
+        StoreError::Unavailable {
+            free: free_bytes(&dir),
+            dir,
+            error: e.to_string(),
+            full: is_full(e),
+        }
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf()
+    }
+
+    /// While failing: write the backlog (at most once a second), or, with nothing to write,
+    /// see whether the disk has room again. Cheap when nothing failed.
+    pub fn retry(&mut self) {
+        if self.failing.is_none() && self.backlog.is_empty() {
+            return;
+        }
+        if self.tried.is_some_and(|t| t.elapsed() < RETRY_EVERY) {
+            return;
+        }
+        self.tried = Some(Instant::now());
+        if self.backlog.is_empty() {
+            // Nothing waits: the next submission will tell; the status says "full" only while
+            // the disk has no room for a record.
+            if free_bytes(&self.dir()).is_some_and(|f| f >= 64 * 1024) {
+                self.failing = None;
+            }
+            return;
+        }
+        let _ = self.commit(None);
+    }
+
+    /// Whether writes fail now, and what waits to be written.
+    pub fn health(&self) -> Health {
+        Health {
+            data_dir: self.dir(),
+            failing: self.failing.as_ref().map(|(e, _)| e.to_string()),
+            full: self.failing.as_ref().is_some_and(|(e, _)| is_full(e)),
+            backlog: self.backlog.len(),
+            free_bytes: None,
+        }
+    }
+
+    /// Record that `task` has now been preempted here `times` times, losing `work_lost` in all
+    /// (kept in memory until written if the disk refuses).
+    pub fn preempted(
+        &mut self,
+        task: TaskId,
+        times: u32,
+        work_lost: f64,
+    ) -> Result<(), StoreError> {
+        self.keep(Record::Preempted {
             task,
             times,
             work_lost,
         })
     }
 
-    /// Record an accepted task (durable when this returns).
-    pub fn accepted(&mut self, task: &Task, spec: &TaskSpec) -> std::io::Result<()> {
-        self.append(Record::Accepted {
+    /// Record an accepted task (durable when this returns Ok; nothing recorded otherwise).
+    pub fn accepted(&mut self, task: &Task, spec: &TaskSpec) -> Result<(), StoreError> {
+        self.must(Record::Accepted {
             task: Box::new(task.clone()),
             spec: Box::new(spec.clone()),
         })
     }
 
-    /// Record that a task accepted here finished (anywhere): who ran it, how, which copy.
-    pub fn outcome(&mut self, task: TaskId, f: Finish) -> std::io::Result<()> {
-        self.append(Record::Outcome {
+    /// Record that a task accepted here finished (anywhere): who ran it, how, which copy (kept
+    /// in memory until written if the disk refuses).
+    pub fn outcome(&mut self, task: TaskId, f: Finish) -> Result<(), StoreError> {
+        self.keep(Record::Outcome {
             task,
             node: f.node,
             code: f.code,
@@ -338,14 +556,15 @@ impl Store {
         })
     }
 
-    /// Record a start on this node (durable before the task is announced as started).
-    pub fn run(&mut self, run: &Run) -> std::io::Result<()> {
-        self.append(Record::Run(Box::new(run.clone())))
+    /// Record a start on this node (durable before the task is announced as started; on error
+    /// nothing is recorded and the start must be undone).
+    pub fn run(&mut self, run: &Run) -> Result<(), StoreError> {
+        self.must(Record::Run(Box::new(run.clone())))
     }
 
-    /// Record that a run on this node ended.
-    pub fn ended(&mut self, task: TaskId) -> std::io::Result<()> {
-        self.append(Record::Ended { task })
+    /// Record that a run on this node ended (kept in memory until written if the disk refuses).
+    pub fn ended(&mut self, task: TaskId) -> Result<(), StoreError> {
+        self.keep(Record::Ended { task })
     }
 
     /// The journal's path.
@@ -353,7 +572,7 @@ impl Store {
         &self.path
     }
 
-    /// Lines in the journal now, and compactions since open.
+    /// Records in the journal now, and compactions since open.
     pub fn size(&self) -> (u64, u64) {
         (self.lines, self.compactions)
     }
@@ -372,6 +591,9 @@ pub fn load_members(path: &Path) -> BTreeSet<NodeId> {
 pub fn save_members(path: &Path, members: &BTreeSet<NodeId>) -> std::io::Result<()> {
     crate::procs::write_json(members, path, "tmp")
 }
+
+#[cfg(test)]
+mod faults_tests;
 
 #[cfg(test)]
 mod tests {
@@ -399,7 +621,7 @@ mod tests {
             .prefix(&format!("tf-store-{name}-"))
             .tempdir()
             .unwrap();
-        let path = dir.path().join("tasks.jsonl");
+        let path = dir.path().join("tasks.journal");
         (dir, path)
     }
 
@@ -413,7 +635,8 @@ mod tests {
     }
 
     /// A spec's profile hints survive a restart (its estimator hints come back with it), and a
-    /// journal written before specs had them still reads (the field defaults to none).
+    /// journal written before specs had them, and before records were checksummed, still reads
+    /// (the field defaults to none; the journal is migrated).
     #[test]
     fn profile_hints_survive_the_journal_and_old_records_still_read() {
         let (_dir, path) = fresh("hints");
@@ -426,22 +649,35 @@ mod tests {
             let (mut s, _) = Store::open(&path).unwrap();
             s.accepted(&task(1), &hinted).unwrap();
         }
-        // A record as an older agent wrote it: the same spec without the field.
-        let line = std::fs::read_to_string(&path).unwrap();
+        let (_, r) = Store::open(&path).unwrap();
+        assert_eq!(r.unfinished()[0].1, hinted);
+        // Records as older agents wrote them (bare JSON lines): the same spec without the
+        // field, and hints in whole numbers from before amounts were in natural units.
+        let line = serde_json::to_string(&Record::Accepted {
+            task: Box::new(task(1)),
+            spec: Box::new(hinted.clone()),
+        })
+        .unwrap();
         let old = line.replace(
             ",\"profile\":[{\"alloc\":{\"cpu\":2.0},\"seconds\":30.0}]",
             "",
         );
         assert_ne!(old, line, "the record carries no profile: {line}");
-        append_raw(&path, old.replace("\"id\":1", "\"id\":2").as_bytes());
-        // And as agents wrote hints before amounts were in natural units: whole numbers.
-        let ints = line
-            .replace("\"cpu\":2.0}", "\"cpu\":2}")
-            .replace("\"id\":1", "\"id\":3");
+        let ints = line.replace("\"cpu\":2.0}", "\"cpu\":2}");
         assert!(ints.contains("\"alloc\":{\"cpu\":2}"), "{ints}");
-        append_raw(&path, ints.as_bytes());
+        let v1 = format!(
+            "{line}\n{}\n{}\n",
+            old.replace("\"id\":1", "\"id\":2"),
+            ints.replace("\"id\":1", "\"id\":3")
+        );
+        let (_dir, path) = fresh("hints-v1");
+        std::fs::write(&path, v1).unwrap();
         let (_, r) = Store::open(&path).unwrap();
         assert_eq!(r.skipped, 0);
+        assert!(
+            std::fs::read(&path).unwrap().starts_with(frame::HEADER),
+            "migrated"
+        );
         let specs: BTreeMap<u64, TaskSpec> = r
             .unfinished()
             .iter()
@@ -450,6 +686,9 @@ mod tests {
         assert_eq!(specs[&1], hinted);
         assert!(specs[&2].profile.is_empty());
         assert_eq!(specs[&3].profile, hinted.profile);
+        // Migrated once: it reads the same again.
+        let (_, again) = Store::open(&path).unwrap();
+        assert_eq!(again.accepted.len(), 3);
     }
 
     #[test]
@@ -511,16 +750,17 @@ mod tests {
             panic!("a damaged journal was opened");
         };
         let msg = e.to_string();
-        assert!(matches!(e, StoreError::Corrupt { line: 2, .. }), "{msg}");
+        // Line 1 is the header.
+        assert!(matches!(e, StoreError::Corrupt { line: 3, .. }), "{msg}");
         assert!(
-            msg.contains("line 2") && msg.contains("tapfinger-agent repair-journal"),
+            msg.contains("line 3") && msg.contains("tapfinger-agent repair-journal"),
             "{msg}"
         );
         let rep = compact::repair(&path).unwrap();
         assert_eq!(rep.kept, 2);
         assert_eq!(rep.dropped.len(), 1);
-        assert_eq!(rep.dropped[0].0, 2);
-        assert!(std::fs::read(&rep.backup).unwrap().ends_with(b"\n"));
+        assert_eq!(rep.dropped[0].line, 3);
+        assert!(std::fs::read(rep.backup.unwrap()).unwrap().ends_with(b"\n"));
         let (_, r) = Store::open(&path).unwrap();
         assert_eq!(r.accepted.len(), 2);
     }

@@ -183,6 +183,7 @@ impl Daemon {
                 .and_then(|()| self.p.executor.start(task, &spec, &allocation))
         };
         let p = &mut self.p;
+        let mut started = started;
         if started.is_ok()
             && let Some(store) = &mut p.store
         {
@@ -197,7 +198,15 @@ impl Daemon {
                 handle: p.executor.handle(task),
             };
             if let Err(e) = store.run(&run) {
-                tracing::warn!(%task, error = %e, "cannot journal a start");
+                // A start the journal does not know would not be adopted after a restart (and
+                // run again beside its copy): undo it, and the task waits for the disk.
+                tracing::warn!(%task, error = %e, "cannot journal a start: stopping it again");
+                p.executor.stop(task);
+                self.stopped_here.insert(task);
+                started = Err(crate::exec::ExecError::NoRoom {
+                    task,
+                    reason: format!("the journal cannot record the start: {e}"),
+                });
             }
         }
         match started {

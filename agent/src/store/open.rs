@@ -1,0 +1,172 @@
+//! Opening the journal: read it, say what is damaged or missing, migrate an old one, and leave
+//! the file ready to append to.
+//!
+//! What is read and what is refused:
+//! - **a torn last write** (bytes after the last record that checks out, which the commit counter
+//!   shows were never committed: a crash or a full disk in the middle of a write) is cut off with
+//!   a warning: it was never acknowledged;
+//! - **a record that does not check out** before the last one that does (flipped bytes, a changed
+//!   digit), or a gap in the commit numbers, is refused as [`StoreError::Corrupt`], naming each
+//!   line with the task id and name still legible in it;
+//! - **a journal shorter than its counter** (the last commit number in it below the counter's:
+//!   truncated at any point, emptied, deleted, restored from an older copy) is refused as
+//!   [`StoreError::Lost`], naming the commits and task ids missing;
+//! - without a counter (a journal from before it, or the counter deleted) the old rule holds: a
+//!   single unterminated last line is a torn write, anything else after the last good record is
+//!   damage.
+//!
+//! Both refusals name `tapfinger-agent repair-journal`, the command that accepts the loss
+//! ([`super::compact::repair`]): the agent does not start on its own with tasks missing.
+//!
+//! **Migration.** A journal of bare JSON lines (agents before checksums) is read with the old
+//! rules and rewritten in this format, through the same atomic rename as a compaction.
+
+use super::commit::{self, Committed};
+use super::frame::{self, Scan};
+use super::{Recovered, Store, StoreError, StoreOptions};
+use std::io::Write;
+use std::path::Path;
+
+fn describe(s: &Scan) -> Option<(String, usize)> {
+    let mut parts: Vec<String> = s
+        .damaged
+        .iter()
+        .map(|b| format!("{} does not check out", b.describe()))
+        .collect();
+    for (a, b) in &s.gaps {
+        parts.push(if a == b {
+            format!("commit {a} is missing")
+        } else {
+            format!("commits {a}..{b} are missing")
+        });
+    }
+    let line = s.damaged.first().map_or(0, |b| b.line);
+    (!parts.is_empty()).then(|| (parts.join("; "), line))
+}
+
+impl Store {
+    /// Open (or create) the journal and replay it (module doc of [`super::open`]).
+    pub fn open_with(path: &Path, opts: StoreOptions) -> Result<(Self, Recovered), StoreError> {
+        let io = |e| StoreError::Io(path.to_path_buf(), e);
+        // A snapshot that was never renamed is an unfinished compaction: the journal is whole.
+        let _ = std::fs::remove_file(super::compact::snapshot_path(path));
+        let counter_path = commit::counter_path(path);
+        let committed = commit::read(&counter_path).map_err(io)?;
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io(e)),
+        };
+        let v1 = frame::is_v1(&bytes);
+        let scan = if v1 {
+            frame::scan_v1(&bytes)
+        } else {
+            frame::scan(&bytes)
+        };
+        let corrupt = |what: String, line: usize| StoreError::Corrupt {
+            path: path.display().to_string(),
+            what,
+            line,
+        };
+        if let Some((what, line)) = describe(&scan) {
+            return Err(corrupt(what, line));
+        }
+        let found = if v1 { None } else { scan.last_seq() };
+        let mut r = Recovered::default();
+        let lines = scan.records.len() as u64;
+        for (_, rec) in scan.records {
+            r.apply(rec);
+        }
+        if let Some(c) = committed
+            && c.seq > found.unwrap_or(0)
+        {
+            return Err(StoreError::Lost {
+                path: path.display().to_string(),
+                counter: counter_path,
+                found: found.unwrap_or(0),
+                committed: c.seq,
+                last_found: r.last_id.map_or(0, |t| t.0),
+                last_committed: c.last_id,
+            });
+        }
+        if !scan.tail.is_empty() {
+            // Without a counter only a single unterminated line can be told to be a torn write.
+            let proven = committed.is_some() && !v1;
+            if !(proven || scan.tail.len() == 1 && scan.tail_unterminated) {
+                let b = &scan.tail[0];
+                return Err(corrupt(
+                    format!("{} does not check out", b.describe()),
+                    b.line,
+                ));
+            }
+            for b in &scan.tail {
+                tracing::warn!(path = %path.display(), line = b.line,
+                    "cutting off bytes after the last committed record (a write the agent never acknowledged)");
+            }
+            r.skipped = scan.tail.len();
+        }
+        if let Some(c) = committed {
+            r.last_id = r
+                .last_id
+                .max((c.last_id > 0).then_some(tapfinger::TaskId(c.last_id)));
+        }
+        let seq = found.unwrap_or(0).max(committed.map_or(0, |c| c.seq));
+        let counter = commit::Counter::open(
+            &counter_path,
+            Committed {
+                seq,
+                last_id: r.last_id.map_or(0, |t| t.0),
+            },
+        )
+        .map_err(io)?;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(io)?;
+        let mut len = scan.good_end as u64;
+        if v1 {
+            // Rewritten below.
+        } else if bytes.is_empty() || len == 0 {
+            file.set_len(0).map_err(io)?;
+            file.write_all(frame::HEADER).map_err(io)?;
+            file.sync_data().map_err(io)?;
+            len = frame::HEADER.len() as u64;
+        } else if len < bytes.len() as u64 {
+            // Appending after a torn write would glue the next record onto it.
+            file.set_len(len).map_err(io)?;
+            file.sync_data().map_err(io)?;
+        }
+        if !v1 && bytes.get(len as usize - 1).is_some_and(|b| *b != b'\n') {
+            // The last record checks out but lost its newline.
+            file.write_all(b"\n").map_err(io)?;
+            file.sync_data().map_err(io)?;
+            len += 1;
+        }
+        let mut store = Self {
+            path: path.to_path_buf(),
+            file,
+            len,
+            dirty_tail: false,
+            seq,
+            counter,
+            opts,
+            live: r.clone(),
+            lines,
+            compactions: 0,
+            backlog: Default::default(),
+            failing: None,
+            tried: None,
+            #[cfg(test)]
+            crash: None,
+        };
+        if v1 {
+            tracing::info!(path = %path.display(), "migrating the journal to checksummed records");
+            store.compact().map_err(io)?;
+            store.compactions = 0;
+            store.committed();
+        }
+        store.maybe_compact();
+        Ok((store, r))
+    }
+}
