@@ -9,7 +9,8 @@
 pub const ATTEMPT_MARK: &str = "=== tapfinger: a new attempt of this task starts here";
 
 /// Open a task's log file for a new attempt: created if missing, appended to, and the attempt's
-/// marker line written first.
+/// marker line written first (where the disk has room: a full disk loses log lines, never the
+/// task's start).
 pub fn open_attempt_log(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new()
@@ -19,6 +20,6 @@ pub fn open_attempt_log(path: &std::path::Path) -> std::io::Result<std::fs::File
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    writeln!(f, "{ATTEMPT_MARK} (unix time {secs}) ===")?;
+    let _ = writeln!(f, "{ATTEMPT_MARK} (unix time {secs}) ===");
     Ok(f)
 }

@@ -463,6 +463,12 @@ fn repair_journal(path: &std::path::Path) -> anyhow::Result<()> {
     for (a, b) in &r.missing {
         println!("missing  commits {a}..{b} (which tasks they held is not known here)");
     }
+    if !r.outcomes_from_runs.is_empty() {
+        println!(
+            "outcomes {} task(s) that ran here and ended, from their exit records (not run again)",
+            r.outcomes_from_runs.len()
+        );
+    }
     Ok(())
 }
 

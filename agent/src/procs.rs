@@ -31,14 +31,36 @@ pub fn alive(pid: u32, start: u64) -> bool {
 }
 
 /// Write `value` as JSON to `path` whole or not at all: to a file beside it (extension `tmp`),
-/// renamed over it.
+/// renamed over it. Where that fails (a full disk has no block for the new file) and `path`
+/// holds room kept by [`reserve`], the JSON is written into that room instead, padded with
+/// blanks: it needs no new block (a crash in the middle of that write leaves a record that does
+/// not parse, which readers take for none).
 pub(crate) fn write_json<T: Serialize>(value: &T, path: &Path, tmp: &str) -> std::io::Result<()> {
     let tmp = path.with_extension(tmp);
-    std::fs::write(
-        &tmp,
-        serde_json::to_vec(value).map_err(std::io::Error::other)?,
-    )?;
-    std::fs::rename(&tmp, path)
+    let json = serde_json::to_vec(value).map_err(std::io::Error::other)?;
+    let whole = std::fs::write(&tmp, &json).and_then(|()| std::fs::rename(&tmp, path));
+    let Err(e) = whole else { return Ok(()) };
+    let _ = std::fs::remove_file(&tmp);
+    let room = std::fs::metadata(path).map_or(0, |m| m.len());
+    if (json.len() as u64) > room {
+        return Err(e);
+    }
+    use std::io::Write;
+    let mut padded = json;
+    padded.resize(room as usize, b' ');
+    let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
+    f.write_all(&padded)?;
+    f.sync_data()
+}
+
+/// Bytes [`reserve`] keeps: more than any record written with [`write_json`] where it is used
+/// (a task's exit record and process group).
+pub(crate) const RESERVED: usize = 1024;
+
+/// Keep room at `path` for a record [`write_json`] may have to write there on a full disk: a
+/// file of blanks (which a reader takes for no record). Fails where the disk has no room now.
+pub(crate) fn reserve(path: &Path) -> std::io::Result<()> {
+    std::fs::write(path, [b' '; RESERVED])
 }
 
 #[cfg(test)]

@@ -82,8 +82,13 @@ impl ExitRecord {
         serde_json::from_slice(&std::fs::read(path).ok()?).ok()
     }
 
+    /// Write it whole, or on a full disk into the room the agent kept for it
+    /// ([`crate::procs::reserve`]).
     fn write(&self, path: &Path) -> std::io::Result<()> {
-        crate::procs::write_json(self, path, "tmp")
+        let mut r = self.clone();
+        // A message is cut so that the record fits the room kept.
+        r.message = r.message.chars().take(crate::procs::RESERVED / 2).collect();
+        crate::procs::write_json(&r, path, "tmp")
     }
 }
 
@@ -181,7 +186,8 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
     let spawn_file = a.exit_file.with_extension("spawn");
     let group_file = a.exit_file.with_extension("group");
     let _ = std::fs::remove_file(&spawn_file);
-    let _ = std::fs::remove_file(&group_file);
+    // The group file holds the room the agent kept for it (blanks: no group yet); it is
+    // overwritten, not removed.
     let mut child = match tokio::process::Command::new(crate::guard::SELF_EXE)
         .args(["guard", "--parent", &std::process::id().to_string()])
         .arg("--spawn-error")

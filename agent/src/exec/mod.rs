@@ -111,6 +111,17 @@ pub enum ExecError {
         /// Cause.
         reason: String,
     },
+    /// The data directory has no room for the task's records (its exit record and process
+    /// group): the task goes back to the queue, and the agent counts its storage as full.
+    #[error("cannot start task {task}: no room for its records in {}: {error}", dir.display())]
+    NoStorage {
+        /// Task.
+        task: TaskId,
+        /// Where.
+        dir: std::path::PathBuf,
+        /// What the write said.
+        error: std::io::Error,
+    },
     /// The task is already running here.
     #[error("task {0} is already running")]
     AlreadyRunning(TaskId),

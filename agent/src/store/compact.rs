@@ -204,6 +204,23 @@ pub struct Repaired {
     pub missing: Vec<(u64, u64)>,
     /// Where the journal as it was is kept (none when there was no journal).
     pub backup: Option<PathBuf>,
+    /// Tasks kept without an outcome whose exit record this node's run directory still holds
+    /// (they ran here and ended): their outcomes, recorded again so that they do not run again.
+    pub outcomes_from_runs: Vec<(tapfinger::TaskId, Option<i32>)>,
+}
+
+/// Outcomes of `r`'s unfinished tasks that ran on this node, from the exit records its
+/// supervisors wrote (`<data_dir>/runs/<task>.exit`; kept for the log retention).
+fn outcomes_from_runs(journal: &Path, r: &Recovered) -> Vec<(tapfinger::TaskId, Option<i32>)> {
+    let runs = journal.parent().unwrap_or(Path::new(".")).join("runs");
+    r.accepted
+        .keys()
+        .filter(|id| !r.outcomes.contains_key(id) && !r.runs.contains_key(id))
+        .filter_map(|id| {
+            let rec = crate::supervise::ExitRecord::read(&runs.join(format!("{}.exit", id.0)))?;
+            (rec.how == "exited").then_some((*id, rec.code))
+        })
+        .collect()
 }
 
 /// The operator's recovery for a journal the agent refuses to open (module doc): keep a copy of
@@ -246,6 +263,17 @@ pub fn repair(path: &Path) -> Result<Repaired, StoreError> {
         });
     }
     records.extend(scan.records.into_iter().map(|(_, rec)| rec));
+    let outcomes = outcomes_from_runs(path, &r);
+    for (task, code) in &outcomes {
+        // It ran here: this node (the upper half of an id is the node that accepted it, and
+        // only tasks accepted here are in this journal) ran it; its epoch is not known.
+        records.push(Record::Outcome {
+            task: *task,
+            node: tapfinger::NodeId((task.0 >> 32) as u32),
+            code: *code,
+            epoch: 0,
+        });
+    }
     let backup = match &bytes {
         Some(_) => {
             let secs = std::time::SystemTime::now()
@@ -279,7 +307,8 @@ pub fn repair(path: &Path) -> Result<Repaired, StoreError> {
     let mut counter = commit::Counter::open(&counter_path, end).map_err(io)?;
     counter.set(end).map_err(io)?;
     Ok(Repaired {
-        kept: records.len() - usize::from(last_id > 0),
+        kept: records.len() - usize::from(last_id > 0) - outcomes.len(),
+        outcomes_from_runs: outcomes,
         dropped,
         missing,
         backup,

@@ -501,14 +501,28 @@ impl Store {
         }
         self.tried = Some(Instant::now());
         if self.backlog.is_empty() {
-            // Nothing waits: the next submission will tell; the status says "full" only while
-            // the disk has no room for a record.
-            if free_bytes(&self.dir()).is_some_and(|f| f >= 64 * 1024) {
-                self.failing = None;
+            // Nothing waits: the status says "full" while the disk has no room for a task's
+            // records; the next write tells for sure.
+            if free_bytes(&self.dir()).is_some_and(|f| f >= 64 * 1024)
+                && let Some((e, since)) = self.failing.take()
+            {
+                tracing::info!(path = %self.path.display(), failed = %e,
+                    seconds = since.elapsed().as_secs(), "the data directory has room again");
             }
             return;
         }
         let _ = self.commit(None);
+    }
+
+    /// Count the data directory as failing after a write elsewhere in it failed (a task's
+    /// records): starts and submissions wait until [`Store::retry`] finds room again.
+    pub fn note_failure(&mut self, e: &std::io::Error) {
+        if self.failing.is_none() {
+            tracing::warn!(path = %self.path.display(), error = %e,
+                "the data directory takes no writes: submissions and starts wait until it has room");
+            self.failing = Some((std::io::Error::new(e.kind(), e.to_string()), Instant::now()));
+            self.tried = Some(Instant::now());
+        }
     }
 
     /// Whether writes fail now, and what waits to be written.

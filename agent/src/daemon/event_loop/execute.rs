@@ -44,7 +44,24 @@ impl Daemon {
                 {
                     tracing::warn!(%task, error = %e, "cannot journal the end of a run");
                 }
-                let stopped = self.stopped_here.remove(&task) || by_executor;
+                let asked = self.stopped_here.remove(&task);
+                let here = self
+                    .p
+                    .core
+                    .tasks()
+                    .get(task)
+                    .and_then(|t| t.state.running_on())
+                    == Some(self.me);
+                if by_executor && !asked && here {
+                    // Ended without an outcome that nobody here asked for (its supervisor had
+                    // no room to record one, or its lease ran out first): no copy runs any
+                    // more, so the task goes back to the queue instead of staying "running".
+                    return self
+                        .p
+                        .core
+                        .on_start_refused(task, "its copy here ended without an outcome");
+                }
+                let stopped = asked || by_executor;
                 if !stopped {
                     self.finished_here.push(task);
                 }
@@ -176,8 +193,16 @@ impl Daemon {
         // A stop asked for an earlier run of this task here is not about this one.
         self.stopped_here.remove(&task);
         let mut allocation = (p.to_allocation)(&alloc);
+        let failing = p_store_failing(&self.p.store);
         let started = if self.gpus.holds(task) {
             Err(crate::exec::ExecError::AlreadyRunning(task))
+        } else if let Some(why) = &failing {
+            // Its start could not be journaled (and so not adopted after a restart): the task
+            // waits in the queue until the disk takes writes again.
+            Err(crate::exec::ExecError::NoRoom {
+                task,
+                reason: format!("the journal cannot be written: {why}"),
+            })
         } else {
             self.place_gpus(task, &mut allocation)
                 .and_then(|()| self.p.executor.start(task, &spec, &allocation))
@@ -221,10 +246,23 @@ impl Daemon {
                 if !matches!(e, crate::exec::ExecError::AlreadyRunning(_)) {
                     self.free_gpus(task);
                 }
-                tracing::warn!(%task, error = %e, "cannot start");
+                if failing.is_some() {
+                    // Said once when the store began failing; every round would repeat it.
+                    tracing::debug!(%task, error = %e, "cannot start");
+                } else {
+                    tracing::warn!(%task, error = %e, "cannot start");
+                }
                 let back = match &e {
                     crate::exec::ExecError::NoRoom { reason, .. } => {
                         self.p.core.on_start_refused(task, reason)
+                    }
+                    crate::exec::ExecError::NoStorage { error, .. } => {
+                        // The disk is full: no start here until it has room again (the store
+                        // says when), and submissions are refused meanwhile.
+                        if let Some(store) = &mut self.p.store {
+                            store.note_failure(error);
+                        }
+                        self.p.core.on_start_refused(task, &e.to_string())
                     }
                     _ => self.p.core.on_exit(task, None, false),
                 };
@@ -300,4 +338,9 @@ impl Daemon {
             tracing::warn!(%task, error = %e, "cannot stop the MPS daemon");
         }
     }
+}
+
+/// Why the journal fails now, if it does.
+fn p_store_failing(store: &Option<crate::store::Store>) -> Option<String> {
+    store.as_ref().and_then(|s| s.health().failing)
 }

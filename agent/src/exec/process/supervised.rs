@@ -32,8 +32,20 @@ pub(super) fn start(
     let spawn_err = |reason: String| ExecError::Spawn { task, reason };
     std::fs::create_dir_all(&sup.run_dir).map_err(|e| spawn_err(e.to_string()))?;
     let exit_file = sup.run_dir.join(format!("{}.exit", task.0));
-    // A record from an earlier run of the same task here must not be read as this one's.
-    let _ = std::fs::remove_file(&exit_file);
+    // A record from an earlier run of the same task here must not be read as this one's: both
+    // records are replaced by room kept for them (blanks, read as none), so that the outcome
+    // and the group can be written even if the disk fills while the task runs. No room now:
+    // the task goes back to the queue rather than fail for want of a place to say how it ended.
+    for file in [exit_file.clone(), exit_file.with_extension("group")] {
+        if let Err(e) = crate::procs::reserve(&file) {
+            let _ = std::fs::remove_file(&file);
+            return Err(ExecError::NoStorage {
+                task,
+                dir: sup.run_dir.clone(),
+                error: e,
+            });
+        }
+    }
     // Earlier attempts' output stays in the log (appended): this one's progress is read from
     // what the log holds now on, before the supervisor writes this attempt's marker.
     let from = std::fs::metadata(log.with_extension("stdout")).map_or(0, |m| m.len());
@@ -162,7 +174,7 @@ fn follow(
                 // A program that could not start failed; a stop or a lapsed lease is no outcome.
                 (
                     None,
-                    r.how == "stopped" || r.how == "lease" || r.how == "preempted",
+                    matches!(r.how.as_str(), "stopped" | "lease" | "preempted"),
                 )
             }
             None => (None, stopping),

@@ -1,0 +1,320 @@
+//! The agent binary and its disk: a data directory on a small tmpfs filled up while tasks are
+//! submitted and run, a journal cut short under a real agent, and two agents on one data
+//! directory. Verdicts come from the records the tasks write themselves (outside the data
+//! directory): every acknowledged task reaches one outcome and none runs again after it
+//! succeeded.
+//!
+//! The full-disk test mounts a tmpfs, so it needs root (CI has it); without root it fails,
+//! saying so.
+#![allow(clippy::unwrap_used)]
+
+#[path = "support/process.rs"]
+mod process;
+
+use process::{Agent, agent_command, free_port, http, json, start_agent, wait_until};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tapfinger-agent");
+
+/// A task named `name` that writes `start`, sleeps `secs`, then writes `end` to `rec/name`.
+fn recorder(rec: &Path, name: &str, secs: f64) -> String {
+    let file = rec.join(name);
+    let script = format!(
+        "echo start >> {f}; sleep {secs}; echo end >> {f}",
+        f = file.display()
+    );
+    serde_json::json!({
+        "name": name,
+        "command": ["sh", "-c", script],
+        "min_demand": {"cpu": 1},
+    })
+    .to_string()
+}
+
+/// Submit; the status, the `Retry-After` header's presence is checked by the caller via body.
+fn submit(api: &str, rec: &Path, name: &str, secs: f64) -> (u16, String) {
+    http(api, "POST", "/v1/tasks", Some(recorder(rec, name, secs))).unwrap()
+}
+
+/// Starts and ends per task, from the tasks' own records.
+fn records(rec: &Path) -> BTreeMap<String, (usize, usize)> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(rec).unwrap().flatten() {
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let starts = text.lines().filter(|l| *l == "start").count();
+        let ends = text.lines().filter(|l| *l == "end").count();
+        out.insert(e.file_name().to_string_lossy().to_string(), (starts, ends));
+    }
+    out
+}
+
+/// Every task the API lists as succeeded, by name.
+fn finished(api: &str) -> Vec<String> {
+    let Some(v) = json(api, "/v1/tasks?limit=1000") else {
+        return Vec::new();
+    };
+    v["tasks"]
+        .as_array()
+        .map(|ts| {
+            ts.iter()
+                .filter(|t| t["state"] == "succeeded")
+                .filter_map(|t| t["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn storage(api: &str) -> serde_json::Value {
+    json(api, "/v1/node").map_or(serde_json::Value::Null, |n| n["storage"].clone())
+}
+
+/// Mounts a tmpfs of `size` at `at`; unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Self {
+        std::fs::create_dir_all(at).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "this test mounts a tmpfs and needs root (CI runs it as root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Fill the file system of `dir` until a write fails; returns the filler's path.
+fn fill(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let block = vec![0u8; 4096];
+    while f.write_all(&block).and_then(|()| f.sync_data()).is_ok() {}
+    path
+}
+
+fn agent(dir: &Path, p2p: u16, api: &str) -> Agent {
+    start_agent(agent_command(BIN, "a", dir, p2p, api, "first-fit-max"), api)
+}
+
+#[test]
+fn a_full_disk_refuses_submissions_with_507_and_loses_no_acknowledged_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let rec = dir.join("rec");
+    std::fs::create_dir_all(&rec).unwrap();
+    let _fs = Tmpfs::mount(&dir.join("data"), "4m");
+    let (p2p, api) = (free_port(), format!("127.0.0.1:{}", free_port()));
+    let a = agent(dir, p2p, &api);
+    let mut acked = Vec::new();
+    for i in 0..4 {
+        let name = format!("before-{i}");
+        let (code, body) = submit(&api, &rec, &name, 3.0);
+        assert_eq!(code, 201, "{body}");
+        acked.push(name);
+    }
+    wait_until(Duration::from_secs(30), "a task running", || {
+        records(&rec).values().any(|(s, _)| *s > 0)
+    });
+
+    // The disk fills while tasks run.
+    let filler = fill(&dir.join("data"));
+    // The journal's last page may still take a record or two: those are acknowledged, and
+    // count like any other.
+    let mut first_refusal = None;
+    for i in 0..50 {
+        let name = format!("during-{i}");
+        let (code, body) = submit(&api, &rec, &name, 0.1);
+        if code == 201 {
+            acked.push(name);
+        } else {
+            first_refusal = Some((code, body));
+            break;
+        }
+    }
+    let (code, body) = first_refusal.expect("no submission refused on a full disk");
+    assert_eq!(code, 507, "{body}");
+    for i in 0..3 {
+        let (code, body) = submit(&api, &rec, &format!("refused-{i}"), 0.1);
+        assert_eq!(code, 507, "a submission on a full disk: {body}");
+        assert!(
+            body.contains("No space left")
+                && body.contains(&dir.join("data").display().to_string()),
+            "the refusal names the cause and the data directory: {body}"
+        );
+    }
+    // The status is published a few times a second.
+    wait_until(Duration::from_secs(5), "storage full in /v1/node", || {
+        storage(&api)["full"] == true
+    });
+    let metrics = http(&api, "GET", "/metrics", None).unwrap().1;
+    assert!(
+        metrics.contains("tapfinger_storage_full 1"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("storage"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // The task running goes on and finishes while the disk is full (nothing new starts: a
+    // start that could not be journaled would not be adopted after a restart); the agent stays
+    // up.
+    let running: Vec<String> = records(&rec)
+        .into_iter()
+        .filter(|(_, (s, e))| *s > 0 && *e == 0)
+        .map(|(n, _)| n)
+        .collect();
+    assert!(!running.is_empty());
+    wait_until(Duration::from_secs(60), "the running task's end", || {
+        let r = records(&rec);
+        running
+            .iter()
+            .all(|n| r.get(n).is_some_and(|(_, e)| *e > 0))
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let started: usize = records(&rec).values().map(|(s, _)| s).sum();
+    assert_eq!(
+        started,
+        running.len(),
+        "a task started on a full disk: {:?}",
+        records(&rec)
+    );
+    assert!(
+        json(&api, "/v1/node").is_some(),
+        "the agent is up on a full disk"
+    );
+
+    // Space comes back: the backlog is written, submissions are taken again.
+    std::fs::remove_file(&filler).unwrap();
+    wait_until(Duration::from_secs(20), "storage writable again", || {
+        let s = storage(&api);
+        s["failing"].is_null() && s["backlog"] == 0
+    });
+    for i in 0..3 {
+        let name = format!("after-{i}");
+        let (code, body) = submit(&api, &rec, &name, 0.5);
+        assert_eq!(code, 201, "{body}");
+        acked.push(name);
+    }
+    // Killed and restarted on the same data directory: it starts, and every acknowledged task
+    // reaches its outcome.
+    drop(a);
+    let a = agent(dir, p2p, &api);
+    wait_until(
+        Duration::from_secs(90),
+        "every acknowledged task finished",
+        || {
+            let done = finished(&api);
+            acked.iter().all(|n| done.contains(n))
+        },
+    );
+    let r = records(&rec);
+    for name in &acked {
+        let (starts, ends) = r.get(name).copied().unwrap_or_default();
+        assert_eq!(ends, 1, "{name}: {starts} starts, {ends} ends ({r:?})");
+        assert_eq!(starts, 1, "{name} ran again after it succeeded ({r:?})");
+    }
+    assert!(
+        r.keys().all(|n| !n.starts_with("refused")),
+        "a refused task ran: {r:?}"
+    );
+    drop(a);
+}
+
+#[test]
+fn a_journal_cut_short_under_a_real_agent_is_refused_until_the_loss_is_accepted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let rec = dir.join("rec");
+    std::fs::create_dir_all(&rec).unwrap();
+    let (p2p, api) = (free_port(), format!("127.0.0.1:{}", free_port()));
+    let a = agent(dir, p2p, &api);
+    for i in 0..4 {
+        let (code, body) = submit(&api, &rec, &format!("t{i}"), 0.2);
+        assert_eq!(code, 201, "{body}");
+    }
+    wait_until(Duration::from_secs(60), "four tasks finished", || {
+        finished(&api).len() == 4
+    });
+    drop(a);
+    let journal = dir.join("data/tasks.journal");
+    let bytes = std::fs::read(&journal).unwrap();
+    std::fs::write(&journal, &bytes[..bytes.len() / 2]).unwrap();
+    let out = agent_command(BIN, "a", dir, p2p, &api, "first-fit-max")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "started on a journal cut short: {err}"
+    );
+    assert!(
+        err.contains("records are missing") && err.contains("repair-journal"),
+        "{err}"
+    );
+    let rep = std::process::Command::new(BIN)
+        .arg("repair-journal")
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&rep.stdout);
+    assert!(
+        rep.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&rep.stderr)
+    );
+    assert!(said.contains("missing  commits"), "{said}");
+    // The cut took outcomes with it; the tasks' exit records in the run directory tell them.
+    assert!(said.contains("outcomes "), "{said}");
+    // The loss accepted, it starts; nothing that had succeeded runs again.
+    let a = agent(dir, p2p, &api);
+    std::thread::sleep(Duration::from_secs(3));
+    let done = finished(&api);
+    assert!(done.len() >= 2, "the history kept: {done:?}");
+    let r = records(&rec);
+    assert!(r.values().all(|(s, _)| *s == 1), "a task ran again: {r:?}");
+    drop(a);
+}
+
+#[test]
+fn a_second_agent_on_one_data_directory_exits_1_naming_the_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (p2p, api) = (free_port(), format!("127.0.0.1:{}", free_port()));
+    let a = agent(dir, p2p, &api);
+    let pid = a.0.id();
+    let api2 = format!("127.0.0.1:{}", free_port());
+    let out = agent_command(BIN, "b", dir, free_port(), &api2, "first-fit-max")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("pid {pid}")), "{err}");
+    assert!(
+        json(&api, "/v1/node").is_some(),
+        "the first agent is unharmed"
+    );
+    drop(a);
+}
