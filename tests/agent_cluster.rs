@@ -291,6 +291,20 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
         closed.is_ok(),
         "the half-sent request still holds its connection"
     );
+    // A body announced larger than any request is refused at once, before it is sent.
+    let mut big = tokio::net::TcpStream::connect(&guarded).await.unwrap();
+    big.write_all(
+        b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\n\
+          Content-Length: 1000000000\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut head = [0u8; 12];
+    tokio::time::timeout(Duration::from_secs(5), big.read_exact(&mut head))
+        .await
+        .expect("no answer before the body")
+        .unwrap();
+    assert_eq!(&head, b"HTTP/1.1 413", "{}", String::from_utf8_lossy(&head));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

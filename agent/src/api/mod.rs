@@ -85,7 +85,8 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-/// The token check and the request timeout, before any handler or extractor runs.
+/// The token check, the size check and the request timeout, before any handler or extractor
+/// runs.
 async fn guard(
     State(s): State<ApiState>,
     req: axum::extract::Request,
@@ -111,6 +112,22 @@ async fn guard(
                 .is_some_and(|id| id.parse::<u64>().is_ok());
     if !public && let Some(r) = refused(&s, req.headers()) {
         return r;
+    }
+    // A body announced larger than any request takes is refused before it is read (waiting for
+    // it would hold the connection until the request timeout).
+    let announced = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > MAX_BODY as u64) {
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            axum::Json(ErrorBody::new(format!(
+                "a request body is at most {MAX_BODY} bytes"
+            ))),
+        )
+            .into_response();
     }
     match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
         Ok(r) => r,
