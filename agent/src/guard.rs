@@ -165,14 +165,19 @@ async fn guard(a: &GuardArgs) -> i32 {
     loop {
         tokio::select! {
             status = child.wait() => {
-                return match status.ok().and_then(|s| s.code()) {
-                    Some(code) => code,
-                    None => {
-                        // The task died of a signal: so does the guard, so that the supervisor
-                        // records no exit code (the kill ends this process here).
-                        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
-                        1
+                use std::os::unix::process::ExitStatusExt;
+                return match status.as_ref().ok().map(|s| (s.code(), s.signal())) {
+                    Some((Some(code), _)) => code,
+                    Some((None, Some(sig))) => {
+                        // The task died of a signal: the shell's convention (128 + the signal),
+                        // and the signal named in its log. The guard itself dying of a signal
+                        // is another thing (its supervisor takes that copy for lost).
+                        let name = nix::sys::signal::Signal::try_from(sig)
+                            .map_or_else(|_| sig.to_string(), |s| s.as_str().to_string());
+                        eprintln!("tapfinger: the task was killed by signal {name}");
+                        128 + sig
                     }
+                    _ => 1,
                 };
             }
             _ = gone.recv() => {}

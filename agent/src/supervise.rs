@@ -69,7 +69,9 @@ pub struct ExitRecord {
     pub code: Option<i32>,
     /// `exited`, `stopped` (SIGTERM to the supervisor), `preempted` (SIGUSR1: the task's
     /// checkpoint signal and grace first), `lease` (the agent's lease ran out),
-    /// or `spawn` (the program could not be started; `message` says why).
+    /// `spawn` (the program could not be started; `message` says why), or `lost` (the task's
+    /// guard was killed, and the task with it: no outcome, the task goes back to the queue). A
+    /// task killed by a signal has exited with 128 + the signal, as shells report it.
     pub how: String,
     /// Details.
     #[serde(default)]
@@ -233,10 +235,25 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
                 if let Some(r) = spawn_failure(&spawn_file) {
                     return r;
                 }
+                use std::os::unix::process::ExitStatusExt;
+                if let Some(sig) = status.as_ref().ok().and_then(|s| s.signal()) {
+                    // The guard passes a task's death by a signal on as 128 + the signal; dying
+                    // of one itself (a `kill -9` of the guard) took the task with it: the copy
+                    // is gone without an outcome, and the agent puts the task back in the queue.
+                    return ExitRecord {
+                        code: None,
+                        how: "lost".into(),
+                        message: format!("the task's guard was killed by signal {sig}, and the task with it"),
+                    };
+                }
+                let code = status.ok().and_then(|s| s.code());
                 return ExitRecord {
-                    code: status.ok().and_then(|s| s.code()),
+                    code,
                     how: "exited".into(),
-                    message: String::new(),
+                    message: code
+                        .filter(|c| (129..=192).contains(c))
+                        .map(|c| format!("exit code {c}: killed by signal {} (or exited so)", c - 128))
+                        .unwrap_or_default(),
                 };
             }
             _ = term.recv() => {

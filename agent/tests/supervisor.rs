@@ -138,6 +138,26 @@ fn exit_codes_and_spawn_failures_pass_through_the_guard() {
         !dir.join("t.group").exists(),
         "the group record outlived its group"
     );
+    // A task killed by a signal: 128 + the signal, as a shell says it, and the signal named.
+    let mut sup = supervise(dir, "kill -9 $$", 0);
+    sup.wait().unwrap();
+    let r = ExitRecord::read(&dir.join("t.exit")).unwrap();
+    assert_eq!((r.how.as_str(), r.code), ("exited", Some(137)), "{r:?}");
+    assert!(r.message.contains("signal 9"), "{r:?}");
+    let log = std::fs::read_to_string(dir.join("t.stderr")).unwrap();
+    assert!(log.contains("killed by signal SIGKILL"), "{log}");
+    // The guard killed (the task with it): a lost copy, not an outcome.
+    let mut sup = supervise(dir, &task_in(dir), 0);
+    let _ = pid_in(dir, "leader");
+    let guard = children_of(sup.id())[0];
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(guard as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    sup.wait().unwrap();
+    let r = ExitRecord::read(&dir.join("t.exit")).unwrap();
+    assert_eq!((r.how.as_str(), r.code), ("lost", None), "{r:?}");
     let mut sup = supervise_command(dir, &["/no/such/program"], 0);
     sup.wait().unwrap();
     let r = ExitRecord::read(&dir.join("t.exit")).unwrap();

@@ -100,6 +100,14 @@ pub(super) async fn run(
     let recorded = recovered.outcomes.keys().copied().collect();
     let (mut pending, held) =
         crate::recover::replay(&mut p.core, p.executor.as_mut(), &mut p.store, recovered);
+    let adopted: BTreeSet<TaskId> = held.iter().map(|(t, _, _)| *t).collect();
+    let swept = p.executor.sweep_leftovers(&adopted);
+    if swept > 0 {
+        tracing::info!(
+            cgroups = swept,
+            "removed the empty cgroups of tasks that ended while the agent was away"
+        );
+    }
     let mut gpus = GpuPool::with_shares(&p.gpu_devices, p.gpu_shares.per_device);
     for (task, devices, units) in held {
         match (&devices[..], &mut p.gpu_shares.mps) {

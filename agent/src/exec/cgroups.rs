@@ -224,6 +224,36 @@ impl Cgroups {
         found
     }
 
+    /// Remove every empty task group not of a task in `keep` (what a killed agent left: a
+    /// task's end removes its groups only while the agent runs). A group that still holds
+    /// processes stays. Returns how many were removed.
+    pub(crate) fn sweep(&self, keep: &std::collections::BTreeSet<TaskId>) -> usize {
+        let bases: Vec<&PathBuf> = match self {
+            Cgroups::V2(d) => vec![d],
+            Cgroups::V1 { cpu, memory } => std::iter::once(cpu).chain(memory).collect(),
+            Cgroups::Unavailable(_) => Vec::new(),
+        };
+        let mut removed = 0;
+        for base in bases {
+            let Ok(entries) = std::fs::read_dir(base) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let name = e.file_name();
+                let task = name
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("task-"))
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .map(TaskId);
+                if task.is_some_and(|t| !keep.contains(&t)) && std::fs::remove_dir(e.path()).is_ok()
+                {
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
+
     /// The groups [`Cgroups::create`] makes for `task` (the first: its CPU group, on v2 its
     /// only one).
     pub(crate) fn groups_of(&self, task: TaskId) -> Vec<PathBuf> {
@@ -299,6 +329,30 @@ mod tests {
         let cg = Cgroups::detect_for_agent(&v2, "0::/\n", "tapfinger");
         assert_eq!(cg, Cgroups::V2(v2.join("tapfinger")));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // Leftovers in a plain directory laid out as a v1 hierarchy: a removable (empty) group is
+    // one without processes; a non-empty directory stands for one that still holds some.
+    #[test]
+    fn a_restart_removes_the_empty_groups_of_tasks_it_does_not_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cpu, mem) = (dir.path().join("cpu"), dir.path().join("memory"));
+        for base in [&cpu, &mem] {
+            for t in ["task-1", "task-2", "task-3", "not-a-task"] {
+                std::fs::create_dir_all(base.join(t)).unwrap();
+            }
+        }
+        std::fs::write(cpu.join("task-3/busy"), "").unwrap();
+        let cg = Cgroups::V1 {
+            cpu: cpu.clone(),
+            memory: Some(mem.clone()),
+        };
+        let keep = [TaskId(2)].into();
+        assert_eq!(cg.sweep(&keep), 3, "task-1 twice, task-3's memory group");
+        assert!(!cpu.join("task-1").exists() && !mem.join("task-1").exists());
+        assert!(cpu.join("task-2").exists() && mem.join("task-2").exists());
+        assert!(cpu.join("task-3").exists() && !mem.join("task-3").exists());
+        assert!(cpu.join("not-a-task").exists());
     }
 
     // The files a resize writes, in a plain directory laid out as the hierarchy is (what the

@@ -160,6 +160,11 @@ pub trait Executor: Send {
     fn adopt(&mut self, _task: TaskId, _handle: &Handle) -> Adopted {
         Adopted::Lost
     }
+    /// After a restart's adoptions: remove what earlier runs left of tasks other than `keep`
+    /// (empty cgroups of tasks that ended while the agent was away); returns how many.
+    fn sweep_leftovers(&mut self, _keep: &std::collections::BTreeSet<TaskId>) -> usize {
+        0
+    }
 }
 
 /// A supervised task's process, as the journal records it: the supervisor's pid and its start

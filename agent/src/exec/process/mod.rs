@@ -520,6 +520,10 @@ impl Executor for ProcessExecutor {
             None => Adopted::Lost,
         }
     }
+
+    fn sweep_leftovers(&mut self, keep: &std::collections::BTreeSet<TaskId>) -> usize {
+        self.cgroups.sweep(keep)
+    }
 }
 
 /// A task's process is gone: free its cgroup and its registry entry, then report the exit.

@@ -174,7 +174,7 @@ fn follow(
                 // A program that could not start failed; a stop or a lapsed lease is no outcome.
                 (
                     None,
-                    matches!(r.how.as_str(), "stopped" | "lease" | "preempted"),
+                    matches!(r.how.as_str(), "stopped" | "lease" | "preempted" | "lost"),
                 )
             }
             None => (None, stopping),
