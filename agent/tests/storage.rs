@@ -150,6 +150,7 @@ fn a_full_disk_refuses_submissions_with_507_and_loses_no_acknowledged_task() {
     }
     let (code, body) = first_refusal.expect("no submission refused on a full disk");
     assert_eq!(code, 507, "{body}");
+    let while_filling = acked.len() - 4;
     for i in 0..3 {
         let (code, body) = submit(&api, &rec, &format!("refused-{i}"), 0.1);
         assert_eq!(code, 507, "a submission on a full disk: {body}");
@@ -235,6 +236,16 @@ fn a_full_disk_refuses_submissions_with_507_and_loses_no_acknowledged_task() {
         r.keys().all(|n| !n.starts_with("refused")),
         "a refused task ran: {r:?}"
     );
+    println!(
+        "full disk: {} acknowledged ({while_filling} into the journal's last page after the disk \
+         filled), 4 refused with 507 once it was full, {} running task(s) finished while full, 0 \
+         started while full; after freeing space, a SIGKILL and a restart: {} of {} succeeded, \
+         each started once (tasks' own records)",
+        acked.len(),
+        running.len(),
+        acked.iter().filter(|n| r.get(*n) == Some(&(1, 1))).count(),
+        acked.len()
+    );
     drop(a);
 }
 
@@ -317,4 +328,134 @@ fn a_second_agent_on_one_data_directory_exits_1_naming_the_first() {
         "the first agent is unharmed"
     );
     drop(a);
+}
+
+/// Agent `name` on `p2p`/`api` with data in `dir/<name>`, the label `site=<name>`, dialling
+/// `peers`.
+fn peer_agent(dir: &Path, name: &str, p2p: u16, api: &str, peers: &[u16]) -> std::process::Command {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{name}.log")))
+        .unwrap();
+    let mut c = std::process::Command::new(BIN);
+    c.args(["run", "--name", name])
+        .arg("--data-dir")
+        .arg(dir.join(name))
+        .args(["--listen", &format!("/ip4/127.0.0.1/tcp/{p2p}")])
+        .args(["--api", api, "--policy", "first-fit-max"])
+        .args(["--set", "slot_ms=300", "--set", "round_ms=100"])
+        .args([
+            "--set",
+            "heartbeat_ms=100",
+            "--set",
+            &format!("labels.site=\"{name}\""),
+        ])
+        .env("RUST_LOG", "info,libp2p=warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    for p in peers {
+        c.args(["--bootstrap", &format!("/ip4/127.0.0.1/tcp/{p}")]);
+    }
+    c
+}
+
+#[test]
+fn a_box_whose_journal_was_deleted_relearns_its_unfinished_tasks_from_its_peer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let rec = dir.join("rec");
+    std::fs::create_dir_all(&rec).unwrap();
+    let (pa, pb) = (free_port(), free_port());
+    let (api_a, api_b) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let a = start_agent(peer_agent(dir, "a", pa, &api_a, &[pb]), &api_a);
+    let b = start_agent(peer_agent(dir, "b", pb, &api_b, &[pa]), &api_b);
+    wait_until(Duration::from_secs(20), "a and b connected", || {
+        json(&api_a, "/v1/node").is_some_and(|n| n["peers"] == 1)
+    });
+    // Tasks only box a can run, each taking all of it: a blocker that runs, then three that
+    // wait behind it, acknowledged by a and known to b.
+    let only_a = |name: &str, secs: f64| {
+        let mut spec: serde_json::Value =
+            serde_json::from_str(&recorder(&rec, name, secs)).unwrap();
+        spec["require_labels"] = serde_json::json!({"site": "a"});
+        spec["min_demand"] = serde_json::json!({"cpu": 2});
+        let (code, body) = http(&api_a, "POST", "/v1/tasks", Some(spec.to_string())).unwrap();
+        assert_eq!(code, 201, "{body}");
+    };
+    only_a("blocker", 30.0);
+    wait_until(Duration::from_secs(20), "the blocker running", || {
+        records(&rec).contains_key("blocker")
+    });
+    let names = ["r0", "r1", "r2"];
+    for n in names {
+        only_a(n, 0.2);
+    }
+    wait_until(Duration::from_secs(5), "b knows the four tasks", || {
+        json(&api_b, "/v1/tasks").is_some_and(|v| v["total"] == 4)
+    });
+    drop(a);
+    // The journal deleted: refused, the loss accepted, then relearned from b.
+    let journal = dir.join("a/tasks.journal");
+    std::fs::remove_file(&journal).unwrap();
+    let out = peer_agent(dir, "a", pa, &api_a, &[pb])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "started without its journal: {err}"
+    );
+    assert!(err.contains("records are missing"), "{err}");
+    let rep = std::process::Command::new(BIN)
+        .arg("repair-journal")
+        .arg(&journal)
+        .output()
+        .unwrap();
+    assert!(
+        rep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rep.stderr)
+    );
+    let a = start_agent(peer_agent(dir, "a", pa, &api_a, &[pb]), &api_a);
+    let t0 = std::time::Instant::now();
+    while !names
+        .iter()
+        .all(|n| finished(&api_b).iter().any(|d| d == n))
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "not all succeeded: a {:?} b {:?}; logs in {}",
+            json(&api_a, "/v1/tasks"),
+            json(&api_b, "/v1/tasks"),
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let r = records(&rec);
+    for n in names {
+        assert_eq!(r.get(n), Some(&(1, 1)), "{n}: {r:?}");
+    }
+    println!("relearned from the peer: {r:?} (name: (starts, ends))");
+    // The journal holds them again (relearned), so a later loss of the peer would not drop them.
+    let dump = std::process::Command::new(BIN)
+        .args(["journal", "dump"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    for n in names {
+        assert!(
+            dump.contains(&format!("\"name\":\"{n}\"")),
+            "{n} not journaled again: {dump}"
+        );
+    }
+    drop((a, b));
 }

@@ -182,3 +182,40 @@ fn nodes_restarted_without_their_memory_relearn_every_task_from_their_peers() {
     assert_eq!(c.finished.len(), 40);
     assert!(c.finished.values().all(|n| *n == 1), "{:?}", c.finished);
 }
+
+/// A node restarted with no memory at all while the tasks it accepted are still pending (none
+/// fits any box, so no heartbeat's running list or recent outcomes names them): it says that it
+/// knows nothing (empty ranges), and its peer's ids teach it every one of them back.
+#[test]
+fn a_node_that_knows_nothing_relearns_its_pending_tasks() {
+    let mut c = Cluster::new(2, "min");
+    for _ in 0..40 {
+        c.step();
+    }
+    for id in 0..5u64 {
+        // Origin 0 (the upper half of the id), more cores than any box offers.
+        c.submit_with(0, id, 0, 1_000);
+        c.step();
+    }
+    for _ in 0..40 {
+        c.step();
+    }
+    assert_eq!(c.outcomes()[1].len(), 5, "the peer knows them");
+    c.forget(0);
+    let mut steps = 0;
+    while c.outcomes()[0].len() < 5 && steps < 2_000 {
+        c.step();
+        steps += 1;
+    }
+    assert_eq!(
+        c.outcomes()[0].len(),
+        5,
+        "relearned {} of 5 pending tasks in {steps} steps",
+        c.outcomes()[0].len()
+    );
+    assert!(
+        c.outcomes()[0].values().all(|s| *s == TaskState::Pending),
+        "{:?}",
+        c.outcomes()[0]
+    );
+}

@@ -404,10 +404,28 @@ impl Daemon {
         }
     }
 
-    /// Journal the tasks accepted here once they are known finished (anywhere).
+    /// Journal the tasks accepted here once they are known finished (anywhere); and an
+    /// unfinished task accepted here that the journal lacks (its record lost, the loss accepted
+    /// with `repair-journal`) once a peer has told it back, so that it survives the next restart
+    /// even if no peer does. (Finished ones are not: compaction forgets old finished tasks on
+    /// purpose, and peers keep their history.)
     fn journal_outcomes(&mut self) {
         if let Some(store) = &mut self.p.store {
             for (id, t) in self.p.core.tasks().iter() {
+                if id.0 >> 32 == u64::from(self.me.0)
+                    && !matches!(t.state, TaskState::Done { .. })
+                    && !store.has_accepted(id)
+                    && store.health().failing.is_none()
+                {
+                    match store.accepted(&t.task, &t.meta.spec) {
+                        Ok(()) => {
+                            tracing::info!(task = %id, "a task accepted here, relearned from a peer, journaled again");
+                        }
+                        Err(e) => {
+                            tracing::debug!(task = %id, error = %e, "cannot journal a relearned task")
+                        }
+                    }
+                }
                 if let TaskState::Done { node, code, epoch } = t.state
                     && id.0 >> 32 == u64::from(self.me.0)
                     && self.recorded.insert(id)

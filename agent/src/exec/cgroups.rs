@@ -224,10 +224,15 @@ impl Cgroups {
         found
     }
 
-    /// Remove every empty task group not of a task in `keep` (what a killed agent left: a
-    /// task's end removes its groups only while the agent runs). A group that still holds
+    /// Remove the empty groups of the tasks in `mine` but not in `keep` (what a killed agent
+    /// left: a task's end removes its groups only while the agent runs). Only this agent's
+    /// tasks (`mine`): other agents on the box share the hierarchy. A group that still holds
     /// processes stays. Returns how many were removed.
-    pub(crate) fn sweep(&self, keep: &std::collections::BTreeSet<TaskId>) -> usize {
+    pub(crate) fn sweep(
+        &self,
+        mine: &std::collections::BTreeSet<TaskId>,
+        keep: &std::collections::BTreeSet<TaskId>,
+    ) -> usize {
         let bases: Vec<&PathBuf> = match self {
             Cgroups::V2(d) => vec![d],
             Cgroups::V1 { cpu, memory } => std::iter::once(cpu).chain(memory).collect(),
@@ -245,7 +250,8 @@ impl Cgroups {
                     .and_then(|n| n.strip_prefix("task-"))
                     .and_then(|n| n.parse::<u64>().ok())
                     .map(TaskId);
-                if task.is_some_and(|t| !keep.contains(&t)) && std::fs::remove_dir(e.path()).is_ok()
+                if task.is_some_and(|t| mine.contains(&t) && !keep.contains(&t))
+                    && std::fs::remove_dir(e.path()).is_ok()
                 {
                     removed += 1;
                 }
@@ -347,8 +353,15 @@ mod tests {
             cpu: cpu.clone(),
             memory: Some(mem.clone()),
         };
+        let mine = [TaskId(1), TaskId(2), TaskId(3)].into();
         let keep = [TaskId(2)].into();
-        assert_eq!(cg.sweep(&keep), 3, "task-1 twice, task-3's memory group");
+        std::fs::create_dir_all(cpu.join("task-4")).unwrap();
+        assert_eq!(
+            cg.sweep(&mine, &keep),
+            3,
+            "task-1 twice, task-3's memory group"
+        );
+        assert!(cpu.join("task-4").exists(), "another agent's task");
         assert!(!cpu.join("task-1").exists() && !mem.join("task-1").exists());
         assert!(cpu.join("task-2").exists() && mem.join("task-2").exists());
         assert!(cpu.join("task-3").exists() && !mem.join("task-3").exists());

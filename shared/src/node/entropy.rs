@@ -128,6 +128,13 @@ impl NodeCore {
                 digest,
             })
             .collect();
+        if ranges.is_empty() {
+            // A node that knows no task at all (its journal lost, the loss accepted) still says
+            // so: its peers send their ids of every block it does not list, which is how it
+            // learns the tasks, its own unfinished ones among them, that no heartbeat's recent
+            // outcomes mention. Sending nothing left it empty for good.
+            return vec![self.envelope(Body::Ranges(Vec::new()))];
+        }
         ranges
             .chunks(MAX_IDS)
             .map(|c| self.envelope(Body::Ranges(c.to_vec())))

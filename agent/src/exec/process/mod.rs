@@ -522,7 +522,11 @@ impl Executor for ProcessExecutor {
     }
 
     fn sweep_leftovers(&mut self, keep: &std::collections::BTreeSet<TaskId>) -> usize {
-        self.cgroups.sweep(keep)
+        let Some(sup) = &self.supervision else {
+            return 0;
+        };
+        let mine = supervised::kill_unaccounted(sup, &self.cgroups, keep);
+        self.cgroups.sweep(&mine, keep)
     }
 }
 

@@ -240,6 +240,55 @@ impl Tail {
     }
 }
 
+/// Kill the copies a restarted agent cannot account for: every task whose group its guard
+/// recorded in the run directory, or whose cgroup holds processes, but that the journal's
+/// replay did not adopt (`keep`). Their start was not journaled (lost with the journal, or the
+/// agent died between the start and its record): left running, they would run beside the copy
+/// that replaces them. Returns the tasks this agent ran here (every start leaves files in the
+/// run directory, kept for the log retention), for the cgroup sweep.
+pub(super) fn kill_unaccounted(
+    sup: &Supervision,
+    cgroups: &crate::exec::Cgroups,
+    keep: &std::collections::BTreeSet<TaskId>,
+) -> std::collections::BTreeSet<TaskId> {
+    let mut mine = std::collections::BTreeSet::new();
+    let Ok(entries) = std::fs::read_dir(&sup.run_dir) else {
+        return mine;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let Some(task) = path
+            .file_stem()
+            .and_then(|s| s.to_str()?.parse::<u64>().ok())
+            .map(TaskId)
+        else {
+            continue;
+        };
+        if !mine.insert(task) || keep.contains(&task) {
+            continue;
+        }
+        let group = path.with_extension("group");
+        if let Some(g) = crate::guard::Group::read(&group) {
+            let n = crate::guard::kill_recorded(g, KILL_WAIT);
+            if n > 0 {
+                tracing::warn!(%task, processes = n, pgid = g.pgid,
+                    "killed a copy the journal does not know (its start was not recorded)");
+            }
+        }
+        let n = cgroups.kill_all(task);
+        if n > 0 {
+            tracing::warn!(%task, processes = n, "killed what a task's cgroup held that the journal does not know");
+            // Gone within milliseconds of SIGKILL; the group is removed once empty.
+            let end = std::time::Instant::now() + Duration::from_secs(1);
+            while cgroups.kill_all(task) > 0 && std::time::Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let _ = std::fs::remove_file(&group);
+    }
+    mine
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
