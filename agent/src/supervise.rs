@@ -235,26 +235,7 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
                 if let Some(r) = spawn_failure(&spawn_file) {
                     return r;
                 }
-                use std::os::unix::process::ExitStatusExt;
-                if let Some(sig) = status.as_ref().ok().and_then(|s| s.signal()) {
-                    // The guard passes a task's death by a signal on as 128 + the signal; dying
-                    // of one itself (a `kill -9` of the guard) took the task with it: the copy
-                    // is gone without an outcome, and the agent puts the task back in the queue.
-                    return ExitRecord {
-                        code: None,
-                        how: "lost".into(),
-                        message: format!("the task's guard was killed by signal {sig}, and the task with it"),
-                    };
-                }
-                let code = status.ok().and_then(|s| s.code());
-                return ExitRecord {
-                    code,
-                    how: "exited".into(),
-                    message: code
-                        .filter(|c| (129..=192).contains(c))
-                        .map(|c| format!("exit code {c}: killed by signal {} (or exited so)", c - 128))
-                        .unwrap_or_default(),
-                };
+                return guard_ended(status.ok());
             }
             _ = term.recv() => {
                 kill_group(pgid);
@@ -286,6 +267,30 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
                 }
             }
         }
+    }
+}
+
+/// How the task ended, from its guard's exit status.
+fn guard_ended(status: Option<std::process::ExitStatus>) -> ExitRecord {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(sig) = status.and_then(|s| s.signal()) {
+        // The guard passes a task's death by a signal on as 128 + the signal; dying of one
+        // itself (a `kill -9` of the guard) took the task with it: the copy is gone without an
+        // outcome, and the agent puts the task back in the queue.
+        return ExitRecord {
+            code: None,
+            how: "lost".into(),
+            message: format!("the task's guard was killed by signal {sig}, and the task with it"),
+        };
+    }
+    let code = status.and_then(|s| s.code());
+    ExitRecord {
+        code,
+        how: "exited".into(),
+        message: code
+            .filter(|c| (129..=192).contains(c))
+            .map(|c| format!("exit code {c}: killed by signal {} (or exited so)", c - 128))
+            .unwrap_or_default(),
     }
 }
 

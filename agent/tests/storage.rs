@@ -268,35 +268,14 @@ fn a_journal_cut_short_under_a_real_agent_is_refused_until_the_loss_is_accepted(
     let journal = dir.join("data/tasks.journal");
     let bytes = std::fs::read(&journal).unwrap();
     std::fs::write(&journal, &bytes[..bytes.len() / 2]).unwrap();
-    let out = agent_command(BIN, "a", dir, p2p, &api, "first-fit-max")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "started on a journal cut short: {err}"
-    );
-    assert!(
-        err.contains("records are missing") && err.contains("repair-journal"),
-        "{err}"
-    );
-    let rep = std::process::Command::new(BIN)
-        .arg("repair-journal")
-        .arg(&journal)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&rep.stdout);
-    assert!(
-        rep.status.success(),
-        "{said}{}",
-        String::from_utf8_lossy(&rep.stderr)
+    let said = refused_then_repaired(
+        agent_command(BIN, "a", dir, p2p, &api, "first-fit-max"),
+        &journal,
     );
     assert!(said.contains("missing  commits"), "{said}");
     // The cut took outcomes with it; the tasks' exit records in the run directory tell them.
     assert!(said.contains("outcomes "), "{said}");
+    println!("repair of a journal cut in half:\n{said}");
     // The loss accepted, it starts; nothing that had succeeded runs again.
     let a = agent(dir, p2p, &api);
     std::thread::sleep(Duration::from_secs(3));
@@ -328,6 +307,38 @@ fn a_second_agent_on_one_data_directory_exits_1_naming_the_first() {
         "the first agent is unharmed"
     );
     drop(a);
+}
+
+/// Start `agent` on a journal that lost records: it must exit 1 naming the loss and the repair
+/// command; then accept the loss with `repair-journal` and return what the repair printed.
+fn refused_then_repaired(mut agent: std::process::Command, journal: &Path) -> String {
+    let out = agent
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "started on a journal that lost records: {err}"
+    );
+    assert!(
+        err.contains("records are missing") && err.contains("repair-journal"),
+        "{err}"
+    );
+    let rep = std::process::Command::new(BIN)
+        .arg("repair-journal")
+        .arg(journal)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&rep.stdout).to_string();
+    assert!(
+        rep.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&rep.stderr)
+    );
+    said
 }
 
 /// Agent `name` on `p2p`/`api` with data in `dir/<name>`, the label `site=<name>`, dialling
@@ -402,28 +413,7 @@ fn a_box_whose_journal_was_deleted_relearns_its_unfinished_tasks_from_its_peer()
     // The journal deleted: refused, the loss accepted, then relearned from b.
     let journal = dir.join("a/tasks.journal");
     std::fs::remove_file(&journal).unwrap();
-    let out = peer_agent(dir, "a", pa, &api_a, &[pb])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "started without its journal: {err}"
-    );
-    assert!(err.contains("records are missing"), "{err}");
-    let rep = std::process::Command::new(BIN)
-        .arg("repair-journal")
-        .arg(&journal)
-        .output()
-        .unwrap();
-    assert!(
-        rep.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rep.stderr)
-    );
+    refused_then_repaired(peer_agent(dir, "a", pa, &api_a, &[pb]), &journal);
     let a = start_agent(peer_agent(dir, "a", pa, &api_a, &[pb]), &api_a);
     let t0 = std::time::Instant::now();
     while !names

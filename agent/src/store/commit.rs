@@ -84,7 +84,7 @@ impl Counter {
                     file.write_all(&slot_bytes(start))?;
                     file.write_all(&slot_bytes(start))?;
                     file.sync_all()?;
-                    super::compact::sync_dir(path)?;
+                    sync_dir(path)?;
                 }
                 file
             },
@@ -120,6 +120,12 @@ impl Committed {
             last_id: self.last_id.max(o.last_id),
         }
     }
+}
+
+/// `fsync` the directory holding `path` (a rename or a new file there made durable).
+pub(super) fn sync_dir(path: &Path) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    std::fs::File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
 }
 
 #[cfg(test)]

@@ -97,11 +97,6 @@ pub(super) fn live_records(r: &mut Recovered, keep_finished: usize) -> Vec<Recor
     out
 }
 
-pub(super) fn sync_dir(path: &Path) -> std::io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    std::fs::File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
-}
-
 impl Store {
     /// Compact now (module doc). On error the old journal stays in use.
     pub fn compact(&mut self) -> std::io::Result<()> {
@@ -118,7 +113,7 @@ impl Store {
         self.crash_point(Step::Synced);
         std::fs::rename(&tmp, &self.path)?;
         self.crash_point(Step::Renamed);
-        sync_dir(&self.path)?;
+        commit::sync_dir(&self.path)?;
         self.file = std::fs::OpenOptions::new().append(true).open(&self.path)?;
         self.len = len;
         self.dirty_tail = false;
@@ -299,7 +294,7 @@ pub fn repair(path: &Path) -> Result<Repaired, StoreError> {
         f.sync_all().map_err(io)?;
     }
     std::fs::rename(&tmp, path).map_err(io)?;
-    sync_dir(path).map_err(io)?;
+    commit::sync_dir(path).map_err(io)?;
     let end = commit::Committed {
         seq: start + records.len() as u64,
         last_id,

@@ -56,7 +56,7 @@ pub enum StoreError {
     #[error(
         "cannot record durably in {}: {error}{}; retry once space is freed",
         dir.display(),
-        free.map(|f| format!(" ({} free)", crate::client::human_bytes(f))).unwrap_or_default()
+        free.map(|f| format!(" ({:.1} MiB free)", f as f64 / f64::from(1u32 << 20))).unwrap_or_default()
     )]
     Unavailable {
         /// The data directory.

@@ -86,6 +86,7 @@ fn a_journal_cut_short_anywhere_is_refused_as_a_loss_never_read_as_a_torn_write(
         .collect();
     assert_eq!(boundaries.len(), 1 + 10, "header and ten records");
     let counter = std::fs::read(commit::counter_path(&path)).unwrap();
+    println!("a journal of {} bytes, cut at every byte", bytes.len());
     for cut in 0..bytes.len() {
         std::fs::write(&path, &bytes[..cut]).unwrap();
         std::fs::write(commit::counter_path(&path), &counter).unwrap();

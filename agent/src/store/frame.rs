@@ -146,12 +146,34 @@ fn lines(bytes: &[u8]) -> impl Iterator<Item = (usize, usize, usize, bool)> + '_
 
 /// Read a journal in this format (any bytes: nothing here fails).
 pub(super) fn scan(bytes: &[u8]) -> Scan {
+    scan_with(bytes, true, decode)
+}
+
+/// A journal written before framing: JSON lines, read with the old rules (a torn last line is
+/// cut off; any other unreadable line is damage), numbered in order.
+pub(super) fn scan_v1(bytes: &[u8]) -> Scan {
+    let mut n = 0;
+    scan_with(bytes, false, |line| {
+        let rec = serde_json::from_slice::<Record>(line).ok()?;
+        n += 1;
+        Some((n, rec))
+    })
+}
+
+/// The lines of `bytes` (after the header, if `header`), each read with `read`: the records
+/// that check out, the damaged lines between them, the gaps in their numbers, and what follows
+/// the last good one.
+fn scan_with(
+    bytes: &[u8],
+    header: bool,
+    mut read: impl FnMut(&[u8]) -> Option<(u64, Record)>,
+) -> Scan {
     let mut s = Scan::default();
     let mut pending: Vec<Bad> = Vec::new();
     let mut unterminated = false;
     for (number, start, end, whole) in lines(bytes) {
         let text = &bytes[start..end];
-        if number == 1 {
+        if header && number == 1 {
             if bytes[start..].starts_with(HEADER) {
                 s.good_end = end + 1;
                 continue;
@@ -161,7 +183,7 @@ pub(super) fn scan(bytes: &[u8]) -> Scan {
         if text.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match decode(text) {
+        match read(text) {
             Some((seq, rec)) => {
                 if let Some(last) = s.last_seq()
                     && seq != last + 1
@@ -178,37 +200,8 @@ pub(super) fn scan(bytes: &[u8]) -> Scan {
             }
         }
     }
-    // A record that checks out but has no newline was written whole: keep it, and give it its
-    // newline before the next append (`Store::open_with` cuts at `good_end`, then appends).
-    s.tail = pending;
-    s.tail_unterminated = unterminated && !s.tail.is_empty();
-    s
-}
-
-/// A journal written before framing: JSON lines, read with the old rules (a torn last line is
-/// cut off; any other unreadable line is damage).
-pub(super) fn scan_v1(bytes: &[u8]) -> Scan {
-    let mut s = Scan::default();
-    let mut pending: Vec<Bad> = Vec::new();
-    let mut unterminated = false;
-    for (number, start, end, whole) in lines(bytes) {
-        let text = &bytes[start..end];
-        if text.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match serde_json::from_slice::<Record>(text) {
-            Ok(rec) => {
-                s.damaged.append(&mut pending);
-                let seq = s.records.len() as u64 + 1;
-                s.records.push((seq, rec));
-                s.good_end = if whole { end + 1 } else { end };
-            }
-            Err(_) => {
-                pending.push(Bad::of(number, text));
-                unterminated = !whole;
-            }
-        }
-    }
+    // A record that checks out but has no newline was written whole: kept (`Store::open_with`
+    // gives it its newline before the next append).
     s.tail = pending;
     s.tail_unterminated = unterminated && !s.tail.is_empty();
     s
