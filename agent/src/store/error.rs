@@ -95,7 +95,7 @@ fn lost_ids(found: u64, committed: u64) -> String {
     }
 }
 
-/// Whether the store is writing: what [`Store::health`] says (`storage` in `GET /v1/node`).
+/// Whether the store is writing: what [`super::Store::health`] says (`storage` in `GET /v1/node`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Health {
     /// The directory the journal is in.

@@ -15,7 +15,7 @@
 //! it as JSON lines.
 //!
 //! Journals written before this format (bare JSON lines, first byte `{`) are read by
-//! [`scan_v1`], only to migrate them.
+//! `scan_v1`, only to migrate them.
 
 use super::Record;
 

@@ -25,7 +25,7 @@
 //! or `preempted` record is kept in memory, in order, and written as soon as the disk takes
 //! writes again ([`Store::retry`]). [`Store::health`] says whether the store is failing.
 //!
-//! **Damage** (module doc of [`open`]): a torn last write is cut off; a record that does not
+//! **Damage** (`store/open.rs`): a torn last write is cut off; a record that does not
 //! check out, a gap in the commit numbers, or a journal shorter than its commit counter (records
 //! lost: truncated, emptied, deleted, restored from an older copy) make [`Store::open`] refuse,
 //! naming what was lost and the command that accepts the loss (`tapfinger-agent repair-journal`).

@@ -45,7 +45,7 @@ fn describe(s: &Scan) -> Option<(String, usize)> {
 }
 
 impl Store {
-    /// Open (or create) the journal and replay it (module doc of [`super::open`]).
+    /// Open (or create) the journal and replay it (the module doc of `store/open.rs`).
     pub fn open_with(path: &Path, opts: StoreOptions) -> Result<(Self, Recovered), StoreError> {
         let io = |e| StoreError::Io(path.to_path_buf(), e);
         // A snapshot that was never renamed is an unfinished compaction: the journal is whole.
