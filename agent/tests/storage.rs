@@ -395,10 +395,22 @@ fn a_box_whose_journal_was_deleted_relearns_its_unfinished_tasks_from_its_peer()
             serde_json::from_str(&recorder(&rec, name, secs)).unwrap();
         spec["require_labels"] = serde_json::json!({"site": "a"});
         spec["min_demand"] = serde_json::json!({"cpu": 2});
+        // Each copy's shell appends its pid outside the records (which name tasks only).
+        let pids = dir.join(format!("{name}.pids"));
+        let script = spec["command"][2].as_str().unwrap().to_string();
+        let script = if secs < 0.0 {
+            let first = format!("[ $(wc -l < {}) -eq 1 ] && sleep 300", pids.display());
+            script.replace("sleep -1", &first)
+        } else {
+            script
+        };
+        spec["command"][2] = serde_json::json!(format!("echo $$ >> {}; {script}", pids.display()));
         let (code, body) = http(&api_a, "POST", "/v1/tasks", Some(spec.to_string())).unwrap();
         assert_eq!(code, 201, "{body}");
     };
-    only_a("blocker", 30.0);
+    // Its first copy runs long enough that, left running, it would hold the box past the
+    // test's wait; a copy started again after it was killed ends at once.
+    only_a("blocker", -1.0);
     wait_until(Duration::from_secs(20), "the blocker running", || {
         records(&rec).contains_key("blocker")
     });
@@ -433,7 +445,22 @@ fn a_box_whose_journal_was_deleted_relearns_its_unfinished_tasks_from_its_peer()
     for n in names {
         assert_eq!(r.get(n), Some(&(1, 1)), "{n}: {r:?}");
     }
-    println!("relearned from the peer: {r:?} (name: (starts, ends))");
+    // The copy of the blocker left running before the loss was killed at the restart (its
+    // start was no longer journaled), not left to run beside a new one.
+    let first: u32 = std::fs::read_to_string(dir.join("blocker.pids"))
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        !Path::new(&format!("/proc/{first}")).exists(),
+        "the blocker's first copy (pid {first}) still runs"
+    );
+    println!(
+        "relearned from the peer: {r:?} (name: (starts, ends)); the copy left running, pid {first}, killed"
+    );
     // The journal holds them again (relearned), so a later loss of the peer would not drop them.
     let dump = std::process::Command::new(BIN)
         .args(["journal", "dump"])

@@ -114,8 +114,6 @@ pub(super) struct Scan {
     pub tail_unterminated: bool,
     /// Bytes up to the end of the last good record (or the header).
     pub good_end: usize,
-    /// The header is missing or damaged.
-    pub bad_header: bool,
 }
 
 impl Scan {
@@ -173,12 +171,9 @@ fn scan_with(
     let mut unterminated = false;
     for (number, start, end, whole) in lines(bytes) {
         let text = &bytes[start..end];
-        if header && number == 1 {
-            if bytes[start..].starts_with(HEADER) {
-                s.good_end = end + 1;
-                continue;
-            }
-            s.bad_header = true;
+        if header && number == 1 && bytes[start..].starts_with(HEADER) {
+            s.good_end = end + 1;
+            continue;
         }
         if text.iter().all(u8::is_ascii_whitespace) {
             continue;
