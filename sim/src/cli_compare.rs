@@ -54,7 +54,7 @@ pub(crate) struct CompareArgs {
     scenario: String,
     /// Comma-separated policies (names as for `run`, LABEL=MODEL_PATH for extra trained
     /// models, NAME+PLACER for a gang placer); default: tapfinger (as for `run`), every
-    /// baseline and the clairvoyant reference, and on a scenario with gangs each of them
+    /// deployable baseline (the twelve of `suite`) and the clairvoyant reference, and on a scenario with gangs each of them
     /// again with gangs placed `+pack-first` and `+spread` (locality-oblivious).
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
@@ -307,7 +307,7 @@ pub(crate) fn compare(a: CompareArgs) -> Result<()> {
     }
     let names: Vec<String> = if names.is_empty() {
         let plain: Vec<String> = std::iter::once(policies::TAPFINGER)
-            .chain(policies::all_policies())
+            .chain(policies::every_policy())
             .map(|s| s.to_string())
             .collect();
         let placers: &[&str] = if sim.scenario().gangs.is_some() {

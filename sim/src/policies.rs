@@ -72,7 +72,21 @@ impl std::str::FromStr for PolicyName {
     }
 }
 
-/// Every policy name the simulator knows, in report order.
+/// Every deployable baseline ([`baselines::Baseline::JUDGED`]: all a deployment could run, the
+/// ranked eight first) and the clairvoyant reference: what `compare` runs beside the learned
+/// policy by default, so that its table ranks it against every baseline it could be deployed
+/// instead of.
+pub fn every_policy() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = baselines::Baseline::JUDGED
+        .iter()
+        .map(|b| b.name())
+        .collect();
+    v.push(CLAIRVOYANT);
+    v
+}
+
+/// The ranked baselines ([`baselines::Baseline::RANKED`]) and the clairvoyant reference, in
+/// report order.
 pub fn all_policies() -> Vec<&'static str> {
     let mut v: Vec<&'static str> = baselines::Baseline::RANKED
         .iter()

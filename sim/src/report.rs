@@ -257,6 +257,50 @@ pub fn table(c: &Comparison) -> String {
     s
 }
 
+/// The best deployable baseline the table holds and each learned policy's average JCT over
+/// it (a ratio ≤ 1 is a win), and the deployable baselines the table left out, so that a ranking
+/// never looks better than it is for a baseline that was not run.
+fn best_baseline_note(s: &mut String, c: &Comparison) {
+    // `NAME+PLACER` is NAME with gangs placed otherwise.
+    let base = |r: &PolicyResult| r.policy.split('+').next().unwrap_or_default().to_string();
+    let baseline = |r: &&PolicyResult| {
+        !r.clairvoyant && base(r).parse::<tapfinger::baselines::Baseline>().is_ok()
+    };
+    let Some(best) = c
+        .results
+        .iter()
+        .filter(baseline)
+        .min_by(|a, b| a.mean.avg_jct.total_cmp(&b.mean.avg_jct))
+    else {
+        return;
+    };
+    let learned: Vec<String> = c
+        .results
+        .iter()
+        .filter(|r| !r.clairvoyant && !baseline(r))
+        .map(|r| {
+            format!(
+                "{} {:.3}",
+                r.policy,
+                r.mean.avg_jct / best.mean.avg_jct.max(f64::MIN_POSITIVE)
+            )
+        })
+        .collect();
+    let _ = write!(s, "best deployable baseline: {}", best.policy);
+    if !learned.is_empty() {
+        let _ = write!(s, "; average JCT over it: {}", learned.join(", "));
+    }
+    let missing: Vec<&str> = tapfinger::baselines::Baseline::JUDGED
+        .iter()
+        .map(|b| b.name())
+        .filter(|n| !c.results.iter().any(|r| base(r) == *n))
+        .collect();
+    if !missing.is_empty() {
+        let _ = write!(s, " (not run here: {})", missing.join(", "));
+    }
+    s.push('\n');
+}
+
 /// The table's columns: the fixed ones, then those the comparison has data for.
 struct Columns {
     /// Resource kinds (a utilization column each).
@@ -405,6 +449,7 @@ impl Columns {
 
 /// The lines under the table that say what its columns mean.
 fn notes(s: &mut String, c: &Comparison, preempting: bool) {
+    best_baseline_note(s, c);
     if let Some(r) = c.results.first() {
         let _ = writeln!(
             s,

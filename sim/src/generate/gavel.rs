@@ -14,8 +14,9 @@
 //!   minutes, or 10^U(3, 4) one time in five), its speed on the other types the ratio of Gavel's
 //!   measured throughputs (`gpu_speed`: from 0.07× to 2.3× the V100's in the shipped table);
 //! - heavy-tailed task sizes (Pareto, shape 1.3–2.5, capped at 10–30×) in half the scenarios,
-//!   bursty arrivals in half, slots of 6 minutes, and an offered load of 0.4–1.2 of the cluster's
-//!   GPUs (over 1: a queue that deepens for the whole episode);
+//!   bursty arrivals in half, slots of 6 minutes, and an offered load of 0.4–1.2 (over 1: a
+//!   queue that deepens for the whole episode) counted at the cluster's bottleneck: the GPUs of
+//!   the boxes that can run each class ([`gpu_slots_per_arrival`]);
 //! - a start-up that costs 0–20 % of a run's first slot (`start_weight` 0.8–1: 0–72 s of model
 //!   loading); re-shares never happen (no class can be resized), so `switch_weight` is 1.
 //!
@@ -80,6 +81,44 @@ fn measured(table: &Throughputs) -> Vec<(String, u32, [f64; 3])> {
         .collect()
 }
 
+/// The offered load of one arrival per slot: at its bottleneck, the GPU-slots asked of the boxes
+/// that can run them per GPU those boxes have. A class of `s` GPUs runs only on boxes of at least
+/// `s` GPUs (and uses `⌊g/s⌋·s` of a box's `g`), at its time there; so for each scale `s` the
+/// classes of at least `s` GPUs (arrivals uniform over the classes) ask, per arrival, `Σ scale ×
+/// time` — their time the mean over the boxes that can run them, weighted by the GPUs each can
+/// use — of the GPUs on boxes of at least `s`. The load is the largest of those ratios: counting
+/// the whole cluster's GPUs for a class only an 8-GPU K80 box can run would call a queue that
+/// deepens for the whole episode a load of 0.7.
+fn gpu_slots_per_arrival(boxes: &[GpuBox], classes: &[JobClass]) -> f64 {
+    let k = classes.len().max(1) as f64;
+    let asked = |c: &JobClass| -> Option<f64> {
+        let (mut gpus, mut time) = (0.0, 0.0);
+        for b in boxes.iter().filter(|b| b.gpus >= c.scale) {
+            let t = TYPES.iter().position(|t| *t == b.model).unwrap_or(0);
+            let usable = f64::from(b.gpus / c.scale * c.scale);
+            gpus += usable;
+            time += usable * c.seconds / SLOT_SECONDS / c.speed[t];
+        }
+        (gpus > 0.0).then(|| f64::from(c.scale) * time / gpus / k)
+    };
+    [1, 2, 4, 8]
+        .into_iter()
+        .map(|s| {
+            let held: f64 = boxes
+                .iter()
+                .filter(|b| b.gpus >= s)
+                .map(|b| f64::from(b.gpus))
+                .sum();
+            let asked: f64 = classes
+                .iter()
+                .filter(|c| c.scale >= s)
+                .filter_map(asked)
+                .sum();
+            if held > 0.0 { asked / held } else { 0.0 }
+        })
+        .fold(0.0, f64::max)
+}
+
 /// Draw scenario `seed` of the family: its TOML text and offered load.
 pub(super) fn draw(seed: u64) -> super::Drawn {
     let mut rng = tapfinger::seeded_rng(seed ^ 0x6761_7665_6C2D_6765);
@@ -111,24 +150,7 @@ pub(super) fn draw(seed: u64) -> super::Drawn {
         });
     }
     let load = rng.random_range(0.4..1.2);
-    // GPU-slots a task asks for on average, over the boxes' GPUs of each type.
-    let gpus: f64 = boxes.iter().map(|b| f64::from(b.gpus)).sum();
-    let per_task = classes
-        .iter()
-        .map(|c| {
-            let slots: f64 = boxes
-                .iter()
-                .map(|b| {
-                    let k = TYPES.iter().position(|t| *t == b.model).unwrap_or(0);
-                    f64::from(b.gpus) * c.seconds / SLOT_SECONDS / c.speed[k]
-                })
-                .sum::<f64>()
-                / gpus;
-            f64::from(c.scale) * slots
-        })
-        .sum::<f64>()
-        / classes.len().max(1) as f64;
-    let lambda = load * gpus / per_task.max(1e-9);
+    let lambda = load / gpu_slots_per_arrival(&boxes, &classes).max(1e-9);
     let tasks = n as u32 * rng.random_range(8..=24u32);
     let burst = rng.random_bool(0.5).then(|| {
         (
@@ -256,5 +278,40 @@ mod tests {
             .unwrap();
         assert!((r.2[2] - k80).abs() < 1e-12);
         assert_eq!(draw(7).toml, draw(7).toml, "deterministic");
+    }
+
+    /// A class only an 8-GPU K80 box can run asks its GPUs alone: the offered load is that box's,
+    /// not the cluster's (which would call an overloaded box a load well under 1).
+    #[test]
+    fn the_offered_load_counts_the_boxes_that_can_run_each_class() {
+        let boxes = [
+            GpuBox {
+                model: "v100",
+                gpus: 1,
+            },
+            GpuBox {
+                model: "p100",
+                gpus: 1,
+            },
+            GpuBox {
+                model: "k80",
+                gpus: 8,
+            },
+        ];
+        let class = |scale, seconds| JobClass {
+            job: "j".into(),
+            scale,
+            seconds,
+            speed: [1.0, 0.5, 0.1],
+        };
+        let classes = [class(1, 360.0), class(8, 3600.0)];
+        // The 8-GPU class: 10 slots on V100s, 100 on the K80s, on the 8 K80s only; half the
+        // arrivals are of it.
+        let at_8 = 8.0 * 100.0 * 0.5 / 8.0;
+        let per = gpu_slots_per_arrival(&boxes, &classes);
+        assert!((per - at_8).abs() < 1e-9, "{per} vs {at_8}");
+        // Counting the whole cluster's GPUs for every class would say far less.
+        let whole = (8.0 * 100.0 * 0.5 + 0.5 * (1.0 + 2.0 + 8.0 * 10.0) / 10.0) / 10.0;
+        assert!(per > 1.2 * whole, "{per} vs {whole}");
     }
 }
