@@ -25,6 +25,7 @@ pub mod resources;
 pub mod share;
 pub mod spec;
 pub mod task;
+pub mod twin;
 pub mod view;
 pub mod wire;
 

@@ -11,7 +11,9 @@ pub(crate) struct ImportArgs {
     /// The trace file.
     file: PathBuf,
     /// alibaba-2020 (pai_task_table), alibaba-2023 (openb_pod_list_default), philly
-    /// (cluster_job_log), helios (cluster_log.csv) or gavel (a job trace).
+    /// (cluster_job_log), helios (cluster_log.csv), gavel (a job trace) or tapfinger (a
+    /// cluster's observed workload, `tapfinger-agent workload export`: its twin, replayed on
+    /// its own boxes; the cluster options do not apply).
     #[arg(long)]
     format: String,
     /// Trace seconds per slot [default: 60, or the least multiple of 60 that keeps the longest
@@ -72,6 +74,40 @@ pub(crate) struct ImportArgs {
     out: Option<PathBuf>,
 }
 
+/// `import --format tapfinger`: the twin of an observed workload.
+fn import_twin(a: &ImportArgs, text: &str) -> Result<()> {
+    let w: tapfinger::twin::Workload = serde_json::from_str(text).with_context(|| {
+        format!(
+            "{}: not a workload file (`tapfinger-agent workload export` writes one)",
+            a.file.display()
+        )
+    })?;
+    let name = a.name.clone().unwrap_or_else(|| "twin".into());
+    let toml = tapfinger_sim::twin::scenario_toml(&w, &name)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
+    // What it writes must load: a scenario the simulator refuses is no twin.
+    tapfinger_sim::Scenario::from_toml(&toml, &name, None)
+        .with_context(|| format!("{}: the twin does not load", a.file.display()))?;
+    eprintln!(
+        "read a workload of {} tasks on {} boxes in {} classes (slots {}..{}, {} s each)",
+        w.tasks.len(),
+        w.nodes.len(),
+        w.classes.len(),
+        w.from_slot,
+        w.to_slot,
+        w.slot_seconds
+    );
+    match &a.out {
+        Some(p) => {
+            std::fs::write(p, &toml).with_context(|| format!("cannot write {}", p.display()))
+        }
+        None => {
+            print!("{toml}");
+            Ok(())
+        }
+    }
+}
+
 fn read(path: &PathBuf) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
 }
@@ -79,6 +115,9 @@ fn read(path: &PathBuf) -> Result<String> {
 /// `import`.
 pub(crate) fn import(a: ImportArgs) -> Result<()> {
     let text = read(&a.file)?;
+    if a.format == "tapfinger" {
+        return import_twin(&a, &text);
+    }
     let name = a.name.clone().unwrap_or_else(|| {
         a.file
             .file_stem()

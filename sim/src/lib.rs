@@ -26,6 +26,7 @@ pub mod speed;
 pub mod suite;
 pub mod trace;
 pub mod train;
+pub mod twin;
 pub mod workload;
 
 pub use env::{EpisodeResult, SimError, Simulator};

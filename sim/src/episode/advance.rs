@@ -19,6 +19,16 @@ impl Episode<'_> {
         self.ledger.accrue_service();
         // Shares on devices; tasks no device holds go back to the queue here.
         let shared = self.place_on_devices();
+        if let Some(r) = observe.twin() {
+            r.observe(
+                slot,
+                self.ledger.values().map(|e| tapfinger::twin::Seen {
+                    task: &e.task,
+                    state: &e.state,
+                    class: &sc.types[usize::from(e.task.ty.0)].name,
+                }),
+            );
+        }
         let running: Vec<TaskId> = self
             .ids
             .iter()

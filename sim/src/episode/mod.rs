@@ -311,6 +311,7 @@ impl<'a> Episode<'a> {
             });
             slot += 1;
         }
+        observe.ended(slot, self.ledger.estimator());
         let estimates = self.ledger.estimator().summary();
         let mut tasks = self.records;
         tasks.sort_by_key(|r| r.id);

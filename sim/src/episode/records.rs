@@ -76,6 +76,13 @@ pub trait Observer {
     /// An elastic node re-allocated its running tasks after the slot's rounds: the tasks whose
     /// allocation changed, with the allocation they run with from now on.
     fn reallocated(&mut self, _slot: u64, _node: NodeId, _changed: &[(TaskId, Resources)]) {}
+    /// The recorder of the cluster's twin to feed the tasks of every slot, as they run it
+    /// (after the slot's decisions and device placement), if this observer keeps one.
+    fn twin(&mut self) -> Option<&mut tapfinger::twin::Recorder> {
+        None
+    }
+    /// The episode ended; `estimator` holds what the cluster's speed estimator learned.
+    fn ended(&mut self, _slots: u64, _estimator: &tapfinger::estimate::Estimator) {}
 }
 
 /// An observer that watches nothing.

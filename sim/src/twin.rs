@@ -1,0 +1,289 @@
+//! The cluster's twin in the simulator: an episode's workload as its agents observed it
+//! ([`observe`]), and any observed workload — the agents' `workload export` or an episode's —
+//! written as a scenario that replays it ([`scenario_toml`], `tapfinger-sim import --format
+//! tapfinger`).
+//!
+//! The scenario replays the workload's arrivals (`[trace]`) on its boxes, each class's speed the
+//! estimator's figures on the GPU model it was seen most on (a table over the allocations the
+//! workload recorded figures for) and its `gpu_speed` on the other models the figures' ratio at
+//! its minimum demand, each task's size what its runs measured ([`tapfinger::twin::sizes`]), its
+//! reachable boxes by label, the start-up and re-share costs the estimator measured. Nothing
+//! of the episode's true speed model reaches it: what the twin knows is what the estimator
+//! learned from progress.
+
+use crate::episode::Observer;
+use crate::{EpisodeResult, SimError, Simulator};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use tapfinger::twin::{Context, NodeRecord, Recorder, Workload};
+use tapfinger::{NodeId, Policy, TaskId};
+
+/// An observer that records the episode's twin.
+struct Twin<'a> {
+    sim: &'a Simulator,
+    recorder: Recorder,
+    workload: Option<Workload>,
+}
+
+impl Observer for Twin<'_> {
+    fn progressed(&mut self, slot: u64, task: TaskId, _progress: f64, finished: bool) {
+        if finished {
+            self.recorder.finish(task, slot + 1, Some(0));
+        }
+    }
+
+    fn twin(&mut self) -> Option<&mut Recorder> {
+        Some(&mut self.recorder)
+    }
+
+    fn ended(&mut self, slots: u64, estimator: &tapfinger::estimate::Estimator) {
+        let sc = self.sim.scenario();
+        let ctx = Context {
+            slot_seconds: sc.slot_seconds,
+            kinds: sc.space.kinds().to_vec(),
+            nodes: sc
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| NodeRecord {
+                    id: NodeId(i as u32),
+                    name: n.name.clone(),
+                    capacity: n.capacity.clone(),
+                    gpu_model: n.gpu_model.clone(),
+                })
+                .collect(),
+            estimator,
+        };
+        self.workload = Some(self.recorder.export(0, slots, &ctx));
+    }
+}
+
+/// One episode of `policies` on workload `seed`, and its twin: the whole episode's workload as
+/// its agents observed it.
+pub fn observe(
+    sim: &Simulator,
+    policies: Vec<Box<dyn Policy>>,
+    seed: u64,
+) -> Result<(EpisodeResult, Workload), SimError> {
+    let mut twin = Twin {
+        sim,
+        recorder: Recorder::new(),
+        workload: None,
+    };
+    let r = sim.run_observed(policies, seed, &mut twin)?;
+    let w = twin.workload.unwrap_or_else(|| unreachable_workload(sim));
+    Ok((r, w))
+}
+
+/// An episode always ends through [`Observer::ended`]; should one not, an empty workload (no
+/// tasks) says so rather than a panic.
+fn unreachable_workload(sim: &Simulator) -> Workload {
+    Workload {
+        format: tapfinger::twin::FORMAT.into(),
+        slot_seconds: sim.scenario().slot_seconds,
+        from_slot: 0,
+        to_slot: 0,
+        kinds: sim.scenario().space.kinds().to_vec(),
+        nodes: Vec::new(),
+        classes: Vec::new(),
+        tasks: Vec::new(),
+    }
+}
+
+fn quote(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// The label that names box `name` (a task's reachable boxes become `require` labels).
+fn box_label(name: &str) -> String {
+    format!("box={name}")
+}
+
+/// The scenario (TOML) that replays workload `w`, named `name`.
+pub fn scenario_toml(w: &Workload, name: &str) -> Result<String, String> {
+    w.check()?;
+    if w.tasks.is_empty() {
+        return Err("the workload holds no task".into());
+    }
+    let sizes = tapfinger::twin::sizes(w);
+    let node_names: BTreeMap<NodeId, &str> =
+        w.nodes.iter().map(|n| (n.id, n.name.as_str())).collect();
+    let class_names: BTreeMap<u16, String> = w
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.id, format!("{}-{i}", sanitize(&c.name))))
+        .collect();
+    let t0 = w.tasks.iter().map(|t| t.arrival).min().unwrap_or(0);
+    let span = w.tasks.iter().map(|t| t.arrival - t0).max().unwrap_or(0) + 1;
+    let mean = |f: &dyn Fn(&tapfinger::twin::ClassRecord) -> f64| {
+        let (mut s, mut n) = (0.0, 0.0);
+        for t in &w.tasks {
+            if let Some(c) = w.classes.iter().find(|c| c.id == t.class) {
+                s += f(c);
+                n += 1.0;
+            }
+        }
+        if n > 0.0 { s / n } else { 0.0 }
+    };
+    let start_weight = (1.0 - mean(&|c| c.start_cost)).clamp(0.05, 1.0);
+    let switch_weight = (1.0 - mean(&|c| c.switch_cost)).clamp(0.05, 1.0);
+    let serial: f64 = w
+        .tasks
+        .iter()
+        .zip(&sizes)
+        .map(|(t, s)| {
+            let slowest = w
+                .classes
+                .iter()
+                .find(|c| c.id == t.class)
+                .and_then(|c| c.speeds.first())
+                .and_then(|m| m.rows.first())
+                .map_or(1.0, |r| r.1);
+            (slowest * s).ceil()
+        })
+        .sum();
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "# The cluster's twin (`tapfinger-sim import --format tapfinger`): {} tasks observed in slots {}..{}.\n# Speeds are the cluster's speed estimator's figures; sizes what each task's runs measured.",
+        w.tasks.len(),
+        w.from_slot,
+        w.to_slot
+    );
+    let _ = writeln!(t, "name = {}", quote(name));
+    let _ = writeln!(
+        t,
+        "description = {}",
+        quote(&format!(
+            "twin of {} boxes, {} classes, {} tasks",
+            w.nodes.len(),
+            w.classes.len(),
+            w.tasks.len()
+        ))
+    );
+    let _ = writeln!(
+        t,
+        "lambda = {}\ntasks = {}\nslot_seconds = {}\nstart_weight = {start_weight:.4}\nswitch_weight = {switch_weight:.4}\nreachability = \"all\"\nmax_slots = {}",
+        (w.tasks.len() as f64 / span as f64).max(1e-6),
+        w.tasks.len(),
+        w.slot_seconds,
+        100_000u64.max(span * 20 + serial as u64 * 4 + 1000)
+    );
+    let kinds: Vec<String> = w
+        .kinds
+        .iter()
+        .map(|k| {
+            format!(
+                "  {{ name = {}, unit = {}, step = {} }},",
+                quote(&k.name),
+                quote(&k.unit),
+                k.step
+            )
+        })
+        .collect();
+    let _ = writeln!(t, "resources = [\n{}\n]", kinds.join("\n"));
+    for n in &w.nodes {
+        let _ = writeln!(
+            t,
+            "\n[[nodes]]\nname = {}\ncapacity = {:?}\nlabels = [{}]",
+            quote(&n.name),
+            n.capacity.0,
+            quote(&box_label(&n.name))
+        );
+        if let Some(m) = &n.gpu_model {
+            let _ = writeln!(t, "gpu_model = {}", quote(m));
+        }
+    }
+    for c in &w.classes {
+        write_class(&mut t, w, c, &class_names[&c.id])?;
+    }
+    let _ = writeln!(t, "\n[trace]\nrows = \"\"\"\narrival,type,size,require");
+    let everywhere = w.nodes.len();
+    for (task, size) in w.tasks.iter().zip(&sizes) {
+        let require: Vec<String> =
+            if task.reachable.is_empty() || task.reachable.len() >= everywhere {
+                Vec::new()
+            } else {
+                task.reachable
+                    .iter()
+                    .filter_map(|n| node_names.get(n).map(|s| box_label(s)))
+                    .collect()
+            };
+        let _ = writeln!(
+            t,
+            "{},{},{},{}",
+            task.arrival - t0,
+            class_names[&task.class],
+            size,
+            require.join("|")
+        );
+    }
+    let _ = writeln!(t, "\"\"\"");
+    Ok(t)
+}
+
+/// A name a scenario's CSV and TOML take as it is: letters, digits, `-` and `_`.
+fn sanitize(s: &str) -> String {
+    let v: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if v.is_empty() { "class".into() } else { v }
+}
+
+/// Class `c`'s `[[task_types]]`: its table from the model it was seen most on, its pace on the
+/// others.
+fn write_class(
+    t: &mut String,
+    w: &Workload,
+    c: &tapfinger::twin::ClassRecord,
+    name: &str,
+) -> Result<(), String> {
+    let Some(reference) = c.speeds.first() else {
+        return Err(format!("class {}: no speed figures", c.name));
+    };
+    let count = w.tasks.iter().filter(|x| x.class == c.id).count();
+    let header: Vec<&str> = w.kinds.iter().map(|k| k.name.as_str()).collect();
+    let mut rows = format!("type,{},seconds\\n", header.join(","));
+    for (a, slots) in &reference.rows {
+        let cells: Vec<String> = a.0.iter().map(u32::to_string).collect();
+        let _ = write!(
+            rows,
+            "{name},{},{}\\n",
+            cells.join(","),
+            (slots * w.slot_seconds).max(1e-9)
+        );
+    }
+    let _ = writeln!(
+        t,
+        "\n[[task_types]]\nname = {}\nweight = {}\nmin_demand = {:?}",
+        quote(name),
+        count.max(1),
+        c.min_demand.0
+    );
+    if let Some(m) = &c.max_demand {
+        let _ = writeln!(t, "max_demand = {:?}", m.0);
+    }
+    let base = reference.rows.first().map_or(1.0, |r| r.1);
+    let paces: Vec<String> = c
+        .speeds
+        .iter()
+        .filter_map(|m| {
+            let model = m.gpu_model.as_ref()?;
+            let at_min = m.rows.first()?.1;
+            (at_min > 0.0).then(|| format!("{} = {}", quote(model), base / at_min))
+        })
+        .collect();
+    if !paces.is_empty() {
+        let _ = writeln!(t, "gpu_speed = {{ {} }}", paces.join(", "));
+    }
+    let _ = writeln!(t, "speed = {{ model = \"table\", rows = \"{rows}\" }}");
+    Ok(())
+}
