@@ -634,3 +634,24 @@ mod client_tests {
         assert_eq!((code, text.as_str()), (200, "{\"a\":1,\"b\":2}"));
     }
 }
+
+/// A duration in whole seconds: a number of seconds, or one with a unit `s`, `m`, `h` or `d`
+/// (`90`, `30m`, `6h`, `2d`).
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (n, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a whole number with s, m, h or d (e.g. 6h)"))?;
+    let per = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        u => return Err(format!("{s:?}: unknown unit {u:?} (s, m, h or d)")),
+    };
+    n.checked_mul(per).ok_or_else(|| format!("{s:?}: too long"))
+}

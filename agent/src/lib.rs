@@ -36,6 +36,7 @@ pub mod run;
 pub mod status;
 pub mod store;
 pub mod supervise;
+pub mod workload;
 
 // The networking the coordinator shares lives in `tapfinger-net`; these paths stay for the agent.
 pub use tapfinger_net::{learn, signed, swarm as net};

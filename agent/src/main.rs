@@ -184,6 +184,22 @@ enum Cmd {
         /// The journal (`<data_dir>/tasks.journal`).
         path: std::path::PathBuf,
     },
+    /// The cluster's observed workload, for its twin: `export` writes the tasks that arrived in
+    /// the last `--since` (their arrivals, classes, demands, runs and outcomes), every box heard
+    /// of and the speed estimator's figures, as JSON that `tapfinger-sim import --format
+    /// tapfinger` replays.
+    Workload {
+        /// `export`.
+        action: String,
+        /// How far back: seconds, or with a unit `s`, `m`, `h`, `d` (e.g. `6h`).
+        #[arg(long, default_value = "6h", value_parser = tapfinger_agent::client::parse_duration)]
+        since: u64,
+        /// Write it here instead of stdout.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        client: Client,
+    },
     /// Make the cluster's secrets, each a new file of mode 0600 (an existing file is never
     /// overwritten): the swarm key every box of a cluster shares (`cluster_key_file`), and, with
     /// `--token`, a bearer token for the HTTP API (`api_token_file`). With no option: the swarm
@@ -352,6 +368,42 @@ fn task_arg(client: &Client, arg: &str) -> anyhow::Result<u64> {
         arg,
     ))?;
     Ok(id.0)
+}
+
+/// `workload export`: the agent's observed workload, to a file or stdout.
+fn workload(
+    action: &str,
+    since_s: u64,
+    out: Option<&std::path::Path>,
+    client: &Client,
+) -> anyhow::Result<()> {
+    if action != "export" {
+        anyhow::bail!("unknown action {action:?}: `workload export`");
+    }
+    let (rt, token) = client.session()?;
+    let (status, body) = rt.block_on(tapfinger_agent::client::http(
+        &client.api,
+        "GET",
+        &format!("/v1/workload?since_s={since_s}"),
+        None,
+        token.as_deref(),
+    ))?;
+    if !(200..300).contains(&status) {
+        anyhow::bail!("{}: HTTP {status}: {}", client.api, body.trim());
+    }
+    match out {
+        Some(p) => {
+            std::fs::write(p, &body)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
+            let n = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["tasks"].as_array().map(Vec::len))
+                .unwrap_or(0);
+            eprintln!("wrote {n} tasks to {}", p.display());
+        }
+        None => println!("{body}"),
+    }
+    Ok(())
 }
 
 fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyhow::Result<()> {
@@ -563,6 +615,12 @@ fn main() {
             task_command(cmd)
         }
         Cmd::Node { client } => call(&client, "GET", "/v1/node", None),
+        Cmd::Workload {
+            action,
+            since,
+            out,
+            client,
+        } => workload(&action, since, out.as_deref(), &client),
         Cmd::Peers { client } => call(&client, "GET", "/v1/peers", None),
         Cmd::Classes { client } => call(&client, "GET", "/v1/classes", None),
         Cmd::Policy { action, client } => match action.as_str() {

@@ -71,6 +71,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/peers", get(peers))
         .route("/v1/classes", get(classes))
         .route("/v1/policy", get(policy))
+        .route("/v1/workload", get(workload))
         .route("/v1/policy/rollback", axum::routing::post(rollback))
         .route("/metrics", get(metrics))
         .route("/", get(dashboard::page))
@@ -569,6 +570,35 @@ async fn policy(State(s): State<ApiState>) -> Response {
         Some(p) => axum::Json(p).into_response(),
         // No coordinator configured: the start model, version 0.
         None => axum::Json(crate::online::PolicyStatus::default()).into_response(),
+    }
+}
+
+/// `?since_s=N` of `GET /v1/workload`.
+#[derive(serde::Deserialize)]
+struct Since {
+    /// Seconds back (default: 6 hours).
+    #[serde(default = "six_hours")]
+    since_s: u64,
+}
+
+fn six_hours() -> u64 {
+    6 * 3600
+}
+
+/// The cluster's observed workload of the last `since_s` seconds ([`crate::workload`]).
+async fn workload(
+    State(s): State<ApiState>,
+    axum::extract::Query(q): axum::extract::Query<Since>,
+) -> Response {
+    let slot_ms = s.status.borrow().slot_ms.max(1);
+    let slots = q.since_s.saturating_mul(1000).div_ceil(slot_ms);
+    let (tx, rx) = oneshot::channel();
+    if s.commands.send(Command::Workload(slots, tx)).await.is_err() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
+    }
+    match rx.await {
+        Ok(w) => axum::Json(*w).into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response(),
     }
 }
 

@@ -74,6 +74,8 @@ struct Daemon {
     history: std::sync::Arc<crate::history::History>,
     /// The slot of the last sample.
     sampled_slot: Option<u64>,
+    /// The cluster's workload as observed here, sampled once a slot (its twin).
+    observed: crate::workload::Observed,
 }
 
 /// How often the status snapshot, the metrics and the outcome journal are brought up to date
@@ -148,6 +150,7 @@ pub(super) async fn run(
         box_names: Default::default(),
         history,
         sampled_slot: None,
+        observed: Default::default(),
     };
     d.gpu_use = crate::gpu_use::Sampler::new(d.p.gpu_probe.take());
     let mut runs_changed = false;
@@ -309,6 +312,10 @@ impl Daemon {
                     .get(task)
                     .map(|e| Box::new(e.meta.spec.clone()));
                 let _ = reply.send(spec);
+                Vec::new()
+            }
+            Command::Workload(slots, reply) => {
+                let _ = reply.send(Box::new(self.observed.export(&self.p.core, slots)));
                 Vec::new()
             }
             Command::Rollback(reply) => {
@@ -494,6 +501,7 @@ impl Daemon {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64);
             self.history.record(&snapshot, now);
+            self.observed.observe(&self.p.core);
         }
         status.send_if_modified(|s| {
             if **s == snapshot {

@@ -39,6 +39,9 @@ pub enum Command {
     Rollback(oneshot::Sender<Result<u64, String>>),
     /// A task's spec as submitted (`None`: no such task here).
     Spec(TaskId, oneshot::Sender<Option<Box<TaskSpec>>>),
+    /// The cluster's workload of the last so many slots as this agent observed it
+    /// ([`crate::workload`]).
+    Workload(u64, oneshot::Sender<Box<tapfinger::twin::Workload>>),
 }
 
 /// Converts grid units to what an executor needs (natural units of each kind). GPUs come out as a

@@ -91,6 +91,13 @@ impl Recorder {
                 } => kept.running(slot, *node, alloc, *progress),
                 TaskState::Pending => kept.open = false,
                 TaskState::Done { code, .. } => {
+                    // Finished since the last observation: its open run ran to the end.
+                    if kept.open
+                        && let Some(r) = kept.record.runs.last_mut()
+                    {
+                        r.to = slot.max(r.from + 1);
+                        r.progress_to = 1.0;
+                    }
                     kept.open = false;
                     kept.record.finished = Some(slot);
                     kept.record.code = *code;
