@@ -40,6 +40,11 @@ pub(crate) struct RunArgs {
     /// Trained model (folder or model.bpk) for `--policy tapfinger`.
     #[arg(long, value_name = "PATH")]
     model: Option<PathBuf>,
+    /// Also write the episode's workload as its agents observed it (the cluster's twin: what
+    /// `tapfinger-agent workload export` writes) to this file; `import --format tapfinger`
+    /// replays it.
+    #[arg(long, value_name = "FILE")]
+    twin: Option<PathBuf>,
     #[command(flatten)]
     variants: Variants,
     #[command(flatten)]
@@ -234,11 +239,23 @@ pub(crate) fn run(a: RunArgs) -> Result<()> {
         policy,
         seed,
         model,
+        twin,
         variants,
         out,
     } = a;
     let sim = load_with(&scenario, variants)?;
     let policy = policy.unwrap_or_else(|| policies::TAPFINGER.to_string());
+    if let Some(path) = &twin {
+        let ps = report::instances_for_seed(&sim, &policy, model.as_deref(), seed)?;
+        let (_, w) = tapfinger_sim::twin::observe(&sim, ps, seed)?;
+        std::fs::write(path, serde_json::to_string(&w)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!(
+            "wrote the episode's observed workload ({} tasks) to {}",
+            w.tasks.len(),
+            path.display()
+        );
+    }
     let mut progress = Progress::new(1);
     let c = report::compare_with(&sim, &[policy], &[seed], model.as_deref(), &mut || {
         progress.tick()

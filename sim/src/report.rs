@@ -86,6 +86,16 @@ fn instances(
 
 /// [`instances`] for the episode of workload `seed` (the clairvoyant reference knows its task
 /// sizes).
+/// [`instances`] of `policy` (any name `run` takes) for the episode of workload `seed`.
+pub fn instances_for_seed(
+    sim: &Simulator,
+    policy: &str,
+    model: Option<&Path>,
+    seed: u64,
+) -> Result<Vec<Box<dyn tapfinger::Policy>>, CompareError> {
+    instances_for(sim, policy, model, Some(seed))
+}
+
 fn instances_for(
     sim: &Simulator,
     policy: &str,
