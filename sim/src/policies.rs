@@ -77,23 +77,21 @@ impl std::str::FromStr for PolicyName {
 /// policy by default, so that its table ranks it against every baseline it could be deployed
 /// instead of.
 pub fn every_policy() -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = baselines::Baseline::JUDGED
-        .iter()
-        .map(|b| b.name())
-        .collect();
-    v.push(CLAIRVOYANT);
-    v
+    with_clairvoyant(baselines::Baseline::JUDGED)
 }
 
 /// The ranked baselines ([`baselines::Baseline::RANKED`]) and the clairvoyant reference, in
 /// report order.
 pub fn all_policies() -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = baselines::Baseline::RANKED
-        .iter()
+    with_clairvoyant(baselines::Baseline::RANKED)
+}
+
+/// The names of `list`, then the clairvoyant reference's.
+fn with_clairvoyant(list: &[baselines::Baseline]) -> Vec<&'static str> {
+    list.iter()
         .map(|b| b.name())
-        .collect();
-    v.push(CLAIRVOYANT);
-    v
+        .chain(std::iter::once(CLAIRVOYANT))
+        .collect()
 }
 
 /// Name of the learned policy. Its ablations (`nohan`, `nopointer`, `vanilla`) are trained with

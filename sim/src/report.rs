@@ -84,9 +84,8 @@ fn instances(
     instances_for(sim, policy, model, None)
 }
 
-/// [`instances`] for the episode of workload `seed` (the clairvoyant reference knows its task
-/// sizes).
-/// [`instances`] of `policy` (any name `run` takes) for the episode of workload `seed`.
+/// Policy instances of `policy` (any name `run` takes: the learned policy from `model`, a
+/// baseline, the clairvoyant reference, `LABEL=PATH`) for the episode of workload `seed`.
 pub fn instances_for_seed(
     sim: &Simulator,
     policy: &str,
@@ -96,6 +95,8 @@ pub fn instances_for_seed(
     instances_for(sim, policy, model, Some(seed))
 }
 
+/// [`instances`] for the episode of workload `seed` (the clairvoyant reference knows its task
+/// sizes).
 fn instances_for(
     sim: &Simulator,
     policy: &str,
