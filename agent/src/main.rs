@@ -6,7 +6,9 @@ use tapfinger_agent::config::AgentConfig;
 use tapfinger_agent::discovery;
 
 use clap::{Parser, Subcommand};
-use std::io::Write as _;
+
+mod cli_remote;
+use cli_remote::{Client, call, task_command, workload};
 
 #[derive(Parser)]
 #[command(
@@ -220,19 +222,6 @@ enum Cmd {
     },
 }
 
-#[derive(clap::Args)]
-struct Client {
-    /// The agent's API address.
-    #[arg(long, default_value = "127.0.0.1:7601")]
-    api: String,
-    /// Bearer token file (when the API requires one).
-    #[arg(long)]
-    token_file: Option<std::path::PathBuf>,
-    /// Print the API's JSON instead of a table.
-    #[arg(long)]
-    json: bool,
-}
-
 fn load_config(path: Option<&std::path::Path>, set: &[String]) -> anyhow::Result<AgentConfig> {
     use anyhow::Context;
     match path {
@@ -271,181 +260,6 @@ fn keygen(
         );
     }
     Ok(())
-}
-
-/// The task commands of the CLI: `tasks`, `show`, `cancel`, `logs`.
-fn task_command(cmd: Cmd) -> anyhow::Result<()> {
-    match cmd {
-        Cmd::Tasks {
-            offset,
-            limit,
-            state,
-            name,
-            class,
-            box_name,
-            watch,
-            client,
-        } => {
-            let mut q: Vec<(&str, String)> = vec![("offset", offset.to_string())];
-            q.extend(limit.map(|l| ("limit", l.to_string())));
-            q.extend(state.map(|v| ("state", v)));
-            q.extend(name.map(|v| ("name", v)));
-            q.extend(class.map(|v| ("class", v)));
-            q.extend(box_name.map(|v| ("box", v)));
-            serde_urlencoded::to_string(&q)
-                .map_err(anyhow::Error::from)
-                .and_then(|q| {
-                    let path = format!("/v1/tasks?{q}");
-                    if !watch {
-                        return call(&client, "GET", &path, None);
-                    }
-                    loop {
-                        // Home and clear, then the listing: redrawn in place.
-                        print!("\x1b[H\x1b[2J");
-                        call(&client, "GET", &path, None)?;
-                        std::thread::sleep(std::time::Duration::from_secs(2));
-                    }
-                })
-        }
-        Cmd::Show { id, client } => task_arg(&client, &id)
-            .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{id}"), None)),
-        Cmd::Cancel { id, client } => task_arg(&client, &id)
-            .and_then(|id| call(&client, "DELETE", &format!("/v1/tasks/{id}"), None)),
-        Cmd::Logs {
-            id,
-            follow: false,
-            client,
-        } => task_arg(&client, &id)
-            .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{id}/logs"), None)),
-        Cmd::Logs {
-            id,
-            follow: true,
-            client,
-        } => task_arg(&client, &id).and_then(|id| follow(&client, id)),
-        // `main` hands this function the task commands only.
-        _ => anyhow::bail!("not a task command"),
-    }
-}
-
-impl Client {
-    /// What a request needs: a runtime for its one connection, and the token if one is given.
-    fn session(&self) -> anyhow::Result<(tokio::runtime::Runtime, Option<String>)> {
-        let token = match &self.token_file {
-            Some(p) => Some(tapfinger_net::secret::read_token(p)?),
-            None => None,
-        };
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        Ok((rt, token))
-    }
-}
-
-/// `logs --follow`: the task's output as it comes; exits 4 when it failed or was cancelled.
-fn follow(client: &Client, id: u64) -> anyhow::Result<()> {
-    let (rt, token) = client.session()?;
-    let status = rt.block_on(tapfinger_agent::client::follow_logs(
-        &client.api,
-        token.as_deref(),
-        tapfinger::TaskId(id),
-        std::time::Duration::from_secs(1),
-        &mut std::io::stdout(),
-        &mut std::io::stderr(),
-    ))?;
-    if !matches!(status, tapfinger_agent::api::TaskStatus::Succeeded(_)) {
-        eprintln!("task {id} ended: {}", serde_json::to_string(&status)?);
-        std::process::exit(tapfinger_agent::client::EXIT_TASK_FAILED);
-    }
-    Ok(())
-}
-
-/// The task id a command line names (an id, or a name exactly one task has).
-fn task_arg(client: &Client, arg: &str) -> anyhow::Result<u64> {
-    let (rt, token) = client.session()?;
-    let id = rt.block_on(tapfinger_agent::client::resolve(
-        &client.api,
-        token.as_deref(),
-        arg,
-    ))?;
-    Ok(id.0)
-}
-
-/// `workload export`: the agent's observed workload, to a file or stdout.
-fn workload(
-    action: &str,
-    since_s: u64,
-    out: Option<&std::path::Path>,
-    client: &Client,
-) -> anyhow::Result<()> {
-    if action != "export" {
-        anyhow::bail!("unknown action {action:?}: `workload export`");
-    }
-    let (rt, token) = client.session()?;
-    let (status, body) = rt.block_on(tapfinger_agent::client::http(
-        &client.api,
-        "GET",
-        &format!("/v1/workload?since_s={since_s}"),
-        None,
-        token.as_deref(),
-    ))?;
-    if !(200..300).contains(&status) {
-        anyhow::bail!("{}: HTTP {status}: {}", client.api, body.trim());
-    }
-    match out {
-        Some(p) => {
-            std::fs::write(p, &body)
-                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
-            let n = serde_json::from_str::<serde_json::Value>(&body)
-                .ok()
-                .and_then(|v| v["tasks"].as_array().map(Vec::len))
-                .unwrap_or(0);
-            eprintln!("wrote {n} tasks to {}", p.display());
-        }
-        None => println!("{body}"),
-    }
-    Ok(())
-}
-
-fn call(client: &Client, method: &str, path: &str, body: Option<String>) -> anyhow::Result<()> {
-    let (rt, token) = client.session()?;
-    let (status, body) = rt.block_on(tapfinger_agent::client::http(
-        &client.api,
-        method,
-        path,
-        body,
-        token.as_deref(),
-    ))?;
-    let pretty = serde_json::from_str::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| serde_json::to_string_pretty(&v).ok())
-        .unwrap_or(body);
-    if (200..300).contains(&status) {
-        let render: Option<fn(&serde_json::Value) -> Option<String>> = match path {
-            _ if method != "GET" || client.json => None,
-            p if p.starts_with("/v1/tasks?") || p == "/v1/tasks" => {
-                Some(tapfinger_agent::client::tasks_table)
-            }
-            p if p.ends_with("/logs") => Some(tapfinger_agent::client::logs_text),
-            p if p.starts_with("/v1/tasks/") => Some(tapfinger_agent::client::task_lines),
-            "/v1/peers" => Some(tapfinger_agent::client::peers_table),
-            "/v1/classes" => Some(tapfinger_agent::client::classes_table),
-            "/v1/node" => Some(tapfinger_agent::client::node_lines),
-            _ => None,
-        };
-        let table = render.and_then(|f| {
-            serde_json::from_str(&pretty)
-                .ok()
-                .and_then(|v: serde_json::Value| f(&v))
-        });
-        // A reader that went away (`| head`) is not an error worth a panic.
-        let mut out = std::io::stdout().lock();
-        match writeln!(out, "{}", table.unwrap_or(pretty)) {
-            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-            _ => Ok(()),
-        }
-    } else {
-        anyhow::bail!("HTTP {status}: {pretty}")
-    }
 }
 
 /// Run one of the helper processes (gang launcher, guard, supervisor) on a single-threaded
