@@ -18,27 +18,23 @@ use std::fmt::Write as _;
 use tapfinger::twin::{Context, NodeRecord, Recorder, Workload};
 use tapfinger::{NodeId, Policy, TaskId};
 
-/// An observer that records the episode's twin.
-struct Twin<'a> {
-    sim: &'a Simulator,
+/// An observer that records the episode's twin. It holds what the agents know of the cluster
+/// beside the tasks — the slot's length, the kinds, the boxes — and not the scenario: its task
+/// types' speed models are out of its reach.
+struct Twin {
+    slot_seconds: f64,
+    kinds: Vec<tapfinger::ResourceKind>,
+    nodes: Vec<NodeRecord>,
     recorder: Recorder,
     workload: Option<Workload>,
 }
 
-impl Observer for Twin<'_> {
-    fn progressed(&mut self, slot: u64, task: TaskId, _progress: f64, finished: bool) {
-        if finished {
-            self.recorder.finish(task, slot + 1, Some(0));
-        }
-    }
-
-    fn twin(&mut self) -> Option<&mut Recorder> {
-        Some(&mut self.recorder)
-    }
-
-    fn ended(&mut self, slots: u64, estimator: &tapfinger::estimate::Estimator) {
-        let sc = self.sim.scenario();
-        let ctx = Context {
+impl Twin {
+    /// The boxes, kinds and slot of `sim`'s scenario (as the agents' heartbeats and
+    /// configuration carry them).
+    fn new(sim: &Simulator) -> Self {
+        let sc = sim.scenario();
+        Self {
             slot_seconds: sc.slot_seconds,
             kinds: sc.space.kinds().to_vec(),
             nodes: sc
@@ -52,6 +48,28 @@ impl Observer for Twin<'_> {
                     gpu_model: n.gpu_model.clone(),
                 })
                 .collect(),
+            recorder: Recorder::new(),
+            workload: None,
+        }
+    }
+}
+
+impl Observer for Twin {
+    fn progressed(&mut self, slot: u64, task: TaskId, _progress: f64, finished: bool) {
+        if finished {
+            self.recorder.finish(task, slot + 1, Some(0));
+        }
+    }
+
+    fn twin(&mut self) -> Option<&mut Recorder> {
+        Some(&mut self.recorder)
+    }
+
+    fn ended(&mut self, slots: u64, estimator: &tapfinger::estimate::Estimator) {
+        let ctx = Context {
+            slot_seconds: self.slot_seconds,
+            kinds: self.kinds.clone(),
+            nodes: self.nodes.clone(),
             estimator,
         };
         self.workload = Some(self.recorder.export(0, slots, &ctx));
@@ -65,29 +83,21 @@ pub fn observe(
     policies: Vec<Box<dyn Policy>>,
     seed: u64,
 ) -> Result<(EpisodeResult, Workload), SimError> {
-    let mut twin = Twin {
-        sim,
-        recorder: Recorder::new(),
-        workload: None,
-    };
+    let mut twin = Twin::new(sim);
     let r = sim.run_observed(policies, seed, &mut twin)?;
-    let w = twin.workload.unwrap_or_else(|| unreachable_workload(sim));
-    Ok((r, w))
-}
-
-/// An episode always ends through [`Observer::ended`]; should one not, an empty workload (no
-/// tasks) says so rather than a panic.
-fn unreachable_workload(sim: &Simulator) -> Workload {
-    Workload {
+    // Every episode that returns Ok ended through `Observer::ended`; an empty workload here
+    // would say that one did not, rather than panic.
+    let w = twin.workload.unwrap_or_else(|| Workload {
         format: tapfinger::twin::FORMAT.into(),
-        slot_seconds: sim.scenario().slot_seconds,
+        slot_seconds: twin.slot_seconds,
         from_slot: 0,
         to_slot: 0,
-        kinds: sim.scenario().space.kinds().to_vec(),
+        kinds: twin.kinds,
         nodes: Vec::new(),
         classes: Vec::new(),
         tasks: Vec::new(),
-    }
+    });
+    Ok((r, w))
 }
 
 fn quote(s: &str) -> String {

@@ -84,3 +84,37 @@ fn an_elastic_twin_replays_the_policy_it_was_recorded_under() {
         assert!((twin / orig - 1.0).abs() <= RECORDED, "{orig} vs {twin}");
     }
 }
+
+/// The twin knows only what was observed: two clusters that differ in nothing the episode could
+/// observe — only in the speed model of a task type no task is of — give the same twin. (A twin
+/// that copied the scenario's speed models would carry the unused type's, and differ.)
+#[test]
+fn the_twin_carries_no_speed_model_the_episode_did_not_observe() {
+    let sim = Simulator::new(Scenario::load("gen:10001").unwrap());
+    let (_, w) = twin::observe(&sim, policies::build(&sim, "tiresias").unwrap(), 100).unwrap();
+    let replay = twin::scenario_toml(&w, "twin").unwrap();
+    let with_unused = |seconds: f64| {
+        let kinds: Vec<&str> = w.kinds.iter().map(|k| k.name.as_str()).collect();
+        // A demand some box holds: the first observed class's.
+        let min = w.classes[0].min_demand.0.clone();
+        let row: Vec<String> = min.iter().map(u32::to_string).collect();
+        let toml = format!(
+            "{replay}\n[[task_types]]\nname = \"unused\"\nweight = 0.001\nmin_demand = {min:?}\nmax_demand = {min:?}\nspeed = {{ model = \"table\", rows = \"type,{},seconds\\nunused,{},{seconds}\\n\" }}\n",
+            kinds.join(","),
+            row.join(",")
+        );
+        // `[trace]` must stay the last table: move it after the added type.
+        let (head, trace) = toml.split_once("\n[trace]").unwrap();
+        let (trace, added) = trace.split_once("\"\"\"\n\n[[task_types]]").unwrap();
+        let toml = format!("{head}\n[[task_types]]{added}\n[trace]{trace}\"\"\"\n");
+        let sim = Simulator::new(
+            Scenario::from_toml(&toml, "twin", None).unwrap_or_else(|e| panic!("{e}\n{toml}")),
+        );
+        twin::observe(&sim, policies::build(&sim, "tiresias").unwrap(), 100)
+            .unwrap()
+            .1
+    };
+    let (a, b) = (with_unused(1.0), with_unused(1000.0));
+    assert!(!a.tasks.is_empty());
+    assert_eq!(a, b);
+}
