@@ -7,12 +7,14 @@
 pub mod arrivals;
 pub mod catalog;
 pub mod clairvoyant;
+pub mod deployment;
 pub mod env;
 
 mod episode;
 pub mod gangs;
 pub mod generate;
 pub mod grid;
+pub mod guard;
 pub mod import;
 pub mod learning;
 pub mod metrics;

@@ -7,6 +7,7 @@ use tapfinger_sim::catalog;
 
 mod cli_compare;
 mod cli_curves;
+mod cli_deploy;
 mod cli_forecast;
 mod cli_import;
 mod cli_place;
@@ -53,6 +54,10 @@ enum Cmd {
     /// Judge one policy against every baseline on generated scenarios (gen:N): per scenario, its
     /// average JCT over the best non-clairvoyant baseline's. Seeds from 10000 up are held out.
     Suite(cli_compare::SuiteArgs),
+    /// Replay a scenario's workload window by window as a deployment: the guard picks each
+    /// window's policy from the previous window's twin (what the agents observed); every window
+    /// is also run under every deployable baseline on the true speeds (docs/TWIN.md).
+    DeployReplay(cli_deploy::DeployArgs),
     /// Plot training runs side by side: per iteration, the run's training JCT over the reference
     /// baseline's on the same workloads (mean of the last 10), from each run's curve.csv.
     Curves(cli_curves::CurvesArgs),
@@ -96,6 +101,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Run(args) => cli_compare::run(args)?,
         Cmd::Compare(args) => cli_compare::compare(args)?,
         Cmd::Suite(args) => cli_compare::suite(args)?,
+        Cmd::DeployReplay(args) => cli_deploy::deploy_replay(args)?,
         Cmd::Curves(args) => cli_curves::curves(args)?,
         Cmd::Train(args) => cli_train::train(*args)?,
         Cmd::Plan(args) => cli_plan::plan(args)?,

@@ -1,0 +1,286 @@
+//! The deployment replay: a scenario's workload run as a deployment would run it, window after
+//! window, with the guard ([`crate::guard`]) choosing each window's policy from the twin of the
+//! window before ([`crate::twin`]: only what the agents observed), and every window also run
+//! under every deployable baseline on the true speeds, to say how the deployment did against the
+//! best of them there.
+//!
+//! The workload (arrivals, sizes, reachable boxes) is the scenario's for the seed, cut into
+//! windows of equal task counts; each window is an episode of its own tasks on the scenario's
+//! boxes (a window starts with an empty cluster and an estimator that knows nothing: what
+//! crosses from one window to the next is the guard's choice alone). The first window runs the
+//! learned policy (or the policy named). Fine-tuning on the twin is not part of it yet.
+
+use crate::guard::{self, Decision};
+use crate::metrics::summarize;
+use crate::report::{self, CompareError};
+use crate::trace::TraceTask;
+use crate::{Scenario, SimError, Simulator, policies, twin, workload};
+use serde::Serialize;
+
+/// Why a replay failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// A policy could not be built.
+    #[error(transparent)]
+    Policy(#[from] CompareError),
+    /// An episode failed.
+    #[error("window {window}, {policy}: {source}")]
+    Episode {
+        /// The window.
+        window: usize,
+        /// The policy.
+        policy: String,
+        /// Cause.
+        source: SimError,
+    },
+    /// The twin of a window could not be written or loaded.
+    #[error("window {window}: its twin: {reason}")]
+    Twin {
+        /// The window.
+        window: usize,
+        /// Cause.
+        reason: String,
+    },
+    /// Fewer tasks than windows, or no window.
+    #[error("{tasks} tasks cannot make {windows} windows")]
+    Windows {
+        /// Tasks.
+        tasks: usize,
+        /// Windows asked for.
+        windows: usize,
+    },
+}
+
+/// One window of the replay.
+#[derive(Debug, Clone, Serialize)]
+pub struct Window {
+    /// Its index.
+    pub window: usize,
+    /// Its tasks.
+    pub tasks: usize,
+    /// The policy the guard had chosen for it.
+    pub policy: String,
+    /// That policy's average JCT on the true speeds.
+    pub avg_jct: f64,
+    /// The best deployable baseline there, and its average JCT.
+    pub best_baseline: (String, f64),
+    /// `avg_jct` over the best baseline's.
+    pub ratio: f64,
+    /// The learned policy's own ratio there (what it would have given without the guard).
+    pub learned_ratio: f64,
+    /// The best baseline's average JCT over the lower bound (room to win where well above 1).
+    pub best_over_bound: f64,
+    /// What the guard decided on this window's twin, for the next.
+    pub next: Decision,
+}
+
+/// A whole replay.
+#[derive(Debug, Clone, Serialize)]
+pub struct Replay {
+    /// The scenario.
+    pub scenario: String,
+    /// The workload seed.
+    pub seed: u64,
+    /// The guard's margin.
+    pub margin: f64,
+    /// The windows, in order.
+    pub windows: Vec<Window>,
+}
+
+impl Replay {
+    /// The largest and the mean ratio over the windows after the first (once the guard has
+    /// seen one), and the learned policy's own mean there.
+    pub fn after_first(&self) -> (f64, f64, f64) {
+        let later: Vec<&Window> = self.windows.iter().skip(1).collect();
+        let n = later.len().max(1) as f64;
+        (
+            later.iter().map(|w| w.ratio).fold(0.0, f64::max),
+            later.iter().map(|w| w.ratio).sum::<f64>() / n,
+            later.iter().map(|w| w.learned_ratio).sum::<f64>() / n,
+        )
+    }
+}
+
+/// The candidates the guard judges: the learned policy and every deployable baseline.
+fn candidates() -> Vec<&'static str> {
+    std::iter::once(policies::TAPFINGER)
+        .chain(
+            tapfinger::baselines::Baseline::JUDGED
+                .iter()
+                .map(|b| b.name()),
+        )
+        .collect()
+}
+
+/// Every candidate's average JCT on `sim` for `seed` (a candidate whose episode fails is left
+/// out), and the lower bound's.
+fn run_all(sim: &Simulator, seed: u64) -> Result<(Vec<(String, f64)>, f64), ReplayError> {
+    let kinds = sim.scenario().kind_names();
+    let mut out = Vec::new();
+    let mut bound = 0.0;
+    for name in candidates() {
+        let ps = report::instances_for_seed(sim, name, None, seed)?;
+        if let Ok(r) = sim.run(ps, seed) {
+            let s = summarize(&r, &kinds);
+            bound = s.lower_bound_jct;
+            out.push((name.to_string(), s.avg_jct));
+        }
+    }
+    Ok((out, bound))
+}
+
+/// Replay `sc`'s workload of `seed` in `windows` windows with the guard's `margin`, the first
+/// window under `start` (the learned policy, as a deployment starts; another name to see the
+/// guard leave a policy that does badly).
+pub fn replay(
+    sc: &Scenario,
+    seed: u64,
+    windows: usize,
+    margin: f64,
+    start: &str,
+) -> Result<Replay, ReplayError> {
+    let parts = split(sc, seed, windows)?;
+    let mut current = start.to_string();
+    let mut out = Vec::new();
+    for (k, part) in parts.into_iter().enumerate() {
+        let sim = Simulator::new(part);
+        let tasks = sim.scenario().tasks as usize;
+        let (jcts, bound) = run_all(&sim, seed)?;
+        let of = |n: &str| jcts.iter().find(|(m, _)| m == n).map(|(_, j)| *j);
+        let best = jcts
+            .iter()
+            .filter(|(n, _)| n != policies::TAPFINGER)
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .cloned()
+            .unwrap_or_default();
+        let ran = of(&current).unwrap_or(f64::INFINITY);
+        // The window's twin, from the policy that ran it (the same episode: deterministic).
+        let ps = report::instances_for_seed(&sim, &current, None, seed)?;
+        let (_, w) = twin::observe(&sim, ps, seed).map_err(|source| ReplayError::Episode {
+            window: k,
+            policy: current.clone(),
+            source,
+        })?;
+        let twin_err = |reason: String| ReplayError::Twin { window: k, reason };
+        let toml = twin::scenario_toml(&w, &format!("twin-{k}")).map_err(twin_err)?;
+        let twin_sc =
+            Scenario::from_toml(&toml, "twin", None).map_err(|e| twin_err(e.to_string()))?;
+        let (twin_jcts, _) = run_all(&Simulator::new(twin_sc), seed)?;
+        // What the agents measured of the policy in use: their tasks' own completion times.
+        let seen = w.jcts();
+        let measured = seen.iter().sum::<u64>() as f64 / seen.len().max(1) as f64;
+        let next = guard::judge(&current, measured, twin_jcts, margin);
+        let per = |j: f64| j / best.1.max(f64::MIN_POSITIVE);
+        out.push(Window {
+            window: k,
+            tasks,
+            policy: current.clone(),
+            avg_jct: ran,
+            ratio: per(ran),
+            learned_ratio: per(of(policies::TAPFINGER).unwrap_or(f64::INFINITY)),
+            best_over_bound: best.1 / bound.max(f64::MIN_POSITIVE),
+            best_baseline: best,
+            next: next.clone(),
+        });
+        current = next.policy;
+    }
+    Ok(Replay {
+        scenario: sc.name.clone(),
+        seed,
+        margin,
+        windows: out,
+    })
+}
+
+/// `sc`'s workload of `seed` as `windows` scenarios of consecutive tasks, each replaying its
+/// tasks (arrivals from its first, true sizes, each task's reachable boxes by a label of each
+/// box) on `sc`'s boxes with `sc`'s speeds.
+fn split(sc: &Scenario, seed: u64, windows: usize) -> Result<Vec<Scenario>, ReplayError> {
+    let tasks = workload::generate(sc, seed);
+    let sizes = workload::sizes(sc, seed, tasks.len());
+    if windows == 0 || tasks.len() < windows {
+        return Err(ReplayError::Windows {
+            tasks: tasks.len(),
+            windows,
+        });
+    }
+    let mut base = sc.clone();
+    for n in &mut base.nodes {
+        n.labels.push(format!("box={}", n.name));
+    }
+    let per = tasks.len().div_ceil(windows);
+    Ok(tasks
+        .chunks(per)
+        .map(|chunk| {
+            let a0 = chunk.first().map_or(0, |t| t.arrival);
+            let trace: Vec<TraceTask> = chunk
+                .iter()
+                .map(|t| TraceTask {
+                    arrival: t.arrival - a0,
+                    ty: usize::from(t.ty.0),
+                    size: workload::size_of(&sizes, t.id),
+                    require: t
+                        .reachable
+                        .iter()
+                        .filter_map(|n| base.nodes.get(n.0 as usize))
+                        .map(|n| format!("box={}", n.name))
+                        .collect(),
+                })
+                .collect();
+            let mut s = base.clone();
+            s.tasks = trace.len() as u32;
+            s.trace = Some(trace);
+            s
+        })
+        .collect())
+}
+
+/// The replay as a table.
+pub fn table(r: &Replay) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "deployment replay of {} (seed {}), {} windows, guard margin {}",
+        r.scenario,
+        r.seed,
+        r.windows.len(),
+        r.margin
+    );
+    let _ = writeln!(
+        s,
+        "{:>6} {:>5}  {:<18} {:>10}  {:<18} {:>10} {:>6} {:>8} {:>8}  next",
+        "window",
+        "tasks",
+        "ran",
+        "avg JCT",
+        "best baseline",
+        "its JCT",
+        "ratio",
+        "learned",
+        "best/LB"
+    );
+    for w in &r.windows {
+        let _ = writeln!(
+            s,
+            "{:>6} {:>5}  {:<18} {:>10.2}  {:<18} {:>10.2} {:>6.3} {:>8.3} {:>8.2}  {}{}",
+            w.window,
+            w.tasks,
+            w.policy,
+            w.avg_jct,
+            w.best_baseline.0,
+            w.best_baseline.1,
+            w.ratio,
+            w.learned_ratio,
+            w.best_over_bound,
+            w.next.policy,
+            if w.next.switched { " (switch)" } else { "" }
+        );
+    }
+    let (worst, mean, learned) = r.after_first();
+    let _ = writeln!(
+        s,
+        "after the first window: worst ratio {worst:.3}, mean {mean:.3} (the learned policy alone: mean {learned:.3})"
+    );
+    s
+}
