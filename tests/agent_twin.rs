@@ -2,7 +2,8 @@
 //! hidden from them: they see progress only) run two classes of tasks; one agent's observed
 //! workload (`Command::Workload`, what `GET /v1/workload` and `tapfinger-agent workload export`
 //! serve) holds every task with its runs and outcome, every box, and the estimator's figures
-//! for both classes; `tapfinger-sim import --format tapfinger`'s scenario of it loads, and
+//! for both classes, and `GET /v1/workload` serves the same tasks to a client with the token;
+//! `tapfinger-sim import --format tapfinger`'s scenario of it loads, and
 //! replaying it with the policy the agents ran gives an average JCT near the one they measured.
 #![allow(clippy::unwrap_used)]
 
@@ -72,6 +73,26 @@ async fn the_twin_an_agent_exports_replays_what_the_cluster_ran() {
         );
         assert!(m.rows.iter().all(|(_, s)| s.is_finite() && *s > 0.0));
     }
+    // The API serves the same workload, and asks for the token it is given.
+    let api = tapfinger_tests::serve_api(&agents[0], Some("secret".into())).await;
+    let (status, _) = tapfinger_agent::client::http(&api, "GET", "/v1/workload", None, None)
+        .await
+        .unwrap();
+    assert_eq!(status, 401, "the workload needs the token");
+    let (status, body) = tapfinger_agent::client::http(
+        &api,
+        "GET",
+        "/v1/workload?since_s=86400",
+        None,
+        Some("secret"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let served: tapfinger::twin::Workload = serde_json::from_str(&body).unwrap();
+    assert_eq!(served.format, tapfinger::twin::FORMAT);
+    let ids = |w: &tapfinger::twin::Workload| w.tasks.iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(ids(&served), ids(&w));
     let measured = w.jcts().iter().sum::<u64>() as f64 / w.tasks.len() as f64;
     // The file form crosses from the agent to the simulator.
     let w: tapfinger::twin::Workload =
