@@ -41,6 +41,8 @@ async fn agents_learn_through_the_coordinator_and_converge_on_one_version() {
             explore_candidates: false,
             window: 10,
             start: start.clone(),
+            workload_push_ms: 0,
+            workload_window_s: 3600,
         });
         let (agent, addr) = l.start().await;
         agents.push(agent);

@@ -223,11 +223,11 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
         ["box-a", "box-b", "box-c"].contains(&v[3].as_str().unwrap_or("")),
         "{v}"
     );
-    // The queue row gave its position and wait; the page shows the policy version too.
+    // The queue row gave its position and wait; the page shows the policy deciding too.
     let policy = browser
         .eval("return document.getElementById('policy').textContent")
         .await;
-    assert_eq!(policy, json!("0"));
+    assert_eq!(policy, json!("tapfinger"));
     // The tasks' class (they name none) with what the estimator learned of it from their
     // progress.
     let classes = "return [...document.querySelectorAll('#classes tbody tr')].map(r => \

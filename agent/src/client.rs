@@ -435,6 +435,9 @@ pub fn node_lines(body: &serde_json::Value) -> Option<String> {
     if let Some(model) = n.labels.get(tapfinger::estimate::GPU_MODEL_LABEL) {
         text.push_str(&format!("\n{:<18} {model}", "gpu_model"));
     }
+    if !n.policy.is_empty() {
+        text.push_str(&format!("\n{:<18} {}", "policy", n.policy));
+    }
     let others: Vec<String> = n
         .labels
         .iter()

@@ -174,6 +174,12 @@ pub struct CoordinatorLink {
     /// by its evaluation gate) instead of the published version. Learning then stays on-policy
     /// when the gate refuses candidates, at the price of running them; off by default.
     pub explore_candidates: bool,
+    /// How often to push the workload this agent observed to the coordinator's guard (ms; 0:
+    /// never, and the guard then has nothing of this agent's to judge).
+    pub workload_push_ms: u64,
+    /// The longest window a push covers (s): the tasks that arrived in it since the agent
+    /// adopted the guard's choice in force.
+    pub workload_window_s: u64,
 }
 
 impl Default for CoordinatorLink {
@@ -185,6 +191,8 @@ impl Default for CoordinatorLink {
             batch_decisions: 64,
             poll_ms: 2000,
             explore_candidates: false,
+            workload_push_ms: 60_000,
+            workload_window_s: 3600,
         }
     }
 }

@@ -104,6 +104,10 @@ const GAUGES: &[(&str, &str)] = &[
         "Policy version in use (0: the start model).",
     ),
     (
+        "tapfinger_policy_guard",
+        "1 for the policy the coordinator's guard has the cluster run (label policy), 0 for the others.",
+    ),
+    (
         "tapfinger_policy_refused",
         "Policy announcements or checkpoints refused.",
     ),
@@ -386,6 +390,21 @@ impl AgentMetrics {
             }
             if let Some(p) = &st.policy {
                 gauge!("tapfinger_policy_version").set(p.version as f64);
+                // Every candidate has a series, so the one that was in force reads 0 after a switch.
+                let names = std::iter::once(tapfinger_net::guard::LEARNED).chain(
+                    tapfinger::baselines::Baseline::JUDGED
+                        .iter()
+                        .map(|b| b.name()),
+                );
+                for name in names {
+                    let on = p.guard_policy == name
+                        || (p.guard_policy.is_empty() && name == tapfinger_net::guard::LEARNED);
+                    gauge!("tapfinger_policy_guard", "policy" => name).set(if on {
+                        1.0
+                    } else {
+                        0.0
+                    });
+                }
                 gauge!("tapfinger_policy_refused").set(p.refused as f64);
                 gauge!("tapfinger_experience_batches_shipped").set(p.batches_shipped as f64);
                 gauge!("tapfinger_experience_batches_waiting").set(p.batches_waiting as f64);

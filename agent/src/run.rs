@@ -358,6 +358,8 @@ fn online_link(
                     explore_candidates: cfg.coordinator.explore_candidates,
                     window,
                     start: crate::policy::initial_checkpoint(cfg.model.as_deref())?,
+                    workload_push_ms: cfg.coordinator.workload_push_ms,
+                    workload_window_s: cfg.coordinator.workload_window_s,
                 },
                 core,
             )?)

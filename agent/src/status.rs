@@ -35,6 +35,8 @@ pub struct Status {
     pub stats: tapfinger::node::NodeStats,
     /// Policy version and online learning (None: no coordinator configured).
     pub policy: Option<crate::online::PolicyStatus>,
+    /// The name of the policy deciding here now (the node core's).
+    pub deciding: String,
     /// This node's name.
     pub name: String,
     /// The labels of this node and its live peers (each box's GPU model among them,

@@ -54,6 +54,19 @@ pub struct CoordinatorConfig {
     pub seed: u64,
     /// Most received batches kept waiting for an update (oldest dropped and counted).
     pub inbox_max_batches: usize,
+    /// The guard (the `guard` module): judge the workload the agents observed and switch the
+    /// cluster to a baseline when the learned policy does worse there, and back.
+    pub guard: bool,
+    /// Seconds between two judgements (at least; see `guard_max_share`).
+    pub guard_every_s: u64,
+    /// The most of one core the guard may use on average: after a judgement of `t` seconds the
+    /// next waits at least `t / guard_max_share`.
+    pub guard_max_share: f64,
+    /// Finished tasks a workload needs before it is judged (fewer say too little).
+    pub guard_min_tasks: usize,
+    /// How much better (a fraction of average JCT on the twin, beyond the twin's own error on
+    /// the policy in force) another policy must be to replace the one in force.
+    pub guard_margin: f64,
 }
 
 impl Default for CoordinatorConfig {
@@ -85,6 +98,11 @@ impl Default for CoordinatorConfig {
             minibatch: 256,
             seed: 0,
             inbox_max_batches: 10_000,
+            guard: true,
+            guard_every_s: 300,
+            guard_max_share: 0.05,
+            guard_min_tasks: 20,
+            guard_margin: tapfinger_sim::guard::MARGIN,
         }
     }
 }

@@ -4,8 +4,11 @@
 //! which trains the shared actor and the centralized critic with the simulator's PPO trainer
 //! ([`learner`]), evaluates every candidate in the simulator, and publishes only candidates that
 //! are not worse, signed with its libp2p identity key ([`serve`]). Agents accept weights only from
-//! the coordinator peer id they are configured with (the agent's `online` module).
+//! the coordinator peer id they are configured with (the agent's `online` module). Its guard
+//! ([`guard`]) judges the workload the agents observed and has the whole cluster run a baseline
+//! while the learned policy does worse there.
 
 pub mod config;
+pub mod guard;
 pub mod learner;
 pub mod serve;

@@ -3,6 +3,7 @@
 //! the signed announcement and checkpoint, and a local HTTP API (`/v1/status`, `/metrics`).
 
 use crate::config::CoordinatorConfig;
+use crate::guard::{Guard, GuardState};
 use crate::learner::{Batch, Learner, State};
 use libp2p::identity::Keypair;
 use std::sync::{Arc, Mutex};
@@ -31,6 +32,10 @@ pub struct Shared {
     /// Connections and requests refused from peers off the allowlist, by what they tried
     /// (`connect`, `experience`, ...).
     pub refused: std::collections::BTreeMap<String, u64>,
+    /// The guard's state (the choice in force, counters, the last judgement).
+    pub guard: GuardState,
+    /// The share of one core the guard used since this process started.
+    pub guard_busy_share: f64,
 }
 
 /// A running coordinator.
@@ -63,8 +68,12 @@ impl Drop for Coordinator {
 
 /// Start the coordinator on an already started network.
 pub fn spawn(cfg: CoordinatorConfig, key: Keypair, net: Network) -> anyhow::Result<Coordinator> {
+    let guard = Guard::open(cfg.clone(), key.clone())?;
+    // The learned policy agents run before the first publication: the start model.
+    let (bytes, json, _) = crate::learner::start_checkpoint(&cfg.start)?;
     let learner = Learner::open(cfg.clone(), key)?;
     let shared = Arc::new(Mutex::new(Shared {
+        guard: guard.state.clone(),
         state: learner.state.clone(),
         published: learner
             .announcement()
@@ -74,7 +83,14 @@ pub fn spawn(cfg: CoordinatorConfig, key: Keypair, net: Network) -> anyhow::Resu
     }));
     let inbox: Spool<Batch> = Spool::open(&cfg.data_dir.join("inbox"), cfg.inbox_max_batches)?;
     let peer_id = net.peer_id;
-    let task = tokio::spawn(run(cfg, learner, inbox, net, shared.clone()));
+    let task = tokio::spawn(run(
+        cfg,
+        learner,
+        inbox,
+        net,
+        shared.clone(),
+        (guard, (bytes, json)),
+    ));
     Ok(Coordinator {
         shared,
         peer_id,
@@ -88,7 +104,10 @@ async fn run(
     mut inbox: Spool<Batch>,
     mut net: Network,
     shared: Arc<Mutex<Shared>>,
+    (mut guard, start_model): (Guard, (Vec<u8>, String)),
 ) {
+    let (judge_tx, mut judged_rx) = crate::guard::spawn_judge();
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     // Updates run on a blocking thread; it owns the learner and reports back the batches used.
     let (work_tx, mut work_rx) = mpsc::channel::<Vec<(u64, Batch)>>(1);
     let (done_tx, mut done_rx) = mpsc::channel::<Vec<u64>>(1);
@@ -129,6 +148,29 @@ async fn run(
         .sum();
     loop {
         tokio::select! {
+            _ = tick.tick() => {
+                // The learned policy judged is the one agents run: the published version.
+                let model = shared
+                    .lock()
+                    .ok()
+                    .and_then(|s| s.published.as_ref().map(|(_, c)| (c.model.clone(), c.train_json.clone())))
+                    .unwrap_or_else(|| start_model.clone());
+                if let Some(work) = guard.due(model)
+                    && judge_tx.try_send(work).is_err()
+                {
+                    guard.judging = false;
+                }
+            }
+            judged = judged_rx.recv() => {
+                let Some(j) = judged else { return };
+                if let Err(e) = guard.apply(j) {
+                    tracing::warn!(error = %e, "guard: cannot record the judgement");
+                }
+                if let Ok(mut s) = shared.lock() {
+                    s.guard = guard.state.clone();
+                    s.guard_busy_share = guard.busy_share();
+                }
+            }
             done = done_rx.recv() => {
                 let Some(ids) = done else { return };
                 for n in ids {
@@ -174,6 +216,17 @@ async fn run(
                         Request::Announcement => Response::Announcement(
                             shared.lock().ok().and_then(|s| s.published.as_ref().map(|(a, _)| a.clone())),
                         ),
+                        Request::Guard => Response::Guard(guard.state.choice.clone().map(Box::new)),
+                        Request::Workload { node, seq, workload } => {
+                            if node != node_id(&from) {
+                                Response::Error("the workload's node is not the sender".into())
+                            } else {
+                                match guard.offer(node.0, seq, *workload) {
+                                    Ok(()) => Response::Received,
+                                    Err(e) => Response::Error(format!("workload not taken: {e}")),
+                                }
+                            }
+                        }
                         Request::Checkpoint { version } => {
                             let c = shared.lock().ok().and_then(|s| {
                                 s.published.as_ref().filter(|(a, _)| a.version == version).map(|(_, c)| c.clone())
@@ -267,6 +320,15 @@ pub fn status_json(s: &Shared) -> serde_json::Value {
         "inbox_batches": s.inbox_batches,
         "inbox_dropped": s.inbox_dropped,
         "refused": s.refused,
+        "guard": {
+            "policy": s.guard.choice.as_ref().map_or(tapfinger_net::guard::LEARNED, |c| c.policy.as_str()),
+            "seq": s.guard.choice.as_ref().map_or(0, |c| c.seq),
+            "reason": s.guard.choice.as_ref().map(|c| c.reason.clone()),
+            "judged": s.guard.judged,
+            "switches": s.guard.switches,
+            "busy_share": s.guard_busy_share,
+            "last": s.guard.last,
+        },
     })
 }
 
@@ -318,6 +380,26 @@ impl Metrics {
                 "tapfinger_coordinator_decisions_received",
                 "Decisions received per agent."
             );
+            describe_gauge!(
+                "tapfinger_coordinator_guard_choice",
+                "1 for the policy the guard has the cluster run (label policy), 0 for the others."
+            );
+            describe_gauge!(
+                "tapfinger_coordinator_guard_seq",
+                "Number of the guard's choice in force (grows by one per switch)."
+            );
+            describe_counter!(
+                "tapfinger_coordinator_guard_switches_total",
+                "Times the guard switched the cluster's policy."
+            );
+            describe_counter!(
+                "tapfinger_coordinator_guard_judgements_total",
+                "Workloads the guard judged."
+            );
+            describe_gauge!(
+                "tapfinger_coordinator_guard_busy_share",
+                "Share of one core the guard's judgements used since the coordinator started."
+            );
             describe_counter!(
                 "tapfinger_coordinator_refused_total",
                 "Connections and requests refused from peers off the allowlist, by what they tried."
@@ -339,6 +421,22 @@ impl Metrics {
             gauge!("tapfinger_coordinator_published_jct").set(s.state.published_jct);
             gauge!("tapfinger_coordinator_candidates_refused").set(s.state.refused as f64);
             gauge!("tapfinger_coordinator_inbox_batches").set(s.inbox_batches as f64);
+            let (seq, policy) = s
+                .guard
+                .choice
+                .as_ref()
+                .map_or((0, tapfinger_net::guard::LEARNED), |c| {
+                    (c.seq, c.policy.as_str())
+                });
+            // Every candidate has a series, so the one that was in force reads 0 after a switch.
+            for name in tapfinger_sim::guard::candidates() {
+                gauge!("tapfinger_coordinator_guard_choice", "policy" => name)
+                    .set(if name == policy { 1.0 } else { 0.0 });
+            }
+            gauge!("tapfinger_coordinator_guard_seq").set(seq as f64);
+            counter!("tapfinger_coordinator_guard_switches_total").absolute(s.guard.switches);
+            counter!("tapfinger_coordinator_guard_judgements_total").absolute(s.guard.judged);
+            gauge!("tapfinger_coordinator_guard_busy_share").set(s.guard_busy_share);
             for (what, n) in &s.refused {
                 counter!("tapfinger_coordinator_refused_total", "what" => what.clone())
                     .absolute(*n);

@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 use tapfinger::NodeId;
 use tapfinger::model::Experience;
 
+pub use crate::refusal::{Refusal, SignError};
+
 /// Protocol name of the request-response exchange.
 pub const PROTOCOL: &str = "/tapfinger/learn/1";
 /// Largest request accepted (an experience batch).
@@ -52,16 +54,31 @@ pub enum Request {
         /// Version.
         version: u64,
     },
+    /// Which policy does the guard have the cluster run ([`crate::guard::Choice`])?
+    Guard,
+    /// The workload the asker observed (the cluster's view: every task it knows, its own and
+    /// its peers') since it adopted guard choice `seq`, for the guard to judge that choice on.
+    Workload {
+        /// The reporting node.
+        node: NodeId,
+        /// The guard choice it ran under (0: none yet).
+        seq: u64,
+        /// The workload.
+        workload: Box<tapfinger::twin::Workload>,
+    },
 }
 
 impl Request {
-    /// Its kind, for logs and counters (`experience`, `announcement`, `trial`, `checkpoint`).
+    /// Its kind, for logs and counters (`experience`, `announcement`, `trial`, `checkpoint`,
+    /// `guard`, `workload`).
     pub fn kind(&self) -> &'static str {
         match self {
             Request::Experience { .. } => "experience",
             Request::Announcement => "announcement",
             Request::Trial { .. } => "trial",
             Request::Checkpoint { .. } => "checkpoint",
+            Request::Guard => "guard",
+            Request::Workload { .. } => "workload",
         }
     }
 }
@@ -80,6 +97,10 @@ pub enum Response {
     Trial(Option<Box<(Announcement, Checkpoint)>>),
     /// A checkpoint: `model.bpk` and `train.json`.
     Checkpoint(Box<Checkpoint>),
+    /// The guard's choice in force, if it has made one.
+    Guard(Option<Box<crate::guard::Choice>>),
+    /// The workload is taken.
+    Received,
     /// The request could not be served.
     Error(String),
 }
@@ -124,44 +145,6 @@ pub struct Announcement {
     #[serde(default)]
     pub trial: bool,
 }
-
-/// Why an announcement or checkpoint was refused.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum Refusal {
-    /// The key is not a valid public key.
-    #[error("the announcement's public key does not decode")]
-    BadKey,
-    /// Signed by someone other than the configured coordinator.
-    #[error("signed by {signer}, not by the configured coordinator {expected}")]
-    WrongSigner {
-        /// Who signed (peer id, base58).
-        signer: String,
-        /// Who should have.
-        expected: String,
-    },
-    /// The signature does not verify.
-    #[error("the signature does not verify")]
-    BadSignature,
-    /// The checkpoint's bytes do not match the announced hash.
-    #[error("checkpoint hash mismatch for version {version}")]
-    HashMismatch {
-        /// Version.
-        version: u64,
-    },
-    /// The checkpoint is not of the announced version.
-    #[error("asked for version {asked}, got {got}")]
-    WrongVersion {
-        /// Asked.
-        asked: u64,
-        /// Received.
-        got: u64,
-    },
-}
-
-/// The key could not sign (a key type that cannot sign).
-#[derive(Debug, thiserror::Error)]
-#[error("cannot sign the checkpoint: {0}")]
-pub struct SignError(#[from] libp2p::identity::SigningError);
 
 impl Announcement {
     /// What the signature covers: a domain tag (published version or trial), the version and

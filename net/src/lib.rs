@@ -3,7 +3,8 @@
 //! depend on the edge daemon: the libp2p network ([`swarm`]: private network, direct broadcast
 //! ([`direct`]) and gossip, request-response, allowlist), identities ([`identity`]: the
 //! persistent key and the node id derived from a peer id), the coordinator's messages
-//! ([`learn`]: signed checkpoints, experience batches, a bounded spool), a metrics registry
+//! ([`learn`]: signed checkpoints, experience batches, a bounded spool; [`guard`]: the signed
+//! choice of the cluster's policy), a metrics registry
 //! ([`metrics`]), logging ([`log`]) and the cluster's secrets on disk ([`secret`]: swarm keys and
 //! API tokens).
 
@@ -12,12 +13,14 @@ mod dial;
 pub mod direct;
 mod driver;
 pub mod event;
+pub mod guard;
 pub mod identity;
 mod inbound;
 pub mod learn;
 pub mod log;
 pub mod metrics;
 pub mod peers;
+mod refusal;
 pub mod secret;
 pub mod signed;
 pub mod swarm;

@@ -1,6 +1,7 @@
 //! `tapfinger-sim deploy-replay`: a scenario's workload run window by window as a deployment
 //! runs it, the guard choosing each window's policy from the previous window's twin
-//! ([`tapfinger_sim::deployment`]).
+//! ([`tapfinger_sim::deployment`]); and `tapfinger-sim guard`: one observed workload judged as
+//! the coordinator's guard judges it ([`tapfinger_sim::guard::on_workload`]).
 
 use anyhow::{Result, bail};
 
@@ -50,5 +51,81 @@ pub(crate) fn deploy_replay(a: DeployArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&all)?);
     }
+    Ok(())
+}
+
+/// Arguments of `guard`.
+#[derive(clap::Args)]
+pub(crate) struct GuardArgs {
+    /// An observed workload (`tapfinger-agent workload export`, `tapfinger-sim run --twin`).
+    #[arg(long)]
+    workload: std::path::PathBuf,
+    /// The policy the cluster ran it under.
+    #[arg(long, default_value = "tapfinger")]
+    current: String,
+    /// A checkpoint directory for the learned policy (default: the shipped general model).
+    #[arg(long)]
+    model: Option<std::path::PathBuf>,
+    /// How much better on the twin another policy must be to replace the one in use.
+    #[arg(long, default_value_t = tapfinger_sim::guard::MARGIN)]
+    margin: f64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `guard`: the coordinator's judgement of one workload, for a cluster without one (or to see
+/// why it switched): the twin replayed under the learned policy and every deployable baseline,
+/// and which policy the guard would have the cluster run next.
+pub(crate) fn guard(a: GuardArgs) -> Result<()> {
+    if !(0.0..1.0).contains(&a.margin) {
+        bail!("--margin must be in [0, 1), got {}", a.margin);
+    }
+    let text = std::fs::read_to_string(&a.workload)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.workload.display()))?;
+    let w: tapfinger::twin::Workload = serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.workload.display()))?;
+    w.check()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.workload.display()))?;
+    let files = match &a.model {
+        Some(dir) => Some(
+            tapfinger::model::checkpoint::read_files(dir)
+                .map_err(|e| anyhow::anyhow!("--model: {e}"))?,
+        ),
+        None => None,
+    };
+    let learned = match &files {
+        Some((model, json)) => tapfinger_sim::guard::Learned::Checkpoint {
+            model,
+            train_json: json,
+        },
+        None => tapfinger_sim::guard::Learned::Shipped,
+    };
+    let t0 = std::time::Instant::now();
+    let d = tapfinger_sim::guard::on_workload(&w, &a.current, learned, a.margin, 0)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    if a.json {
+        let mut v = serde_json::to_value(&d)?;
+        v["seconds"] = serde_json::json!(seconds);
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{} tasks ({} finished); measured under {}: average JCT {:.2} slots",
+        w.tasks.len(),
+        w.jcts().len(),
+        a.current,
+        d.measured
+    );
+    println!("{:<18} {:>12}", "policy", "twin avg JCT");
+    for (name, j) in &d.twin_jcts {
+        println!("{name:<18} {j:>12.2}");
+    }
+    println!(
+        "next: {}{} (margin {}; judged in {seconds:.2} s)",
+        d.policy,
+        if d.switched { " (switch)" } else { " (stays)" },
+        a.margin
+    );
     Ok(())
 }

@@ -140,6 +140,14 @@ pub fn replay(
     start: &str,
 ) -> Result<Replay, ReplayError> {
     let parts = split(sc, seed, windows)?;
+    // The learned policy the windows run is the model shipped for the scenario (else the
+    // general model); the guard judges that same model on the twin.
+    let model = tapfinger::model::checkpoint::shipped(&sc.name)
+        .unwrap_or(&tapfinger::model::checkpoint::GENERAL);
+    let learned = guard::Learned::Checkpoint {
+        model: model.model,
+        train_json: model.config,
+    };
     let mut current = start.to_string();
     let mut out = Vec::new();
     for (k, part) in parts.into_iter().enumerate() {
@@ -154,22 +162,20 @@ pub fn replay(
             .cloned()
             .unwrap_or_default();
         let ran = of(&current).unwrap_or(f64::INFINITY);
-        // The window's twin, from the policy that ran it (the same episode: deterministic).
+        // The window's twin, from the policy that ran it (the same episode: deterministic),
+        // judged as the coordinator judges its agents' workload.
         let ps = report::instances_for_seed(&sim, &current, None, seed)?;
         let (_, w) = twin::observe(&sim, ps, seed).map_err(|source| ReplayError::Episode {
             window: k,
             policy: current.clone(),
             source,
         })?;
-        let twin_err = |reason: String| ReplayError::Twin { window: k, reason };
-        let toml = twin::scenario_toml(&w, &format!("twin-{k}")).map_err(twin_err)?;
-        let twin_sc =
-            Scenario::from_toml(&toml, "twin", None).map_err(|e| twin_err(e.to_string()))?;
-        let (twin_jcts, _) = run_all(&Simulator::new(twin_sc), seed)?;
-        // What the agents measured of the policy in use: their tasks' own completion times.
-        let seen = w.jcts();
-        let measured = seen.iter().sum::<u64>() as f64 / seen.len().max(1) as f64;
-        let next = guard::judge(&current, measured, twin_jcts, margin);
+        let next = guard::on_workload(&w, &current, learned, margin, seed).map_err(|e| {
+            ReplayError::Twin {
+                window: k,
+                reason: e.to_string(),
+            }
+        })?;
         let per = |j: f64| j / best.1.max(f64::MIN_POSITIVE);
         out.push(Window {
             window: k,

@@ -5,10 +5,17 @@
 //! in use unless another is better there by more than the margin, and then switches to the
 //! best. The margin is the hysteresis: a learned policy replaced by a baseline comes back only
 //! once the twin says it is better than that baseline by the margin, so a tie never flips the
-//! cluster back and forth. The rule is the same wherever it runs; the deployment replay
-//! ([`crate::deployment`]) runs it as a deployment would.
+//! cluster back and forth. The rule is the same wherever it runs ([`on_workload`]): the
+//! coordinator runs it on the workload its agents push, the deployment replay
+//! ([`crate::deployment`]) on the workload its windows' agents would have observed.
 
+use crate::metrics::summarize;
+use crate::report::{self, CompareError};
+use crate::{Scenario, Simulator, policies, twin};
 use serde::Serialize;
+use tapfinger::Policy;
+use tapfinger::baselines::Baseline;
+use tapfinger::twin::Workload;
 
 /// The default margin: another policy must be 5 % better on the twin to replace the one in use.
 pub const MARGIN: f64 = 0.05;
@@ -22,6 +29,92 @@ pub struct Decision {
     pub switched: bool,
     /// Each candidate's average JCT on the twin, as judged.
     pub twin_jcts: Vec<(String, f64)>,
+    /// The average JCT the cluster measured under the policy in use (0: nothing measured).
+    pub measured: f64,
+}
+
+/// The policies the guard chooses among: the learned policy and every deployable baseline an
+/// agent can run (Optimus's two fit a speed model to profiling runs agents do not make).
+pub fn candidates() -> Vec<&'static str> {
+    std::iter::once(policies::TAPFINGER)
+        .chain(
+            Baseline::JUDGED
+                .iter()
+                .filter(|b| !b.needs_profile())
+                .map(|b| b.name()),
+        )
+        .collect()
+}
+
+/// The learned policy the guard judges: the one the cluster runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Learned<'a> {
+    /// The model the simulator loads for the twin's scenario (the general model).
+    Shipped,
+    /// A checkpoint's bytes (`model.bpk`, `train.json`): a published version.
+    Checkpoint {
+        /// `model.bpk`.
+        model: &'a [u8],
+        /// `train.json`.
+        train_json: &'a str,
+    },
+}
+
+/// Why the guard could not judge a workload.
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    /// The workload does not make a scenario.
+    #[error("the twin: {0}")]
+    Twin(String),
+    /// The learned policy does not load for the twin's input sizes.
+    #[error("the learned policy on the twin: {0}")]
+    Learned(String),
+    /// A baseline could not be built.
+    #[error(transparent)]
+    Policy(#[from] CompareError),
+}
+
+/// The learned policy of `learned` for every box of `sim`.
+fn learned_for(sim: &Simulator, learned: Learned) -> Result<Vec<Box<dyn Policy>>, GuardError> {
+    match learned {
+        Learned::Shipped => Ok(policies::learned(sim, None).map_err(CompareError::from)?),
+        Learned::Checkpoint { model, train_json } => {
+            policies::from_bytes(sim, model.to_vec(), train_json)
+                .map_err(|e| GuardError::Learned(e.to_string()))
+        }
+    }
+}
+
+/// Judge the workload `w` the cluster ran under `current`: its twin replayed under every
+/// candidate ([`candidates`], the learned policy as `learned`; a candidate whose episode fails
+/// is left out), the agents' own average JCT of its finished tasks as what was measured of
+/// `current`, then [`judge`]. `seed` draws what the policies draw at random.
+pub fn on_workload(
+    w: &Workload,
+    current: &str,
+    learned: Learned,
+    margin: f64,
+    seed: u64,
+) -> Result<Decision, GuardError> {
+    let toml = twin::scenario_toml(w, "twin").map_err(GuardError::Twin)?;
+    let sc =
+        Scenario::from_toml(&toml, "twin", None).map_err(|e| GuardError::Twin(e.to_string()))?;
+    let sim = Simulator::new(sc);
+    let kinds = sim.scenario().kind_names();
+    let mut twin_jcts = Vec::new();
+    for name in candidates() {
+        let ps = if name == policies::TAPFINGER {
+            learned_for(&sim, learned)?
+        } else {
+            report::instances_for_seed(&sim, name, None, seed)?
+        };
+        if let Ok(r) = sim.run(ps, seed) {
+            twin_jcts.push((name.to_string(), summarize(&r, &kinds).avg_jct));
+        }
+    }
+    let seen = w.jcts();
+    let measured = seen.iter().sum::<u64>() as f64 / seen.len().max(1) as f64;
+    Ok(judge(current, measured, twin_jcts, margin))
 }
 
 /// Keep `current` unless a candidate's average JCT on the twin is below `current`'s by more
@@ -46,6 +139,7 @@ pub fn judge(current: &str, measured: f64, twin_jcts: Vec<(String, f64)>, margin
         switched: policy != current,
         policy,
         twin_jcts,
+        measured,
     }
 }
 

@@ -58,6 +58,9 @@ enum Cmd {
     /// window's policy from the previous window's twin (what the agents observed); every window
     /// is also run under every deployable baseline on the true speeds (docs/TWIN.md).
     DeployReplay(cli_deploy::DeployArgs),
+    /// Judge one observed workload as the coordinator's guard does: its twin under the learned
+    /// policy and every deployable baseline, and the policy the cluster would run next.
+    Guard(cli_deploy::GuardArgs),
     /// Plot training runs side by side: per iteration, the run's training JCT over the reference
     /// baseline's on the same workloads (mean of the last 10), from each run's curve.csv.
     Curves(cli_curves::CurvesArgs),
@@ -102,6 +105,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Compare(args) => cli_compare::compare(args)?,
         Cmd::Suite(args) => cli_compare::suite(args)?,
         Cmd::DeployReplay(args) => cli_deploy::deploy_replay(args)?,
+        Cmd::Guard(args) => cli_deploy::guard(args)?,
         Cmd::Curves(args) => cli_curves::curves(args)?,
         Cmd::Train(args) => cli_train::train(*args)?,
         Cmd::Plan(args) => cli_plan::plan(args)?,

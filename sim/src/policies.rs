@@ -159,6 +159,17 @@ pub fn learned_sharing(
     Ok(per_node(sim, &net, &cfg, step))
 }
 
+/// The learned policy (greedy decisions) for every node from a checkpoint's bytes (`model.bpk`,
+/// `train.json`): a version the coordinator published.
+pub fn from_bytes(
+    sim: &Simulator,
+    model: Vec<u8>,
+    train_json: &str,
+) -> Result<Vec<Box<dyn Policy>>, LearnedError> {
+    let (net, cfg, _) = checkpoint::load_bytes(model, train_json, "checkpoint", &sim.dims())?;
+    Ok(per_node(sim, &net, &cfg, None))
+}
+
 /// One greedy copy of the network per node, batched through `step` if given.
 fn per_node(
     sim: &Simulator,

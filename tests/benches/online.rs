@@ -277,6 +277,9 @@ async fn run(a: Args) {
             std::fs::read_to_string(start.join("train.json")).expect("json"),
             "untrained".into(),
         ),
+        // This bench measures learning; the guard would swap the policy it learns with.
+        workload_push_ms: 0,
+        workload_window_s: 3600,
     };
     let agents = cluster(a.agents, &a.cluster, &start, Some((&online, &coord_addr))).await;
     let t0 = Instant::now();

@@ -52,6 +52,10 @@ pub struct Dashboard {
     pub policy_version: u64,
     /// Policy name or model.
     pub policy_hash: String,
+    /// What decides here ([`crate::online::policy_line`]: the learned policy and its version, or
+    /// the baseline the coordinator's guard chose for the cluster, and why).
+    #[serde(default)]
+    pub policy_line: String,
     /// What the speed estimator holds of each task class (`GET /v1/classes`).
     #[serde(default)]
     pub classes: Vec<crate::api::ClassInfo>,
@@ -256,6 +260,7 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
         },
         policy_version: policy.version,
         policy_hash: policy.hash.clone(),
+        policy_line: crate::online::policy_line(&st.deciding, st.policy.as_ref()),
         classes: st.estimates.clone(),
         security: (*s.security).clone(),
         storage: st.storage.clone().map(|mut h| {

@@ -537,6 +537,7 @@ async fn node(State(s): State<ApiState>) -> Response {
             h.free_bytes = crate::store::free_bytes(&h.data_dir);
             h
         }),
+        policy: crate::online::policy_line(&st.deciding, st.policy.as_ref()),
     })
     .into_response()
 }

@@ -227,6 +227,10 @@ pub struct NodeInfo {
     /// 507 until space is freed), `backlog` the outcomes waiting in memory to be written.
     #[serde(default)]
     pub storage: Option<crate::store::Health>,
+    /// What decides here ([`crate::online::policy_line`]: the learned policy and its version, or
+    /// the baseline the coordinator's guard has the cluster run, and why).
+    #[serde(default)]
+    pub policy: String,
 }
 
 /// What protects a box, as its configuration and its kernel allow (docs/SECURITY.md).

@@ -403,7 +403,13 @@ impl Daemon {
         self.forecasting.collect(&mut self.p.core).await;
         self.forecasting.start(&self.p.core);
         if let Some(o) = &mut self.p.online {
-            for (to, r) in o.step(&mut self.p.core, now) {
+            let mut out = o.step(&mut self.p.core, now);
+            // The guard's input: what this agent observed under the choice in force.
+            if let Some(slots) = o.workload_due(&self.p.core, now) {
+                let w = self.observed.export(&self.p.core, slots);
+                out.push(o.workload_request(&self.p.core, w));
+            }
+            for (to, r) in out {
                 if let Err(e) = self.p.net.request(to, r).await {
                     tracing::warn!(error = %e, "cannot send a request");
                 }
@@ -472,6 +478,7 @@ impl Daemon {
             traffic: self.p.net.traffic(),
             stats: core.stats().clone(),
             policy: self.p.online.as_ref().map(|o| o.status().clone()),
+            deciding: self.p.core.policy_name().to_string(),
             name: core.config().name.clone(),
             labels: core.node_labels(),
             slot: core.slot(),

@@ -354,6 +354,11 @@ impl NodeCore {
         self.policy = policy;
     }
 
+    /// The name of the policy that proposes this node's claims (`tapfinger`, a baseline's).
+    pub fn policy_name(&self) -> &str {
+        self.policy.name()
+    }
+
     /// This node's settings.
     pub fn config(&self) -> &NodeConfig {
         &self.cfg

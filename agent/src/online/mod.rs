@@ -9,7 +9,11 @@
 //! a newer version signed by the configured coordinator is fetched, hash-checked, loaded (refused
 //! if its input sizes differ), kept on disk under `policies/v<N>/`, and swapped into the core
 //! between rounds. With no coordinator around nothing changes: the agent keeps deciding with the
-//! weights it has.
+//! weights it has. The coordinator's guard may have the cluster run a baseline instead
+//! ([`guard`]).
+
+pub mod guard;
+pub use guard::PUSH_MAX_TASKS;
 
 use crate::learn::{Announcement, Checkpoint, Request, Response, Spool, hex};
 use libp2p::PeerId;
@@ -41,10 +45,15 @@ pub struct OnlineConfig {
     pub window: usize,
     /// The checkpoint the agent started with (version 0): `model.bpk`, `train.json`, a label.
     pub start: (Vec<u8>, String, String),
+    /// How often to push the observed workload to the coordinator's guard (ms; 0: never).
+    pub workload_push_ms: u64,
+    /// The longest window of workload a push covers (s).
+    pub workload_window_s: u64,
 }
 
 /// What the status shows of it.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct PolicyStatus {
     /// Version in use (0: the model the agent started with).
     pub version: u64,
@@ -69,6 +78,29 @@ pub struct PolicyStatus {
     /// The coordinator's update whose candidate this agent explores with (0: none; only with
     /// `explore_candidates`).
     pub trial: u64,
+    /// The policy the coordinator's guard has the cluster run: `tapfinger` (the learned policy)
+    /// or a baseline's name.
+    pub guard_policy: String,
+    /// The number of that choice (0: none received).
+    pub guard_seq: u64,
+    /// Why the guard chose it.
+    pub guard_reason: String,
+}
+
+/// What decides on a box, for `node` and the dashboard: `deciding` (the node core's policy)
+/// alone without a coordinator; with one, the learned policy's version, or the baseline the
+/// coordinator's guard chose for the cluster and why.
+pub fn policy_line(deciding: &str, p: Option<&PolicyStatus>) -> String {
+    match p {
+        None => deciding.to_string(),
+        Some(p) if p.guard_policy.is_empty() || p.guard_policy == tapfinger_net::guard::LEARNED => {
+            format!("{deciding}, version {}", p.version)
+        }
+        Some(p) => format!(
+            "{deciding} (the guard's choice {}: {}; learned version {} kept)",
+            p.guard_seq, p.guard_reason, p.version
+        ),
+    }
 }
 
 /// The agent's online-learning state.
@@ -89,6 +121,10 @@ pub struct Online {
     last_poll: u64,
     /// Accepted versions in order (0 = the start model), for rollback.
     history: Vec<u64>,
+    /// The slot this agent adopted the guard's choice in force (its pushes start there).
+    guard_since_slot: u64,
+    /// When the workload was last pushed (ms).
+    last_push: u64,
     /// What the API and the dashboard show.
     status: PolicyStatus,
 }
@@ -135,6 +171,7 @@ impl Online {
             status: PolicyStatus {
                 learning: cfg.learning,
                 floor,
+                guard_policy: tapfinger_net::guard::LEARNED.to_string(),
                 ..PolicyStatus::default()
             },
             cfg,
@@ -145,6 +182,8 @@ impl Online {
             fetching: None,
             last_poll: 0,
             history: vec![0],
+            guard_since_slot: 0,
+            last_push: 0,
         };
         // The version in use before a restart (kept in `policies/current`), if still intact.
         let current: u64 = std::fs::read_to_string(me.cfg.dir.join("policies").join("current"))
@@ -163,6 +202,7 @@ impl Online {
                 None => tracing::warn!(version = current, "stored policy missing or altered"),
             }
         }
+        me.restore_choice(core);
         Ok(me)
     }
 
@@ -256,6 +296,7 @@ impl Online {
         {
             self.last_poll = now_ms;
             out.push((self.cfg.coordinator, Request::Announcement));
+            out.push((self.cfg.coordinator, Request::Guard));
             if self.cfg.explore_candidates {
                 out.push((
                     self.cfg.coordinator,
@@ -277,6 +318,9 @@ impl Online {
     ) -> Vec<(PeerId, Request)> {
         if from != self.cfg.coordinator {
             return Vec::new();
+        }
+        if let Some(out) = self.on_guard_response(&r, core) {
+            return out;
         }
         match r {
             Response::Ack { batch } => {
@@ -308,7 +352,10 @@ impl Online {
                     }
                 }
             }
-            Response::Announcement(None) | Response::Trial(None) => Vec::new(),
+            Response::Announcement(None)
+            | Response::Trial(None)
+            | Response::Guard(_)
+            | Response::Received => Vec::new(),
             Response::Trial(Some(t)) => {
                 let (a, c) = *t;
                 if self.cfg.explore_candidates
@@ -359,7 +406,11 @@ impl Online {
         anyhow::ensure!(a.trial, "a published version was offered as a candidate");
         a.verify(&self.cfg.coordinator)?;
         a.check(c)?;
-        core.set_policy(self.policy(c)?);
+        let policy = self.policy(c)?;
+        // A baseline the guard put in force keeps running; the candidate runs once it goes.
+        if !self.baseline_in_force() {
+            core.set_policy(policy);
+        }
         self.status.trial = a.version;
         tracing::info!(
             update = a.version,
@@ -389,8 +440,8 @@ impl Online {
         std::fs::write(dir.join(CONFIG_FILE), &c.train_json)?;
         std::fs::write(dir.join("announcement.json"), serde_json::to_vec(a)?)?;
         // While exploring with a candidate, the core keeps it (the published version is kept for
-        // a restart and shown in the status).
-        if self.status.trial == 0 {
+        // a restart and shown in the status); so does a baseline the guard put in force.
+        if self.status.trial == 0 && !self.baseline_in_force() {
             core.set_policy(policy);
         }
         self.adopt(a);
@@ -429,7 +480,9 @@ impl Online {
                 .ok_or_else(|| anyhow::anyhow!("version {previous} is no longer stored intact"))?;
             self.policy(&c)?
         };
-        core.set_policy(policy);
+        if !self.baseline_in_force() {
+            core.set_policy(policy);
+        }
         self.status.floor = current;
         std::fs::write(
             self.cfg.dir.join("policies").join("floor"),
@@ -462,7 +515,8 @@ mod tests {
     use tapfinger::node::NodeConfig;
     use tapfinger::{NodeId, Resources};
 
-    fn core() -> NodeCore {
+    /// A node core on the shipped learned policy.
+    pub(super) fn core() -> NodeCore {
         let cfg = NodeConfig {
             me: NodeId(1),
             name: "n1".into(),
@@ -509,6 +563,8 @@ mod tests {
                 explore_candidates: false,
                 window: 10,
                 start: start.clone(),
+                workload_push_ms: 0,
+                workload_window_s: 3600,
             },
             &mut core,
         )
@@ -568,6 +624,8 @@ mod tests {
             explore_candidates: true,
             window: 10,
             start: start.clone(),
+            workload_push_ms: 0,
+            workload_window_s: 3600,
         };
         let mut o = Online::open(cfg.clone(), &mut core).unwrap();
         o.connection(cid, true);

@@ -1,0 +1,401 @@
+//! The guard in deployment: the coordinator judges, every `guard_every_s`, the workload its
+//! agents observed under the policy in force ([`tapfinger_sim::guard::on_workload`]: the twin
+//! replayed under the learned policy and every deployable baseline, the same rule the
+//! simulator's deployment replay measures), and when another policy wins by the margin it signs
+//! a new [`Choice`] that every agent pulls and runs. One decision for the whole cluster, made in
+//! one place and signed, so no two boxes run different policies for longer than a poll.
+//!
+//! A workload counts only if it was observed under the choice in force (agents push the tasks
+//! that arrived since they adopted it, with its number), so a judgement never mixes what two
+//! policies did. The judgement runs on a thread of its own ([`spawn_judge`]); the time it takes
+//! is summed, so the status says what share of a core the guard costs.
+//!
+//! State on disk: `guard.json` (the choice in force, counters, the last judgement), written
+//! before the new choice is served, so a restarted coordinator serves the same choice.
+
+use crate::config::CoordinatorConfig;
+use libp2p::identity::Keypair;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tapfinger::twin::Workload;
+use tapfinger_net::guard::{Choice, LEARNED};
+use tapfinger_sim::guard::{Decision, Learned, on_workload};
+use tokio::sync::mpsc;
+
+/// One judgement, as the status shows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Judgement {
+    /// The policy it judged (the one in force).
+    pub current: String,
+    /// Tasks in the workload judged, and how many of them finished.
+    pub tasks: usize,
+    /// Of which finished.
+    pub finished: usize,
+    /// Each candidate's average JCT on the twin (slots).
+    pub twin_jcts: Vec<(String, f64)>,
+    /// The average JCT the agents measured of the policy in force (slots).
+    #[serde(default)]
+    pub measured: f64,
+    /// What it decided.
+    pub policy: String,
+    /// Whether that was a switch.
+    pub switched: bool,
+    /// How long it took (s).
+    pub seconds: f64,
+    /// Why it could not judge, if it could not.
+    pub error: Option<String>,
+}
+
+/// What survives a restart.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GuardState {
+    /// The choice in force (None: nothing decided yet, the learned policy runs).
+    pub choice: Option<Choice>,
+    /// Judgements made.
+    pub judged: u64,
+    /// Switches made.
+    pub switches: u64,
+    /// Seconds spent judging, in all.
+    pub busy_s: f64,
+    /// The last judgement.
+    pub last: Option<Judgement>,
+}
+
+/// The guard's state in the coordinator.
+pub struct Guard {
+    cfg: CoordinatorConfig,
+    key: Keypair,
+    /// Persisted.
+    pub state: GuardState,
+    /// The latest workload per node observed under the choice in force.
+    workloads: BTreeMap<u32, Workload>,
+    /// When the last judgement was sent (or the guard started).
+    last: Instant,
+    /// When this process started (for the busy share).
+    started: Instant,
+    /// Seconds spent judging since this process started.
+    session_busy_s: f64,
+    /// A judgement is running.
+    pub judging: bool,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard").field("state", &self.state).finish()
+    }
+}
+
+/// What the judging thread is given.
+pub struct Work {
+    /// The workload.
+    pub workload: Workload,
+    /// The policy in force.
+    pub current: String,
+    /// The learned policy's checkpoint (`model.bpk`, `train.json`): the published version, or
+    /// the start model before the first.
+    pub model: (Vec<u8>, String),
+    /// The margin.
+    pub margin: f64,
+}
+
+impl Guard {
+    fn file(cfg: &CoordinatorConfig) -> PathBuf {
+        cfg.data_dir.join("guard.json")
+    }
+
+    /// Open, resuming the choice in force from `guard.json` (an unreadable file is an error:
+    /// serving no choice would silently put the cluster back on the learned policy).
+    pub fn open(cfg: CoordinatorConfig, key: Keypair) -> anyhow::Result<Self> {
+        let p = Self::file(&cfg);
+        let state = match std::fs::read(&p) {
+            Ok(b) => {
+                serde_json::from_slice(&b).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => GuardState::default(),
+            Err(e) => return Err(anyhow::anyhow!("{}: {e}", p.display())),
+        };
+        Ok(Self {
+            cfg,
+            key,
+            state,
+            workloads: BTreeMap::new(),
+            last: Instant::now(),
+            started: Instant::now(),
+            session_busy_s: 0.0,
+            judging: false,
+        })
+    }
+
+    /// The number of the choice in force (0: none yet).
+    pub fn seq(&self) -> u64 {
+        self.state.choice.as_ref().map_or(0, |c| c.seq)
+    }
+
+    /// The policy in force.
+    pub fn current(&self) -> String {
+        self.state
+            .choice
+            .as_ref()
+            .map_or(LEARNED.to_string(), |c| c.policy.clone())
+    }
+
+    /// A node's workload observed under choice `seq`: kept if that is the choice in force.
+    pub fn offer(&mut self, node: u32, seq: u64, w: Workload) -> Result<(), String> {
+        if seq != self.seq() {
+            return Err(format!(
+                "observed under guard choice {seq}, not the one in force ({})",
+                self.seq()
+            ));
+        }
+        w.check()?;
+        self.workloads.insert(node, w);
+        Ok(())
+    }
+
+    /// How long to wait after the judgement sent last: `guard_every_s`, or longer where the
+    /// last judgement took so long that judging at that pace would use more than
+    /// `guard_max_share` of a core (a large window on a large cluster).
+    pub fn interval(&self) -> Duration {
+        let last = self.state.last.as_ref().map_or(0.0, |j| j.seconds);
+        let share = self.cfg.guard_max_share.clamp(1e-3, 1.0);
+        Duration::from_secs(self.cfg.guard_every_s).max(Duration::from_secs_f64(last / share))
+    }
+
+    /// The workload to judge now, if one is due: [`Guard::interval`] since the last, not
+    /// judging, and a node's workload (the one with the most finished tasks: every agent reports the
+    /// cluster's view) with at least `guard_min_tasks` finished tasks.
+    pub fn due(&mut self, model: (Vec<u8>, String)) -> Option<Work> {
+        if !self.cfg.guard || self.judging || self.last.elapsed() < self.interval() {
+            return None;
+        }
+        let finished = |w: &Workload| w.tasks.iter().filter(|t| t.finished.is_some()).count();
+        let (&node, _) = self
+            .workloads
+            .iter()
+            .filter(|(_, w)| finished(w) >= self.cfg.guard_min_tasks.max(1))
+            .max_by_key(|(_, w)| finished(w))?;
+        let workload = self.workloads.remove(&node)?;
+        self.judging = true;
+        self.last = Instant::now();
+        Some(Work {
+            workload,
+            current: self.current(),
+            model,
+            margin: self.cfg.guard_margin,
+        })
+    }
+
+    /// A judgement came back: on a switch, sign and persist the new choice (before it is
+    /// served) and drop the workloads observed under the old one.
+    pub fn apply(&mut self, j: Judgement) -> anyhow::Result<()> {
+        self.judging = false;
+        self.state.judged += 1;
+        self.state.busy_s += j.seconds;
+        self.session_busy_s += j.seconds;
+        if j.switched && j.error.is_none() {
+            let seq = self.seq() + 1;
+            let reason = j
+                .twin_jcts
+                .iter()
+                .map(|(n, v)| format!("{n} {v:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let reason = format!(
+                "{} replaced {} (average JCT on the twin of {} tasks: {reason})",
+                j.policy, j.current, j.tasks
+            );
+            let c = Choice::sign(&self.key, seq, &j.policy, &reason)
+                .map_err(|e| anyhow::anyhow!("signing the guard's choice: {e}"))?;
+            tracing::info!(seq, policy = %j.policy, from = %j.current, %reason, "guard: the cluster switches policy");
+            self.state.choice = Some(c);
+            self.state.switches += 1;
+            self.workloads.clear();
+        } else if let Some(e) = &j.error {
+            tracing::warn!(error = %e, "guard: the workload could not be judged");
+        } else {
+            tracing::info!(policy = %j.current, "guard: the policy in force stays");
+        }
+        self.state.last = Some(j);
+        let p = Self::file(&self.cfg);
+        let tmp = p.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&self.state)?)?;
+        std::fs::rename(&tmp, &p)?;
+        Ok(())
+    }
+
+    /// The share of one core the guard used since this process started.
+    pub fn busy_share(&self) -> f64 {
+        self.session_busy_s / self.started.elapsed().as_secs_f64().max(1e-9)
+    }
+}
+
+/// Judge `work` (the simulator on its twin; seconds of CPU on this thread).
+pub fn judge(work: &Work) -> Judgement {
+    let t0 = Instant::now();
+    let learned = Learned::Checkpoint {
+        model: &work.model.0,
+        train_json: &work.model.1,
+    };
+    let r = on_workload(&work.workload, &work.current, learned, work.margin, 0);
+    let tasks = work.workload.tasks.len();
+    let finished = work
+        .workload
+        .tasks
+        .iter()
+        .filter(|t| t.finished.is_some())
+        .count();
+    let seconds = t0.elapsed().as_secs_f64();
+    match r {
+        Ok(Decision {
+            policy,
+            switched,
+            twin_jcts,
+            measured,
+        }) => Judgement {
+            current: work.current.clone(),
+            tasks,
+            finished,
+            twin_jcts,
+            measured,
+            policy,
+            switched,
+            seconds,
+            error: None,
+        },
+        Err(e) => Judgement {
+            current: work.current.clone(),
+            tasks,
+            finished,
+            policy: work.current.clone(),
+            seconds,
+            error: Some(e.to_string()),
+            ..Judgement::default()
+        },
+    }
+}
+
+/// The judging thread: takes work from the returned sender (one at a time), answers on the
+/// returned receiver.
+pub fn spawn_judge() -> (mpsc::Sender<Work>, mpsc::Receiver<Judgement>) {
+    let (work_tx, mut work_rx) = mpsc::channel::<Work>(1);
+    let (done_tx, done_rx) = mpsc::channel::<Judgement>(1);
+    std::thread::spawn(move || {
+        while let Some(w) = work_rx.blocking_recv() {
+            if done_tx.blocking_send(judge(&w)).is_err() {
+                return;
+            }
+        }
+    });
+    (work_tx, done_rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fresh(name: &str) -> CoordinatorConfig {
+        let dir =
+            std::env::temp_dir().join(format!("tapfinger-guard-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        CoordinatorConfig {
+            data_dir: dir,
+            guard_every_s: 0,
+            guard_min_tasks: 1,
+            ..CoordinatorConfig::default()
+        }
+    }
+
+    fn judged(current: &str, policy: &str) -> Judgement {
+        Judgement {
+            current: current.into(),
+            tasks: 10,
+            finished: 10,
+            twin_jcts: vec![(current.into(), 10.0), (policy.into(), 8.0)],
+            measured: 10.0,
+            policy: policy.into(),
+            switched: current != policy,
+            seconds: 0.5,
+            error: None,
+        }
+    }
+
+    /// A switch signs the next choice with the coordinator's key and survives a restart; the
+    /// way back is another choice, numbered on; a workload observed under an older choice is
+    /// not judged.
+    #[test]
+    fn switches_are_signed_numbered_kept_and_reversible() {
+        let cfg = fresh("switch");
+        let key = Keypair::generate_ed25519();
+        let me = key.public().to_peer_id();
+        let mut g = Guard::open(cfg.clone(), key.clone()).unwrap();
+        assert_eq!((g.seq(), g.current().as_str()), (0, LEARNED));
+        g.apply(judged(LEARNED, LEARNED)).unwrap();
+        assert_eq!(g.seq(), 0, "no switch, no choice");
+        g.apply(judged(LEARNED, "tiresias")).unwrap();
+        let c = g.state.choice.clone().unwrap();
+        assert_eq!((c.seq, c.policy.as_str()), (1, "tiresias"));
+        assert_eq!(c.verify(&me), Ok(()));
+        assert!(
+            c.reason.contains("tiresias replaced tapfinger"),
+            "{}",
+            c.reason
+        );
+        let again = Guard::open(cfg.clone(), key.clone()).unwrap();
+        assert_eq!(again.state, g.state, "kept on disk");
+        g.apply(judged("tiresias", LEARNED)).unwrap();
+        assert_eq!((g.seq(), g.current().as_str()), (2, LEARNED));
+        assert_eq!((g.state.judged, g.state.switches), (3, 2));
+        assert!((g.state.busy_s - 1.5).abs() < 1e-9);
+        // A judgement of 0.5 s at most 5 % of a core: the next waits 10 s, whatever
+        // guard_every_s says.
+        assert_eq!(g.interval(), Duration::from_secs(10));
+        // Workloads: only under the choice in force, and only with enough finished tasks.
+        let w = Workload {
+            format: tapfinger::twin::FORMAT.into(),
+            slot_seconds: 1.0,
+            from_slot: 0,
+            to_slot: 0,
+            kinds: Vec::new(),
+            nodes: vec![tapfinger::twin::NodeRecord {
+                id: tapfinger::NodeId(0),
+                name: "a".into(),
+                capacity: tapfinger::Resources(Vec::new()),
+                gpu_model: None,
+            }],
+            classes: Vec::new(),
+            tasks: Vec::new(),
+        };
+        assert!(
+            g.offer(1, 1, w.clone())
+                .unwrap_err()
+                .contains("not the one in force")
+        );
+        let mut bad = w.clone();
+        bad.format = "other".into();
+        assert!(
+            g.offer(1, 2, bad).is_err(),
+            "a workload that cannot be replayed"
+        );
+        g.offer(1, 2, w).unwrap();
+        assert!(
+            g.due((Vec::new(), String::new())).is_none(),
+            "no finished task"
+        );
+        std::fs::remove_dir_all(&cfg.data_dir).ok();
+    }
+
+    /// A judgement that failed is counted and keeps the policy in force.
+    #[test]
+    fn a_failed_judgement_keeps_the_policy_in_force() {
+        let cfg = fresh("failed");
+        let mut g = Guard::open(cfg.clone(), Keypair::generate_ed25519()).unwrap();
+        let mut j = judged(LEARNED, "drf");
+        j.error = Some("the twin: no task".into());
+        g.apply(j).unwrap();
+        assert_eq!((g.seq(), g.state.judged), (0, 1));
+        std::fs::remove_dir_all(&cfg.data_dir).ok();
+    }
+}

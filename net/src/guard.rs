@@ -1,0 +1,105 @@
+//! The guard's choice as it travels: which policy the whole cluster runs, decided by the
+//! coordinator's guard on the twin of the window the cluster just ran, and signed with the
+//! coordinator's identity key like a published version, so that every agent runs the same
+//! policy and no other peer can make the cluster switch.
+//!
+//! Agents pull it with the announcement ([`crate::learn::Request::Guard`]) and push the workload
+//! they observed since they adopted the choice in force ([`crate::learn::Request::Workload`]).
+//! A choice names `tapfinger` (the learned policy: the published version in use) or a
+//! deployable baseline; `seq` grows by one per switch, so an agent never goes back to an older
+//! choice it is offered again.
+
+use libp2p::PeerId;
+use libp2p::identity::{Keypair, PublicKey};
+use serde::{Deserialize, Serialize};
+
+use crate::refusal::{Refusal, SignError};
+
+/// The name a choice uses for the learned policy.
+pub const LEARNED: &str = "tapfinger";
+
+/// The cluster's policy, as the guard chose it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Choice {
+    /// Grows by one per switch (0: nothing decided yet; never signed).
+    pub seq: u64,
+    /// `tapfinger` or a baseline's name.
+    pub policy: String,
+    /// Why, for the log and the status: each candidate's average JCT on the twin.
+    pub reason: String,
+    /// The signer's public key (protobuf encoding).
+    pub public_key: Vec<u8>,
+    /// Signature over [`Choice::signed_bytes`].
+    pub signature: Vec<u8>,
+}
+
+impl Choice {
+    /// What the signature covers: a domain tag of its own (a choice can never pass for a policy
+    /// version), the sequence number and the policy's name.
+    pub fn signed_bytes(seq: u64, policy: &str) -> Vec<u8> {
+        let mut m = b"tapfinger-guard\0".to_vec();
+        m.extend_from_slice(&seq.to_be_bytes());
+        m.extend_from_slice(&(policy.len() as u64).to_be_bytes());
+        m.extend_from_slice(policy.as_bytes());
+        m
+    }
+
+    /// Sign choice `seq` of `policy` with `key`.
+    pub fn sign(key: &Keypair, seq: u64, policy: &str, reason: &str) -> Result<Self, SignError> {
+        let signature = key.sign(&Self::signed_bytes(seq, policy))?;
+        Ok(Self {
+            seq,
+            policy: policy.to_string(),
+            reason: reason.to_string(),
+            public_key: key.public().encode_protobuf(),
+            signature,
+        })
+    }
+
+    /// Check that `coordinator` signed this choice.
+    pub fn verify(&self, coordinator: &PeerId) -> Result<(), Refusal> {
+        let key = PublicKey::try_decode_protobuf(&self.public_key).map_err(|_| Refusal::BadKey)?;
+        let signer = key.to_peer_id();
+        if signer != *coordinator {
+            return Err(Refusal::WrongSigner {
+                signer: signer.to_string(),
+                expected: coordinator.to_string(),
+            });
+        }
+        if !key.verify(&Self::signed_bytes(self.seq, &self.policy), &self.signature) {
+            return Err(Refusal::BadSignature);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the coordinator's signature over this sequence number and this policy holds: a
+    /// choice edited in flight (another policy, another number) or signed by a peer is refused.
+    #[test]
+    fn only_the_coordinators_choice_as_signed_is_accepted() {
+        let key = Keypair::generate_ed25519();
+        let me = key.public().to_peer_id();
+        let c = Choice::sign(&key, 3, "tiresias", "why").unwrap();
+        assert_eq!(c.verify(&me), Ok(()));
+        let mut edited = c.clone();
+        edited.policy = "random".into();
+        assert_eq!(edited.verify(&me), Err(Refusal::BadSignature));
+        let mut edited = c.clone();
+        edited.seq = 4;
+        assert_eq!(edited.verify(&me), Err(Refusal::BadSignature));
+        // The reason is for people; editing it changes nothing an agent acts on.
+        let mut edited = c.clone();
+        edited.reason = "other".into();
+        assert_eq!(edited.verify(&me), Ok(()));
+        let other = Keypair::generate_ed25519();
+        let forged = Choice::sign(&other, 3, "tiresias", "why").unwrap();
+        assert!(matches!(
+            forged.verify(&me),
+            Err(Refusal::WrongSigner { .. })
+        ));
+    }
+}

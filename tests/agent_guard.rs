@@ -1,0 +1,174 @@
+//! The guard end to end: three agents with the simulated executor (its speeds hidden from them:
+//! they see progress only) and a coordinator whose learned policy is made bad on purpose (the
+//! untrained network, on the agents and the coordinator alike) and a burst of equal tasks on
+//! which sharing the boxes, as it does, costs average JCT. The agents push the workload
+//! they observe; the coordinator's guard replays its twin under the learned policy and every
+//! deployable baseline, finds a baseline better by its margin, signs the choice, and every
+//! agent's node core then decides with that baseline (its own status, and the policy name its
+//! core reports), tasks go on finishing under it, and a restarted agent runs the choice in force
+//! from its data directory.
+#![allow(clippy::unwrap_used)]
+
+use libp2p::identity;
+use std::time::Duration;
+use tapfinger::spec::TaskSpec;
+use tapfinger_agent::online::OnlineConfig;
+use tapfinger_coordinator::config::CoordinatorConfig;
+use tapfinger_tests::{Exec, Local, statuses, wait};
+
+/// A task of `class` that starts on one core and scales linearly to all four of a box.
+fn spec(class: &str) -> TaskSpec {
+    TaskSpec::from_toml(&format!(
+        "command = [\"train\"]\ntype = \"{class}\"\nmin_demand = {{ cpu = 1, mem = 1 }}\nmax_demand = {{ cpu = 4, mem = 1 }}\n"
+    ))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_moves_every_agent_off_a_bad_learned_policy() {
+    let root = std::env::temp_dir().join(format!("tapfinger-guard-it-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let key = identity::Keypair::generate_ed25519();
+    let (net, coord_addr) = tapfinger_tests::start_member(key.clone()).await;
+    let cfg = CoordinatorConfig {
+        data_dir: root.join("coordinator"),
+        start: "untrained".into(),
+        // No learning here: the guard alone.
+        update_decisions: usize::MAX,
+        guard_every_s: 1,
+        guard_min_tasks: 20,
+        ..CoordinatorConfig::default()
+    };
+    let coordinator = tapfinger_coordinator::serve::spawn(cfg, key.clone(), net).unwrap();
+    let start = tapfinger_coordinator::learner::start_checkpoint("untrained").unwrap();
+    let online = |i: usize| OnlineConfig {
+        coordinator: key.public().to_peer_id(),
+        learning: false,
+        dir: root.join(format!("agent{i}")),
+        spool_max: 100,
+        batch_decisions: 64,
+        poll_ms: 200,
+        explore_candidates: false,
+        window: 10,
+        start: start.clone(),
+        workload_push_ms: 500,
+        workload_window_s: 3600,
+    };
+    let mut agents = Vec::new();
+    let mut locals = Vec::new();
+    let mut addrs = vec![coord_addr.clone()];
+    for i in 0..3 {
+        let mut l = Local::new(&format!("n{i}"), Exec::Simulated(0.004)).bootstrap(addrs.clone());
+        l.online = Some(online(i));
+        locals.push(l.clone());
+        let (agent, addr) = l.start().await;
+        agents.push(agent);
+        addrs.push(addr);
+    }
+    let all: Vec<_> = agents.iter().collect();
+    wait(
+        &all,
+        Duration::from_secs(60),
+        "agents to see each other",
+        |s| s.iter().all(|st| st.peers.len() == 2),
+    )
+    .await;
+    assert!(
+        statuses(&all).iter().all(|s| s.deciding == "tapfinger"),
+        "every agent starts on the learned policy"
+    );
+    // A burst of equal tasks that scale linearly with cores: sharing the boxes among them, as
+    // the elastic learned policy does, finishes them later on average than running them one at
+    // a time at full width (what `first-fit-max` does).
+    for i in 0..36 {
+        let s = spec(if i % 2 == 0 { "a" } else { "b" });
+        all[i % 3].submit(s).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let g = coordinator.snapshot().guard;
+        if g.switches >= 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no switch: {:?}",
+            g.last
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let g = coordinator.snapshot().guard;
+    let choice = g.choice.clone().unwrap();
+    let last = g.last.clone().unwrap();
+    eprintln!("guard: {} — judged {:?}", choice.reason, last);
+    assert_ne!(choice.policy, "tapfinger");
+    assert_eq!(choice.seq, 1);
+    let of = |n: &str| last.twin_jcts.iter().find(|(m, _)| m == n).map(|(_, j)| *j);
+    assert!(
+        of(&choice.policy).unwrap() < of("tapfinger").unwrap() * 0.95,
+        "the chosen baseline beat the learned policy by the margin: {last:?}"
+    );
+    assert!(last.finished >= 20, "{last:?}");
+    // Every agent's node core decides with the choice.
+    wait(
+        &all,
+        Duration::from_secs(30),
+        "every agent on the choice",
+        |s| {
+            s.iter().all(|st| {
+                st.deciding == choice.policy
+                    && st
+                        .policy
+                        .as_ref()
+                        .is_some_and(|p| p.guard_policy == choice.policy && p.guard_seq == 1)
+            })
+        },
+    )
+    .await;
+    // The coordinator's figures say what the guard cost.
+    eprintln!(
+        "guard: {} judgements, {:.3} s in all, {:.4} of a core since start",
+        g.judged,
+        g.busy_s,
+        coordinator.snapshot().guard_busy_share
+    );
+    // Tasks go on finishing under it.
+    let done =
+        |s: &[std::sync::Arc<tapfinger_agent::daemon::Status>]| tapfinger_tests::finished(s).len();
+    let before = done(&statuses(&all));
+    for i in 0..6 {
+        all[i % 3].submit(spec("a")).await.unwrap();
+    }
+    wait(
+        &all,
+        Duration::from_secs(60),
+        "tasks under the baseline",
+        |s| done(s) >= before + 6,
+    )
+    .await;
+    // A restarted agent runs the choice in force at once, from its data directory (the
+    // coordinator is not in its bootstrap this time).
+    let restarted = locals[0].clone().bootstrap(vec![addrs[2].clone()]);
+    agents[0].kill();
+    drop(agents.remove(0));
+    let (again, _) = restarted.start().await;
+    wait(
+        &[&again],
+        Duration::from_secs(10),
+        "the restarted agent's status",
+        |s| s[0].slot > 0,
+    )
+    .await;
+    let st = statuses(&[&again]);
+    assert_eq!(
+        st[0].deciding, choice.policy,
+        "restored from its data directory"
+    );
+    again.kill();
+    for a in &agents {
+        a.kill();
+    }
+    coordinator.kill();
+    std::fs::remove_dir_all(&root).ok();
+}
