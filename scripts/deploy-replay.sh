@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The deployment-replay table of docs/RESULTS.md ("Deployment replay"): every scenario's workload
+# (seed 100) replayed in six windows with the guard (`tapfinger-sim deploy-replay`), summarised
+# per scenario as a markdown table on stdout, with the commit and the date.
+#
+#   scripts/deploy-replay.sh                  # builds the release binary first
+#   SIM=path/to/tapfinger-sim SCENARIOS="hetero6 gen:30000" scripts/deploy-replay.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${SIM:-}" ]; then
+    cargo build --release -p tapfinger-sim
+    SIM=target/release/tapfinger-sim
+fi
+SCENARIOS=${SCENARIOS:-"hetero6 gen:30000 gen:30001 gen:30002 gen:30003 gen:30004 gen:30005 gen:30006 gen:30007 gen-wide:30000 gen-wide:30001 gen-long:30000 gen-gavel:30000 gen-gavel:30001 gen-gavel:30002"}
+out=$(mktemp -d)
+for s in $SCENARIOS; do
+    "$SIM" deploy-replay --scenario "$s" --windows 6 --json > "$out/$s.json"
+done
+echo "commit $(git rev-parse --short HEAD), $(date -u +%F)"
+python3 - "$out" $SCENARIOS <<'PY'
+import json, sys
+out, names = sys.argv[1], sys.argv[2:]
+print("| scenario | best / lower bound | ran after window 0 | worst window | mean (later windows) | learned alone: worst, mean |")
+print("|---|---|---|---|---|---|")
+means, alone, above, n = [], [], 0, 0
+for s in names:
+    r = json.load(open(f"{out}/{s}.json"))[0]
+    ws = r["windows"]; later = ws[1:]
+    ran = []
+    for w in later:
+        if w["policy"] not in ran:
+            ran.append(w["policy"])
+    bb = sum(w["best_over_bound"] for w in ws) / len(ws)
+    m = sum(w["ratio"] for w in later) / len(later)
+    ml = sum(w["learned_ratio"] for w in later) / len(later)
+    means.append(m); alone.append(ml)
+    above += sum(w["ratio"] > 1.05 for w in later); n += len(later)
+    print(f"| `{s}` | {bb:.2f} | {', '.join(ran)} | {max(w['ratio'] for w in later):.3f} | {m:.3f} | "
+          f"{max(w['learned_ratio'] for w in later):.3f}, {ml:.3f} |")
+print()
+print(f"Mean of the later windows' means: {sum(means)/len(means):.3f} with the guard, "
+      f"{sum(alone)/len(alone):.3f} for the learned policy alone; {above} of {n} later windows above 1.05.")
+PY
