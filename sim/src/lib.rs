@@ -28,6 +28,7 @@ pub mod speed;
 pub mod suite;
 pub mod trace;
 pub mod train;
+pub mod tune;
 pub mod twin;
 pub mod workload;
 

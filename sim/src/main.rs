@@ -66,6 +66,10 @@ enum Cmd {
     Curves(cli_curves::CurvesArgs),
     /// Train the learned TapFinger policy with PPO; checkpoints, curve CSV and plot go to --out.
     Train(Box<cli_train::TrainArgs>),
+    /// Fine-tune the learned policy on an observed workload (the cluster's twin) and write it
+    /// only if it beats every deployable baseline and the model it started from on the latest
+    /// tasks, which it never trained on (docs/TWIN.md).
+    Tune(cli_train::TuneArgs),
     /// The least-cost layer-to-resource plan of a layer-chain job that meets its throughput
     /// target (HeterPS): stages, units, throughput and cost (docs/PLANNING.md).
     Plan(cli_plan::PlanArgs),
@@ -106,6 +110,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Suite(args) => cli_compare::suite(args)?,
         Cmd::DeployReplay(args) => cli_deploy::deploy_replay(args)?,
         Cmd::Guard(args) => cli_deploy::guard(args)?,
+        Cmd::Tune(args) => cli_train::tune(args)?,
         Cmd::Curves(args) => cli_curves::curves(args)?,
         Cmd::Train(args) => cli_train::train(*args)?,
         Cmd::Plan(args) => cli_plan::plan(args)?,

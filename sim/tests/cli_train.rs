@@ -488,3 +488,56 @@ fn a_general_model_is_selected_on_development_scenarios() {
         "--generator-seeds",
     );
 }
+
+/// `tune` on an observed workload: one iteration on the earlier tasks, the gate on the latest;
+/// the candidate's folder exists exactly when the gate says it passed, and the gate's table names
+/// every baseline and both models.
+#[test]
+fn tune_writes_a_candidate_only_when_the_gate_passes_it() {
+    let d = Scratch::new();
+    let w = d.path().join("w.json");
+    let (ok, _, err) = sim(&[
+        "run",
+        "--scenario",
+        "synthetic3",
+        "--policy",
+        "tiresias",
+        "--seed",
+        "100",
+        "--twin",
+        w.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let out = d.path().join("tuned");
+    let (ok, stdout, err) = sim(&[
+        "tune",
+        "--workload",
+        w.to_str().unwrap(),
+        "--iterations",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    for name in ["tiresias", "lookahead", "model before", "candidate"] {
+        assert!(stdout.contains(name), "{name}: {stdout}\n{err}");
+    }
+    assert!(
+        !stdout.contains("optimus"),
+        "agents cannot run optimus: {stdout}"
+    );
+    assert_eq!(ok, stdout.contains("passed:"), "{stdout}\n{err}");
+    assert_eq!(ok, out.join("model.bpk").exists(), "{stdout}\n{err}");
+    if !ok {
+        assert!(err.contains("refused by the gate"), "{err}");
+    }
+    fails_with(
+        &[
+            "tune",
+            "--workload",
+            w.to_str().unwrap(),
+            "--holdout",
+            "1.5",
+        ],
+        "between 0 and 1",
+    );
+}

@@ -1,5 +1,6 @@
 //! `tapfinger-sim train`: its arguments and the training loop around [`Trainer`] (a new run, a
-//! resumed one, or a fine-tune `--from` a model; a curriculum over generated scenarios).
+//! resumed one, or a fine-tune `--from` a model; a curriculum over generated scenarios); and
+//! `tapfinger-sim tune` ([`tune`]): a fine-tune on an observed workload, gated on it.
 
 use crate::cli_compare::load;
 use anyhow::{Context, Result, bail};
@@ -12,9 +13,11 @@ use tapfinger_sim::{Scenario, Simulator, policies};
 
 mod args;
 mod setup;
+mod tune;
 pub(crate) use args::TrainArgs;
 use setup::{FLOOR_SLOPE, development_judges, new_run, set_two_point};
 use tapfinger::model::sharing::Sharing;
+pub(crate) use tune::{TuneArgs, tune};
 
 /// Run `train`: set up the trainer (new, resumed or fine-tuned), then iterate until the time or
 /// the iteration budget is spent, keeping the best judged checkpoint when asked.

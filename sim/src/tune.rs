@@ -1,0 +1,166 @@
+//! Fine-tuning on the cluster's twin, gated on the twin (`tapfinger-sim tune --workload`): the
+//! observed workload cut by arrival into a training window and the gate's window, never trained
+//! on ([`split`]), and the gate ([`gate`]): the candidate, the model it started from and every
+//! baseline an agent can run, replayed on the gate window's twin; the candidate passes only if
+//! it beats both the best of those baselines and the model it started from there.
+
+use crate::metrics::summarize;
+use crate::report::{self, CompareError};
+use crate::{Scenario, SimError, Simulator, guard, policies};
+use serde::Serialize;
+use tapfinger::Policy;
+use tapfinger::model::TapfingerPolicy;
+use tapfinger::model::net::{Net, NetConfig};
+use tapfinger::twin::Workload;
+
+/// Why the twin of a window could not be built or run.
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    /// Too few tasks for two windows, or a share outside (0, 1).
+    #[error("{0}")]
+    Split(String),
+    /// A window's twin does not make a scenario.
+    #[error("the twin: {0}")]
+    Twin(String),
+    /// A baseline could not be built.
+    #[error(transparent)]
+    Policy(#[from] CompareError),
+    /// An episode failed.
+    #[error(transparent)]
+    Episode(#[from] SimError),
+}
+
+/// `w` cut by arrival (then task id): the earlier tasks to train on, the latest `holdout` share
+/// (at least one task, and at least one left to train on) for the gate.
+pub fn split(w: &Workload, holdout: f64) -> Result<(Workload, Workload), TuneError> {
+    if !(holdout > 0.0 && holdout < 1.0) {
+        return Err(TuneError::Split(format!(
+            "the gate's share must be between 0 and 1, got {holdout}"
+        )));
+    }
+    let n = w.tasks.len();
+    if n < 2 {
+        return Err(TuneError::Split(format!(
+            "{n} tasks cannot make a training window and a gate window"
+        )));
+    }
+    let mut tasks = w.tasks.clone();
+    tasks.sort_by_key(|t| (t.arrival, t.id));
+    let held = ((n as f64 * holdout).round() as usize).clamp(1, n - 1);
+    let gate_tasks = tasks.split_off(n - held);
+    let mut train = w.clone();
+    train.tasks = tasks;
+    let mut gate = w.clone();
+    gate.tasks = gate_tasks;
+    Ok((train, gate))
+}
+
+/// The twin of `w` as a simulator.
+pub fn twin(w: &Workload, name: &str) -> Result<Simulator, TuneError> {
+    let toml = crate::twin::scenario_toml(w, name).map_err(TuneError::Twin)?;
+    let sc = Scenario::from_toml(&toml, name, None).map_err(|e| TuneError::Twin(e.to_string()))?;
+    Ok(Simulator::new(sc))
+}
+
+/// Average JCT of `net` (greedy decisions) on `sim`.
+pub fn learned_jct(sim: &Simulator, net: &Net, cfg: &NetConfig) -> Result<f64, TuneError> {
+    let ps: Vec<Box<dyn Policy>> = (0..sim.scenario().nodes.len())
+        .map(|_| {
+            Box::new(TapfingerPolicy::from_net(net.clone(), cfg.clone()).greedy(true))
+                as Box<dyn Policy>
+        })
+        .collect();
+    let r = sim.run(ps, 0)?;
+    Ok(summarize(&r, &sim.scenario().kind_names()).avg_jct)
+}
+
+/// What the gate found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Gate {
+    /// Every baseline an agent can run, with its average JCT on the gate window's twin (those
+    /// whose episode failed are left out).
+    pub baselines: Vec<(String, f64)>,
+    /// The best of them.
+    pub best: (String, f64),
+    /// The model the candidate started from.
+    pub before: f64,
+    /// The candidate.
+    pub candidate: f64,
+    /// Whether the candidate beats both the best baseline and the model before.
+    pub passed: bool,
+}
+
+/// Judge `candidate` against every deployable baseline and `start` on `gate` (the twin of the
+/// window no training saw).
+pub fn gate(
+    gate: &Simulator,
+    candidate: (&Net, &NetConfig),
+    start: (&Net, &NetConfig),
+) -> Result<Gate, TuneError> {
+    let kinds = gate.scenario().kind_names();
+    let mut baselines = Vec::new();
+    for name in guard::candidates() {
+        if name == policies::TAPFINGER {
+            continue;
+        }
+        let ps = report::instances_for_seed(gate, name, None, 0)?;
+        if let Ok(r) = gate.run(ps, 0) {
+            baselines.push((name.to_string(), summarize(&r, &kinds).avg_jct));
+        }
+    }
+    let best = baselines
+        .iter()
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .cloned()
+        .ok_or_else(|| TuneError::Split("no baseline ran on the gate window".into()))?;
+    let before = learned_jct(gate, start.0, start.1)?;
+    let cand = learned_jct(gate, candidate.0, candidate.1)?;
+    Ok(Gate {
+        passed: cand < best.1 && cand < before,
+        baselines,
+        best,
+        before,
+        candidate: cand,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The gate window is the latest arrivals, never among the training tasks, and both windows
+    /// keep every box and class.
+    #[test]
+    fn the_gate_window_is_the_latest_tasks_and_no_training_task() {
+        let sc = crate::Scenario::load("hetero6").unwrap();
+        let sim = Simulator::new(sc);
+        let ps = report::instances_for_seed(&sim, "tiresias", None, 100).unwrap();
+        let (_, w) = crate::twin::observe(&sim, ps, 100).unwrap();
+        let (train, gate) = split(&w, 0.25).unwrap();
+        assert_eq!(train.tasks.len() + gate.tasks.len(), w.tasks.len());
+        assert_eq!(
+            gate.tasks.len(),
+            (w.tasks.len() as f64 * 0.25).round() as usize
+        );
+        let last_train = train.tasks.iter().map(|t| t.arrival).max().unwrap();
+        assert!(gate.tasks.iter().all(|t| t.arrival >= last_train));
+        assert!(
+            gate.tasks
+                .iter()
+                .all(|g| train.tasks.iter().all(|t| t.id != g.id))
+        );
+        assert_eq!(
+            (train.nodes.len(), gate.classes.len()),
+            (w.nodes.len(), w.classes.len())
+        );
+        assert!(split(&w, 0.0).is_err() && split(&w, 1.0).is_err());
+        // The gate on the model itself: it cannot beat itself, so it does not pass.
+        let g = &tapfinger::model::checkpoint::GENERAL;
+        let gsim = twin(&gate, "gate").unwrap();
+        let (net, cfg) = g.load(&gsim.dims()).unwrap();
+        let r = super::gate(&gsim, (&net, &cfg), (&net, &cfg)).unwrap();
+        assert_eq!(r.candidate, r.before);
+        assert!(!r.passed, "{r:?}");
+        assert!(r.baselines.iter().any(|(n, _)| n == &r.best.0));
+    }
+}
