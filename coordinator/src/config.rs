@@ -67,6 +67,15 @@ pub struct CoordinatorConfig {
     /// How much better (a fraction of average JCT on the twin, beyond the twin's own error on
     /// the policy in force) another policy must be to replace the one in force.
     pub guard_margin: f64,
+    /// Fine-tuning on the twin: every `tune_every_s`, after a judgement, the version in use is
+    /// trained this many iterations on the twin of the judged workload's earlier tasks and
+    /// published only if it beats every deployable baseline and itself on the latest
+    /// `tune_holdout` share of them (0: never).
+    pub tune_iterations: u64,
+    /// Seconds between two fine-tunes on the twin.
+    pub tune_every_s: u64,
+    /// The latest share of a workload's tasks the fine-tune's gate judges on (never trained on).
+    pub tune_holdout: f64,
 }
 
 impl Default for CoordinatorConfig {
@@ -103,6 +112,9 @@ impl Default for CoordinatorConfig {
             guard_max_share: 0.05,
             guard_min_tasks: 20,
             guard_margin: tapfinger_sim::guard::MARGIN,
+            tune_iterations: 20,
+            tune_every_s: 6 * 3600,
+            tune_holdout: 0.2,
         }
     }
 }

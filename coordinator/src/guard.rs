@@ -77,6 +77,10 @@ pub struct Guard {
     started: Instant,
     /// Seconds spent judging since this process started.
     session_busy_s: f64,
+    /// The workload judged last (what a fine-tune on the twin learns from).
+    judged_workload: Option<Workload>,
+    /// When the last fine-tune on the twin was handed out.
+    last_tune: Option<Instant>,
     /// A judgement is running.
     pub judging: bool,
 }
@@ -124,6 +128,8 @@ impl Guard {
             last: Instant::now(),
             started: Instant::now(),
             session_busy_s: 0.0,
+            judged_workload: None,
+            last_tune: None,
             judging: false,
         })
     }
@@ -177,6 +183,7 @@ impl Guard {
             .filter(|(_, w)| finished(w) >= self.cfg.guard_min_tasks.max(1))
             .max_by_key(|(_, w)| finished(w))?;
         let workload = self.workloads.remove(&node)?;
+        self.judged_workload = Some(workload.clone());
         self.judging = true;
         self.last = Instant::now();
         Some(Work {
@@ -223,6 +230,21 @@ impl Guard {
         std::fs::write(&tmp, serde_json::to_vec_pretty(&self.state)?)?;
         std::fs::rename(&tmp, &p)?;
         Ok(())
+    }
+
+    /// The workload judged last, if a fine-tune on the twin is due (`tune_iterations` above 0,
+    /// `tune_every_s` since the last one).
+    pub fn tune_due(&mut self) -> Option<Workload> {
+        if self.cfg.tune_iterations == 0
+            || self
+                .last_tune
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(self.cfg.tune_every_s))
+        {
+            return None;
+        }
+        let w = self.judged_workload.take()?;
+        self.last_tune = Some(Instant::now());
+        Some(w)
     }
 
     /// The share of one core the guard used since this process started.

@@ -76,6 +76,12 @@ pub struct State {
     /// Mean number of agents' reports per round in the last update.
     #[serde(default)]
     pub reports_per_round: f64,
+    /// Fine-tunes on the twin run, and the last one's gate.
+    #[serde(default)]
+    pub tunes: u64,
+    /// The last fine-tune's gate on the twin (its latest tasks).
+    #[serde(default)]
+    pub last_tune: Option<tapfinger_sim::tune::Gate>,
 }
 
 /// The learning core.
@@ -319,6 +325,54 @@ impl Learner {
         self.published = Some((a, c));
         tracing::info!(version = v, hash = %self.state.hash, "published a new policy version");
         Ok(v)
+    }
+
+    /// Fine-tune the version in use on the twin of `w`'s earlier tasks (`tune_iterations`
+    /// simulated iterations) and publish the candidate only if, on the twin of its latest
+    /// `tune_holdout` share, it beats every deployable baseline and the version in use. The
+    /// trainer that learns from the agents' experience is left as it was.
+    pub fn tune_on(
+        &mut self,
+        w: &tapfinger::twin::Workload,
+    ) -> anyhow::Result<tapfinger_sim::tune::Gate> {
+        use tapfinger_sim::tune::{gate, split, twin};
+        let (train_w, gate_w) = split(w, self.cfg.tune_holdout)?;
+        let train_sim = twin(&train_w, "twin-train")?;
+        let gate_sim = twin(&gate_w, "twin-gate")?;
+        let (bytes, json) = match &self.published {
+            Some((_, c)) => (c.model.clone(), c.train_json.clone()),
+            None => {
+                let (b, j, _) = start_checkpoint(&self.cfg.start)?;
+                (b, j)
+            }
+        };
+        let (net, net_cfg, _) =
+            tapfinger::model::load_bytes(bytes, &json, "version in use", &train_sim.dims())
+                .map_err(|e| anyhow::anyhow!("the version in use on the twin: {e}"))?;
+        let mut tc = TrainConfig::new(net_cfg.dims.clone(), self.cfg.seed ^ self.state.tunes);
+        tc.net = net_cfg.clone();
+        tc.lr = self.cfg.lr;
+        tc.epochs = self.cfg.epochs;
+        tc.minibatch = self.cfg.minibatch;
+        tc.eval_episodes = 0;
+        let mut t = Trainer::with_net(train_sim, tc, net.clone())?;
+        for _ in 0..self.cfg.tune_iterations {
+            t.iterate()?;
+        }
+        let candidate = t.inference_net();
+        let g = gate(&gate_sim, (&candidate, &t.cfg.net), (&net, &net_cfg))?;
+        self.state.tunes += 1;
+        if g.passed {
+            let v = self.publish(&candidate)?;
+            // The bar the next candidate from experience must meet.
+            self.state.published_jct = self.evaluate(&candidate)?;
+            tracing::info!(version = v, gate = ?g, "published a version fine-tuned on the twin");
+        } else {
+            tracing::info!(gate = ?g, "the version fine-tuned on the twin was refused by its gate");
+        }
+        self.state.last_tune = Some(g.clone());
+        self.save_state()?;
+        Ok(g)
     }
 
     fn save_state(&self) -> anyhow::Result<()> {

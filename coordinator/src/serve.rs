@@ -66,6 +66,14 @@ impl Drop for Coordinator {
     }
 }
 
+/// What the learner's thread is given.
+enum Job {
+    /// An update from the agents' batches (numbered in the inbox).
+    Update(Vec<(u64, Batch)>),
+    /// A fine-tune on the twin of a judged workload.
+    Tune(Box<tapfinger::twin::Workload>),
+}
+
 /// Start the coordinator on an already started network.
 pub fn spawn(cfg: CoordinatorConfig, key: Keypair, net: Network) -> anyhow::Result<Coordinator> {
     let guard = Guard::open(cfg.clone(), key.clone())?;
@@ -108,22 +116,34 @@ async fn run(
 ) {
     let (judge_tx, mut judged_rx) = crate::guard::spawn_judge();
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-    // Updates run on a blocking thread; it owns the learner and reports back the batches used.
-    let (work_tx, mut work_rx) = mpsc::channel::<Vec<(u64, Batch)>>(1);
+    // Updates and fine-tunes run on a blocking thread; it owns the learner and reports back the
+    // batches used.
+    let (work_tx, mut work_rx) = mpsc::channel::<Job>(1);
     let (done_tx, mut done_rx) = mpsc::channel::<Vec<u64>>(1);
     let learner = Arc::new(Mutex::new(learner));
     {
         let learner = learner.clone();
         let shared = shared.clone();
         std::thread::spawn(move || {
-            while let Some(work) = work_rx.blocking_recv() {
-                let ids: Vec<u64> = work.iter().map(|(n, _)| *n).collect();
-                let batches = work.into_iter().map(|(_, b)| b).collect();
+            while let Some(job) = work_rx.blocking_recv() {
                 let Ok(mut l) = learner.lock() else { return };
-                match l.update(batches) {
-                    Ok(eval) => tracing::info!(?eval, "update done"),
-                    Err(e) => tracing::warn!(error = %e, "update failed"),
-                }
+                let ids = match job {
+                    Job::Update(work) => {
+                        let ids: Vec<u64> = work.iter().map(|(n, _)| *n).collect();
+                        let batches = work.into_iter().map(|(_, b)| b).collect();
+                        match l.update(batches) {
+                            Ok(eval) => tracing::info!(?eval, "update done"),
+                            Err(e) => tracing::warn!(error = %e, "update failed"),
+                        }
+                        ids
+                    }
+                    Job::Tune(w) => {
+                        if let Err(e) = l.tune_on(&w) {
+                            tracing::warn!(error = %e, "fine-tune on the twin failed");
+                        }
+                        Vec::new()
+                    }
+                };
                 if let Ok(mut s) = shared.lock() {
                     s.state = l.state.clone();
                     s.published = l
@@ -169,6 +189,16 @@ async fn run(
                 if let Ok(mut s) = shared.lock() {
                     s.guard = guard.state.clone();
                     s.guard_busy_share = guard.busy_share();
+                }
+                // Fine-tuning on the twin of what was just judged, when due and the learner is free.
+                if !busy
+                    && let Some(w) = guard.tune_due()
+                    && work_tx.try_send(Job::Tune(Box::new(w))).is_ok()
+                {
+                    busy = true;
+                    if let Ok(mut s) = shared.lock() {
+                        s.updating = true;
+                    }
                 }
             }
             done = done_rx.recv() => {
@@ -263,7 +293,7 @@ async fn run(
                 .into_iter()
                 .filter_map(|n| inbox.read(n).ok().flatten().map(|b| (n, b)))
                 .collect();
-            if work_tx.try_send(work).is_ok() {
+            if work_tx.try_send(Job::Update(work)).is_ok() {
                 busy = true;
                 waiting_decisions = 0;
                 if let Ok(mut s) = shared.lock() {
@@ -320,6 +350,8 @@ pub fn status_json(s: &Shared) -> serde_json::Value {
         "inbox_batches": s.inbox_batches,
         "inbox_dropped": s.inbox_dropped,
         "refused": s.refused,
+        "tunes": s.state.tunes,
+        "last_tune": s.state.last_tune,
         "guard": {
             "policy": s.guard.choice.as_ref().map_or(tapfinger_net::guard::LEARNED, |c| c.policy.as_str()),
             "seq": s.guard.choice.as_ref().map_or(0, |c| c.seq),

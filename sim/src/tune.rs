@@ -7,7 +7,7 @@
 use crate::metrics::summarize;
 use crate::report::{self, CompareError};
 use crate::{Scenario, SimError, Simulator, guard, policies};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tapfinger::Policy;
 use tapfinger::model::TapfingerPolicy;
 use tapfinger::model::net::{Net, NetConfig};
@@ -75,7 +75,7 @@ pub fn learned_jct(sim: &Simulator, net: &Net, cfg: &NetConfig) -> Result<f64, T
 }
 
 /// What the gate found.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Gate {
     /// Every baseline an agent can run, with its average JCT on the gate window's twin (those
     /// whose episode failed are left out).
