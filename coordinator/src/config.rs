@@ -69,7 +69,7 @@ pub struct CoordinatorConfig {
     pub guard_margin: f64,
     /// Fine-tuning on the twin: every `tune_every_s`, after a judgement, the version in use is
     /// trained this many iterations on the twin of the judged workload's earlier tasks and
-    /// published only if it beats every deployable baseline and itself on the latest
+    /// published only if it beats every deployable baseline, and itself by 5 %, on the latest
     /// `tune_holdout` share of them (0: never).
     pub tune_iterations: u64,
     /// Seconds between two fine-tunes on the twin.

@@ -329,7 +329,8 @@ impl Learner {
 
     /// Fine-tune the version in use on the twin of `w`'s earlier tasks (`tune_iterations`
     /// simulated iterations) and publish the candidate only if, on the twin of its latest
-    /// `tune_holdout` share, it beats every deployable baseline and the version in use. The
+    /// `tune_holdout` share, it beats every deployable baseline, and the version in use by
+    /// [`tapfinger_sim::tune::MIN_GAIN`]. The
     /// trainer that learns from the agents' experience is left as it was.
     pub fn tune_on(
         &mut self,
@@ -360,7 +361,12 @@ impl Learner {
             t.iterate()?;
         }
         let candidate = t.inference_net();
-        let g = gate(&gate_sim, (&candidate, &t.cfg.net), (&net, &net_cfg))?;
+        let g = gate(
+            &gate_sim,
+            (&candidate, &t.cfg.net),
+            (&net, &net_cfg),
+            tapfinger_sim::tune::MIN_GAIN,
+        )?;
         self.state.tunes += 1;
         if g.passed {
             let v = self.publish(&candidate)?;

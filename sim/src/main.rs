@@ -67,7 +67,7 @@ enum Cmd {
     /// Train the learned TapFinger policy with PPO; checkpoints, curve CSV and plot go to --out.
     Train(Box<cli_train::TrainArgs>),
     /// Fine-tune the learned policy on an observed workload (the cluster's twin) and write it
-    /// only if it beats every deployable baseline and the model it started from on the latest
+    /// only if it beats every deployable baseline, and the model it started from by 5 %, on the latest
     /// tasks, which it never trained on (docs/TWIN.md).
     Tune(cli_train::TuneArgs),
     /// The least-cost layer-to-resource plan of a layer-chain job that meets its throughput

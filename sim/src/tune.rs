@@ -2,7 +2,15 @@
 //! observed workload cut by arrival into a training window and the gate's window, never trained
 //! on ([`split`]), and the gate ([`gate`]): the candidate, the model it started from and every
 //! baseline an agent can run, replayed on the gate window's twin; the candidate passes only if
-//! it beats both the best of those baselines and the model it started from there.
+//! it beats the best of those baselines, and the model it started from by [`MIN_GAIN`] there.
+//!
+//! Why a gain and not just "better": one window's twin is a small sample. A candidate tuned on
+//! the twin of `gen:30007`'s workload 100 passed a plain "better" gate there (8.25 slots against
+//! 8.32 for the general model and 8.68 for `tiresias` on its latest 60 tasks) and was worse than
+//! the general model on four fresh workloads of the true scenario (10.51 against 10.23 slots).
+
+/// How much better than the model it started from a candidate must be on the gate window.
+pub const MIN_GAIN: f64 = 0.05;
 
 use crate::metrics::summarize;
 use crate::report::{self, CompareError};
@@ -86,16 +94,18 @@ pub struct Gate {
     pub before: f64,
     /// The candidate.
     pub candidate: f64,
-    /// Whether the candidate beats both the best baseline and the model before.
+    /// Whether the candidate beats the best baseline, and the model before by the gain asked.
     pub passed: bool,
 }
 
 /// Judge `candidate` against every deployable baseline and `start` on `gate` (the twin of the
-/// window no training saw).
+/// window no training saw): it passes if it beats the best baseline, and `start` by `min_gain`
+/// (a fraction of `start`'s average JCT).
 pub fn gate(
     gate: &Simulator,
     candidate: (&Net, &NetConfig),
     start: (&Net, &NetConfig),
+    min_gain: f64,
 ) -> Result<Gate, TuneError> {
     let kinds = gate.scenario().kind_names();
     let mut baselines = Vec::new();
@@ -116,7 +126,7 @@ pub fn gate(
     let before = learned_jct(gate, start.0, start.1)?;
     let cand = learned_jct(gate, candidate.0, candidate.1)?;
     Ok(Gate {
-        passed: cand < best.1 && cand < before,
+        passed: cand < best.1 && cand < before * (1.0 - min_gain),
         baselines,
         best,
         before,
@@ -158,7 +168,7 @@ mod tests {
         let g = &tapfinger::model::checkpoint::GENERAL;
         let gsim = twin(&gate, "gate").unwrap();
         let (net, cfg) = g.load(&gsim.dims()).unwrap();
-        let r = super::gate(&gsim, (&net, &cfg), (&net, &cfg)).unwrap();
+        let r = super::gate(&gsim, (&net, &cfg), (&net, &cfg), 0.0).unwrap();
         assert_eq!(r.candidate, r.before);
         assert!(!r.passed, "{r:?}");
         assert!(r.baselines.iter().any(|(n, _)| n == &r.best.0));

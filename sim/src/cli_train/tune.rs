@@ -36,6 +36,10 @@ pub(crate) struct TuneArgs {
     /// Learning rate.
     #[arg(long, default_value_t = 1e-4)]
     lr: f64,
+    /// How much better than the model it started from (a fraction of its average JCT) the
+    /// candidate must be on the gate window.
+    #[arg(long, default_value_t = tapfinger_sim::tune::MIN_GAIN)]
+    min_gain: f64,
     /// Seed of the training episodes.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -90,6 +94,7 @@ pub(crate) fn tune(a: TuneArgs) -> Result<()> {
         &gate_sim,
         (&candidate, &trainer.cfg.net),
         (&start, &start_cfg),
+        a.min_gain,
     )?;
     println!("gate window ({held} tasks), average JCT on its twin:");
     for (name, j) in &g.baselines {
@@ -104,17 +109,19 @@ pub(crate) fn tune(a: TuneArgs) -> Result<()> {
     if g.passed {
         trainer.save(&a.out)?;
         println!(
-            "passed: {:.2} beats {bname} ({bjct:.2}) and the model before ({:.2}); written to {}",
+            "passed: {:.2} beats {bname} ({bjct:.2}) and the model before ({:.2}) by {}; written to {}",
             g.candidate,
             g.before,
+            a.min_gain,
             a.out.display()
         );
         Ok(())
     } else {
         bail!(
-            "refused by the gate: the candidate's {:.2} does not beat both {bname} ({bjct:.2}) and the model before ({:.2}); nothing written",
+            "refused by the gate: the candidate's {:.2} does not beat both {bname} ({bjct:.2}) and the model before ({:.2}) by {}; nothing written",
             g.candidate,
-            g.before
+            g.before,
+            a.min_gain
         )
     }
 }
