@@ -24,16 +24,23 @@ fn spec(class: &str) -> TaskSpec {
     .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_guard_moves_every_agent_off_a_bad_learned_policy() {
-    let root = std::env::temp_dir().join(format!("tapfinger-guard-it-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    let key = identity::Keypair::generate_ed25519();
+/// The coordinator (its guard and fine-tune on the twin, no learning from experience, the
+/// untrained network as its start model) and three agents on that same network, under `root`.
+/// Returns them with each agent's settings (for a restart) and address.
+async fn cluster(
+    root: &std::path::Path,
+    key: &identity::Keypair,
+) -> (
+    tapfinger_coordinator::serve::Coordinator,
+    Vec<tapfinger_agent::daemon::Agent>,
+    Vec<Local>,
+    Vec<libp2p::Multiaddr>,
+) {
     let (net, coord_addr) = tapfinger_tests::start_member(key.clone()).await;
     let cfg = CoordinatorConfig {
         data_dir: root.join("coordinator"),
         start: "untrained".into(),
-        // No learning here: the guard alone.
+        // No learning from experience here: the guard and the fine-tune on the twin.
         update_decisions: usize::MAX,
         guard_every_s: 1,
         // Judged once all 36 have finished: the fine-tune after it (CPU-heavy, on the same
@@ -70,6 +77,15 @@ async fn the_guard_moves_every_agent_off_a_bad_learned_policy() {
         agents.push(agent);
         addrs.push(addr);
     }
+    (coordinator, agents, locals, addrs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_moves_every_agent_off_a_bad_learned_policy() {
+    let root = std::env::temp_dir().join(format!("tapfinger-guard-it-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let key = identity::Keypair::generate_ed25519();
+    let (coordinator, mut agents, locals, addrs) = cluster(&root, &key).await;
     let all: Vec<_> = agents.iter().collect();
     wait(
         &all,

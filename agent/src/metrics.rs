@@ -389,26 +389,7 @@ impl AgentMetrics {
                 h.record(*ms as f64);
             }
             if let Some(p) = &st.policy {
-                gauge!("tapfinger_policy_version").set(p.version as f64);
-                // Every candidate has a series, so the one that was in force reads 0 after a switch.
-                let names = std::iter::once(tapfinger_net::guard::LEARNED).chain(
-                    tapfinger::baselines::Baseline::JUDGED
-                        .iter()
-                        .map(|b| b.name()),
-                );
-                for name in names {
-                    let on = p.guard_policy == name
-                        || (p.guard_policy.is_empty() && name == tapfinger_net::guard::LEARNED);
-                    gauge!("tapfinger_policy_guard", "policy" => name).set(if on {
-                        1.0
-                    } else {
-                        0.0
-                    });
-                }
-                gauge!("tapfinger_policy_refused").set(p.refused as f64);
-                gauge!("tapfinger_experience_batches_shipped").set(p.batches_shipped as f64);
-                gauge!("tapfinger_experience_batches_waiting").set(p.batches_waiting as f64);
-                gauge!("tapfinger_experience_batches_dropped").set(p.batches_dropped as f64);
+                policy_gauges(p);
             }
         });
     }
@@ -429,6 +410,27 @@ impl AgentMetrics {
     pub fn render(&self) -> String {
         self.registry.render()
     }
+}
+
+/// The online policy's gauges: its version, the guard's choice (every candidate has a series, so
+/// the one that was in force reads 0 after a switch), refusals and experience batches.
+fn policy_gauges(p: &crate::online::PolicyStatus) {
+    use metrics::gauge;
+    gauge!("tapfinger_policy_version").set(p.version as f64);
+    let names = std::iter::once(tapfinger_net::guard::LEARNED).chain(
+        tapfinger::baselines::Baseline::JUDGED
+            .iter()
+            .map(|b| b.name()),
+    );
+    for name in names {
+        let on = p.guard_policy == name
+            || (p.guard_policy.is_empty() && name == tapfinger_net::guard::LEARNED);
+        gauge!("tapfinger_policy_guard", "policy" => name).set(if on { 1.0 } else { 0.0 });
+    }
+    gauge!("tapfinger_policy_refused").set(p.refused as f64);
+    gauge!("tapfinger_experience_batches_shipped").set(p.batches_shipped as f64);
+    gauge!("tapfinger_experience_batches_waiting").set(p.batches_waiting as f64);
+    gauge!("tapfinger_experience_batches_dropped").set(p.batches_dropped as f64);
 }
 
 #[cfg(test)]

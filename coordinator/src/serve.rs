@@ -118,46 +118,7 @@ async fn run(
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     // Updates and fine-tunes run on a blocking thread; it owns the learner and reports back the
     // batches used.
-    let (work_tx, mut work_rx) = mpsc::channel::<Job>(1);
-    let (done_tx, mut done_rx) = mpsc::channel::<Vec<u64>>(1);
-    let learner = Arc::new(Mutex::new(learner));
-    {
-        let learner = learner.clone();
-        let shared = shared.clone();
-        std::thread::spawn(move || {
-            while let Some(job) = work_rx.blocking_recv() {
-                let Ok(mut l) = learner.lock() else { return };
-                let ids = match job {
-                    Job::Update(work) => {
-                        let ids: Vec<u64> = work.iter().map(|(n, _)| *n).collect();
-                        let batches = work.into_iter().map(|(_, b)| b).collect();
-                        match l.update(batches) {
-                            Ok(eval) => tracing::info!(?eval, "update done"),
-                            Err(e) => tracing::warn!(error = %e, "update failed"),
-                        }
-                        ids
-                    }
-                    Job::Tune(w) => {
-                        if let Err(e) = l.tune_on(&w) {
-                            tracing::warn!(error = %e, "fine-tune on the twin failed");
-                        }
-                        Vec::new()
-                    }
-                };
-                if let Ok(mut s) = shared.lock() {
-                    s.state = l.state.clone();
-                    s.published = l
-                        .announcement()
-                        .and_then(|a| l.checkpoint_of(a.version).map(|c| (a, c)));
-                    s.trial = l.trial();
-                }
-                drop(l);
-                if done_tx.blocking_send(ids).is_err() {
-                    return;
-                }
-            }
-        });
-    }
+    let (work_tx, mut done_rx) = spawn_learner(learner, shared.clone());
     let mut busy = false;
     let mut waiting_decisions: usize = inbox
         .waiting()
@@ -216,57 +177,7 @@ async fn run(
             ev = net.next_event() => match ev {
                 None => return,
                 Some(NetEvent::Request { from, request, channel }) => {
-                    let answer = match *request {
-                        Request::Experience { node, batch, exp } => {
-                            if node != node_id(&from) {
-                                Response::Error("the batch's node is not the sender".into())
-                            } else {
-                                let n = exp.records.len();
-                                match inbox.push(&Batch { node, exp: *exp }) {
-                                    Ok(_) => {
-                                        waiting_decisions += n;
-                                        if let Ok(mut s) = shared.lock() {
-                                            *s.received_live.entry(node.0).or_default() += n as u64;
-                                            s.inbox_dropped = inbox.dropped;
-                                        }
-                                        Response::Ack { batch }
-                                    }
-                                    Err(e) => Response::Error(format!("cannot store the batch: {e}")),
-                                }
-                            }
-                        }
-                        Request::Trial { after } => Response::Trial(
-                            shared
-                                .lock()
-                                .ok()
-                                .and_then(|s| s.trial.clone())
-                                .filter(|(a, _)| a.version > after)
-                                .map(Box::new),
-                        ),
-                        Request::Announcement => Response::Announcement(
-                            shared.lock().ok().and_then(|s| s.published.as_ref().map(|(a, _)| a.clone())),
-                        ),
-                        Request::Guard => Response::Guard(guard.state.choice.clone().map(Box::new)),
-                        Request::Workload { node, seq, workload } => {
-                            if node != node_id(&from) {
-                                Response::Error("the workload's node is not the sender".into())
-                            } else {
-                                match guard.offer(node.0, seq, *workload) {
-                                    Ok(()) => Response::Received,
-                                    Err(e) => Response::Error(format!("workload not taken: {e}")),
-                                }
-                            }
-                        }
-                        Request::Checkpoint { version } => {
-                            let c = shared.lock().ok().and_then(|s| {
-                                s.published.as_ref().filter(|(a, _)| a.version == version).map(|(_, c)| c.clone())
-                            });
-                            match c {
-                                Some(c) => Response::Checkpoint(Box::new(c)),
-                                None => Response::Error(format!("version {version} is not the published one")),
-                            }
-                        }
-                    };
+                    let answer = answer(*request, &from, &mut inbox, &mut waiting_decisions, &mut guard, &shared);
                     if let Err(e) = net.respond(channel, answer).await {
                         tracing::warn!(error = %e, "cannot answer");
                     }
@@ -302,6 +213,123 @@ async fn run(
             }
         }
     }
+}
+
+/// The answer to an agent's request: batches stored before they are acknowledged (and counted
+/// towards the next update in `waiting`), workloads offered to the guard, announcements, trials,
+/// checkpoints and the guard's choice from the shared state.
+fn answer(
+    request: Request,
+    from: &libp2p::PeerId,
+    inbox: &mut Spool<Batch>,
+    waiting: &mut usize,
+    guard: &mut Guard,
+    shared: &Arc<Mutex<Shared>>,
+) -> Response {
+    match request {
+        Request::Experience { node, batch, exp } => {
+            if node != node_id(from) {
+                Response::Error("the batch's node is not the sender".into())
+            } else {
+                let n = exp.records.len();
+                match inbox.push(&Batch { node, exp: *exp }) {
+                    Ok(_) => {
+                        *waiting += n;
+                        if let Ok(mut s) = shared.lock() {
+                            *s.received_live.entry(node.0).or_default() += n as u64;
+                            s.inbox_dropped = inbox.dropped;
+                        }
+                        Response::Ack { batch }
+                    }
+                    Err(e) => Response::Error(format!("cannot store the batch: {e}")),
+                }
+            }
+        }
+        Request::Trial { after } => Response::Trial(
+            shared
+                .lock()
+                .ok()
+                .and_then(|s| s.trial.clone())
+                .filter(|(a, _)| a.version > after)
+                .map(Box::new),
+        ),
+        Request::Announcement => Response::Announcement(
+            shared
+                .lock()
+                .ok()
+                .and_then(|s| s.published.as_ref().map(|(a, _)| a.clone())),
+        ),
+        Request::Guard => Response::Guard(guard.state.choice.clone().map(Box::new)),
+        Request::Workload {
+            node,
+            seq,
+            workload,
+        } => {
+            if node != node_id(from) {
+                Response::Error("the workload's node is not the sender".into())
+            } else {
+                match guard.offer(node.0, seq, *workload) {
+                    Ok(()) => Response::Received,
+                    Err(e) => Response::Error(format!("workload not taken: {e}")),
+                }
+            }
+        }
+        Request::Checkpoint { version } => {
+            let c = shared.lock().ok().and_then(|s| {
+                s.published
+                    .as_ref()
+                    .filter(|(a, _)| a.version == version)
+                    .map(|(_, c)| c.clone())
+            });
+            match c {
+                Some(c) => Response::Checkpoint(Box::new(c)),
+                None => Response::Error(format!("version {version} is not the published one")),
+            }
+        }
+    }
+}
+
+/// The learner's thread: it runs each job (an update from batches, a fine-tune on the twin),
+/// updates the shared state, and answers with the inbox numbers of the batches it used.
+fn spawn_learner(
+    learner: Learner,
+    shared: Arc<Mutex<Shared>>,
+) -> (mpsc::Sender<Job>, mpsc::Receiver<Vec<u64>>) {
+    let (work_tx, mut work_rx) = mpsc::channel::<Job>(1);
+    let (done_tx, done_rx) = mpsc::channel::<Vec<u64>>(1);
+    std::thread::spawn(move || {
+        let mut l = learner;
+        while let Some(job) = work_rx.blocking_recv() {
+            let ids = match job {
+                Job::Update(work) => {
+                    let ids: Vec<u64> = work.iter().map(|(n, _)| *n).collect();
+                    let batches = work.into_iter().map(|(_, b)| b).collect();
+                    match l.update(batches) {
+                        Ok(eval) => tracing::info!(?eval, "update done"),
+                        Err(e) => tracing::warn!(error = %e, "update failed"),
+                    }
+                    ids
+                }
+                Job::Tune(w) => {
+                    if let Err(e) = l.tune_on(&w) {
+                        tracing::warn!(error = %e, "fine-tune on the twin failed");
+                    }
+                    Vec::new()
+                }
+            };
+            if let Ok(mut s) = shared.lock() {
+                s.state = l.state.clone();
+                s.published = l
+                    .announcement()
+                    .and_then(|a| l.checkpoint_of(a.version).map(|c| (a, c)));
+                s.trial = l.trial();
+            }
+            if done_tx.blocking_send(ids).is_err() {
+                return;
+            }
+        }
+    });
+    (work_tx, done_rx)
 }
 
 /// Start the network from the configuration (identity in `data_dir`).
