@@ -10,7 +10,7 @@
 //! choice it is offered again.
 
 use libp2p::PeerId;
-use libp2p::identity::{Keypair, PublicKey};
+use libp2p::identity::Keypair;
 use serde::{Deserialize, Serialize};
 
 use crate::refusal::{Refusal, SignError};
@@ -58,18 +58,12 @@ impl Choice {
 
     /// Check that `coordinator` signed this choice.
     pub fn verify(&self, coordinator: &PeerId) -> Result<(), Refusal> {
-        let key = PublicKey::try_decode_protobuf(&self.public_key).map_err(|_| Refusal::BadKey)?;
-        let signer = key.to_peer_id();
-        if signer != *coordinator {
-            return Err(Refusal::WrongSigner {
-                signer: signer.to_string(),
-                expected: coordinator.to_string(),
-            });
-        }
-        if !key.verify(&Self::signed_bytes(self.seq, &self.policy), &self.signature) {
-            return Err(Refusal::BadSignature);
-        }
-        Ok(())
+        crate::refusal::check_signed(
+            &self.public_key,
+            coordinator,
+            &Self::signed_bytes(self.seq, &self.policy),
+            &self.signature,
+        )
     }
 }
 

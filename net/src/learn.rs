@@ -13,7 +13,7 @@
 //! swaps the model in. Anything that fails a check is refused and logged, never loaded.
 
 use libp2p::PeerId;
-use libp2p::identity::{Keypair, PublicKey};
+use libp2p::identity::Keypair;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -184,21 +184,12 @@ impl Announcement {
 
     /// Check that `coordinator` signed this announcement.
     pub fn verify(&self, coordinator: &PeerId) -> Result<(), Refusal> {
-        let key = PublicKey::try_decode_protobuf(&self.public_key).map_err(|_| Refusal::BadKey)?;
-        let signer = key.to_peer_id();
-        if signer != *coordinator {
-            return Err(Refusal::WrongSigner {
-                signer: signer.to_string(),
-                expected: coordinator.to_string(),
-            });
-        }
-        if !key.verify(
+        crate::refusal::check_signed(
+            &self.public_key,
+            coordinator,
             &Self::signed_bytes(self.version, &self.hash, self.trial),
             &self.signature,
-        ) {
-            return Err(Refusal::BadSignature);
-        }
-        Ok(())
+        )
     }
 
     /// Check a fetched checkpoint against this (already verified) announcement.

@@ -159,17 +159,8 @@ mod tests {
         let cid = coordinator.public().to_peer_id();
         let start = crate::policy::initial_checkpoint(None).unwrap();
         let cfg = OnlineConfig {
-            coordinator: cid,
-            learning: false,
-            dir: dir.clone(),
-            spool_max: 10,
-            batch_decisions: 4,
-            poll_ms: 100,
-            explore_candidates: false,
-            window: 10,
-            start: start.clone(),
             workload_push_ms: 1000,
-            workload_window_s: 3600,
+            ..crate::online::tests::config(cid, &dir)
         };
         let mut core = crate::online::tests::core();
         let mut o = Online::open(cfg.clone(), &mut core).unwrap();

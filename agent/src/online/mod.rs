@@ -544,6 +544,24 @@ mod tests {
         NodeCore::new(cfg, crate::policy::build("tapfinger", None, 10).unwrap(), 1)
     }
 
+    /// Settings for a test: `coordinator`'s peer id, `dir`, the shipped model as the start, no
+    /// workload pushes (tests that need them set them).
+    pub(super) fn config(coordinator: PeerId, dir: &std::path::Path) -> OnlineConfig {
+        OnlineConfig {
+            coordinator,
+            learning: false,
+            dir: dir.to_path_buf(),
+            spool_max: 10,
+            batch_decisions: 4,
+            poll_ms: 100,
+            explore_candidates: false,
+            window: 10,
+            start: crate::policy::initial_checkpoint(None).unwrap(),
+            workload_push_ms: 0,
+            workload_window_s: 3600,
+        }
+    }
+
     #[test]
     fn agents_refuse_other_signers_and_wrong_hashes_accept_the_coordinator_and_roll_back() {
         let dir = std::env::temp_dir().join(format!("tapfinger-online-{}", std::process::id()));
@@ -552,23 +570,7 @@ mod tests {
         let cid = coordinator.public().to_peer_id();
         let start = crate::policy::initial_checkpoint(None).unwrap();
         let mut core = core();
-        let mut o = Online::open(
-            OnlineConfig {
-                coordinator: cid,
-                learning: false,
-                dir: dir.clone(),
-                spool_max: 10,
-                batch_decisions: 4,
-                poll_ms: 100,
-                explore_candidates: false,
-                window: 10,
-                start: start.clone(),
-                workload_push_ms: 0,
-                workload_window_s: 3600,
-            },
-            &mut core,
-        )
-        .unwrap();
+        let mut o = Online::open(config(cid, &dir), &mut core).unwrap();
         o.connection(cid, true);
         let good = Checkpoint {
             version: 1,
@@ -615,17 +617,9 @@ mod tests {
         let start = crate::policy::initial_checkpoint(None).unwrap();
         let mut core = core();
         let cfg = OnlineConfig {
-            coordinator: cid,
             learning: true,
-            dir: dir.clone(),
-            spool_max: 10,
-            batch_decisions: 4,
-            poll_ms: 100,
             explore_candidates: true,
-            window: 10,
-            start: start.clone(),
-            workload_push_ms: 0,
-            workload_window_s: 3600,
+            ..config(cid, &dir)
         };
         let mut o = Online::open(cfg.clone(), &mut core).unwrap();
         o.connection(cid, true);
