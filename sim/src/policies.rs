@@ -170,6 +170,16 @@ pub fn from_bytes(
     Ok(per_node(sim, &net, &cfg, None))
 }
 
+/// The learned policy (greedy decisions) for every node from a network in memory (a candidate
+/// being judged).
+pub fn from_net(
+    sim: &Simulator,
+    net: &tapfinger::model::net::Net,
+    cfg: &tapfinger::model::net::NetConfig,
+) -> Vec<Box<dyn Policy>> {
+    per_node(sim, net, cfg, None)
+}
+
 /// One greedy copy of the network per node, batched through `step` if given.
 fn per_node(
     sim: &Simulator,

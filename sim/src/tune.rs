@@ -16,8 +16,6 @@ use crate::metrics::summarize;
 use crate::report::{self, CompareError};
 use crate::{Scenario, SimError, Simulator, guard, policies};
 use serde::{Deserialize, Serialize};
-use tapfinger::Policy;
-use tapfinger::model::TapfingerPolicy;
 use tapfinger::model::net::{Net, NetConfig};
 use tapfinger::twin::Workload;
 
@@ -72,12 +70,7 @@ pub fn twin(w: &Workload, name: &str) -> Result<Simulator, TuneError> {
 
 /// Average JCT of `net` (greedy decisions) on `sim`.
 pub fn learned_jct(sim: &Simulator, net: &Net, cfg: &NetConfig) -> Result<f64, TuneError> {
-    let ps: Vec<Box<dyn Policy>> = (0..sim.scenario().nodes.len())
-        .map(|_| {
-            Box::new(TapfingerPolicy::from_net(net.clone(), cfg.clone()).greedy(true))
-                as Box<dyn Policy>
-        })
-        .collect();
+    let ps = policies::from_net(sim, net, cfg);
     let r = sim.run(ps, 0)?;
     Ok(summarize(&r, &sim.scenario().kind_names()).avg_jct)
 }
