@@ -198,10 +198,15 @@ impl Guard {
     /// served) and drop the workloads observed under the old one.
     pub fn apply(&mut self, j: Judgement) -> anyhow::Result<()> {
         self.judging = false;
-        self.state.judged += 1;
-        self.state.busy_s += j.seconds;
         self.session_busy_s += j.seconds;
-        if j.switched && j.error.is_none() {
+        // The next state is built aside and on disk before it is this guard's: a choice that
+        // could not be persisted is never served (a restart would forget it while agents
+        // already ran it).
+        let mut next = self.state.clone();
+        next.judged += 1;
+        next.busy_s += j.seconds;
+        let switch = j.switched && j.error.is_none();
+        if switch {
             let seq = self.seq() + 1;
             let reason = j
                 .twin_jcts
@@ -216,19 +221,19 @@ impl Guard {
             let c = Choice::sign(&self.key, seq, &j.policy, &reason)
                 .map_err(|e| anyhow::anyhow!("signing the guard's choice: {e}"))?;
             tracing::info!(seq, policy = %j.policy, from = %j.current, %reason, "guard: the cluster switches policy");
-            self.state.choice = Some(c);
-            self.state.switches += 1;
-            self.workloads.clear();
+            next.choice = Some(c);
+            next.switches += 1;
         } else if let Some(e) = &j.error {
             tracing::warn!(error = %e, "guard: the workload could not be judged");
         } else {
             tracing::info!(policy = %j.current, "guard: the policy in force stays");
         }
-        self.state.last = Some(j);
-        let p = Self::file(&self.cfg);
-        let tmp = p.with_extension("tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(&self.state)?)?;
-        std::fs::rename(&tmp, &p)?;
+        next.last = Some(j);
+        persist(&Self::file(&self.cfg), &next)?;
+        self.state = next;
+        if switch {
+            self.workloads.clear();
+        }
         Ok(())
     }
 
@@ -313,6 +318,24 @@ pub fn spawn_judge() -> (mpsc::Sender<Work>, mpsc::Receiver<Judgement>) {
     (work_tx, done_rx)
 }
 
+/// Write `state` to `path` whole: a temporary file, synced, renamed over it, the folder synced,
+/// so a crash leaves either the old state or the new one.
+fn persist(path: &std::path::Path, state: &GuardState) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let tmp = path.with_extension("tmp");
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(state)?)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    };
+    write().with_context(|| format!("writing the guard's state {}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,6 +365,25 @@ mod tests {
             seconds: 0.5,
             error: None,
         }
+    }
+
+    /// A switch that cannot be written is not served: the choice in force stays the one on
+    /// disk, and the same judgement applies once the disk takes it.
+    #[test]
+    fn a_switch_is_on_disk_before_it_is_in_force() {
+        let cfg = fresh("persist");
+        let key = Keypair::generate_ed25519();
+        let mut g = Guard::open(cfg.clone(), key).unwrap();
+        // A folder where guard.json goes: the rename over it fails.
+        let blocker = cfg.data_dir.join("guard.json");
+        std::fs::create_dir_all(blocker.join("x")).unwrap();
+        let e = g.apply(judged(LEARNED, "tiresias")).unwrap_err();
+        assert!(format!("{e:#}").contains("guard.json"), "{e:#}");
+        assert_eq!((g.seq(), g.current().as_str()), (0, LEARNED));
+        assert_eq!((g.state.judged, g.state.switches), (0, 0));
+        std::fs::remove_dir_all(&blocker).unwrap();
+        g.apply(judged(LEARNED, "tiresias")).unwrap();
+        assert_eq!((g.seq(), g.current().as_str()), (1, "tiresias"));
     }
 
     /// A switch signs the next choice with the coordinator's key and survives a restart; the
