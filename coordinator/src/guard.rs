@@ -38,6 +38,14 @@ pub struct Judgement {
     /// The average JCT the agents measured of the policy in force (slots).
     #[serde(default)]
     pub measured: f64,
+    /// Each candidate's share of its slots on the twin where the twin's speeds are the
+    /// estimator's extrapolation (`tapfinger_sim::guard::Judged::unsupported`).
+    #[serde(default)]
+    pub unsupported: Vec<(String, f64)>,
+    /// Each candidate's gain over the policy in force on the twin (1 − its JCT over that of
+    /// the policy in force).
+    #[serde(default)]
+    pub gains: Vec<(String, f64)>,
     /// What it decided.
     pub policy: String,
     /// Whether that was a switch.
@@ -280,12 +288,17 @@ pub fn judge(work: &Work) -> Judgement {
             switched,
             twin_jcts,
             measured,
+            unsupported,
+            gains,
+            ..
         }) => Judgement {
             current: work.current.clone(),
             tasks,
             finished,
             twin_jcts,
             measured,
+            unsupported,
+            gains,
             policy,
             switched,
             seconds,
@@ -363,7 +376,7 @@ mod tests {
             policy: policy.into(),
             switched: current != policy,
             seconds: 0.5,
-            error: None,
+            ..Judgement::default()
         }
     }
 

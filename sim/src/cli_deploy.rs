@@ -117,9 +117,15 @@ pub(crate) fn guard(a: GuardArgs) -> Result<()> {
         a.current,
         d.measured
     );
-    println!("{:<18} {:>12}", "policy", "twin avg JCT");
+    println!(
+        "{:<18} {:>12} {:>13} {:>8}",
+        "policy", "twin avg JCT", "extrapolated", "gain"
+    );
+    let of = |v: &[(String, f64)], name: &str| v.iter().find(|(n, _)| n == name).map(|(_, x)| *x);
     for (name, j) in &d.twin_jcts {
-        println!("{name:<18} {j:>12.2}");
+        let off = of(&d.unsupported, name).map_or("-".into(), |u| format!("{:.0} %", u * 100.0));
+        let gain = of(&d.gains, name).map_or("-".into(), |g| format!("{:+.1} %", g * 100.0));
+        println!("{name:<18} {j:>12.2} {off:>13} {gain:>8}");
     }
     println!(
         "next: {}{} (margin {}; judged in {seconds:.2} s)",

@@ -1,14 +1,16 @@
 //! The deployment replay: a scenario's workload run as a deployment would run it, window after
-//! window, with the guard ([`crate::guard`]) choosing each window's policy from the twin of the
-//! window before ([`crate::twin`]: only what the agents observed), and every window also run
-//! under every deployable baseline on the true speeds, to say how the deployment did against the
-//! best of them there.
+//! window, with the guard ([`crate::guard`]) choosing each window's policy from the twins of the
+//! windows since the policy in use was adopted ([`crate::twin`]: only what the agents
+//! observed), and every window also run under every deployable baseline on the true speeds, to
+//! say how the deployment did against the best of them there.
 //!
 //! The workload (arrivals, sizes, reachable boxes) is the scenario's for the seed, cut into
 //! windows of equal task counts; each window is an episode of its own tasks on the scenario's
-//! boxes (a window starts with an empty cluster and an estimator that knows nothing: what
-//! crosses from one window to the next is the guard's choice alone). The first window runs the
-//! learned policy (or the policy named). Fine-tuning on the twin is not part of it yet.
+//! boxes, starting with an empty cluster and the speed estimator as the window before left it
+//! (a deployment's agents keep theirs): every policy's run of a window starts from that same
+//! estimator, and what crosses from one window to the next is that and the guard's choice. The
+//! first window runs the learned policy (or the policy named). Fine-tuning on the twin is not
+//! part of it yet.
 
 use crate::guard::{self, Decision};
 use crate::metrics::summarize;
@@ -70,6 +72,9 @@ pub struct Window {
     pub learned_ratio: f64,
     /// The best baseline's average JCT over the lower bound (room to win where well above 1).
     pub best_over_bound: f64,
+    /// Every policy's average JCT on the true speeds (the learned policy and `suite`'s
+    /// baselines; one whose episode failed is left out).
+    pub true_jcts: Vec<(String, f64)>,
     /// What the guard decided on this window's twin, for the next.
     pub next: Decision,
 }
@@ -114,13 +119,17 @@ fn candidates() -> Vec<&'static str> {
 
 /// Every candidate's average JCT on `sim` for `seed` (a candidate whose episode fails is left
 /// out), and the lower bound's.
-fn run_all(sim: &Simulator, seed: u64) -> Result<(Vec<(String, f64)>, f64), ReplayError> {
+fn run_all(
+    sim: &Simulator,
+    seed: u64,
+    warm: Option<&tapfinger::estimate::Estimator>,
+) -> Result<(Vec<(String, f64)>, f64), ReplayError> {
     let kinds = sim.scenario().kind_names();
     let mut out = Vec::new();
     let mut bound = 0.0;
     for name in candidates() {
         let ps = report::instances_for_seed(sim, name, None, seed)?;
-        if let Ok(r) = sim.run(ps, seed) {
+        if let Ok(r) = sim.run_warm(ps, seed, &mut crate::episode::NoObserver, warm) {
             let s = summarize(&r, &kinds);
             bound = s.lower_bound_jct;
             out.push((name.to_string(), s.avg_jct));
@@ -150,10 +159,16 @@ pub fn replay(
     };
     let mut current = start.to_string();
     let mut out = Vec::new();
+    // What the agents' speed estimator learned in the windows so far: a deployment's agents
+    // keep theirs, so every policy starts a window from it.
+    let mut warm: Option<tapfinger::estimate::Estimator> = None;
+    // The twins judged since the policy in use was adopted: the guard judges on all of them,
+    // as the coordinator judges the workload its agents observed since the choice in force.
+    let mut since: Vec<guard::Judged> = Vec::new();
     for (k, part) in parts.into_iter().enumerate() {
         let sim = Simulator::new(part);
         let tasks = sim.scenario().tasks as usize;
-        let (jcts, bound) = run_all(&sim, seed)?;
+        let (jcts, bound) = run_all(&sim, seed, warm.as_ref())?;
         let of = |n: &str| jcts.iter().find(|(m, _)| m == n).map(|(_, j)| *j);
         let best = jcts
             .iter()
@@ -165,17 +180,25 @@ pub fn replay(
         // The window's twin, from the policy that ran it (the same episode: deterministic),
         // judged as the coordinator judges its agents' workload.
         let ps = report::instances_for_seed(&sim, &current, None, seed)?;
-        let (_, w) = twin::observe(&sim, ps, seed).map_err(|source| ReplayError::Episode {
-            window: k,
-            policy: current.clone(),
-            source,
-        })?;
-        let next = guard::on_workload(&w, &current, learned, margin, seed).map_err(|e| {
-            ReplayError::Twin {
+        let (_, w, learned_so_far) =
+            twin::observe_warm(&sim, ps, seed, warm.as_ref()).map_err(|source| {
+                ReplayError::Episode {
+                    window: k,
+                    policy: current.clone(),
+                    source,
+                }
+            })?;
+        warm = Some(learned_so_far);
+        since.push(
+            guard::table(&w, learned, seed).map_err(|e| ReplayError::Twin {
                 window: k,
                 reason: e.to_string(),
-            }
-        })?;
+            })?,
+        );
+        let next = guard::judge(&current, &since, margin);
+        if next.switched {
+            since.clear();
+        }
         let per = |j: f64| j / best.1.max(f64::MIN_POSITIVE);
         out.push(Window {
             window: k,
@@ -186,6 +209,7 @@ pub fn replay(
             learned_ratio: per(of(policies::TAPFINGER).unwrap_or(f64::INFINITY)),
             best_over_bound: best.1 / bound.max(f64::MIN_POSITIVE),
             best_baseline: best,
+            true_jcts: jcts.clone(),
             next: next.clone(),
         });
         current = next.policy;

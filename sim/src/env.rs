@@ -225,6 +225,22 @@ impl Simulator {
         self.run_split(policies, seed, seed, observe)
     }
 
+    /// [`Simulator::run_observed`] starting from what the cluster's speed estimator learned
+    /// before (`warm`: an earlier episode's on the same boxes and classes, as
+    /// [`Observer::ended`](crate::episode::Observer::ended) hands it over), not from nothing: a
+    /// stretch of a longer deployment, whose agents' estimator lives on.
+    pub fn run_warm(
+        &self,
+        policies: Vec<Box<dyn Policy>>,
+        seed: u64,
+        observe: &mut dyn Observer,
+        warm: Option<&tapfinger::estimate::Estimator>,
+    ) -> Result<EpisodeResult, SimError> {
+        self.episode(policies, seed, seed, None)?
+            .with_estimator(warm)
+            .run(seed, observe)
+    }
+
     /// [`Simulator::run_observed`] with the workload (arrivals, task sizes) drawn from
     /// `workload_seed` and the agents' randomness from `policy_seed`: rollouts that share a
     /// workload and differ in their decisions (training's input-dependent baseline). With both

@@ -13,12 +13,56 @@ use crate::metrics::summarize;
 use crate::report::{self, CompareError};
 use crate::{Scenario, Simulator, policies, twin};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use tapfinger::Policy;
 use tapfinger::baselines::Baseline;
 use tapfinger::twin::Workload;
 
 /// The default margin: another policy must be 5 % better on the twin to replace the one in use.
 pub const MARGIN: f64 = 0.05;
+
+/// Most of a candidate's slots on a window's twin that may lie where the twin's speeds are the
+/// estimator's extrapolation ([`Judged::unsupported`]) for the window to judge it: past it the
+/// twin's figure for that candidate is a guess (a rigid class placed on a GPU model it never
+/// ran on takes whatever the estimator's prior says there), and the guard does not act on a
+/// guess.
+pub const MAX_UNSUPPORTED: f64 = 0.25;
+
+/// One window's twin judged: every candidate's average JCT there and how much of it rests on
+/// extrapolation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Judged {
+    /// The window's tasks.
+    pub tasks: usize,
+    /// The average JCT the cluster measured of its finished tasks (0: none finished).
+    pub measured: f64,
+    /// Each candidate's average JCT on the twin (a candidate whose replay failed is left out).
+    pub twin_jcts: Vec<(String, f64)>,
+    /// Each candidate's share of its slots on the twin on a GPU model its class never ran on in
+    /// the window, or at an allocation outside what it ran at there: where the twin's speeds
+    /// are the estimator's extrapolation, not what it measured.
+    pub unsupported: Vec<(String, f64)>,
+}
+
+impl Judged {
+    fn jct(&self, name: &str) -> Option<f64> {
+        self.twin_jcts
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, j)| *j)
+            .filter(|j| j.is_finite())
+    }
+
+    /// Whether this window's twin knows `name`'s speeds well enough to judge it.
+    fn judges(&self, name: &str) -> bool {
+        self.jct(name).is_some()
+            && self
+                .unsupported
+                .iter()
+                .find(|(n, _)| n == name)
+                .is_none_or(|(_, u)| *u <= MAX_UNSUPPORTED)
+    }
+}
 
 /// What the guard decided after a window.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -27,10 +71,19 @@ pub struct Decision {
     pub policy: String,
     /// Whether that is a change.
     pub switched: bool,
-    /// Each candidate's average JCT on the twin, as judged.
+    /// Each candidate's average JCT on the latest window's twin.
     pub twin_jcts: Vec<(String, f64)>,
-    /// The average JCT the cluster measured under the policy in use (0: nothing measured).
+    /// The average JCT the cluster measured of the latest window under the policy in use (0:
+    /// nothing measured).
     pub measured: f64,
+    /// Each candidate's share of extrapolated slots on the latest window's twin
+    /// ([`Judged::unsupported`]).
+    pub unsupported: Vec<(String, f64)>,
+    /// Each candidate's gain over the policy in use (1 − its total JCT over the policy in
+    /// use's) on the windows that judge it, where the latest one does.
+    pub gains: Vec<(String, f64)>,
+    /// The windows judged (those since the policy in use was adopted).
+    pub windows: usize,
 }
 
 /// The policies the guard chooses among: the learned policy and every deployable baseline an
@@ -85,10 +138,8 @@ fn learned_for(sim: &Simulator, learned: Learned) -> Result<Vec<Box<dyn Policy>>
     }
 }
 
-/// Judge the workload `w` the cluster ran under `current`: its twin replayed under every
-/// candidate ([`candidates`], the learned policy as `learned`; a candidate whose episode fails
-/// is left out), the agents' own average JCT of its finished tasks as what was measured of
-/// `current`, then [`judge`]. `seed` draws what the policies draw at random.
+/// Judge the workload `w` the cluster ran under `current` ([`table`], then [`judge`] on it
+/// alone).
 pub fn on_workload(
     w: &Workload,
     current: &str,
@@ -96,54 +147,185 @@ pub fn on_workload(
     margin: f64,
     seed: u64,
 ) -> Result<Decision, GuardError> {
+    Ok(judge(current, &[table(w, learned, seed)?], margin))
+}
+
+/// The twin of workload `w` replayed under every candidate ([`candidates`], the learned policy
+/// as `learned`; a candidate whose episode fails is left out), its agents' speed estimator
+/// starting from what the cluster's had learned ([`twin::warm_estimator`]), as a deployment's
+/// next window starts; the agents' own average JCT of its finished tasks as what was measured.
+/// `seed` draws what the policies draw at random.
+pub fn table(w: &Workload, learned: Learned, seed: u64) -> Result<Judged, GuardError> {
     let toml = twin::scenario_toml(w, "twin").map_err(GuardError::Twin)?;
     let sc =
         Scenario::from_toml(&toml, "twin", None).map_err(|e| GuardError::Twin(e.to_string()))?;
     let sim = Simulator::new(sc);
     let kinds = sim.scenario().kind_names();
+    let seen = support(w);
+    let warm = twin::warm_estimator(w, &sim);
     let mut twin_jcts = Vec::new();
+    let mut off = Vec::new();
     for name in candidates() {
         let ps = if name == policies::TAPFINGER {
             learned_for(&sim, learned)?
         } else {
             report::instances_for_seed(&sim, name, None, seed)?
         };
-        if let Ok(r) = sim.run(ps, seed) {
+        if let Ok((r, ran, _)) = twin::observe_warm(&sim, ps, seed, Some(&warm)) {
             twin_jcts.push((name.to_string(), summarize(&r, &kinds).avg_jct));
+            off.push((name.to_string(), unsupported(&seen, w, &ran)));
         }
     }
-    let seen = w.jcts();
-    let measured = seen.iter().sum::<u64>() as f64 / seen.len().max(1) as f64;
-    Ok(judge(current, measured, twin_jcts, margin))
+    let jcts = w.jcts();
+    Ok(Judged {
+        tasks: w.tasks.len(),
+        measured: jcts.iter().sum::<u64>() as f64 / jcts.len().max(1) as f64,
+        twin_jcts,
+        unsupported: off,
+    })
 }
 
-/// Keep `current` unless a candidate's average JCT on the twin is below `current`'s by more
-/// than `margin` (a fraction) plus the twin's error on `current` (`measured`: the average JCT the
-/// cluster saw under it); then the best candidate. `twin_jcts` holds every candidate, `current`
-/// among them; a candidate whose replay failed is left out by the caller. Ties go to the
-/// earlier candidate.
-pub fn judge(current: &str, measured: f64, twin_jcts: Vec<(String, f64)>, margin: f64) -> Decision {
-    let of = |name: &str| twin_jcts.iter().find(|(n, _)| n == name).map(|(_, j)| *j);
-    let best = twin_jcts
-        .iter()
-        .filter(|(_, j)| j.is_finite())
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-        .cloned();
-    let policy = match (of(current), best) {
-        (Some(now), Some((name, j))) if j < now * (1.0 - margin - error(now, measured)) => name,
+/// Where the twin's figures rest on what the cluster measured: per class (by its index in the
+/// workload's classes, as the twin numbers its task types) and GPU model it ran on, the least
+/// and the most of each kind it ran at.
+type Support = BTreeMap<(u16, Option<String>), (Vec<u32>, Vec<u32>)>;
+
+/// The [`Support`] of workload `w`.
+fn support(w: &Workload) -> Support {
+    let mut out = Support::new();
+    for t in &w.tasks {
+        let Some(i) = w.classes.iter().position(|c| c.id == t.class) else {
+            continue;
+        };
+        for r in t.runs.iter().filter(|r| r.to > r.from) {
+            let model = w
+                .nodes
+                .iter()
+                .find(|n| n.id == r.node)
+                .and_then(|n| n.gpu_model.clone());
+            let (lo, hi) = out
+                .entry((i as u16, model))
+                .or_insert_with(|| (r.alloc.0.clone(), r.alloc.0.clone()));
+            for (k, v) in r.alloc.0.iter().enumerate() {
+                if let (Some(l), Some(h)) = (lo.get_mut(k), hi.get_mut(k)) {
+                    *l = (*l).min(*v);
+                    *h = (*h).max(*v);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The share of `ran`'s run slots (a candidate's episode on the twin, whose boxes are the
+/// workload's in order) on a GPU model its class never ran on, or at an allocation outside
+/// what it ran at there ([`support`]); 0 where it ran nothing.
+fn unsupported(support: &Support, w: &Workload, ran: &Workload) -> f64 {
+    let (mut out, mut all) = (0u64, 0u64);
+    for t in &ran.tasks {
+        for r in &t.runs {
+            let slots = r.to.saturating_sub(r.from);
+            all += slots;
+            let model = w
+                .nodes
+                .get(r.node.0 as usize)
+                .and_then(|n| n.gpu_model.clone());
+            let inside = support.get(&(t.class, model)).is_some_and(|(lo, hi)| {
+                r.alloc.0.iter().enumerate().all(|(k, v)| {
+                    lo.get(k).is_some_and(|l| l <= v) && hi.get(k).is_some_and(|h| v <= h)
+                })
+            });
+            if !inside {
+                out += slots;
+            }
+        }
+    }
+    if all == 0 {
+        0.0
+    } else {
+        out as f64 / all as f64
+    }
+}
+
+/// Keep `current` unless a candidate's gain over it — 1 − the candidate's total JCT over
+/// `current`'s on the windows' twins, each window weighted by its tasks — is above `margin` (a
+/// fraction) plus the twins' error on `current` there (their `current` against what was
+/// measured); then the candidate of the largest gain. `windows` are those since `current` was
+/// adopted, oldest first: a candidate that wins the latest but lost the ones before by more
+/// does not replace it (a policy that did better on one window's work than on the work before
+/// is a bet on the next window being like the last). An earlier window whose twin only guessed
+/// at a candidate ([`Judged::judges`]) counts neither for nor against it; the latest always
+/// counts: its twin's tables credit no allocation beyond what ran ([`twin::scenario_toml`]), so
+/// its guesses err against a candidate, and a guard that waited for the latest window to know a
+/// candidate could never leave a policy that runs every task at one allocation. Where the
+/// latest window does not judge `current` (its replay failed), the best candidate there. Ties
+/// go to the earlier candidate.
+pub fn judge(current: &str, windows: &[Judged], margin: f64) -> Decision {
+    let Some(latest) = windows.last() else {
+        return Decision {
+            policy: current.to_string(),
+            switched: false,
+            twin_jcts: Vec::new(),
+            measured: 0.0,
+            unsupported: Vec::new(),
+            gains: Vec::new(),
+            windows: 0,
+        };
+    };
+    let mut gains = Vec::new();
+    let mut best: Option<(String, f64)> = None;
+    let last = windows.len() - 1;
+    for (name, _) in latest.twin_jcts.iter().filter(|(n, _)| n != current) {
+        let (mut now, mut cand, mut now_measured, mut measured) = (0.0, 0.0, 0.0, 0.0);
+        for (_, w) in windows
+            .iter()
+            .enumerate()
+            .filter(|(i, w)| *i == last || w.judges(name))
+        {
+            let (Some(a), Some(b)) = (w.jct(current), w.jct(name)) else {
+                continue;
+            };
+            let n = w.tasks as f64;
+            now += n * a;
+            cand += n * b;
+            if w.measured > 0.0 {
+                now_measured += n * a;
+                measured += n * w.measured;
+            }
+        }
+        if now <= 0.0 {
+            continue;
+        }
+        let gain = 1.0 - cand / now;
+        gains.push((name.clone(), gain));
+        if gain > margin + error(now_measured, measured) && best.as_ref().is_none_or(|b| gain > b.1)
+        {
+            best = Some((name.clone(), gain));
+        }
+    }
+    let policy = if latest.jct(current).is_none() {
         // The policy in use could not be judged (its replay failed): the best that could.
-        (None, Some((name, _))) => name,
-        _ => current.to_string(),
+        latest
+            .twin_jcts
+            .iter()
+            .filter(|(_, j)| j.is_finite())
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map_or_else(|| current.to_string(), |(n, _)| n.clone())
+    } else {
+        best.map_or_else(|| current.to_string(), |(n, _)| n)
     };
     Decision {
         switched: policy != current,
         policy,
-        twin_jcts,
-        measured,
+        twin_jcts: latest.twin_jcts.clone(),
+        measured: latest.measured,
+        unsupported: latest.unsupported.clone(),
+        gains,
+        windows: windows.len(),
     }
 }
 
-/// How far the twin's `replayed` average JCT is from the `measured` one, as a fraction (0 where
+/// How far the twin's `replayed` total JCT is from the `measured` one, as a fraction (0 where
 /// nothing was measured).
 fn error(replayed: f64, measured: f64) -> f64 {
     if measured > 0.0 && replayed.is_finite() {
@@ -157,8 +339,17 @@ fn error(replayed: f64, measured: f64) -> f64 {
 mod tests {
     use super::*;
 
-    fn j(v: &[(&str, f64)]) -> Vec<(String, f64)> {
-        v.iter().map(|(n, x)| (n.to_string(), *x)).collect()
+    fn win(tasks: usize, measured: f64, v: &[(&str, f64)]) -> Judged {
+        Judged {
+            tasks,
+            measured,
+            twin_jcts: v.iter().map(|(n, x)| (n.to_string(), *x)).collect(),
+            unsupported: v.iter().map(|(n, _)| (n.to_string(), 0.0)).collect(),
+        }
+    }
+
+    fn one(measured: f64, v: &[(&str, f64)]) -> Vec<Judged> {
+        vec![win(10, measured, v)]
     }
 
     /// A better candidate replaces the policy in use only beyond the margin, and the way back
@@ -167,56 +358,83 @@ mod tests {
     fn the_guard_switches_beyond_the_margin_only_and_back_with_hysteresis() {
         let d = judge(
             "tapfinger",
-            10.0,
-            j(&[("tapfinger", 10.0), ("tiresias", 9.7)]),
+            &one(10.0, &[("tapfinger", 10.0), ("tiresias", 9.7)]),
             MARGIN,
         );
         assert_eq!((d.policy.as_str(), d.switched), ("tapfinger", false));
         let d = judge(
             "tapfinger",
-            10.0,
-            j(&[("tapfinger", 10.0), ("tiresias", 9.0), ("drf", 9.4)]),
+            &one(
+                10.0,
+                &[("tapfinger", 10.0), ("tiresias", 9.0), ("drf", 9.4)],
+            ),
             MARGIN,
         );
         assert_eq!((d.policy.as_str(), d.switched), ("tiresias", true));
         // Back only when the learned policy is better by the margin.
         let d = judge(
             "tiresias",
-            9.0,
-            j(&[("tapfinger", 8.8), ("tiresias", 9.0)]),
+            &one(9.0, &[("tapfinger", 8.8), ("tiresias", 9.0)]),
             MARGIN,
         );
         assert_eq!(d.policy, "tiresias");
         let d = judge(
             "tiresias",
-            9.0,
-            j(&[("tapfinger", 8.0), ("tiresias", 9.0)]),
+            &one(9.0, &[("tapfinger", 8.0), ("tiresias", 9.0)]),
             MARGIN,
         );
         assert_eq!((d.policy.as_str(), d.switched), ("tapfinger", true));
         // The policy in use unjudged: the best judged.
         let d = judge(
             "tapfinger",
-            10.0,
-            j(&[("tiresias", 9.0), ("drf", 8.0)]),
+            &one(10.0, &[("tiresias", 9.0), ("drf", 8.0)]),
             MARGIN,
         );
         assert_eq!(d.policy, "drf");
+        assert_eq!(judge("tapfinger", &[], MARGIN).policy, "tapfinger");
     }
 
     /// A twin 20 % off on the policy it watched needs a candidate 25 % better to switch.
     #[test]
     fn a_twin_that_misjudged_the_policy_in_use_needs_a_larger_gain() {
-        let twin = j(&[("tapfinger", 12.0), ("tiresias", 9.5)]);
+        let twin = [("tapfinger", 12.0), ("tiresias", 9.5)];
         assert_eq!(
-            judge("tapfinger", 12.0, twin.clone(), MARGIN).policy,
+            judge("tapfinger", &one(12.0, &twin), MARGIN).policy,
             "tiresias"
         );
         assert_eq!(
-            judge("tapfinger", 10.0, twin.clone(), MARGIN).policy,
+            judge("tapfinger", &one(10.0, &twin), MARGIN).policy,
             "tapfinger"
         );
-        let twin = j(&[("tapfinger", 12.0), ("tiresias", 8.9)]);
-        assert_eq!(judge("tapfinger", 10.0, twin, MARGIN).policy, "tiresias");
+        let twin = [("tapfinger", 12.0), ("tiresias", 8.9)];
+        assert_eq!(
+            judge("tapfinger", &one(10.0, &twin), MARGIN).policy,
+            "tiresias"
+        );
+    }
+
+    /// The windows since the policy in use was adopted judge together: a candidate that wins
+    /// the latest by 8 % but lost the one before by more stays out; where the earlier window's
+    /// twin only guessed at the candidate, the latest alone judges it, guess or not.
+    #[test]
+    fn a_candidate_must_win_over_the_windows_that_know_it() {
+        let earlier = win(10, 26.0, &[("tapfinger", 26.0), ("lookahead", 28.5)]);
+        let latest = win(10, 47.0, &[("tapfinger", 47.0), ("lookahead", 43.3)]);
+        assert_eq!(
+            judge("tapfinger", &[latest.clone()], MARGIN).policy,
+            "lookahead"
+        );
+        let d = judge("tapfinger", &[earlier.clone(), latest.clone()], MARGIN);
+        assert_eq!((d.policy.as_str(), d.windows), ("tapfinger", 2));
+        let (_, gain) = d.gains[0].clone();
+        assert!((gain - (1.0 - 71.8 / 73.0)).abs() < 1e-9, "{gain}");
+        let mut guessed = earlier;
+        guessed.unsupported[1].1 = 0.72;
+        let d = judge("tapfinger", &[guessed.clone(), latest.clone()], MARGIN);
+        assert_eq!(d.policy, "lookahead");
+        let mut latest_guessed = latest;
+        latest_guessed.unsupported[1].1 = 0.9;
+        let d = judge("tapfinger", &[guessed, latest_guessed], MARGIN);
+        assert_eq!(d.policy, "lookahead");
     }
 }

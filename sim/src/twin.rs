@@ -27,6 +27,8 @@ struct Twin {
     nodes: Vec<NodeRecord>,
     recorder: Recorder,
     workload: Option<Workload>,
+    /// The estimator as the episode left it.
+    estimator: Option<tapfinger::estimate::Estimator>,
 }
 
 impl Twin {
@@ -50,6 +52,7 @@ impl Twin {
                 .collect(),
             recorder: Recorder::new(),
             workload: None,
+            estimator: None,
         }
     }
 }
@@ -73,6 +76,7 @@ impl Observer for Twin {
             estimator,
         };
         self.workload = Some(self.recorder.export(0, slots, &ctx));
+        self.estimator = Some(estimator.clone());
     }
 }
 
@@ -83,8 +87,19 @@ pub fn observe(
     policies: Vec<Box<dyn Policy>>,
     seed: u64,
 ) -> Result<(EpisodeResult, Workload), SimError> {
+    observe_warm(sim, policies, seed, None).map(|(r, w, _)| (r, w))
+}
+
+/// [`observe`] with the agents' speed estimator starting from `warm` (what it learned before:
+/// [`Simulator::run_warm`]), and that estimator as the episode left it.
+pub fn observe_warm(
+    sim: &Simulator,
+    policies: Vec<Box<dyn Policy>>,
+    seed: u64,
+    warm: Option<&tapfinger::estimate::Estimator>,
+) -> Result<(EpisodeResult, Workload, tapfinger::estimate::Estimator), SimError> {
     let mut twin = Twin::new(sim);
-    let r = sim.run_observed(policies, seed, &mut twin)?;
+    let r = sim.run_warm(policies, seed, &mut twin, warm)?;
     // Every episode that returns Ok ended through `Observer::ended`; an empty workload here
     // would say that one did not, rather than panic.
     let w = twin.workload.unwrap_or_else(|| Workload {
@@ -97,7 +112,44 @@ pub fn observe(
         classes: Vec::new(),
         tasks: Vec::new(),
     });
-    Ok((r, w))
+    Ok((r, w, twin.estimator.unwrap_or_default()))
+}
+
+/// The speed estimator the cluster held when it exported `w`, as far as its figures say, for the
+/// simulator `twin` of `w` ([`scenario_toml`]: its task types are `w`'s classes in order): each
+/// class's figures on each GPU model it had samples on, one sample a row. A deployment's
+/// agents never start a window knowing nothing: the twin's do not either, so the policies'
+/// views on the twin show what they showed on the cluster (models with no samples of a class
+/// are left to the estimator's own extrapolation, as on the cluster).
+pub fn warm_estimator(w: &Workload, twin: &Simulator) -> tapfinger::estimate::Estimator {
+    use tapfinger::estimate::{Estimator, GpuModel, KindMap};
+    let mut e = Estimator::new(KindMap::from_names(&twin.scenario().kind_names()));
+    let mut id = u64::MAX;
+    for (i, c) in w.classes.iter().enumerate() {
+        let mut task = tapfinger::Task {
+            id: TaskId(id),
+            ty: tapfinger::TaskTypeId(i as u16),
+            min_demand: c.min_demand.clone(),
+            max_demand: c.max_demand.clone(),
+            priority: 0,
+            reachable: Vec::new(),
+            arrival: 0,
+            gang: None,
+        };
+        for m in c.speeds.iter().filter(|m| m.samples > 0) {
+            let model = m.gpu_model.as_deref().map_or(GpuModel::NONE, GpuModel::of);
+            for (a, slots) in &m.rows {
+                if slots.is_finite() && *slots > 0.0 {
+                    // A task of its own for every sample: samples of one task would pair.
+                    task.id = TaskId(id);
+                    id = id.wrapping_sub(1);
+                    e.observe_on(&task, model, a, 1.0, *slots);
+                    e.forget(task.id);
+                }
+            }
+        }
+    }
+    e
 }
 
 fn quote(s: &str) -> String {
@@ -262,8 +314,8 @@ fn write_class(
     let count = w.tasks.iter().filter(|x| x.class == c.id).count();
     let header: Vec<&str> = w.kinds.iter().map(|k| k.name.as_str()).collect();
     let mut rows = format!("type,{},seconds\\n", header.join(","));
-    for (a, slots) in &reference.rows {
-        let cells: Vec<String> = a.0.iter().map(u32::to_string).collect();
+    for (a, slots) in seen_rows(w, c, &reference.rows)? {
+        let cells: Vec<String> = a.iter().map(u32::to_string).collect();
         let _ = write!(
             rows,
             "{name},{},{}\\n",
@@ -296,4 +348,95 @@ fn write_class(
     }
     let _ = writeln!(t, "speed = {{ model = \"table\", rows = \"{rows}\" }}");
     Ok(())
+}
+
+/// The most of each kind class `c`'s tasks ran with in `w` (`None`: none of them ran).
+fn most_seen(w: &Workload, c: &tapfinger::twin::ClassRecord) -> Option<Vec<u32>> {
+    let mut most: Option<Vec<u32>> = None;
+    for r in w
+        .tasks
+        .iter()
+        .filter(|t| t.class == c.id)
+        .flat_map(|t| &t.runs)
+        .filter(|r| r.to > r.from)
+    {
+        let m = most.get_or_insert_with(|| r.alloc.0.clone());
+        for (x, v) in m.iter_mut().zip(&r.alloc.0) {
+            *x = (*x).max(*v);
+        }
+    }
+    most
+}
+
+/// Class `c`'s table for the twin: the estimator's `rows`, cut at the most of each kind its
+/// tasks were seen running with (a row there interpolated from the estimator's, as the
+/// simulator interpolates a table), so that the simulator, which clamps a table above its
+/// largest value, credits no allocation with a speed-up beyond what the cluster ran it at.
+/// Why: above that the estimator's figures are its fit's extrapolation — with too few
+/// allocations seen, its prior's shape — and a twin that believed them would flatter every
+/// policy that hands out more than the one that ran (a guard judging on it switches to a policy
+/// that then does worse). A class none of whose tasks ran keeps the estimator's rows.
+fn seen_rows(
+    w: &Workload,
+    c: &tapfinger::twin::ClassRecord,
+    rows: &[(tapfinger::Resources, f64)],
+) -> Result<Vec<(Vec<u32>, f64)>, String> {
+    let all = || rows.iter().map(|(a, s)| (a.0.clone(), *s)).collect();
+    let Some(most) = most_seen(w, c) else {
+        return Ok(all());
+    };
+    let n = w.kinds.len();
+    let mut axes: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for (a, _) in rows {
+        for (axis, v) in axes.iter_mut().zip(&a.0) {
+            axis.push(*v);
+        }
+    }
+    for (axis, m) in axes.iter_mut().zip(&most) {
+        axis.sort_unstable();
+        axis.dedup();
+        let first = axis.first().copied().unwrap_or(0);
+        axis.retain(|v| v <= m);
+        // The largest seen (never below the table: allocations start at the minimum demand).
+        axis.push((*m).max(first));
+        axis.dedup();
+    }
+    if axes
+        .iter()
+        .zip(&most)
+        .all(|(axis, m)| axis.last() >= Some(m))
+        && rows
+            .iter()
+            .all(|(a, _)| a.0.iter().zip(&most).all(|(v, m)| v <= m))
+    {
+        return Ok(all());
+    }
+    // The estimator's table as the simulator reads it, to interpolate the cut.
+    let names: Vec<String> = w.kinds.iter().map(|k| k.name.clone()).collect();
+    let mut csv = format!("type,{},seconds\n", names.join(","));
+    for (a, s) in rows {
+        let cells: Vec<String> = a.0.iter().map(u32::to_string).collect();
+        let _ = writeln!(csv, "x,{},{}", cells.join(","), s.max(1e-12));
+    }
+    let table = crate::speed::TableModel::parse(&csv, "the estimator's figures", "x", &names, 0.0)
+        .map_err(|e| format!("class {}: {e}", c.name))?;
+    let mut out: Vec<(Vec<u32>, f64)> = vec![(Vec::new(), 0.0)];
+    for axis in &axes {
+        out = out
+            .into_iter()
+            .flat_map(|(p, _)| {
+                axis.iter().map(move |v| {
+                    let mut q = p.clone();
+                    q.push(*v);
+                    (q, 0.0)
+                })
+            })
+            .collect();
+    }
+    for (a, s) in &mut out {
+        *s = table
+            .seconds(&tapfinger::Resources(a.clone()))
+            .ok_or_else(|| format!("class {}: no figure at {a:?}", c.name))?;
+    }
+    Ok(out)
 }

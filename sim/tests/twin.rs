@@ -118,3 +118,54 @@ fn the_twin_carries_no_speed_model_the_episode_did_not_observe() {
     assert!(!a.tasks.is_empty());
     assert_eq!(a, b);
 }
+
+/// The twin credits no class with a speed-up beyond the most units its tasks ran with: on
+/// `hetero6` recorded under `min` (every task at its minimum demand), every class takes as
+/// long at its maximum demand on the twin as at its minimum, whatever the estimator's prior
+/// says of the units it never saw.
+#[test]
+fn the_twin_credits_no_units_beyond_what_ran() {
+    let sim = Simulator::new(Scenario::load("hetero6").unwrap());
+    let (_, w) = twin::observe(&sim, policies::build(&sim, "min").unwrap(), 100).unwrap();
+    let sc = Scenario::from_toml(&twin::scenario_toml(&w, "twin").unwrap(), "twin", None).unwrap();
+    for (c, t) in w.classes.iter().zip(&sc.types) {
+        // The estimator's own figures do credit more units (its prior's shape).
+        let rows = &c.speeds[0].rows;
+        assert!(
+            rows.last().unwrap().1 < rows[0].1 * 0.9,
+            "{}: {rows:?}",
+            c.name
+        );
+        let max = t.max_demand.clone().unwrap();
+        let at = |a| t.speed.isolated(a, sc.slot_seconds).unwrap().1;
+        let (lo, hi) = (at(&t.min_demand), at(&max));
+        assert!((hi / lo - 1.0).abs() < 1e-9, "{}: {lo} vs {hi}", t.name);
+    }
+}
+
+/// A deployment's agents keep their speed estimator from one stretch of work to the next; the
+/// twin's agents start from what the cluster's had learned (`twin::warm_estimator`), so the
+/// twin replays the policy it was recorded under as it ran. (On this workload, started knowing
+/// nothing, the learned policy places `gen-gavel:30002`'s rigid jobs otherwise: 310.8 slots on
+/// the twin against 289.8 measured.)
+#[test]
+fn a_warm_twin_replays_a_warm_cluster() {
+    let sim = Simulator::new(Scenario::load("gen-gavel:30002").unwrap());
+    let kinds = sim.scenario().kind_names();
+    let learned = || policies::learned(&sim, None).unwrap();
+    let (_, _, before) = twin::observe_warm(&sim, learned(), 154, None).unwrap();
+    let (r, w, _) = twin::observe_warm(&sim, learned(), 104, Some(&before)).unwrap();
+    let measured = summarize(&r, &kinds).avg_jct;
+    let tw = Simulator::new(
+        Scenario::from_toml(&twin::scenario_toml(&w, "twin").unwrap(), "twin", None).unwrap(),
+    );
+    let warm = twin::warm_estimator(&w, &tw);
+    let ps = policies::learned(&tw, None).unwrap();
+    let (replayed, _, _) = twin::observe_warm(&tw, ps, 104, Some(&warm)).unwrap();
+    let replayed = summarize(&replayed, &tw.scenario().kind_names()).avg_jct;
+    eprintln!("gen-gavel:30002 warm: {measured:.2} measured, {replayed:.2} on the warm twin");
+    assert!(
+        (replayed / measured - 1.0).abs() <= RECORDED,
+        "{measured} vs {replayed}"
+    );
+}

@@ -218,6 +218,18 @@ impl Estimator {
         }
     }
 
+    /// What carries into a later stretch of the same cluster's work: every class's samples,
+    /// fits and costs, and none of its tasks' own state (their last samples, switches and
+    /// declared work belong to tasks of the stretch before, whose ids a new stretch reuses).
+    pub fn carried(&self) -> Self {
+        Self {
+            kinds: self.kinds,
+            classes: self.classes.clone(),
+            works: self.works.clone(),
+            ..Self::default()
+        }
+    }
+
     /// The entry key of `task` on a box of GPU model `model`: the model only where the task
     /// asks for a GPU (a CPU task runs alike on every GPU model, and splitting its samples by
     /// model would only slow its learning).

@@ -15,6 +15,12 @@ impl<M> Ledger<M> {
         self
     }
 
+    /// Start from `estimator` (what the cluster learned before: [`crate::estimate::Estimator::carried`])
+    /// instead of an empty one.
+    pub fn set_estimator(&mut self, estimator: crate::estimate::Estimator) {
+        self.estimator = estimator;
+    }
+
     /// Profile hints for `task`'s class from its submitter
     /// ([`crate::estimate::Estimator::hint`]: each `(alloc, slots)` its time alone there).
     pub fn hint(&mut self, task: &Task, hints: &[(Resources, f64)]) {

@@ -250,6 +250,20 @@ impl<'a> Episode<'a> {
         self
     }
 
+    /// Start from what the cluster learned before ([`tapfinger::estimate::Estimator::carried`])
+    /// instead of an empty estimator (`None`: empty); the scenario's profile hints apply on
+    /// top, as at a start.
+    pub(crate) fn with_estimator(mut self, warm: Option<&tapfinger::estimate::Estimator>) -> Self {
+        if let Some(e) = warm {
+            self.ledger.set_estimator(e.carried());
+            if self.sc.profile_hints {
+                let tasks: Vec<Task> = self.arrivals.iter().map(|t| (**t).clone()).collect();
+                crate::profile::hint_profiles(self.sc, &tasks, &mut self.ledger);
+            }
+        }
+        self
+    }
+
     pub(crate) fn run(
         mut self,
         seed: u64,
