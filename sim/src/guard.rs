@@ -421,7 +421,7 @@ mod tests {
         let earlier = win(10, 26.0, &[("tapfinger", 26.0), ("lookahead", 28.5)]);
         let latest = win(10, 47.0, &[("tapfinger", 47.0), ("lookahead", 43.3)]);
         assert_eq!(
-            judge("tapfinger", &[latest.clone()], MARGIN).policy,
+            judge("tapfinger", std::slice::from_ref(&latest), MARGIN).policy,
             "lookahead"
         );
         let d = judge("tapfinger", &[earlier.clone(), latest.clone()], MARGIN);
