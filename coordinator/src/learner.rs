@@ -336,10 +336,10 @@ impl Learner {
         &mut self,
         w: &tapfinger::twin::Workload,
     ) -> anyhow::Result<tapfinger_sim::tune::Gate> {
-        use tapfinger_sim::tune::{gate, split, twin};
-        let (train_w, gate_w) = split(w, self.cfg.tune_holdout)?;
-        let train_sim = twin(&train_w, "twin-train")?;
-        let gate_sim = twin(&gate_w, "twin-gate")?;
+        use tapfinger_sim::tune::{Tuning, fine_tune, split, twin};
+        // The twin's input sizes, to load the version in use for it.
+        let (train_w, _) = split(w, self.cfg.tune_holdout)?;
+        let dims = twin(&train_w, "twin-train")?.dims();
         let (bytes, json) = match &self.published {
             Some((_, c)) => (c.model.clone(), c.train_json.clone()),
             None => {
@@ -347,26 +347,20 @@ impl Learner {
                 (b, j)
             }
         };
-        let (net, net_cfg, _) =
-            tapfinger::model::load_bytes(bytes, &json, "version in use", &train_sim.dims())
-                .map_err(|e| anyhow::anyhow!("the version in use on the twin: {e}"))?;
-        let mut tc = TrainConfig::new(net_cfg.dims.clone(), self.cfg.seed ^ self.state.tunes);
-        tc.net = net_cfg.clone();
-        tc.lr = self.cfg.lr;
-        tc.epochs = self.cfg.epochs;
-        tc.minibatch = self.cfg.minibatch;
-        tc.eval_episodes = 0;
-        let mut t = Trainer::with_net(train_sim, tc, net.clone())?;
-        for _ in 0..self.cfg.tune_iterations {
-            t.iterate()?;
-        }
-        let candidate = t.inference_net();
-        let g = gate(
-            &gate_sim,
-            (&candidate, &t.cfg.net),
-            (&net, &net_cfg),
-            tapfinger_sim::tune::MIN_GAIN,
-        )?;
+        let (net, net_cfg, _) = tapfinger::model::load_bytes(bytes, &json, "version in use", &dims)
+            .map_err(|e| anyhow::anyhow!("the version in use on the twin: {e}"))?;
+        let tuning = Tuning {
+            holdout: self.cfg.tune_holdout,
+            iterations: self.cfg.tune_iterations,
+            budget: None,
+            lr: self.cfg.lr,
+            epochs: Some(self.cfg.epochs),
+            minibatch: Some(self.cfg.minibatch),
+            seed: self.cfg.seed ^ self.state.tunes,
+            min_gain: tapfinger_sim::tune::MIN_GAIN,
+        };
+        let tuned = fine_tune(w, (&net, &net_cfg), &tuning, &mut |_, _| {})?;
+        let (candidate, g) = (tuned.candidate, tuned.gate);
         self.state.tunes += 1;
         if g.passed {
             let v = self.publish(&candidate)?;

@@ -26,6 +26,20 @@ pub(crate) struct DeployArgs {
     /// The policy of the first window (default: the learned one, as a deployment starts).
     #[arg(long, default_value = "tapfinger")]
     start: String,
+    /// Fine-tune the version of the learned policy in use after every so many windows, on the
+    /// latest window's workload, as the coordinator does (0: never).
+    #[arg(long, default_value_t = 0)]
+    tune_every: usize,
+    /// Training iterations of each fine-tune.
+    #[arg(long, default_value_t = 20)]
+    tune_iterations: u64,
+    /// The latest share of a window's tasks each fine-tune keeps for its gate.
+    #[arg(long, default_value_t = 0.2)]
+    tune_holdout: f64,
+    /// How much better than the version in use (a fraction of its average JCT) a fine-tuned
+    /// candidate must be on its gate window, beside beating every deployable baseline there.
+    #[arg(long, default_value_t = tapfinger_sim::tune::MIN_GAIN)]
+    tune_min_gain: f64,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -39,10 +53,33 @@ pub(crate) fn deploy_replay(a: DeployArgs) -> Result<()> {
     if !(0.0..1.0).contains(&a.margin) {
         bail!("--margin must be in [0, 1), got {}", a.margin);
     }
+    if a.tune_every > 0 && a.tune_iterations == 0 {
+        bail!("--tune-every needs --tune-iterations above 0");
+    }
     let sc = crate::cli_compare::load(&a.scenario)?.scenario().clone();
+    let tune = (a.tune_every > 0).then(|| tapfinger_sim::deployment::TuneEvery {
+        every: a.tune_every,
+        tuning: tapfinger_sim::tune::Tuning {
+            holdout: a.tune_holdout,
+            iterations: a.tune_iterations,
+            budget: None,
+            lr: 1e-4,
+            epochs: None,
+            minibatch: None,
+            seed: 0,
+            min_gain: a.tune_min_gain,
+        },
+    });
     let mut all = Vec::new();
     for seed in a.seed_base..a.seed_base.saturating_add(a.seeds) {
-        let r = tapfinger_sim::deployment::replay(&sc, seed, a.windows, a.margin, &a.start)?;
+        let r = tapfinger_sim::deployment::replay(
+            &sc,
+            seed,
+            a.windows,
+            a.margin,
+            &a.start,
+            tune.as_ref(),
+        )?;
         if !a.json {
             print!("{}", tapfinger_sim::deployment::table(&r));
         }

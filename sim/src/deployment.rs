@@ -8,16 +8,21 @@
 //! windows of equal task counts; each window is an episode of its own tasks on the scenario's
 //! boxes, starting with an empty cluster and the speed estimator as the window before left it
 //! (a deployment's agents keep theirs): every policy's run of a window starts from that same
-//! estimator, and what crosses from one window to the next is that and the guard's choice. The
-//! first window runs the learned policy (or the policy named). Fine-tuning on the twin is not
-//! part of it yet.
+//! estimator, and what crosses from one window to the next is that, the guard's choice and the
+//! version of the learned policy in use. The first window runs the learned policy (or the
+//! policy named). With [`TuneEvery`], every so many windows the version in use is fine-tuned on
+//! the latest window's workload and gated on its latest tasks' twin ([`crate::tune::fine_tune`],
+//! as the coordinator fine-tunes on the workload its guard judged); a version that passes is in
+//! use from the next window on, under the guard as any version is.
 
 use crate::guard::{self, Decision};
 use crate::metrics::summarize;
 use crate::report::{self, CompareError};
 use crate::trace::TraceTask;
+use crate::tune::{Gate, TuneError, Tuning};
 use crate::{Scenario, SimError, Simulator, policies, twin, workload};
 use serde::Serialize;
+use tapfinger::model::net::{Net, NetConfig};
 
 /// Why a replay failed.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +47,14 @@ pub enum ReplayError {
         window: usize,
         /// Cause.
         reason: String,
+    },
+    /// A fine-tune failed (not: was refused by its gate).
+    #[error("window {window}: fine-tuning: {source}")]
+    Tune {
+        /// The window.
+        window: usize,
+        /// Cause.
+        source: TuneError,
     },
     /// Fewer tasks than windows, or no window.
     #[error("{tasks} tasks cannot make {windows} windows")]
@@ -68,8 +81,17 @@ pub struct Window {
     pub best_baseline: (String, f64),
     /// `avg_jct` over the best baseline's.
     pub ratio: f64,
-    /// The learned policy's own ratio there (what it would have given without the guard).
+    /// The learned policy's own ratio there (the version in use: what it would have given
+    /// without the guard).
     pub learned_ratio: f64,
+    /// The shipped model's ratio there (without the guard and without fine-tuning: what
+    /// fine-tuning added is the gap to `learned_ratio`).
+    pub shipped_ratio: f64,
+    /// The version of the learned policy in use in the window (0: the shipped model; each
+    /// fine-tune that passed its gate numbers the next).
+    pub version: usize,
+    /// The fine-tune run after the window, if one was due: its gate.
+    pub tune: Option<Gate>,
     /// The best baseline's average JCT over the lower bound (room to win where well above 1).
     pub best_over_bound: f64,
     /// Every policy's average JCT on the true speeds (the learned policy and `suite`'s
@@ -77,6 +99,51 @@ pub struct Window {
     pub true_jcts: Vec<(String, f64)>,
     /// What the guard decided on this window's twin, for the next.
     pub next: Decision,
+}
+
+/// Fine-tuning in a replay: after every `every` windows (but the last), `tuning` on the latest
+/// window's workload.
+#[derive(Debug, Clone)]
+pub struct TuneEvery {
+    /// Windows between fine-tunes (at least 1).
+    pub every: usize,
+    /// How each runs.
+    pub tuning: Tuning,
+}
+
+/// The version of the learned policy in use.
+enum Version {
+    /// The model shipped for the scenario (else the general model).
+    Shipped(&'static tapfinger::model::checkpoint::Shipped),
+    /// A version fine-tuned here (its number, the network, its settings).
+    Tuned(usize, Box<Net>, NetConfig),
+}
+
+impl Version {
+    fn number(&self) -> usize {
+        match self {
+            Version::Shipped(_) => 0,
+            Version::Tuned(n, _, _) => *n,
+        }
+    }
+
+    fn learned(&self) -> guard::Learned<'_> {
+        match self {
+            Version::Shipped(c) => guard::Learned::Checkpoint {
+                model: c.model,
+                train_json: c.config,
+            },
+            Version::Tuned(_, net, cfg) => guard::Learned::Net { net, cfg },
+        }
+    }
+
+    /// Its network and settings for `sim`'s input sizes.
+    fn net(&self, sim: &Simulator) -> Result<(Net, NetConfig), String> {
+        match self {
+            Version::Shipped(c) => c.load(&sim.dims()).map_err(|e| e.to_string()),
+            Version::Tuned(_, net, cfg) => Ok(((**net).clone(), cfg.clone())),
+        }
+    }
 }
 
 /// A whole replay.
@@ -118,45 +185,62 @@ fn candidates() -> Vec<&'static str> {
 }
 
 /// Every candidate's average JCT on `sim` for `seed` (a candidate whose episode fails is left
-/// out), and the lower bound's.
+/// out; the learned policy as `version`), the lower bound's, and the shipped model's.
 fn run_all(
     sim: &Simulator,
     seed: u64,
     warm: Option<&tapfinger::estimate::Estimator>,
-) -> Result<(Vec<(String, f64)>, f64), ReplayError> {
+    version: &Version,
+) -> Result<(Vec<(String, f64)>, f64, f64), ReplayError> {
     let kinds = sim.scenario().kind_names();
     let mut out = Vec::new();
     let mut bound = 0.0;
+    let run = |ps: Vec<Box<dyn tapfinger::Policy>>| {
+        sim.run_warm(ps, seed, &mut crate::episode::NoObserver, warm)
+            .ok()
+            .map(|r| summarize(&r, &kinds))
+    };
+    let mut shipped = f64::INFINITY;
     for name in candidates() {
         let ps = report::instances_for_seed(sim, name, None, seed)?;
-        if let Ok(r) = sim.run_warm(ps, seed, &mut crate::episode::NoObserver, warm) {
-            let s = summarize(&r, &kinds);
+        if let Some(s) = run(ps) {
             bound = s.lower_bound_jct;
+            if name == policies::TAPFINGER {
+                shipped = s.avg_jct;
+                if let Version::Tuned(_, net, cfg) = version {
+                    // The version in use is the learned candidate; the shipped model is kept
+                    // apart, to say what fine-tuning added.
+                    let j =
+                        run(policies::from_net(sim, net, cfg)).map_or(f64::INFINITY, |s| s.avg_jct);
+                    out.push((name.to_string(), j));
+                    continue;
+                }
+            }
             out.push((name.to_string(), s.avg_jct));
         }
     }
-    Ok((out, bound))
+    Ok((out, bound, shipped))
 }
 
 /// Replay `sc`'s workload of `seed` in `windows` windows with the guard's `margin`, the first
 /// window under `start` (the learned policy, as a deployment starts; another name to see the
-/// guard leave a policy that does badly).
+/// guard leave a policy that does badly), fine-tuning as `tune` says (`None`: never).
 pub fn replay(
     sc: &Scenario,
     seed: u64,
     windows: usize,
     margin: f64,
     start: &str,
+    tune: Option<&TuneEvery>,
 ) -> Result<Replay, ReplayError> {
     let parts = split(sc, seed, windows)?;
+    let count = parts.len();
     // The learned policy the windows run is the model shipped for the scenario (else the
-    // general model); the guard judges that same model on the twin.
-    let model = tapfinger::model::checkpoint::shipped(&sc.name)
-        .unwrap_or(&tapfinger::model::checkpoint::GENERAL);
-    let learned = guard::Learned::Checkpoint {
-        model: model.model,
-        train_json: model.config,
-    };
+    // general model), until a fine-tune passes its gate; the guard judges the version in use.
+    let mut version = Version::Shipped(
+        tapfinger::model::checkpoint::shipped(&sc.name)
+            .unwrap_or(&tapfinger::model::checkpoint::GENERAL),
+    );
     let mut current = start.to_string();
     let mut out = Vec::new();
     // What the agents' speed estimator learned in the windows so far: a deployment's agents
@@ -168,7 +252,7 @@ pub fn replay(
     for (k, part) in parts.into_iter().enumerate() {
         let sim = Simulator::new(part);
         let tasks = sim.scenario().tasks as usize;
-        let (jcts, bound) = run_all(&sim, seed, warm.as_ref())?;
+        let (jcts, bound, shipped) = run_all(&sim, seed, warm.as_ref(), &version)?;
         let of = |n: &str| jcts.iter().find(|(m, _)| m == n).map(|(_, j)| *j);
         let best = jcts
             .iter()
@@ -179,7 +263,12 @@ pub fn replay(
         let ran = of(&current).unwrap_or(f64::INFINITY);
         // The window's twin, from the policy that ran it (the same episode: deterministic),
         // judged as the coordinator judges its agents' workload.
-        let ps = report::instances_for_seed(&sim, &current, None, seed)?;
+        let ps = match &version {
+            Version::Tuned(_, net, cfg) if current == policies::TAPFINGER => {
+                policies::from_net(&sim, net, cfg)
+            }
+            _ => report::instances_for_seed(&sim, &current, None, seed)?,
+        };
         let (_, w, learned_so_far) =
             twin::observe_warm(&sim, ps, seed, warm.as_ref()).map_err(|source| {
                 ReplayError::Episode {
@@ -190,7 +279,7 @@ pub fn replay(
             })?;
         warm = Some(learned_so_far);
         since.push(
-            guard::table(&w, learned, seed).map_err(|e| ReplayError::Twin {
+            guard::table(&w, version.learned(), seed).map_err(|e| ReplayError::Twin {
                 window: k,
                 reason: e.to_string(),
             })?,
@@ -198,6 +287,26 @@ pub fn replay(
         let next = guard::judge(&current, &since, margin);
         if next.switched {
             since.clear();
+        }
+        let in_use = version.number();
+        let mut gate = None;
+        if let Some(t) = tune.filter(|t| t.every > 0 && (k + 1) % t.every == 0 && k + 1 < count) {
+            let fail = |reason: String| ReplayError::Twin { window: k, reason };
+            let dims_sim = crate::tune::twin(&w, "twin").map_err(|e| fail(e.to_string()))?;
+            let (net, cfg) = version.net(&dims_sim).map_err(fail)?;
+            let tuned = crate::tune::fine_tune(&w, (&net, &cfg), &t.tuning, &mut |_, _| {})
+                .map_err(|source| ReplayError::Tune { window: k, source })?;
+            if tuned.gate.passed {
+                version = Version::Tuned(
+                    in_use + 1,
+                    Box::new(tuned.candidate),
+                    tuned.trainer.cfg.net.clone(),
+                );
+                // A new version: what the windows before judged of the learned policy was
+                // another's.
+                since.clear();
+            }
+            gate = Some(tuned.gate);
         }
         let per = |j: f64| j / best.1.max(f64::MIN_POSITIVE);
         out.push(Window {
@@ -207,6 +316,9 @@ pub fn replay(
             avg_jct: ran,
             ratio: per(ran),
             learned_ratio: per(of(policies::TAPFINGER).unwrap_or(f64::INFINITY)),
+            shipped_ratio: per(shipped),
+            version: in_use,
+            tune: gate,
             best_over_bound: best.1 / bound.max(f64::MIN_POSITIVE),
             best_baseline: best,
             true_jcts: jcts.clone(),
@@ -279,29 +391,43 @@ pub fn table(r: &Replay) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>6} {:>5}  {:<18} {:>10}  {:<18} {:>10} {:>6} {:>8} {:>8}  next",
+        "{:>6} {:>5}  {:<18} {:>2} {:>10}  {:<18} {:>10} {:>6} {:>8} {:>8} {:>8}  next",
         "window",
         "tasks",
         "ran",
+        "v",
         "avg JCT",
         "best baseline",
         "its JCT",
         "ratio",
         "learned",
+        "shipped",
         "best/LB"
     );
     for w in &r.windows {
+        let tune = w.tune.as_ref().map_or(String::new(), |g| {
+            format!(
+                "; fine-tune {} ({:.2} vs {:.2} before, {} {:.2})",
+                if g.passed { "published" } else { "refused" },
+                g.candidate,
+                g.before,
+                g.best.0,
+                g.best.1
+            )
+        });
         let _ = writeln!(
             s,
-            "{:>6} {:>5}  {:<18} {:>10.2}  {:<18} {:>10.2} {:>6.3} {:>8.3} {:>8.2}  {}{}",
+            "{:>6} {:>5}  {:<18} {:>2} {:>10.2}  {:<18} {:>10.2} {:>6.3} {:>8.3} {:>8.3} {:>8.2}  {}{}{tune}",
             w.window,
             w.tasks,
             w.policy,
+            w.version,
             w.avg_jct,
             w.best_baseline.0,
             w.best_baseline.1,
             w.ratio,
             w.learned_ratio,
+            w.shipped_ratio,
             w.best_over_bound,
             w.next.policy,
             if w.next.switched { " (switch)" } else { "" }

@@ -111,6 +111,13 @@ pub enum Learned<'a> {
         /// `train.json`.
         train_json: &'a str,
     },
+    /// A network in memory: a version fine-tuned here.
+    Net {
+        /// The network.
+        net: &'a tapfinger::model::net::Net,
+        /// Its settings.
+        cfg: &'a tapfinger::model::net::NetConfig,
+    },
 }
 
 /// Why the guard could not judge a workload.
@@ -135,6 +142,7 @@ fn learned_for(sim: &Simulator, learned: Learned) -> Result<Vec<Box<dyn Policy>>
             policies::from_bytes(sim, model.to_vec(), train_json)
                 .map_err(|e| GuardError::Learned(e.to_string()))
         }
+        Learned::Net { net, cfg } => Ok(policies::from_net(sim, net, cfg)),
     }
 }
 

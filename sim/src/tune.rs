@@ -14,8 +14,10 @@ pub const MIN_GAIN: f64 = 0.05;
 
 use crate::metrics::summarize;
 use crate::report::{self, CompareError};
+use crate::train::{TrainConfig, TrainError, Trainer};
 use crate::{Scenario, SimError, Simulator, guard, policies};
 use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
 use tapfinger::model::net::{Net, NetConfig};
 use tapfinger::twin::Workload;
 
@@ -34,6 +36,88 @@ pub enum TuneError {
     /// An episode failed.
     #[error(transparent)]
     Episode(#[from] SimError),
+    /// Training failed.
+    #[error(transparent)]
+    Train(#[from] TrainError),
+}
+
+/// How a fine-tune on the twin runs ([`fine_tune`]).
+#[derive(Debug, Clone)]
+pub struct Tuning {
+    /// The latest share of the tasks kept for the gate ([`split`]).
+    pub holdout: f64,
+    /// At most this many training iterations (0: as many as `budget` allows).
+    pub iterations: u64,
+    /// At most this long training (`None`: `iterations` alone bounds it; one of the two must).
+    pub budget: Option<Duration>,
+    /// Learning rate.
+    pub lr: f64,
+    /// PPO epochs and minibatch, where not the trainer's defaults.
+    pub epochs: Option<usize>,
+    /// See `epochs`.
+    pub minibatch: Option<usize>,
+    /// Seed of the training episodes.
+    pub seed: u64,
+    /// The gain over the model it started from the gate asks ([`MIN_GAIN`]).
+    pub min_gain: f64,
+}
+
+/// A fine-tune's outcome.
+pub struct Tuned {
+    /// The trainer, holding the candidate (`Trainer::save` writes its checkpoint).
+    pub trainer: Trainer,
+    /// The candidate's network (greedy).
+    pub candidate: Net,
+    /// What the gate found.
+    pub gate: Gate,
+    /// The training iterations run.
+    pub iterations: u64,
+}
+
+/// Fine-tune `start` on the twin of `w`'s earlier tasks and gate the candidate on the twin of
+/// its latest ([`split`], [`gate`]); `progress` hears each iteration's number and training
+/// average JCT. The one fine-tune that `tapfinger-sim tune --workload`, the coordinator and the
+/// deployment replay run.
+pub fn fine_tune(
+    w: &Workload,
+    start: (&Net, &NetConfig),
+    t: &Tuning,
+    progress: &mut dyn FnMut(u64, f64),
+) -> Result<Tuned, TuneError> {
+    if t.iterations == 0 && t.budget.is_none() {
+        return Err(TuneError::Split(
+            "a fine-tune needs a number of iterations or a time budget".into(),
+        ));
+    }
+    let (train_w, gate_w) = split(w, t.holdout)?;
+    let train_sim = twin(&train_w, "twin-train")?;
+    let gate_sim = twin(&gate_w, "twin-gate")?;
+    let mut cfg = TrainConfig::new(start.1.dims.clone(), t.seed);
+    cfg.net = start.1.clone();
+    cfg.lr = t.lr;
+    if let Some(e) = t.epochs {
+        cfg.epochs = e;
+    }
+    if let Some(m) = t.minibatch {
+        cfg.minibatch = m;
+    }
+    cfg.eval_episodes = 0;
+    let mut trainer = Trainer::with_net(train_sim, cfg, start.0.clone())?;
+    let t0 = Instant::now();
+    let mut done = 0u64;
+    while t.budget.is_none_or(|b| t0.elapsed() < b) && (t.iterations == 0 || done < t.iterations) {
+        let p = trainer.iterate()?;
+        done += 1;
+        progress(done, p.avg_jct);
+    }
+    let candidate = trainer.inference_net();
+    let g = gate(&gate_sim, (&candidate, &trainer.cfg.net), start, t.min_gain)?;
+    Ok(Tuned {
+        trainer,
+        candidate,
+        gate: g,
+        iterations: done,
+    })
 }
 
 /// `w` cut by arrival (then task id): the earlier tasks to train on, the latest `holdout` share

@@ -6,11 +6,9 @@
 
 use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tapfinger::twin::Workload;
-use tapfinger_sim::policies;
-use tapfinger_sim::train::Trainer;
-use tapfinger_sim::tune::{gate, split, twin};
+use tapfinger_sim::tune::{Tuning, fine_tune, split, twin};
 
 /// Arguments of `tune`.
 #[derive(clap::Args)]
@@ -58,44 +56,32 @@ pub(crate) fn tune(a: TuneArgs) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.workload.display()))?;
     let (train_w, gate_w) = split(&w, a.holdout)?;
     let held = gate_w.tasks.len();
-    let train_sim = twin(&train_w, "twin-train")?;
-    let gate_sim = twin(&gate_w, "twin-gate")?;
     eprintln!(
         "{} tasks: {} to train on, the latest {held} for the gate",
         w.tasks.len(),
         train_w.tasks.len()
     );
+    let dims = twin(&train_w, "twin-train")?.dims();
     let (start, start_cfg) = if a.from.as_os_str() == "general" && !a.from.exists() {
-        tapfinger::model::checkpoint::GENERAL.load(&train_sim.dims())?
+        tapfinger::model::checkpoint::GENERAL.load(&dims)?
     } else {
-        let (net, cfg, _) = tapfinger::model::checkpoint::load_path(&a.from, &train_sim.dims())?;
+        let (net, cfg, _) = tapfinger::model::checkpoint::load_path(&a.from, &dims)?;
         (net, cfg)
     };
-    let cfg = super::setup::new_run(
-        &train_sim,
-        start_cfg.clone(),
-        a.seed,
-        None,
-        Some(a.lr),
-        0,
-        policies::AUTO_TEACHER.into(),
-    )?;
-    let mut trainer = Trainer::with_net(train_sim, cfg, start.clone())?;
-    let t0 = Instant::now();
-    let budget = Duration::from_secs_f64(a.minutes * 60.0);
-    let mut done = 0u64;
-    while t0.elapsed() < budget && (a.iterations == 0 || done < a.iterations) {
-        let p = trainer.iterate()?;
-        done += 1;
-        eprintln!("iteration {done}: training average JCT {:.2}", p.avg_jct);
-    }
-    let candidate = trainer.inference_net();
-    let g = gate(
-        &gate_sim,
-        (&candidate, &trainer.cfg.net),
-        (&start, &start_cfg),
-        a.min_gain,
-    )?;
+    let tuning = Tuning {
+        holdout: a.holdout,
+        iterations: a.iterations,
+        budget: Some(Duration::from_secs_f64(a.minutes * 60.0)),
+        lr: a.lr,
+        epochs: None,
+        minibatch: None,
+        seed: a.seed,
+        min_gain: a.min_gain,
+    };
+    let tuned = fine_tune(&w, (&start, &start_cfg), &tuning, &mut |i, jct| {
+        eprintln!("iteration {i}: training average JCT {jct:.2}");
+    })?;
+    let (g, done, trainer) = (tuned.gate, tuned.iterations, tuned.trainer);
     println!("gate window ({held} tasks), average JCT on its twin:");
     for (name, j) in &g.baselines {
         println!("  {name:<18} {j:>10.2}");
