@@ -184,14 +184,24 @@ fn candidates() -> Vec<&'static str> {
         .collect()
 }
 
-/// Every candidate's average JCT on `sim` for `seed` (a candidate whose episode fails is left
-/// out; the learned policy as `version`), the lower bound's, and the shipped model's.
+/// A window run on the true speeds under every candidate.
+struct Ran {
+    /// Each candidate's average JCT (a candidate whose episode failed is left out).
+    jcts: Vec<(String, f64)>,
+    /// The lower bound's.
+    bound: f64,
+    /// The shipped model's (the learned policy's, until a fine-tune passes).
+    shipped: f64,
+}
+
+/// Every candidate's average JCT on `sim` for `seed` (the learned policy as `version`), the
+/// lower bound's, and the shipped model's.
 fn run_all(
     sim: &Simulator,
     seed: u64,
     warm: Option<&tapfinger::estimate::Estimator>,
     version: &Version,
-) -> Result<(Vec<(String, f64)>, f64, f64), ReplayError> {
+) -> Result<Ran, ReplayError> {
     let kinds = sim.scenario().kind_names();
     let mut out = Vec::new();
     let mut bound = 0.0;
@@ -219,7 +229,11 @@ fn run_all(
             out.push((name.to_string(), s.avg_jct));
         }
     }
-    Ok((out, bound, shipped))
+    Ok(Ran {
+        jcts: out,
+        bound,
+        shipped,
+    })
 }
 
 /// Replay `sc`'s workload of `seed` in `windows` windows with the guard's `margin`, the first
@@ -252,7 +266,11 @@ pub fn replay(
     for (k, part) in parts.into_iter().enumerate() {
         let sim = Simulator::new(part);
         let tasks = sim.scenario().tasks as usize;
-        let (jcts, bound, shipped) = run_all(&sim, seed, warm.as_ref(), &version)?;
+        let Ran {
+            jcts,
+            bound,
+            shipped,
+        } = run_all(&sim, seed, warm.as_ref(), &version)?;
         let of = |n: &str| jcts.iter().find(|(m, _)| m == n).map(|(_, j)| *j);
         let best = jcts
             .iter()
