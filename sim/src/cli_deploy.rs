@@ -57,7 +57,7 @@ pub(crate) fn deploy_replay(a: DeployArgs) -> Result<()> {
         bail!("--tune-every needs --tune-iterations above 0");
     }
     let sc = crate::cli_compare::load(&a.scenario)?.scenario().clone();
-    let tune = (a.tune_every > 0).then(|| tapfinger_sim::deployment::TuneEvery {
+    let tune = (a.tune_every > 0).then_some(tapfinger_sim::deployment::TuneEvery {
         every: a.tune_every,
         tuning: tapfinger_sim::tune::Tuning {
             holdout: a.tune_holdout,
