@@ -5,6 +5,9 @@
 #
 #   scripts/deploy-replay.sh                  # builds the release binary first
 #   SIM=path/to/tapfinger-sim SCENARIOS="hetero6 gen:30000" scripts/deploy-replay.sh
+#   EXTRA="--tune-every 2 --tune-iterations 20" scripts/deploy-replay.sh   # with fine-tuning
+#   JSON_DIR=DIR scripts/deploy-replay.sh     # summarise replays already written as DIR/NAME.json
+# SCENARIOS may hold scenario files (a trace's import); each replay's JSON is kept in $out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${SIM:-}" ]; then
@@ -12,18 +15,23 @@ if [ -z "${SIM:-}" ]; then
     SIM=target/release/tapfinger-sim
 fi
 SCENARIOS=${SCENARIOS:-"hetero6 gen:30000 gen:30001 gen:30002 gen:30003 gen:30004 gen:30005 gen:30006 gen:30007 gen-wide:30000 gen-wide:30001 gen-long:30000 gen-gavel:30000 gen-gavel:30001 gen-gavel:30002"}
-out=$(mktemp -d)
-for s in $SCENARIOS; do
-    "$SIM" deploy-replay --scenario "$s" --windows 6 --json > "$out/$s.json"
-done
+out=${JSON_DIR:-$(mktemp -d)}
+if [ -z "${JSON_DIR:-}" ]; then
+    for s in $SCENARIOS; do
+        # shellcheck disable=SC2086
+        "$SIM" deploy-replay --scenario "$s" --windows 6 ${EXTRA:-} --json > "$out/$(basename "$s" .toml).json"
+    done
+fi
+echo "replays in $out${EXTRA:+, deploy-replay options: $EXTRA}" >&2
 echo "commit $(git rev-parse --short HEAD), $(date -u +%F)"
 python3 - "$out" $SCENARIOS <<'PY'
 import json, sys
 out, names = sys.argv[1], sys.argv[2:]
-print("| scenario | best / lower bound | ran after window 0 | worst window | mean (later windows) | learned alone: worst, mean | one baseline in hindsight: worst, mean |")
-print("|---|---|---|---|---|---|---|")
+print("| scenario | best / lower bound | ran after window 0 | worst window | mean (later windows) | learned alone: worst, mean | shipped model alone: mean | versions published | one baseline in hindsight: worst, mean |")
+print("|---|---|---|---|---|---|---|---|---|")
 means, alone, above, n, fixed_above = [], [], 0, 0, 0
 for s in names:
+    s = s.rsplit("/", 1)[-1].removesuffix(".toml")
     r = json.load(open(f"{out}/{s}.json"))[0]
     ws = r["windows"]; later = ws[1:]
     ran = []
@@ -33,6 +41,9 @@ for s in names:
     bb = sum(w["best_over_bound"] for w in ws) / len(ws)
     m = sum(w["ratio"] for w in later) / len(later)
     ml = sum(w["learned_ratio"] for w in later) / len(later)
+    ms = sum(w["shipped_ratio"] for w in later) / len(later)
+    tunes = [w["tune"] for w in ws if w.get("tune")]
+    published = f"{sum(t['passed'] for t in tunes)} of {len(tunes)}" if tunes else "-"
     means.append(m); alone.append(ml)
     above += sum(w["ratio"] > 1.05 for w in later); n += len(later)
     # The one baseline a clairvoyant operator would have fixed for the later windows (the best
@@ -48,7 +59,7 @@ for s in names:
     fr = ratios(fb)
     fixed_above += sum(x > 1.05 for x in fr)
     print(f"| `{s}` | {bb:.2f} | {', '.join(ran)} | {max(w['ratio'] for w in later):.3f} | {m:.3f} | "
-          f"{max(w['learned_ratio'] for w in later):.3f}, {ml:.3f} | "
+          f"{max(w['learned_ratio'] for w in later):.3f}, {ml:.3f} | {ms:.3f} | {published} | "
           f"`{fb}` {max(fr):.3f}, {sum(fr)/len(fr):.3f} |")
 print()
 print(f"Mean of the later windows' means: {sum(means)/len(means):.3f} with the guard, "

@@ -36,6 +36,9 @@ pub(crate) struct DeployArgs {
     /// The latest share of a window's tasks each fine-tune keeps for its gate.
     #[arg(long, default_value_t = 0.2)]
     tune_holdout: f64,
+    /// Learning rate of each fine-tune.
+    #[arg(long, default_value_t = 1e-4)]
+    tune_lr: f64,
     /// How much better than the version in use (a fraction of its average JCT) a fine-tuned
     /// candidate must be on its gate window, beside beating every deployable baseline there.
     #[arg(long, default_value_t = tapfinger_sim::tune::MIN_GAIN)]
@@ -56,6 +59,9 @@ pub(crate) fn deploy_replay(a: DeployArgs) -> Result<()> {
     if a.tune_every > 0 && a.tune_iterations == 0 {
         bail!("--tune-every needs --tune-iterations above 0");
     }
+    if !(a.tune_lr.is_finite() && a.tune_lr > 0.0) {
+        bail!("--tune-lr must be a positive number, got {}", a.tune_lr);
+    }
     let sc = crate::cli_compare::load(&a.scenario)?.scenario().clone();
     let tune = (a.tune_every > 0).then_some(tapfinger_sim::deployment::TuneEvery {
         every: a.tune_every,
@@ -63,7 +69,7 @@ pub(crate) fn deploy_replay(a: DeployArgs) -> Result<()> {
             holdout: a.tune_holdout,
             iterations: a.tune_iterations,
             budget: None,
-            lr: 1e-4,
+            lr: a.tune_lr,
             epochs: None,
             minibatch: None,
             seed: 0,

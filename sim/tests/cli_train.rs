@@ -541,3 +541,53 @@ fn tune_writes_a_candidate_only_when_the_gate_passes_it() {
         "between 0 and 1",
     );
 }
+
+/// `guard` shows every candidate with its share of extrapolated slots and its gain, and
+/// `deploy-replay` refuses a fine-tune it could not run.
+#[test]
+fn the_guard_and_the_replay_say_what_they_judged() {
+    let d = Scratch::new();
+    let w = d.path().join("w.json");
+    let (ok, _, err) = sim(&[
+        "run",
+        "--scenario",
+        "hetero6",
+        "--policy",
+        "min",
+        "--seed",
+        "100",
+        "--twin",
+        w.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let (ok, stdout, err) = sim(&[
+        "guard",
+        "--workload",
+        w.to_str().unwrap(),
+        "--current",
+        "min",
+    ]);
+    assert!(ok, "{err}");
+    for s in ["extrapolated", "gain", "tiresias", "next:"] {
+        assert!(stdout.contains(s), "{s}: {stdout}");
+    }
+    // `min` runs every task at its minimum demand: any candidate that hands out more runs
+    // outside what the cluster ran.
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("first-fit-max "))
+        .unwrap();
+    assert!(line.contains("100 %"), "{line}");
+    fails_with(
+        &[
+            "deploy-replay",
+            "--scenario",
+            "hetero6",
+            "--tune-every",
+            "1",
+            "--tune-iterations",
+            "0",
+        ],
+        "--tune-every needs --tune-iterations above 0",
+    );
+}
