@@ -169,3 +169,24 @@ fn a_warm_twin_replays_a_warm_cluster() {
         "{measured} vs {replayed}"
     );
 }
+
+/// A long job measured mostly on a slow GPU model still replays: the twin's table is the
+/// fastest model's it has samples on (a Gavel job can take 194,000 slots on a K80, beyond the
+/// simulator's horizon, and 8,300 on a V100).
+#[test]
+fn a_job_too_long_for_its_slowest_model_still_replays() {
+    let sim = Simulator::new(Scenario::load("gen-gavel:30002").unwrap());
+    let (_, mut w) = twin::observe(&sim, policies::build(&sim, "tiresias").unwrap(), 100).unwrap();
+    let c = w
+        .classes
+        .iter_mut()
+        .find(|c| c.speeds.iter().filter(|m| m.samples > 0 && m.gpu_model.is_some()).count() >= 2)
+        .expect("a class seen on two GPU models");
+    // The model it was seen most on, made far slower than the horizon allows.
+    let first = c.speeds[0].rows[0].1;
+    for r in &mut c.speeds[0].rows {
+        r.1 *= 300_000.0 / first;
+    }
+    let toml = twin::scenario_toml(&w, "twin").unwrap();
+    Scenario::from_toml(&toml, "twin", None).unwrap_or_else(|e| panic!("{e}"));
+}
