@@ -180,7 +180,13 @@ fn a_job_too_long_for_its_slowest_model_still_replays() {
     let c = w
         .classes
         .iter_mut()
-        .find(|c| c.speeds.iter().filter(|m| m.samples > 0 && m.gpu_model.is_some()).count() >= 2)
+        .find(|c| {
+            c.speeds
+                .iter()
+                .filter(|m| m.samples > 0 && m.gpu_model.is_some())
+                .count()
+                >= 2
+        })
         .expect("a class seen on two GPU models");
     // The model it was seen most on, made far slower than the horizon allows.
     let first = c.speeds[0].rows[0].1;
