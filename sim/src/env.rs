@@ -227,7 +227,7 @@ impl Simulator {
 
     /// [`Simulator::run_observed`] starting from what the cluster's speed estimator learned
     /// before (`warm`: an earlier episode's on the same boxes and classes, as
-    /// [`Observer::ended`](crate::episode::Observer::ended) hands it over), not from nothing: a
+    /// [`Observer::ended`] hands it over), not from nothing: a
     /// stretch of a longer deployment, whose agents' estimator lives on.
     pub fn run_warm(
         &self,

@@ -262,7 +262,7 @@ fn unsupported(support: &Support, w: &Workload, ran: &Workload) -> f64 {
 /// adopted, oldest first: a candidate that wins the latest but lost the ones before by more
 /// does not replace it (a policy that did better on one window's work than on the work before
 /// is a bet on the next window being like the last). An earlier window whose twin only guessed
-/// at a candidate ([`Judged::judges`]) counts neither for nor against it; the latest always
+/// at a candidate (more than [`MAX_UNSUPPORTED`] of its slots extrapolated) counts neither for nor against it; the latest always
 /// counts: its twin's tables credit no allocation beyond what ran ([`twin::scenario_toml`]), so
 /// its guesses err against a candidate, and a guard that waited for the latest window to know a
 /// candidate could never leave a policy that runs every task at one allocation. Where the
