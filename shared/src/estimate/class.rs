@@ -237,12 +237,33 @@ impl Class {
             y.push(0.0);
             total += n;
         }
-        drop(pairs);
-        // The anchor fixes the scale the ratios leave free (heavily weighted: it must hold).
-        let anchor = rows
+        // An allocation no pair touches (a rigid task's: it never re-allocates) would take its
+        // time from the pairs' shape alone, however many samples say otherwise: its cell's
+        // mean against the most sampled cell the pairs do touch is the only ratio there is for
+        // it, so it counts as its samples' weight of pairs. (Cells mix the tasks' sizes, which
+        // is why pairs lead where they exist; but the agent's short re-shares make noisy pairs,
+        // and a rigid class's full-width samples must not be overruled by them.)
+        let touched = |a: &[f64; 3]| {
+            pairs
+                .keys()
+                .any(|(p, q)| as_f64(p) == *a || as_f64(q) == *a)
+        };
+        let most = |r: &&([f64; 3], f64, f64), q: &&([f64; 3], f64, f64)| r.2.total_cmp(&q.2);
+        if let Some((r, t0, _)) = rows
             .iter()
-            .max_by(|p, q| p.2.total_cmp(&q.2))
-            .map_or([0.0; 3], |r| r.0);
+            .filter(|r| r.1 > 0.0 && touched(&r.0))
+            .max_by(most)
+        {
+            for (a, t, n) in rows.iter().filter(|r| !touched(&r.0)) {
+                let (fr, fa) = (masked(r), masked(a));
+                x.push(std::array::from_fn(|j| (fa[j] - t / t0 * fr[j]) * n.sqrt()));
+                y.push(0.0);
+                total += n;
+            }
+        }
+        // The anchor fixes the scale the ratios leave free (heavily weighted: it must hold).
+        let anchor = rows.iter().max_by(most).map_or([0.0; 3], |r| r.0);
+        drop(pairs);
         let weight = 1e3 * total.sqrt();
         x.push(masked(&anchor).map(|v| v * weight));
         y.push(weight);

@@ -22,7 +22,10 @@
 //! the estimator also keeps, per class, the **pairs** of one task's consecutive samples at two
 //! allocations: the ratio of its two job times does not depend on its size. Where a class has
 //! pairs, its model's shape comes from them (`T(later) = ratio · T(earlier)`, least squares,
-//! θ ≥ 0) and its level from every sample. Until the pairs have varied every kind the samples
+//! θ ≥ 0) and its level from every sample. An allocation no pair touches (a rigid task's,
+//! never re-allocated) enters the shape by its samples' mean against the most sampled
+//! allocation the pairs do touch, weighted as that many pairs: the pairs' shape carried out to
+//! it would otherwise overrule every sample there. Until the pairs have varied every kind the samples
 //! vary (and without pairs: a task never re-allocated), the model is fitted to the samples as
 //! they are, so a kind the pairs are silent on is never taken for useless. A kind whose
 //! allocation never varied has no term (nothing says how the class responds to it). With
@@ -1122,6 +1125,40 @@ mod tests {
             assert!((got - want).abs() < 1e-6, "{got} vs {want}");
         }
         assert!(at(2, 5) < at(2, 1), "more GPUs estimated slower");
+    }
+
+    #[test]
+    fn samples_at_an_allocation_no_pair_touches_are_not_overruled_by_the_pairs() {
+        // A class that scales linearly (32 slots on one core, 8 on four): its elastic tasks
+        // re-share between one and two cores and their pairs, measured across short re-shares,
+        // say two cores gain less than they do (0.64 where the truth is 0.5); its rigid tasks
+        // run only at four, 40 samples of 8 slots. The estimate at four must follow those
+        // samples, not the pairs' shape carried out to four cores (15.8 slots).
+        let mut e = est();
+        for id in 0..4u64 {
+            let mut t = task(5, [1, 0, 1]);
+            t.id = TaskId(id);
+            for (c, slots) in [(1u32, 32.0), (1, 32.0), (2, 32.0 * 0.64), (2, 32.0 * 0.64)] {
+                e.observe(&t, &Resources(vec![c, 0, 1]), 1.0 / slots, 1.0);
+            }
+            e.forget(t.id);
+        }
+        for id in 10..14u64 {
+            let mut t = task(5, [4, 0, 1]);
+            t.id = TaskId(id);
+            for _ in 0..10 {
+                e.observe(&t, &Resources(vec![4, 0, 1]), 1.0 / 8.0, 1.0);
+            }
+            e.forget(t.id);
+        }
+        let t = task(5, [1, 0, 1]);
+        let four = e.slots(&t, &Resources(vec![4, 0, 1]));
+        assert!(
+            (four - 8.0).abs() < 0.15 * 8.0,
+            "{four} slots at four cores"
+        );
+        let one = e.slots(&t, &Resources(vec![1, 0, 1]));
+        assert!(one > four, "{one} at one core, {four} at four");
     }
 
     #[test]
