@@ -109,12 +109,6 @@ async fn cluster(
     (coordinator, agents, locals, addrs)
 }
 
-// Skipped (counted so by the runner; `cargo nextest run --run-ignored only` runs it): the twin
-// replays the untrained network some 30 % slower than the agents measured it (2026-12-02: 91.0
-// slots on the twin, 70.6 measured; the twin's network runs the short tasks last, the agents'
-// first), and the guard rightly switches only beyond that error (`guard::judge`), so it stays
-// though `lookahead` is 11 % better than what was measured. docs/TWIN.md, "Limits".
-#[ignore = "the twin's replay of the learned policy is ~30 % off what the agents measured; docs/TWIN.md"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_guard_moves_every_agent_off_a_bad_learned_policy() {
     let root = std::env::temp_dir().join(format!("tapfinger-guard-it-{}", std::process::id()));

@@ -152,17 +152,18 @@ impl Online {
         if let Some(r) = &recorder {
             core.learn(r.clone());
         }
-        if let Some(r) = &recorder {
-            // The start model must sample and record too.
-            let (bytes, json, label) = &cfg.start;
-            core.set_policy(crate::policy::learned(
-                bytes.clone(),
-                json,
-                label,
-                cfg.window,
-                Some(r.clone()),
-            )?);
-        }
+        // Version 0 is the start model, learning or not: what a rollback to it runs, and what
+        // the coordinator's guard replays as the learned policy. (Where it was installed only
+        // to record, an agent that did not learn decided with its own configured model while
+        // the guard judged the start model in its name.) Learning, it samples and records too.
+        let (bytes, json, label) = &cfg.start;
+        core.set_policy(crate::policy::learned(
+            bytes.clone(),
+            json,
+            label,
+            cfg.window,
+            recorder.clone(),
+        )?);
         let floor = std::fs::read_to_string(cfg.dir.join("policies").join("floor"))
             .ok()
             .and_then(|t| t.trim().parse().ok())
