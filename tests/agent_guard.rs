@@ -151,12 +151,11 @@ async fn the_guard_moves_every_agent_off_a_bad_learned_policy() {
                 .send(tapfinger_agent::daemon::Command::Workload(1_000_000, tx))
                 .await
                 .unwrap();
+            // What the guard judged, for `tapfinger-sim guard --workload` on a failure.
             let w = *rx.await.unwrap();
-            std::fs::write(
-                "/tmp/guard-workload.json",
-                serde_json::to_string(&w).unwrap(),
-            )
-            .unwrap();
+            let path = root.join("workload.json");
+            std::fs::write(&path, serde_json::to_string(&w).unwrap()).unwrap();
+            eprintln!("the workload agent 0 observed: {}", path.display());
         }
         assert!(
             tokio::time::Instant::now() < deadline,
