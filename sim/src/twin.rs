@@ -300,11 +300,14 @@ fn sanitize(s: &str) -> String {
     if v.is_empty() { "class".into() } else { v }
 }
 
-/// Class `c`'s `[[task_types]]`: its table from the fastest GPU model it has samples on (else
-/// the one it was seen most on), its pace on the others. Why the fastest: the simulator checks
-/// that some box can finish a task of the type within its horizon at the table's speeds, and a
-/// long job measured mostly on a slow model (a Gavel job on K80s: 194,000 slots there, 8,300 on
-/// a V100) would be refused, where on the model that runs it fastest it fits.
+/// Class `c`'s `[[task_types]]`: its table's shape from the fastest GPU model it has samples on
+/// (else the one it was seen most on), expressed at the pace of the fastest model the estimator
+/// has figures for, and its pace on the others relative to that. Why the fastest: the simulator
+/// checks that some box can finish a task of the type within its horizon at the table's speeds,
+/// and its clairvoyant reference tabulates the table itself; a long job measured only on a slow
+/// model (a Gavel job on K80s: 102,000 slots there, 21,000 on a V100) would be refused, where on
+/// the model that runs it fastest it fits. The speed on every listed model is the same either
+/// way (table × pace): only the unit changes.
 fn write_class(
     t: &mut String,
     w: &Workload,
@@ -324,7 +327,24 @@ fn write_class(
     let count = w.tasks.iter().filter(|x| x.class == c.id).count();
     let header: Vec<&str> = w.kinds.iter().map(|k| k.name.as_str()).collect();
     let mut rows = format!("type,{},seconds\\n", header.join(","));
+    // The fastest model's figure at the least allocation (the unit of the table below).
+    let base = match reference.gpu_model {
+        Some(_) => c
+            .speeds
+            .iter()
+            .filter(|m| m.gpu_model.is_some())
+            .map(|m| at_min(&m))
+            .filter(|x| *x > 0.0 && x.is_finite())
+            .fold(at_min(&reference), f64::min),
+        None => at_min(&reference),
+    };
+    let scale = match reference.rows.first() {
+        Some(r) if r.1 > 0.0 && base.is_finite() => base / r.1,
+        _ => 1.0,
+    };
+    let base = if base.is_finite() { base } else { 1.0 };
     for (a, slots) in seen_rows(w, c, &reference.rows)? {
+        let slots = slots * scale;
         let cells: Vec<String> = a.iter().map(u32::to_string).collect();
         let _ = write!(
             rows,
@@ -343,7 +363,6 @@ fn write_class(
     if let Some(m) = &c.max_demand {
         let _ = writeln!(t, "max_demand = {:?}", m.0);
     }
-    let base = reference.rows.first().map_or(1.0, |r| r.1);
     let paces: Vec<String> = c
         .speeds
         .iter()

@@ -196,3 +196,65 @@ fn a_job_too_long_for_its_slowest_model_still_replays() {
     let toml = twin::scenario_toml(&w, "twin").unwrap();
     Scenario::from_toml(&toml, "twin", None).unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// A long job measured on one slow GPU model only (a Gavel job seen on K80s alone: 102,000
+/// slots there, beyond the simulator's horizon) still replays: the twin's table is expressed at
+/// the fastest model the estimator has figures for, and the speed it gives on every model is
+/// still the estimator's figure for that model.
+#[test]
+fn a_job_seen_only_on_a_slow_model_replays_at_each_models_figures() {
+    let sim = Simulator::new(Scenario::load("gen-gavel:30002").unwrap());
+    let (_, mut w) = twin::observe(&sim, policies::build(&sim, "tiresias").unwrap(), 100).unwrap();
+    let at = w
+        .classes
+        .iter()
+        .position(|c| c.speeds.iter().filter(|m| m.gpu_model.is_some()).count() >= 2)
+        .expect("a class with figures on two GPU models");
+    let c = &mut w.classes[at];
+    let slow = c
+        .speeds
+        .iter()
+        .position(|m| m.gpu_model.is_some())
+        .unwrap();
+    for (i, m) in c.speeds.iter_mut().enumerate() {
+        if i == slow {
+            m.samples = m.samples.max(1);
+            let first = m.rows[0].1;
+            for r in &mut m.rows {
+                r.1 *= 300_000.0 / first;
+            }
+        } else {
+            m.samples = 0;
+            // The estimator's guess elsewhere: over three times as fast as the model it saw.
+            for r in &mut m.rows {
+                r.1 = 90_000.0;
+            }
+        }
+    }
+    let figures: Vec<(String, f64)> = c
+        .speeds
+        .iter()
+        .filter_map(|m| Some((m.gpu_model.clone()?, m.rows[0].1)))
+        .collect();
+    let name = format!("{}-{at}", c.name);
+    let toml = twin::scenario_toml(&w, "twin").unwrap();
+    let sc = Scenario::from_toml(&toml, "twin", None).unwrap_or_else(|e| panic!("{e}"));
+    let ty = sc.types.iter().find(|t| t.name == name).unwrap();
+    for (model, slots) in figures {
+        let node = sc
+            .nodes
+            .iter()
+            .find(|n| n.gpu_model.as_deref() == Some(model.as_str()))
+            .unwrap();
+        let got = ty
+            .speed
+            .isolated_sized(&ty.min_demand, sc.slot_seconds, 1.0 / ty.pace(node))
+            .map(|x| x.1);
+        if slots <= 100_000.0 {
+            let got = got.unwrap_or_else(|| panic!("{model}: beyond the horizon"));
+            assert!((got / slots - 1.0).abs() < 1e-3, "{model}: {got} vs {slots}");
+        } else {
+            assert_eq!(got, None, "{model}: {slots} slots is beyond the horizon");
+        }
+    }
+}
