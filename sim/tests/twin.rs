@@ -211,11 +211,7 @@ fn a_job_seen_only_on_a_slow_model_replays_at_each_models_figures() {
         .position(|c| c.speeds.iter().filter(|m| m.gpu_model.is_some()).count() >= 2)
         .expect("a class with figures on two GPU models");
     let c = &mut w.classes[at];
-    let slow = c
-        .speeds
-        .iter()
-        .position(|m| m.gpu_model.is_some())
-        .unwrap();
+    let slow = c.speeds.iter().position(|m| m.gpu_model.is_some()).unwrap();
     for (i, m) in c.speeds.iter_mut().enumerate() {
         if i == slow {
             m.samples = m.samples.max(1);
@@ -252,7 +248,10 @@ fn a_job_seen_only_on_a_slow_model_replays_at_each_models_figures() {
             .map(|x| x.1);
         if slots <= 100_000.0 {
             let got = got.unwrap_or_else(|| panic!("{model}: beyond the horizon"));
-            assert!((got / slots - 1.0).abs() < 1e-3, "{model}: {got} vs {slots}");
+            assert!(
+                (got / slots - 1.0).abs() < 1e-3,
+                "{model}: {got} vs {slots}"
+            );
         } else {
             assert_eq!(got, None, "{model}: {slots} slots is beyond the horizon");
         }
