@@ -25,6 +25,8 @@ pub struct Simulator {
     gang_placer: Option<tapfinger::placement::gang::GangPlacer>,
     /// The forecast's history and model ([`Simulator::prefit`]), once made.
     prefit: std::sync::Mutex<std::collections::BTreeMap<u64, Arc<crate::episode::PreFit>>>,
+    /// What every episode's speed estimator starts from ([`Simulator::warm`]; `None`: nothing).
+    warm: Option<tapfinger::estimate::Estimator>,
 }
 
 use crate::grid::allocations;
@@ -67,7 +69,17 @@ impl Simulator {
             replicas: false,
             prefit: Default::default(),
             gang_placer: None,
+            warm: None,
         }
+    }
+
+    /// Start every episode's speed estimator from `e` (what a cluster had learned: a twin's
+    /// [`crate::twin::warm_estimator`]), not from nothing, so that training, evaluation and a
+    /// gate on this simulator see what the cluster's agents would see. [`Simulator::run_warm`]
+    /// with an estimator of its own starts from that one instead.
+    pub fn warm(mut self, e: tapfinger::estimate::Estimator) -> Self {
+        self.warm = Some(e);
+        self
     }
 
     /// Place gangs with `placer` instead of the scenario's (`None`: the scenario's).
@@ -211,7 +223,7 @@ impl Simulator {
         seed: u64,
         placer: Option<tapfinger::placement::gang::GangPlacer>,
     ) -> Result<EpisodeResult, SimError> {
-        self.episode(policies, seed, seed, placer)?
+        self.episode(policies, seed, seed, placer, None)?
             .run(seed, &mut NoObserver)
     }
 
@@ -236,8 +248,7 @@ impl Simulator {
         observe: &mut dyn Observer,
         warm: Option<&tapfinger::estimate::Estimator>,
     ) -> Result<EpisodeResult, SimError> {
-        self.episode(policies, seed, seed, None)?
-            .with_estimator(warm)
+        self.episode(policies, seed, seed, None, warm)?
             .run(seed, observe)
     }
 
@@ -252,7 +263,7 @@ impl Simulator {
         policy_seed: u64,
         observe: &mut dyn Observer,
     ) -> Result<EpisodeResult, SimError> {
-        self.episode(policies, workload_seed, policy_seed, None)?
+        self.episode(policies, workload_seed, policy_seed, None, None)?
             .run(workload_seed, observe)
     }
 
@@ -262,6 +273,7 @@ impl Simulator {
         workload_seed: u64,
         policy_seed: u64,
         placer: Option<tapfinger::placement::gang::GangPlacer>,
+        warm: Option<&tapfinger::estimate::Estimator>,
     ) -> Result<crate::episode::Episode<'_>, SimError> {
         // The scenario's forecast, else the one a policy reads (an RLPTO model's).
         let every = self
@@ -280,7 +292,7 @@ impl Simulator {
             self.replicas,
             placer.or(self.gang_placer),
         )
-        .map(|e| e.with_prefit(prefit))
+        .map(|e| e.with_prefit(prefit).with_estimator(warm.or(self.warm.as_ref())))
     }
 
     /// The arrivals before the episodes and the forecast model fitted on them, per interval of

@@ -145,11 +145,16 @@ pub fn split(w: &Workload, holdout: f64) -> Result<(Workload, Workload), TuneErr
     Ok((train, gate))
 }
 
-/// The twin of `w` as a simulator.
+/// The twin of `w` as a simulator whose episodes' agents start from the speed figures the
+/// cluster had learned ([`crate::twin::warm_estimator`]), as the guard's do
+/// ([`guard::table`]): a candidate trained and gated on agents that know nothing would learn
+/// and be judged on views the cluster's agents never show it.
 pub fn twin(w: &Workload, name: &str) -> Result<Simulator, TuneError> {
     let toml = crate::twin::scenario_toml(w, name).map_err(TuneError::Twin)?;
     let sc = Scenario::from_toml(&toml, name, None).map_err(|e| TuneError::Twin(e.to_string()))?;
-    Ok(Simulator::new(sc))
+    let sim = Simulator::new(sc);
+    let warm = crate::twin::warm_estimator(w, &sim);
+    Ok(sim.warm(warm))
 }
 
 /// Average JCT of `net` (greedy decisions) on `sim`.
@@ -249,5 +254,32 @@ mod tests {
         assert_eq!(r.candidate, r.before);
         assert!(!r.passed, "{r:?}");
         assert!(r.baselines.iter().any(|(n, _)| n == &r.best.0));
+    }
+
+    /// The gate judges as the guard does: on the twin of the same window, from the speed
+    /// figures the cluster had learned, the model and every baseline take what the guard's
+    /// table says they take. A gate whose agents started knowing nothing judged other views.
+    #[test]
+    fn the_gate_judges_on_the_guards_warm_twin() {
+        let sc = crate::Scenario::load("hetero6").unwrap();
+        let sim = Simulator::new(sc);
+        let ps = report::instances_for_seed(&sim, "tiresias", None, 100).unwrap();
+        let (_, w) = crate::twin::observe(&sim, ps, 100).unwrap();
+        let (_, gate_w) = split(&w, 0.5).unwrap();
+        let gsim = twin(&gate_w, "gate").unwrap();
+        let (net, cfg) = tapfinger::model::checkpoint::GENERAL
+            .load(&gsim.dims())
+            .unwrap();
+        let g = gate(&gsim, (&net, &cfg), (&net, &cfg), 0.0).unwrap();
+        let t = guard::table(&gate_w, guard::Learned::Net { net: &net, cfg: &cfg }, 0).unwrap();
+        let of = |n: &str| t.twin_jcts.iter().find(|(m, _)| m == n).map(|x| x.1);
+        assert_eq!(Some(g.before), of(policies::TAPFINGER), "{t:?}");
+        for (name, j) in &g.baselines {
+            assert_eq!(Some(*j), of(name), "{name}: {t:?}");
+        }
+        // And the warm start is what makes them agree: cold agents judge otherwise.
+        let cold = Simulator::new(gsim.scenario().clone());
+        let cold_before = learned_jct(&cold, &net, &cfg).unwrap();
+        assert_ne!(cold_before, g.before, "a cold twin judged the same: the test shows nothing");
     }
 }
