@@ -292,7 +292,10 @@ impl Simulator {
             self.replicas,
             placer.or(self.gang_placer),
         )
-        .map(|e| e.with_prefit(prefit).with_estimator(warm.or(self.warm.as_ref())))
+        .map(|e| {
+            e.with_prefit(prefit)
+                .with_estimator(warm.or(self.warm.as_ref()))
+        })
     }
 
     /// The arrivals before the episodes and the forecast model fitted on them, per interval of

@@ -271,7 +271,15 @@ mod tests {
             .load(&gsim.dims())
             .unwrap();
         let g = gate(&gsim, (&net, &cfg), (&net, &cfg), 0.0).unwrap();
-        let t = guard::table(&gate_w, guard::Learned::Net { net: &net, cfg: &cfg }, 0).unwrap();
+        let t = guard::table(
+            &gate_w,
+            guard::Learned::Net {
+                net: &net,
+                cfg: &cfg,
+            },
+            0,
+        )
+        .unwrap();
         let of = |n: &str| t.twin_jcts.iter().find(|(m, _)| m == n).map(|x| x.1);
         assert_eq!(Some(g.before), of(policies::TAPFINGER), "{t:?}");
         for (name, j) in &g.baselines {
@@ -280,6 +288,9 @@ mod tests {
         // And the warm start is what makes them agree: cold agents judge otherwise.
         let cold = Simulator::new(gsim.scenario().clone());
         let cold_before = learned_jct(&cold, &net, &cfg).unwrap();
-        assert_ne!(cold_before, g.before, "a cold twin judged the same: the test shows nothing");
+        assert_ne!(
+            cold_before, g.before,
+            "a cold twin judged the same: the test shows nothing"
+        );
     }
 }
