@@ -11,9 +11,10 @@
 //! estimator, and what crosses from one window to the next is that, the guard's choice and the
 //! version of the learned policy in use. The first window runs the learned policy (or the
 //! policy named). With [`TuneEvery`], every so many windows the version in use is fine-tuned on
-//! the latest window's workload and gated on its latest tasks' twin ([`crate::tune::fine_tune`],
-//! as the coordinator fine-tunes on the workload its guard judged); a version that passes is in
-//! use from the next window on, under the guard as any version is.
+//! the workload of the windows since the last fine-tune, merged on one timeline
+//! ([`tapfinger::twin::Workload::merge`]), and gated on its latest tasks' twin
+//! ([`crate::tune::fine_tune`], as the coordinator fine-tunes on the workload its guard judged);
+//! a version that passes is in use from the next window on, under the guard as any version is.
 
 use crate::guard::{self, Decision};
 use crate::metrics::summarize;
@@ -263,7 +264,10 @@ pub fn replay(
     // The twins judged since the policy in use was adopted: the guard judges on all of them,
     // as the coordinator judges the workload its agents observed since the choice in force.
     let mut since: Vec<guard::Judged> = Vec::new();
-    for (k, part) in parts.into_iter().enumerate() {
+    // The windows since the last fine-tune, each with the slot it began at: the next fine-tune
+    // learns from all of them (one window of 30-60 tasks moves a policy too little).
+    let mut unlearned: Vec<(u64, tapfinger::twin::Workload)> = Vec::new();
+    for (k, (began, part)) in parts.into_iter().enumerate() {
         let sim = Simulator::new(part);
         let tasks = sim.scenario().tasks as usize;
         let Ran {
@@ -296,6 +300,9 @@ pub fn replay(
                 }
             })?;
         warm = Some(learned_so_far);
+        if tune.is_some() {
+            unlearned.push((began, w.clone()));
+        }
         since.push(
             guard::table(&w, version.learned(), seed).map_err(|e| ReplayError::Twin {
                 window: k,
@@ -310,9 +317,11 @@ pub fn replay(
         let mut gate = None;
         if let Some(t) = tune.filter(|t| t.every > 0 && (k + 1) % t.every == 0 && k + 1 < count) {
             let fail = |reason: String| ReplayError::Twin { window: k, reason };
-            let dims_sim = crate::tune::twin(&w, "twin").map_err(|e| fail(e.to_string()))?;
+            let learn =
+                tapfinger::twin::Workload::merge(&std::mem::take(&mut unlearned)).map_err(fail)?;
+            let dims_sim = crate::tune::twin(&learn, "twin").map_err(|e| fail(e.to_string()))?;
             let (net, cfg) = version.net(&dims_sim).map_err(fail)?;
-            let tuned = crate::tune::fine_tune(&w, (&net, &cfg), &t.tuning, &mut |_, _| {})
+            let tuned = crate::tune::fine_tune(&learn, (&net, &cfg), &t.tuning, &mut |_, _| {})
                 .map_err(|source| ReplayError::Tune { window: k, source })?;
             if tuned.gate.passed {
                 version = Version::Tuned(
@@ -355,7 +364,8 @@ pub fn replay(
 /// `sc`'s workload of `seed` as `windows` scenarios of consecutive tasks, each replaying its
 /// tasks (arrivals from its first, true sizes, each task's reachable boxes by a label of each
 /// box) on `sc`'s boxes with `sc`'s speeds.
-fn split(sc: &Scenario, seed: u64, windows: usize) -> Result<Vec<Scenario>, ReplayError> {
+/// Each with the slot of its first arrival in the whole workload.
+fn split(sc: &Scenario, seed: u64, windows: usize) -> Result<Vec<(u64, Scenario)>, ReplayError> {
     let tasks = workload::generate(sc, seed);
     let sizes = workload::sizes(sc, seed, tasks.len());
     if windows == 0 || tasks.len() < windows {
@@ -390,7 +400,7 @@ fn split(sc: &Scenario, seed: u64, windows: usize) -> Result<Vec<Scenario>, Repl
             let mut s = base.clone();
             s.tasks = trace.len() as u32;
             s.trace = Some(trace);
-            s
+            (a0, s)
         })
         .collect())
 }

@@ -156,6 +156,62 @@ impl Workload {
             .collect()
     }
 
+    /// One workload of consecutive windows of the same cluster: each part's slots moved by the
+    /// slot given with it (where a part's slots start again from 0, as a replayed window's do;
+    /// 0 for windows of one recording), its tasks renumbered after the parts before where their
+    /// ids would collide, and each class's figures the latest part's that saw it (the
+    /// estimator's latest). The parts must describe the same boxes and resource kinds: a window
+    /// of another cluster is not more of this one's work.
+    pub fn merge(parts: &[(u64, Workload)]) -> Result<Workload, String> {
+        let Some(((first_at, first), rest)) = parts.split_first() else {
+            return Err("no workloads to merge".into());
+        };
+        let mut out = first.shifted(*first_at, 0);
+        for (k, (at, w)) in rest.iter().enumerate() {
+            if w.kinds != out.kinds || w.nodes != out.nodes || w.slot_seconds != out.slot_seconds {
+                return Err(format!(
+                    "workload {} describes other boxes, resource kinds or slots than the first",
+                    k + 1
+                ));
+            }
+            let collide = w
+                .tasks
+                .iter()
+                .any(|t| out.tasks.iter().any(|o| o.id == t.id));
+            let next_id = out.tasks.iter().map(|t| t.id.0 + 1).max().unwrap_or(0);
+            let w = w.shifted(*at, if collide { next_id } else { 0 });
+            out.from_slot = out.from_slot.min(w.from_slot);
+            out.to_slot = out.to_slot.max(w.to_slot);
+            for c in w.classes {
+                match out.classes.iter_mut().find(|o| o.id == c.id) {
+                    Some(o) => *o = c,
+                    None => out.classes.push(c),
+                }
+            }
+            out.tasks.extend(w.tasks);
+        }
+        out.classes.sort_by_key(|c| c.id);
+        out.tasks.sort_by_key(|t| (t.arrival, t.id));
+        Ok(out)
+    }
+
+    /// Every slot moved by `by`, every task id by `ids`.
+    fn shifted(&self, by: u64, ids: u64) -> Workload {
+        let mut w = self.clone();
+        w.from_slot += by;
+        w.to_slot += by;
+        for t in &mut w.tasks {
+            t.id = TaskId(t.id.0 + ids);
+            t.arrival += by;
+            t.finished = t.finished.map(|f| f + by);
+            for r in &mut t.runs {
+                r.from += by;
+                r.to += by;
+            }
+        }
+        w
+    }
+
     /// Why it cannot be replayed, if it cannot: a format other than [`FORMAT`], a slot of no
     /// length, a task of a class it does not describe.
     pub fn check(&self) -> Result<(), String> {
@@ -198,5 +254,106 @@ impl Workload {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(speed: f64) -> Workload {
+        let task = |id: u64, arrival: u64| TaskRecord {
+            id: TaskId(id),
+            class: 0,
+            arrival,
+            priority: 0,
+            min_demand: Resources(vec![1]),
+            max_demand: None,
+            reachable: vec![],
+            runs: vec![RunRecord {
+                node: NodeId(0),
+                alloc: Resources(vec![1]),
+                from: arrival,
+                to: arrival + 4,
+                progress_from: 0.0,
+                progress_to: 1.0,
+                start: true,
+                est_slots: speed,
+            }],
+            finished: Some(arrival + 4),
+            code: Some(0),
+        };
+        Workload {
+            format: FORMAT.into(),
+            slot_seconds: 1.0,
+            from_slot: 0,
+            to_slot: 10,
+            kinds: vec![crate::ResourceKind {
+                name: "cpu".into(),
+                unit: String::new(),
+                step: 1.0,
+            }],
+            nodes: vec![NodeRecord {
+                id: NodeId(0),
+                name: "a".into(),
+                capacity: Resources(vec![4]),
+                gpu_model: None,
+            }],
+            classes: vec![ClassRecord {
+                id: 0,
+                name: "c".into(),
+                min_demand: Resources(vec![1]),
+                max_demand: None,
+                speeds: vec![ModelSpeeds {
+                    gpu_model: None,
+                    samples: 1,
+                    rows: vec![(Resources(vec![1]), speed)],
+                }],
+                switch_cost: 0.0,
+                start_cost: 0.0,
+            }],
+            tasks: vec![task(0, 0), task(1, 3)],
+        }
+    }
+
+    /// Replayed windows (slots from 0, ids from 0) merge into one timeline: the later one's
+    /// slots after the offset given, its ids after the earlier's, its class figures kept.
+    #[test]
+    fn merged_windows_keep_every_task_once_on_one_timeline() {
+        let m = Workload::merge(&[(0, window(4.0)), (8, window(5.0))]).unwrap();
+        m.check().unwrap();
+        let got: Vec<(u64, u64, u64, Option<u64>)> = m
+            .tasks
+            .iter()
+            .map(|t| (t.id.0, t.arrival, t.runs[0].from, t.finished))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, 0, 0, Some(4)),
+                (1, 3, 3, Some(7)),
+                (2, 8, 8, Some(12)),
+                (3, 11, 11, Some(15))
+            ]
+        );
+        assert_eq!((m.from_slot, m.to_slot), (0, 18));
+        assert_eq!(m.classes.len(), 1);
+        assert_eq!(m.classes[0].speeds[0].rows[0].1, 5.0, "the latest figures");
+        assert_eq!(m.jcts(), vec![4, 4, 4, 4]);
+        // Windows of one recording keep their ids and slots.
+        let mut later = window(5.0);
+        for t in &mut later.tasks {
+            t.id.0 += 10;
+        }
+        let m = Workload::merge(&[(0, window(4.0)), (0, later)]).unwrap();
+        assert_eq!(
+            m.tasks.iter().map(|t| t.id.0).collect::<Vec<_>>(),
+            vec![0, 10, 1, 11]
+        );
+        // Another cluster's window is refused.
+        let mut other = window(4.0);
+        other.nodes[0].capacity = Resources(vec![8]);
+        assert!(Workload::merge(&[(0, window(4.0)), (0, other)]).is_err());
+        assert!(Workload::merge(&[]).is_err());
     }
 }
