@@ -395,6 +395,9 @@ fn split(sc: &Scenario, seed: u64, windows: usize) -> Result<Vec<(u64, Scenario)
                         .filter_map(|n| base.nodes.get(n.0 as usize))
                         .map(|n| format!("box={}", n.name))
                         .collect(),
+                    min: Some(t.min_demand.clone()),
+                    max: t.max_demand.clone(),
+                    priority: Some(t.priority),
                 })
                 .collect();
             let mut s = base.clone();

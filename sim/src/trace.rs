@@ -9,9 +9,17 @@
 //! come in any order; the episode takes them by arrival (ties keep their order), the first
 //! `tasks` of them. Every workload seed replays the same tasks: the seed only drives the
 //! policies' own randomness.
+//!
+//! Three more columns may follow, each at most once, in any order, named in the header: `min`
+//! and `max`, the task's own minimum and maximum demand (grid units per resource kind, separated
+//! by spaces, as `2 1 4`; empty: its type's), and `priority`, its priority class (empty: its
+//! type's). A task's own demands lie within its type's: the type's table covers them, and the
+//! type's minimum is what the simulator's lower bound starts from. A cluster's twin writes them
+//! where its tasks of one class asked for different amounts or ran at different priorities.
 
 use serde::Deserialize;
 use std::path::Path;
+use tapfinger::Resources;
 
 /// The TOML form: exactly one of `rows` and `csv`.
 #[derive(Debug, Clone, Deserialize)]
@@ -36,6 +44,12 @@ pub struct TraceTask {
     pub size: f64,
     /// Node labels it may run on (any of them; empty: every node).
     pub require: Vec<String>,
+    /// Its own minimum demand (`None`: its type's).
+    pub min: Option<Resources>,
+    /// Its own maximum demand (`None`: its type's).
+    pub max: Option<Resources>,
+    /// Its own priority class (`None`: its type's).
+    pub priority: Option<u8>,
 }
 
 impl TraceTask {
@@ -45,11 +59,67 @@ impl TraceTask {
     }
 }
 
-/// Parse a trace: `types` are the scenario's type names, `dir` resolves `csv`. Errors name the
-/// line and the column.
+/// The columns after the first four, in the header's order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Extra {
+    Min,
+    Max,
+    Priority,
+}
+
+const HEADER: &str = "arrival,type,size,require";
+
+/// The header's optional columns, or why it is not a trace's header.
+fn header(line: &str) -> Result<Vec<Extra>, String> {
+    let bad = || {
+        format!(
+            "line 1: the header must be `{HEADER}`, optionally followed by `min`, `max` and `priority`, got `{line}`"
+        )
+    };
+    let cols: Vec<&str> = line.split(',').map(str::trim).collect();
+    if cols.len() < 4 || cols[..4].join(",") != HEADER {
+        return Err(bad());
+    }
+    let mut extra = Vec::new();
+    for c in &cols[4..] {
+        let e = match *c {
+            "min" => Extra::Min,
+            "max" => Extra::Max,
+            "priority" => Extra::Priority,
+            _ => return Err(bad()),
+        };
+        if extra.contains(&e) {
+            return Err(format!("line 1: column `{c}` twice"));
+        }
+        extra.push(e);
+    }
+    Ok(extra)
+}
+
+/// Grid units per kind, separated by spaces (`kinds` of them); empty: `None`.
+fn demand(field: &str, kinds: usize) -> Result<Option<Resources>, String> {
+    if field.is_empty() {
+        return Ok(None);
+    }
+    let units = field
+        .split_whitespace()
+        .map(|u| u.parse::<u32>().map_err(|e| format!("{u:?}: {e}")))
+        .collect::<Result<Vec<u32>, String>>()?;
+    if units.len() != kinds {
+        return Err(format!(
+            "{field:?}: {} amounts, the scenario has {kinds} resource kinds",
+            units.len()
+        ));
+    }
+    Ok(Some(Resources(units)))
+}
+
+/// Parse a trace: `types` are the scenario's type names, `kinds` its number of resource kinds,
+/// `dir` resolves `csv`. Errors name the line and the column.
 pub fn parse(
     spec: &TraceSpec,
     types: &[String],
+    kinds: usize,
     dir: Option<&Path>,
 ) -> Result<Vec<TraceTask>, String> {
     let text = match (&spec.rows, &spec.csv) {
@@ -64,18 +134,18 @@ pub fn parse(
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty());
-    let header = lines.next().map(|(_, l)| l.trim()).unwrap_or_default();
-    if header != "arrival,type,size,require" {
-        return Err(format!(
-            "line 1: the header must be `arrival,type,size,require`, got `{header}`"
-        ));
-    }
+    let extra = header(lines.next().map(|(_, l)| l.trim()).unwrap_or_default())?;
     let mut out = Vec::new();
     for (i, line) in lines {
         let at = |col: &str, why: String| format!("line {}, column {col}: {why}", i + 1);
         let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if f.len() != 4 {
-            return Err(format!("line {}: {} fields, expected 4", i + 1, f.len()));
+        if f.len() != 4 + extra.len() {
+            return Err(format!(
+                "line {}: {} fields, expected {}",
+                i + 1,
+                f.len(),
+                4 + extra.len()
+            ));
         }
         let arrival = f[0]
             .parse::<u64>()
@@ -97,12 +167,35 @@ pub fn parse(
             .filter(|s| !s.is_empty())
             .map(String::from)
             .collect();
-        out.push(TraceTask {
+        let mut task = TraceTask {
             arrival,
             ty,
             size,
             require,
-        });
+            min: None,
+            max: None,
+            priority: None,
+        };
+        for (e, field) in extra.iter().zip(&f[4..]) {
+            match e {
+                Extra::Min => task.min = demand(field, kinds).map_err(|w| at("min", w))?,
+                Extra::Max => task.max = demand(field, kinds).map_err(|w| at("max", w))?,
+                Extra::Priority if field.is_empty() => {}
+                Extra::Priority => {
+                    task.priority = Some(
+                        field
+                            .parse::<u8>()
+                            .map_err(|e| at("priority", format!("{field:?}: {e}")))?,
+                    )
+                }
+            }
+        }
+        if let (Some(lo), Some(hi)) = (&task.min, &task.max)
+            && !lo.fits_in(hi)
+        {
+            return Err(at("max", format!("{hi} is below the minimum {lo}")));
+        }
+        out.push(task);
     }
     if out.is_empty() {
         return Err("no rows".into());

@@ -7,7 +7,7 @@
 //! estimator's figures (a table over the allocations the workload recorded figures for, shaped
 //! by the fastest GPU model the class was measured on, at the fastest model's pace) and its
 //! `gpu_speed` on each model the figures' ratio at its minimum demand, each task's size what its runs measured ([`tapfinger::twin::sizes`]), its
-//! reachable boxes by label, the start-up and re-share costs the estimator measured. Nothing
+//! reachable boxes by label, its own demands and priority where not its class's, the start-up and re-share costs the estimator measured. Nothing
 //! of the episode's true speed model reaches it: what the twin knows is what the estimator
 //! learned from progress.
 
@@ -260,7 +260,24 @@ pub fn scenario_toml(w: &Workload, name: &str) -> Result<String, String> {
     for c in &w.classes {
         write_class(&mut t, w, c, &class_names[&c.id])?;
     }
-    let _ = writeln!(t, "\n[trace]\nrows = \"\"\"\narrival,type,size,require");
+    // A task's own demands and priority where they are not its class's (the class holds the
+    // least minimum and the largest maximum of its tasks): the columns only where some task's
+    // differ, so a workload of uniform classes writes the plain trace.
+    let class_of =
+        |task: &tapfinger::twin::TaskRecord| w.classes.iter().find(|c| c.id == task.class);
+    let own = |task: &tapfinger::twin::TaskRecord| {
+        class_of(task).is_some_and(|c| {
+            c.min_demand != task.min_demand || c.max_demand != task.max_demand || task.priority != 0
+        })
+    };
+    let per_task = w.tasks.iter().any(own);
+    let units =
+        |r: &tapfinger::Resources| r.0.iter().map(u32::to_string).collect::<Vec<_>>().join(" ");
+    let _ = writeln!(
+        t,
+        "\n[trace]\nrows = \"\"\"\narrival,type,size,require{}",
+        if per_task { ",min,max,priority" } else { "" }
+    );
     let everywhere = w.nodes.len();
     for (task, size) in w.tasks.iter().zip(&sizes) {
         let require: Vec<String> =
@@ -272,9 +289,19 @@ pub fn scenario_toml(w: &Workload, name: &str) -> Result<String, String> {
                     .filter_map(|n| node_names.get(n).map(|s| box_label(s)))
                     .collect()
             };
+        let extra = if per_task {
+            format!(
+                ",{},{},{}",
+                units(&task.min_demand),
+                task.max_demand.as_ref().map_or(String::new(), units),
+                task.priority
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             t,
-            "{},{},{},{}",
+            "{},{},{},{}{extra}",
             task.arrival - t0,
             class_names[&task.class],
             size,

@@ -5,7 +5,7 @@
 //! so every policy compared on a seed schedules exactly the same tasks.
 
 pub use crate::scenario::{Burst, TaskSize};
-use crate::scenario::{Reachability, Scenario, hosts};
+use crate::scenario::{Reachability, Scenario, hosts, hosts_of};
 use rand::RngExt;
 use tapfinger::{Task, TaskId, TaskTypeId};
 
@@ -63,13 +63,14 @@ fn replay(sc: &Scenario, trace: &[crate::trace::TraceTask]) -> Vec<Task> {
         .enumerate()
         .map(|(i, t)| {
             let def = &sc.types[t.ty];
+            let min_demand = t.min.clone().unwrap_or_else(|| def.min_demand.clone());
             Task {
                 id: TaskId(i as u64),
                 ty: TaskTypeId(t.ty as u16),
-                min_demand: def.min_demand.clone(),
-                max_demand: def.max_demand.clone(),
-                priority: def.priority,
-                reachable: hosts(&sc.nodes, def, |l| t.admits(l)),
+                reachable: hosts_of(&sc.nodes, def, &min_demand, |l| t.admits(l)),
+                min_demand,
+                max_demand: t.max.clone().or_else(|| def.max_demand.clone()),
+                priority: t.priority.unwrap_or(def.priority),
                 arrival: t.arrival,
                 gang: None,
             }

@@ -14,7 +14,7 @@ pub use sharing::Colocation;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tapfinger::{ResourceError, ResourceKind, ResourceSpace, Resources};
-pub(crate) use validate::hosts;
+pub(crate) use validate::{hosts, hosts_of};
 
 /// Errors while loading a scenario.
 #[derive(Debug, thiserror::Error)]

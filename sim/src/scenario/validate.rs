@@ -60,7 +60,7 @@ impl Scenario {
         let trace = match &f.trace {
             Some(spec) => {
                 let names: Vec<String> = types.iter().map(|t| t.name.clone()).collect();
-                let rows = crate::trace::parse(spec, &names, dir)
+                let rows = crate::trace::parse(spec, &names, space.len(), dir)
                     .map_err(|reason| invalid("trace".into(), reason))?;
                 check_trace(&rows, &types, &nodes)
                     .map_err(|reason| invalid("trace".into(), reason))?;
@@ -492,7 +492,17 @@ pub(crate) fn hosts(
     def: &TaskType,
     admits: impl Fn(&[String]) -> bool,
 ) -> Vec<NodeId> {
-    let must_fit = def.min_demand.max_each(&def.need);
+    hosts_of(nodes, def, &def.min_demand, admits)
+}
+
+/// [`hosts`] for a task of type `def` asking for at least `min` (a recorded task's own).
+pub(crate) fn hosts_of(
+    nodes: &[NodeDef],
+    def: &TaskType,
+    min: &Resources,
+    admits: impl Fn(&[String]) -> bool,
+) -> Vec<NodeId> {
+    let must_fit = min.max_each(&def.need);
     nodes
         .iter()
         .enumerate()
@@ -507,14 +517,33 @@ fn check_trace(
     types: &[TaskType],
     nodes: &[NodeDef],
 ) -> Result<(), String> {
-    match trace
-        .iter()
-        .find(|t| hosts(nodes, &types[t.ty], |l| t.admits(l)).is_empty())
-    {
-        Some(t) => Err(format!(
-            "a task of type {:?} arriving at slot {} (requiring {:?}) fits no node that carries the label",
-            types[t.ty].name, t.arrival, t.require
-        )),
-        None => Ok(()),
+    for t in trace {
+        let def = &types[t.ty];
+        let min = t.min.as_ref().unwrap_or(&def.min_demand);
+        let within = |r: &Resources| {
+            def.min_demand.fits_in(r) && def.max_demand.as_ref().is_none_or(|m| r.fits_in(m))
+        };
+        for (what, r) in [("minimum", &t.min), ("maximum", &t.max)] {
+            if let Some(r) = r
+                && !within(r)
+            {
+                return Err(format!(
+                    "a task of type {:?} arriving at slot {} asks for a {what} of {r}, outside its type's demands ({} to {})",
+                    def.name,
+                    t.arrival,
+                    def.min_demand,
+                    def.max_demand
+                        .as_ref()
+                        .map_or("any amount".to_string(), |m| m.to_string())
+                ));
+            }
+        }
+        if hosts_of(nodes, def, min, |l| t.admits(l)).is_empty() {
+            return Err(format!(
+                "a task of type {:?} arriving at slot {} (requiring {:?}) fits no node that carries the label",
+                def.name, t.arrival, t.require
+            ));
+        }
     }
+    Ok(())
 }
