@@ -6,10 +6,11 @@
 //! The scenario replays the workload's arrivals (`[trace]`) on its boxes, each class's speed the
 //! estimator's figures (a table over the allocations the workload recorded figures for, shaped
 //! by the fastest GPU model the class was measured on, at the fastest model's pace) and its
-//! `gpu_speed` on each model the figures' ratio at its minimum demand, each task's size what its runs measured ([`tapfinger::twin::sizes`]), its
-//! reachable boxes by label, its own demands and priority where not its class's, the start-up and re-share costs the estimator measured. Nothing
-//! of the episode's true speed model reaches it: what the twin knows is what the estimator
-//! learned from progress.
+//! `gpu_speed` on each model the figures' ratio at its minimum demand, each task's size what its
+//! runs measured ([`tapfinger::twin::sizes`]), its reachable boxes by label, its own demands and
+//! priority where not its class's, the start-up and re-share costs the estimator measured.
+//! Nothing of the episode's true speed model reaches it: what the twin knows is what the
+//! estimator learned from progress.
 
 use crate::episode::Observer;
 use crate::{EpisodeResult, SimError, Simulator};
