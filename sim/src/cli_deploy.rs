@@ -27,13 +27,14 @@ pub(crate) struct DeployArgs {
     #[arg(long, default_value = "tapfinger")]
     start: String,
     /// Fine-tune the version of the learned policy in use after every so many windows, on the
-    /// latest window's workload, as the coordinator does (0: never).
+    /// workload of the windows since the last fine-tune, as the coordinator does on what its
+    /// agents observed (0: never).
     #[arg(long, default_value_t = 0)]
     tune_every: usize,
     /// Training iterations of each fine-tune.
     #[arg(long, default_value_t = 20)]
     tune_iterations: u64,
-    /// The latest share of a window's tasks each fine-tune keeps for its gate.
+    /// The latest share of the tasks each fine-tune learns from that it keeps for its gate.
     #[arg(long, default_value_t = 0.2)]
     tune_holdout: f64,
     /// Learning rate of each fine-tune.
