@@ -87,6 +87,8 @@ pub struct Guard {
     session_busy_s: f64,
     /// The workload judged last (what a fine-tune on the twin learns from).
     judged_workload: Option<Workload>,
+    /// The workload judged last, kept: the learner's gate judges candidates on its twin.
+    last_judged: Option<Workload>,
     /// When the last fine-tune on the twin was handed out.
     last_tune: Option<Instant>,
     /// A judgement is running.
@@ -137,6 +139,7 @@ impl Guard {
             started: Instant::now(),
             session_busy_s: 0.0,
             judged_workload: None,
+            last_judged: None,
             last_tune: None,
             judging: false,
         })
@@ -192,6 +195,7 @@ impl Guard {
             .max_by_key(|(_, w)| finished(w))?;
         let workload = self.workloads.remove(&node)?;
         self.judged_workload = Some(workload.clone());
+        self.last_judged = Some(workload.clone());
         self.judging = true;
         self.last = Instant::now();
         Some(Work {
@@ -258,6 +262,11 @@ impl Guard {
         let w = self.judged_workload.take()?;
         self.last_tune = Some(Instant::now());
         Some(w)
+    }
+
+    /// The workload the guard judged last (none yet after a start).
+    pub fn judged(&self) -> Option<&Workload> {
+        self.last_judged.as_ref()
     }
 
     /// The share of one core the guard used since this process started.

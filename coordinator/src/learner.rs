@@ -8,9 +8,11 @@
 //! - `published/v<N>/` — every published version (`model.bpk`, `train.json`, `announcement.json`);
 //! - `state.json` — counters and the last evaluation.
 //!
-//! The gate: a candidate (the trainer's weights after an update) is evaluated greedily in the
-//! simulator on the configured scenario's validation workloads and published only if its average
-//! JCT is not worse than the published version's by more than `tolerance` slots.
+//! The gate: a candidate (the trainer's weights after an update) is evaluated greedily and
+//! published only if its average JCT is not worse than the published version's by more than
+//! `tolerance` slots: on the twin of the workload the guard judged last, where there is one and
+//! the model is a general one (any cluster's inputs), so that a version is judged on the
+//! cluster it serves; otherwise on the configured scenario's validation workloads.
 
 use crate::config::CoordinatorConfig;
 use libp2p::identity::Keypair;
@@ -44,6 +46,10 @@ pub struct Evaluation {
     pub published: bool,
     /// The version it became (if published).
     pub version: Option<u64>,
+    /// What it was judged on: `twin` (the workload the guard judged last, both figures on its
+    /// twin) or `scenario` (the configured scenario's validation workloads).
+    #[serde(default)]
+    pub on: String,
 }
 
 /// Counters and results, persisted in `state.json` and shown by `status`.
@@ -211,8 +217,13 @@ impl Learner {
     }
 
     /// Learn from agents' batches (each agent's batches are joined in order into one stream),
-    /// then run the gate. Returns the evaluation.
-    pub fn update(&mut self, batches: Vec<Batch>) -> anyhow::Result<Evaluation> {
+    /// then run the gate ([`Learner::consider_on`], on the twin of `judged` where given: the
+    /// workload the guard judged last). Returns the evaluation.
+    pub fn update(
+        &mut self,
+        batches: Vec<Batch>,
+        judged: Option<&tapfinger::twin::Workload>,
+    ) -> anyhow::Result<Evaluation> {
         let mut by_node: BTreeMap<NodeId, Experience> = BTreeMap::new();
         for b in batches {
             *self.state.received.entry(b.node.0).or_default() += b.exp.records.len() as u64;
@@ -239,32 +250,68 @@ impl Learner {
         self.state.critic_loss = point.value_loss;
         self.state.policy_loss = point.policy_loss;
         let candidate = self.trainer.inference_net();
-        let eval = self.consider(&candidate)?;
+        let eval = self.consider_on(&candidate, judged)?;
         self.checkpoint()?;
         self.make_trial()?;
         Ok(eval)
     }
 
-    /// The gate: evaluate `candidate` and publish it as the next version unless it is worse
-    /// than the published one by more than the tolerance.
+    /// The gate on the configured scenario ([`Learner::consider_on`] without a workload).
     pub fn consider(&mut self, candidate: &Net) -> anyhow::Result<Evaluation> {
-        let jct = self.evaluate(candidate)?;
-        let ok = jct <= self.state.published_jct + self.cfg.tolerance;
+        self.consider_on(candidate, None)
+    }
+
+    /// The gate: evaluate `candidate` and publish it as the next version unless it is worse
+    /// than the published one by more than the tolerance. With `judged` (the workload the
+    /// guard judged last) and a general model, both are replayed on its twin, whose agents
+    /// start from the speed figures the cluster learned; a twin that cannot be built or run
+    /// falls back to the configured scenario, and says so.
+    pub fn consider_on(
+        &mut self,
+        candidate: &Net,
+        judged: Option<&tapfinger::twin::Workload>,
+    ) -> anyhow::Result<Evaluation> {
+        let on_twin = match judged.filter(|_| self.trainer.cfg.net.dims.is_general()) {
+            Some(w) => match self.twin_figures(candidate, w) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the gate cannot judge on the twin: on the scenario");
+                    None
+                }
+            },
+            None => None,
+        };
+        let (jct, bar, on) = match on_twin {
+            Some((cand, published)) => (cand, published, "twin"),
+            None => (
+                self.evaluate(candidate)?,
+                self.state.published_jct,
+                "scenario",
+            ),
+        };
+        let ok = jct <= bar + self.cfg.tolerance;
         let mut eval = Evaluation {
             candidate_jct: jct,
-            published_jct: self.state.published_jct,
+            published_jct: bar,
             published: ok,
             version: None,
+            on: on.into(),
         };
         if ok {
             let v = self.publish(candidate)?;
-            self.state.published_jct = jct;
+            // The bar on the scenario stays what the published version does there.
+            self.state.published_jct = if on == "scenario" {
+                jct
+            } else {
+                self.evaluate(candidate)?
+            };
             eval.version = Some(v);
         } else {
             self.state.refused += 1;
             tracing::info!(
                 candidate = jct,
-                published = self.state.published_jct,
+                published = bar,
+                on,
                 "candidate refused by the gate"
             );
         }
@@ -327,6 +374,38 @@ impl Learner {
         Ok(v)
     }
 
+    /// The version in use (the published one, else the start model) for `dims`.
+    fn in_use(
+        &self,
+        dims: &tapfinger::model::batch::Dims,
+    ) -> anyhow::Result<(Net, tapfinger::model::net::NetConfig)> {
+        let (bytes, json) = match &self.published {
+            Some((_, c)) => (c.model.clone(), c.train_json.clone()),
+            None => {
+                let (b, j, _) = start_checkpoint(&self.cfg.start)?;
+                (b, j)
+            }
+        };
+        let (net, cfg, _) = tapfinger::model::load_bytes(bytes, &json, "version in use", dims)
+            .map_err(|e| anyhow::anyhow!("the version in use on the twin: {e}"))?;
+        Ok((net, cfg))
+    }
+
+    /// `candidate`'s and the version in use's average JCT on the twin of `w`.
+    fn twin_figures(
+        &self,
+        candidate: &Net,
+        w: &tapfinger::twin::Workload,
+    ) -> anyhow::Result<(f64, f64)> {
+        use tapfinger_sim::tune::{learned_jct, twin};
+        let sim = twin(w, "twin-gate")?;
+        let (published, cfg) = self.in_use(&sim.dims())?;
+        Ok((
+            learned_jct(&sim, candidate, &self.trainer.cfg.net)?,
+            learned_jct(&sim, &published, &cfg)?,
+        ))
+    }
+
     /// Fine-tune the version in use on the twin of `w`'s earlier tasks (`tune_iterations`
     /// simulated iterations) and publish the candidate only if, on the twin of its latest
     /// `tune_holdout` share, it beats every deployable baseline, and the version in use by
@@ -340,15 +419,7 @@ impl Learner {
         // The twin's input sizes, to load the version in use for it.
         let (train_w, _) = split(w, self.cfg.tune_holdout)?;
         let dims = twin(&train_w, "twin-train")?.dims();
-        let (bytes, json) = match &self.published {
-            Some((_, c)) => (c.model.clone(), c.train_json.clone()),
-            None => {
-                let (b, j, _) = start_checkpoint(&self.cfg.start)?;
-                (b, j)
-            }
-        };
-        let (net, net_cfg, _) = tapfinger::model::load_bytes(bytes, &json, "version in use", &dims)
-            .map_err(|e| anyhow::anyhow!("the version in use on the twin: {e}"))?;
+        let (net, net_cfg) = self.in_use(&dims)?;
         let tuning = Tuning {
             holdout: self.cfg.tune_holdout,
             iterations: self.cfg.tune_iterations,
@@ -496,6 +567,38 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 
+    /// With a judged workload the gate replays the candidate and the version in use on its
+    /// twin, not on the configured scenario: random weights are refused there, the start model
+    /// itself passes, and the evaluation says where it was judged.
+    #[test]
+    fn the_gate_judges_on_the_twin_of_the_judged_workload() {
+        let dir = fresh("twin-gate");
+        // The default start: the shipped general model.
+        let mut l = Learner::open(cfg(&dir), Keypair::generate_ed25519()).unwrap();
+        let sim = Simulator::new(Scenario::load("hetero6").unwrap());
+        let ps = tapfinger_sim::report::instances_for_seed(&sim, "tiresias", None, 100).unwrap();
+        let (_, w) = tapfinger_sim::twin::observe(&sim, ps, 100).unwrap();
+        let untrained = Net::new(&l.trainer.cfg.net, &burn::tensor::Device::flex());
+        let eval = l.consider_on(&untrained, Some(&w)).unwrap();
+        assert_eq!(eval.on, "twin");
+        assert!(!eval.published, "{eval:?}");
+        // The bar is the start model on the twin, not its figure on the scenario.
+        let twin = tapfinger_sim::tune::twin(&w, "t").unwrap();
+        let (start, scfg) = l.in_use(&twin.dims()).unwrap();
+        let on_twin = tapfinger_sim::tune::learned_jct(&twin, &start, &scfg).unwrap();
+        assert_eq!(eval.published_jct, on_twin);
+        assert_ne!(
+            on_twin, l.state.published_jct,
+            "the test tells the two apart"
+        );
+        let same = l.trainer.inference_net();
+        let eval = l.consider_on(&same, Some(&w)).unwrap();
+        assert_eq!((eval.on.as_str(), eval.version), ("twin", Some(1)));
+        // Without a workload: the scenario, as before.
+        assert_eq!(l.consider(&same).unwrap().on, "scenario");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
     #[test]
     fn a_restarted_learner_resumes_from_its_checkpoint() {
         let dir = fresh("resume");
@@ -507,7 +610,7 @@ mod tests {
             let batches = l.simulated_batches(7).unwrap();
             let decisions: u64 = batches.iter().map(|b| b.exp.records.len() as u64).sum();
             assert!(decisions > 0);
-            l.update(batches).unwrap();
+            l.update(batches, None).unwrap();
             (
                 l.state.version,
                 l.state.hash.clone(),

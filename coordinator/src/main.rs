@@ -155,7 +155,7 @@ fn train(
         for e in 0..episodes {
             batches.extend(l.simulated_batches((1 << 42) + l.iteration() * episodes + e)?);
         }
-        let eval = l.update(batches)?;
+        let eval = l.update(batches, None)?;
         println!(
             "update {}: candidate {:.3} vs published {:.3} -> {}",
             u + 1,

@@ -68,8 +68,9 @@ impl Drop for Coordinator {
 
 /// What the learner's thread is given.
 enum Job {
-    /// An update from the agents' batches (numbered in the inbox).
-    Update(Vec<(u64, Batch)>),
+    /// An update from the agents' batches (numbered in the inbox), gated on the twin of the
+    /// workload the guard judged last, where there is one.
+    Update(Vec<(u64, Batch)>, Option<Box<tapfinger::twin::Workload>>),
     /// A fine-tune on the twin of a judged workload.
     Tune(Box<tapfinger::twin::Workload>),
 }
@@ -204,7 +205,10 @@ async fn run(
                 .into_iter()
                 .filter_map(|n| inbox.read(n).ok().flatten().map(|b| (n, b)))
                 .collect();
-            if work_tx.try_send(Job::Update(work)).is_ok() {
+            if work_tx
+                .try_send(Job::Update(work, guard.judged().cloned().map(Box::new)))
+                .is_ok()
+            {
                 busy = true;
                 waiting_decisions = 0;
                 if let Ok(mut s) = shared.lock() {
@@ -301,10 +305,10 @@ fn spawn_learner(
         let mut l = learner;
         while let Some(job) = work_rx.blocking_recv() {
             let ids = match job {
-                Job::Update(work) => {
+                Job::Update(work, judged) => {
                     let ids: Vec<u64> = work.iter().map(|(n, _)| *n).collect();
                     let batches = work.into_iter().map(|(_, b)| b).collect();
-                    match l.update(batches) {
+                    match l.update(batches, judged.as_deref()) {
                         Ok(eval) => tracing::info!(?eval, "update done"),
                         Err(e) => tracing::warn!(error = %e, "update failed"),
                     }
