@@ -4,6 +4,9 @@
 
 use tapfinger_sim::{Scenario, Simulator, policies, twin, workload};
 
+/// A replayed task's minimum, maximum, priority and reachable boxes.
+type Replayed = (Vec<u32>, Option<Vec<u32>>, u8, Vec<u32>);
+
 fn scenario(rows: &str) -> Result<Scenario, String> {
     let text = format!(
         r#"
@@ -52,7 +55,7 @@ fn a_recorded_task_keeps_its_own_demands_and_priority() {
     )
     .unwrap();
     let tasks = workload::generate(&sc, 0);
-    let got: Vec<(Vec<u32>, Option<Vec<u32>>, u8, Vec<u32>)> = tasks
+    let got: Vec<Replayed> = tasks
         .iter()
         .map(|t| {
             (
