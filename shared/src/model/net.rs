@@ -123,6 +123,16 @@ pub struct NetConfig {
     /// arrivals stop (docs/DECISIONS.md, "Masks and action rules").
     #[serde(default)]
     pub exclusive_first: bool,
+    /// The wait-for-faster mask, in training and in deployment alike (off: the shipped models,
+    /// and models written before it existed): a window task may not be chosen on a box where
+    /// another box it may run on, of another GPU model, would by the estimator finish it
+    /// [`super::FASTER_ELSEWHERE`] times sooner even after waiting for room there (free now or
+    /// freed by its running tasks' estimated ends). With every fitting task so held, the node
+    /// may pass. Why: on replays of Gavel traces on V100, P100 and K80 boxes the learned policy
+    /// started rigid jobs on K80s that a baseline waited out, up to 2.2 times the best
+    /// baseline's average JCT on a window (docs/DECISIONS.md, "Masks and action rules").
+    #[serde(default)]
+    pub wait_faster: bool,
 }
 
 /// Task selection: the learned pointer, or the ablations' fixed rules.
@@ -146,6 +156,7 @@ pub const VARIANTS: &[&str] = &[
     "vanilla",
     "nomask",
     "exclusive",
+    "waitfaster",
 ];
 
 impl NetConfig {
@@ -153,7 +164,8 @@ impl NetConfig {
     /// is embedded from its own features by an MLP), `nopointer` selects uniformly, `vanilla` is
     /// both an MLP encoder and first-come selection, `nomask` is the full policy without the
     /// work-conserving mask (its ablation), `exclusive` the full policy with the
-    /// exclusive-first mask ([`NetConfig::exclusive_first`]).
+    /// exclusive-first mask ([`NetConfig::exclusive_first`]), `waitfaster` the full policy with the
+    /// wait-for-faster mask ([`NetConfig::wait_faster`]).
     pub fn variant(dims: Dims, name: &str) -> Option<Self> {
         let mut c = Self::new(dims);
         match name {
@@ -162,6 +174,7 @@ impl NetConfig {
             "nopointer" => c.selection = Selection::Uniform,
             "nomask" => c.work_conserving = false,
             "exclusive" => c.exclusive_first = true,
+            "waitfaster" => c.wait_faster = true,
             "vanilla" => {
                 c.layers = 0;
                 c.selection = Selection::Fifo;
@@ -193,6 +206,7 @@ impl NetConfig {
             focus: 0,
             forecast_interval_slots: 0,
             exclusive_first: false,
+            wait_faster: false,
         }
     }
 }

@@ -92,10 +92,13 @@ pub(crate) struct TrainRun {
 #[command(next_help_heading = "The model")]
 pub(crate) struct ModelArgs {
     /// Policy variant: tapfinger, or the ablations nohan, nopointer, vanilla, nomask (no
-    /// work-conserving mask), or exclusive (the
+    /// work-conserving mask), exclusive (the
     /// exclusive-first mask: a younger task may not overtake a fitting older one of its class
-    /// that no other box could run) (new runs only; a trained model gets the exclusive-first
-    /// mask by `"exclusive_first": true` in its train.json and --resume, docs/MODELS.md).
+    /// that no other box could run) or waitfaster (the wait-for-faster mask: a task may not
+    /// start on a box where another GPU model would finish it 1.5 times sooner even after
+    /// waiting for room there) (new runs only; a trained model gets either mask by
+    /// `"exclusive_first": true` or `"wait_faster": true` in its train.json and --resume,
+    /// docs/MODELS.md).
     #[arg(long, default_value = "tapfinger", conflicts_with = "resume")]
     pub(crate) variant: String,
     /// Train a general model (feature schema 5: CPU, GPU and memory, the online speed

@@ -1,5 +1,6 @@
 //! The action masks, in sampling (training) and greedy (deployment) decisions alike: the
-//! work-conserving mask (and its strict form) and the exclusive-first mask.
+//! work-conserving mask (and its strict form), the exclusive-first mask and the wait-for-faster
+//! mask.
 
 use super::*;
 use crate::view::TaskEstimate;
@@ -372,4 +373,86 @@ fn the_strict_form_counts_the_units_a_costly_task_would_leave_idle() {
         passed_free > 0,
         "with free switches a busy node never waited for its tasks to grow"
     );
+}
+
+/// The wait-for-faster mask: box 0 has a K80, box 1 a V100 on which the estimator puts the one
+/// pending task three times faster (10 slots against 30) but whose running task holds its
+/// units. Where that task ends in 5 slots, waiting and running there (15) beats starting on box
+/// 0 by more than [`super::FASTER_ELSEWHERE`], so box 0 may not take it and passes, in greedy
+/// and sampled decisions alike; where it ends in 20 slots, or without the mask, box 0 may.
+#[test]
+fn the_wait_for_faster_mask_holds_a_task_for_a_faster_box_that_frees_soon() {
+    use crate::estimate::GpuModel;
+    let (k80, v100) = (GpuModel::of("k80"), GpuModel::of("v100"));
+    let node = |id, gpu, free: Vec<u32>, window: Vec<usize>, running: Vec<usize>| NodeView {
+        gpu,
+        id: NodeId(id),
+        capacity: Resources(vec![8, 8]),
+        free: Resources(free),
+        window,
+        overflow: 0,
+        running,
+    };
+    let on = |at_min| TaskEstimate {
+        at_min,
+        at_max: at_min,
+        ..TaskEstimate::gpu_bound(at_min)
+    };
+    let mut t = crate::task::test_gpu_task(1, &[0, 1]);
+    // A rigid job: one GPU, no more.
+    t.max_demand = Some(Resources(vec![1, 1]));
+    let view = |left: f64| ClusterView {
+        slot: 5,
+        kinds: crate::estimate::KindMap::from_names(&["cpu", "gpu"]),
+        nodes: vec![
+            node(0, k80, vec![8, 8], vec![0], vec![]),
+            node(1, v100, vec![0, 0], vec![0], vec![0]),
+        ],
+        pending: vec![PendingView {
+            on: vec![(k80, on(30.0)), (v100, on(10.0))],
+            class: 0,
+            task: std::sync::Arc::new(t.clone()),
+            est: on(30.0),
+        }],
+        running: vec![crate::view::RunningView {
+            task: std::sync::Arc::new(crate::task::test_gpu_task(2, &[1])),
+            node: NodeId(1),
+            alloc: Resources(vec![8, 8]),
+            in_force: Resources(vec![8, 8]),
+            started: 0,
+            progress: 0.5,
+            attained: 0.0,
+            est: on(2.0 * left),
+            est_alloc: 2.0 * left,
+            converging: false,
+        }],
+        ..Default::default()
+    };
+    let policy = |on: bool, greedy: bool| {
+        let mut cfg = NetConfig::new(Dims::general(10));
+        cfg.elastic = true;
+        cfg.wait_faster = on;
+        let device = Device::flex();
+        device.seed(3);
+        TapfingerPolicy::untrained(cfg, device).greedy(greedy)
+    };
+    let blocked = |view: &ClusterView, on: bool| {
+        let v = view.for_agent(NodeId(0)).unwrap();
+        let window: Vec<&crate::Task> = v.window().collect();
+        policy(on, true).blocked(&v, &window)[0]
+    };
+    assert!(blocked(&view(5.0), true), "a V100 free in 5 slots: wait");
+    assert!(!blocked(&view(20.0), true), "a V100 free in 20 slots: start here");
+    assert!(!blocked(&view(5.0), false), "no mask: start here");
+    let soon = view(5.0);
+    let v = soon.for_agent(NodeId(0)).unwrap();
+    let mut rng = crate::seeded_rng(4);
+    for greedy in [true, false] {
+        let mut p = policy(true, greedy);
+        for _ in 0..50 {
+            assert_eq!(p.decide(&v, &mut rng), Decision::Pass, "greedy {greedy}");
+        }
+    }
+    let mut p = policy(false, true);
+    assert!(matches!(p.decide(&v, &mut rng), Decision::Claim { .. }));
 }
