@@ -442,7 +442,10 @@ fn the_wait_for_faster_mask_holds_a_task_for_a_faster_box_that_frees_soon() {
         policy(on, true).blocked(&v, &window)[0]
     };
     assert!(blocked(&view(5.0), true), "a V100 free in 5 slots: wait");
-    assert!(!blocked(&view(20.0), true), "a V100 free in 20 slots: start here");
+    assert!(
+        !blocked(&view(20.0), true),
+        "a V100 free in 20 slots: start here"
+    );
     assert!(!blocked(&view(5.0), false), "no mask: start here");
     let soon = view(5.0);
     let v = soon.for_agent(NodeId(0)).unwrap();

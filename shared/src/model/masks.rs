@@ -1,0 +1,78 @@
+//! The speed-aware exceptions of the action masks (`TapfingerPolicy::blocked` and
+//! `pass_blocked` apply them, in training and deployment alike): whether a task runs much
+//! faster on another box's GPU model, and whether it is better off waiting for one, both by the
+//! estimator's figures in the view, never by a speed model.
+
+use crate::resources::Resources;
+use crate::view::View;
+
+/// How many times faster (by the estimator, alone at its minimum demand) a task must run on
+/// another box it may run on for the strict work-conserving mask to let a node pass it
+/// (the strict mask's one exception; see `NetConfig::strict_conserving`).
+pub const FASTER_ELSEWHERE: f64 = 1.5;
+
+/// Whether pending task `p` runs at least [`FASTER_ELSEWHERE`] times faster on another box of
+/// the view it may run on (one whose capacity holds it) than on the deciding node, by the
+/// estimator's figures for each box's GPU model: the one reason the strict work-conserving
+/// mask lets a node pass a task that fits. Where GPU models differ, starting a task on a
+/// slow box (a K80 runs some of Gavel's jobs at 0.07 times a V100's speed) holds it there for
+/// its whole run, while waiting for a fast one finishes it sooner (Gavel's heterogeneity-aware
+/// policies are built on it). On a cluster of one model the figures are the same on every box
+/// and this is never true.
+pub(super) fn faster_elsewhere(view: &View<'_>, p: &crate::view::PendingView) -> bool {
+    let me = view.node();
+    let here = p.est_on(me.gpu).at_min;
+    let t = &p.task;
+    t.reachable
+        .iter()
+        .filter(|&&id| id != view.me)
+        .filter_map(|&id| view.cluster.node_index(id).map(|i| &view.cluster.nodes[i]))
+        .filter(|n| n.gpu != me.gpu && t.min_demand.fits_in(&n.capacity))
+        .any(|n| p.est_on(n.gpu).at_min * FASTER_ELSEWHERE <= here)
+}
+
+/// Whether pending task `p` is better off waiting for another box than starting on the deciding
+/// one (the wait-for-faster mask, `NetConfig::wait_faster`; by the estimator, never a speed
+/// model): another box it may run on, of another GPU model, runs it alone at its minimum demand
+/// at least [`FASTER_ELSEWHERE`] times faster, and has room for that demand — free now, or freed
+/// as its running tasks end at their estimated remaining times — soon enough that waiting and
+/// running there still ends [`FASTER_ELSEWHERE`] times sooner than running here. The factor on
+/// the whole wait is the slack for what the estimate does not know (other tasks may take that
+/// room first), so that a task waits only where waiting clearly pays.
+pub(super) fn waits_for_faster(view: &View<'_>, p: &crate::view::PendingView) -> bool {
+    let me = view.node();
+    let here = p.est_on(me.gpu).at_min;
+    let t = &p.task;
+    t.reachable
+        .iter()
+        .filter(|&&id| id != view.me)
+        .filter_map(|&id| view.cluster.node_index(id).map(|i| &view.cluster.nodes[i]))
+        .filter(|n| n.gpu != me.gpu && t.min_demand.fits_in(&n.capacity))
+        .any(|n| {
+            let there = p.est_on(n.gpu).at_min;
+            there * FASTER_ELSEWHERE <= here
+                && room_after(view, n, &t.min_demand)
+                    .is_some_and(|wait| (wait + there) * FASTER_ELSEWHERE <= here)
+        })
+}
+
+/// Slots until node `n` has room for `need`: 0 if its free units hold it now, else the
+/// estimated remaining time of the running task whose end (in order of their estimated ends)
+/// frees enough; `None` if even all of them ending would not.
+fn room_after(view: &View<'_>, n: &crate::view::NodeView, need: &Resources) -> Option<f64> {
+    if need.fits_in(&n.free) {
+        return Some(0.0);
+    }
+    let mut ends: Vec<(f64, &Resources)> = n
+        .running
+        .iter()
+        .filter_map(|&r| view.cluster.running.get(r))
+        .map(|r| ((1.0 - r.progress).max(0.0) * r.est_alloc.max(0.0), &r.alloc))
+        .collect();
+    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut free = n.free.clone();
+    ends.into_iter().find_map(|(left, a)| {
+        free = free.saturating_add(a);
+        need.fits_in(&free).then_some(left)
+    })
+}
