@@ -57,7 +57,7 @@ pub(super) fn waits_for_faster(view: &View<'_>, p: &crate::view::PendingView) ->
 }
 
 /// Slots until node `n` has room for `need`: 0 if its free units hold it now, else the
-/// estimated remaining time of the running task whose end (in order of their estimated ends)
+/// remaining time ([`left`]) of the running task whose end (in order of their estimated ends)
 /// frees enough; `None` if even all of them ending would not.
 fn room_after(view: &View<'_>, n: &crate::view::NodeView, need: &Resources) -> Option<f64> {
     if need.fits_in(&n.free) {
@@ -67,7 +67,7 @@ fn room_after(view: &View<'_>, n: &crate::view::NodeView, need: &Resources) -> O
         .running
         .iter()
         .filter_map(|&r| view.cluster.running.get(r))
-        .map(|r| ((1.0 - r.progress).max(0.0) * r.est_alloc.max(0.0), &r.alloc))
+        .map(|r| (left(view.cluster.slot, r), &r.alloc))
         .collect();
     ends.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut free = n.free.clone();
@@ -76,3 +76,21 @@ fn room_after(view: &View<'_>, n: &crate::view::NodeView, need: &Resources) -> O
         need.fits_in(&free).then_some(left)
     })
 }
+
+/// Running task `r`'s estimated slots left at `slot`: once it has reported
+/// [`PACE_AFTER`] of its progress, at the pace it has shown (slots run per unit of progress);
+/// before, its share of the estimator's time for it at its allocation. Why its own pace: the
+/// estimator knows a class's mean work, and a task many times its class's mean (a trace's
+/// heavy tail) would look always about to end, so that tasks would keep waiting for its box.
+fn left(slot: u64, r: &crate::view::RunningView) -> f64 {
+    let p = r.progress.clamp(0.0, 1.0);
+    let ran = slot.saturating_sub(r.started) as f64;
+    if p >= PACE_AFTER && ran > 0.0 {
+        ran * (1.0 - p) / p
+    } else {
+        (1.0 - p) * r.est_alloc.max(0.0)
+    }
+}
+
+/// The progress after which a running task's own pace, not the estimator's, says when it ends.
+const PACE_AFTER: f64 = 0.05;

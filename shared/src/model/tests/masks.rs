@@ -401,8 +401,10 @@ fn the_wait_for_faster_mask_holds_a_task_for_a_faster_box_that_frees_soon() {
     let mut t = crate::task::test_gpu_task(1, &[0, 1]);
     // A rigid job: one GPU, no more.
     t.max_demand = Some(Resources(vec![1, 1]));
+    // The running task has run `left` slots for half its work: its own pace and the
+    // estimator's figure (2 × left for all of it) agree that it ends in `left` slots.
     let view = |left: f64| ClusterView {
-        slot: 5,
+        slot: 100,
         kinds: crate::estimate::KindMap::from_names(&["cpu", "gpu"]),
         nodes: vec![
             node(0, k80, vec![8, 8], vec![0], vec![]),
@@ -419,7 +421,7 @@ fn the_wait_for_faster_mask_holds_a_task_for_a_faster_box_that_frees_soon() {
             node: NodeId(1),
             alloc: Resources(vec![8, 8]),
             in_force: Resources(vec![8, 8]),
-            started: 0,
+            started: 100 - left as u64,
             progress: 0.5,
             attained: 0.0,
             est: on(2.0 * left),
@@ -447,6 +449,15 @@ fn the_wait_for_faster_mask_holds_a_task_for_a_faster_box_that_frees_soon() {
         "a V100 free in 20 slots: start here"
     );
     assert!(!blocked(&view(5.0), false), "no mask: start here");
+    // The estimator says 5 slots left, but the task has taken 40 slots for half its work (a job
+    // many times its class's mean): its own pace says 40, so box 0 starts it.
+    let mut slow = view(5.0);
+    slow.running[0].started = 60;
+    assert!(!blocked(&slow, true), "the running task's own pace: start here");
+    // Before it has shown a pace (under 5 % done), the estimator's figure speaks.
+    slow.running[0].progress = 0.01;
+    slow.running[0].est_alloc = 5.0;
+    assert!(blocked(&slow, true), "no pace yet: the estimate, wait");
     let soon = view(5.0);
     let v = soon.for_agent(NodeId(0)).unwrap();
     let mut rng = crate::seeded_rng(4);
