@@ -35,8 +35,9 @@ pub(super) fn faster_elsewhere(view: &View<'_>, p: &crate::view::PendingView) ->
 /// one (the wait-for-faster mask, `NetConfig::wait_faster`; by the estimator, never a speed
 /// model): another box it may run on, of another GPU model, runs it alone at its minimum demand
 /// at least [`FASTER_ELSEWHERE`] times faster, and has room for that demand — free now, or freed
-/// as its running tasks end at their estimated remaining times — soon enough that waiting and
-/// running there still ends [`FASTER_ELSEWHERE`] times sooner than running here. The factor on
+/// as its running tasks and the tasks queued there before it end ([`room_after`]) — soon
+/// enough that waiting and running there still ends [`FASTER_ELSEWHERE`] times sooner than
+/// running here. The factor on
 /// the whole wait is the slack for what the estimate does not know (other tasks may take that
 /// room first), so that a task waits only where waiting clearly pays.
 pub(super) fn waits_for_faster(view: &View<'_>, p: &crate::view::PendingView) -> bool {
@@ -51,30 +52,55 @@ pub(super) fn waits_for_faster(view: &View<'_>, p: &crate::view::PendingView) ->
         .any(|n| {
             let there = p.est_on(n.gpu).at_min;
             there * FASTER_ELSEWHERE <= here
-                && room_after(view, n, &t.min_demand)
+                && room_after(view, n, p)
                     .is_some_and(|wait| (wait + there) * FASTER_ELSEWHERE <= here)
         })
 }
 
-/// Slots until node `n` has room for `need`: 0 if its free units hold it now, else the
-/// remaining time ([`left`]) of the running task whose end (in order of their estimated ends)
-/// frees enough; `None` if even all of them ending would not.
-fn room_after(view: &View<'_>, n: &crate::view::NodeView, need: &Resources) -> Option<f64> {
-    if need.fits_in(&n.free) {
-        return Some(0.0);
-    }
-    let mut ends: Vec<(f64, &Resources)> = n
+/// Slots until node `n` has room for pending task `p`'s minimum demand, were its queue served
+/// in order: the tasks of its window ahead of `p` (all of them where `p` is not in it) each
+/// start as soon as their minimum demand fits and hold it for their estimated time there,
+/// and units come back as its running tasks end ([`left`]). `None` if `p` would never fit.
+/// Why the queue: at a busy cluster's load the older tasks waiting for the same fast box take
+/// its room first, and a wait counted on its running tasks alone held tasks back for boxes
+/// that stayed taken (docs/DECISIONS.md, "Masks and action rules").
+fn room_after(
+    view: &View<'_>,
+    n: &crate::view::NodeView,
+    p: &crate::view::PendingView,
+) -> Option<f64> {
+    let mut holds: Vec<(f64, Resources)> = n
         .running
         .iter()
         .filter_map(|&r| view.cluster.running.get(r))
-        .map(|r| (left(view.cluster.slot, r), &r.alloc))
+        .map(|r| (left(view.cluster.slot, r), r.alloc.clone()))
         .collect();
-    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut free = n.free.clone();
-    ends.into_iter().find_map(|(left, a)| {
-        free = free.saturating_add(a);
-        need.fits_in(&free).then_some(left)
-    })
+    let ahead = n
+        .window
+        .iter()
+        .filter_map(|&i| view.cluster.pending.get(i))
+        .take_while(|q| q.task.id != p.task.id)
+        .filter(|q| q.task.min_demand.fits_in(&n.capacity));
+    let (mut free, mut now) = (n.free.clone(), 0.0_f64);
+    for q in ahead.chain(std::iter::once(p)) {
+        let need = &q.task.min_demand;
+        while !need.fits_in(&free) {
+            // The next hold to end gives its units back.
+            let (i, _) = holds
+                .iter()
+                .enumerate()
+                .min_by(|a, b| a.1.0.total_cmp(&b.1.0))?;
+            let (end, units) = holds.swap_remove(i);
+            now = now.max(end);
+            free = free.saturating_add(&units);
+        }
+        if q.task.id == p.task.id {
+            return Some(now);
+        }
+        free = free.saturating_sub(need);
+        holds.push((now + q.est_on(n.gpu).at_min, need.clone()));
+    }
+    None
 }
 
 /// Running task `r`'s estimated slots left at `slot`: once it has reported

@@ -453,11 +453,34 @@ fn the_wait_for_faster_mask_holds_a_task_for_a_faster_box_that_frees_soon() {
     // many times its class's mean): its own pace says 40, so box 0 starts it.
     let mut slow = view(5.0);
     slow.running[0].started = 60;
-    assert!(!blocked(&slow, true), "the running task's own pace: start here");
+    assert!(
+        !blocked(&slow, true),
+        "the running task's own pace: start here"
+    );
     // Before it has shown a pace (under 5 % done), the estimator's figure speaks.
     slow.running[0].progress = 0.01;
     slow.running[0].est_alloc = 5.0;
     assert!(blocked(&slow, true), "no pace yet: the estimate, wait");
+    // An older task queued on box 1 that needs all of it takes the room first, for 30 slots
+    // there: the wait is 5 + 30, and box 0 starts the task.
+    let mut queued = view(5.0);
+    let mut older = crate::task::test_gpu_task(0, &[1]);
+    older.min_demand = Resources(vec![8, 8]);
+    queued.pending.insert(
+        0,
+        PendingView {
+            on: vec![(v100, on(30.0))],
+            class: 0,
+            task: std::sync::Arc::new(older),
+            est: on(30.0),
+        },
+    );
+    queued.nodes[0].window = vec![1];
+    queued.nodes[1].window = vec![0, 1];
+    assert!(
+        !blocked(&queued, true),
+        "a queue ahead on box 1: start here"
+    );
     let soon = view(5.0);
     let v = soon.for_agent(NodeId(0)).unwrap();
     let mut rng = crate::seeded_rng(4);
