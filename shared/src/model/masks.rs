@@ -20,15 +20,25 @@ pub const FASTER_ELSEWHERE: f64 = 1.5;
 /// policies are built on it). On a cluster of one model the figures are the same on every box
 /// and this is never true.
 pub(super) fn faster_elsewhere(view: &View<'_>, p: &crate::view::PendingView) -> bool {
+    let here = p.est_on(view.node().gpu).at_min;
+    other_models(view, p).any(|(_, there)| there * FASTER_ELSEWHERE <= here)
+}
+
+/// The other boxes pending task `p` may run on (whose capacity holds its minimum demand) with
+/// another GPU model than the deciding node's, each with the estimator's time for `p` alone
+/// there at its minimum demand.
+fn other_models<'a>(
+    view: &'a View<'_>,
+    p: &'a crate::view::PendingView,
+) -> impl Iterator<Item = (&'a crate::view::NodeView, f64)> + 'a {
     let me = view.node();
-    let here = p.est_on(me.gpu).at_min;
     let t = &p.task;
     t.reachable
         .iter()
-        .filter(|&&id| id != view.me)
+        .filter(move |&&id| id != view.me)
         .filter_map(|&id| view.cluster.node_index(id).map(|i| &view.cluster.nodes[i]))
-        .filter(|n| n.gpu != me.gpu && t.min_demand.fits_in(&n.capacity))
-        .any(|n| p.est_on(n.gpu).at_min * FASTER_ELSEWHERE <= here)
+        .filter(move |n| n.gpu != me.gpu && t.min_demand.fits_in(&n.capacity))
+        .map(move |n| (n, p.est_on(n.gpu).at_min))
 }
 
 /// Whether pending task `p` is better off waiting for another box than starting on the deciding
@@ -37,24 +47,15 @@ pub(super) fn faster_elsewhere(view: &View<'_>, p: &crate::view::PendingView) ->
 /// at least [`FASTER_ELSEWHERE`] times faster, and has room for that demand — free now, or freed
 /// as its running tasks and the tasks queued there before it end ([`room_after`]) — soon
 /// enough that waiting and running there still ends [`FASTER_ELSEWHERE`] times sooner than
-/// running here. The factor on
-/// the whole wait is the slack for what the estimate does not know (other tasks may take that
-/// room first), so that a task waits only where waiting clearly pays.
+/// running here. The factor on the whole wait is the slack for what the estimate does not know
+/// (smaller tasks may take that room first), so that a task waits only where waiting clearly
+/// pays.
 pub(super) fn waits_for_faster(view: &View<'_>, p: &crate::view::PendingView) -> bool {
-    let me = view.node();
-    let here = p.est_on(me.gpu).at_min;
-    let t = &p.task;
-    t.reachable
-        .iter()
-        .filter(|&&id| id != view.me)
-        .filter_map(|&id| view.cluster.node_index(id).map(|i| &view.cluster.nodes[i]))
-        .filter(|n| n.gpu != me.gpu && t.min_demand.fits_in(&n.capacity))
-        .any(|n| {
-            let there = p.est_on(n.gpu).at_min;
-            there * FASTER_ELSEWHERE <= here
-                && room_after(view, n, p)
-                    .is_some_and(|wait| (wait + there) * FASTER_ELSEWHERE <= here)
-        })
+    let here = p.est_on(view.node().gpu).at_min;
+    other_models(view, p).any(|(n, there)| {
+        there * FASTER_ELSEWHERE <= here
+            && room_after(view, n, p).is_some_and(|wait| (wait + there) * FASTER_ELSEWHERE <= here)
+    })
 }
 
 /// Slots until node `n` has room for pending task `p`'s minimum demand, were its queue served
