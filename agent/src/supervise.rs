@@ -6,6 +6,10 @@
 //!   guard records and kills should this supervisor die (its cgroup join happens in the command
 //!   the executor gives), with its output going straight to its log files, so it does not depend
 //!   on the agent being alive to write anything.
+//! - The task starts only once the agent's journal holds its start (`--wait-start`: the agent
+//!   says `start` on the supervisor's standard input after the write): an agent killed between
+//!   the spawn and the write leaves a supervisor that ends without starting anything, where it
+//!   would have left a copy its successor does not know of, kills, and runs again.
 //! - The supervisor survives the agent (it is in its own process group too): an agent restarted
 //!   with its data directory **adopts** the tasks still running (its journal records the
 //!   supervisor's pid and start time) and no work is lost.
@@ -57,6 +61,12 @@ pub struct SuperviseArgs {
     /// The devices the filter allows, in the v1 `devices.allow` syntax (repeatable).
     #[arg(long = "device-rule", value_name = "RULE")]
     pub device_rules: Vec<String>,
+    /// Start the task only once the line `start` arrives on standard input: the agent sends it
+    /// once its journal holds the start. Input that ends first (the agent died before that, or
+    /// could not journal it) ends this supervisor without starting the task, so that no copy
+    /// runs that a restarted agent would not know of and start again.
+    #[arg(long)]
+    pub wait_start: bool,
     /// The task's command line.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -107,6 +117,26 @@ fn kill_group(pgid: u32) {
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGKILL,
     );
+}
+
+/// Wait for the agent's `start` line on standard input (`--wait-start`); a stop or the end of
+/// input first is the record of a task that never started.
+async fn confirmed(term: &mut tokio::signal::unix::Signal) -> Result<(), ExitRecord> {
+    use tokio::io::AsyncBufReadExt;
+    let mut line = String::new();
+    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    let never = |message: &str| ExitRecord {
+        code: None,
+        how: "stopped".into(),
+        message: message.into(),
+    };
+    tokio::select! {
+        r = stdin.read_line(&mut line) => match r {
+            Ok(_) if line.trim() == "start" => Ok(()),
+            _ => Err(never("not started: the agent did not confirm the start (it ended first)")),
+        },
+        _ = term.recv() => Err(never("")),
+    }
 }
 
 /// Run the supervisor; returns its exit code (the task's, or 1).
@@ -181,6 +211,11 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
             };
         }
     };
+    if a.wait_start
+        && let Err(record) = confirmed(&mut term).await
+    {
+        return record;
+    }
     // The task runs under its guard ([`crate::guard`]), which starts it in a process group of
     // its own, records that group (so that an agent restarted after this supervisor was killed
     // can find and stop what is left of the task) and kills it if this supervisor dies; a

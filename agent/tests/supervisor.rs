@@ -2,7 +2,8 @@
 //! tasks that record their own processes: a preemption gives the checkpoint signal and the grace;
 //! a supervisor killed with SIGKILL takes its task's whole process group with it; the guard
 //! killed with it still takes the task's first process, and what is left is found and killed from
-//! the group the supervisor recorded. Every verdict is read from `/proc` and the task's own files.
+//! the group the supervisor recorded; a supervisor told to wait for the agent's journal starts
+//! its task only when told, and never if the agent is gone first. Every verdict is read from `/proc` and the task's own files.
 #![allow(clippy::unwrap_used)]
 
 use std::os::unix::process::CommandExt;
@@ -22,6 +23,17 @@ fn supervise(dir: &Path, script: &str, grace_ms: u64) -> Child {
 
 /// A supervisor running `command`, with a lease that stays fresh for a minute.
 fn supervise_command(dir: &Path, command: &[&str], grace_ms: u64) -> Child {
+    supervise_with(dir, command, grace_ms, &[], Stdio::null())
+}
+
+/// A supervisor running `command` with `extra` arguments and `stdin`.
+fn supervise_with(
+    dir: &Path,
+    command: &[&str],
+    grace_ms: u64,
+    extra: &[&str],
+    stdin: Stdio,
+) -> Child {
     let lease = dir.join("lease");
     std::fs::write(&lease, "me").unwrap();
     Command::new(BIN)
@@ -36,9 +48,10 @@ fn supervise_command(dir: &Path, command: &[&str], grace_ms: u64) -> Child {
         .arg(dir.join("t.stdout"))
         .arg("--stderr")
         .arg(dir.join("t.stderr"))
+        .args(extra)
         .arg("--")
         .args(command)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .process_group(0)
         .spawn()
         .unwrap()
@@ -219,4 +232,38 @@ fn what_outlives_a_killed_supervisor_and_guard_is_killed_from_the_record() {
     assert!(alive(child), "the scenario needs a process left over");
     assert_eq!(kill_recorded(group, Duration::from_secs(20)), 1);
     assert!(!alive(child), "the recorded group's kill left a process");
+}
+
+/// `--wait-start`: the task starts only once `start` arrives on the supervisor's input (the
+/// agent's journal holds the start); input that ends first (the agent died before its write)
+/// ends the supervisor with the task never started.
+#[test]
+fn a_supervisor_starts_its_task_only_once_the_agent_confirms_the_start() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let up = dir.join("up");
+    let script = format!("echo up > '{}'", up.display());
+    let command = ["sh", "-c", script.as_str()];
+    let wait = ["--wait-start"];
+    // Never confirmed: the input ends (as when the agent is killed) and nothing ran.
+    let mut sup = supervise_with(dir, &command, 0, &wait, Stdio::piped());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !up.exists(),
+        "the task started before its start was confirmed"
+    );
+    drop(sup.stdin.take());
+    sup.wait().unwrap();
+    let r = ExitRecord::read(&dir.join("t.exit")).unwrap();
+    assert_eq!((r.how.as_str(), r.code), ("stopped", None), "{r:?}");
+    assert!(r.message.contains("not started"), "{r:?}");
+    assert!(!up.exists(), "an unconfirmed task ran");
+    // Confirmed: it runs and its exit is recorded as usual.
+    let mut sup = supervise_with(dir, &command, 0, &wait, Stdio::piped());
+    sup.stdin.take().unwrap().write_all(b"start\n").unwrap();
+    sup.wait().unwrap();
+    let r = ExitRecord::read(&dir.join("t.exit")).unwrap();
+    assert_eq!((r.how.as_str(), r.code), ("exited", Some(0)), "{r:?}");
+    assert!(up.exists(), "the confirmed task did not run");
 }

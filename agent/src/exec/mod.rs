@@ -139,6 +139,10 @@ pub trait Executor: Send {
         spec: &TaskSpec,
         alloc: &Allocation,
     ) -> Result<Enforcement, ExecError>;
+    /// The start of `task` is journaled: its program may begin. A supervised task waits for
+    /// this, so that no copy runs whose start a restarted agent could not know; executors whose
+    /// tasks begin at [`Executor::start`] ignore it.
+    fn confirm(&mut self, _task: TaskId) {}
     /// Stop a task (its `Exited` event follows with code `None`); unknown tasks are ignored.
     fn stop(&mut self, task: TaskId);
     /// Preempt a task: SIGTERM to it (its checkpoint signal), its spec's `grace_seconds` to end,

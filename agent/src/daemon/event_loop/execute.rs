@@ -158,7 +158,8 @@ impl Daemon {
         }
     }
 
-    /// Start a task this node won: its GPU devices, the process, the journal's run record.
+    /// Start a task this node won: its GPU devices, the process, the journal's run record, and
+    /// then the go-ahead for the task's program.
     async fn start(
         &mut self,
         task: TaskId,
@@ -233,6 +234,11 @@ impl Daemon {
                     reason: format!("the journal cannot record the start: {e}"),
                 });
             }
+        }
+        if started.is_ok() {
+            // Only now may the task's program begin: had this agent died before the journal
+            // held the start, its supervisor would have ended without starting it.
+            p.executor.confirm(task);
         }
         match started {
             Ok(enforcement) => {

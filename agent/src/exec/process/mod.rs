@@ -107,6 +107,7 @@ impl Supervision {
             log.with_extension("stdout").display().to_string(),
             "--stderr".into(),
             log.with_extension("stderr").display().to_string(),
+            "--wait-start".into(),
         ];
         // The supervisor attaches the device filter and holds it as long as the task runs.
         if let Some((group, policy)) = filter_at {
@@ -133,6 +134,9 @@ struct Running {
     pinned: Vec<usize>,
     /// The supervisor's process (supervised tasks only).
     handle: Option<Handle>,
+    /// Where to say `start` to a supervisor that waits for the journal (taken by
+    /// [`Executor::confirm`]; dropped unsaid, the supervisor ends without starting the task).
+    confirm: Option<std::io::PipeWriter>,
 }
 
 /// What a task's command is run through when the agent holds ambient capabilities: they are
@@ -415,6 +419,7 @@ impl Executor for ProcessExecutor {
                 pinned,
                 handle: None,
                 grace,
+                confirm: None,
             },
         );
         drop(running);
@@ -452,6 +457,22 @@ impl Executor for ProcessExecutor {
             ended(&registry, &cgroups, &events, task, code, stopped).await;
         });
         Ok(enforcement)
+    }
+
+    fn confirm(&mut self, task: TaskId) {
+        let pipe = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&task)
+            .and_then(|r| r.confirm.take());
+        // A few bytes into an empty pipe: never blocks. A supervisor gone already cannot read
+        // it (the write fails) and its exit follows as for any supervisor that ended.
+        if let Some(mut pipe) = pipe
+            && let Err(e) = std::io::Write::write_all(&mut pipe, b"start\n")
+        {
+            tracing::warn!(%task, error = %e, "cannot confirm a start to its supervisor");
+        }
     }
 
     fn stop(&mut self, task: TaskId) {

@@ -49,7 +49,11 @@ pub(super) fn start(
     // Earlier attempts' output stays in the log (appended): this one's progress is read from
     // what the log holds now on, before the supervisor writes this attempt's marker.
     let from = std::fs::metadata(log.with_extension("stdout")).map_or(0, |m| m.len());
+    // The supervisor waits on this pipe for the journal's write (`--wait-start`). Both ends are
+    // close-on-exec here, so no other child holds the writer: the agent's death ends its input.
+    let (confirm_rx, confirm) = std::io::pipe().map_err(|e| spawn_err(e.to_string()))?;
     let mut child = cmd
+        .stdin(Stdio::from(confirm_rx))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(false)
@@ -68,6 +72,7 @@ pub(super) fn start(
             handle,
             // The supervisor has the task's grace (`--grace-ms`).
             grace: std::time::Duration::ZERO,
+            confirm: Some(confirm),
         },
     );
     let end = async move {
@@ -110,6 +115,7 @@ pub(super) fn adopt(ex: &ProcessExecutor, sup: Supervision, task: TaskId, h: Han
             pinned: Vec::new(),
             handle: Some(h),
             grace: std::time::Duration::ZERO,
+            confirm: None,
         },
     );
     // Not our child: poll until the process is gone.
