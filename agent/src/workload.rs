@@ -58,6 +58,7 @@ impl Observed {
                 task: &e.task,
                 state: &e.state,
                 class: &e.meta.spec.task_type,
+                work: e.meta.spec.work,
             }),
         );
     }

@@ -66,6 +66,11 @@ pub(crate) struct ImportArgs {
     /// 2023's gpu_milli) [default: 1, whole devices, or the --cluster scenario's].
     #[arg(long)]
     gpu_step: Option<f64>,
+    /// Gavel: every job declares its work (its steps, which the trace lists and a submitter
+    /// states), so the speed estimator measures each job type per step rather than per job
+    /// (`declare_work = true` in the scenario)
+    #[arg(long)]
+    declare_work: bool,
     /// Scenario name [default: the file's stem].
     #[arg(long)]
     name: Option<String>,
@@ -132,6 +137,7 @@ pub(crate) fn import(a: ImportArgs) -> Result<()> {
     opts.until_s = a.until;
     opts.gpu_models = a.gpu_model.clone();
     opts.gpu_step = a.gpu_step;
+    opts.declare_work = a.declare_work;
     opts.throughputs = match &a.throughputs {
         Some(p) => {
             Some(Throughputs::from_json(&read(p)?).with_context(|| p.display().to_string())?)

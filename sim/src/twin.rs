@@ -8,7 +8,9 @@
 //! by the fastest GPU model the class was measured on, at the fastest model's pace) and its
 //! `gpu_speed` on each model the figures' ratio at its minimum demand, each task's size what its
 //! runs measured ([`tapfinger::twin::sizes`]), its reachable boxes by label, its own demands and
-//! priority where not its class's, the start-up and re-share costs the estimator measured.
+//! priority where not its class's, the start-up and re-share costs the estimator measured, and,
+//! where every task declared its work, `declare_work` (the estimator's figures are then per
+//! unit of work, and the twin's tasks declare theirs as the cluster's did).
 //! Nothing of the episode's true speed model reaches it: what the twin knows is what the
 //! estimator learned from progress.
 
@@ -233,6 +235,12 @@ pub fn scenario_toml(w: &Workload, name: &str) -> Result<String, String> {
         w.slot_seconds,
         100_000u64.max(span * 20 + serial as u64 * 4 + 1000)
     );
+    // Where every task declared its work, the twin's tasks declare theirs too (their sizes), so
+    // that its estimator measures per unit of work as the cluster's did and its policies see
+    // the estimates the cluster's saw.
+    if w.tasks.iter().all(|t| t.work.is_some()) {
+        let _ = writeln!(t, "declare_work = true");
+    }
     let kinds: Vec<String> = w
         .kinds
         .iter()

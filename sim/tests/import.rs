@@ -413,3 +413,22 @@ fn the_cli_writes_a_scenario_that_runs() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// `--declare-work`: a Gavel replay's jobs declare their work (the steps the trace lists);
+/// a format whose sizes are recorded durations refuses it, naming why.
+#[test]
+fn gavel_jobs_may_declare_their_steps_and_other_formats_may_not() {
+    let mut o = opts("gavel");
+    o.declare_work = true;
+    let (_, sc) = replay_with("gavel_msr.trace", &o);
+    assert!(sc.declare_work);
+    let (_, plain) = replay("gavel", "gavel_msr.trace");
+    assert!(!plain.declare_work);
+    let mut o = opts("philly");
+    o.declare_work = true;
+    let e = import(&sample("cluster_job_log.json"), &o).unwrap_err();
+    assert!(
+        matches!(&e, ImportError::BadOption(m) if m.contains("only Gavel")),
+        "{e}"
+    );
+}

@@ -257,3 +257,83 @@ fn a_job_seen_only_on_a_slow_model_replays_at_each_models_figures() {
         }
     }
 }
+
+/// A class whose long tasks ran on the fast GPU model and short ones on the slow one: from
+/// progress alone the estimator takes the sizes for speeds (the slow model looks the faster),
+/// and so does a twin built on its figures. Where the tasks declare their work the estimator
+/// measures per unit of work, the twin's speed on each model is the true one, and the twin's
+/// tasks declare theirs too.
+#[test]
+fn declared_work_keeps_a_models_speed_apart_from_the_sizes_that_ran_there() {
+    let scenario = |declare: bool| {
+        let mut rows = String::new();
+        for i in 0..6 {
+            // Eight mean tasks' work on the V100 box, one on the K80 box (a quarter as fast).
+            rows += &format!("{},job,8,v100\n{},job,1,k80\n", i * 3, i * 3 + 1);
+        }
+        format!(
+            r#"name = "confound"
+lambda = 0.5
+tasks = 12
+slot_seconds = 60
+max_slots = 100000
+declare_work = {declare}
+resources = [{{ name = "cpu", unit = "cores" }}, {{ name = "gpu", unit = "GPUs" }}, {{ name = "mem", unit = "GiB" }}]
+
+[[nodes]]
+name = "fast"
+capacity = [8, 1, 64]
+gpu_model = "v100"
+labels = ["v100"]
+
+[[nodes]]
+name = "slow"
+capacity = [8, 1, 64]
+gpu_model = "k80"
+labels = ["k80"]
+
+[[task_types]]
+name = "job"
+min_demand = [1, 1, 1]
+max_demand = [1, 1, 1]
+speed = {{ model = "table", rows = "type,cpu,gpu,mem,seconds\njob,1,1,1,600\n" }}
+gpu_speed = {{ "k80" = 0.25 }}
+
+[trace]
+rows = """
+arrival,type,size,require
+{rows}"""
+"#
+        )
+    };
+    // The twin's speed on the K80 box relative to the V100 box's, and the twin's scenario.
+    let k80_over_v100 = |declare: bool| {
+        let sc = Scenario::from_toml(&scenario(declare), "confound", None).unwrap();
+        let sim = Simulator::new(sc);
+        let (_, w) = twin::observe(&sim, policies::build(&sim, "tiresias").unwrap(), 100).unwrap();
+        assert_eq!(w.tasks.iter().all(|t| t.work.is_some()), declare);
+        let toml = twin::scenario_toml(&w, "twin").unwrap();
+        let sc = Scenario::from_toml(&toml, "twin", None).unwrap_or_else(|e| panic!("{e}"));
+        let ty = &sc.types[0];
+        let pace = |model: &str| {
+            let node = sc
+                .nodes
+                .iter()
+                .find(|n| n.gpu_model.as_deref() == Some(model));
+            ty.pace(node.unwrap())
+        };
+        (pace("k80") / pace("v100"), sc.declare_work)
+    };
+    let (undeclared, twin_declares) = k80_over_v100(false);
+    assert!(!twin_declares);
+    assert!(
+        undeclared > 1.0,
+        "from progress alone the slow model should look the faster here: {undeclared}"
+    );
+    let (declared, twin_declares) = k80_over_v100(true);
+    assert!(twin_declares, "the twin's tasks declare their work too");
+    assert!(
+        (declared / 0.25 - 1.0).abs() < 0.02,
+        "the K80's speed over the V100's on the twin: {declared}, truly 0.25"
+    );
+}

@@ -123,6 +123,12 @@ pub struct TaskRecord {
     /// Its exit code, if it finished and one is known.
     #[serde(default)]
     pub code: Option<i32>,
+    /// The work its submitter declared (a spec's `work`: epochs, steps; in its class's unit),
+    /// if it did: the speed estimator then measures the class per unit of work, which is what
+    /// keeps one class's figures on two GPU models apart from the sizes of the tasks that
+    /// happened to run on each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work: Option<f64>,
 }
 
 /// A stretch of slots a task ran on one box at one allocation.
@@ -282,6 +288,7 @@ mod tests {
             }],
             finished: Some(arrival + 4),
             code: Some(0),
+            work: None,
         };
         Workload {
             format: FORMAT.into(),

@@ -27,6 +27,8 @@ pub struct Seen<'a> {
     pub state: &'a TaskState,
     /// Its class's name.
     pub class: &'a str,
+    /// The work its submitter declared, if any (a spec's `work`).
+    pub work: Option<f64>,
 }
 
 /// What the recorder keeps of a task.
@@ -75,6 +77,7 @@ impl Recorder {
                     runs: Vec::new(),
                     finished: None,
                     code: None,
+                    work: s.work,
                 },
                 class_name: s.class.to_string(),
                 open: false,
@@ -371,6 +374,7 @@ mod tests {
                 task: t,
                 state,
                 class: "c",
+                work: None,
             }]
         }
         r.observe(3, s(&t, &pending));

@@ -31,7 +31,9 @@ pub fn size_of(t: &TaskRecord, start_cost: f64) -> Option<f64> {
     (progress >= MIN_PROGRESS && work > 0.0).then(|| work / progress)
 }
 
-/// Every task's size in `w` (by task order): measured where its runs say, else its class's
+/// Every task's size in `w` (by task order): measured where its runs say; else, where it
+/// declared its work, that times its class's median measured size per unit declared (a
+/// declared fine-tune of 30 epochs that barely ran is not a median task); else its class's
 /// median measured size, else 1.
 pub fn sizes(w: &Workload) -> Vec<f64> {
     let start = |class: u16| {
@@ -41,21 +43,29 @@ pub fn sizes(w: &Workload) -> Vec<f64> {
             .map_or(0.0, |c| c.start_cost)
     };
     let measured: Vec<Option<f64>> = w.tasks.iter().map(|t| size_of(t, start(t.class))).collect();
-    let median = |class: u16| {
+    let median = |class: u16, per: &dyn Fn(&TaskRecord, f64) -> Option<f64>| {
         let mut v: Vec<f64> = w
             .tasks
             .iter()
             .zip(&measured)
             .filter(|(t, _)| t.class == class)
-            .filter_map(|(_, m)| *m)
+            .filter_map(|(t, m)| per(t, (*m)?))
             .collect();
         v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(1.0)
+        v.get(v.len() / 2).copied()
     };
+    let declared = |t: &TaskRecord| t.work.filter(|x| x.is_finite() && *x > 0.0);
     w.tasks
         .iter()
         .zip(&measured)
-        .map(|(t, m)| m.unwrap_or_else(|| median(t.class)))
+        .map(|(t, m)| {
+            m.or_else(|| {
+                let work = declared(t)?;
+                median(t.class, &|u, m| Some(m / declared(u)?)).map(|per| per * work)
+            })
+            .or_else(|| median(t.class, &|_, m| Some(m)))
+            .unwrap_or(1.0)
+        })
         .collect()
 }
 
@@ -94,6 +104,7 @@ mod tests {
                 run(4, 6, (0.5, 1.0), 1.0, false),
             ],
             finished: Some(6),
+            work: None,
             code: Some(0),
         };
         assert!((size_of(&t, 0.0).unwrap() - 3.0).abs() < 1e-9);
@@ -102,5 +113,43 @@ mod tests {
         let mut none = t.clone();
         none.runs.clear();
         assert_eq!(size_of(&none, 0.0), None);
+    }
+
+    /// A task that barely ran takes its class's size per declared work times its own
+    /// declared work; one that declared nothing the class's median.
+    #[test]
+    fn a_task_that_barely_ran_is_sized_by_its_declared_work() {
+        let task = |id: u64, runs: Vec<RunRecord>, work: Option<f64>| TaskRecord {
+            id: TaskId(id),
+            class: 0,
+            arrival: 0,
+            priority: 0,
+            min_demand: Resources(vec![1]),
+            max_demand: None,
+            reachable: vec![],
+            runs,
+            finished: None,
+            code: None,
+            work,
+        };
+        let w = Workload {
+            format: crate::twin::FORMAT.into(),
+            slot_seconds: 60.0,
+            from_slot: 0,
+            to_slot: 10,
+            kinds: vec![],
+            nodes: vec![],
+            classes: vec![],
+            tasks: vec![
+                // Twice a mean task, declared as 4 units: half a mean task per unit.
+                task(1, vec![run(0, 2, (0.0, 1.0), 1.0, true)], Some(4.0)),
+                task(2, vec![run(0, 1, (0.0, 0.01), 1.0, true)], Some(10.0)),
+                task(3, vec![], None),
+            ],
+        };
+        let s = sizes(&w);
+        assert!((s[0] - 2.0).abs() < 1e-9, "{s:?}");
+        assert!((s[1] - 5.0).abs() < 1e-9, "{s:?}");
+        assert!((s[2] - 2.0).abs() < 1e-9, "{s:?}");
     }
 }

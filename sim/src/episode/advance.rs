@@ -26,6 +26,10 @@ impl Episode<'_> {
                     task: &e.task,
                     state: &e.state,
                     class: &sc.types[usize::from(e.task.ty.0)].name,
+                    // What its submitter declared, as `arrive` declared it to the ledger.
+                    work: sc
+                        .declare_work
+                        .then(|| crate::workload::size_of(&self.sizes, e.task.id)),
                 }),
             );
         }

@@ -108,6 +108,11 @@ pub struct ImportOptions {
     /// GPUs per grid unit (`None`: the `--cluster` scenario's, else 1: whole devices). Below 1,
     /// a job asking for a fraction of a GPU keeps it.
     pub gpu_step: Option<f64>,
+    /// Gavel: every job declares its work (its steps, which the trace lists and its submitter
+    /// states), so the speed estimator measures each job type per step
+    /// ([`crate::scenario::ScenarioFile::declare_work`]). No other format says a job's work
+    /// before it runs (their sizes are its recorded duration), so it is Gavel's only.
+    pub declare_work: bool,
     /// Name of the scenario written.
     pub name: String,
 }
@@ -127,6 +132,7 @@ impl ImportOptions {
             throughputs: None,
             cluster: ClusterChoice::BuiltIn(Knobs::default()),
             gpu_step: None,
+            declare_work: false,
             name: name.into(),
         }
     }
@@ -286,6 +292,13 @@ fn check_options(opts: &ImportOptions) -> Result<(), ImportError> {
     }
     if opts.limit == 0 {
         return Err(ImportError::BadOption("--limit must be ≥ 1".into()));
+    }
+    if opts.declare_work && opts.format != "gavel" {
+        return Err(ImportError::BadOption(format!(
+            "--declare-work: only Gavel's traces say a job's work (its steps) before it runs; \
+             {}'s sizes are recorded durations, which no submitter knows",
+            opts.format
+        )));
     }
     Ok(())
 }

@@ -89,6 +89,10 @@ impl Written {
         let _ = writeln!(t, "tasks = {}", jobs.len());
         let _ = writeln!(t, "slot_seconds = {slot_seconds}");
         let _ = writeln!(t, "max_slots = {max_slots}");
+        if opts.declare_work {
+            // Each task's size is its steps over its type's median job's: what it declares.
+            let _ = writeln!(t, "declare_work = true");
+        }
         let gpu_unit = if gpu_step == 1.0 {
             String::new()
         } else {
