@@ -255,10 +255,18 @@ fn unsupported(support: &Support, w: &Workload, ran: &Workload) -> f64 {
     }
 }
 
+/// The tasks a judgement's margin is meant for. Judged on fewer, a candidate's gain must be
+/// larger, by `√(EVIDENCE_TASKS / n)` (the noise of a mean over `n` tasks): a window's few
+/// dozen jobs say little of the next, and on Gavel replays of 50-job windows no policy was
+/// best two windows running, so a guard that switched on one window's 8 % ran worse than the
+/// learned policy alone (docs/TWIN.md). Three times the margin at 50 tasks.
+pub const EVIDENCE_TASKS: f64 = 450.0;
+
 /// Keep `current` unless a candidate's gain over it — 1 − the candidate's total JCT over
 /// `current`'s on the windows' twins, each window weighted by its tasks — is above `margin` (a
-/// fraction) plus the twins' error on `current` there (their `current` against what was
-/// measured); then the candidate of the largest gain. `windows` are those since `current` was
+/// fraction; scaled up where fewer than [`EVIDENCE_TASKS`] tasks judge it) plus the twins'
+/// error on `current` there (their `current` against what was measured); then the candidate
+/// of the largest gain. `windows` are those since `current` was
 /// adopted, oldest first: a candidate that wins the latest but lost the ones before by more
 /// does not replace it (a policy that did better on one window's work than on the work before
 /// is a bet on the next window being like the last). An earlier window whose twin only guessed
@@ -285,6 +293,7 @@ pub fn judge(current: &str, windows: &[Judged], margin: f64) -> Decision {
     let last = windows.len() - 1;
     for (name, _) in latest.twin_jcts.iter().filter(|(n, _)| n != current) {
         let (mut now, mut cand, mut now_measured, mut measured) = (0.0, 0.0, 0.0, 0.0);
+        let mut judged = 0.0;
         for (_, w) in windows
             .iter()
             .enumerate()
@@ -294,6 +303,7 @@ pub fn judge(current: &str, windows: &[Judged], margin: f64) -> Decision {
                 continue;
             };
             let n = w.tasks as f64;
+            judged += n;
             now += n * a;
             cand += n * b;
             if w.measured > 0.0 {
@@ -306,7 +316,8 @@ pub fn judge(current: &str, windows: &[Judged], margin: f64) -> Decision {
         }
         let gain = 1.0 - cand / now;
         gains.push((name.clone(), gain));
-        if gain > margin + error(now_measured, measured) && best.as_ref().is_none_or(|b| gain > b.1)
+        let needed = margin * (EVIDENCE_TASKS / judged.max(1.0)).sqrt().max(1.0);
+        if gain > needed + error(now_measured, measured) && best.as_ref().is_none_or(|b| gain > b.1)
         {
             best = Some((name.clone(), gain));
         }
@@ -356,8 +367,11 @@ mod tests {
         }
     }
 
+    /// One window of as many tasks as the margin is meant for.
+    const FULL: usize = EVIDENCE_TASKS as usize;
+
     fn one(measured: f64, v: &[(&str, f64)]) -> Vec<Judged> {
-        vec![win(10, measured, v)]
+        vec![win(FULL, measured, v)]
     }
 
     /// A better candidate replaces the policy in use only beyond the margin, and the way back
@@ -426,8 +440,8 @@ mod tests {
     /// twin only guessed at the candidate, the latest alone judges it, guess or not.
     #[test]
     fn a_candidate_must_win_over_the_windows_that_know_it() {
-        let earlier = win(10, 26.0, &[("tapfinger", 26.0), ("lookahead", 28.5)]);
-        let latest = win(10, 47.0, &[("tapfinger", 47.0), ("lookahead", 43.3)]);
+        let earlier = win(FULL, 26.0, &[("tapfinger", 26.0), ("lookahead", 28.5)]);
+        let latest = win(FULL, 47.0, &[("tapfinger", 47.0), ("lookahead", 43.3)]);
         assert_eq!(
             judge("tapfinger", std::slice::from_ref(&latest), MARGIN).policy,
             "lookahead"
@@ -444,5 +458,23 @@ mod tests {
         latest_guessed.unsupported[1].1 = 0.9;
         let d = judge("tapfinger", &[guessed, latest_guessed], MARGIN);
         assert_eq!(d.policy, "lookahead");
+    }
+
+    /// Judged on fewer tasks than the margin is meant for, a gain must be larger: 10 % moves
+    /// the cluster on 450 tasks, not on 50 (three times the margin there), and 20 % does.
+    #[test]
+    fn a_small_window_needs_a_larger_gain() {
+        let ten = [("tapfinger", 10.0), ("tiresias", 9.0)];
+        let at =
+            |tasks: usize, v: &[(&str, f64)]| judge("tapfinger", &[win(tasks, 10.0, v)], MARGIN);
+        assert_eq!(at(FULL, &ten).policy, "tiresias");
+        assert_eq!(at(50, &ten).policy, "tapfinger");
+        assert_eq!(
+            at(50, &[("tapfinger", 10.0), ("tiresias", 8.0)]).policy,
+            "tiresias"
+        );
+        // Windows since adoption add up: nine windows of 50 judge as one of 450.
+        let nine: Vec<Judged> = (0..9).map(|_| win(50, 10.0, &ten)).collect();
+        assert_eq!(judge("tapfinger", &nine, MARGIN).policy, "tiresias");
     }
 }
