@@ -88,25 +88,34 @@ mod tests {
         }
     }
 
-    /// Three times a mean task's work: 4 slots where a mean task takes 4, then 2 where it takes 1.
-    #[test]
-    fn a_size_is_the_work_of_the_runs_over_the_progress_they_made() {
-        let t = TaskRecord {
-            id: TaskId(1),
+    /// A task of class 0 with `runs` and the work it declared.
+    fn task(id: u64, runs: Vec<RunRecord>, work: Option<f64>) -> TaskRecord {
+        TaskRecord {
+            id: TaskId(id),
             class: 0,
             arrival: 0,
             priority: 0,
             min_demand: Resources(vec![1]),
             max_demand: None,
             reachable: vec![],
-            runs: vec![
+            runs,
+            finished: None,
+            code: None,
+            work,
+        }
+    }
+
+    /// Three times a mean task's work: 4 slots where a mean task takes 4, then 2 where it takes 1.
+    #[test]
+    fn a_size_is_the_work_of_the_runs_over_the_progress_they_made() {
+        let t = task(
+            1,
+            vec![
                 run(0, 4, (0.0, 0.5), 4.0, true),
                 run(4, 6, (0.5, 1.0), 1.0, false),
             ],
-            finished: Some(6),
-            work: None,
-            code: Some(0),
-        };
+            None,
+        );
         assert!((size_of(&t, 0.0).unwrap() - 3.0).abs() < 1e-9);
         // A start-up of half a slot: 3.5 slots of work in the first run.
         assert!((size_of(&t, 0.5).unwrap() - (3.5 / 4.0 + 2.0)).abs() < 1e-9);
@@ -119,19 +128,6 @@ mod tests {
     /// declared work; one that declared nothing the class's median.
     #[test]
     fn a_task_that_barely_ran_is_sized_by_its_declared_work() {
-        let task = |id: u64, runs: Vec<RunRecord>, work: Option<f64>| TaskRecord {
-            id: TaskId(id),
-            class: 0,
-            arrival: 0,
-            priority: 0,
-            min_demand: Resources(vec![1]),
-            max_demand: None,
-            reachable: vec![],
-            runs,
-            finished: None,
-            code: None,
-            work,
-        };
         let w = Workload {
             format: crate::twin::FORMAT.into(),
             slot_seconds: 60.0,

@@ -178,6 +178,15 @@ fn least_used_cpus(total: usize, n: usize, pinned: impl Iterator<Item = usize>) 
 }
 
 impl ProcessExecutor {
+    /// What `f` takes from `task`'s entry in the registry, if it runs here.
+    fn take<T>(&self, task: TaskId, f: impl FnOnce(&mut Running) -> Option<T>) -> Option<T> {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&task)
+            .and_then(f)
+    }
+
     /// An executor writing logs into `log_dir`, creating cgroups as `cgroups` allows.
     pub fn new(cgroups: Cgroups, log_dir: PathBuf, events: mpsc::Sender<ExecEvent>) -> Self {
         let taskset = installed("taskset");
@@ -460,12 +469,7 @@ impl Executor for ProcessExecutor {
     }
 
     fn confirm(&mut self, task: TaskId) {
-        let pipe = self
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&task)
-            .and_then(|r| r.confirm.take());
+        let pipe = self.take(task, |r| r.confirm.take());
         // A few bytes into an empty pipe: never blocks. A supervisor gone already cannot read
         // it (the write fails) and its exit follows as for any supervisor that ended.
         if let Some(mut pipe) = pipe
@@ -477,24 +481,14 @@ impl Executor for ProcessExecutor {
 
     fn stop(&mut self, task: TaskId) {
         // The entry stays until the process has exited (its waiter removes it).
-        let stop = self
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&task)
-            .and_then(|r| r.stop.take());
+        let stop = self.take(task, |r| r.stop.take());
         if let Some(tx) = stop {
             let _ = tx.send(None);
         }
     }
 
     fn preempt(&mut self, task: TaskId) {
-        let stop = self
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&task)
-            .and_then(|r| Some((r.stop.take()?, r.grace)));
+        let stop = self.take(task, |r| Some((r.stop.take()?, r.grace)));
         if let Some((tx, grace)) = stop {
             let _ = tx.send(Some(grace));
         }
