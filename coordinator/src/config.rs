@@ -65,7 +65,8 @@ pub struct CoordinatorConfig {
     /// Finished tasks a workload needs before it is judged (fewer say too little).
     pub guard_min_tasks: usize,
     /// How much better (a fraction of average JCT on the twin, beyond the twin's own error on
-    /// the policy in force) another policy must be to replace the one in force.
+    /// the policy in force and one standard error of the gain over the tasks judged) another
+    /// policy must be to replace the one in force.
     pub guard_margin: f64,
     /// Fine-tuning on the twin: every `tune_every_s`, after a judgement, the version in use is
     /// trained this many iterations on the twin of the judged workload's earlier tasks and
