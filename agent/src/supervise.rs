@@ -119,6 +119,23 @@ fn kill_group(pgid: u32) {
     );
 }
 
+/// The device filter `a` asks for, attached to its group and held while it lives (`None`: none
+/// asked for); why not, where it cannot be.
+fn device_filter(a: &SuperviseArgs) -> Result<Option<crate::devices::Filter>, String> {
+    let Some(group) = &a.device_filter else {
+        return Ok(None);
+    };
+    let rules: Option<Vec<_>> = a
+        .device_rules
+        .iter()
+        .map(|l| crate::devices::DeviceRule::parse(l))
+        .collect();
+    let rules = rules.ok_or_else(|| format!("a device rule is not one: {:?}", a.device_rules))?;
+    crate::devices::Filter::attach(&crate::devices::DevicePolicy { rules }, group)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
 /// Wait for the agent's `start` line on standard input (`--wait-start`); a stop or the end of
 /// input first is the record of a task that never started.
 async fn confirmed(term: &mut tokio::signal::unix::Signal) -> Result<(), ExitRecord> {
@@ -167,30 +184,14 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
         }
     };
     // The device filter first: a task that could not be kept to its devices does not start.
-    let _filter = match &a.device_filter {
-        None => None,
-        Some(group) => {
-            let rules: Option<Vec<_>> = a
-                .device_rules
-                .iter()
-                .map(|l| crate::devices::DeviceRule::parse(l))
-                .collect();
-            let attached = rules
-                .ok_or_else(|| format!("a device rule is not one: {:?}", a.device_rules))
-                .and_then(|rules| {
-                    crate::devices::Filter::attach(&crate::devices::DevicePolicy { rules }, group)
-                        .map_err(|e| e.to_string())
-                });
-            match attached {
-                Ok(f) => Some(f),
-                Err(message) => {
-                    return ExitRecord {
-                        code: None,
-                        how: "spawn".into(),
-                        message,
-                    };
-                }
-            }
+    let _filter = match device_filter(a) {
+        Ok(f) => f,
+        Err(message) => {
+            return ExitRecord {
+                code: None,
+                how: "spawn".into(),
+                message,
+            };
         }
     };
     use tokio::signal::unix::{SignalKind, signal};

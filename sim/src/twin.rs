@@ -269,6 +269,19 @@ pub fn scenario_toml(w: &Workload, name: &str) -> Result<String, String> {
     for c in &w.classes {
         write_class(&mut t, w, c, &class_names[&c.id])?;
     }
+    write_trace(&mut t, w, &sizes, &node_names, &class_names, t0);
+    Ok(t)
+}
+
+/// The `[trace]` of workload `w`'s twin: a row per task (arrivals from `t0`), with `sizes`.
+fn write_trace(
+    t: &mut String,
+    w: &Workload,
+    sizes: &[f64],
+    node_names: &BTreeMap<NodeId, &str>,
+    class_names: &BTreeMap<u16, String>,
+    t0: u64,
+) {
     // A task's own demands and priority where they are not its class's (the class holds the
     // least minimum and the largest maximum of its tasks): the columns only where some task's
     // differ, so a workload of uniform classes writes the plain trace.
@@ -283,12 +296,12 @@ pub fn scenario_toml(w: &Workload, name: &str) -> Result<String, String> {
     let units =
         |r: &tapfinger::Resources| r.0.iter().map(u32::to_string).collect::<Vec<_>>().join(" ");
     let _ = writeln!(
-        t,
+        *t,
         "\n[trace]\nrows = \"\"\"\narrival,type,size,require{}",
         if per_task { ",min,max,priority" } else { "" }
     );
     let everywhere = w.nodes.len();
-    for (task, size) in w.tasks.iter().zip(&sizes) {
+    for (task, size) in w.tasks.iter().zip(sizes) {
         let require: Vec<String> =
             if task.reachable.is_empty() || task.reachable.len() >= everywhere {
                 Vec::new()
@@ -309,7 +322,7 @@ pub fn scenario_toml(w: &Workload, name: &str) -> Result<String, String> {
             String::new()
         };
         let _ = writeln!(
-            t,
+            *t,
             "{},{},{},{}{extra}",
             task.arrival - t0,
             class_names[&task.class],
@@ -318,7 +331,6 @@ pub fn scenario_toml(w: &Workload, name: &str) -> Result<String, String> {
         );
     }
     let _ = writeln!(t, "\"\"\"");
-    Ok(t)
 }
 
 /// A name a scenario's CSV and TOML take as it is: letters, digits, `-` and `_`.
