@@ -81,6 +81,8 @@ impl Observed {
             kinds,
             nodes: self.boxes.values().cloned().collect(),
             estimator: core.tasks().estimator(),
+            // The links the node core places gangs with.
+            links: Some(tapfinger::placement::gang::Links::EDGE),
         };
         let to = core.slot() + 1;
         self.recorder

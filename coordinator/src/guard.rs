@@ -453,6 +453,7 @@ mod tests {
             }],
             classes: Vec::new(),
             tasks: Vec::new(),
+            links: None,
         };
         assert!(
             g.offer(1, 1, w.clone())

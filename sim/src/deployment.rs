@@ -398,6 +398,12 @@ fn split(sc: &Scenario, seed: u64, windows: usize) -> Result<Vec<(u64, Scenario)
                     min: Some(t.min_demand.clone()),
                     max: t.max_demand.clone(),
                     priority: Some(t.priority),
+                    // A trace's own gang stays one (drawn gangs are drawn again per window).
+                    gang: sc
+                        .trace
+                        .as_ref()
+                        .and_then(|tr| tr.get(t.id.0 as usize))
+                        .and_then(|r| r.gang.clone()),
                 })
                 .collect();
             let mut s = base.clone();

@@ -197,7 +197,8 @@ impl Gangs {
         slot_seconds: f64,
     ) -> BTreeMap<TaskId, GangTruth> {
         let mut truths = BTreeMap::new();
-        for t in tasks.iter_mut() {
+        // A trace's own gangs keep their shapes ([`crate::trace`]).
+        for t in tasks.iter_mut().filter(|t| t.gang.is_none()) {
             let mut rng = tapfinger::seeded_rng(
                 seed ^ 0x6a46_5eed ^ t.id.0.wrapping_mul(0x9E37_79B9_7F4A_7C15),
             );

@@ -16,6 +16,14 @@
 //! type's). A task's own demands lie within its type's: the type's table covers them, and the
 //! type's minimum is what the simulator's lower bound starts from. A cluster's twin writes them
 //! where its tasks of one class asked for different amounts or ran at different priorities.
+//!
+//! A row may be a gang (a multi-box job): `[[trace.gangs]]` entries name the row (`row`, 1 for
+//! the first row after the header), its `shape` (as a user submits it: workers, parameter
+//! servers, their demands, the compute time and gradient size it states), the worker
+//! `iterations` it does, and, if not the stated one, its true `compute_seconds` per iteration.
+//! The row's `min` and `max` are ignored (a member's demand is the shape's) and the scenario
+//! must have a `[gangs]` section (the links and the placer); its `share` then draws more gangs
+//! among the other rows, 0 for none. A cluster's twin writes its observed gangs so.
 
 use serde::Deserialize;
 use std::path::Path;
@@ -31,6 +39,34 @@ pub struct TraceSpec {
     /// A CSV file, relative to the scenario file.
     #[serde(default)]
     pub csv: Option<String>,
+    /// The rows that are gangs.
+    #[serde(default)]
+    pub gangs: Vec<TraceGang>,
+}
+
+/// A row that is a gang (module doc).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceGang {
+    /// The row, 1 for the first after the header.
+    pub row: usize,
+    /// Its shape.
+    pub shape: tapfinger::placement::gang::GangShape,
+    /// Worker iterations it does.
+    pub iterations: f64,
+    /// True seconds of compute per iteration (default: the shape's stated).
+    #[serde(default)]
+    pub compute_seconds: Option<f64>,
+}
+
+impl TraceGang {
+    /// What the simulator keeps secret of it.
+    pub fn truth(&self) -> crate::gangs::GangTruth {
+        crate::gangs::GangTruth {
+            iterations: self.iterations,
+            compute_seconds: self.compute_seconds.unwrap_or(self.shape.compute_seconds),
+        }
+    }
 }
 
 /// One recorded task.
@@ -50,6 +86,8 @@ pub struct TraceTask {
     pub max: Option<Resources>,
     /// Its own priority class (`None`: its type's).
     pub priority: Option<u8>,
+    /// Its gang, if it is one.
+    pub gang: Option<Box<TraceGang>>,
 }
 
 impl TraceTask {
@@ -175,6 +213,7 @@ pub fn parse(
             min: None,
             max: None,
             priority: None,
+            gang: None,
         };
         for (e, field) in extra.iter().zip(&f[4..]) {
             match e {
@@ -199,6 +238,28 @@ pub fn parse(
     }
     if out.is_empty() {
         return Err("no rows".into());
+    }
+    for g in &spec.gangs {
+        let bad = |why: String| Err(format!("gang of row {}: {why}", g.row));
+        let Some(task) = g.row.checked_sub(1).and_then(|i| out.get_mut(i)) else {
+            return bad(format!("the trace has rows 1 to {}", out.len()));
+        };
+        if task.gang.is_some() {
+            return bad("a second gang for the row".into());
+        }
+        if let Err(e) = tapfinger::placement::gang::validate(&g.shape) {
+            return bad(e);
+        }
+        if g.shape.worker_demand.len() != kinds || g.shape.ps_demand.len() != kinds {
+            return bad(format!(
+                "its demands must name the scenario's {kinds} resource kinds"
+            ));
+        }
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        if !positive(g.iterations) || !g.compute_seconds.is_none_or(positive) {
+            return bad("iterations and compute_seconds must be numbers > 0".into());
+        }
+        task.gang = Some(Box::new(g.clone()));
     }
     // By arrival; a stable sort keeps the file's order among equal arrivals.
     out.sort_by_key(|t| t.arrival);

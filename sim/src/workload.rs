@@ -63,6 +63,26 @@ fn replay(sc: &Scenario, trace: &[crate::trace::TraceTask]) -> Vec<Task> {
         .enumerate()
         .map(|(i, t)| {
             let def = &sc.types[t.ty];
+            if let Some(g) = &t.gang {
+                // A gang's members may go to any box that carries the label (a member's demand
+                // is the shape's; the episode's placer checks that it fits).
+                return Task {
+                    id: TaskId(i as u64),
+                    ty: TaskTypeId(t.ty as u16),
+                    reachable: sc
+                        .nodes
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, n)| t.admits(&n.labels))
+                        .map(|(i, _)| tapfinger::NodeId(i as u32))
+                        .collect(),
+                    min_demand: g.shape.worker_demand.clone(),
+                    max_demand: None,
+                    priority: t.priority.unwrap_or(def.priority),
+                    arrival: t.arrival,
+                    gang: Some(Box::new(g.shape.clone())),
+                };
+            }
             let min_demand = t.min.clone().unwrap_or_else(|| def.min_demand.clone());
             Task {
                 id: TaskId(i as u64),

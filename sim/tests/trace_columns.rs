@@ -8,6 +8,12 @@ use tapfinger_sim::{Scenario, Simulator, policies, twin, workload};
 type Replayed = (Vec<u32>, Option<Vec<u32>>, u8, Vec<u32>);
 
 fn scenario(rows: &str) -> Result<Scenario, String> {
+    scenario_with(rows, "", "")
+}
+
+/// [`scenario`] with `gangs` after the trace's rows (its `[[trace.gangs]]`) and `section`
+/// before it (a `[gangs]` section).
+fn scenario_with(rows: &str, gangs: &str, section: &str) -> Result<Scenario, String> {
     let text = format!(
         r#"
 name = "own-demands"
@@ -36,11 +42,12 @@ name = "train"
 min_demand = [1, 1]
 max_demand = [8, 2]
 speed = {{ model = "synthetic", w = [0.5, 1.0], b = 0.5 }}
-
+{section}
 [trace]
 rows = """
 {rows}
 """
+{gangs}
 "#
     );
     Scenario::from_toml(&text, "own-demands", None).map_err(|e| e.to_string())
@@ -162,4 +169,31 @@ fn a_twin_replays_each_tasks_own_demand() {
         .filter(|(i, _)| *i != at)
         .all(|(i, t)| t.min_demand == w.tasks[i].min_demand && t.priority == 0);
     assert!(others, "every other task keeps its recorded demand");
+}
+
+/// A row named by `[[trace.gangs]]` replays as that gang: its shape, its members' demand, every
+/// box; without a `[gangs]` section (its links), with a row the trace lacks, or with a gang
+/// that could never fit, the scenario is refused with why.
+#[test]
+fn a_trace_gang_replays_as_its_shape_and_is_refused_where_it_cannot_run() {
+    let rows = "arrival,type,size,require\n0,train,1,\n0,train,1,\n1,train,1,";
+    let gang = |row: usize, lo: u32, hi: u32| {
+        format!(
+            "\n[[trace.gangs]]\nrow = {row}\niterations = 100.0\nshape = {{ workers = [{lo}, {hi}], ps = 1, worker_demand = [1, 0], ps_demand = [1, 0], compute_seconds = 0.5, gradient_bytes = 1e6, restarts = 0, stages = [] }}\n"
+        )
+    };
+    let section = "\n[gangs]\nshare = 0.0\nexternal = 1.25e8\nmax_workers = 4\nworker_demand = { cpu = [1, 1] }\nps_demand = { cpu = 1 }\nwork_slots = [1.0, 1.0]\n";
+    let sc = scenario_with(rows, &gang(2, 1, 3), section).unwrap();
+    let tasks = workload::generate(&sc, 0);
+    let shape = tasks[1].gang.as_ref().expect("row 2 is a gang");
+    assert_eq!(shape.workers, (1, 3));
+    assert_eq!(tasks[1].min_demand.0, vec![1, 0]);
+    assert_eq!(tasks[1].reachable.len(), 2);
+    assert!(tasks[0].gang.is_none() && tasks[2].gang.is_none());
+    let err = scenario_with(rows, &gang(2, 1, 3), "").unwrap_err();
+    assert!(err.contains("needs a `[gangs]` section"), "{err}");
+    let err = scenario_with(rows, &gang(9, 1, 3), section).unwrap_err();
+    assert!(err.contains("rows 1 to 3"), "{err}");
+    let err = scenario_with(rows, &gang(1, 20, 20), section).unwrap_err();
+    assert!(err.contains("can never run"), "{err}");
 }

@@ -14,9 +14,11 @@
 //! (`tapfinger-agent workload export`, read by `tapfinger-sim import --format tapfinger`) is a
 //! contract: its first field is `format` ([`FORMAT`]); fields may be added, these stay.
 
+mod gangs;
 mod record;
 mod sizes;
 
+pub use gangs::{GANG_WORK_SLOTS, gang_works};
 pub use record::{Context, MAX_TASKS, Recorder, Seen};
 pub use sizes::{size_of, sizes};
 
@@ -46,6 +48,9 @@ pub struct Workload {
     pub classes: Vec<ClassRecord>,
     /// Tasks that arrived in the window, by arrival.
     pub tasks: Vec<TaskRecord>,
+    /// The link speeds gangs were placed and ran with, where the workload holds a gang.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links: Option<crate::placement::gang::Links>,
 }
 
 /// A box as the cluster saw it.
@@ -129,6 +134,9 @@ pub struct TaskRecord {
     /// happened to run on each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work: Option<f64>,
+    /// Its shape, if it is a gang (a multi-box job: its runs then list every member).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<Box<crate::task::GangShape>>,
 }
 
 /// A stretch of slots a task ran on one box at one allocation.
@@ -151,6 +159,10 @@ pub struct RunRecord {
     /// The estimator's slots for a task of the class's mean size alone at this allocation on
     /// this box's GPU model, when it ended (what [`sizes`] measures the task's size against).
     pub est_slots: f64,
+    /// A gang's members in rank order (box and allocation each; `node` and `alloc` are rank
+    /// 0's); empty for a single task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<(NodeId, Resources)>,
 }
 
 impl Workload {
@@ -195,6 +207,7 @@ impl Workload {
                 }
             }
             out.tasks.extend(w.tasks);
+            out.links = out.links.or(w.links);
         }
         out.classes.sort_by_key(|c| c.id);
         out.tasks.sort_by_key(|t| (t.arrival, t.id));
@@ -258,6 +271,20 @@ impl Workload {
                     t.min_demand.len()
                 ));
             }
+            if let Some(m) = t
+                .runs
+                .iter()
+                .flat_map(|r| &r.members)
+                .find(|(b, a)| a.len() != n || !self.nodes.iter().any(|x| x.id == *b))
+            {
+                return Err(format!(
+                    "task {}: a gang member on box {} at {:?}, which the workload does not describe",
+                    t.id.0, m.0.0, m.1.0
+                ));
+            }
+        }
+        if self.links.is_none() && self.tasks.iter().any(|t| t.gang.is_some()) {
+            return Err("the workload holds gangs but no link speeds".into());
         }
         Ok(())
     }
@@ -285,10 +312,12 @@ mod tests {
                 progress_to: 1.0,
                 start: true,
                 est_slots: speed,
+                members: vec![],
             }],
             finished: Some(arrival + 4),
             code: Some(0),
             work: None,
+            gang: None,
         };
         Workload {
             format: FORMAT.into(),
@@ -320,6 +349,7 @@ mod tests {
                 start_cost: 0.0,
             }],
             tasks: vec![task(0, 0), task(1, 3)],
+            links: None,
         }
     }
 

@@ -61,10 +61,6 @@ impl Recorder {
     pub fn observe<'a>(&mut self, slot: u64, seen: impl IntoIterator<Item = Seen<'a>>) {
         self.last_slot = self.last_slot.max(slot);
         for s in seen {
-            if s.task.gang.is_some() {
-                // A gang's members run as one job on several boxes: not a run of one box.
-                continue;
-            }
             let kept = self.tasks.entry(s.task.id).or_insert_with(|| Kept {
                 record: TaskRecord {
                     id: s.task.id,
@@ -78,6 +74,7 @@ impl Recorder {
                     finished: None,
                     code: None,
                     work: s.work,
+                    gang: s.task.gang.clone(),
                 },
                 class_name: s.class.to_string(),
                 open: false,
@@ -105,7 +102,9 @@ impl Recorder {
                     kept.record.finished = Some(slot);
                     kept.record.code = *code;
                 }
-                TaskState::Gang { .. } => {}
+                TaskState::Gang {
+                    members, progress, ..
+                } => kept.gang_running(slot, members, *progress),
             }
         }
         self.bound();
@@ -151,8 +150,16 @@ impl Recorder {
             .filter(|k| (from..to).contains(&k.record.arrival))
             .collect();
         let mut classes: BTreeMap<u16, (String, Task)> = BTreeMap::new();
+        // A gang's demand is one member's and it has no maximum: it names its class (a class
+        // of gangs only has a record too) but does not widen a class of single tasks.
         for k in &in_window {
             let r = &k.record;
+            let single = in_window
+                .iter()
+                .any(|o| o.record.class == r.class && o.record.gang.is_none());
+            if single && r.gang.is_some() {
+                continue;
+            }
             let e = classes
                 .entry(r.class)
                 .or_insert_with(|| (k.class_name.clone(), probe(r)));
@@ -167,7 +174,8 @@ impl Recorder {
             .map(|k| {
                 let mut r = k.record.clone();
                 let probe = &classes[&r.class].1;
-                for run in &mut r.runs {
+                // A gang's progress is its placement's, not a class figure's (`gang_work`).
+                for run in r.runs.iter_mut().filter(|run| run.members.is_empty()) {
                     let model = model_of.get(&run.node).copied().flatten().unwrap_or("");
                     run.est_slots = ctx
                         .estimator
@@ -181,6 +189,7 @@ impl Recorder {
             .into_iter()
             .map(|(id, (name, probe))| class_record(id, name, &probe, ctx))
             .collect();
+        let links = ctx.links.filter(|_| tasks.iter().any(|t| t.gang.is_some()));
         Workload {
             format: FORMAT.to_string(),
             slot_seconds: ctx.slot_seconds,
@@ -190,6 +199,7 @@ impl Recorder {
             nodes: ctx.nodes.clone(),
             classes,
             tasks,
+            links,
         }
     }
 
@@ -236,6 +246,40 @@ impl Kept {
             // A run that follows an open one on the same box is a re-share of the same copy.
             start: !(self.open && runs.last().is_some_and(|r| r.node == node)),
             est_slots: 0.0,
+            members: Vec::new(),
+        });
+        self.open = true;
+    }
+
+    /// A gang running as `members` in `slot`, at `progress` when the slot began. A gang keeps
+    /// its members until it ends: new members are a new start (it was requeued and placed
+    /// again).
+    fn gang_running(&mut self, slot: u64, members: &[(NodeId, Resources)], progress: f64) {
+        let runs = &mut self.record.runs;
+        if self.open
+            && let Some(r) = runs.last_mut()
+        {
+            if r.members == members {
+                r.to = slot + 1;
+                r.progress_to = progress;
+                return;
+            }
+            r.to = slot;
+            r.progress_to = progress;
+        }
+        let Some((node, alloc)) = members.first() else {
+            return;
+        };
+        runs.push(RunRecord {
+            node: *node,
+            alloc: alloc.clone(),
+            from: slot,
+            to: slot + 1,
+            progress_from: progress,
+            progress_to: progress,
+            start: true,
+            est_slots: 0.0,
+            members: members.to_vec(),
         });
         self.open = true;
     }
@@ -252,6 +296,8 @@ pub struct Context<'a> {
     pub nodes: Vec<NodeRecord>,
     /// The speed estimator, fed with the progress the cluster observed.
     pub estimator: &'a Estimator,
+    /// The link speeds gangs are placed with (written where the window holds a gang).
+    pub links: Option<crate::placement::gang::Links>,
 }
 
 /// A task of class `r.class` and no declared size: what the estimator's figures for a task of
@@ -396,6 +442,7 @@ mod tests {
                 .to_vec(),
             nodes: vec![],
             estimator: &est,
+            links: None,
         };
         let w = r.export(0, 100, &ctx);
         let runs: Vec<(u32, u32, u64, u64, bool)> = w.tasks[0]

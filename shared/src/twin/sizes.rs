@@ -85,6 +85,7 @@ mod tests {
             progress_to: p.1,
             start,
             est_slots: est,
+            members: vec![],
         }
     }
 
@@ -102,6 +103,7 @@ mod tests {
             finished: None,
             code: None,
             work,
+            gang: None,
         }
     }
 
@@ -142,6 +144,7 @@ mod tests {
                 task(2, vec![run(0, 1, (0.0, 0.01), 1.0, true)], Some(10.0)),
                 task(3, vec![], None),
             ],
+            links: None,
         };
         let s = sizes(&w);
         assert!((s[0] - 2.0).abs() < 1e-9, "{s:?}");

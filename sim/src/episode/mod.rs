@@ -199,9 +199,15 @@ impl<'a> Episode<'a> {
             .collect();
         let mut arrivals = workload::generate(sc, seeds.workload);
         let capacities: Vec<Resources> = sc.nodes.iter().map(|n| n.capacity.clone()).collect();
-        let truths = sc.gangs.as_ref().map_or_else(Default::default, |g| {
+        let mut truths = sc.gangs.as_ref().map_or_else(Default::default, |g| {
             g.assign(&mut arrivals, &capacities, seeds.workload, sc.slot_seconds)
         });
+        // A trace's gangs bring their own truths (its ids are its rows in arrival order).
+        for (i, t) in sc.trace.iter().flatten().enumerate() {
+            if let Some(g) = &t.gang {
+                truths.insert(TaskId(i as u64), g.truth());
+            }
+        }
         if sc.profile_hints {
             crate::profile::hint_profiles(sc, &arrivals, &mut ledger);
         }

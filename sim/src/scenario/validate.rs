@@ -80,6 +80,8 @@ impl Scenario {
             .map(|g| g.check(&c.names))
             .transpose()
             .map_err(|(field, reason)| invalid(field, reason))?;
+        check_trace_gangs(trace.as_deref().unwrap_or_default(), gangs.as_ref(), &nodes)
+            .map_err(|reason| invalid("trace.gangs".into(), reason))?;
         let (priorities, checkpoint_slots) = c.priorities(&f)?;
         let shrink = f
             .shrink
@@ -517,7 +519,8 @@ fn check_trace(
     types: &[TaskType],
     nodes: &[NodeDef],
 ) -> Result<(), String> {
-    for t in trace {
+    // A gang's members have the shape's demands ([`check_trace_gangs`]).
+    for t in trace.iter().filter(|t| t.gang.is_none()) {
         let def = &types[t.ty];
         let min = t.min.as_ref().unwrap_or(&def.min_demand);
         let within = |r: &Resources| {
@@ -543,6 +546,35 @@ fn check_trace(
                 "a task of type {:?} arriving at slot {} (requiring {:?}) fits no node that carries the label",
                 def.name, t.arrival, t.require
             ));
+        }
+    }
+    Ok(())
+}
+
+/// Why a trace's gangs cannot run: the scenario says no link speeds (no `[gangs]` section), or
+/// a gang could never fit the boxes that carry its label, even all free.
+fn check_trace_gangs(
+    trace: &[crate::trace::TraceTask],
+    gangs: Option<&crate::gangs::Gangs>,
+    nodes: &[NodeDef],
+) -> Result<(), String> {
+    for t in trace {
+        let Some(g) = &t.gang else {
+            continue;
+        };
+        let Some(section) = gangs else {
+            return Err(
+                "the trace has gangs: the scenario needs a `[gangs]` section (its links and placer; `share = 0` draws no more)"
+                    .into(),
+            );
+        };
+        let boxes: Vec<Resources> = nodes
+            .iter()
+            .filter(|n| t.admits(&n.labels))
+            .map(|n| n.capacity.clone())
+            .collect();
+        if let Some(why) = g.shape.never_fits(&boxes, section.links) {
+            return Err(format!("the gang of row {} can never run: {why}", g.row));
         }
     }
     Ok(())

@@ -10,9 +10,13 @@
 //! runs measured ([`tapfinger::twin::sizes`]), its reachable boxes by label, its own demands and
 //! priority where not its class's, the start-up and re-share costs the estimator measured, and,
 //! where every task declared its work, `declare_work` (the estimator's figures are then per
-//! unit of work, and the twin's tasks declare theirs as the cluster's did).
+//! unit of work, and the twin's tasks declare theirs as the cluster's did), and each observed
+//! gang as a gang of the trace with the work its runs measured, on the links it ran with
+//! ([`gangs`]).
 //! Nothing of the episode's true speed model reaches it: what the twin knows is what the
 //! estimator learned from progress.
+
+mod gangs;
 
 use crate::episode::Observer;
 use crate::{EpisodeResult, SimError, Simulator};
@@ -32,6 +36,8 @@ struct Twin {
     workload: Option<Workload>,
     /// The estimator as the episode left it.
     estimator: Option<tapfinger::estimate::Estimator>,
+    /// The link speeds gangs are placed with (the agents' configuration).
+    links: Option<tapfinger::placement::gang::Links>,
 }
 
 impl Twin {
@@ -56,6 +62,7 @@ impl Twin {
             recorder: Recorder::new(),
             workload: None,
             estimator: None,
+            links: sc.gangs.as_ref().map(|g| g.links),
         }
     }
 }
@@ -77,6 +84,7 @@ impl Observer for Twin {
             kinds: self.kinds.clone(),
             nodes: self.nodes.clone(),
             estimator,
+            links: self.links,
         };
         self.workload = Some(self.recorder.export(0, slots, &ctx));
         self.estimator = Some(estimator.clone());
@@ -114,6 +122,7 @@ pub fn observe_warm(
         nodes: Vec::new(),
         classes: Vec::new(),
         tasks: Vec::new(),
+        links: None,
     });
     Ok((r, w, twin.estimator.unwrap_or_default()))
 }
@@ -171,6 +180,7 @@ pub fn scenario_toml(w: &Workload, name: &str) -> Result<String, String> {
         return Err("the workload holds no task".into());
     }
     let sizes = tapfinger::twin::sizes(w);
+    let works = tapfinger::twin::gang_works(w);
     let node_names: BTreeMap<NodeId, &str> =
         w.nodes.iter().map(|n| (n.id, n.name.as_str())).collect();
     let class_names: BTreeMap<u16, String> = w
@@ -197,6 +207,7 @@ pub fn scenario_toml(w: &Workload, name: &str) -> Result<String, String> {
         .tasks
         .iter()
         .zip(&sizes)
+        .filter(|(t, _)| t.gang.is_none())
         .map(|(t, s)| {
             let slowest = w
                 .classes
@@ -207,7 +218,8 @@ pub fn scenario_toml(w: &Workload, name: &str) -> Result<String, String> {
                 .map_or(1.0, |r| r.1);
             (slowest * s).ceil()
         })
-        .sum();
+        .sum::<f64>()
+        + gangs::serial_slots(w, &works);
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -238,7 +250,11 @@ pub fn scenario_toml(w: &Workload, name: &str) -> Result<String, String> {
     // Where every task declared its work, the twin's tasks declare theirs too (their sizes), so
     // that its estimator measures per unit of work as the cluster's did and its policies see
     // the estimates the cluster's saw.
-    if w.tasks.iter().all(|t| t.work.is_some()) {
+    if w.tasks
+        .iter()
+        .filter(|t| t.gang.is_none())
+        .all(|t| t.work.is_some())
+    {
         let _ = writeln!(t, "declare_work = true");
     }
     let kinds: Vec<String> = w
@@ -269,7 +285,9 @@ pub fn scenario_toml(w: &Workload, name: &str) -> Result<String, String> {
     for c in &w.classes {
         write_class(&mut t, w, c, &class_names[&c.id])?;
     }
+    gangs::write_section(&mut t, w)?;
     write_trace(&mut t, w, &sizes, &node_names, &class_names, t0);
+    gangs::write_entries(&mut t, w, &works)?;
     Ok(t)
 }
 
@@ -288,9 +306,13 @@ fn write_trace(
     let class_of =
         |task: &tapfinger::twin::TaskRecord| w.classes.iter().find(|c| c.id == task.class);
     let own = |task: &tapfinger::twin::TaskRecord| {
-        class_of(task).is_some_and(|c| {
-            c.min_demand != task.min_demand || c.max_demand != task.max_demand || task.priority != 0
-        })
+        // A gang's demands are its shape's.
+        task.gang.is_none()
+            && class_of(task).is_some_and(|c| {
+                c.min_demand != task.min_demand
+                    || c.max_demand != task.max_demand
+                    || task.priority != 0
+            })
     };
     let per_task = w.tasks.iter().any(own);
     let units =
@@ -311,7 +333,9 @@ fn write_trace(
                     .filter_map(|n| node_names.get(n).map(|s| box_label(s)))
                     .collect()
             };
-        let extra = if per_task {
+        let extra = if per_task && task.gang.is_some() {
+            format!(",,,{}", task.priority)
+        } else if per_task {
             format!(
                 ",{},{},{}",
                 units(&task.min_demand),
