@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The deployment-replay table of docs/RESULTS.md ("Deployment replay"): every scenario's workload
-# (seed 100) replayed in six windows with the guard (`tapfinger-sim deploy-replay`), summarised
-# per scenario as a markdown table on stdout, with the commit and the date.
+# The deployment-replay table of docs/RESULTS.md ("Deployment replay"): every scenario's workloads
+# (SEEDS of them, from seed 100; default 1) replayed in six windows with the guard
+# (`tapfinger-sim deploy-replay`), summarised per scenario as a markdown table on stdout, with the
+# commit and the date. With several workloads a row pools their later windows and gives the
+# spread of the per-workload means.
 #
 #   scripts/deploy-replay.sh                  # builds the release binary first
 #   SIM=path/to/tapfinger-sim SCENARIOS="hetero6 gen:30000" scripts/deploy-replay.sh
+#   SEEDS=10 scripts/deploy-replay.sh         # ten workloads per scenario
 #   EXTRA="--tune-every 2 --tune-iterations 20" scripts/deploy-replay.sh   # with fine-tuning
 #   JSON_DIR=DIR scripts/deploy-replay.sh     # summarise replays already written as DIR/NAME.json
 # SCENARIOS may hold scenario files (a trace's import); each replay's JSON is kept in $out.
@@ -19,7 +22,7 @@ out=${JSON_DIR:-$(mktemp -d)}
 if [ -z "${JSON_DIR:-}" ]; then
     for s in $SCENARIOS; do
         # shellcheck disable=SC2086
-        "$SIM" deploy-replay --scenario "$s" --windows 6 ${EXTRA:-} --json > "$out/$(basename "$s" .toml).json"
+        "$SIM" deploy-replay --scenario "$s" --windows 6 --seeds "${SEEDS:-1}" ${EXTRA:-} --json > "$out/$(basename "$s" .toml).json"
     done
 fi
 echo "replays in $out${EXTRA:+, deploy-replay options: $EXTRA}" >&2
@@ -27,42 +30,50 @@ echo "commit $(git rev-parse --short HEAD), $(date -u +%F)"
 python3 - "$out" $SCENARIOS <<'PY'
 import json, sys
 out, names = sys.argv[1], sys.argv[2:]
-print("| scenario | best / lower bound | ran after window 0 | worst window | mean (later windows) | learned alone: worst, mean | shipped model alone: mean | versions published | one baseline in hindsight: worst, mean |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| scenario | workloads | best / lower bound | ran after window 0 | worst window | mean (later windows) | per-workload means: min–max | learned alone: worst, mean | shipped model alone: mean | versions published | one baseline in hindsight: worst, mean |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 means, alone, above, n, fixed_above = [], [], 0, 0, 0
+def mean(v):
+    return sum(v) / len(v)
 for s in names:
     s = s.rsplit("/", 1)[-1].removesuffix(".toml")
-    r = json.load(open(f"{out}/{s}.json"))[0]
-    ws = r["windows"]; later = ws[1:]
-    ran = []
-    for w in later:
-        if w["policy"] not in ran:
-            ran.append(w["policy"])
-    bb = sum(w["best_over_bound"] for w in ws) / len(ws)
-    m = sum(w["ratio"] for w in later) / len(later)
-    ml = sum(w["learned_ratio"] for w in later) / len(later)
-    ms = sum(w["shipped_ratio"] for w in later) / len(later)
-    tunes = [w["tune"] for w in ws if w.get("tune")]
+    replays = json.load(open(f"{out}/{s}.json"))
+    ran, bb, later_all, per_seed, tunes = [], [], [], [], []
+    fixed = {}
+    for r in replays:
+        ws = r["windows"]; later = ws[1:]
+        for w in later:
+            if w["policy"] not in ran:
+                ran.append(w["policy"])
+        bb += [w["best_over_bound"] for w in ws]
+        later_all += later
+        per_seed.append(mean([w["ratio"] for w in later]))
+        tunes += [w["tune"] for w in ws if w.get("tune")]
+        # Each baseline's ratio in the later windows: the one a clairvoyant operator would have
+        # fixed (the best mean ratio over them) is what no guard that picks one policy a window
+        # can beat for sure.
+        for w in later:
+            jcts = dict((k, v) for k, v in w["true_jcts"])
+            for p in {k for k, _ in w["true_jcts"] if k != "tapfinger"}:
+                fixed.setdefault(p, [])
+            for p in fixed:
+                j = jcts.get(p)
+                fixed[p].append(j / w["best_baseline"][1] if j is not None else float("inf"))
+    m = mean([w["ratio"] for w in later_all])
+    ml = mean([w["learned_ratio"] for w in later_all])
+    ms = mean([w["shipped_ratio"] for w in later_all])
     published = f"{sum(t['passed'] for t in tunes)} of {len(tunes)}" if tunes else "-"
     means.append(m); alone.append(ml)
-    above += sum(w["ratio"] > 1.05 for w in later); n += len(later)
-    # The one baseline a clairvoyant operator would have fixed for the later windows (the best
-    # mean ratio there): what no guard that picks one policy a window can beat for sure.
-    def ratios(p):
-        out = []
-        for w in later:
-            j = dict((k, v) for k, v in w["true_jcts"]).get(p)
-            out.append(j / w["best_baseline"][1] if j is not None else float("inf"))
-        return out
-    names_b = {k for w in later for k, _ in w["true_jcts"] if k != "tapfinger"}
-    fb = min(sorted(names_b), key=lambda p: sum(ratios(p)))
-    fr = ratios(fb)
+    above += sum(w["ratio"] > 1.05 for w in later_all); n += len(later_all)
+    fb = min(sorted(fixed), key=lambda p: sum(fixed[p]))
+    fr = fixed[fb]
     fixed_above += sum(x > 1.05 for x in fr)
-    print(f"| `{s}` | {bb:.2f} | {', '.join(ran)} | {max(w['ratio'] for w in later):.3f} | {m:.3f} | "
-          f"{max(w['learned_ratio'] for w in later):.3f}, {ml:.3f} | {ms:.3f} | {published} | "
-          f"`{fb}` {max(fr):.3f}, {sum(fr)/len(fr):.3f} |")
+    print(f"| `{s}` | {len(replays)} | {mean(bb):.2f} | {', '.join(ran)} | {max(w['ratio'] for w in later_all):.3f} | {m:.3f} | "
+          f"{min(per_seed):.3f}–{max(per_seed):.3f} | "
+          f"{max(w['learned_ratio'] for w in later_all):.3f}, {ml:.3f} | {ms:.3f} | {published} | "
+          f"`{fb}` {max(fr):.3f}, {mean(fr):.3f} |")
 print()
-print(f"Mean of the later windows' means: {sum(means)/len(means):.3f} with the guard, "
-      f"{sum(alone)/len(alone):.3f} for the learned policy alone; {above} of {n} later windows above 1.05 "
+print(f"Mean of the later windows' means: {mean(means):.3f} with the guard, "
+      f"{mean(alone):.3f} for the learned policy alone; {above} of {n} later windows above 1.05 "
       f"({fixed_above} for the one baseline fixed in hindsight).")
 PY

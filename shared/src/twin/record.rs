@@ -462,6 +462,81 @@ mod tests {
         assert!(r.export(4, 100, &ctx).tasks.is_empty());
     }
 
+    /// A gang's run lasts while its members stay and lists them all; a requeue and a new
+    /// placement start a new run; the finish closes it at progress 1. The export states the
+    /// links, and a class of gangs only still has its record.
+    #[test]
+    fn a_gangs_runs_list_its_members_and_follow_its_placements() {
+        let mut t = Task::new(7, [1, 0, 1]).of_type(3);
+        t.gang = Some(Box::new(crate::task::GangShape {
+            workers: (1, 2),
+            ps: 1,
+            worker_demand: Resources(vec![1, 0, 1]),
+            ps_demand: Resources(vec![1, 0, 1]),
+            compute_seconds: 0.5,
+            gradient_bytes: 1e6,
+            restarts: 1,
+            stages: Vec::new(),
+        }));
+        let on = |boxes: &[u32], progress: f64| TaskState::Gang {
+            members: boxes
+                .iter()
+                .map(|b| (NodeId(*b), Resources(vec![1, 0, 1])))
+                .collect(),
+            progress,
+            started: 0,
+        };
+        let mut r = Recorder::new();
+        let states = [
+            on(&[0, 0, 1], 0.0),
+            on(&[0, 0, 1], 0.3),
+            TaskState::Pending,
+            on(&[1, 1, 1], 0.0),
+        ];
+        for (slot, state) in (1..).zip(&states) {
+            let seen = Seen {
+                task: &t,
+                state,
+                class: "g",
+                work: None,
+            };
+            r.observe(slot, [seen]);
+        }
+        r.finish(t.id, 6, Some(0));
+        let est = Estimator::new(crate::estimate::KindMap::from_names(&["cpu", "gpu", "mem"]));
+        let links = crate::placement::gang::Links::EDGE;
+        let ctx = Context {
+            slot_seconds: 1.0,
+            kinds: Vec::new(),
+            nodes: vec![],
+            estimator: &est,
+            links: Some(links),
+        };
+        let w = r.export(0, 100, &ctx);
+        let g = &w.tasks[0];
+        assert!(g.gang.is_some());
+        let runs: Vec<(Vec<u32>, u64, u64, f64)> = g
+            .runs
+            .iter()
+            .map(|x| {
+                (
+                    x.members.iter().map(|m| m.0.0).collect(),
+                    x.from,
+                    x.to,
+                    x.progress_to,
+                )
+            })
+            .collect();
+        assert_eq!(
+            runs,
+            vec![(vec![0, 0, 1], 1, 3, 0.3), (vec![1, 1, 1], 4, 6, 1.0)]
+        );
+        assert!(g.runs.iter().all(|x| x.start && x.node == x.members[0].0));
+        assert_eq!(w.links, Some(links));
+        assert_eq!(w.classes.len(), 1);
+        assert_eq!(w.classes[0].name, "g");
+    }
+
     #[test]
     fn the_grid_spans_minimum_doublings_and_maximum() {
         let g = grid(&Resources(vec![1, 0, 2]), &Resources(vec![8, 0, 2]));
