@@ -75,7 +75,7 @@ pub fn gang_works(w: &Workload) -> Vec<Option<f64>> {
 mod tests {
     use super::*;
     use crate::Resources;
-    use crate::task::{NodeId, TaskId};
+    use crate::task::NodeId;
     use crate::twin::{FORMAT, RunRecord};
 
     fn shape() -> GangShape {
@@ -92,39 +92,29 @@ mod tests {
     }
 
     fn gang(id: u64, runs: Vec<(Vec<u32>, u64, u64, f64, f64)>) -> TaskRecord {
-        TaskRecord {
-            id: TaskId(id),
-            class: 0,
-            arrival: 0,
-            priority: 0,
-            min_demand: Resources(vec![1]),
-            max_demand: None,
-            reachable: vec![],
-            runs: runs
-                .into_iter()
-                .map(|(boxes, from, to, p0, p1)| {
-                    let members: Vec<(NodeId, Resources)> = boxes
-                        .into_iter()
-                        .map(|b| (NodeId(b), Resources(vec![1])))
-                        .collect();
-                    RunRecord {
-                        node: members[0].0,
-                        alloc: members[0].1.clone(),
-                        from,
-                        to,
-                        progress_from: p0,
-                        progress_to: p1,
-                        start: true,
-                        est_slots: 0.0,
-                        members,
-                    }
-                })
-                .collect(),
-            finished: None,
-            code: None,
-            work: None,
-            gang: Some(Box::new(shape())),
-        }
+        let runs = runs
+            .into_iter()
+            .map(|(boxes, from, to, p0, p1)| {
+                let members: Vec<(NodeId, Resources)> = boxes
+                    .into_iter()
+                    .map(|b| (NodeId(b), Resources(vec![1])))
+                    .collect();
+                RunRecord {
+                    node: members[0].0,
+                    alloc: members[0].1.clone(),
+                    from,
+                    to,
+                    progress_from: p0,
+                    progress_to: p1,
+                    start: true,
+                    est_slots: 0.0,
+                    members,
+                }
+            })
+            .collect();
+        let mut t = crate::twin::sizes::tests::task(id, runs, None);
+        t.gang = Some(Box::new(shape()));
+        t
     }
 
     /// A gang's work is the iterations its placement did over the progress it made: the twin's

@@ -70,7 +70,7 @@ pub fn sizes(w: &Workload) -> Vec<f64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::task::{NodeId, TaskId};
     use crate::{Resources, twin::RunRecord};
@@ -90,7 +90,7 @@ mod tests {
     }
 
     /// A task of class 0 with `runs` and the work it declared.
-    fn task(id: u64, runs: Vec<RunRecord>, work: Option<f64>) -> TaskRecord {
+    pub(in crate::twin) fn task(id: u64, runs: Vec<RunRecord>, work: Option<f64>) -> TaskRecord {
         TaskRecord {
             id: TaskId(id),
             class: 0,
