@@ -12,7 +12,7 @@
 //! where every task declared its work, `declare_work` (the estimator's figures are then per
 //! unit of work, and the twin's tasks declare theirs as the cluster's did), and each observed
 //! gang as a gang of the trace with the work its runs measured, on the links it ran with
-//! ([`gangs`]).
+//! (the `gangs` module).
 //! Nothing of the episode's true speed model reaches it: what the twin knows is what the
 //! estimator learned from progress.
 
