@@ -19,7 +19,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use tapfinger_tests::rust_files;
 
-const CRATES: &[&str] = &["shared", "sim", "agent", "coordinator", "net", "harness"];
+const CRATES: &[&str] = &[
+    "shared",
+    "shared/core",
+    "shared/jobs",
+    "shared/policies",
+    "shared/forecast",
+    "shared/model",
+    "sim",
+    "agent",
+    "coordinator",
+    "net",
+    "harness",
+];
 
 /// A module's path in its crate (`protocol/gang.rs` → `["protocol", "gang"]`; a `mod.rs`
 /// is its folder's module).

@@ -240,6 +240,8 @@ impl Local {
         let policy =
             tapfinger_agent::policy::build(&self.policy, self.model.as_deref(), 10).unwrap();
         let mut core = NodeCore::new(node, policy, u64::from(me.0));
+        // As the agent's `[gangs]` defaults place them.
+        core.set_gangs(tapfinger_agent::config::GangsConfig::default().placement());
         let online = self.online.map(|cfg| {
             tapfinger_agent::online::Online::open(cfg, &mut core).expect("online learning starts")
         });

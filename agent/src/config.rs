@@ -153,6 +153,46 @@ pub struct AgentConfig {
     pub reserve: Amounts,
     /// The coordinator (optional): where new policy versions come from and experience goes.
     pub coordinator: CoordinatorLink,
+    /// How the gangs this box proposes are placed.
+    pub gangs: GangsConfig,
+}
+
+/// `[gangs]`: how this box places the multi-node jobs it proposes. Every box of a cluster should
+/// say the same: the box that proposes a gang places it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GangsConfig {
+    /// `locality` (the LP rounding, which keeps workers near their parameter servers where the
+    /// links are slow), `pack-first` or `spread`.
+    pub placer: tapfinger::placement::gang::GangPlacer,
+    /// Bytes per second between two processes on one box.
+    pub internal_bytes_per_s: f64,
+    /// Bytes per second between two boxes (and through a parameter-server host's interface).
+    pub external_bytes_per_s: f64,
+}
+
+impl Default for GangsConfig {
+    fn default() -> Self {
+        let edge = tapfinger::placement::gang::Links::EDGE;
+        Self {
+            placer: tapfinger::placement::gang::GangPlacer::Locality,
+            internal_bytes_per_s: edge.internal,
+            external_bytes_per_s: edge.external,
+        }
+    }
+}
+
+impl GangsConfig {
+    /// What the node core places gangs with.
+    pub fn placement(&self) -> tapfinger::ledger::GangPlacement {
+        tapfinger::ledger::GangPlacement {
+            placer: tapfinger::jobs::placer(self.placer),
+            links: tapfinger::placement::gang::Links {
+                internal: self.internal_bytes_per_s,
+                external: self.external_bytes_per_s,
+            },
+        }
+    }
 }
 
 /// `[coordinator]`: the link to the optional coordinator.
@@ -243,6 +283,7 @@ impl Default for AgentConfig {
             offer: Amounts::default(),
             reserve: Amounts::default(),
             coordinator: CoordinatorLink::default(),
+            gangs: GangsConfig::default(),
         }
     }
 }
@@ -458,6 +499,17 @@ impl AgentConfig {
                 ),
             ));
         }
+        for (k, v) in [
+            ("internal_bytes_per_s", self.gangs.internal_bytes_per_s),
+            ("external_bytes_per_s", self.gangs.external_bytes_per_s),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(err(
+                    &format!("gangs.{k}"),
+                    format!("must be a positive number of bytes per second, got {v}"),
+                ));
+            }
+        }
         for (section, a) in [("offer", &self.offer), ("reserve", &self.reserve)] {
             for (k, v) in [("cpu", a.cpu), ("gpu", a.gpu), ("mem_gb", a.mem_gb)] {
                 if let Some(v) = v
@@ -615,6 +667,22 @@ mod tests {
         assert_eq!(offer.cpus, 7.0);
         assert_eq!(offer.gpus, 0);
         assert_eq!(offer.memory_bytes, 14 << 30);
+    }
+
+    #[test]
+    fn gangs_are_placed_as_the_config_says_and_bad_links_are_refused() {
+        use tapfinger::placement::gang::{GangPlacer, Links};
+        let d = AgentConfig::from_toml("").unwrap().gangs.placement();
+        assert_eq!(d.placer.kind(), GangPlacer::Locality);
+        assert_eq!(d.links, Links::EDGE);
+        let text = "[gangs]\nplacer = \"spread\"\nexternal_bytes_per_s = 1e10\n";
+        let g = AgentConfig::from_toml(text).unwrap().gangs.placement();
+        assert_eq!(g.placer.kind(), GangPlacer::Spread);
+        assert_eq!(g.links.external, 1e10);
+        assert_eq!(g.links.internal, Links::EDGE.internal);
+        let e = AgentConfig::from_toml("[gangs]\nexternal_bytes_per_s = 0\n").unwrap_err();
+        assert_eq!(e.field, "gangs.external_bytes_per_s", "{e}");
+        assert!(AgentConfig::from_toml("[gangs]\nplacer = \"nearest\"\n").is_err());
     }
 
     #[test]

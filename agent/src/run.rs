@@ -287,7 +287,7 @@ fn node_core(
     members_file: &std::path::Path,
 ) -> NodeCore {
     let lease_age_ms = crate::supervise::lease_age(lease_file).map(|d| d.as_millis() as u64);
-    NodeCore::new(
+    let mut core = NodeCore::new(
         NodeConfig {
             me,
             name: cfg.name.clone(),
@@ -319,7 +319,9 @@ fn node_core(
         },
         policy,
         u64::from(me.0),
-    )
+    );
+    core.set_gangs(cfg.gangs.placement());
+    core
 }
 
 /// The link to the coordinator, if one is configured (checked against the policy and the

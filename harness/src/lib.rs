@@ -8,11 +8,11 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use tapfinger::Resources;
-use tapfinger::node::{Action, NodeConfig, NodeCore, TaskState};
-use tapfinger::spec::TaskSpec;
-use tapfinger::task::{NodeId, Task, TaskId};
-use tapfinger::wire::{Body, Envelope};
+use tapfinger_core::Resources;
+use tapfinger_core::node::{Action, NodeConfig, NodeCore, TaskState};
+use tapfinger_core::spec::TaskSpec;
+use tapfinger_core::task::{NodeId, Task, TaskId};
+use tapfinger_core::wire::{Body, Envelope};
 
 /// Milliseconds per step of the cluster (and the bus delay of every message).
 pub const STEP: u64 = 10;
@@ -75,7 +75,7 @@ impl Cluster {
 
     /// As [`Cluster::new`], each node's configuration changed by `tweak` first.
     pub fn with(n: usize, policy: &str, tweak: impl Fn(&mut NodeConfig)) -> Self {
-        let ctx = tapfinger::baselines::BaselineContext {
+        let ctx = tapfinger_policies::baselines::BaselineContext {
             num_types: 1,
             cpu_kind: 0,
             gpu_kind: 1,
@@ -87,7 +87,7 @@ impl Cluster {
                 tweak(&mut cfg);
                 NodeCore::new(
                     cfg,
-                    tapfinger::baselines::by_name(policy, &ctx).unwrap(),
+                    tapfinger_policies::baselines::by_name(policy, &ctx).unwrap(),
                     i as u64,
                 )
             })
@@ -124,8 +124,8 @@ impl Cluster {
                     if self.lose_finishes && matches!(e.body, Body::Finished(_)) => {}
                 Action::Broadcast(e) => {
                     // Encode and decode as the wire would: what a node sends must pass.
-                    let bytes = tapfinger::wire::encode(&e).unwrap();
-                    let e = tapfinger::wire::decode(&bytes).unwrap();
+                    let bytes = tapfinger_core::wire::encode(&e).unwrap();
+                    let e = tapfinger_core::wire::decode(&bytes).unwrap();
                     for to in 0..self.nodes.len() {
                         if to != from {
                             let at = self.now + STEP + self.inbound_delay[to];
@@ -236,7 +236,7 @@ impl Cluster {
         let reachable: Vec<NodeId> = (0..self.nodes.len() as u32).map(NodeId).collect();
         let task = Task {
             id: TaskId(id),
-            ty: tapfinger::TaskTypeId(0),
+            ty: tapfinger_core::TaskTypeId(0),
             min_demand: Resources(vec![cpus, 0]),
             max_demand: None,
             priority: class,
@@ -276,7 +276,7 @@ impl Cluster {
     pub fn forget(&mut self, i: usize) {
         self.running.retain(|(_, n, _)| *n != i);
         self.cores.retain(|(n, _), _| *n != i);
-        let ctx = tapfinger::baselines::BaselineContext {
+        let ctx = tapfinger_policies::baselines::BaselineContext {
             num_types: 1,
             cpu_kind: 0,
             gpu_kind: 1,
@@ -284,7 +284,11 @@ impl Cluster {
         };
         let mut cfg = self.nodes[i].config().clone();
         cfg.incarnation += 1;
-        self.nodes[i] = NodeCore::new(cfg, tapfinger::baselines::by_name("min", &ctx).unwrap(), 99);
+        self.nodes[i] = NodeCore::new(
+            cfg,
+            tapfinger_policies::baselines::by_name("min", &ctx).unwrap(),
+            99,
+        );
     }
 
     /// Record a breach if the copies alive on `node` (running or stopping) use more cores than

@@ -6,11 +6,11 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
-use tapfinger::node::TaskState;
-use tapfinger::placement::gang::GangShape;
-use tapfinger::resources::Resources;
-use tapfinger::spec::TaskSpec;
-use tapfinger::task::{NodeId, Task, TaskId};
+use tapfinger_core::node::TaskState;
+use tapfinger_core::placement::gang::GangShape;
+use tapfinger_core::resources::Resources;
+use tapfinger_core::spec::TaskSpec;
+use tapfinger_core::task::{NodeId, Task, TaskId};
 use tapfinger_harness::Cluster;
 
 /// A PS of 1 core and three workers of 3 cores on boxes of 4: the host holds the PS and one
@@ -28,7 +28,7 @@ fn gang(c: &mut Cluster, at: usize, id: u64) {
     };
     let task = Task {
         id: TaskId(id),
-        ty: tapfinger::TaskTypeId(0),
+        ty: tapfinger_core::TaskTypeId(0),
         min_demand: shape.worker_demand.clone(),
         max_demand: None,
         priority: 0,
@@ -152,15 +152,15 @@ fn a_restarted_member_box_makes_the_others_requeue_the_gang() {
         .unwrap();
     let mut cfg = c.nodes[restarted].config().clone();
     cfg.incarnation += 1;
-    let ctx = tapfinger::baselines::BaselineContext {
+    let ctx = tapfinger_policies::baselines::BaselineContext {
         num_types: 1,
         cpu_kind: 0,
         gpu_kind: 1,
         profile: Vec::new(),
     };
-    c.nodes[restarted] = tapfinger::node::NodeCore::new(
+    c.nodes[restarted] = tapfinger_core::node::NodeCore::new(
         cfg,
-        tapfinger::baselines::by_name("min", &ctx).unwrap(),
+        tapfinger_policies::baselines::by_name("min", &ctx).unwrap(),
         99,
     );
     c.running.retain(|(_, n, _)| *n != restarted);

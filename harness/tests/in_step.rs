@@ -9,8 +9,8 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
-use tapfinger::task::TaskId;
-use tapfinger::wire::Body;
+use tapfinger_core::task::TaskId;
+use tapfinger_core::wire::Body;
 use tapfinger_harness::{Cluster, LCG_A, LCG_C, lcg};
 
 /// A node that hears everything late (its heartbeats reach the others on time, theirs reach it
@@ -242,8 +242,8 @@ fn proposals_lost_on_the_way_to_one_node_never_start_a_task_twice() {
 /// up for up to a slot in the cluster bench.)
 #[test]
 fn a_member_still_in_a_round_this_node_has_left_makes_it_propose_at_once() {
-    use tapfinger::protocol::{Message, Proposal, Round};
-    use tapfinger::wire::{Envelope, WIRE_VERSION};
+    use tapfinger_core::protocol::{Message, Proposal, Round};
+    use tapfinger_core::wire::{Envelope, WIRE_VERSION};
     let mut c = Cluster::new(2, "min");
     while c.now < 2000 {
         c.step();
@@ -254,9 +254,9 @@ fn a_member_still_in_a_round_this_node_has_left_makes_it_propose_at_once() {
         c.step();
     }
     let now_slot = c.nodes[0].slot();
-    let proposes = |acts: &[tapfinger::node::Action]| {
+    let proposes = |acts: &[tapfinger_core::node::Action]| {
         acts.iter().any(|a| {
-            matches!(a, tapfinger::node::Action::Broadcast(e)
+            matches!(a, tapfinger_core::node::Action::Broadcast(e)
                 if matches!(&e.body, Body::Protocol(m) if m.round.slot == now_slot && m.round.step == 0))
         })
     };
@@ -268,14 +268,14 @@ fn a_member_still_in_a_round_this_node_has_left_makes_it_propose_at_once() {
     );
     let stale = Envelope {
         version: WIRE_VERSION,
-        from: tapfinger::NodeId(1),
+        from: tapfinger_core::NodeId(1),
         seq: u64::MAX / 2,
         body: Body::Protocol(Message::new(
             Round {
                 slot: now_slot - 1,
                 step: 0,
             },
-            tapfinger::NodeId(1),
+            tapfinger_core::NodeId(1),
             Proposal::Pass,
         )),
     };

@@ -8,11 +8,11 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
-use tapfinger::baselines;
-use tapfinger::node::{Action, NodeCore, TaskEntry, TaskState};
-use tapfinger::task::{NodeId, TaskId};
-use tapfinger::wire::{Body, Envelope, WIRE_VERSION};
+use tapfinger_core::node::{Action, NodeCore, TaskEntry, TaskState};
+use tapfinger_core::task::{NodeId, TaskId};
+use tapfinger_core::wire::{Body, Envelope, WIRE_VERSION};
 use tapfinger_harness::{Cluster, spec};
+use tapfinger_policies::baselines;
 
 #[test]
 fn tasks_finish_exactly_once_within_capacity() {

@@ -7,8 +7,8 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
-use tapfinger::node::TaskState;
-use tapfinger::task::TaskId;
+use tapfinger_core::node::TaskState;
+use tapfinger_core::task::TaskId;
 use tapfinger_harness::{Cluster, STEP};
 
 fn partition(cut_ms: u64, work_ms: u64) -> Cluster {

@@ -6,7 +6,7 @@
 // Test helpers may unwrap: a failure there is a test failure with its message.
 #![allow(clippy::unwrap_used)]
 
-use tapfinger::node::TaskState;
+use tapfinger_core::node::TaskState;
 use tapfinger_harness::Cluster;
 
 #[test]

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tapfinger::wire::{self, MAX_FRAME};
+use tapfinger_core::wire::{self, MAX_FRAME};
 use tokio::sync::mpsc;
 
 /// The largest direct frame accepted: a signed wire frame (the signature and key add a few

@@ -3,7 +3,7 @@
 use crate::learn;
 use libp2p::request_response::ResponseChannel;
 use libp2p::{Multiaddr, PeerId};
-use tapfinger::wire::Envelope;
+use tapfinger_core::wire::Envelope;
 
 /// What the network reports.
 #[derive(Debug)]

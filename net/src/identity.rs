@@ -4,7 +4,7 @@
 use libp2p::PeerId;
 use libp2p::identity::Keypair;
 use std::path::{Path, PathBuf};
-use tapfinger::NodeId;
+use tapfinger_core::NodeId;
 
 /// The node id of a peer: a hash of its peer id, so every agent derives the same one.
 pub fn node_id(peer: &PeerId) -> NodeId {

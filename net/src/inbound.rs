@@ -10,7 +10,7 @@ use libp2p::gossipsub::MessageAcceptance;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tapfinger::wire;
+use tapfinger_core::wire;
 use tokio::sync::mpsc;
 
 /// What the network carried, counted since it started ([`crate::swarm::Network::traffic`]).

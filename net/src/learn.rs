@@ -17,8 +17,8 @@ use libp2p::identity::Keypair;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use tapfinger::NodeId;
-use tapfinger::model::Experience;
+use tapfinger_core::NodeId;
+use tapfinger_core::experience::Experience;
 
 pub use crate::refusal::{Refusal, SignError};
 
@@ -64,7 +64,7 @@ pub enum Request {
         /// The guard choice it ran under (0: none yet).
         seq: u64,
         /// The workload.
-        workload: Box<tapfinger::twin::Workload>,
+        workload: Box<tapfinger_core::twin::Workload>,
     },
 }
 

@@ -45,7 +45,7 @@ use libp2p::{
 };
 use std::collections::BTreeSet;
 use std::time::Duration;
-use tapfinger::wire::{self, Envelope, MAX_FRAME};
+use tapfinger_core::wire::{self, Envelope, MAX_FRAME};
 use tokio::sync::mpsc;
 
 /// Gossipsub topic of a cluster (one per wire version, so versions never mix).

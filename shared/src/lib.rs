@@ -1,48 +1,28 @@
-//! `tapfinger`: the core library shared by the agent, the coordinator and the simulator.
+//! `tapfinger`: every library crate of tapfinger under one name, for the drivers (the simulator,
+//! the agent, the coordinator) and for users who want all of it.
 //!
-//! It holds the resource and task model, the view an agent has of the cluster (and its
-//! heterogeneous-graph form), the [`Policy`] trait, and the decision protocol as a
-//! sans-IO state machine ([`protocol`]). Nothing here opens a socket, spawns a thread or reads the
-//! wall clock: time and randomness are passed in, so every driver (simulator or daemon) gets the
-//! same decisions from the same inputs.
+//! The parts live in crates of their own, so that Cargo keeps their direction: nothing in
+//! [`tapfinger_core`] (the sans-IO core: resources, tasks, the view, the [`Policy`] trait, the
+//! protocol, the ledger, the node state machine, specs and the wire format) depends on the crates
+//! above it. Each crate's `lib.rs` documents its modules.
+//!
+//! | here | crate | what |
+//! |---|---|---|
+//! | the core's modules (`ledger`, `node`, `protocol`, …) | `tapfinger-core` | the sans-IO core; no heavy dependency |
+//! | [`baselines`], [`lookahead`] | `tapfinger-policies` | the heuristic baselines and the lookahead reference |
+//! | [`model`], [`graph`] | `tapfinger-model` | the learned network (burn) and its graph |
+//! | [`jobs`], [`placement::lp`] | `tapfinger-jobs` | the LP placement of multi-node jobs (good_lp) |
+//! | [`forecast`] | `tapfinger-forecast` | the task-volume forecast (ARIMA, GRU) |
 
-pub mod baselines;
-pub mod estimate;
-pub mod fit;
-pub mod forecast;
-pub mod gpu_pool;
-pub mod graph;
-pub mod ledger;
-pub mod lookahead;
-pub mod model;
-pub mod node;
-pub mod placement;
-pub mod plan;
-pub mod plateau;
-pub mod policy;
-pub mod protocol;
-pub mod resources;
-pub mod share;
-pub mod spec;
-pub mod task;
-pub mod twin;
-pub mod view;
-pub mod wire;
+pub use tapfinger_core::*;
+pub use tapfinger_forecast as forecast;
+pub use tapfinger_jobs as jobs;
+pub use tapfinger_model as model;
+pub use tapfinger_model::graph;
+pub use tapfinger_policies::{baselines, lookahead};
 
-pub use policy::{Decision, Policy};
-pub use protocol::{
-    Claim, Commit, Message, Proposal, Protocol, ProtocolError, Round, RoundOutcome,
-};
-pub use resources::{ResourceError, ResourceKind, ResourceSpace, Resources};
-pub use task::{NodeId, Task, TaskId, TaskTypeId};
-pub use view::{NodeView, PendingView, RunningView, View};
-
-/// The RNG every seeded component uses. ChaCha12 (rand's `StdRng`) is reproducible for a given
-/// seed on every platform, which the determinism tests rely on.
-pub type Rng = rand::rngs::StdRng;
-
-/// Build the project RNG from a seed.
-pub fn seeded_rng(seed: u64) -> Rng {
-    use rand::SeedableRng;
-    Rng::seed_from_u64(seed)
+/// Placement of multi-node jobs: the core's model and plain placers, and the LP rounding.
+pub mod placement {
+    pub use tapfinger_core::placement::*;
+    pub use tapfinger_jobs::lp;
 }

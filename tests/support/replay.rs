@@ -109,7 +109,15 @@ impl Agents {
                     shrink_kind: None,
                     preempt: false,
                 };
-                NodeCore::new(cfg, p, agent_seed(seed, i))
+                let mut core = NodeCore::new(cfg, p, agent_seed(seed, i));
+                // Gangs are placed as the simulator places them: the scenario's placer and links.
+                if let Some(g) = &sc.gangs {
+                    core.set_gangs(tapfinger::ledger::GangPlacement {
+                        placer: tapfinger::jobs::placer(g.placer),
+                        links: g.links,
+                    });
+                }
+                core
             })
             .collect::<Vec<_>>();
         let n = cores.len();

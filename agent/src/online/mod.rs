@@ -138,8 +138,9 @@ impl std::fmt::Debug for Online {
 }
 
 impl Online {
-    /// Set up; in learning mode the core records into the returned recorder, which every policy
-    /// built by `Online::policy` records into too. Restores the last accepted version (and a
+    /// Set up; in learning mode every policy built by `Online::policy` records its decisions into
+    /// this agent's recorder, and the core records its lost claims and rewards; `step` joins
+    /// them. Restores the last accepted version (and a
     /// rollback floor) from disk, if any: returns it for the daemon to load.
     pub fn open(cfg: OnlineConfig, core: &mut NodeCore) -> anyhow::Result<Self> {
         std::fs::create_dir_all(cfg.dir.join("policies"))?;
@@ -149,8 +150,8 @@ impl Online {
             None
         };
         let recorder = cfg.learning.then(Recorder::default);
-        if let Some(r) = &recorder {
-            core.learn(r.clone());
+        if recorder.is_some() {
+            core.learn();
         }
         // Version 0 is the start model, learning or not: what a rollback to it runs, and what
         // the coordinator's guard replays as the learned policy. (Where it was installed only
@@ -261,7 +262,12 @@ impl Online {
     pub fn step(&mut self, core: &mut NodeCore, now_ms: u64) -> Vec<(PeerId, Request)> {
         let mut out = Vec::new();
         if let Some(spool) = &mut self.spool {
-            let exp = core.take_experience();
+            let records = self
+                .recorder
+                .as_ref()
+                .and_then(|r| r.lock().ok().map(|mut r| std::mem::take(&mut *r)))
+                .unwrap_or_default();
+            let exp = core.take_outcomes().join(records);
             self.status.decisions_recorded += exp.records.len() as u64;
             self.pending.extend(exp);
             if self.pending.records.len() >= self.cfg.batch_decisions.max(1) {

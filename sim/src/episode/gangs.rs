@@ -24,7 +24,7 @@ impl Episode<'_> {
         let g = self.sc.gangs.as_ref()?;
         let members: std::collections::BTreeSet<NodeId> = self.ids.iter().copied().collect();
         let how = tapfinger::ledger::GangPlacement {
-            placer: self.placer,
+            placer: tapfinger::jobs::placer(self.placer),
             links: g.links,
         };
         self.ledger
