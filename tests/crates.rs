@@ -2,7 +2,8 @@
 //! in-memory cluster (`tapfinger-harness`), the network crate (`tapfinger-net`) and the
 //! baselines carry none of the heavy dependencies (the network library burn, the LP solver
 //! good_lp, nalgebra, petgraph), directly or through another crate. Those belong to the crates
-//! above the core: the learned model, job placement and the forecast.
+//! above the core: the learned model, job placement and the forecast. And the packaged agent
+//! is built without its lab (the feature `dev`).
 //!
 //! The lock file lists every package's dependencies, a workspace crate's dev-dependencies
 //! included, so the closure read from it holds everything that could be built for the crate:
@@ -96,5 +97,47 @@ fn the_check_sees_the_heavy_dependencies_where_they_are() {
             closure(&lock, krate).contains(heavy),
             "{krate} without {heavy}"
         );
+    }
+}
+
+/// A manifest of the workspace, parsed.
+fn manifest(dir: &str) -> toml::Table {
+    let path = format!("{}/../{dir}/Cargo.toml", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(path).unwrap().parse().unwrap()
+}
+
+#[test]
+fn the_packaged_agent_is_built_without_the_lab() {
+    // The lab (demos, simulated executor, NVML stand-in) is the agent's feature `dev`, off by
+    // default, enabled by no crate a packaged binary is built from, and by no packaging command.
+    let agent = manifest("agent");
+    let features = agent["features"].as_table().unwrap();
+    assert!(features.contains_key("dev"));
+    let default = features.get("default").and_then(|d| d.as_array());
+    assert!(default.is_none_or(|d| d.iter().all(|f| f.as_str() != Some("dev"))));
+    for krate in ["coordinator", "sim", "net", "harness"] {
+        let deps = manifest(krate);
+        let dep = deps
+            .get("dependencies")
+            .and_then(|d| d.get("tapfinger-agent"));
+        assert!(
+            dep.and_then(|d| d.get("features")).is_none(),
+            "{krate} enables features of the agent"
+        );
+    }
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    for file in ["deploy/Containerfile", "deploy/README.md"] {
+        let text = std::fs::read_to_string(format!("{root}/{file}")).unwrap();
+        let builds: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("cargo build") && l.contains("tapfinger-agent"))
+            .collect();
+        assert!(!builds.is_empty(), "{file} builds no agent");
+        for b in builds {
+            assert!(
+                !b.contains("--features") && !b.contains("--all-features"),
+                "{file}: {b}"
+            );
+        }
     }
 }

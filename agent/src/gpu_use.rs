@@ -9,7 +9,8 @@
 //!
 //! Where NVML cannot be loaded there is nothing to show. A stand-in serves tests on machines
 //! without a GPU: the `TAPFINGER_FAKE_NVML` environment variable names a JSON file ([`FakeNvml`])
-//! whose GPUs discovery reports and whose processes the probe samples, instead of NVML's.
+//! whose GPUs discovery reports and whose processes the probe samples, instead of NVML's. Only
+//! a build with the feature `dev` reads it.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -38,7 +39,7 @@ pub use crate::nvml::{FAKE_NVML, FakeNvml, fake_nvml};
 
 /// The probe for `devices`: the stand-in if [`FAKE_NVML`] names a file, else NVML if it loads.
 pub fn probe(devices: &[u32]) -> Option<Box<dyn GpuProbe>> {
-    if let Some(path) = std::env::var_os(FAKE_NVML) {
+    if let Some(path) = crate::nvml::fake_nvml_path() {
         return Some(Box::new(FileProbe(path.into())));
     }
     NvmlProbe::open(devices).map(|p| Box::new(p) as Box<dyn GpuProbe>)

@@ -9,12 +9,18 @@
 //! die with its supervisor), [`procs`] (what `/proc` says of a process), [`mps`] (fractional GPU shares through NVIDIA MPS), [`policy`] (the learned
 //! policy and baselines), [`online`]/[`learn`] (the coordinator link), [`run`] (assembles the
 //! daemon).
+//!
+//! The lab is behind the cargo feature `dev`, which tests enable and the packaged binary does
+//! not: the demo workloads (`demo`, `demo_gang`), the simulated executor and the NVML stand-in
+//! ([`nvml::FAKE_NVML`]).
 
 pub mod api;
 pub mod client;
 pub mod config;
 pub mod daemon;
+#[cfg(feature = "dev")]
 pub mod demo;
+#[cfg(feature = "dev")]
 pub mod demo_gang;
 pub mod devices;
 pub mod discovery;

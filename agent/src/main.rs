@@ -63,9 +63,11 @@ enum Cmd {
     },
     /// The demo workload: train a small MLP (burn, CPU) on generated data, printing
     /// `TAPFINGER progress=...` lines; its speed follows the CPU share it is given.
+    #[cfg(feature = "dev")]
     Demo(tapfinger_agent::demo::DemoArgs),
     /// A small multi-process job that really rendezvouses: submit it as a gang (`[gang]` in
     /// the spec); its members exchange their ranks over TCP via MASTER_ADDR and MASTER_PORT.
+    #[cfg(feature = "dev")]
     DemoGang(tapfinger_agent::demo_gang::DemoGangArgs),
     /// Run one task under supervision (started by the agent for every task; not for people).
     #[command(hide = true)]
@@ -363,7 +365,9 @@ fn main() {
         Cmd::RepairJournal { path } => repair_journal(&path),
         Cmd::Journal { action, path } => journal(&action, &path),
         Cmd::Keygen { swarm_key, token } => keygen(swarm_key, token),
+        #[cfg(feature = "dev")]
         Cmd::Demo(args) => tapfinger_agent::demo::run(&args, &mut std::io::stdout()).map(|_| ()),
+        #[cfg(feature = "dev")]
         Cmd::DemoGang(args) => std::process::exit(tapfinger_agent::demo_gang::run(&args)),
         Cmd::GangLaunch { command } => {
             exit_with(async move { tapfinger_agent::gang_launch::run(&command).await })

@@ -35,8 +35,25 @@ pub struct ProcUse {
     pub memory_bytes: Option<u64>,
 }
 
-/// The environment variable naming a stand-in for NVML ([`FakeNvml`]), for tests.
+/// The environment variable naming a stand-in for NVML ([`FakeNvml`]), for tests. Read only by
+/// a build with the feature `dev`: a packaged agent never advertises GPUs from a file.
 pub const FAKE_NVML: &str = "TAPFINGER_FAKE_NVML";
+
+/// The file [`FAKE_NVML`] names, in a build with the feature `dev`; always `None` in one
+/// without it, which warns once if the variable is set (it is ignored there).
+pub fn fake_nvml_path() -> Option<std::ffi::OsString> {
+    let path = std::env::var_os(FAKE_NVML)?;
+    if cfg!(feature = "dev") {
+        return Some(path);
+    }
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(
+            "{FAKE_NVML} is set but this agent was built without the feature `dev`: ignored, GPUs come from NVML"
+        );
+    });
+    None
+}
 
 /// What a stand-in for NVML says: the box's GPUs and the processes on them.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -51,7 +68,7 @@ pub struct FakeNvml {
 
 /// The stand-in [`FAKE_NVML`] names, if it is set (an unreadable file is an empty one).
 pub fn fake_nvml() -> Option<FakeNvml> {
-    let path = std::env::var_os(FAKE_NVML)?;
+    let path = fake_nvml_path()?;
     Some(read_fake(std::path::Path::new(&path)))
 }
 

@@ -31,10 +31,12 @@ use tapfinger::spec::TaskSpec;
 
 mod cgroups;
 mod process;
+#[cfg(feature = "dev")]
 mod sim;
 pub use crate::devices::Devices;
 pub use cgroups::{CFS_PERIOD_US, Cgroups};
 pub use process::{ProcessExecutor, Supervision};
+#[cfg(feature = "dev")]
 pub use sim::{SimulatedExecutor, SpeedFn};
 
 /// What a task is given, in natural units (the agent converts grid units with the kinds' steps).
