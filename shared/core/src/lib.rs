@@ -23,6 +23,7 @@
 //! | [`policy`] | the [`Policy`] trait every scheduler implements |
 //! | [`protocol`] | rounds, claims, the Bayes resolution of contested tasks, gang claims |
 //! | [`ledger`] | the cluster's task ledger: lifecycle, queues and window, shares, preemption, shrinking |
+//! | [`slot`] | one slot step: the proposal order, rooms made by preemption, the end of a slot |
 //! | [`node`] | [`node::NodeCore`], the per-box state machine an agent drives: leases, rounds, reports |
 //! | [`experience`] | what learning gets from decisions and rounds (records, lost claims, rewards) |
 //! | [`spec`], [`wire`] | task specs as users write them; the versioned messages between boxes |
@@ -42,6 +43,7 @@ pub mod policy;
 pub mod protocol;
 pub mod resources;
 pub mod share;
+pub mod slot;
 pub mod spec;
 pub mod task;
 pub mod twin;

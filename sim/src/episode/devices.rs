@@ -87,7 +87,7 @@ impl Episode<'_> {
             }
         }
         for id in refused {
-            self.ledger.set_state(id, TaskState::Pending);
+            self.ledger.requeue(id, tapfinger::ledger::Requeue::StartRefused);
             for p in &mut self.protocols {
                 p.release(id);
             }

@@ -1,9 +1,9 @@
 //! The episode's side of RLPTO's accuracy-aware parts ([`crate::learning`]): each running task's
-//! accuracy reports and the plateau detector over them, the slot's shrink step and ceilings (the
-//! ledger's rule, [`tapfinger::ledger::Ledger::apply_ceilings`], as every agent applies it), and
-//! the resources each task held (for the cluster reward).
+//! accuracy reports and the plateau detector over them (which mark tasks converging; the slot
+//! step shrinks them, [`tapfinger::slot::end_of_slot`]), and the resources each task held (for
+//! the cluster reward).
 
-use super::{Episode, Observer};
+use super::Episode;
 use tapfinger::{Resources, TaskId};
 
 /// What the episode keeps of a task's learning beside the ledger.
@@ -18,30 +18,6 @@ pub(super) struct Learning {
 }
 
 impl Episode<'_> {
-    /// Before the slot's re-shares: every converging task may hold one unit less.
-    pub(super) fn shrink_step(&mut self) {
-        if self.ledger.shrink_kind().is_none() {
-            return;
-        }
-        for i in 0..self.ids.len() {
-            self.ledger.shrink_step(self.ids[i]);
-        }
-    }
-
-    /// After them: converging tasks are held at their ceilings, the units go to the others.
-    pub(super) fn hold_ceilings(&mut self, slot: u64, observe: &mut dyn Observer) {
-        if self.ledger.shrink_kind().is_none() {
-            return;
-        }
-        for i in 0..self.ids.len() {
-            let node = self.ids[i];
-            let changed = self.ledger.apply_ceilings(node);
-            if !changed.is_empty() {
-                observe.reallocated(slot, node, &changed);
-            }
-        }
-    }
-
     /// Node-slots of one slot at `alloc`: each kind's units over a node's mean capacity of it,
     /// averaged over the kinds the cluster has.
     pub(super) fn node_slots(&self, alloc: &Resources) -> f64 {

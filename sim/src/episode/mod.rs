@@ -98,11 +98,10 @@ pub(crate) struct Episode<'a> {
     /// The seed of the tasks' accuracy reports (the workload's: the same whatever the policy).
     curve_seed: u64,
     /// Nodes that made room for a waiting task, which they propose until it starts ([`preempt`]).
-    /// (With the slot by which the task should have started: after its victims' grace.)
-    forced: std::collections::BTreeMap<NodeId, (TaskId, u64)>,
+    rooms: std::collections::BTreeMap<NodeId, tapfinger::slot::Room>,
     /// Victims in their grace: (the slot it ends, node, units still taken).
     draining: Vec<(u64, NodeId, Resources)>,
-    /// Rooms made whose task had not started by the end of the next slot's rounds.
+    /// Rooms whose task had not started by the end of their first slot ([`tapfinger::slot::Room::late`]).
     rooms_unused: u64,
     /// The forecast for the interval under way (predicted, last value, fitted), and the
     /// intervals judged ([`forecast`]).
@@ -223,7 +222,7 @@ impl<'a> Episode<'a> {
             arrivals: arrivals.into_iter().map(Arc::new).collect(),
             sizes: workload::sizes(sc, seeds.workload, sc.tasks as usize),
             curve_seed: seeds.workload,
-            forced: Default::default(),
+            rooms: Default::default(),
             draining: Vec::new(),
             rooms_unused: 0,
             pending_forecast: None,
@@ -300,12 +299,16 @@ impl<'a> Episode<'a> {
                     break;
                 }
             }
-            // Lower classes make room for waiting tasks that fit nowhere ([`preempt`]).
+            // The slot step's end ([`tapfinger::slot`]): lower classes make room for waiting
+            // tasks that fit nowhere ([`preempt`]); converging tasks shrink a step (RLPTO), the
+            // elastic policies re-share, the ceilings are held.
             self.preempt(slot);
-            // Shrinking converging tasks (RLPTO): a step down, the re-share, the ceilings held.
-            self.shrink_step();
+            let ids = self.ids.clone();
+            let end = tapfinger::slot::end_of_slot(&mut self.ledger, &ids);
             self.rebalance(slot, d.steps, observe)?;
-            self.hold_ceilings(slot, observe);
+            for (node, changed) in end.finish(&mut self.ledger) {
+                observe.reallocated(slot, node, &changed);
+            }
             #[cfg(test)]
             if let Some(a) = &self.audit {
                 a(&self.ledger, true);
@@ -425,10 +428,11 @@ impl<'a> Episode<'a> {
             let decision = self.policies[i].decide(&v, &mut self.rngs[i]);
             let proposal = tapfinger::policy::to_proposal(&decision, &v)
                 .map_err(|e| self.violation(i, slot, e.to_string()))?;
-            // An owner of a pending gang that fits proposes it instead ([`gangs`]).
-            let proposal = self.gang_proposal(i).unwrap_or(proposal);
-            // A node that made room for a waiting task proposes it ([`preempt`]).
-            let proposal = self.forced_proposal(i).unwrap_or(proposal);
+            // In the slot step's order ([`tapfinger::slot::propose`]): a room this node made
+            // by preemption ([`preempt`]), a pending gang it owns that fits ([`gangs`]), the
+            // policy's claim.
+            let proposal =
+                tapfinger::slot::propose(self.room_proposal(i), self.gang_proposal(i), proposal);
             // Every agent states its claimable units, as an agent does: gangs place members
             // only on boxes that stated them.
             let free = self.ledger.claimable(self.ids[i]);

@@ -2,15 +2,17 @@
 //! slots they run; once a slot, after its rounds, the ledger's rule
 //! ([`tapfinger::ledger::Ledger::preemption_plan`]) names the victims, which go back to the queue
 //! to resume from their last checkpoint (the progress since it is the work lost), and the node
-//! that made room proposes the waiting task in the next rounds, ahead of its policy. With a
+//! that made room keeps a [`Room`] for the waiting task: the slot step's rule
+//! ([`tapfinger::slot`]), the agents' own. With a
 //! grace (`grace_slots`, the agents' `grace_seconds`) the victims' units stay taken that many
 //! slots, as an agent keeps a stopped copy's units until its process has ended (by lowering the
 //! node's capacity in its ledger), and the node makes no other room meanwhile.
 
 use super::Episode;
 use tapfinger::TaskId;
-use tapfinger::ledger::TaskState;
-use tapfinger::protocol::{Claim, Proposal};
+use tapfinger::ledger::{Requeue, TaskState};
+use tapfinger::protocol::Proposal;
+use tapfinger::slot::Room;
 
 /// What the episode keeps of a task's checkpoints and preemptions beside the ledger.
 #[derive(Debug, Clone, Default)]
@@ -56,19 +58,15 @@ impl Episode<'_> {
             self.hold_draining(node);
         }
         // Rooms are made after a slot's rounds, and the rounds after the victims' grace start
-        // the task (its node proposes it): one still waiting then is a room made for nothing.
+        // the task (its node proposes it): one still waiting then is a room made for nothing
+        // so far ([`Room::late`]).
         let ledger = &self.ledger;
-        let mut unused = 0;
-        self.forced.retain(|_, (t, due)| {
-            let waits = ledger
-                .get(*t)
-                .is_some_and(|e| e.state == TaskState::Pending);
-            if waits && *due <= slot {
-                unused += 1;
-            }
-            waits && *due > slot
+        let mut late = 0;
+        self.rooms.retain(|_, r| {
+            late += u64::from(r.late(slot, ledger));
+            !r.expired(slot, ledger)
         });
-        self.rooms_unused += unused;
+        self.rooms_unused += late;
         let plan = {
             let ledger = &self.ledger;
             ledger.preemption_plan(slot, |id| match ledger.get(id) {
@@ -81,7 +79,7 @@ impl Episode<'_> {
         };
         let grace = self.sc.preempt_grace_slots;
         // A node that keeps a room makes no other (as an agent's).
-        let busy: Vec<tapfinger::NodeId> = self.forced.keys().copied().collect();
+        let busy: Vec<tapfinger::NodeId> = self.rooms.keys().copied().collect();
         for p in plan.into_iter().filter(|p| !busy.contains(&p.node)) {
             for v in &p.victims {
                 let (progress, alloc) = match self.ledger.get(*v).map(|e| &e.state) {
@@ -91,7 +89,7 @@ impl Episode<'_> {
                     _ => continue,
                 };
                 let size = self.size(*v);
-                self.ledger.set_state(*v, TaskState::Pending);
+                self.ledger.requeue(*v, Requeue::Preempted);
                 if let Some(m) = self.ledger.meta_mut(*v) {
                     let c = &mut m.checkpoints;
                     c.lost += (progress - c.at).max(0.0) * size;
@@ -107,7 +105,7 @@ impl Episode<'_> {
                 }
             }
             self.hold_draining(p.node);
-            self.forced.insert(p.node, (p.task, slot + grace + 1));
+            self.rooms.insert(p.node, Room::made(p.task, slot, grace));
         }
     }
 
@@ -126,18 +124,10 @@ impl Episode<'_> {
         self.ledger.set_node(node, cap);
     }
 
-    /// Agent `i`'s proposal if it made room for a waiting task that still waits and now fits
-    /// ([`tapfinger::ledger::Ledger::room_alloc`]).
-    pub(super) fn forced_proposal(&self, i: usize) -> Option<Proposal> {
+    /// Agent `i`'s proposal while it keeps a room ([`Room::proposal`]: its task once it fits,
+    /// a pass until then).
+    pub(super) fn room_proposal(&self, i: usize) -> Option<Proposal> {
         let node = self.ids[i];
-        let (task, _) = *self.forced.get(&node)?;
-        let alloc = self.ledger.room_alloc(node, task)?;
-        let min = &self.ledger.get(task)?.task.min_demand;
-        Some(Proposal::Claim(Claim {
-            task,
-            headroom: self.ledger.claimable(node).headroom(min),
-            alloc,
-            prob: 1.0,
-        }))
+        self.rooms.get(&node)?.proposal(node, &self.ledger)
     }
 }

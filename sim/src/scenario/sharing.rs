@@ -138,27 +138,16 @@ pub(super) fn check_shares(
         .fold(Resources(vec![0; space.len()]), |a, c| a.max_each(c));
     for (i, t) in types.iter_mut().enumerate() {
         let field = |s: &str| format!("task_types[{i}] ({}).{s}", t.name);
-        let lo = t.min_demand.get(g);
-        if lo > per && !lo.is_multiple_of(per) {
-            return Err((
-                field("min_demand"),
-                format!("more than one GPU is whole devices ({per} units each)"),
-            ));
-        }
-        let fractional = lo > 0 && lo < per;
-        let cap = if fractional { per } else { lo };
+        // The agents' rule and messages ([`tapfinger::spec::fraction_rule`]).
+        let asked = t.max_demand.as_ref().map(|m| m.get(g));
+        let (cap, _) = tapfinger::spec::fraction_rule(per, t.min_demand.get(g), asked).map_err(
+            |e| match e {
+                tapfinger::spec::FractionError::SplitDevices => (field("min_demand"), e.to_string()),
+                _ => (field("max_demand"), e.to_string()),
+            },
+        )?;
         // Unset: the largest node's capacity, what it could get anyway.
         let mut max = t.max_demand.clone().unwrap_or_else(|| largest.clone());
-        if t.max_demand.is_some() && max.get(g) > cap {
-            return Err((
-                field("max_demand"),
-                if fractional {
-                    "a fraction of a GPU grows to one device at most".into()
-                } else {
-                    "a task of whole GPUs keeps its count".into()
-                },
-            ));
-        }
         max.0[g] = max.get(g).min(cap);
         t.max_demand = Some(max);
     }

@@ -49,6 +49,7 @@ mod observe;
 mod order;
 mod outlook;
 mod preempt;
+mod requeue;
 mod reserve;
 mod shrink;
 mod view;
@@ -57,6 +58,7 @@ pub use gangs::{GANG_TRIES, GangPlacement};
 pub use order::{Priorities, rank};
 pub use outlook::RewardWeights;
 pub use preempt::Preemption;
+pub use requeue::Requeue;
 pub use view::MayStart;
 
 /// Where a task stands.
@@ -243,6 +245,8 @@ pub struct Ledger<M> {
     outlook: outlook::Outlook,
     /// Capacity kept for forecast urgent arrivals ([`reserve`]).
     reserve: reserve::Reserve,
+    /// Tasks sent back to the queue, by reason ([`Ledger::requeue`]).
+    requeues: BTreeMap<Requeue, u64>,
 }
 
 impl<M> Ledger<M> {
@@ -265,6 +269,7 @@ impl<M> Ledger<M> {
             arrivals: BTreeMap::new(),
             outlook: Default::default(),
             reserve: Default::default(),
+            requeues: BTreeMap::new(),
         }
     }
 

@@ -3,6 +3,7 @@
 //! announcements of tasks ([`Body::Announce`]) and the questions of peers that lack some
 //! ([`Body::Want`]). Each task is told by one node, not by every node that knows it.
 
+use crate::ledger::Requeue;
 use super::{Action, NodeCore, TaskEntry, TaskMeta, TaskState};
 use crate::resources::Resources;
 use crate::spec::TaskSpec;
@@ -124,7 +125,7 @@ impl NodeCore {
         // The sender speaks for its own copies: if it says the task is pending, it does not run
         // it (it stopped it when its lease ran out, or lost it in a restart).
         if state.running_on() == Some(from) && epoch >= known_epoch {
-            self.tasks.set_state(id, TaskState::Pending);
+            self.tasks.requeue(id, Requeue::NotRunning);
             if let Some(m) = self.tasks.meta_mut(id) {
                 m.owner = owner;
             }

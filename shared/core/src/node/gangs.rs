@@ -25,6 +25,7 @@
 //!   gang back to pending at once, freeing its units, and stops its own members of it: a gang
 //!   missing a member cannot go on, and the silent box does the same on its side.
 
+use crate::ledger::Requeue;
 use super::{Action, NodeCore, TaskState};
 use crate::protocol::{GangCommit, Proposal};
 use crate::resources::Resources;
@@ -402,7 +403,7 @@ impl NodeCore {
         let here = self.tasks.gangs_on(me).any(|g| g == task);
         let stop = here.then(|| self.stop_copy(task));
         self.reconcile.gangs_unconfirmed.remove(&task);
-        self.tasks.set_state(task, TaskState::Pending);
+        self.tasks.requeue(task, Requeue::GangBroken);
         self.protocol.release(task);
         stop.into_iter().collect()
     }
@@ -419,7 +420,7 @@ impl NodeCore {
             if self.tasks.gangs_on(me).any(|g| g == task) {
                 out.push(self.stop_copy(task));
             }
-            self.tasks.set_state(task, TaskState::Pending);
+            self.tasks.requeue(task, Requeue::GangBroken);
             self.protocol.release(task);
             self.stats.gangs_broken += 1;
         }

@@ -30,6 +30,7 @@
 //!
 //! This module decides nothing else and does no I/O.
 
+use crate::ledger::Requeue;
 use super::{Action, NodeCore, TaskEntry, TaskState};
 use crate::task::NodeId;
 
@@ -257,7 +258,7 @@ impl NodeCore {
                 // back ([`NodeCore::on_exit`]).
                 out.push(Action::Stop { task: id });
                 self.stats.lease_stops += 1;
-                self.tasks.set_state(id, TaskState::Pending);
+                self.tasks.requeue(id, Requeue::HandedBack);
                 if let Some(m) = self.tasks.meta_mut(id) {
                     m.owner = Some(me);
                 }
@@ -334,7 +335,7 @@ impl NodeCore {
                         s => s.running_on() == Some(id),
                     });
                     if held_there {
-                        self.tasks.set_state(tid, TaskState::Pending);
+                        self.tasks.requeue(tid, Requeue::NodeSilent);
                         self.protocol.release(tid);
                     }
                     if let Some(m) = self.tasks.meta_mut(tid) {

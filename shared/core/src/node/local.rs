@@ -2,6 +2,7 @@
 //! cancellations, progress and exits of its own processes, and its shutdown. Each returns the
 //! actions (announcements, stops) that follow; nothing here does I/O.
 
+use crate::ledger::Requeue;
 use super::{Action, NodeCore, TaskMeta, TaskState};
 use crate::spec::TaskSpec;
 use crate::task::{NodeId, Task, TaskId};
@@ -177,7 +178,7 @@ impl NodeCore {
         if self.tasks.get(task).and_then(|t| t.state.running_on()) != Some(self.cfg.me) {
             return Vec::new();
         }
-        self.tasks.set_state(task, TaskState::Pending);
+        self.tasks.requeue(task, Requeue::StartRefused);
         if let Some(m) = self.tasks.meta_mut(task) {
             m.owner = None;
         }
@@ -205,7 +206,7 @@ impl NodeCore {
         }
         for task in mine {
             out.push(Action::Stop { task });
-            self.tasks.set_state(task, TaskState::Pending);
+            self.tasks.requeue(task, Requeue::HandedBack);
             if let Some(m) = self.tasks.meta_mut(task) {
                 m.owner = None;
             }

@@ -7,6 +7,7 @@
 //! higher epoch wins, a cancellation beats all). A node whose copy loses stops it at once.
 //! Nothing here does I/O: the driver carries out the returned [`Action`]s.
 
+use crate::ledger::Requeue;
 use super::{Action, NodeCore, Peer, TaskMeta, TaskState};
 use crate::resources::Resources;
 use crate::task::{NodeId, TaskId};
@@ -133,7 +134,7 @@ impl NodeCore {
                     // Handed back by a node that is leaving: anyone whose side holds a quorum
                     // may run it.
                     if self.tasks.get(task).and_then(|t| t.state.running_on()) == Some(from) {
-                        self.tasks.set_state(task, TaskState::Pending);
+                        self.tasks.requeue(task, Requeue::HandedBack);
                         if let Some(m) = self.tasks.meta_mut(task) {
                             m.owner = None;
                         }
@@ -223,7 +224,7 @@ impl NodeCore {
                 .filter(|id| !listed.contains(id))
                 .collect();
             for id in lost {
-                self.tasks.set_state(id, TaskState::Pending);
+                self.tasks.requeue(id, Requeue::NodeRestarted);
                 if let Some(m) = self.tasks.meta_mut(id) {
                     m.owner = Some(from);
                 }

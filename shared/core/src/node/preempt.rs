@@ -1,29 +1,20 @@
-//! Preemption on a real node: the ledger's rule ([`crate::ledger::Ledger::preemption_plan`]),
-//! the same the simulator carries out, acted on for this node's own tasks only.
+//! Preemption on a real node: the slot step's rule ([`crate::slot`]: the ledger's plan, one
+//! [`Room`] per node, its lifetime and its proposal), the same the simulator carries out, acted
+//! on for this node's own tasks only.
 //!
 //! At a slot's end, if the plan names this node, its victims get the checkpoint signal
 //! ([`Action::Preempt`]: SIGTERM, then the task's grace, then a kill), go back to the queue (a
 //! `Failed { requeue }` tells the peers, as a hand-back does) and keep their units here until
-//! their processes have ended (as any stopped copy's, `draining`). Meanwhile this node proposes nothing but the
-//! task it made room for, and proposes that one as soon as it fits (`room_proposal`);
-//! the room is given up when the task starts (here or elsewhere), leaves the queue, or after
-//! [`ROOM_SLOTS`] slots plus the longest grace of its victims. The work each victim lost (its
-//! progress since its last `checkpoint=` report) is counted per task.
+//! their processes have ended (as any stopped copy's, `draining`). Meanwhile this node proposes
+//! nothing but the task it made room for, as soon as it fits ([`Room::proposal`]). The work each
+//! victim lost (its progress since its last `checkpoint=` report) is counted per task.
 
 use super::{Action, NodeCore, TaskState};
-use crate::protocol::{Claim, Proposal};
+use crate::ledger::Requeue;
+use crate::protocol::Proposal;
+use crate::slot::Room;
 use crate::task::TaskId;
 use crate::wire::Body;
-
-/// Slots a room is kept for its task beyond its victims' grace.
-pub const ROOM_SLOTS: u64 = 5;
-
-/// A room this node made: the task, and the slot after which it is given up.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Room {
-    pub(super) task: TaskId,
-    pub(super) until: u64,
-}
 
 /// What preemption cost a task that ran here.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -62,7 +53,7 @@ impl NodeCore {
             return Vec::new();
         }
         if let Some(r) = self.preemption.room
-            && (slot > r.until || !self.waits(r.task))
+            && r.expired(slot, &self.tasks)
         {
             self.preemption.room = None;
         }
@@ -101,7 +92,7 @@ impl NodeCore {
             cost.work_lost += lost;
             self.stats.preempted += 1;
             out.push(self.preempt_copy(*v));
-            self.tasks.set_state(*v, TaskState::Pending);
+            self.tasks.requeue(*v, Requeue::Preempted);
             if let Some(m) = self.tasks.meta_mut(*v) {
                 m.owner = None;
             }
@@ -112,38 +103,18 @@ impl NodeCore {
                 reason: format!("preempted for {} (a higher priority class)", p.task),
             }));
         }
-        self.preemption.room = Some(Room {
-            task: p.task,
-            until: slot + ROOM_SLOTS + grace_slots,
-        });
+        self.preemption.room = Some(Room::made(p.task, slot, grace_slots));
         out
     }
 
-    /// Whether `task` is still waiting in the queue.
-    fn waits(&self, task: TaskId) -> bool {
-        self.tasks
-            .get(task)
-            .is_some_and(|e| e.state == TaskState::Pending)
-    }
-
-    /// While this node keeps a room: the task it is for, once it fits
-    /// ([`crate::ledger::Ledger::room_alloc`]), and a pass until then; `None` without a room.
+    /// While this node keeps a room: [`Room::proposal`] (its task once it fits, a pass until
+    /// then); `None` without a room, or once its task no longer waits (the room is dropped).
     pub(super) fn room_proposal(&mut self) -> Option<Proposal> {
         let r = self.preemption.room?;
-        if !self.waits(r.task) {
+        let p = r.proposal(self.cfg.me, &self.tasks);
+        if p.is_none() {
             self.preemption.room = None;
-            return None;
         }
-        let me = self.cfg.me;
-        let Some(alloc) = self.tasks.room_alloc(me, r.task) else {
-            return Some(Proposal::Pass);
-        };
-        let min = &self.tasks.get(r.task)?.task.min_demand;
-        Some(Proposal::Claim(Claim {
-            task: r.task,
-            headroom: self.tasks.claimable(me).headroom(min),
-            alloc,
-            prob: 1.0,
-        }))
+        p
     }
 }

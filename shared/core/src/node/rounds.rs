@@ -163,10 +163,11 @@ impl NodeCore {
             Some(v) if self.lease_held(now) && !self.rounds.settling => {
                 let d = self.policy.decide(&v, &mut self.rng);
                 let single = to_proposal(&d, &v).unwrap_or(crate::protocol::Proposal::Pass);
-                // A pending gang this node proposes goes first ([`super::gangs`]); a room this
-                // node made by preemption goes before both ([`super::preempt`]).
-                let single = self.gang_proposal().unwrap_or(single);
-                self.room_proposal().unwrap_or(single)
+                // In the slot step's order ([`crate::slot::propose`]): a room this node made by
+                // preemption ([`super::preempt`]), a pending gang it proposes
+                // ([`super::gangs`]), its policy's claim.
+                let gang = self.gang_proposal();
+                crate::slot::propose(self.room_proposal(), gang, single)
             }
             _ => crate::protocol::Proposal::Pass,
         };
@@ -206,14 +207,12 @@ impl NodeCore {
     /// started in it has not run yet, so the share must not take it for settled).
     fn reshare(&mut self, slot_ended: bool, round: &crate::protocol::Round) -> Vec<Action> {
         let me = self.cfg.me;
-        if self.tasks.running_on(me).next().is_none() {
-            return Vec::new();
-        }
-        if slot_ended {
-            self.tasks.shrink_step(me);
-        }
+        let nodes = [me];
+        // At a slot's end, the slot step's sequence ([`crate::slot::end_of_slot`]).
+        let end = slot_ended.then(|| crate::slot::end_of_slot(&mut self.tasks, &nodes));
         let mut resized: BTreeMap<TaskId, Resources> = BTreeMap::new();
         if self.policy.elastic()
+            && self.tasks.running_on(me).next().is_some()
             && let Some(v) = self.view_at(round.slot, round.step).for_agent(me)
         {
             let changes = self.policy.rebalance(&v, &mut self.rng);
@@ -224,7 +223,10 @@ impl NodeCore {
                 Err(_) => self.stats.reshares_refused += 1,
             }
         }
-        resized.extend(self.tasks.apply_ceilings(me));
+        match end {
+            Some(end) => resized.extend(end.finish(&mut self.tasks).into_iter().flat_map(|c| c.1)),
+            None => resized.extend(self.tasks.apply_ceilings(me)),
+        }
         self.stats.resizes += resized.len() as u64;
         resized
             .into_iter()

@@ -119,7 +119,7 @@ pub(super) struct Preemption {
     /// Progress at each own task's last reported checkpoint ([`super::preempt`]).
     pub(super) checkpoints: BTreeMap<TaskId, f64>,
     /// The room this node keeps for a waiting task ([`super::preempt`]).
-    pub(super) room: Option<preempt::Room>,
+    pub(super) room: Option<crate::slot::Room>,
     /// What preemption cost the tasks preempted here ([`super::preempt`]).
     pub(super) preempted: BTreeMap<TaskId, preempt::Preempted>,
 }

@@ -35,6 +35,40 @@ pub fn shares_gpus(labels: &std::collections::BTreeMap<String, String>) -> bool 
     labels.get(GPU_SHARES_LABEL).map(String::as_str) == Some(GPU_SHARES_MPS)
 }
 
+/// How a GPU demand breaks the fraction rules (module doc): one set of rules and messages for
+/// the agents' specs and the simulator's scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FractionError {
+    /// More than one device, but not a whole number of them.
+    #[error("more than one GPU is a whole number of devices (a fraction lives on one device)")]
+    SplitDevices,
+    /// A fraction whose maximum is more than one device.
+    #[error("a task asking for a fraction of a GPU grows to one device at most")]
+    FractionGrows,
+    /// Whole devices whose maximum is more than their count.
+    #[error(
+        "a task of whole GPUs keeps its count where GPUs are shared in fractions (the counts \
+         between whole devices cannot be given)"
+    )]
+    WholeKeepsCount,
+}
+
+/// The fraction rules for one GPU demand, where a device is `per` grid units: `min` units at
+/// least and `max` at most (`None`: no maximum asked). Returns the most the task may hold (one
+/// device for a fraction, its own count for whole devices) and whether it asks for a fraction.
+pub fn fraction_rule(per: u32, min: u32, max: Option<u32>) -> Result<(u32, bool), FractionError> {
+    if min > per && !min.is_multiple_of(per) {
+        return Err(FractionError::SplitDevices);
+    }
+    let fractional = min > 0 && min < per;
+    let cap = if fractional { per } else { min };
+    match max {
+        Some(hi) if hi > cap && fractional => Err(FractionError::FractionGrows),
+        Some(hi) if hi > cap => Err(FractionError::WholeKeepsCount),
+        _ => Ok((cap, fractional)),
+    }
+}
+
 impl TaskSpec {
     /// The rules above for a single-node task's `min` and `max` (`None`: unbounded): the
     /// maximum the task may get, and whether it asks for a fraction of a device.
@@ -47,27 +81,18 @@ impl TaskSpec {
         let Some((g, per)) = units_per_device(space) else {
             return Ok((max, false));
         };
-        let lo = min.get(g);
-        let asked_max = self.max_demand.contains_key("gpu");
-        let hi = max.as_ref().map_or(u32::MAX, |m| m.get(g));
-        if lo > per && !lo.is_multiple_of(per) {
-            return Err(err(
-                "min_demand.gpu",
-                "more than one GPU is a whole number of devices (a fraction lives on one device)",
-            ));
-        }
-        let fractional = lo > 0 && lo < per;
-        // The most this task may hold: one device for a fraction, its own count otherwise.
-        let cap = if fractional { per } else { lo };
-        if asked_max && hi > cap {
-            let why = if fractional {
-                "a task asking for a fraction of a GPU grows to one device at most"
-            } else {
-                "a task of whole GPUs keeps its count where GPUs are shared in fractions \
-                 (the counts between whole devices cannot be given)"
+        let asked = self
+            .max_demand
+            .contains_key("gpu")
+            .then(|| max.as_ref().map_or(u32::MAX, |m| m.get(g)));
+        let (cap, fractional) = fraction_rule(per, min.get(g), asked).map_err(|e| {
+            let field = match e {
+                FractionError::SplitDevices => "min_demand.gpu",
+                _ => "max_demand.gpu",
             };
-            return Err(err("max_demand.gpu", why));
-        }
+            err(field, e.to_string())
+        })?;
+        let hi = max.as_ref().map_or(u32::MAX, |m| m.get(g));
         let mut m = max.unwrap_or_else(|| Resources(vec![u32::MAX; min.len()]));
         m.0[g] = hi.min(cap);
         Ok((Some(m), fractional))

@@ -15,7 +15,9 @@ mod gang;
 mod gpu_share;
 mod profile;
 pub use gang::{GangSpec, PipelineSpec, WorkerCount};
-pub use gpu_share::{GPU_SHARES_LABEL, GPU_SHARES_MPS, shares_gpus, units_per_device};
+pub use gpu_share::{
+    FractionError, GPU_SHARES_LABEL, GPU_SHARES_MPS, fraction_rule, shares_gpus, units_per_device,
+};
 pub use profile::{MAX_HINT_SECONDS, MAX_PROFILE, ProfileHint};
 
 /// Longest accepted name, label key or value, argument or environment entry (bytes).
