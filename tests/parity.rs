@@ -26,7 +26,7 @@ mod support {
     pub(crate) mod replay;
     pub(crate) mod scenarios;
 }
-use support::replay::{Recording, check_parity};
+use support::replay::{Recording, check_parity, replay};
 
 /// The policies an agent runs: every baseline (the clairvoyant reference reads the
 /// simulator's speed model and runs in the simulator only).
@@ -231,4 +231,49 @@ fn the_checked_policies_include_the_elastic_ones() {
     assert!(names.contains(&"tiresias-np") && names.contains(&"optimus-np"));
     assert!(names.contains(&"tiresias") && names.contains(&"optimus"));
     assert!(names.len() >= 8, "{names:?}");
+}
+
+/// The slot step's forked rules compared: priority classes with preemption (the plan, the
+/// victims, the room and its proposal, the requeue), shrinking converging tasks (the shrink
+/// step, the re-share, the ceilings, and every node's view of who converges), and GPUs shared in
+/// quarters. Each case checks that its rule acted, so the comparison covered it.
+#[test]
+fn agents_and_the_simulator_agree_with_preemption_shrinking_and_quarter_gpus() {
+    // priority-edge with preemption; the replay's victims end at once and never checkpoint
+    // (`replay`'s doc says why).
+    let text = include_str!("../sim/presets/priority-edge.toml")
+        .replace("aging_slots = 50", "aging_slots = 50\npreempt = true");
+    let mut sc = Scenario::from_toml(&text, "priority-preempt", None).unwrap();
+    sc.checkpoint_slots = Some(sc.max_slots + 1);
+    sc.tasks = 60;
+    let mut preempted = 0;
+    for policy in ["random", "first-fit-max", "tiresias"] {
+        for seed in [100, 101] {
+            preempted += replay(sc.clone(), policy, seed, None).unwrap().preempted;
+        }
+    }
+    eprintln!("priority-edge with preemption: {preempted} preemptions replayed");
+    assert!(preempted > 0, "nothing was preempted");
+
+    // converging-edge: shrinking on, a policy that holds its allocations and an elastic one.
+    let mut sc = Scenario::load("converging-edge").unwrap();
+    sc.tasks = 40;
+    let (mut converging, mut resized) = (0, 0);
+    for policy in ["first-fit-max", "tiresias"] {
+        for seed in [100, 101] {
+            let r = replay(sc.clone(), policy, seed, None).unwrap();
+            converging += r.converging;
+            resized += r.resized;
+        }
+    }
+    eprintln!("converging-edge: {converging} judged converging, {resized} resized");
+    assert!(converging > 0 && resized > 0, "{converging} judged converging, {resized} resized");
+
+    // small-gpu-edge: one GPU per box shared in quarters.
+    let mut sc = Scenario::load("small-gpu-edge").unwrap();
+    assert!(tapfinger::spec::units_per_device(&sc.space).is_some());
+    sc.tasks = 40;
+    for policy in ["first-fit-max", "tiresias", policies::TAPFINGER] {
+        check_parity(sc.clone(), policy, 100, None).unwrap();
+    }
 }

@@ -23,6 +23,8 @@ pub(crate) struct Recording {
     alloc: BTreeMap<TaskId, Resources>,
     allocs: BTreeMap<u64, BTreeMap<TaskId, Resources>>,
     progress: BTreeMap<u64, Vec<(TaskId, f64, bool)>>,
+    /// The plateau detector's judgements per slot (shrinking on).
+    judged: BTreeMap<u64, Vec<(TaskId, bool)>>,
 }
 
 impl Observer for Recording {
@@ -44,6 +46,9 @@ impl Observer for Recording {
     fn slot_end(&mut self, slot: u64, rewards: &[f64]) {
         self.rewards.insert(slot, rewards.to_vec());
         self.allocs.insert(slot, self.alloc.clone());
+    }
+    fn judged(&mut self, slot: u64, task: TaskId, converging: bool) {
+        self.judged.entry(slot).or_default().push((task, converging));
     }
     fn progressed(&mut self, slot: u64, task: TaskId, progress: f64, finished: bool) {
         if finished {
@@ -74,6 +79,8 @@ struct Agents {
     gang_starts: Vec<Vec<(TaskId, Resources)>>,
     /// Re-shares per node: (task, allocation), in order.
     resizes: Vec<Vec<(TaskId, Resources)>>,
+    /// Preemptions per node: the tasks stopped for a higher class, in order.
+    preempted: Vec<Vec<TaskId>>,
 }
 
 impl Agents {
@@ -105,9 +112,14 @@ impl Agents {
                     known: ids.clone(),
                     lease_age_ms: None,
                     addr: "127.0.0.1".into(),
-                    priorities: Default::default(),
-                    shrink_kind: None,
-                    preempt: false,
+                    // The scenario's classes, shrinking and preemption, as an agent's config
+                    // gives them.
+                    priorities: sc.priorities,
+                    shrink_kind: sc
+                        .shrink
+                        .filter(|s| s.enabled)
+                        .map(|_| sc.cpu_gpu_kinds().0),
+                    preempt: sc.checkpoint_slots.is_some(),
                 };
                 let mut core = NodeCore::new(cfg, p, agent_seed(seed, i));
                 // Gangs are placed as the simulator places them: the scenario's placer and links.
@@ -127,6 +139,7 @@ impl Agents {
             starts: vec![Vec::new(); n],
             gang_starts: vec![Vec::new(); n],
             resizes: vec![Vec::new(); n],
+            preempted: vec![Vec::new(); n],
         }
     }
 
@@ -151,6 +164,13 @@ impl Agents {
                 } => self.starts[i].push((task, alloc)),
                 Action::Start { task, alloc, .. } => self.gang_starts[i].push((task, alloc)),
                 Action::Resize { task, alloc } => self.resizes[i].push((task, alloc)),
+                // A victim of preemption: its process ends at once (the replay's scenarios have
+                // no grace), which frees its units.
+                Action::Preempt { task } => {
+                    self.preempted[i].push(task);
+                    let out = self.cores[i].on_exit(task, None, true);
+                    queue.extend(out.into_iter().map(|a| (i, a)));
+                }
                 // When a gang's host ends it, every other member box stops its members (whose
                 // processes ended already in this replay).
                 Action::Stop { task } if self.cores[i].tasks()[&task].task.gang.is_some() => {}
@@ -239,6 +259,35 @@ pub(crate) fn check_parity(
     seed: u64,
     model: Option<&std::path::Path>,
 ) -> Result<usize, TestCaseError> {
+    replay(sc, policy, seed, model).map(|r| r.resized)
+}
+
+/// What a replay did, so a test can tell that a rule it means to compare was exercised.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Replayed {
+    /// Running tasks the node cores resized (re-shares and ceilings).
+    pub(crate) resized: usize,
+    /// Tasks the node cores preempted.
+    pub(crate) preempted: usize,
+    /// Judgements of convergence the runners reported (shrinking on).
+    pub(crate) converging: usize,
+}
+
+/// [`check_parity`], returning what the replay did. With preemption on, the victims end at
+/// once (no grace) and tasks never checkpoint: a task resumed from a checkpoint shows that
+/// progress in the simulator's views from its start, but on agents only from its runner's
+/// first report, which this replay does not compare.
+pub(crate) fn replay(
+    sc: Scenario,
+    policy: &str,
+    seed: u64,
+    model: Option<&std::path::Path>,
+) -> Result<Replayed, TestCaseError> {
+    assert_eq!(sc.preempt_grace_slots, 0, "the replay ends victims at once");
+    assert!(
+        sc.checkpoint_slots.is_none_or(|k| k > sc.max_slots),
+        "the replay's tasks never checkpoint"
+    );
     let sim = Simulator::new(sc.clone());
     let build = |sim: &Simulator| -> Vec<Box<dyn Policy>> {
         if policy == policies::TAPFINGER {
@@ -277,15 +326,24 @@ pub(crate) fn check_parity(
         r.agents.now += HEARTBEAT;
     }
     let resized: usize = r.agents.resizes.iter().map(Vec::len).sum();
+    // Only elastic policies and the ceilings of shrinking tasks resize.
+    let shrinking = sc.shrink.is_some_and(|s| s.enabled);
     prop_assert!(
-        elastic || resized == 0,
+        elastic || shrinking || resized == 0,
         "{} seed {}: a non-elastic policy resized tasks",
         policy,
         seed
     );
     r.check_done(&result)?;
     prop_assert_eq!(r.round, r.rec.rounds.len());
-    Ok(resized)
+    let preempted = r.agents.preempted.iter().map(Vec::len).sum();
+    let sim_preempted: u32 = result.tasks.iter().map(|t| t.preemptions).sum();
+    prop_assert_eq!(preempted, sim_preempted as usize, "{} seed {}: preemptions", policy, seed);
+    Ok(Replayed {
+        resized,
+        preempted,
+        converging: r.rec.judged.values().flatten().filter(|j| j.1).count(),
+    })
 }
 
 /// The node cores replaying a simulated episode, and what the simulator recorded of it.
@@ -437,8 +495,15 @@ impl Replay<'_> {
         Ok(())
     }
 
-    /// The slot runs: each runner reports its tasks' progress (or exit).
+    /// The slot runs: each runner reports its tasks' convergence as the simulator judged it,
+    /// then their progress (or exit).
     fn run_slot(&mut self, slot: u64) {
+        for (task, converging) in self.rec.judged.get(&slot).cloned().unwrap_or_default() {
+            if let Some(r) = self.agents.cores[0].tasks()[&task].state.running_on() {
+                let r = r.0 as usize;
+                self.agents.cores[r].on_report(task, &BTreeMap::new(), converging);
+            }
+        }
         for (task, p, finished) in self.rec.progress.get(&slot).cloned().unwrap_or_default() {
             if let TaskState::Gang { members, .. } = &self.agents.cores[0].tasks()[&task].state {
                 // A gang ends when its host (rank 0's box) exits, after its other boxes.

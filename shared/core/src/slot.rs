@@ -118,13 +118,18 @@ pub struct EndOfSlot<'a> {
 
 impl EndOfSlot<'_> {
     /// After the re-shares: converging tasks held at their ceilings
-    /// ([`Ledger::apply_ceilings`]). Returns the allocations this changed, by node.
+    /// ([`Ledger::apply_ceilings`]), which then settle at what each will run at
+    /// ([`Ledger::settle_ceilings`]). Returns the allocations this changed, by node.
     pub fn finish<M>(self, ledger: &mut Ledger<M>) -> Vec<Changed> {
-        self.nodes
-            .iter()
-            .map(|n| (*n, ledger.apply_ceilings(*n)))
-            .filter(|(_, c)| !c.is_empty())
-            .collect()
+        let mut changed = Vec::new();
+        for n in self.nodes {
+            let c = ledger.apply_ceilings(*n);
+            ledger.settle_ceilings(*n);
+            if !c.is_empty() {
+                changed.push((*n, c));
+            }
+        }
+        changed
     }
 }
 

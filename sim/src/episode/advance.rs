@@ -98,7 +98,9 @@ impl Episode<'_> {
             if let Some(m) = self.ledger.meta_mut(id) {
                 m.prev = Some(alloc.clone());
             }
-            self.learn(id, &alloc, progress, slot);
+            if let Some(converging) = self.learn(id, &alloc, progress, slot) {
+                observe.judged(slot, id, converging);
+            }
             self.checkpoint(id, progress, slot);
             let finished = progress >= 1.0 - 1e-12;
             observe.progressed(slot, id, progress, finished);

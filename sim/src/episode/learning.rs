@@ -40,28 +40,35 @@ impl Episode<'_> {
     }
 
     /// Task `id` ran the slot at `alloc` and reached `progress`: count its resources, and (its
-    /// type has a curve) take its report and judge it.
-    pub(super) fn learn(&mut self, id: TaskId, alloc: &Resources, progress: f64, slot: u64) {
+    /// type has a curve) take its report and judge it. Returns the judgement (`None`: not
+    /// judged: no curve, or shrinking off).
+    pub(super) fn learn(
+        &mut self,
+        id: TaskId,
+        alloc: &Resources,
+        progress: f64,
+        slot: u64,
+    ) -> Option<bool> {
         let held = self.node_slots(alloc);
         let ty = self.ledger[&id].task.ty.0;
         let curve = self.sc.types[usize::from(ty)].curve;
         let shrink = self.sc.shrink;
         let seed = self.curve_seed;
         let Some(m) = self.ledger.meta_mut(id) else {
-            return;
+            return None;
         };
         m.learning.resource_time += held;
         let Some(curve) = curve else {
-            return;
+            return None;
         };
         // Seeded by task and slot alone: the same draw with or without the detector.
         let report = curve.report(progress, seed, id.0, slot);
         let Some(shrink) = shrink else {
             self.ledger.note_accuracy(id, report);
-            return;
+            return None;
         };
         let Some(m) = self.ledger.meta_mut(id) else {
-            return;
+            return None;
         };
         let l = &mut m.learning;
         l.reports.push_back(report);
@@ -75,6 +82,7 @@ impl Episode<'_> {
         }
         self.ledger.set_converging(id, converging);
         self.ledger.note_accuracy(id, report);
+        Some(converging)
     }
 
     /// A finished task's final accuracy (its type's curve at the end), if it has a curve.

@@ -69,6 +69,9 @@ pub trait Observer {
     fn decision_view(&mut self, _view: &ClusterView) {}
     /// End of a slot's run: a running task's progress, and whether it finished.
     fn progressed(&mut self, _slot: u64, _task: TaskId, _progress: f64, _finished: bool) {}
+    /// End of a slot's run: the plateau detector judged a running task converging or not
+    /// (shrinking on and its type has a curve), as an agent's executor reports it.
+    fn judged(&mut self, _slot: u64, _task: TaskId, _converging: bool) {}
     /// Every decided round, as all agents decided it.
     fn round(&mut self, _outcome: &RoundOutcome) {}
     /// End of a slot: each agent's reward for it (−tasks queued or running at its node).

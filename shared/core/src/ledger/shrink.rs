@@ -4,10 +4,12 @@
 //! (each to the one holding fewest, up to their maximum demands), on any node to the next
 //! claims (they are free).
 //!
-//! One rule for both drivers, called in this order once a slot: [`Ledger::shrink_step`] lowers
-//! each converging task's ceiling by one unit; the policy re-shares (elastic nodes); then
-//! [`Ledger::apply_ceilings`] holds every converging task at its ceiling. The agent also applies
-//! the ceilings after each start (its re-share then), which does not lower them.
+//! One rule for both drivers, called in this order once a slot ([`crate::slot::end_of_slot`]):
+//! [`Ledger::shrink_step`] lowers each converging task's ceiling by one unit; the policy
+//! re-shares (elastic nodes); then [`Ledger::apply_ceilings`] holds every converging task at its
+//! ceiling and [`Ledger::settle_ceilings`] brings each ceiling down to what the task will run at.
+//! The agent also applies the ceilings after each start (its re-share then), which does not
+//! lower them.
 //!
 //! Only one kind shrinks, the CPU kind, and that is on purpose: a running process's memory
 //! limit cannot be lowered without risking its death (the kernel kills what does not fit), nor
@@ -67,12 +69,30 @@ impl<M> Ledger<M> {
             let Some(e) = self.tasks.get(id) else {
                 continue;
             };
-            let TaskState::Running { node: n, alloc, .. } = &e.state else {
+            let TaskState::Running { node: n, .. } = &e.state else {
                 continue;
             };
             if *n == node {
                 let floor = self.floors.get(id).unwrap_or(&e.task.min_demand).get(k);
-                *ceiling = (*ceiling).min(alloc.get(k)).saturating_sub(1).max(floor);
+                // One below the ceiling, which the last slot's end settled at what the task
+                // ran ([`Ledger::settle_ceilings`]): not its allocation now, which an agent's
+                // re-share after a start may have changed since.
+                *ceiling = ceiling.saturating_sub(1).max(floor);
+            }
+        }
+    }
+
+    /// At a slot's end, after [`Ledger::apply_ceilings`]: each converging task running on
+    /// `node` gets as its ceiling at most what it will run at in the slot, so that the next
+    /// [`Ledger::shrink_step`] takes it one unit below what it ran.
+    pub fn settle_ceilings(&mut self, node: NodeId) {
+        let Some(k) = self.shrink_kind else { return };
+        for (id, ceiling) in self.ceilings.iter_mut() {
+            if let Some(TaskState::Running { node: n, alloc, .. }) =
+                self.tasks.get(id).map(|e| &e.state)
+                && *n == node
+            {
+                *ceiling = (*ceiling).min(alloc.get(k));
             }
         }
     }

@@ -251,7 +251,7 @@ impl NodeCore {
                 Some(r.attained),
             ));
         }
-        self.heard_reports(&state.running);
+        self.heard_reports(from, &state.running);
         for g in &state.gangs {
             self.gang_heard(g);
         }

@@ -61,10 +61,15 @@ impl NodeCore {
         self.reports.get(&task).cloned().unwrap_or_default()
     }
 
-    /// A peer's heartbeat: the reports of the tasks it runs; reports of tasks no longer
-    /// running anywhere are dropped.
-    pub(super) fn heard_reports(&mut self, running: &[RunningState]) {
+    /// Peer `from`'s heartbeat: the reports of the tasks it runs; reports of tasks no longer
+    /// running anywhere are dropped. Its judgement of its own tasks' convergence is marked here
+    /// too, so that every node's view shows it as the runner's does (the simulator's view shows
+    /// one judgement for all).
+    pub(super) fn heard_reports(&mut self, from: crate::NodeId, running: &[RunningState]) {
         for r in running {
+            if self.tasks.get(r.task).and_then(|t| t.state.running_on()) == Some(from) {
+                self.tasks.set_converging(r.task, r.report.converging);
+            }
             self.reports
                 .insert(r.task, bounded(&r.report.metrics, r.report.converging));
         }
