@@ -106,7 +106,7 @@ fn train_member(
     seed: u64,
     eval: &[f32],
     m: usize,
-    tx: &mpsc::Sender<(usize, f32)>,
+    tx: &mpsc::SyncSender<(usize, f32)>,
 ) -> anyhow::Result<Vec<f32>> {
     let device = Device::flex().autodiff();
     let mut rng = tapfinger::seeded_rng(seed);
@@ -161,7 +161,8 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<f64> {
     let (eval, labels) = batch(&teacher, m, &mut rng);
     let total = args.steps * args.members;
     let every = (total / 50).max(1);
-    let (tx, rx) = mpsc::channel();
+    // Bounded: a member that runs ahead of the progress lines waits for them.
+    let (tx, rx) = mpsc::sync_channel(4 * args.members.max(1));
     let probs = std::thread::scope(|scope| -> anyhow::Result<Vec<Vec<f32>>> {
         let handles: Vec<_> = nets
             .into_iter()

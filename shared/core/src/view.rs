@@ -269,7 +269,15 @@ impl ClusterView {
         if k == 0 || self.nodes.len() <= k {
             return Cow::Borrowed(self);
         }
-        let my_window: BTreeSet<usize> = self.nodes[mine].window.iter().copied().collect();
+        // This agent's window as a mask over the pending list: the overlap of every other
+        // node's window with it is then a few loads per window entry (this runs once per
+        // deciding agent over every node, the part of a decision that grows with the cluster).
+        let mut my_window = vec![false; self.pending.len()];
+        for &w in &self.nodes[mine].window {
+            if let Some(m) = my_window.get_mut(w) {
+                *m = true;
+            }
+        }
         let free_share = |n: &NodeView| -> f64 {
             n.capacity
                 .0
@@ -285,7 +293,11 @@ impl ClusterView {
             .enumerate()
             .filter(|(i, _)| *i != mine)
             .map(|(i, n)| {
-                let shared = n.window.iter().filter(|w| my_window.contains(w)).count();
+                let shared = n
+                    .window
+                    .iter()
+                    .filter(|&&w| my_window.get(w).copied().unwrap_or(false))
+                    .count();
                 (i, shared, free_share(n))
             })
             .collect();

@@ -304,6 +304,18 @@ impl TapfingerPolicy {
         a
     }
 
+    /// The size of the graph this policy's decision on `view` encodes: its rows over every node
+    /// type, padding included. The network's cost per decision grows with it; with a focus it
+    /// stays bounded however large the cluster (`sim/tests/scale.rs` checks the shipped general
+    /// model's).
+    pub fn graph_rows(&self, view: &View<'_>) -> usize {
+        let focused = view.cluster.focus(view.me, self.cfg.focus);
+        batch(&[(&*focused, view.me)], &self.cfg.dims)
+            .counts
+            .iter()
+            .sum()
+    }
+
     /// The record this policy would have made had it taken `decision` (another policy's, e.g. a
     /// teacher's) on `view`: what imitation learning trains on. `None` when the network cannot
     /// express the decision (a task outside the window or blocked, units outside the legal
