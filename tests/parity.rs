@@ -267,7 +267,10 @@ fn agents_and_the_simulator_agree_with_preemption_shrinking_and_quarter_gpus() {
         }
     }
     eprintln!("converging-edge: {converging} judged converging, {resized} resized");
-    assert!(converging > 0 && resized > 0, "{converging} judged converging, {resized} resized");
+    assert!(
+        converging > 0 && resized > 0,
+        "{converging} judged converging, {resized} resized"
+    );
 
     // small-gpu-edge: one GPU per box shared in quarters.
     let mut sc = Scenario::load("small-gpu-edge").unwrap();

@@ -48,7 +48,10 @@ impl Observer for Recording {
         self.allocs.insert(slot, self.alloc.clone());
     }
     fn judged(&mut self, slot: u64, task: TaskId, converging: bool) {
-        self.judged.entry(slot).or_default().push((task, converging));
+        self.judged
+            .entry(slot)
+            .or_default()
+            .push((task, converging));
     }
     fn progressed(&mut self, slot: u64, task: TaskId, progress: f64, finished: bool) {
         if finished {
@@ -338,7 +341,13 @@ pub(crate) fn replay(
     prop_assert_eq!(r.round, r.rec.rounds.len());
     let preempted = r.agents.preempted.iter().map(Vec::len).sum();
     let sim_preempted: u32 = result.tasks.iter().map(|t| t.preemptions).sum();
-    prop_assert_eq!(preempted, sim_preempted as usize, "{} seed {}: preemptions", policy, seed);
+    prop_assert_eq!(
+        preempted,
+        sim_preempted as usize,
+        "{} seed {}: preemptions",
+        policy,
+        seed
+    );
     Ok(Replayed {
         resized,
         preempted,

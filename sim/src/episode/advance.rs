@@ -68,7 +68,8 @@ impl Episode<'_> {
                     // Killed for lack of memory; re-queued asking for what it really needs.
                     let mut again = (*task).clone();
                     again.min_demand = again.min_demand.max_each(&ty.need);
-                    self.ledger.requeue(id, tapfinger::ledger::Requeue::OutOfMemory);
+                    self.ledger
+                        .requeue(id, tapfinger::ledger::Requeue::OutOfMemory);
                     self.ledger.replace_task(Arc::new(again));
                     if let Some(m) = self.ledger.meta_mut(id) {
                         m.failures += 1;

@@ -87,7 +87,8 @@ impl Episode<'_> {
             }
         }
         for id in refused {
-            self.ledger.requeue(id, tapfinger::ledger::Requeue::StartRefused);
+            self.ledger
+                .requeue(id, tapfinger::ledger::Requeue::StartRefused);
             for p in &mut self.protocols {
                 p.release(id);
             }

@@ -54,22 +54,16 @@ impl Episode<'_> {
         let curve = self.sc.types[usize::from(ty)].curve;
         let shrink = self.sc.shrink;
         let seed = self.curve_seed;
-        let Some(m) = self.ledger.meta_mut(id) else {
-            return None;
-        };
+        let m = self.ledger.meta_mut(id)?;
         m.learning.resource_time += held;
-        let Some(curve) = curve else {
-            return None;
-        };
+        let curve = curve?;
         // Seeded by task and slot alone: the same draw with or without the detector.
         let report = curve.report(progress, seed, id.0, slot);
         let Some(shrink) = shrink else {
             self.ledger.note_accuracy(id, report);
             return None;
         };
-        let Some(m) = self.ledger.meta_mut(id) else {
-            return None;
-        };
+        let m = self.ledger.meta_mut(id)?;
         let l = &mut m.learning;
         l.reports.push_back(report);
         while l.reports.len() > shrink.plateau.window + 1 {

@@ -142,7 +142,9 @@ pub(super) fn check_shares(
         let asked = t.max_demand.as_ref().map(|m| m.get(g));
         let (cap, _) = tapfinger::spec::fraction_rule(per, t.min_demand.get(g), asked).map_err(
             |e| match e {
-                tapfinger::spec::FractionError::SplitDevices => (field("min_demand"), e.to_string()),
+                tapfinger::spec::FractionError::SplitDevices => {
+                    (field("min_demand"), e.to_string())
+                }
                 _ => (field("max_demand"), e.to_string()),
             },
         )?;

@@ -3,8 +3,8 @@
 //! announcements of tasks ([`Body::Announce`]) and the questions of peers that lack some
 //! ([`Body::Want`]). Each task is told by one node, not by every node that knows it.
 
-use crate::ledger::Requeue;
 use super::{Action, NodeCore, TaskEntry, TaskMeta, TaskState};
+use crate::ledger::Requeue;
 use crate::resources::Resources;
 use crate::spec::TaskSpec;
 use crate::task::{NodeId, Task, TaskId};

@@ -25,8 +25,8 @@
 //!   gang back to pending at once, freeing its units, and stops its own members of it: a gang
 //!   missing a member cannot go on, and the silent box does the same on its side.
 
-use crate::ledger::Requeue;
 use super::{Action, NodeCore, TaskState};
+use crate::ledger::Requeue;
 use crate::protocol::{GangCommit, Proposal};
 use crate::resources::Resources;
 use crate::task::{NodeId, TaskId};

@@ -30,8 +30,8 @@
 //!
 //! This module decides nothing else and does no I/O.
 
-use crate::ledger::Requeue;
 use super::{Action, NodeCore, TaskEntry, TaskState};
+use crate::ledger::Requeue;
 use crate::task::NodeId;
 
 impl NodeCore {

@@ -2,8 +2,8 @@
 //! cancellations, progress and exits of its own processes, and its shutdown. Each returns the
 //! actions (announcements, stops) that follow; nothing here does I/O.
 
-use crate::ledger::Requeue;
 use super::{Action, NodeCore, TaskMeta, TaskState};
+use crate::ledger::Requeue;
 use crate::spec::TaskSpec;
 use crate::task::{NodeId, Task, TaskId};
 use crate::wire::{Body, CANCELLED, Outcome};

@@ -7,8 +7,8 @@
 //! higher epoch wins, a cancellation beats all). A node whose copy loses stops it at once.
 //! Nothing here does I/O: the driver carries out the returned [`Action`]s.
 
-use crate::ledger::Requeue;
 use super::{Action, NodeCore, Peer, TaskMeta, TaskState};
+use crate::ledger::Requeue;
 use crate::resources::Resources;
 use crate::task::{NodeId, TaskId};
 use crate::wire::{Body, CANCELLED, Envelope, MAX_WANT, NodeState, Outcome};
