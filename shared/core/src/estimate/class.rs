@@ -91,7 +91,17 @@ impl Class {
     }
 
     pub(super) fn samples(&self) -> u64 {
-        self.speed_cells().values().map(|c| c.0).sum::<u64>() + self.hints.len() as u64
+        // The counts of [`Class::speed_cells`] without merging the maps (views ask this for
+        // every task they show, so it is worth not cloning a map for it).
+        let count = |c: &Cells| c.values().map(|c| c.0).sum::<u64>();
+        let mut n = count(&self.cells);
+        if self.switch_cost() < COSTLY_SWITCH {
+            n += count(&self.switch_cells);
+        }
+        if self.start_cost() < COSTLY_SWITCH {
+            n += count(&self.start_cells);
+        }
+        n + self.hints.len() as u64
     }
 
     /// The fraction of a slot a re-allocation costs, as measured ([`Estimator::switch_cost`]).
