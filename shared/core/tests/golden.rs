@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::sync::Arc;
 use tapfinger_core::ledger::{Ledger, Priorities, TaskState};
-use tapfinger_core::protocol::{Claim, Proposal, resolve, posteriors};
+use tapfinger_core::protocol::{Claim, Proposal, posteriors, resolve};
 use tapfinger_core::{NodeId, Resources, Round, Task, TaskId};
 
 /// `A,B,...` as units.
@@ -33,7 +33,12 @@ fn fields(words: &[&str]) -> BTreeMap<String, String> {
     words
         .iter()
         .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.trim_matches(|c| c == '(' || c == ')').to_string()))
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                v.trim_matches(|c| c == '(' || c == ')').to_string(),
+            )
+        })
         .collect()
 }
 
@@ -91,7 +96,12 @@ fn run_resolve(case: &datadriven::TestCase) -> String {
     for (n, t) in &out.lost {
         writeln!(s, "lost t{} by n{}", t.0, n.0).unwrap();
     }
-    writeln!(s, "contested {} slot_ended {}", out.contested, out.slot_ended).unwrap();
+    writeln!(
+        s,
+        "contested {} slot_ended {}",
+        out.contested, out.slot_ended
+    )
+    .unwrap();
     s
 }
 

@@ -50,6 +50,37 @@ pub(super) struct Entropy {
     ids_sent: BTreeMap<(u32, u32), u64>,
 }
 
+impl Entropy {
+    /// A heartbeat of `from` whose digest was the `same` as this node's or not: whether to send
+    /// this node's ranges now, after [`PERSIST`] differing ones in a row and at most once per
+    /// `resend` ms (then marked sent at `now`).
+    fn send_ranges(&mut self, from: NodeId, same: bool, now: u64, resend: u64) -> bool {
+        if same {
+            self.differ.remove(&from);
+            return false;
+        }
+        let n = self.differ.entry(from).or_default();
+        *n += 1;
+        if *n < PERSIST
+            || self
+                .ranges_sent
+                .is_some_and(|t| now.saturating_sub(t) < resend)
+        {
+            return false;
+        }
+        self.ranges_sent = Some(now);
+        true
+    }
+
+    /// Whether this node's ids of block `b` may be sent at `now` (not within `resend` ms of the
+    /// last time).
+    fn ids_due(&self, b: (u32, u32), now: u64, resend: u64) -> bool {
+        self.ids_sent
+            .get(&b)
+            .is_none_or(|t| now.saturating_sub(*t) >= resend)
+    }
+}
+
 /// A task's contribution to a digest: its id and whether it has finished, mixed (SplitMix64's
 /// finalizer) so that XOR over a set tells sets apart.
 fn mix(id: TaskId, done: bool) -> u64 {
@@ -103,22 +134,11 @@ impl NodeCore {
     /// A peer's heartbeat carried `theirs`: after [`PERSIST`] differing ones in a row, send this
     /// node's ranges (at most once per [`RESEND`] heartbeats).
     pub(super) fn compare_digest(&mut self, from: NodeId, theirs: Digest, now: u64) -> Vec<Action> {
-        if theirs == self.digest() {
-            self.entropy.differ.remove(&from);
-            return Vec::new();
-        }
-        let n = self.entropy.differ.entry(from).or_default();
-        *n += 1;
+        let same = theirs == self.digest();
         let resend = RESEND * self.cfg.heartbeat_ms;
-        if *n < PERSIST
-            || self
-                .entropy
-                .ranges_sent
-                .is_some_and(|t| now.saturating_sub(t) < resend)
-        {
+        if !self.entropy.send_ranges(from, same, now, resend) {
             return Vec::new();
         }
-        self.entropy.ranges_sent = Some(now);
         let ranges: Vec<Range> = self
             .ranges()
             .into_iter()
@@ -154,12 +174,7 @@ impl NodeCore {
             .map(|r| (r.origin, r.block))
             .chain(mine.keys().copied().filter(|b| !listed.contains(b)))
             .filter(|b| mine.contains_key(b))
-            .filter(|b| {
-                self.entropy
-                    .ids_sent
-                    .get(b)
-                    .is_none_or(|t| now.saturating_sub(*t) >= resend)
-            })
+            .filter(|b| self.entropy.ids_due(*b, now, resend))
             .collect();
         let mut out = Vec::new();
         for b in differ {

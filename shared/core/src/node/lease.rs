@@ -30,6 +30,7 @@
 //!
 //! This module decides nothing else and does no I/O.
 
+use super::state::LeaseState;
 use super::{Action, NodeCore, TaskEntry, TaskState};
 use crate::ledger::Requeue;
 use crate::task::NodeId;
@@ -111,9 +112,7 @@ impl NodeCore {
 
     /// Whether this node holds its lease (a quorum within the last `autonomy_ms`).
     pub fn lease_held(&self, now: u64) -> bool {
-        self.lease
-            .last_quorum
-            .is_some_and(|t| i128::from(now) <= t + i128::from(self.cfg.autonomy_ms))
+        self.lease.held(now, self.cfg.autonomy_ms)
     }
 
     /// When a quorum last held (ms on the driver's clock; negative: before this run began).
@@ -218,23 +217,15 @@ impl NodeCore {
     pub(super) fn tick_leases(&mut self, now: u64) -> Vec<Action> {
         let me = self.cfg.me;
         let mut out = Vec::new();
-        if self.lease.first_lease_tick {
-            self.lease.first_lease_tick = false;
-            self.lease.last_quorum = self
-                .cfg
-                .lease_age_ms
-                .map(|a| i128::from(now) - i128::from(a));
-        }
+        self.lease.start(now, self.cfg.lease_age_ms);
         let quorum = self.has_quorum(now);
         if quorum {
-            self.lease.last_quorum = Some(i128::from(now));
-            if self.lease.lease_lost {
+            if let Some(lapsed) = self.lease.regained(now) {
                 // Back with a quorum after stopping everything: listen before deciding, and
                 // claim nothing until the rounds are in step again (`settling`).
                 // (A node that never held a quorum before, such as a fresh one, has nothing
                 // another side could have taken over.)
-                self.lease.lease_lost = false;
-                self.rounds.settling = self.lease.lapsed;
+                self.rounds.settling = lapsed;
                 self.first_tick = None;
             }
             if !self.lease.had_quorum {
@@ -247,9 +238,7 @@ impl NodeCore {
         }
         self.lease.had_quorum = quorum;
         self.heard_through_peers(now);
-        if !self.lease_held(now) && !self.lease.lease_lost {
-            self.lease.lease_lost = true;
-            self.lease.lapsed = self.lease.last_quorum.is_some();
+        if !self.lease_held(now) && self.lease.lose() {
             self.first_tick = None;
             let mine: Vec<_> = self.tasks.running_on(me).collect();
             for id in mine {
@@ -345,5 +334,44 @@ impl NodeCore {
             }
         }
         out
+    }
+}
+
+impl LeaseState {
+    /// Whether the lease is held at `now`: a quorum within the last `autonomy_ms`.
+    pub(super) fn held(&self, now: u64, autonomy_ms: u64) -> bool {
+        self.last_quorum
+            .is_some_and(|t| i128::from(now) <= t + i128::from(autonomy_ms))
+    }
+
+    /// At the first tick only: the last quorum is the driver's record (`lease_age_ms` before
+    /// `now`), if it has one.
+    fn start(&mut self, now: u64, lease_age_ms: Option<u64>) {
+        if self.first_lease_tick {
+            self.first_lease_tick = false;
+            self.last_quorum = lease_age_ms.map(|a| i128::from(now) - i128::from(a));
+        }
+    }
+
+    /// A quorum holds at `now`. If that ends a lost lease, returns whether the lease had lapsed
+    /// after a quorum had held (not a fresh node's first ticks).
+    fn regained(&mut self, now: u64) -> Option<bool> {
+        self.last_quorum = Some(i128::from(now));
+        if !self.lease_lost {
+            return None;
+        }
+        self.lease_lost = false;
+        Some(self.lapsed)
+    }
+
+    /// The lease is not held: the first call of a loss marks it (and whether a quorum had held
+    /// before) and returns true; later calls, until it is regained, return false.
+    fn lose(&mut self) -> bool {
+        if self.lease_lost {
+            return false;
+        }
+        self.lease_lost = true;
+        self.lapsed = self.last_quorum.is_some();
+        true
     }
 }

@@ -9,11 +9,12 @@
 //! nothing but the task it made room for, as soon as it fits ([`Room::proposal`]). The work each
 //! victim lost (its progress since its last `checkpoint=` report) is counted per task.
 
+use super::state::Preemption;
 use super::{Action, NodeCore, TaskState};
 use crate::ledger::Requeue;
 use crate::protocol::Proposal;
 use crate::slot::Room;
-use crate::task::TaskId;
+use crate::task::{NodeId, TaskId};
 use crate::wire::Body;
 
 /// What preemption cost a task that ran here.
@@ -26,13 +27,56 @@ pub struct Preempted {
     pub work_lost: f64,
 }
 
+impl Preemption {
+    /// A checkpoint of `task` at progress `p` (clamped to [0, 1]; not finite: ignored).
+    fn checkpoint(&mut self, task: TaskId, p: f64) {
+        if p.is_finite() {
+            self.checkpoints.insert(task, p.clamp(0.0, 1.0));
+        }
+    }
+
+    /// The work `task`, at `progress`, loses if it stops now: its progress since its last
+    /// checkpoint.
+    fn work_lost(&self, task: TaskId, progress: f64) -> f64 {
+        (progress - self.checkpoints.get(&task).copied().unwrap_or(0.0)).max(0.0)
+    }
+
+    /// `task`, at `progress`, was preempted: counted, with the work it lost.
+    fn count(&mut self, task: TaskId, progress: f64) {
+        let lost = self.work_lost(task, progress);
+        let cost = self.preempted.entry(task).or_default();
+        cost.times += 1;
+        cost.work_lost += lost;
+    }
+
+    /// Whether a room is still kept at the end of `slot`'s rounds ([`Room::expired`] drops it).
+    fn keeps_room<M>(&mut self, slot: u64, ledger: &crate::ledger::Ledger<M>) -> bool {
+        if self.room.is_some_and(|r| r.expired(slot, ledger)) {
+            self.room = None;
+        }
+        self.room.is_some()
+    }
+
+    /// The room's proposal for node `me` ([`Room::proposal`]); the room is dropped once its task
+    /// no longer waits.
+    fn room_proposal<M>(
+        &mut self,
+        me: NodeId,
+        ledger: &crate::ledger::Ledger<M>,
+    ) -> Option<Proposal> {
+        let p = self.room?.proposal(me, ledger);
+        if p.is_none() {
+            self.room = None;
+        }
+        p
+    }
+}
+
 impl NodeCore {
     /// A task running here reported a checkpoint at progress `p` (its progress line's
     /// `checkpoint=`): a preemption from now on loses only what it does after it.
     pub fn on_checkpoint(&mut self, task: TaskId, p: f64) {
-        if p.is_finite() {
-            self.preemption.checkpoints.insert(task, p.clamp(0.0, 1.0));
-        }
+        self.preemption.checkpoint(task, p);
     }
 
     /// Tasks preempted here, with what it cost them.
@@ -52,22 +96,14 @@ impl NodeCore {
         if !self.cfg.preempt || !self.lease_held(now) || self.rounds.settling {
             return Vec::new();
         }
-        if let Some(r) = self.preemption.room
-            && r.expired(slot, &self.tasks)
-        {
-            self.preemption.room = None;
-        }
-        if self.preemption.room.is_some() {
+        if self.preemption.keeps_room(slot, &self.tasks) {
             return Vec::new();
         }
         let me = self.cfg.me;
         let plan = {
-            let tasks = &self.tasks;
-            let checkpoints = &self.preemption.checkpoints;
+            let (tasks, preemption) = (&self.tasks, &self.preemption);
             tasks.preemption_plan(slot, |id| match tasks.get(id).map(|e| &e.state) {
-                Some(TaskState::Running { progress, .. }) => {
-                    (progress - checkpoints.get(&id).copied().unwrap_or(0.0)).max(0.0)
-                }
+                Some(TaskState::Running { progress, .. }) => preemption.work_lost(id, *progress),
                 _ => 0.0,
             })
         };
@@ -85,11 +121,7 @@ impl NodeCore {
             };
             let grace_ms = e.meta.spec.grace_seconds.max(0) as u64 * 1000;
             grace_slots = grace_slots.max(grace_ms.div_ceil(self.cfg.slot_ms.max(1)));
-            let lost =
-                (progress - self.preemption.checkpoints.get(v).copied().unwrap_or(0.0)).max(0.0);
-            let cost = self.preemption.preempted.entry(*v).or_default();
-            cost.times += 1;
-            cost.work_lost += lost;
+            self.preemption.count(*v, progress);
             self.stats.preempted += 1;
             out.push(self.preempt_copy(*v));
             self.tasks.requeue(*v, Requeue::Preempted);
@@ -110,11 +142,6 @@ impl NodeCore {
     /// While this node keeps a room: [`Room::proposal`] (its task once it fits, a pass until
     /// then); `None` without a room, or once its task no longer waits (the room is dropped).
     pub(super) fn room_proposal(&mut self) -> Option<Proposal> {
-        let r = self.preemption.room?;
-        let p = r.proposal(self.cfg.me, &self.tasks);
-        if p.is_none() {
-            self.preemption.room = None;
-        }
-        p
+        self.preemption.room_proposal(self.cfg.me, &self.tasks)
     }
 }
