@@ -160,6 +160,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "tapfinger_preempted_total",
         "Tasks this node preempted for a higher priority class.",
     ),
+    (
+        "tapfinger_requeued_total",
+        "Tasks sent back to the queue, by reason (this node's ledger: its own and its peers').",
+    ),
     ("tapfinger_claims_total", "Claims this agent made."),
     (
         "tapfinger_claims_lost_total",
@@ -349,6 +353,10 @@ impl AgentMetrics {
             let n = &st.stats;
             counter!("tapfinger_rounds_total").absolute(n.rounds);
             counter!("tapfinger_preempted_total").absolute(n.preempted);
+            for why in tapfinger::ledger::Requeue::ALL {
+                counter!("tapfinger_requeued_total", "reason" => why.as_str())
+                    .absolute(st.requeued.get(&why).copied().unwrap_or(0));
+            }
             if let Some(f) = &st.forecast {
                 for (i, v) in f.next.iter().enumerate() {
                     gauge!("tapfinger_forecast_arrivals", "ahead" => (i + 1).to_string()).set(*v);
@@ -464,6 +472,7 @@ mod tests {
             },
         );
         st.stats.rounds = 7;
+        st.requeued.insert(tapfinger::ledger::Requeue::Preempted, 3);
         st.stats.rounds_sets_differ = 2;
         let queued = |id, priority| crate::status::Queued {
             id: TaskId(id),
@@ -509,6 +518,9 @@ mod tests {
             "tapfinger_frames_dropped_slow_peer_total 1",
             "tapfinger_rounds_total 7",
             "tapfinger_rounds_sets_differ_total 2",
+            "tapfinger_requeued_total{reason=\"preempted\"} 3",
+            // Every reason has a series, at 0 until one happens.
+            "tapfinger_requeued_total{reason=\"gang_broken\"} 0",
             "tapfinger_round_latency_ms_bucket{le=\"3\"} 1",
             "tapfinger_round_latency_ms_bucket{le=\"50\"} 2",
             "tapfinger_round_latency_ms_bucket{le=\"+Inf\"} 3",

@@ -65,6 +65,9 @@ pub struct Status {
     pub gpu_use: BTreeMap<TaskId, crate::gpu_use::TaskGpuUse>,
     /// Tasks this agent preempted, with what it cost them.
     pub preempted: BTreeMap<TaskId, tapfinger::node::preempt::Preempted>,
+    /// Tasks this agent's ledger sent back to the queue, by reason
+    /// ([`tapfinger::ledger::Ledger::requeue`]): its own and those its peers told it of.
+    pub requeued: BTreeMap<tapfinger::ledger::Requeue, u64>,
     /// The latest task-volume forecast, if one was made.
     pub forecast: Option<tapfinger::forecast::outlook::Outlook>,
     /// What the speed estimator holds of each task class ([`estimates_of`]).

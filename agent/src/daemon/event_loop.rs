@@ -492,6 +492,7 @@ impl Daemon {
             names: crate::status::names_of(core.tasks()),
             box_names: self.box_names.clone(),
             preempted: core.preempted().clone(),
+            requeued: core.tasks().requeues().clone(),
             forecast: self.forecasting.latest().cloned(),
             estimates: crate::status::estimates_of(
                 core.tasks(),

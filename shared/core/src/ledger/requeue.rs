@@ -41,17 +41,17 @@ impl Requeue {
         Requeue::OutOfMemory,
     ];
 
-    /// The reason in a word or two (logs, reports).
+    /// The reason as one snake-case word (logs, metrics' labels).
     pub fn as_str(self) -> &'static str {
         match self {
             Requeue::Preempted => "preempted",
-            Requeue::StartRefused => "start refused",
-            Requeue::HandedBack => "handed back",
-            Requeue::NotRunning => "not running",
-            Requeue::NodeRestarted => "node restarted",
-            Requeue::NodeSilent => "node silent",
-            Requeue::GangBroken => "gang broken",
-            Requeue::OutOfMemory => "out of memory",
+            Requeue::StartRefused => "start_refused",
+            Requeue::HandedBack => "handed_back",
+            Requeue::NotRunning => "not_running",
+            Requeue::NodeRestarted => "node_restarted",
+            Requeue::NodeSilent => "node_silent",
+            Requeue::GangBroken => "gang_broken",
+            Requeue::OutOfMemory => "out_of_memory",
         }
     }
 }
