@@ -13,7 +13,7 @@ use tapfinger_core::placement::gang::{GangPlacer, PlaceNow};
 use tapfinger_core::placement::simple::{PackFirst, Spread};
 
 /// The locality-aware rounding every driver uses for [`GangPlacer::Locality`].
-static LOCALITY: lp::Rounding = lp::Rounding { draws: 8 };
+static LOCALITY: lp::Rounding = lp::Rounding::DEFAULT;
 
 /// The placer that `name` stands for.
 pub fn placer(name: GangPlacer) -> &'static dyn PlaceNow {

@@ -33,9 +33,14 @@ pub struct Rounding {
     pub draws: usize,
 }
 
+impl Rounding {
+    /// The default: 8 draws per horizon (the placer `locality` stands for).
+    pub const DEFAULT: Self = Self { draws: 8 };
+}
+
 impl Default for Rounding {
     fn default() -> Self {
-        Self { draws: 8 }
+        Self::DEFAULT
     }
 }
 
