@@ -16,39 +16,15 @@
 // Test code may unwrap: a failure there is a test failure with its message.
 #![allow(clippy::unwrap_used)]
 
+#[path = "support/text.rs"]
+mod text;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
-use std::sync::Arc;
-use tapfinger_core::ledger::{Ledger, Priorities, TaskState};
+use tapfinger_core::ledger::Priorities;
 use tapfinger_core::protocol::{Claim, Proposal, posteriors, resolve};
-use tapfinger_core::{NodeId, Resources, Round, Task, TaskId};
-
-/// `A,B,...` as units.
-fn units(s: &str) -> Resources {
-    Resources(s.split(',').map(|x| x.trim().parse().unwrap()).collect())
-}
-
-/// `key=value` fields of a line, after its leading words.
-fn fields(words: &[&str]) -> BTreeMap<String, String> {
-    words
-        .iter()
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| {
-            (
-                k.to_string(),
-                v.trim_matches(|c| c == '(' || c == ')').to_string(),
-            )
-        })
-        .collect()
-}
-
-fn node(word: &str) -> NodeId {
-    NodeId(word.trim_start_matches('n').parse().unwrap())
-}
-
-fn task_id(word: &str) -> TaskId {
-    TaskId(word.trim_start_matches('t').parse().unwrap())
-}
+use tapfinger_core::{NodeId, Round, TaskId};
+use text::{fields, node, task_id, units};
 
 fn run_resolve(case: &datadriven::TestCase) -> String {
     let committed: BTreeSet<TaskId> = case
@@ -114,35 +90,7 @@ fn run_window(case: &datadriven::TestCase) -> String {
         honour: !case.args.contains_key("blind"),
         aging_slots: (aging > 0).then_some(aging),
     };
-    let mut ledger: Ledger<()> = Ledger::new(window, 1).with_priorities(priorities);
-    for line in case.input.lines().filter(|l| !l.trim().is_empty()) {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let f = fields(&words[2..]);
-        match words[0] {
-            "node" => ledger.set_node(node(words[1]), units(&f["cap"])),
-            "task" => {
-                let on: Vec<u32> = f["on"].split(',').map(|x| x.parse().unwrap()).collect();
-                let t = Task::new(task_id(words[1]).0, units(&f["min"]).0)
-                    .class(f.get("class").map_or(0, |c| c.parse().unwrap()))
-                    .arriving(f.get("arrival").map_or(0, |a| a.parse().unwrap()))
-                    .on(&on);
-                let (id, min) = (t.id, t.min_demand.clone());
-                ledger.insert(Arc::new(t), TaskState::Pending, ());
-                if let Some(n) = f.get("running") {
-                    ledger.set_state(
-                        id,
-                        TaskState::Running {
-                            node: node(n),
-                            alloc: min,
-                            progress: 0.0,
-                            started: 0,
-                        },
-                    );
-                }
-            }
-            other => panic!("unknown line {other}"),
-        }
-    }
+    let ledger = text::ledger(&case.input, window, priorities);
     let v = ledger.view(slot, 0, 1, None);
     let mut s = String::new();
     for n in &v.nodes {

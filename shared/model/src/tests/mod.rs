@@ -574,4 +574,5 @@ fn a_model_with_floors_passes_on_a_task_without_a_legal_floor_batched_or_alone()
     assert_eq!(shared.lock().unwrap().passes().0, 1, "the batched pass ran");
 }
 
+mod golden;
 mod masks;
