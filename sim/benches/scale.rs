@@ -11,23 +11,13 @@
 //! the decision steps and the contested tasks per slot.
 
 use std::time::Instant;
-use tapfinger_sim::scenario::NodeDef;
 use tapfinger_sim::{Scenario, Simulator, metrics, policies};
 
 /// `hetero6` with its servers repeated `copies` times and 64 tasks per node.
 fn scaled(copies: usize) -> Scenario {
-    let mut sc = Scenario::load("hetero6").expect("preset");
-    let nodes: Vec<NodeDef> = (0..copies)
-        .flat_map(|c| {
-            sc.nodes.iter().map(move |n| NodeDef {
-                name: format!("{}-{c}", n.name),
-                ..n.clone()
-            })
-        })
-        .collect();
-    sc.nodes = nodes;
-    sc.tasks = 64 * sc.nodes.len() as u32;
-    sc.lambda *= copies as f64;
+    let mut sc = Scenario::load("hetero6")
+        .expect("preset")
+        .repeated(copies, 64);
     sc.max_slots = sc.max_slots.max(100_000);
     sc
 }

@@ -11,30 +11,11 @@
 
 use tapfinger::view::ClusterView;
 use tapfinger_sim::env::Observer;
-use tapfinger_sim::scenario::NodeDef;
 use tapfinger_sim::{Scenario, Simulator, policies};
 
 /// The most the mean graph at 96 nodes may be over the mean at 12 (the bar for the cost
 /// per task, applied to what drives it).
 const MAX_GROWTH: f64 = 1.5;
-
-/// `hetero6` with its servers repeated `copies` times (as the scale bench), `per_node` tasks per
-/// node.
-fn scaled(copies: usize, per_node: u32) -> Scenario {
-    let mut sc = Scenario::load("hetero6").unwrap();
-    let nodes: Vec<NodeDef> = (0..copies)
-        .flat_map(|c| {
-            sc.nodes.iter().map(move |n| NodeDef {
-                name: format!("{}-{c}", n.name),
-                ..n.clone()
-            })
-        })
-        .collect();
-    sc.nodes = nodes;
-    sc.tasks = per_node * sc.nodes.len() as u32;
-    sc.lambda *= copies as f64;
-    sc
-}
 
 /// The first decision views of an episode.
 #[derive(Default)]
@@ -54,7 +35,7 @@ impl Observer for Views {
 /// The mean rows of the graphs the shipped general model encodes for every agent with a task
 /// in its window, over the first decision views of a Tiresias episode on `hetero6` × `copies`.
 fn mean_rows(copies: usize) -> f64 {
-    let sim = Simulator::new(scaled(copies, 8));
+    let sim = Simulator::new(Scenario::load("hetero6").unwrap().repeated(copies, 8));
     let (net, cfg) = tapfinger::model::checkpoint::GENERAL
         .load(&sim.dims())
         .unwrap();

@@ -430,6 +430,23 @@ impl Scenario {
         Self::from_file(file, origin, dir.as_deref())
     }
 
+    /// This scenario's cluster repeated `copies` times (each node's copies named `NAME-C`),
+    /// with `tasks_per_node` tasks per node and the arrival rate scaled with the copies: the
+    /// same load on a larger cluster (the scale bench and its check).
+    pub fn repeated(mut self, copies: usize, tasks_per_node: u32) -> Self {
+        self.nodes = (0..copies)
+            .flat_map(|c| {
+                self.nodes.iter().map(move |n| NodeDef {
+                    name: format!("{}-{c}", n.name),
+                    ..n.clone()
+                })
+            })
+            .collect();
+        self.tasks = tasks_per_node * self.nodes.len() as u32;
+        self.lambda *= copies as f64;
+        self
+    }
+
     /// Names of the resource kinds, in order.
     pub fn kind_names(&self) -> Vec<String> {
         self.space.kinds().iter().map(|k| k.name.clone()).collect()
