@@ -42,7 +42,8 @@ pub mod reports;
 mod rounds;
 mod state;
 mod stats;
-use state::{Copies, LeaseState, Membership, Preemption, Reconcile, RoundState};
+use preempt::Preemption;
+use state::{Copies, LeaseState, Membership, Reconcile, RoundState};
 mod view;
 pub use stats::NodeStats;
 

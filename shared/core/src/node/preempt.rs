@@ -9,13 +9,24 @@
 //! nothing but the task it made room for, as soon as it fits ([`Room::proposal`]). The work each
 //! victim lost (its progress since its last `checkpoint=` report) is counted per task.
 
-use super::state::Preemption;
 use super::{Action, NodeCore, TaskState};
 use crate::ledger::Requeue;
 use crate::protocol::Proposal;
 use crate::slot::Room;
 use crate::task::{NodeId, TaskId};
 use crate::wire::Body;
+use std::collections::BTreeMap;
+
+/// Checkpoints, the room kept for a waiting task, and what preemption cost.
+#[derive(Default)]
+pub(super) struct Preemption {
+    /// Progress at each own task's last reported checkpoint.
+    checkpoints: BTreeMap<TaskId, f64>,
+    /// The room this node keeps for a waiting task.
+    room: Option<crate::slot::Room>,
+    /// What preemption cost the tasks preempted here.
+    preempted: BTreeMap<TaskId, Preempted>,
+}
 
 /// What preemption cost a task that ran here.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -80,7 +91,7 @@ impl NodeCore {
     }
 
     /// Tasks preempted here, with what it cost them.
-    pub fn preempted(&self) -> &std::collections::BTreeMap<TaskId, Preempted> {
+    pub fn preempted(&self) -> &BTreeMap<TaskId, Preempted> {
         &self.preemption.preempted
     }
 

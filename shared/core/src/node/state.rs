@@ -1,8 +1,7 @@
 //! A node core's state by concern: membership, the lease, the rounds, what it reconciles with
-//! its peers, the copies run here, preemption. Each is a field of [`super::NodeCore`]; the
+//! its peers, the copies run here (preemption's and anti-entropy's live in their modules). Each is a field of [`super::NodeCore`]; the
 //! behaviour lives in the sibling modules, one concern each.
 
-use super::preempt;
 use crate::NodeId;
 use crate::protocol::Message;
 use crate::resources::Resources;
@@ -111,17 +110,6 @@ pub(super) struct Copies {
     pub(super) live: BTreeSet<TaskId>,
     /// The latest outcomes of tasks run here, repeated in heartbeats.
     pub(super) recent: VecDeque<Outcome>,
-}
-
-/// Checkpoints, the room kept for a waiting task, and what preemption cost.
-#[derive(Default)]
-pub(super) struct Preemption {
-    /// Progress at each own task's last reported checkpoint ([`super::preempt`]).
-    pub(super) checkpoints: BTreeMap<TaskId, f64>,
-    /// The room this node keeps for a waiting task ([`super::preempt`]).
-    pub(super) room: Option<crate::slot::Room>,
-    /// What preemption cost the tasks preempted here ([`super::preempt`]).
-    pub(super) preempted: BTreeMap<TaskId, preempt::Preempted>,
 }
 
 impl Default for LeaseState {
