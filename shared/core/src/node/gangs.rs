@@ -266,10 +266,7 @@ impl NodeCore {
             exit_code: code,
         };
         let mut out = self.end_gang(&o);
-        if self.copies.recent.len() >= crate::wire::MAX_RECENT {
-            self.copies.recent.pop_front();
-        }
-        self.copies.recent.push_back(o.clone());
+        self.copies.remember(o.clone());
         out.push(self.envelope(Body::Finished(o)));
         out
     }

@@ -162,10 +162,7 @@ impl NodeCore {
             epoch,
             exit_code: code,
         };
-        if self.copies.recent.len() >= crate::wire::MAX_RECENT {
-            self.copies.recent.pop_front();
-        }
-        self.copies.recent.push_back(o.clone());
+        self.copies.remember(o.clone());
         vec![self.envelope(Body::Finished(o))]
     }
 

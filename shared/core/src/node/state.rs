@@ -112,6 +112,17 @@ pub(super) struct Copies {
     pub(super) recent: VecDeque<Outcome>,
 }
 
+impl Copies {
+    /// The outcome of a task run here, kept to be repeated in heartbeats: the latest
+    /// [`crate::wire::MAX_RECENT`] only.
+    pub(super) fn remember(&mut self, o: Outcome) {
+        if self.recent.len() >= crate::wire::MAX_RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(o);
+    }
+}
+
 impl Default for LeaseState {
     fn default() -> Self {
         Self {
