@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${SIM:-}" ]; then
-    cargo build --release -p tapfinger-sim
+    cargo build --release -p tapfinger-sim --features train
     SIM=target/release/tapfinger-sim
 fi
 SCENARIOS=${SCENARIOS:-"hetero6 gen:30000 gen:30001 gen:30002 gen:30003 gen:30004 gen:30005 gen:30006 gen:30007 gen-wide:30000 gen-wide:30001 gen-long:30000 gen-gavel:30000 gen-gavel:30001 gen-gavel:30002"}

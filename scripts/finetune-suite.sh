@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 first="$1"; end="$2"; minutes="${3:-10}"
 # The train profile: burn's CPU backend fully optimized (Cargo.toml), as the shipped models
 # were trained; a run bounded in minutes does as many iterations as they did.
-cargo build --profile train -p tapfinger-sim
+cargo build --profile train -p tapfinger-sim --features train
 bin=target/train/tapfinger-sim
 root="${ROOT:-out/finetune-suite}"
 # shellcheck disable=SC2206

@@ -17,7 +17,7 @@ if [ ${#presets[@]} -eq 0 ]; then
 fi
 # The train profile: burn's CPU backend fully optimized (Cargo.toml), as the shipped models
 # were trained; a run bounded in minutes does as many iterations as they did.
-cargo build --profile train -p tapfinger-sim
+cargo build --profile train -p tapfinger-sim --features train
 bin=target/train/tapfinger-sim
 for p in "${presets[@]}"; do
   if [ "$variant" = tapfinger ]; then out="out/models/$p"; else out="out/ablations/$variant/$p"; fi
@@ -26,6 +26,6 @@ for p in "${presets[@]}"; do
   "$bin" train --scenario "$p" --resume "$out" --out "$out" --iterations 8 --lr 1e-4
   if [ "$variant" = tapfinger ]; then
     mkdir -p "shared/models/$p"
-    cp "$out/model.bpk" "$out/train.json" "$out/curve.csv" "shared/models/$p/"
+    cp "$out/model.safetensors" "$out/train.json" "$out/curve.csv" "shared/models/$p/"
   fi
 done

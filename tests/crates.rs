@@ -141,3 +141,46 @@ fn the_packaged_agent_is_built_without_the_lab() {
         }
     }
 }
+
+/// `cargo tree` of `package`'s normal dependencies with `features`, one package name a line.
+fn tree(package: &str, features: &[&str]) -> String {
+    let mut cmd = std::process::Command::new(env!("CARGO"));
+    cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
+        .args(["-p", package]);
+    if !features.is_empty() {
+        cmd.args(["--features", &features.join(",")]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "cargo tree -p {package}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn has_burn(tree: &str) -> bool {
+    tree.lines().any(|l| l.starts_with("burn "))
+}
+
+#[test]
+fn the_simulator_and_the_agent_decide_without_burn() {
+    // Burn is for training: the simulator's comparisons and the agent build without it (the
+    // decision pass reads the weights from safetensors); training is the feature `train`.
+    for package in ["tapfinger-sim", "tapfinger-agent"] {
+        assert!(!has_burn(&tree(package, &[])), "{package} builds burn");
+    }
+    // The same reading finds burn where training is on, so the check cannot pass by reading
+    // nothing.
+    assert!(has_burn(&tree("tapfinger-sim", &["train"])));
+    assert!(has_burn(&tree("tapfinger-coordinator", &[])));
+}

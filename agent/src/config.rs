@@ -131,7 +131,7 @@ pub struct AgentConfig {
     /// Policy: `tapfinger` (the learned policy, default), `rlpto` (the shipped RLPTO model) or
     /// a baseline name (`tiresias-np`, `optimus`, `drf`, `first-fit-max`, `min`, ...).
     pub policy: String,
-    /// For `tapfinger`: a checkpoint directory written by `tapfinger-sim train` (`model.bpk` and
+    /// For `tapfinger`: a checkpoint directory written by `tapfinger-sim train` (`model.safetensors` and
     /// `train.json`) instead of the model compiled into the agent.
     pub model: Option<PathBuf>,
     /// Log format.

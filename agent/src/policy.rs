@@ -9,7 +9,7 @@
 //! resume keeps its minimum GPUs). It is compiled into the binary so that a fresh install
 //! schedules with it and no file can go missing.
 //! An operator can point `model` at a checkpoint directory written by `tapfinger-sim train`
-//! (`model.bpk` + `train.json`); a model trained for other input sizes is refused at start with
+//! (`model.safetensors` + `train.json`); a model trained for other input sizes is refused at start with
 //! both sizes named, never loaded half-way.
 
 use std::path::Path;
@@ -25,7 +25,7 @@ pub fn dims(window: usize) -> Dims {
     Dims::per_preset(3, 1, window)
 }
 
-/// The learned policy from checkpoint bytes (`model.bpk`, `train.json`), refused if trained for
+/// The learned policy from checkpoint bytes (`model.safetensors`, `train.json`), refused if trained for
 /// other input sizes. `recorder`: learning mode — the policy samples (exploration, and the
 /// log-probabilities PPO needs are those of what it did) and records every decision there;
 /// otherwise it decides greedily.
@@ -36,10 +36,10 @@ pub fn learned(
     window: usize,
     recorder: Option<tapfinger::model::Recorder>,
 ) -> anyhow::Result<Box<dyn Policy>> {
-    let (net, cfg, scenario) = tapfinger::model::load_bytes(bytes, json, label, &dims(window))
+    let (infer, cfg, scenario) = tapfinger::model::load_bytes(&bytes, json, label, &dims(window))
         .map_err(|e| anyhow::anyhow!("model: {e}"))?;
     tracing::info!(model = %label, trained_on = %scenario, "learned policy loaded");
-    let p = TapfingerPolicy::from_net(net, cfg);
+    let p = TapfingerPolicy::new(std::sync::Arc::new(infer), cfg);
     Ok(match recorder {
         Some(r) => Box::new(p.greedy(false).recording(r)),
         None => Box::new(p.greedy(true)),
@@ -47,7 +47,7 @@ pub fn learned(
 }
 
 /// The checkpoint the agent starts from: `model` (a checkpoint directory) or the shipped model;
-/// returns `model.bpk`, `train.json` and a label for messages.
+/// returns `model.safetensors`, `train.json` and a label for messages.
 pub fn initial_checkpoint(model: Option<&Path>) -> anyhow::Result<(Vec<u8>, String, String)> {
     Ok(match model {
         Some(dir) => {
@@ -152,7 +152,7 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(
-            e.contains("/nonexistent/train.json") || e.contains("/nonexistent/model.bpk"),
+            e.contains("/nonexistent/train.json") || e.contains("/nonexistent/model.safetensors"),
             "{e}"
         );
     }

@@ -107,7 +107,7 @@ pub struct Work {
     pub workload: Workload,
     /// The policy in force.
     pub current: String,
-    /// The learned policy's checkpoint (`model.bpk`, `train.json`): the published version, or
+    /// The learned policy's checkpoint (`model.safetensors`, `train.json`): the published version, or
     /// the start model before the first.
     pub model: (Vec<u8>, String),
     /// The margin.

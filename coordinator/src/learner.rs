@@ -3,9 +3,9 @@
 //! an evaluation gate, signed publication, and checkpoints that survive a crash.
 //!
 //! State on disk under `data_dir`:
-//! - `trainer/` — the trainer's checkpoint (`model.bpk`, `optim.bpk`, `train.json`, curve), written
+//! - `trainer/` — the trainer's checkpoint (`model.safetensors`, `optim.bpk`, `train.json`, curve), written
 //!   after every update; a restarted coordinator resumes from it;
-//! - `published/v<N>/` — every published version (`model.bpk`, `train.json`, `announcement.json`);
+//! - `published/v<N>/` — every published version (`model.safetensors`, `train.json`, `announcement.json`);
 //! - `state.json` — counters and the last evaluation.
 //!
 //! The gate: a candidate (the trainer's weights after an update) is evaluated greedily and
@@ -132,8 +132,9 @@ impl Learner {
             Trainer::resume(sim, &tdir)?
         } else {
             let (bytes, json, label) = start_checkpoint(&cfg.start)?;
-            let (net, net_cfg, _) = tapfinger::model::load_bytes(bytes, &json, &label, &dims)
-                .map_err(|e| anyhow::anyhow!("start model: {e}"))?;
+            let (net, net_cfg, _) =
+                tapfinger::model::checkpoint::load_net_bytes(bytes, &json, &label, &dims)
+                    .map_err(|e| anyhow::anyhow!("start model: {e}"))?;
             let mut tc = TrainConfig::new(dims, cfg.seed);
             tc.net = net_cfg;
             tc.lr = cfg.lr;
@@ -320,11 +321,13 @@ impl Learner {
         Ok(eval)
     }
 
-    /// Write `net` as a checkpoint agents load (`model.bpk`, `train.json`) into `dir`.
+    /// Write `net` as a checkpoint agents load (`model.safetensors`, `train.json`) into `dir`.
     fn write_checkpoint(&self, net: &Net, dir: &Path, version: u64) -> anyhow::Result<Checkpoint> {
         std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-        burn::module::Module::save_file(net.clone(), dir.join(MODEL_FILE))
-            .map_err(|e| io(dir, e))?;
+        let weights = net
+            .to_safetensors()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+        std::fs::write(dir.join(MODEL_FILE), weights).map_err(|e| io(dir, e))?;
         // train.json as agents read it: the trainer's configuration and scenario.
         let meta = serde_json::json!({
             "config": self.trainer.cfg,
@@ -386,8 +389,9 @@ impl Learner {
                 (b, j)
             }
         };
-        let (net, cfg, _) = tapfinger::model::load_bytes(bytes, &json, "version in use", dims)
-            .map_err(|e| anyhow::anyhow!("the version in use on the twin: {e}"))?;
+        let (net, cfg, _) =
+            tapfinger::model::checkpoint::load_net_bytes(bytes, &json, "version in use", dims)
+                .map_err(|e| anyhow::anyhow!("the version in use on the twin: {e}"))?;
         Ok((net, cfg))
     }
 
@@ -508,10 +512,10 @@ pub fn start_checkpoint(start: &str) -> anyhow::Result<(Vec<u8>, String, String)
             let device = burn::tensor::Device::flex();
             device.seed(UNTRAINED_SEED);
             let net = Net::new(&cfg, &device);
-            let bytes = burn::module::Module::into_record(net)
-                .into_bytes()
+            let bytes = net
+                .to_safetensors()
                 .map_err(|e| anyhow::anyhow!("untrained model: {e}"))?;
-            Ok((bytes.to_vec(), json, "untrained".into()))
+            Ok((bytes, json, "untrained".into()))
         }
         dir => {
             let (bytes, json) =

@@ -95,7 +95,7 @@ pub enum Response {
     Announcement(Option<Announcement>),
     /// The latest candidate with its checkpoint, if an update has run.
     Trial(Option<Box<(Announcement, Checkpoint)>>),
-    /// A checkpoint: `model.bpk` and `train.json`.
+    /// A checkpoint: `model.safetensors` and `train.json`.
     Checkpoint(Box<Checkpoint>),
     /// The guard's choice in force, if it has made one.
     Guard(Option<Box<crate::guard::Choice>>),
@@ -110,7 +110,7 @@ pub enum Response {
 pub struct Checkpoint {
     /// Version.
     pub version: u64,
-    /// `model.bpk` (burn record).
+    /// `model.safetensors` (the weights).
     pub model: Vec<u8>,
     /// `train.json`.
     pub train_json: String,

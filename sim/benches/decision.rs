@@ -66,7 +66,7 @@ fn decision(c: &mut Criterion) {
     let (net, cfg) = tapfinger::model::checkpoint::GENERAL
         .load(&sim.dims())
         .expect("the shipped general model");
-    let mut shipped = TapfingerPolicy::from_net(net, cfg);
+    let mut shipped = TapfingerPolicy::new(std::sync::Arc::new(net), cfg);
     c.bench_function("tapfinger_decision_hetero6_general_shipped", |b| {
         b.iter(|| black_box(shipped.decide(&v, &mut rng)))
     });

@@ -37,7 +37,7 @@ pub(crate) struct RunArgs {
     /// Seed of the workload and of the policies' randomness.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Trained model (folder or model.bpk) for `--policy tapfinger`.
+    /// Trained model (folder or model.safetensors) for `--policy tapfinger`.
     #[arg(long, value_name = "PATH")]
     model: Option<PathBuf>,
     /// Also write the episode's workload as its agents observed it (the cluster's twin: what
@@ -70,7 +70,7 @@ pub(crate) struct CompareArgs {
     /// some of them, so by default the comparison runs on seeds they never saw).
     #[arg(long, default_value_t = 100)]
     seed_base: u64,
-    /// Trained model (folder or model.bpk) for the policy `tapfinger`.
+    /// Trained model (folder or model.safetensors) for the policy `tapfinger`.
     #[arg(long, value_name = "PATH")]
     model: Option<PathBuf>,
     #[command(flatten)]
@@ -111,7 +111,7 @@ pub(crate) struct SuiteArgs {
     /// clairvoyant, or LABEL=MODEL_PATH.
     #[arg(long, default_value = "tapfinger")]
     candidate: String,
-    /// Trained model (folder or model.bpk) for the candidate `tapfinger`.
+    /// Trained model (folder or model.safetensors) for the candidate `tapfinger`.
     #[arg(long, value_name = "PATH")]
     model: Option<PathBuf>,
     /// OS threads (default: all cores); results do not depend on it.

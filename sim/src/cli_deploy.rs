@@ -6,6 +6,7 @@
 use anyhow::{Result, bail};
 
 /// Arguments of `deploy-replay`.
+#[cfg(feature = "train")]
 #[derive(clap::Args)]
 pub(crate) struct DeployArgs {
     /// Preset name, `gen:N`-style name or path to a scenario TOML file.
@@ -50,6 +51,7 @@ pub(crate) struct DeployArgs {
 }
 
 /// `deploy-replay`.
+#[cfg(feature = "train")]
 pub(crate) fn deploy_replay(a: DeployArgs) -> Result<()> {
     if a.seeds == 0 {
         bail!("--seeds must be at least 1");

@@ -141,7 +141,7 @@ impl Version {
     /// Its network and settings for `sim`'s input sizes.
     fn net(&self, sim: &Simulator) -> Result<(Net, NetConfig), String> {
         match self {
-            Version::Shipped(c) => c.load(&sim.dims()).map_err(|e| e.to_string()),
+            Version::Shipped(c) => c.load_net(&sim.dims()).map_err(|e| e.to_string()),
             Version::Tuned(_, net, cfg) => Ok(((**net).clone(), cfg.clone())),
         }
     }

@@ -115,14 +115,15 @@ pub fn candidates() -> Vec<&'static str> {
 pub enum Learned<'a> {
     /// The model the simulator loads for the twin's scenario (the general model).
     Shipped,
-    /// A checkpoint's bytes (`model.bpk`, `train.json`): a published version.
+    /// A checkpoint's bytes (`model.safetensors`, `train.json`): a published version.
     Checkpoint {
-        /// `model.bpk`.
+        /// `model.safetensors`.
         model: &'a [u8],
         /// `train.json`.
         train_json: &'a str,
     },
-    /// A network in memory: a version fine-tuned here.
+    /// A training network in memory: a version fine-tuned here (feature `train`).
+    #[cfg(feature = "train")]
     Net {
         /// The network.
         net: &'a tapfinger::model::net::Net,
@@ -149,10 +150,9 @@ pub enum GuardError {
 fn learned_for(sim: &Simulator, learned: Learned) -> Result<Vec<Box<dyn Policy>>, GuardError> {
     match learned {
         Learned::Shipped => Ok(policies::learned(sim, None).map_err(CompareError::from)?),
-        Learned::Checkpoint { model, train_json } => {
-            policies::from_bytes(sim, model.to_vec(), train_json)
-                .map_err(|e| GuardError::Learned(e.to_string()))
-        }
+        Learned::Checkpoint { model, train_json } => policies::from_bytes(sim, model, train_json)
+            .map_err(|e| GuardError::Learned(e.to_string())),
+        #[cfg(feature = "train")]
         Learned::Net { net, cfg } => Ok(policies::from_net(sim, net, cfg)),
     }
 }

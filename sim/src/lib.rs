@@ -7,6 +7,7 @@
 pub mod arrivals;
 pub mod catalog;
 pub mod clairvoyant;
+#[cfg(feature = "train")]
 pub mod deployment;
 pub mod env;
 
@@ -27,7 +28,9 @@ pub mod scenario;
 pub mod speed;
 pub mod suite;
 pub mod trace;
+#[cfg(feature = "train")]
 pub mod train;
+#[cfg(feature = "train")]
 pub mod tune;
 pub mod twin;
 pub mod workload;

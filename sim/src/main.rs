@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use tapfinger_sim::catalog;
 
 mod cli_compare;
+#[cfg(feature = "train")]
 mod cli_curves;
 mod cli_deploy;
 mod cli_forecast;
@@ -13,6 +14,7 @@ mod cli_import;
 mod cli_place;
 mod cli_plan;
 mod cli_progress;
+#[cfg(feature = "train")]
 mod cli_train;
 
 #[derive(Parser)]
@@ -20,6 +22,12 @@ mod cli_train;
     name = "tapfinger-sim",
     version,
     about = "Simulate and compare tapfinger scheduling policies"
+)]
+#[cfg_attr(
+    not(feature = "train"),
+    command(
+        after_help = "Training (train, tune, deploy-replay, curves, convert-model) needs a build with it: cargo build --release -p tapfinger-sim --features train"
+    )
 )]
 struct Cli {
     // The subcommand (a `//` comment: clap shows doc comments as help).
@@ -56,20 +64,47 @@ enum Cmd {
     Suite(cli_compare::SuiteArgs),
     /// Replay a scenario's workload window by window as a deployment: the guard picks each
     /// window's policy from the previous window's twin (what the agents observed); every window
-    /// is also run under every deployable baseline on the true speeds (docs/TWIN.md).
+    /// is also run under every deployable baseline on the true speeds (docs/TWIN.md). Needs the
+    /// feature `train`.
+    #[cfg(feature = "train")]
     DeployReplay(cli_deploy::DeployArgs),
+    #[cfg(not(feature = "train"))]
+    #[command(hide = true)]
+    DeployReplay(NeedsTrain),
     /// Judge one observed workload as the coordinator's guard does: its twin under the learned
     /// policy and every deployable baseline, and the policy the cluster would run next.
     Guard(cli_deploy::GuardArgs),
     /// Plot training runs side by side: per iteration, the run's training JCT over the reference
-    /// baseline's on the same workloads (mean of the last 10), from each run's curve.csv.
+    /// baseline's on the same workloads (mean of the last 10), from each run's curve.csv. Needs
+    /// the feature `train`.
+    #[cfg(feature = "train")]
     Curves(cli_curves::CurvesArgs),
+    #[cfg(not(feature = "train"))]
+    #[command(hide = true)]
+    Curves(NeedsTrain),
     /// Train the learned TapFinger policy with PPO; checkpoints, curve CSV and plot go to --out.
+    /// Needs the feature `train`.
+    #[cfg(feature = "train")]
     Train(Box<cli_train::TrainArgs>),
+    #[cfg(not(feature = "train"))]
+    #[command(hide = true)]
+    Train(NeedsTrain),
     /// Fine-tune the learned policy on an observed workload (the cluster's twin) and write it
     /// only if it beats every deployable baseline, and the model it started from by 5 %, on the latest
-    /// tasks, which it never trained on (docs/TWIN.md).
+    /// tasks, which it never trained on (docs/TWIN.md). Needs the feature `train`.
+    #[cfg(feature = "train")]
     Tune(cli_train::TuneArgs),
+    #[cfg(not(feature = "train"))]
+    #[command(hide = true)]
+    Tune(NeedsTrain),
+    /// Rewrite a checkpoint folder of an older version, whose weights are a burn record
+    /// (`model.bpk`), with its weights as `model.safetensors`, what this version reads. Needs the
+    /// feature `train`.
+    #[cfg(feature = "train")]
+    ConvertModel(cli_train::ConvertArgs),
+    #[cfg(not(feature = "train"))]
+    #[command(hide = true)]
+    ConvertModel(NeedsTrain),
     /// The least-cost layer-to-resource plan of a layer-chain job that meets its throughput
     /// target (HeterPS): stages, units, throughput and cost (docs/PLANNING.md).
     Plan(cli_plan::PlanArgs),
@@ -81,6 +116,15 @@ enum Cmd {
     /// Locality-aware placement of parameter-server jobs (LP rounding) against the exact
     /// optimum, pack-first and spreading (docs/PLACEMENT.md).
     PlaceBench(cli_place::PlaceBenchArgs),
+}
+
+/// The arguments of a command this build lacks (it was built without the feature `train`): taken
+/// whole, so that the command says what to build instead of clap's "unrecognized subcommand".
+#[cfg(not(feature = "train"))]
+#[derive(clap::Args)]
+struct NeedsTrain {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    _args: Vec<String>,
 }
 
 fn main() {
@@ -108,11 +152,25 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Run(args) => cli_compare::run(args)?,
         Cmd::Compare(args) => cli_compare::compare(args)?,
         Cmd::Suite(args) => cli_compare::suite(args)?,
+        #[cfg(feature = "train")]
         Cmd::DeployReplay(args) => cli_deploy::deploy_replay(args)?,
         Cmd::Guard(args) => cli_deploy::guard(args)?,
+        #[cfg(feature = "train")]
         Cmd::Tune(args) => cli_train::tune(args)?,
+        #[cfg(feature = "train")]
         Cmd::Curves(args) => cli_curves::curves(args)?,
+        #[cfg(feature = "train")]
         Cmd::Train(args) => cli_train::train(*args)?,
+        #[cfg(feature = "train")]
+        Cmd::ConvertModel(args) => cli_train::convert(args)?,
+        #[cfg(not(feature = "train"))]
+        Cmd::DeployReplay(_)
+        | Cmd::Tune(_)
+        | Cmd::Curves(_)
+        | Cmd::Train(_)
+        | Cmd::ConvertModel(_) => anyhow::bail!(
+            "this command trains or reads training runs, and this build has no training: build the simulator with it, `cargo run --release -p tapfinger-sim --features train -- ...` (docs/LEARNING.md)"
+        ),
         Cmd::Plan(args) => cli_plan::plan(args)?,
         Cmd::PlanBench(args) => cli_plan::bench(args)?,
         Cmd::ForecastBench(args) => cli_forecast::bench(args)?,

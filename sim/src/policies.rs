@@ -8,8 +8,10 @@
 
 use crate::clairvoyant::Clairvoyant;
 use crate::env::Simulator;
+use std::sync::Arc;
 use tapfinger::Policy;
 use tapfinger::baselines::{self, BaselineContext, BaselineError};
+use tapfinger::model::TapfingerPolicy;
 use tapfinger::model::checkpoint::{self, LoadError};
 use tapfinger::model::net::NetConfig;
 
@@ -106,8 +108,12 @@ pub const RLPTO: &str = "rlpto";
 
 /// The shipped RLPTO model for every node (greedy decisions).
 pub fn rlpto(sim: &Simulator) -> Result<Vec<Box<dyn Policy>>, LearnedError> {
-    let (net, cfg) = checkpoint::RLPTO.load(&sim.dims())?;
-    Ok(per_node(sim, &net, &cfg, None))
+    let (infer, cfg) = checkpoint::RLPTO.load(&sim.dims())?;
+    Ok(per_node(
+        sim,
+        TapfingerPolicy::new(Arc::new(infer), cfg),
+        None,
+    ))
 }
 
 /// Why the learned policy could not be built.
@@ -149,48 +155,55 @@ pub fn learned_sharing(
     step: Option<tapfinger::model::step_batch::SharedStep>,
 ) -> Result<Vec<Box<dyn Policy>>, LearnedError> {
     let dims = sim.dims();
-    let (net, cfg) = match model {
-        Some(path) => checkpoint::load_path(path, &dims).map(|(net, cfg, _)| (net, cfg))?,
+    let (infer, cfg) = match model {
+        Some(path) => checkpoint::load_path(path, &dims).map(|(infer, cfg, _)| (infer, cfg))?,
         // The model shipped for this preset, else the general model (it fits every cluster).
         None => checkpoint::shipped(&sim.scenario().name)
             .unwrap_or(&checkpoint::GENERAL)
             .load(&dims)?,
     };
-    Ok(per_node(sim, &net, &cfg, step))
+    Ok(per_node(
+        sim,
+        TapfingerPolicy::new(Arc::new(infer), cfg),
+        step,
+    ))
 }
 
-/// The learned policy (greedy decisions) for every node from a checkpoint's bytes (`model.bpk`,
-/// `train.json`): a version the coordinator published.
+/// The learned policy (greedy decisions) for every node from a checkpoint's bytes
+/// (`model.safetensors`, `train.json`): a version the coordinator published.
 pub fn from_bytes(
     sim: &Simulator,
-    model: Vec<u8>,
+    model: &[u8],
     train_json: &str,
 ) -> Result<Vec<Box<dyn Policy>>, LearnedError> {
-    let (net, cfg, _) = checkpoint::load_bytes(model, train_json, "checkpoint", &sim.dims())?;
-    Ok(per_node(sim, &net, &cfg, None))
+    let (infer, cfg, _) = checkpoint::load_bytes(model, train_json, "checkpoint", &sim.dims())?;
+    Ok(per_node(
+        sim,
+        TapfingerPolicy::new(Arc::new(infer), cfg),
+        None,
+    ))
 }
 
-/// The learned policy (greedy decisions) for every node from a network in memory (a candidate
-/// being judged).
+/// The learned policy (greedy decisions) for every node from a training network in memory (a
+/// candidate being judged; feature `train`).
+#[cfg(feature = "train")]
 pub fn from_net(
     sim: &Simulator,
     net: &tapfinger::model::net::Net,
-    cfg: &tapfinger::model::net::NetConfig,
+    cfg: &NetConfig,
 ) -> Vec<Box<dyn Policy>> {
-    per_node(sim, net, cfg, None)
+    per_node(sim, TapfingerPolicy::from_net(net, cfg.clone()), None)
 }
 
-/// One greedy copy of the network per node, batched through `step` if given.
+/// A greedy copy of `policy` per node (one set of weights), batched through `step` if given.
 fn per_node(
     sim: &Simulator,
-    net: &tapfinger::model::net::Net,
-    cfg: &tapfinger::model::net::NetConfig,
+    policy: TapfingerPolicy,
     step: Option<tapfinger::model::step_batch::SharedStep>,
 ) -> Vec<Box<dyn Policy>> {
     (0..sim.scenario().nodes.len())
         .map(|_| {
-            let p =
-                tapfinger::model::TapfingerPolicy::from_net(net.clone(), cfg.clone()).greedy(true);
+            let p = policy.clone().greedy(true);
             Box::new(match &step {
                 Some(s) => p.batched(s.clone()),
                 None => p,

@@ -249,7 +249,7 @@ mod tests {
         // The gate on the model itself: it cannot beat itself, so it does not pass.
         let g = &tapfinger::model::checkpoint::GENERAL;
         let gsim = twin(&gate, "gate").unwrap();
-        let (net, cfg) = g.load(&gsim.dims()).unwrap();
+        let (net, cfg) = g.load_net(&gsim.dims()).unwrap();
         let r = super::gate(&gsim, (&net, &cfg), (&net, &cfg), 0.0).unwrap();
         assert_eq!(r.candidate, r.before);
         assert!(!r.passed, "{r:?}");
@@ -268,7 +268,7 @@ mod tests {
         let (_, gate_w) = split(&w, 0.5).unwrap();
         let gsim = twin(&gate_w, "gate").unwrap();
         let (net, cfg) = tapfinger::model::checkpoint::GENERAL
-            .load(&gsim.dims())
+            .load_net(&gsim.dims())
             .unwrap();
         let g = gate(&gsim, (&net, &cfg), (&net, &cfg), 0.0).unwrap();
         let t = guard::table(

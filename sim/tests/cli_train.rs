@@ -431,7 +431,7 @@ fn a_general_model_is_selected_on_development_scenarios() {
         .filter(|l| l.starts_with("selection: "))
         .collect();
     assert_eq!(scores.len(), 3, "the start and two iterations: {stderr}");
-    assert!(out.join("last").join("model.bpk").exists());
+    assert!(out.join("last").join("model.safetensors").exists());
     assert!(stdout.contains("selected iteration"), "{stdout}");
     fails_with(
         &args("8990..9010", "4"),
@@ -456,7 +456,7 @@ fn a_general_model_is_selected_on_development_scenarios() {
     assert_eq!(judged.len(), 2, "two judged iterations: {judged:?}");
     for n in &judged {
         let dir = out.join("judged").join(n.to_string());
-        assert!(dir.join("model.bpk").exists(), "{}", dir.display());
+        assert!(dir.join("model.safetensors").exists(), "{}", dir.display());
         let saved: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("train.json")).unwrap())
                 .unwrap();
@@ -526,7 +526,11 @@ fn tune_writes_a_candidate_only_when_the_gate_passes_it() {
         "agents cannot run optimus: {stdout}"
     );
     assert_eq!(ok, stdout.contains("passed:"), "{stdout}\n{err}");
-    assert_eq!(ok, out.join("model.bpk").exists(), "{stdout}\n{err}");
+    assert_eq!(
+        ok,
+        out.join("model.safetensors").exists(),
+        "{stdout}\n{err}"
+    );
     if !ok {
         assert!(err.contains("refused by the gate"), "{err}");
     }

@@ -153,7 +153,7 @@ fn one_set_of_general_weights_decides_on_every_preset_and_generated_scenario() {
             let sim = Simulator::new(sc);
             let ps: Vec<Box<dyn tapfinger::Policy>> = (0..sim.scenario().nodes.len())
                 .map(|_| {
-                    Box::new(TapfingerPolicy::from_net(net.clone(), cfg.clone()).greedy(true))
+                    Box::new(TapfingerPolicy::from_net(&net, cfg.clone()).greedy(true))
                         as Box<dyn tapfinger::Policy>
                 })
                 .collect();
@@ -261,10 +261,13 @@ fn the_shipped_model_s_decision_pass_matches_burn_on_real_views() {
         let mut sc = Scenario::load(name).unwrap();
         sc.tasks = sc.tasks.min(60);
         let sim = Simulator::new(sc);
+        // burn's reading of the shipped file against the decision pass's own.
         let (net, cfg) = tapfinger::model::checkpoint::GENERAL
+            .load_net(&sim.dims())
+            .unwrap();
+        let (fast, _) = tapfinger::model::checkpoint::GENERAL
             .load(&sim.dims())
             .unwrap();
-        let fast = net.infer().unwrap();
         let all = views(sim.scenario());
         // Every fifth view, each node's graph alone, then all of them in one batch.
         for v in all.iter().step_by(5) {

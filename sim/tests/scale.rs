@@ -39,7 +39,7 @@ fn mean_rows(copies: usize) -> f64 {
     let (net, cfg) = tapfinger::model::checkpoint::GENERAL
         .load(&sim.dims())
         .unwrap();
-    let model = tapfinger::model::TapfingerPolicy::from_net(net, cfg).greedy(true);
+    let model = tapfinger::model::TapfingerPolicy::new(std::sync::Arc::new(net), cfg).greedy(true);
     let mut views = Views::default();
     let ps = policies::build(&sim, "tiresias").unwrap();
     sim.run_observed(ps, 100, &mut views).unwrap();

@@ -146,7 +146,7 @@ fn untrained(dir: &Path) -> PathBuf {
     let (bytes, json, _) =
         tapfinger_coordinator::learner::start_checkpoint("untrained").expect("untrained model");
     std::fs::create_dir_all(dir).expect("dir");
-    std::fs::write(dir.join("model.bpk"), bytes).expect("model.bpk");
+    std::fs::write(dir.join("model.safetensors"), bytes).expect("model.safetensors");
     std::fs::write(dir.join("train.json"), json).expect("train.json");
     dir.to_path_buf()
 }
@@ -273,7 +273,7 @@ async fn run(a: Args) {
         explore_candidates: a.explore,
         window: 10,
         start: (
-            std::fs::read(start.join("model.bpk")).expect("model"),
+            std::fs::read(start.join("model.safetensors")).expect("model"),
             std::fs::read_to_string(start.join("train.json")).expect("json"),
             "untrained".into(),
         ),

@@ -43,7 +43,7 @@ pub struct OnlineConfig {
     pub explore_candidates: bool,
     /// The policy's window (input size check of new weights).
     pub window: usize,
-    /// The checkpoint the agent started with (version 0): `model.bpk`, `train.json`, a label.
+    /// The checkpoint the agent started with (version 0): `model.safetensors`, `train.json`, a label.
     pub start: (Vec<u8>, String, String),
     /// How often to push the observed workload to the coordinator's guard (ms; 0: never).
     pub workload_push_ms: u64,

@@ -1,20 +1,29 @@
-//! Trained models on disk and in the binary: the checkpoint folder's files, loading a network
-//! from them (refused with both sizes named when trained for other inputs), and the models
-//! shipped with the project, one per preset, compiled in so that the learned policy works with no
-//! training step and no file that can go missing.
+//! Trained models on disk and in the binary: the checkpoint folder's files, loading a model's
+//! weights from them for deciding (refused with both sizes named when trained for other inputs),
+//! and the models shipped with the project, one per preset, compiled in so that the learned
+//! policy works with no training step and no file that can go missing.
 //!
-//! A checkpoint folder is what `tapfinger-sim train` writes: [`MODEL_FILE`] (the burn record),
-//! [`CONFIG_FILE`] (the training configuration, the scenario and the iteration; only the
-//! network's part is read here), [`OPTIM_FILE`] (the optimizer's state, for resuming) and
-//! `curve.csv`. The shipped ones live in `shared/models/<preset>/`.
+//! A checkpoint folder is what `tapfinger-sim train` writes: [`MODEL_FILE`] (the weights,
+//! safetensors), [`CONFIG_FILE`] (the training configuration, the scenario and the iteration;
+//! only the network's part is read here), [`OPTIM_FILE`] (the optimizer's state, for resuming)
+//! and `curve.csv`. The shipped ones live in `shared/models/<preset>/`. Loading for deciding
+//! needs no burn ([`crate::net::infer`]); with the feature `train`, `load_net_bytes` and
+//! `Shipped::load_net` give the training network, and a folder of an older version, whose
+//! weights are a burn record ([`LEGACY_MODEL_FILE`]), is read and converted.
 
 use super::batch::Dims;
-use super::net::{Net, NetConfig};
-use burn::tensor::Device;
+#[cfg(feature = "train")]
+use super::net::Net;
+use super::net::NetConfig;
+use super::net::infer::Infer;
 use std::path::Path;
 
 /// File name of the weights in a checkpoint folder.
-pub const MODEL_FILE: &str = "model.bpk";
+pub const MODEL_FILE: &str = "model.safetensors";
+/// File name of the weights in a checkpoint folder of an older version: a burn record, read
+/// only by a build with the feature `train` (`tapfinger-sim convert-model DIR` rewrites it as
+/// [`MODEL_FILE`]).
+pub const LEGACY_MODEL_FILE: &str = "model.bpk";
 /// File name of the training configuration in a checkpoint folder.
 pub const CONFIG_FILE: &str = "train.json";
 /// File name of the optimizer's state (Adam's moments) in a checkpoint folder.
@@ -46,17 +55,16 @@ struct CheckpointNet {
     net: NetConfig,
 }
 
-/// Load a network from the bytes of a `model.bpk` and the text of its `train.json`; `label` names
-/// the source in errors. A general model (feature schema 5, or 3 for RLPTO) loads on every cluster; a per-preset
-/// model trained for other input sizes is refused with both sizes named, since loading it would
-/// fail deep inside burn with a shape error or, worse, silently misread features; a model of a
-/// feature schema this build does not know is refused naming both versions. Returns the network, its configuration and the scenario it was trained on.
-pub fn load_bytes(
-    bytes: Vec<u8>,
+/// The network configuration and scenario of a `train.json`, checked against the cluster's input
+/// sizes: a general model (feature schema 5, or 3 for RLPTO) loads on every cluster; a
+/// per-preset model trained for other input sizes is refused with both sizes named, since its
+/// weights would silently misread features; a model of a feature schema this build does not
+/// know is refused naming both versions.
+fn checked_config(
     train_json: &str,
     label: &str,
     dims: &Dims,
-) -> Result<(Net, NetConfig, String), LoadError> {
+) -> Result<(NetConfig, String), LoadError> {
     let err = |reason: String| LoadError {
         label: label.to_string(),
         reason,
@@ -97,68 +105,152 @@ pub fn load_bytes(
             dims.window
         )));
     }
+    Ok((cfg, meta.scenario))
+}
+
+/// The model of the bytes of a `model.safetensors` and the text of its `train.json`, for
+/// deciding; `label` names the source in errors. The configuration is checked (a per-preset
+/// model only on the input sizes it was trained for, a known feature schema), and every tensor the decision pass reads against the shape the
+/// configuration gives it. Returns the weights, the configuration and the scenario it was
+/// trained on.
+pub fn load_bytes(
+    bytes: &[u8],
+    train_json: &str,
+    label: &str,
+    dims: &Dims,
+) -> Result<(Infer, NetConfig, String), LoadError> {
+    let (cfg, scenario) = checked_config(train_json, label, dims)?;
+    let infer = Infer::from_safetensors(bytes, &cfg).map_err(|e| LoadError {
+        label: label.to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok((infer, cfg, scenario))
+}
+
+/// [`load_bytes`] for training: the burn network (feature `train`), every tensor of it, the
+/// critic's included.
+#[cfg(feature = "train")]
+pub fn load_net_bytes(
+    bytes: Vec<u8>,
+    train_json: &str,
+    label: &str,
+    dims: &Dims,
+) -> Result<(Net, NetConfig, String), LoadError> {
+    let (cfg, scenario) = checked_config(train_json, label, dims)?;
+    let net = Net::from_safetensors(bytes, &cfg, &burn::tensor::Device::flex()).map_err(|e| {
+        LoadError {
+            label: label.to_string(),
+            reason: e,
+        }
+    })?;
+    Ok((net, cfg, scenario))
+}
+
+/// The weights of a burn record ([`LEGACY_MODEL_FILE`]) as safetensors (feature `train`).
+#[cfg(feature = "train")]
+pub fn convert_legacy(bytes: Vec<u8>, train_json: &str, label: &str) -> Result<Vec<u8>, LoadError> {
+    let err = |reason: String| LoadError {
+        label: label.to_string(),
+        reason,
+    };
+    let meta: CheckpointMeta = serde_json::from_str(train_json).map_err(|e| err(e.to_string()))?;
+    let cfg = meta.config.net;
     let record = burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
         .map_err(|e| err(e.to_string()))?;
-    let net = burn::module::Module::try_load_record(Net::new(&cfg, &Device::flex()), record)
-        .map_err(|e| err(e.to_string()))?;
-    // The policy decides with the decision pass (`net::infer`), which reads these weights into
-    // plain buffers; where it could not, the policy would pass every step. Refused here, loudly,
-    // rather than an agent that silently schedules nothing. (It reads every network `Net::new`
-    // builds: its tests cover each named variant and the shipped model.)
-    if net.infer().is_none() {
-        return Err(err(
-            "its weights cannot be read by the decision pass (a layer of a form this build does not decide with): use the tapfinger that trained it, or retrain".into(),
-        ));
-    }
-    Ok((net, cfg, meta.scenario))
+    let net = burn::module::Module::try_load_record(
+        Net::new(&cfg, &burn::tensor::Device::flex()),
+        record,
+    )
+    .map_err(|e| err(e.to_string()))?;
+    net.to_safetensors().map_err(err)
 }
 
-/// Load a network from a checkpoint folder, or from a `model.bpk` with its `train.json` beside
-/// it.
-pub fn load_path(path: &Path, dims: &Dims) -> Result<(Net, NetConfig, String), LoadError> {
-    let label = path.display().to_string();
+/// Load a model from a checkpoint folder, or from the weights file in it with its `train.json`
+/// beside it, for deciding.
+pub fn load_path(path: &Path, dims: &Dims) -> Result<(Infer, NetConfig, String), LoadError> {
+    let (bytes, json) = read_path(path)?;
+    load_bytes(&bytes, &json, &path.display().to_string(), dims)
+}
+
+/// [`load_path`] for training (feature `train`).
+#[cfg(feature = "train")]
+pub fn load_net_path(path: &Path, dims: &Dims) -> Result<(Net, NetConfig, String), LoadError> {
+    let (bytes, json) = read_path(path)?;
+    load_net_bytes(bytes, &json, &path.display().to_string(), dims)
+}
+
+/// The weights (safetensors) and `train.json` of a checkpoint folder or of a weights file in one.
+fn read_path(path: &Path) -> Result<(Vec<u8>, String), LoadError> {
     if !path.exists() {
         return Err(LoadError {
-            label,
-            reason: "no such file or folder (expected a checkpoint folder written by `tapfinger-sim train`, or the model.bpk in it)".into(),
+            label: path.display().to_string(),
+            reason: format!(
+                "no such file or folder (expected a checkpoint folder written by `tapfinger-sim train`, or the {MODEL_FILE} in it)"
+            ),
         });
     }
-    let (dir, model) = if path.is_dir() {
-        (path.to_path_buf(), path.join(MODEL_FILE))
-    } else {
-        (
-            path.parent().map(Path::to_path_buf).unwrap_or_default(),
-            path.to_path_buf(),
-        )
-    };
-    let read = |p: &Path| {
-        std::fs::read(p).map_err(|e| LoadError {
-            label: p.display().to_string(),
-            reason: e.to_string(),
-        })
-    };
-    let json = dir.join(CONFIG_FILE);
-    let text = String::from_utf8(read(&json)?).map_err(|_| LoadError {
-        label: json.display().to_string(),
-        reason: "not UTF-8".into(),
-    })?;
-    load_bytes(read(&model)?, &text, &model.display().to_string(), dims)
+    if path.is_dir() {
+        return read_files(path);
+    }
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let json = read_text(&dir.join(CONFIG_FILE))?;
+    let bytes = read(path)?;
+    let legacy = path.file_name().is_some_and(|f| f == LEGACY_MODEL_FILE);
+    Ok((
+        if legacy {
+            legacy_weights(path, bytes, &json)?
+        } else {
+            bytes
+        },
+        json,
+    ))
 }
 
-/// The bytes of `model.bpk` and the text of `train.json` in a checkpoint folder.
-pub fn read_files(dir: &Path) -> Result<(Vec<u8>, String), LoadError> {
-    let read = |f: &str| {
-        let p = dir.join(f);
-        std::fs::read(&p).map_err(|e| LoadError {
-            label: p.display().to_string(),
-            reason: e.to_string(),
-        })
-    };
-    let json = String::from_utf8(read(CONFIG_FILE)?).map_err(|_| LoadError {
-        label: dir.join(CONFIG_FILE).display().to_string(),
+fn read(p: &Path) -> Result<Vec<u8>, LoadError> {
+    std::fs::read(p).map_err(|e| LoadError {
+        label: p.display().to_string(),
+        reason: e.to_string(),
+    })
+}
+
+fn read_text(p: &Path) -> Result<String, LoadError> {
+    String::from_utf8(read(p)?).map_err(|_| LoadError {
+        label: p.display().to_string(),
         reason: "not UTF-8".into(),
-    })?;
-    Ok((read(MODEL_FILE)?, json))
+    })
+}
+
+/// The weights of an older checkpoint's burn record at `path`: converted with the feature
+/// `train`, refused (saying how to convert) without it.
+fn legacy_weights(path: &Path, bytes: Vec<u8>, json: &str) -> Result<Vec<u8>, LoadError> {
+    #[cfg(feature = "train")]
+    {
+        convert_legacy(bytes, json, &path.display().to_string())
+    }
+    #[cfg(not(feature = "train"))]
+    {
+        let _ = (bytes, json);
+        Err(LoadError {
+            label: path.display().to_string(),
+            reason: format!(
+                "a burn record of an older version; this build reads {MODEL_FILE}: convert the folder with `tapfinger-sim convert-model DIR` (built with `--features train`)"
+            ),
+        })
+    }
+}
+
+/// The weights (safetensors) and the text of `train.json` in a checkpoint folder; a folder of
+/// an older version ([`LEGACY_MODEL_FILE`], no [`MODEL_FILE`]) is converted with the feature
+/// `train` and refused, saying how to convert it, without.
+pub fn read_files(dir: &Path) -> Result<(Vec<u8>, String), LoadError> {
+    let json = read_text(&dir.join(CONFIG_FILE))?;
+    let model = dir.join(MODEL_FILE);
+    let legacy = dir.join(LEGACY_MODEL_FILE);
+    if !model.exists() && legacy.exists() {
+        let bytes = read(&legacy)?;
+        return Ok((legacy_weights(&legacy, bytes, &json)?, json));
+    }
+    Ok((read(&model)?, json))
 }
 
 /// The network configuration (sizes included) and the scenario a `train.json` describes, without
@@ -176,14 +268,14 @@ pub fn net_config(train_json: &str) -> Result<(NetConfig, String), LoadError> {
 pub struct Shipped {
     /// The preset it was trained on (and is loaded for).
     pub scenario: &'static str,
-    /// `model.bpk`.
+    /// `model.safetensors`.
     pub model: &'static [u8],
     /// `train.json`.
     pub config: &'static str,
 }
 
 impl Shipped {
-    /// Write it as a checkpoint folder (`model.bpk`, `train.json`) with `edit` applied to its
+    /// Write it as a checkpoint folder (`model.safetensors`, `train.json`) with `edit` applied to its
     /// `train.json` first, e.g. to run the same weights with another `focus` or sharing
     /// (`config.net.focus`): what `--model DIR` and `--from DIR` read.
     pub fn write_to(
@@ -195,19 +287,24 @@ impl Shipped {
             serde_json::from_str(self.config).map_err(std::io::Error::other)?;
         edit(&mut json);
         std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("model.bpk"), self.model)?;
-        std::fs::write(dir.join("train.json"), json.to_string())
+        std::fs::write(dir.join(MODEL_FILE), self.model)?;
+        std::fs::write(dir.join(CONFIG_FILE), json.to_string())
     }
 
-    /// The network, checked against the input sizes.
-    pub fn load(&self, dims: &Dims) -> Result<(Net, NetConfig), LoadError> {
-        load_bytes(
-            self.model.to_vec(),
-            self.config,
-            &format!("shipped model for {}", self.scenario),
-            dims,
-        )
-        .map(|(net, cfg, _)| (net, cfg))
+    /// The model for deciding, checked against the input sizes.
+    pub fn load(&self, dims: &Dims) -> Result<(Infer, NetConfig), LoadError> {
+        load_bytes(self.model, self.config, &self.label(), dims).map(|(m, cfg, _)| (m, cfg))
+    }
+
+    /// The training network (feature `train`), checked against the input sizes.
+    #[cfg(feature = "train")]
+    pub fn load_net(&self, dims: &Dims) -> Result<(Net, NetConfig), LoadError> {
+        load_net_bytes(self.model.to_vec(), self.config, &self.label(), dims)
+            .map(|(net, cfg, _)| (net, cfg))
+    }
+
+    fn label(&self) -> String {
+        format!("shipped model for {}", self.scenario)
     }
 }
 
@@ -217,7 +314,7 @@ macro_rules! shipped {
             $(#[$doc])*
             pub const $konst: Shipped = Shipped {
                 scenario: $name,
-                model: include_bytes!(concat!("../../models/", $name, "/model.bpk")),
+                model: include_bytes!(concat!("../../models/", $name, "/model.safetensors")),
                 config: include_str!(concat!("../../models/", $name, "/train.json")),
             };
         )*
@@ -269,4 +366,77 @@ pub fn shipped(scenario: &str) -> Option<&'static Shipped> {
     SHIPPED
         .iter()
         .find(|m| m.scenario == name && ![GENERAL.scenario, RLPTO.scenario].contains(&m.scenario))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The input sizes a shipped model loads with: its own (a per-preset model), or any
+    /// window of its schema (a general one).
+    fn own_dims(m: &Shipped) -> Dims {
+        net_config(m.config).unwrap().0.dims
+    }
+
+    #[test]
+    fn every_shipped_model_loads_for_deciding_and_for_training() {
+        for m in SHIPPED {
+            let dims = own_dims(m);
+            let (infer, cfg) = m.load(&dims).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(infer.max_units(), cfg.max_units, "{}", m.scenario);
+            m.load_net(&dims).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+
+    #[test]
+    fn weights_of_another_shape_are_refused_naming_the_tensor_and_both_shapes() {
+        let mut json: serde_json::Value = serde_json::from_str(GENERAL.config).unwrap();
+        json["config"]["net"]["width"] = serde_json::json!(32);
+        let dims = own_dims(&GENERAL);
+        let e = load_bytes(GENERAL.model, &json.to_string(), "edited", &dims).unwrap_err();
+        assert!(e.to_string().contains("input.0.weight"), "{e}");
+        assert!(
+            e.to_string().contains("needs [") && e.to_string().contains(", 32]"),
+            "{e}"
+        );
+        let e = load_bytes(b"not weights", GENERAL.config, "junk", &dims).unwrap_err();
+        assert!(e.to_string().contains("not a safetensors"), "{e}");
+    }
+
+    /// A folder of an older version (a burn record) is read as the same weights, and
+    /// `convert_legacy` writes exactly what the training network's own export writes.
+    #[test]
+    fn an_older_folder_s_burn_record_reads_as_the_same_weights() {
+        let (cfg, _) = net_config(GENERAL.config).unwrap();
+        let device = burn::tensor::Device::flex();
+        device.seed(4);
+        let net = Net::new(&cfg, &device);
+        let record = burn::module::Module::into_record(net.clone())
+            .into_bytes()
+            .unwrap()
+            .to_vec();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(LEGACY_MODEL_FILE), record).unwrap();
+        std::fs::write(dir.path().join(CONFIG_FILE), GENERAL.config).unwrap();
+        let (weights, _) = read_files(dir.path()).unwrap();
+        let own = net.to_safetensors().unwrap();
+        let tensors = |b: &[u8]| {
+            let t = safetensors::SafeTensors::deserialize(b).unwrap();
+            let mut v: Vec<(String, Vec<usize>, Vec<u8>)> = t
+                .tensors()
+                .into_iter()
+                .map(|(n, v)| (n, v.shape().to_vec(), v.data().to_vec()))
+                .collect();
+            v.sort();
+            v
+        };
+        let (a, b) = (tensors(&weights), tensors(&own));
+        assert!(a.len() > 40, "{} tensors", a.len());
+        assert!(
+            a == b,
+            "the converted record differs from the network's own export"
+        );
+        let (_, cfg2, _) = load_path(dir.path(), &cfg.dims).unwrap();
+        assert_eq!(cfg2, cfg);
+    }
 }

@@ -1,9 +1,11 @@
 //! `tapfinger-model`: the learned TapFinger policy, over the core's view and [`Policy`] trait.
 //!
-//! The heterogeneous graph of a view ([`graph`], petgraph), graph batching ([`batch`](mod@batch)), the burn
+//! The heterogeneous graph of a view ([`graph`], petgraph), graph batching ([`batch`](mod@batch)), the
 //! network ([`net`]) and [`TapfingerPolicy`], which implements the shared [`Policy`] trait.
-//! Training runs the network in burn; the policy decides with its decision pass
-//! ([`net::infer`]: the same weights on plain buffers, only the nodes a decision reads).
+//! The policy decides with the network's decision pass ([`net::infer`]: plain buffers, only the
+//! nodes a decision reads, weights from safetensors), which needs no burn; training runs the same
+//! network in burn (the feature `train`: `net::Net`, `critic` and the training side of
+//! [`checkpoint`]).
 //!
 //! Decisions sample from the network's masked distributions with the caller's seeded RNG (never
 //! burn's), so a decision is reproducible from the seed. The masks are exact: a task is selectable
@@ -17,6 +19,7 @@
 
 pub mod batch;
 pub mod checkpoint;
+#[cfg(feature = "train")]
 pub mod critic;
 pub mod graph;
 mod masks;
@@ -29,9 +32,10 @@ pub use masks::FASTER_ELSEWHERE;
 use masks::{faster_elsewhere, waits_for_faster};
 
 use batch::{Dims, batch};
-use burn::tensor::Device;
-use net::{Net, NetConfig};
+use net::NetConfig;
+use net::infer::Infer;
 use rand::RngExt;
+use std::sync::Arc;
 use tapfinger_core::Rng;
 use tapfinger_core::policy::{Decision, Policy};
 use tapfinger_core::resources::Resources;
@@ -39,11 +43,13 @@ use tapfinger_core::view::View;
 
 pub use tapfinger_core::experience::{DecisionRecord, Experience, Recorder};
 
-/// The learned policy.
-#[derive(Debug)]
+/// The learned policy. A clone shares the weights (and a recorder or batched step, if set).
+#[derive(Debug, Clone)]
 pub struct TapfingerPolicy {
-    /// The network.
-    net: Net,
+    /// The network's weights for deciding ([`net::infer`]), shared by every agent that runs the
+    /// same model; `None` where a training network's could not be read (never for one
+    /// `Net::new` builds: the decision pass's tests read every named variant).
+    infer: Option<Arc<Infer>>,
     /// Its configuration (feature schema, window, focus), for building its inputs.
     cfg: NetConfig,
     /// Take the most likely action (deployment) instead of sampling (training).
@@ -52,8 +58,6 @@ pub struct TapfingerPolicy {
     recorder: Option<Recorder>,
     /// Shared with the other agents of a simulated cluster: one batched pass per step.
     step: Option<step_batch::SharedStep>,
-    /// The network's weights for deciding ([`net::infer`]), read at the first decision.
-    infer: std::sync::OnceLock<Option<net::infer::Infer>>,
 }
 
 /// Index of the largest logit and its probability.
@@ -89,31 +93,40 @@ pub fn sample(logits: &[f32], rng: &mut Rng) -> Option<(usize, f64)> {
 }
 
 impl TapfingerPolicy {
-    /// A policy with a freshly initialized network (untrained).
-    pub fn untrained(cfg: NetConfig, device: Device) -> Self {
-        let net = Net::new(&cfg, &device);
-        Self::from_net(net, cfg)
+    /// A policy deciding with `infer`'s weights under `cfg` (sampling, not recording): what a
+    /// model loaded with [`checkpoint::load_bytes`] or [`checkpoint::Shipped::load`] runs.
+    pub fn new(infer: Arc<Infer>, cfg: NetConfig) -> Self {
+        Self::with(Some(infer), cfg)
     }
 
-    /// A policy around an existing network (sampling, not recording).
-    pub fn from_net(net: Net, cfg: NetConfig) -> Self {
+    fn with(infer: Option<Arc<Infer>>, cfg: NetConfig) -> Self {
         Self {
-            net,
+            infer,
             cfg,
             greedy: false,
             recorder: None,
             step: None,
-            infer: std::sync::OnceLock::new(),
         }
     }
 
-    /// The decision pass ([`net::infer`]); `None` if the network's weights cannot be read (never
-    /// for a network [`Net::new`] builds: the decision pass's tests read every named variant and
-    /// the shipped general model; a model file that could not is refused when it is loaded,
-    /// [`checkpoint::load_bytes`]). Where it is `None` the policy passes, as on any numerical
-    /// failure ([`Policy::decide`]).
-    fn fast(&self) -> Option<&net::infer::Infer> {
-        self.infer.get_or_init(|| self.net.infer()).as_ref()
+    /// A policy with a freshly initialized network (untrained; feature `train`).
+    #[cfg(feature = "train")]
+    pub fn untrained(cfg: NetConfig, device: burn::tensor::Device) -> Self {
+        let net = net::Net::new(&cfg, &device);
+        Self::from_net(&net, cfg)
+    }
+
+    /// A policy deciding with a training network's current weights (feature `train`). Where they
+    /// cannot be read by the decision pass the policy passes, as on any numerical failure
+    /// ([`Policy::decide`]); a model file that could not is refused when it is loaded.
+    #[cfg(feature = "train")]
+    pub fn from_net(net: &net::Net, cfg: NetConfig) -> Self {
+        Self::with(net.infer(&cfg).map(Arc::new), cfg)
+    }
+
+    /// The decision pass ([`net::infer`]).
+    fn fast(&self) -> Option<&Infer> {
+        self.infer.as_deref()
     }
 
     /// Take the most likely action instead of sampling (evaluation and deployment). The
@@ -146,7 +159,7 @@ impl TapfingerPolicy {
     /// does not fit the node's free units or the allocation head's grid.
     fn blocked(&self, view: &View<'_>, window: &[&tapfinger_core::Task]) -> Vec<bool> {
         let free = &view.node().free;
-        let max_units = self.net.max_units() as u32;
+        let max_units = self.cfg.max_units as u32;
         // The allocation head's grid (0..=max_units per kind) limits only a model that draws
         // allocations: an elastic one claims at the minimum demand, however large (a task asking
         // for 60 GiB, say, must not wait forever).
@@ -255,7 +268,7 @@ impl TapfingerPolicy {
     /// floors, [`net::NetConfig::floors`]): not if `t`'s minimum demand of some kind is beyond
     /// the head's grid (it is claimed at its minimum, as it must not wait forever).
     fn draws_floor(&self, view: &View<'_>, t: &tapfinger_core::Task) -> bool {
-        let max_units = self.net.max_units() as u32;
+        let max_units = self.cfg.max_units as u32;
         self.cfg.floors
             && (0..self.cfg.dims.kinds).all(|k| {
                 self.kind_of(view, k)
@@ -282,7 +295,7 @@ impl TapfingerPolicy {
         cap: &Resources,
         k: usize,
     ) -> (u32, u32) {
-        let max_units = self.net.max_units() as u32;
+        let max_units = self.cfg.max_units as u32;
         self.kind_of(view, k)
             .map_or((0, 0), |c| (t.min_demand.get(c), cap.get(c).min(max_units)))
     }

@@ -59,7 +59,7 @@ pub(crate) struct TrainRun {
     #[arg(long, value_name = "DIR")]
     pub(crate) resume: Option<PathBuf>,
     /// Fine-tune: start a new run from this model's weights (a checkpoint folder, a
-    /// model.bpk, or `general`: the shipped general model, which fits any scenario), with a
+    /// model.safetensors, or `general`: the shipped general model, which fits any scenario), with a
     /// fresh optimizer.
     #[arg(long, value_name = "MODEL", conflicts_with = "resume")]
     pub(crate) from: Option<PathBuf>,

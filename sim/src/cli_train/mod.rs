@@ -18,6 +18,8 @@ pub(crate) use args::TrainArgs;
 use setup::{FLOOR_SLOPE, development_judges, new_run, set_two_point};
 use tapfinger::model::sharing::Sharing;
 pub(crate) use tune::{TuneArgs, tune};
+mod convert;
+pub(crate) use convert::{ConvertArgs, convert};
 
 /// Run `train`: set up the trainer (new, resumed or fine-tuned), then iterate until the time or
 /// the iteration budget is spent, keeping the best judged checkpoint when asked.
@@ -76,14 +78,14 @@ fn load_for(a: &TrainArgs, name: &str) -> Result<Simulator> {
 fn fine_tune(a: &TrainArgs, sim: Simulator, model: &std::path::Path) -> Result<Trainer> {
     let (net, mut net_cfg, trained_on) = if model.as_os_str() == "general" && !model.exists() {
         let g = &tapfinger::model::checkpoint::GENERAL;
-        let (net, cfg) = g.load(&sim.dims())?;
+        let (net, cfg) = g.load_net(&sim.dims())?;
         (
             net,
             cfg,
             "generated scenarios (the shipped general model)".to_string(),
         )
     } else {
-        tapfinger::model::checkpoint::load_path(model, &sim.dims())?
+        tapfinger::model::checkpoint::load_net_path(model, &sim.dims())?
     };
     if let Some(k) = a.model.focus {
         net_cfg.focus = k;

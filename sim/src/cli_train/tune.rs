@@ -63,9 +63,9 @@ pub(crate) fn tune(a: TuneArgs) -> Result<()> {
     );
     let dims = twin(&train_w, "twin-train")?.dims();
     let (start, start_cfg) = if a.from.as_os_str() == "general" && !a.from.exists() {
-        tapfinger::model::checkpoint::GENERAL.load(&dims)?
+        tapfinger::model::checkpoint::GENERAL.load_net(&dims)?
     } else {
-        let (net, cfg, _) = tapfinger::model::checkpoint::load_path(&a.from, &dims)?;
+        let (net, cfg, _) = tapfinger::model::checkpoint::load_net_path(&a.from, &dims)?;
         (net, cfg)
     };
     let tuning = Tuning {

@@ -248,7 +248,8 @@ impl Trainer {
     ) -> Result<Episode, TrainError> {
         let kinds: Vec<String> = self.sim.scenario().kind_names();
         let recorder: Recorder = Arc::new(Mutex::new(Vec::new()));
-        let student = || TapfingerPolicy::from_net(net.clone(), self.cfg.net.clone());
+        let base = TapfingerPolicy::from_net(net, self.cfg.net.clone());
+        let student = || base.clone();
         let policies: Vec<Box<dyn Policy>> = match beta {
             None => (0..self.sim.scenario().nodes.len())
                 .map(|_| Box::new(student().recording(recorder.clone())) as Box<dyn Policy>)

@@ -3,10 +3,9 @@
 
 use super::{Checkpoint, CurvePoint, TrainError, Trainer};
 use crate::env::Simulator;
-use burn::module::Module;
 use burn::optim::AdamConfig;
 use std::path::Path;
-use tapfinger::model::checkpoint::{CONFIG_FILE, MODEL_FILE, OPTIM_FILE};
+use tapfinger::model::checkpoint::{CONFIG_FILE, MODEL_FILE, OPTIM_FILE, read_files};
 use tapfinger::model::net::{Net, NetConfig};
 
 fn read_checkpoint(dir: &Path) -> Result<(NetConfig, Checkpoint), TrainError> {
@@ -23,7 +22,7 @@ fn read_checkpoint(dir: &Path) -> Result<(NetConfig, Checkpoint), TrainError> {
 }
 
 impl Trainer {
-    /// Write a checkpoint into `dir`: `model.bpk` (burn record), `train.json` (configuration,
+    /// Write a checkpoint into `dir`: `model.safetensors` (the weights), `train.json` (configuration,
     /// scenario and iteration), `optim.bpk` (Adam's moments, so that a resumed run continues
     /// exactly where this one stopped), `curve.csv` and `curve.svg`.
     pub fn save(&self, dir: &Path) -> Result<(), TrainError> {
@@ -33,9 +32,11 @@ impl Trainer {
         };
         std::fs::create_dir_all(dir).map_err(|e| err(dir, e.to_string()))?;
         let model = dir.join(MODEL_FILE);
-        self.inference_net()
-            .save_file(&model)
-            .map_err(|e| err(&model, e.to_string()))?;
+        let weights = self
+            .inference_net()
+            .to_safetensors()
+            .map_err(|e| err(&model, e))?;
+        std::fs::write(&model, weights).map_err(|e| err(&model, e.to_string()))?;
         let optim = dir.join(OPTIM_FILE);
         self.optim
             .save(&optim)
@@ -117,13 +118,17 @@ impl Trainer {
         let curve_text = std::fs::read_to_string(dir.join(CURVE_FILE)).unwrap_or_default();
         let mut t = Trainer::new(sim, meta.config.clone());
         let device = t.device.clone();
-        let path = dir.join(MODEL_FILE);
-        t.net = Net::new(&net_cfg, &device)
-            .try_load_file(&path)
-            .map_err(|e| TrainError::Checkpoint {
-                path: path.display().to_string(),
-                reason: e.to_string(),
-            })?;
+        // An older folder's burn record is read and converted (`read_files`).
+        let (weights, _) = read_files(dir).map_err(|e| TrainError::Checkpoint {
+            path: e.label,
+            reason: e.reason,
+        })?;
+        t.net = Net::from_safetensors(weights, &net_cfg, &device).map_err(|reason| {
+            TrainError::Checkpoint {
+                path: dir.join(MODEL_FILE).display().to_string(),
+                reason,
+            }
+        })?;
         // A checkpoint from before the optimizer was saved resumes with fresh moments.
         let optim = dir.join(OPTIM_FILE);
         if optim.exists() {

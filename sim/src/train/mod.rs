@@ -370,12 +370,9 @@ impl Trainer {
 
     /// One policy of `net` per node of a cluster of `nodes`.
     fn policies_for(&self, nodes: usize, net: &Net, greedy: bool) -> Vec<Box<dyn Policy>> {
+        let base = TapfingerPolicy::from_net(net, self.cfg.net.clone()).greedy(greedy);
         (0..nodes)
-            .map(|_| {
-                Box::new(
-                    TapfingerPolicy::from_net(net.clone(), self.cfg.net.clone()).greedy(greedy),
-                ) as Box<dyn Policy>
-            })
+            .map(|_| Box::new(base.clone()) as Box<dyn Policy>)
             .collect()
     }
 

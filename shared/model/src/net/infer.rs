@@ -1,31 +1,127 @@
 //! The network's decision pass (encoder, pointer, allocation heads) on plain `f32` buffers, for
-//! deciding: the same weights and the same arithmetic as [`Net::encode`],
-//! [`Net::pointer_logits`] and [`Net::alloc_logits`], without burn's tensors.
+//! deciding, with its weights read from a safetensors file ([`Infer::from_safetensors`]): what
+//! the simulator's comparisons and the agent run, without burn. With the feature `train` the same
+//! network exists in burn (`Net`); `Net::infer` hands its weights over through the very
+//! same safetensors bytes, so one reader serves shipped models, checkpoints and training.
 //!
 //! Why a second forward pass: a decision's graph is small (tens of nodes × width 64), and burn's
 //! per-operation cost (dispatch, a fresh buffer per result, layout checks) was most of a decision:
 //! profiled on `hetero6`, the matrix products were under a tenth of the time and allocation and
-//! copies about a quarter. Training keeps burn (it needs the gradients); deciding runs this
-//! pass, in the simulator and the agent alike. The unit tests check that both passes give the
-//! same logits on every node type, edge kind and mask, for untrained networks of every named
-//! variant (with and without graph attention) and for the shipped general model on real views, so this
-//! is one network with two evaluators, not two networks.
+//! copies about a quarter; and burn's CPU backend is the longest unit of the build. Training
+//! keeps burn (it needs the gradients); deciding runs this pass, in the simulator and the agent
+//! alike. The unit tests (feature `train`) check that both passes give the same logits on every
+//! node type, edge kind and mask, for untrained networks of every named variant (with and
+//! without graph attention) and for the shipped general model on real views, so this is one
+//! network with two evaluators, not two networks.
 //! Matrix products go through `nalgebra` (which calls `matrixmultiply`; a plain row loop was
 //! slower on the decision benchmark); the rest is row loops.
 
 use super::super::batch::{EDGE_KINDS, GraphBatch};
-use super::{AllocQuery, MASKED, Net};
-use burn::nn::activation::Activation;
-use burn::nn::transformer::TransformerEncoderLayer;
-use burn::nn::{LayerNorm, Linear};
-use burn::tensor::Tensor;
+use super::{AllocQuery, MASKED, NetConfig};
 
-/// Layer-norm epsilon of every norm in [`Net`] (burn's default for `LayerNormConfig` and
-/// `TransformerEncoderConfig`; the module keeps its own private).
+/// Layer-norm epsilon of every norm in the network (burn's default for `LayerNormConfig` and
+/// `TransformerEncoderConfig`, which the training network uses).
 const EPS: f32 = 1e-5;
 
-fn floats<const D: usize>(t: Tensor<D>) -> Option<Vec<f32>> {
-    t.into_data().convert::<f32>().try_to_vec::<f32>().ok()
+/// The score a padded window slot gets inside the window encoder's attention (burn's default
+/// `min_float` of multi-head attention, which the training network uses; `Net::infer` refuses a
+/// network built otherwise).
+pub(crate) const PAD_SCORE: f32 = -1.0e4;
+
+/// Why a weights file could not be read for a network configuration.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WeightsError {
+    /// Not a safetensors file.
+    #[error("not a safetensors weights file ({0})")]
+    Format(String),
+    /// A tensor the configuration needs is absent.
+    #[error(
+        "tensor `{0}` is missing (a file of another network, or a checkpoint of an older version)"
+    )]
+    Missing(String),
+    /// A tensor has another shape than the configuration needs.
+    #[error("tensor `{name}` has shape {found:?}, the configuration needs {want:?}")]
+    Shape {
+        /// The tensor.
+        name: String,
+        /// Its shape in the file.
+        found: Vec<usize>,
+        /// The shape the configuration gives it.
+        want: Vec<usize>,
+    },
+    /// A tensor is not 32-bit floats.
+    #[error("tensor `{name}` holds {dtype}, not 32-bit floats")]
+    DType {
+        /// The tensor.
+        name: String,
+        /// What it holds.
+        dtype: String,
+    },
+    /// The configuration itself cannot be built (e.g. heads that do not divide the width).
+    #[error("{0}")]
+    Config(String),
+}
+
+/// The tensors of a safetensors file, read by name and checked against the shape the
+/// configuration gives them.
+struct Tensors<'a>(safetensors::SafeTensors<'a>);
+
+impl Tensors<'_> {
+    fn has(&self, name: &str) -> bool {
+        self.0.tensor(name).is_ok()
+    }
+
+    fn get(&self, name: &str, want: &[usize]) -> Result<Vec<f32>, WeightsError> {
+        let t = self
+            .0
+            .tensor(name)
+            .map_err(|_| WeightsError::Missing(name.to_string()))?;
+        if t.dtype() != safetensors::Dtype::F32 {
+            return Err(WeightsError::DType {
+                name: name.to_string(),
+                dtype: format!("{:?}", t.dtype()),
+            });
+        }
+        if t.shape() != want {
+            return Err(WeightsError::Shape {
+                name: name.to_string(),
+                found: t.shape().to_vec(),
+                want: want.to_vec(),
+            });
+        }
+        // Safetensors stores little-endian values, without alignment.
+        Ok(t.data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+
+    /// A linear layer `name` (`weight` is `inp × out`, as the training network stores it).
+    fn lin(&self, name: &str, inp: usize, out: usize, bias: bool) -> Result<Lin, WeightsError> {
+        Ok(Lin {
+            w: self.get(&format!("{name}.weight"), &[inp, out])?,
+            b: if bias {
+                Some(self.get(&format!("{name}.bias"), &[out])?)
+            } else {
+                None
+            },
+            inp,
+            out,
+        })
+    }
+
+    /// A layer norm `name` of width `d` (a missing `beta` is zero, as burn builds it without).
+    fn norm(&self, name: &str, d: usize) -> Result<Norm, WeightsError> {
+        let beta = format!("{name}.beta");
+        Ok(Norm {
+            gamma: self.get(&format!("{name}.gamma"), &[d])?,
+            beta: if self.has(&beta) {
+                self.get(&beta, &[d])?
+            } else {
+                vec![0.0; d]
+            },
+        })
+    }
 }
 
 /// A linear layer: `y = x W + b`, `W` row-major `inp × out`.
@@ -38,20 +134,6 @@ struct Lin {
 }
 
 impl Lin {
-    fn of(l: &Linear) -> Option<Self> {
-        let w = l.weight.val();
-        let [inp, out] = w.dims();
-        Some(Self {
-            w: floats(w)?,
-            b: match &l.bias {
-                Some(b) => Some(floats(b.val())?),
-                None => None,
-            },
-            inp,
-            out,
-        })
-    }
-
     /// `x` (`n × inp`, row-major) times `W`, plus the bias: `n × out`, row-major.
     fn forward(&self, x: &[f32], n: usize) -> Vec<f32> {
         let mut y = vec![0.0f32; n * self.out];
@@ -79,15 +161,6 @@ struct Norm {
 }
 
 impl Norm {
-    fn of(n: &LayerNorm) -> Option<Self> {
-        let gamma = floats(n.gamma.val())?;
-        let beta = match &n.beta {
-            Some(b) => floats(b.val())?,
-            None => vec![0.0; gamma.len()],
-        };
-        Some(Self { gamma, beta })
-    }
-
     fn apply(&self, x: &mut [f32]) {
         let d = self.gamma.len();
         for row in x.chunks_mut(d) {
@@ -170,7 +243,7 @@ struct Han {
     norms: Vec<Norm>,
 }
 
-/// One post-norm transformer-encoder layer with GELU (what [`Net`] builds).
+/// One post-norm transformer-encoder layer with GELU (what `Net` builds).
 #[derive(Debug, Clone)]
 struct EncLayer {
     q: Lin,
@@ -178,7 +251,6 @@ struct EncLayer {
     v: Lin,
     o: Lin,
     heads: usize,
-    min_float: f32,
     ff_in: Lin,
     ff_out: Lin,
     norm_1: Norm,
@@ -186,26 +258,6 @@ struct EncLayer {
 }
 
 impl EncLayer {
-    /// `None` for a form [`Net`] never builds (pre-norm, quiet softmax, another activation).
-    fn of(l: &TransformerEncoderLayer) -> Option<Self> {
-        if l.norm_first || l.mha.quiet_softmax || !matches!(l.pwff.activation, Activation::Gelu(_))
-        {
-            return None;
-        }
-        Some(Self {
-            q: Lin::of(&l.mha.query)?,
-            k: Lin::of(&l.mha.key)?,
-            v: Lin::of(&l.mha.value)?,
-            o: Lin::of(&l.mha.output)?,
-            heads: l.mha.n_heads,
-            min_float: l.mha.min_float as f32,
-            ff_in: Lin::of(&l.pwff.linear_inner)?,
-            ff_out: Lin::of(&l.pwff.linear_outer)?,
-            norm_1: Norm::of(&l.norm_1)?,
-            norm_2: Norm::of(&l.norm_2)?,
-        })
-    }
-
     /// `x`: `g` sequences of `len` tokens (`g·len × d`); `pad[g·len]` masks keys.
     fn forward(&self, x: &mut [f32], g: usize, len: usize, pad: &[bool]) {
         let d = self.q.out;
@@ -225,7 +277,7 @@ impl EncLayer {
                     let qi = &q[(s * len + i) * d + h * dk..][..dk];
                     for (j, wj) in w.iter_mut().enumerate() {
                         *wj = if pad[s * len + j] {
-                            self.min_float
+                            PAD_SCORE
                         } else {
                             let kj = &k[(s * len + j) * d + h * dk..][..dk];
                             qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>() / scale
@@ -253,7 +305,7 @@ impl EncLayer {
     }
 }
 
-/// [`Net`]'s weights for deciding (module doc).
+/// The network's weights for deciding (module doc).
 #[derive(Debug, Clone)]
 pub struct Infer {
     input: Vec<Lin>,
@@ -278,53 +330,97 @@ pub struct Embeddings {
     h: Vec<Vec<f32>>,
 }
 
-impl Net {
-    /// This network's weights for deciding without burn ([`Infer`]); `None` if a weight cannot
-    /// be read or a layer has a form this network never builds.
-    pub fn infer(&self) -> Option<Infer> {
-        let lins = |v: &[Linear]| v.iter().map(Lin::of).collect::<Option<Vec<_>>>();
-        Some(Infer {
-            input: lins(&self.input)?,
-            layers: self
-                .layers
-                .iter()
-                .map(|l| {
-                    Some(Han {
-                        edges: l
-                            .edges
-                            .iter()
-                            .map(|e| {
-                                Some(EdgeAtt {
-                                    msg: Lin::of(&e.msg)?,
-                                    a_src: Lin::of(&e.a_src)?,
-                                    a_dst: Lin::of(&e.a_dst)?,
-                                })
+impl Infer {
+    /// The network of `cfg` with the weights of a safetensors file (tensor names as the training
+    /// network's modules are named: `input.0.weight`, `layers.1.edges.2.msg.bias`,
+    /// `window_enc.layers.0.mha.query.weight`, …); every tensor the decision pass reads is checked
+    /// against the shape `cfg` gives it. The critic's tensors (`value_*`) may be present and are
+    /// not read.
+    pub fn from_safetensors(bytes: &[u8], cfg: &NetConfig) -> Result<Self, WeightsError> {
+        let t = Tensors(
+            safetensors::SafeTensors::deserialize(bytes)
+                .map_err(|e| WeightsError::Format(e.to_string()))?,
+        );
+        let (d, k, heads) = (cfg.width, cfg.dims.kinds, cfg.heads);
+        if heads == 0 || d % heads != 0 {
+            return Err(WeightsError::Config(format!(
+                "{heads} attention heads do not divide the width {d}"
+            )));
+        }
+        let input = (0..4)
+            .map(|n| t.lin(&format!("input.{n}"), cfg.dims.feature_width(n), d, true))
+            .collect::<Result<_, _>>()?;
+        let layers = (0..cfg.layers)
+            .map(|l| {
+                let p = format!("layers.{l}");
+                Ok(Han {
+                    edges: (0..EDGE_KINDS.len())
+                        .map(|e| {
+                            let p = format!("{p}.edges.{e}");
+                            Ok(EdgeAtt {
+                                msg: t.lin(&format!("{p}.msg"), d, d, true)?,
+                                a_src: t.lin(&format!("{p}.a_src"), d, heads, false)?,
+                                a_dst: t.lin(&format!("{p}.a_dst"), d, heads, false)?,
                             })
-                            .collect::<Option<_>>()?,
-                        sem_w: Lin::of(&l.sem_w)?,
-                        sem_q: Lin::of(&l.sem_q)?,
-                        norms: l.norms.iter().map(Norm::of).collect::<Option<_>>()?,
-                    })
+                        })
+                        .collect::<Result<_, WeightsError>>()?,
+                    sem_w: t.lin(&format!("{p}.sem_w"), d, d, true)?,
+                    sem_q: t.lin(&format!("{p}.sem_q"), d, 1, false)?,
+                    norms: (0..4)
+                        .map(|n| t.norm(&format!("{p}.norms.{n}"), d))
+                        .collect::<Result<_, _>>()?,
                 })
-                .collect::<Option<_>>()?,
-            window_enc: self
-                .window_enc
-                .layers
-                .iter()
-                .map(EncLayer::of)
-                .collect::<Option<_>>()?,
-            ptr_slot: Lin::of(&self.ptr_slot)?,
-            ptr_query: Lin::of(&self.ptr_query)?,
-            ptr_v: Lin::of(&self.ptr_v)?,
-            pass: Lin::of(&self.pass)?,
-            alloc_hidden: lins(&self.alloc_hidden)?,
-            alloc_out: lins(&self.alloc_out)?,
-            heads: self.heads,
-            width: self.width,
-            kinds: self.kinds,
-            window: self.window,
-            max_units: self.max_units,
+            })
+            .collect::<Result<_, WeightsError>>()?;
+        // The window encoder's depth is the file's (the training network builds one layer).
+        let mut window_enc = Vec::new();
+        while t.has(&format!(
+            "window_enc.layers.{}.mha.query.weight",
+            window_enc.len()
+        )) {
+            let p = format!("window_enc.layers.{}", window_enc.len());
+            window_enc.push(EncLayer {
+                q: t.lin(&format!("{p}.mha.query"), d, d, true)?,
+                k: t.lin(&format!("{p}.mha.key"), d, d, true)?,
+                v: t.lin(&format!("{p}.mha.value"), d, d, true)?,
+                o: t.lin(&format!("{p}.mha.output"), d, d, true)?,
+                heads,
+                ff_in: t.lin(&format!("{p}.pwff.linear_inner"), d, 2 * d, true)?,
+                ff_out: t.lin(&format!("{p}.pwff.linear_outer"), 2 * d, d, true)?,
+                norm_1: t.norm(&format!("{p}.norm_1"), d)?,
+                norm_2: t.norm(&format!("{p}.norm_2"), d)?,
+            });
+        }
+        if window_enc.is_empty() {
+            return Err(WeightsError::Missing(
+                "window_enc.layers.0.mha.query.weight".into(),
+            ));
+        }
+        Ok(Self {
+            input,
+            layers,
+            window_enc,
+            ptr_slot: t.lin("ptr_slot", d, d, true)?,
+            ptr_query: t.lin("ptr_query", d, d, true)?,
+            ptr_v: t.lin("ptr_v", d, 1, false)?,
+            pass: t.lin("pass", d, 1, true)?,
+            alloc_hidden: (0..k)
+                .map(|n| t.lin(&format!("alloc_hidden.{n}"), 2 * d + k, d, true))
+                .collect::<Result<_, _>>()?,
+            alloc_out: (0..k)
+                .map(|n| t.lin(&format!("alloc_out.{n}"), d, cfg.max_units + 1, true))
+                .collect::<Result<_, _>>()?,
+            heads,
+            width: d,
+            kinds: k,
+            window: cfg.dims.window,
+            max_units: cfg.max_units,
         })
+    }
+
+    /// Units per kind the allocation heads can express.
+    pub fn max_units(&self) -> usize {
+        self.max_units
     }
 }
 
@@ -341,12 +437,12 @@ fn indices(need: &[bool]) -> Vec<usize> {
 }
 
 impl Infer {
-    /// [`Net::encode`]: every node's embedding.
+    /// `Net::encode`: every node's embedding.
     pub fn encode(&self, b: &GraphBatch) -> Embeddings {
         self.encode_rows(b, std::array::from_fn(|t| vec![true; b.counts[t]]))
     }
 
-    /// What a decision reads of [`Net::encode`]: the embeddings of each graph's deciding server
+    /// What a decision reads of `Net::encode`: the embeddings of each graph's deciding server
     /// and window slots (what the pointer and allocation heads read) are exact; other rows are
     /// not computed. Why: a layer's output at a node depends only on its neighbours' inputs
     /// (per-destination softmax and semantic attention, row-wise norms), so the last layer runs
@@ -382,7 +478,7 @@ impl Infer {
         need
     }
 
-    /// [`Net::encode`] for the rows `out` needs (the others are left at zero).
+    /// `Net::encode` for the rows `out` needs (the others are left at zero).
     fn encode_rows(&self, b: &GraphBatch, out: Rows) -> Embeddings {
         let d = self.width;
         let need = self.needed(b, out);
@@ -506,7 +602,7 @@ impl Infer {
         agg
     }
 
-    /// [`Net::pointer_logits`], flat: `window + 1` per graph.
+    /// `Net::pointer_logits`, flat: `window + 1` per graph.
     pub fn pointer_logits(
         &self,
         enc: &Embeddings,
@@ -559,7 +655,7 @@ impl Infer {
         out
     }
 
-    /// [`Net::alloc_logits`], flat: `max_units + 1` per graph.
+    /// `Net::alloc_logits`, flat: `max_units + 1` per graph.
     pub fn alloc_logits(&self, enc: &Embeddings, b: &GraphBatch, q: &AllocQuery<'_>) -> Vec<f32> {
         let (slot, k, prev, lo, hi, two_point) = (q.slot, q.kind, q.prev, q.lo, q.hi, q.two_point);
         let (g, w, d) = (b.graphs, self.window, self.width);

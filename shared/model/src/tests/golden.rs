@@ -8,6 +8,7 @@
 //! tapfinger-model golden` rewrites the outputs.
 
 use super::*;
+use burn::tensor::Device;
 use std::fmt::Write;
 use tapfinger_core::ledger::Priorities;
 

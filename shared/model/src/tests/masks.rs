@@ -3,6 +3,7 @@
 //! mask.
 
 use super::*;
+use burn::tensor::Device;
 use tapfinger_core::view::TaskEstimate;
 
 #[test]

@@ -3,6 +3,7 @@
 use super::batch::{Dims, batch};
 use super::net::{Net, NetConfig};
 use super::*;
+use burn::tensor::Device;
 use std::sync::Arc;
 use tapfinger_core::task::{NodeId, Task, TaskId, TaskTypeId};
 use tapfinger_core::view::{ClusterView, NodeView, PendingView, RunningView};

@@ -24,9 +24,9 @@ fn close(what: &str, a: &[f32], b: &[f32]) {
 
 /// Every output of both passes on `b`: each node type's embeddings, the pointer under some
 /// blocked slots and a blocked pass, and each kind's allocation logits.
-fn agree(net: &Net, b: &GraphBatch, window: usize, kinds: usize) {
+fn agree(net: &Net, cfg: &NetConfig, b: &GraphBatch, window: usize, kinds: usize) {
     let device = Device::flex();
-    let fast = net.infer().expect("weights");
+    let fast = net.infer(cfg).expect("weights");
     let enc = net.encode(b, &device);
     let mine: Embeddings = fast.encode(b);
     for t in 0..4 {
@@ -112,12 +112,12 @@ fn the_decision_pass_computes_what_burn_computes() {
         // Alone, and all six in one block-diagonal batch.
         for v in &views {
             for n in &v.nodes {
-                agree(&net, &batch(&[(v, n.id)], &dims), 10, 2);
+                agree(&net, &cfg, &batch(&[(v, n.id)], &dims), 10, 2);
                 checked += 1;
             }
         }
         let items: Vec<(&ClusterView, NodeId)> = views.iter().map(|v| (v, NodeId(0))).collect();
-        agree(&net, &batch(&items, &dims), 10, 2);
+        agree(&net, &cfg, &batch(&items, &dims), 10, 2);
     }
     assert!(checked > 50, "{checked} graphs");
 }
@@ -131,8 +131,9 @@ fn warm_started_floor_heads_favour_the_minimum_by_the_slope() {
     let dims = Dims::per_preset(2, 2, 10);
     let device = Device::flex();
     device.seed(5);
-    let net = Net::new(&NetConfig::new(dims.clone()), &device).floors_near_minimum(0.5);
-    let fast = net.infer().expect("weights");
+    let cfg = NetConfig::new(dims.clone());
+    let net = Net::new(&cfg, &device).floors_near_minimum(0.5);
+    let fast = net.infer(&cfg).expect("weights");
     for seed in 0..3 {
         let v = random_view(seed);
         let b = batch(&[(&v, NodeId(0))], &dims);
