@@ -9,7 +9,7 @@
 //!
 //! It carries no heavy dependency, and Cargo keeps it so: the crates above it bring their own.
 //! `tapfinger-policies` has the heuristic baselines, `tapfinger-model` the learned network
-//! (burn), `tapfinger-jobs` the LP placement of multi-node jobs (good_lp) and
+//! (burn only for training), `tapfinger-jobs` the LP placement of multi-node jobs (good_lp) and
 //! `tapfinger-forecast` the task-volume forecast; the `tapfinger` crate gathers them all under
 //! one name. Where the core needs one of them it owns the interface and the driver passes the
 //! implementation in: a gang placer ([`placement::gang::PlaceNow`]), a policy ([`Policy`]).
