@@ -8,7 +8,7 @@ use crate::ledger::Requeue;
 use crate::resources::Resources;
 use crate::spec::TaskSpec;
 use crate::task::{NodeId, Task, TaskId};
-use crate::wire::{Body, FinishedTask, MAX_OUTCOMES, MAX_WANT, Outcome};
+use crate::wire::{Body, FinishedTask, MAX_OUTCOMES, Outcome};
 
 impl NodeCore {
     /// What a (re)joining peer must hear from us: the pending tasks we own (and, from one node,
@@ -170,12 +170,7 @@ impl NodeCore {
             let Some(t) = self.tasks.get(*id) else {
                 continue;
             };
-            let first = self.reconcile.heard_asked.entry(*id).or_insert(now);
-            if now.saturating_sub(*first) >= 4 * timeout {
-                // A question long after the last one: a new question.
-                *first = now;
-            }
-            let again = now.saturating_sub(*first) >= timeout;
+            let again = self.reconcile.heard_again(*id, now, timeout);
             match &t.state {
                 TaskState::Done { node, .. }
                     if again || self.answers_for(Some(*node), Some(from)) =>
@@ -187,27 +182,17 @@ impl NodeCore {
                 }
                 TaskState::Pending
                     if self.answers_for(t.meta.owner, Some(from))
-                        || self.reconcile.won_in_vain.contains(id) =>
+                        || self.reconcile.answers_for_won(*id) =>
                 {
                     tell.push(t.announcement(None));
                 }
                 _ => {}
             }
         }
-        if self.reconcile.heard_asked.len() > 4 * MAX_WANT {
-            // Questions answered long ago: a question heard now starts its count afresh.
-            self.reconcile
-                .heard_asked
-                .retain(|_, at| now.saturating_sub(*at) < 4 * timeout);
-        }
-        if self.reconcile.won_in_vain.len() > 4 * MAX_WANT {
-            let tasks = &self.tasks;
-            self.reconcile.won_in_vain.retain(|id| {
-                tasks
-                    .get(*id)
-                    .is_some_and(|t| t.state == TaskState::Pending)
-            });
-        }
+        let tasks = &self.tasks;
+        self.reconcile.bound_questions(now, timeout, |id| {
+            tasks.get(id).is_some_and(|t| t.state == TaskState::Pending)
+        });
         self.tell(tell, done)
     }
 }

@@ -214,17 +214,10 @@ impl NodeCore {
                 Some(_) => *done && !self.done(*id),
             })
             .map(|(id, _)| id)
-            .filter(|id| {
-                self.reconcile
-                    .asked
-                    .get(id)
-                    .is_none_or(|at| now.saturating_sub(*at) >= timeout)
-            })
-            .take(WANTS_PER_IDS * MAX_WANT)
             .collect();
-        for id in &lacking {
-            self.reconcile.asked.insert(*id, now);
-        }
+        let lacking = self
+            .reconcile
+            .to_ask(lacking, now, timeout, WANTS_PER_IDS * MAX_WANT);
         lacking
             .chunks(MAX_WANT)
             .map(|c| self.envelope(Body::Want(c.to_vec())))

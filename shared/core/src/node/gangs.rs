@@ -136,8 +136,7 @@ impl NodeCore {
             }
             if !complete {
                 self.reconcile
-                    .gangs_unconfirmed
-                    .insert(g.task, now + 2 * self.cfg.peer_timeout_ms);
+                    .gang_unconfirmed(g.task, now + 2 * self.cfg.peer_timeout_ms);
             }
             self.tasks.set_state(
                 g.task,
@@ -155,11 +154,7 @@ impl NodeCore {
             m.owner = Some(g.claimant);
             let spec = m.spec.clone();
             if complete {
-                self.reconcile
-                    .gang_runs
-                    .entry(g.task)
-                    .or_default()
-                    .insert(m.epoch);
+                self.reconcile.gang_ran(g.task, m.epoch);
             }
             let mut alloc: Option<Resources> = None;
             for (n, a) in &g.members {
@@ -243,11 +238,7 @@ impl NodeCore {
         let epoch = t.meta.epoch;
         let restarts = t.task.gang.as_ref().map_or(0, |s| s.restarts);
         // Its real runs as this box knows them (this one among them: its members ran here).
-        let runs = self
-            .reconcile
-            .gang_runs
-            .get(&task)
-            .map_or(1, |r| r.len().max(1));
+        let runs = self.reconcile.gang_runs(task);
         if code != Some(0) && runs as u64 <= u64::from(restarts) {
             // A member failed and the gang may run again: every box stops its members and
             // puts it back in the queue.
@@ -274,8 +265,7 @@ impl NodeCore {
     /// The gang of `o` ended: this box stops its members (if it has any) and records the end.
     pub(super) fn end_gang(&mut self, o: &Outcome) -> Vec<Action> {
         let me = self.cfg.me;
-        self.reconcile.gangs_unconfirmed.remove(&o.task);
-        self.reconcile.gang_runs.remove(&o.task);
+        self.reconcile.gang_ended(o.task);
         let here = self.tasks.get(o.task).is_some_and(|t| {
             matches!(&t.state, TaskState::Gang { members, .. } if members.iter().any(|(n, _)| *n == me))
         });
@@ -317,7 +307,7 @@ impl NodeCore {
             m.epoch = g.epoch;
         }
         self.protocol.mark_committed(g.task);
-        self.reconcile.gangs_unconfirmed.remove(&g.task);
+        self.reconcile.gang_confirmed(g.task);
     }
 
     /// Peer `from`'s heartbeat lists `listed` as the gang runs with members on its box. A gang
@@ -339,18 +329,11 @@ impl NodeCore {
             if listed.iter().any(|g| g.task == id) {
                 // Only this box's own wait ends: another member box may still leave it out
                 // (every member box lists a running gang, so each heartbeat would reset it).
-                if self
-                    .reconcile
-                    .unlisted
-                    .get(&id)
-                    .is_some_and(|(n, _)| *n == from)
-                {
-                    self.reconcile.unlisted.remove(&id);
-                }
+                self.reconcile.listed_by(id, from);
                 continue;
             }
-            if self.unlisted_for(id, from, now) >= self.cfg.peer_timeout_ms {
-                self.reconcile.unlisted.remove(&id);
+            if self.reconcile.unlisted_for(id, from, now) >= self.cfg.peer_timeout_ms {
+                self.reconcile.listed(id);
                 self.stats.gangs_broken += 1;
                 out.extend(self.requeue_gang(id));
             }
@@ -361,27 +344,15 @@ impl NodeCore {
     /// A member box of gang `task` started its members at `epoch`: the gang is confirmed here,
     /// and that start was a run.
     pub(super) fn gang_started(&mut self, task: TaskId, epoch: u64) {
-        self.reconcile.gangs_unconfirmed.remove(&task);
-        self.reconcile
-            .gang_runs
-            .entry(task)
-            .or_default()
-            .insert(epoch);
+        self.reconcile.gang_started(task, epoch);
     }
 
     /// Gangs held from an incomplete round that no member box confirmed in time go back to
     /// pending (module doc).
     pub(super) fn unconfirmed_gangs(&mut self, now: u64) -> Vec<Action> {
-        let due: Vec<TaskId> = self
-            .reconcile
-            .gangs_unconfirmed
-            .iter()
-            .filter(|(_, d)| now >= **d)
-            .map(|(t, _)| *t)
-            .collect();
+        let due = self.reconcile.gangs_due(now);
         let mut out = Vec::new();
         for task in due {
-            self.reconcile.gangs_unconfirmed.remove(&task);
             let held = self
                 .tasks
                 .get(task)
@@ -399,7 +370,7 @@ impl NodeCore {
         let me = self.cfg.me;
         let here = self.tasks.gangs_on(me).any(|g| g == task);
         let stop = here.then(|| self.stop_copy(task));
-        self.reconcile.gangs_unconfirmed.remove(&task);
+        self.reconcile.gang_confirmed(task);
         self.tasks.requeue(task, Requeue::GangBroken);
         self.protocol.release(task);
         stop.into_iter().collect()

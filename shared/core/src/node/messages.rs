@@ -154,20 +154,6 @@ impl NodeCore {
         }
     }
 
-    /// How long (ms) `from` has not listed `id`, which this node believes it runs, counting
-    /// from the first heartbeat that left it out. Keyed by the runner too: a copy believed to
-    /// have moved starts its wait again.
-    pub(super) fn unlisted_for(&mut self, id: TaskId, from: NodeId, now: u64) -> u64 {
-        let since = match self.reconcile.unlisted.get(&id) {
-            Some(&(node, since)) if node == from => since,
-            _ => {
-                self.reconcile.unlisted.insert(id, (from, now));
-                now
-            }
-        };
-        now.saturating_sub(since)
-    }
-
     /// A heartbeat's resource steps against this node's: `Some` (the refusal, said once per
     /// peer, then nothing) when they differ, so that nothing the peer says is heard; a peer
     /// heard again once it says the same (restarted with the cluster's steps).
@@ -279,44 +265,25 @@ impl NodeCore {
         let believed: Vec<TaskId> = self.tasks.running_on(from).collect();
         for id in believed {
             if listed.contains(&id) {
-                self.reconcile.unlisted.remove(&id);
+                self.reconcile.listed(id);
                 continue;
             }
-            if self.unlisted_for(id, from, now) >= self.cfg.peer_timeout_ms {
+            if self.reconcile.unlisted_for(id, from, now) >= self.cfg.peer_timeout_ms {
                 want.insert(id);
             }
         }
-        if self.reconcile.unlisted.len() > 4 * MAX_WANT {
-            let tasks = &self.tasks;
-            self.reconcile.unlisted.retain(|id, _| {
-                tasks
-                    .get(*id)
-                    .is_some_and(|t| t.state.running_on().is_some())
-            });
-        }
-        // A task asked about within the peer timeout is not asked about again: the answer is a
-        // broadcast that may still be on its way, and asking at every heartbeat of every peer
-        // (4 a second each) was most of the cluster's traffic under load.
-        if self.reconcile.asked.len() > 4 * MAX_WANT {
-            let timeout = self.cfg.peer_timeout_ms;
-            self.reconcile
-                .asked
-                .retain(|_, at| now.saturating_sub(*at) < timeout);
-        }
-        let ids: Vec<TaskId> = want
-            .into_iter()
-            .filter(|id| {
-                self.reconcile
-                    .asked
-                    .get(id)
-                    .is_none_or(|at| now.saturating_sub(*at) >= self.cfg.peer_timeout_ms)
-            })
-            .take(MAX_WANT)
-            .collect();
+        let tasks = &self.tasks;
+        self.reconcile.bound_unlisted(|id| {
+            tasks
+                .get(id)
+                .is_some_and(|t| t.state.running_on().is_some())
+        });
+        // A task asked about within the peer timeout is not asked about again (4 heartbeats a
+        // second from each peer would each ask).
+        let ids = self
+            .reconcile
+            .to_ask(want, now, self.cfg.peer_timeout_ms, MAX_WANT);
         if !ids.is_empty() {
-            for id in &ids {
-                self.reconcile.asked.insert(*id, now);
-            }
             out.push(self.envelope(Body::Want(ids)));
         }
         out.extend(self.compare_digest(from, state.digest, now));
@@ -470,7 +437,7 @@ impl NodeCore {
         if let Some(m) = self.tasks.meta_mut(o.task) {
             m.epoch = m.epoch.max(if o.epoch == CANCELLED { 0 } else { o.epoch });
         }
-        self.reconcile.gang_runs.remove(&o.task);
+        self.reconcile.forget_runs(o.task);
         self.tasks.set_state(
             o.task,
             TaskState::Done {

@@ -38,12 +38,14 @@ pub mod lease;
 mod local;
 pub mod messages;
 pub mod preempt;
+mod reconcile;
 pub mod reports;
 mod rounds;
 mod state;
 mod stats;
 use preempt::Preemption;
-use state::{Copies, LeaseState, Membership, Reconcile, RoundState};
+use reconcile::Reconcile;
+use state::{Copies, LeaseState, Membership, RoundState};
 mod view;
 pub use stats::NodeStats;
 

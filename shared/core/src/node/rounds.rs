@@ -358,7 +358,7 @@ impl NodeCore {
             }
             self.protocol.release(c.task);
             if pending && c.agent == self.cfg.me {
-                self.reconcile.won_in_vain.insert(c.task);
+                self.reconcile.won_in_vain(c.task);
             }
         }
     }

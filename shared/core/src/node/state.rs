@@ -71,32 +71,6 @@ pub(super) struct RoundState {
     pub(super) latencies: VecDeque<u64>,
 }
 
-/// What this node reconciles with its peers about copies and gangs.
-#[derive(Default)]
-pub(super) struct Reconcile {
-    /// Copies this node believes a peer runs that the peer's heartbeats did not list: the peer,
-    /// and since when; asked about only after a peer timeout.
-    pub(super) unlisted: BTreeMap<TaskId, (NodeId, u64)>,
-    /// Tasks this node asked its peers about ([`crate::wire::Body::Want`]), and when: each at most once per
-    /// peer timeout.
-    pub(super) asked: BTreeMap<TaskId, u64>,
-    /// Tasks peers asked this node about, and when it first heard that: a question heard again a
-    /// peer timeout later is answered by every node that knows the answer ([`super::announce`]).
-    pub(super) heard_asked: BTreeMap<TaskId, u64>,
-    /// Tasks this node won in rounds that started nothing (tentative): peers that decided those
-    /// rounds in full believe it runs them, and ask; it answers for them although it does not
-    /// own them (pending ones only; pruned when large).
-    pub(super) won_in_vain: BTreeSet<TaskId>,
-    /// Gangs this node holds from a round it decided without every proposal, with the time by
-    /// which a member box must confirm it started them; otherwise they go back to pending
-    /// ([`super::gangs`]).
-    pub(super) gangs_unconfirmed: BTreeMap<TaskId, u64>,
-    /// Epochs at which each gang really started (a complete round here, or a member box said it
-    /// started): a failure requeues a gang while these number no more than its restarts. A
-    /// tentative start from an incomplete round, which bumps the epoch too, is not a run.
-    pub(super) gang_runs: BTreeMap<TaskId, BTreeSet<u64>>,
-}
-
 /// Copies with a process here, and those stopped whose end is awaited.
 #[derive(Default)]
 pub(super) struct Copies {
