@@ -49,34 +49,26 @@ impl NodeCore {
             }
             _ => Resources::default(),
         });
-        let units = units.filter(|_| self.copies.live.contains(&task));
-        if let Some(units) = units.filter(|u| u.0.iter().any(|x| *x > 0)) {
-            // A second stop of the same copy keeps the first count (the copy is one process).
-            self.copies.draining.entry(task).or_insert(units);
+        if units.is_some_and(|u| self.copies.stopped(task, u)) {
             self.reserve_draining();
         }
     }
 
     /// The driver reports that a copy of `task` here ended: a stopped copy's units are free.
     pub(super) fn drained(&mut self, task: TaskId) {
-        if self.copies.draining.remove(&task).is_some() {
+        if self.copies.ended(task) {
             self.reserve_draining();
         }
     }
 
     /// Units of stopped copies whose end is not reported yet (by task).
     pub fn draining(&self) -> &std::collections::BTreeMap<TaskId, Resources> {
-        &self.copies.draining
+        self.copies.draining()
     }
 
     /// This node's capacity in its ledger: what it offers less what stopped copies still use.
     fn reserve_draining(&mut self) {
-        let mut cap = self.cfg.capacity.clone();
-        for units in self.copies.draining.values() {
-            for (c, x) in cap.0.iter_mut().zip(&units.0) {
-                *c = c.saturating_sub(*x);
-            }
-        }
+        let cap = self.copies.usable(&self.cfg.capacity);
         self.tasks.set_node(self.cfg.me, cap);
     }
 }

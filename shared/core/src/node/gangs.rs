@@ -167,7 +167,7 @@ impl NodeCore {
             }
             if let Some(alloc) = alloc.filter(|_| complete) {
                 let epoch = m.epoch;
-                self.copies.live.insert(g.task);
+                self.copies.started(g.task);
                 out.push(Action::Start {
                     task: g.task,
                     spec,

@@ -252,7 +252,7 @@ impl NodeCore {
                     m.owner = Some(me);
                 }
                 self.protocol.release(id);
-                self.copies.handing_back.insert(id);
+                self.copies.hand_back(id);
             }
             // The pending tasks this node owns, which nobody runs: handed to whichever side
             // holds a quorum. A node cut off says so in vain (the others take them over when its
@@ -264,7 +264,7 @@ impl NodeCore {
                 .filter(|(id, t)| {
                     t.state == TaskState::Pending
                         && t.meta.owner == Some(me)
-                        && !self.copies.handing_back.contains(id)
+                        && !self.copies.handing_back(*id)
                 })
                 .map(|(id, _)| id)
                 .collect();

@@ -53,7 +53,7 @@ impl NodeCore {
         };
         if here {
             // An adopted copy: its process lives on here.
-            self.copies.live.insert(id);
+            self.copies.started(id);
         }
         self.learn_task(task, state, TaskMeta { spec, owner, epoch });
         body.map(|b| vec![self.envelope(b)]).unwrap_or_default()
@@ -118,7 +118,6 @@ impl NodeCore {
     /// duplicate): say nothing.
     pub fn on_exit(&mut self, task: TaskId, code: Option<i32>, stopped: bool) -> Vec<Action> {
         let out = self.exited(task, code, stopped);
-        self.copies.live.remove(&task);
         // Its process is gone, so its units are free, whether this node had stopped it before
         // or stops it while handling the end (a gang member that ended by itself sends its gang
         // back to the queue, which stops this box's members, this one among them: already
@@ -135,7 +134,7 @@ impl NodeCore {
             return self.gang_exit(task, code, stopped);
         }
         // (A copy started here again since is another run: its end is an ordinary one.)
-        if self.copies.handing_back.remove(&task) && t.state.running_on() != Some(self.cfg.me) {
+        if self.copies.handed_back(task) && t.state.running_on() != Some(self.cfg.me) {
             // A copy stopped because the lease lapsed has ended: if the task is still ours and
             // the lease still gone, nothing runs it any more, and a quorum side may have it.
             let ours = t.state == TaskState::Pending && t.meta.owner == Some(self.cfg.me);
@@ -170,7 +169,6 @@ impl NodeCore {
     /// share that fits the node's free units but no single device's): back to the queue
     /// everywhere, to be placed again, rather than failed.
     pub fn on_start_refused(&mut self, task: TaskId, reason: &str) -> Vec<Action> {
-        self.copies.live.remove(&task);
         self.drained(task);
         if self.tasks.get(task).and_then(|t| t.state.running_on()) != Some(self.cfg.me) {
             return Vec::new();
@@ -317,7 +315,7 @@ mod tests {
         let mut n = node();
         super::super::test_running_here(&mut n, 7, 2);
         // Left over from an earlier run stopped for a lapsed lease, its end not yet reported.
-        n.copies.handing_back.insert(TaskId(7));
+        n.copies.hand_back(TaskId(7));
         let out = n.on_exit(TaskId(7), Some(0), false);
         assert!(
             out.iter()

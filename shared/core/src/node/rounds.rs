@@ -393,10 +393,9 @@ impl NodeCore {
             if c.agent == self.cfg.me {
                 // A new run here: the end of an earlier one stopped for a lapsed lease is
                 // no longer awaited (its exit, reported late, would pass for this run's).
-                self.copies.handing_back.remove(&c.task);
                 let spec = m.spec.clone();
                 let epoch = m.epoch;
-                self.copies.live.insert(c.task);
+                self.copies.started(c.task);
                 out.push(Action::Start {
                     task: c.task,
                     spec,
@@ -470,7 +469,7 @@ impl NodeCore {
     ///   sent its starts before its proposal, on the same ordered link).
     fn owner_may_start(&self, c: &crate::protocol::Commit) -> bool {
         c.agent == self.cfg.me
-            && !self.copies.handing_back.contains(&c.task)
+            && !self.copies.handing_back(c.task)
             && self
                 .tasks
                 .get(c.task)

@@ -75,18 +75,75 @@ pub(super) struct RoundState {
 #[derive(Default)]
 pub(super) struct Copies {
     /// Copies stopped because the lease lapsed, handed back when the driver reports their end.
-    pub(super) handing_back: BTreeSet<TaskId>,
+    handing_back: BTreeSet<TaskId>,
     /// Units of copies stopped here whose end the driver has not reported ([`super::draining`]).
-    pub(super) draining: BTreeMap<TaskId, Resources>,
+    draining: BTreeMap<TaskId, Resources>,
     /// Tasks with a process here: started (or adopted) and whose end is not reported yet. Only
     /// the stop of one of these keeps units ([`super::draining`]); a stop of a copy already gone
     /// would keep them for good.
-    pub(super) live: BTreeSet<TaskId>,
+    live: BTreeSet<TaskId>,
     /// The latest outcomes of tasks run here, repeated in heartbeats.
     pub(super) recent: VecDeque<Outcome>,
 }
 
 impl Copies {
+    /// A process of `task` runs here now (started, or adopted after a restart). A new run ends
+    /// the wait for an earlier one stopped for a lapsed lease: that one's end, reported late,
+    /// would pass for this run's.
+    pub(super) fn started(&mut self, task: TaskId) {
+        self.handing_back.remove(&task);
+        self.live.insert(task);
+    }
+
+    /// `task`'s process here ended (or never started): whether its stopped units were kept,
+    /// now free.
+    pub(super) fn ended(&mut self, task: TaskId) -> bool {
+        self.live.remove(&task);
+        self.draining.remove(&task).is_some()
+    }
+
+    /// `task`'s copy here was stopped holding `units`: they stay kept until its end is reported,
+    /// if a process of it still runs (a stop of a copy already gone would keep them for good).
+    /// A second stop keeps the first count (one process). Whether units are kept.
+    pub(super) fn stopped(&mut self, task: TaskId, units: Resources) -> bool {
+        if !self.live.contains(&task) || units.0.iter().all(|x| *x == 0) {
+            return false;
+        }
+        self.draining.entry(task).or_insert(units);
+        true
+    }
+
+    /// Units of stopped copies whose end is not reported yet (by task).
+    pub(super) fn draining(&self) -> &BTreeMap<TaskId, Resources> {
+        &self.draining
+    }
+
+    /// `capacity` less what stopped copies still use.
+    pub(super) fn usable(&self, capacity: &Resources) -> Resources {
+        let mut cap = capacity.clone();
+        for units in self.draining.values() {
+            for (c, x) in cap.0.iter_mut().zip(&units.0) {
+                *c = c.saturating_sub(*x);
+            }
+        }
+        cap
+    }
+
+    /// `task`'s copy here was stopped because the lease lapsed: handed back when it ends.
+    pub(super) fn hand_back(&mut self, task: TaskId) {
+        self.handing_back.insert(task);
+    }
+
+    /// Whether `task`'s copy here awaits its end to be handed back.
+    pub(super) fn handing_back(&self, task: TaskId) -> bool {
+        self.handing_back.contains(&task)
+    }
+
+    /// `task`'s copy stopped for a lapsed lease ended: whether it was awaited so.
+    pub(super) fn handed_back(&mut self, task: TaskId) -> bool {
+        self.handing_back.remove(&task)
+    }
+
     /// The outcome of a task run here, kept to be repeated in heartbeats: the latest
     /// [`crate::wire::MAX_RECENT`] only.
     pub(super) fn remember(&mut self, o: Outcome) {
