@@ -6,10 +6,11 @@
 //! A checkpoint folder is what `tapfinger-sim train` writes: [`MODEL_FILE`] (the weights,
 //! safetensors), [`CONFIG_FILE`] (the training configuration, the scenario and the iteration;
 //! only the network's part is read here), [`OPTIM_FILE`] (the optimizer's state, for resuming)
-//! and `curve.csv`. The shipped ones live in `shared/models/<preset>/`. Loading for deciding
+//! and `curve.csv` (and [`RECORD_FILE`], for resuming). The shipped ones live in
+//! `shared/models/<preset>/`. Loading for deciding
 //! needs no burn ([`crate::net::infer`]); with the feature `train`, `load_net_bytes` and
 //! `Shipped::load_net` give the training network, and a folder of an older version, whose
-//! weights are a burn record ([`LEGACY_MODEL_FILE`]), is read and converted.
+//! weights are only a burn record ([`RECORD_FILE`]), is read and converted.
 
 use super::batch::Dims;
 #[cfg(feature = "train")]
@@ -20,10 +21,12 @@ use std::path::Path;
 
 /// File name of the weights in a checkpoint folder.
 pub const MODEL_FILE: &str = "model.safetensors";
-/// File name of the weights in a checkpoint folder of an older version: a burn record, read
-/// only by a build with the feature `train` (`tapfinger-sim convert-model DIR` rewrites it as
-/// [`MODEL_FILE`]).
-pub const LEGACY_MODEL_FILE: &str = "model.bpk";
+/// File name of the training network's burn record in a checkpoint folder: its weights with
+/// burn's parameter ids, which the optimizer's state ([`OPTIM_FILE`]) refers to, so that a
+/// resumed run continues exactly. Training writes it beside [`MODEL_FILE`]; a folder of an older
+/// version has only it, read by a build with the feature `train` (`tapfinger-sim convert-model
+/// DIR` writes its [`MODEL_FILE`]).
+pub const RECORD_FILE: &str = "model.bpk";
 /// File name of the training configuration in a checkpoint folder.
 pub const CONFIG_FILE: &str = "train.json";
 /// File name of the optimizer's state (Adam's moments) in a checkpoint folder.
@@ -146,7 +149,7 @@ pub fn load_net_bytes(
     Ok((net, cfg, scenario))
 }
 
-/// The weights of a burn record ([`LEGACY_MODEL_FILE`]) as safetensors (feature `train`).
+/// The weights of a burn record ([`RECORD_FILE`]) as safetensors (feature `train`).
 #[cfg(feature = "train")]
 pub fn convert_legacy(bytes: Vec<u8>, train_json: &str, label: &str) -> Result<Vec<u8>, LoadError> {
     let err = |reason: String| LoadError {
@@ -195,7 +198,7 @@ fn read_path(path: &Path) -> Result<(Vec<u8>, String), LoadError> {
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let json = read_text(&dir.join(CONFIG_FILE))?;
     let bytes = read(path)?;
-    let legacy = path.file_name().is_some_and(|f| f == LEGACY_MODEL_FILE);
+    let legacy = path.file_name().is_some_and(|f| f == RECORD_FILE);
     Ok((
         if legacy {
             legacy_weights(path, bytes, &json)?
@@ -240,12 +243,12 @@ fn legacy_weights(path: &Path, bytes: Vec<u8>, json: &str) -> Result<Vec<u8>, Lo
 }
 
 /// The weights (safetensors) and the text of `train.json` in a checkpoint folder; a folder of
-/// an older version ([`LEGACY_MODEL_FILE`], no [`MODEL_FILE`]) is converted with the feature
+/// an older version ([`RECORD_FILE`], no [`MODEL_FILE`]) is converted with the feature
 /// `train` and refused, saying how to convert it, without.
 pub fn read_files(dir: &Path) -> Result<(Vec<u8>, String), LoadError> {
     let json = read_text(&dir.join(CONFIG_FILE))?;
     let model = dir.join(MODEL_FILE);
-    let legacy = dir.join(LEGACY_MODEL_FILE);
+    let legacy = dir.join(RECORD_FILE);
     if !model.exists() && legacy.exists() {
         let bytes = read(&legacy)?;
         return Ok((legacy_weights(&legacy, bytes, &json)?, json));
@@ -416,7 +419,7 @@ mod tests {
             .unwrap()
             .to_vec();
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(LEGACY_MODEL_FILE), record).unwrap();
+        std::fs::write(dir.path().join(RECORD_FILE), record).unwrap();
         std::fs::write(dir.path().join(CONFIG_FILE), GENERAL.config).unwrap();
         let (weights, _) = read_files(dir.path()).unwrap();
         let own = net.to_safetensors().unwrap();

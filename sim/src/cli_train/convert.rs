@@ -4,7 +4,7 @@
 
 use anyhow::{Result, bail};
 use std::path::PathBuf;
-use tapfinger::model::checkpoint::{self, CONFIG_FILE, LEGACY_MODEL_FILE, MODEL_FILE};
+use tapfinger::model::checkpoint::{self, CONFIG_FILE, MODEL_FILE, RECORD_FILE};
 
 /// Arguments of `convert-model`.
 #[derive(clap::Args)]
@@ -17,13 +17,13 @@ pub(crate) struct ConvertArgs {
 /// Convert each folder; one already converted is left alone and said so.
 pub(crate) fn convert(a: ConvertArgs) -> Result<()> {
     for dir in &a.dirs {
-        let (record, target) = (dir.join(LEGACY_MODEL_FILE), dir.join(MODEL_FILE));
+        let (record, target) = (dir.join(RECORD_FILE), dir.join(MODEL_FILE));
         if target.exists() {
             println!("{}: already has {MODEL_FILE}", dir.display());
             continue;
         }
         if !record.exists() {
-            bail!("{}: no {LEGACY_MODEL_FILE} to convert", dir.display());
+            bail!("{}: no {RECORD_FILE} to convert", dir.display());
         }
         let json = std::fs::read_to_string(dir.join(CONFIG_FILE))
             .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join(CONFIG_FILE).display()))?;

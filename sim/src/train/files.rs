@@ -5,7 +5,7 @@ use super::{Checkpoint, CurvePoint, TrainError, Trainer};
 use crate::env::Simulator;
 use burn::optim::AdamConfig;
 use std::path::Path;
-use tapfinger::model::checkpoint::{CONFIG_FILE, MODEL_FILE, OPTIM_FILE, read_files};
+use tapfinger::model::checkpoint::{CONFIG_FILE, MODEL_FILE, OPTIM_FILE, RECORD_FILE, read_files};
 use tapfinger::model::net::{Net, NetConfig};
 
 fn read_checkpoint(dir: &Path) -> Result<(NetConfig, Checkpoint), TrainError> {
@@ -22,7 +22,8 @@ fn read_checkpoint(dir: &Path) -> Result<(NetConfig, Checkpoint), TrainError> {
 }
 
 impl Trainer {
-    /// Write a checkpoint into `dir`: `model.safetensors` (the weights), `train.json` (configuration,
+    /// Write a checkpoint into `dir`: `model.safetensors` (the weights), `model.bpk` (the same as
+    /// burn's record, with the parameter ids Adam's moments refer to), `train.json` (configuration,
     /// scenario and iteration), `optim.bpk` (Adam's moments, so that a resumed run continues
     /// exactly where this one stopped), `curve.csv` and `curve.svg`.
     pub fn save(&self, dir: &Path) -> Result<(), TrainError> {
@@ -37,6 +38,11 @@ impl Trainer {
             .to_safetensors()
             .map_err(|e| err(&model, e))?;
         std::fs::write(&model, weights).map_err(|e| err(&model, e.to_string()))?;
+        // The burn record too: Adam's moments below are keyed by its parameter ids, which the
+        // safetensors file does not keep, so only it resumes a run exactly.
+        let record = dir.join(RECORD_FILE);
+        burn::module::Module::save_file(self.inference_net(), &record)
+            .map_err(|e| err(&record, e.to_string()))?;
         let optim = dir.join(OPTIM_FILE);
         self.optim
             .save(&optim)
@@ -118,17 +124,29 @@ impl Trainer {
         let curve_text = std::fs::read_to_string(dir.join(CURVE_FILE)).unwrap_or_default();
         let mut t = Trainer::new(sim, meta.config.clone());
         let device = t.device.clone();
-        // An older folder's burn record is read and converted (`read_files`).
-        let (weights, _) = read_files(dir).map_err(|e| TrainError::Checkpoint {
-            path: e.label,
-            reason: e.reason,
-        })?;
-        t.net = Net::from_safetensors(weights, &net_cfg, &device).map_err(|reason| {
-            TrainError::Checkpoint {
-                path: dir.join(MODEL_FILE).display().to_string(),
-                reason,
-            }
-        })?;
+        // The burn record where there is one (every folder training wrote): its parameter ids
+        // are those Adam's moments refer to. A folder with only the weights (a shipped model's)
+        // resumes from them with fresh moments.
+        let record = dir.join(RECORD_FILE);
+        t.net = if record.exists() {
+            burn::module::Module::try_load_file(Net::new(&net_cfg, &device), &record).map_err(
+                |e| TrainError::Checkpoint {
+                    path: record.display().to_string(),
+                    reason: e.to_string(),
+                },
+            )?
+        } else {
+            let (weights, _) = read_files(dir).map_err(|e| TrainError::Checkpoint {
+                path: e.label,
+                reason: e.reason,
+            })?;
+            Net::from_safetensors(weights, &net_cfg, &device).map_err(|reason| {
+                TrainError::Checkpoint {
+                    path: dir.join(MODEL_FILE).display().to_string(),
+                    reason,
+                }
+            })?
+        };
         // A checkpoint from before the optimizer was saved resumes with fresh moments.
         let optim = dir.join(OPTIM_FILE);
         if optim.exists() {
