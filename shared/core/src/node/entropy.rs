@@ -217,7 +217,7 @@ impl NodeCore {
             .collect();
         let lacking = self
             .reconcile
-            .to_ask(lacking, now, timeout, WANTS_PER_IDS * MAX_WANT);
+            .ask_now(lacking, now, timeout, WANTS_PER_IDS * MAX_WANT);
         lacking
             .chunks(MAX_WANT)
             .map(|c| self.envelope(Body::Want(c.to_vec())))

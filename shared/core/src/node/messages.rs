@@ -282,7 +282,7 @@ impl NodeCore {
         // second from each peer would each ask).
         let ids = self
             .reconcile
-            .to_ask(want, now, self.cfg.peer_timeout_ms, MAX_WANT);
+            .ask_now(want, now, self.cfg.peer_timeout_ms, MAX_WANT);
         if !ids.is_empty() {
             out.push(self.envelope(Body::Want(ids)));
         }

@@ -78,7 +78,7 @@ impl Reconcile {
     /// Of `ids`, at most `limit` not asked about within `timeout` (ms), now marked asked at
     /// `now`: the answer to a question is a broadcast that may still be on its way, and asking
     /// at every heartbeat of every peer was most of the cluster's traffic under load.
-    pub(super) fn to_ask(
+    pub(super) fn ask_now(
         &mut self,
         ids: impl IntoIterator<Item = TaskId>,
         now: u64,
@@ -203,17 +203,17 @@ mod tests {
     fn a_task_is_asked_about_once_per_timeout_and_at_most_the_limit_at_once() {
         let mut r = Reconcile::default();
         let ids = [TaskId(1), TaskId(2), TaskId(3)];
-        assert_eq!(r.to_ask(ids, 0, 100, 2), vec![TaskId(1), TaskId(2)]);
-        assert_eq!(r.to_ask(ids, 50, 100, 2), vec![TaskId(3)]);
-        assert_eq!(r.to_ask(ids, 99, 100, 5), Vec::<TaskId>::new());
-        assert_eq!(r.to_ask(ids, 100, 100, 5), vec![TaskId(1), TaskId(2)]);
+        assert_eq!(r.ask_now(ids, 0, 100, 2), vec![TaskId(1), TaskId(2)]);
+        assert_eq!(r.ask_now(ids, 50, 100, 2), vec![TaskId(3)]);
+        assert_eq!(r.ask_now(ids, 99, 100, 5), Vec::<TaskId>::new());
+        assert_eq!(r.ask_now(ids, 100, 100, 5), vec![TaskId(1), TaskId(2)]);
     }
 
     #[test]
     fn the_maps_stay_bounded() {
         let mut r = Reconcile::default();
         for i in 0..3 * BOUND as u64 {
-            r.to_ask([TaskId(i)], i, 10, 1);
+            r.ask_now([TaskId(i)], i, 10, 1);
             r.unlisted_for(TaskId(i), NodeId(1), i);
             r.heard_again(TaskId(i), i, 10);
             r.won_in_vain(TaskId(i));
