@@ -2,19 +2,21 @@
 //! event to its handler, which calls the node core, and carries out the core's actions with
 //! [`Daemon::execute`]; after every step the journal, the lease file and the status follow.
 
-use super::{Command, Files, Parts, Status, node_id, task_id, validate};
+use super::{Command, Parts, Status, node_id, task_id, validate};
 use crate::exec::ExecEvent;
 use crate::net::NetEvent;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use tapfinger::gpu_pool::GpuPool;
-use tapfinger::node::NodeCore;
 use tapfinger::node::{Action, TaskState};
 use tapfinger::spec::{SpecError, TaskSpec};
 use tapfinger::{NodeId, TaskId};
 use tokio::sync::{mpsc, watch};
 
 mod execute;
+mod state;
+
+use state::{Ends, Turned, Upkeep};
 
 /// Whether the loop goes on.
 enum Flow {
@@ -32,33 +34,20 @@ struct Daemon {
     me: NodeId,
     /// The loop's clock origin: the core's `now` is milliseconds since then.
     epoch: Instant,
-    /// Tasks this loop asked the executor to stop (their exit is no outcome).
-    stopped_here: BTreeSet<TaskId>,
-    /// Tasks stopped to start again with other GPU devices (an elastic re-share changed their
-    /// GPU count): their exit is no outcome, they start again at once with `TAPFINGER_RESUME=1`.
-    restarting: BTreeSet<TaskId>,
-    /// Tasks run to completion here, in order.
-    finished_here: Vec<TaskId>,
+    /// How the ends of this box's processes are read.
+    ends: Ends,
     /// Running tasks' metrics and convergence.
     reports: crate::reports::Reports,
     /// The task-volume forecast ([`super::forecasting`]).
     forecasting: super::forecasting::Forecasting,
-    /// Malformed or spoofed messages dropped.
-    dropped: u64,
-    /// Connections and requests refused from peers off the allowlist.
-    refused: u64,
+    /// What was turned away from peers.
+    turned: Turned,
     /// The next local task number (ids continue after every id accepted here).
     next_local: u32,
-    /// Outcomes already journaled.
-    recorded: BTreeSet<TaskId>,
     /// Which GPU devices each task running here holds (a device goes to one task at a time).
     gpus: GpuPool,
-    /// When the lease file was last touched (at most every 200 ms, see [`upkeep`]).
-    last_touch: Option<Instant>,
-    /// When old task logs and records were last swept (hourly, when a retention is set).
-    last_sweep: Option<Instant>,
-    /// Whether a quorum held at the last upkeep (a change is logged once, not every step).
-    had_quorum: Option<bool>,
+    /// The box's own upkeep after every step.
+    upkeep: Upkeep,
     /// Replies to API commands wait until the status they imply is published, so a caller that
     /// reads the status right after the reply sees its own change (a cancelled task is done).
     replies: Vec<Box<dyn FnOnce() + Send>>,
@@ -130,19 +119,13 @@ pub(super) async fn run(
         p,
         me,
         epoch: Instant::now(),
-        stopped_here: BTreeSet::new(),
-        restarting: BTreeSet::new(),
-        finished_here: Vec::new(),
+        ends: Ends::new(recorded),
         reports: crate::reports::Reports::new(plateau),
         forecasting: super::forecasting::Forecasting::new(forecast_every),
-        dropped: 0,
-        refused: 0,
+        turned: Turned::default(),
         next_local,
-        recorded,
         gpus,
-        last_touch: None,
-        last_sweep: None,
-        had_quorum: None,
+        upkeep: Upkeep::default(),
         replies: Vec::new(),
         metrics,
         published: None,
@@ -231,17 +214,17 @@ impl Daemon {
                     let now = self.epoch.elapsed().as_millis() as u64;
                     p.core.on_message(*envelope, now)
                 } else {
-                    self.dropped += 1;
+                    self.turned.dropped += 1;
                     Vec::new()
                 }
             }
             NetEvent::Dropped { .. } => {
-                self.dropped += 1;
+                self.turned.dropped += 1;
                 Vec::new()
             }
             // Logged by the network and counted; nothing of it reaches the protocol.
             NetEvent::Refused { .. } => {
-                self.refused += 1;
+                self.turned.refused += 1;
                 Vec::new()
             }
             NetEvent::Listening(addr) => {
@@ -391,14 +374,7 @@ impl Daemon {
             store.retry();
         }
         if let Some(files) = &self.p.files {
-            upkeep(
-                &mut self.p.core,
-                files,
-                now,
-                &mut self.last_touch,
-                &mut self.last_sweep,
-                &mut self.had_quorum,
-            );
+            self.upkeep.run(&mut self.p.core, files, now);
         }
         self.forecasting.collect(&mut self.p.core).await;
         self.forecasting.start(&self.p.core);
@@ -441,7 +417,7 @@ impl Daemon {
                 }
                 if let TaskState::Done { node, code, epoch } = t.state
                     && id.0 >> 32 == u64::from(self.me.0)
-                    && self.recorded.insert(id)
+                    && self.ends.journal(id)
                     && let Err(e) = store.outcome(id, crate::store::Finish { node, code, epoch })
                 {
                     tracing::warn!(task = %id, error = %e, "cannot journal a finished task");
@@ -472,9 +448,9 @@ impl Daemon {
                 .iter()
                 .map(|(id, t)| (id, t.state.clone()))
                 .collect(),
-            finished_here: self.finished_here.clone(),
-            dropped: self.dropped,
-            refused: self.refused,
+            finished_here: self.ends.finished_here().to_vec(),
+            dropped: self.turned.dropped,
+            refused: self.turned.refused,
             traffic: self.p.net.traffic(),
             stats: core.stats().clone(),
             policy: self.p.online.as_ref().map(|o| o.status().clone()),
@@ -521,63 +497,6 @@ impl Daemon {
         });
         for r in self.replies.drain(..) {
             r();
-        }
-    }
-}
-
-/// The lease file (touched at most every 200 ms while a quorum holds, so that the supervisors
-/// see when the lease started to run out), the persisted members, and the sweep of old logs.
-fn upkeep(
-    core: &mut NodeCore,
-    files: &Files,
-    now: u64,
-    last_touch: &mut Option<Instant>,
-    last_sweep: &mut Option<Instant>,
-    had_quorum: &mut Option<bool>,
-) {
-    let quorum = core.has_quorum(now);
-    if *had_quorum != Some(quorum) {
-        let known = core.known().len();
-        if quorum {
-            tracing::info!(
-                members = known,
-                "a quorum of the cluster is reachable: lease held"
-            );
-        } else {
-            tracing::warn!(
-                members = known,
-                autonomy_ms = core.config().autonomy_ms,
-                "no quorum of the cluster is reachable: tasks here keep running for the autonomy time"
-            );
-        }
-        *had_quorum = Some(quorum);
-    }
-    if quorum && last_touch.is_none_or(|t| t.elapsed() >= Duration::from_millis(200)) {
-        *last_touch = Some(Instant::now());
-        if let Err(e) = crate::supervise::touch(&files.lease, &core.id().0.to_string()) {
-            tracing::warn!(path = %files.lease.display(), error = %e, "cannot touch the lease file");
-        }
-    }
-    if core.take_known_changed()
-        && let Err(e) = crate::store::save_members(&files.members, core.known())
-    {
-        tracing::warn!(path = %files.members.display(), error = %e, "cannot save the members");
-    }
-    if let Some(retention) = files.retention
-        && last_sweep.is_none_or(|t| t.elapsed() >= Duration::from_secs(3600))
-    {
-        *last_sweep = Some(Instant::now());
-        let me = core.id();
-        let keep = core
-            .tasks()
-            .iter()
-            .filter(|(_, t)| matches!(&t.state, TaskState::Running { node, .. } if *node == me))
-            .map(|(id, _)| id)
-            .collect();
-        let dirs: Vec<&std::path::Path> = files.sweep.iter().map(|d| d.as_path()).collect();
-        let n = crate::recover::sweep(&dirs, retention, &keep);
-        if n > 0 {
-            tracing::info!(files = n, "deleted task logs past their retention");
         }
     }
 }

@@ -33,8 +33,7 @@ impl Daemon {
             } => {
                 self.free_gpus(task);
                 self.reports.forget(task);
-                if self.restarting.remove(&task)
-                    && !self.stopped_here.contains(&task)
+                if self.ends.restarts(task)
                     && let Some(again) = self.restart(task)
                 {
                     return vec![again];
@@ -44,7 +43,7 @@ impl Daemon {
                 {
                     tracing::warn!(%task, error = %e, "cannot journal the end of a run");
                 }
-                let asked = self.stopped_here.remove(&task);
+                let asked = self.ends.asked(task);
                 let here = self
                     .p
                     .core
@@ -63,7 +62,7 @@ impl Daemon {
                 }
                 let stopped = asked || by_executor;
                 if !stopped {
-                    self.finished_here.push(task);
+                    self.ends.finished(task);
                 }
                 self.p.core.on_exit(task, code, stopped)
             }
@@ -86,12 +85,12 @@ impl Daemon {
             } => self.start(task, spec, alloc, gang).await,
             Action::Resize { task, alloc } => self.resize(task, &alloc),
             Action::Stop { task } => {
-                self.stopped_here.insert(task);
+                self.ends.stopping(task);
                 self.p.executor.stop(task);
             }
             Action::Preempt { task } => {
                 tracing::info!(%task, "preempted for a higher priority class");
-                self.stopped_here.insert(task);
+                self.ends.stopping(task);
                 self.p.executor.preempt(task);
                 // Its count and the work it lost survive a restart of this agent.
                 if let (Some(store), Some(p)) =
@@ -143,7 +142,7 @@ impl Daemon {
         // The agent's GPU kind is its second (`crate::config::space`). MPS fixes a client's
         // share when it starts, as a process's devices are fixed: a new share is a restart.
         if alloc.get(1) != self.gpus.units_of(task) {
-            if self.restarting.insert(task) {
+            if self.ends.restart(task) {
                 self.p.executor.stop(task);
             }
             return;
@@ -192,7 +191,7 @@ impl Daemon {
             super::super::gang_start::wrap(task, &mut spec, g);
         }
         // A stop asked for an earlier run of this task here is not about this one.
-        self.stopped_here.remove(&task);
+        self.ends.starting(task);
         let mut allocation = (p.to_allocation)(&alloc);
         let failing = p_store_failing(&self.p.store);
         let started = if self.gpus.holds(task) {
@@ -228,7 +227,7 @@ impl Daemon {
                 // run again beside its copy): undo it, and the task waits for the disk.
                 tracing::warn!(%task, error = %e, "cannot journal a start: stopping it again");
                 p.executor.stop(task);
-                self.stopped_here.insert(task);
+                self.ends.stopping(task);
                 started = Err(crate::exec::ExecError::NoRoom {
                     task,
                     reason: format!("the journal cannot record the start: {e}"),

@@ -1,0 +1,155 @@
+//! The loop's state besides the core, grouped with its rules: how the ends of this box's
+//! processes are read ([`Ends`]), the box's own upkeep ([`Upkeep`]: the quorum's log, the lease
+//! file, the members file, the sweep of old task logs) and what was turned away from peers
+//! ([`Turned`]).
+
+use super::super::Files;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+use tapfinger::TaskId;
+use tapfinger::node::{NodeCore, TaskState};
+
+/// How this box reads the ends of its processes: which it stopped itself (their exit is no
+/// outcome), which it stops to start again with other GPU devices, which ran to completion, and
+/// which outcomes the journal holds.
+#[derive(Default)]
+pub(super) struct Ends {
+    /// Tasks this loop asked the executor to stop.
+    stopped: BTreeSet<TaskId>,
+    /// Tasks stopped to start again with other GPU devices (an elastic re-share changed their
+    /// GPU count): they start again at once with `TAPFINGER_RESUME=1`.
+    restarting: BTreeSet<TaskId>,
+    /// Tasks run to completion here, in order.
+    finished: Vec<TaskId>,
+    /// Outcomes already journaled.
+    recorded: BTreeSet<TaskId>,
+}
+
+impl Ends {
+    /// With the outcomes the journal already holds.
+    pub(super) fn new(recorded: BTreeSet<TaskId>) -> Self {
+        Self {
+            recorded,
+            ..Self::default()
+        }
+    }
+
+    /// This loop stops `task`'s process: its exit is no outcome.
+    pub(super) fn stopping(&mut self, task: TaskId) {
+        self.stopped.insert(task);
+    }
+
+    /// A new run of `task` starts here: an earlier stop no longer describes it.
+    pub(super) fn starting(&mut self, task: TaskId) {
+        self.stopped.remove(&task);
+    }
+
+    /// `task` is stopped to start again with other devices; false if it already is.
+    pub(super) fn restart(&mut self, task: TaskId) -> bool {
+        self.restarting.insert(task)
+    }
+
+    /// `task`'s process exited: whether it is to start again (stopped for new devices, and not
+    /// stopped for good since).
+    pub(super) fn restarts(&mut self, task: TaskId) -> bool {
+        self.restarting.remove(&task) && !self.stopped.contains(&task)
+    }
+
+    /// `task`'s process exited: whether this loop had asked it to stop.
+    pub(super) fn asked(&mut self, task: TaskId) -> bool {
+        self.stopped.remove(&task)
+    }
+
+    /// `task` ran to completion here.
+    pub(super) fn finished(&mut self, task: TaskId) {
+        self.finished.push(task);
+    }
+
+    /// The tasks run to completion here, in order.
+    pub(super) fn finished_here(&self) -> &[TaskId] {
+        &self.finished
+    }
+
+    /// `task`'s outcome goes to the journal now: false if it is there already.
+    pub(super) fn journal(&mut self, task: TaskId) -> bool {
+        self.recorded.insert(task)
+    }
+}
+
+/// Messages and connections turned away from peers.
+#[derive(Default, Clone, Copy)]
+pub(super) struct Turned {
+    /// Malformed or spoofed messages dropped.
+    pub(super) dropped: u64,
+    /// Connections and requests refused from peers off the allowlist.
+    pub(super) refused: u64,
+}
+
+/// The box's own upkeep after every step (module doc).
+#[derive(Default)]
+pub(super) struct Upkeep {
+    /// When the lease file was last touched (at most every 200 ms).
+    last_touch: Option<Instant>,
+    /// When old task logs and records were last swept (hourly, when a retention is set).
+    last_sweep: Option<Instant>,
+    /// Whether a quorum held at the last upkeep (a change is logged once, not every step).
+    had_quorum: Option<bool>,
+}
+
+impl Upkeep {
+    /// Log a change of quorum; touch the lease file while the quorum holds; save the members
+    /// when they changed; sweep task logs past their retention.
+    pub(super) fn run(&mut self, core: &mut NodeCore, files: &Files, now: u64) {
+        let quorum = core.has_quorum(now);
+        if self.had_quorum != Some(quorum) {
+            let known = core.known().len();
+            if quorum {
+                tracing::info!(
+                    members = known,
+                    "a quorum of the cluster is reachable: lease held"
+                );
+            } else {
+                tracing::warn!(
+                    members = known,
+                    autonomy_ms = core.config().autonomy_ms,
+                    "no quorum of the cluster is reachable: tasks here keep running for the autonomy time"
+                );
+            }
+            self.had_quorum = Some(quorum);
+        }
+        if quorum
+            && self
+                .last_touch
+                .is_none_or(|t| t.elapsed() >= Duration::from_millis(200))
+        {
+            self.last_touch = Some(Instant::now());
+            if let Err(e) = crate::supervise::touch(&files.lease, &core.id().0.to_string()) {
+                tracing::warn!(path = %files.lease.display(), error = %e, "cannot touch the lease file");
+            }
+        }
+        if core.take_known_changed()
+            && let Err(e) = crate::store::save_members(&files.members, core.known())
+        {
+            tracing::warn!(path = %files.members.display(), error = %e, "cannot save the members");
+        }
+        if let Some(retention) = files.retention
+            && self
+                .last_sweep
+                .is_none_or(|t| t.elapsed() >= Duration::from_secs(3600))
+        {
+            self.last_sweep = Some(Instant::now());
+            let me = core.id();
+            let keep = core
+                .tasks()
+                .iter()
+                .filter(|(_, t)| matches!(&t.state, TaskState::Running { node, .. } if *node == me))
+                .map(|(id, _)| id)
+                .collect();
+            let dirs: Vec<&std::path::Path> = files.sweep.iter().map(|d| d.as_path()).collect();
+            let n = crate::recover::sweep(&dirs, retention, &keep);
+            if n > 0 {
+                tracing::info!(files = n, "deleted task logs past their retention");
+            }
+        }
+    }
+}
