@@ -276,12 +276,14 @@ impl Local {
             store,
             recovered,
             files: None,
-            gpu_devices,
-            gpu_shares,
-            gpu_probe: self.fake_nvml.map(|f| {
-                Box::new(tapfinger_agent::gpu_use::FileProbe(f))
-                    as Box<dyn tapfinger_agent::gpu_use::GpuProbe>
-            }),
+            gpus: tapfinger_agent::daemon::Gpus {
+                devices: gpu_devices,
+                shares: gpu_shares,
+                probe: self.fake_nvml.map(|f| {
+                    Box::new(tapfinger_agent::gpu_use::FileProbe(f))
+                        as Box<dyn tapfinger_agent::gpu_use::GpuProbe>
+                }),
+            },
             online,
             forecast_interval_slots: self.forecast_interval_slots,
             plateau: Default::default(),

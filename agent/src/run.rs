@@ -216,9 +216,11 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
             retention: (cfg.log_retention_hours > 0)
                 .then(|| std::time::Duration::from_secs(3600 * cfg.log_retention_hours)),
         }),
-        gpu_probe: crate::gpu_use::probe(&gpu_devices),
-        gpu_devices,
-        gpu_shares,
+        gpus: crate::daemon::Gpus {
+            probe: crate::gpu_use::probe(&gpu_devices),
+            devices: gpu_devices,
+            shares: gpu_shares,
+        },
         online,
         forecast_interval_slots,
         plateau: cfg.plateau(),

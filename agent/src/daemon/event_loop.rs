@@ -99,20 +99,7 @@ pub(super) async fn run(
             "removed the empty cgroups of tasks that ended while the agent was away"
         );
     }
-    let mut gpus = GpuPool::with_shares(&p.gpu_devices, p.gpu_shares.per_device);
-    for (task, devices, units) in held {
-        match (&devices[..], &mut p.gpu_shares.mps) {
-            ([device], Some(mps)) if units < p.gpu_shares.per_device => {
-                gpus.hold_share(task, *device, units);
-                mps.adopt(*device);
-            }
-            _ => gpus.hold(task, devices),
-        }
-    }
-    if let Some(mps) = &mut p.gpu_shares.mps {
-        // Daemons a previous run left with no client (its tasks ended while it was down).
-        mps.stop_idle(&p.gpu_devices);
-    }
+    let gpus = p.gpus.pool(held);
     let forecast_every = p.forecast_interval_slots;
     let plateau = p.plateau;
     let mut d = Daemon {
@@ -135,7 +122,7 @@ pub(super) async fn run(
         sampled_slot: None,
         observed: Default::default(),
     };
-    d.gpu_use = crate::gpu_use::Sampler::new(d.p.gpu_probe.take());
+    d.gpu_use = crate::gpu_use::Sampler::new(d.p.gpus.probe.take());
     let mut runs_changed = false;
     let mut ticker = tokio::time::interval(Duration::from_millis(10));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);

@@ -120,19 +120,48 @@ pub struct Parts {
     pub recovered: crate::store::Recovered,
     /// Files beside the journal (None: kept in memory only).
     pub files: Option<Files>,
-    /// GPU device indices this node offers (their count × `gpu_shares.per_device` is the GPU
-    /// capacity).
-    pub gpu_devices: Vec<u32>,
-    /// How devices are shared: grid units per device, MPS where fractions run here.
-    pub gpu_shares: crate::mps::GpuShares,
-    /// What tasks use of their GPUs (NVML; `None`: nothing to show).
-    pub gpu_probe: Option<Box<dyn crate::gpu_use::GpuProbe>>,
+    /// This box's GPUs.
+    pub gpus: Gpus,
     /// Online learning and policy rollout (None: no coordinator configured).
     pub online: Option<crate::online::Online>,
     /// The plateau detector judging the tasks' loss (or accuracy) reports.
     pub plateau: tapfinger::plateau::Plateau,
     /// Slots per interval of the task-volume forecast (0: none; the agent's `forecast_interval_ms`).
     pub forecast_interval_slots: u64,
+}
+
+/// This box's GPUs as the loop drives them.
+pub struct Gpus {
+    /// GPU device indices this node offers (their count × `shares.per_device` is the GPU
+    /// capacity).
+    pub devices: Vec<u32>,
+    /// How devices are shared: grid units per device, MPS where fractions run here.
+    pub shares: crate::mps::GpuShares,
+    /// What tasks use of their GPUs (NVML; `None`: nothing to show).
+    pub probe: Option<Box<dyn crate::gpu_use::GpuProbe>>,
+}
+
+impl Gpus {
+    /// The device pool, with the devices and shares of the tasks adopted after a restart
+    /// (`held`: task, devices, GPU units) held again and their MPS daemons adopted; daemons a
+    /// previous run left with no client (its tasks ended while it was down) are stopped.
+    pub(crate) fn pool(&mut self, held: crate::recover::Held) -> tapfinger::gpu_pool::GpuPool {
+        let mut pool =
+            tapfinger::gpu_pool::GpuPool::with_shares(&self.devices, self.shares.per_device);
+        for (task, devices, units) in held {
+            match (&devices[..], &mut self.shares.mps) {
+                ([device], Some(mps)) if units < self.shares.per_device => {
+                    pool.hold_share(task, *device, units);
+                    mps.adopt(*device);
+                }
+                _ => pool.hold(task, devices),
+            }
+        }
+        if let Some(mps) = &mut self.shares.mps {
+            mps.stop_idle(&self.devices);
+        }
+        pool
+    }
 }
 
 /// The data directory's files the loop keeps up to date.

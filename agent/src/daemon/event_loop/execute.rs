@@ -298,7 +298,7 @@ impl Daemon {
             })?;
             return Ok(());
         };
-        let shares = &mut self.p.gpu_shares;
+        let shares = &mut self.p.gpus.shares;
         let Some(mps) = shares.mps.as_mut() else {
             return Err(spawn(format!(
                 "{share} of a GPU asked, and this box gives {}",
@@ -337,7 +337,7 @@ impl Daemon {
     /// the share's MPS daemon stopping with the device's last client.
     fn free_gpus(&mut self, task: TaskId) {
         if let Some(device) = self.gpus.release(task)
-            && let Some(mps) = &mut self.p.gpu_shares.mps
+            && let Some(mps) = &mut self.p.gpus.shares.mps
             && let Err(e) = mps.release(device)
         {
             tracing::warn!(%task, error = %e, "cannot stop the MPS daemon");
