@@ -254,6 +254,18 @@ fn agents_and_the_simulator_agree_with_preemption_shrinking_and_quarter_gpus() {
     }
     eprintln!("priority-edge with preemption: {preempted} preemptions replayed");
     assert!(preempted > 0, "nothing was preempted");
+    // The same with a grace of 5 slots (one second of the replay's slots): the victims' units
+    // stay taken on their box, in every node's view, until the grace's last slot has run, and
+    // their box does not claim them again meanwhile.
+    sc.preempt_grace_slots = 5;
+    let mut preempted = 0;
+    for policy in ["random", "first-fit-max", "tiresias"] {
+        for seed in [100, 101] {
+            preempted += replay(sc.clone(), policy, seed, None).unwrap().preempted;
+        }
+    }
+    eprintln!("priority-edge with a grace of 5 slots: {preempted} preemptions replayed");
+    assert!(preempted > 0, "nothing was preempted with a grace");
 
     // converging-edge: shrinking on, a policy that holds its allocations and an elastic one.
     let mut sc = Scenario::load("converging-edge").unwrap();

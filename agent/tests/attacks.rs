@@ -346,6 +346,7 @@ fn rogue_messages(me: NodeId, legit: TaskId, ids: &[PeerId], rec: &Path) -> Vec<
             task: legit,
             reason: "taken over".into(),
             requeue: false,
+            attained: None,
         },
         Body::Started {
             task: legit,

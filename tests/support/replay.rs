@@ -84,6 +84,12 @@ struct Agents {
     resizes: Vec<Vec<(TaskId, Resources)>>,
     /// Preemptions per node: the tasks stopped for a higher class, in order.
     preempted: Vec<Vec<TaskId>>,
+    /// The slot being replayed.
+    slot: u64,
+    /// The victims' grace in slots (the scenario's; each task's `grace_seconds` says the same).
+    grace: u64,
+    /// Victims in their grace: (node, task, the last slot of its grace).
+    dying: Vec<(usize, TaskId, u64)>,
 }
 
 impl Agents {
@@ -143,6 +149,9 @@ impl Agents {
             gang_starts: vec![Vec::new(); n],
             resizes: vec![Vec::new(); n],
             preempted: vec![Vec::new(); n],
+            slot: 0,
+            grace: sc.preempt_grace_slots,
+            dying: Vec::new(),
         }
     }
 
@@ -167,18 +176,34 @@ impl Agents {
                 } => self.starts[i].push((task, alloc)),
                 Action::Start { task, alloc, .. } => self.gang_starts[i].push((task, alloc)),
                 Action::Resize { task, alloc } => self.resizes[i].push((task, alloc)),
-                // A victim of preemption: its process ends at once (the replay's scenarios have
-                // no grace), which frees its units.
+                // A victim of preemption: its process ends at once without a grace, which frees
+                // its units; with one, while the last slot of its grace runs ([`Agents::ends`]),
+                // as the simulator frees them.
                 Action::Preempt { task } => {
                     self.preempted[i].push(task);
-                    let out = self.cores[i].on_exit(task, None, true);
-                    queue.extend(out.into_iter().map(|a| (i, a)));
+                    if self.grace == 0 {
+                        let out = self.cores[i].on_exit(task, None, true);
+                        queue.extend(out.into_iter().map(|a| (i, a)));
+                    } else {
+                        self.dying.push((i, task, self.slot + self.grace));
+                    }
                 }
                 // When a gang's host ends it, every other member box stops its members (whose
                 // processes ended already in this replay).
                 Action::Stop { task } if self.cores[i].tasks()[&task].task.gang.is_some() => {}
                 other => panic!("node {i}: unexpected {other:?}"),
             }
+        }
+    }
+
+    /// The victims whose grace ends with the current slot: their processes end now.
+    fn ends(&mut self) {
+        let slot = self.slot;
+        let (due, rest): (Vec<_>, Vec<_>) = self.dying.drain(..).partition(|d| d.2 <= slot);
+        self.dying = rest;
+        for (i, task, _) in due {
+            let out = self.cores[i].on_exit(task, None, true);
+            self.settle(i, out);
         }
     }
 
@@ -191,15 +216,26 @@ impl Agents {
     }
 }
 
-fn spec(task: TaskId) -> TaskSpec {
-    TaskSpec::from_toml(&format!("command = [\"task-{}\"]\n", task.0)).unwrap()
+fn spec(sc: &Scenario, task: TaskId) -> TaskSpec {
+    TaskSpec::from_toml(&format!("command = [\"task-{}\"]\n{}", task.0, grace(sc))).unwrap()
+}
+
+/// The scenario's grace as a task spec's `grace_seconds` (in seconds of the agents' slots).
+fn grace(sc: &Scenario) -> String {
+    let ms = sc.preempt_grace_slots * 2 * HEARTBEAT;
+    assert_eq!(
+        ms % 1000,
+        0,
+        "a grace of whole seconds of the replay's slots"
+    );
+    format!("grace_seconds = {}\n", ms / 1000)
 }
 
 /// [`spec`] with the profiling runs of `task`'s type as its profile hints (`[[profile]]`, in
 /// seconds of the agents' slots), as the simulator's `profile_hints` gives every task.
 fn hinted_spec(sc: &Scenario, task: &tapfinger::Task) -> TaskSpec {
     let names = sc.kind_names();
-    let mut text = format!("command = [\"task-{}\"]\n", task.id.0);
+    let mut text = format!("command = [\"task-{}\"]\n{}", task.id.0, grace(sc));
     for run in policies::profile(sc).iter().filter(|r| r.ty == task.ty) {
         let alloc: Vec<String> = names
             .iter()
@@ -276,17 +312,17 @@ pub(crate) struct Replayed {
     pub(crate) converging: usize,
 }
 
-/// [`check_parity`], returning what the replay did. With preemption on, the victims end at
-/// once (no grace) and tasks never checkpoint: a task resumed from a checkpoint shows that
-/// progress in the simulator's views from its start, but on agents only from its runner's
-/// first report, which this replay does not compare.
+/// [`check_parity`], returning what the replay did. With preemption on, a victim's process ends
+/// at once without a grace, and while the last slot of its grace runs with one (the scenario's
+/// `grace_slots`, whole seconds of the replay's 200 ms slots); tasks never checkpoint: a task
+/// resumed from a checkpoint shows that progress in the simulator's views from its start, but
+/// on agents only from its runner's first report, which this replay does not compare.
 pub(crate) fn replay(
     sc: Scenario,
     policy: &str,
     seed: u64,
     model: Option<&std::path::Path>,
 ) -> Result<Replayed, TestCaseError> {
-    assert_eq!(sc.preempt_grace_slots, 0, "the replay ends victims at once");
     assert!(
         sc.checkpoint_slots.is_none_or(|k| k > sc.max_slots),
         "the replay's tasks never checkpoint"
@@ -319,6 +355,7 @@ pub(crate) fn replay(
     let sizes = tapfinger_sim::workload::sizes(&sc, seed, sc.tasks as usize);
     let mut next = 0;
     for slot in 0..result.slots.len() as u64 {
+        r.agents.slot = slot;
         r.submit(&sc, &tasks, &sizes, &mut next, slot);
         r.check_rounds(slot)?;
         r.check_shares(slot)?;
@@ -401,7 +438,7 @@ impl Replay<'_> {
             let mut s = if sc.profile_hints {
                 hinted_spec(sc, t)
             } else {
-                spec(t.id)
+                spec(sc, t.id)
             };
             if sc.declare_work {
                 s.work = Some(tapfinger_sim::workload::size_of(sizes, t.id));
@@ -507,6 +544,7 @@ impl Replay<'_> {
     /// The slot runs: each runner reports its tasks' convergence as the simulator judged it,
     /// then their progress (or exit).
     fn run_slot(&mut self, slot: u64) {
+        self.agents.ends();
         for (task, converging) in self.rec.judged.get(&slot).cloned().unwrap_or_default() {
             if let Some(r) = self.agents.cores[0].tasks()[&task].state.running_on() {
                 let r = r.0 as usize;

@@ -92,9 +92,21 @@ fn waits<M>(ledger: &Ledger<M>, task: TaskId) -> bool {
         .is_some_and(|e| e.state == TaskState::Pending)
 }
 
-/// A node's proposal in a round, in the one order: a room's, else a gang's, else the policy's.
-pub fn propose(room: Option<Proposal>, gang: Option<Proposal>, policy: Proposal) -> Proposal {
-    room.or(gang).unwrap_or(policy)
+/// A node's proposal in a round, in the one order: a room's, else a gang's, else the policy's;
+/// a pass instead of a claim of a task whose earlier copy on this node is still ending
+/// (`dying`: a victim of preemption in its grace). Why: a node runs one process per task, and
+/// the old one's end would pass for the new run's; it may claim the task again once the old
+/// copy has ended, and any other node may meanwhile.
+pub fn propose(
+    room: Option<Proposal>,
+    gang: Option<Proposal>,
+    policy: Proposal,
+    dying: impl Fn(TaskId) -> bool,
+) -> Proposal {
+    match room.or(gang).unwrap_or(policy) {
+        Proposal::Claim(c) if dying(c.task) => Proposal::Pass,
+        p => p,
+    }
 }
 
 /// The end of a slot's rounds on `nodes` (every node in the simulator, its own on an agent),
@@ -190,7 +202,7 @@ mod tests {
     }
 
     #[test]
-    fn the_order_is_room_then_gang_then_policy() {
+    fn the_order_is_room_then_gang_then_policy_and_a_dying_copy_is_not_claimed() {
         let claim = |t| {
             Proposal::Claim(Claim {
                 task: TaskId(t),
@@ -199,11 +211,21 @@ mod tests {
                 prob: 1.0,
             })
         };
-        assert_eq!(propose(Some(claim(1)), Some(claim(2)), claim(3)), claim(1));
-        assert_eq!(propose(None, Some(claim(2)), claim(3)), claim(2));
-        assert_eq!(propose(None, None, claim(3)), claim(3));
+        let alive = |_| false;
         assert_eq!(
-            propose(Some(Proposal::Pass), Some(claim(2)), claim(3)),
+            propose(Some(claim(1)), Some(claim(2)), claim(3), alive),
+            claim(1)
+        );
+        assert_eq!(propose(None, Some(claim(2)), claim(3), alive), claim(2));
+        assert_eq!(propose(None, None, claim(3), alive), claim(3));
+        // A task whose copy here is still ending is not claimed here: a pass.
+        assert_eq!(
+            propose(None, None, claim(3), |t| t == TaskId(3)),
+            Proposal::Pass
+        );
+        assert_eq!(propose(None, None, claim(3), |t| t == TaskId(4)), claim(3));
+        assert_eq!(
+            propose(Some(Proposal::Pass), Some(claim(2)), claim(3), alive),
             Proposal::Pass
         );
     }

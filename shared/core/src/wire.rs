@@ -29,8 +29,10 @@ use std::collections::BTreeMap;
 /// [`crate::estimate::NOISE_Z`]. 14: again the estimator: a run's start-up slot makes no
 /// ordinary pair, and progress that reaches 1 makes no sample,
 /// [`crate::estimate::Estimator::observe_start`]. 15: the estimator measures a start-up's
-/// cost, and a costly one's slot is no sample nor pair, [`crate::estimate::Estimator::start_cost`].)
-pub const WIRE_VERSION: u16 = 17;
+/// cost, and a costly one's slot is no sample nor pair, [`crate::estimate::Estimator::start_cost`].
+/// 18: a requeue by its runner carries the task's attained service ([`Body::Failed`]), and a
+/// heartbeat's capacity is what the box can give now, less the units of copies still ending.)
+pub const WIRE_VERSION: u16 = 18;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.
@@ -281,6 +283,9 @@ pub enum Body {
         reason: String,
         /// Re-queue it (a box shutting down) or not (the command failed).
         requeue: bool,
+        /// With `requeue`, the task's attained service as its runner counts it when it stops
+        /// (a peer that ended the slot before it heard of the stop counted one slot more).
+        attained: Option<f64>,
     },
 }
 
@@ -720,6 +725,7 @@ mod tests {
                 task: TaskId(9),
                 reason: "box shutting down".into(),
                 requeue: true,
+                attained: Some(3.0),
             },
         ];
         body.into_iter()

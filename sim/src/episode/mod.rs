@@ -99,8 +99,8 @@ pub(crate) struct Episode<'a> {
     curve_seed: u64,
     /// Nodes that made room for a waiting task, which they propose until it starts ([`preempt`]).
     rooms: std::collections::BTreeMap<NodeId, tapfinger::slot::Room>,
-    /// Victims in their grace: (the slot it ends, node, units still taken).
-    draining: Vec<(u64, NodeId, Resources)>,
+    /// Victims in their grace: (the slot it ends, node, task, units still taken).
+    draining: Vec<(u64, NodeId, TaskId, Resources)>,
     /// Rooms whose task had not started by the end of their first slot ([`tapfinger::slot::Room::late`]).
     rooms_unused: u64,
     /// The forecast for the interval under way (predicted, last value, fitted), and the
@@ -309,6 +309,7 @@ impl<'a> Episode<'a> {
             for (node, changed) in end.finish(&mut self.ledger) {
                 observe.reallocated(slot, node, &changed);
             }
+            self.end_grace(slot);
             #[cfg(test)]
             if let Some(a) = &self.audit {
                 a(&self.ledger, true);
@@ -431,8 +432,13 @@ impl<'a> Episode<'a> {
             // In the slot step's order ([`tapfinger::slot::propose`]): a room this node made
             // by preemption ([`preempt`]), a pending gang it owns that fits ([`gangs`]), the
             // policy's claim.
-            let proposal =
-                tapfinger::slot::propose(self.room_proposal(i), self.gang_proposal(i), proposal);
+            let me = self.ids[i];
+            let proposal = tapfinger::slot::propose(
+                self.room_proposal(i),
+                self.gang_proposal(i),
+                proposal,
+                |t| self.dying(me, t),
+            );
             // Every agent states its claimable units, as an agent does: gangs place members
             // only on boxes that stated them.
             let free = self.ledger.claimable(self.ids[i]);

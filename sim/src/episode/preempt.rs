@@ -6,7 +6,9 @@
 //! ([`tapfinger::slot`]), the agents' own. With a
 //! grace (`grace_slots`, the agents' `grace_seconds`) the victims' units stay taken that many
 //! slots, as an agent keeps a stopped copy's units until its process has ended (by lowering the
-//! node's capacity in its ledger), and the node makes no other room meanwhile.
+//! node's capacity in its ledger and its heartbeats), the node makes no other room and does not
+//! claim a victim again meanwhile; the units are the node's again from the slot after the
+//! grace's last.
 
 use super::Episode;
 use tapfinger::TaskId;
@@ -45,17 +47,6 @@ impl Episode<'_> {
     pub(super) fn preempt(&mut self, slot: u64) {
         if self.sc.checkpoint_slots.is_none() {
             return;
-        }
-        // Victims whose grace is over have ended: their units are the node's again.
-        let ended: Vec<_> = self
-            .draining
-            .iter()
-            .filter(|d| d.0 <= slot)
-            .cloned()
-            .collect();
-        self.draining.retain(|d| d.0 > slot);
-        for (_, node, _) in ended {
-            self.hold_draining(node);
         }
         // Rooms are made after a slot's rounds, and the rounds after the victims' grace start
         // the task (its node proposes it): one still waiting then is a room made for nothing
@@ -101,12 +92,35 @@ impl Episode<'_> {
                     proto.release(*v);
                 }
                 if grace > 0 {
-                    self.draining.push((slot + grace, p.node, alloc));
+                    self.draining.push((slot + grace, p.node, *v, alloc));
                 }
             }
             self.hold_draining(p.node);
             self.rooms.insert(p.node, Room::made(p.task, slot, grace));
         }
+    }
+
+    /// At the end of the slot step (after the plan and the re-share): victims whose grace is
+    /// over end with the slot, and their units are the node's again from the next slot on. The
+    /// slot's plan and re-share still saw them held, as an agent's do: its victim's process
+    /// ends while the slot runs, and its peers hear of it with the next heartbeat.
+    pub(super) fn end_grace(&mut self, slot: u64) {
+        let ended: Vec<_> = self
+            .draining
+            .iter()
+            .filter(|d| d.0 <= slot)
+            .cloned()
+            .collect();
+        self.draining.retain(|d| d.0 > slot);
+        for (_, node, _, _) in ended {
+            self.hold_draining(node);
+        }
+    }
+
+    /// Whether a copy of `task` is ending on `node` (a victim in its grace): the node does not
+    /// claim it meanwhile ([`tapfinger::slot::propose`]).
+    pub(super) fn dying(&self, node: tapfinger::NodeId, task: TaskId) -> bool {
+        self.draining.iter().any(|d| d.1 == node && d.2 == task)
     }
 
     /// `node`'s capacity in the ledger: what it offers less the units of victims still in
@@ -116,7 +130,7 @@ impl Episode<'_> {
             return;
         };
         let mut cap = self.sc.nodes[i].capacity.clone();
-        for (_, _, units) in self.draining.iter().filter(|d| d.1 == node) {
+        for (_, _, _, units) in self.draining.iter().filter(|d| d.1 == node) {
             for (c, u) in cap.0.iter_mut().zip(&units.0) {
                 *c = c.saturating_sub(*u);
             }

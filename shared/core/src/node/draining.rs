@@ -7,8 +7,11 @@
 //! round could start another task on units the dying copy still used, and a box ran more copies
 //! than it offers (the fault harness saw three copies alive at once on a 2-CPU box). So the
 //! units of a stopped copy stay taken here, by lowering this node's capacity in its own ledger,
-//! until the driver reports the copy's end ([`NodeCore::on_exit`]). Peers keep the capacity the
-//! heartbeats advertise: only this node starts its own tasks, and it claims from its own ledger.
+//! until the driver reports the copy's end ([`NodeCore::on_exit`]). Its heartbeats advertise that
+//! capacity too, so that peers' views of this box (and the preemption plan every node computes
+//! on its own ledger) hold the same units taken, as the simulator's one ledger does. While a
+//! copy of a task is ending here this node does not claim that task ([`crate::slot::propose`]):
+//! the executor knows one process per task, and the old one's end would pass for the new run's.
 //!
 //! A copy stopped because the lease lapsed is not counted here: it stays running in the ledger
 //! (units taken) until its end is reported, and is handed back then ([`super::lease`]).

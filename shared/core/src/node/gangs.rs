@@ -247,6 +247,7 @@ impl NodeCore {
                 task,
                 reason: format!("a member on {} exited with {code:?}", self.cfg.name),
                 requeue: true,
+                attained: None,
             }));
             return out;
         }

@@ -102,6 +102,7 @@ impl NodeCore {
             task,
             reason: "cancelled".into(),
             requeue: false,
+            attained: None,
         }));
         Some(out)
     }
@@ -182,6 +183,7 @@ impl NodeCore {
             task,
             reason: reason.into(),
             requeue: true,
+            attained: self.tasks.get(task).map(|e| e.attained),
         })]
     }
 
@@ -197,6 +199,7 @@ impl NodeCore {
                 task,
                 reason: "node shutting down".into(),
                 requeue: true,
+                attained: self.tasks.get(task).map(|e| e.attained),
             }));
         }
         for task in mine {
@@ -209,6 +212,7 @@ impl NodeCore {
                 task,
                 reason: "node shutting down".into(),
                 requeue: true,
+                attained: self.tasks.get(task).map(|e| e.attained),
             }));
         }
         out

@@ -122,6 +122,7 @@ impl NodeCore {
                 task,
                 requeue,
                 reason: _,
+                attained,
             } => {
                 let gang_member = self.tasks.get(task).is_some_and(|t| {
                     matches!(&t.state, TaskState::Gang { members, .. } if members.iter().any(|(n, _)| *n == from))
@@ -134,6 +135,11 @@ impl NodeCore {
                     // Handed back by a node that is leaving: anyone whose side holds a quorum
                     // may run it.
                     if self.tasks.get(task).and_then(|t| t.state.running_on()) == Some(from) {
+                        // The runner's count: this node may have ended the slot, and counted
+                        // it, before it heard of the stop.
+                        if let Some(a) = attained.filter(|a| a.is_finite() && *a >= 0.0) {
+                            self.tasks.set_attained(task, a);
+                        }
                         self.tasks.requeue(task, Requeue::HandedBack);
                         if let Some(m) = self.tasks.meta_mut(task) {
                             m.owner = None;

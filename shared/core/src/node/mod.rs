@@ -534,7 +534,10 @@ impl NodeCore {
             addr: self.cfg.addr.clone(),
             name: self.cfg.name.clone(),
             labels: self.cfg.labels.clone(),
-            capacity: self.cfg.capacity.clone(),
+            // What it offers less what stopped copies still hold (a preemption's victims in
+            // their grace): peers place and plan on what this box can give now, as its own
+            // ledger does and as the simulator's one ledger does.
+            capacity: self.copies.usable(&self.cfg.capacity),
             steps: self.cfg.steps.clone(),
             free: self.free(),
             running,

@@ -130,6 +130,7 @@ impl NodeCore {
             let TaskState::Running { progress, .. } = e.state else {
                 continue;
             };
+            let attained = e.attained;
             let grace_ms = e.meta.spec.grace_seconds.max(0) as u64 * 1000;
             grace_slots = grace_slots.max(grace_ms.div_ceil(self.cfg.slot_ms.max(1)));
             self.preemption.count(*v, progress);
@@ -144,6 +145,7 @@ impl NodeCore {
                 task: *v,
                 requeue: true,
                 reason: format!("preempted for {} (a higher priority class)", p.task),
+                attained: Some(attained),
             }));
         }
         self.preemption.room = Some(Room::made(p.task, slot, grace_slots));

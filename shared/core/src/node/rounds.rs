@@ -167,7 +167,9 @@ impl NodeCore {
                 // preemption ([`super::preempt`]), a pending gang it proposes
                 // ([`super::gangs`]), its policy's claim.
                 let gang = self.gang_proposal();
-                crate::slot::propose(self.room_proposal(), gang, single)
+                let room = self.room_proposal();
+                let copies = &self.copies;
+                crate::slot::propose(room, gang, single, |t| copies.dying(t))
             }
             _ => crate::protocol::Proposal::Pass,
         };

@@ -113,6 +113,11 @@ impl Copies {
         true
     }
 
+    /// Whether a stopped copy of `task` here has not ended yet.
+    pub(super) fn dying(&self, task: TaskId) -> bool {
+        self.draining.contains_key(&task)
+    }
+
     /// Units of stopped copies whose end is not reported yet (by task).
     pub(super) fn draining(&self) -> &BTreeMap<TaskId, Resources> {
         &self.draining
