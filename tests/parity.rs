@@ -239,8 +239,8 @@ fn the_checked_policies_include_the_elastic_ones() {
 /// quarters. Each case checks that its rule acted, so the comparison covered it.
 #[test]
 fn agents_and_the_simulator_agree_with_preemption_shrinking_and_quarter_gpus() {
-    // priority-edge with preemption; the replay's victims end at once and never checkpoint
-    // (`replay`'s doc says why).
+    // priority-edge with preemption; the replay's tasks never checkpoint (`replay`'s doc says
+    // why), and its victims end at once without a grace.
     let text = include_str!("../sim/presets/priority-edge.toml")
         .replace("aging_slots = 50", "aging_slots = 50\npreempt = true");
     let mut sc = Scenario::from_toml(&text, "priority-preempt", None).unwrap();
