@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 mod execute;
 mod state;
 
-use state::{Ends, Turned, Upkeep};
+use state::{Ends, Outlets, Turned, Upkeep};
 
 /// Whether the loop goes on.
 enum Flow {
@@ -48,21 +48,10 @@ struct Daemon {
     gpus: GpuPool,
     /// The box's own upkeep after every step.
     upkeep: Upkeep,
-    /// Replies to API commands wait until the status they imply is published, so a caller that
-    /// reads the status right after the reply sees its own change (a cancelled task is done).
-    replies: Vec<Box<dyn FnOnce() + Send>>,
-    /// What `/metrics` shows, updated after every step.
-    metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
-    /// When the status was last published (see [`PUBLISH_EVERY`]).
-    published: Option<Instant>,
+    /// Where the state goes out: status, replies, `/metrics`, history (see [`PUBLISH_EVERY`]).
+    outlets: Outlets,
     /// What tasks running here use of their GPUs.
     gpu_use: crate::gpu_use::Sampler,
-    /// The name of every box heard of since the agent started, by id.
-    box_names: std::collections::BTreeMap<NodeId, String>,
-    /// The dashboard's history, sampled once a slot.
-    history: std::sync::Arc<crate::history::History>,
-    /// The slot of the last sample.
-    sampled_slot: Option<u64>,
     /// The cluster's workload as observed here, sampled once a slot (its twin).
     observed: crate::workload::Observed,
 }
@@ -113,13 +102,8 @@ pub(super) async fn run(
         next_local,
         gpus,
         upkeep: Upkeep::default(),
-        replies: Vec::new(),
-        metrics,
-        published: None,
+        outlets: Outlets::new(metrics, history),
         gpu_use: crate::gpu_use::Sampler::new(None),
-        box_names: Default::default(),
-        history,
-        sampled_slot: None,
         observed: Default::default(),
     };
     d.gpu_use = crate::gpu_use::Sampler::new(d.p.gpus.probe.take());
@@ -177,9 +161,8 @@ pub(super) async fn run(
         // What runs here is published as soon as it changes, so that the status (the dashboard,
         // the API, a test's overlap check) never shows a copy here that has stopped, or misses
         // one that has started, for up to `PUBLISH_EVERY`.
-        if std::mem::take(&mut runs_changed)
-            || !d.replies.is_empty()
-            || d.published.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY)
+        if d.outlets
+            .due(std::mem::take(&mut runs_changed), PUBLISH_EVERY)
         {
             d.journal_outcomes();
             d.publish(&status);
@@ -256,7 +239,7 @@ impl Daemon {
             Command::Submit(spec, reply) => match self.accept(&spec) {
                 Ok(task) => {
                     let id = task.id;
-                    self.replies.push(Box::new(move || {
+                    self.outlets.reply_after_publishing(Box::new(move || {
                         let _ = reply.send(Ok(id));
                     }));
                     self.p.core.submit(task, *spec)
@@ -269,7 +252,7 @@ impl Daemon {
             Command::Cancel(task, reply) => {
                 let actions = self.p.core.cancel(task);
                 let found = actions.is_some();
-                self.replies.push(Box::new(move || {
+                self.outlets.reply_after_publishing(Box::new(move || {
                     let _ = reply.send(found);
                 }));
                 actions.unwrap_or_default()
@@ -296,7 +279,7 @@ impl Daemon {
                             .into(),
                     ),
                 };
-                self.replies.push(Box::new(move || {
+                self.outlets.reply_after_publishing(Box::new(move || {
                     let _ = reply.send(r);
                 }));
                 Vec::new()
@@ -415,13 +398,7 @@ impl Daemon {
 
     /// Publish the status (if it changed), then answer the commands of this step.
     fn publish(&mut self, status: &watch::Sender<std::sync::Arc<Status>>) {
-        self.published = Some(Instant::now());
-        // Every box heard of keeps its name: tasks it ran are listed after it has gone.
-        for (id, name, _, _) in self.p.core.peer_table() {
-            self.box_names.insert(id, name);
-        }
-        self.box_names
-            .insert(self.me, self.p.core.config().name.clone());
+        let box_names = self.outlets.names(&self.p.core, self.me);
         let core = &self.p.core;
         let me = self.me;
         let snapshot = Status {
@@ -453,7 +430,7 @@ impl Daemon {
             gpu_use: self.gpu_use.latest().clone(),
             steps: core.config().steps.clone(),
             names: crate::status::names_of(core.tasks()),
-            box_names: self.box_names.clone(),
+            box_names,
             preempted: core.preempted().clone(),
             requeued: core.tasks().requeues().clone(),
             forecast: self.forecasting.latest().cloned(),
@@ -465,25 +442,9 @@ impl Daemon {
             storage: self.p.store.as_ref().map(crate::store::Store::health),
         };
         let latencies = self.p.core.take_latencies();
-        self.metrics.update(&snapshot, &latencies);
-        if self.sampled_slot != Some(snapshot.slot) {
-            self.sampled_slot = Some(snapshot.slot);
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
-            self.history.record(&snapshot, now);
+        if self.outlets.publish(snapshot, &latencies, status) {
+            // Once a slot: the twin's sample of the workload.
             self.observed.observe(&self.p.core);
-        }
-        status.send_if_modified(|s| {
-            if **s == snapshot {
-                false
-            } else {
-                *s = std::sync::Arc::new(snapshot);
-                true
-            }
-        });
-        for r in self.replies.drain(..) {
-            r();
         }
     }
 }

@@ -244,7 +244,7 @@ impl Daemon {
                 // How long it waited, in whole slots since it was submitted.
                 let arrival = p.core.tasks().get(task).map_or(0, |e| e.task.arrival);
                 let waited = p.core.slot().saturating_sub(arrival) * p.core.config().slot_ms;
-                self.metrics.queue_wait(waited);
+                self.outlets.metrics.queue_wait(waited);
                 tracing::info!(%task, %alloc, ?enforcement, "started");
             }
             Err(e) => {

@@ -1,13 +1,13 @@
 //! The loop's state besides the core, grouped with its rules: how the ends of this box's
 //! processes are read ([`Ends`]), the box's own upkeep ([`Upkeep`]: the quorum's log, the lease
-//! file, the members file, the sweep of old task logs) and what was turned away from peers
-//! ([`Turned`]).
+//! file, the members file, the sweep of old task logs), what was turned away from peers
+//! ([`Turned`]) and where the state goes out ([`Outlets`]: status, replies, metrics, history).
 
-use super::super::Files;
+use super::super::{Files, Status};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
-use tapfinger::TaskId;
 use tapfinger::node::{NodeCore, TaskState};
+use tapfinger::{NodeId, TaskId};
 
 /// How this box reads the ends of its processes: which it stopped itself (their exit is no
 /// outcome), which it stops to start again with other GPU devices, which ran to completion, and
@@ -151,5 +151,98 @@ impl Upkeep {
                 tracing::info!(files = n, "deleted task logs past their retention");
             }
         }
+    }
+}
+
+/// Where the loop's state goes out: the status (and the API replies waiting for it), `/metrics`,
+/// the dashboard's history, and the names of the boxes heard of.
+pub(super) struct Outlets {
+    /// Replies to API commands wait until the status they imply is published, so a caller that
+    /// reads the status right after the reply sees its own change (a cancelled task is done).
+    replies: Vec<Box<dyn FnOnce() + Send>>,
+    /// What `/metrics` shows, updated at every publication.
+    pub(super) metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
+    /// When the status was last published.
+    published: Option<Instant>,
+    /// The name of every box heard of since the agent started, by id.
+    box_names: std::collections::BTreeMap<NodeId, String>,
+    /// The dashboard's history, sampled once a slot.
+    history: std::sync::Arc<crate::history::History>,
+    /// The slot of the last sample.
+    sampled_slot: Option<u64>,
+}
+
+impl Outlets {
+    pub(super) fn new(
+        metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
+        history: std::sync::Arc<crate::history::History>,
+    ) -> Self {
+        Self {
+            replies: Vec::new(),
+            metrics,
+            published: None,
+            box_names: Default::default(),
+            history,
+            sampled_slot: None,
+        }
+    }
+
+    /// Answer an API command once the status it implies is out.
+    pub(super) fn reply_after_publishing(&mut self, reply: Box<dyn FnOnce() + Send>) {
+        self.replies.push(reply);
+    }
+
+    /// Whether the status is due: what runs here changed, a reply waits, or `every` has passed.
+    pub(super) fn due(&self, runs_changed: bool, every: Duration) -> bool {
+        runs_changed
+            || !self.replies.is_empty()
+            || self.published.is_none_or(|t| t.elapsed() >= every)
+    }
+
+    /// The name of every box heard of, this one's (`me`) included: tasks a box ran are listed
+    /// after it has gone.
+    pub(super) fn names(
+        &mut self,
+        core: &NodeCore,
+        me: NodeId,
+    ) -> std::collections::BTreeMap<NodeId, String> {
+        for (id, name, _, _) in core.peer_table() {
+            self.box_names.insert(id, name);
+        }
+        self.box_names.insert(me, core.config().name.clone());
+        self.box_names.clone()
+    }
+
+    /// Send out `snapshot`: `/metrics` (with the rounds' latencies), the history once a slot
+    /// (returns true then, for the caller's own once-a-slot samples), the status if it changed,
+    /// then the replies waiting for it.
+    pub(super) fn publish(
+        &mut self,
+        snapshot: Status,
+        latencies: &[u64],
+        status: &tokio::sync::watch::Sender<std::sync::Arc<Status>>,
+    ) -> bool {
+        self.published = Some(Instant::now());
+        self.metrics.update(&snapshot, latencies);
+        let sampled = self.sampled_slot != Some(snapshot.slot);
+        if sampled {
+            self.sampled_slot = Some(snapshot.slot);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            self.history.record(&snapshot, now);
+        }
+        status.send_if_modified(|s| {
+            if **s == snapshot {
+                false
+            } else {
+                *s = std::sync::Arc::new(snapshot);
+                true
+            }
+        });
+        for r in self.replies.drain(..) {
+            r();
+        }
+        sampled
     }
 }
