@@ -240,32 +240,29 @@ fn the_checked_policies_include_the_elastic_ones() {
 #[test]
 fn agents_and_the_simulator_agree_with_preemption_shrinking_and_quarter_gpus() {
     // priority-edge with preemption; the replay's tasks never checkpoint (`replay`'s doc says
-    // why), and its victims end at once without a grace.
+    // why).
     let text = include_str!("../sim/presets/priority-edge.toml")
         .replace("aging_slots = 50", "aging_slots = 50\npreempt = true");
     let mut sc = Scenario::from_toml(&text, "priority-preempt", None).unwrap();
     sc.checkpoint_slots = Some(sc.max_slots + 1);
     sc.tasks = 60;
-    let mut preempted = 0;
-    for policy in ["random", "first-fit-max", "tiresias"] {
-        for seed in [100, 101] {
-            preempted += replay(sc.clone(), policy, seed, None).unwrap().preempted;
+    // Without a grace, then with one of 5 slots (one second of the replay's slots): the
+    // victims' units stay taken on their box, in every node's view, until the grace's last slot
+    // has run, and their box does not claim them again meanwhile.
+    for grace in [0, 5] {
+        sc.preempt_grace_slots = grace;
+        let mut preempted = 0;
+        for policy in ["random", "first-fit-max", "tiresias"] {
+            for seed in [100, 101] {
+                preempted += replay(sc.clone(), policy, seed, None).unwrap().preempted;
+            }
         }
+        eprintln!("priority-edge with preemption, grace {grace}: {preempted} preemptions replayed");
+        assert!(
+            preempted > 0,
+            "nothing was preempted with a grace of {grace}"
+        );
     }
-    eprintln!("priority-edge with preemption: {preempted} preemptions replayed");
-    assert!(preempted > 0, "nothing was preempted");
-    // The same with a grace of 5 slots (one second of the replay's slots): the victims' units
-    // stay taken on their box, in every node's view, until the grace's last slot has run, and
-    // their box does not claim them again meanwhile.
-    sc.preempt_grace_slots = 5;
-    let mut preempted = 0;
-    for policy in ["random", "first-fit-max", "tiresias"] {
-        for seed in [100, 101] {
-            preempted += replay(sc.clone(), policy, seed, None).unwrap().preempted;
-        }
-    }
-    eprintln!("priority-edge with a grace of 5 slots: {preempted} preemptions replayed");
-    assert!(preempted > 0, "nothing was preempted with a grace");
 
     // converging-edge: shrinking on, a policy that holds its allocations and an elastic one.
     let mut sc = Scenario::load("converging-edge").unwrap();
