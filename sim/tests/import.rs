@@ -181,6 +181,13 @@ fn alibaba_2023_files_without_times_are_refused_clearly() {
     .unwrap_err();
     assert!(e.to_string().contains("no times"), "{e}");
     assert!(e.to_string().contains("openb_pod_list_default.csv"), "{e}");
+    // Only the multigpu* lists lack times; the gpushare* and cpu* lists share the default's
+    // columns (`openb_pod_list.csv` here) and import.
+    assert!(
+        e.to_string().contains("only openb_pod_list_multigpu*"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("gpushare* or cpu* list"), "{e}");
 }
 
 #[test]

@@ -240,9 +240,9 @@ pub(super) fn alibaba_2023(text: &str) -> Result<Read, ImportError> {
         return Err(bad(
             1,
             "creation_time",
-            "this file has no times (creation_time, deletion_time, scheduled_time): the \
-             openb_pod_list_multigpu*, gpushare* and cpu* samples list demands only; import \
-             openb_pod_list_default.csv or a gpuspec*.csv file",
+            "this file has no times (creation_time, deletion_time, scheduled_time): of the \
+             trace's pod lists only openb_pod_list_multigpu* list demands alone; import \
+             openb_pod_list_default.csv or a gpuspec*, gpushare* or cpu* list",
         ));
     }
     let t = Table::read(text, ',', C, true)?;
