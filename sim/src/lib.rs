@@ -19,6 +19,7 @@ pub mod guard;
 pub mod import;
 pub mod learning;
 pub mod metrics;
+pub mod pack;
 pub mod plot;
 pub mod policies;
 mod presets;

@@ -11,6 +11,7 @@ mod cli_curves;
 mod cli_deploy;
 mod cli_forecast;
 mod cli_import;
+mod cli_pack;
 mod cli_place;
 mod cli_plan;
 mod cli_progress;
@@ -116,6 +117,10 @@ enum Cmd {
     /// Locality-aware placement of parameter-server jobs (LP rounding) against the exact
     /// optimum, pack-first and spreading (docs/PLACEMENT.md).
     PlaceBench(cli_place::PlaceBenchArgs),
+    /// The FGD study's fragmentation benchmark on Alibaba's GPU trace 2023: the study's six
+    /// placement policies and the product's, unallocated GPUs as the workload grows
+    /// (docs/PACKING.md).
+    PackBench(cli_pack::PackBenchArgs),
 }
 
 /// The arguments of a command this build lacks (it was built without the feature `train`): taken
@@ -175,6 +180,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::PlanBench(args) => cli_plan::bench(args)?,
         Cmd::ForecastBench(args) => cli_forecast::bench(args)?,
         Cmd::PlaceBench(args) => cli_place::bench(args),
+        Cmd::PackBench(args) => cli_pack::bench(args)?,
     }
     Ok(())
 }

@@ -1,0 +1,139 @@
+//! The product's own placement of one pod, as an agent cluster makes it: every box whose units
+//! fit the pod claims it in the decision protocol, the protocol's resolution
+//! ([`tapfinger::protocol::resolve`], the code agents run) gives it to the argmax of the Bayes
+//! posterior, whose prior is the softmax of the claimants' headrooms
+//! ([`tapfinger::Resources::headroom`]), and the winner's device pool ([`GpuPool`], the code
+//! both drivers run) puts a share on the fullest device it fits.
+//!
+//! What this leaves out, and why: the likelihood is 1 for every claimant — a box's policy
+//! claiming the one task in its window that fits it; the learned policy's own probability
+//! would need each box's view of a full ledger. A box's units cannot see devices, so a box may
+//! win a pod that no device of it can hold: the agent then refuses the start and the task
+//! waits for the next round, which this models by resolving again without that box.
+
+use super::state::{Cluster, MILLI};
+use super::trace::PodSpec;
+use super::policies::Placer;
+use std::collections::{BTreeMap, BTreeSet};
+use tapfinger::gpu_pool::GpuPool;
+use tapfinger::protocol::{Claim, Proposal, Round, resolve};
+use tapfinger::{NodeId, Resources, TaskId};
+
+/// The protocol's box choice and the device pool.
+#[derive(Debug, Clone)]
+pub struct Protocol {
+    pools: Vec<GpuPool>,
+    next: u64,
+}
+
+impl Protocol {
+    /// Pools for the boxes of `c`, nothing placed; a device is [`MILLI`] grid units.
+    pub fn new(c: &Cluster) -> Self {
+        let pools = c
+            .hosts
+            .iter()
+            .map(|h| {
+                let devices: Vec<u32> = (0..h.gpu_left.len() as u32).collect();
+                GpuPool::with_shares(&devices, MILLI)
+            })
+            .collect();
+        Self { pools, next: 0 }
+    }
+}
+
+/// Units of CPU thousandths, GPU thousandths and memory MiB, as one box's ledger counts them.
+fn units(cpu: u64, gpu: u64, mem: u64) -> Resources {
+    let u = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
+    Resources(vec![u(cpu), u(gpu), u(mem)])
+}
+
+impl Placer for Protocol {
+    fn name(&self) -> String {
+        "tapfinger".into()
+    }
+
+    fn place(
+        &mut self,
+        c: &Cluster,
+        pod: &PodSpec,
+        _rng: &mut tapfinger::Rng,
+    ) -> Option<(usize, Vec<usize>)> {
+        let demand = units(pod.cpu_milli, pod.total_gpu_milli(), pod.memory_mib);
+        let task = TaskId(self.next);
+        self.next += 1;
+        // The boxes whose units fit: what each box's core sees of itself.
+        let mut claims: BTreeMap<NodeId, Proposal> = c
+            .hosts
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| {
+                h.cpu_left >= pod.cpu_milli
+                    && h.mem_left >= pod.memory_mib
+                    && h.gpu_left_total() >= pod.total_gpu_milli()
+                    && (pod.num_gpu == 0 || h.accessible(pod))
+            })
+            .map(|(i, h)| {
+                let free = units(h.cpu_left, h.gpu_left_total(), h.mem_left);
+                let claim = Claim {
+                    task,
+                    alloc: demand.clone(),
+                    prob: 1.0,
+                    headroom: free.headroom(&demand),
+                };
+                (NodeId(i as u32), Proposal::Claim(claim))
+            })
+            .collect();
+        let round = Round { slot: 0, step: 0 };
+        loop {
+            let out = resolve(round, &claims, &BTreeSet::new());
+            let winner = out.commits.first()?.agent;
+            let h = winner.0 as usize;
+            let units = u32::try_from(pod.total_gpu_milli()).unwrap_or(u32::MAX);
+            if pod.num_gpu == 0 {
+                return Some((h, Vec::new()));
+            }
+            match self.pools[h].place(task, units) {
+                Some(devices) => return Some((h, devices.iter().map(|d| *d as usize).collect())),
+                // The start is refused: the pod waits for a round without this box.
+                None => {
+                    claims.remove(&winner);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::state::tests::{node, pod};
+    use super::*;
+    use rand::SeedableRng as _;
+
+    #[test]
+    fn the_box_with_most_headroom_wins_and_the_pool_packs_shares() {
+        let c = Cluster::new(&[node(16_000, 2, "T4"), node(64_000, 8, "G2")]);
+        let mut p = Protocol::new(&c);
+        let mut rng = tapfinger::Rng::seed_from_u64(1);
+        let (h, d) = p.place(&c, &pod(4000, 1, 500), &mut rng).unwrap();
+        assert_eq!((h, d), (1, vec![0]));
+    }
+
+    #[test]
+    fn a_box_whose_devices_cannot_hold_the_pod_gives_way() {
+        // Box 0 has 1.2 devices of units free, 0.4 on each of three devices: a whole-device pod
+        // fits its units and no device, so box 1 (less headroom) gets it.
+        let nodes = [node(64_000, 3, "T4"), node(8_000, 1, "T4")];
+        let mut c = Cluster::new(&nodes);
+        let mut p = Protocol::new(&c);
+        let mut rng = tapfinger::Rng::seed_from_u64(1);
+        for _ in 0..3 {
+            let q = pod(0, 1, 600);
+            let (h, d) = p.place(&c, &q, &mut rng).unwrap();
+            assert_eq!(h, 0);
+            c.hosts[h].take(&q, &d);
+        }
+        let whole = pod(1000, 1, 1000);
+        let (h, _) = p.place(&c, &whole, &mut rng).unwrap();
+        assert_eq!(h, 1);
+    }
+}
