@@ -10,7 +10,8 @@ use tapfinger_sim::import::{ClusterChoice, ImportOptions, Knobs, gavel::Throughp
 pub(crate) struct ImportArgs {
     /// The trace file.
     file: PathBuf,
-    /// alibaba-2020 (pai_task_table), alibaba-2023 (openb_pod_list_default), philly
+    /// alibaba-2020 (pai_task_table), alibaba-2020-sim (the 2020 trace's simulator input,
+    /// pai_job_duration_estimate_100K.csv), alibaba-2023 (openb_pod_list_default), philly
     /// (cluster_job_log), helios (cluster_log.csv), gavel (a job trace) or tapfinger (a
     /// cluster's observed workload, `tapfinger-agent workload export`: its twin, replayed on
     /// its own boxes; the cluster options do not apply).
@@ -23,10 +24,14 @@ pub(crate) struct ImportArgs {
     /// Divide arrival gaps by this (> 1 replays the arrivals faster: more load) [default: 1].
     #[arg(long, conflicts_with = "target_load")]
     compress: Option<f64>,
-    /// Choose the compression that makes the offered load this: GPU-hours offered per GPU-hour
-    /// of the cluster over the arrivals' span (core-hours where the cluster has no GPU).
+    /// Choose the compression that makes the offered load this: work offered per unit of the
+    /// cluster over the arrivals' span (GPU-hours per GPU-hour, core-hours per core-hour, GiB-hours
+    /// per GiB-hour) of the scarcest resource, or of `--load-kind`. Every kind's load is reported.
     #[arg(long)]
     target_load: Option<f64>,
+    /// Which resource's load `--target-load` sets.
+    #[arg(long, value_enum, default_value_t, requires = "target_load")]
+    load_kind: tapfinger_sim::import::LoadKind,
     /// At most this many tasks (the earliest); the rest are counted as left out.
     #[arg(long, default_value_t = 2000)]
     limit: usize,
@@ -132,6 +137,7 @@ pub(crate) fn import(a: ImportArgs) -> Result<()> {
     opts.slot_seconds = a.slot_seconds;
     opts.compress = a.compress;
     opts.target_load = a.target_load;
+    opts.load_kind = a.load_kind;
     opts.limit = a.limit;
     opts.from_s = a.from;
     opts.until_s = a.until;
@@ -175,11 +181,18 @@ pub(crate) fn import(a: ImportArgs) -> Result<()> {
         r.slot_seconds, r.compress
     );
     match r.load {
-        Some(l) => eprintln!(
-            "offered load: {} GPU, {:.3} CPU (work offered per unit of the cluster over the arrivals' span)",
-            l.gpu.map_or("no".into(), |g| format!("{g:.3}")),
-            l.cpu
-        ),
+        Some(l) => {
+            let kinds: Vec<String> = l
+                .kinds()
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.3}"))
+                .collect();
+            eprintln!(
+                "offered load: {} (work offered per unit of the cluster over the arrivals' span; scarcest: {})",
+                kinds.join(", "),
+                l.scarcest().0
+            );
+        }
         None => eprintln!("offered load: every task arrives at once"),
     }
     match &a.out {

@@ -13,13 +13,34 @@ const REPORTED: [usize; 8] = [80, 90, 95, 100, 105, 110, 120, 130];
 /// list: Random, DotProd, Clustering, Packing, BestFit, FGD (its simulator's expected results,
 /// `experiments/analysis/expected_results/`).
 const PUBLISHED: [(&str, [f64; 6]); 7] = [
-    ("openb_pod_list_default", [13.75, 9.44, 8.42, 8.19, 7.09, 4.77]),
-    ("openb_pod_list_gpushare40", [15.04, 10.66, 10.18, 10.19, 8.53, 6.05]),
-    ("openb_pod_list_gpushare100", [21.07, 17.93, 17.70, 17.78, 15.40, 13.36]),
-    ("openb_pod_list_gpuspec10", [13.69, 9.75, 8.06, 7.77, 6.88, 5.30]),
-    ("openb_pod_list_gpuspec33", [16.19, 20.17, 18.96, 17.67, 19.59, 12.12]),
-    ("openb_pod_list_multigpu50", [18.61, 5.25, 4.36, 3.93, 4.42, 2.91]),
-    ("openb_pod_list_cpu250", [20.06, 16.22, 12.48, 11.92, 8.70, 6.80]),
+    (
+        "openb_pod_list_default",
+        [13.75, 9.44, 8.42, 8.19, 7.09, 4.77],
+    ),
+    (
+        "openb_pod_list_gpushare40",
+        [15.04, 10.66, 10.18, 10.19, 8.53, 6.05],
+    ),
+    (
+        "openb_pod_list_gpushare100",
+        [21.07, 17.93, 17.70, 17.78, 15.40, 13.36],
+    ),
+    (
+        "openb_pod_list_gpuspec10",
+        [13.69, 9.75, 8.06, 7.77, 6.88, 5.30],
+    ),
+    (
+        "openb_pod_list_gpuspec33",
+        [16.19, 20.17, 18.96, 17.67, 19.59, 12.12],
+    ),
+    (
+        "openb_pod_list_multigpu50",
+        [18.61, 5.25, 4.36, 3.93, 4.42, 2.91],
+    ),
+    (
+        "openb_pod_list_cpu250",
+        [20.06, 16.22, 12.48, 11.92, 8.70, 6.80],
+    ),
 ];
 
 /// Arguments of `pack-bench`.
@@ -33,7 +54,11 @@ pub(crate) struct PackBenchArgs {
     pods: Vec<PathBuf>,
     /// Policies, comma-separated (random, dotprod, clustering, packing, bestfit, fgd,
     /// tapfinger).
-    #[arg(long, value_delimiter = ',', default_value = "random,dotprod,clustering,packing,bestfit,fgd,tapfinger")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "random,dotprod,clustering,packing,bestfit,fgd,tapfinger"
+    )]
     policies: Vec<String>,
     /// Runs per policy.
     #[arg(long, default_value_t = 10)]
@@ -76,8 +101,7 @@ pub(crate) fn bench(a: PackBenchArgs) -> Result<()> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     if let Some(dir) = &a.out {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     for path in &a.pods {
         let pods = trace::read_pods(&path.display().to_string(), &read(path)?)?;
@@ -108,9 +132,16 @@ pub(crate) fn bench(a: PackBenchArgs) -> Result<()> {
 
 /// The study's published figure for `policy` on `list` at 100 % arrived.
 fn published(list: &str, policy: &str) -> Option<f64> {
-    let i = ["random", "dotprod", "clustering", "packing", "bestfit", "fgd"]
-        .iter()
-        .position(|p| *p == policy)?;
+    let i = [
+        "random",
+        "dotprod",
+        "clustering",
+        "packing",
+        "bestfit",
+        "fgd",
+    ]
+    .iter()
+    .position(|p| *p == policy)?;
     PUBLISHED
         .iter()
         .find(|(l, _)| *l == list)
@@ -118,7 +149,9 @@ fn published(list: &str, policy: &str) -> Option<f64> {
 }
 
 fn print_table(list: &str, policies: &[String], curves: &[Vec<pack::run::Curve>]) {
-    println!("unallocated GPUs, % of the cluster's, at each arrived %: median [25 %, 75 %] of the seeds");
+    println!(
+        "unallocated GPUs, % of the cluster's, at each arrived %: median [25 %, 75 %] of the seeds"
+    );
     print!("{:<11}", "policy");
     for r in REPORTED {
         print!("{:>20}", format!("{r} %"));
@@ -150,7 +183,9 @@ fn write_curves(
     target: f64,
 ) -> Result<()> {
     let last = (100.0 * target).floor() as usize;
-    let mut csv = String::from("policy,arrived_pct,unallocated_median,unallocated_q25,unallocated_q75,frag_ratio_median\n");
+    let mut csv = String::from(
+        "policy,arrived_pct,unallocated_median,unallocated_q25,unallocated_q75,frag_ratio_median\n",
+    );
     let mut series = Vec::new();
     for (p, runs) in policies.iter().zip(curves) {
         let mut pts = Vec::new();
@@ -165,7 +200,9 @@ fn write_curves(
         }
         series.push((p.clone(), pts));
     }
-    let ideal = (50..=last).map(|r| (r as f64, (100.0 - r as f64).max(0.0))).collect();
+    let ideal = (50..=last)
+        .map(|r| (r as f64, (100.0 - r as f64).max(0.0)))
+        .collect();
     series.push(("ideal".into(), ideal));
     std::fs::write(dir.join(format!("{list}.csv")), csv)?;
     tapfinger_sim::plot::line_chart(

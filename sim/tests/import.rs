@@ -328,6 +328,59 @@ fn the_load_is_reported_and_can_be_targeted() {
     assert!(import(&sample("cluster_log.csv"), &o).is_err());
 }
 
+/// The 2020 trace's simulator input (`simulator/traces/pai/*.csv`, the layout its `utils.py`
+/// reads; hand-written rows): one job per row, fractions of a GPU kept where the unit allows;
+/// the same file given as `pai_task_table` is refused with a message naming the right format.
+#[test]
+fn alibaba_2020_simulator_input_is_read_and_named_when_mistaken() {
+    let text =
+        "job_id,user,submit_time,duration,num_cpu,num_gpu,num_inst,wait_time,user_dur,group_dur
+1,u1,100,3600,6,1,1,0,3000,3500
+2,u2,160,0,4,0.5,1,0,10,20
+3,u1,200,7200,12,0.5,1,5,7000,7100
+4,u3,260,1800,4,,1,0,1700,1800
+";
+    let mut o = opts("alibaba-2020-sim");
+    o.gpu_step = Some(0.25);
+    let r = import(text, &o).unwrap();
+    adds_up(&r);
+    assert_eq!((r.entries, r.tasks), (4, 3));
+    assert_eq!(skipped(&r, "not positive"), 1);
+    let sc = Scenario::from_toml(&r.toml, "alibaba-2020-sim", None).unwrap();
+    assert_eq!(sc.tasks, 3);
+    let e = import(text, &opts("alibaba-2020")).unwrap_err().to_string();
+    assert!(e.contains("alibaba-2020-sim"), "{e}");
+    let e = import("job_id,submit_time,num_gpu\n1,0,1\n", &o)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("duration"), "{e}");
+}
+
+/// `--target-load` sets the scarcest resource's load (every kind's is reported): pods asking for
+/// many cores and a sliver of a GPU load the CPUs first, and it is their load that meets the
+/// target, not the GPUs'.
+#[test]
+fn the_target_load_is_the_scarcest_resources() {
+    use tapfinger_sim::import::LoadKind;
+    let text = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time
+p0,64000,4096,1,100,,LS,Succeeded,0,3600,0
+p1,64000,4096,1,100,,LS,Succeeded,600,4200,600
+p2,64000,4096,1,100,,LS,Succeeded,1200,4800,1200
+";
+    let mut o = opts("alibaba-2023");
+    o.gpu_step = Some(0.1);
+    o.target_load = Some(0.8);
+    let r = import(text, &o).unwrap();
+    let l = r.load.unwrap();
+    assert_eq!(l.scarcest().0, "cpu", "{l:?}");
+    assert!((l.cpu - 0.8).abs() < 1e-9, "{l:?}");
+    assert!(l.gpu.unwrap() < 0.8 && l.mem.unwrap() < 0.8, "{l:?}");
+    // The GPU's load, where asked for: the CPUs are then offered more than the cluster has.
+    o.load_kind = LoadKind::Gpu;
+    let l = import(text, &o).unwrap().load.unwrap();
+    assert!((l.gpu.unwrap() - 0.8).abs() < 1e-9 && l.cpu > 0.8, "{l:?}");
+}
+
 #[test]
 fn long_tasks_get_longer_slots_and_short_ones_keep_their_size() {
     // One job of 20 million seconds and two of one second, all of one class.

@@ -7,7 +7,14 @@ use super::{ImportError, Job};
 use chrono::NaiveDateTime;
 
 /// The formats `tapfinger-sim import --format` reads.
-pub const FORMATS: &[&str] = &["alibaba-2020", "alibaba-2023", "philly", "helios", "gavel"];
+pub const FORMATS: &[&str] = &[
+    "alibaba-2020",
+    "alibaba-2020-sim",
+    "alibaba-2023",
+    "philly",
+    "helios",
+    "gavel",
+];
 
 /// What a reader gives back: the jobs it read and what it left out, so that `entries` =
 /// jobs + every count left out.
@@ -143,6 +150,17 @@ const MAX_INSTANCES: usize = 1000;
 /// none): one job per instance, arriving at its start (the table has no submit time). Entries
 /// are instances; a row left out counts its instances where it states them.
 pub(super) fn alibaba_2020(text: &str) -> Result<Read, ImportError> {
+    let head = text.lines().next().unwrap_or_default();
+    if head.split(',').any(|f| f.trim() == "submit_time")
+        && head.split(',').any(|f| f.trim() == "num_gpu")
+    {
+        return Err(ImportError::BadOption(
+            "this file has the layout of the trace's simulator (`simulator/traces/pai/*.csv`: \
+             submit_time, duration, num_cpu, num_gpu), not of `pai_task_table`: use --format \
+             alibaba-2020-sim"
+                .into(),
+        ));
+    }
     const C: &[&str] = &[
         "job_name",
         "task_name",
@@ -210,6 +228,44 @@ pub(super) fn alibaba_2020(text: &str) -> Result<Read, ImportError> {
                 inst - MAX_INSTANCES,
             );
         }
+    }
+    Ok(read)
+}
+
+/// Alibaba cluster-trace-gpu-v2020's simulator input (`simulator/traces/pai/
+/// pai_job_duration_estimate_100K.csv`, the layout its `utils.py` reads; header required): one
+/// job per row, arriving at `submit_time` (seconds) and running `duration` seconds with
+/// `num_cpu` cores and `num_gpu` GPUs (a fraction below one). The layout states no memory and no
+/// GPU model; its other columns (the user, duration estimates) are not read.
+pub(super) fn alibaba_2020_sim(text: &str) -> Result<Read, ImportError> {
+    const C: &[&str] = &["submit_time", "duration", "num_cpu", "num_gpu"];
+    let t = Table::read(text, ',', C, true)?;
+    let mut read = Read::default();
+    for (n, r) in &t.rows {
+        let n = *n;
+        let duration = number(t.get(r, 1), n, C[1])?;
+        if duration <= 0.0 {
+            read.drop("duration is not positive");
+            continue;
+        }
+        let opt = |i: usize| -> Result<f64, ImportError> {
+            let v = t.get(r, i);
+            if v.is_empty() {
+                Ok(0.0)
+            } else {
+                number(v, n, C[i])
+            }
+        };
+        read.keep(Job {
+            arrival_s: number(t.get(r, 0), n, C[0])?,
+            duration_s: duration,
+            cpu: opt(2)?,
+            mem_gib: 0.0,
+            gpu: opt(3)?,
+            gpu_type: None,
+            class: None,
+            pace: Default::default(),
+        });
     }
     Ok(read)
 }

@@ -89,8 +89,10 @@ pub struct ImportOptions {
     /// Arrival gaps are divided by this (> 1: a denser replay, more load); `None`: 1, or what
     /// `target_load` needs.
     pub compress: Option<f64>,
-    /// Choose the compression that makes the offered load this ([`Load`]).
+    /// Choose the compression that makes the offered load of `load_kind` this ([`Load`]).
     pub target_load: Option<f64>,
+    /// Which resource's load `target_load` sets (default: the scarcest).
+    pub load_kind: LoadKind,
     /// At most this many tasks (the earliest).
     pub limit: usize,
     /// Only jobs arriving at or after this many seconds from the trace's first arrival.
@@ -125,6 +127,7 @@ impl ImportOptions {
             slot_seconds: None,
             compress: None,
             target_load: None,
+            load_kind: LoadKind::Scarcest,
             limit: 2000,
             from_s: None,
             until_s: None,
@@ -147,6 +150,63 @@ pub struct Load {
     pub gpu: Option<f64>,
     /// Core-hours offered per core-hour available.
     pub cpu: f64,
+    /// GiB-hours offered per GiB-hour available (`None`: no memory in the cluster).
+    pub mem: Option<f64>,
+}
+
+impl Load {
+    /// Every kind's load, by name.
+    pub fn kinds(&self) -> Vec<(&'static str, f64)> {
+        let mut v = Vec::new();
+        if let Some(g) = self.gpu {
+            v.push(("gpu", g));
+        }
+        v.push(("cpu", self.cpu));
+        if let Some(m) = self.mem {
+            v.push(("mem", m));
+        }
+        v
+    }
+
+    /// The kind with the highest load (the scarcest resource) and its load; the first of equals
+    /// in the order gpu, cpu, mem.
+    pub fn scarcest(&self) -> (&'static str, f64) {
+        self.kinds()
+            .into_iter()
+            .fold(("cpu", f64::MIN), |b, k| if k.1 > b.1 { k } else { b })
+    }
+
+    /// The load of `kind`; `None` where the cluster has none of it.
+    pub fn of(&self, kind: LoadKind) -> Option<(&'static str, f64)> {
+        match kind {
+            LoadKind::Scarcest => Some(self.scarcest()),
+            LoadKind::Gpu => self.gpu.map(|g| ("gpu", g)),
+            LoadKind::Cpu => Some(("cpu", self.cpu)),
+            LoadKind::Mem => self.mem.map(|m| ("mem", m)),
+        }
+    }
+
+    fn scaled(self, by: f64) -> Self {
+        Self {
+            gpu: self.gpu.map(|g| g * by),
+            cpu: self.cpu * by,
+            mem: self.mem.map(|m| m * by),
+        }
+    }
+}
+
+/// The resource whose offered load `--target-load` sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LoadKind {
+    /// The kind with the highest load: no resource is offered more than the target.
+    #[default]
+    Scarcest,
+    /// GPUs.
+    Gpu,
+    /// CPU cores.
+    Cpu,
+    /// Memory.
+    Mem,
 }
 
 /// What an import made.
@@ -177,6 +237,7 @@ pub fn import(text: &str, opts: &ImportOptions) -> Result<Imported, ImportError>
     check_options(opts)?;
     let mut read = match opts.format.as_str() {
         "alibaba-2020" => formats::alibaba_2020(text)?,
+        "alibaba-2020-sim" => formats::alibaba_2020_sim(text)?,
         "alibaba-2023" => formats::alibaba_2023(text)?,
         "philly" => formats::philly(text)?,
         "helios" => formats::helios(text)?,
@@ -241,12 +302,23 @@ pub fn import(text: &str, opts: &ImportOptions) -> Result<Imported, ImportError>
     let compress = match (opts.compress, opts.target_load) {
         (Some(c), _) => c,
         (None, Some(target)) => {
-            let base = at_one.map(|l| l.gpu.unwrap_or(l.cpu)).ok_or_else(|| {
+            let at_one = at_one.ok_or_else(|| {
                 ImportError::BadOption(
                     "--target-load: every task arrives at once, so no compression changes the load"
                         .into(),
                 )
             })?;
+            let (_, base) = at_one.of(opts.load_kind).ok_or_else(|| {
+                ImportError::BadOption(format!(
+                    "--load-kind {:?}: the cluster has none of it",
+                    opts.load_kind
+                ))
+            })?;
+            if base <= 0.0 {
+                return Err(ImportError::BadOption(
+                    "--target-load: the tasks offer none of that resource".into(),
+                ));
+            }
             target / base
         }
         (None, None) => 1.0,
@@ -261,10 +333,7 @@ pub fn import(text: &str, opts: &ImportOptions) -> Result<Imported, ImportError>
         slot_seconds,
         slot_chosen: opts.slot_seconds.is_none() && slot_seconds != DEFAULT_SLOT_SECONDS,
         compress,
-        load: at_one.map(|l| Load {
-            gpu: l.gpu.map(|g| g * compress),
-            cpu: l.cpu * compress,
-        }),
+        load: at_one.map(|l| l.scaled(compress)),
     })
 }
 
@@ -378,10 +447,14 @@ fn load(jobs: &[Job], boxes: &[cluster::Host], gpu_step: f64, compress: f64) -> 
             .map(|j| f64::from(demand_of(j, gpu_step)[k]) * j.duration_s)
             .sum()
     };
-    let gpus = total(1);
+    let of = |k: usize| {
+        let t = total(k);
+        (t > 0.0).then(|| offered(k) / (t * span))
+    };
     Some(Load {
-        gpu: (gpus > 0.0).then(|| offered(1) / (gpus * span)),
-        cpu: offered(0) / (total(0) * span),
+        gpu: of(1),
+        cpu: of(0).unwrap_or(f64::INFINITY),
+        mem: of(2),
     })
 }
 

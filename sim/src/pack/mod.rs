@@ -69,7 +69,11 @@ pub const POLICIES: [&str; 7] = [
 ];
 
 /// A fresh placer for `name` on `cluster`, with the typical shapes of `measure`.
-pub fn placer(name: &str, cluster: &Cluster, measure: &Measure) -> Result<Box<dyn Placer + Send>, PackError> {
+pub fn placer(
+    name: &str,
+    cluster: &Cluster,
+    measure: &Measure,
+) -> Result<Box<dyn Placer + Send>, PackError> {
     Ok(match name {
         "random" => Box::new(Study::Random),
         "dotprod" => Box::new(Study::DotProd),
@@ -114,7 +118,9 @@ pub fn bench(
                     let mut placer =
                         placer(&policies[p], &cluster, &measure).expect("checked above");
                     let curve = run::run(nodes, &order, &measure, placer.as_mut(), seeds[s]);
-                    done.lock().expect("no panics while held").push((p, s, curve));
+                    done.lock()
+                        .expect("no panics while held")
+                        .push((p, s, curve));
                 }
             });
         }

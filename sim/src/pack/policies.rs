@@ -276,7 +276,11 @@ mod tests {
     }
 
     /// Place `pods` in order on `nodes` with `p`; the boxes chosen.
-    fn run(p: &mut dyn Placer, nodes: &[super::super::trace::NodeSpec], pods: &[PodSpec]) -> (Cluster, Vec<usize>) {
+    fn run(
+        p: &mut dyn Placer,
+        nodes: &[super::super::trace::NodeSpec],
+        pods: &[PodSpec],
+    ) -> (Cluster, Vec<usize>) {
         let mut c = Cluster::new(nodes);
         let mut r = rng();
         let mut chosen = Vec::new();
@@ -298,7 +302,11 @@ mod tests {
         for mut p in [Study::BestFit, Study::Packing] {
             let (c, chosen) = run(&mut p, &nodes, &pods);
             assert_eq!(chosen[0], chosen[1], "{p:?}");
-            assert_eq!(c.hosts[chosen[0]].free_devices(), 1, "{p:?} shares one device");
+            assert_eq!(
+                c.hosts[chosen[0]].free_devices(),
+                1,
+                "{p:?} shares one device"
+            );
         }
     }
 
@@ -324,9 +332,15 @@ mod tests {
             affinity: Vec::new(),
         };
         // Fits on partly used devices only: 100 − (20 + 50) / 10.
-        assert_eq!(packing(&host(&[200, 1000, 1000, 500]), &pod(100, 2, 200)), 93);
+        assert_eq!(
+            packing(&host(&[200, 1000, 1000, 500]), &pod(100, 2, 200)),
+            93
+        );
         // Needs two free devices of a partly used box: 50 − 2.
-        assert_eq!(packing(&host(&[200, 1000, 1000, 500]), &pod(100, 2, 1000)), 48);
+        assert_eq!(
+            packing(&host(&[200, 1000, 1000, 500]), &pod(100, 2, 1000)),
+            48
+        );
         // An empty box: 33 − its free devices, at least as many as it has.
         assert_eq!(packing(&host(&[1000; 4]), &pod(100, 2, 1000)), 29);
         assert_eq!(packing(&host(&[1000; 8]), &pod(100, 2, 1000)), 25);

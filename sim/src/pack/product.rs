@@ -11,9 +11,9 @@
 //! win a pod that no device of it can hold: the agent then refuses the start and the task
 //! waits for the next round, which this models by resolving again without that box.
 
+use super::policies::Placer;
 use super::state::{Cluster, MILLI};
 use super::trace::PodSpec;
-use super::policies::Placer;
 use std::collections::{BTreeMap, BTreeSet};
 use tapfinger::gpu_pool::GpuPool;
 use tapfinger::protocol::{Claim, Proposal, Round, resolve};

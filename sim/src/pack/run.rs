@@ -84,9 +84,11 @@ pub fn run(
         curve
             .unallocated
             .push(100.0 - 100.0 * c.gpu_allocated() as f64 / cap);
-        curve
-            .frag_ratio
-            .push(if idle == 0 { 0.0 } else { 100.0 * frag / idle as f64 });
+        curve.frag_ratio.push(if idle == 0 {
+            0.0
+        } else {
+            100.0 * frag / idle as f64
+        });
     };
     record(&c, &mut curve);
     let mut arrived: u64 = 0;

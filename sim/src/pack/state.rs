@@ -86,7 +86,11 @@ impl Host {
             && self.mem_left >= pod.memory_mib
             && (pod.num_gpu == 0
                 || (self.accessible(pod)
-                    && self.gpu_left.iter().filter(|g| **g >= pod.gpu_milli).count()
+                    && self
+                        .gpu_left
+                        .iter()
+                        .filter(|g| **g >= pod.gpu_milli)
+                        .count()
                         >= pod.num_gpu as usize))
     }
 
@@ -96,7 +100,11 @@ impl Host {
     /// Where the pod does not fit those devices: a placer's bug.
     pub fn take(&mut self, pod: &PodSpec, devices: &[usize]) {
         assert!(self.fits(pod), "placed a pod where it does not fit");
-        assert_eq!(devices.len(), pod.num_gpu as usize, "wrong number of devices");
+        assert_eq!(
+            devices.len(),
+            pod.num_gpu as usize,
+            "wrong number of devices"
+        );
         self.cpu_left -= pod.cpu_milli;
         self.mem_left -= pod.memory_mib;
         for d in devices {

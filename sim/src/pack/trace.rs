@@ -242,12 +242,15 @@ openb-pod-0001,6000,12288,2,1000
     fn errors_name_the_file_line_and_column() {
         let e = read_pods("p.csv", "name,cpu_milli,memory_mib,num_gpu\nx,1,1,1\n").unwrap_err();
         assert!(e.to_string().contains("gpu_milli"), "{e}");
-        let e = read_pods("p.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nx,1,1,2,500\n")
-            .unwrap_err();
+        let e = read_pods(
+            "p.csv",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nx,1,1,2,500\n",
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("line 2"), "{e}");
         assert!(e.to_string().contains("whole devices"), "{e}");
-        let e = read_nodes("n.csv", "sn,cpu_milli,memory_mib,gpu,model\nn,1.5,1,1,T4\n")
-            .unwrap_err();
+        let e =
+            read_nodes("n.csv", "sn,cpu_milli,memory_mib,gpu,model\nn,1.5,1,1,T4\n").unwrap_err();
         assert!(e.to_string().contains("cpu_milli"), "{e}");
         assert!(read_nodes("n.csv", "sn,cpu_milli,memory_mib,gpu,model\n").is_err());
     }
