@@ -28,11 +28,13 @@
 //! | [`experience`] | what learning gets from decisions and rounds (records, lost claims, rewards) |
 //! | [`spec`], [`wire`] | task specs as users write them; the versioned messages between boxes |
 //! | [`placement`], [`plan`] | the placement model of multi-node jobs; the pipeline planner |
-//! | [`gpu_pool`], [`plateau`], [`twin`] | GPU devices and fractions; convergence; the cluster's twin |
+//! | [`gpu_pool`], [`frag`] | GPU devices and fractions; how fragmented a box's devices are (FGD's measure) |
+//! | [`plateau`], [`twin`] | convergence; the cluster's twin |
 
 pub mod estimate;
 pub mod experience;
 pub mod fit;
+pub mod frag;
 pub mod gpu_pool;
 pub mod ledger;
 pub mod node;

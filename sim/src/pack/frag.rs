@@ -1,21 +1,11 @@
-//! GPU fragmentation as the FGD study defines it (Weng et al., "Beware of Fragmentation:
-//! Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent", USENIX ATC 2023, §3):
-//! a box's idle GPU thousandths are a fragment *for a pod shape* where that shape cannot use
-//! them — all of them if the shape cannot run on the box at all (too little CPU, too few devices
-//! with room, a GPU model it does not accept, or no GPU asked for), else those on devices with
-//! less room than the shape asks of one device. A box's fragmentation is the expectation over
-//! the workload's typical shapes, weighted by how often each arrives; FGD places a pod where
-//! this expectation grows least.
-//!
-//! The typical shapes are the most frequent (CPU, GPU share, GPU count, models) shapes of the
-//! pod list that make up 95 % of its pods, CPU pods included, as the study configures them.
+//! The FGD study's fragmentation measure on the benchmark's cluster: the core's measure
+//! ([`tapfinger::frag`]) with the study's typical shapes — the most frequent (CPU, GPU share,
+//! GPU count, models) shapes that make up 95 % of the pod list, CPU pods included — and, for
+//! each shape, the boxes whose GPU model it accepts. As in the study, shapes carry no memory.
 
-use super::state::{Cluster, Host};
+use super::state::{Cluster, Host, MILLI};
 use super::trace::PodSpec;
-use std::collections::BTreeMap;
-
-/// Share of the pods the typical shapes cover.
-pub const TYPICAL_COVER: f64 = 0.95;
+use tapfinger::frag::{Devices, Mix, TYPICAL_COVER, fragment};
 
 /// One pod shape: what the measure needs of a pod.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -40,6 +30,13 @@ impl Shape {
             gpu_spec: pod.gpu_spec.clone(),
         }
     }
+
+    /// The shape as the core's demand vector: CPU thousandths, GPU units (a device is
+    /// [`MILLI`]), no memory.
+    fn demand(&self) -> [u32; 3] {
+        let cpu = u32::try_from(self.cpu).unwrap_or(u32::MAX);
+        [cpu, self.num_gpu.saturating_mul(self.gpu_milli), 0]
+    }
 }
 
 /// The typical shapes of a workload with their frequencies (summing to 1), and for each shape
@@ -47,34 +44,20 @@ impl Shape {
 #[derive(Debug, Clone)]
 pub struct Measure {
     shapes: Vec<(Shape, f64)>,
+    demands: Vec<[u32; 3]>,
     /// `access[s][h]`: shape `s` may run on box `h`'s model.
     access: Vec<Vec<bool>>,
 }
 
 impl Measure {
-    /// The typical shapes of `pods` (most frequent first, until they cover
-    /// [`TYPICAL_COVER`] of the pods; equal counts in shape order), for the boxes of `cluster`.
+    /// The typical shapes of `pods` ([`Mix::typical`]), for the boxes of `cluster`.
     pub fn new(pods: &[PodSpec], cluster: &Cluster) -> Self {
-        let mut counts: BTreeMap<Shape, usize> = BTreeMap::new();
+        let mut mix = Mix::default();
         for p in pods {
-            *counts.entry(Shape::of(p)).or_default() += 1;
+            mix.observe(Shape::of(p));
         }
-        let mut by_count: Vec<(Shape, usize)> = counts.into_iter().collect();
-        by_count.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let total = pods.len().max(1) as f64;
-        let mut kept = Vec::new();
-        let mut covered = 0usize;
-        for (s, c) in by_count {
-            if covered as f64 >= TYPICAL_COVER * total {
-                break;
-            }
-            covered += c;
-            kept.push((s, c));
-        }
-        let shapes: Vec<(Shape, f64)> = kept
-            .into_iter()
-            .map(|(s, c)| (s, c as f64 / covered.max(1) as f64))
-            .collect();
+        let shapes = mix.typical(TYPICAL_COVER);
+        let demands = shapes.iter().map(|(s, _)| s.demand()).collect();
         let access = shapes
             .iter()
             .map(|(s, _)| {
@@ -90,7 +73,11 @@ impl Measure {
                     .collect()
             })
             .collect();
-        Self { shapes, access }
+        Self {
+            shapes,
+            demands,
+            access,
+        }
     }
 
     /// The typical shapes and their frequencies.
@@ -101,32 +88,15 @@ impl Measure {
     /// The expected fragment, in thousandths of a device, of box `h` were it left with
     /// `cpu_left` and `gpu_left`.
     pub fn fragment(&self, h: usize, cpu_left: u64, gpu_left: &[u32]) -> f64 {
-        let total: u64 = gpu_left.iter().map(|g| u64::from(*g)).sum();
-        if total == 0 {
-            return 0.0;
-        }
-        let total = total as f64;
-        let mut frag = 0.0;
-        for (i, (s, p)) in self.shapes.iter().enumerate() {
-            frag += p * if s.num_gpu == 0 || !self.access[i][h] || cpu_left < s.cpu {
-                total
-            } else {
-                let (mut room, mut small) = (0u32, 0u64);
-                for g in gpu_left {
-                    if *g >= s.gpu_milli {
-                        room += 1;
-                    } else {
-                        small += u64::from(*g);
-                    }
-                }
-                if room >= s.num_gpu {
-                    small as f64
-                } else {
-                    total
-                }
-            };
-        }
-        frag
+        let free = [u32::try_from(cpu_left).unwrap_or(u32::MAX), 0, 0];
+        let devices = Devices {
+            left: gpu_left,
+            per: MILLI,
+            kind: 1,
+        };
+        let shapes = (0..self.shapes.len())
+            .map(|s| (&self.demands[s][..], self.shapes[s].1, self.access[s][h]));
+        fragment(&free, &devices, shapes)
     }
 
     /// [`Self::fragment`] of a box as it stands.

@@ -197,11 +197,9 @@ impl Fgd {
         }
     }
 
-    /// The score of one outcome: the fragment's growth, in devices, through a sigmoid onto the
-    /// whole scale (a drop scores above 50).
+    /// The score of one outcome ([`tapfinger::frag::growth_score`]).
     fn score(before: f64, after: f64) -> i64 {
-        let x = (before - after) / f64::from(MILLI);
-        (TOP as f64 / (1.0 + (-x).exp())) as i64
+        i64::from(tapfinger::frag::growth_score(before, after, MILLI))
     }
 
     /// The best score of `pod` on box `h` and the devices that give it.
