@@ -53,7 +53,8 @@ pub(crate) struct PackBenchArgs {
     #[arg(long, required = true)]
     pods: Vec<PathBuf>,
     /// Policies, comma-separated (random, dotprod, clustering, packing, bestfit, fgd,
-    /// tapfinger).
+    /// tapfinger, and tapfinger-fullest: the product's placement with shares on the fullest
+    /// device, the ablation of the pool's fragmentation-aware choice).
     #[arg(
         long,
         value_delimiter = ',',

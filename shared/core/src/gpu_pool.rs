@@ -1,13 +1,17 @@
 //! GPU devices by task on one node: the node core counts GPU units, the node's driver (an
 //! agent's daemon, the simulator) places them on devices. A task holds whole devices, or a share
 //! of one device (an MPS client on an agent) counted in grid units of the GPU step; a device that
-//! holds shares holds no whole-device task, and the other way round. Shares pack onto the fullest
-//! device they fit, so that whole devices stay free for whole-device tasks.
+//! holds shares holds no whole-device task, and the other way round. A share goes to a device
+//! already shared where one has room, so that whole devices stay free for whole-device tasks;
+//! among those (or the first free device) it takes the one that leaves the box least fragmented
+//! for the GPU shapes the pool has been asked to place so far ([`crate::frag`]: FGD's measure,
+//! the pool's own record standing for the workload's mix), the fullest on a tie.
 //!
 //! The core's units cannot see devices: shares of several devices can leave room that no single
 //! device has. A driver whose placement fails sends the task back to the queue
 //! (`crate::node::NodeCore::on_start_refused`); the simulator does the same.
 
+use crate::frag::{Devices, Mix, TYPICAL_COVER, fragment};
 use crate::task::TaskId;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,6 +29,13 @@ pub struct GpuPool {
     shares: BTreeMap<u32, u32>,
     /// The share each task holds: (device, units).
     shared: BTreeMap<TaskId, (u32, u32)>,
+    /// Every device, in order.
+    all: Vec<u32>,
+    /// The GPU units of every placement asked of the pool: the shapes whose fragments a share
+    /// avoids. Where it is empty, a share takes the fullest device.
+    mix: Mix<u32>,
+    /// Whether shares avoid fragments (else: the fullest device, the ablation).
+    by_fragment: bool,
 }
 
 impl GpuPool {
@@ -71,7 +82,55 @@ impl GpuPool {
             per_device: per_device.max(1),
             shares: BTreeMap::new(),
             shared: BTreeMap::new(),
+            all: devices.to_vec(),
+            mix: Mix::default(),
+            by_fragment: true,
         }
+    }
+
+    /// The pool whose shares go to the fullest device they fit, whatever they fragment: the
+    /// ablation of [`Self::with_shares`].
+    pub fn fullest_first(devices: &[u32], per_device: u32) -> Self {
+        Self {
+            by_fragment: false,
+            ..Self::with_shares(devices, per_device)
+        }
+    }
+
+    /// Units left on each device (in the order given at creation) were `extra` units of
+    /// `device` taken.
+    fn left_with(&self, device: u32, extra: u32) -> Vec<u32> {
+        self.all
+            .iter()
+            .map(|d| {
+                let used = if self.free.contains(d) {
+                    0
+                } else {
+                    self.shares.get(d).copied().unwrap_or(self.per_device)
+                };
+                let used = used + if *d == device { extra } else { 0 };
+                self.per_device.saturating_sub(used)
+            })
+            .collect()
+    }
+
+    /// The expected fragment of the devices (GPU shapes only) were `units` put on `device`.
+    fn fragment_with(&self, device: u32, units: u32, shapes: &[(u32, f64)]) -> f64 {
+        let left = self.left_with(device, units);
+        let devices = Devices {
+            left: &left,
+            per: self.per_device,
+            kind: 0,
+        };
+        let demands: Vec<[u32; 1]> = shapes.iter().map(|(u, _)| [*u]).collect();
+        fragment(
+            &[],
+            &devices,
+            demands
+                .iter()
+                .zip(shapes)
+                .map(|(d, (_, p))| (&d[..], *p, true)),
+        )
     }
 
     /// Take a share of `units` grid units (fewer than a device has) of one device for `task`:
@@ -82,12 +141,32 @@ impl GpuPool {
         if units == 0 || units >= self.per_device {
             return None;
         }
-        let best = self
+        self.mix.observe(units);
+        // Shared devices with room, fullest first (the lowest id of equals).
+        let mut room: Vec<(u32, u32)> = self
             .shares
             .iter()
             .filter(|(_, used)| **used + units <= self.per_device)
-            .max_by_key(|(_, used)| **used)
-            .map(|(d, _)| *d);
+            .map(|(d, u)| (*d, *u))
+            .collect();
+        room.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let shapes = if self.by_fragment {
+            self.mix.typical(TYPICAL_COVER)
+        } else {
+            Vec::new()
+        };
+        let mut best: Option<(f64, u32)> = None;
+        for (d, _) in &room {
+            let f = if shapes.is_empty() {
+                0.0
+            } else {
+                self.fragment_with(*d, units, &shapes)
+            };
+            if best.is_none_or(|(b, _)| f < b) {
+                best = Some((f, *d));
+            }
+        }
+        let best = best.map(|(_, d)| d);
         let device = match best {
             Some(d) => d,
             None => {
@@ -140,6 +219,13 @@ impl GpuPool {
     /// Take `n` free devices for `task` (lowest indices first); None if fewer are free, which the
     /// core's capacity accounting should make impossible.
     pub fn take(&mut self, task: TaskId, n: usize) -> Option<Vec<u32>> {
+        if n > 0 {
+            self.mix.observe(
+                u32::try_from(n)
+                    .unwrap_or(u32::MAX)
+                    .saturating_mul(self.per_device),
+            );
+        }
         if self.free.len() < n {
             return None;
         }
@@ -231,5 +317,34 @@ mod tests {
         pool.release(TaskId(4));
         pool.release(TaskId(6));
         assert_eq!(pool.free.iter().copied().collect::<Vec<_>>(), vec![1]);
+    }
+
+    /// A share avoids leaving a sliver that the shapes the pool has placed cannot use; the
+    /// fullest-first pool (the ablation) leaves it.
+    #[test]
+    fn a_share_goes_where_it_leaves_the_least_fragment() {
+        for by_fragment in [true, false] {
+            let devices = [0, 1, 2, 3, 4, 5];
+            let mut pool = if by_fragment {
+                GpuPool::with_shares(&devices, 4)
+            } else {
+                GpuPool::fullest_first(&devices, 4)
+            };
+            // Three half-device tasks: device 0 full, device 1 half used.
+            for t in 1..=3 {
+                pool.take_share(TaskId(t), 2).unwrap();
+            }
+            assert_eq!(pool.share_of(TaskId(3)), Some((1, 2)));
+            // An adopted quarter on device 2.
+            pool.hold_share(TaskId(4), 2, 1);
+            // A quarter: on device 1 it leaves a quarter there, too small for the half-device
+            // shape; on device 2 both devices keep a half.
+            let d = pool.take_share(TaskId(5), 1).unwrap();
+            assert_eq!(
+                d,
+                if by_fragment { 2 } else { 1 },
+                "by_fragment {by_fragment}"
+            );
+        }
     }
 }

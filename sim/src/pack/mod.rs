@@ -58,7 +58,7 @@ pub enum PackError {
 }
 
 /// The policies, by the names the benchmark takes.
-pub const POLICIES: [&str; 7] = [
+pub const POLICIES: [&str; 8] = [
     "random",
     "dotprod",
     "clustering",
@@ -66,6 +66,7 @@ pub const POLICIES: [&str; 7] = [
     "bestfit",
     "fgd",
     "tapfinger",
+    "tapfinger-fullest",
 ];
 
 /// A fresh placer for `name` on `cluster`, with the typical shapes of `measure`.
@@ -82,6 +83,7 @@ pub fn placer(
         "bestfit" => Box::new(Study::BestFit),
         "fgd" => Box::new(Fgd::new(measure.clone(), cluster.hosts.len())),
         "tapfinger" => Box::new(product::Protocol::new(cluster)),
+        "tapfinger-fullest" => Box::new(product::Protocol::fullest_first(cluster)),
         other => return Err(PackError::Policy(other.into())),
     })
 }

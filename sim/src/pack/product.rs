@@ -24,20 +24,35 @@ use tapfinger::{NodeId, Resources, TaskId};
 pub struct Protocol {
     pools: Vec<GpuPool>,
     next: u64,
+    name: &'static str,
 }
 
 impl Protocol {
     /// Pools for the boxes of `c`, nothing placed; a device is [`MILLI`] grid units.
     pub fn new(c: &Cluster) -> Self {
+        Self::with_pools(c, GpuPool::with_shares, "tapfinger")
+    }
+
+    /// The same with pools that put a share on the fullest device it fits, whatever it
+    /// fragments ([`GpuPool::fullest_first`]): the ablation.
+    pub fn fullest_first(c: &Cluster) -> Self {
+        Self::with_pools(c, GpuPool::fullest_first, "tapfinger-fullest")
+    }
+
+    fn with_pools(c: &Cluster, pool: fn(&[u32], u32) -> GpuPool, name: &'static str) -> Self {
         let pools = c
             .hosts
             .iter()
             .map(|h| {
                 let devices: Vec<u32> = (0..h.gpu_left.len() as u32).collect();
-                GpuPool::with_shares(&devices, MILLI)
+                pool(&devices, MILLI)
             })
             .collect();
-        Self { pools, next: 0 }
+        Self {
+            pools,
+            next: 0,
+            name,
+        }
     }
 }
 
@@ -49,7 +64,7 @@ fn units(cpu: u64, gpu: u64, mem: u64) -> Resources {
 
 impl Placer for Protocol {
     fn name(&self) -> String {
-        "tapfinger".into()
+        self.name.into()
     }
 
     fn place(
