@@ -133,16 +133,8 @@ pub(crate) fn bench(a: PackBenchArgs) -> Result<()> {
 
 /// The study's published figure for `policy` on `list` at 100 % arrived.
 fn published(list: &str, policy: &str) -> Option<f64> {
-    let i = [
-        "random",
-        "dotprod",
-        "clustering",
-        "packing",
-        "bestfit",
-        "fgd",
-    ]
-    .iter()
-    .position(|p| *p == policy)?;
+    // The study's six, in the order of the published rows.
+    let i = pack::POLICIES[..6].iter().position(|p| *p == policy)?;
     PUBLISHED
         .iter()
         .find(|(l, _)| *l == list)

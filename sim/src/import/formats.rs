@@ -232,6 +232,21 @@ pub(super) fn alibaba_2020(text: &str) -> Result<Read, ImportError> {
     Ok(read)
 }
 
+/// A row's duration, or `None` (the row counted as left out) where it is not positive.
+fn positive_duration(
+    read: &mut Read,
+    v: &str,
+    line: usize,
+    column: &str,
+) -> Result<Option<f64>, ImportError> {
+    let d = number(v, line, column)?;
+    if d <= 0.0 {
+        read.drop("duration is not positive");
+        return Ok(None);
+    }
+    Ok(Some(d))
+}
+
 /// Alibaba cluster-trace-gpu-v2020's simulator input (`simulator/traces/pai/
 /// pai_job_duration_estimate_100K.csv`, the layout its `utils.py` reads; header required): one
 /// job per row, arriving at `submit_time` (seconds) and running `duration` seconds with
@@ -243,11 +258,9 @@ pub(super) fn alibaba_2020_sim(text: &str) -> Result<Read, ImportError> {
     let mut read = Read::default();
     for (n, r) in &t.rows {
         let n = *n;
-        let duration = number(t.get(r, 1), n, C[1])?;
-        if duration <= 0.0 {
-            read.drop("duration is not positive");
+        let Some(duration) = positive_duration(&mut read, t.get(r, 1), n, C[1])? else {
             continue;
-        }
+        };
         let opt = |i: usize| -> Result<f64, ImportError> {
             let v = t.get(r, i);
             if v.is_empty() {
@@ -377,11 +390,9 @@ pub(super) fn helios(text: &str) -> Result<Read, ImportError> {
     let mut read = Read::default();
     for (n, r) in &t.rows {
         let n = *n;
-        let duration = number(t.get(r, 4), n, C[4])?;
-        if duration <= 0.0 {
-            read.drop("duration is not positive");
+        let Some(duration) = positive_duration(&mut read, t.get(r, 4), n, C[4])? else {
             continue;
-        }
+        };
         // node_num boxes' worth of work on one box: a multi-node job becomes one large task.
         read.keep(Job {
             arrival_s: seconds(t.get(r, 0)).map_err(|e| bad(n, C[0], e))?,
