@@ -10,9 +10,9 @@
 //! weighted by how often each arrives; FGD puts a task where this expectation grows least
 //! ([`growth_score`]).
 //!
-//! GPU units follow the fraction rules of [`crate::spec::gpu_share`]: a device is `per` grid
-//! units; a demand below `per` is a share of one device, a demand of `per` or more is whole
-//! devices (demand / `per` of them), which only devices with nothing on them can give.
+//! GPU units follow the fraction rules of the specs ([`crate::spec::units_per_device`]): a device
+//! is `per` grid units; a demand below `per` is a share of one device, a demand of `per` or more
+//! is whole devices (demand / `per` of them), which only devices with nothing on them can give.
 
 use std::collections::BTreeMap;
 

@@ -8,7 +8,7 @@
 //! - [`frag`]: the study's fragmentation measure and typical pod shapes.
 //! - [`policies`]: the study's six policies.
 //! - [`product`]: the product's own placement (the protocol's box choice and the device pool).
-//! - [`run`]: one seeded run and its curve; [`bench`] runs every policy over seeds.
+//! - [`run`]: one seeded run and its curve; [`bench()`] runs every policy over seeds.
 
 pub mod frag;
 pub mod policies;
