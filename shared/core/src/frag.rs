@@ -24,14 +24,12 @@ pub const TYPICAL_COVER: f64 = 0.95;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mix<K: Ord> {
     counts: BTreeMap<K, u64>,
-    total: u64,
 }
 
 impl<K: Ord> Default for Mix<K> {
     fn default() -> Self {
         Self {
             counts: BTreeMap::new(),
-            total: 0,
         }
     }
 }
@@ -40,24 +38,24 @@ impl<K: Ord + Clone> Mix<K> {
     /// Count one arrival of `shape`.
     pub fn observe(&mut self, shape: K) {
         *self.counts.entry(shape).or_default() += 1;
-        self.total += 1;
     }
 
     /// Arrivals counted.
     pub fn total(&self) -> u64 {
-        self.total
+        self.counts.values().sum()
     }
 
     /// The typical shapes: the most frequent first (equal counts in key order) until they cover
     /// `cover` of the arrivals, each with its frequency among them (the frequencies sum to 1).
     /// Empty before any arrival.
     pub fn typical(&self, cover: f64) -> Vec<(K, f64)> {
+        let total = self.total();
         let mut by_count: Vec<(&K, u64)> = self.counts.iter().map(|(k, c)| (k, *c)).collect();
         by_count.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
         let mut kept = Vec::new();
         let mut covered = 0u64;
         for (k, c) in by_count {
-            if covered as f64 >= cover * self.total as f64 {
+            if covered as f64 >= cover * total as f64 {
                 break;
             }
             covered += c;

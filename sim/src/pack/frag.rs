@@ -121,18 +121,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn typical_shapes_cover_95_percent_most_frequent_first() {
-        let mut pods: Vec<PodSpec> = (0..60).map(|_| pod(1000, 1, 500)).collect();
-        pods.extend((0..38).map(|_| pod(2000, 1, 1000)));
-        pods.extend((0..2).map(|_| pod(4000, 0, 0)));
-        let c = Cluster::new(&[node(8000, 2, "T4")]);
-        let m = Measure::new(&pods, &c);
-        // 60 + 38 = 98 ≥ 95: the CPU shape is left out, the rest renormalised.
-        assert_eq!(m.shapes().len(), 2);
-        assert!((m.shapes()[0].1 - 60.0 / 98.0).abs() < 1e-12);
-    }
-
-    #[test]
     fn fragment_follows_the_definition() {
         let c = Cluster::new(&[node(8000, 2, "T4")]);
         let pods = vec![pod(1000, 1, 500), pod(1000, 1, 1000)];

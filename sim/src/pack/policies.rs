@@ -323,7 +323,6 @@ mod tests {
     fn packing_scores_the_three_tiers() {
         let host = |left: &[u32]| Host {
             cpu_left: 1000,
-            cpu_capacity: 96_000,
             mem_left: 1 << 20,
             gpu_left: left.to_vec(),
             model: None,

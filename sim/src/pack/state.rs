@@ -34,8 +34,6 @@ impl Affinity {
 pub struct Host {
     /// CPU thousandths left.
     pub cpu_left: u64,
-    /// CPU thousandths in all.
-    pub cpu_capacity: u64,
     /// Memory MiB left.
     pub mem_left: u64,
     /// Thousandths left on each device.
@@ -51,7 +49,6 @@ impl Host {
     pub fn new(n: &NodeSpec) -> Self {
         Self {
             cpu_left: n.cpu_milli,
-            cpu_capacity: n.cpu_milli,
             mem_left: n.memory_mib,
             gpu_left: vec![MILLI; n.gpus as usize],
             model: n.model.clone(),
