@@ -135,6 +135,8 @@ pub struct Local {
     pub mps_control: Option<PathBuf>,
     /// A stand-in for NVML's process samples (a JSON file of `gpu_use::ProcUse`).
     pub fake_nvml: Option<PathBuf>,
+    /// Its claims state the packing prior (the agent's `pack_shares`).
+    pub pack_shares: bool,
 }
 
 impl Local {
@@ -162,6 +164,7 @@ impl Local {
             gpu_step: 1.0,
             mps_control: None,
             fake_nvml: None,
+            pack_shares: false,
         }
     }
 
@@ -283,6 +286,7 @@ impl Local {
                     Box::new(tapfinger_agent::gpu_use::FileProbe(f))
                         as Box<dyn tapfinger_agent::gpu_use::GpuProbe>
                 }),
+                pack: self.pack_shares,
             },
             online,
             forecast_interval_slots: self.forecast_interval_slots,

@@ -144,6 +144,14 @@ pub struct AgentConfig {
     /// mean the same amount to every box; a peer with another is not heard). A box whose MPS
     /// control program is missing keeps the step and takes only whole-device tasks.
     pub gpu_step: f64,
+    /// Where `gpu_step` shares GPUs in fractions: this box's claims state FGD's growth score
+    /// of the task on its devices as their prior (`tapfinger::ledger::Ledger::claim_prior`), so
+    /// that a contested task goes to the box it leaves least fragmented for the workload's
+    /// shapes, instead of the box with most headroom. Off by default: it packs a filling
+    /// cluster tighter (docs/PACKING.md) and co-locates shares that headroom keeps apart, which
+    /// slowed the simulated small-GPU jobs (docs/RESULTS.md). Set it alike on every box: the
+    /// two priors are on different scales.
+    pub pack_shares: bool,
     /// The MPS control program (`nvidia-cuda-mps-control`, looked up on `PATH`, or a path):
     /// started per device that holds fractional tasks, its folders under `<data_dir>/mps`.
     pub mps_control: PathBuf,
@@ -279,6 +287,7 @@ impl Default for AgentConfig {
             log_format: LogFormat::Human,
             labels: BTreeMap::new(),
             gpu_step: 1.0,
+            pack_shares: false,
             mps_control: PathBuf::from(crate::mps::CONTROL),
             offer: Amounts::default(),
             reserve: Amounts::default(),
@@ -810,6 +819,13 @@ mod tests {
     }
 
     /// The GPU step divides a device by a whole number; anything else names the field.
+    #[test]
+    fn packing_shares_is_off_unless_asked() {
+        assert!(!AgentConfig::default().pack_shares);
+        let c = AgentConfig::from_toml("gpu_step = 0.25\npack_shares = true").unwrap();
+        assert!(c.pack_shares);
+    }
+
     #[test]
     fn the_gpu_step_divides_a_device() {
         let c = AgentConfig::from_toml("gpu_step = 0.25").unwrap();

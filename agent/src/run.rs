@@ -220,6 +220,7 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
             probe: crate::gpu_use::probe(&gpu_devices),
             devices: gpu_devices,
             shares: gpu_shares,
+            pack: cfg.pack_shares,
         },
         online,
         forecast_interval_slots,

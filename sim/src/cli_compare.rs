@@ -158,6 +158,11 @@ pub(crate) struct Variants {
     /// resumes from its last checkpoint); `compare` adds the tasks preempted and the work lost.
     #[arg(long)]
     preempt: bool,
+    /// Where GPUs are shared in fractions, claims state FGD's growth score of the claim on the
+    /// box's devices as the Bayes prior instead of the box's headroom: boxes pack GPU shares
+    /// (as an agent with `pack_shares`).
+    #[arg(long)]
+    pack_shares: bool,
     #[command(flatten)]
     estimates: Estimates,
 }
@@ -204,6 +209,9 @@ fn load_with(name: &str, v: Variants) -> Result<Simulator> {
     }
     if v.no_shrink {
         sim = sim.no_shrink();
+    }
+    if v.pack_shares {
+        sim = sim.pack_shares();
     }
     if v.estimates.profile_hints {
         sim = sim.profile_hints();

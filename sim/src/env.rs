@@ -125,6 +125,13 @@ impl Simulator {
         self
     }
 
+    /// Where GPUs are shared in fractions, claims state the packing prior (`--pack-shares`,
+    /// [`crate::scenario::Scenario::pack_shares`]).
+    pub fn pack_shares(mut self) -> Self {
+        self.sc.pack_shares = true;
+        self
+    }
+
     /// Every task declares its work (its size) to the speed estimator (`--declare-work`,
     /// [`crate::scenario::ScenarioFile::declare_work`]).
     pub fn declare_work(mut self) -> Self {

@@ -1,8 +1,8 @@
 //! Fractions of a GPU in the simulator: a scenario in quarter GPUs runs every policy; the
 //! learned policy runs more GPU tasks at once than there are devices (it places fractions);
 //! two tasks sharing a device progress at their pair's co-location factor; a share no single
-//! device holds goes back to the queue; the agents' rules refuse a bad scenario, naming the
-//! field.
+//! device holds goes back to the queue; boxes that pack shares keep a device whole that
+//! spreading would not; the agents' rules refuse a bad scenario, naming the field.
 #![allow(clippy::unwrap_used)]
 
 use tapfinger_sim::{Scenario, Simulator, policies};
@@ -169,6 +169,67 @@ arrival,type,size,require
             r.tasks
         );
     }
+}
+
+/// Two boxes of one GPU in quarters; two half-GPU tasks arrive, then a whole-GPU one. Boxes
+/// that pack shares (`--pack-shares`) put the second half beside the first, where it leaves no
+/// device part-used, so the whole-GPU task starts on arrival; boxes that state their headroom
+/// spread the halves, and the whole-GPU task waits for one of them to end. Judged from the
+/// tasks' records.
+#[test]
+fn boxes_that_pack_shares_keep_a_device_whole_for_a_whole_gpu_task() {
+    let text = r#"
+name = "pack"
+lambda = 1.0
+tasks = 3
+reachability = "all"
+
+[[resources]]
+name = "gpu"
+step = 0.25
+
+[[nodes]]
+name = "a"
+capacity = [4]
+
+[[nodes]]
+name = "b"
+capacity = [4]
+
+[[task_types]]
+name = "half"
+min_demand = [2]
+max_demand = [2]
+speed = { model = "synthetic", w = [0.0], b = 0.1 }
+
+[[task_types]]
+name = "whole"
+min_demand = [4]
+max_demand = [4]
+speed = { model = "synthetic", w = [0.0], b = 0.1 }
+
+[trace]
+rows = """
+arrival,type,size,require
+0,half,1,
+1,half,1,
+3,whole,1,
+"""
+"#;
+    let sc = Scenario::from_toml(text, "pack", None).unwrap();
+    let run = |sim: Simulator| {
+        let mut r = sim
+            .run(policies::build(&sim, "first-fit-max").unwrap(), 1)
+            .unwrap();
+        r.tasks.sort_by_key(|t| t.id);
+        r.tasks
+    };
+    let packed = run(Simulator::new(sc.clone()).pack_shares());
+    assert_eq!(packed[0].node, packed[1].node, "{packed:?}");
+    assert_eq!(packed[2].start, packed[2].arrival, "{packed:?}");
+    let spread = run(Simulator::new(sc));
+    assert_ne!(spread[0].node, spread[1].node, "{spread:?}");
+    assert!(spread[2].start >= spread[0].finish, "{spread:?}");
 }
 
 #[test]

@@ -107,6 +107,7 @@ pub(super) async fn run(
         observed: Default::default(),
     };
     d.gpu_use = crate::gpu_use::Sampler::new(d.p.gpus.probe.take());
+    d.state_devices();
     let mut runs_changed = false;
     let mut ticker = tokio::time::interval(Duration::from_millis(10));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);

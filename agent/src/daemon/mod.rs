@@ -139,6 +139,8 @@ pub struct Gpus {
     pub shares: crate::mps::GpuShares,
     /// What tasks use of their GPUs (NVML; `None`: nothing to show).
     pub probe: Option<Box<dyn crate::gpu_use::GpuProbe>>,
+    /// Whether claims state the packing prior (the configuration's `pack_shares`).
+    pub pack: bool,
 }
 
 impl Gpus {

@@ -49,13 +49,18 @@ impl<K: Ord + Clone> Mix<K> {
     /// `cover` of the arrivals, each with its frequency among them (the frequencies sum to 1).
     /// Empty before any arrival.
     pub fn typical(&self, cover: f64) -> Vec<(K, f64)> {
+        self.typical_at_most(cover, usize::MAX)
+    }
+
+    /// [`Self::typical`], keeping at most `most` shapes (the frequencies are then among those).
+    pub fn typical_at_most(&self, cover: f64, most: usize) -> Vec<(K, f64)> {
         let total = self.total();
         let mut by_count: Vec<(&K, u64)> = self.counts.iter().map(|(k, c)| (k, *c)).collect();
         by_count.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
         let mut kept = Vec::new();
         let mut covered = 0u64;
         for (k, c) in by_count {
-            if covered as f64 >= cover * total as f64 {
+            if covered as f64 >= cover * total as f64 || kept.len() >= most {
                 break;
             }
             covered += c;
@@ -142,6 +147,62 @@ pub fn growth_score(before: f64, after: f64, per: u32) -> u32 {
     (100.0 / (1.0 + (-x).exp())) as u32
 }
 
+/// Units left on each device once `units` more are placed as the device pool places them
+/// ([`crate::gpu_pool::GpuPool::place`]): a share on the fullest device already shared that it
+/// fits (the pool's rule on a tie; its own finer choice by fragment needs the mix of shapes it
+/// has placed, which only the box's driver holds), else the first free device; whole devices
+/// on the first free devices. None where the devices cannot hold it.
+pub fn place_on(left: &[u32], per: u32, units: u32) -> Option<Vec<u32>> {
+    let mut out = left.to_vec();
+    if units == 0 {
+        return Some(out);
+    }
+    if units < per {
+        let shared = (0..left.len())
+            .filter(|i| left[*i] < per && left[*i] >= units)
+            .min_by_key(|i| (left[*i], *i));
+        let i = shared.or_else(|| (0..left.len()).find(|i| left[*i] == per))?;
+        out[i] -= units;
+        return Some(out);
+    }
+    let mut n = units / per;
+    for u in out.iter_mut() {
+        if n > 0 && *u == per {
+            *u = 0;
+            n -= 1;
+        }
+    }
+    (n == 0).then_some(out)
+}
+
+/// The prior a box states for a claim where devices are shared in fractions: FGD's growth
+/// score ([`growth_score`], whole 0–100) of putting `alloc` on the box. Exact ties go, as every
+/// tie of the protocol does, to the lowest agent id: the study's own rule (the first box in its
+/// list), which packs where a finer rule spreads. `free` is the box's units of every kind,
+/// `shapes` the workload's typical shapes (demand, frequency, whether it may run on the box).
+/// None where the box's devices cannot hold `alloc` (a start there would be refused).
+pub fn packing_prior(
+    free: &[u32],
+    devices: &Devices<'_>,
+    alloc: &[u32],
+    shapes: &[(&[u32], f64, bool)],
+) -> Option<f64> {
+    let units = alloc.get(devices.kind).copied().unwrap_or(0);
+    let left = place_on(devices.left, devices.per, units)?;
+    let after: Vec<u32> = free
+        .iter()
+        .enumerate()
+        .map(|(k, f)| f.saturating_sub(alloc.get(k).copied().unwrap_or(0)))
+        .collect();
+    let placed = Devices {
+        left: &left,
+        ..*devices
+    };
+    let before = fragment(free, devices, shapes.iter().copied());
+    let grown = fragment(&after, &placed, shapes.iter().copied());
+    Some(f64::from(growth_score(before, grown, devices.per)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +286,56 @@ mod tests {
         assert!(growth_score(0.0, 400.0, 1000) < 50);
         // Growths within a few hundredths of a device score alike.
         assert_eq!(growth_score(0.0, 10.0, 1000), growth_score(0.0, 30.0, 1000));
+    }
+
+    #[test]
+    fn devices_are_placed_as_the_pool_places_them() {
+        // A quarter: the fullest shared device it fits, else the first free one.
+        assert_eq!(place_on(&[4, 2, 1], 4, 1), Some(vec![4, 2, 0]));
+        assert_eq!(place_on(&[4, 2, 1], 4, 2), Some(vec![4, 0, 1]));
+        assert_eq!(place_on(&[0, 4, 1], 4, 3), Some(vec![0, 1, 1]));
+        // Whole devices: the first free ones; none where too few are free.
+        assert_eq!(place_on(&[2, 4, 4], 4, 8), Some(vec![2, 0, 0]));
+        assert_eq!(place_on(&[2, 4], 4, 8), None);
+        assert_eq!(place_on(&[3, 3], 4, 4), None);
+        assert_eq!(place_on(&[3], 4, 0), Some(vec![3]));
+    }
+
+    #[test]
+    fn the_prior_prefers_the_box_a_claim_leaves_least_fragmented() {
+        let free = [8, 0, 64];
+        // Half-device shares only: a box with half a device left takes one and keeps nothing
+        // idle that the shape cannot use; a free box would be left with a half, usable too.
+        let shapes = [(&[1u32, 2, 8][..], 1.0, true)];
+        let half = [1, 2, 8];
+        let filled = packing_prior(&free, &devices(&[2]), &half, &shapes).unwrap();
+        let fresh = packing_prior(&free, &devices(&[4]), &half, &shapes).unwrap();
+        assert_eq!(filled, fresh);
+        // With whole-device shapes too, the half left on a fresh device is a fragment for them.
+        let shapes = [(&[1u32, 2, 8][..], 0.5, true), (&[1, 4, 8][..], 0.5, true)];
+        let filled = packing_prior(&free, &devices(&[2, 4]), &half, &shapes).unwrap();
+        let fresh = packing_prior(&free, &devices(&[4, 4]), &half, &shapes).unwrap();
+        assert!(filled > fresh, "{filled} vs {fresh}");
+        // Devices that cannot hold it: no prior.
+        assert_eq!(
+            packing_prior(&free, &devices(&[1, 1]), &half, &shapes),
+            None
+        );
+    }
+
+    #[test]
+    fn at_most_keeps_the_most_frequent_shapes() {
+        let mut m = Mix::default();
+        for (shape, n) in [(1u32, 5), (2, 3), (3, 2)] {
+            for _ in 0..n {
+                m.observe(shape);
+            }
+        }
+        assert_eq!(
+            m.typical_at_most(1.0, 2),
+            vec![(1, 5.0 / 8.0), (2, 3.0 / 8.0)]
+        );
+        assert_eq!(m.typical(1.0).len(), 3);
     }
 
     proptest! {

@@ -97,6 +97,17 @@ impl GpuPool {
         }
     }
 
+    /// Units left on each device, in the order given at creation: what the ledger's packing
+    /// prior reads ([`crate::ledger::Ledger::set_devices`]).
+    pub fn left(&self) -> Vec<u32> {
+        self.left_with(u32::MAX, 0)
+    }
+
+    /// Grid units of one device.
+    pub fn per_device(&self) -> u32 {
+        self.per_device
+    }
+
     /// Units left on each device (in the order given at creation) were `extra` units of
     /// `device` taken.
     fn left_with(&self, device: u32, extra: u32) -> Vec<u32> {

@@ -75,13 +75,28 @@ impl Room {
         let Some(alloc) = ledger.room_alloc(node, self.task) else {
             return Some(Proposal::Pass);
         };
-        let min = &ledger.get(self.task)?.task.min_demand;
+        let task = &ledger.get(self.task)?.task;
         Some(Proposal::Claim(Claim {
             task: self.task,
-            headroom: ledger.claimable(node).headroom(min),
+            headroom: ledger.claim_prior(node, task, &alloc),
             alloc,
             prob: 1.0,
         }))
+    }
+}
+
+/// A policy's proposal ([`crate::policy::to_proposal`]) with the prior `node` states for its
+/// claim ([`Ledger::claim_prior`]: FGD's growth score where GPUs are shared in fractions and
+/// the node's devices are known, else its headroom). Both drivers call it on every claim.
+pub fn with_prior<M>(p: Proposal, node: NodeId, ledger: &Ledger<M>) -> Proposal {
+    match p {
+        Proposal::Claim(mut c) => {
+            if let Some(e) = ledger.get(c.task) {
+                c.headroom = ledger.claim_prior(node, &e.task, &c.alloc);
+            }
+            Proposal::Claim(c)
+        }
+        p => p,
     }
 }
 

@@ -20,6 +20,20 @@ pub(super) struct Devices {
 }
 
 impl Devices {
+    /// Tell the ledger how each node's devices stand (`ids[i]` is pool i's node): the packing
+    /// prior of the next slot's claims reads it ([`tapfinger::ledger::Ledger::set_devices`]).
+    pub(super) fn state<M>(
+        &self,
+        ledger: &mut tapfinger::ledger::Ledger<M>,
+        ids: &[tapfinger::NodeId],
+    ) {
+        for (pool, node) in self.pools.iter().zip(ids) {
+            ledger.set_devices(*node, self.kind, pool.per_device(), pool.left());
+        }
+    }
+}
+
+impl Devices {
     /// The devices of `sc`'s nodes, if its GPU step is below one device.
     pub(super) fn of(sc: &crate::scenario::Scenario) -> Option<Self> {
         let (kind, per) = tapfinger::spec::units_per_device(&sc.space)?;
@@ -85,6 +99,9 @@ impl Episode<'_> {
                     .fold(1.0, f64::min);
                 factors.insert(id, f);
             }
+        }
+        if self.sc.pack_shares {
+            dev.state(&mut self.ledger, &self.ids);
         }
         for id in refused {
             self.ledger

@@ -210,6 +210,10 @@ impl<'a> Episode<'a> {
         if sc.profile_hints {
             crate::profile::hint_profiles(sc, &arrivals, &mut ledger);
         }
+        let devices = devices::Devices::of(sc);
+        if let Some(d) = devices.as_ref().filter(|_| sc.pack_shares) {
+            d.state(&mut ledger, &ids);
+        }
         Ok(Self {
             sc,
             lower_bound,
@@ -238,7 +242,7 @@ impl<'a> Episode<'a> {
                 .or(sc.gangs.as_ref().map(|g| g.placer))
                 .unwrap_or_default(),
             truths,
-            devices: devices::Devices::of(sc),
+            devices,
             #[cfg(test)]
             audit: None,
         })
@@ -429,6 +433,7 @@ impl<'a> Episode<'a> {
             let decision = self.policies[i].decide(&v, &mut self.rngs[i]);
             let proposal = tapfinger::policy::to_proposal(&decision, &v)
                 .map_err(|e| self.violation(i, slot, e.to_string()))?;
+            let proposal = tapfinger::slot::with_prior(proposal, self.ids[i], &self.ledger);
             // In the slot step's order ([`tapfinger::slot::propose`]): a room this node made
             // by preemption ([`preempt`]), a pending gang it owns that fits ([`gangs`]), the
             // policy's claim.

@@ -58,7 +58,7 @@ pub enum PackError {
 }
 
 /// The policies, by the names the benchmark takes.
-pub const POLICIES: [&str; 8] = [
+pub const POLICIES: [&str; 9] = [
     "random",
     "dotprod",
     "clustering",
@@ -67,6 +67,7 @@ pub const POLICIES: [&str; 8] = [
     "fgd",
     "tapfinger",
     "tapfinger-fullest",
+    "tapfinger-pack",
 ];
 
 /// A fresh placer for `name` on `cluster`, with the typical shapes of `measure`.
@@ -84,6 +85,7 @@ pub fn placer(
         "fgd" => Box::new(Fgd::new(measure.clone(), cluster.hosts.len())),
         "tapfinger" => Box::new(product::Protocol::new(cluster)),
         "tapfinger-fullest" => Box::new(product::Protocol::fullest_first(cluster)),
+        "tapfinger-pack" => Box::new(product::Protocol::packing(cluster)),
         other => return Err(PackError::Policy(other.into())),
     })
 }

@@ -387,6 +387,10 @@ pub struct Scenario {
     pub profile_hints: bool,
     /// Tasks declare their work ([`ScenarioFile::declare_work`]).
     pub declare_work: bool,
+    /// Where GPUs are shared in fractions, claims state FGD's growth score of the claim on the
+    /// box's devices as the Bayes prior instead of the box's headroom (`--pack-shares`,
+    /// [`tapfinger::ledger::Ledger::set_devices`]).
+    pub pack_shares: bool,
     /// Bursty arrivals.
     pub burst: Option<Burst>,
     /// Heavy-tailed task sizes.

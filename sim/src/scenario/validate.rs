@@ -110,6 +110,7 @@ impl Scenario {
             published: f.published,
             profile_hints: f.profile_hints,
             declare_work: f.declare_work,
+            pack_shares: false,
             burst: f.burst,
             task_size: f.task_size,
             trace,

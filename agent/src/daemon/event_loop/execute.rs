@@ -204,8 +204,9 @@ impl Daemon {
                 reason: format!("the journal cannot be written: {why}"),
             })
         } else {
-            self.place_gpus(task, &mut allocation)
-                .and_then(|()| self.p.executor.start(task, &spec, &allocation))
+            let placed = self.place_gpus(task, &mut allocation);
+            self.state_devices();
+            placed.and_then(|()| self.p.executor.start(task, &spec, &allocation))
         };
         let p = &mut self.p;
         let mut started = started;
@@ -341,6 +342,17 @@ impl Daemon {
             && let Err(e) = mps.release(device)
         {
             tracing::warn!(%task, error = %e, "cannot stop the MPS daemon");
+        }
+        self.state_devices();
+    }
+
+    /// Tell the core how this box's devices stand, where they are shared in fractions: its
+    /// claims' packing prior reads them (`tapfinger::ledger::Ledger::set_devices`).
+    pub(super) fn state_devices(&mut self) {
+        let per = self.gpus.per_device();
+        if per > 1 && self.p.gpus.pack {
+            // The agent's GPU kind is its second (`crate::config::space`).
+            self.p.core.set_devices(1, per, self.gpus.left());
         }
     }
 }

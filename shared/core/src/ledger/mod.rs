@@ -48,6 +48,7 @@ mod nodes;
 mod observe;
 mod order;
 mod outlook;
+mod packing;
 mod preempt;
 mod requeue;
 mod reserve;
@@ -57,6 +58,7 @@ use elastic::{add_each, sub_each};
 pub use gangs::{GANG_TRIES, GangPlacement};
 pub use order::{Priorities, rank};
 pub use outlook::RewardWeights;
+pub use packing::MAX_SHAPES;
 pub use preempt::Preemption;
 pub use requeue::Requeue;
 pub use view::MayStart;
@@ -247,6 +249,8 @@ pub struct Ledger<M> {
     reserve: reserve::Reserve,
     /// Tasks sent back to the queue, by reason ([`Ledger::requeue`]).
     requeues: BTreeMap<Requeue, u64>,
+    /// The shapes that arrived and the devices drivers stated: a claim's prior ([`packing`]).
+    packing: packing::Packing,
 }
 
 impl<M> Ledger<M> {
@@ -270,6 +274,7 @@ impl<M> Ledger<M> {
             outlook: Default::default(),
             reserve: Default::default(),
             requeues: BTreeMap::new(),
+            packing: Default::default(),
         }
     }
 
@@ -348,6 +353,7 @@ impl<M> Ledger<M> {
         self.index(&task, &state);
         self.arrived(&task);
         self.arrived_urgent(&task);
+        self.packing.observe(&task);
         if matches!(state, TaskState::Done { .. }) {
             // Learned only once done (an outcome, a journal): what it declared counts towards
             // its class, as on the agents that heard it earlier, and is then let go.

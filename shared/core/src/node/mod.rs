@@ -347,6 +347,13 @@ impl NodeCore {
             .unwrap_or_default()
     }
 
+    /// How this box's GPU devices stand: `left` grid units on each, `per` a device, in kind
+    /// `kind`. Its claims then state the packing prior ([`crate::ledger::Ledger::set_devices`]);
+    /// a driver that shares GPUs in fractions calls it whenever its device pool changes.
+    pub fn set_devices(&mut self, kind: usize, per: u32, left: Vec<u32>) {
+        self.tasks.set_devices(self.cfg.me, kind, per, left);
+    }
+
     /// Place the gangs this node proposes with `gangs` (placer and link speeds) instead of the
     /// core's default, pack-first over edge links.
     pub fn set_gangs(&mut self, gangs: crate::ledger::GangPlacement) {

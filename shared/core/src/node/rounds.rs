@@ -163,6 +163,7 @@ impl NodeCore {
             Some(v) if self.lease_held(now) && !self.rounds.settling => {
                 let d = self.policy.decide(&v, &mut self.rng);
                 let single = to_proposal(&d, &v).unwrap_or(crate::protocol::Proposal::Pass);
+                let single = crate::slot::with_prior(single, self.cfg.me, &self.tasks);
                 // In the slot step's order ([`crate::slot::propose`]): a room this node made by
                 // preemption ([`super::preempt`]), a pending gang it proposes
                 // ([`super::gangs`]), its policy's claim.
