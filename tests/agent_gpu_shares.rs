@@ -6,7 +6,8 @@
 //! One box with one GPU (device 7) shared in quarters: a 0.25 and a 0.75 task run at once as
 //! clients of one MPS daemon, each held to its share; a whole-device task never runs while the
 //! daemon serves them. A box without the control program shares nothing
-//! and refuses a fraction, naming the field.
+//! and refuses a fraction, naming the field. Two boxes that pack shares keep a device whole for
+//! a whole-GPU task that two boxes stating headroom make wait.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -288,4 +289,62 @@ async fn a_task_s_gpu_use_is_shown() {
     );
     assert!(metrics.contains("tapfinger_tasks_on_gpus 1"), "{metrics}");
     agent.shutdown().await;
+}
+
+/// Two boxes of one GPU in quarters, two half-GPU tasks a moment apart, then a whole-GPU one:
+/// the halves' MPS pipe folders (each box's own) and the start of the whole-GPU task.
+async fn halves_then_a_whole(pack: bool) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let locals = ["a", "b"].map(|name| {
+        let own = dir.join(name);
+        std::fs::create_dir_all(&own).unwrap();
+        let mut local = quarter_box(&own, 1, stand_in(&own, &dir.join("events")));
+        local.name = name.into();
+        local.pack_shares = pack;
+        local
+    });
+    let agents = tapfinger_tests::start_all(locals.into()).await;
+    for (name, gpu, secs) in [("h1", 0.5, 3.0), ("h2", 0.5, 3.0), ("whole", 1.0, 0.1)] {
+        agents[0].submit(task(name, gpu, secs, dir)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+    let all: Vec<&Agent> = agents.iter().collect();
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tapfinger_tests::finished(&statuses(&all)).len() < 3 {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "timed out: {:#?}",
+            events(dir)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pipe = |name: &str| -> Vec<String> {
+        env(dir, name)
+            .into_iter()
+            .filter(|l| l.starts_with("CUDA_MPS_PIPE_DIRECTORY="))
+            .collect()
+    };
+    let out = (pipe("h1"), pipe("h2"), events(dir));
+    for a in agents {
+        a.shutdown().await;
+    }
+    out
+}
+
+/// Boxes that pack shares (`pack_shares`) put the second half beside the first, where it
+/// leaves no device part-used, so the whole-GPU task starts while both halves run; boxes that
+/// state their headroom spread the halves, and the whole-GPU task waits for one to end.
+/// Judged from the tasks' own environment and events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boxes_that_pack_shares_keep_a_device_whole() {
+    let (h1, h2, ev) = halves_then_a_whole(true).await;
+    assert!(!h1.is_empty() && h1 == h2, "one box: {h1:?} {h2:?}");
+    assert!(at(&ev, "start whole") < at(&ev, "end h1"), "{ev:#?}");
+    let (h1, h2, ev) = halves_then_a_whole(false).await;
+    assert!(
+        !h1.is_empty() && !h2.is_empty() && h1 != h2,
+        "{h1:?} {h2:?}"
+    );
+    assert!(at(&ev, "start whole") > at(&ev, "end h1"), "{ev:#?}");
 }
