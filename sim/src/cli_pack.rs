@@ -145,23 +145,25 @@ fn print_table(list: &str, policies: &[String], curves: &[Vec<pack::run::Curve>]
     println!(
         "unallocated GPUs, % of the cluster's, at each arrived %: median [25 %, 75 %] of the seeds"
     );
-    print!("{:<11}", "policy");
+    // Every column at least one space apart, whatever the names and spreads.
+    let w = policies.iter().map(String::len).max().unwrap_or(6).max(6) + 1;
+    print!("{:<w$}", "policy");
     for r in REPORTED {
-        print!("{:>20}", format!("{r} %"));
+        print!("{:>21}", format!("{r} %"));
     }
-    println!("{:>10}{:>10}{:>12}", "study@100", "frag@90", "unplaced");
+    println!("{:>11}{:>10}{:>12}", "study@100", "frag@90", "unplaced");
     for (p, runs) in policies.iter().zip(curves) {
-        print!("{p:<11}");
+        print!("{p:<w$}");
         for r in REPORTED {
             let xs: Vec<f64> = runs.iter().map(|c| c.unallocated_at(r)).collect();
             let (m, lo, hi) = spread(&xs);
-            print!("{:>20}", format!("{m:.2} [{lo:.2}, {hi:.2}]"));
+            print!("{:>21}", format!("{m:.2} [{lo:.2}, {hi:.2}]"));
         }
         let study = published(list, p).map_or("-".into(), |v| format!("{v:.2}"));
         let frag: Vec<f64> = runs.iter().map(|c| c.frag_ratio_at(90)).collect();
         let failed: Vec<f64> = runs.iter().map(|c| c.failed as f64).collect();
         println!(
-            "{study:>10}{:>10}{:>12}",
+            "{study:>11}{:>10}{:>12}",
             format!("{:.1}", spread(&frag).0),
             format!("{:.0}", spread(&failed).0)
         );
