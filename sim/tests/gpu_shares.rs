@@ -105,47 +105,40 @@ fn tasks_sharing_a_gpu_progress_at_their_pair_s_factor() {
     );
 }
 
+/// A scenario in quarter GPUs only: boxes of `boxes` units, task types of a fixed demand each
+/// (units: quarters) that make a tenth of their work a slot, the trace `rows` (`arrival,type`).
+fn quarters(name: &str, boxes: &[u32], types: &[(&str, u32)], rows: &str) -> Scenario {
+    let mut text = format!(
+        "name = \"{name}\"\nlambda = 1.0\ntasks = {}\nreachability = \"all\"\n\n\
+         [[resources]]\nname = \"gpu\"\nstep = 0.25\n",
+        rows.lines().count()
+    );
+    for (i, cap) in boxes.iter().enumerate() {
+        text += &format!("\n[[nodes]]\nname = \"box{i}\"\ncapacity = [{cap}]\n");
+    }
+    for (ty, units) in types {
+        text += &format!(
+            "\n[[task_types]]\nname = \"{ty}\"\nmin_demand = [{units}]\nmax_demand = [{units}]\n\
+             speed = {{ model = \"synthetic\", w = [0.0], b = 0.1 }}\n"
+        );
+    }
+    let rows: String = rows.lines().map(|r| format!("{r},1,\n")).collect();
+    text += &format!("\n[trace]\nrows = \"\"\"\narrival,type,size,require\n{rows}\"\"\"\n");
+    Scenario::from_toml(&text, name, None).unwrap()
+}
+
 /// Two GPUs in quarters on one box, two three-quarter tasks and a half one arriving together:
 /// 3 + 3 + 2 quarters fit the box's 8 units but not its devices, so the half task, when placed
 /// beside both, goes back to the queue (it is not lost) and runs once a device has room. Judged
 /// from the tasks' records: never all three running in one slot.
 #[test]
 fn a_share_no_single_device_holds_waits() {
-    let text = r#"
-name = "fragments"
-lambda = 1.0
-tasks = 3
-reachability = "all"
-
-[[resources]]
-name = "gpu"
-step = 0.25
-
-[[nodes]]
-name = "edge"
-capacity = [8]
-
-[[task_types]]
-name = "three-quarters"
-min_demand = [3]
-max_demand = [3]
-speed = { model = "synthetic", w = [0.0], b = 0.1 }
-
-[[task_types]]
-name = "half"
-min_demand = [2]
-max_demand = [2]
-speed = { model = "synthetic", w = [0.0], b = 0.1 }
-
-[trace]
-rows = """
-arrival,type,size,require
-0,three-quarters,1,
-0,three-quarters,1,
-0,half,1,
-"""
-"#;
-    let sc = Scenario::from_toml(text, "fragments", None).unwrap();
+    let sc = quarters(
+        "fragments",
+        &[8],
+        &[("three-quarters", 3), ("half", 2)],
+        "0,three-quarters\n0,three-quarters\n0,half",
+    );
     for policy in ["first-fit-max", "min", "random", "tiresias"] {
         let sim = Simulator::new(sc.clone());
         let r = sim.run(policies::build(&sim, policy).unwrap(), 1).unwrap();
@@ -178,45 +171,12 @@ arrival,type,size,require
 /// tasks' records.
 #[test]
 fn boxes_that_pack_shares_keep_a_device_whole_for_a_whole_gpu_task() {
-    let text = r#"
-name = "pack"
-lambda = 1.0
-tasks = 3
-reachability = "all"
-
-[[resources]]
-name = "gpu"
-step = 0.25
-
-[[nodes]]
-name = "a"
-capacity = [4]
-
-[[nodes]]
-name = "b"
-capacity = [4]
-
-[[task_types]]
-name = "half"
-min_demand = [2]
-max_demand = [2]
-speed = { model = "synthetic", w = [0.0], b = 0.1 }
-
-[[task_types]]
-name = "whole"
-min_demand = [4]
-max_demand = [4]
-speed = { model = "synthetic", w = [0.0], b = 0.1 }
-
-[trace]
-rows = """
-arrival,type,size,require
-0,half,1,
-1,half,1,
-3,whole,1,
-"""
-"#;
-    let sc = Scenario::from_toml(text, "pack", None).unwrap();
+    let sc = quarters(
+        "pack",
+        &[4, 4],
+        &[("half", 2), ("whole", 4)],
+        "0,half\n1,half\n3,whole",
+    );
     let run = |sim: Simulator| {
         let mut r = sim
             .run(policies::build(&sim, "first-fit-max").unwrap(), 1)
