@@ -37,7 +37,12 @@ struct Stated {
 #[derive(Debug, Clone, Default)]
 pub(super) struct Packing {
     mix: Mix<Shape>,
+    /// The typical shapes of `mix`: worked out at each arrival once a driver has stated
+    /// devices, so that an arrival counts before its first round; before that (and where no
+    /// box packs, ever) the arrivals are only counted, sorting the shapes once devices come.
     typical: Vec<(Shape, f64)>,
+    /// Arrivals counted since `typical` was last worked out.
+    stale: bool,
     devices: BTreeMap<NodeId, Stated>,
 }
 
@@ -50,7 +55,17 @@ impl Packing {
         }
         self.mix
             .observe((task.min_demand.0.clone(), task.reachable.clone()));
-        self.typical = self.mix.typical_at_most(TYPICAL_COVER, MAX_SHAPES);
+        self.stale = true;
+        if !self.devices.is_empty() {
+            self.refresh();
+        }
+    }
+
+    /// Work out the typical shapes again if arrivals were counted since.
+    fn refresh(&mut self) {
+        if std::mem::take(&mut self.stale) {
+            self.typical = self.mix.typical_at_most(TYPICAL_COVER, MAX_SHAPES);
+        }
     }
 }
 
@@ -62,6 +77,7 @@ impl<M> Ledger<M> {
         self.packing
             .devices
             .insert(node, Stated { kind, per, left });
+        self.packing.refresh();
     }
 
     /// The prior `node` states when it claims `task` at `alloc` (the [`crate::protocol::Claim`]'s
@@ -113,9 +129,14 @@ mod tests {
                 },
             );
         }
+        l
+    }
+
+    /// The devices as box 0's two tasks left them, box 1's free: stated after the arrivals,
+    /// as a driver states them after a slot.
+    fn state_devices(l: &mut Ledger<()>) {
         l.set_devices(NodeId(0), 1, 4, vec![1, 2]);
         l.set_devices(NodeId(1), 1, 4, vec![4, 4]);
-        l
     }
 
     #[test]
@@ -134,6 +155,7 @@ mod tests {
                 (),
             );
         }
+        state_devices(&mut l);
         let quarter = Task::new(0, [1, 1]).on(&[0, 1]);
         let q = Resources(vec![1, 1]);
         // On box 0 it takes the last quarter of device 0, which no other shape could use: a
