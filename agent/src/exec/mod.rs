@@ -31,6 +31,7 @@ use tapfinger::spec::TaskSpec;
 
 mod cgroups;
 mod process;
+pub mod share_file;
 #[cfg(feature = "dev")]
 mod sim;
 pub use crate::devices::Devices;

@@ -137,6 +137,8 @@ struct Running {
     /// Where to say `start` to a supervisor that waits for the journal (taken by
     /// [`Executor::confirm`]; dropped unsaid, the supervisor ends without starting the task).
     confirm: Option<std::io::PipeWriter>,
+    /// Its share file ([`super::share_file`]) and the shares written to it so far.
+    share: (PathBuf, u64),
 }
 
 /// What a task's command is run through when the agent holds ambient capabilities: they are
@@ -373,6 +375,9 @@ impl Executor for ProcessExecutor {
         }
         argv.extend(spec.command.iter().cloned());
         let log = self.log_dir.join(format!("{}", task.0));
+        let share = super::share_file::path(&log);
+        super::share_file::write(&share, alloc, &enforcement, 1)
+            .map_err(|e| spawn_err(format!("cannot write {}: {e}", share.display())))?;
         if let Some(sup) = &self.supervision {
             // The supervisor runs the same command line; it owns the task's output and outlives
             // the agent (see `supervise`).
@@ -381,6 +386,7 @@ impl Executor for ProcessExecutor {
         let mut cmd = tokio::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .envs(&spec.env)
+            .env(super::share_file::ENV, &share)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -429,6 +435,7 @@ impl Executor for ProcessExecutor {
                 handle: None,
                 grace,
                 confirm: None,
+                share: (share, 1),
             },
         );
         drop(running);
@@ -511,14 +518,26 @@ impl Executor for ProcessExecutor {
                 "cgroups not writable: the task stays pinned to {pinned} CPU(s) as it started"
             )));
         }
-        match self.cgroups.resize(task, alloc) {
-            Ok(()) => Ok(Enforcement::Cgroup(match &self.cgroups {
+        let how = match self.cgroups.resize(task, alloc) {
+            Ok(()) => Enforcement::Cgroup(match &self.cgroups {
                 Cgroups::V2(d) => d.join(format!("task-{}", task.0)),
                 Cgroups::V1 { cpu, .. } => cpu.join(format!("task-{}", task.0)),
                 Cgroups::Unavailable(_) => PathBuf::new(),
-            })),
-            Err(e) => Ok(Enforcement::None(format!("new shares not enforced: {e}"))),
+            }),
+            Err(e) => Enforcement::None(format!("new shares not enforced: {e}")),
+        };
+        // The task is told its new share whether or not a cgroup holds it to it: without
+        // cgroups nothing else limits it, and its threads should follow what it was given.
+        let share = self.take(task, |r| {
+            r.share.1 += 1;
+            Some(r.share.clone())
+        });
+        if let Some((path, generation)) = share
+            && let Err(e) = super::share_file::write(&path, alloc, &how, generation)
+        {
+            tracing::warn!(%task, error = %e, "cannot tell the task its new share");
         }
+        Ok(how)
     }
 
     fn handle(&self, task: TaskId) -> Option<Handle> {
@@ -633,6 +652,42 @@ mod tests {
             vec![0],
             "at least one"
         );
+    }
+
+    /// The task itself reads its share file, after a re-share: it sees the new share (or,
+    /// pinned by the affinity fallback, the CPUs it started with, which stay in force).
+    #[tokio::test]
+    async fn a_task_reads_its_new_share_from_its_share_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut ex = ProcessExecutor::new(Cgroups::Unavailable("test".into()), dir.into(), tx);
+        let stop = dir.join("stop");
+        let script = format!(
+            "while [ ! -e {} ]; do sleep 0.05; done; cat \"${}\"",
+            stop.display(),
+            super::super::share_file::ENV
+        );
+        let alloc = |cpus| Allocation {
+            cpus,
+            memory_bytes: Some(1 << 30),
+            ..Default::default()
+        };
+        let how = ex
+            .start(TaskId(1), &spec(&["sh", "-c", &script]), &alloc(1.0))
+            .unwrap();
+        ex.resize(TaskId(1), &alloc(3.0)).unwrap();
+        std::fs::write(&stop, "").unwrap();
+        assert_eq!(until_exit(&mut rx).await.1, Some(0));
+        let out = std::fs::read_to_string(dir.join("1.stdout")).unwrap();
+        let seen: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        let (cpus, generation) = match how {
+            Enforcement::Affinity(_) => (1.0, 1),
+            _ => (3.0, 2),
+        };
+        assert_eq!(seen["cpus"].as_f64(), Some(cpus), "{out}");
+        assert_eq!(seen["generation"].as_u64(), Some(generation), "{out}");
+        assert_eq!(seen["memory_bytes"].as_u64(), Some(1 << 30), "{out}");
     }
 
     #[tokio::test]

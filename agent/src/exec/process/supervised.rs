@@ -73,6 +73,7 @@ pub(super) fn start(
             // The supervisor has the task's grace (`--grace-ms`).
             grace: std::time::Duration::ZERO,
             confirm: Some(confirm),
+            share: (super::super::share_file::path(&log), 1),
         },
     );
     let end = async move {
@@ -108,6 +109,10 @@ pub(super) fn adopt(ex: &ProcessExecutor, sup: Supervision, task: TaskId, h: Han
         };
     }
     let (stop_tx, stop_rx) = oneshot::channel();
+    let log = ex.log_dir.join(format!("{}", task.0));
+    let share = super::super::share_file::path(&log);
+    // The count goes on from the file the previous run of the agent wrote.
+    let written = super::super::share_file::generation(&share);
     ex.running.lock().unwrap_or_else(|e| e.into_inner()).insert(
         task,
         Running {
@@ -116,6 +121,7 @@ pub(super) fn adopt(ex: &ProcessExecutor, sup: Supervision, task: TaskId, h: Han
             handle: Some(h),
             grace: std::time::Duration::ZERO,
             confirm: None,
+            share: (share, written),
         },
     );
     // Not our child: poll until the process is gone.
@@ -124,7 +130,6 @@ pub(super) fn adopt(ex: &ProcessExecutor, sup: Supervision, task: TaskId, h: Han
             tokio::time::sleep(POLL).await;
         }
     };
-    let log = ex.log_dir.join(format!("{}", task.0));
     // Read from the start: the attempt markers say which progress lines are this attempt's.
     let tail = Tail::new(log.with_extension("stdout"), 0);
     follow(ex, task, h.pid, end, stop_rx, exit_file, tail);

@@ -1,0 +1,97 @@
+//! The share file: how a running task learns the share it holds, which elastic sharing changes
+//! while it runs (a process sizes its thread pools from it). The process executor writes
+//! `<log_dir>/<task>.share.json` before the task's program starts and again at every re-share
+//! that takes effect, and names it in the task's environment as [`ENV`]; a task re-reads it when
+//! it wants to (its modification time changes with every rewrite). It is written whole to a
+//! temporary file and renamed over the old one, so a reader never sees half of it.
+//!
+//! It says what is in force, the same under cgroup v1 and v2 and without cgroups:
+//! `{"cpus": 2.0, "memory_bytes": 1073741824, "gpus": [0], "gpu_share": 0.25,
+//! "enforced": "cgroup", "generation": 1}` — CPU cores (may be fractional), the memory limit
+//! (`null`: memory not scheduled), the GPU devices it sees, the fraction of its one device an
+//! MPS client holds (`null`: whole devices), how the CPU share is enforced (`cgroup`, `affinity`:
+//! pinned to as many CPUs, `none`), and a count that grows with every rewrite. A task pinned by
+//! the affinity fallback keeps the CPUs it started with, and its file keeps saying so.
+
+use super::{Allocation, Enforcement};
+use std::path::{Path, PathBuf};
+
+/// The environment variable naming the task's share file.
+pub const ENV: &str = "TAPFINGER_SHARE_FILE";
+
+/// The share file of the task whose log files are `log` (`<log_dir>/<task>`).
+pub fn path(log: &Path) -> PathBuf {
+    log.with_extension("share.json")
+}
+
+/// Write `alloc`, enforced as `how`, as the `generation`th share of the task.
+pub fn write(
+    path: &Path,
+    alloc: &Allocation,
+    how: &Enforcement,
+    generation: u64,
+) -> std::io::Result<()> {
+    let enforced = match how {
+        Enforcement::Cgroup(_) => "cgroup",
+        Enforcement::Affinity(_) => "affinity",
+        Enforcement::None(_) | Enforcement::Simulated => "none",
+    };
+    let body = serde_json::json!({
+        "cpus": alloc.cpus,
+        "memory_bytes": alloc.memory_bytes,
+        "gpus": alloc.gpus,
+        "gpu_share": alloc.gpu_share,
+        "enforced": enforced,
+        "generation": generation,
+    });
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, format!("{body}\n"))?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The count of shares written to the file at `path` (0 where there is none to read).
+pub fn generation(path: &Path) -> u64 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+        .and_then(|v| v["generation"].as_u64())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_file_says_the_share_and_is_replaced_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = path(&dir.path().join("7"));
+        assert_eq!(p, dir.path().join("7.share.json"));
+        let mut alloc = Allocation {
+            cpus: 1.5,
+            memory_bytes: Some(1 << 30),
+            gpus: vec![2],
+            gpu_share: Some(0.25),
+            gpu_env: Vec::new(),
+        };
+        write(&p, &alloc, &Enforcement::Cgroup(PathBuf::from("/x")), 1).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        assert_eq!(v["cpus"], 1.5);
+        assert_eq!(v["memory_bytes"], 1u64 << 30);
+        assert_eq!(v["gpus"], serde_json::json!([2]));
+        assert_eq!(v["gpu_share"], 0.25);
+        assert_eq!(v["enforced"], "cgroup");
+        alloc.cpus = 4.0;
+        alloc.memory_bytes = None;
+        write(&p, &alloc, &Enforcement::None("no cgroup".into()), 2).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        assert_eq!(v["cpus"].as_f64(), Some(4.0));
+        assert_eq!(generation(&p), 2);
+        assert!(v["memory_bytes"].is_null());
+        assert_eq!(v["enforced"], "none");
+        // Only the file itself is left.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}
