@@ -1,0 +1,49 @@
+"""Checkpoints, preemption and resume.
+
+A task the agent preempts gets SIGTERM and its spec's ``grace_seconds`` to save and exit before
+it is killed; a ``resumable`` task started again after such a stop (or after a move to new
+devices) has ``TAPFINGER_RESUME=1`` and should pick up from the last checkpoint it finds.
+"""
+
+import os
+import signal
+import sys
+
+from .report import checkpointed
+
+
+def task_id():
+    """The task's id (``TAPFINGER_TASK_ID``), or None outside an agent."""
+    v = os.environ.get("TAPFINGER_TASK_ID")
+    return int(v) if v else None
+
+
+def resuming():
+    """Whether this start should resume from a checkpoint (``TAPFINGER_RESUME=1``)."""
+    return os.environ.get("TAPFINGER_RESUME") == "1"
+
+
+def checkpoint_dir(base=None):
+    """The task's checkpoint folder, created: ``TAPFINGER_CHECKPOINT_DIR`` if set (the spec's
+    ``env``; on storage every box reaches, for a task that may resume elsewhere), else
+    ``base`` (default: the working folder) ``/checkpoints/task-<id>``."""
+    d = os.environ.get("TAPFINGER_CHECKPOINT_DIR")
+    if not d:
+        tid = task_id()
+        d = os.path.join(base or os.getcwd(), "checkpoints", f"task-{tid if tid is not None else 'local'}")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def on_preempt(save, exit_code=143):
+    """On SIGTERM (the agent's checkpoint signal): call ``save()``, report the checkpoint (the
+    last progress reported) and exit. ``save`` runs in the main thread between two Python
+    instructions, so keep it within the spec's ``grace_seconds``."""
+
+    def handler(signum, frame):
+        save()
+        checkpointed()
+        sys.stdout.flush()
+        os._exit(exit_code)
+
+    signal.signal(signal.SIGTERM, handler)

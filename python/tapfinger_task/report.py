@@ -1,0 +1,46 @@
+"""Progress and metrics to the agent: lines ``TAPFINGER progress=0.42 loss=1.7`` on stdout.
+
+Progress is the share of the task's work done, in [0, 1]; other values are metrics (``loss``,
+``accuracy``). ``checkpoint=P`` says a checkpoint holds the work up to progress P: a preemption
+then loses only the work since.
+"""
+
+import math
+import sys
+import threading
+
+_lock = threading.Lock()
+_last = [0.0]
+
+
+def _number(name, value):
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return v
+
+
+def report(progress, **metrics):
+    """Tell the agent the task's progress (0 to 1) and any metrics (finite numbers)."""
+    p = min(max(_number("progress", progress), 0.0), 1.0)
+    parts = [f"progress={p:g}"]
+    for k, v in metrics.items():
+        if not k.isidentifier():
+            raise ValueError(f"a metric name must be a word, got {k!r}")
+        parts.append(f"{k}={_number(k, v):g}")
+    with _lock:
+        _last[0] = p
+        sys.stdout.write("TAPFINGER " + " ".join(parts) + "\n")
+        sys.stdout.flush()
+
+
+def checkpointed(progress=None, **metrics):
+    """Tell the agent a checkpoint now holds the work up to ``progress`` (default: the last
+    progress reported)."""
+    p = _last[0] if progress is None else progress
+    report(p, checkpoint=min(max(float(p), 0.0), 1.0), **metrics)
+
+
+def last_progress():
+    """The last progress reported by this process (0 before any)."""
+    return _last[0]

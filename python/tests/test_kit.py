@@ -1,0 +1,176 @@
+"""The kit on its own, with the files and variables an agent gives a task written by hand."""
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+from contextlib import redirect_stdout
+from unittest import mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import tapfinger_task as tf  # noqa: E402
+
+
+def write_share(path, cpus, generation, **extra):
+    body = {"cpus": cpus, "memory_bytes": None, "gpus": [], "gpu_share": None,
+            "enforced": "cgroup", "generation": generation}
+    body.update(extra)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(body, f)
+    os.replace(tmp, path)
+
+
+class Report(unittest.TestCase):
+    def test_lines_the_agent_parses(self):
+        out = io.StringIO()
+        with redirect_stdout(out):
+            tf.report(0.25, loss=1.5)
+            tf.report(2, accuracy=0.9)  # progress is held to [0, 1]
+            tf.checkpointed()
+        self.assertEqual(
+            out.getvalue().splitlines(),
+            ["TAPFINGER progress=0.25 loss=1.5", "TAPFINGER progress=1 accuracy=0.9",
+             "TAPFINGER progress=1 checkpoint=1"],
+        )
+
+    def test_refuses_what_the_agent_would_drop(self):
+        with self.assertRaises(ValueError):
+            tf.report(float("nan"))
+        with self.assertRaises(ValueError):
+            tf.report(0.1, loss=float("inf"))
+        with self.assertRaises(ValueError):
+            tf.report(0.1, **{"a b": 1})
+
+
+class Shares(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.path = os.path.join(self.dir, "7.share.json")
+
+    def test_the_share_in_force_and_outside_an_agent(self):
+        write_share(self.path, 2.5, 1, memory_bytes=1 << 30, gpus=[3], gpu_share=0.25)
+        with mock.patch.dict(os.environ, {"TAPFINGER_SHARE_FILE": self.path}):
+            s = tf.share()
+            self.assertEqual((s.cpus, s.threads, s.memory_bytes), (2.5, 2, 1 << 30))
+            self.assertEqual(tf.gpus(), ([3], 0.25))
+            self.assertEqual(tf.threads(), 2)
+        env = {k: v for k, v in os.environ.items() if k != "TAPFINGER_SHARE_FILE"}
+        env["CUDA_VISIBLE_DEVICES"] = "0,2"
+        with mock.patch.dict(os.environ, env, clear=True):
+            s = tf.share()
+            self.assertGreaterEqual(s.cpus, 1)
+            self.assertEqual((s.gpus, s.memory_bytes, s.generation), ([0, 2], None, 0))
+
+    def test_a_fraction_of_a_core_is_still_one_thread(self):
+        write_share(self.path, 0.5, 1)
+        self.assertEqual(tf.share(self.path).threads, 1)
+
+    def test_the_watcher_calls_back_on_each_rewrite(self):
+        write_share(self.path, 1.0, 1)
+        seen = []
+        changed = threading.Event()
+
+        def cb(s):
+            seen.append(s.cpus)
+            changed.set()
+
+        with mock.patch.dict(os.environ, {"TAPFINGER_SHARE_FILE": self.path}):
+            w = tf.watch(cb, interval=0.01)
+        try:
+            write_share(self.path, 4.0, 2, padding="x")  # another size: seen even within one mtime tick
+            self.assertTrue(changed.wait(10), "no callback")
+            self.assertEqual(seen, [4.0])
+        finally:
+            w.stop()
+
+    def test_follow_threads_applies_now_and_on_change(self):
+        write_share(self.path, 3.0, 1)
+        counts = []
+        changed = threading.Event()
+
+        def cb(n):
+            counts.append(n)
+            if len(counts) == 2:
+                changed.set()
+
+        with mock.patch.dict(os.environ, {"TAPFINGER_SHARE_FILE": self.path}):
+            w = tf.follow_threads(cb, interval=0.01)
+        try:
+            write_share(self.path, 6.0, 2, padding="xx")
+            self.assertTrue(changed.wait(10), counts)
+            self.assertEqual(counts, [3, 6])
+        finally:
+            w.stop()
+
+
+class Fencing(unittest.TestCase):
+    def test_a_lower_epoch_is_refused_from_the_higher_one_s_first_write_on(self):
+        d = tempfile.mkdtemp()
+        p = os.path.join(d, "results", "out.txt")
+        old, new = tf.FencedFile(p, my_epoch=(1 << 32) + 5), tf.FencedFile(p, my_epoch=(2 << 32) + 3)
+        old.write("old 1")
+        old.write("old 2")  # the same epoch writes again
+        new.write("new")
+        with self.assertRaises(tf.StaleEpoch) as e:
+            old.write("old 3")
+        self.assertEqual((e.exception.mine, e.exception.highest), ((1 << 32) + 5, (2 << 32) + 3))
+        self.assertEqual(old.read(), b"new")
+        # Numbers, not strings: 10 > 9.
+        q = os.path.join(d, "n")
+        tf.FencedFile(q, my_epoch=10).write("10")
+        with self.assertRaises(tf.StaleEpoch):
+            tf.FencedFile(q, my_epoch=9).write("9")
+
+    def test_the_epoch_comes_from_the_agent(self):
+        with mock.patch.dict(os.environ, {"TAPFINGER_EPOCH": str((3 << 32) + 1)}):
+            self.assertEqual(tf.epoch(), (3 << 32) + 1)
+            self.assertEqual(tf.FencedFile("x").epoch, (3 << 32) + 1)
+
+
+class Lifecycle(unittest.TestCase):
+    def test_resume_checkpoint_dir_and_gang(self):
+        d = tempfile.mkdtemp()
+        env = {"TAPFINGER_RESUME": "1", "TAPFINGER_TASK_ID": "42"}
+        with mock.patch.dict(os.environ, env):
+            self.assertTrue(tf.resuming())
+            self.assertEqual(tf.checkpoint_dir(d), os.path.join(d, "checkpoints", "task-42"))
+            self.assertTrue(os.path.isdir(tf.checkpoint_dir(d)))
+            self.assertIsNone(tf.gang())
+        env = {"RANK": "1", "WORLD_SIZE": "3", "MASTER_ADDR": "10.0.0.2", "MASTER_PORT": "4000",
+               "LOCAL_RANK": "0", "TAPFINGER_GANG_ROLE": "worker"}
+        with mock.patch.dict(os.environ, env):
+            g = tf.gang()
+            self.assertEqual((g.rank, g.world_size, g.init_method), (1, 3, "tcp://10.0.0.2:4000"))
+
+    def test_sigterm_saves_reports_the_checkpoint_and_exits(self):
+        d = tempfile.mkdtemp()
+        script = (
+            "import sys, time; sys.path.insert(0, %r)\n"
+            "import tapfinger_task as tf\n"
+            "tf.report(0.4)\n"
+            "tf.on_preempt(lambda: open(%r, 'w').write('saved'))\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(30)\n" % (os.path.dirname(HERE), os.path.join(d, "ckpt"))
+        )
+        p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        self.assertEqual(p.stdout.readline().split()[-1], "progress=0.4")
+        self.assertEqual(p.stdout.readline().strip(), "ready")
+        p.send_signal(signal.SIGTERM)
+        with p.stdout:
+            rest = p.stdout.read()
+        self.assertEqual(p.wait(10), 143)
+        self.assertIn("TAPFINGER progress=0.4 checkpoint=0.4", rest)
+        with open(os.path.join(d, "ckpt")) as f:
+            self.assertEqual(f.read(), "saved")
+
+
+if __name__ == "__main__":
+    unittest.main()
