@@ -1,10 +1,14 @@
-//! The Python task kit (`python/tapfinger_task`) under a real agent: a Python task that follows
-//! its share with the kit, and how many threads it runs, judged from what the task printed
-//! itself. The agent's default policy re-shares a box's CPUs among its running tasks every
-//! slot (as `agent_elastic` shows from the cgroups' quotas): alone, the task holds the box's 4
-//! cores; beside a second task, fewer; alone again, 4.
+//! The Python task kit (`python/tapfinger_task`) under a real agent.
 //!
-//! Needs Python 3 and writable cgroups (CI has both); without them the test fails and says so.
+//! - A Python task that follows its share with the kit, and how many threads it runs, judged
+//!   from what the task printed itself. The agent's default policy re-shares a box's CPUs among
+//!   its running tasks every slot (as `agent_elastic` shows from the cgroups' quotas): alone,
+//!   the task holds the box's 4 cores; beside a second task, fewer; alone again, 4. Needs
+//!   writable cgroups (CI has them); without them it fails and says so.
+//! - The Python client against the agent's API with a token: it submits (a dict and a TOML
+//!   file), follows a task's output to its end, lists, cancels, and reads the API's refusals.
+//!
+//! Both need Python 3 (CI installs it) and fail, saying so, without it.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -62,8 +66,7 @@ fn counts(logs: &Path, task: tapfinger::TaskId) -> Vec<u32> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_python_task_s_threads_follow_its_share_through_the_kit() {
+fn needs_python() {
     let python = std::process::Command::new("python3")
         .arg("--version")
         .output();
@@ -71,6 +74,11 @@ async fn a_python_task_s_threads_follow_its_share_through_the_kit() {
         python.is_ok_and(|o| o.status.success()),
         "this test needs python3 (CI installs it)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_task_s_threads_follow_its_share_through_the_kit() {
+    needs_python();
     let group = format!("tapfinger-python-test-{}", std::process::id());
     if let Cgroups::Unavailable(why) = Cgroups::detect(Path::new("/sys/fs/cgroup"), &group) {
         panic!("this test needs writable cgroups (CI has them): {why}");
@@ -113,4 +121,94 @@ async fn a_python_task_s_threads_follow_its_share_through_the_kit() {
     for h in ["", "cpu", "memory"] {
         let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(h).join(&group));
     }
+}
+
+/// What the client script does against the agent, one JSON line per step.
+const CLIENT: &str = r#"
+import io, json, sys, time
+from tapfinger_task.client import ApiError, Client
+
+api, token_file, toml_spec = sys.argv[1:4]
+c = Client(api, token_file=token_file)
+hello = {"name": "hello", "min_demand": {"cpu": 1, "mem": 1},
+         "command": ["sh", "-c", "echo one; echo two >&2; sleep 0.3; echo three"]}
+tid = c.submit(hello)
+out, err = io.StringIO(), io.StringIO()
+ended = c.follow("hello", out=out, err=err, every=0.1)
+print(json.dumps({"id": tid, "state": ended["state"], "out": out.getvalue(), "err": err.getvalue()}))
+long = c.submit(toml_spec)
+while c.show(long)["state"] != "running":
+    time.sleep(0.05)
+c.cancel(long)
+done = [t["id"] for t in c.tasks(state="succeeded")]
+print(json.dumps({"cancelled": c.show(long)["state"], "succeeded": done}))
+try:
+    c.submit({"command": ["x"], "min_demand": {"cpu": 1}, "gpus": 2})
+except ApiError as e:
+    print(json.dumps({"refused": e.status, "field": e.field}))
+try:
+    Client(api).node()
+except ApiError as e:
+    print(json.dumps({"without_token": e.status}))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_submits_follows_lists_and_cancels() {
+    needs_python();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let logs = dir.join("logs");
+    let (a, _) = Local::new("a", Exec::Processes(logs.clone())).start().await;
+    let token = "a-token-of-at-least-thirty-two-bytes!".to_string();
+    let app = tapfinger_agent::api::router(tapfinger_tests::api_state(
+        &a,
+        Some(token.clone()),
+        Some(logs),
+    ));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = l.local_addr().unwrap().to_string();
+    tokio::spawn(tapfinger_agent::api::serve(l, app));
+    std::fs::write(dir.join("token"), &token).unwrap();
+    std::fs::write(
+        dir.join("long.toml"),
+        "name = \"long\"\ncommand = [\"sleep\", \"60\"]\nmin_demand = { cpu = 1, mem = 1 }\n",
+    )
+    .unwrap();
+    let out = tokio::process::Command::new("python3")
+        .args(["-B", "-c", CLIENT, &api])
+        .arg(dir.join("token"))
+        .arg(dir.join("long.toml"))
+        .env("PYTHONPATH", kit())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .expect("the client script ends")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?} {stderr}");
+    let followed = &lines[0];
+    assert_eq!(followed["state"], "succeeded", "{followed}");
+    let (o, e) = (
+        followed["out"].as_str().unwrap(),
+        followed["err"].as_str().unwrap(),
+    );
+    assert!(
+        o.contains("one\n") && o.contains("three\n") && !o.contains("two"),
+        "{o}"
+    );
+    assert!(e.contains("two\n"), "{e}");
+    assert_eq!(lines[1]["cancelled"], "cancelled");
+    assert_eq!(lines[1]["succeeded"], serde_json::json!([followed["id"]]));
+    assert_eq!(lines[2]["refused"], 400);
+    assert!(lines[2]["field"].is_string(), "{}", lines[2]);
+    assert_eq!(lines[3]["without_token"], 401);
+    // The agent's own account agrees with what the client saw.
+    let s = tapfinger_tests::statuses(&[&a]);
+    assert_eq!(finished(&s).len(), 1, "{s:#?}");
+    a.shutdown().await;
 }

@@ -11,7 +11,8 @@ A few lines in an existing training script::
         ...
         tf.report(step / steps, loss=loss)
 
-Standard library only; PyTorch and threadpoolctl are used where they are importable.
+Standard library only; PyTorch and threadpoolctl are used where they are importable. The
+agent's HTTP API from Python: :mod:`tapfinger_task.client`.
 """
 
 from .fence import FencedFile, StaleEpoch, epoch
