@@ -212,3 +212,96 @@ async fn the_python_client_submits_follows_lists_and_cancels() {
     assert_eq!(finished(&s).len(), 1, "{s:#?}");
     a.shutdown().await;
 }
+
+/// The NumPy example (`examples/python/train_numpy.py`) as a batch task of class 2 taking the
+/// box's 4 cores, checkpoints in `ckpt`, `steps` steps.
+fn numpy_example(ckpt: &Path, steps: u32) -> TaskSpec {
+    let repo = kit().parent().unwrap().to_path_buf();
+    let toml = format!(
+        "name = \"train\"\ncommand = [\"python3\", \"{script}\"]\n\
+         min_demand = {{ cpu = 4, mem = 1 }}\nmax_demand = {{ gpu = 0 }}\npriority = 2\n\
+         resumable = true\ngrace_seconds = 10\n\
+         env = {{ PYTHONPATH = \"{kit}\", TAPFINGER_CHECKPOINT_DIR = \"{ckpt}\", STEPS = \"{steps}\", \
+         ROWS = \"50000\", CKPT_EVERY = \"10\", OPENBLAS_NUM_THREADS = \"1\" }}\n",
+        script = repo.join("examples/python/train_numpy.py").display(),
+        kit = kit().display(),
+        ckpt = ckpt.display(),
+    );
+    TaskSpec::from_toml(&toml).unwrap()
+}
+
+/// A preempted NumPy training job saves on SIGTERM, and its next run resumes from that step:
+/// judged from what the job printed (its log) and the result it wrote through the fenced file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preempted_numpy_job_resumes_where_it_saved_and_its_result_is_fenced() {
+    needs_python();
+    let numpy = std::process::Command::new("python3")
+        .args(["-c", "import numpy"])
+        .status();
+    assert!(
+        numpy.is_ok_and(|s| s.success()),
+        "this test needs NumPy for python3 (.ci/run installs it)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let (logs, ckpt) = (tmp.path().join("logs"), tmp.path().join("ckpt"));
+    let mut local = Local::new("a", Exec::Processes(logs.clone()));
+    local.preempt = true;
+    let (a, _) = local.start().await;
+    let train = a.submit(numpy_example(&ckpt, 400)).await.unwrap();
+    let log =
+        || std::fs::read_to_string(logs.join(format!("{}.stdout", train.0))).unwrap_or_default();
+    // Past its first checkpoints, then an urgent task that needs the whole box.
+    wait(
+        &[&a],
+        Duration::from_secs(60),
+        "the job past step 30",
+        |_| log().contains("checkpoint=0.075"),
+    )
+    .await;
+    let urgent = a
+        .submit(
+            TaskSpec::from_toml(
+                "command = [\"sleep\", \"1\"]\nmin_demand = { cpu = 4, mem = 1 }\npriority = 0\n",
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    wait(&[&a], Duration::from_secs(120), "both tasks", |s| {
+        let f = finished(s);
+        f.contains(&train) && f.contains(&urgent)
+    })
+    .await;
+    let text = log();
+    let starts: Vec<&str> = text
+        .lines()
+        .filter(|l| *l == "fresh start" || l.starts_with("resumed at step"))
+        .collect();
+    assert_eq!(starts.len(), 2, "{text}");
+    assert_eq!(starts[0], "fresh start");
+    let resumed: u32 = starts[1]
+        .strip_prefix("resumed at step ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(resumed >= 30 && resumed < 400, "{text}");
+    // The first run reported the checkpoint it saved on SIGTERM.
+    let cut = text.find("resumed at step").unwrap();
+    let saved = format!("checkpoint={}", f64::from(resumed) / 400.0);
+    assert!(
+        text[..cut].contains(&saved),
+        "no `{saved}` before the resume: {text}"
+    );
+    // The result: all 400 steps, written by the second run, whose epoch is the higher.
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ckpt.join("results.json")).unwrap()).unwrap();
+    assert_eq!(result["steps"], 400);
+    let fenced: u64 = std::fs::read_to_string(ckpt.join("results.json.epoch"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(result["epoch"].as_u64(), Some(fenced));
+    assert!(fenced >> 32 >= 2, "the second start's epoch: {fenced:#x}");
+    a.shutdown().await;
+}

@@ -36,13 +36,14 @@ def checkpoint_dir(base=None):
 
 
 def on_preempt(save, exit_code=143):
-    """On SIGTERM (the agent's checkpoint signal): call ``save()``, report the checkpoint (the
-    last progress reported) and exit. ``save`` runs in the main thread between two Python
-    instructions, so keep it within the spec's ``grace_seconds``."""
+    """On SIGTERM (the agent's checkpoint signal): call ``save()``, report the checkpoint and
+    exit. The checkpoint holds the progress ``save`` returns (the share of the work its saved
+    state has done), or the last progress reported if it returns None. ``save`` runs in the
+    main thread between two Python instructions, so keep it within the spec's
+    ``grace_seconds``."""
 
     def handler(signum, frame):
-        save()
-        checkpointed()
+        checkpointed(save())
         sys.stdout.flush()
         os._exit(exit_code)
 

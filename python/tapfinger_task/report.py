@@ -36,9 +36,10 @@ def report(progress, **metrics):
 
 def checkpointed(progress=None, **metrics):
     """Tell the agent a checkpoint now holds the work up to ``progress`` (default: the last
-    progress reported)."""
-    p = _last[0] if progress is None else progress
-    report(p, checkpoint=min(max(float(p), 0.0), 1.0), **metrics)
+    progress reported); the progress line keeps the larger of the two, as work done since the
+    checkpoint is still done."""
+    c = _last[0] if progress is None else min(max(_number("progress", progress), 0.0), 1.0)
+    report(max(_last[0], c), checkpoint=c, **metrics)
 
 
 def last_progress():

@@ -35,10 +35,11 @@ class Report(unittest.TestCase):
             tf.report(0.25, loss=1.5)
             tf.report(2, accuracy=0.9)  # progress is held to [0, 1]
             tf.checkpointed()
+            tf.checkpointed(0.5)
         self.assertEqual(
             out.getvalue().splitlines(),
             ["TAPFINGER progress=0.25 loss=1.5", "TAPFINGER progress=1 accuracy=0.9",
-             "TAPFINGER progress=1 checkpoint=1"],
+             "TAPFINGER progress=1 checkpoint=1", "TAPFINGER progress=1 checkpoint=0.5"],
         )
 
     def test_refuses_what_the_agent_would_drop(self):
@@ -156,7 +157,10 @@ class Lifecycle(unittest.TestCase):
             "import sys, time; sys.path.insert(0, %r)\n"
             "import tapfinger_task as tf\n"
             "tf.report(0.4)\n"
-            "tf.on_preempt(lambda: open(%r, 'w').write('saved'))\n"
+            "def save():\n"
+            "    open(%r, 'w').write('saved')\n"
+            "    return 0.3\n"
+            "tf.on_preempt(save)\n"
             "print('ready', flush=True)\n"
             "time.sleep(30)\n" % (os.path.dirname(HERE), os.path.join(d, "ckpt"))
         )
@@ -167,7 +171,8 @@ class Lifecycle(unittest.TestCase):
         with p.stdout:
             rest = p.stdout.read()
         self.assertEqual(p.wait(10), 143)
-        self.assertIn("TAPFINGER progress=0.4 checkpoint=0.4", rest)
+        # The checkpoint holds what `save` said; the progress stays where it was.
+        self.assertIn("TAPFINGER progress=0.4 checkpoint=0.3", rest)
         with open(os.path.join(d, "ckpt")) as f:
             self.assertEqual(f.read(), "saved")
 

@@ -1,0 +1,103 @@
+"""A NumPy training job written for tapfinger with the task kit (`pip install ./python`).
+
+Logistic regression by full-batch gradient descent on a synthetic problem, its gradient
+computed in shards by a pool of worker threads (NumPy's matrix products release the GIL, so
+the shards run in parallel). With the kit it:
+
+- keeps its worker count at the share's whole cores, growing and shrinking the pool as the
+  agent re-shares (``FOLLOW=0`` keeps the count it started with, for comparison);
+- reports progress and loss, and a checkpoint every ``CKPT_EVERY`` steps;
+- on SIGTERM (a preemption) saves its weights and step and reports the checkpoint;
+- started again with ``TAPFINGER_RESUME=1``, loads them and goes on from that step;
+- writes its result through a fenced file: a stale copy of the task cannot overwrite it.
+
+Environment: STEPS (default 300), ROWS (200000), COLS (200), CKPT_EVERY (25), FOLLOW (1),
+RESULTS (results.json, beside the checkpoints by default). Run it outside an agent too:
+``python3 train_numpy.py`` uses the machine's CPUs.
+"""
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+import tapfinger_task as tf
+
+STEPS = int(os.environ.get("STEPS", "300"))
+ROWS = int(os.environ.get("ROWS", "200000"))
+COLS = int(os.environ.get("COLS", "200"))
+CKPT_EVERY = int(os.environ.get("CKPT_EVERY", "25"))
+FOLLOW = os.environ.get("FOLLOW", "1") != "0"
+
+rng = np.random.default_rng(7)
+X = rng.standard_normal((ROWS, COLS)).astype(np.float32)
+truth = rng.standard_normal(COLS).astype(np.float32)
+y = (X @ truth + 0.5 * rng.standard_normal(ROWS).astype(np.float32) > 0).astype(np.float32)
+
+ckpt = os.path.join(tf.checkpoint_dir(), "state.npz")
+w, step = np.zeros(COLS, dtype=np.float32), 0
+if tf.resuming() and os.path.exists(ckpt):
+    saved = np.load(ckpt)
+    w, step = saved["w"], int(saved["step"])
+    print(f"resumed at step {step}", flush=True)
+else:
+    print("fresh start", flush=True)
+
+
+# The weights and the step they are at, replaced in one assignment: a SIGTERM runs its handler
+# between two Python instructions, and must never see weights of one step with another's count.
+state = (w, step)
+
+
+def save():
+    """Save the state; the share of the work it has done."""
+    w_saved, step_saved = state
+    tmp = ckpt + ".tmp.npz"
+    np.savez(tmp, w=w_saved, step=step_saved)
+    os.replace(tmp, ckpt)
+    return step_saved / STEPS
+
+
+tf.on_preempt(save)
+
+workers = [tf.threads()]
+if FOLLOW:
+    # Our own pool is the parallelism (one BLAS thread per shard, the spec's env), so only its
+    # size follows the share; `tf.follow_threads()` would size BLAS's pools instead.
+    tf.watch(lambda s: workers.__setitem__(0, s.threads), interval=0.2)
+pool, pool_size = ThreadPoolExecutor(workers[0]), workers[0]
+print(f"workers={pool_size}", flush=True)
+
+
+def shard_grad(rows):
+    xs = X[rows]
+    p = 1.0 / (1.0 + np.exp(-(xs @ w)))
+    return xs.T @ (p - y[rows]), float(-np.sum(y[rows] * np.log(p + 1e-7) + (1 - y[rows]) * np.log(1 - p + 1e-7)))
+
+
+t0 = time.time()
+while step < STEPS:
+    if workers[0] != pool_size:
+        pool.shutdown()
+        pool, pool_size = ThreadPoolExecutor(workers[0]), workers[0]
+        print(f"workers={pool_size}", flush=True)
+    shards = np.array_split(np.arange(ROWS), pool_size * 4)
+    parts = list(pool.map(shard_grad, [slice(s[0], s[-1] + 1) for s in shards]))
+    grad = sum(p[0] for p in parts) / ROWS
+    loss = sum(p[1] for p in parts) / ROWS
+    state = (w - 0.5 * grad, step + 1)
+    w, step = state
+    if step % CKPT_EVERY == 0:
+        save()
+        tf.checkpointed(step / STEPS, loss=loss)
+    else:
+        tf.report(step / STEPS, loss=loss)
+
+accuracy = float(np.mean(((X @ w) > 0) == (y > 0.5)))
+result = {"steps": step, "loss": loss, "accuracy": accuracy, "seconds": time.time() - t0,
+          "epoch": tf.epoch()}
+path = os.environ.get("RESULTS") or os.path.join(tf.checkpoint_dir(), "results.json")
+tf.FencedFile(path).write(json.dumps(result))
+print(json.dumps(result), flush=True)
