@@ -284,7 +284,7 @@ async fn a_preempted_numpy_job_resumes_where_it_saved_and_its_result_is_fenced()
         .unwrap()
         .parse()
         .unwrap();
-    assert!(resumed >= 30 && resumed < 400, "{text}");
+    assert!((30..400).contains(&resumed), "{text}");
     // The first run reported the checkpoint it saved on SIGTERM.
     let cut = text.find("resumed at step").unwrap();
     let saved = format!("checkpoint={}", f64::from(resumed) / 400.0);
