@@ -222,7 +222,7 @@ fn numpy_example(ckpt: &Path, steps: u32) -> TaskSpec {
          min_demand = {{ cpu = 4, mem = 1 }}\nmax_demand = {{ gpu = 0 }}\npriority = 2\n\
          resumable = true\ngrace_seconds = 10\n\
          env = {{ PYTHONPATH = \"{kit}\", TAPFINGER_CHECKPOINT_DIR = \"{ckpt}\", STEPS = \"{steps}\", \
-         ROWS = \"50000\", CKPT_EVERY = \"10\", OPENBLAS_NUM_THREADS = \"1\" }}\n",
+         ROWS = \"4000\", HIDDEN = \"32\", CKPT_EVERY = \"10\", OPENBLAS_NUM_THREADS = \"1\" }}\n",
         script = repo.join("examples/python/train_numpy.py").display(),
         kit = kit().display(),
         ckpt = ckpt.display(),

@@ -1,8 +1,8 @@
 """A NumPy training job written for tapfinger with the task kit (`pip install ./python`).
 
-Logistic regression by full-batch gradient descent on a synthetic problem, its gradient
-computed in shards by a pool of worker threads (NumPy's matrix products release the GIL, so
-the shards run in parallel). With the kit it:
+A one-hidden-layer network (tanh, logistic output) trained by full-batch gradient descent on a
+synthetic classification problem, its gradient computed in shards by a pool of worker threads
+(NumPy's matrix products release the GIL, so the shards run in parallel). With the kit it:
 
 - keeps its worker count at the share's whole cores, growing and shrinking the pool as the
   agent re-shares (``FOLLOW=0`` keeps the count it started with, for comparison);
@@ -11,7 +11,8 @@ the shards run in parallel). With the kit it:
 - started again with ``TAPFINGER_RESUME=1``, loads them and goes on from that step;
 - writes its result through a fenced file: a stale copy of the task cannot overwrite it.
 
-Environment: STEPS (default 300), ROWS (200000), COLS (200), CKPT_EVERY (25), FOLLOW (1),
+Environment: STEPS (default 300), ROWS (20000), COLS (100), HIDDEN (256), CKPT_EVERY (25),
+FOLLOW (1),
 RESULTS (results.json, beside the checkpoints by default). Run it outside an agent too:
 ``python3 train_numpy.py`` uses the machine's CPUs.
 """
@@ -26,8 +27,9 @@ import numpy as np
 import tapfinger_task as tf
 
 STEPS = int(os.environ.get("STEPS", "300"))
-ROWS = int(os.environ.get("ROWS", "200000"))
-COLS = int(os.environ.get("COLS", "200"))
+ROWS = int(os.environ.get("ROWS", "20000"))
+COLS = int(os.environ.get("COLS", "100"))
+HIDDEN = int(os.environ.get("HIDDEN", "256"))
 CKPT_EVERY = int(os.environ.get("CKPT_EVERY", "25"))
 FOLLOW = os.environ.get("FOLLOW", "1") != "0"
 
@@ -37,7 +39,12 @@ truth = rng.standard_normal(COLS).astype(np.float32)
 y = (X @ truth + 0.5 * rng.standard_normal(ROWS).astype(np.float32) > 0).astype(np.float32)
 
 ckpt = os.path.join(tf.checkpoint_dir(), "state.npz")
-w, step = np.zeros(COLS, dtype=np.float32), 0
+# The weights: the hidden layer's, then the output's, as one vector.
+w = np.concatenate([
+    (rng.standard_normal(COLS * HIDDEN) / np.sqrt(COLS)).astype(np.float32),
+    np.zeros(HIDDEN, dtype=np.float32),
+])
+step = 0
 if tf.resuming() and os.path.exists(ckpt):
     saved = np.load(ckpt)
     w, step = saved["w"], int(saved["step"])
@@ -72,9 +79,16 @@ print(f"workers={pool_size}", flush=True)
 
 
 def shard_grad(rows):
-    xs = X[rows]
-    p = 1.0 / (1.0 + np.exp(-(xs @ w)))
-    return xs.T @ (p - y[rows]), float(-np.sum(y[rows] * np.log(p + 1e-7) + (1 - y[rows]) * np.log(1 - p + 1e-7)))
+    """The gradient of the summed log loss over `rows`, and that loss."""
+    w1, w2 = w[: COLS * HIDDEN].reshape(COLS, HIDDEN), w[COLS * HIDDEN :]
+    xs, ys = X[rows], y[rows]
+    h = np.tanh(xs @ w1)
+    p = 1.0 / (1.0 + np.exp(-(h @ w2)))
+    d = p - ys
+    g2 = h.T @ d
+    g1 = xs.T @ (np.outer(d, w2) * (1.0 - h * h))
+    loss = -np.sum(ys * np.log(p + 1e-7) + (1 - ys) * np.log(1 - p + 1e-7))
+    return np.concatenate([g1.ravel(), g2]), float(loss)
 
 
 t0 = time.time()
@@ -87,7 +101,7 @@ while step < STEPS:
     parts = list(pool.map(shard_grad, [slice(s[0], s[-1] + 1) for s in shards]))
     grad = sum(p[0] for p in parts) / ROWS
     loss = sum(p[1] for p in parts) / ROWS
-    state = (w - 0.5 * grad, step + 1)
+    state = (w - 0.2 * grad, step + 1)
     w, step = state
     if step % CKPT_EVERY == 0:
         save()
@@ -95,7 +109,8 @@ while step < STEPS:
     else:
         tf.report(step / STEPS, loss=loss)
 
-accuracy = float(np.mean(((X @ w) > 0) == (y > 0.5)))
+w1, w2 = w[: COLS * HIDDEN].reshape(COLS, HIDDEN), w[COLS * HIDDEN :]
+accuracy = float(np.mean(((np.tanh(X @ w1) @ w2) > 0) == (y > 0.5)))
 result = {"steps": step, "loss": loss, "accuracy": accuracy, "seconds": time.time() - t0,
           "epoch": tf.epoch()}
 path = os.environ.get("RESULTS") or os.path.join(tf.checkpoint_dir(), "results.json")
