@@ -470,3 +470,76 @@ fn a_restarted_agent_stops_the_members_it_ran_and_the_gang_runs_again() {
     );
     assert!(records(&rec).1.is_empty(), "a member finished a broken run");
 }
+
+/// The Python gang example (`examples/python/gang_sgd.py`, on the task kit) across the three
+/// agents: its members average their gradients through the rendezvous every step, so all end
+/// with the same weights; judged from the digests each member wrote itself. Needs python3 with
+/// NumPy (`.ci/run` installs it) and fails, saying so, without.
+#[test]
+fn a_python_gang_trains_data_parallel_and_its_members_agree() {
+    let numpy = Command::new("python3")
+        .args(["-c", "import numpy"])
+        .status();
+    assert!(
+        numpy.is_ok_and(|s| s.success()),
+        "this test needs python3 with NumPy (.ci/run installs it)"
+    );
+    let c = Cluster::start("python");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let rec = c.dir.join("rec");
+    let spec = serde_json::json!({
+        "name": "gang-sgd",
+        "command": ["python3", repo.join("examples/python/gang_sgd.py")],
+        "env": {"PYTHONPATH": repo.join("python"), "OUT": rec, "STEPS": "100", "ROWS": "5000",
+                "OPENBLAS_NUM_THREADS": "1"},
+        "gang": {"workers": 2, "ps": 1, "worker_demand": {"cpu": 2}, "ps_demand": {"cpu": 2},
+                 "gradient_mb": 1},
+    });
+    let (code, body) = c
+        .http(0, "POST", "/v1/tasks", Some(spec.to_string()))
+        .unwrap();
+    assert_eq!(code, 201, "{body}");
+    let task = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
+        .as_u64()
+        .unwrap();
+    c.wait_until(Duration::from_secs(90), "the gang to succeed", |c| {
+        c.state(0, task) == "succeeded"
+    });
+    // The members of the run that succeeded: one epoch, three ranks.
+    let mut by_epoch: std::collections::BTreeMap<String, Vec<serde_json::Value>> =
+        Default::default();
+    for f in std::fs::read_dir(&rec).unwrap().flatten() {
+        let name = f.file_name().to_string_lossy().to_string();
+        let Some(rest) = name.strip_prefix(&format!("{task}-")) else {
+            continue;
+        };
+        if !name.ends_with(".json") {
+            continue;
+        }
+        let epoch = rest.split('-').next().unwrap().to_string();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(f.path()).unwrap()).unwrap();
+        by_epoch.entry(epoch).or_default().push(v);
+    }
+    let full: Vec<&Vec<serde_json::Value>> = by_epoch.values().filter(|m| m.len() == 3).collect();
+    assert_eq!(full.len(), 1, "{by_epoch:?}");
+    let members = full[0];
+    let mut ranks: Vec<u64> = members
+        .iter()
+        .map(|m| m["rank"].as_u64().unwrap())
+        .collect();
+    ranks.sort();
+    assert_eq!(ranks, vec![0, 1, 2]);
+    assert!(
+        members
+            .iter()
+            .all(|m| m["weights"] == members[0]["weights"]),
+        "the members disagree: {members:?}"
+    );
+    let mut boxes: Vec<&str> = members
+        .iter()
+        .map(|m| m["node"].as_str().unwrap())
+        .collect();
+    boxes.sort();
+    assert_eq!(boxes, vec!["a0", "a1", "a2"], "{members:?}");
+}
