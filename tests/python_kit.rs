@@ -21,3 +21,23 @@ fn the_python_kit_s_unit_tests_pass() {
     // Every test ran: unittest's summary counts them.
     assert!(report.contains("Ran ") && report.contains("OK"), "{report}");
 }
+
+/// Every task spec under `examples/` reads as a spec, and names a script that exists.
+#[test]
+fn the_examples_specs_read_and_name_their_scripts() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let dir = repo.join("examples/python");
+    let mut n = 0;
+    for f in std::fs::read_dir(&dir).unwrap().flatten() {
+        let path = f.path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let spec = tapfinger::spec::TaskSpec::from_toml(&std::fs::read_to_string(&path).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let script = spec.command.iter().find(|a| a.ends_with(".py")).unwrap();
+        assert!(repo.join(script).is_file(), "{}: {script}", path.display());
+        n += 1;
+    }
+    assert_eq!(n, 2, "the two example specs");
+}

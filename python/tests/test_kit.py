@@ -177,5 +177,64 @@ class Lifecycle(unittest.TestCase):
             self.assertEqual(f.read(), "saved")
 
 
+class Integrations(unittest.TestCase):
+    """The framework callbacks against stand-ins for the frameworks' base classes (neither
+    framework is a dependency): what they report, and what a SIGTERM makes them do."""
+
+    def setUp(self):
+        import types
+        base = type("Callback", (), {"__init__": lambda self: None})
+        mods = {
+            "lightning": types.ModuleType("lightning"),
+            "lightning.pytorch": types.ModuleType("lightning.pytorch"),
+            "lightning.pytorch.callbacks": types.ModuleType("lightning.pytorch.callbacks"),
+            "transformers": types.ModuleType("transformers"),
+        }
+        mods["lightning.pytorch.callbacks"].Callback = base
+        mods["transformers"].TrainerCallback = type("TrainerCallback", (), {})
+        self.patch = mock.patch.dict(sys.modules, mods)
+        self.patch.start()
+
+    def tearDown(self):
+        self.patch.stop()
+
+    def test_lightning_reports_progress_and_metrics(self):
+        from tapfinger_task.integrations import lightning_callback
+        trainer = types_ns(estimated_stepping_batches=200, max_steps=-1, global_step=50,
+                           callback_metrics={"train/loss": 0.75, "note": "text"})
+        cb = lightning_callback(path=os.path.join(tempfile.mkdtemp(), "x.ckpt"))
+        out = io.StringIO()
+        with redirect_stdout(out):
+            cb.on_train_batch_end(trainer, None, None, None, 0)
+        self.assertEqual(out.getvalue(), "TAPFINGER progress=0.25 train_loss=0.75\n")
+
+    def test_hugging_face_saves_and_stops_after_sigterm(self):
+        from tapfinger_task.integrations import hf_callback
+        cb = hf_callback()
+        state = types_ns(global_step=30, max_steps=120)
+        control = types_ns(should_save=False, should_training_stop=False)
+        out = io.StringIO()
+        with redirect_stdout(out):
+            cb.on_log(None, state, control, logs={"loss": 1.25, "epoch": 0.5})
+        self.assertEqual(out.getvalue(), "TAPFINGER progress=0.25 loss=1.25 epoch=0.5\n")
+        old = signal.getsignal(signal.SIGTERM)
+        try:
+            cb.on_train_begin(None, state, control)
+            os.kill(os.getpid(), signal.SIGTERM)
+            cb.on_step_end(None, state, control)
+        finally:
+            signal.signal(signal.SIGTERM, old)
+        self.assertTrue(control.should_save and control.should_training_stop)
+        with mock.patch("os._exit") as exit_, redirect_stdout(io.StringIO()) as out:
+            cb.on_save(None, state, control)
+        exit_.assert_called_once_with(143)
+        self.assertIn("checkpoint=0.25", out.getvalue())
+
+
+def types_ns(**kw):
+    import types
+    return types.SimpleNamespace(**kw)
+
+
 if __name__ == "__main__":
     unittest.main()
