@@ -142,9 +142,11 @@ pub fn sweep(dirs: &[&Path], retention: Duration, keep: &BTreeSet<TaskId>) -> us
         };
         for e in entries.flatten() {
             let path = e.path();
+            // `<task>.stdout`, `<task>.exit`, `<task>.share.json`: the id before the first dot.
             let task = path
-                .file_stem()
+                .file_name()
                 .and_then(|s| s.to_str())
+                .and_then(|s| s.split('.').next())
                 .and_then(|s| s.parse::<u64>().ok())
                 .map(TaskId);
             let Some(task) = task else { continue };
@@ -185,14 +187,14 @@ mod tests {
     fn old_logs_go_and_running_tasks_keep_theirs() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
-        for name in ["1.stdout", "2.stdout", "2.stderr", "notes.txt"] {
+        for name in ["1.stdout", "1.share.json", "2.stdout", "2.stderr", "notes.txt"] {
             std::fs::write(dir.join(name), "x").unwrap();
         }
         let keep: BTreeSet<TaskId> = [TaskId(2)].into();
         assert_eq!(sweep(&[&dir], Duration::from_secs(3600), &keep), 0);
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(sweep(&[&dir], Duration::from_millis(1), &keep), 1);
-        assert!(!dir.join("1.stdout").exists());
+        assert_eq!(sweep(&[&dir], Duration::from_millis(1), &keep), 2);
+        assert!(!dir.join("1.stdout").exists() && !dir.join("1.share.json").exists());
         assert!(dir.join("2.stdout").exists() && dir.join("notes.txt").exists());
     }
 }
