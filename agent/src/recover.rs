@@ -187,7 +187,13 @@ mod tests {
     fn old_logs_go_and_running_tasks_keep_theirs() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
-        for name in ["1.stdout", "1.share.json", "2.stdout", "2.stderr", "notes.txt"] {
+        for name in [
+            "1.stdout",
+            "1.share.json",
+            "2.stdout",
+            "2.stderr",
+            "notes.txt",
+        ] {
             std::fs::write(dir.join(name), "x").unwrap();
         }
         let keep: BTreeSet<TaskId> = [TaskId(2)].into();
