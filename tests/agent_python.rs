@@ -7,8 +7,10 @@
 //!   writable cgroups (CI has them); without them it fails and says so.
 //! - The Python client against the agent's API with a token: it submits (a dict and a TOML
 //!   file), follows a task's output to its end, lists, cancels, and reads the API's refusals.
+//! - The NumPy example (`examples/python/train_numpy.py`) on two agents, preempted by an urgent
+//!   task: it saves on SIGTERM and resumes at the step it saved; needs NumPy.
 //!
-//! Both need Python 3 (CI installs it) and fail, saying so, without it.
+//! All need Python 3 (CI installs it and NumPy) and fail, saying so, without it.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -230,8 +232,9 @@ fn numpy_example(ckpt: &Path, steps: u32) -> TaskSpec {
     TaskSpec::from_toml(&toml).unwrap()
 }
 
-/// A preempted NumPy training job saves on SIGTERM, and its next run resumes from that step:
-/// judged from what the job printed (its log) and the result it wrote through the fenced file.
+/// A preempted NumPy training job, submitted to one of two agents and run by the other, saves
+/// on SIGTERM, and its next run resumes from that step: judged from what the job printed (its
+/// log) and the result it wrote through the fenced file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_preempted_numpy_job_resumes_where_it_saved_and_its_result_is_fenced() {
     needs_python();
@@ -244,21 +247,27 @@ async fn a_preempted_numpy_job_resumes_where_it_saved_and_its_result_is_fenced()
     );
     let tmp = tempfile::tempdir().unwrap();
     let (logs, ckpt) = (tmp.path().join("logs"), tmp.path().join("ckpt"));
-    let mut local = Local::new("a", Exec::Processes(logs.clone()));
-    local.preempt = true;
-    let (a, _) = local.start().await;
-    let train = a.submit(numpy_example(&ckpt, 400)).await.unwrap();
+    // Two agents: box a of 4 cores, box b of 2; the job, submitted to b, can run on a only.
+    let locals = [("a", 4), ("b", 2)].map(|(name, cpus)| {
+        let mut l = Local::new(name, Exec::Processes(logs.clone()));
+        l.preempt = true;
+        l.capacity = tapfinger::Resources(vec![cpus, 1, 8]);
+        l
+    });
+    let agents = tapfinger_tests::start_all(locals.into()).await;
+    let (a, b) = (&agents[0], &agents[1]);
+    let train = b.submit(numpy_example(&ckpt, 400)).await.unwrap();
     let log =
         || std::fs::read_to_string(logs.join(format!("{}.stdout", train.0))).unwrap_or_default();
     // Past its first checkpoints, then an urgent task that needs the whole box.
     wait(
-        &[&a],
+        &[a, b],
         Duration::from_secs(60),
         "the job past step 30",
         |_| log().contains("checkpoint=0.075"),
     )
     .await;
-    let urgent = a
+    let urgent = b
         .submit(
             TaskSpec::from_toml(
                 "command = [\"sleep\", \"1\"]\nmin_demand = { cpu = 4, mem = 1 }\npriority = 0\n",
@@ -267,11 +276,17 @@ async fn a_preempted_numpy_job_resumes_where_it_saved_and_its_result_is_fenced()
         )
         .await
         .unwrap();
-    wait(&[&a], Duration::from_secs(120), "both tasks", |s| {
+    wait(&[a, b], Duration::from_secs(120), "both tasks", |s| {
         let f = finished(s);
         f.contains(&train) && f.contains(&urgent)
     })
     .await;
+    // Both ran on box a, the only one with 4 cores.
+    let s = tapfinger_tests::statuses(&[a]);
+    assert!(
+        s[0].finished_here.contains(&train) && s[0].finished_here.contains(&urgent),
+        "{s:#?}"
+    );
     let text = log();
     let starts: Vec<&str> = text
         .lines()
@@ -303,5 +318,7 @@ async fn a_preempted_numpy_job_resumes_where_it_saved_and_its_result_is_fenced()
         .unwrap();
     assert_eq!(result["epoch"].as_u64(), Some(fenced));
     assert!(fenced >> 32 >= 2, "the second start's epoch: {fenced:#x}");
-    a.shutdown().await;
+    for x in agents {
+        x.shutdown().await;
+    }
 }
