@@ -10,7 +10,6 @@
 use std::path::Path;
 use std::time::Duration;
 use tapfinger::spec::TaskSpec;
-use tapfinger_agent::exec::Cgroups;
 use tapfinger_tests::{Exec, Local, finished, wait};
 
 /// A task that prints its cgroup's CPU quota (in cores × 100000) for about `secs` seconds.
@@ -51,10 +50,7 @@ fn quotas(logs: &Path, task: tapfinger::TaskId) -> Vec<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_task_s_cpu_quota_follows_the_re_share() {
-    let group = format!("tapfinger-elastic-test-{}", std::process::id());
-    if let Cgroups::Unavailable(why) = Cgroups::detect(Path::new("/sys/fs/cgroup"), &group) {
-        panic!("this test needs writable cgroups (CI has them): {why}");
-    }
+    let group = tapfinger_tests::test_cgroup("elastic");
     let tmp = tempfile::tempdir().unwrap();
     let logs = tmp.path().to_path_buf();
     // One box of 4 cores: the first task alone gets them all, then shares them with a second.
@@ -62,14 +58,10 @@ async fn a_running_task_s_cpu_quota_follows_the_re_share() {
         .start()
         .await;
     let first = a.submit(quota_printer(6)).await.unwrap();
-    let mut alone = false;
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        if quotas(&logs, first).contains(&4.0) {
-            alone = true;
-            break;
-        }
-    }
+    let alone = tapfinger_tests::poll_until(Duration::from_secs(5), || {
+        quotas(&logs, first).contains(&4.0)
+    })
+    .await;
     assert!(
         alone,
         "the lone task never ran with the box's 4 cores: {:?}",
@@ -106,9 +98,7 @@ async fn a_running_task_s_cpu_quota_follows_the_re_share() {
     );
     // The agent's parent group (its tasks' groups went with them).
     drop(a);
-    for h in ["", "cpu", "memory"] {
-        let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(h).join(&group));
-    }
+    tapfinger_tests::remove_test_cgroup(&group);
 }
 
 /// A task whose loss stays flat from its first report: it prints its pid, its cgroup's CPU
@@ -122,10 +112,7 @@ fn flat_loss(secs: u32) -> TaskSpec {
 /// process throughout: no restart).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_converging_task_s_cpu_quota_steps_down_to_its_minimum_while_it_runs() {
-    let group = format!("tapfinger-shrink-test-{}", std::process::id());
-    if let Cgroups::Unavailable(why) = Cgroups::detect(Path::new("/sys/fs/cgroup"), &group) {
-        panic!("this test needs writable cgroups (CI has them): {why}");
-    }
+    let group = tapfinger_tests::test_cgroup("shrink");
     let tmp = tempfile::tempdir().unwrap();
     let logs = tmp.path().to_path_buf();
     let mut local = Local::new("a", Exec::Cgroups(logs.clone(), group.clone()));
@@ -158,9 +145,7 @@ async fn a_converging_task_s_cpu_quota_steps_down_to_its_minimum_while_it_runs()
     steps.dedup();
     assert_eq!(steps, vec![4.0, 3.0, 2.0, 1.0], "{q:?}");
     drop(a);
-    for h in ["", "cpu", "memory"] {
-        let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(h).join(&group));
-    }
+    tapfinger_tests::remove_test_cgroup(&group);
 }
 
 /// A task that records each start of its own (its GPU devices, whether it was told to resume)

@@ -16,7 +16,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tapfinger::spec::TaskSpec;
-use tapfinger_agent::exec::Cgroups;
 use tapfinger_tests::{Exec, Local, finished, wait};
 
 /// The kit's folder in the repository.
@@ -81,24 +80,17 @@ fn needs_python() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_task_s_threads_follow_its_share_through_the_kit() {
     needs_python();
-    let group = format!("tapfinger-python-test-{}", std::process::id());
-    if let Cgroups::Unavailable(why) = Cgroups::detect(Path::new("/sys/fs/cgroup"), &group) {
-        panic!("this test needs writable cgroups (CI has them): {why}");
-    }
+    let group = tapfinger_tests::test_cgroup("python");
     let tmp = tempfile::tempdir().unwrap();
     let logs = tmp.path().to_path_buf();
     let (a, _) = Local::new("a", Exec::Cgroups(logs.clone(), group.clone()))
         .start()
         .await;
     let first = a.submit(follower(8)).await.unwrap();
-    let mut alone = false;
-    for _ in 0..200 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        if counts(&logs, first).contains(&4) {
-            alone = true;
-            break;
-        }
-    }
+    let alone = tapfinger_tests::poll_until(Duration::from_secs(10), || {
+        counts(&logs, first).contains(&4)
+    })
+    .await;
     assert!(
         alone,
         "the lone task never ran 4 workers: {:?}",
@@ -120,9 +112,7 @@ async fn a_python_task_s_threads_follow_its_share_through_the_kit() {
     );
     assert!(c.iter().all(|n| (1..=4).contains(n)), "{c:?}");
     drop(a);
-    for h in ["", "cpu", "memory"] {
-        let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(h).join(&group));
-    }
+    tapfinger_tests::remove_test_cgroup(&group);
 }
 
 /// What the client script does against the agent, one JSON line per step.

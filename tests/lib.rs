@@ -402,3 +402,36 @@ pub fn rust_files(dir: &std::path::Path, out: &mut Vec<PathBuf>) {
         }
     }
 }
+
+/// The cgroup parent of one test's agent, `tapfinger-<what>-test-<pid>`; panics, saying why,
+/// where cgroups are not writable (CI has them; the `default` nextest profile leaves such tests
+/// out by name).
+pub fn test_cgroup(what: &str) -> String {
+    let group = format!("tapfinger-{what}-test-{}", std::process::id());
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    if let tapfinger_agent::exec::Cgroups::Unavailable(why) =
+        tapfinger_agent::exec::Cgroups::detect(root, &group)
+    {
+        panic!("this test needs writable cgroups (CI has them): {why}");
+    }
+    group
+}
+
+/// Remove a test's cgroup parent once its agent is gone (its tasks' groups went with them).
+pub fn remove_test_cgroup(group: &str) {
+    for h in ["", "cpu", "memory"] {
+        let _ = std::fs::remove_dir(std::path::Path::new("/sys/fs/cgroup").join(h).join(group));
+    }
+}
+
+/// Poll every 50 ms, up to `limit`, until `seen()` holds; whether it did.
+pub async fn poll_until(limit: Duration, seen: impl Fn() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if seen() {
+            return true;
+        }
+    }
+    false
+}
