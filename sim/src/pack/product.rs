@@ -5,10 +5,11 @@
 //! share on the shared device it leaves least fragmented. The prior is the softmax of what the
 //! claimants state: their headrooms ([`tapfinger::Resources::headroom`], `tapfinger`, the
 //! default), or, where boxes pack GPU shares (`tapfinger-pack`, an agent's `pack_shares`),
-//! FGD's growth score of the pod on the box ([`packing_prior`]) against the typical shapes of
-//! the pods arrived so far, each pod counted as it arrives: what
-//! `tapfinger::ledger::Ledger::claim_prior` computes from the tasks a ledger has seen (shape:
-//! the demand and where the task may run; here the models a pod accepts).
+//! FGD's growth score of the pod on the box against the typical shapes of the pods arrived so
+//! far: the prior a ledger states ([`Ledger::claim_prior`], the code agents run), kept here
+//! for the whole cluster as the simulator keeps one, each pod a task that may run on the boxes
+//! whose model it accepts, placed pods running and never ending, each box's devices as its
+//! pool left them.
 //!
 //! What this leaves out, and why: the likelihood is 1 for every claimant — a box's policy
 //! claiming the one task in its window that fits it; the learned policy's own probability
@@ -21,13 +22,11 @@ use super::policies::Placer;
 use super::state::{Cluster, MILLI};
 use super::trace::PodSpec;
 use std::collections::{BTreeMap, BTreeSet};
-use tapfinger::frag::{Devices, Mix, TYPICAL_COVER, packing_prior};
+use std::sync::Arc;
 use tapfinger::gpu_pool::GpuPool;
+use tapfinger::ledger::{Ledger, TaskState};
 use tapfinger::protocol::{Claim, Proposal, Round, resolve};
-use tapfinger::{NodeId, Resources, TaskId};
-
-/// A pod's shape as a ledger counts it: its demand and the models it accepts.
-type Shape = (Vec<u32>, Vec<String>);
+use tapfinger::{NodeId, Resources, Task, TaskId};
 
 /// The protocol's box choice and the device pool.
 #[derive(Debug, Clone)]
@@ -35,13 +34,11 @@ pub struct Protocol {
     pools: Vec<GpuPool>,
     next: u64,
     name: &'static str,
-    /// The shapes of the pods that arrived, as a ledger counts them: demand and the models a
-    /// pod may run on (a task's reachable boxes).
-    mix: Mix<Shape>,
-    /// The typical shapes of `mix`, refreshed as pods arrive.
-    typical: Vec<(Shape, f64)>,
-    /// Whether claims state the packing prior (else the headroom).
-    packs: bool,
+    /// Where boxes pack: the ledger agents keep, which states each claim's prior
+    /// ([`Ledger::claim_prior`]) from the pods that arrived (each a task that may run on the
+    /// boxes whose model it accepts), the pods placed (running, never ending) and each box's
+    /// devices as its pool left them. `None`: claims state their headroom.
+    ledger: Option<Ledger<()>>,
 }
 
 impl Protocol {
@@ -51,12 +48,17 @@ impl Protocol {
     }
 
     /// The protocol of boxes that pack GPU shares (an agent's `pack_shares`): claims state
-    /// FGD's growth score ([`packing_prior`]) against the shapes arrived so far.
+    /// FGD's growth score ([`Ledger::claim_prior`]) against the shapes arrived so far.
     pub fn packing(c: &Cluster) -> Self {
-        Self {
-            packs: true,
-            ..Self::with_pools(c, GpuPool::with_shares, "tapfinger-pack")
+        let mut p = Self::with_pools(c, GpuPool::with_shares, "tapfinger-pack");
+        let mut ledger = Ledger::new(1, 1);
+        for (i, h) in c.hosts.iter().enumerate() {
+            let node = NodeId(i as u32);
+            ledger.set_node(node, units(h.cpu_left, h.gpu_left_total(), h.mem_left));
+            ledger.set_devices(node, 1, MILLI, h.gpu_left.clone());
         }
+        p.ledger = Some(ledger);
+        p
     }
 
     /// The same with pools that put a share on the fullest device it fits, whatever it
@@ -78,19 +80,9 @@ impl Protocol {
             pools,
             next: 0,
             name,
-            mix: Mix::default(),
-            typical: Vec::new(),
-            packs: false,
+            ledger: None,
         }
     }
-}
-
-/// Whether a pod that accepts the models `spec` (empty: any) may run on `h`.
-fn runs_on(spec: &[String], h: &super::state::Host) -> bool {
-    spec.is_empty()
-        || h.model
-            .as_ref()
-            .is_some_and(|m| spec.iter().any(|x| x == m))
 }
 
 /// Units of CPU thousandths, GPU thousandths and memory MiB, as one box's ledger counts them.
@@ -111,12 +103,20 @@ impl Placer for Protocol {
         _rng: &mut tapfinger::Rng,
     ) -> Option<(usize, Vec<usize>)> {
         let demand = units(pod.cpu_milli, pod.total_gpu_milli(), pod.memory_mib);
-        let task = TaskId(self.next);
+        let id = TaskId(self.next);
         self.next += 1;
-        // The ledger counts every arrival's shape before its first round.
-        self.mix.observe((demand.0.clone(), pod.gpu_spec.clone()));
-        self.typical = self.mix.typical(TYPICAL_COVER);
-        // The boxes whose units fit: what each box's core sees of itself.
+        // The boxes the pod may run on, and of them those whose units fit: what each box's
+        // core sees of itself.
+        let may = |h: &super::state::Host| pod.num_gpu == 0 || h.accessible(pod);
+        // A ledger counts every arrival's shape before its first round.
+        let task = self.ledger.as_mut().map(|l| {
+            let on: Vec<u32> = (0..c.hosts.len() as u32)
+                .filter(|i| may(&c.hosts[*i as usize]))
+                .collect();
+            let t = Arc::new(Task::new(id.0, demand.0.clone()).on(&on));
+            l.insert(t.clone(), TaskState::Pending, ());
+            t
+        });
         let mut claims: BTreeMap<NodeId, Proposal> = c
             .hosts
             .iter()
@@ -125,32 +125,21 @@ impl Placer for Protocol {
                 h.cpu_left >= pod.cpu_milli
                     && h.mem_left >= pod.memory_mib
                     && h.gpu_left_total() >= pod.total_gpu_milli()
-                    && (pod.num_gpu == 0 || h.accessible(pod))
+                    && may(h)
             })
             .map(|(i, h)| {
-                let free = units(h.cpu_left, h.gpu_left_total(), h.mem_left);
-                let prior = if self.packs {
-                    let devices = Devices {
-                        left: &h.gpu_left,
-                        per: MILLI,
-                        kind: 1,
-                    };
-                    let shapes: Vec<(&[u32], f64, bool)> = self
-                        .typical
-                        .iter()
-                        .map(|((d, spec), p)| (&d[..], *p, runs_on(spec, h)))
-                        .collect();
-                    packing_prior(&free.0, &devices, &demand.0, &shapes)
-                } else {
-                    Some(free.headroom(&demand))
+                let node = NodeId(i as u32);
+                let prior = match (&self.ledger, &task) {
+                    (Some(l), Some(t)) => l.claim_prior(node, t, &demand),
+                    _ => units(h.cpu_left, h.gpu_left_total(), h.mem_left).headroom(&demand),
                 };
                 let claim = Claim {
-                    task,
+                    task: id,
                     alloc: demand.clone(),
                     prob: 1.0,
-                    headroom: prior.unwrap_or(0.0),
+                    headroom: prior,
                 };
-                (NodeId(i as u32), Proposal::Claim(claim))
+                (node, Proposal::Claim(claim))
             })
             .collect();
         let round = Round { slot: 0, step: 0 };
@@ -159,16 +148,29 @@ impl Placer for Protocol {
             let winner = out.commits.first()?.agent;
             let h = winner.0 as usize;
             let units = u32::try_from(pod.total_gpu_milli()).unwrap_or(u32::MAX);
-            if pod.num_gpu == 0 {
-                return Some((h, Vec::new()));
-            }
-            match self.pools[h].place(task, units) {
-                Some(devices) => return Some((h, devices.iter().map(|d| *d as usize).collect())),
-                // The start is refused: the pod waits for a round without this box.
-                None => {
-                    claims.remove(&winner);
+            let devices = if pod.num_gpu == 0 {
+                Vec::new()
+            } else {
+                match self.pools[h].place(id, units) {
+                    Some(d) => d,
+                    // The start is refused: the pod waits for a round without this box.
+                    None => {
+                        claims.remove(&winner);
+                        continue;
+                    }
                 }
+            };
+            if let Some(l) = &mut self.ledger {
+                let running = TaskState::Running {
+                    node: winner,
+                    alloc: demand.clone(),
+                    progress: 0.0,
+                    started: 0,
+                };
+                l.set_state(id, running);
+                l.set_devices(winner, 1, MILLI, self.pools[h].left());
             }
+            return Some((h, devices.iter().map(|d| *d as usize).collect()));
         }
     }
 }
