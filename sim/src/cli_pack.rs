@@ -52,9 +52,10 @@ pub(crate) struct PackBenchArgs {
     /// Pod lists (`openb_pod_list_*.csv`, any of them; repeat for several).
     #[arg(long, required = true)]
     pods: Vec<PathBuf>,
-    /// Policies, comma-separated (random, dotprod, clustering, packing, bestfit, fgd,
-    /// tapfinger, and tapfinger-fullest: the product's placement with shares on the fullest
-    /// device, the ablation of the pool's fragmentation-aware choice).
+    /// Policies, comma-separated (random, dotprod, clustering, packing, bestfit, fgd;
+    /// tapfinger: the product's placement; tapfinger-pack: with boxes that pack GPU shares, an
+    /// agent's `pack_shares`; tapfinger-fullest: shares on the fullest device, the ablation of
+    /// the pool's fragmentation-aware choice).
     #[arg(
         long,
         value_delimiter = ',',

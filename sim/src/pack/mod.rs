@@ -119,9 +119,9 @@ pub fn bench(
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(&(p, s)) = jobs.get(i) else { break };
                     let order = run::arrivals(pods, cluster.gpu_capacity, target, seeds[s]);
-                    let mut placer =
-                        placer(&policies[p], &cluster, &measure).expect("checked above");
-                    let curve = run::run(nodes, &order, &measure, placer.as_mut(), seeds[s]);
+                    let fresh = run::cluster(nodes, seeds[s]);
+                    let mut placer = placer(&policies[p], &fresh, &measure).expect("checked above");
+                    let curve = run::run(fresh, &order, &measure, placer.as_mut(), seeds[s]);
                     done.lock()
                         .expect("no panics while held")
                         .push((p, s, curve));

@@ -2,9 +2,10 @@
 //! paper (Weng et al., USENIX ATC 2023, §2.3 and §5.1) and the scores of its simulator, so that
 //! the curves can be compared with the published ones. Each scores every box a pod fits on a
 //! whole scale of 0 to 100 (the Kubernetes scheduler's), the highest wins, and ties go to the
-//! first box in the node list (the study's scheduler picks the smallest node name; coarse whole
-//! scores tie often, so this first-fit order is part of each policy's result). Then the policy
-//! picks devices on the chosen box.
+//! first box in the cluster's tie order ([`Cluster::with_tie_order`]: the study's scheduler
+//! picks the smallest node name, and its simulator prefixes the names with a random
+//! permutation per run; coarse whole scores tie often, so this first-fit order is part of each
+//! policy's result). Then the policy picks devices on the chosen box.
 //!
 //! - **Random**: a box drawn uniformly among those the pod fits, a device at random.
 //! - **DotProd**: the box whose free (CPU, GPU) vector has the smallest dot product with the
@@ -47,9 +48,9 @@ pub trait Placer {
     fn placed(&mut self, _h: usize, _pod: &PodSpec, _devices: &[usize]) {}
 }
 
-/// The highest-scoring box of `boxes` (given in the node list's order); ties go to the first,
-/// as in the study's scheduler, which breaks them by the smallest node name for reproducibility
-/// (the trace's names sort in list order).
+/// The highest-scoring box of `boxes` (given in the cluster's tie order); ties go to the first,
+/// as in the study's scheduler, which breaks them by the smallest node name (names its
+/// simulator prefixed with a random permutation).
 fn select(boxes: &[usize], mut score: impl FnMut(usize) -> i64) -> Option<usize> {
     let mut best: Option<(usize, i64)> = None;
     for &h in boxes {

@@ -32,6 +32,11 @@ use tapfinger::{NodeId, Resources, Task, TaskId};
 #[derive(Debug, Clone)]
 pub struct Protocol {
     pools: Vec<GpuPool>,
+    /// Each box's agent id: its place in the cluster's tie order, so that the protocol's
+    /// exact ties (to the lowest id) fall as the study's policies' do.
+    ids: Vec<NodeId>,
+    /// The box of each agent id.
+    boxes: Vec<usize>,
     next: u64,
     name: &'static str,
     /// Where boxes pack: the ledger agents keep, which states each claim's prior
@@ -53,7 +58,7 @@ impl Protocol {
         let mut p = Self::with_pools(c, GpuPool::with_shares, "tapfinger-pack");
         let mut ledger = Ledger::new(1, 1);
         for (i, h) in c.hosts.iter().enumerate() {
-            let node = NodeId(i as u32);
+            let node = p.ids[i];
             ledger.set_node(node, units(h.cpu_left, h.gpu_left_total(), h.mem_left));
             ledger.set_devices(node, 1, MILLI, h.gpu_left.clone());
         }
@@ -76,8 +81,11 @@ impl Protocol {
                 pool(&devices, MILLI)
             })
             .collect();
+        let ids = c.ranks().into_iter().map(|r| NodeId(r as u32)).collect();
         Self {
             pools,
+            ids,
+            boxes: c.order.clone(),
             next: 0,
             name,
             ledger: None,
@@ -110,8 +118,9 @@ impl Placer for Protocol {
         let may = |h: &super::state::Host| pod.num_gpu == 0 || h.accessible(pod);
         // A ledger counts every arrival's shape before its first round.
         let task = self.ledger.as_mut().map(|l| {
-            let on: Vec<u32> = (0..c.hosts.len() as u32)
-                .filter(|i| may(&c.hosts[*i as usize]))
+            let on: Vec<u32> = (0..c.hosts.len())
+                .filter(|i| may(&c.hosts[*i]))
+                .map(|i| self.ids[i].0)
                 .collect();
             let t = Arc::new(Task::new(id.0, demand.0.clone()).on(&on));
             l.insert(t.clone(), TaskState::Pending, ());
@@ -128,7 +137,7 @@ impl Placer for Protocol {
                     && may(h)
             })
             .map(|(i, h)| {
-                let node = NodeId(i as u32);
+                let node = self.ids[i];
                 let prior = match (&self.ledger, &task) {
                     (Some(l), Some(t)) => l.claim_prior(node, t, &demand),
                     _ => units(h.cpu_left, h.gpu_left_total(), h.mem_left).headroom(&demand),
@@ -146,7 +155,7 @@ impl Placer for Protocol {
         loop {
             let out = resolve(round, &claims, &BTreeSet::new());
             let winner = out.commits.first()?.agent;
-            let h = winner.0 as usize;
+            let h = self.boxes[winner.0 as usize];
             let units = u32::try_from(pod.total_gpu_milli()).unwrap_or(u32::MAX);
             let devices = if pod.num_gpu == 0 {
                 Vec::new()
@@ -177,6 +186,7 @@ impl Placer for Protocol {
 
 #[cfg(test)]
 mod tests {
+    use super::super::policies::Study;
     use super::super::state::tests::{node, pod};
     use super::*;
     use rand::SeedableRng as _;
@@ -224,5 +234,24 @@ mod tests {
         let whole = pod(1000, 1, 1000);
         let (h, _) = p.place(&c, &whole, &mut rng).unwrap();
         assert_eq!(h, 1);
+    }
+
+    #[test]
+    fn ties_fall_in_the_clusters_tie_order() {
+        // Eight equal boxes: the first pod's exact tie goes to the first box of the run's tie
+        // order (the protocol's lowest agent id), as the study's policies' ties do.
+        let nodes: Vec<_> = (0..8).map(|_| node(16_000, 1, "T4")).collect();
+        let mut rng = tapfinger::Rng::seed_from_u64(1);
+        for seed in [1, 2, 3] {
+            let c = Cluster::new(&nodes).with_tie_order(seed);
+            for mut p in [Protocol::packing(&c), Protocol::new(&c)] {
+                let (h, _) = p.place(&c, &pod(1000, 1, 500), &mut rng).unwrap();
+                assert_eq!(h, c.order[0], "{} seed {seed}", p.name());
+                let (s, _) = Study::Packing
+                    .place(&c, &pod(1000, 1, 500), &mut rng)
+                    .unwrap();
+                assert_eq!(s, h);
+            }
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! One run of the benchmark as the study makes it: the pod list sorted by name and shuffled
 //! with the run's seed, then random copies of its pods appended until the GPU requests reach
-//! the target share of the cluster's GPUs (130 %), then every pod placed in that order, one at
-//! a time, none ever leaving; a pod that fits nowhere stays out and the run goes on. At each
+//! the target share of the cluster's GPUs (130 %), the boxes' tie order drawn from the same
+//! seed ([`Cluster::with_tie_order`]), then every pod placed in that order, one at a time, none
+//! ever leaving; a pod that fits nowhere stays out and the run goes on. At each
 //! whole percent of arrived GPU requests it records the share of GPUs unallocated and the
 //! fragmentation ratio.
 
@@ -61,16 +62,20 @@ impl Curve {
     }
 }
 
-/// Place `pods` (already in arrival order) on a fresh cluster of `nodes` with `placer`;
-/// `measure` gives the fragmentation ratio, `seed` the placer's tie-breaking.
+/// The fresh cluster of `nodes` for the run of `seed`: nothing placed, ties in the run's order.
+pub fn cluster(nodes: &[NodeSpec], seed: u64) -> Cluster {
+    Cluster::new(nodes).with_tie_order(seed)
+}
+
+/// Place `pods` (already in arrival order) on `c` (fresh, [`cluster`]) with `placer`;
+/// `measure` gives the fragmentation ratio, `seed` the placer's random draws.
 pub fn run(
-    nodes: &[NodeSpec],
+    mut c: Cluster,
     pods: &[PodSpec],
     measure: &Measure,
     placer: &mut dyn Placer,
     seed: u64,
 ) -> Curve {
-    let mut c = Cluster::new(nodes);
     let mut rng = tapfinger::Rng::seed_from_u64(seed ^ 0x5EED_F6D0);
     let cap = c.gpu_capacity.max(1) as f64;
     let mut curve = Curve {
@@ -157,7 +162,7 @@ mod tests {
         let nodes = [node(64_000, 4, "T4"), node(64_000, 4, "T4")];
         let pods: Vec<PodSpec> = (0..12).map(|_| pod(1000, 1, 1000)).collect();
         let m = Measure::new(&pods, &Cluster::new(&nodes));
-        let c = run(&nodes, &pods, &m, &mut Study::BestFit, 1);
+        let c = run(cluster(&nodes, 1), &pods, &m, &mut Study::BestFit, 1);
         assert_eq!(c.unallocated.len(), 151);
         assert_eq!(c.unallocated_at(50), 50.0);
         assert_eq!(c.unallocated_at(100), 0.0);

@@ -166,22 +166,54 @@ pub struct Cluster {
     pub hosts: Vec<Host>,
     /// Thousandths of a device in the whole cluster.
     pub gpu_capacity: u64,
+    /// The boxes in tie order: where policies score boxes equal, the earliest here wins.
+    pub order: Vec<usize>,
 }
 
 impl Cluster {
-    /// The cluster of a node list, nothing placed.
+    /// The cluster of a node list, nothing placed, ties in the list's order.
     pub fn new(nodes: &[NodeSpec]) -> Self {
         let hosts: Vec<Host> = nodes.iter().map(Host::new).collect();
         let gpu_capacity = hosts.iter().map(Host::gpu_left_total).sum();
+        let order = (0..hosts.len()).collect();
         Self {
             hosts,
             gpu_capacity,
+            order,
         }
     }
 
-    /// The boxes `pod` fits now.
+    /// The same cluster with its tie order drawn by `seed`.
+    ///
+    /// Why: the study's simulator breaks ties by the smallest node name, but before a run it
+    /// prefixes every node's name with its place in a random permutation (`%04d-`, drawn from
+    /// the run's seed), so ties go to a random order fixed for the run, not to the node list's
+    /// order. Whole scores tie often (every CPU pod scores 0 under Packing and Clustering), so
+    /// which order matters: the list's order fills the trace's first boxes, all of one model,
+    /// first.
+    #[must_use]
+    pub fn with_tie_order(mut self, seed: u64) -> Self {
+        use rand::SeedableRng as _;
+        use rand::seq::SliceRandom as _;
+        let mut rng = tapfinger::Rng::seed_from_u64(seed ^ 0x0DE5_0DE5);
+        self.order.shuffle(&mut rng);
+        self
+    }
+
+    /// Each box's place in the tie order.
+    pub fn ranks(&self) -> Vec<usize> {
+        let mut rank = vec![0; self.order.len()];
+        for (r, h) in self.order.iter().enumerate() {
+            rank[*h] = r;
+        }
+        rank
+    }
+
+    /// The boxes `pod` fits now, in tie order.
     pub fn feasible(&self, pod: &PodSpec) -> Vec<usize> {
-        (0..self.hosts.len())
+        self.order
+            .iter()
+            .copied()
             .filter(|i| self.hosts[*i].fits(pod))
             .collect()
     }
@@ -237,5 +269,25 @@ pub(super) mod tests {
         assert_eq!(h.best_devices(&pod(0, 1, 500)), Some(vec![1]));
         assert_eq!(h.best_devices(&pod(0, 1, 1000)), Some(vec![1]));
         assert_eq!(h.affinity, vec![(Affinity::Share, 1)]);
+    }
+
+    #[test]
+    fn the_tie_order_is_a_permutation_drawn_from_the_seed() {
+        let nodes: Vec<_> = (0..50).map(|_| node(8000, 1, "T4")).collect();
+        let c = Cluster::new(&nodes);
+        assert_eq!(c.order, (0..50).collect::<Vec<_>>());
+        let a = Cluster::new(&nodes).with_tie_order(42);
+        let mut sorted = a.order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, c.order, "a permutation");
+        assert_ne!(a.order, c.order);
+        assert_eq!(a.order, Cluster::new(&nodes).with_tie_order(42).order);
+        assert_ne!(a.order, Cluster::new(&nodes).with_tie_order(43).order);
+        let rank = a.ranks();
+        for (r, h) in a.order.iter().enumerate() {
+            assert_eq!(rank[*h], r);
+        }
+        // Boxes that fit come in tie order.
+        assert_eq!(a.feasible(&pod(1000, 1, 500)), a.order);
     }
 }
