@@ -58,7 +58,7 @@ pub enum PackError {
 }
 
 /// The policies, by the names the benchmark takes.
-pub const POLICIES: [&str; 9] = [
+pub const POLICIES: [&str; 10] = [
     "random",
     "dotprod",
     "clustering",
@@ -68,13 +68,16 @@ pub const POLICIES: [&str; 9] = [
     "tapfinger",
     "tapfinger-fullest",
     "tapfinger-pack",
+    "tapfinger-pack-seen",
 ];
 
-/// A fresh placer for `name` on `cluster`, with the typical shapes of `measure`.
+/// A fresh placer for `name` on `cluster`, with the typical shapes of `measure` (FGD) or the
+/// pod list `pods` seen before (`tapfinger-pack-seen`).
 pub fn placer(
     name: &str,
     cluster: &Cluster,
     measure: &Measure,
+    pods: &[PodSpec],
 ) -> Result<Box<dyn Placer + Send>, PackError> {
     Ok(match name {
         "random" => Box::new(Study::Random),
@@ -86,6 +89,7 @@ pub fn placer(
         "tapfinger" => Box::new(product::Protocol::new(cluster)),
         "tapfinger-fullest" => Box::new(product::Protocol::fullest_first(cluster)),
         "tapfinger-pack" => Box::new(product::Protocol::packing(cluster)),
+        "tapfinger-pack-seen" => Box::new(product::Protocol::packing_seen(cluster, pods)),
         other => return Err(PackError::Policy(other.into())),
     })
 }
@@ -105,7 +109,7 @@ pub fn bench(
     let cluster = Cluster::new(nodes);
     let measure = Measure::new(pods, &cluster);
     for p in policies {
-        placer(p, &cluster, &measure)?;
+        placer(p, &cluster, &measure, &[])?;
     }
     let jobs: Vec<(usize, usize)> = (0..policies.len())
         .flat_map(|p| (0..seeds.len()).map(move |s| (p, s)))
@@ -120,7 +124,8 @@ pub fn bench(
                     let Some(&(p, s)) = jobs.get(i) else { break };
                     let order = run::arrivals(pods, cluster.gpu_capacity, target, seeds[s]);
                     let fresh = run::cluster(nodes, seeds[s]);
-                    let mut placer = placer(&policies[p], &fresh, &measure).expect("checked above");
+                    let mut placer =
+                        placer(&policies[p], &fresh, &measure, pods).expect("checked above");
                     let curve = run::run(fresh, &order, &measure, placer.as_mut(), seeds[s]);
                     done.lock()
                         .expect("no panics while held")

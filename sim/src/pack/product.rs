@@ -66,6 +66,31 @@ impl Protocol {
         p
     }
 
+    /// [`Self::packing`] on a cluster that has run this workload before: its ledger has
+    /// already learned of `seen` (the pod list), each a finished task, so its typical shapes
+    /// are the list's from the first pod on — what the study gives FGD. An agent's ledger
+    /// counts the shape of every task it learns of (queued, running or finished) for as long
+    /// as the agent runs, so a cluster that has been running its workload holds the mix; a
+    /// fresh one ([`Self::packing`]) learns it pod by pod.
+    pub fn packing_seen(c: &Cluster, seen: &[PodSpec]) -> Self {
+        let mut p = Self::packing(c);
+        p.name = "tapfinger-pack-seen";
+        let ledger = p.ledger.as_mut().expect("a packing ledger");
+        for (k, pod) in seen.iter().enumerate() {
+            let on = reachable(c, pod, &p.ids);
+            let demand = units(pod.cpu_milli, pod.total_gpu_milli(), pod.memory_mib);
+            // Ids above every arrival's: finished tasks of an earlier run.
+            let t = Task::new(SEEN_IDS + k as u64, demand.0).on(&on);
+            let done = TaskState::Done {
+                node: NodeId(0),
+                code: Some(0),
+                epoch: 1,
+            };
+            ledger.insert(Arc::new(t), done, ());
+        }
+        p
+    }
+
     /// The same with pools that put a share on the fullest device it fits, whatever it
     /// fragments ([`GpuPool::fullest_first`]): the ablation.
     pub fn fullest_first(c: &Cluster) -> Self {
@@ -93,6 +118,18 @@ impl Protocol {
     }
 }
 
+/// Where [`Protocol::packing_seen`] numbers the finished tasks of an earlier run.
+const SEEN_IDS: u64 = 1 << 40;
+
+/// The agent ids of the boxes `pod` may run on: those whose model it accepts (any for a CPU
+/// pod).
+fn reachable(c: &Cluster, pod: &PodSpec, ids: &[NodeId]) -> Vec<u32> {
+    (0..c.hosts.len())
+        .filter(|i| pod.num_gpu == 0 || c.hosts[*i].accessible(pod))
+        .map(|i| ids[i].0)
+        .collect()
+}
+
 /// Units of CPU thousandths, GPU thousandths and memory MiB, as one box's ledger counts them.
 fn units(cpu: u64, gpu: u64, mem: u64) -> Resources {
     let u = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
@@ -117,11 +154,8 @@ impl Placer for Protocol {
         // core sees of itself.
         let may = |h: &super::state::Host| pod.num_gpu == 0 || h.accessible(pod);
         // A ledger counts every arrival's shape before its first round.
+        let on = reachable(c, pod, &self.ids);
         let task = self.ledger.as_mut().map(|l| {
-            let on: Vec<u32> = (0..c.hosts.len())
-                .filter(|i| may(&c.hosts[*i]))
-                .map(|i| self.ids[i].0)
-                .collect();
             let t = Arc::new(Task::new(id.0, demand.0.clone()).on(&on));
             l.insert(t.clone(), TaskState::Pending, ());
             t
@@ -253,5 +287,25 @@ mod tests {
                 assert_eq!(s, h);
             }
         }
+    }
+
+    #[test]
+    fn a_cluster_that_has_seen_the_workload_packs_for_its_whole_mix() {
+        // The workload is mostly whole devices with 32 cores, and a few half shares. Box 1 has
+        // too few cores for a whole-device pod: its device is a fragment for most of the mix,
+        // so a half share belongs there. A fresh ledger has seen only the share when it
+        // arrives (both boxes score alike; the tie goes to box 0); one that has seen the
+        // list puts it on box 1.
+        let c = Cluster::new(&[node(64_000, 1, "T4"), node(4_000, 1, "T4")]);
+        let mut list: Vec<PodSpec> = (0..9).map(|_| pod(32_000, 1, 1000)).collect();
+        list.push(pod(1000, 1, 500));
+        let mut rng = tapfinger::Rng::seed_from_u64(1);
+        let share = pod(1000, 1, 500);
+        let (fresh, _) = Protocol::packing(&c).place(&c, &share, &mut rng).unwrap();
+        assert_eq!(fresh, 0);
+        let mut seen = Protocol::packing_seen(&c, &list);
+        assert_eq!(seen.name(), "tapfinger-pack-seen");
+        let (h, _) = seen.place(&c, &share, &mut rng).unwrap();
+        assert_eq!(h, 1);
     }
 }
