@@ -42,12 +42,21 @@ pub fn line_chart(
         path: path.display().to_string(),
         reason: e,
     };
-    let (mut x_max, mut y_max) = (1.0f64, 0.0f64);
+    // The x axis spans the points (a series that starts at 50 % is not drawn from 0); the y
+    // axis starts at 0 so that heights compare.
+    let (mut x_min, mut x_max, mut y_max) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
     for (_, pts) in series {
         for (x, y) in pts {
+            x_min = x_min.min(*x);
             x_max = x_max.max(*x);
             y_max = y_max.max(*y);
         }
+    }
+    if !x_min.is_finite() {
+        x_min = 0.0;
+    }
+    if x_max.is_nan() || x_max <= x_min {
+        x_max = x_min + 1.0;
     }
     let y_max = if y_max <= 0.0 { 1.0 } else { y_max * 1.05 };
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
@@ -57,7 +66,7 @@ pub fn line_chart(
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(56)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .build_cartesian_2d(x_min..x_max, 0.0..y_max)
         .map_err(|e| err(e.to_string()))?;
     chart
         .configure_mesh()
