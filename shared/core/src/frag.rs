@@ -141,7 +141,7 @@ pub fn fragment<'s>(
 /// `per` of them a device): the growth in devices through a sigmoid onto a whole scale of 0 to
 /// 100, a placement that removes fragments above 50. The whole scale is part of the method: two
 /// placements whose growths differ by little score alike, and the study's scheduler gives the
-/// tie to the box with the smallest name, the first in its list.
+/// tie to the box with the smallest name (names its simulator draws in a random order per run).
 pub fn growth_score(before: f64, after: f64, per: u32) -> u32 {
     let x = (before - after) / f64::from(per.max(1));
     (100.0 / (1.0 + (-x).exp())) as u32
@@ -178,7 +178,7 @@ pub fn place_on(left: &[u32], per: u32, units: u32) -> Option<Vec<u32>> {
 /// The prior a box states for a claim where devices are shared in fractions: FGD's growth
 /// score ([`growth_score`], whole 0–100) of putting `alloc` on the box. Exact ties go, as every
 /// tie of the protocol does, to the lowest agent id: the study's own rule (the first box in its
-/// list), which packs where a finer rule spreads. `free` is the box's units of every kind,
+/// tie order), which packs where a finer rule spreads. `free` is the box's units of every kind,
 /// `shapes` the workload's typical shapes (demand, frequency, whether it may run on the box).
 /// None where the box's devices cannot hold `alloc` (a start there would be refused).
 pub fn packing_prior(
