@@ -55,8 +55,8 @@ pub(crate) struct PackBenchArgs {
     /// Policies, comma-separated (random, dotprod, clustering, packing, bestfit, fgd;
     /// tapfinger: the product's placement; tapfinger-pack: with boxes that pack GPU shares, an
     /// agent's `pack_shares`; tapfinger-pack-seen: the same on a cluster whose ledger has seen
-    /// the pod list before, as FGD is given it; tapfinger-fullest: shares on the fullest device, the ablation of
-    /// the pool's fragmentation-aware choice).
+    /// the pod list before, as FGD is given it; tapfinger-fullest: shares on the fullest
+    /// device, the ablation of the pool's fragmentation-aware choice).
     #[arg(
         long,
         value_delimiter = ',',

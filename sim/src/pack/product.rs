@@ -19,7 +19,7 @@
 //! box states 0 there, and loses to any box whose devices can hold it).
 
 use super::policies::Placer;
-use super::state::{Cluster, MILLI};
+use super::state::{Cluster, Host, MILLI};
 use super::trace::PodSpec;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -121,11 +121,15 @@ impl Protocol {
 /// Where [`Protocol::packing_seen`] numbers the finished tasks of an earlier run.
 const SEEN_IDS: u64 = 1 << 40;
 
-/// The agent ids of the boxes `pod` may run on: those whose model it accepts (any for a CPU
-/// pod).
+/// Whether `pod` may run on `h`: a CPU pod anywhere, a GPU pod on a model it accepts.
+fn may_run(h: &Host, pod: &PodSpec) -> bool {
+    pod.num_gpu == 0 || h.accessible(pod)
+}
+
+/// The agent ids of the boxes `pod` may run on ([`may_run`]).
 fn reachable(c: &Cluster, pod: &PodSpec, ids: &[NodeId]) -> Vec<u32> {
     (0..c.hosts.len())
-        .filter(|i| pod.num_gpu == 0 || c.hosts[*i].accessible(pod))
+        .filter(|i| may_run(&c.hosts[*i], pod))
         .map(|i| ids[i].0)
         .collect()
 }
@@ -152,7 +156,6 @@ impl Placer for Protocol {
         self.next += 1;
         // The boxes the pod may run on, and of them those whose units fit: what each box's
         // core sees of itself.
-        let may = |h: &super::state::Host| pod.num_gpu == 0 || h.accessible(pod);
         // A ledger counts every arrival's shape before its first round.
         let on = reachable(c, pod, &self.ids);
         let task = self.ledger.as_mut().map(|l| {
@@ -168,7 +171,7 @@ impl Placer for Protocol {
                 h.cpu_left >= pod.cpu_milli
                     && h.mem_left >= pod.memory_mib
                     && h.gpu_left_total() >= pod.total_gpu_milli()
-                    && may(h)
+                    && may_run(h, pod)
             })
             .map(|(i, h)| {
                 let node = self.ids[i];
@@ -276,6 +279,14 @@ mod tests {
         // order (the protocol's lowest agent id), as the study's policies' ties do.
         let nodes: Vec<_> = (0..8).map(|_| node(16_000, 1, "T4")).collect();
         let mut rng = tapfinger::Rng::seed_from_u64(1);
+        let firsts: Vec<usize> = [1, 2, 3]
+            .iter()
+            .map(|s| Cluster::new(&nodes).with_tie_order(*s).order[0])
+            .collect();
+        assert!(
+            firsts.iter().any(|h| *h != 0),
+            "the orders do not all start at box 0"
+        );
         for seed in [1, 2, 3] {
             let c = Cluster::new(&nodes).with_tie_order(seed);
             for mut p in [Protocol::packing(&c), Protocol::new(&c)] {
