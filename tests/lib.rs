@@ -290,6 +290,7 @@ impl Local {
             },
             online,
             forecast_interval_slots: self.forecast_interval_slots,
+            stop_timeout: Duration::from_secs(60),
             plateau: Default::default(),
         });
         (agent, addr)

@@ -5,8 +5,9 @@
 //!
 //! Restart policy: **adopt**. A task the previous run started and whose supervisor still runs is
 //! adopted (no work lost); one that ended while the agent was away is reported with its exit code;
-//! one that left no trace (the box rebooted) goes back to pending with its epoch, so its next start
-//! fences any copy that might still exist. A gang's members are the exception: they are stopped,
+//! one that ended without an outcome (stopped or handed back by a graceful stop, its lease lapsed)
+//! or left no trace (the box rebooted) goes back to pending with its epoch, never as a failure,
+//! so its next start fences any copy that might still exist. A gang's members are the exception: they are stopped,
 //! and the gang goes back to pending (its other members cannot wait for this box).
 
 use crate::exec::{Adopted, Executor};
@@ -76,7 +77,9 @@ pub fn replay(
                 actions.extend(core.on_exit(id, code, false));
                 journal_end(store, id);
             }
-            Adopted::Lost => {
+            // Ended without an outcome (stopped, handed back, its lease lapsed) or without a
+            // trace: it goes back to the queue with its epoch, never as a failure.
+            Adopted::Stopped | Adopted::Lost => {
                 actions.extend(core.restore(
                     run.task,
                     run.spec,

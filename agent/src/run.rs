@@ -225,6 +225,7 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
         online,
         forecast_interval_slots,
         plateau: cfg.plateau(),
+        stop_timeout: std::time::Duration::from_secs(cfg.stop_timeout_seconds),
     });
     let listener = tokio::net::TcpListener::bind(&cfg.api)
         .await
@@ -241,8 +242,20 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
     });
     let server = tokio::spawn(crate::api::serve(listener, app));
     wait_for_signal().await;
-    tracing::info!("shutting down: handing running tasks back");
-    agent.shutdown().await;
+    tracing::info!(
+        "stopping gracefully: tasks checkpoint and go back to the cluster (a second signal stops them at once)"
+    );
+    {
+        let stop = agent.shutdown();
+        tokio::pin!(stop);
+        tokio::select! {
+            () = &mut stop => {}
+            () = wait_for_signal() => {
+                agent.stop_now().await;
+                stop.await;
+            }
+        }
+    }
     server.abort();
     Ok(())
 }
@@ -382,23 +395,31 @@ fn executor(
     tx: tokio::sync::mpsc::Sender<crate::exec::ExecEvent>,
     supervision: crate::exec::Supervision,
 ) -> (ProcessExecutor, String) {
+    // Named after this agent's node id: other agents on the host have groups of their own.
+    let agent_group = format!("node-{}", supervision.owner);
     let cgroups = Cgroups::detect_for_agent(
         std::path::Path::new("/sys/fs/cgroup"),
         &std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
         "tapfinger",
-    );
+    )
+    .of_agent(&agent_group);
+    let devices_prefix = format!("tapfinger/{agent_group}");
     if let Cgroups::Unavailable(why) = &cgroups {
         tracing::warn!(
             "cgroups unavailable ({why}): CPU shares fall back to affinity, memory is not limited"
         );
     }
     let devices = match &cgroups {
-        Cgroups::V1 { .. } => {
-            crate::exec::Devices::detect(std::path::Path::new("/sys/fs/cgroup"), "tapfinger", false)
-        }
-        Cgroups::V2(_) => {
-            crate::exec::Devices::detect(std::path::Path::new("/sys/fs/cgroup"), "tapfinger", true)
-        }
+        Cgroups::V1 { .. } => crate::exec::Devices::detect(
+            std::path::Path::new("/sys/fs/cgroup"),
+            &devices_prefix,
+            false,
+        ),
+        Cgroups::V2(_) => crate::exec::Devices::detect(
+            std::path::Path::new("/sys/fs/cgroup"),
+            &devices_prefix,
+            true,
+        ),
         Cgroups::Unavailable(why) => {
             crate::exec::Devices::Unavailable(format!("no writable cgroup ({why})"))
         }

@@ -78,7 +78,8 @@ pub struct ExitRecord {
     /// The task's exit code, if it exited by itself.
     pub code: Option<i32>,
     /// `exited`, `stopped` (SIGTERM to the supervisor), `preempted` (SIGUSR1: the task's
-    /// checkpoint signal and grace first), `lease` (the agent's lease ran out),
+    /// checkpoint signal and grace first; `code` is the task's if it ended within its grace, and
+    /// 0 there means it had finished), `lease` (the agent's lease ran out),
     /// `spawn` (the program could not be started; `message` says why), or `lost` (the task's
     /// guard was killed, and the task with it: no outcome, the task goes back to the queue). A
     /// task killed by a signal has exited with 128 + the signal, as shells report it.
@@ -285,10 +286,19 @@ async fn supervise(a: &SuperviseArgs) -> ExitRecord {
                         nix::sys::signal::Signal::SIGTERM,
                     );
                 }
-                let _ = tokio::time::timeout(Duration::from_millis(a.grace_ms), child.wait()).await;
+                // Its grace, cut short by a stop (SIGTERM: the agent escalates its own stop).
+                let ended = tokio::select! {
+                    r = tokio::time::timeout(Duration::from_millis(a.grace_ms), child.wait()) => {
+                        r.ok().and_then(Result::ok)
+                    }
+                    _ = term.recv() => None,
+                };
                 kill_group(pgid);
                 let _ = child.wait().await;
-                return ExitRecord { code: None, how: "preempted".into(), message: String::new() };
+                // A task that ended by itself within its grace says how: exit 0 means it had
+                // finished (done is done), anything else that it saved and stopped.
+                let code = ended.filter(|s| std::os::unix::process::ExitStatusExt::signal(s).is_none()).and_then(|s| s.code());
+                return ExitRecord { code, how: "preempted".into(), message: String::new() };
             }
             _ = check.tick() => {
                 let theirs = std::fs::read_to_string(&a.lease).ok().filter(|o| *o == a.owner);

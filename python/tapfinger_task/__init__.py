@@ -18,7 +18,7 @@ agent's HTTP API from Python: :mod:`tapfinger_task.client`.
 from .fence import FencedFile, StaleEpoch, epoch
 from .gang import Gang, gang
 from .lifecycle import checkpoint_dir, on_preempt, resuming, task_id
-from .report import checkpointed, report
+from .report import checkpointed, done, report
 from .share import Share, cpus, follow_threads, gpus, memory, share, threads, watch
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "checkpoint_dir",
     "checkpointed",
     "cpus",
+    "done",
     "epoch",
     "follow_threads",
     "gang",

@@ -42,6 +42,14 @@ def checkpointed(progress=None, **metrics):
     report(max(_last[0], c), checkpoint=c, **metrics)
 
 
+def done(**metrics):
+    """Tell the agent the task's work is done (progress 1), before the results are written out
+    and the process exits: from then on the task is no preemption victim, and a stop of its box
+    lets it end by itself rather than give it the checkpoint signal (done is done: it will not
+    run again from its last checkpoint)."""
+    report(1.0, **metrics)
+
+
 def last_progress():
     """The last progress reported by this process (0 before any)."""
     return _last[0]

@@ -36,10 +36,12 @@ class Report(unittest.TestCase):
             tf.report(2, accuracy=0.9)  # progress is held to [0, 1]
             tf.checkpointed()
             tf.checkpointed(0.5)
+            tf.done(accuracy=0.95)
         self.assertEqual(
             out.getvalue().splitlines(),
             ["TAPFINGER progress=0.25 loss=1.5", "TAPFINGER progress=1 accuracy=0.9",
-             "TAPFINGER progress=1 checkpoint=1", "TAPFINGER progress=1 checkpoint=0.5"],
+             "TAPFINGER progress=1 checkpoint=1", "TAPFINGER progress=1 checkpoint=0.5",
+             "TAPFINGER progress=1 accuracy=0.95"],
         )
 
     def test_refuses_what_the_agent_would_drop(self):

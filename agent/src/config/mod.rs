@@ -132,6 +132,12 @@ pub struct AgentConfig {
     /// 10000): the history `tasks` shows after a restart. Older ones are forgotten when the
     /// journal compacts itself, so it stays small.
     pub journal_keep_finished: usize,
+    /// The longest a graceful stop (SIGTERM) waits for the tasks running here (default 60): each
+    /// gets its checkpoint signal and its spec's `grace_seconds`, and is handed back to the
+    /// cluster once it has ended; tasks still running after this (or after a second SIGTERM)
+    /// are stopped at once. A service manager's stop timeout must exceed it (the packaged unit's
+    /// is 90 s).
+    pub stop_timeout_seconds: u64,
     /// Policy: `tapfinger` (the learned policy, default), `rlpto` (the shipped RLPTO model) or
     /// a baseline name (`tiresias-np`, `optimus`, `drf`, `first-fit-max`, `min`, ...).
     pub policy: String,
@@ -286,6 +292,7 @@ impl Default for AgentConfig {
             forget_ms: tapfinger::node::DEFAULT_FORGET_MS,
             log_retention_hours: 168,
             journal_keep_finished: 10_000,
+            stop_timeout_seconds: 60,
             policy: "tapfinger".into(),
             model: None,
             log_format: LogFormat::Human,

@@ -14,6 +14,7 @@ use tapfinger::{NodeId, TaskId};
 use tokio::sync::{mpsc, watch};
 
 mod execute;
+mod leaving;
 mod state;
 
 use state::{Ends, Outlets, Turned, Upkeep};
@@ -54,6 +55,10 @@ struct Daemon {
     gpu_use: crate::gpu_use::Sampler,
     /// The cluster's workload as observed here, sampled once a slot (its twin).
     observed: crate::workload::Observed,
+    /// A graceful stop under way ([`leaving`]).
+    leaving: Option<leaving::Leaving>,
+    /// The longest a graceful stop waits for the tasks' grace.
+    stop_timeout: Duration,
 }
 
 /// How often the status snapshot, the metrics and the outcome journal are brought up to date
@@ -90,6 +95,7 @@ pub(super) async fn run(
     }
     let gpus = p.gpus.pool(held);
     let forecast_every = p.forecast_interval_slots;
+    let stop_timeout = p.stop_timeout;
     let plateau = p.plateau;
     let mut d = Daemon {
         p,
@@ -105,6 +111,8 @@ pub(super) async fn run(
         outlets: Outlets::new(metrics, history),
         gpu_use: crate::gpu_use::Sampler::new(None),
         observed: Default::default(),
+        leaving: None,
+        stop_timeout,
     };
     d.gpu_use = crate::gpu_use::Sampler::new(d.p.gpus.probe.take());
     d.state_devices();
@@ -159,6 +167,10 @@ pub(super) async fn run(
             d.execute(a).await;
         }
         d.after_step().await;
+        if d.leaving.is_some() && d.leaving_step().await {
+            d.publish(&status);
+            return;
+        }
         // What runs here is published as soon as it changes, so that the status (the dashboard,
         // the API, a test's overlap check) never shows a copy here that has stopped, or misses
         // one that has started, for up to `PUBLISH_EVERY`.
@@ -285,23 +297,8 @@ impl Daemon {
                 }));
                 Vec::new()
             }
-            Command::Shutdown(done) => {
-                for a in self.p.core.shutdown() {
-                    match a {
-                        Action::Broadcast(e) => {
-                            let _ = self.p.net.send(&e).await;
-                        }
-                        Action::Stop { task } | Action::Preempt { task } => {
-                            self.p.executor.stop(task)
-                        }
-                        Action::Start { .. } | Action::Resize { .. } | Action::Refused { .. } => {}
-                    }
-                }
-                // Give the hand-back messages a moment to leave.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                let _ = done.send(());
-                return Flow::Stop;
-            }
+            Command::Shutdown(done) => self.begin_leaving(done),
+            Command::StopNow => self.stop_now(),
         };
         Flow::Continue(actions)
     }

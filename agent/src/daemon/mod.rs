@@ -33,8 +33,11 @@ pub enum Command {
     Submit(Box<TaskSpec>, oneshot::Sender<Result<TaskId, SpecError>>),
     /// Cancel a task; the reply says whether it was known and not finished.
     Cancel(TaskId, oneshot::Sender<bool>),
-    /// Hand running tasks back to the cluster and stop.
+    /// Stop gracefully: checkpoint every task running here, hand each back once it has ended,
+    /// tell the peers this box leaves, and stop (the reply says the loop has ended).
     Shutdown(oneshot::Sender<()>),
+    /// During a graceful stop: stop the tasks still running at once (a second stop signal).
+    StopNow,
     /// Go back to the previous policy version; the reply is the version now in use.
     Rollback(oneshot::Sender<Result<u64, String>>),
     /// A task's spec as submitted (`None`: no such task here).
@@ -89,12 +92,17 @@ impl Agent {
         self.task.abort();
     }
 
-    /// Hand back running tasks and stop.
+    /// Stop gracefully ([`Command::Shutdown`]): returns once the loop has ended.
     pub async fn shutdown(&self) {
         let (tx, rx) = oneshot::channel();
         if self.commands.send(Command::Shutdown(tx)).await.is_ok() {
             let _ = rx.await;
         }
+    }
+
+    /// During a graceful stop, stop the tasks still running at once ([`Command::StopNow`]).
+    pub async fn stop_now(&self) {
+        let _ = self.commands.send(Command::StopNow).await;
     }
 }
 
@@ -128,6 +136,9 @@ pub struct Parts {
     pub plateau: tapfinger::plateau::Plateau,
     /// Slots per interval of the task-volume forecast (0: none; the agent's `forecast_interval_ms`).
     pub forecast_interval_slots: u64,
+    /// The longest a graceful stop waits for its tasks' grace (the agent's
+    /// `stop_timeout_seconds`).
+    pub stop_timeout: Duration,
 }
 
 /// This box's GPUs as the loop drives them.

@@ -7,7 +7,9 @@
 //! `<own>/agent` (the kernel lets a group hand controllers to its children only when it holds no
 //! process itself) and creates the tasks' groups under `<own>/tasks`; on v1 it uses
 //! `<own>/tapfinger` in the `cpu` and `memory` hierarchies. An agent in the root group (run by
-//! hand as root, or in a container) uses `<root>/tapfinger` as before.
+//! hand as root, or in a container) uses `<root>/tapfinger` as before. Either way each agent's
+//! tasks go in a subgroup named after the agent ([`Cgroups::of_agent`]): several agents on one
+//! host (or started from one shell, so sharing one cgroup) never touch each other's tasks.
 
 use super::Allocation;
 use std::path::{Path, PathBuf};
@@ -115,6 +117,40 @@ impl Cgroups {
             "no cgroup hierarchy found under {}",
             root.display()
         ))
+    }
+
+    /// The groups of one agent among those that share this hierarchy (several agents on one
+    /// host, or in one service's cgroup): a subgroup `agent` (a name carrying the agent's
+    /// identity) under which its tasks' groups go, so that no agent ever counts, kills or
+    /// removes another agent's copy of a task (task ids are the cluster's, and a task moves
+    /// between agents). On v2 the controllers are handed down to it.
+    pub fn of_agent(self, agent: &str) -> Self {
+        match self {
+            Cgroups::V2(dir) => {
+                let own = dir.join(agent);
+                match std::fs::create_dir_all(&own) {
+                    Ok(()) => {
+                        // Best effort, as for the parent: without it the task groups' limit
+                        // files are missing and their starts fail, saying so.
+                        let _ = std::fs::write(dir.join("cgroup.subtree_control"), "+cpu +memory");
+                        let _ = std::fs::write(own.join("cgroup.subtree_control"), "+cpu +memory");
+                        Cgroups::V2(own)
+                    }
+                    Err(e) => Cgroups::Unavailable(format!("{}: {e}", own.display())),
+                }
+            }
+            Cgroups::V1 { cpu, memory } => {
+                let cpu = cpu.join(agent);
+                if let Err(e) = std::fs::create_dir_all(&cpu) {
+                    return Cgroups::Unavailable(format!("{}: {e}", cpu.display()));
+                }
+                let memory = memory
+                    .map(|m| m.join(agent))
+                    .filter(|m| std::fs::create_dir_all(m).is_ok());
+                Cgroups::V1 { cpu, memory }
+            }
+            other => other,
+        }
     }
 
     /// Create the task's group(s) and write the limits; returns the files whose `cgroup.procs` the

@@ -189,8 +189,13 @@ pub struct Handle {
 pub enum Adopted {
     /// Still running: adopted (its `Exited` event follows when it ends).
     Running,
-    /// It ended while the agent was away, with this exit code (`None`: stopped or killed).
+    /// It ended while the agent was away, with this exit code (`None`: its program could not
+    /// start).
     Exited(Option<i32>),
+    /// It ended while the agent was away without an outcome: stopped or preempted (the agent
+    /// handed it back, or stopped on purpose), its lease lapsed, or its guard was killed. It
+    /// goes back to the queue; it did not fail.
+    Stopped,
     /// Nothing is known of it (the box rebooted, or the executor does not supervise).
     Lost,
 }

@@ -213,7 +213,9 @@ fn outcomes_from_runs(journal: &Path, r: &Recovered) -> Vec<(tapfinger::TaskId, 
         .filter(|id| !r.outcomes.contains_key(id) && !r.runs.contains_key(id))
         .filter_map(|id| {
             let rec = crate::supervise::ExitRecord::read(&runs.join(format!("{}.exit", id.0)))?;
-            (rec.how == "exited").then_some((*id, rec.code))
+            // A preempted copy that exited 0 within its grace had finished too.
+            let finished = rec.how == "exited" || (rec.how == "preempted" && rec.code == Some(0));
+            finished.then_some((*id, rec.code))
         })
         .collect()
 }

@@ -287,6 +287,15 @@ pub enum Body {
         /// (a peer that ended the slot before it heard of the stop counted one slot more).
         attained: Option<f64>,
     },
+    /// The sender stops on purpose and runs nothing any more (its copies ended and were handed
+    /// back): it leaves its peers' members, for the rounds and the quorum, until an incarnation
+    /// after this one is heard. (Last of the variants, so that agents of version 18 without it
+    /// still decode every other message: they drop this one as malformed, and count the box
+    /// for the quorum until it is back or forgotten, as before.)
+    Leaving {
+        /// The incarnation that leaves.
+        incarnation: u64,
+    },
 }
 
 /// One network message.
@@ -516,6 +525,7 @@ impl Envelope {
                 }
             }
             Body::Failed { reason, .. } => check_str("reason", reason)?,
+            Body::Leaving { .. } => {}
             Body::Ranges(r) if r.len() > MAX_IDS => {
                 return Err(invalid(format!(
                     "ranges: {} entries (max {MAX_IDS})",
@@ -727,6 +737,7 @@ mod tests {
                 requeue: true,
                 attained: Some(3.0),
             },
+            Body::Leaving { incarnation: 7 },
         ];
         body.into_iter()
             .enumerate()

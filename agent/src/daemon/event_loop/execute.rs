@@ -38,12 +38,19 @@ impl Daemon {
                 {
                     return vec![again];
                 }
-                if let Some(store) = &mut self.p.store
+                let asked = self.ends.asked(task);
+                // A copy handed back by a graceful stop keeps its run record: a restart reads
+                // its exit record as a hand-back and restores the task with the epoch of that
+                // run, so that its next start, wherever it is, fences above it even if every
+                // box of the cluster was stopped.
+                let handed_back =
+                    self.p.core.is_leaving() && (by_executor || asked) && code != Some(0);
+                if !handed_back
+                    && let Some(store) = &mut self.p.store
                     && let Err(e) = store.ended(task)
                 {
                     tracing::warn!(%task, error = %e, "cannot journal the end of a run");
                 }
-                let asked = self.ends.asked(task);
                 let here = self
                     .p
                     .core
@@ -60,7 +67,9 @@ impl Daemon {
                         .core
                         .on_start_refused(task, "its copy here ended without an outcome");
                 }
-                let stopped = asked || by_executor;
+                // A copy asked to stop that exited 0 by itself all the same (within a
+                // preemption's grace) has finished: done is done.
+                let stopped = by_executor || (asked && code != Some(0));
                 if !stopped {
                     self.ends.finished(task);
                 }
@@ -89,7 +98,11 @@ impl Daemon {
                 self.p.executor.stop(task);
             }
             Action::Preempt { task } => {
-                tracing::info!(%task, "preempted for a higher priority class");
+                if self.p.core.is_leaving() {
+                    tracing::info!(%task, "checkpoint signal: this box is stopping");
+                } else {
+                    tracing::info!(%task, "preempted for a higher priority class");
+                }
                 self.ends.stopping(task);
                 self.p.executor.preempt(task);
                 // Its count and the work it lost survive a restart of this agent.

@@ -453,6 +453,7 @@ impl Executor for ProcessExecutor {
                 status = child.wait() => (status.ok().and_then(|s| s.code()), false),
                 r = stop_rx => {
                     // A preemption: the checkpoint signal to the task's group, its grace to end.
+                    let mut in_grace = None;
                     if let (Ok(Some(grace)), Some(pid)) = (r, child.id())
                         && let Ok(pid) = i32::try_from(pid)
                     {
@@ -460,10 +461,14 @@ impl Executor for ProcessExecutor {
                             nix::unistd::Pid::from_raw(pid),
                             nix::sys::signal::Signal::SIGTERM,
                         );
-                        let _ = tokio::time::timeout(grace, child.wait()).await;
+                        in_grace = tokio::time::timeout(grace, child.wait()).await.ok().and_then(Result::ok);
                     }
                     let _ = child.kill().await;
-                    (None, true)
+                    // Exit 0 within its grace: it had finished (done is done).
+                    match in_grace.and_then(|s| s.code()) {
+                        Some(0) => (Some(0), false),
+                        _ => (None, true),
+                    }
                 }
             };
             let _ = out.await;
@@ -488,9 +493,21 @@ impl Executor for ProcessExecutor {
 
     fn stop(&mut self, task: TaskId) {
         // The entry stays until the process has exited (its waiter removes it).
-        let stop = self.take(task, |r| r.stop.take());
+        let (stop, supervisor) = self
+            .take(task, |r| Some((r.stop.take(), r.handle)))
+            .unwrap_or_default();
         if let Some(tx) = stop {
             let _ = tx.send(None);
+        } else if let Some(h) = supervisor
+            && crate::procs::alive(h.pid, h.start)
+            && let Ok(pid) = i32::try_from(h.pid)
+        {
+            // Asked before (a preemption in its grace): a stop cuts the grace short; the
+            // supervisor kills the task's group at once.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
         }
     }
 

@@ -104,7 +104,10 @@ pub(super) fn adopt(ex: &ProcessExecutor, sup: Supervision, task: TaskId, h: Han
         }
         let _ = std::fs::remove_file(exit_file.with_extension("group"));
         return match ExitRecord::read(&exit_file) {
-            Some(r) => Adopted::Exited(if r.how == "exited" { r.code } else { None }),
+            Some(r) => match outcome_of(&r) {
+                (code, false) => Adopted::Exited(code),
+                (_, true) => Adopted::Stopped,
+            },
             None => Adopted::Lost,
         };
     }
@@ -177,21 +180,29 @@ fn follow(
         tail.report(task, &events).await;
         let record = ExitRecord::read(&exit_file);
         let (code, stopped) = match &record {
-            Some(r) if r.how == "exited" => (r.code, false),
             Some(r) => {
-                if !r.message.is_empty() {
+                if r.how != "exited" && !r.message.is_empty() {
                     tracing::warn!(%task, how = %r.how, message = %r.message, "task ended");
                 }
-                // A program that could not start failed; a stop or a lapsed lease is no outcome.
-                (
-                    None,
-                    matches!(r.how.as_str(), "stopped" | "lease" | "preempted" | "lost"),
-                )
+                outcome_of(r)
             }
             None => (None, stopping),
         };
         super::ended(&registry, &cgroups, &events, task, code, stopped).await;
     });
+}
+
+/// What an exit record says of the run: its exit code, and whether it ended without an outcome
+/// (stopped, preempted, its lease lapsed, its guard killed: the task goes back to the queue,
+/// it did not fail). A program that could not start failed; a preempted copy that exited 0
+/// within its grace finished.
+fn outcome_of(r: &ExitRecord) -> (Option<i32>, bool) {
+    match r.how.as_str() {
+        "exited" => (r.code, false),
+        "preempted" if r.code == Some(0) => (Some(0), false),
+        "stopped" | "lease" | "preempted" | "lost" => (None, true),
+        _ => (None, false),
+    }
 }
 
 /// Follows a growing log file and reports its progress lines.

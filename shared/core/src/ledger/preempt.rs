@@ -171,10 +171,15 @@ impl<M> Ledger<M> {
             .filter(|id| !gone.contains(id))
             .filter_map(|id| {
                 let e = self.tasks.get(&id)?;
-                let TaskState::Running { alloc, .. } = &e.state else {
+                let TaskState::Running {
+                    alloc, progress, ..
+                } = &e.state
+                else {
                     return None;
                 };
-                (e.task.priority > class)
+                // Done is done: a task that reported completion (its process is ending) is no
+                // victim; preempted, it would run again from its last checkpoint.
+                (e.task.priority > class && *progress < 1.0)
                     .then(|| (id, self.shown_alloc(node, &e.task, alloc).clone()))
             })
             .collect()

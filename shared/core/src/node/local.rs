@@ -1,5 +1,6 @@
 //! What this node's driver tells it: tasks accepted here or restored from its journal,
-//! cancellations, progress and exits of its own processes, and its shutdown. Each returns the
+//! cancellations, progress and exits of its own processes (its graceful stop is
+//! [`super::leave`]). Each returns the
 //! actions (announcements, stops) that follow; nothing here does I/O.
 
 use super::{Action, NodeCore, TaskMeta, TaskState};
@@ -128,11 +129,28 @@ impl NodeCore {
     }
 
     fn exited(&mut self, task: TaskId, code: Option<i32>, stopped: bool) -> Vec<Action> {
+        let preempted_in = self.preempted_copy_ended(task);
         let Some(t) = self.tasks.get(task) else {
             return Vec::new();
         };
         if matches!(t.state, TaskState::Gang { .. }) {
             return self.gang_exit(task, code, stopped);
+        }
+        let here = t.state.running_on() == Some(self.cfg.me);
+        if stopped && here && self.leaving.is_some() {
+            // Preempted because this node is leaving: back to the queue, now that it has ended.
+            return self.hand_back_copy(task);
+        }
+        if let Some(epoch) = preempted_in
+            && !stopped
+            && code == Some(0)
+            && !here
+            && !matches!(t.state, TaskState::Done { .. })
+        {
+            // A preempted copy that exited 0 within its grace has finished: done is done, even
+            // if the task was started again elsewhere meanwhile (that copy is stopped by this
+            // outcome, [`super::messages`]).
+            return self.finished_here(task, code, epoch);
         }
         // (A copy started here again since is another run: its end is an ordinary one.)
         if self.copies.handed_back(task) && t.state.running_on() != Some(self.cfg.me) {
@@ -148,6 +166,12 @@ impl NodeCore {
             return Vec::new();
         }
         let epoch = t.meta.epoch;
+        self.finished_here(task, code, epoch)
+    }
+
+    /// A copy here of `task`, in `epoch`, ended by itself with `code`: its outcome, told to the
+    /// peers.
+    fn finished_here(&mut self, task: TaskId, code: Option<i32>, epoch: u64) -> Vec<Action> {
         self.tasks.set_state(
             task,
             TaskState::Done {
@@ -156,6 +180,7 @@ impl NodeCore {
                 epoch,
             },
         );
+        self.protocol.mark_committed(task);
         let o = Outcome {
             task,
             node: self.cfg.me,
@@ -185,37 +210,6 @@ impl NodeCore {
             requeue: true,
             attained: self.tasks.get(task).map(|e| e.attained),
         })]
-    }
-
-    /// The node is shutting down: hand back every task running here (peers re-queue them).
-    pub fn shutdown(&mut self) -> Vec<Action> {
-        let mine: Vec<TaskId> = self.tasks.running_on(self.cfg.me).collect();
-        let mut out = Vec::new();
-        // Gangs with members here go back in the queue everywhere (their other members stop).
-        let gangs: Vec<TaskId> = self.tasks.gangs_on(self.cfg.me).collect();
-        for task in gangs {
-            out.extend(self.requeue_gang(task));
-            out.push(self.envelope(Body::Failed {
-                task,
-                reason: "node shutting down".into(),
-                requeue: true,
-                attained: self.tasks.get(task).map(|e| e.attained),
-            }));
-        }
-        for task in mine {
-            out.push(Action::Stop { task });
-            self.tasks.requeue(task, Requeue::HandedBack);
-            if let Some(m) = self.tasks.meta_mut(task) {
-                m.owner = None;
-            }
-            out.push(self.envelope(Body::Failed {
-                task,
-                reason: "node shutting down".into(),
-                requeue: true,
-                attained: self.tasks.get(task).map(|e| e.attained),
-            }));
-        }
-        out
     }
 }
 

@@ -37,7 +37,13 @@ impl NodeCore {
             return Vec::new();
         }
         match e.body {
-            Body::Heartbeat(state) => self.on_heartbeat(from, state, now),
+            Body::Heartbeat(state) => {
+                if self.left_already(from, state.incarnation) {
+                    return Vec::new();
+                }
+                self.on_heartbeat(from, state, now)
+            }
+            Body::Leaving { incarnation } => self.on_leaving(from, incarnation),
             Body::Announce {
                 task,
                 spec,
@@ -428,6 +434,15 @@ impl NodeCore {
             return Vec::new();
         };
         let mut out = Vec::new();
+        // The end of a run older than the task's latest start (handed back, then started again
+        // elsewhere) does not override that start, unless it succeeded: done is done.
+        if !matches!(t.state, TaskState::Done { .. })
+            && o.epoch != CANCELLED
+            && o.epoch < t.meta.epoch
+            && o.exit_code != Some(0)
+        {
+            return out;
+        }
         match &t.state {
             TaskState::Done { node, epoch, .. } if !beats(o.epoch, o.node, *epoch, *node) => {
                 return out;

@@ -35,6 +35,7 @@ mod draining;
 mod entropy;
 pub mod gangs;
 pub mod lease;
+mod leave;
 mod local;
 pub mod messages;
 pub mod preempt;
@@ -267,6 +268,9 @@ pub struct NodeCore {
     copies: Copies,
     /// Checkpoints, the room kept for a waiting task, and what preemption cost.
     preemption: Preemption,
+    /// This node is stopping on purpose ([`leave`]): the copies it asked to end (`None`: it is
+    /// not leaving).
+    leaving: Option<std::collections::BTreeSet<TaskId>>,
 }
 
 /// Round-latency samples kept for a driver that does not take them.
@@ -328,6 +332,7 @@ impl NodeCore {
             entropy: entropy::Entropy::default(),
             copies: Copies::default(),
             preemption: Preemption::default(),
+            leaving: None,
             cfg,
         }
     }
@@ -457,6 +462,14 @@ impl NodeCore {
         self.tasks.free(self.cfg.me)
     }
 
+    /// The free units this node offers its peers: none while it leaves.
+    fn offered_free(&self) -> Resources {
+        match self.leaving {
+            Some(_) => Resources(vec![0; self.cfg.capacity.len()]),
+            None => self.free(),
+        }
+    }
+
     /// Units allocated here (never above the capacity: the invariant the tests check).
     pub fn used(&self) -> Resources {
         self.tasks.used(self.cfg.me)
@@ -475,6 +488,7 @@ impl NodeCore {
             Body::Ranges(_) => "ranges",
             Body::Ids(_) => "ids",
             Body::Failed { .. } => "failed",
+            Body::Leaving { .. } => "leaving",
         };
         *self.stats.sent.entry(kind.to_string()).or_default() += 1;
         Action::Broadcast(Envelope {
@@ -546,12 +560,13 @@ impl NodeCore {
             // ledger does and as the simulator's one ledger does.
             capacity: self.copies.usable(&self.cfg.capacity),
             steps: self.cfg.steps.clone(),
-            free: self.free(),
+            free: self.offered_free(),
             running,
             incarnation: self.cfg.incarnation,
             sent: now,
             hears,
-            lease: self.lease_held(now),
+            // A leaving node holds no lease for its peers: it takes no part in their rounds.
+            lease: self.lease_held(now) && self.leaving.is_none(),
             recent: self.copies.recent.iter().cloned().collect(),
             digest: self.digest(),
         };
@@ -570,16 +585,22 @@ pub(crate) fn test_core(me: u32, capacity: Resources) -> NodeCore {
 /// with epoch `epoch`, as a journal would after a restart.
 #[cfg(test)]
 pub(crate) fn test_running_here(n: &mut NodeCore, id: u64, epoch: u64) {
+    let me = n.id();
+    test_running_on(n, id, me, epoch);
+}
+
+/// For unit tests: as [`test_running_here`], running on `node`.
+#[cfg(test)]
+pub(crate) fn test_running_on(n: &mut NodeCore, id: u64, node: NodeId, epoch: u64) {
     let task = test_task(id);
     let spec = TaskSpec::from_toml("command = [\"x\"]\nmin_demand = { cpu = 1 }\n").unwrap();
     let running = TaskState::Running {
-        node: n.id(),
+        node,
         alloc: Resources(vec![1, 0]),
         progress: 0.0,
         started: 0,
     };
-    let owner = Some(n.id());
-    n.restore(task, spec, running, owner, epoch);
+    n.restore(task, spec, running, Some(node), epoch);
 }
 
 /// For unit tests: a 1-CPU task `id`, reachable on nodes 0 and 1.

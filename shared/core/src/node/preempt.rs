@@ -26,6 +26,9 @@ pub(super) struct Preemption {
     room: Option<crate::slot::Room>,
     /// What preemption cost the tasks preempted here.
     preempted: BTreeMap<TaskId, Preempted>,
+    /// Copies preempted here whose end is not reported yet, with their epoch: one that exits 0
+    /// within its grace has finished, in that epoch.
+    ending: BTreeMap<TaskId, u64>,
 }
 
 /// What preemption cost a task that ran here.
@@ -53,7 +56,7 @@ impl Preemption {
     }
 
     /// `task`, at `progress`, was preempted: counted, with the work it lost.
-    fn count(&mut self, task: TaskId, progress: f64) {
+    pub(super) fn count(&mut self, task: TaskId, progress: f64) {
         let lost = self.work_lost(task, progress);
         let cost = self.preempted.entry(task).or_default();
         cost.times += 1;
@@ -90,6 +93,11 @@ impl NodeCore {
         self.preemption.checkpoint(task, p);
     }
 
+    /// The end of a copy of `task` here was reported: if it was preempted, its epoch.
+    pub(super) fn preempted_copy_ended(&mut self, task: TaskId) -> Option<u64> {
+        self.preemption.ending.remove(&task)
+    }
+
     /// Tasks preempted here, with what it cost them.
     pub fn preempted(&self) -> &BTreeMap<TaskId, Preempted> {
         &self.preemption.preempted
@@ -104,7 +112,12 @@ impl NodeCore {
     pub(super) fn preempt(&mut self, slot: u64, now: u64) -> Vec<Action> {
         // Without a lease (or settling after one lapsed) this node starts nothing, so it makes
         // no room either.
-        if !self.cfg.preempt || !self.lease_held(now) || self.rounds.settling {
+        // A leaving node makes no room: it is handing everything back.
+        if !self.cfg.preempt
+            || !self.lease_held(now)
+            || self.rounds.settling
+            || self.leaving.is_some()
+        {
             return Vec::new();
         }
         if self.preemption.keeps_room(slot, &self.tasks) {
@@ -131,9 +144,11 @@ impl NodeCore {
                 continue;
             };
             let attained = e.attained;
+            let epoch = e.meta.epoch;
             let grace_ms = e.meta.spec.grace_seconds.max(0) as u64 * 1000;
             grace_slots = grace_slots.max(grace_ms.div_ceil(self.cfg.slot_ms.max(1)));
             self.preemption.count(*v, progress);
+            self.preemption.ending.insert(*v, epoch);
             self.stats.preempted += 1;
             out.push(self.preempt_copy(*v));
             self.tasks.requeue(*v, Requeue::Preempted);

@@ -83,6 +83,8 @@ impl NodeCore {
         out.extend(self.handle(outputs, now));
         self.first_tick.get_or_insert(now);
         out.extend(self.propose_if_due(now));
+        // A copy a round started while this node was leaving gets its stop too.
+        out.extend(self.leave_more());
         out
     }
 
@@ -160,7 +162,8 @@ impl NodeCore {
         let proposal = match view.for_agent(self.cfg.me) {
             // Without a lease this node starts nothing, but still passes so rounds go on; so
             // does a node back from a lapsed lease until its rounds are in step (`settling`).
-            Some(v) if self.lease_held(now) && !self.rounds.settling => {
+            // A leaving node ([`super::leave`]) claims nothing either.
+            Some(v) if self.lease_held(now) && !self.rounds.settling && self.leaving.is_none() => {
                 let d = self.policy.decide(&v, &mut self.rng);
                 let single = to_proposal(&d, &v).unwrap_or(crate::protocol::Proposal::Pass);
                 let single = crate::slot::with_prior(single, self.cfg.me, &self.tasks);
@@ -175,8 +178,10 @@ impl NodeCore {
             _ => crate::protocol::Proposal::Pass,
         };
         let claim = !matches!(proposal, crate::protocol::Proposal::Pass);
-        // The free units go with the proposal, so that gangs may place members here.
-        match self.protocol.propose_offering(proposal, self.free(), now) {
+        // The free units go with the proposal, so that gangs may place members here (none
+        // from a leaving node).
+        let free = self.offered_free();
+        match self.protocol.propose_offering(proposal, free, now) {
             Ok(outputs) => {
                 self.stats.claims += u64::from(claim);
                 self.rounds.proposed_at = Some(now);

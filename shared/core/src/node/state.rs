@@ -25,6 +25,9 @@ pub(super) struct Membership {
     pub(super) other_steps: BTreeSet<NodeId>,
     /// Each peer's last incarnation (kept across silences, to tell a restart).
     pub(super) incarnations: BTreeMap<NodeId, u64>,
+    /// Peers that said they leave on purpose ([`super::leave`]), with the incarnation that
+    /// left: its late heartbeats are not heard; a new incarnation is a member again.
+    pub(super) left: BTreeMap<NodeId, u64>,
     /// A peer (re)joined since this node last greeted: greet at the next tick that may. A greet
     /// is a broadcast, so one serves every peer that joined meanwhile; sending one per joiner
     /// made 16 agents starting together (or flapping under load) send thousands of messages.
@@ -93,6 +96,16 @@ impl Copies {
     pub(super) fn started(&mut self, task: TaskId) {
         self.handing_back.remove(&task);
         self.live.insert(task);
+    }
+
+    /// Whether no process of any task runs here (as far as the driver has reported).
+    pub(super) fn none_live(&self) -> bool {
+        self.live.is_empty()
+    }
+
+    /// Tasks with a process here.
+    pub(super) fn live(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.live.iter().copied()
     }
 
     /// `task`'s process here ended (or never started): whether its stopped units were kept,
