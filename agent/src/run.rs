@@ -242,20 +242,7 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
     });
     let server = tokio::spawn(crate::api::serve(listener, app));
     wait_for_signal().await;
-    tracing::info!(
-        "stopping gracefully: tasks checkpoint and go back to the cluster (a second signal stops them at once)"
-    );
-    {
-        let stop = agent.shutdown();
-        tokio::pin!(stop);
-        tokio::select! {
-            () = &mut stop => {}
-            () = wait_for_signal() => {
-                agent.stop_now().await;
-                stop.await;
-            }
-        }
-    }
+    stop_gracefully(&agent).await;
     server.abort();
     Ok(())
 }
@@ -452,6 +439,23 @@ fn executor(
         .with_devices(devices, gpu_nodes, control)
         .supervised(supervision);
     (executor, gpu_isolation)
+}
+
+/// The graceful stop (the daemon's `leaving`): tasks checkpoint and go back to the cluster; a
+/// second signal stops them at once.
+async fn stop_gracefully(agent: &daemon::Agent) {
+    tracing::info!(
+        "stopping gracefully: tasks checkpoint and go back to the cluster (a second signal stops them at once)"
+    );
+    let stop = agent.shutdown();
+    tokio::pin!(stop);
+    tokio::select! {
+        () = &mut stop => {}
+        () = wait_for_signal() => {
+            agent.stop_now().await;
+            stop.await;
+        }
+    }
 }
 
 async fn wait_for_signal() {

@@ -65,6 +65,9 @@ pub struct Status {
     pub gpu_use: BTreeMap<TaskId, crate::gpu_use::TaskGpuUse>,
     /// Tasks this agent preempted, with what it cost them.
     pub preempted: BTreeMap<TaskId, tapfinger::node::preempt::Preempted>,
+    /// What preemption cost each task on every box, as the boxes told it (this one's included):
+    /// what the API shows of a task, on any box.
+    pub preempted_everywhere: BTreeMap<TaskId, tapfinger::node::preempt::Preempted>,
     /// Tasks this agent's ledger sent back to the queue, by reason
     /// ([`tapfinger::ledger::Ledger::requeue`]): its own and those its peers told it of.
     pub requeued: BTreeMap<tapfinger::ledger::Requeue, u64>,

@@ -97,23 +97,29 @@ fn connected(nodes: &[Node]) {
     );
 }
 
-/// SIGTERM to box `i`'s agent; its exit status, and how long it took.
-fn stop(nodes: &mut [Node], i: usize) -> (std::process::ExitStatus, Duration) {
-    let mut agent = nodes[i].agent.take().unwrap();
-    let pid = nix::unistd::Pid::from_raw(agent.0.id() as i32);
+/// SIGTERM to each of `agents` at once; their exit statuses, and how long each took.
+fn stop(mut agents: Vec<Agent>) -> Vec<(std::process::ExitStatus, Duration)> {
     let t0 = Instant::now();
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    loop {
-        if let Some(status) = agent.0.try_wait().unwrap() {
-            return (status, t0.elapsed());
+    for a in &agents {
+        let pid = nix::unistd::Pid::from_raw(a.0.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    }
+    let mut out: Vec<Option<(std::process::ExitStatus, Duration)>> = vec![None; agents.len()];
+    while out.iter().any(Option::is_none) {
+        for (a, o) in agents.iter_mut().zip(out.iter_mut()) {
+            if o.is_none()
+                && let Some(status) = a.0.try_wait().unwrap()
+            {
+                *o = Some((status, t0.elapsed()));
+            }
         }
         assert!(
             t0.elapsed() < Duration::from_secs(60),
-            "{} did not exit within 60 s of SIGTERM",
-            nodes[i].name
+            "an agent did not exit within 60 s of SIGTERM"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    out.into_iter().flatten().collect()
 }
 
 /// Each job's record lines, by name.
@@ -180,11 +186,15 @@ fn judge(name: &str, lines: &[String], steps: u32) -> usize {
     resumed
 }
 
-/// `n` agents on this host (2 CPUs each), `n + 1` jobs of one CPU, every agent stopped with SIGTERM and started again in
-/// turn while they run.
-fn rolling_restart(n: usize) {
+/// `n` agents on this host (2 CPUs each), `n + 1` jobs of one CPU; while they run, every agent
+/// is stopped with SIGTERM and started again, in turn (`all_at_once`: all together, as the
+/// README tour's `kill %1 %2` does).
+fn restart(n: usize, all_at_once: bool) {
     // Kept when the test fails (the agents' logs are named in its messages).
-    let kept = std::env::temp_dir().join(format!("tf-restarts-{}-{n}", std::process::id()));
+    let kept = std::env::temp_dir().join(format!(
+        "tf-restarts-{}-{n}-{all_at_once}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&kept);
     std::fs::create_dir_all(&kept).unwrap();
     let dir = kept.as_path();
@@ -228,29 +238,42 @@ fn rolling_restart(n: usize) {
         records(&rec, &names).values().all(|l| !l.is_empty())
     });
     let mut stopped_with_jobs = 0;
-    for i in 0..n {
-        let running: Vec<String> = in_state(&nodes[i].api, "running");
-        let here = json(&nodes[i].api, "/v1/tasks?limit=1000")
-            .and_then(|v| v["tasks"].as_array().cloned())
-            .unwrap_or_default()
+    let turns: Vec<Vec<usize>> = if all_at_once {
+        vec![(0..n).collect()]
+    } else {
+        (0..n).map(|i| vec![i]).collect()
+    };
+    for turn in turns {
+        for &i in &turn {
+            let here = json(&nodes[i].api, "/v1/tasks?limit=1000")
+                .and_then(|v| v["tasks"].as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .filter(|t| t["state"] == "running" && t["box"] == nodes[i].name.as_str())
+                .count();
+            stopped_with_jobs += usize::from(here > 0);
+            println!(
+                "{}: stopping with {here} job(s) running on it",
+                nodes[i].name
+            );
+        }
+        let agents: Vec<Agent> = turn
             .iter()
-            .filter(|t| t["state"] == "running" && t["box"] == nodes[i].name.as_str())
-            .count();
-        stopped_with_jobs += usize::from(here > 0);
-        let (status, took) = stop(&mut nodes, i);
-        assert!(
-            status.success(),
-            "{} exited with {status} after SIGTERM; logs in {}",
-            nodes[i].name,
-            dir.display()
-        );
-        println!(
-            "{}: stopped in {took:?} with {here} job(s) running on it ({} running in the cluster)",
-            nodes[i].name,
-            running.len()
-        );
+            .map(|&i| nodes[i].agent.take().unwrap())
+            .collect();
+        for (&i, (status, took)) in turn.iter().zip(stop(agents)) {
+            assert!(
+                status.success(),
+                "{} exited with {status} after SIGTERM; logs in {}",
+                nodes[i].name,
+                dir.display()
+            );
+            println!("{}: stopped in {took:?}", nodes[i].name);
+        }
         // The upgrade: the same data directory, a new process.
-        start(dir, &mut nodes, i);
+        for &i in &turn {
+            start(dir, &mut nodes, i);
+        }
         connected(&nodes);
     }
     let t0 = Instant::now();
@@ -293,13 +316,18 @@ fn rolling_restart(n: usize) {
         "{stopped_with_jobs} box(es) stopped with jobs, {resumed} resume(s): {all:?}"
     );
     println!(
-        "{n} agents restarted in turn: {} jobs succeeded once each, {resumed} resumed from their SIGTERM checkpoint, none failed",
+        "{n} agents restarted ({}): {} jobs succeeded once each, {resumed} resumed from their SIGTERM checkpoint, none failed",
+        if all_at_once {
+            "all at once"
+        } else {
+            "in turn"
+        },
         names.len()
     );
     // With nothing running, a stop is prompt and clean.
-    for i in 0..n {
-        let (status, _) = stop(&mut nodes, i);
-        assert!(status.success(), "{}: {status}", nodes[i].name);
+    let agents: Vec<Agent> = nodes.iter_mut().filter_map(|n| n.agent.take()).collect();
+    for (status, _) in stop(agents) {
+        assert!(status.success(), "{status}");
     }
     if std::env::var_os("TAPFINGER_KEEP").is_none() {
         let _ = std::fs::remove_dir_all(dir);
@@ -308,10 +336,107 @@ fn rolling_restart(n: usize) {
 
 #[test]
 fn a_rolling_restart_of_two_agents_costs_no_job() {
-    rolling_restart(2);
+    restart(2, false);
 }
 
 #[test]
 fn a_rolling_restart_of_three_agents_on_one_host_costs_no_job() {
-    rolling_restart(3);
+    restart(3, false);
+}
+
+/// The README tour's `kill %1 %2`, then both started again.
+#[test]
+fn two_agents_stopped_together_and_started_again_fail_no_job() {
+    restart(2, true);
+}
+
+/// A task that ignores its checkpoint signal: a graceful stop waits for it at most
+/// `stop_timeout_seconds`, then stops it at once; a second SIGTERM cuts the wait short. Either way
+/// the agent exits 0, no process of the task outlives it, and the task goes back to the queue
+/// rather than fail: started again after each restart, it ends once, `succeeded`.
+#[test]
+fn a_stop_is_bounded_and_a_second_signal_cuts_it_short() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let rec = dir.join("rec");
+    let finish = dir.join("finish");
+    let script = format!(
+        "echo \"start $$\" >> {rec}; trap '' TERM; while [ ! -f {finish} ]; do sleep 0.1; done; echo end >> {rec}",
+        rec = rec.display(),
+        finish = finish.display()
+    );
+    let mut nodes = vec![Node {
+        name: "solo".into(),
+        p2p: free_port(),
+        api: format!("127.0.0.1:{}", free_port()),
+        agent: None,
+    }];
+    let starts = || -> Vec<i32> {
+        std::fs::read_to_string(&rec)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.strip_prefix("start ")?.parse().ok())
+            .collect()
+    };
+    let alive = |pid: i32| Path::new(&format!("/proc/{pid}")).exists();
+    // The first run: the bound on the wait is 2 s.
+    let mut c = command(dir, &nodes, 0);
+    c.args(["--set", "stop_timeout_seconds=2"]);
+    nodes[0].agent = Some(Agent(c.spawn().unwrap()));
+    let api = nodes[0].api.clone();
+    wait_until(Duration::from_secs(30), "the API", || {
+        json(&api, "/v1/node").is_some()
+    });
+    let spec = serde_json::json!({
+        "name": "stubborn",
+        "command": ["sh", "-c", script],
+        "min_demand": {"cpu": 1},
+        "grace_seconds": 600,
+    });
+    let (code, body) = http(&api, "POST", "/v1/tasks", Some(spec.to_string())).unwrap();
+    assert_eq!(code, 201, "{body}");
+    wait_until(Duration::from_secs(30), "the task running", || {
+        starts().len() == 1
+    });
+    let (status, took) = stop(vec![nodes[0].agent.take().unwrap()]).remove(0);
+    assert!(status.success(), "{status}");
+    let first = starts()[0];
+    assert!(!alive(first), "the task (pid {first}) outlived its agent");
+    println!("stopped at its 2 s bound in {took:?}; the task was stopped at once then");
+    // The second run: the default bound (60 s), cut short by a second SIGTERM.
+    start(dir, &mut nodes, 0);
+    wait_until(Duration::from_secs(30), "the task running again", || {
+        starts().len() == 2
+    });
+    let mut agent = nodes[0].agent.take().unwrap();
+    let pid = nix::unistd::Pid::from_raw(agent.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        agent.0.try_wait().unwrap().is_none(),
+        "the agent did not wait for the task's grace"
+    );
+    let (status, took) = stop(vec![agent]).remove(0);
+    assert!(status.success(), "{status}");
+    let second = starts()[1];
+    assert!(!alive(second), "the task (pid {second}) outlived its agent");
+    println!("a second SIGTERM stopped it {took:?} after it was sent");
+    // The third run: the task is let finish; it ends once and succeeded, never failed.
+    start(dir, &mut nodes, 0);
+    wait_until(
+        Duration::from_secs(30),
+        "the task running a third time",
+        || starts().len() == 3,
+    );
+    std::fs::write(&finish, "").unwrap();
+    wait_until(Duration::from_secs(30), "the task succeeded", || {
+        in_state(&api, "succeeded") == ["stubborn"]
+    });
+    assert!(in_state(&api, "failed").is_empty());
+    let ends = std::fs::read_to_string(&rec)
+        .unwrap()
+        .lines()
+        .filter(|l| *l == "end")
+        .count();
+    assert_eq!(ends, 1);
 }

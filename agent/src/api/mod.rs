@@ -386,8 +386,11 @@ fn info(st: &crate::status::Status, id: TaskId, t: &tapfinger::node::TaskState) 
         priority: st.classes.get(&id).copied().unwrap_or(0),
         metrics,
         converging,
-        preempted: st.preempted.get(&id).map_or(0, |p| p.times),
-        work_lost: st.preempted.get(&id).map_or(0.0, |p| p.work_lost),
+        preempted: st.preempted_everywhere.get(&id).map_or(0, |p| p.times),
+        work_lost: st
+            .preempted_everywhere
+            .get(&id)
+            .map_or(0.0, |p| p.work_lost),
         gpu_use: st.gpu_use.get(&id).cloned(),
         status: t.into(),
     }

@@ -430,6 +430,7 @@ impl Daemon {
             names: crate::status::names_of(core.tasks()),
             box_names,
             preempted: core.preempted().clone(),
+            preempted_everywhere: core.preempted_everywhere(),
             requeued: core.tasks().requeues().clone(),
             forecast: self.forecasting.latest().cloned(),
             estimates: crate::status::estimates_of(

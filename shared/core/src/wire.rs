@@ -296,6 +296,16 @@ pub enum Body {
         /// The incarnation that leaves.
         incarnation: u64,
     },
+    /// What preemption has cost a task on the sender's box (its count so far), told after each
+    /// preemption there so that every box shows it. (After `Leaving`, for the same reason.)
+    Preempted {
+        /// Task.
+        task: TaskId,
+        /// Times it was preempted on the sender's box.
+        times: u32,
+        /// Work it lost there (progress since its last checkpoint, summed; 1: a whole run).
+        work_lost: f64,
+    },
 }
 
 /// One network message.
@@ -526,6 +536,11 @@ impl Envelope {
             }
             Body::Failed { reason, .. } => check_str("reason", reason)?,
             Body::Leaving { .. } => {}
+            Body::Preempted { work_lost, .. } => {
+                if !work_lost.is_finite() || *work_lost < 0.0 {
+                    return Err(invalid("preempted: work lost must be a finite number >= 0"));
+                }
+            }
             Body::Ranges(r) if r.len() > MAX_IDS => {
                 return Err(invalid(format!(
                     "ranges: {} entries (max {MAX_IDS})",
@@ -738,6 +753,11 @@ mod tests {
                 attained: Some(3.0),
             },
             Body::Leaving { incarnation: 7 },
+            Body::Preempted {
+                task: TaskId(9),
+                times: 2,
+                work_lost: 0.25,
+            },
         ];
         body.into_iter()
             .enumerate()

@@ -242,6 +242,27 @@ mod tests {
         );
     }
 
+    /// Done is done: a task that reported completion (its process is ending) is no victim,
+    /// though it would lose least; the other one makes the room.
+    #[test]
+    fn a_task_that_reported_completion_is_no_victim() {
+        let mut l = ledger(&[4]);
+        run(&mut l, task(1, 2, 2, &[0]), 0, 0);
+        run(&mut l, task(2, 2, 2, &[0]), 0, 1);
+        l.set_progress(TaskId(2), 1.0, 3.0);
+        l.insert(task(3, 0, 2, &[0]), TaskState::Pending, ());
+        let lost = |id: TaskId| if id == TaskId(1) { 0.3 } else { 0.0 };
+        let plan = l.preemption_plan(5, lost);
+        assert_eq!(plan.len(), 1, "{plan:?}");
+        assert_eq!(plan[0].victims, vec![TaskId(1)]);
+        // With the finishing one alone there, no room is made at all.
+        let mut l = ledger(&[2]);
+        run(&mut l, task(2, 2, 2, &[0]), 0, 1);
+        l.set_progress(TaskId(2), 1.0, 3.0);
+        l.insert(task(3, 0, 2, &[0]), TaskState::Pending, ());
+        assert!(l.preemption_plan(5, |_| 0.0).is_empty());
+    }
+
     #[test]
     fn nobody_is_preempted_for_a_task_that_fits_or_could_not_fit_anyway_or_of_its_own_class() {
         // Fits on node 1 as it is: the rounds start it.

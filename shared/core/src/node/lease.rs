@@ -105,9 +105,17 @@ impl NodeCore {
     }
 
     /// Whether more than half of the known members (this node included) are in step with it now.
+    /// A member that said it left on purpose ([`super::leave`]) is not counted while this node
+    /// runs.
     pub fn has_quorum(&self, now: u64) -> bool {
         let mutual = 1 + self.peers_in_step(now).count();
-        2 * mutual > self.members.known.len().max(1)
+        let members = self
+            .members
+            .known
+            .iter()
+            .filter(|m| !self.members.left.contains_key(m))
+            .count();
+        2 * mutual > members.max(1)
     }
 
     /// Whether this node holds its lease (a quorum within the last `autonomy_ms`).

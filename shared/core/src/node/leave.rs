@@ -10,9 +10,10 @@
 //! exits 0 within its grace has finished, and is reported as such. The task stays running here
 //! until then, so no peer starts a second copy while the first one still saves its checkpoint.
 //! Once nothing runs here the driver sends [`NodeCore::farewell`]: a [`Body::Leaving`] that
-//! takes this node out of its peers' members at once, so a cluster of two carries on with one
-//! box (a box that vanishes still counts for the quorum until it is forgotten: only a box that
-//! says it runs nothing may leave the count).
+//! takes this node out of its peers' quorum count at once, so a cluster of two carries on with
+//! one box (a box that vanishes still counts for the quorum until it is forgotten: only a box
+//! that says it runs nothing may leave the count). It stays a known member, so a peer restarted
+//! before it is back counts it again.
 //!
 //! Nothing here does I/O; the driver bounds the wait and escalates ([`NodeCore::leave_now`]).
 
@@ -82,6 +83,7 @@ impl NodeCore {
             // Counted as a preemption, with the work it loses since its last checkpoint.
             self.preemption.count(task, progress);
             out.push(Action::Preempt { task });
+            out.extend(self.tell_preempted(task));
         }
         out
     }
@@ -169,11 +171,10 @@ impl NodeCore {
         self.forget_entropy(from);
         self.tasks.set_live(from, false);
         let out = self.break_gangs(from);
-        self.members.silent.remove(&from);
-        self.members.taken_over.remove(&from);
-        if self.members.known.remove(&from) {
-            self.members.known_changed = true;
-        }
+        // It stays a known member (and so in the members the driver persists): it leaves the
+        // quorum's count only for as long as this node runs ([`NodeCore::has_quorum`]). A node
+        // restarted before the one that left is back counts it again, so two boxes that both
+        // left never each start again as a quorum of one.
         let theirs: Vec<(TaskId, bool)> = self
             .tasks
             .iter()
@@ -286,6 +287,24 @@ mod tests {
         );
     }
 
+    /// The preemption a stop makes is shown by every box that hears it, summed over boxes.
+    #[test]
+    fn every_peer_shows_what_a_preemption_cost() {
+        let mut n = node(0);
+        let mut peer = node(1);
+        super::super::test_running_here(&mut n, 7, 2);
+        super::super::test_running_on(&mut peer, 7, NodeId(0), 2);
+        n.on_checkpoint(TaskId(7), 0.25);
+        n.on_progress(TaskId(7), 0.5);
+        for e in broadcasts(&n.leave()) {
+            peer.on_message((*e).clone(), 0);
+        }
+        let seen = peer.preempted_everywhere();
+        assert_eq!(seen[&TaskId(7)].times, 1, "{seen:?}");
+        assert!((seen[&TaskId(7)].work_lost - 0.25).abs() < 1e-9, "{seen:?}");
+        assert!(peer.preempted().is_empty(), "counted as the peer's own");
+    }
+
     /// A copy that exits 0 within its grace has finished: an outcome, not a hand-back. A copy
     /// that reported completion gets no checkpoint signal at all.
     #[test]
@@ -348,7 +367,17 @@ mod tests {
             a.on_message((*e).clone(), 2000);
         }
         assert!(a.has_quorum(2000), "a alone is not a quorum after b left");
-        assert!(!a.known().contains(&NodeId(1)));
+        // Still a member for the next run of a (persisted), just not counted now.
+        assert!(a.known().contains(&NodeId(1)));
+        let restarted = {
+            let mut c = cfg(0);
+            c.known = a.known().clone();
+            NodeCore::new(c, policy(), 0)
+        };
+        assert!(
+            !restarted.has_quorum(2000),
+            "a restarted alone counts b again"
+        );
         assert_eq!(
             a.tasks().get(TaskId(9)).map(|t| &t.state),
             Some(&TaskState::Pending)
@@ -356,13 +385,13 @@ mod tests {
         assert_eq!(a.tasks().get(TaskId(9)).and_then(|t| t.meta.owner), None);
         // A late heartbeat of the incarnation that left: still gone.
         a.on_message(hb, 2050);
-        assert!(!a.known().contains(&NodeId(1)));
-        // b restarted (a new incarnation): a member again.
+        assert!(a.has_quorum(2050));
+        // b restarted (a new incarnation): counted again, and not in step yet.
         let mut c = cfg(1);
         c.incarnation += 1;
         let mut b2 = NodeCore::new(c, policy(), 0);
         let hb = envelope(b2.heartbeat(2100));
         a.on_message(hb, 2100);
-        assert!(a.known().contains(&NodeId(1)));
+        assert!(!a.has_quorum(2100), "b's new run does not count");
     }
 }

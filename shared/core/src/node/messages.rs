@@ -37,13 +37,13 @@ impl NodeCore {
             return Vec::new();
         }
         match e.body {
-            Body::Heartbeat(state) => {
-                if self.left_already(from, state.incarnation) {
-                    return Vec::new();
-                }
-                self.on_heartbeat(from, state, now)
-            }
+            Body::Heartbeat(state) => self.on_heartbeat(from, state, now),
             Body::Leaving { incarnation } => self.on_leaving(from, incarnation),
+            Body::Preempted {
+                task,
+                times,
+                work_lost,
+            } => self.on_preempted(from, task, times, work_lost),
             Body::Announce {
                 task,
                 spec,
@@ -201,6 +201,9 @@ impl NodeCore {
 
     fn on_heartbeat(&mut self, from: NodeId, state: NodeState, now: u64) -> Vec<Action> {
         let mut out = Vec::new();
+        if self.left_already(from, state.incarnation) {
+            return out;
+        }
         self.members.silent.remove(&from);
         self.members.taken_over.remove(&from);
         if self.members.known.insert(from) {

@@ -489,6 +489,7 @@ impl NodeCore {
             Body::Ids(_) => "ids",
             Body::Failed { .. } => "failed",
             Body::Leaving { .. } => "leaving",
+            Body::Preempted { .. } => "preempted",
         };
         *self.stats.sent.entry(kind.to_string()).or_default() += 1;
         Action::Broadcast(Envelope {

@@ -29,6 +29,8 @@ pub(super) struct Preemption {
     /// Copies preempted here whose end is not reported yet, with their epoch: one that exits 0
     /// within its grace has finished, in that epoch.
     ending: BTreeMap<TaskId, u64>,
+    /// What preemption cost tasks on the other boxes, as each box told it ([`Body::Preempted`]).
+    elsewhere: BTreeMap<TaskId, BTreeMap<NodeId, Preempted>>,
 }
 
 /// What preemption cost a task that ran here.
@@ -103,6 +105,49 @@ impl NodeCore {
         &self.preemption.preempted
     }
 
+    /// What preemption cost each task on every box: this node's counts and those its peers told
+    /// it, summed over the boxes.
+    pub fn preempted_everywhere(&self) -> BTreeMap<TaskId, Preempted> {
+        let mut all = self.preemption.preempted.clone();
+        for (task, boxes) in &self.preemption.elsewhere {
+            let sum = all.entry(*task).or_default();
+            for p in boxes.values() {
+                sum.times += p.times;
+                sum.work_lost += p.work_lost;
+            }
+        }
+        all
+    }
+
+    /// This node's count for `task` ([`Body::Preempted`]), for every peer to show, after a
+    /// preemption here.
+    pub(super) fn tell_preempted(&mut self, task: TaskId) -> Option<Action> {
+        let p = *self.preemption.preempted.get(&task)?;
+        Some(self.envelope(Body::Preempted {
+            task,
+            times: p.times,
+            work_lost: p.work_lost,
+        }))
+    }
+
+    /// Peer `from`'s count for `task`: the latest replaces the one before.
+    pub(super) fn on_preempted(
+        &mut self,
+        from: NodeId,
+        task: TaskId,
+        times: u32,
+        work_lost: f64,
+    ) -> Vec<Action> {
+        if self.tasks.contains(task) && work_lost.is_finite() && work_lost >= 0.0 {
+            self.preemption
+                .elsewhere
+                .entry(task)
+                .or_default()
+                .insert(from, Preempted { times, work_lost });
+        }
+        Vec::new()
+    }
+
     /// What preemption had cost `task` here before a restart (the agent's journal).
     pub fn restore_preempted(&mut self, task: TaskId, p: Preempted) {
         self.preemption.preempted.insert(task, p);
@@ -156,6 +201,7 @@ impl NodeCore {
                 m.owner = None;
             }
             self.protocol.release(*v);
+            out.extend(self.tell_preempted(*v));
             out.push(self.envelope(Body::Failed {
                 task: *v,
                 requeue: true,
