@@ -305,6 +305,15 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
         .expect("no answer before the body")
         .unwrap();
     assert_eq!(&head, b"HTTP/1.1 413", "{}", String::from_utf8_lossy(&head));
+    // A client that sends a body far larger than its socket's buffers reads the 413 too (the
+    // agent reads and drops what it sends rather than close under it: the client saw "broken
+    // pipe").
+    let body = "x".repeat(30 << 20);
+    let (code, said) = http(&guarded, "POST", "/v1/tasks", Some(body), Some("s3cret"))
+        .await
+        .unwrap();
+    assert_eq!(code, 413, "{said}");
+    assert!(said.contains("at most 65536 bytes"), "{said}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

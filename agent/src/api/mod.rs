@@ -8,13 +8,18 @@
 //! checked before anything else is looked at (so a caller without it learns nothing, not even
 //! that a body was too large). A task spec that cannot be accepted gets a 400 whose JSON names the
 //! field. A client must send its headers within [`HEADER_TIMEOUT`] and its whole request within
-//! [`REQUEST_TIMEOUT`] ([`serve`]), so a half-sent request cannot hold a connection forever.
+//! [`REQUEST_TIMEOUT`] ([`serve`]), so a half-sent request cannot hold a connection forever. A
+//! body over [`MAX_BODY`] gets a 413 that the client can read: what it sends is read and dropped
+//! first (within bounds), so it is not cut off mid-write. The checks and the connection loop
+//! are `serve`.
 //!
 //! A task's `state` is `pending`, `running`, `succeeded` (exit code 0), `failed` (any other exit,
 //! a program that could not be started, a task stopped by a crash) or `cancelled`.
 
 pub mod dashboard;
+mod serve;
 pub mod types;
+pub use serve::{HEADER_TIMEOUT, MAX_BODY, REQUEST_TIMEOUT, serve, serve_with};
 pub use types::{
     CancelledTask, ClassInfo, Classes, Ended, ErrorBody, NodeInfo, PeerInfo, Peers, PolicyVersion,
     SecurityInfo, Submitted, TaskInfo, TaskLogs, TaskPage, TaskStatus,
@@ -23,7 +28,7 @@ pub use types::{
 use crate::daemon::{Command, Status};
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -31,12 +36,6 @@ use tapfinger::TaskId;
 use tapfinger::spec::TaskSpec;
 use tokio::sync::{mpsc, oneshot, watch};
 
-/// Largest accepted request body (a task spec).
-pub const MAX_BODY: usize = 64 * 1024;
-/// How long a client may take to send a request's headers.
-pub const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-/// How long a request may take, body and answer included.
-pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// Tasks per page of `GET /v1/tasks` (`?offset=N&limit=M`, at most this many).
 pub const MAX_PAGE: usize = 1000;
 
@@ -82,107 +81,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/assets/uPlot.min.css", get(dashboard::uplot_css))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         // Outermost: runs before any extractor can answer 400 or 413.
-        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            serve::guard,
+        ))
         .with_state(state)
-}
-
-/// The token check, the size check and the request timeout, before any handler or extractor
-/// runs.
-async fn guard(
-    State(s): State<ApiState>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    // The dashboard is read-only and shows no command, environment or log: readable without
-    // the token (module doc of [`dashboard`]).
-    let public = req.method() == axum::http::Method::GET
-        && matches!(
-            req.uri().path(),
-            "/" | "/v1/dashboard"
-                | "/v1/history"
-                | "/assets/uPlot.min.js"
-                | "/assets/uPlot.min.css"
-        )
-        // A task's progress, shares and metrics over time (no command, environment or log).
-        || req.method() == axum::http::Method::GET
-            && req
-                .uri()
-                .path()
-                .strip_prefix("/v1/tasks/")
-                .and_then(|p| p.strip_suffix("/history"))
-                .is_some_and(|id| id.parse::<u64>().is_ok());
-    if !public && let Some(r) = refused(&s, req.headers()) {
-        return r;
-    }
-    // A body announced larger than any request takes is refused before it is read (waiting for
-    // it would hold the connection until the request timeout).
-    let announced = req
-        .headers()
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if announced.is_some_and(|n| n > MAX_BODY as u64) {
-        return (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            axum::Json(ErrorBody::new(format!(
-                "a request body is at most {MAX_BODY} bytes"
-            ))),
-        )
-            .into_response();
-    }
-    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
-        Ok(r) => r,
-        Err(_) => (
-            StatusCode::REQUEST_TIMEOUT,
-            axum::Json(ErrorBody::new("request not completed in time")),
-        )
-            .into_response(),
-    }
-}
-
-/// Serve `app` on `listener` (HTTP/1.1) with [`HEADER_TIMEOUT`] until the task is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, app: Router) {
-    serve_with(listener, app, HEADER_TIMEOUT).await
-}
-
-/// [`serve`] with another header timeout (tests use a short one).
-pub async fn serve_with(
-    listener: tokio::net::TcpListener,
-    app: Router,
-    header_timeout: std::time::Duration,
-) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
-        tokio::spawn(async move {
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "API connection ended");
-            }
-        });
-    }
-}
-
-/// The refusal to send, if the request lacks the configured token.
-fn refused(s: &ApiState, headers: &HeaderMap) -> Option<Response> {
-    let Some(token) = &s.token else {
-        return None;
-    };
-    let given = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    (!tapfinger_net::secret::bearer_matches(token, given)).then(|| {
-        (
-            StatusCode::UNAUTHORIZED,
-            axum::Json(ErrorBody::new("missing or wrong bearer token")),
-        )
-            .into_response()
-    })
 }
 
 fn bad(field: &str, message: &str) -> Response {
