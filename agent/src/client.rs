@@ -128,10 +128,13 @@ pub async fn follow_logs(
             }
             // Not started yet, or not here.
             404 if !ended => {}
+            // The agent asked the box that ran it (info.box_name) and says why there are none.
             404 if from_out.is_none() => anyhow::bail!(
-                "task {} has no logs on this agent; it ran on {}: ask that box's agent",
+                "no logs of task {} (it ran on {}): {}",
                 id.0,
-                info.box_name.as_deref().unwrap_or("another box")
+                info.box_name.as_deref().unwrap_or("another box"),
+                serde_json::from_str::<crate::api::ErrorBody>(&body)
+                    .map_or(body.clone(), |e| e.error)
             ),
             _ => anyhow::bail!("HTTP {code}: {body}"),
         }

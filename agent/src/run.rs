@@ -210,6 +210,7 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
         store: Some(store),
         recovered,
         files: Some(crate::daemon::Files {
+            logs: cfg.data_dir.join("logs"),
             lease: lease_file,
             members: members_file,
             sweep: vec![cfg.data_dir.join("logs"), run_dir],

@@ -7,7 +7,7 @@
 //! after the first must resume from the checkpoint its predecessor wrote on SIGTERM (so no copy
 //! was killed without its grace, by its own agent or by another agent on the host, and no two
 //! copies overlapped), nothing may start after the end, and every agent must list every job as
-//! succeeded, none failed.
+//! succeeded, none failed, and show its logs (asked of the box that ran it, where another did).
 #![allow(clippy::unwrap_used)]
 
 #[path = "support/process.rs"]
@@ -217,6 +217,7 @@ fn restart(n: usize, all_at_once: bool) {
     // Long enough that every job still runs when the last box stops (about 4 s a box).
     let steps = 150 + 50 * n as u32;
     let names: Vec<String> = (0..n + 1).map(|j| format!("job{j}")).collect();
+    let mut ids = Vec::new();
     for (j, name) in names.iter().enumerate() {
         let spec = serde_json::json!({
             "name": name,
@@ -233,6 +234,10 @@ fn restart(n: usize, all_at_once: bool) {
         )
         .unwrap();
         assert_eq!(code, 201, "{body}");
+        let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
+            .as_u64()
+            .unwrap();
+        ids.push(id);
     }
     wait_until(Duration::from_secs(30), "every job running", || {
         records(&rec, &names).values().all(|l| !l.is_empty())
@@ -305,6 +310,20 @@ fn restart(n: usize, all_at_once: bool) {
             "{} lists failed jobs: {failed:?}",
             node.name
         );
+    }
+    // Every box shows every job's logs, those of a job that ran on another box too (asked of
+    // the box that ran it last).
+    for node in &nodes {
+        for id in &ids {
+            let (code, body) =
+                http(&node.api, "GET", &format!("/v1/tasks/{id}/logs"), None).unwrap();
+            assert_eq!(code, 200, "{}: logs of {id}: {body}", node.name);
+            assert!(
+                body.contains("TAPFINGER progress="),
+                "{}: logs of {id}: {body}",
+                node.name
+            );
+        }
     }
     let all = records(&rec, &names);
     let resumed: usize = all.iter().map(|(name, l)| judge(name, l, steps)).sum();

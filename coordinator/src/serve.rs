@@ -264,6 +264,7 @@ fn answer(
                 .and_then(|s| s.published.as_ref().map(|(a, _)| a.clone())),
         ),
         Request::Guard => Response::Guard(guard.state.choice.clone().map(Box::new)),
+        Request::Logs { .. } => Response::Error("a coordinator runs no tasks".into()),
         Request::Workload {
             node,
             seq,

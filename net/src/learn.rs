@@ -66,6 +66,17 @@ pub enum Request {
         /// The workload.
         workload: Box<tapfinger_core::twin::Workload>,
     },
+    /// A task's logs on the box asked (agent to agent: an agent's API shows the logs of a task
+    /// that ran on another box by asking that box). Byte offsets as in the API's
+    /// `?stdout_from=&stderr_from=`.
+    Logs {
+        /// The task.
+        task: u64,
+        /// Standard output from this byte (`None`: its last MiB).
+        stdout_from: Option<u64>,
+        /// Standard error from this byte.
+        stderr_from: Option<u64>,
+    },
 }
 
 impl Request {
@@ -79,6 +90,7 @@ impl Request {
             Request::Checkpoint { .. } => "checkpoint",
             Request::Guard => "guard",
             Request::Workload { .. } => "workload",
+            Request::Logs { .. } => "logs",
         }
     }
 }
@@ -101,8 +113,29 @@ pub enum Response {
     Guard(Option<Box<crate::guard::Choice>>),
     /// The workload is taken.
     Received,
+    /// A task's logs on the box asked.
+    Logs {
+        /// The task asked about.
+        task: u64,
+        /// Its logs there (`None`: that box has none of it).
+        logs: Option<Box<TaskLogs>>,
+    },
     /// The request could not be served.
     Error(String),
+}
+
+/// A task's logs as one box holds them: its output from the offsets asked, and where each file
+/// ends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskLogs {
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+    /// Where `stdout` ends in its file (bytes).
+    pub stdout_size: u64,
+    /// Where `stderr` ends in its file.
+    pub stderr_size: u64,
 }
 
 /// A checkpoint as agents load it.

@@ -166,8 +166,8 @@ class Client:
                     raise
                 if ended and at_out is None:
                     raise LookupError(
-                        f"task {tid} has no logs on this agent; it ran on "
-                        f"{info.get('box') or 'another box'}: ask that box's agent"
+                        f"no logs of task {tid} (it ran on {info.get('box') or 'another box'}): "
+                        f"{e.message}"
                     ) from e
             if ended:
                 return info

@@ -373,7 +373,7 @@ struct LogsFrom {
 
 /// A log file from byte `from` (at most [`MAX_LOG`] of it; without `from`, its last MiB), and
 /// its size; `None` if there is no such file.
-fn read_log(path: &std::path::Path, from: Option<u64>) -> Option<(String, u64)> {
+pub(crate) fn read_log(path: &std::path::Path, from: Option<u64>) -> Option<(String, u64)> {
     use std::io::{Read as _, Seek as _};
     let mut f = std::fs::File::open(path).ok()?;
     let size = f.metadata().ok()?.len();
@@ -403,14 +403,26 @@ async fn logs(
         )
             .into_response();
     };
+    // The logs of the box that ran the task last: asked of it where that is another box (an
+    // earlier attempt here is not what a follower wants), this box's own otherwise, or where
+    // the other box cannot answer.
+    let offsets = (from.stdout_from, from.stderr_from);
+    let elsewhere = match last_runner(&s, TaskId(id)) {
+        Some(node) => Some(from_peer(&s, node, TaskId(id), offsets).await),
+        None => None,
+    };
+    if let Some(Ok(logs)) = elsewhere {
+        return axum::Json(logs).into_response();
+    }
     let out = read_log(&dir.join(format!("{id}.stdout")), from.stdout_from);
     let err = read_log(&dir.join(format!("{id}.stderr")), from.stderr_from);
     match (out, err) {
         (None, None) => (
             StatusCode::NOT_FOUND,
-            axum::Json(ErrorBody::new(format!(
-                "task {id} has no logs on this agent (it may have run on another; ask that agent)"
-            ))),
+            axum::Json(ErrorBody::new(match elsewhere {
+                Some(Err(why)) => format!("task {id} has no logs here: {why}"),
+                _ => format!("task {id} has no logs on this agent"),
+            })),
         )
             .into_response(),
         (out, err) => axum::Json(TaskLogs {
@@ -421,6 +433,49 @@ async fn logs(
             stderr: err.map(|e| e.0).unwrap_or_default(),
         })
         .into_response(),
+    }
+}
+
+/// How long the box that ran a task may take to send its logs.
+const PEER_LOGS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The box that runs or ran `id` last, if it is another box than this one (a cancelled task
+/// that never ran names the box that cancelled it: asked, it has no logs).
+fn last_runner(s: &ApiState, id: TaskId) -> Option<tapfinger::NodeId> {
+    let st = s.status.borrow();
+    let ran = st.tasks.get(&id).and_then(|t| match t {
+        tapfinger::node::TaskState::Running { node, .. }
+        | tapfinger::node::TaskState::Done { node, .. } => Some(*node),
+        _ => None,
+    });
+    ran.filter(|n| Some(*n) != st.id)
+}
+
+/// The logs of `id` on box `node`, asked of it through the agent's loop.
+async fn from_peer(
+    s: &ApiState,
+    node: tapfinger::NodeId,
+    id: TaskId,
+    from: (Option<u64>, Option<u64>),
+) -> Result<TaskLogs, String> {
+    let (tx, rx) = oneshot::channel();
+    let ask = Command::PeerLogs {
+        node,
+        task: id,
+        from,
+        reply: tx,
+    };
+    s.commands
+        .send(ask)
+        .await
+        .map_err(|_| "the agent is stopping".to_string())?;
+    match tokio::time::timeout(PEER_LOGS_TIMEOUT, rx).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err("the agent is stopping".into()),
+        Err(_) => Err(format!(
+            "the box that ran it did not answer within {} s",
+            PEER_LOGS_TIMEOUT.as_secs()
+        )),
     }
 }
 

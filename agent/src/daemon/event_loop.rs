@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 mod execute;
 mod leaving;
+mod peer_logs;
 mod state;
 
 use state::{Ends, Outlets, Turned, Upkeep};
@@ -59,6 +60,8 @@ struct Daemon {
     leaving: Option<leaving::Leaving>,
     /// The longest a graceful stop waits for the tasks' grace.
     stop_timeout: Duration,
+    /// Logs of tasks that ran on other boxes, asked of those boxes ([`peer_logs`]).
+    peer_logs: peer_logs::PeerLogs,
 }
 
 /// How often the status snapshot, the metrics and the outcome journal are brought up to date
@@ -113,6 +116,7 @@ pub(super) async fn run(
         observed: Default::default(),
         leaving: None,
         stop_timeout,
+        peer_logs: Default::default(),
     };
     d.gpu_use = crate::gpu_use::Sampler::new(d.p.gpus.probe.take());
     d.state_devices();
@@ -194,6 +198,7 @@ impl Daemon {
             NetEvent::Message { from, envelope } => {
                 // The sender must be who it claims: its node id derives from its peer id.
                 if envelope.from == node_id(&from) {
+                    self.peer_logs.heard(envelope.from, from);
                     let now = self.epoch.elapsed().as_millis() as u64;
                     p.core.on_message(*envelope, now)
                 } else {
@@ -216,29 +221,46 @@ impl Daemon {
             }
             NetEvent::PeerUp(peer) | NetEvent::PeerDown(peer) => {
                 let up = matches!(ev, NetEvent::PeerUp(_));
+                if up {
+                    self.peer_logs.heard(node_id(&peer), peer);
+                }
                 tracing::info!(%peer, up, "peer connection");
                 if let Some(o) = &mut p.online {
                     o.connection(peer, up);
                 }
                 Vec::new()
             }
-            NetEvent::Request { channel, .. } => {
-                // Agents serve no requests; only the coordinator does.
-                let no = crate::learn::Response::Error("not a coordinator".into());
-                let _ = p.net.respond(channel, no).await;
+            NetEvent::Request {
+                request, channel, ..
+            } => {
+                // Agents answer their peers' questions about logs; the rest only the
+                // coordinator serves.
+                let answer = match *request {
+                    crate::learn::Request::Logs {
+                        task,
+                        stdout_from,
+                        stderr_from,
+                    } => self.logs_for_peer(task, (stdout_from, stderr_from)),
+                    _ => crate::learn::Response::Error("not a coordinator".into()),
+                };
+                let _ = self.p.net.respond(channel, answer).await;
                 Vec::new()
             }
             NetEvent::Response { from, response } => {
-                if let Some(o) = &mut p.online {
-                    for (to, r) in o.on_response(from, *response, &mut p.core) {
-                        let _ = p.net.request(to, r).await;
+                if !self.logs_answer(from, &response)
+                    && let Some(o) = &mut self.p.online
+                {
+                    for (to, r) in o.on_response(from, *response, &mut self.p.core) {
+                        let _ = self.p.net.request(to, r).await;
                     }
                 }
                 Vec::new()
             }
             NetEvent::RequestFailed { to, reason } => {
                 tracing::debug!(%to, %reason, "request failed");
-                if let Some(o) = &mut p.online {
+                if !self.peer_logs.failed(to, &reason)
+                    && let Some(o) = &mut self.p.online
+                {
                     o.on_failure(to);
                 }
                 Vec::new()
@@ -299,6 +321,15 @@ impl Daemon {
             }
             Command::Shutdown(done) => self.begin_leaving(done),
             Command::StopNow => self.stop_now(),
+            Command::PeerLogs {
+                node,
+                task,
+                from,
+                reply,
+            } => {
+                self.ask_logs(node, task, from, reply).await;
+                Vec::new()
+            }
         };
         Flow::Continue(actions)
     }

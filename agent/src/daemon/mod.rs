@@ -38,6 +38,18 @@ pub enum Command {
     Shutdown(oneshot::Sender<()>),
     /// During a graceful stop: stop the tasks still running at once (a second stop signal).
     StopNow,
+    /// The logs of a task that ran on box `node`, asked of that box (byte offsets of standard
+    /// output and error as in the API; the reply: its logs there, or why not).
+    PeerLogs {
+        /// The box that ran it.
+        node: NodeId,
+        /// The task.
+        task: TaskId,
+        /// Standard output and error from these bytes (`None`: their last MiB).
+        from: (Option<u64>, Option<u64>),
+        /// Where the answer goes.
+        reply: oneshot::Sender<Result<crate::api::TaskLogs, String>>,
+    },
     /// Go back to the previous policy version; the reply is the version now in use.
     Rollback(oneshot::Sender<Result<u64, String>>),
     /// A task's spec as submitted (`None`: no such task here).
@@ -180,6 +192,8 @@ impl Gpus {
 /// The data directory's files the loop keeps up to date.
 #[derive(Debug, Clone)]
 pub struct Files {
+    /// Task logs (`<task>.stdout|.stderr`), which peers may ask for.
+    pub logs: std::path::PathBuf,
     /// The lease file: touched while this node holds a quorum (task supervisors read it).
     pub lease: std::path::PathBuf,
     /// The members counted for the quorum.

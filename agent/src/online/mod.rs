@@ -362,7 +362,8 @@ impl Online {
             Response::Announcement(None)
             | Response::Trial(None)
             | Response::Guard(_)
-            | Response::Received => Vec::new(),
+            | Response::Received
+            | Response::Logs { .. } => Vec::new(),
             Response::Trial(Some(t)) => {
                 let (a, c) = *t;
                 if self.cfg.explore_candidates
