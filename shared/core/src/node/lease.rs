@@ -105,7 +105,7 @@ impl NodeCore {
     }
 
     /// Whether more than half of the known members (this node included) are in step with it now.
-    /// A member that said it left on purpose ([`super::leave`]) is not counted while this node
+    /// A member that said it left on purpose ([`NodeCore::leave`]) is not counted while this node
     /// runs.
     pub fn has_quorum(&self, now: u64) -> bool {
         let mutual = 1 + self.peers_in_step(now).count();
