@@ -186,6 +186,60 @@ fn judge(name: &str, lines: &[String], steps: u32) -> usize {
     resumed
 }
 
+/// Until every box lists every job as succeeded (at most 2 minutes); then none lists a failed
+/// one, and every box shows every job's logs (those of a job that ran on another box too,
+/// asked of the box that ran it last).
+fn every_job_succeeded_everywhere(
+    nodes: &[Node],
+    names: &[String],
+    ids: &[u64],
+    rec: &Path,
+    dir: &Path,
+) {
+    let t0 = Instant::now();
+    loop {
+        let all = nodes.iter().all(|node| {
+            names
+                .iter()
+                .all(|j| in_state(&node.api, "succeeded").contains(j))
+        });
+        if all {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "not every job succeeded everywhere: {:?}; records {:?}; logs in {}",
+            nodes
+                .iter()
+                .map(|node| (node.name.clone(), json(&node.api, "/v1/tasks?limit=1000")))
+                .collect::<Vec<_>>(),
+            records(rec, names),
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    for node in nodes {
+        let failed = in_state(&node.api, "failed");
+        assert!(
+            failed.is_empty(),
+            "{} lists failed jobs: {failed:?}",
+            node.name
+        );
+    }
+    for node in nodes {
+        for id in ids {
+            let (code, body) =
+                http(&node.api, "GET", &format!("/v1/tasks/{id}/logs"), None).unwrap();
+            assert_eq!(code, 200, "{}: logs of {id}: {body}", node.name);
+            assert!(
+                body.contains("TAPFINGER progress="),
+                "{}: logs of {id}: {body}",
+                node.name
+            );
+        }
+    }
+}
+
 /// `n` agents on this host (2 CPUs each), `n + 1` jobs of one CPU; while they run, every agent
 /// is stopped with SIGTERM and started again, in turn (`all_at_once`: all together, as the
 /// README tour's `kill %1 %2` does).
@@ -281,50 +335,7 @@ fn restart(n: usize, all_at_once: bool) {
         }
         connected(&nodes);
     }
-    let t0 = Instant::now();
-    loop {
-        let all = nodes.iter().all(|node| {
-            names
-                .iter()
-                .all(|j| in_state(&node.api, "succeeded").contains(j))
-        });
-        if all {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "not every job succeeded everywhere: {:?}; records {:?}; logs in {}",
-            nodes
-                .iter()
-                .map(|node| (node.name.clone(), json(&node.api, "/v1/tasks?limit=1000")))
-                .collect::<Vec<_>>(),
-            records(&rec, &names),
-            dir.display()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    for node in &nodes {
-        let failed = in_state(&node.api, "failed");
-        assert!(
-            failed.is_empty(),
-            "{} lists failed jobs: {failed:?}",
-            node.name
-        );
-    }
-    // Every box shows every job's logs, those of a job that ran on another box too (asked of
-    // the box that ran it last).
-    for node in &nodes {
-        for id in &ids {
-            let (code, body) =
-                http(&node.api, "GET", &format!("/v1/tasks/{id}/logs"), None).unwrap();
-            assert_eq!(code, 200, "{}: logs of {id}: {body}", node.name);
-            assert!(
-                body.contains("TAPFINGER progress="),
-                "{}: logs of {id}: {body}",
-                node.name
-            );
-        }
-    }
+    every_job_succeeded_everywhere(&nodes, &names, &ids, &rec, dir);
     let all = records(&rec, &names);
     let resumed: usize = all.iter().map(|(name, l)| judge(name, l, steps)).sum();
     println!("records: {all:?}");

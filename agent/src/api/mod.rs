@@ -357,9 +357,6 @@ async fn spec(State(s): State<ApiState>, Path(id): Path<u64>) -> Response {
     }
 }
 
-/// Most bytes of a log returned (the end of it).
-const MAX_LOG: u64 = 1 << 20;
-
 /// Where to read a task's logs from (`GET /v1/tasks/{id}/logs?stdout_from=N&stderr_from=M`):
 /// byte offsets, as the sizes of an earlier answer give them, so that a follower gets only what
 /// was written since. Without them: the last MiB of each.
@@ -369,26 +366,6 @@ struct LogsFrom {
     stdout_from: Option<u64>,
     #[serde(default)]
     stderr_from: Option<u64>,
-}
-
-/// A log file from byte `from` (at most [`MAX_LOG`] of it; without `from`, its last MiB), and
-/// its size; `None` if there is no such file.
-pub(crate) fn read_log(path: &std::path::Path, from: Option<u64>) -> Option<(String, u64)> {
-    use std::io::{Read as _, Seek as _};
-    let mut f = std::fs::File::open(path).ok()?;
-    let size = f.metadata().ok()?.len();
-    let start = from.map_or(size.saturating_sub(MAX_LOG), |f| f.min(size));
-    f.seek(std::io::SeekFrom::Start(start)).ok()?;
-    let mut bytes = Vec::new();
-    f.take(MAX_LOG).read_to_end(&mut bytes).ok()?;
-    // A character cut at the end (still being written) waits for the next read.
-    if let Err(e) = std::str::from_utf8(&bytes)
-        && e.error_len().is_none()
-    {
-        bytes.truncate(e.valid_up_to());
-    }
-    let end = start + bytes.len() as u64;
-    Some((String::from_utf8_lossy(&bytes).into_owned(), end))
 }
 
 async fn logs(
@@ -411,11 +388,18 @@ async fn logs(
         Some(node) => Some(from_peer(&s, node, TaskId(id), offsets).await),
         None => None,
     };
-    if let Some(Ok(logs)) = elsewhere {
-        return axum::Json(logs).into_response();
+    if let Some(Ok(l)) = elsewhere {
+        return axum::Json(TaskLogs {
+            id,
+            stdout: l.stdout,
+            stderr: l.stderr,
+            stdout_size: l.stdout_size,
+            stderr_size: l.stderr_size,
+        })
+        .into_response();
     }
-    let out = read_log(&dir.join(format!("{id}.stdout")), from.stdout_from);
-    let err = read_log(&dir.join(format!("{id}.stderr")), from.stderr_from);
+    let out = crate::logs::read_log(&dir.join(format!("{id}.stdout")), from.stdout_from);
+    let err = crate::logs::read_log(&dir.join(format!("{id}.stderr")), from.stderr_from);
     match (out, err) {
         (None, None) => (
             StatusCode::NOT_FOUND,
@@ -457,7 +441,7 @@ async fn from_peer(
     node: tapfinger::NodeId,
     id: TaskId,
     from: (Option<u64>, Option<u64>),
-) -> Result<TaskLogs, String> {
+) -> Result<crate::learn::TaskLogs, String> {
     let (tx, rx) = oneshot::channel();
     let ask = Command::PeerLogs {
         node,

@@ -48,7 +48,7 @@ pub enum Command {
         /// Standard output and error from these bytes (`None`: their last MiB).
         from: (Option<u64>, Option<u64>),
         /// Where the answer goes.
-        reply: oneshot::Sender<Result<crate::api::TaskLogs, String>>,
+        reply: oneshot::Sender<Result<crate::learn::TaskLogs, String>>,
     },
     /// Go back to the previous policy version; the reply is the version now in use.
     Rollback(oneshot::Sender<Result<u64, String>>),

@@ -9,8 +9,7 @@
 //! (the API's own timeout) is dropped when the answer comes.
 
 use super::Daemon;
-use crate::api::TaskLogs;
-use crate::learn::{Request, Response, TaskLogs as PeerTaskLogs};
+use crate::learn::{Request, Response, TaskLogs};
 use libp2p::PeerId;
 use std::collections::{BTreeMap, VecDeque};
 use tapfinger::{NodeId, TaskId};
@@ -102,13 +101,7 @@ impl Daemon {
             return false;
         };
         let answer = match logs {
-            Some(l) => Ok(TaskLogs {
-                id: *task,
-                stdout: l.stdout.clone(),
-                stderr: l.stderr.clone(),
-                stdout_size: l.stdout_size,
-                stderr_size: l.stderr_size,
-            }),
+            Some(l) => Ok((**l).clone()),
             None => {
                 Err("the box that ran it has no logs of it (swept after the log retention?)".into())
             }
@@ -123,14 +116,14 @@ impl Daemon {
         let Some(dir) = self.p.files.as_ref().map(|f| f.logs.clone()) else {
             return none;
         };
-        let out = crate::api::read_log(&dir.join(format!("{task}.stdout")), from.0);
-        let err = crate::api::read_log(&dir.join(format!("{task}.stderr")), from.1);
+        let out = crate::logs::read_log(&dir.join(format!("{task}.stdout")), from.0);
+        let err = crate::logs::read_log(&dir.join(format!("{task}.stderr")), from.1);
         if out.is_none() && err.is_none() {
             return none;
         }
         Response::Logs {
             task,
-            logs: Some(Box::new(PeerTaskLogs {
+            logs: Some(Box::new(TaskLogs {
                 stdout_size: out.as_ref().map_or(0, |o| o.1),
                 stderr_size: err.as_ref().map_or(0, |e| e.1),
                 stdout: out.map(|o| o.0).unwrap_or_default(),
