@@ -337,6 +337,31 @@ mod tests {
     // hierarchy is: what the kernel enforces there (its rule that a group with processes cannot
     // hand controllers to children) is not exercised by this test, and this project's machines
     // mount cgroup v1 at the root, so no test here runs under a real v2 delegation.
+    /// Two agents sharing one hierarchy (one host, one shell's cgroup) name one task's group
+    /// differently: neither counts, kills or removes the other's copy.
+    #[test]
+    fn agents_on_one_host_have_groups_of_their_own() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("tapfinger");
+        std::fs::create_dir_all(&base).unwrap();
+        let a = Cgroups::V2(base.clone()).of_agent("node-1");
+        let b = Cgroups::V2(base.clone()).of_agent("node-2");
+        let task = TaskId(7);
+        assert_eq!(a.groups_of(task), vec![base.join("node-1/task-7")]);
+        assert_ne!(a.groups_of(task), b.groups_of(task));
+        // b's copy holds a process (as its group's process list says): a finds none of it.
+        let b_group = &b.groups_of(task)[0];
+        std::fs::create_dir_all(b_group).unwrap();
+        std::fs::write(b_group.join("cgroup.procs"), "999999\n").unwrap();
+        assert_eq!(a.kill_all(task), 0);
+        let v1 = Cgroups::V1 {
+            cpu: base.join("cpu"),
+            memory: None,
+        }
+        .of_agent("node-3");
+        assert_eq!(v1.groups_of(task), vec![base.join("cpu/node-3/task-7")]);
+    }
+
     #[test]
     fn an_agent_in_a_delegated_cgroup_puts_its_tasks_under_its_own_group() {
         let dir = std::env::temp_dir().join(format!("tapfinger-cgd-{}", std::process::id()));

@@ -376,8 +376,21 @@ impl Executor for ProcessExecutor {
         argv.extend(spec.command.iter().cloned());
         let log = self.log_dir.join(format!("{}", task.0));
         let share = super::share_file::path(&log);
-        super::share_file::write(&share, alloc, &enforcement, 1)
-            .map_err(|e| spawn_err(format!("cannot write {}: {e}", share.display())))?;
+        if let Err(e) = super::share_file::write(&share, alloc, &enforcement, 1) {
+            self.devices.remove(&format!("task-{}", task.0));
+            self.cgroups.remove(task);
+            // No room for it: the task goes back to the queue (and the agent counts its storage
+            // as full) rather than fail unrun.
+            return Err(if e.raw_os_error() == Some(nix::libc::ENOSPC) {
+                ExecError::NoStorage {
+                    task,
+                    dir: self.log_dir.clone(),
+                    error: e,
+                }
+            } else {
+                spawn_err(format!("cannot write {}: {e}", share.display()))
+            });
+        }
         if let Some(sup) = &self.supervision {
             // The supervisor runs the same command line; it owns the task's output and outlives
             // the agent (see `supervise`).
