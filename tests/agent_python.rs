@@ -142,6 +142,15 @@ try:
     Client(api).node()
 except ApiError as e:
     print(json.dumps({"without_token": e.status}))
+# A task whose name is digits (and no task's id): addressed by its name.
+digits = c.submit({"name": "2024", "min_demand": {"cpu": 1, "mem": 1}, "command": ["sleep", "60"]})
+found = c.show("2024")["id"]
+c.cancel("2024")
+print(json.dumps({"by_name": found == digits, "then": c.show(digits)["state"]}))
+try:
+    Client(api, token_file=token_file + ".missing")
+except OSError as e:
+    print(json.dumps({"missing_token": str(e), "kind": type(e).__name__}))
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,7 +191,7 @@ async fn the_python_client_submits_follows_lists_and_cancels() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 4, "{lines:?} {stderr}");
+    assert_eq!(lines.len(), 6, "{lines:?} {stderr}");
     let followed = &lines[0];
     assert_eq!(followed["state"], "succeeded", "{followed}");
     let (o, e) = (
@@ -199,6 +208,14 @@ async fn the_python_client_submits_follows_lists_and_cancels() {
     assert_eq!(lines[2]["refused"], 400);
     assert!(lines[2]["field"].is_string(), "{}", lines[2]);
     assert_eq!(lines[3]["without_token"], 401);
+    assert_eq!(lines[4]["by_name"], true, "{}", lines[4]);
+    assert_eq!(lines[4]["then"], "cancelled", "{}", lines[4]);
+    assert_eq!(lines[5]["kind"], "FileNotFoundError", "{}", lines[5]);
+    let said = lines[5]["missing_token"].as_str().unwrap();
+    assert!(
+        said.contains("API token file") && said.contains("token.missing"),
+        "{said}"
+    );
     // The agent's own account agrees with what the client saw.
     let s = tapfinger_tests::statuses(&[&a]);
     assert_eq!(finished(&s).len(), 1, "{s:#?}");

@@ -51,6 +51,24 @@ pub async fn http(
     Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
 }
 
+/// User text (a task's name, class, a box's name) as a terminal may show it: control
+/// characters (an escape sequence, a newline that would start a fake row) are written as
+/// escapes (`\u{1b}`, `\n`), never sent to the terminal.
+pub fn shown(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// The task a command line names: an id (digits, known to the agent), else the one task of that
 /// name. A name several tasks share is an error listing their ids; so is one no task has.
 pub async fn resolve(api: &str, token: Option<&str>, arg: &str) -> anyhow::Result<TaskId> {
@@ -152,13 +170,13 @@ pub fn task_lines(body: &serde_json::Value) -> Option<String> {
     let t: TaskInfo = serde_json::from_value(body.clone()).ok()?;
     let mut rows: Vec<(&str, String)> = vec![
         ("id", t.id.to_string()),
-        ("name", t.name.clone()),
+        ("name", shown(&t.name)),
         (
             "class",
             if t.class.is_empty() {
                 "-".into()
             } else {
-                t.class.clone()
+                shown(&t.class)
             },
         ),
         ("priority", t.priority.to_string()),
@@ -169,7 +187,7 @@ pub fn task_lines(body: &serde_json::Value) -> Option<String> {
     if let Some(r) = t.running_s {
         rows.push(("running for", human_duration(r)));
     }
-    let at = t.box_name.clone().unwrap_or_default();
+    let at = shown(&t.box_name.clone().unwrap_or_default());
     let ended = |what: &str, e: &crate::api::Ended| {
         let code = e
             .exit_code
@@ -322,16 +340,21 @@ pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
             TaskStatus::Cancelled(e) => ("cancelled", Some(e.node), String::new(), String::new()),
         };
         // The box's name where the agent knows it, else its id.
-        let at = t
-            .box_name
-            .clone()
-            .or_else(|| node.map(|n| n.to_string()))
-            .unwrap_or_default();
+        let at = shown(
+            &t.box_name
+                .clone()
+                .or_else(|| node.map(|n| n.to_string()))
+                .unwrap_or_default(),
+        );
         out.push_str(&format!(
             "{:<22} {:<16} {:<12} {:<10} {:<12} {:<14} {:>8} {:>8}\n",
             t.id,
-            t.name,
-            if t.class.is_empty() { "-" } else { &t.class },
+            shown(&t.name),
+            if t.class.is_empty() {
+                "-".into()
+            } else {
+                shown(&t.class)
+            },
             state,
             at,
             alloc,
@@ -359,7 +382,7 @@ pub fn peers_table(body: &serde_json::Value) -> Option<String> {
         out.push_str(&format!(
             "{:<11} {:<20} {:<14} {:<14}\n",
             p.id,
-            p.name,
+            shown(&p.name),
             units(&p.capacity),
             units(&p.free)
         ));
@@ -379,9 +402,9 @@ pub fn classes_table(body: &serde_json::Value) -> Option<String> {
     );
     for c in &page.classes {
         let name = if c.name.is_empty() {
-            "(unnamed)"
+            "(unnamed)".into()
         } else {
-            &c.name
+            shown(&c.name)
         };
         let e = &c.estimate;
         let min = e.min.map(|m| format!("{m}")).join(",");
@@ -423,7 +446,7 @@ pub fn node_lines(body: &serde_json::Value) -> Option<String> {
     let mut text = format!(
         "{:<18} {}\n{:<18} {}\n{:<18} {}\n{:<18} {}\n{:<18} {}\n{:<18} {}",
         "name",
-        n.name,
+        shown(&n.name),
         "id",
         n.id.map_or("-".to_string(), |i| i.to_string()),
         "capacity",
@@ -503,6 +526,24 @@ pub fn node_lines(body: &serde_json::Value) -> Option<String> {
 
 #[cfg(test)]
 mod table_tests {
+    /// A name with a terminal escape and a newline is shown escaped: it neither clears the
+    /// screen nor adds a row of its own.
+    #[test]
+    fn user_text_reaches_the_terminal_escaped() {
+        let evil = "job\u{1b}[2J\nfake 1 succeeded";
+        let v = serde_json::json!({"tasks": [{
+            "id": 7, "name": evil, "class": "etl\u{7}", "box": "box\r2", "priority": 0,
+            "state": "pending"
+        }], "total": 1, "next_offset": null});
+        let t = super::tasks_table(&v).unwrap();
+        assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
+        assert_eq!(t.lines().count(), 3, "{t}");
+        assert!(t.contains("job\\u{1b}[2J\\nfake"), "{t}");
+        let v = serde_json::json!({"id": 7, "name": evil, "class": "", "priority": 0, "state": "pending"});
+        let t = super::task_lines(&v).unwrap();
+        assert!(!t.contains('\u{1b}'), "{t:?}");
+    }
+
     /// A task for people: its names, where it runs, its share, its GPU use in human sizes;
     /// logs as text with standard error after a marker line.
     #[test]

@@ -35,8 +35,12 @@ class ApiError(Exception):
 
 
 def _read_token(path):
-    with open(path, encoding="utf-8") as f:
-        token = f.read().strip()
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError as e:
+        # The same kind of error, saying which file it is and what it is for.
+        raise type(e)(e.errno, f"cannot read the API token file ({e.strerror})", os.fspath(path)) from e
     if not token:
         raise ValueError(f"{path}: the token file is empty")
     return token
@@ -118,8 +122,16 @@ class Client:
 
     def resolve(self, task):
         """The id of ``task``: an id, or a name exactly one task has."""
-        if isinstance(task, int) or (isinstance(task, str) and task.isdigit()):
-            return int(task)
+        if isinstance(task, int):
+            return task
+        if task.isdigit():
+            # An id the agent knows; else a name made of digits.
+            try:
+                self._call("GET", f"/v1/tasks/{int(task)}")
+                return int(task)
+            except ApiError as e:
+                if e.status != 404:
+                    raise
         found = self.tasks(name=task)
         if len(found) == 1:
             return found[0]["id"]
@@ -138,7 +150,7 @@ class Client:
 
     def logs(self, task, stdout_from=None, stderr_from=None):
         """What the task wrote (the last MiB of each, or from the byte offsets given), with
-        each file's size: only the agent that ran it has them."""
+        each file's size, on the box that ran it last (the agent asks that box)."""
         q = {k: v for k, v in (("stdout_from", stdout_from), ("stderr_from", stderr_from)) if v is not None}
         path = f"/v1/tasks/{self.resolve(task)}/logs"
         return self._call("GET", path + ("?" + urllib.parse.urlencode(q) if q else ""))

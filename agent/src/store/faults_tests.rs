@@ -295,3 +295,46 @@ fn a_journal_from_before_checksums_is_migrated_once_with_its_counter() {
     let (_, r) = Store::open(&path).unwrap();
     assert_eq!(unfinished(&r), vec![2, 3]);
 }
+
+/// Two records swapped, or one repeated: refused, and the message says which commit came after
+/// which, not a range that runs backwards.
+#[test]
+fn swapped_or_repeated_records_are_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, bytes) = written(dir.path());
+    let text = String::from_utf8(bytes).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let n = lines.len();
+    for (what, changed) in [
+        ("swapped", {
+            let mut l = lines.clone();
+            l.swap(n - 3, n - 2);
+            l
+        }),
+        ("repeated", {
+            let mut l = lines.clone();
+            l.insert(n - 1, lines[n - 3]);
+            l
+        }),
+    ] {
+        std::fs::write(&path, changed.join("\n") + "\n").unwrap();
+        let msg = match Store::open(&path) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{what}: opened"),
+        };
+        assert!(msg.contains("comes after commit"), "{what}: {msg}");
+        for (a, b) in msg
+            .split("commits ")
+            .skip(1)
+            .filter_map(|s| s.split_once(".."))
+            .filter_map(|(a, rest)| {
+                Some((
+                    a.parse::<u64>().ok()?,
+                    rest.split(' ').next()?.parse::<u64>().ok()?,
+                ))
+            })
+        {
+            assert!(a <= b, "{what}: a range runs backwards: {msg}");
+        }
+    }
+}

@@ -108,6 +108,9 @@ pub(super) struct Scan {
     pub damaged: Vec<Bad>,
     /// Numbers missing between good records: `(first, last)` of each gap.
     pub gaps: Vec<(u64, u64)>,
+    /// Good records whose number is not above the one before (lines repeated or swapped):
+    /// `(the one before, this one)`.
+    pub disorder: Vec<(u64, u64)>,
     /// Lines after the last good record that do not check out (a torn write, garbage appended).
     pub tail: Vec<Bad>,
     /// Whether the last of them has no newline (what a write cut short leaves).
@@ -180,10 +183,10 @@ fn scan_with(
         }
         match read(text) {
             Some((seq, rec)) => {
-                if let Some(last) = s.last_seq()
-                    && seq != last + 1
-                {
-                    s.gaps.push((last + 1, seq.saturating_sub(1)));
+                match s.last_seq() {
+                    Some(last) if seq > last + 1 => s.gaps.push((last + 1, seq - 1)),
+                    Some(last) if seq <= last => s.disorder.push((last, seq)),
+                    _ => {}
                 }
                 s.damaged.append(&mut pending);
                 s.records.push((seq, rec));

@@ -40,6 +40,11 @@ fn describe(s: &Scan) -> Option<(String, usize)> {
             format!("commits {a}..{b} are missing")
         });
     }
+    for (before, this) in &s.disorder {
+        parts.push(format!(
+            "commit {this} comes after commit {before} (records repeated or out of order)"
+        ));
+    }
     let line = s.damaged.first().map_or(0, |b| b.line);
     (!parts.is_empty()).then(|| (parts.join("; "), line))
 }

@@ -113,7 +113,8 @@ pub const DEFAULT_GRACE_SECONDS: i64 = 10;
 /// `v` of `kind` in its natural unit as grid units: a non-negative multiple of the kind's step
 /// (within a millionth of a step, what decimal fractions like 0.1 need).
 fn grid_units(v: f64, kind: &crate::resources::ResourceKind) -> Result<u32, String> {
-    if !v.is_finite() || v < 0.0 {
+    // `-0.0` too: a sign the user wrote is a mistake to point out, not to read as 0.
+    if !v.is_finite() || v.is_sign_negative() {
         return Err(format!("must not be negative ({v})"));
     }
     let units = v / kind.step;
@@ -573,6 +574,8 @@ mod tests {
         assert_eq!(e.field, "min_demand.cpu", "{e}");
         let e = on(&space(), "cpu = -1").unwrap_err();
         assert_eq!(e.field, "min_demand.cpu", "{e}");
+        let e = on(&space(), "cpu = 1, mem = -0.0").unwrap_err();
+        assert_eq!(e.field, "min_demand.mem", "{e}");
     }
 
     #[test]
