@@ -65,7 +65,13 @@ impl Trainer {
                 // agent need not decide in every slot (the simulator's agents do), and a slot
                 // without a decision still costs what it costs.
                 let reward = if last_of_slot {
-                    let until = idx.get(pos + 1).map_or(u64::MAX, |&j| records[j].view.slot);
+                    // A live agent restarted counts its slots from 0 again: a next decision in
+                    // an earlier slot ends this one's rewards at its own slot (a range that ran
+                    // backwards panicked, and took the coordinator's learner with it).
+                    let until = idx
+                        .get(pos + 1)
+                        .map_or(u64::MAX, |&j| records[j].view.slot)
+                        .max(r.view.slot + 1);
                     col.rewards
                         .range((r.view.slot, NodeId(0))..(until, NodeId(0)))
                         .filter(|((_, who), _)| *who == r.me)

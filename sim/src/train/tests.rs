@@ -91,6 +91,26 @@ fn slots_without_a_decision_still_count() {
     assert!(exp.rewards.keys().all(|k| decided.contains(k)));
 }
 
+/// A live agent that restarted counts its slots from 0 again, so one batch can hold its
+/// decisions with the slots going backwards: the returns are computed (its own slot's reward
+/// for the decision before the restart), not a panic.
+#[test]
+fn an_agent_whose_slots_went_back_after_a_restart_is_no_panic() {
+    let t = monte_carlo();
+    let mut exp = Experience::default();
+    for (slot, r) in [(2, -1.0), (5, -2.0), (6, -4.0)] {
+        exp.rewards.insert((slot, NodeId(0)), r);
+    }
+    let records = vec![record_at(5), record_at(2)];
+    let asm = tapfinger::model::critic::assemble(&records);
+    let s = t.advantages(records, &exp, &[0.0, 0.0], 1.0, &asm);
+    assert_eq!(s[0].ret, -2.0 + s[1].ret);
+    assert!(
+        s.iter()
+            .all(|x| x.ret.is_finite() && x.advantage.is_finite())
+    );
+}
+
 #[test]
 fn ppo_improves_a_tiny_environment() {
     let mut t = tiny(11, 32, |cfg| {
