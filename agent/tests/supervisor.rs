@@ -131,11 +131,20 @@ fn a_preempted_task_gets_its_checkpoint_signal_then_its_grace() {
         "trap 'echo term > {}; exit 0' TERM; while true; do sleep 0.05; done",
         marker.display(),
     );
-    assert_eq!(preempted(dir, &polite, 5_000).how, "preempted");
+    let r = preempted(dir, &polite, 5_000);
+    assert_eq!(r.how, "preempted");
+    // It exited 0 within its grace: the record says so (done is done), as it says 143 for a
+    // task that saved and stopped.
+    assert_eq!(r.code, Some(0));
     assert_eq!(std::fs::read_to_string(&marker).unwrap().trim(), "term");
-    // One that ignores the signal is killed once its grace is up (else this never returns).
+    let saved = "trap 'exit 143' TERM; while true; do sleep 0.05; done";
+    assert_eq!(preempted(dir, saved, 5_000).code, Some(143));
+    // One that ignores the signal is killed once its grace is up (else this never returns),
+    // with no code of its own.
     let deaf = "trap '' TERM; while true; do sleep 0.05; done";
-    assert_eq!(preempted(dir, deaf, 200).how, "preempted");
+    let r = preempted(dir, deaf, 200);
+    assert_eq!(r.how, "preempted");
+    assert_eq!(r.code, None);
 }
 
 /// A task's exit code and a program that cannot start come through the guard as before.
