@@ -30,6 +30,74 @@ pub fn alive(pid: u32, start: u64) -> bool {
     start_time(pid) == Some(start)
 }
 
+/// The task supervisors (`<agent> supervise ... --exit-file <run_dir>/<task>.exit ...`) alive on
+/// this host whose exit file lies in `run_dir`: (task number, pid, start time). What a restarted
+/// agent finds of its tasks whatever its data directory says (a directory restored from an
+/// older copy holds no record of what started after the copy); `/proc/<pid>/cmdline` is
+/// readable for every process of the agent's own user. Directories are compared after
+/// resolving links, so a relative or linked data directory is still found.
+pub fn supervisors_in(run_dir: &Path) -> Vec<(u64, u32, u64)> {
+    let want = std::fs::canonicalize(run_dir).unwrap_or_else(|_| run_dir.to_path_buf());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let Some(exit_file) = supervised_exit_file(&cmdline) else {
+            continue;
+        };
+        let dir = exit_file.parent().map(|d| {
+            // Relative to the supervisor's own working directory.
+            let d = if d.is_relative() {
+                e.path().join("cwd").join(d)
+            } else {
+                d.to_path_buf()
+            };
+            std::fs::canonicalize(&d).unwrap_or(d)
+        });
+        let task = exit_file
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse::<u64>().ok());
+        if let (Some(task), Some(start), true) = (
+            task,
+            start_time(pid),
+            dir.as_deref() == Some(want.as_path()),
+        ) {
+            found.push((task, pid, start));
+        }
+    }
+    found
+}
+
+/// The `--exit-file` of a supervisor's command line (arguments separated by NUL), if it is one:
+/// its first argument is `supervise`; only the options before the task's own command (after
+/// `--`) count, so a task whose command names an exit file is not taken for a supervisor.
+fn supervised_exit_file(cmdline: &[u8]) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut args = cmdline.split(|b| *b == 0);
+    args.next()?;
+    if args.next()? != b"supervise" {
+        return None;
+    }
+    let mut args = args.take_while(|a| *a != b"--");
+    while let Some(a) = args.next() {
+        if a == b"--exit-file" {
+            return Some(std::ffi::OsStr::from_bytes(args.next()?).into());
+        }
+        if let Some(v) = a.strip_prefix(b"--exit-file=") {
+            return Some(std::ffi::OsStr::from_bytes(v).into());
+        }
+    }
+    None
+}
+
 /// Write `value` as JSON to `path` whole or not at all: to a file beside it (extension `tmp`),
 /// renamed over it. Where that fails (a full disk has no block for the new file) and `path`
 /// holds room kept by [`reserve`], the JSON is written into that room instead, padded with
@@ -66,6 +134,46 @@ pub(crate) fn reserve(path: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_supervisors_exit_file_is_read_from_its_options_only() {
+        let line = |args: &[&str]| args.join("\0").into_bytes();
+        let sup = line(&[
+            "/bin/agent",
+            "supervise",
+            "--owner",
+            "3",
+            "--exit-file",
+            "/d/runs/7.exit",
+            "--",
+            "sh",
+        ]);
+        assert_eq!(supervised_exit_file(&sup), Some("/d/runs/7.exit".into()));
+        let eq = line(&[
+            "agent",
+            "supervise",
+            "--exit-file=/d/runs/8.exit",
+            "--",
+            "x",
+        ]);
+        assert_eq!(supervised_exit_file(&eq), Some("/d/runs/8.exit".into()));
+        // A task's own command naming an exit file is not a supervisor's option.
+        let task = line(&[
+            "agent",
+            "supervise",
+            "--owner",
+            "3",
+            "--",
+            "x",
+            "--exit-file",
+            "/e",
+        ]);
+        assert_eq!(supervised_exit_file(&task), None);
+        assert_eq!(
+            supervised_exit_file(&line(&["sh", "-c", "supervise"])),
+            None
+        );
+    }
 
     #[test]
     fn start_time_tells_this_process_and_no_other() {

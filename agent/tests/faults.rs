@@ -36,29 +36,13 @@ mod net;
 #[path = "support/process.rs"]
 mod process;
 use cluster::Cluster;
+use evidence::TASK;
 
 const AGENTS: usize = 5;
 const CPUS: u64 = 2;
 const HEARTBEAT_MS: u64 = 200;
 const PEER_TIMEOUT_MS: u64 = 1000;
 const AUTONOMY_MS: u64 = 6000;
-
-/// The task every scenario runs: it records its own life in `<rec>/<key>.<pid>.<ns>.log`. A killed
-/// copy cannot write its own end, so a watcher it starts in a session of its own (out of reach of
-/// the kill of the task's process group) writes `gone` once the task's shell no longer exists
-/// (polled every 10 ms; a zombie still counts as alive, so `gone` is never early).
-const TASK: &str = r#"#!/bin/sh
-f="$1/$2.$$.$(date +%s%N).log"
-echo "start $(date +%s%3N) $TAPFINGER_NODE $TAPFINGER_EPOCH" >> "$f"
-setsid sh -c 'tail --pid="$0" -s 0.01 -f /dev/null; echo "gone $(date +%s%3N)" >> "$1"' "$$" "$f" </dev/null >/dev/null 2>&1 &
-i=0
-while [ "$i" -lt "$3" ]; do
-  sleep 0.1
-  echo "alive $(date +%s%3N)" >> "$f"
-  i=$((i+1))
-done
-echo "end $(date +%s%3N)" >> "$f"
-"#;
 
 /// What a scenario allows beyond the shared verdicts.
 #[derive(Clone, Copy, PartialEq)]

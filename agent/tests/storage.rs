@@ -11,7 +11,7 @@
 #[path = "support/process.rs"]
 mod process;
 
-use process::{Agent, agent_command, free_port, http, json, start_agent, wait_until};
+use process::{Agent, agent_command, free_port, http, json, peer_agent, start_agent, wait_until};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -341,37 +341,6 @@ fn refused_then_repaired(mut agent: std::process::Command, journal: &Path) -> St
     said
 }
 
-/// Agent `name` on `p2p`/`api` with data in `dir/<name>`, the label `site=<name>`, dialling
-/// `peers`.
-fn peer_agent(dir: &Path, name: &str, p2p: u16, api: &str, peers: &[u16]) -> std::process::Command {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(format!("{name}.log")))
-        .unwrap();
-    let mut c = std::process::Command::new(BIN);
-    c.args(["run", "--name", name])
-        .arg("--data-dir")
-        .arg(dir.join(name))
-        .args(["--listen", &format!("/ip4/127.0.0.1/tcp/{p2p}")])
-        .args(["--api", api, "--policy", "first-fit-max"])
-        .args(["--set", "slot_ms=300", "--set", "round_ms=100"])
-        .args([
-            "--set",
-            "heartbeat_ms=100",
-            "--set",
-            &format!("labels.site=\"{name}\""),
-        ])
-        .env("RUST_LOG", "info,libp2p=warn")
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log);
-    for p in peers {
-        c.args(["--bootstrap", &format!("/ip4/127.0.0.1/tcp/{p}")]);
-    }
-    c
-}
-
 #[test]
 fn a_box_whose_journal_was_deleted_relearns_its_unfinished_tasks_from_its_peer() {
     let tmp = tempfile::tempdir().unwrap();
@@ -383,8 +352,8 @@ fn a_box_whose_journal_was_deleted_relearns_its_unfinished_tasks_from_its_peer()
         format!("127.0.0.1:{}", free_port()),
         format!("127.0.0.1:{}", free_port()),
     );
-    let a = start_agent(peer_agent(dir, "a", pa, &api_a, &[pb]), &api_a);
-    let b = start_agent(peer_agent(dir, "b", pb, &api_b, &[pa]), &api_b);
+    let a = start_agent(peer_agent(BIN, dir, "a", pa, &api_a, &[pb]), &api_a);
+    let b = start_agent(peer_agent(BIN, dir, "b", pb, &api_b, &[pa]), &api_b);
     wait_until(Duration::from_secs(20), "a and b connected", || {
         json(&api_a, "/v1/node").is_some_and(|n| n["peers"] == 1)
     });
@@ -425,8 +394,8 @@ fn a_box_whose_journal_was_deleted_relearns_its_unfinished_tasks_from_its_peer()
     // The journal deleted: refused, the loss accepted, then relearned from b.
     let journal = dir.join("a/tasks.journal");
     std::fs::remove_file(&journal).unwrap();
-    refused_then_repaired(peer_agent(dir, "a", pa, &api_a, &[pb]), &journal);
-    let a = start_agent(peer_agent(dir, "a", pa, &api_a, &[pb]), &api_a);
+    refused_then_repaired(peer_agent(BIN, dir, "a", pa, &api_a, &[pb]), &journal);
+    let a = start_agent(peer_agent(BIN, dir, "a", pa, &api_a, &[pb]), &api_a);
     let t0 = std::time::Instant::now();
     while !names
         .iter()

@@ -260,6 +260,30 @@ impl Cgroups {
         found
     }
 
+    /// The tasks that have a group here (`task-<id>`), empty or not: under this agent's own
+    /// group ([`Cgroups::of_agent`]), every one is this agent's.
+    pub(crate) fn task_groups(&self) -> std::collections::BTreeSet<TaskId> {
+        self.bases()
+            .into_iter()
+            .filter_map(|b| std::fs::read_dir(b).ok())
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name();
+                let id = name.to_str()?.strip_prefix("task-")?.parse::<u64>().ok()?;
+                e.file_type().ok()?.is_dir().then_some(TaskId(id))
+            })
+            .collect()
+    }
+
+    fn bases(&self) -> Vec<&PathBuf> {
+        match self {
+            Cgroups::V2(d) => vec![d],
+            Cgroups::V1 { cpu, memory } => std::iter::once(cpu).chain(memory).collect(),
+            Cgroups::Unavailable(_) => Vec::new(),
+        }
+    }
+
     /// Remove the empty groups of the tasks in `mine` but not in `keep` (what a killed agent
     /// left: a task's end removes its groups only while the agent runs). Only this agent's
     /// tasks (`mine`): other agents on the box share the hierarchy. A group that still holds
@@ -269,13 +293,8 @@ impl Cgroups {
         mine: &std::collections::BTreeSet<TaskId>,
         keep: &std::collections::BTreeSet<TaskId>,
     ) -> usize {
-        let bases: Vec<&PathBuf> = match self {
-            Cgroups::V2(d) => vec![d],
-            Cgroups::V1 { cpu, memory } => std::iter::once(cpu).chain(memory).collect(),
-            Cgroups::Unavailable(_) => Vec::new(),
-        };
         let mut removed = 0;
-        for base in bases {
+        for base in self.bases() {
             let Ok(entries) = std::fs::read_dir(base) else {
                 continue;
             };

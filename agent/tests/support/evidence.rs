@@ -1,8 +1,28 @@
 //! What the fault harness's tasks wrote about themselves, and the verdicts drawn from it only:
 //! copies per task, copies alive at the same time, copies per node at once.
 
+// Each test file uses some of them.
+#![allow(dead_code)]
+
 use std::collections::BTreeMap;
 use std::path::Path;
+
+/// The task the fault tests run: it records its own life in `<rec>/<key>.<pid>.<ns>.log`. A killed
+/// copy cannot write its own end, so a watcher it starts in a session of its own (out of reach of
+/// the kill of the task's process group) writes `gone` once the task's shell no longer exists
+/// (polled every 10 ms; a zombie still counts as alive, so `gone` is never early).
+pub(crate) const TASK: &str = r#"#!/bin/sh
+f="$1/$2.$$.$(date +%s%N).log"
+echo "start $(date +%s%3N) $TAPFINGER_NODE $TAPFINGER_EPOCH" >> "$f"
+setsid sh -c 'tail --pid="$0" -s 0.01 -f /dev/null; echo "gone $(date +%s%3N)" >> "$1"' "$$" "$f" </dev/null >/dev/null 2>&1 &
+i=0
+while [ "$i" -lt "$3" ]; do
+  sleep 0.1
+  echo "alive $(date +%s%3N)" >> "$f"
+  i=$((i+1))
+done
+echo "end $(date +%s%3N)" >> "$f"
+"#;
 
 /// One copy of a task, as its record tells.
 #[derive(Debug, Clone)]

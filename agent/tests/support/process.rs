@@ -105,6 +105,44 @@ pub(crate) fn agent_command(
     c
 }
 
+/// The agent binary `bin` as box `name` on `p2p`/`api` with data in `dir/<name>`, the label `site=<name>`, dialling
+/// `peers`.
+pub(crate) fn peer_agent(
+    bin: &str,
+    dir: &std::path::Path,
+    name: &str,
+    p2p: u16,
+    api: &str,
+    peers: &[u16],
+) -> std::process::Command {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{name}.log")))
+        .unwrap();
+    let mut c = std::process::Command::new(bin);
+    c.args(["run", "--name", name])
+        .arg("--data-dir")
+        .arg(dir.join(name))
+        .args(["--listen", &format!("/ip4/127.0.0.1/tcp/{p2p}")])
+        .args(["--api", api, "--policy", "first-fit-max"])
+        .args(["--set", "slot_ms=300", "--set", "round_ms=100"])
+        .args([
+            "--set",
+            "heartbeat_ms=100",
+            "--set",
+            &format!("labels.site=\"{name}\""),
+        ])
+        .env("RUST_LOG", "info,libp2p=warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    for p in peers {
+        c.args(["--bootstrap", &format!("/ip4/127.0.0.1/tcp/{p}")]);
+    }
+    c
+}
+
 /// Start `cmd` (an agent) and wait up to 30 s for its API at `api` to answer.
 pub(crate) fn start_agent(mut cmd: std::process::Command, api: &str) -> Agent {
     let agent = Agent(cmd.spawn().unwrap());

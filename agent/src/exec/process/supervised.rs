@@ -262,34 +262,38 @@ impl Tail {
     }
 }
 
-/// Kill the copies a restarted agent cannot account for: every task whose group its guard
-/// recorded in the run directory, or whose cgroup holds processes, but that the journal's
-/// replay did not adopt (`keep`). Their start was not journaled (lost with the journal, or the
-/// agent died between the start and its record): left running, they would run beside the copy
-/// that replaces them. Returns the tasks this agent ran here (every start leaves files in the
-/// run directory, kept for the log retention), for the cgroup sweep.
+/// Kill the copies a restarted agent cannot account for: every task this agent's data directory
+/// or the host itself shows ran here, but that the journal's replay did not adopt (`keep`).
+/// What shows it, so that a journal that says nothing (lost, or restored from an older copy
+/// with its run directory) cannot hide a live copy: the records in the run directory (the
+/// group a guard recorded), the task groups under this agent's cgroup (named after the agent,
+/// so every one is this agent's), and the supervisors alive on the host whose exit file lies in
+/// this agent's run directory. A supervisor is stopped (SIGTERM: it kills its task's group and
+/// records the stop), then what the recorded group and the cgroup still hold is killed. Left
+/// running, such a copy would run beside the one that replaces it. Returns the tasks found, for
+/// the cgroup sweep.
 pub(super) fn kill_unaccounted(
     sup: &Supervision,
     cgroups: &crate::exec::Cgroups,
     keep: &std::collections::BTreeSet<TaskId>,
 ) -> std::collections::BTreeSet<TaskId> {
-    let mut mine = std::collections::BTreeSet::new();
-    let Ok(entries) = std::fs::read_dir(&sup.run_dir) else {
-        return mine;
-    };
-    for e in entries.flatten() {
-        let path = e.path();
-        let Some(task) = path
-            .file_stem()
-            .and_then(|s| s.to_str()?.parse::<u64>().ok())
-            .map(TaskId)
-        else {
-            continue;
-        };
-        if !mine.insert(task) || keep.contains(&task) {
-            continue;
+    let recorded = std::fs::read_dir(&sup.run_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let task = e.path().file_stem()?.to_str()?.parse::<u64>().ok()?;
+            Some(TaskId(task))
+        });
+    let supervisors = crate::procs::supervisors_in(&sup.run_dir);
+    let mut mine: std::collections::BTreeSet<TaskId> = recorded.collect();
+    mine.extend(cgroups.task_groups());
+    mine.extend(supervisors.iter().map(|(t, _, _)| TaskId(*t)));
+    for task in mine.iter().filter(|t| !keep.contains(t)) {
+        for (_, pid, start) in supervisors.iter().filter(|(t, _, _)| *t == task.0) {
+            stop_supervisor(*task, *pid, *start);
         }
-        let group = path.with_extension("group");
+        let group = sup.run_dir.join(format!("{}.group", task.0));
         if let Some(g) = crate::guard::Group::read(&group) {
             let n = crate::guard::kill_recorded(g, KILL_WAIT);
             if n > 0 {
@@ -297,18 +301,36 @@ pub(super) fn kill_unaccounted(
                     "killed a copy the journal does not know (its start was not recorded)");
             }
         }
-        let n = cgroups.kill_all(task);
+        let n = cgroups.kill_all(*task);
         if n > 0 {
             tracing::warn!(%task, processes = n, "killed what a task's cgroup held that the journal does not know");
             // Gone within milliseconds of SIGKILL; the group is removed once empty.
             let end = std::time::Instant::now() + Duration::from_secs(1);
-            while cgroups.kill_all(task) > 0 && std::time::Instant::now() < end {
+            while cgroups.kill_all(*task) > 0 && std::time::Instant::now() < end {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
         let _ = std::fs::remove_file(&group);
     }
     mine
+}
+
+/// Stop a supervisor the journal does not know of and wait (at most [`KILL_WAIT`]) for it to be
+/// gone; past that it is killed, and its guard kills the task's group.
+fn stop_supervisor(task: TaskId, pid: u32, start: u64) {
+    use nix::sys::signal::{Signal, kill};
+    let Ok(raw) = i32::try_from(pid) else { return };
+    let pid_ = nix::unistd::Pid::from_raw(raw);
+    tracing::warn!(%task, pid, "stopping a copy the journal does not know (a supervisor of this agent's still running)");
+    let _ = kill(pid_, Signal::SIGTERM);
+    let end = std::time::Instant::now() + KILL_WAIT;
+    while alive(pid, start) {
+        if std::time::Instant::now() >= end {
+            let _ = kill(pid_, Signal::SIGKILL);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[cfg(test)]
