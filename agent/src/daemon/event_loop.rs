@@ -373,7 +373,8 @@ impl Daemon {
             store.retry();
         }
         if let Some(files) = &self.p.files {
-            self.upkeep.run(&mut self.p.core, files, now);
+            self.upkeep
+                .run(&mut self.p.core, files, self.p.store.as_ref(), now);
         }
         self.forecasting.collect(&mut self.p.core).await;
         self.forecasting.start(&self.p.core);
@@ -407,7 +408,12 @@ impl Daemon {
                 {
                     match store.accepted(&t.task, &t.meta.spec) {
                         Ok(()) => {
-                            tracing::info!(task = %id, "a task accepted here, relearned from a peer, journaled again");
+                            // The journal held every task accepted here before it was
+                            // acknowledged: one it lacks was lost with it (deleted and
+                            // repaired, or the data directory restored from an older copy,
+                            // which its own counter cannot tell).
+                            tracing::warn!(task = %id, name = ?t.meta.spec.name,
+                                "a task accepted here was missing from the journal (lost, or the data directory was restored from an older copy): relearned from a peer and journaled again");
                         }
                         Err(e) => {
                             tracing::debug!(task = %id, error = %e, "cannot journal a relearned task")

@@ -67,6 +67,30 @@ pub fn read(path: &Path) -> std::io::Result<Option<Committed>> {
     })
 }
 
+/// What the counter's file holds, told apart: absent, present but with no slot that checks out
+/// (damaged, or garbage; an empty file is a creation cut short), or a count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// No file.
+    Absent,
+    /// A file of this many bytes with no slot that checks out.
+    Unreadable(u64),
+    /// What it says.
+    Count(Committed),
+}
+
+/// [`read`], telling an unreadable file from an absent one.
+pub fn state(path: &Path) -> std::io::Result<State> {
+    match read(path)? {
+        Some(c) => Ok(State::Count(c)),
+        None => match std::fs::metadata(path) {
+            Ok(m) => Ok(State::Unreadable(m.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::Absent),
+            Err(e) => Err(e),
+        },
+    }
+}
+
 impl Counter {
     /// Open the counter (created with `start` in both slots if absent).
     pub(super) fn open(path: &Path, start: Committed) -> std::io::Result<Self> {

@@ -52,6 +52,49 @@ pub enum StoreError {
         /// Largest task id the counter says was accepted here.
         last_committed: u64,
     },
+    /// The commit counter is missing or unreadable while the journal holds records: nothing
+    /// can tell any more whether records were lost, so the protection it gives is not
+    /// silently switched off.
+    #[error(
+        "{}: the commit counter is {what} while the journal {path} holds {records} record(s): \
+         whether records were lost (truncated, deleted, restored from an older copy) can no \
+         longer be told. The agent will not start without it: restore both files from one copy \
+         if one exists; otherwise stop the agent and run `tapfinger-agent repair-journal \
+         {path}`, which keeps every record that checks out and writes a new counter",
+        counter.display()
+    )]
+    Counter {
+        /// The journal.
+        path: String,
+        /// The counter's file.
+        counter: PathBuf,
+        /// `missing` or `unreadable (no slot checks out)`.
+        what: String,
+        /// Records the journal holds.
+        records: u64,
+    },
+    /// Neither the journal nor its counter exists, but the data directory shows it held work
+    /// (an identity, task records, logs): they were deleted or lost, with every task accepted
+    /// here.
+    #[error(
+        "{path}: the journal and its commit counter are missing, but {} held work before ({}): \
+         the tasks accepted here are lost with them. The agent will not start as if the box \
+         were new: restore them if a copy exists; otherwise stop the agent and run \
+         `tapfinger-agent repair-journal {path}` to accept the loss (it recovers the outcomes of \
+         tasks that ran here from their exit records, and the cluster's peers still announce \
+         the tasks they hold). A box whose identity key was put there on purpose before its \
+         first start needs the same command once",
+        dir.display(),
+        evidence.join(", ")
+    )]
+    Vanished {
+        /// The journal.
+        path: String,
+        /// The data directory.
+        dir: PathBuf,
+        /// What shows it held work.
+        evidence: Vec<String>,
+    },
     /// A record cannot be written now (full disk, I/O error); the journal is as it was.
     #[error(
         "cannot record durably in {}: {error}{}; retry once space is freed",

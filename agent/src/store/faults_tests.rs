@@ -338,3 +338,66 @@ fn swapped_or_repeated_records_are_named_as_such() {
         }
     }
 }
+
+/// A counter deleted or turned to garbage beside a journal of records: refused (the protection
+/// is not silently switched off), and the repair writes a new one.
+#[test]
+fn a_missing_or_unreadable_counter_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = written(dir.path());
+    let counter = commit::counter_path(&path);
+    for (what, damage) in [
+        ("missing", None),
+        (
+            "unreadable",
+            Some(b"not a counter at all, 48 bytes of garbage here!!".to_vec()),
+        ),
+    ] {
+        match &damage {
+            None => std::fs::remove_file(&counter).unwrap(),
+            Some(b) => std::fs::write(&counter, b).unwrap(),
+        }
+        let msg = match Store::open(&path) {
+            Err(e @ StoreError::Counter { .. }) => e.to_string(),
+            other => panic!("{what}: {:?}", other.map(|_| ())),
+        };
+        assert!(
+            msg.contains(what) && msg.contains("repair-journal") && msg.contains(" record(s)"),
+            "{msg}"
+        );
+        compact::repair(&path).unwrap();
+        let (_, r) = Store::open(&path).unwrap();
+        assert_eq!(unfinished(&r), vec![5, 6], "{what}");
+    }
+}
+
+/// Journal and counter both gone from a directory that held work: refused naming what shows
+/// it; a new directory (or one that holds nothing of an agent's) opens empty.
+#[test]
+fn journal_and_counter_both_gone_from_a_used_directory_is_a_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = written(dir.path());
+    std::fs::write(dir.path().join("identity.key"), b"k").unwrap();
+    std::fs::create_dir_all(dir.path().join("runs")).unwrap();
+    std::fs::write(dir.path().join("runs/4.exit"), b"{}").unwrap();
+    std::fs::remove_file(&path).unwrap();
+    std::fs::remove_file(commit::counter_path(&path)).unwrap();
+    let msg = match Store::open(&path) {
+        Err(e @ StoreError::Vanished { .. }) => e.to_string(),
+        other => panic!("{:?}", other.map(|_| ())),
+    };
+    assert!(
+        msg.contains("identity.key") && msg.contains("1 task record(s) in runs/"),
+        "{msg}"
+    );
+    // Nothing was created meanwhile: the refusal changes nothing.
+    assert!(!path.exists() && !commit::counter_path(&path).exists());
+    compact::repair(&path).unwrap();
+    let (_, r) = Store::open(&path).unwrap();
+    assert!(r.accepted.is_empty());
+    // A directory that never held an agent's work opens as a new box's.
+    let fresh = tempfile::tempdir().unwrap();
+    std::fs::write(fresh.path().join("notes.txt"), b"x").unwrap();
+    let (_, r) = Store::open(&fresh.path().join("tasks.journal")).unwrap();
+    assert!(r.accepted.is_empty());
+}

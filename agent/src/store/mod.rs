@@ -454,6 +454,17 @@ impl Store {
         self.keep(Record::Ended { task })
     }
 
+    /// The tasks whose end here is not journaled yet: runs the journal holds open, and ends and
+    /// outcomes still waiting in the backlog. Their exit records in `runs/` are the only trace
+    /// of how they ended, so the log retention keeps them.
+    pub fn unsettled(&self) -> BTreeSet<TaskId> {
+        let waiting = self.backlog.iter().filter_map(|r| match r {
+            Record::Ended { task } | Record::Outcome { task, .. } => Some(*task),
+            _ => None,
+        });
+        self.live.runs.keys().copied().chain(waiting).collect()
+    }
+
     /// Whether the journal holds `task` as accepted here (finished ones forgotten by a
     /// compaction are no longer held).
     pub fn has_accepted(&self, task: TaskId) -> bool {

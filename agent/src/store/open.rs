@@ -11,9 +11,14 @@
 //! - **a journal shorter than its counter** (the last commit number in it below the counter's:
 //!   truncated at any point, emptied, deleted, restored from an older copy) is refused as
 //!   [`StoreError::Lost`], naming the commits and task ids missing;
-//! - without a counter (a journal from before it, or the counter deleted) the old rule holds: a
-//!   single unterminated last line is a torn write, anything else after the last good record is
-//!   damage.
+//! - **a missing or unreadable counter** beside a journal that holds records is refused as
+//!   [`StoreError::Counter`]: without it no loss could be told any more. Only a journal of the
+//!   old format (before counters) is read without one, with the old rule: a single
+//!   unterminated last line is a torn write, anything else after the last good record is
+//!   damage;
+//! - **neither journal nor counter** where the data directory shows an agent ran there (its
+//!   identity key, member list, lease, task records or logs) is refused as
+//!   [`StoreError::Vanished`]: both were deleted or lost with every task accepted here.
 //!
 //! Both refusals name `tapfinger-agent repair-journal`, the command that accepts the loss
 //! ([`super::compact::repair`]): the agent does not start on its own with tasks missing.
@@ -49,6 +54,64 @@ fn describe(s: &Scan) -> Option<(String, usize)> {
     (!parts.is_empty()).then(|| (parts.join("; "), line))
 }
 
+/// What a missing or unreadable counter means (the module doc): a journal of records with no
+/// counter that checks out is refused, as is a data directory that held work but has neither.
+/// The one counter that may be missing is a journal's from before counters (the old format,
+/// migrated); the one that may be unreadable is an empty file beside an empty journal (its
+/// creation cut short at the first start).
+fn refuse_without_counter(
+    path: &Path,
+    counter: &Path,
+    state: commit::State,
+    v1: bool,
+    records: usize,
+) -> Result<(), StoreError> {
+    let refuse = |what: &str| StoreError::Counter {
+        path: path.display().to_string(),
+        counter: counter.to_path_buf(),
+        what: what.into(),
+        records: records as u64,
+    };
+    match state {
+        commit::State::Count(_) => Ok(()),
+        commit::State::Unreadable(0) if records == 0 => Ok(()),
+        commit::State::Unreadable(_) => Err(refuse("unreadable (no slot checks out)")),
+        commit::State::Absent if v1 => Ok(()),
+        commit::State::Absent if records > 0 => Err(refuse("missing")),
+        commit::State::Absent => {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            let evidence = held_work(dir);
+            if evidence.is_empty() {
+                Ok(())
+            } else {
+                Err(StoreError::Vanished {
+                    path: path.display().to_string(),
+                    dir: dir.to_path_buf(),
+                    evidence,
+                })
+            }
+        }
+    }
+}
+
+/// What in data directory `dir` shows an agent ran there before: its identity key, the
+/// member list and lease it keeps, task records in `runs` and task logs in `logs`. A new box's
+/// directory has none of them when the journal is first opened (the identity is made after).
+pub(crate) fn held_work(dir: &Path) -> Vec<String> {
+    let mut found: Vec<String> = ["identity.key", "members.json", "lease"]
+        .into_iter()
+        .filter(|f| dir.join(f).exists())
+        .map(str::to_string)
+        .collect();
+    for (sub, what) in [("runs", "task record(s)"), ("logs", "task log(s)")] {
+        let n = std::fs::read_dir(dir.join(sub)).map_or(0, |d| d.flatten().count());
+        if n > 0 {
+            found.push(format!("{n} {what} in {sub}/"));
+        }
+    }
+    found
+}
+
 impl Store {
     /// Open (or create) the journal and replay it (the module doc of `store/open.rs`).
     pub fn open_with(path: &Path, opts: StoreOptions) -> Result<(Self, Recovered), StoreError> {
@@ -56,7 +119,11 @@ impl Store {
         // A snapshot that was never renamed is an unfinished compaction: the journal is whole.
         let _ = std::fs::remove_file(super::compact::snapshot_path(path));
         let counter_path = commit::counter_path(path);
-        let committed = commit::read(&counter_path).map_err(io)?;
+        let counter_state = commit::state(&counter_path).map_err(io)?;
+        let committed = match counter_state {
+            commit::State::Count(c) => Some(c),
+            _ => None,
+        };
         let bytes = match std::fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
@@ -77,6 +144,7 @@ impl Store {
             return Err(corrupt(what, line));
         }
         let found = if v1 { None } else { scan.last_seq() };
+        refuse_without_counter(path, &counter_path, counter_state, v1, scan.records.len())?;
         let mut r = Recovered::default();
         let lines = scan.records.len() as u64;
         for (_, rec) in scan.records {

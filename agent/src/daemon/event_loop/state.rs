@@ -98,8 +98,15 @@ pub(super) struct Upkeep {
 
 impl Upkeep {
     /// Log a change of quorum; touch the lease file while the quorum holds; save the members
-    /// when they changed; sweep task logs past their retention.
-    pub(super) fn run(&mut self, core: &mut NodeCore, files: &Files, now: u64) {
+    /// when they changed; sweep task logs past their retention (not those of tasks whose end is
+    /// not journaled yet).
+    pub(super) fn run(
+        &mut self,
+        core: &mut NodeCore,
+        files: &Files,
+        store: Option<&crate::store::Store>,
+        now: u64,
+    ) {
         let quorum = core.has_quorum(now);
         if self.had_quorum != Some(quorum) {
             let known = core.known().len();
@@ -139,12 +146,19 @@ impl Upkeep {
         {
             self.last_sweep = Some(Instant::now());
             let me = core.id();
-            let keep = core
+            // Running here, or ended without the end journaled: an exit record is never deleted
+            // before its outcome is journaled (after a loss it is what the repair reads).
+            let mut keep: std::collections::BTreeSet<_> = core
                 .tasks()
                 .iter()
                 .filter(|(_, t)| matches!(&t.state, TaskState::Running { node, .. } if *node == me))
                 .map(|(id, _)| id)
                 .collect();
+            keep.extend(
+                store
+                    .map(crate::store::Store::unsettled)
+                    .unwrap_or_default(),
+            );
             let dirs: Vec<&std::path::Path> = files.sweep.iter().map(|d| d.as_path()).collect();
             let n = crate::recover::sweep(&dirs, retention, &keep);
             if n > 0 {
