@@ -156,3 +156,124 @@ async fn agents_learn_through_the_coordinator_and_converge_on_one_version() {
     again.kill();
     std::fs::remove_dir_all(&root).ok();
 }
+
+/// Learning agents restarted around a coordinator that went away and came back: the
+/// coordinator is killed, one learning agent is killed and started again on its data (its
+/// spooled batches, whose rounds now run ahead of its restarted core, are shipped again) while
+/// the coordinator is gone for 4 s, the coordinator starts again on its data directory, and the
+/// other agent is restarted once it is back. The coordinator goes on learning: more updates
+/// after its return, learning alive, nothing set aside, and both agents' batches arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn learning_goes_on_when_agents_restart_around_a_coordinator_that_went_away() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path();
+    let key = identity::Keypair::generate_ed25519();
+    let (net, coord_addr) = tapfinger_tests::start_member(key.clone()).await;
+    let cfg = CoordinatorConfig {
+        data_dir: root.join("coordinator"),
+        update_decisions: 16,
+        eval_episodes: 1,
+        ..CoordinatorConfig::default()
+    };
+    let coordinator = tapfinger_coordinator::serve::spawn(cfg.clone(), key.clone(), net).unwrap();
+    let start = tapfinger_agent::policy::initial_checkpoint(None).unwrap();
+    let keys: Vec<_> = (0..2)
+        .map(|_| identity::Keypair::generate_ed25519())
+        .collect();
+    let local = |i: usize, incarnation: u64, addrs: Vec<libp2p::Multiaddr>| {
+        let mut l = Local::new(&format!("n{i}"), Exec::Simulated(0.05)).bootstrap(addrs);
+        l.keypair = keys[i].clone();
+        l.incarnation = incarnation;
+        l.journal = Some(root.join(format!("agent{i}.journal")));
+        l.online = Some(OnlineConfig {
+            coordinator: key.public().to_peer_id(),
+            learning: true,
+            dir: root.join(format!("agent{i}")),
+            spool_max: 100,
+            batch_decisions: 4,
+            poll_ms: 200,
+            explore_candidates: false,
+            window: 10,
+            start: start.clone(),
+            workload_push_ms: 0,
+            workload_window_s: 3600,
+        });
+        l
+    };
+    let (a0, addr0) = local(0, 1, vec![coord_addr.clone()]).start().await;
+    let (a1, addr1) = local(1, 1, vec![coord_addr.clone(), addr0.clone()])
+        .start()
+        .await;
+    let mut agents = [a0, a1];
+    let submit = async |agents: &[tapfinger_agent::daemon::Agent]| {
+        for i in 0..16 {
+            agents[i % 2].submit(spec()).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    };
+    submit(&agents).await;
+    let updated = |c: &tapfinger_coordinator::serve::Coordinator, n: u64| {
+        let s = c.snapshot();
+        s.state.updates >= n && !s.updating
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while !updated(&coordinator, 1) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no first update: {:?}",
+            coordinator.snapshot().state
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before = coordinator.snapshot().state.updates;
+    // The coordinator goes away; agent 0 restarts on its data meanwhile.
+    coordinator.kill();
+    drop(coordinator);
+    agents[0].kill();
+    let (a0, addr0) = local(0, 2, vec![coord_addr.clone(), addr1.clone()])
+        .start()
+        .await;
+    agents[0] = a0;
+    submit(&agents).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Back on its data directory (on a new port: it dials the agents).
+    let (net, _) =
+        tapfinger_tests::start_member_dialing(key.clone(), vec![addr0.clone(), addr1.clone()])
+            .await;
+    let again = tapfinger_coordinator::serve::spawn(cfg, key.clone(), net).unwrap();
+    assert_eq!(again.snapshot().state.updates, before);
+    // Agent 1 restarts once it is back.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    agents[1].kill();
+    let (a1, _) = local(1, 2, vec![addr0.clone()]).start().await;
+    agents[1] = a1;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    while !updated(&again, before + 2) {
+        let s = again.snapshot();
+        assert!(s.learning.alive, "learning stopped: {:?}", s.learning);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no update after the restarts: {:?} {:?}",
+            s.state,
+            s.learning
+        );
+        if s.inbox_batches == 0 && !s.updating {
+            submit(&agents).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let s = again.snapshot();
+    assert!(
+        s.learning.alive && s.learning.stopped.is_none(),
+        "{:?}",
+        s.learning
+    );
+    assert_eq!(s.learning.set_aside, 0, "{:?}", s.learning);
+    assert_eq!(s.received_live.len(), 2, "{:?}", s.received_live);
+    eprintln!(
+        "updates: {before} before the coordinator went away, {} after both restarts; batches set aside {}",
+        s.state.updates, s.learning.set_aside
+    );
+    agents.iter().for_each(|a| a.kill());
+    again.kill();
+}

@@ -183,6 +183,12 @@ impl Learner {
         Ok(me)
     }
 
+    /// The same learner opened again from what it last wrote (its trainer checkpoint, state
+    /// and published versions): what an update that panicked half-way leaves is discarded.
+    pub fn reopen(&self) -> anyhow::Result<Self> {
+        Self::open(self.cfg.clone(), self.key.clone())
+    }
+
     fn read_published(&self, v: u64) -> anyhow::Result<(Announcement, Checkpoint)> {
         let dir = self.cfg.data_dir.join("published").join(format!("v{v}"));
         let a: Announcement = serde_json::from_slice(

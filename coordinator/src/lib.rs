@@ -8,7 +8,9 @@
 //! ([`guard`]) judges the workload the agents observed and has the whole cluster run a baseline
 //! while the learned policy does worse there.
 
+pub mod api;
 pub mod config;
 pub mod guard;
 pub mod learner;
+mod learning;
 pub mod serve;

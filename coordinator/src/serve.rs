@@ -2,15 +2,16 @@
 //! acknowledges them, runs updates on a separate thread (so requests keep being answered), serves
 //! the signed announcement and checkpoint, and a local HTTP API (`/v1/status`, `/metrics`).
 
+pub use crate::api::{Metrics, api, router, status_json};
 use crate::config::CoordinatorConfig;
 use crate::guard::{Guard, GuardState};
 use crate::learner::{Batch, Learner, State};
+use crate::learning::{Job, spawn_learner};
 use libp2p::identity::Keypair;
 use std::sync::{Arc, Mutex};
 use tapfinger_net::identity::node_id;
 use tapfinger_net::learn::{Announcement, Checkpoint, Request, Response, Spool};
 use tapfinger_net::swarm::{NetConfig, NetEvent, Network};
-use tokio::sync::mpsc;
 
 /// What the loop and the API share.
 #[derive(Debug, Default, Clone)]
@@ -36,6 +37,21 @@ pub struct Shared {
     pub guard: GuardState,
     /// The share of one core the guard used since this process started.
     pub guard_busy_share: f64,
+    /// Whether learning runs, and the batches set aside.
+    pub learning: Learning,
+}
+
+/// Whether the learner's thread runs, and what it set aside ([`crate::learning`]).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Learning {
+    /// The thread runs and the loop serves (false once either has ended: the process exits).
+    pub alive: bool,
+    /// Batches set aside (an update panicked on them), since this process started.
+    pub set_aside: u64,
+    /// Why the last ones were set aside.
+    pub last_set_aside: Option<String>,
+    /// Why the coordinator stopped serving, once it has.
+    pub stopped: Option<String>,
 }
 
 /// A running coordinator.
@@ -44,8 +60,8 @@ pub struct Coordinator {
     pub shared: Arc<Mutex<Shared>>,
     /// Our peer id.
     pub peer_id: libp2p::PeerId,
-    /// The serving loop's task.
-    task: tokio::task::JoinHandle<()>,
+    /// The serving loop's task; it ends only when something it needs has ended (why).
+    task: tokio::task::JoinHandle<String>,
 }
 
 impl Coordinator {
@@ -58,21 +74,22 @@ impl Coordinator {
     pub fn snapshot(&self) -> Shared {
         self.shared.lock().map(|s| s.clone()).unwrap_or_default()
     }
+
+    /// Wait until the serving loop has stopped (the learner's thread, the guard's judge or the
+    /// network ended); why. The binary exits non-zero then, so that its supervisor restarts
+    /// it rather than leave it up with learning dead.
+    pub async fn stopped(&mut self) -> String {
+        match (&mut self.task).await {
+            Ok(why) => why,
+            Err(e) => format!("the serving loop ended: {e}"),
+        }
+    }
 }
 
 impl Drop for Coordinator {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-/// What the learner's thread is given.
-enum Job {
-    /// An update from the agents' batches (numbered in the inbox), gated on the twin of the
-    /// workload the guard judged last, where there is one.
-    Update(Vec<(u64, Batch)>, Option<Box<tapfinger::twin::Workload>>),
-    /// A fine-tune on the twin of a judged workload.
-    Tune(Box<tapfinger::twin::Workload>),
 }
 
 /// Start the coordinator on an already started network.
@@ -88,18 +105,32 @@ pub fn spawn(cfg: CoordinatorConfig, key: Keypair, net: Network) -> anyhow::Resu
             .announcement()
             .and_then(|a| learner.checkpoint_of(a.version).map(|c| (a, c))),
         trial: learner.trial(),
+        learning: Learning {
+            alive: true,
+            ..Learning::default()
+        },
         ..Shared::default()
     }));
     let inbox: Spool<Batch> = Spool::open(&cfg.data_dir.join("inbox"), cfg.inbox_max_batches)?;
     let peer_id = net.peer_id;
-    let task = tokio::spawn(run(
-        cfg,
-        learner,
-        inbox,
-        net,
-        shared.clone(),
-        (guard, (bytes, json)),
-    ));
+    let state = shared.clone();
+    let task = tokio::spawn(async move {
+        let why = run(
+            cfg,
+            learner,
+            inbox,
+            net,
+            state.clone(),
+            (guard, (bytes, json)),
+        )
+        .await;
+        tracing::error!(reason = %why, "the coordinator stops serving");
+        if let Ok(mut s) = state.lock() {
+            s.learning.alive = false;
+            s.learning.stopped = Some(why.clone());
+        }
+        why
+    });
     Ok(Coordinator {
         shared,
         peer_id,
@@ -114,7 +145,7 @@ async fn run(
     mut net: Network,
     shared: Arc<Mutex<Shared>>,
     (mut guard, start_model): (Guard, (Vec<u8>, String)),
-) {
+) -> String {
     let (judge_tx, mut judged_rx) = crate::guard::spawn_judge();
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     // Updates and fine-tunes run on a blocking thread; it owns the learner and reports back the
@@ -144,7 +175,7 @@ async fn run(
                 }
             }
             judged = judged_rx.recv() => {
-                let Some(j) = judged else { return };
+                let Some(j) = judged else { return "the guard's judge ended".into() };
                 if let Err(e) = guard.apply(j) {
                     tracing::warn!(error = %e, "guard: cannot record the judgement");
                 }
@@ -164,19 +195,20 @@ async fn run(
                 }
             }
             done = done_rx.recv() => {
-                let Some(ids) = done else { return };
-                for n in ids {
+                let Some(done) = done else { return "the learner's thread ended".into() };
+                for n in done.used {
                     if let Err(e) = inbox.ack(n) {
                         tracing::warn!(error = %e, "cannot drop a used batch");
                     }
                 }
+                set_aside(&mut inbox, &done.set_aside, done.why, &shared);
                 busy = false;
                 if let Ok(mut s) = shared.lock() {
                     s.updating = false;
                 }
             }
             ev = net.next_event() => match ev {
-                None => return,
+                None => return "the network ended".into(),
                 Some(NetEvent::Request { from, request, channel }) => {
                     let answer = answer(*request, &from, &mut inbox, &mut waiting_decisions, &mut guard, &shared);
                     if let Err(e) = net.respond(channel, answer).await {
@@ -199,12 +231,22 @@ async fn run(
             s.inbox_batches = inbox.waiting().map_or(0, |w| w.len() as u64);
         }
         if !busy && waiting_decisions >= cfg.update_decisions {
-            let work: Vec<(u64, Batch)> = inbox
-                .waiting()
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|n| inbox.read(n).ok().flatten().map(|b| (n, b)))
-                .collect();
+            let mut work: Vec<(u64, Batch)> = Vec::new();
+            let mut unreadable = Vec::new();
+            for n in inbox.waiting().unwrap_or_default() {
+                match inbox.read(n) {
+                    Ok(Some(b)) => work.push((n, b)),
+                    Ok(None) => {}
+                    Err(_) => unreadable.push(n),
+                }
+            }
+            // A batch file that does not read would be skipped at every update, forever.
+            set_aside(
+                &mut inbox,
+                &unreadable,
+                Some("the batch file does not read".into()),
+                &shared,
+            );
             if work_tx
                 .try_send(Job::Update(work, guard.judged().cloned().map(Box::new)))
                 .is_ok()
@@ -216,6 +258,31 @@ async fn run(
                 }
             }
         }
+    }
+}
+
+/// Move the batches `ids` out of the inbox (into its `set-aside` folder, for a person to look
+/// at), counted in the status and the metrics, with `why`.
+fn set_aside(
+    inbox: &mut Spool<Batch>,
+    ids: &[u64],
+    why: Option<String>,
+    shared: &Arc<Mutex<Shared>>,
+) {
+    if ids.is_empty() {
+        return;
+    }
+    for n in ids {
+        match inbox.set_aside(*n) {
+            Ok(to) => {
+                tracing::warn!(batch = n, to = %to.display(), reason = ?why, "experience batch set aside")
+            }
+            Err(e) => tracing::warn!(batch = n, error = %e, "cannot set a batch aside"),
+        }
+    }
+    if let Ok(mut s) = shared.lock() {
+        s.learning.set_aside += ids.len() as u64;
+        s.learning.last_set_aside = why;
     }
 }
 
@@ -294,49 +361,6 @@ fn answer(
     }
 }
 
-/// The learner's thread: it runs each job (an update from batches, a fine-tune on the twin),
-/// updates the shared state, and answers with the inbox numbers of the batches it used.
-fn spawn_learner(
-    learner: Learner,
-    shared: Arc<Mutex<Shared>>,
-) -> (mpsc::Sender<Job>, mpsc::Receiver<Vec<u64>>) {
-    let (work_tx, mut work_rx) = mpsc::channel::<Job>(1);
-    let (done_tx, done_rx) = mpsc::channel::<Vec<u64>>(1);
-    std::thread::spawn(move || {
-        let mut l = learner;
-        while let Some(job) = work_rx.blocking_recv() {
-            let ids = match job {
-                Job::Update(work, judged) => {
-                    let ids: Vec<u64> = work.iter().map(|(n, _)| *n).collect();
-                    let batches = work.into_iter().map(|(_, b)| b).collect();
-                    match l.update(batches, judged.as_deref()) {
-                        Ok(eval) => tracing::info!(?eval, "update done"),
-                        Err(e) => tracing::warn!(error = %e, "update failed"),
-                    }
-                    ids
-                }
-                Job::Tune(w) => {
-                    if let Err(e) = l.tune_on(&w) {
-                        tracing::warn!(error = %e, "fine-tune on the twin failed");
-                    }
-                    Vec::new()
-                }
-            };
-            if let Ok(mut s) = shared.lock() {
-                s.state = l.state.clone();
-                s.published = l
-                    .announcement()
-                    .and_then(|a| l.checkpoint_of(a.version).map(|c| (a, c)));
-                s.trial = l.trial();
-            }
-            if done_tx.blocking_send(ids).is_err() {
-                return;
-            }
-        }
-    });
-    (work_tx, done_rx)
-}
-
 /// Start the network from the configuration (identity in `data_dir`).
 pub async fn start_network(cfg: &CoordinatorConfig) -> anyhow::Result<(Keypair, Network)> {
     std::fs::create_dir_all(&cfg.data_dir)?;
@@ -362,237 +386,4 @@ pub async fn start_network(cfg: &CoordinatorConfig) -> anyhow::Result<(Keypair, 
     })
     .await?;
     Ok((key, net))
-}
-
-/// The status as JSON (the API's `/v1/status`).
-pub fn status_json(s: &Shared) -> serde_json::Value {
-    serde_json::json!({
-        "policy_version": s.state.version,
-        "hash": s.state.hash,
-        "published_jct": s.state.published_jct,
-        "updates": s.state.updates,
-        "decisions_received": s.state.received,
-        "decisions_received_since_start": s.received_live,
-        "critic_loss": s.state.critic_loss,
-        "critic_rounds_assembled": s.state.rounds_assembled,
-        "critic_rounds_merged": s.state.rounds_merged,
-        "critic_reports_per_round": s.state.reports_per_round,
-        "policy_loss": s.state.policy_loss,
-        "candidates_refused": s.state.refused,
-        "last_evaluation": s.state.last_evaluation,
-        "inbox_batches": s.inbox_batches,
-        "inbox_dropped": s.inbox_dropped,
-        "refused": s.refused,
-        "tunes": s.state.tunes,
-        "last_tune": s.state.last_tune,
-        "guard": {
-            "policy": s.guard.choice.as_ref().map_or(tapfinger_net::guard::LEARNED, |c| c.policy.as_str()),
-            "seq": s.guard.choice.as_ref().map_or(0, |c| c.seq),
-            "reason": s.guard.choice.as_ref().map(|c| c.reason.clone()),
-            "judged": s.guard.judged,
-            "switches": s.guard.switches,
-            "busy_share": s.guard_busy_share,
-            "last": s.guard.last,
-        },
-    })
-}
-
-/// The coordinator's metrics (`/metrics`), in a registry of its own.
-pub struct Metrics(tapfinger_net::metrics::Registry);
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Metrics {
-    /// A registry with every metric described.
-    pub fn new() -> Self {
-        use metrics::{describe_counter, describe_gauge};
-        let r = tapfinger_net::metrics::Registry::new(&[]);
-        r.with(|| {
-            describe_gauge!(
-                "tapfinger_coordinator_policy_version",
-                "Published policy version."
-            );
-            describe_gauge!("tapfinger_coordinator_updates", "Training updates run.");
-            describe_gauge!(
-                "tapfinger_coordinator_critic_loss",
-                "Value loss of the last update."
-            );
-            describe_gauge!(
-                "tapfinger_coordinator_critic_rounds_assembled",
-                "Rounds whose global state (all agents' reports merged) the critic trained on."
-            );
-            describe_gauge!(
-                "tapfinger_coordinator_critic_reports_per_round",
-                "Mean agents' reports per round in the last update."
-            );
-            describe_gauge!(
-                "tapfinger_coordinator_published_jct",
-                "Validation average JCT of the published policy (slots)."
-            );
-            describe_gauge!(
-                "tapfinger_coordinator_candidates_refused",
-                "Candidates the evaluation gate refused."
-            );
-            describe_gauge!(
-                "tapfinger_coordinator_inbox_batches",
-                "Experience batches waiting for an update."
-            );
-            describe_counter!(
-                "tapfinger_coordinator_decisions_received",
-                "Decisions received per agent."
-            );
-            describe_gauge!(
-                "tapfinger_coordinator_guard_choice",
-                "1 for the policy the guard has the cluster run (label policy), 0 for the others."
-            );
-            describe_gauge!(
-                "tapfinger_coordinator_guard_seq",
-                "Number of the guard's choice in force (grows by one per switch)."
-            );
-            describe_counter!(
-                "tapfinger_coordinator_guard_switches_total",
-                "Times the guard switched the cluster's policy."
-            );
-            describe_counter!(
-                "tapfinger_coordinator_guard_judgements_total",
-                "Workloads the guard judged."
-            );
-            describe_gauge!(
-                "tapfinger_coordinator_guard_busy_share",
-                "Share of one core the guard's judgements used since the coordinator started."
-            );
-            describe_counter!(
-                "tapfinger_coordinator_refused_total",
-                "Connections and requests refused from peers off the allowlist, by what they tried."
-            );
-        });
-        Self(r)
-    }
-
-    /// The Prometheus text for the state `s`.
-    pub fn render(&self, s: &Shared) -> String {
-        use metrics::{counter, gauge};
-        self.0.with(|| {
-            gauge!("tapfinger_coordinator_policy_version").set(s.state.version as f64);
-            gauge!("tapfinger_coordinator_updates").set(s.state.updates as f64);
-            gauge!("tapfinger_coordinator_critic_loss").set(s.state.critic_loss);
-            gauge!("tapfinger_coordinator_critic_rounds_assembled")
-                .set(s.state.rounds_assembled as f64);
-            gauge!("tapfinger_coordinator_critic_reports_per_round").set(s.state.reports_per_round);
-            gauge!("tapfinger_coordinator_published_jct").set(s.state.published_jct);
-            gauge!("tapfinger_coordinator_candidates_refused").set(s.state.refused as f64);
-            gauge!("tapfinger_coordinator_inbox_batches").set(s.inbox_batches as f64);
-            let (seq, policy) = s
-                .guard
-                .choice
-                .as_ref()
-                .map_or((0, tapfinger_net::guard::LEARNED), |c| {
-                    (c.seq, c.policy.as_str())
-                });
-            // Every candidate has a series, so the one that was in force reads 0 after a switch.
-            for name in tapfinger_sim::guard::candidates() {
-                gauge!("tapfinger_coordinator_guard_choice", "policy" => name)
-                    .set(if name == policy { 1.0 } else { 0.0 });
-            }
-            gauge!("tapfinger_coordinator_guard_seq").set(seq as f64);
-            counter!("tapfinger_coordinator_guard_switches_total").absolute(s.guard.switches);
-            counter!("tapfinger_coordinator_guard_judgements_total").absolute(s.guard.judged);
-            gauge!("tapfinger_coordinator_guard_busy_share").set(s.guard_busy_share);
-            for (what, n) in &s.refused {
-                counter!("tapfinger_coordinator_refused_total", "what" => what.clone())
-                    .absolute(*n);
-            }
-            for (node, n) in &s.state.received {
-                counter!("tapfinger_coordinator_decisions_received", "node" => node.to_string())
-                    .absolute(*n);
-            }
-        });
-        self.0.render()
-    }
-}
-
-/// Serve the HTTP API on `addr` until the process ends; with `token`, every request must carry
-/// `Authorization: Bearer <token>` (compared in constant time).
-pub async fn api(
-    addr: &str,
-    shared: Arc<Mutex<Shared>>,
-    token: Option<String>,
-) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("api: cannot bind {addr}: {e}"))?;
-    axum::serve(listener, router(shared, token)).await?;
-    Ok(())
-}
-
-/// The HTTP API's routes (`/v1/status`, `/metrics`) behind the token check.
-pub fn router(shared: Arc<Mutex<Shared>>, token: Option<String>) -> axum::Router {
-    use axum::routing::get;
-    let s1 = shared.clone();
-    let registry = Arc::new(Metrics::new());
-    let app = axum::Router::new()
-        .route(
-            "/v1/status",
-            get(move || {
-                let s = s1.lock().map(|s| s.clone()).unwrap_or_default();
-                async move { axum::Json(status_json(&s)) }
-            }),
-        )
-        .route(
-            "/metrics",
-            get(move || {
-                let s = shared.lock().map(|s| s.clone()).unwrap_or_default();
-                let text = registry.render(&s);
-                async move { text }
-            }),
-        );
-    let token = Arc::new(token);
-    app.layer(axum::middleware::from_fn(
-        move |req: axum::extract::Request, next: axum::middleware::Next| {
-            let token = token.clone();
-            async move {
-                use axum::response::IntoResponse;
-                if let Some(t) = token.as_ref() {
-                    let given = req
-                        .headers()
-                        .get(axum::http::header::AUTHORIZATION)
-                        .and_then(|v| v.to_str().ok());
-                    if !tapfinger_net::secret::bearer_matches(t, given) {
-                        return (
-                            axum::http::StatusCode::UNAUTHORIZED,
-                            "missing or wrong bearer token",
-                        )
-                            .into_response();
-                    }
-                }
-                next.run(req).await
-            }
-        },
-    ))
-}
-
-#[cfg(test)]
-mod metrics_tests {
-    use super::*;
-
-    #[test]
-    fn the_state_renders_as_prometheus_metrics() {
-        let mut s = Shared::default();
-        s.state.version = 3;
-        s.state.received.insert(7, 120);
-        s.refused.insert("experience".into(), 2);
-        let text = Metrics::new().render(&s);
-        for line in [
-            "# TYPE tapfinger_coordinator_policy_version gauge",
-            "tapfinger_coordinator_policy_version 3",
-            "tapfinger_coordinator_decisions_received{node=\"7\"} 120",
-            "tapfinger_coordinator_refused_total{what=\"experience\"} 2",
-        ] {
-            assert!(text.contains(line), "{line:?} missing from\n{text}");
-        }
-    }
 }

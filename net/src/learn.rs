@@ -362,6 +362,17 @@ impl<T: Serialize + serde::de::DeserializeOwned> Spool<T> {
         }
     }
 
+    /// Move a waiting batch out of the spool into its `set-aside` folder (one it cannot use:
+    /// kept for a person to look at, never offered again); where it went.
+    pub fn set_aside(&mut self, n: u64) -> Result<PathBuf, SpoolError> {
+        let aside = self.dir.join("set-aside");
+        std::fs::create_dir_all(&aside).map_err(|e| self.io(&aside, e))?;
+        let p = self.path(n);
+        let to = aside.join(p.file_name().unwrap_or_default());
+        std::fs::rename(&p, &to).map_err(|e| self.io(&p, e))?;
+        Ok(to)
+    }
+
     /// Forget an acknowledged batch.
     pub fn ack(&mut self, n: u64) -> Result<(), SpoolError> {
         let p = self.path(n);
