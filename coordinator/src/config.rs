@@ -127,6 +127,23 @@ impl CoordinatorConfig {
         anyhow::ensure!(c.update_decisions > 0, "update_decisions: must be positive");
         anyhow::ensure!(c.lr > 0.0, "lr: must be positive");
         anyhow::ensure!(c.tolerance >= 0.0, "tolerance: must not be negative");
+        // A margin below 0 would switch to a policy that did worse; one of 1 or more could never
+        // be met (no policy finishes tasks in no time).
+        anyhow::ensure!(
+            (0.0..1.0).contains(&c.guard_margin),
+            "guard_margin: {} is outside [0, 1): it is the fraction of average JCT another policy must gain to be chosen",
+            c.guard_margin
+        );
+        anyhow::ensure!(
+            c.guard_max_share > 0.0 && c.guard_max_share <= 1.0,
+            "guard_max_share: {} is outside (0, 1]: it is a share of one core",
+            c.guard_max_share
+        );
+        anyhow::ensure!(
+            (0.0..1.0).contains(&c.tune_holdout),
+            "tune_holdout: {} is outside [0, 1): it is a share of the workload's tasks",
+            c.tune_holdout
+        );
         c.check_api()?;
         Ok(c)
     }
@@ -189,6 +206,15 @@ mod tests {
         assert!(example.open_cluster().unwrap().is_none());
         let e = CoordinatorConfig::from_toml("lr = -1.0").unwrap_err();
         assert!(e.to_string().contains("lr"), "{e}");
+        for (line, field) in [
+            ("guard_margin = -5", "guard_margin"),
+            ("guard_margin = 1.0", "guard_margin"),
+            ("guard_max_share = 0", "guard_max_share"),
+            ("tune_holdout = 1.5", "tune_holdout"),
+        ] {
+            let e = CoordinatorConfig::from_toml(line).unwrap_err();
+            assert!(e.to_string().contains(field), "{line}: {e}");
+        }
     }
 
     #[test]

@@ -130,6 +130,7 @@ impl Guard {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => GuardState::default(),
             Err(e) => return Err(anyhow::anyhow!("{}: {e}", p.display())),
         };
+        let state = Self::checked(&p, state, &key)?;
         Ok(Self {
             cfg,
             key,
@@ -143,6 +144,45 @@ impl Guard {
             last_tune: None,
             judging: false,
         })
+    }
+
+    /// The stored choice as this coordinator signed it, or, where it does not verify (edited:
+    /// another policy, number or reason; or signed by another key), a new choice signed now:
+    /// the learned policy, numbered above the stored one so that every agent takes it. It is
+    /// written before it is served, and the refusal is logged with what was found. Never is a
+    /// choice served that agents would refuse: the cluster would stay split between the
+    /// policy each agent last verified.
+    fn checked(
+        path: &std::path::Path,
+        mut state: GuardState,
+        key: &Keypair,
+    ) -> anyhow::Result<GuardState> {
+        let me = key.public().to_peer_id();
+        let Some(c) = &state.choice else {
+            return Ok(state);
+        };
+        let fresh = match c.verified(&me) {
+            Ok(v) if v == *c => return Ok(state),
+            // Signed before reasons were: the same choice, signed again with a reason of its own
+            // (the stored reason was never signed, so it is not carried over).
+            Ok(v) => {
+                tracing::info!(seq = v.seq, policy = %v.policy, "guard: the choice in force is signed again, its reason with it");
+                Choice::sign(key, v.seq, &v.policy, "the choice in force, signed again with its reason")
+            }
+            Err(refusal) => {
+                let reason = format!(
+                    "the stored choice {} ({:?}) did not verify: {refusal}; the learned policy until the next judgement",
+                    c.seq, c.policy
+                );
+                tracing::error!(path = %path.display(), seq = c.seq, policy = ?c.policy, %refusal,
+                    "guard: the stored choice does not verify; a new one is signed");
+                Choice::sign(key, c.seq + 1, LEARNED, &reason)
+            }
+        }
+        .map_err(|e| anyhow::anyhow!("signing the guard's choice: {e}"))?;
+        state.choice = Some(fresh);
+        persist(path, &state)?;
+        Ok(state)
     }
 
     /// The number of the choice in force (0: none yet).
@@ -386,6 +426,47 @@ mod tests {
             switched: current != policy,
             seconds: 0.5,
             ..Judgement::default()
+        }
+    }
+
+    /// An edited `guard.json` (another policy, a higher number, the old signature; or an
+    /// edited reason) is never served: the coordinator signs a new choice of the learned
+    /// policy, numbered above what was stored, writes it, and serves that.
+    #[test]
+    fn an_edited_stored_choice_is_replaced_by_a_new_signed_one() {
+        let key = Keypair::generate_ed25519();
+        let me = key.public().to_peer_id();
+        for (what, edit) in [
+            (
+                "policy and number",
+                (|c: &mut Choice| {
+                    c.policy = "random".into();
+                    c.seq = 9;
+                }) as fn(&mut Choice),
+            ),
+            ("reason", |c: &mut Choice| {
+                c.reason = "\u{1b}[2Jall good".into()
+            }),
+        ] {
+            let cfg = fresh(&format!("edited-{}", what.len()));
+            let mut g = Guard::open(cfg.clone(), key.clone()).unwrap();
+            g.apply(judged(LEARNED, "tiresias")).unwrap();
+            let mut state = g.state.clone();
+            edit(state.choice.as_mut().unwrap());
+            let stored = state.choice.clone().unwrap();
+            persist(&cfg.data_dir.join("guard.json"), &state).unwrap();
+            let again = Guard::open(cfg.clone(), key.clone()).unwrap();
+            let c = again.state.choice.clone().unwrap();
+            assert_eq!(c.verify(&me), Ok(()), "{what}");
+            assert_eq!(
+                (c.seq, c.policy.as_str()),
+                (stored.seq + 1, LEARNED),
+                "{what}"
+            );
+            assert!(c.reason.contains("did not verify"), "{what}: {}", c.reason);
+            // What is on disk is what is served.
+            let on_disk = Guard::open(cfg.clone(), key.clone()).unwrap();
+            assert_eq!(on_disk.state.choice, Some(c), "{what}");
         }
     }
 

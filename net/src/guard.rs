@@ -35,8 +35,21 @@ pub struct Choice {
 
 impl Choice {
     /// What the signature covers: a domain tag of its own (a choice can never pass for a policy
-    /// version), the sequence number and the policy's name.
-    pub fn signed_bytes(seq: u64, policy: &str) -> Vec<u8> {
+    /// version), the sequence number, the policy's name and the reason, each length-prefixed:
+    /// every field an operator reads is signed.
+    pub fn signed_bytes(seq: u64, policy: &str, reason: &str) -> Vec<u8> {
+        let mut m = b"tapfinger-guard-2\0".to_vec();
+        m.extend_from_slice(&seq.to_be_bytes());
+        for field in [policy, reason] {
+            m.extend_from_slice(&(field.len() as u64).to_be_bytes());
+            m.extend_from_slice(field.as_bytes());
+        }
+        m
+    }
+
+    /// What a choice signed before reasons were signed covers (the sequence number and the
+    /// policy); accepted by [`Choice::verified`] with its reason dropped.
+    fn signed_bytes_v1(seq: u64, policy: &str) -> Vec<u8> {
         let mut m = b"tapfinger-guard\0".to_vec();
         m.extend_from_slice(&seq.to_be_bytes());
         m.extend_from_slice(&(policy.len() as u64).to_be_bytes());
@@ -44,9 +57,9 @@ impl Choice {
         m
     }
 
-    /// Sign choice `seq` of `policy` with `key`.
+    /// Sign choice `seq` of `policy`, for `reason`, with `key`.
     pub fn sign(key: &Keypair, seq: u64, policy: &str, reason: &str) -> Result<Self, SignError> {
-        let signature = key.sign(&Self::signed_bytes(seq, policy))?;
+        let signature = key.sign(&Self::signed_bytes(seq, policy, reason))?;
         Ok(Self {
             seq,
             policy: policy.to_string(),
@@ -56,14 +69,38 @@ impl Choice {
         })
     }
 
-    /// Check that `coordinator` signed this choice.
+    /// Check that `coordinator` signed this choice, reason included.
     pub fn verify(&self, coordinator: &PeerId) -> Result<(), Refusal> {
         crate::refusal::check_signed(
             &self.public_key,
             coordinator,
-            &Self::signed_bytes(self.seq, &self.policy),
+            &Self::signed_bytes(self.seq, &self.policy, &self.reason),
             &self.signature,
         )
+    }
+
+    /// The choice as far as `coordinator` signed it: whole where its signature covers the
+    /// reason; a choice signed by a coordinator from before reasons were signed (its signature
+    /// covers the number and the policy) with its reason dropped, so that no unsigned text is
+    /// ever shown; else the refusal.
+    pub fn verified(&self, coordinator: &PeerId) -> Result<Self, Refusal> {
+        let whole = self.verify(coordinator);
+        if whole.is_ok() {
+            return Ok(self.clone());
+        }
+        let v1 = crate::refusal::check_signed(
+            &self.public_key,
+            coordinator,
+            &Self::signed_bytes_v1(self.seq, &self.policy),
+            &self.signature,
+        );
+        match v1 {
+            Ok(()) => Ok(Self {
+                reason: String::new(),
+                ..self.clone()
+            }),
+            Err(_) => whole.map(|()| self.clone()),
+        }
     }
 }
 
@@ -85,10 +122,24 @@ mod tests {
         let mut edited = c.clone();
         edited.seq = 4;
         assert_eq!(edited.verify(&me), Err(Refusal::BadSignature));
-        // The reason is for people; editing it changes nothing an agent acts on.
+        // The reason is signed too: operators read it.
         let mut edited = c.clone();
-        edited.reason = "other".into();
-        assert_eq!(edited.verify(&me), Ok(()));
+        edited.reason = "\u{1b}[2Jother".into();
+        assert_eq!(edited.verify(&me), Err(Refusal::BadSignature));
+        assert_eq!(edited.verified(&me), Err(Refusal::BadSignature));
+        assert_eq!(c.verified(&me), Ok(c.clone()));
+        // A choice signed before reasons were: accepted for its number and policy, its
+        // reason (unsigned) dropped.
+        let old = Choice {
+            signature: key.sign(&Choice::signed_bytes_v1(3, "tiresias")).unwrap(),
+            ..c.clone()
+        };
+        assert_eq!(old.verify(&me), Err(Refusal::BadSignature));
+        let kept = old.verified(&me).unwrap();
+        assert_eq!(
+            (kept.seq, kept.policy.as_str(), kept.reason.as_str()),
+            (3, "tiresias", "")
+        );
         let other = Keypair::generate_ed25519();
         let forged = Choice::sign(&other, 3, "tiresias", "why").unwrap();
         assert!(matches!(

@@ -21,6 +21,11 @@ use tapfinger_net::guard::{Choice, LEARNED};
 /// request size limit of the learning protocol.
 pub const PUSH_MAX_TASKS: usize = 5000;
 
+/// The choice in force, under `<online dir>/policies`.
+const GUARD_FILE: &str = "guard.json";
+/// The choice in force before it.
+const GUARD_PREVIOUS: &str = "guard.previous.json";
+
 impl Online {
     /// Whether a baseline chosen by the guard is in force (the learned policy does not run).
     pub fn baseline_in_force(&self) -> bool {
@@ -63,26 +68,42 @@ impl Online {
 
     /// A choice from the coordinator: verified, kept on disk, enforced.
     pub(super) fn on_choice(&mut self, c: &Choice, core: &mut NodeCore) -> anyhow::Result<()> {
-        c.verify(&self.cfg.coordinator)?;
-        self.enforce(c, core)?;
-        let p = self.cfg.dir.join("policies").join("guard.json");
-        std::fs::write(&p, serde_json::to_vec(c)?)?;
-        tracing::info!(seq = c.seq, policy = %c.policy, reason = %c.reason, "guard: the cluster's policy in force");
+        let c = c.verified(&self.cfg.coordinator)?;
+        self.enforce(&c, core)?;
+        let dir = self.cfg.dir.join("policies");
+        let p = dir.join(GUARD_FILE);
+        // The choice in force until now stays beside it: if the new file is found damaged at
+        // the next start, the one verified before it runs, not the learned policy by default.
+        if p.exists() {
+            let _ = std::fs::copy(&p, dir.join(GUARD_PREVIOUS));
+        }
+        crate::procs::write_json(&c, &p, "tmp")?;
+        tracing::info!(seq = c.seq, policy = %c.policy, reason = ?c.reason, "guard: the cluster's policy in force");
         Ok(())
     }
 
-    /// At start: the choice in force before a restart, if it is still intact.
+    /// At start: the last choice in force that still verifies (the stored one, else the one
+    /// before it), so a damaged or edited file does not put this box on another policy than
+    /// its peers.
     pub(super) fn restore_choice(&mut self, core: &mut NodeCore) {
-        let p = self.cfg.dir.join("policies").join("guard.json");
-        let Ok(bytes) = std::fs::read(&p) else { return };
-        let restored = serde_json::from_slice::<Choice>(&bytes)
-            .map_err(anyhow::Error::from)
-            .and_then(|c| {
-                c.verify(&self.cfg.coordinator)?;
-                self.enforce(&c, core)
-            });
-        if let Err(e) = restored {
-            tracing::warn!(error = %e, "the stored guard choice is not usable");
+        let dir = self.cfg.dir.join("policies");
+        for name in [GUARD_FILE, GUARD_PREVIOUS] {
+            let p = dir.join(name);
+            let Ok(bytes) = std::fs::read(&p) else {
+                continue;
+            };
+            let restored = serde_json::from_slice::<Choice>(&bytes)
+                .map_err(anyhow::Error::from)
+                .and_then(|c| {
+                    let c = c.verified(&self.cfg.coordinator)?;
+                    self.enforce(&c, core)
+                });
+            match restored {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(path = %p.display(), error = %e, "a stored guard choice does not verify: trying the one before it")
+                }
+            }
         }
     }
 
@@ -205,6 +226,16 @@ mod tests {
         o.on_response(cid, choice(2, LEARNED), &mut core);
         assert_eq!(core.policy_name(), "tapfinger");
         assert!(!o.baseline_in_force());
+        // The stored choice edited (a reason changed): refused at the next start, and the one
+        // verified before it runs, not the learned policy by default.
+        o.on_response(cid, choice(3, "drf"), &mut core);
+        let stored = dir.join("policies").join(GUARD_FILE);
+        let mut edited: Choice = serde_json::from_slice(&std::fs::read(&stored).unwrap()).unwrap();
+        edited.reason = "edited".into();
+        std::fs::write(&stored, serde_json::to_vec(&edited).unwrap()).unwrap();
+        let mut core3 = crate::online::tests::core();
+        let o3 = Online::open(cfg.clone(), &mut core3).unwrap();
+        assert_eq!((core3.policy_name(), o3.status.guard_seq), ("tapfinger", 2));
         std::fs::remove_dir_all(&dir).ok();
     }
 }
