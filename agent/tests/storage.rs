@@ -4,8 +4,8 @@
 //! directory): every acknowledged task reaches one outcome and none runs again after it
 //! succeeded.
 //!
-//! The full-disk test mounts a tmpfs, so it needs root (CI has it); without root it fails,
-//! saying so.
+//! The full-disk tests (a disk filled while tasks run; one page left free) mount a tmpfs, so
+//! they need root (CI has it); without root they fail, saying so.
 #![allow(clippy::unwrap_used)]
 
 #[path = "support/process.rs"]
@@ -155,7 +155,7 @@ fn a_full_disk_refuses_submissions_with_507_and_loses_no_acknowledged_task() {
         let (code, body) = submit(&api, &rec, &format!("refused-{i}"), 0.1);
         assert_eq!(code, 507, "a submission on a full disk: {body}");
         assert!(
-            body.contains("No space left")
+            (body.contains("No space left") || body.contains("bytes free"))
                 && body.contains(&dir.join("data").display().to_string()),
             "the refusal names the cause and the data directory: {body}"
         );
@@ -244,6 +244,111 @@ fn a_full_disk_refuses_submissions_with_507_and_loses_no_acknowledged_task() {
         acked.len(),
         running.len(),
         acked.iter().filter(|n| r.get(*n) == Some(&(1, 1))).count(),
+        acked.len()
+    );
+    drop(a);
+}
+
+/// The states the API lists the tasks named `names` in.
+fn states(api: &str, names: &[String]) -> Vec<(String, String)> {
+    let Some(v) = json(api, "/v1/tasks?limit=1000") else {
+        return Vec::new();
+    };
+    v["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            let name = t["name"].as_str()?.to_string();
+            names
+                .contains(&name)
+                .then(|| (name, t["state"].as_str().unwrap_or("?").to_string()))
+        })
+        .collect()
+}
+
+/// One page free: the store counts itself full before any write fails (`/v1/node` says so,
+/// with the free space), acknowledged tasks queued behind a running one wait instead of failing
+/// at their start, new submissions are refused with 507, and once space is freed every
+/// acknowledged task runs once.
+#[test]
+fn with_one_page_free_acknowledged_tasks_wait_and_none_fails_unrun() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let rec = dir.join("rec");
+    std::fs::create_dir_all(&rec).unwrap();
+    let _fs = Tmpfs::mount(&dir.join("data"), "4m");
+    let (p2p, api) = (free_port(), format!("127.0.0.1:{}", free_port()));
+    let a = agent(dir, p2p, &api);
+    // A blocker that takes both cores, and five small tasks acknowledged behind it.
+    let mut blocker: serde_json::Value =
+        serde_json::from_str(&recorder(&rec, "blocker", 3.0)).unwrap();
+    blocker["min_demand"] = serde_json::json!({"cpu": 2});
+    let (code, body) = http(&api, "POST", "/v1/tasks", Some(blocker.to_string())).unwrap();
+    assert_eq!(code, 201, "{body}");
+    wait_until(Duration::from_secs(30), "the blocker running", || {
+        records(&rec).contains_key("blocker")
+    });
+    let mut acked: Vec<String> = Vec::new();
+    for i in 0..5 {
+        let name = format!("queued-{i}");
+        let (code, body) = submit(&api, &rec, &name, 0.2);
+        assert_eq!(code, 201, "{body}");
+        acked.push(name);
+    }
+    // Everything but one page filled.
+    let filler = fill(&dir.join("data"));
+    let len = std::fs::metadata(&filler).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&filler)
+        .unwrap()
+        .set_len(len.saturating_sub(4096))
+        .unwrap();
+    wait_until(Duration::from_secs(5), "storage full in /v1/node", || {
+        storage(&api)["full"] == true
+    });
+    let said = storage(&api)["failing"].to_string();
+    assert!(
+        said.contains("bytes free"),
+        "full before a write failed: {said}"
+    );
+    for i in 0..3 {
+        let (code, body) = submit(&api, &rec, &format!("refused-{i}"), 0.1);
+        assert_eq!(code, 507, "{body}");
+    }
+    // The blocker ends; the queued tasks wait (none starts, none fails) while the room is short.
+    wait_until(Duration::from_secs(30), "the blocker's end", || {
+        records(&rec).get("blocker").is_some_and(|(_, e)| *e > 0)
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let r = records(&rec);
+    assert!(
+        acked.iter().all(|n| !r.contains_key(n)),
+        "a task started with one page free: {r:?}"
+    );
+    let st = states(&api, &acked);
+    assert!(
+        st.len() == acked.len() && st.iter().all(|(_, s)| s == "pending"),
+        "every acknowledged task waits: {st:?}"
+    );
+    // Room again: every acknowledged task runs, once.
+    std::fs::remove_file(&filler).unwrap();
+    wait_until(
+        Duration::from_secs(60),
+        "every acknowledged task finished",
+        || {
+            let done = finished(&api);
+            acked.iter().all(|n| done.contains(n))
+        },
+    );
+    let r = records(&rec);
+    for n in &acked {
+        assert_eq!(r.get(n), Some(&(1, 1)), "{n}: {r:?}");
+    }
+    assert!(r.keys().all(|n| !n.starts_with("refused")), "{r:?}");
+    println!(
+        "one page free: storage full before any write failed ({said}); {} acknowledged tasks waited and then ran once each, 3 submissions refused with 507",
         acked.len()
     );
     drop(a);

@@ -132,8 +132,19 @@ impl Default for StoreOptions {
     }
 }
 
-/// How often a failing store tries its backlog again.
+/// How often a failing store tries its backlog again, and a store that is not failing looks at
+/// the free space.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
+
+/// Below this much free space in the data directory the store counts as full before any write
+/// fails: what a start writes (its journal record, the room kept for its exit record and process
+/// group, its share file, the first blocks of its logs) takes a few pages, so a start with less
+/// would fail half-way; submissions are refused (507) and starts wait instead.
+pub const FULL_BELOW: u64 = 64 * 1024;
+
+/// Free space at which a store counted full takes writes again (above [`FULL_BELOW`], so that a
+/// disk at the edge does not flap).
+pub const ROOM_AGAIN: u64 = 128 * 1024;
 
 /// The journal.
 pub struct Store {
@@ -161,7 +172,7 @@ pub struct Store {
     backlog: VecDeque<Record>,
     /// The failure since the last write that succeeded.
     failing: Option<(std::io::Error, Instant)>,
-    /// When the backlog was last tried.
+    /// When the backlog was last tried, or the free space last looked at.
     tried: Option<Instant>,
     /// A test's kill point (unit tests only).
     #[cfg(test)]
@@ -363,20 +374,26 @@ impl Store {
             .to_path_buf()
     }
 
-    /// While failing: write the backlog (at most once a second), or, with nothing to write,
-    /// see whether the disk has room again. Cheap when nothing failed.
+    /// At most once a second: while failing, write the backlog, or, with nothing to write, see
+    /// whether the disk has room again ([`ROOM_AGAIN`]); while not, count the store full when
+    /// the free space is below [`FULL_BELOW`].
     pub fn retry(&mut self) {
-        if self.failing.is_none() && self.backlog.is_empty() {
-            return;
-        }
         if self.tried.is_some_and(|t| t.elapsed() < RETRY_EVERY) {
             return;
         }
         self.tried = Some(Instant::now());
+        if self.failing.is_none() && self.backlog.is_empty() {
+            // Full before a write fails: the status says so, submissions get 507 and starts
+            // wait, rather than a start fail half-way for want of a page.
+            if let Some(e) = self.short_of_room() {
+                self.note_failure(&e);
+            }
+            return;
+        }
         if self.backlog.is_empty() {
             // Nothing waits: the status says "full" while the disk has no room for a task's
             // records; the next write tells for sure.
-            if free_bytes(&self.dir()).is_some_and(|f| f >= 64 * 1024)
+            if free_bytes(&self.dir()).is_some_and(|f| f >= ROOM_AGAIN)
                 && let Some((e, since)) = self.failing.take()
             {
                 tracing::info!(path = %self.path.display(), failed = %e,
@@ -385,6 +402,20 @@ impl Store {
             return;
         }
         let _ = self.commit(None);
+    }
+
+    /// The data directory has less than [`FULL_BELOW`] free: what a start may write might not
+    /// fit (a full-disk error saying how much is free); `None` where there is room, or the free
+    /// space cannot be read.
+    pub fn short_of_room(&self) -> Option<std::io::Error> {
+        let free = free_bytes(&self.dir()).filter(|f| *f < FULL_BELOW)?;
+        Some(std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            format!(
+                "only {free} bytes free (below {} KiB, what a start may write)",
+                FULL_BELOW / 1024
+            ),
+        ))
     }
 
     /// Count the data directory as failing after a write elsewhere in it failed (a task's
@@ -426,6 +457,11 @@ impl Store {
 
     /// Record an accepted task (durable when this returns Ok; nothing recorded otherwise).
     pub fn accepted(&mut self, task: &Task, spec: &TaskSpec) -> Result<(), StoreError> {
+        // A task acknowledged now could not start here: refused (507) while the room is short.
+        if let Some(e) = self.short_of_room() {
+            self.note_failure(&e);
+            return Err(self.unavailable(&e));
+        }
         self.must(Record::Accepted {
             task: Box::new(task.clone()),
             spec: Box::new(spec.clone()),

@@ -370,7 +370,10 @@ impl Daemon {
     }
 }
 
-/// Why the journal fails now, if it does.
+/// Why nothing may start here now: the journal fails, or the data directory is short of room.
 fn p_store_failing(store: &Option<crate::store::Store>) -> Option<String> {
-    store.as_ref().and_then(|s| s.health().failing)
+    let s = store.as_ref()?;
+    s.health()
+        .failing
+        .or_else(|| s.short_of_room().map(|e| e.to_string()))
 }
