@@ -314,6 +314,30 @@ async fn the_http_api_accepts_lists_refuses_and_guards() {
         .unwrap();
     assert_eq!(code, 413, "{said}");
     assert!(said.contains("at most 65536 bytes"), "{said}");
+    // A body of unannounced length (chunked, 8 MiB) gets its 413 too, after it was sent.
+    let mut chunked = tokio::net::TcpStream::connect(&guarded).await.unwrap();
+    chunked
+        .write_all(
+            b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\n\
+              Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
+    for _ in 0..128 {
+        chunked.write_all(chunk.as_bytes()).await.unwrap();
+    }
+    chunked.write_all(b"0\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), chunked.read_to_end(&mut answer))
+        .await
+        .expect("an answer to the chunked body")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 413") && answer.contains("at most 65536 bytes"),
+        "{answer}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -415,6 +415,26 @@ impl Devices {
         }
     }
 
+    /// Remove the empty task groups (`task-<id>`, v1) of the tasks not in `keep`: what an agent
+    /// killed or stopped while its tasks ran left (a group that still holds a process stays).
+    /// Returns how many were removed.
+    pub fn sweep(&self, keep: &std::collections::BTreeSet<u64>) -> usize {
+        let Devices::V1(dir) = self else { return 0 };
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                let name = e.file_name();
+                name.to_str()
+                    .and_then(|n| n.strip_prefix("task-"))
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .is_some_and(|t| !keep.contains(&t))
+            })
+            .filter(|e| std::fs::remove_dir(e.path()).is_ok())
+            .count()
+    }
+
     /// Release what [`Devices::apply`] made for a task whose process is gone (failures are left
     /// for the next start, as the CPU groups are). A v2 filter goes with its holder.
     pub fn remove(&self, name: &str) {
@@ -525,6 +545,28 @@ pub fn nvidia_control(proc_devices: &str) -> Vec<DeviceRule> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// The empty device groups of tasks that ended while the agent was away are removed at
+    /// start; a running task's, and anything not a task's group, stay.
+    #[test]
+    fn the_sweep_removes_empty_groups_of_tasks_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        for g in ["task-1", "task-2", "task-3", "other"] {
+            std::fs::create_dir(dir.path().join(g)).unwrap();
+        }
+        // A group that is not empty (a real cgroup would hold a process) is not removed.
+        std::fs::write(dir.path().join("task-3").join("cgroup.procs"), "42").unwrap();
+        let d = Devices::V1(dir.path().to_path_buf());
+        assert_eq!(d.sweep(&[2].into()), 1);
+        for (g, there) in [
+            ("task-1", false),
+            ("task-2", true),
+            ("task-3", true),
+            ("other", true),
+        ] {
+            assert_eq!(dir.path().join(g).exists(), there, "{g}");
+        }
+    }
 
     #[test]
     fn v1_lines_spell_the_rules() {

@@ -41,7 +41,7 @@ pub struct Shared {
     pub learning: Learning,
 }
 
-/// Whether the learner's thread runs, and what it set aside ([`crate::learning`]).
+/// Whether the learner's thread runs, and what it set aside (a batch an update panicked on).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Learning {
     /// The thread runs and the loop serves (false once either has ended: the process exits).

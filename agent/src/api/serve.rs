@@ -55,23 +55,68 @@ pub(super) async fn guard(
         // still writing its body when the connection closes gets a broken pipe, not the 413
         // (a 30 MB spec did).
         drain(req.into_body(), n).await;
-        return (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            [(axum::http::header::CONNECTION, "close")],
-            axum::Json(ErrorBody::new(format!(
-                "a request body is at most {MAX_BODY} bytes; this one is {n}"
-            ))),
-        )
-            .into_response();
+        return too_large(&format!("this one is {n}"));
+    }
+    let mut req = req;
+    if announced.is_none()
+        && req
+            .headers()
+            .contains_key(axum::http::header::TRANSFER_ENCODING)
+    {
+        // A body of unannounced length (chunked) is read here, up to the limit, so that one
+        // past it gets its 413 too, after what the client sends is read, rather than a
+        // connection cut under it by the handler's extractor.
+        let (parts, body) = req.into_parts();
+        match tokio::time::timeout(REQUEST_TIMEOUT, at_most(body, MAX_BODY)).await {
+            Ok(Ok(bytes)) => req = axum::extract::Request::from_parts(parts, bytes.into()),
+            Ok(Err(rest)) => {
+                drain(rest, DRAIN_BYTES).await;
+                return too_large("this one is longer");
+            }
+            Err(_) => return timed_out(),
+        }
     }
     match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
         Ok(r) => r,
-        Err(_) => (
-            StatusCode::REQUEST_TIMEOUT,
-            axum::Json(ErrorBody::new("request not completed in time")),
-        )
-            .into_response(),
+        Err(_) => timed_out(),
     }
+}
+
+fn timed_out() -> Response {
+    (
+        StatusCode::REQUEST_TIMEOUT,
+        axum::Json(ErrorBody::new("request not completed in time")),
+    )
+        .into_response()
+}
+
+/// The 413 for a body past [`MAX_BODY`] (`how`: what is known of its length); the connection
+/// closes after it.
+fn too_large(how: &str) -> Response {
+    (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        [(axum::http::header::CONNECTION, "close")],
+        axum::Json(ErrorBody::new(format!(
+            "a request body is at most {MAX_BODY} bytes; {how}"
+        ))),
+    )
+        .into_response()
+}
+
+/// The whole of `body` if it holds at most `limit` bytes; else the body, to drain what is left.
+async fn at_most(mut body: axum::body::Body, limit: usize) -> Result<Vec<u8>, axum::body::Body> {
+    use http_body_util::BodyExt;
+    let mut got = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { break };
+        if let Some(d) = frame.data_ref() {
+            got.extend_from_slice(d);
+            if got.len() > limit {
+                return Err(body);
+            }
+        }
+    }
+    Ok(got)
 }
 
 /// Most of a refused body read before the 413 (beyond it, after [`DRAIN_TIME`], or once the

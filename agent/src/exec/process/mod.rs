@@ -590,7 +590,8 @@ impl Executor for ProcessExecutor {
             return 0;
         };
         let mine = supervised::kill_unaccounted(sup, &self.cgroups, keep);
-        self.cgroups.sweep(&mine, keep)
+        let kept = keep.iter().map(|t| t.0).collect();
+        self.cgroups.sweep(&mine, keep) + self.devices.sweep(&kept)
     }
 }
 
