@@ -1,7 +1,7 @@
 //! The coordinator's local HTTP API: `/v1/status` (JSON) and `/metrics` (Prometheus), behind
 //! an optional bearer token, both read from the state the serving loop shares ([`Shared`]).
 
-use crate::serve::Shared;
+use crate::state::Shared;
 use std::sync::{Arc, Mutex};
 
 /// The status as JSON (the API's `/v1/status`).

@@ -11,7 +11,7 @@
 //! supervisor restarts it, rather than stay up with learning dead.
 
 use crate::learner::{Batch, Learner};
-use crate::serve::Shared;
+use crate::state::Shared;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 

@@ -14,3 +14,4 @@ pub mod guard;
 pub mod learner;
 mod learning;
 pub mod serve;
+pub mod state;

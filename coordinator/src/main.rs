@@ -123,7 +123,7 @@ fn run(
         let (key, net) = tapfinger_coordinator::serve::start_network(&cfg).await?;
         tracing::info!(peer_id = %key.public().to_peer_id(), "coordinator starting (agents set coordinator.peer to this id)");
         let mut c = tapfinger_coordinator::serve::spawn(cfg.clone(), key, net)?;
-        let api = tapfinger_coordinator::serve::api(&cfg.api, c.shared.clone(), token);
+        let api = tapfinger_coordinator::api::api(&cfg.api, c.shared.clone(), token);
         tokio::select! {
             r = api => r,
             // Never up with learning dead: exit non-zero, and the supervisor restarts it.

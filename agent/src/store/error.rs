@@ -74,16 +74,15 @@ pub enum StoreError {
         records: u64,
     },
     /// Neither the journal nor its counter exists, but the data directory shows it held work
-    /// (an identity, task records, logs): they were deleted or lost, with every task accepted
-    /// here.
+    /// (member list, lease, task records, logs): they were deleted or lost, with every task
+    /// accepted here.
     #[error(
         "{path}: the journal and its commit counter are missing, but {} held work before ({}): \
          the tasks accepted here are lost with them. The agent will not start as if the box \
          were new: restore them if a copy exists; otherwise stop the agent and run \
          `tapfinger-agent repair-journal {path}` to accept the loss (it recovers the outcomes of \
          tasks that ran here from their exit records, and the cluster's peers still announce \
-         the tasks they hold). A box whose identity key was put there on purpose before its \
-         first start needs the same command once",
+         the tasks they hold)",
         dir.display(),
         evidence.join(", ")
     )]

@@ -377,7 +377,7 @@ fn a_missing_or_unreadable_counter_is_refused() {
 fn journal_and_counter_both_gone_from_a_used_directory_is_a_loss() {
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = written(dir.path());
-    std::fs::write(dir.path().join("identity.key"), b"k").unwrap();
+    std::fs::write(dir.path().join("members.json"), b"[]").unwrap();
     std::fs::create_dir_all(dir.path().join("runs")).unwrap();
     std::fs::write(dir.path().join("runs/4.exit"), b"{}").unwrap();
     std::fs::remove_file(&path).unwrap();
@@ -387,7 +387,7 @@ fn journal_and_counter_both_gone_from_a_used_directory_is_a_loss() {
         other => panic!("{:?}", other.map(|_| ())),
     };
     assert!(
-        msg.contains("identity.key") && msg.contains("1 task record(s) in runs/"),
+        msg.contains("members.json") && msg.contains("1 task record(s) in runs/"),
         "{msg}"
     );
     // Nothing was created meanwhile: the refusal changes nothing.
@@ -395,9 +395,11 @@ fn journal_and_counter_both_gone_from_a_used_directory_is_a_loss() {
     compact::repair(&path).unwrap();
     let (_, r) = Store::open(&path).unwrap();
     assert!(r.accepted.is_empty());
-    // A directory that never held an agent's work opens as a new box's.
+    // A directory that never held an agent's work opens as a new box's, its identity key put
+    // in place beforehand included.
     let fresh = tempfile::tempdir().unwrap();
     std::fs::write(fresh.path().join("notes.txt"), b"x").unwrap();
+    std::fs::write(fresh.path().join("identity.key"), b"k").unwrap();
     let (_, r) = Store::open(&fresh.path().join("tasks.journal")).unwrap();
     assert!(r.accepted.is_empty());
 }

@@ -17,7 +17,7 @@
 //!   unterminated last line is a torn write, anything else after the last good record is
 //!   damage;
 //! - **neither journal nor counter** where the data directory shows an agent ran there (its
-//!   identity key, member list, lease, task records or logs) is refused as
+//!   member list, lease, task records or logs) is refused as
 //!   [`StoreError::Vanished`]: both were deleted or lost with every task accepted here.
 //!
 //! Both refusals name `tapfinger-agent repair-journal`, the command that accepts the loss
@@ -94,11 +94,12 @@ fn refuse_without_counter(
     }
 }
 
-/// What in data directory `dir` shows an agent ran there before: its identity key, the
-/// member list and lease it keeps, task records in `runs` and task logs in `logs`. A new box's
-/// directory has none of them when the journal is first opened (the identity is made after).
+/// What in data directory `dir` shows an agent ran there before: the member list and lease it
+/// keeps, task records in `runs` and task logs in `logs`. A new box's directory has none of
+/// them; its identity key alone is no sign (an operator may put one in place before the first
+/// start, to list the box's peer id in the others' allowlists).
 pub(crate) fn held_work(dir: &Path) -> Vec<String> {
-    let mut found: Vec<String> = ["identity.key", "members.json", "lease"]
+    let mut found: Vec<String> = ["members.json", "lease"]
         .into_iter()
         .filter(|f| dir.join(f).exists())
         .map(str::to_string)
