@@ -11,6 +11,28 @@ use tapfinger_agent::online::OnlineConfig;
 use tapfinger_coordinator::config::CoordinatorConfig;
 use tapfinger_tests::{Exec, Local, spec, statuses, wait};
 
+/// An agent's learning link to the coordinator of `key`: experience in batches of 4 decisions,
+/// polled every 200 ms, no workload pushes.
+fn learning(
+    key: &identity::Keypair,
+    dir: std::path::PathBuf,
+    start: &(Vec<u8>, String, String),
+) -> OnlineConfig {
+    OnlineConfig {
+        coordinator: key.public().to_peer_id(),
+        learning: true,
+        dir,
+        spool_max: 100,
+        batch_decisions: 4,
+        poll_ms: 200,
+        explore_candidates: false,
+        window: 10,
+        start: start.clone(),
+        workload_push_ms: 0,
+        workload_window_s: 3600,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_learn_through_the_coordinator_and_converge_on_one_version() {
     let root = std::env::temp_dir().join(format!("tapfinger-coord-it-{}", std::process::id()));
@@ -31,19 +53,7 @@ async fn agents_learn_through_the_coordinator_and_converge_on_one_version() {
     let mut addrs = vec![coord_addr.clone()];
     for i in 0..3 {
         let mut l = Local::new(&format!("n{i}"), Exec::Simulated(0.05)).bootstrap(addrs.clone());
-        l.online = Some(OnlineConfig {
-            coordinator: key.public().to_peer_id(),
-            learning: true,
-            dir: root.join(format!("agent{i}")),
-            spool_max: 100,
-            batch_decisions: 4,
-            poll_ms: 200,
-            explore_candidates: false,
-            window: 10,
-            start: start.clone(),
-            workload_push_ms: 0,
-            workload_window_s: 3600,
-        });
+        l.online = Some(learning(&key, root.join(format!("agent{i}")), &start));
         let (agent, addr) = l.start().await;
         agents.push(agent);
         addrs.push(addr);
@@ -185,19 +195,7 @@ async fn learning_goes_on_when_agents_restart_around_a_coordinator_that_went_awa
         l.keypair = keys[i].clone();
         l.incarnation = incarnation;
         l.journal = Some(root.join(format!("agent{i}.journal")));
-        l.online = Some(OnlineConfig {
-            coordinator: key.public().to_peer_id(),
-            learning: true,
-            dir: root.join(format!("agent{i}")),
-            spool_max: 100,
-            batch_decisions: 4,
-            poll_ms: 200,
-            explore_candidates: false,
-            window: 10,
-            start: start.clone(),
-            workload_push_ms: 0,
-            workload_window_s: 3600,
-        });
+        l.online = Some(learning(&key, root.join(format!("agent{i}")), &start));
         l
     };
     let (a0, addr0) = local(0, 1, vec![coord_addr.clone()]).start().await;

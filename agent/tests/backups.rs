@@ -17,7 +17,7 @@ mod evidence;
 mod process;
 
 use evidence::{Evidence, TASK};
-use process::{free_port, http, json, peer_agent, start_agent, wait_until};
+use process::{http, json, peer_agent, peer_pair, start_agent, wait_until};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -64,16 +64,7 @@ fn run_once(dir: &Path) -> (usize, usize) {
     let rec = dir.join("rec");
     std::fs::create_dir_all(&rec).unwrap();
     std::fs::write(dir.join("task.sh"), TASK).unwrap();
-    let (pa, pb) = (free_port(), free_port());
-    let (api_a, api_b) = (
-        format!("127.0.0.1:{}", free_port()),
-        format!("127.0.0.1:{}", free_port()),
-    );
-    let a = start_agent(peer_agent(BIN, dir, "a", pa, &api_a, &[pb]), &api_a);
-    let b = start_agent(peer_agent(BIN, dir, "b", pb, &api_b, &[pa]), &api_b);
-    wait_until(Duration::from_secs(20), "a and b connected", || {
-        json(&api_a, "/v1/node").is_some_and(|n| n["peers"] == 1)
-    });
+    let (a, b, [(pa, api_a), (pb, api_b)]) = peer_pair(BIN, dir);
     // Work before the copy, so that the copy's journal is not empty.
     submit(&api_a, dir, "early", 2);
     wait_until(Duration::from_secs(20), "the early task done", || {

@@ -11,7 +11,9 @@
 #[path = "support/process.rs"]
 mod process;
 
-use process::{Agent, agent_command, free_port, http, json, peer_agent, start_agent, wait_until};
+use process::{
+    Agent, agent_command, free_port, http, json, peer_agent, peer_pair, start_agent, wait_until,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -64,6 +66,27 @@ fn finished(api: &str) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Wait up to `limit` for the API to list every task of `acked` as succeeded, then check from
+/// the tasks' own records that each started and ended once; the records.
+fn each_succeeded_once(
+    api: &str,
+    rec: &Path,
+    acked: &[String],
+    limit: Duration,
+) -> BTreeMap<String, (usize, usize)> {
+    wait_until(limit, "every acknowledged task finished", || {
+        let done = finished(api);
+        acked.iter().all(|n| done.contains(n))
+    });
+    let r = records(rec);
+    for name in acked {
+        let (starts, ends) = r.get(name).copied().unwrap_or_default();
+        assert_eq!(ends, 1, "{name}: {starts} starts, {ends} ends ({r:?})");
+        assert_eq!(starts, 1, "{name} ran again after it succeeded ({r:?})");
+    }
+    r
 }
 
 fn storage(api: &str) -> serde_json::Value {
@@ -218,20 +241,7 @@ fn a_full_disk_refuses_submissions_with_507_and_loses_no_acknowledged_task() {
     // reaches its outcome.
     drop(a);
     let a = agent(dir, p2p, &api);
-    wait_until(
-        Duration::from_secs(90),
-        "every acknowledged task finished",
-        || {
-            let done = finished(&api);
-            acked.iter().all(|n| done.contains(n))
-        },
-    );
-    let r = records(&rec);
-    for name in &acked {
-        let (starts, ends) = r.get(name).copied().unwrap_or_default();
-        assert_eq!(ends, 1, "{name}: {starts} starts, {ends} ends ({r:?})");
-        assert_eq!(starts, 1, "{name} ran again after it succeeded ({r:?})");
-    }
+    let r = each_succeeded_once(&api, &rec, &acked, Duration::from_secs(90));
     assert!(
         r.keys().all(|n| !n.starts_with("refused")),
         "a refused task ran: {r:?}"
@@ -334,18 +344,7 @@ fn with_one_page_free_acknowledged_tasks_wait_and_none_fails_unrun() {
     );
     // Room again: every acknowledged task runs, once.
     std::fs::remove_file(&filler).unwrap();
-    wait_until(
-        Duration::from_secs(60),
-        "every acknowledged task finished",
-        || {
-            let done = finished(&api);
-            acked.iter().all(|n| done.contains(n))
-        },
-    );
-    let r = records(&rec);
-    for n in &acked {
-        assert_eq!(r.get(n), Some(&(1, 1)), "{n}: {r:?}");
-    }
+    let r = each_succeeded_once(&api, &rec, &acked, Duration::from_secs(60));
     assert!(r.keys().all(|n| !n.starts_with("refused")), "{r:?}");
     println!(
         "one page free: storage full before any write failed ({said}); {} acknowledged tasks waited and then ran once each, 3 submissions refused with 507",
@@ -452,16 +451,7 @@ fn a_box_whose_journal_was_deleted_relearns_its_unfinished_tasks_from_its_peer()
     let dir = tmp.path();
     let rec = dir.join("rec");
     std::fs::create_dir_all(&rec).unwrap();
-    let (pa, pb) = (free_port(), free_port());
-    let (api_a, api_b) = (
-        format!("127.0.0.1:{}", free_port()),
-        format!("127.0.0.1:{}", free_port()),
-    );
-    let a = start_agent(peer_agent(BIN, dir, "a", pa, &api_a, &[pb]), &api_a);
-    let b = start_agent(peer_agent(BIN, dir, "b", pb, &api_b, &[pa]), &api_b);
-    wait_until(Duration::from_secs(20), "a and b connected", || {
-        json(&api_a, "/v1/node").is_some_and(|n| n["peers"] == 1)
-    });
+    let (a, b, [(pa, api_a), (pb, api_b)]) = peer_pair(BIN, dir);
     // Tasks only box a can run, each taking all of it: a blocker that runs, then three that
     // wait behind it, acknowledged by a and known to b.
     let only_a = |name: &str, secs: f64| {

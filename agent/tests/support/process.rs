@@ -143,6 +143,22 @@ pub(crate) fn peer_agent(
     c
 }
 
+/// Two boxes `a` and `b` ([`peer_agent`], data in `dir/a` and `dir/b`) dialling each other, once
+/// connected: the agents, and each one's libp2p port and API address (to start it again).
+pub(crate) fn peer_pair(bin: &str, dir: &std::path::Path) -> (Agent, Agent, [(u16, String); 2]) {
+    let (pa, pb) = (free_port(), free_port());
+    let (api_a, api_b) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let a = start_agent(peer_agent(bin, dir, "a", pa, &api_a, &[pb]), &api_a);
+    let b = start_agent(peer_agent(bin, dir, "b", pb, &api_b, &[pa]), &api_b);
+    wait_until(Duration::from_secs(20), "a and b connected", || {
+        json(&api_a, "/v1/node").is_some_and(|n| n["peers"] == 1)
+    });
+    (a, b, [(pa, api_a), (pb, api_b)])
+}
+
 /// Start `cmd` (an agent) and wait up to 30 s for its API at `api` to answer.
 pub(crate) fn start_agent(mut cmd: std::process::Command, api: &str) -> Agent {
     let agent = Agent(cmd.spawn().unwrap());
