@@ -86,4 +86,11 @@ fn the_sysusers_file_creates_the_service_user() {
             .any(|l| l.starts_with("tapfinger:") && l.contains(":/var/lib/tapfinger:")),
         "{passwd}"
     );
+    // The tasks' user, the one agent.toml's task_user names.
+    assert!(
+        passwd.lines().any(|l| l.starts_with("tapfinger-task:")),
+        "{passwd}"
+    );
+    let agent_toml = std::fs::read_to_string(deploy().join("../agent.toml")).unwrap();
+    assert!(agent_toml.contains("task_user = \"tapfinger-task\""));
 }

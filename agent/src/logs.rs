@@ -14,9 +14,12 @@ pub const ATTEMPT_MARK: &str = "=== tapfinger: a new attempt of this task starts
 /// task's start).
 pub fn open_attempt_log(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    // The agent's alone: a task running as another user cannot read another task's output.
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(path)?;
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

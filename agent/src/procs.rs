@@ -98,6 +98,25 @@ fn supervised_exit_file(cmdline: &[u8]) -> Option<std::path::PathBuf> {
     None
 }
 
+/// A capability set in the text of `/proc/self/status` (`field` is e.g. `CapEff:` or `CapAmb:`,
+/// hex), as a bit mask.
+pub fn cap_field(status: &str, field: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+}
+
+/// Whether `program --version` runs and succeeds (util-linux's tools, here).
+pub fn installed(program: &str) -> bool {
+    std::process::Command::new(program)
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Write `value` as JSON to `path` whole or not at all: to a file beside it (extension `tmp`),
 /// renamed over it. Where that fails (a full disk has no block for the new file) and `path`
 /// holds room kept by [`reserve`], the JSON is written into that room instead, padded with

@@ -189,6 +189,7 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
             run_dir: run_dir.clone(),
         },
     );
+    let executor = as_task_user(executor, &cfg)?;
     let gpu_sharing = gpu_shares.note.clone();
     let per_device = gpu_shares.per_device;
     let security = crate::api::SecurityInfo {
@@ -440,6 +441,20 @@ fn executor(
         .with_devices(devices, gpu_nodes, control)
         .supervised(supervision);
     (executor, gpu_isolation)
+}
+
+/// The executor running tasks as `task_user`, where one is set ([`crate::exec::TaskUser`]): an
+/// agent that cannot start tasks as that user does not start (running them as itself instead
+/// would hand them its keys).
+fn as_task_user(executor: ProcessExecutor, cfg: &AgentConfig) -> anyhow::Result<ProcessExecutor> {
+    let Some(name) = cfg.task_user.as_deref().filter(|n| !n.is_empty()) else {
+        return Ok(executor);
+    };
+    let user = crate::exec::TaskUser::resolve(name).map_err(anyhow::Error::msg)?;
+    tracing::info!(user = %user.name, uid = user.uid, "tasks run as their own user");
+    executor
+        .with_task_user(user)
+        .context("task_user: cannot make the logs folder passable for tasks")
 }
 
 /// The graceful stop (the daemon's `leaving`): tasks checkpoint and go back to the cluster; a

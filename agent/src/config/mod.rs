@@ -138,6 +138,12 @@ pub struct AgentConfig {
     /// are stopped at once. A service manager's stop timeout must exceed it (the packaged unit's
     /// is 90 s).
     pub stop_timeout_seconds: u64,
+    /// The user tasks run as (a name in the box's user database), so that a task can read
+    /// neither the agent's keys nor its journal nor other tasks' logs, and write nowhere in its
+    /// data directory. Unset: tasks run as the agent's user. Needs the agent to run as root or
+    /// with `CAP_SETUID` and `CAP_SETGID` (the packaged unit grants both and makes the user
+    /// `tapfinger-task`), and `setpriv` (util-linux).
+    pub task_user: Option<String>,
     /// Policy: `tapfinger` (the learned policy, default), `rlpto` (the shipped RLPTO model) or
     /// a baseline name (`tiresias-np`, `optimus`, `drf`, `first-fit-max`, `min`, ...).
     pub policy: String,
@@ -293,6 +299,7 @@ impl Default for AgentConfig {
             log_retention_hours: 168,
             journal_keep_finished: 10_000,
             stop_timeout_seconds: 60,
+            task_user: None,
             policy: "tapfinger".into(),
             model: None,
             log_format: LogFormat::Human,

@@ -34,11 +34,13 @@ mod process;
 pub mod share_file;
 #[cfg(feature = "dev")]
 mod sim;
+mod task_user;
 pub use crate::devices::Devices;
 pub use cgroups::{CFS_PERIOD_US, Cgroups};
 pub use process::{ProcessExecutor, Supervision};
 #[cfg(feature = "dev")]
 pub use sim::{SimulatedExecutor, SpeedFn};
+pub use task_user::TaskUser;
 
 /// What a task is given, in natural units (the agent converts grid units with the kinds' steps).
 #[derive(Debug, Clone, PartialEq, Default)]

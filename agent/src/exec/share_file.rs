@@ -74,6 +74,8 @@ fn create_new_beside(path: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            // Readable by the task whatever the agent's umask (it may run as another user).
+            .mode(0o644)
             .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
             .open(&tmp)
         {

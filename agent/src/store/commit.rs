@@ -14,6 +14,16 @@ use std::path::{Path, PathBuf};
 
 const SLOT: usize = 24;
 
+/// Options for the store's files: the agent's alone (mode 0600 when created), since tasks may run
+/// as another user ([`crate::exec::TaskUser`]) and the journal holds every task's command and
+/// environment.
+pub(super) fn private() -> std::fs::OpenOptions {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = std::fs::OpenOptions::new();
+    o.mode(0o600);
+    o
+}
+
 /// What the counter says.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Committed {
@@ -95,7 +105,7 @@ impl Counter {
     /// Open the counter (created with `start` in both slots if absent).
     pub(super) fn open(path: &Path, start: Committed) -> std::io::Result<Self> {
         let now = read(path)?;
-        let mut file = std::fs::OpenOptions::new()
+        let mut file = private()
             .read(true)
             .write(true)
             .create(true)

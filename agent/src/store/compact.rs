@@ -132,7 +132,11 @@ impl Store {
 
     /// The snapshot's file, synced; its length.
     fn write_snapshot(&self, tmp: &Path, records: &[Record]) -> std::io::Result<u64> {
-        let mut f = std::fs::File::create(tmp)?;
+        let mut f = commit::private()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(tmp)?;
         f.write_all(frame::HEADER)?;
         let mut len = frame::HEADER.len() as u64;
         let half = records.len() / 2;
@@ -287,7 +291,12 @@ pub fn repair(path: &Path) -> Result<Repaired, StoreError> {
     let start = committed.seq.max(found);
     let tmp = snapshot_path(path);
     {
-        let mut f = std::fs::File::create(&tmp).map_err(io)?;
+        let mut f = commit::private()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(io)?;
         f.write_all(frame::HEADER).map_err(io)?;
         for (i, rec) in records.iter().enumerate() {
             f.write_all(&frame::encode(start + 1 + i as u64, rec).map_err(io)?)

@@ -193,11 +193,18 @@ impl Store {
             },
         )
         .map_err(io)?;
-        let mut file = std::fs::OpenOptions::new()
+        let mut file = commit::private()
             .create(true)
             .append(true)
             .open(path)
             .map_err(io)?;
+        // A journal written before it was kept private is made so.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            for f in [path, counter_path.as_path()] {
+                std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+            }
+        }
         let mut len = scan.good_end as u64;
         if v1 {
             // Rewritten below.

@@ -47,6 +47,8 @@ pub struct ProcessExecutor {
     /// Start tasks through `setpriv` without the agent's ambient capabilities (an agent given
     /// `CAP_BPF` and `CAP_NET_ADMIN` for device filters must not pass them on).
     drop_caps: bool,
+    /// The user tasks run as, if not the agent's ([`super::TaskUser`]).
+    task_user: Option<super::TaskUser>,
 }
 
 /// How tasks are supervised (see [`crate::supervise`]).
@@ -145,22 +147,9 @@ struct Running {
 /// cleared (ambient and inheritable sets), so the task's program starts with none.
 const DROP_CAPS: [&str; 4] = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--"];
 
-/// Whether `program --version` runs and succeeds (util-linux's tools, here).
-fn installed(program: &str) -> bool {
-    std::process::Command::new(program)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// The ambient capability set in the text of `/proc/self/status` (`CapAmb:`, hex).
 fn ambient_caps(status: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapAmb:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    crate::procs::cap_field(status, "CapAmb:")
 }
 
 /// The `n` CPUs (of `total`) that the fewest running tasks are pinned to, lowest index first on
@@ -191,12 +180,12 @@ impl ProcessExecutor {
 
     /// An executor writing logs into `log_dir`, creating cgroups as `cgroups` allows.
     pub fn new(cgroups: Cgroups, log_dir: PathBuf, events: mpsc::Sender<ExecEvent>) -> Self {
-        let taskset = installed("taskset");
+        let taskset = crate::procs::installed("taskset");
         let ambient = std::fs::read_to_string("/proc/self/status")
             .ok()
             .and_then(|t| ambient_caps(&t))
             .unwrap_or(0);
-        let setpriv = installed("setpriv");
+        let setpriv = crate::procs::installed("setpriv");
         if ambient != 0 && !setpriv {
             tracing::warn!(
                 ambient = format!("{ambient:#x}"),
@@ -215,7 +204,18 @@ impl ProcessExecutor {
             devices: Devices::Unavailable("not set up".into()),
             gpu_nodes: BTreeMap::new(),
             gpu_control: Vec::new(),
+            task_user: None,
         }
+    }
+
+    /// Run every task as `user` ([`super::TaskUser`]): the logs folder is made one others may
+    /// pass through but not list (a task reads its own share file there, by its path).
+    pub fn with_task_user(mut self, user: super::TaskUser) -> std::io::Result<Self> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(&self.log_dir)?;
+        std::fs::set_permissions(&self.log_dir, std::fs::Permissions::from_mode(0o711))?;
+        self.task_user = Some(user);
+        Ok(self)
     }
 
     /// Keep every task to the device nodes of the GPUs it is given (`nodes`: each GPU's
@@ -370,7 +370,9 @@ impl Executor for ProcessExecutor {
             alloc,
             running.values().flat_map(|r| r.pinned.iter().copied()),
         )?;
-        if self.drop_caps {
+        if let Some(user) = &self.task_user {
+            argv.extend(user.setpriv());
+        } else if self.drop_caps {
             argv.extend(DROP_CAPS.iter().map(|a| (*a).to_string()));
         }
         argv.extend(spec.command.iter().cloned());
