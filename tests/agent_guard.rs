@@ -168,6 +168,8 @@ async fn the_guard_moves_every_agent_off_a_bad_learned_policy() {
     let choice = g.choice.clone().unwrap();
     let last = g.last.clone().unwrap();
     eprintln!("guard: {} — judged {:?}", choice.reason, last);
+    // The cluster's workload: the three boxes' pushes merged, every task reported alike.
+    assert!(last.boxes >= 2 && last.uncorroborated == 0, "{last:?}");
     assert_ne!(choice.policy, "tapfinger");
     assert_eq!(choice.seq, 1);
     let of = |n: &str| last.twin_jcts.iter().find(|(m, _)| m == n).map(|(_, j)| *j);

@@ -64,6 +64,9 @@ pub struct CoordinatorConfig {
     pub guard_max_share: f64,
     /// Finished tasks a workload needs before it is judged (fewer say too little).
     pub guard_min_tasks: usize,
+    /// Boxes whose pushed workloads a judgement needs: only tasks another box reports alike
+    /// are judged, so one box cannot pick the cluster's policy (1: a one-box cluster).
+    pub guard_min_boxes: usize,
     /// How much better (a fraction of average JCT on the twin, beyond the twin's own error on
     /// the policy in force and one standard error of the gain over the tasks judged) another
     /// policy must be to replace the one in force.
@@ -112,6 +115,7 @@ impl Default for CoordinatorConfig {
             guard_every_s: 300,
             guard_max_share: 0.05,
             guard_min_tasks: 20,
+            guard_min_boxes: 2,
             guard_margin: tapfinger_sim::guard::MARGIN,
             tune_iterations: 20,
             tune_every_s: 6 * 3600,

@@ -52,6 +52,12 @@ pub struct Judgement {
     pub switched: bool,
     /// How long it took (s).
     pub seconds: f64,
+    /// Boxes whose workloads were merged into the one judged ([`crate::merge`]).
+    #[serde(default)]
+    pub boxes: usize,
+    /// Tasks of the base box's workload no other box reported alike (left out).
+    #[serde(default)]
+    pub uncorroborated: usize,
     /// Why it could not judge, if it could not.
     pub error: Option<String>,
 }
@@ -112,6 +118,8 @@ pub struct Work {
     pub model: (Vec<u8>, String),
     /// The margin.
     pub margin: f64,
+    /// How the boxes' workloads were merged.
+    pub merge: crate::merge::Merge,
 }
 
 impl Guard {
@@ -221,19 +229,23 @@ impl Guard {
     }
 
     /// The workload to judge now, if one is due: [`Guard::interval`] since the last, not
-    /// judging, and a node's workload (the one with the most finished tasks: every agent reports the
-    /// cluster's view) with at least `guard_min_tasks` finished tasks.
+    /// judging, and the cluster's workload merged from at least `guard_min_boxes` boxes'
+    /// ([`crate::merge`]: only tasks another box reports alike) with at least
+    /// `guard_min_tasks` finished tasks.
     pub fn due(&mut self, model: (Vec<u8>, String)) -> Option<Work> {
         if !self.cfg.guard || self.judging || self.last.elapsed() < self.interval() {
             return None;
         }
-        let finished = |w: &Workload| w.tasks.iter().filter(|t| t.finished.is_some()).count();
-        let (&node, _) = self
-            .workloads
+        let (workload, merge) = crate::merge::merged(&self.workloads, self.cfg.guard_min_boxes)?;
+        let finished = workload
+            .tasks
             .iter()
-            .filter(|(_, w)| finished(w) >= self.cfg.guard_min_tasks.max(1))
-            .max_by_key(|(_, w)| finished(w))?;
-        let workload = self.workloads.remove(&node)?;
+            .filter(|t| t.finished.is_some())
+            .count();
+        if finished < self.cfg.guard_min_tasks.max(1) {
+            return None;
+        }
+        self.workloads.clear();
         self.judged_workload = Some(workload.clone());
         self.last_judged = Some(workload.clone());
         self.judging = true;
@@ -243,6 +255,7 @@ impl Guard {
             current: self.current(),
             model,
             margin: self.cfg.guard_margin,
+            merge,
         })
     }
 
@@ -352,6 +365,8 @@ pub fn judge(work: &Work) -> Judgement {
             switched,
             seconds,
             error: None,
+            boxes: work.merge.boxes,
+            uncorroborated: work.merge.uncorroborated,
         },
         Err(e) => Judgement {
             current: work.current.clone(),
@@ -360,6 +375,8 @@ pub fn judge(work: &Work) -> Judgement {
             policy: work.current.clone(),
             seconds,
             error: Some(e.to_string()),
+            boxes: work.merge.boxes,
+            uncorroborated: work.merge.uncorroborated,
             ..Judgement::default()
         },
     }

@@ -13,5 +13,6 @@ pub mod config;
 pub mod guard;
 pub mod learner;
 mod learning;
+pub mod merge;
 pub mod serve;
 pub mod state;
