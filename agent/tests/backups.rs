@@ -8,7 +8,8 @@
 //! every 100 ms, end; `gone` from a watcher outside the task's process group): the copy left
 //! running was alive when the restored agent started, no two copies of a task were ever alive
 //! at once, every task acknowledged after the copy was taken (known to the peer) completed, and
-//! none completed twice.
+//! none completed twice; the restored agent says its data directory was restored from an older
+//! copy (its log).
 #![allow(clippy::unwrap_used)]
 
 #[path = "support/evidence.rs"]
@@ -125,6 +126,13 @@ fn run_once(dir: &Path) -> (usize, usize) {
     );
     let twice = ev.completed_twice();
     assert!(twice.is_empty(), "completed twice: {twice:?}");
+    // The restore is seen once the peer tells the tasks accepted after the copy, and said.
+    let log = std::fs::read_to_string(dir.join("a.log")).unwrap();
+    assert!(
+        log.contains("the data directory was restored from an older copy"),
+        "the restore went unsaid; logs in {}",
+        dir.display()
+    );
     drop((a, b));
     (overlaps.len(), long.len())
 }

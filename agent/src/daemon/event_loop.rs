@@ -46,6 +46,9 @@ struct Daemon {
     turned: Turned,
     /// The next local task number (ids continue after every id accepted here).
     next_local: u32,
+    /// The largest id the journal and its counter held at start: a task of this box's numbering
+    /// above it, heard from a peer, was accepted after the journal's last record.
+    journal_last: TaskId,
     /// Which GPU devices each task running here holds (a device goes to one task at a time).
     gpus: GpuPool,
     /// The box's own upkeep after every step.
@@ -85,6 +88,7 @@ pub(super) async fn run(
     // unfinished, restore the history; numbering continues after every id ever accepted here.
     let recovered = std::mem::take(&mut p.recovered);
     let next_local = crate::recover::next_local(me, recovered.last_id, p.core.config().incarnation);
+    let journal_last = recovered.last_id.unwrap_or(TaskId(0));
     let recorded = recovered.outcomes.keys().copied().collect();
     let (mut pending, held) =
         crate::recover::replay(&mut p.core, p.executor.as_mut(), &mut p.store, recovered);
@@ -109,6 +113,7 @@ pub(super) async fn run(
         forecasting: super::forecasting::Forecasting::new(forecast_every),
         turned: Turned::default(),
         next_local,
+        journal_last,
         gpus,
         upkeep: Upkeep::default(),
         outlets: Outlets::new(metrics, history),
@@ -412,8 +417,15 @@ impl Daemon {
                             // acknowledged: one it lacks was lost with it (deleted and
                             // repaired, or the data directory restored from an older copy,
                             // which its own counter cannot tell).
-                            tracing::warn!(task = %id, name = ?t.meta.spec.name,
-                                "a task accepted here was missing from the journal (lost, or the data directory was restored from an older copy): relearned from a peer and journaled again");
+                            if id > self.journal_last {
+                                // Numbered after everything the journal and its counter held:
+                                // both are older than what this box acknowledged.
+                                tracing::error!(task = %id, name = ?t.meta.spec.name, journal_last = %self.journal_last,
+                                    "the data directory was restored from an older copy: a task accepted here after the journal's last record was relearned from a peer and journaled again");
+                            } else {
+                                tracing::warn!(task = %id, name = ?t.meta.spec.name,
+                                    "a task accepted here was missing from the journal (lost and repaired): relearned from a peer and journaled again");
+                            }
                         }
                         Err(e) => {
                             tracing::debug!(task = %id, error = %e, "cannot journal a relearned task")
