@@ -132,6 +132,16 @@ fn fill(dir: &Path) -> PathBuf {
     path
 }
 
+/// An agent whose data directory (`dir/data`) is a 4 MiB tmpfs, with `rec` made for the tasks'
+/// records: the mount (unmounted when dropped), its ports and the agent.
+fn on_a_small_disk(dir: &Path, rec: &Path) -> (Tmpfs, u16, String, Agent) {
+    std::fs::create_dir_all(rec).unwrap();
+    let fs = Tmpfs::mount(&dir.join("data"), "4m");
+    let (p2p, api) = (free_port(), format!("127.0.0.1:{}", free_port()));
+    let a = agent(dir, p2p, &api);
+    (fs, p2p, api, a)
+}
+
 fn agent(dir: &Path, p2p: u16, api: &str) -> Agent {
     start_agent(agent_command(BIN, "a", dir, p2p, api, "first-fit-max"), api)
 }
@@ -141,10 +151,7 @@ fn a_full_disk_refuses_submissions_with_507_and_loses_no_acknowledged_task() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let rec = dir.join("rec");
-    std::fs::create_dir_all(&rec).unwrap();
-    let _fs = Tmpfs::mount(&dir.join("data"), "4m");
-    let (p2p, api) = (free_port(), format!("127.0.0.1:{}", free_port()));
-    let a = agent(dir, p2p, &api);
+    let (_fs, p2p, api, a) = on_a_small_disk(dir, &rec);
     let mut acked = Vec::new();
     for i in 0..4 {
         let name = format!("before-{i}");
@@ -286,10 +293,7 @@ fn with_one_page_free_acknowledged_tasks_wait_and_none_fails_unrun() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let rec = dir.join("rec");
-    std::fs::create_dir_all(&rec).unwrap();
-    let _fs = Tmpfs::mount(&dir.join("data"), "4m");
-    let (p2p, api) = (free_port(), format!("127.0.0.1:{}", free_port()));
-    let a = agent(dir, p2p, &api);
+    let (_fs, _, api, a) = on_a_small_disk(dir, &rec);
     // A blocker that takes both cores, and five small tasks acknowledged behind it.
     let mut blocker: serde_json::Value =
         serde_json::from_str(&recorder(&rec, "blocker", 3.0)).unwrap();

@@ -35,6 +35,19 @@ try data-dir touch "$2/planted"
 try runs-dir touch "$2/runs/planted"
 "#;
 
+/// Submit `spec` to the agent at `api` and wait for it to succeed; its id.
+fn run_to_success(api: &str, spec: &serde_json::Value) -> u64 {
+    let (code, body) = http(api, "POST", "/v1/tasks", Some(spec.to_string())).unwrap();
+    assert_eq!(code, 201, "{body}");
+    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
+        .as_u64()
+        .unwrap();
+    wait_until(Duration::from_secs(30), "the task's success", || {
+        json(api, &format!("/v1/tasks/{id}")).is_some_and(|t| t["state"] == "succeeded")
+    });
+    id
+}
+
 #[test]
 fn a_task_under_its_own_user_cannot_reach_the_agents_secrets() {
     assert!(
@@ -61,32 +74,13 @@ fn a_task_under_its_own_user_cannot_reach_the_agents_secrets() {
         "command": ["sh", "-c", "echo the-secret-line"],
         "min_demand": {"cpu": 1},
     });
-    let (code, body) = http(&api, "POST", "/v1/tasks", Some(secret.to_string())).unwrap();
-    assert_eq!(code, 201, "{body}");
-    let secret_id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
-        .as_u64()
-        .unwrap();
-    let state = |id: u64| {
-        json(&api, &format!("/v1/tasks/{id}")).map_or(String::new(), |t| {
-            t["state"].as_str().unwrap_or_default().to_string()
-        })
-    };
-    wait_until(Duration::from_secs(30), "the secret task's end", || {
-        state(secret_id) == "succeeded"
-    });
+    let secret_id = run_to_success(&api, &secret);
     let probe = serde_json::json!({
         "name": "probe",
         "command": ["sh", dir.join("probe.sh"), rec, data, secret_id.to_string()],
         "min_demand": {"cpu": 1},
     });
-    let (code, body) = http(&api, "POST", "/v1/tasks", Some(probe.to_string())).unwrap();
-    assert_eq!(code, 201, "{body}");
-    let probe_id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
-        .as_u64()
-        .unwrap();
-    wait_until(Duration::from_secs(30), "the probe's end", || {
-        state(probe_id) == "succeeded"
-    });
+    run_to_success(&api, &probe);
     let uid = std::fs::read_to_string(rec.join("uid")).unwrap();
     assert_eq!(uid.trim(), "65534", "the task ran as nobody");
     let said: BTreeMap<String, String> = std::fs::read_to_string(rec.join("probe"))
