@@ -2,7 +2,9 @@
 //! executor) and a coordinator; tasks flow, experience reaches the coordinator, an update runs, the
 //! shipped evaluation gate (tolerance 0) publishes a new version (a candidate it refuses is
 //! answered with more work until one passes), and every agent ends up on the same version and weight hash; the
-//! coordinator killed and restarted resumes from its checkpoint.
+//! coordinator killed and restarted resumes from its checkpoint. Then a coordinator process
+//! (this binary re-run as one) paused with SIGSTOP and later killed and started again, with
+//! learning agents restarted around both: it keeps learning.
 #![allow(clippy::unwrap_used)]
 
 use libp2p::identity;
@@ -167,111 +169,269 @@ async fn agents_learn_through_the_coordinator_and_converge_on_one_version() {
     std::fs::remove_dir_all(&root).ok();
 }
 
-/// Learning agents restarted around a coordinator that went away and came back: the
-/// coordinator is killed, one learning agent is killed and started again on its data (its
-/// spooled batches, whose rounds now run ahead of its restarted core, are shipped again) while
-/// the coordinator is gone for 4 s, the coordinator starts again on its data directory, and the
-/// other agent is restarted once it is back. The coordinator goes on learning: more updates
-/// after its return, learning alive, nothing set aside, and both agents' batches arrive.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn learning_goes_on_when_agents_restart_around_a_coordinator_that_went_away() {
-    let root = tempfile::tempdir().unwrap();
-    let root = root.path();
-    let key = identity::Keypair::generate_ed25519();
-    let (net, coord_addr) = tapfinger_tests::start_member(key.clone()).await;
+/// The coordinator child of [`learning_goes_on_around_a_paused_and_a_restarted_coordinator_process`]:
+/// `key file|data dir|libp2p port|API address`.
+const CHILD_ENV: &str = "TAPFINGER_COORDINATOR_CHILD";
+
+/// Run a coordinator in this process, as the parent asked ([`CHILD_ENV`]), until killed.
+async fn coordinator_child(how: &str) {
+    let parts: Vec<&str> = how.split('|').collect();
+    let key = identity::Keypair::from_protobuf_encoding(&std::fs::read(parts[0]).unwrap()).unwrap();
+    let net = tapfinger_agent::net::Network::start(tapfinger_agent::net::NetConfig {
+        keypair: key.clone(),
+        cluster: "it".into(),
+        listen: vec![format!("/ip4/127.0.0.1/tcp/{}", parts[2]).parse().unwrap()],
+        bootstrap: Vec::new(),
+        psk: Some(libp2p::pnet::PreSharedKey::new([42; 32])),
+        allow: None,
+        mdns: false,
+        peer_exchange: true,
+        channel: 256,
+    })
+    .await
+    .unwrap();
     let cfg = CoordinatorConfig {
-        data_dir: root.join("coordinator"),
+        data_dir: parts[1].into(),
         update_decisions: 16,
         eval_episodes: 1,
         ..CoordinatorConfig::default()
     };
-    let coordinator = tapfinger_coordinator::serve::spawn(cfg.clone(), key.clone(), net).unwrap();
-    let start = tapfinger_agent::policy::initial_checkpoint(None).unwrap();
-    let keys: Vec<_> = (0..2)
-        .map(|_| identity::Keypair::generate_ed25519())
-        .collect();
-    let local = |i: usize, incarnation: u64, addrs: Vec<libp2p::Multiaddr>| {
+    let mut c = tapfinger_coordinator::serve::spawn(cfg, key, net).unwrap();
+    let api = tapfinger_coordinator::api::api(parts[3], c.shared.clone(), None);
+    tokio::select! {
+        r = api => panic!("the API ended: {r:?}"),
+        why = c.stopped() => panic!("the coordinator stopped: {why}"),
+    }
+}
+
+/// The coordinator's `/v1/status`, if it answers.
+async fn coordinator_status(api: &str) -> Option<serde_json::Value> {
+    let get = tapfinger_agent::client::http(api, "GET", "/v1/status", None, None);
+    let (code, body) = tokio::time::timeout(Duration::from_secs(2), get)
+        .await
+        .ok()?
+        .ok()?;
+    (code == 200).then(|| serde_json::from_str(&body).ok())?
+}
+
+/// Two learning agents' settings, kept across their restarts (identity, journal, spool).
+struct Learners<'a> {
+    root: &'a std::path::Path,
+    coordinator: &'a identity::Keypair,
+    keys: Vec<identity::Keypair>,
+    start: (Vec<u8>, String, String),
+}
+
+impl Learners<'_> {
+    /// Agent `i` in its `incarnation`, dialling `addrs`.
+    fn local(&self, i: usize, incarnation: u64, addrs: Vec<libp2p::Multiaddr>) -> Local {
         let mut l = Local::new(&format!("n{i}"), Exec::Simulated(0.05)).bootstrap(addrs);
-        l.keypair = keys[i].clone();
+        l.keypair = self.keys[i].clone();
         l.incarnation = incarnation;
-        l.journal = Some(root.join(format!("agent{i}.journal")));
-        l.online = Some(learning(&key, root.join(format!("agent{i}")), &start));
+        l.journal = Some(self.root.join(format!("agent{i}.journal")));
+        l.online = Some(learning(
+            self.coordinator,
+            self.root.join(format!("agent{i}")),
+            &self.start,
+        ));
         l
+    }
+}
+
+/// Sixteen tasks, in turn to each agent.
+async fn submit_work(agents: &[tapfinger_agent::daemon::Agent]) {
+    for i in 0..16 {
+        agents[i % 2].submit(spec()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+}
+
+/// Wait (at most 180 s, giving the agents work while the inbox is empty) until the coordinator
+/// at `api` has run more than `n` updates, asserting meanwhile that learning is alive and
+/// nothing was set aside; its updates then.
+async fn learned_past(
+    api: &str,
+    n: u64,
+    agents: &[tapfinger_agent::daemon::Agent],
+    what: &str,
+) -> u64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        if let Some(s) = coordinator_status(api).await {
+            assert_eq!(s["learning"]["alive"], true, "{what}: {s}");
+            assert_eq!(s["learning"]["set_aside"], 0, "{what}: {s}");
+            let u = s["updates"].as_u64().unwrap_or(0);
+            if u > n {
+                return u;
+            }
+            if s["inbox_batches"] == 0 {
+                submit_work(agents).await;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: no update past {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// This test binary re-run as the coordinator child ([`CHILD_ENV`] = `how`), its output
+/// appended to `log`.
+fn spawn_child(how: &str, log: &std::path::Path) -> std::process::Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "learning_goes_on_around_a_paused_and_a_restarted_coordinator_process",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, how)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// A child process killed (and reaped) when dropped, also when the test fails.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `kill <sig> <pid>`.
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Learning agents restarted around a coordinator process that is paused (SIGSTOP for 4 s, one
+/// agent restarted on its data meanwhile, its spooled batches, whose rounds now run ahead of its
+/// restarted core, shipped again; the other after it resumes) and then killed and started again
+/// on its data: the process stays up, learning stays alive, nothing is set aside, updates go on
+/// after each, and the agents' batches reach the new process. The coordinator runs in a child
+/// process (this test binary, re-run as it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn learning_goes_on_around_a_paused_and_a_restarted_coordinator_process() {
+    if let Ok(how) = std::env::var(CHILD_ENV) {
+        return coordinator_child(&how).await;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path();
+    let key = identity::Keypair::generate_ed25519();
+    let key_file = root.join("coordinator.key");
+    std::fs::write(&key_file, key.to_protobuf_encoding().unwrap()).unwrap();
+    let (port, api) = (free_port(), format!("127.0.0.1:{}", free_port()));
+    let how = format!(
+        "{}|{}|{port}|{api}",
+        key_file.display(),
+        root.join("coordinator").display()
+    );
+    let log = root.join("coordinator.log");
+    let coordinator = Killed(spawn_child(&how, &log));
+    let coord: libp2p::Multiaddr = format!(
+        "/ip4/127.0.0.1/tcp/{port}/p2p/{}",
+        key.public().to_peer_id()
+    )
+    .parse()
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while coordinator_status(&api).await.is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the child never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let learners = Learners {
+        root,
+        coordinator: &key,
+        keys: (0..2)
+            .map(|_| identity::Keypair::generate_ed25519())
+            .collect(),
+        start: tapfinger_agent::policy::initial_checkpoint(None).unwrap(),
     };
-    let (a0, addr0) = local(0, 1, vec![coord_addr.clone()]).start().await;
-    let (a1, addr1) = local(1, 1, vec![coord_addr.clone(), addr0.clone()])
+    let (a0, addr0) = learners.local(0, 1, vec![coord.clone()]).start().await;
+    let (a1, addr1) = learners
+        .local(1, 1, vec![coord.clone(), addr0.clone()])
         .start()
         .await;
     let mut agents = [a0, a1];
-    let submit = async |agents: &[tapfinger_agent::daemon::Agent]| {
-        for i in 0..16 {
-            agents[i % 2].submit(spec()).await.unwrap();
-            tokio::time::sleep(Duration::from_millis(30)).await;
-        }
-    };
-    submit(&agents).await;
-    let updated = |c: &tapfinger_coordinator::serve::Coordinator, n: u64| {
-        let s = c.snapshot();
-        s.state.updates >= n && !s.updating
-    };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    while !updated(&coordinator, 1) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no first update: {:?}",
-            coordinator.snapshot().state
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let before = coordinator.snapshot().state.updates;
-    // The coordinator goes away; agent 0 restarts on its data meanwhile.
-    coordinator.kill();
-    drop(coordinator);
+    submit_work(&agents).await;
+    let first = learned_past(&api, 0, &agents, "at first").await;
+    // Paused for 4 s; agent 0 restarts on its data meanwhile, agent 1 once it resumes.
+    signal(coordinator.0.id(), "-STOP");
     agents[0].kill();
-    let (a0, addr0) = local(0, 2, vec![coord_addr.clone(), addr1.clone()])
+    let (a0, addr0) = learners
+        .local(0, 2, vec![coord.clone(), addr1.clone()])
         .start()
         .await;
     agents[0] = a0;
-    submit(&agents).await;
+    submit_work(&agents).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
-    // Back on its data directory (on a new port: it dials the agents).
-    let (net, _) =
-        tapfinger_tests::start_member_dialing(key.clone(), vec![addr0.clone(), addr1.clone()])
-            .await;
-    let again = tapfinger_coordinator::serve::spawn(cfg, key.clone(), net).unwrap();
-    assert_eq!(again.snapshot().state.updates, before);
-    // Agent 1 restarts once it is back.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    signal(coordinator.0.id(), "-CONT");
     agents[1].kill();
-    let (a1, _) = local(1, 2, vec![addr0.clone()]).start().await;
-    agents[1] = a1;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
-    while !updated(&again, before + 2) {
-        let s = again.snapshot();
-        assert!(s.learning.alive, "learning stopped: {:?}", s.learning);
+    agents[1] = learners
+        .local(1, 2, vec![coord.clone(), addr0.clone()])
+        .start()
+        .await
+        .0;
+    let paused = learned_past(&api, first, &agents, "after the pause").await;
+    // Killed and started again on its data (the same port): the agents find it again.
+    drop(coordinator);
+    agents[0].kill();
+    agents[0] = learners
+        .local(0, 3, vec![coord.clone(), addr1.clone()])
+        .start()
+        .await
+        .0;
+    let mut coordinator = Killed(spawn_child(&how, &log));
+    let restarted = learned_past(&api, paused, &agents, "after the restart").await;
+    // The agents' batches reach the new process.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = coordinator_status(&api).await;
+        let heard = s.as_ref().and_then(|s| {
+            s["decisions_received_since_start"]
+                .as_object()
+                .map(|m| m.len())
+        });
+        if heard.is_some_and(|n| n > 0) {
+            break;
+        }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "no update after the restarts: {:?} {:?}",
-            s.state,
-            s.learning
+            "no batch after the restart: {s:?}"
         );
-        if s.inbox_batches == 0 && !s.updating {
-            submit(&agents).await;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        submit_work(&agents).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let s = again.snapshot();
     assert!(
-        s.learning.alive && s.learning.stopped.is_none(),
-        "{:?}",
-        s.learning
+        coordinator.0.try_wait().unwrap().is_none(),
+        "the coordinator exited"
     );
-    assert_eq!(s.learning.set_aside, 0, "{:?}", s.learning);
-    assert_eq!(s.received_live.len(), 2, "{:?}", s.received_live);
     eprintln!(
-        "updates: {before} before the coordinator went away, {} after both restarts; batches set aside {}",
-        s.state.updates, s.learning.set_aside
+        "updates: {first} at first, {paused} after a 4 s pause with both agents restarted around it, {restarted} after a restart; batches set aside 0"
     );
     agents.iter().for_each(|a| a.kill());
-    again.kill();
 }

@@ -42,20 +42,11 @@ pub async fn start_listening(mut cfg: NetConfig) -> (Network, Multiaddr) {
 /// A network for a coordinator (or any non-agent member) of the test cluster: its key, the test
 /// cluster's name and pre-shared key, an ephemeral loopback port.
 pub async fn start_member(keypair: identity::Keypair) -> (Network, Multiaddr) {
-    start_member_dialing(keypair, Vec::new()).await
-}
-
-/// [`start_member`] dialling `bootstrap` (a member started again on a new port finds the
-/// agents itself).
-pub async fn start_member_dialing(
-    keypair: identity::Keypair,
-    bootstrap: Vec<Multiaddr>,
-) -> (Network, Multiaddr) {
     start_listening(NetConfig {
         keypair,
         cluster: "it".into(),
         listen: Vec::new(),
-        bootstrap,
+        bootstrap: Vec::new(),
         psk: Some(PreSharedKey::new([42; 32])),
         allow: None,
         mdns: false,
