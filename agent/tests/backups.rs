@@ -60,6 +60,19 @@ fn copy_dir(from: &Path, to: &Path) {
     );
 }
 
+/// Put the copy `backup` in the place of the data directory `dir`, whole: copied beside it,
+/// then renamed over it. (Deleting `dir` first leaves its lease file missing for as long as the
+/// copy takes, and a supervisor that finds no lease stops its task: the backstop for an agent
+/// gone for good, which would end the copy this test is about before the agent restarts.)
+fn restore(backup: &Path, dir: &Path) {
+    let staged = dir.with_extension("restoring");
+    copy_dir(backup, &staged);
+    let old = dir.with_extension("replaced");
+    std::fs::rename(dir, &old).unwrap();
+    std::fs::rename(&staged, dir).unwrap();
+    std::fs::remove_dir_all(&old).unwrap();
+}
+
 /// One run; returns the overlapping copies and the copies of the long task.
 fn run_once(dir: &Path) -> (usize, usize) {
     let rec = dir.join("rec");
@@ -88,7 +101,7 @@ fn run_once(dir: &Path) -> (usize, usize) {
     });
     // SIGKILL: the long task's supervisor keeps it running.
     drop(a);
-    copy_dir(&dir.join("a.backup"), &dir.join("a"));
+    restore(&dir.join("a.backup"), &dir.join("a"));
     let restarted = now_ms();
     let a = start_agent(peer_agent(BIN, dir, "a", pa, &api_a, &[pb]), &api_a);
     let keys = ["long", "q1", "q2"];
