@@ -436,3 +436,25 @@ pub async fn poll_until(limit: Duration, seen: impl Fn() -> bool) -> bool {
     }
     false
 }
+
+/// GET `path` from `api` every 100 ms, at most `tries` times, until `ok(code, body)`: whether
+/// it held, and the last body.
+pub async fn poll_get(
+    api: &str,
+    path: &str,
+    tries: usize,
+    ok: impl Fn(u16, &str) -> bool,
+) -> (bool, String) {
+    let mut last = String::new();
+    for _ in 0..tries {
+        let (code, body) = tapfinger_agent::client::http(api, "GET", path, None, None)
+            .await
+            .unwrap();
+        if ok(code, &body) {
+            return (true, body);
+        }
+        last = body;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (false, last)
+}
