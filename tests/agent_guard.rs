@@ -3,9 +3,10 @@
 //! untrained network, on the agents and the coordinator alike) and a burst of short and long
 //! tasks on which it shares the boxes in no useful order, where a baseline that runs the short
 //! ones first (`lookahead`, from the estimator's figures) or each at full width finishes them
-//! far sooner on average. The agents push the workload
-//! they observe; the coordinator's guard replays its twin under the learned policy and every
-//! deployable baseline, finds a baseline better by its margin, signs the choice, and every
+//! far sooner on average. The agents push the workload they observe; the coordinator checks
+//! each push against what it heard on the gossip itself (every task kept), replays the twin
+//! under the learned policy and every deployable baseline, finds a baseline whose gain clears
+//! the twin's error and its spread (no margin here), signs the choice, and every
 //! agent's node core then decides with that baseline (its own status, and the policy name its
 //! core reports), tasks go on finishing under it, and a restarted agent runs the choice in force
 //! from its data directory.
@@ -40,6 +41,9 @@ fn spec(class: &str, min_cpu: u32) -> TaskSpec {
     .unwrap()
 }
 
+/// Tasks in the burst.
+const TASKS: usize = 36;
+
 /// Slots (150 ms) a task of `class` takes alone at one core.
 fn slots(class: &str) -> f64 {
     if class == "a" { 16.0 } else { 96.0 }
@@ -72,9 +76,14 @@ async fn cluster(
         // No learning from experience here: the guard and the fine-tune on the twin.
         update_decisions: usize::MAX,
         guard_every_s: 1,
-        // Judged once all 36 have finished: the fine-tune after it (CPU-heavy, on the same
+        // No margin: the hysteresis is the unit tests' (`tapfinger_sim::guard`); here the gain
+        // must still clear the twin's error on the policy in force and one standard error over
+        // the tasks, which wall-clock figures under load move by a few hundredths (a burst
+        // gives gains of 0.18 to 0.37 and bars of 0.13 to 0.27 with a 0.05 margin).
+        guard_margin: 0.0,
+        // Judged once all have finished: the fine-tune after it (CPU-heavy, on the same
         // machine here) does not stretch the slots the agents measure the burst in.
-        guard_min_tasks: 36,
+        guard_min_tasks: TASKS,
         // One short fine-tune on the twin of the first workload judged.
         tune_iterations: 2,
         tune_every_s: 3600,
@@ -127,16 +136,17 @@ async fn the_guard_moves_every_agent_off_a_bad_learned_policy() {
         statuses(&all).iter().all(|s| s.deciding == "tapfinger"),
         "every agent starts on the learned policy"
     );
-    // A burst of short (`a`) and long (`b`) tasks that scale linearly with cores, arriving
-    // faster than the boxes finish them: the untrained network shares the boxes among them in
-    // no useful order, mostly a core each. Every sixth task of a class asks for all four
+    // A burst of short (`a`) and long (`b`) tasks that scale linearly with cores, all within a
+    // few slots: the untrained network shares the boxes among them in no useful order, mostly
+    // a core each (spread out, with the boxes often idle, it gives each task the whole box and
+    // is as good as any baseline). Every sixth task of a class asks for all four
     // cores, so the agents observe each class at full width too: the twin credits no policy
     // with a speed at more units than the class ran with.
-    for i in 0..36 {
+    for i in 0..TASKS {
         let min_cpu = if (i / 2) % 6 == 0 { 4 } else { 1 };
         let s = spec(if i % 2 == 0 { "a" } else { "b" }, min_cpu);
         all[i % 3].submit(s).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
     loop {
@@ -170,14 +180,19 @@ async fn the_guard_moves_every_agent_off_a_bad_learned_policy() {
     eprintln!("guard: {} — judged {:?}", choice.reason, last);
     // The cluster's workload: the three boxes' pushes merged, every task reported alike.
     assert!(last.boxes >= 2 && last.uncorroborated == 0, "{last:?}");
+    // ... and every task as the coordinator heard it itself.
+    assert_eq!(last.unheard, 0, "{last:?}");
     assert_ne!(choice.policy, "tapfinger");
     assert_eq!(choice.seq, 1);
     let of = |n: &str| last.twin_jcts.iter().find(|(m, _)| m == n).map(|(_, j)| *j);
+    let gain = |n: &str| last.gains.iter().find(|(m, _)| m == n).map(|(_, g)| *g);
+    let needed = |n: &str| last.needed.iter().find(|(m, _)| m == n).map(|(_, g)| *g);
     assert!(
-        of(&choice.policy).unwrap() < of("tapfinger").unwrap() * 0.95,
-        "the chosen baseline beat the learned policy by the margin: {last:?}"
+        of(&choice.policy).unwrap() < of("tapfinger").unwrap()
+            && gain(&choice.policy).unwrap() > needed(&choice.policy).unwrap(),
+        "the chosen baseline beat the learned policy by what it had to: {last:?}"
     );
-    assert_eq!(last.finished, 36, "{last:?}");
+    assert_eq!(last.finished, TASKS, "{last:?}");
     // Every agent's node core decides with the choice.
     wait(
         &all,

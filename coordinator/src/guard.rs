@@ -46,6 +46,10 @@ pub struct Judgement {
     /// the policy in force).
     #[serde(default)]
     pub gains: Vec<(String, f64)>,
+    /// What each candidate's gain had to clear to replace the policy in force
+    /// (`tapfinger_sim::guard::Decision::needed`).
+    #[serde(default)]
+    pub needed: Vec<(String, f64)>,
     /// What it decided.
     pub policy: String,
     /// Whether that was a switch.
@@ -58,6 +62,11 @@ pub struct Judgement {
     /// Tasks of the base box's workload no other box reported alike (left out).
     #[serde(default)]
     pub uncorroborated: usize,
+    /// Tasks of the base box's workload that disagree with what the coordinator heard itself
+    /// ([`crate::heard`]: never announced, announced otherwise, at other times, or runs it never
+    /// heard of), left out.
+    #[serde(default)]
+    pub unheard: usize,
     /// Why it could not judge, if it could not.
     pub error: Option<String>,
 }
@@ -85,6 +94,8 @@ pub struct Guard {
     pub state: GuardState,
     /// The latest workload per node observed under the choice in force.
     workloads: BTreeMap<u32, Workload>,
+    /// What the coordinator heard of the tasks itself (what the workloads are checked against).
+    heard: crate::heard::Heard,
     /// When the last judgement was sent (or the guard started).
     last: Instant,
     /// When this process started (for the busy share).
@@ -144,6 +155,7 @@ impl Guard {
             key,
             state,
             workloads: BTreeMap::new(),
+            heard: crate::heard::Heard::default(),
             last: Instant::now(),
             started: Instant::now(),
             session_busy_s: 0.0,
@@ -219,6 +231,12 @@ impl Guard {
         Ok(())
     }
 
+    /// Note a message of the cluster's gossip, from `from`, heard now.
+    pub fn hear(&mut self, from: tapfinger::NodeId, body: &tapfinger::wire::Body) {
+        let at = self.started.elapsed().as_secs_f64();
+        self.heard.hear(from, body, at);
+    }
+
     /// How long to wait after the judgement sent last: `guard_every_s`, or longer where the
     /// last judgement took so long that judging at that pace would use more than
     /// `guard_max_share` of a core (a large window on a large cluster).
@@ -230,13 +248,22 @@ impl Guard {
 
     /// The workload to judge now, if one is due: [`Guard::interval`] since the last, not
     /// judging, and the cluster's workload merged from at least `guard_min_boxes` boxes'
-    /// ([`crate::merge`]: only tasks another box reports alike) with at least
+    /// ([`crate::merge`]: only tasks another box reports alike), each box's first checked
+    /// against what the coordinator heard itself ([`crate::heard`]), with at least
     /// `guard_min_tasks` finished tasks.
     pub fn due(&mut self, model: (Vec<u8>, String)) -> Option<Work> {
         if !self.cfg.guard || self.judging || self.last.elapsed() < self.interval() {
             return None;
         }
-        let (workload, merge) = crate::merge::merged(&self.workloads, self.cfg.guard_min_boxes)?;
+        let checked: BTreeMap<u32, (Workload, crate::heard::Checked)> = self
+            .workloads
+            .iter()
+            .map(|(n, w)| (*n, self.heard.check(w)))
+            .collect();
+        let told: BTreeMap<u32, Workload> =
+            checked.iter().map(|(n, (w, _))| (*n, w.clone())).collect();
+        let (workload, mut merge) = crate::merge::merged(&told, self.cfg.guard_min_boxes)?;
+        merge.unheard = checked.get(&merge.base).map_or(0, |(_, c)| c.unheard);
         let finished = workload
             .tasks
             .iter()
@@ -352,6 +379,7 @@ pub fn judge(work: &Work) -> Judgement {
             measured,
             unsupported,
             gains,
+            needed,
             ..
         }) => Judgement {
             current: work.current.clone(),
@@ -361,12 +389,14 @@ pub fn judge(work: &Work) -> Judgement {
             measured,
             unsupported,
             gains,
+            needed,
             policy,
             switched,
             seconds,
             error: None,
             boxes: work.merge.boxes,
             uncorroborated: work.merge.uncorroborated,
+            unheard: work.merge.unheard,
         },
         Err(e) => Judgement {
             current: work.current.clone(),
@@ -377,6 +407,7 @@ pub fn judge(work: &Work) -> Judgement {
             error: Some(e.to_string()),
             boxes: work.merge.boxes,
             uncorroborated: work.merge.uncorroborated,
+            unheard: work.merge.unheard,
             ..Judgement::default()
         },
     }

@@ -11,6 +11,7 @@
 pub mod api;
 pub mod config;
 pub mod guard;
+pub mod heard;
 pub mod learner;
 mod learning;
 pub mod merge;

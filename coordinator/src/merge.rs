@@ -5,9 +5,13 @@
 //! each other (boxes see an event a round or two apart). A box that makes tasks up, or changes
 //! their arrivals, sizes or ends, has them dropped; what the other boxes agree on stays.
 //!
+//! Each box's workload is first checked against what the coordinator heard itself
+//! ([`crate::heard`]): boxes that agree cannot make up what the cluster was never told.
+//!
 //! What one allowlisted box can still do: the class speed figures, the boxes and the kinds come
 //! from the workload of the box that reported the most corroborated finished tasks (one box's
-//! estimator), and two colluding boxes corroborate each other.
+//! estimator), and two colluding boxes corroborate each other, though only on what the whole
+//! cluster was told at the time.
 
 use std::collections::BTreeMap;
 use tapfinger::twin::{TaskRecord, Workload};
@@ -24,6 +28,9 @@ pub struct Merge {
     pub base: u32,
     /// Tasks of that workload no other box reported alike (dropped).
     pub uncorroborated: usize,
+    /// Tasks of that box's workload that disagreed with what the coordinator heard itself
+    /// (dropped before the merge; [`crate::heard`]).
+    pub unheard: usize,
 }
 
 /// Whether `a` and `b` tell the same task alike.
@@ -72,6 +79,7 @@ pub fn merged(workloads: &BTreeMap<u32, Workload>, min_boxes: usize) -> Option<(
             boxes: 1,
             base: node,
             uncorroborated: 0,
+            unheard: 0,
         };
         return Some((w.clone(), merge));
     }
@@ -92,6 +100,7 @@ pub fn merged(workloads: &BTreeMap<u32, Workload>, min_boxes: usize) -> Option<(
         boxes: workloads.len(),
         base: node,
         uncorroborated: base.tasks.len() - tasks.len(),
+        unheard: 0,
     };
     Some((
         Workload {

@@ -181,6 +181,11 @@ async fn run(
                         *s.refused.entry(what).or_default() += 1;
                     }
                 }
+                Some(NetEvent::Message { from, envelope }) => {
+                    // The gossip every agent hears, by its proven author: the guard checks the
+                    // boxes' workloads against it.
+                    guard.hear(node_id(&from), &envelope.body);
+                }
                 Some(NetEvent::Listening(addr)) => {
                     tracing::info!(address = %format!("{addr}/p2p/{}", net.peer_id), "listening");
                 }

@@ -93,6 +93,9 @@ pub struct Decision {
     /// Each candidate's gain over the policy in use (1 − its total JCT over the policy in
     /// use's) on the windows that judge it, where the latest one does.
     pub gains: Vec<(String, f64)>,
+    /// What each candidate's gain had to clear: the margin, the twins' error on the policy in
+    /// use, and the gain's standard error over the tasks judged ([`GAIN_Z`]).
+    pub needed: Vec<(String, f64)>,
     /// The windows judged (those since the policy in use was adopted).
     pub windows: usize,
 }
@@ -307,10 +310,12 @@ pub fn judge(current: &str, windows: &[Judged], margin: f64) -> Decision {
             measured: 0.0,
             unsupported: Vec::new(),
             gains: Vec::new(),
+            needed: Vec::new(),
             windows: 0,
         };
     };
     let mut gains = Vec::new();
+    let mut needs = Vec::new();
     let mut best: Option<(String, f64)> = None;
     let last = windows.len() - 1;
     for (name, _) in latest.twin_jcts.iter().filter(|(n, _)| n != current) {
@@ -342,6 +347,7 @@ pub fn judge(current: &str, windows: &[Judged], margin: f64) -> Decision {
         let gain = 1.0 - cand / now;
         gains.push((name.clone(), gain));
         let needed = margin + error(now_measured, measured) + GAIN_Z * spread(&paired, now);
+        needs.push((name.clone(), needed));
         if gain > needed && best.as_ref().is_none_or(|b| gain > b.1) {
             best = Some((name.clone(), gain));
         }
@@ -364,6 +370,7 @@ pub fn judge(current: &str, windows: &[Judged], margin: f64) -> Decision {
         measured: latest.measured,
         unsupported: latest.unsupported.clone(),
         gains,
+        needed: needs,
         windows: windows.len(),
     }
 }
