@@ -30,6 +30,7 @@
 //! | [`placement`], [`plan`] | the placement model of multi-node jobs; the pipeline planner |
 //! | [`gpu_pool`], [`frag`] | GPU devices and fractions; how fragmented a box's devices are (FGD's measure) |
 //! | [`plateau`], [`twin`] | convergence; the cluster's twin |
+//! | [`sizes`] | what the cluster knows of a task's size before it runs: distributions per recurring job, submitter, class, with their measured error |
 
 pub mod estimate;
 pub mod experience;
@@ -45,6 +46,7 @@ pub mod policy;
 pub mod protocol;
 pub mod resources;
 pub mod share;
+pub mod sizes;
 pub mod slot;
 pub mod spec;
 pub mod task;
