@@ -80,20 +80,38 @@ pub(crate) fn deploy_replay(a: DeployArgs) -> Result<()> {
         },
     });
     let mut all = Vec::new();
+    let mut bar = crate::cli_progress::Progress::new(a.seeds.saturating_mul(a.windows as u64))
+        .unit("windows");
     for seed in a.seed_base..a.seed_base.saturating_add(a.seeds) {
-        let r = tapfinger_sim::deployment::replay(
+        let r = tapfinger_sim::deployment::replay_observed(
             &sc,
             seed,
             a.windows,
             a.margin,
             &a.start,
             tune.as_ref(),
+            &mut |w| {
+                bar.tick();
+                let guesses = w.extrapolated();
+                if !guesses.is_empty() {
+                    let list: Vec<String> = guesses
+                        .iter()
+                        .map(|(n, s)| format!("{n} {:.0} %", s * 100.0))
+                        .collect();
+                    bar.note(&format!(
+                        "seed {seed}, window {}: the twin is mostly extrapolated for {} of their slots (speeds the window never measured): those figures are guesses",
+                        w.window,
+                        list.join(", ")
+                    ));
+                }
+            },
         )?;
         if !a.json {
             print!("{}", tapfinger_sim::deployment::table(&r));
         }
         all.push(r);
     }
+    bar.finish();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&all)?);
     }

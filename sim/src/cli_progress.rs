@@ -39,6 +39,10 @@ impl Progress {
         }
         self.bar.inc(1);
     }
+    /// A line on stderr, above the bar where it is drawn (always printed, bar or not).
+    pub(crate) fn note(&self, line: &str) {
+        self.bar.suspend(|| eprintln!("{line}"));
+    }
     pub(crate) fn finish(&self) {
         self.bar.finish_and_clear();
     }

@@ -102,6 +102,20 @@ pub struct Window {
     pub next: Decision,
 }
 
+impl Window {
+    /// The candidates whose figure on this window's twin is mostly a guess: more than
+    /// [`guard::MAX_UNSUPPORTED`] of their slots there extrapolated (the guard counts such a
+    /// window neither for nor against them once a later window judges).
+    pub fn extrapolated(&self) -> Vec<(String, f64)> {
+        self.next
+            .unsupported
+            .iter()
+            .filter(|(_, share)| *share > guard::MAX_UNSUPPORTED)
+            .cloned()
+            .collect()
+    }
+}
+
 /// Fine-tuning in a replay: after every `every` windows (but the last), `tuning` on the latest
 /// window's workload.
 #[derive(Debug, Clone)]
@@ -248,6 +262,19 @@ pub fn replay(
     start: &str,
     tune: Option<&TuneEvery>,
 ) -> Result<Replay, ReplayError> {
+    replay_observed(sc, seed, windows, margin, start, tune, &mut |_| {})
+}
+
+/// [`replay`], telling `done` of each window as it is measured (a command line's progress).
+pub fn replay_observed(
+    sc: &Scenario,
+    seed: u64,
+    windows: usize,
+    margin: f64,
+    start: &str,
+    tune: Option<&TuneEvery>,
+    done: &mut dyn FnMut(&Window),
+) -> Result<Replay, ReplayError> {
     let parts = split(sc, seed, windows)?;
     let count = parts.len();
     // The learned policy the windows run is the model shipped for the scenario (else the
@@ -351,6 +378,9 @@ pub fn replay(
             true_jcts: jcts.clone(),
             next: next.clone(),
         });
+        if let Some(w) = out.last() {
+            done(w);
+        }
         current = next.policy;
     }
     Ok(Replay {

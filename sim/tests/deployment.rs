@@ -11,15 +11,34 @@ use tapfinger_sim::{Scenario, deployment};
 fn the_guard_leaves_a_bad_policy_after_one_window_and_stays_off_it() {
     let sc = Scenario::load("hetero6").unwrap();
     // first-fit-max takes over ten times the best baseline's JCT on hetero6 (docs/RESULTS.md).
-    let r = deployment::replay(
+    let mut told = Vec::new();
+    let r = deployment::replay_observed(
         &sc,
         100,
         3,
         tapfinger_sim::guard::MARGIN,
         "first-fit-max",
         None,
+        &mut |w| told.push((w.window, w.policy.clone(), w.extrapolated())),
     )
     .unwrap();
+    // Each window was told as it was measured, in order (the command line's progress and its
+    // warnings of guessed figures).
+    let windows: Vec<_> = r
+        .windows
+        .iter()
+        .map(|w| {
+            let guessed = w
+                .next
+                .unsupported
+                .iter()
+                .filter(|(_, s)| *s > tapfinger_sim::guard::MAX_UNSUPPORTED)
+                .cloned()
+                .collect::<Vec<_>>();
+            (w.window, w.policy.clone(), guessed)
+        })
+        .collect();
+    assert_eq!(told, windows);
     eprint!("{}", deployment::table(&r));
     assert_eq!(r.windows[0].policy, "first-fit-max");
     assert!(r.windows[0].ratio > 3.0, "{}", r.windows[0].ratio);
