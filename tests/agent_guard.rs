@@ -118,6 +118,40 @@ async fn cluster(
     (coordinator, agents, locals, addrs)
 }
 
+/// Wait (three minutes at most) for the coordinator's first switch; on a failure, keep what
+/// `agent` observed in `root/workload.json`, for `tapfinger-sim guard --workload`.
+async fn wait_for_switch(
+    coordinator: &tapfinger_coordinator::serve::Coordinator,
+    agent: &tapfinger_agent::daemon::Agent,
+    root: &std::path::Path,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let g = coordinator.snapshot().guard;
+        if g.switches >= 1 {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            agent
+                .commands
+                .send(tapfinger_agent::daemon::Command::Workload(1_000_000, tx))
+                .await
+                .unwrap();
+            let w = *rx.await.unwrap();
+            let path = root.join("workload.json");
+            std::fs::write(&path, serde_json::to_string(&w).unwrap()).unwrap();
+            eprintln!("the workload agent 0 observed: {}", path.display());
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no switch: {:?}",
+            g.last
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_guard_moves_every_agent_off_a_bad_learned_policy() {
     let root = std::env::temp_dir().join(format!("tapfinger-guard-it-{}", std::process::id()));
@@ -148,32 +182,7 @@ async fn the_guard_moves_every_agent_off_a_bad_learned_policy() {
         all[i % 3].submit(s).await.unwrap();
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
-    loop {
-        let g = coordinator.snapshot().guard;
-        if g.switches >= 1 {
-            break;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            agents[0]
-                .commands
-                .send(tapfinger_agent::daemon::Command::Workload(1_000_000, tx))
-                .await
-                .unwrap();
-            // What the guard judged, for `tapfinger-sim guard --workload` on a failure.
-            let w = *rx.await.unwrap();
-            let path = root.join("workload.json");
-            std::fs::write(&path, serde_json::to_string(&w).unwrap()).unwrap();
-            eprintln!("the workload agent 0 observed: {}", path.display());
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no switch: {:?}",
-            g.last
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_switch(&coordinator, &agents[0], &root).await;
     let g = coordinator.snapshot().guard;
     let choice = g.choice.clone().unwrap();
     let last = g.last.clone().unwrap();
