@@ -18,6 +18,9 @@
 //! workload. A hand-kept window rather than a quantile-sketch crate: with at most 64 samples a
 //! sort is exact and cheap, and a sketch cannot forget its oldest samples.
 //!
+//! The ledger keeps one ([`crate::ledger::Ledger::sizes`]), fed with the attained service of
+//! every task that ran and succeeded on its books, on the simulator and the agents alike.
+//!
 //! The error is measured as it would have been met: each finished task is first predicted from
 //! the book as it stood, then learned ([`SizeBook::observe`]), so [`SizeBook::error`] is the
 //! book's out-of-sample error on the cluster's own tasks.

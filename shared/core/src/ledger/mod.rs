@@ -249,6 +249,9 @@ pub struct Ledger<M> {
     reserve: reserve::Reserve,
     /// Tasks sent back to the queue, by reason ([`Ledger::requeue`]).
     requeues: BTreeMap<Requeue, u64>,
+    /// What the tasks that succeeded here attained in all: the cluster's size knowledge
+    /// ([`crate::sizes`]).
+    sizes: crate::sizes::SizeBook,
     /// The shapes that arrived and the devices drivers stated: a claim's prior ([`packing`]).
     packing: packing::Packing,
 }
@@ -275,6 +278,7 @@ impl<M> Ledger<M> {
             reserve: Default::default(),
             requeues: BTreeMap::new(),
             packing: Default::default(),
+            sizes: Default::default(),
         }
     }
 
@@ -393,6 +397,7 @@ impl<M> Ledger<M> {
         if matches!(state, TaskState::Done { .. }) {
             self.estimator.forget(id);
         }
+        self.learn_size(id, &old, &state);
         if let Some(e) = self.tasks.get_mut(&id) {
             e.observed = match (&old, &state, e.observed.take()) {
                 // The same copy re-allocated: the observation point stays as it is, at the
@@ -551,6 +556,45 @@ impl<M> Ledger<M> {
         if let Some(e) = self.tasks.get_mut(&id) {
             e.attained = attained;
         }
+    }
+
+    /// A single task seen running here that ends in success: its attained service is a size
+    /// the size book learns (module doc of [`crate::sizes`]). Nothing else is: a task first
+    /// heard of as done attained nothing here, a failure or a cancellation says nothing of its
+    /// size, and a gang's service is its members'.
+    fn learn_size(&mut self, id: TaskId, old: &TaskState, new: &TaskState) {
+        let Some(e) = self.tasks.get(&id) else { return };
+        if !matches!(old, TaskState::Running { .. })
+            || !new.succeeded()
+            || e.task.gang.is_some()
+            || e.attained <= 0.0
+        {
+            return;
+        }
+        let identity = crate::sizes::Identity::default();
+        let q = crate::sizes::Query {
+            identity: &identity,
+            class: e.task.ty,
+            min_demand: &e.task.min_demand,
+        };
+        let attained = e.attained;
+        self.sizes.observe(&q, attained);
+    }
+
+    /// The size knowledge learned from the tasks that succeeded here.
+    pub fn sizes(&self) -> &crate::sizes::SizeBook {
+        &self.sizes
+    }
+
+    /// `id`'s predicted size (attained service in all) from the tasks that succeeded before it.
+    pub fn predict_size(&self, id: TaskId) -> Option<crate::sizes::Prediction> {
+        let e = self.tasks.get(&id)?;
+        let identity = crate::sizes::Identity::default();
+        self.sizes.predict(&crate::sizes::Query {
+            identity: &identity,
+            class: e.task.ty,
+            min_demand: &e.task.min_demand,
+        })
     }
 
     /// End of a slot: every running task attains the units of the service kind it holds.

@@ -21,6 +21,49 @@ fn running(node: u32, alloc: [u32; 2]) -> TaskState {
     }
 }
 
+/// What a task that succeeded here attained is a size the ledger's size book learns, on the
+/// simulator and on every agent alike; failures, cancellations and tasks first heard of as done
+/// teach it nothing.
+#[test]
+fn the_sizes_of_tasks_that_succeeded_here_are_learned() {
+    let mut l = two_nodes();
+    let done = |code: Option<i32>, epoch: u64| TaskState::Done {
+        node: NodeId(0),
+        code,
+        epoch,
+    };
+    // Tasks 1-3 run for 2, 3 and 4 slots at one unit of the service kind, then succeed; task
+    // 4 runs 9 slots and fails, task 5 runs 9 and is cancelled.
+    for (id, slots, end) in [
+        (1, 2, done(Some(0), 1)),
+        (2, 3, done(Some(0), 1)),
+        (3, 4, done(Some(0), 1)),
+        (4, 9, done(Some(1), 1)),
+        (5, 9, done(None, crate::wire::CANCELLED)),
+    ] {
+        l.insert(task(id, 0, [1, 1], &[0]), TaskState::Pending, ());
+        l.set_state(TaskId(id), running(0, [1, 1]));
+        for _ in 0..slots {
+            l.accrue_service();
+        }
+        l.set_state(TaskId(id), end);
+    }
+    // Heard of only once done: it attained nothing here.
+    l.insert(task(6, 0, [1, 1], &[0]), done(Some(0), 1), ());
+    l.insert(task(7, 1, [1, 1], &[0]), TaskState::Pending, ());
+    let p = l.predict_size(TaskId(7)).unwrap();
+    assert_eq!(p.samples, 3);
+    assert_eq!(p.median(), 3.0);
+    assert_eq!(p.sorted, vec![2.0, 3.0, 4.0]);
+    // Each success after the first was predicted before it was learned (from all tasks: the
+    // class had fewer than three sizes).
+    assert_eq!(l.sizes().error().predicted, 2);
+    assert_eq!(
+        l.sizes().error_by_level()[&crate::sizes::Level::All].predicted,
+        2
+    );
+}
+
 #[test]
 fn windows_hold_the_oldest_tasks_first_then_by_each_nodes_rank() {
     let mut l = two_nodes();
