@@ -286,17 +286,7 @@ mod tests {
     }
 
     fn workload(tasks: Vec<TaskRecord>) -> Workload {
-        Workload {
-            format: tapfinger::twin::FORMAT.into(),
-            slot_seconds: 2.0,
-            from_slot: 0,
-            to_slot: 100,
-            kinds: Vec::new(),
-            nodes: Vec::new(),
-            classes: Vec::new(),
-            tasks,
-            links: None,
-        }
+        crate::merge::tests::workload_of(tasks, 2.0)
     }
 
     /// Ten tasks the coordinator heard as they happened (slots of 2 s, slot 0 at 50 s on its

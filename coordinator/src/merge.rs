@@ -112,7 +112,7 @@ pub fn merged(workloads: &BTreeMap<u32, Workload>, min_boxes: usize) -> Option<(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tapfinger::{Resources, TaskId};
 
@@ -133,10 +133,12 @@ mod tests {
         }
     }
 
-    fn workload(tasks: Vec<TaskRecord>) -> Workload {
+    /// A workload of `tasks` in slots of `slot_seconds`, with no boxes or classes (what the
+    /// guard's checks read of one).
+    pub(crate) fn workload_of(tasks: Vec<TaskRecord>, slot_seconds: f64) -> Workload {
         Workload {
             format: tapfinger::twin::FORMAT.into(),
-            slot_seconds: 1.0,
+            slot_seconds,
             from_slot: 0,
             to_slot: 100,
             kinds: Vec::new(),
@@ -145,6 +147,10 @@ mod tests {
             tasks,
             links: None,
         }
+    }
+
+    fn workload(tasks: Vec<TaskRecord>) -> Workload {
+        workload_of(tasks, 1.0)
     }
 
     /// Two honest boxes that saw the tasks a slot apart agree; a third that made tasks up, or
