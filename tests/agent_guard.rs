@@ -196,10 +196,12 @@ async fn the_guard_moves_every_agent_off_a_bad_learned_policy() {
     let of = |n: &str| last.twin_jcts.iter().find(|(m, _)| m == n).map(|(_, j)| *j);
     let gain = |n: &str| last.gains.iter().find(|(m, _)| m == n).map(|(_, g)| *g);
     let needed = |n: &str| last.needed.iter().find(|(m, _)| m == n).map(|(_, g)| *g);
+    // As strict as with the 5 % margin: the choice is at least 5 % better on the twin, and its
+    // gain cleared what the guard said it had to.
     assert!(
-        of(&choice.policy).unwrap() < of("tapfinger").unwrap()
+        of(&choice.policy).unwrap() < of("tapfinger").unwrap() * 0.95
             && gain(&choice.policy).unwrap() > needed(&choice.policy).unwrap(),
-        "the chosen baseline beat the learned policy by what it had to: {last:?}"
+        "the chosen baseline beat the learned policy by the margin and what it had to: {last:?}"
     );
     assert_eq!(last.finished, TASKS, "{last:?}");
     // Every agent's node core decides with the choice.
