@@ -7,9 +7,9 @@
 //! which boxes each heartbeat shows it running on, and every end (the finish message, or the outcome a later
 //! heartbeat repeats). It notes when it heard each, on its own clock. A pushed task is kept
 //! only if it was announced with the same attributes, its arrival and end fall where the
-//! coordinator heard them (on one offset between the cluster's slots and the coordinator's
-//! clock, the median over the tasks judged, within [`crate::merge::SLACK`] slots and
-//! [`DELAY_S`] of delivery), and every start it lists was heard from that box when it happened
+//! coordinator heard them (the cluster's slots put on the coordinator's clock by when each
+//! slot's proposals were heard, the median over their senders; within [`crate::merge::SLACK`]
+//! slots and [`DELAY_S`] of delivery), and every start it lists was heard from that box when it happened
 //! (a re-share only on a box it was heard running on). So boxes that agree among themselves still cannot make a task
 //! up, move its arrival or end, or invent its runs: what they report must be what the whole
 //! cluster was told at the time.
@@ -31,6 +31,14 @@ pub const DELAY_S: f64 = 3.0;
 
 /// Tasks remembered at most (the oldest heard are forgotten first): about 100 bytes each.
 pub const MAX_TASKS: usize = 100_000;
+
+/// Slots whose proposals' times are remembered at most (the oldest forgotten first): about
+/// 150 bytes each.
+pub const MAX_SLOTS: usize = 100_000;
+
+/// Senders whose first proposal of a slot is remembered: the slot began at the median of
+/// their hearings, so a minority of them cannot move it.
+const SLOT_SENDERS: usize = 5;
 
 /// What was heard of one task.
 #[derive(Debug, Clone)]
@@ -59,6 +67,11 @@ pub struct Heard {
     tasks: BTreeMap<TaskId, Told>,
     /// Ids in the order first heard (what is forgotten first).
     order: VecDeque<TaskId>,
+    /// For each slot, when its first proposal from each of up to [`SLOT_SENDERS`] boxes was
+    /// heard: the cluster's slots on the coordinator's clock. Slots are rounds, which wait for
+    /// every member's proposal, so under load they run later than their nominal length; one
+    /// offset at nominal length would put later ends and starts outside the slack.
+    slots: BTreeMap<u64, Vec<(NodeId, f64)>>,
 }
 
 /// What the check kept and dropped.
@@ -111,6 +124,15 @@ impl Heard {
                     self.ended(o.task, at);
                 }
             }
+            Body::Protocol(m) => {
+                let heard = self.slots.entry(m.round.slot).or_default();
+                if heard.len() < SLOT_SENDERS && heard.iter().all(|&(n, _)| n != from) {
+                    heard.push((from, at));
+                }
+                while self.slots.len() > MAX_SLOTS {
+                    self.slots.pop_first();
+                }
+            }
             Body::Finished(o) => self.ended(o.task, at),
             Body::Outcomes(list) => {
                 for f in list {
@@ -155,14 +177,7 @@ impl Heard {
                     && t.arrival.abs_diff(h.arrival) <= crate::merge::SLACK
             })
             .collect();
-        // The cluster's slot 0 on the coordinator's clock: the median of what the arrivals
-        // say (a few lying boxes do not move a median).
-        let mut offsets: Vec<f64> = told
-            .iter()
-            .map(|(_, h)| h.announced - h.arrival as f64 * slot)
-            .collect();
-        offsets.sort_by(f64::total_cmp);
-        let Some(&zero) = offsets.get(offsets.len() / 2) else {
+        let Some(clock) = self.clock(&told, slot) else {
             let unheard = w.tasks.len();
             let none = Workload {
                 tasks: Vec::new(),
@@ -170,13 +185,18 @@ impl Heard {
             };
             return (none, Checked { kept: 0, unheard });
         };
-        // A message sent in slot `s` is heard in it, or up to `DELAY_S` later; the slot the
-        // offset puts it in may be off by as much again either way (the offset is a median of
-        // such hearings), and the boxes by `SLACK` slots.
-        let slack = crate::merge::SLACK as f64 * slot + DELAY_S;
+        // A message sent in slot `s` is heard in it, or up to `DELAY_S` later; the slot's start
+        // on this clock may be off by as much again either way (it is a median of such
+        // hearings), and the boxes by `SLACK` slots (at least nominal ones).
+        let n = crate::merge::SLACK;
         let at = |heard: f64, s: u64| {
-            let start = zero + s as f64 * slot;
-            heard >= start - slack && heard <= start + slot + slack
+            let early = clock
+                .start(s.saturating_sub(n))
+                .min(clock.start(s) - n as f64 * slot);
+            let late = clock
+                .start(s + 1 + n)
+                .max(clock.start(s + 1) + n as f64 * slot);
+            heard >= early - DELAY_S && heard <= late + DELAY_S
         };
         let tasks: Vec<TaskRecord> = told
             .into_iter()
@@ -209,6 +229,59 @@ impl Heard {
             unheard: w.tasks.len() - tasks.len(),
         };
         (Workload { tasks, ..w.clone() }, checked)
+    }
+
+    /// The cluster's slots on the coordinator's clock: where each slot began as its proposals
+    /// were heard (the median over their senders), between those linear, beyond them at the
+    /// nominal `slot` length. With no proposal heard (a coordinator that joined after the
+    /// rounds it judges), slot 0 is the median of what the arrivals of `told` say, at nominal
+    /// length; with neither, there is no clock.
+    fn clock(&self, told: &[(&TaskRecord, &Told)], slot: f64) -> Option<Clock> {
+        let mut starts: Vec<(u64, f64)> = self
+            .slots
+            .iter()
+            .map(|(&s, heard)| {
+                let mut t: Vec<f64> = heard.iter().map(|&(_, t)| t).collect();
+                t.sort_by(f64::total_cmp);
+                (s, t[t.len() / 2])
+            })
+            .collect();
+        // Later slots never begin earlier (a median moved by a lying box cannot run back).
+        for i in 1..starts.len() {
+            starts[i].1 = starts[i].1.max(starts[i - 1].1);
+        }
+        if starts.is_empty() {
+            let mut offsets: Vec<f64> = told
+                .iter()
+                .map(|(_, h)| h.announced - h.arrival as f64 * slot)
+                .collect();
+            offsets.sort_by(f64::total_cmp);
+            starts.push((0, *offsets.get(offsets.len() / 2)?));
+        }
+        Some(Clock { starts, slot })
+    }
+}
+
+/// Slot starts on the coordinator's clock ([`Heard::clock`]).
+struct Clock {
+    /// Slots heard and when each began, by slot.
+    starts: Vec<(u64, f64)>,
+    /// Nominal slot length (s), beyond the slots heard.
+    slot: f64,
+}
+
+impl Clock {
+    /// When slot `s` began.
+    fn start(&self, s: u64) -> f64 {
+        let i = self.starts.partition_point(|&(k, _)| k <= s);
+        let at = |(k, t): (u64, f64)| t + (s as f64 - k as f64) * self.slot;
+        match (i.checked_sub(1).map(|j| self.starts[j]), self.starts.get(i)) {
+            (Some((k, t)), _) if k == s => t,
+            (Some((a, ta)), Some(&(b, tb))) => ta + (tb - ta) * (s - a) as f64 / (b - a) as f64,
+            (Some(before), None) => at(before),
+            (None, Some(&after)) => at(after),
+            (None, None) => 0.0,
+        }
     }
 }
 
@@ -421,6 +494,67 @@ mod tests {
         assert!(kept.tasks.iter().all(|t| t.id.0 <= 10));
     }
 
+    /// Box `from`'s proposal for slot `s`.
+    fn proposal(s: u64, from: u32) -> Body {
+        use tapfinger::protocol::{Message, Proposal, Round};
+        Body::Protocol(Message::new(
+            Round { slot: s, step: 0 },
+            NodeId(from),
+            Proposal::Pass,
+        ))
+    }
+
+    /// Slots that ran late: nominally 2 s, each took 3 s (rounds wait for every member).
+    /// Forty tasks, task `i` announced in slot `i`, started in `i + 1`, ended in `i + 4`; the
+    /// rounds' proposals from boxes 1 and 2 heard too, if `rounds`.
+    fn late(rounds: bool) -> Heard {
+        let mut h = Heard::default();
+        let at = |slot: u64| 50.0 + slot as f64 * 3.0 + 0.3;
+        for s in 0..50u64 {
+            for (from, lag) in [(1, 0.0), (2, 0.2)] {
+                if rounds {
+                    h.hear(NodeId(from), &proposal(s, from), at(s) - 0.2 + lag);
+                }
+            }
+        }
+        for i in 1..=40u64 {
+            h.hear(NodeId(2), &announce(task(i, i)), at(i));
+            let started = Body::Started {
+                task: TaskId(i),
+                alloc: cpu(1),
+                epoch: 1,
+            };
+            h.hear(NodeId(1), &started, at(i + 1));
+            h.hear(NodeId(1), &finished(i), at(i + 4));
+        }
+        h
+    }
+
+    #[test]
+    fn slots_that_run_late_are_followed_by_the_rounds_heard() {
+        let honest = workload((1..=40).map(|i| record(i, i, i + 5)).collect());
+        assert_eq!(
+            late(true).check(&honest).1,
+            Checked {
+                kept: 40,
+                unheard: 0
+            }
+        );
+        // At nominal length from one offset, the later tasks' times drift out of the slack.
+        assert!(late(false).check(&honest).1.unheard > 10);
+        // A box's proposal for a slot far ahead (a lie, or a clock of its own) moves nothing:
+        // the slot's start is the median of its senders.
+        let mut h = late(true);
+        for from in [7, 8] {
+            h.hear(NodeId(from), &proposal(30, from), 50.0);
+        }
+        assert_eq!(h.check(&honest).1.unheard, 0);
+        // Stretched ends are still left out on the late clock.
+        let mut w = honest.clone();
+        w.tasks[35].finished = Some(60);
+        assert_eq!(h.check(&w).1.unheard, 1);
+    }
+
     #[test]
     fn nothing_heard_judges_nothing_and_memory_is_bounded() {
         let (w, c) = Heard::default().check(&workload(vec![record(1, 1, 5)]));
@@ -438,5 +572,13 @@ mod tests {
         }
         assert_eq!(h.len(), MAX_TASKS);
         assert!(!h.tasks.contains_key(&TaskId(0)), "the oldest is forgotten");
+        for s in 0..(MAX_SLOTS as u64 + 10) {
+            for from in 0..9 {
+                h.hear(NodeId(from), &proposal(s, from), s as f64);
+            }
+        }
+        assert_eq!(h.slots.len(), MAX_SLOTS);
+        assert!(h.slots.values().all(|v| v.len() == SLOT_SENDERS));
+        assert!(!h.slots.contains_key(&0), "the oldest slot is forgotten");
     }
 }
