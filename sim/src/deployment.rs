@@ -1,6 +1,6 @@
 //! The deployment replay: a scenario's workload run as a deployment would run it, window after
 //! window, with the guard ([`crate::guard`]) choosing each window's policy from the twins of the
-//! windows since the policy in use was adopted ([`crate::twin`]: only what the agents
+//! recent windows since the policy in use was adopted ([`crate::twin`]: only what the agents
 //! observed), and every window also run under every deployable baseline on the true speeds, to
 //! say how the deployment did against the best of them there.
 //!
@@ -288,8 +288,9 @@ pub fn replay_observed(
     // What the agents' speed estimator learned in the windows so far: a deployment's agents
     // keep theirs, so every policy starts a window from it.
     let mut warm: Option<tapfinger::estimate::Estimator> = None;
-    // The twins judged since the policy in use was adopted: the guard judges on all of them,
-    // as the coordinator judges the workload its agents observed since the choice in force.
+    // The twins judged since the policy in use was adopted: the guard judges on the latest
+    // `guard::RECENT` of them, each on its own, as the coordinator judges the recent workload
+    // its agents observed since the choice in force.
     let mut since: Vec<guard::Judged> = Vec::new();
     // The windows since the last fine-tune, each with the slot it began at: the next fine-tune
     // learns from all of them (one window of 30-60 tasks moves a policy too little).
