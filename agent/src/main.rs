@@ -420,8 +420,14 @@ fn main() {
         }),
         Cmd::Submit { file, client } => (|| {
             let text = std::fs::read_to_string(&file)?;
-            let spec = tapfinger::spec::TaskSpec::from_toml(&text)
+            let mut spec = tapfinger::spec::TaskSpec::from_toml(&text)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            // The submitter the size history keys on: who ran the command, unless said.
+            if spec.submitter.trim().is_empty() {
+                spec.submitter = std::env::var("USER")
+                    .or_else(|_| std::env::var("LOGNAME"))
+                    .unwrap_or_default();
+            }
             call(
                 &client,
                 "POST",

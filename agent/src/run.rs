@@ -217,6 +217,7 @@ pub async fn run(mut cfg: AgentConfig) -> anyhow::Result<()> {
             sweep: vec![cfg.data_dir.join("logs"), run_dir],
             retention: (cfg.log_retention_hours > 0)
                 .then(|| std::time::Duration::from_secs(3600 * cfg.log_retention_hours)),
+            sizes: cfg.data_dir.join(SIZES_FILE),
         }),
         gpus: crate::daemon::Gpus {
             probe: crate::gpu_use::probe(&gpu_devices),
@@ -281,7 +282,7 @@ async fn start_network(cfg: &AgentConfig) -> anyhow::Result<(Network, Option<Str
 }
 
 /// This box's node state machine with its policy: who it is, what it offers, its timing, the
-/// members and lease its data directory remembers.
+/// members and lease its data directory remembers, and the size history it saved.
 fn node_core(
     cfg: &AgentConfig,
     me: tapfinger::NodeId,
@@ -326,6 +327,7 @@ fn node_core(
         u64::from(me.0),
     );
     core.set_gangs(cfg.gangs.placement());
+    core.restore_sizes(load_sizes(&cfg.data_dir.join(SIZES_FILE)));
     core
 }
 
@@ -493,6 +495,25 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The size history an earlier run saved at `path` (none: an empty one; unreadable: an empty
+/// one, said in the log, since it is a prediction's input, not a record of work).
+/// The size history's file in the data directory.
+const SIZES_FILE: &str = "sizes.json";
+
+fn load_sizes(path: &std::path::Path) -> tapfinger::sizes::SizeBook {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            tracing::warn!(path = %path.display(), error = %e, "the saved size history does not read: starting without it");
+            Default::default()
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot read the saved size history: starting without it");
+            Default::default()
+        }
     }
 }
 

@@ -162,6 +162,7 @@ pub(super) async fn run(
         };
         let Flow::Continue(actions) = flow else {
             d.journal_outcomes();
+            d.save_sizes_now();
             return;
         };
         pending.extend(actions);
@@ -177,6 +178,7 @@ pub(super) async fn run(
         }
         d.after_step().await;
         if d.leaving.is_some() && d.leaving_step().await {
+            d.save_sizes_now();
             d.publish(&status);
             return;
         }
@@ -195,6 +197,13 @@ pub(super) async fn run(
 impl Daemon {
     fn now(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Save the size history on the way out, whatever it learned since the last save.
+    fn save_sizes_now(&mut self) {
+        if let Some(files) = &self.p.files {
+            self.upkeep.save_sizes(&self.p.core, files, true);
+        }
     }
 
     async fn on_net(&mut self, ev: NetEvent) -> Flow {

@@ -202,6 +202,9 @@ pub struct Files {
     pub sweep: Vec<std::path::PathBuf>,
     /// How long logs of tasks that ended are kept.
     pub retention: Option<Duration>,
+    /// The size history learned from the tasks the cluster finished (`sizes.json`), kept
+    /// across restarts.
+    pub sizes: std::path::PathBuf,
 }
 
 /// Start the loop.

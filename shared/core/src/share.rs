@@ -438,6 +438,8 @@ mod tests {
             est_alloc: 0.0,
             converging: false,
             in_force: Resources(vec![1, 1, 1]),
+            size: None,
+            done: 0.0,
         }
     }
 

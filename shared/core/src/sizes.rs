@@ -28,6 +28,7 @@
 use crate::{Resources, TaskTypeId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 /// Sizes kept per key (the latest).
 pub const SAMPLES: usize = 64;
@@ -117,6 +118,10 @@ struct History {
     sizes: VecDeque<f64>,
     /// When it was last touched (the book's counter).
     touched: u64,
+    /// Its prediction, made when it last learned (views read it at every decision step; a
+    /// book read back from JSON makes it at each look-up until the key learns again).
+    #[serde(skip)]
+    cached: Option<Arc<Prediction>>,
 }
 
 /// A prediction: quantiles of the size distribution of the key it came from.
@@ -156,6 +161,34 @@ impl Prediction {
             return (2.0 * top.max(attained) - attained).max(0.0);
         }
         above.iter().sum::<f64>() / above.len() as f64 - attained
+    }
+}
+
+impl Prediction {
+    /// Gittins' index of a task that has attained `attained` (higher: serve sooner): over every
+    /// further quantum `Δ` up to each size above `attained`, the chance it ends within `Δ` over
+    /// the work it is expected to take meanwhile, at its best `Δ`. It ranks short-looking and
+    /// nearly done tasks first and, unlike the remaining mean, lifts a task whose history says
+    /// many of its kind end soon even where a few run long. 0 where no size seen is above
+    /// `attained` (the task outlived its history: [`Prediction::remaining`] speaks for it).
+    pub fn gittins(&self, attained: f64) -> f64 {
+        let above: Vec<f64> = self
+            .sorted
+            .iter()
+            .map(|s| s - attained)
+            .filter(|r| *r > 0.0)
+            .collect();
+        let n = above.len() as f64;
+        let mut best = 0.0_f64;
+        // `above` is ascending: a quantum up to the i-th ends tasks 0..=i.
+        for (i, &q) in above.iter().enumerate() {
+            let ended = (i + 1) as f64 / n;
+            let work = above.iter().map(|r| r.min(q)).sum::<f64>() / n;
+            if work > 0.0 {
+                best = best.max(ended / work);
+            }
+        }
+        best
     }
 }
 
@@ -214,12 +247,16 @@ impl SizeBook {
 
     /// The distribution of `q`'s size from the most specific key with at least
     /// [`MIN_SAMPLES`] sizes (None: nothing finished yet).
-    pub fn predict(&self, q: &Query<'_>) -> Option<Prediction> {
+    pub fn predict(&self, q: &Query<'_>) -> Option<Arc<Prediction>> {
         Level::ALL.iter().find_map(|&level| {
             let h = self.levels.get(&level)?.get(&q.key(level)?)?;
             // The last level predicts from a single size: better than nothing at all.
             let enough = if level == Level::All { 1 } else { MIN_SAMPLES };
-            (h.sizes.len() >= enough).then(|| prediction(level, &h.sizes))
+            (h.sizes.len() >= enough).then(|| {
+                h.cached
+                    .clone()
+                    .unwrap_or_else(|| Arc::new(prediction(level, &h.sizes)))
+            })
         })
     }
 
@@ -252,6 +289,7 @@ impl SizeBook {
                 h.sizes.pop_front();
             }
             h.touched = clock;
+            h.cached = Some(Arc::new(prediction(level, &h.sizes)));
             if keys.len() > MAX_KEYS {
                 // The key touched longest ago goes (never the one just touched).
                 if let Some(old) = keys
@@ -273,6 +311,11 @@ impl SizeBook {
     /// The book's out-of-sample error per level the predictions came from.
     pub fn error_by_level(&self) -> &BTreeMap<Level, SizeError> {
         &self.by_level
+    }
+
+    /// Sizes learned so far (what a driver saving the book compares to know it changed).
+    pub fn learned(&self) -> u64 {
+        self.clock
     }
 
     /// Keys kept at `level`.
@@ -331,6 +374,28 @@ mod as_list {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A distribution of many short sizes and one long one ranks ahead of a certain size
+    /// longer than the short ones (its index is the chance it ends soon over the work that
+    /// takes), though its mean is larger; once it outlived the short ones, behind.
+    #[test]
+    fn gittins_index_ranks_a_likely_short_task_first_until_it_outlives_its_history() {
+        let of = |sorted: Vec<f64>| Prediction {
+            level: Level::All,
+            samples: sorted.len(),
+            quantiles: [0.0; 3],
+            mean: sorted.iter().sum::<f64>() / sorted.len() as f64,
+            sorted,
+        };
+        let mostly_short = of(vec![1.0, 1.0, 1.0, 100.0]);
+        let ten = of(vec![10.0, 10.0, 10.0]);
+        assert!((mostly_short.gittins(0.0) - 0.75).abs() < 1e-12);
+        assert!((ten.gittins(0.0) - 0.1).abs() < 1e-12);
+        assert!(mostly_short.mean > ten.mean);
+        assert!((mostly_short.gittins(2.0) - 1.0 / 98.0).abs() < 1e-12);
+        assert!(mostly_short.gittins(2.0) < ten.gittins(2.0));
+        assert_eq!(ten.gittins(10.0), 0.0, "outlived its history");
+    }
 
     fn who(submitter: &str, job: &str) -> Identity {
         Identity {

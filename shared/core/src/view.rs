@@ -174,6 +174,14 @@ pub struct PendingView {
     /// most urgent); 0 where the cluster ignores classes.
     #[serde(default)]
     pub class: u8,
+    /// What the cluster's history predicts of its whole size, in slots at its minimum demand
+    /// ([`crate::sizes`]); `None` while nothing like it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<Arc<crate::sizes::Prediction>>,
+    /// The work it did before it went back to the queue (0 for a task never run), in the same
+    /// unit.
+    #[serde(default)]
+    pub done: f64,
 }
 
 impl PendingView {
@@ -184,6 +192,37 @@ impl PendingView {
             .find(|(m, _)| *m == gpu)
             .map_or(&self.est, |(_, e)| e)
     }
+
+    /// Its expected remaining work, in slots at its minimum demand ([`expected_remaining`]).
+    pub fn expected_remaining(&self) -> f64 {
+        expected_remaining(&self.est, self.size.as_deref(), self.done, 0.0)
+    }
+}
+
+/// A task's expected remaining work in slots at its minimum demand, from what the cluster
+/// knows: where it declared its work ([`TaskEstimate::size`] other than 1), the estimator's
+/// time at its minimum, which already scales by it; else where it reports progress `p` of at
+/// least 5 % after `done` of work, `done · (1 − p) / p`; else the size book's distribution given
+/// `done` ([`crate::sizes::Prediction::remaining`]); else the estimator's time for its class's
+/// mean task. Never less than a thousandth of a slot. Size-aware policies order by it; it reads
+/// the estimator and the book, never a speed model or a true size.
+pub fn expected_remaining(
+    est: &TaskEstimate,
+    size: Option<&crate::sizes::Prediction>,
+    done: f64,
+    progress: f64,
+) -> f64 {
+    let declared = (est.size - 1.0).abs() > 1e-9;
+    let r = if declared {
+        est.at_min - done
+    } else if progress >= 0.05 && done > 0.0 {
+        done * (1.0 - progress.min(1.0)) / progress
+    } else if let Some(p) = size {
+        p.remaining(done)
+    } else {
+        est.at_min - done
+    };
+    if r.is_finite() { r.max(1e-3) } else { 1e-3 }
 }
 
 /// A running task.
@@ -217,6 +256,19 @@ pub struct RunningView {
     /// ([`crate::ledger::Ledger::set_converging`]).
     #[serde(default)]
     pub converging: bool,
+    /// What the cluster's history predicts of its whole size ([`PendingView::size`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<Arc<crate::sizes::Prediction>>,
+    /// The work it did so far, in slots at its minimum demand ([`PendingView::done`]).
+    #[serde(default)]
+    pub done: f64,
+}
+
+impl RunningView {
+    /// Its expected remaining work, in slots at its minimum demand ([`expected_remaining`]).
+    pub fn expected_remaining(&self) -> f64 {
+        expected_remaining(&self.est, self.size.as_deref(), self.done, self.progress)
+    }
 }
 
 /// A snapshot of the cluster for one decision step.

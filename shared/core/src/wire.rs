@@ -31,8 +31,9 @@ use std::collections::BTreeMap;
 /// [`crate::estimate::Estimator::observe_start`]. 15: the estimator measures a start-up's
 /// cost, and a costly one's slot is no sample nor pair, [`crate::estimate::Estimator::start_cost`].
 /// 18: a requeue by its runner carries the task's attained service ([`Body::Failed`]), and a
-/// heartbeat's capacity is what the box can give now, less the units of copies still ending.)
-pub const WIRE_VERSION: u16 = 18;
+/// heartbeat's capacity is what the box can give now, less the units of copies still ending.
+/// 19: a spec names its submitter and recurring job, [`crate::spec::TaskSpec::submitter`].)
+pub const WIRE_VERSION: u16 = 19;
 /// Largest accepted frame (bytes).
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Most resource kinds a vector may carry.
@@ -607,6 +608,8 @@ mod tests {
                 seconds: 90.0,
             }],
             work: Some(30.0),
+            submitter: "ada".into(),
+            job: "nightly-mlp".into(),
         }
     }
 

@@ -206,12 +206,16 @@ mod tests {
                     class: 0,
                     task: task(1),
                     est: Default::default(),
+                    size: None,
+                    done: 0.0,
                 },
                 PendingView {
                     on: Vec::new(),
                     class: 0,
                     task: task(2),
                     est: Default::default(),
+                    size: None,
+                    done: 0.0,
                 },
             ],
             running: vec![],
@@ -231,6 +235,8 @@ mod tests {
                 class: 0,
                 task: task(3),
                 est: Default::default(),
+                size: None,
+                done: 0.0,
             }],
             running: vec![RunningView {
                 converging: false,
@@ -243,6 +249,8 @@ mod tests {
                 attained: 3.0,
                 est: Default::default(),
                 est_alloc: 0.0,
+                size: None,
+                done: 0.0,
             }],
         };
         let recs = [record(0, a.clone()), record(1, b.clone())];
@@ -279,6 +287,8 @@ mod tests {
                 class: 0,
                 task: task(1),
                 est: Default::default(),
+                size: None,
+                done: 0.0,
             }],
             running: vec![],
         };

@@ -576,6 +576,8 @@ mod tests {
                 class: 0,
                 task: task.into(),
                 est: Default::default(),
+                size: None,
+                done: 0.0,
             }],
             ..Default::default()
         };
@@ -626,6 +628,8 @@ mod tests {
                 class: 0,
                 task: task(ty).into(),
                 est: Default::default(),
+                size: None,
+                done: 0.0,
             }],
             ..Default::default()
         };
@@ -674,6 +678,8 @@ mod tests {
                 task: task(1, 9),
                 est: Default::default(),
                 class: 3,
+                size: None,
+                done: 0.0,
             }],
             running: vec![tapfinger_core::view::RunningView {
                 task: task(2, 0),
@@ -686,6 +692,8 @@ mod tests {
                 est_alloc: 4.0,
                 converging: true,
                 in_force: Default::default(),
+                size: None,
+                done: 0.0,
             }],
             forecast: vec![0.0, (4f64).exp() - 1.0],
             ..Default::default()
@@ -752,6 +760,8 @@ mod tests {
             est,
             est_alloc: 0.0,
             converging: false,
+            size: None,
+            done: 0.0,
         };
         let node = |id, r| NodeView {
             gpu: Default::default(),
@@ -782,6 +792,8 @@ mod tests {
                 class: 0,
                 task: task(1, vec![0, 1]).into(),
                 est: gpu_bound,
+                size: None,
+                done: 0.0,
             }],
             ..Default::default()
         }
@@ -845,6 +857,8 @@ mod tests {
                 class: 0,
                 task: crate::tests::gpu_task(id, &reach).into(),
                 est: est.clone(),
+                size: None,
+                done: 0.0,
             });
         }
         // Tasks 1 (boxes 0, 1), 4 (box 0 only), 5 (box 2 cannot hold it), 6 (boxes 1 and 2).

@@ -3,6 +3,8 @@
 //!
 //! - [`baselines`]: FIFO, SRTF, Tiresias, Optimus, DRF and the rest, by name
 //!   ([`baselines::by_name`]); each decides from the same view the learned policy sees.
+//! - [`sized`]: the size-aware baselines (shortest predicted first, shortest predicted
+//!   remaining, Gittins' index), on what the cluster learned of sizes.
 //! - [`lookahead`]: the look-ahead planner of one node's tasks and the deployable `lookahead`
 //!   policy that plans on the online estimator's figures.
 //!
@@ -10,3 +12,4 @@
 
 pub mod baselines;
 pub mod lookahead;
+pub mod sized;

@@ -541,6 +541,8 @@ mod tests {
                     offset: [1.0; 3],
                 },
                 class: 0,
+                size: None,
+                done: 0.0,
             }],
             ..Default::default()
         };

@@ -94,7 +94,13 @@ pub(super) struct Upkeep {
     last_sweep: Option<Instant>,
     /// Whether a quorum held at the last upkeep (a change is logged once, not every step).
     had_quorum: Option<bool>,
+    /// When the size history was last saved, and how many sizes it had learned then.
+    sizes_saved: Option<(Instant, u64)>,
 }
+
+/// How often the size history is saved while it learns (a restart loses at most this much of
+/// it).
+const SAVE_SIZES_EVERY: Duration = Duration::from_secs(60);
 
 impl Upkeep {
     /// Log a change of quorum; touch the lease file while the quorum holds; save the members
@@ -139,6 +145,7 @@ impl Upkeep {
         {
             tracing::warn!(path = %files.members.display(), error = %e, "cannot save the members");
         }
+        self.save_sizes(core, files, false);
         if let Some(retention) = files.retention
             && self
                 .last_sweep
@@ -164,6 +171,31 @@ impl Upkeep {
             if n > 0 {
                 tracing::info!(files = n, "deleted task logs past their retention");
             }
+        }
+    }
+}
+
+impl Upkeep {
+    /// Save the size history if it learned since it was last saved, at most every
+    /// [`SAVE_SIZES_EVERY`] unless `now` (a graceful stop): written aside, then renamed over
+    /// the old file, so a crash leaves the old history or the new, never half of one.
+    pub(super) fn save_sizes(&mut self, core: &NodeCore, files: &Files, now: bool) {
+        let book = core.tasks().sizes();
+        let learned = book.learned();
+        let due = self
+            .sizes_saved
+            .is_none_or(|(t, n)| n != learned && (now || t.elapsed() >= SAVE_SIZES_EVERY));
+        if !due || (self.sizes_saved.is_none() && learned == 0) {
+            return;
+        }
+        self.sizes_saved = Some((Instant::now(), learned));
+        let tmp = files.sizes.with_extension("json.tmp");
+        let written = serde_json::to_vec(book)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&tmp, bytes))
+            .and_then(|()| std::fs::rename(&tmp, &files.sizes));
+        if let Err(e) = written {
+            tracing::warn!(path = %files.sizes.display(), error = %e, "cannot save the size history");
         }
     }
 }

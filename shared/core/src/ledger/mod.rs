@@ -53,6 +53,7 @@ mod preempt;
 mod requeue;
 mod reserve;
 mod shrink;
+mod sizes;
 mod view;
 use elastic::{add_each, sub_each};
 pub use gangs::{GANG_TRIES, GangPlacement};
@@ -133,6 +134,11 @@ pub struct Entry<M> {
     pub observed: Option<(f64, f64, Resources)>,
     /// Times it went from waiting to running (a run believed started counts too).
     pub runs: u32,
+    /// Its work done so far, in slots at its minimum demand ([`Ledger::accrue_service`]): the
+    /// size every class's tasks share; kept across re-queues.
+    pub work: f64,
+    /// Who submitted it and which recurring job it is ([`Ledger::set_identity`]).
+    pub identity: Arc<crate::sizes::Identity>,
     /// The driver's data.
     pub meta: M,
 }
@@ -249,8 +255,8 @@ pub struct Ledger<M> {
     reserve: reserve::Reserve,
     /// Tasks sent back to the queue, by reason ([`Ledger::requeue`]).
     requeues: BTreeMap<Requeue, u64>,
-    /// What the tasks that succeeded here attained in all: the cluster's size knowledge
-    /// ([`crate::sizes`]).
+    /// The work of the tasks that succeeded here: the cluster's size knowledge
+    /// ([`crate::sizes`], [`sizes`]).
     sizes: crate::sizes::SizeBook,
     /// The shapes that arrived and the devices drivers stated: a claim's prior ([`packing`]).
     packing: packing::Packing,
@@ -364,6 +370,7 @@ impl<M> Ledger<M> {
             self.estimator.forget(id);
         }
         let runs = u32::from(state.running_on().is_some());
+        let identity = Arc::new(crate::sizes::Identity::default());
         self.tasks.insert(
             id,
             Entry {
@@ -372,6 +379,8 @@ impl<M> Ledger<M> {
                 attained: 0.0,
                 observed: None,
                 runs,
+                work: 0.0,
+                identity,
                 meta,
             },
         );
@@ -558,48 +567,11 @@ impl<M> Ledger<M> {
         }
     }
 
-    /// A single task seen running here that ends in success: its attained service is a size
-    /// the size book learns (module doc of [`crate::sizes`]). Nothing else is: a task first
-    /// heard of as done attained nothing here, a failure or a cancellation says nothing of its
-    /// size, and a gang's service is its members'.
-    fn learn_size(&mut self, id: TaskId, old: &TaskState, new: &TaskState) {
-        let Some(e) = self.tasks.get(&id) else { return };
-        if !matches!(old, TaskState::Running { .. })
-            || !new.succeeded()
-            || e.task.gang.is_some()
-            || e.attained <= 0.0
-        {
-            return;
-        }
-        let identity = crate::sizes::Identity::default();
-        let q = crate::sizes::Query {
-            identity: &identity,
-            class: e.task.ty,
-            min_demand: &e.task.min_demand,
-        };
-        let attained = e.attained;
-        self.sizes.observe(&q, attained);
-    }
-
-    /// The size knowledge learned from the tasks that succeeded here.
-    pub fn sizes(&self) -> &crate::sizes::SizeBook {
-        &self.sizes
-    }
-
-    /// `id`'s predicted size (attained service in all) from the tasks that succeeded before it.
-    pub fn predict_size(&self, id: TaskId) -> Option<crate::sizes::Prediction> {
-        let e = self.tasks.get(&id)?;
-        let identity = crate::sizes::Identity::default();
-        self.sizes.predict(&crate::sizes::Query {
-            identity: &identity,
-            class: e.task.ty,
-            min_demand: &e.task.min_demand,
-        })
-    }
-
-    /// End of a slot: every running task attains the units of the service kind it holds.
+    /// End of a slot: every running task attains the units of the service kind it holds, and
+    /// its work the slot's worth at its allocation ([`Ledger::accrue_work`]).
     pub fn accrue_service(&mut self) {
         self.clear_gains();
+        self.accrue_work();
         let k = self.service_kind;
         for e in self.tasks.values_mut() {
             if let TaskState::Running { alloc, .. } = &e.state {

@@ -64,6 +64,62 @@ fn the_sizes_of_tasks_that_succeeded_here_are_learned() {
     );
 }
 
+/// Work is counted in slots at a task's minimum demand, so a class that holds no unit of the
+/// service kind (a CPU-only one, where least-attained-service counts GPUs) is learned too; a
+/// task's identity makes its recurring job's history the one that speaks for it; and what a
+/// view shows of a task (its prediction, the work it did) is the book's and the ledger's.
+#[test]
+fn work_is_learned_for_every_class_and_the_recurring_job_speaks_first() {
+    let mut l = two_nodes();
+    let nightly = crate::sizes::Identity {
+        submitter: Some("ada".into()),
+        job: Some("nightly".into()),
+    };
+    // Four CPU-only tasks of one class: three of ada's nightly job run 10 slots, one other
+    // runs 2.
+    for (id, slots, who) in [
+        (1, 10, Some(nightly.clone())),
+        (2, 10, Some(nightly.clone())),
+        (3, 10, Some(nightly.clone())),
+        (4, 2, None),
+        (5, 2, None),
+        (6, 2, None),
+    ] {
+        l.insert(task(id, 0, [1, 0], &[0]), TaskState::Pending, ());
+        if let Some(who) = who {
+            l.set_identity(TaskId(id), who);
+        }
+        l.set_state(TaskId(id), running(0, [1, 0]));
+        for _ in 0..slots {
+            l.accrue_service();
+        }
+        assert_eq!(l.get(TaskId(id)).unwrap().attained, 0.0, "no GPU held");
+        assert_eq!(l.get(TaskId(id)).unwrap().work, f64::from(slots));
+        l.set_state(
+            TaskId(id),
+            TaskState::Done {
+                node: NodeId(0),
+                code: Some(0),
+                epoch: 1,
+            },
+        );
+    }
+    l.insert(task(7, 1, [1, 0], &[0]), TaskState::Pending, ());
+    let class = l.predict_size(TaskId(7)).unwrap();
+    assert_eq!(class.level, crate::sizes::Level::Class);
+    assert_eq!(class.median(), 6.0);
+    l.set_identity(TaskId(7), nightly);
+    let job = l.predict_size(TaskId(7)).unwrap();
+    assert_eq!((job.level, job.median()), (crate::sizes::Level::Job, 10.0));
+    // A view shows it, and a running task's work so far.
+    l.set_state(TaskId(7), running(0, [1, 0]));
+    l.accrue_service();
+    let v = l.view(2, 0, 1, None);
+    assert_eq!(v.running[0].size.as_deref(), Some(&*job));
+    assert_eq!(v.running[0].done, 1.0);
+    assert_eq!(v.running[0].expected_remaining(), 9.0);
+}
+
 #[test]
 fn windows_hold_the_oldest_tasks_first_then_by_each_nodes_rank() {
     let mut l = two_nodes();

@@ -120,6 +120,8 @@ impl<M> Ledger<M> {
                     task: e.task.clone(),
                     est: self.estimate_on(&e.task, main, &largest),
                     class: self.priorities.class(&e.task, slot),
+                    size: self.predicted(&e.task, &e.identity),
+                    done: e.work,
                 })
                 .collect(),
             running: running_ids
@@ -151,6 +153,8 @@ impl<M> Ledger<M> {
                             est: self.estimate_on(&e.task, gpu, &largest),
                             est_alloc: self.estimator.slots_on(&e.task, gpu, alloc),
                             converging: self.is_converging(e.task.id),
+                            size: self.predicted(&e.task, &e.identity),
+                            done: e.work,
                         })
                     }
                     _ => None,

@@ -76,7 +76,9 @@ impl NodeCore {
             self.tasks.declare(&task, w);
         }
         self.tasks.hint(&task, &hints);
+        let (id, identity) = (task.id, meta.spec.identity());
         self.tasks.insert(Arc::new(task), state, meta);
+        self.tasks.set_identity(id, identity);
     }
 
     /// A user cancelled a task (at this agent): stop it if it runs here, and tell every peer (the

@@ -404,6 +404,11 @@ impl NodeCore {
         &self.tasks
     }
 
+    /// Start the size history from `book` (what this agent kept before a restart).
+    pub fn restore_sizes(&mut self, book: crate::sizes::SizeBook) {
+        self.tasks.set_sizes(book);
+    }
+
     /// The current slot (what a task submitted now records as its arrival).
     pub fn slot(&self) -> u64 {
         self.protocol.round().slot

@@ -101,6 +101,15 @@ pub struct TaskSpec {
     /// Single-node tasks only.
     #[serde(default)]
     pub work: Option<f64>,
+    /// Who submits it (a user or a team): with `job`, the key its size is learned and
+    /// predicted under ([`crate::sizes`]). `tapfinger-agent submit` fills in the login name
+    /// where the spec names nobody; empty: nobody said (its class's history speaks for it).
+    #[serde(default)]
+    pub submitter: String,
+    /// The recurring job it is an instance of: a nightly fine-tune resubmitted under the same
+    /// name is one job. Empty: its name, else its program's file name.
+    #[serde(default)]
+    pub job: String,
 }
 
 fn default_grace() -> i64 {
@@ -179,6 +188,24 @@ pub struct Placement<'a> {
 }
 
 impl TaskSpec {
+    /// Who submitted it and which recurring job it is, as the size book keys it: the job is
+    /// `job`, else `name`, else the program's file name ([`TaskSpec::job`]).
+    pub fn identity(&self) -> crate::sizes::Identity {
+        let some = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_string());
+        let program = self
+            .command
+            .first()
+            .and_then(|p| std::path::Path::new(p).file_name())
+            .and_then(|n| n.to_str())
+            .unwrap_or("");
+        crate::sizes::Identity {
+            submitter: some(&self.submitter),
+            job: some(&self.job)
+                .or_else(|| some(&self.name))
+                .or_else(|| some(program)),
+        }
+    }
+
     /// Parse TOML; a syntax error or unknown field is a [`SpecError`] naming it.
     pub fn from_toml(text: &str) -> Result<Self, SpecError> {
         toml_error(text)
@@ -290,6 +317,8 @@ impl TaskSpec {
         )?;
         check_strings("nodes", self.nodes.iter(), MAX_ITEMS)?;
         check_strings("name", std::iter::once(&self.name), 1)?;
+        check_strings("submitter", std::iter::once(&self.submitter), 1)?;
+        check_strings("job", std::iter::once(&self.job), 1)?;
         self.class()?;
         if !(0..=3600).contains(&self.grace_seconds) {
             return Err(err(

@@ -270,6 +270,8 @@ fn the_exclusive_first_mask_keeps_a_younger_task_of_its_class_from_overtaking_a_
             class: 0,
             task: task(id, ty, &reach),
             est: crate::tests::gpu_bound(3.0),
+            size: None,
+            done: 0.0,
         })
         .collect(),
         ..Default::default()
@@ -416,6 +418,8 @@ fn the_wait_for_faster_mask_holds_a_task_for_a_faster_box_that_frees_soon() {
             class: 0,
             task: std::sync::Arc::new(t.clone()),
             est: on(30.0),
+            size: None,
+            done: 0.0,
         }],
         running: vec![tapfinger_core::view::RunningView {
             task: std::sync::Arc::new(crate::tests::gpu_task(2, &[1])),
@@ -428,6 +432,8 @@ fn the_wait_for_faster_mask_holds_a_task_for_a_faster_box_that_frees_soon() {
             est: on(2.0 * left),
             est_alloc: 2.0 * left,
             converging: false,
+            size: None,
+            done: 0.0,
         }],
         ..Default::default()
     };
@@ -474,6 +480,8 @@ fn the_wait_for_faster_mask_holds_a_task_for_a_faster_box_that_frees_soon() {
             class: 0,
             task: std::sync::Arc::new(older),
             est: on(30.0),
+            size: None,
+            done: 0.0,
         },
     );
     queued.nodes[0].window = vec![1];

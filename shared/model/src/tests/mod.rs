@@ -58,6 +58,8 @@ pub(crate) fn random_view(seed: u64) -> ClusterView {
                 gang: None,
             }),
             est: Default::default(),
+            size: None,
+            done: 0.0,
         })
         .collect();
     let mut running = Vec::new();
@@ -96,6 +98,8 @@ pub(crate) fn random_view(seed: u64) -> ClusterView {
                 attained: 1.0,
                 est: Default::default(),
                 est_alloc: 0.0,
+                size: None,
+                done: 0.0,
             });
         }
         let window: Vec<usize> = (0..n_pending).filter(|_| rng.random_bool(0.6)).collect();
@@ -447,6 +451,8 @@ fn beyond_the_grid(big: u32) -> ClusterView {
                 gang: None,
             }),
             est: Default::default(),
+            size: None,
+            done: 0.0,
         }],
         running: vec![],
     }

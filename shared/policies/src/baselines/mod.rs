@@ -5,6 +5,7 @@
 //! of them may read a task's true speed: Optimus fits its own speed model from profiling samples
 //! ([`ProfileSample`]) exactly as the Optimus scheduler profiles jobs before placing them.
 
+use crate::sized::{Rule, Sized};
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 use tapfinger_core::Rng;
@@ -51,11 +52,17 @@ pub enum Baseline {
     TiresiasShare,
     /// The look-ahead rule ([`crate::lookahead`]).
     Lookahead,
+    /// Shortest predicted first, aged, with the gain-greedy share ([`crate::sized`]).
+    ShortestPredicted,
+    /// Shortest predicted remaining first, preemptive through the re-share ([`crate::sized`]).
+    SrptPredicted,
+    /// Gittins' index on the learned size distributions ([`crate::sized`]).
+    Gittins,
 }
 
 impl Baseline {
     /// Every baseline: the ranked ones, then the others.
-    pub const ALL: [Baseline; 12] = [
+    pub const ALL: [Baseline; 15] = [
         Baseline::Optimus,
         Baseline::OptimusNp,
         Baseline::Tiresias,
@@ -68,6 +75,9 @@ impl Baseline {
         Baseline::TiresiasGain,
         Baseline::TiresiasShare,
         Baseline::Lookahead,
+        Baseline::ShortestPredicted,
+        Baseline::SrptPredicted,
+        Baseline::Gittins,
     ];
 
     /// The baselines reports rank, in the order they list them: the first eight of [`Self::ALL`].
@@ -93,6 +103,9 @@ impl Baseline {
             Baseline::TiresiasGain => "tiresias-gain",
             Baseline::TiresiasShare => "tiresias-share",
             Baseline::Lookahead => crate::lookahead::LOOKAHEAD,
+            Baseline::ShortestPredicted => crate::sized::SHORTEST,
+            Baseline::SrptPredicted => crate::sized::REMAINING,
+            Baseline::Gittins => crate::sized::GITTINS,
         }
     }
 
@@ -120,6 +133,9 @@ impl Baseline {
             Baseline::TiresiasShare => Box::new(TiresiasShare(tiresias(true))),
             Baseline::Optimus => Box::new(Optimus::fit(ctx, true)?),
             Baseline::OptimusNp => Box::new(Optimus::fit(ctx, false)?),
+            Baseline::ShortestPredicted => Box::new(Sized(Rule::Shortest)),
+            Baseline::SrptPredicted => Box::new(Sized(Rule::Remaining)),
+            Baseline::Gittins => Box::new(Sized(Rule::Gittins)),
         })
     }
 }
@@ -483,6 +499,8 @@ mod tests {
             est_alloc: 0.0,
             converging: false,
             in_force: Default::default(),
+            size: None,
+            done: 0.0,
         };
         let cluster = ClusterView {
             kinds: tapfinger_core::estimate::KindMap([Some(0), Some(1), Some(2)]),
@@ -555,6 +573,8 @@ mod tests {
                 est: Default::default(),
                 est_alloc: 0.0,
                 converging: false,
+                size: None,
+                done: 0.0,
             }],
             // The older pending task needs 5 CPUs, the younger one unit of each kind.
             pending: [task(2, [5, 1, 1], None), task(3, [1, 1, 1], None)]
@@ -564,6 +584,8 @@ mod tests {
                     task,
                     est: Default::default(),
                     class: 0,
+                    size: None,
+                    done: 0.0,
                 })
                 .collect(),
             ..Default::default()
@@ -635,6 +657,8 @@ mod tests {
             },
             est_alloc: 0.0,
             converging: false,
+            size: None,
+            done: 0.0,
         };
         let gpus = |sizes: [f64; 2]| {
             let cluster = ClusterView {
