@@ -536,6 +536,32 @@ mod tests {
         }
     }
 
+    /// A restarted agent starts from the size history it saved; a file that does not read
+    /// (a torn write by hand, another format) starts it empty, never stops it.
+    #[test]
+    fn the_saved_size_history_is_read_back_and_a_bad_one_is_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(SIZES_FILE);
+        assert_eq!(load_sizes(&path).learned(), 0, "none saved");
+        let mut b = tapfinger::sizes::SizeBook::new();
+        let who = tapfinger::sizes::Identity::default();
+        let min = Resources(vec![1, 0, 1]);
+        let q = tapfinger::sizes::Query {
+            identity: &who,
+            class: tapfinger::TaskTypeId(0),
+            min_demand: &min,
+        };
+        for s in [4.0, 5.0, 6.0] {
+            b.observe(&q, s);
+        }
+        std::fs::write(&path, serde_json::to_vec(&b).unwrap()).unwrap();
+        let back = load_sizes(&path);
+        assert_eq!(back.learned(), 3);
+        assert_eq!(back.predict(&q).unwrap().median(), 5.0);
+        std::fs::write(&path, b"{\"levels\": [tor").unwrap();
+        assert_eq!(load_sizes(&path).learned(), 0);
+    }
+
     /// Fewer units than a device are a share of one device; more are whole devices.
     #[test]
     fn units_below_a_device_are_a_share_of_one() {

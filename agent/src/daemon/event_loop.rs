@@ -202,7 +202,8 @@ impl Daemon {
     /// Save the size history on the way out, whatever it learned since the last save.
     fn save_sizes_now(&mut self) {
         if let Some(files) = &self.p.files {
-            self.upkeep.save_sizes(&self.p.core, files, true);
+            self.upkeep
+                .save_sizes(self.p.core.tasks().sizes(), &files.sizes, true);
         }
     }
 

@@ -145,7 +145,7 @@ impl Upkeep {
         {
             tracing::warn!(path = %files.members.display(), error = %e, "cannot save the members");
         }
-        self.save_sizes(core, files, false);
+        self.save_sizes(core.tasks().sizes(), &files.sizes, false);
         if let Some(retention) = files.retention
             && self
                 .last_sweep
@@ -179,8 +179,12 @@ impl Upkeep {
     /// Save the size history if it learned since it was last saved, at most every
     /// [`SAVE_SIZES_EVERY`] unless `now` (a graceful stop): written aside, then renamed over
     /// the old file, so a crash leaves the old history or the new, never half of one.
-    pub(super) fn save_sizes(&mut self, core: &NodeCore, files: &Files, now: bool) {
-        let book = core.tasks().sizes();
+    pub(super) fn save_sizes(
+        &mut self,
+        book: &tapfinger::sizes::SizeBook,
+        path: &std::path::Path,
+        now: bool,
+    ) {
         let learned = book.learned();
         let due = self
             .sizes_saved
@@ -189,13 +193,13 @@ impl Upkeep {
             return;
         }
         self.sizes_saved = Some((Instant::now(), learned));
-        let tmp = files.sizes.with_extension("json.tmp");
+        let tmp = path.with_extension("json.tmp");
         let written = serde_json::to_vec(book)
             .map_err(std::io::Error::other)
             .and_then(|bytes| std::fs::write(&tmp, bytes))
-            .and_then(|()| std::fs::rename(&tmp, &files.sizes));
+            .and_then(|()| std::fs::rename(&tmp, path));
         if let Err(e) = written {
-            tracing::warn!(path = %files.sizes.display(), error = %e, "cannot save the size history");
+            tracing::warn!(path = %path.display(), error = %e, "cannot save the size history");
         }
     }
 }
@@ -290,5 +294,48 @@ impl Outlets {
             r();
         }
         sampled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tapfinger::sizes::{Identity, Query, SizeBook};
+
+    fn learned(n: usize) -> SizeBook {
+        let mut b = SizeBook::new();
+        let who = Identity::default();
+        let min = tapfinger::Resources(vec![1, 0, 1]);
+        for i in 0..n {
+            let q = Query {
+                identity: &who,
+                class: tapfinger::TaskTypeId(0),
+                min_demand: &min,
+            };
+            b.observe(&q, 10.0 + i as f64);
+        }
+        b
+    }
+
+    /// The history is written once it learned, not again until it learns more and the period
+    /// passed (or a stop asks), and what is on disk reads back as what was learned.
+    #[test]
+    fn the_size_history_is_saved_when_it_learned_and_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sizes.json");
+        let mut u = Upkeep::default();
+        u.save_sizes(&SizeBook::new(), &path, false);
+        assert!(!path.exists(), "nothing learned, nothing written");
+        u.save_sizes(&learned(3), &path, false);
+        let on_disk: SizeBook = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(on_disk.learned(), 3);
+        // Learned more within the period: not yet; on a stop: at once.
+        u.save_sizes(&learned(5), &path, false);
+        let on_disk: SizeBook = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(on_disk.learned(), 3);
+        u.save_sizes(&learned(5), &path, true);
+        let on_disk: SizeBook = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(on_disk.learned(), 5);
+        assert!(!dir.path().join("sizes.json.tmp").exists());
     }
 }

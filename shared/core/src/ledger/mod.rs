@@ -55,6 +55,7 @@ mod reserve;
 mod shrink;
 mod sizes;
 mod view;
+mod when;
 use elastic::{add_each, sub_each};
 pub use gangs::{GANG_TRIES, GangPlacement};
 pub use order::{Priorities, rank};
@@ -63,6 +64,7 @@ pub use packing::MAX_SHAPES;
 pub use preempt::Preemption;
 pub use requeue::Requeue;
 pub use view::MayStart;
+pub use when::{Expected, MAX_ESTIMATED};
 
 /// Where a task stands.
 #[derive(Debug, Clone, PartialEq)]

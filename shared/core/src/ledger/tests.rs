@@ -120,6 +120,49 @@ fn work_is_learned_for_every_class_and_the_recurring_job_speaks_first() {
     assert_eq!(v.running[0].expected_remaining(), 9.0);
 }
 
+/// Start and finish estimates: a running task ends after its expected remaining work; the
+/// waiting ones start in queue order where they first fit, none before the one ahead of it.
+#[test]
+fn waiting_tasks_are_expected_to_start_in_queue_order_where_they_first_fit() {
+    let mut l: Ledger<()> = Ledger::new(4, 1);
+    l.set_node(NodeId(0), Resources(vec![4, 0]));
+    // The book learns that tasks of class 0 take 4 slots of work.
+    for id in 1..=3 {
+        l.insert(task(id, 0, [1, 0], &[0]), TaskState::Pending, ());
+        l.set_state(TaskId(id), running(0, [1, 0]));
+        for _ in 0..4 {
+            l.accrue_service();
+        }
+        l.set_state(
+            TaskId(id),
+            TaskState::Done {
+                node: NodeId(0),
+                code: Some(0),
+                epoch: 1,
+            },
+        );
+    }
+    l.insert(task(10, 5, [2, 0], &[0]), TaskState::Pending, ());
+    l.set_state(TaskId(10), running(0, [2, 0]));
+    l.accrue_service();
+    l.insert(task(11, 6, [2, 0], &[0]), TaskState::Pending, ());
+    l.insert(task(12, 7, [4, 0], &[0]), TaskState::Pending, ());
+    l.insert(task(13, 8, [1, 0], &[0]), TaskState::Pending, ());
+    let x = l.expected(9);
+    let at = |id: u64| {
+        let e = x[&TaskId(id)];
+        (e.start, e.finish)
+    };
+    assert_eq!(at(10), (0.0, 3.0), "4 of work, 1 done");
+    assert_eq!(at(11), (0.0, 4.0), "fits beside it now");
+    assert_eq!(at(12), (4.0, 8.0), "needs the whole box");
+    // It would fit at slot 3, before task 12 starts, but does not overtake it.
+    assert_eq!(at(13), (8.0, 12.0));
+    // A task no box can hold has no estimate.
+    l.insert(task(14, 9, [9, 0], &[0]), TaskState::Pending, ());
+    assert!(!l.expected(9).contains_key(&TaskId(14)));
+}
+
 #[test]
 fn windows_hold_the_oldest_tasks_first_then_by_each_nodes_rank() {
     let mut l = two_nodes();

@@ -171,7 +171,7 @@ impl<M> Ledger<M> {
     }
 
     /// The largest live node's capacity, per kind.
-    fn largest_live(&self) -> Resources {
+    pub(super) fn largest_live(&self) -> Resources {
         let mut largest = Resources::zeros(0);
         for b in self.nodes.values().filter(|b| b.live) {
             if largest.len() < b.capacity.len() {
