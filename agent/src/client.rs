@@ -187,6 +187,13 @@ pub fn task_lines(body: &serde_json::Value) -> Option<String> {
     if let Some(r) = t.running_s {
         rows.push(("running for", human_duration(r)));
     }
+    // Estimates, marked as such: queue order at minimum demand (docs/AGENT.md).
+    if let Some(s) = t.expected_start_s {
+        rows.push(("expected start", format!("in ~{}", human_duration(s))));
+    }
+    if let Some(f) = t.expected_finish_s {
+        rows.push(("expected finish", format!("in ~{}", human_duration(f))));
+    }
     let at = shown(&t.box_name.clone().unwrap_or_default());
     let ended = |what: &str, e: &crate::api::Ended| {
         let code = e
@@ -309,8 +316,17 @@ pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
     use crate::api::{TaskPage, TaskStatus};
     let page: TaskPage = serde_json::from_value(body.clone()).ok()?;
     let mut out = format!(
-        "{:<22} {:<16} {:<12} {:<10} {:<12} {:<14} {:>8} {:>8}\n",
-        "ID", "NAME", "CLASS", "STATE", "BOX", "ALLOC c,g,m", "PROGRESS", "AGE"
+        "{:<22} {:<16} {:<12} {:<10} {:<12} {:<14} {:>8} {:>8} {:>9} {:>9}\n",
+        "ID",
+        "NAME",
+        "CLASS",
+        "STATE",
+        "BOX",
+        "ALLOC c,g,m",
+        "PROGRESS",
+        "AGE",
+        "STARTS IN",
+        "ENDS IN"
     );
     for t in &page.tasks {
         let (state, node, alloc, progress) = match &t.status {
@@ -347,7 +363,7 @@ pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
                 .unwrap_or_default(),
         );
         out.push_str(&format!(
-            "{:<22} {:<16} {:<12} {:<10} {:<12} {:<14} {:>8} {:>8}\n",
+            "{:<22} {:<16} {:<12} {:<10} {:<12} {:<14} {:>8} {:>8} {:>9} {:>9}\n",
             t.id,
             shown(&t.name),
             if t.class.is_empty() {
@@ -359,7 +375,13 @@ pub fn tasks_table(body: &serde_json::Value) -> Option<String> {
             at,
             alloc,
             progress,
-            t.age_s.map(human_duration).unwrap_or_default()
+            t.age_s.map(human_duration).unwrap_or_default(),
+            t.expected_start_s
+                .map(|s| format!("~{}", human_duration(s)))
+                .unwrap_or_default(),
+            t.expected_finish_s
+                .map(|s| format!("~{}", human_duration(s)))
+                .unwrap_or_default(),
         ));
     }
     out.push_str(&format!("{} task(s)", page.tasks.len()));
@@ -611,7 +633,7 @@ mod table_tests {
     fn tasks_render_as_a_table() {
         let v = serde_json::json!({"tasks": [
             {"id": 7, "state": "running", "node": 3, "alloc": [2, 0, 2], "progress": 0.25},
-            {"id": 8, "state": "pending"}
+            {"id": 8, "state": "pending", "expected_start_s": 90.0, "expected_finish_s": 7260.0}
         ], "total": 2, "next_offset": null});
         let t = super::tasks_table(&v).unwrap();
         let lines: Vec<&str> = t.lines().collect();
@@ -620,6 +642,8 @@ mod table_tests {
             lines[1].contains("running") && lines[1].contains("2,0,2") && lines[1].contains("25%")
         );
         assert!(lines[2].starts_with("8 ") && lines[2].contains("pending"));
+        assert!(lines[0].ends_with("STARTS IN   ENDS IN"), "{t}");
+        assert!(lines[2].ends_with("~1m30s    ~2h01m"), "{t}");
         assert_eq!(lines[3], "2 task(s)");
         assert!(super::tasks_table(&serde_json::json!({"x": 1})).is_none());
         let p = serde_json::json!({"peers": [{"id": 5, "name": "box-b", "capacity": [4, 1, 8], "free": [2, 1, 6]}]});

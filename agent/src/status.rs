@@ -75,6 +75,9 @@ pub struct Status {
     pub forecast: Option<tapfinger::forecast::outlook::Outlook>,
     /// What the speed estimator holds of each task class ([`estimates_of`]).
     pub estimates: Vec<ClassInfo>,
+    /// Each running task's expected finish and each waiting task's expected start and finish,
+    /// in slots from `slot` ([`tapfinger::ledger::Ledger::expected`]).
+    pub expected: std::sync::Arc<BTreeMap<TaskId, tapfinger::ledger::Expected>>,
     /// Whether the journal takes writes (none: the agent keeps no journal).
     pub storage: Option<crate::store::Health>,
 }

@@ -271,6 +271,8 @@ fn info(st: &crate::status::Status, id: TaskId, t: &tapfinger::node::TaskState) 
         tapfinger::node::TaskState::Gang { members, .. } => members.first().map(|(n, _)| *n),
     };
     let secs = |slots: u64| (slots * st.slot_ms) as f64 / 1000.0;
+    let slots_s = |slots: f64| (slots * st.slot_ms as f64 / 1000.0 * 10.0).round() / 10.0;
+    let expected = st.expected.get(&id);
     let age_s = (!matches!(t, tapfinger::node::TaskState::Done { .. }))
         .then(|| secs(st.slot.saturating_sub(names.arrival)));
     let running_s = match t {
@@ -295,6 +297,10 @@ fn info(st: &crate::status::Status, id: TaskId, t: &tapfinger::node::TaskState) 
             .get(&id)
             .map_or(0.0, |p| p.work_lost),
         gpu_use: st.gpu_use.get(&id).cloned(),
+        expected_start_s: expected
+            .filter(|_| matches!(t, tapfinger::node::TaskState::Pending))
+            .map(|e| slots_s(e.start)),
+        expected_finish_s: expected.map(|e| slots_s(e.finish)),
         status: t.into(),
     }
 }

@@ -152,6 +152,14 @@ pub struct TaskInfo {
     /// of its processes); absent where no GPU process of it is seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_use: Option<crate::gpu_use::TaskGpuUse>,
+    /// Seconds until it is expected to start (a waiting task), as the agent's ledger places
+    /// the queue now: in queue order, at its minimum demand, for its expected work
+    /// (`docs/AGENT.md`, "Start and finish estimates"); none where it cannot say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_start_s: Option<f64>,
+    /// Seconds until it is expected to finish (a waiting or running task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_finish_s: Option<f64>,
     /// Where it stands.
     #[serde(flatten)]
     pub status: TaskStatus,

@@ -498,6 +498,7 @@ impl Daemon {
                 &core.node_labels(),
             ),
             storage: self.p.store.as_ref().map(crate::store::Store::health),
+            expected: self.outlets.expected(core),
         };
         let latencies = self.p.core.take_latencies();
         if self.outlets.publish(snapshot, &latencies, status) {

@@ -220,6 +220,13 @@ pub(super) struct Outlets {
     history: std::sync::Arc<crate::history::History>,
     /// The slot of the last sample.
     sampled_slot: Option<u64>,
+    /// The start and finish estimates, and the slot and task states they were made for (made
+    /// again once either changes, not at every publication).
+    expected: Option<(
+        u64,
+        u64,
+        std::sync::Arc<std::collections::BTreeMap<TaskId, tapfinger::ledger::Expected>>,
+    )>,
 }
 
 impl Outlets {
@@ -234,6 +241,7 @@ impl Outlets {
             box_names: Default::default(),
             history,
             sampled_slot: None,
+            expected: None,
         }
     }
 
@@ -247,6 +255,23 @@ impl Outlets {
         runs_changed
             || !self.replies.is_empty()
             || self.published.is_none_or(|t| t.elapsed() >= every)
+    }
+
+    /// The ledger's start and finish estimates now ([`tapfinger::ledger::Ledger::expected`]),
+    /// made again when the slot or a task's state changed.
+    pub(super) fn expected(
+        &mut self,
+        core: &NodeCore,
+    ) -> std::sync::Arc<std::collections::BTreeMap<TaskId, tapfinger::ledger::Expected>> {
+        let (slot, changes) = (core.slot(), core.tasks().changes());
+        match &self.expected {
+            Some((s, c, x)) if *s == slot && *c == changes => x.clone(),
+            _ => {
+                let x = std::sync::Arc::new(core.tasks().expected(slot));
+                self.expected = Some((slot, changes, x.clone()));
+                x
+            }
+        }
     }
 
     /// The name of every box heard of, this one's (`me`) included: tasks a box ran are listed

@@ -262,6 +262,8 @@ pub struct Ledger<M> {
     sizes: crate::sizes::SizeBook,
     /// The shapes that arrived and the devices drivers stated: a claim's prior ([`packing`]).
     packing: packing::Packing,
+    /// Tasks added, removed or moved to another state so far ([`Ledger::changes`]).
+    changes: u64,
 }
 
 impl<M> Ledger<M> {
@@ -287,7 +289,14 @@ impl<M> Ledger<M> {
             requeues: BTreeMap::new(),
             packing: Default::default(),
             sizes: Default::default(),
+            changes: 0,
         }
+    }
+
+    /// How many times a task was added, removed or moved to another state: what a driver
+    /// that caches something made of the states compares.
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// The window size.
@@ -371,6 +380,7 @@ impl<M> Ledger<M> {
             // its class, as on the agents that heard it earlier, and is then let go.
             self.estimator.forget(id);
         }
+        self.changes += 1;
         let runs = u32::from(state.running_on().is_some());
         let identity = Arc::new(crate::sizes::Identity::default());
         self.tasks.insert(
@@ -392,6 +402,7 @@ impl<M> Ledger<M> {
     /// Remove a task (and its place in every queue). Returns it.
     pub fn remove(&mut self, id: TaskId) -> Option<Entry<M>> {
         let e = self.tasks.remove(&id)?;
+        self.changes += 1;
         self.unindex(&e.task, &e.state);
         self.floors.remove(&id);
         self.estimator.forget(id);
@@ -401,6 +412,7 @@ impl<M> Ledger<M> {
     /// Move a task to `state` (queues, running sets and used units follow). Unknown: `None`.
     pub fn set_state(&mut self, id: TaskId, state: TaskState) -> Option<()> {
         let e = self.tasks.get(&id)?;
+        self.changes += 1;
         let (task, old) = (e.task.clone(), e.state.clone());
         self.unindex(&task, &old);
         // The entry changes before it is indexed: a node's book made while indexing scans the
