@@ -204,6 +204,9 @@ impl Upkeep {
     }
 }
 
+/// Start and finish estimates by task ([`tapfinger::ledger::Ledger::expected`]).
+type Estimates = std::sync::Arc<std::collections::BTreeMap<TaskId, tapfinger::ledger::Expected>>;
+
 /// Where the loop's state goes out: the status (and the API replies waiting for it), `/metrics`,
 /// the dashboard's history, and the names of the boxes heard of.
 pub(super) struct Outlets {
@@ -222,11 +225,7 @@ pub(super) struct Outlets {
     sampled_slot: Option<u64>,
     /// The start and finish estimates, and the slot and task states they were made for (made
     /// again once either changes, not at every publication).
-    expected: Option<(
-        u64,
-        u64,
-        std::sync::Arc<std::collections::BTreeMap<TaskId, tapfinger::ledger::Expected>>,
-    )>,
+    expected: Option<(u64, u64, Estimates)>,
 }
 
 impl Outlets {
@@ -259,10 +258,7 @@ impl Outlets {
 
     /// The ledger's start and finish estimates now ([`tapfinger::ledger::Ledger::expected`]),
     /// made again when the slot or a task's state changed.
-    pub(super) fn expected(
-        &mut self,
-        core: &NodeCore,
-    ) -> std::sync::Arc<std::collections::BTreeMap<TaskId, tapfinger::ledger::Expected>> {
+    pub(super) fn expected(&mut self, core: &NodeCore) -> Estimates {
         let (slot, changes) = (core.slot(), core.tasks().changes());
         match &self.expected {
             Some((s, c, x)) if *s == slot && *c == changes => x.clone(),
