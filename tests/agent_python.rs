@@ -131,9 +131,11 @@ print(json.dumps({"id": tid, "state": ended["state"], "out": out.getvalue(), "er
 long = c.submit(toml_spec)
 while c.show(long)["state"] != "running":
     time.sleep(0.05)
+# Its expected finish, as the agent estimates it (a number of seconds).
+expected = c.show(long).get("expected_finish_s")
 c.cancel(long)
 done = [t["id"] for t in c.tasks(state="succeeded")]
-print(json.dumps({"cancelled": c.show(long)["state"], "succeeded": done}))
+print(json.dumps({"cancelled": c.show(long)["state"], "succeeded": done, "expected": expected}))
 try:
     c.submit({"command": ["x"], "min_demand": {"cpu": 1}, "gpus": 2})
 except ApiError as e:
@@ -204,6 +206,11 @@ async fn the_python_client_submits_follows_lists_and_cancels() {
     );
     assert!(e.contains("two\n"), "{e}");
     assert_eq!(lines[1]["cancelled"], "cancelled");
+    assert!(
+        lines[1]["expected"].as_f64().is_some_and(|s| s > 0.0),
+        "{}",
+        lines[1]
+    );
     assert_eq!(lines[1]["succeeded"], serde_json::json!([followed["id"]]));
     assert_eq!(lines[2]["refused"], 400);
     assert!(lines[2]["field"].is_string(), "{}", lines[2]);

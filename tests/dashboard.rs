@@ -170,7 +170,16 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
         "return [...document.querySelectorAll('#running thead th')].map(h => h.textContent)";
     assert_eq!(
         browser.eval(heads).await,
-        json!(["task", "name", "box", "share", "GPU use", "progress", ""])
+        json!([
+            "task",
+            "name",
+            "box",
+            "share",
+            "GPU use",
+            "progress",
+            "ends in (est.)",
+            ""
+        ])
     );
 
     // Fill every box, then submit the task to follow: it must queue until a box is free.
@@ -191,7 +200,14 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
         "const r = document.querySelector('tr[data-task=\"{}\"]'); return r ? r.dataset.state : null",
         id.0
     );
+    // While it waits, its row says when it is expected to start (the agent's estimate).
+    let starts = format!(
+        "const r = document.querySelector('tr[data-task=\"{}\"][data-state=\"queued\"]'); \
+         return r ? r.cells[6].textContent : null",
+        id.0
+    );
     let mut seen: Vec<String> = Vec::new();
+    let mut estimates: Vec<String> = Vec::new();
     let t0 = Instant::now();
     while seen.last().map(String::as_str) != Some("succeeded") {
         assert!(
@@ -203,8 +219,15 @@ async fn the_dashboard_shows_the_boxes_and_a_task_from_queue_to_done() {
         {
             seen.push(s);
         }
+        if let Value::String(e) = browser.eval(&starts).await {
+            estimates.push(e);
+        }
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
+    assert!(
+        estimates.iter().any(|e| e.starts_with('~')),
+        "no start estimate shown while it queued: {estimates:?}"
+    );
     assert_eq!(
         seen,
         ["queued", "running", "succeeded"],

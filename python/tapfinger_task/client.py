@@ -12,6 +12,7 @@ names (a refused submission says which) and, for a journal that cannot take the 
 when to try again. Standard library only (TOML files need Python 3.11, or ``tomli``).
 """
 
+import getpass
 import http.client
 import json
 import os
@@ -102,9 +103,16 @@ class Client:
     # Tasks.
 
     def submit(self, spec):
-        """Submit a task: a spec dict, or a path to a TOML or JSON spec file. Returns its id."""
+        """Submit a task: a spec dict, or a path to a TOML or JSON spec file. Returns its id.
+        Where the spec names no ``submitter``, the login name is given (as ``tapfinger-agent
+        submit`` does): the agent learns sizes per submitter and job."""
         if not isinstance(spec, dict):
             spec = _load_spec(os.fspath(spec))
+        if not str(spec.get("submitter", "")).strip():
+            try:
+                spec = dict(spec, submitter=getpass.getuser())
+            except (KeyError, OSError):
+                pass
         return self._call("POST", "/v1/tasks", spec)["id"]
 
     def tasks(self, state=None, name=None, klass=None, box=None):
@@ -141,7 +149,9 @@ class Client:
         raise LookupError(f"{len(found)} tasks are named {task!r}: {ids}; give an id")
 
     def show(self, task):
-        """One task: its state, box, progress, metrics, ..."""
+        """One task: its state, box, progress, metrics, and the agent's estimates of when it
+        starts and finishes (``expected_start_s``, ``expected_finish_s``: seconds from now,
+        absent where the agent cannot say)."""
         return self._call("GET", f"/v1/tasks/{self.resolve(task)}")
 
     def cancel(self, task):

@@ -97,6 +97,13 @@ pub struct QueueEntry {
     pub wait_s: f64,
     /// Minimum demand.
     pub min_demand: Vec<u32>,
+    /// Seconds until it is expected to start, and to finish (the ledger's estimate: queue
+    /// order, minimum demand, expected work); none where the agent cannot say.
+    #[serde(default)]
+    pub expected_start_s: Option<f64>,
+    /// Seconds until it is expected to finish.
+    #[serde(default)]
+    pub expected_finish_s: Option<f64>,
 }
 
 /// A running task.
@@ -116,6 +123,9 @@ pub struct RunningEntry {
     /// What it uses of its GPUs (NVML), if a GPU process of it is seen.
     #[serde(default)]
     pub gpu_use: Option<crate::gpu_use::TaskGpuUse>,
+    /// Seconds until it is expected to finish ([`QueueEntry::expected_start_s`]).
+    #[serde(default)]
+    pub expected_finish_s: Option<f64>,
 }
 
 /// A finished task.
@@ -195,6 +205,7 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
             .map(|n| n.name.clone())
             .unwrap_or_default()
     };
+    let seconds = |slots: f64| (slots * st.slot_ms as f64 / 1e3 * 10.0).round() / 10.0;
     let queue = st
         .queue
         .iter()
@@ -206,6 +217,8 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
             priority: q.priority,
             wait_s: st.slot.saturating_sub(q.arrival) as f64 * st.slot_ms as f64 / 1e3,
             min_demand: q.min_demand.0.clone(),
+            expected_start_s: st.expected.get(&q.id).map(|e| seconds(e.start)),
+            expected_finish_s: st.expected.get(&q.id).map(|e| seconds(e.finish)),
         })
         .collect();
     let mut running = Vec::new();
@@ -224,6 +237,7 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
                 alloc: alloc.0.clone(),
                 progress: *progress,
                 gpu_use: st.gpu_use.get(id).cloned(),
+                expected_finish_s: st.expected.get(id).map(|e| seconds(e.finish)),
             }),
             TaskState::Done { node, .. } if finished.len() < FINISHED_SHOWN => {
                 let state = match TaskStatus::from(t) {
