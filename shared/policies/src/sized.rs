@@ -10,13 +10,14 @@
 //!   demand; re-shares as
 //!   `tiresias-share` does (the estimator's gain-greedy share), so that against it the only
 //!   difference is the order sizes give.
-//! - `srpt-predicted`: admits the same way; each slot, the node's spare CPU and GPU units go
-//!   to its running tasks in order of least expected remaining work, each taking all it can use
-//!   before the next (preemptive shortest predicted remaining first: a shorter arrival takes
-//!   the units at the next re-share). A running task keeps its minimum demand whatever its rank, so
-//!   a wrong estimate slows a task but never stops it.
-//! - `gittins`: admits and re-shares by Gittins' index on the size book's distribution given
-//!   the work done ([`tapfinger_core::sizes::Prediction::gittins`]; where the book knows
+//! - `srpt-predicted`: admits the same way; each slot, each of the node's spare CPU and GPU
+//!   units goes to the running task whose job time it cuts by the largest fraction, weighted by
+//!   one over the task's expected remaining work (preemptive shortest predicted remaining
+//!   first, as far as a unit still speeds the shortest up: a shorter arrival takes the units at
+//!   the next re-share). A running task keeps its minimum demand whatever its rank, so a wrong
+//!   estimate slows a task but never stops it.
+//! - `gittins`: admits by, and weights the re-share with, Gittins' index on the size book's
+//!   distribution given the work done ([`tapfinger_core::sizes::Prediction::gittins`]; where the book knows
 //!   nothing, or the task outlived its history, one over its expected remaining work), the
 //!   admission aged as above.
 //!
@@ -28,7 +29,7 @@ use tapfinger_core::Rng;
 use tapfinger_core::estimate::COSTLY_SWITCH;
 use tapfinger_core::policy::{Decision, Policy};
 use tapfinger_core::resources::Resources;
-use tapfinger_core::share::MIN_GAIN;
+use tapfinger_core::share::{MIN_GAIN, estimated_slots};
 use tapfinger_core::task::TaskId;
 use tapfinger_core::view::{PendingView, RunningView, View};
 
@@ -89,7 +90,7 @@ impl Policy for Sized {
     fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(TaskId, Resources)> {
         match self.0 {
             Rule::Shortest => tapfinger_core::share::gain_greedy_shares(view, false, true),
-            Rule::Remaining => fill_in_order(view, |r| -r.expected_remaining()),
+            Rule::Remaining => fill_in_order(view, |r| 1.0 / r.expected_remaining()),
             Rule::Gittins => fill_in_order(view, running_index),
         }
     }
@@ -123,18 +124,19 @@ fn running_index(r: &RunningView) -> f64 {
 }
 
 /// The node's running tasks from the allocations the view shows them at (their floors), the
-/// settled costly ones given back what they hold, then the spare CPU and GPU units to the
-/// others in order of `rank` (highest first), each taking all of a kind it can use (up to its
-/// maximum demand, where the estimator says the kind's next unit saves at least [`MIN_GAIN`] of
-/// its job time) before the next.
-fn fill_in_order(view: &View<'_>, rank: impl Fn(&RunningView) -> f64) -> Vec<(TaskId, Resources)> {
+/// settled costly ones given back what they hold; then each spare CPU and GPU unit, one at a
+/// time, to the task whose estimated job time it cuts by the largest fraction weighted by the
+/// task's `weight` (the shortest remaining, or the highest index, weigh most), while some cut is
+/// at least [`MIN_GAIN`] (up to each task's maximum demand). A weighted form of the gain-greedy
+/// share: all of a node's spare units to the shortest task alone wastes them where its speed-up
+/// flattens (tried: on `synthetic3` its average JCT went from 4.4 to 7.5 slots, one workload
+/// to 19), where a unit's cut of its job time says what it is worth there.
+fn fill_in_order(
+    view: &View<'_>,
+    weight: impl Fn(&RunningView) -> f64,
+) -> Vec<(TaskId, Resources)> {
     let mut tasks: Vec<&RunningView> = view.running().collect();
-    tasks.sort_by(|a, b| {
-        rank(b)
-            .total_cmp(&rank(a))
-            .then(a.task.arrival.cmp(&b.task.arrival))
-            .then(a.task.id.cmp(&b.task.id))
-    });
+    tasks.sort_by(|a, b| a.task.id.cmp(&b.task.id));
     let mut allocs: Vec<Resources> = tasks.iter().map(|r| r.alloc.clone()).collect();
     let mut free = view.node().free.clone();
     let settled: Vec<bool> = tasks
@@ -153,25 +155,34 @@ fn fill_in_order(view: &View<'_>, rank: impl Fn(&RunningView) -> f64) -> Vec<(Ta
             free.0[k] -= back;
         }
     }
-    let kinds = view.cluster.kinds.0;
-    for (c, kind) in kinds.iter().enumerate().take(2) {
-        let Some(k) = kind.filter(|&k| k < free.len()) else {
-            continue;
-        };
-        for ((r, a), _) in tasks
-            .iter()
-            .zip(allocs.iter_mut())
-            .zip(&settled)
-            .filter(|(_, s)| !**s)
-        {
-            if r.est.gain[c] < MIN_GAIN {
-                continue;
+    let weights: Vec<f64> = tasks.iter().map(|r| weight(r).max(0.0)).collect();
+    let kinds: Vec<usize> = view.cluster.kinds.0[..2]
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|&k| k < free.len())
+        .collect();
+    loop {
+        let mut best: Option<(f64, usize, usize)> = None;
+        for &k in kinds.iter().filter(|&&k| free.get(k) > 0) {
+            for (i, r) in tasks.iter().enumerate().filter(|(i, _)| !settled[*i]) {
+                let cap = r.task.max_demand.as_ref().map_or(u32::MAX, |m| m.get(k));
+                if allocs[i].get(k) >= cap {
+                    continue;
+                }
+                let now = estimated_slots(view, r, &allocs[i]);
+                let mut more = allocs[i].clone();
+                more.0[k] += 1;
+                let cut = (now - estimated_slots(view, r, &more)) / now.max(1e-9);
+                let score = cut * weights[i];
+                if cut >= MIN_GAIN && best.is_none_or(|(s, _, _)| score > s) {
+                    best = Some((score, i, k));
+                }
             }
-            let cap = r.task.max_demand.as_ref().map_or(u32::MAX, |m| m.get(k));
-            let more = cap.saturating_sub(a.get(k)).min(free.get(k));
-            a.0[k] += more;
-            free.0[k] -= more;
         }
+        let Some((_, i, k)) = best else { break };
+        allocs[i].0[k] += 1;
+        free.0[k] -= 1;
     }
     tasks.iter().map(|r| r.task.id).zip(allocs).collect()
 }
@@ -297,9 +308,10 @@ mod tests {
         }
     }
 
-    /// Shortest predicted remaining: every spare CPU goes to the running task with the least
-    /// expected remaining work (the nearly done long one before a fresh short-ish one), none to
-    /// a kind the estimator says does not speed a task up, and every task keeps its minimum.
+    /// Shortest predicted remaining: the spare CPUs go first to the running task with the
+    /// least expected remaining work (the nearly done long one before a fresh short-ish one),
+    /// none to a kind the estimator says does not speed a task up, and every task keeps its
+    /// minimum.
     #[test]
     fn spare_units_go_to_the_least_expected_remaining_first() {
         let c = cluster(
@@ -316,8 +328,29 @@ mod tests {
             .rebalance(&view, &mut <Rng as rand::SeedableRng>::seed_from_u64(0))
             .into_iter()
             .collect();
-        assert_eq!(shares[&TaskId(2)], Resources(vec![5, 0, 1]));
-        assert_eq!(shares[&TaskId(1)], Resources(vec![1, 0, 1]));
+        // The nearly done task takes units while they still cut its time by more, weighted,
+        // than they would the next shortest's; the longest gets none; memory stays as it is.
+        assert_eq!(shares[&TaskId(2)], Resources(vec![4, 0, 1]));
+        assert_eq!(shares[&TaskId(1)], Resources(vec![2, 0, 1]));
         assert_eq!(shares[&TaskId(3)], Resources(vec![1, 0, 1]));
+        // Weighted alike (no history at all), the same tasks share the units evenly.
+        let even = cluster(
+            5,
+            vec![],
+            (1..=3)
+                .map(|i| RunningView {
+                    size: None,
+                    ..running(i, 1.0, 0.0)
+                })
+                .collect(),
+        );
+        let view = even.for_agent(NodeId(0)).unwrap();
+        let cores: Vec<u32> = Sized(Rule::Remaining)
+            .rebalance(&view, &mut <Rng as rand::SeedableRng>::seed_from_u64(0))
+            .into_iter()
+            .map(|(_, r)| r.get(0))
+            .collect();
+        assert_eq!(cores.iter().sum::<u32>(), 7);
+        assert!(cores.iter().all(|c| (2..=3).contains(c)), "{cores:?}");
     }
 }
