@@ -40,6 +40,8 @@ impl Progress {
         self.bar.inc(1);
     }
     /// A line on stderr, above the bar where it is drawn (always printed, bar or not).
+    // Its one caller, `deploy-replay`, needs the feature `train`.
+    #[cfg_attr(not(feature = "train"), allow(dead_code))]
     pub(crate) fn note(&self, line: &str) {
         self.bar.suspend(|| eprintln!("{line}"));
     }

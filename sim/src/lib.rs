@@ -27,6 +27,7 @@ pub mod profile;
 pub mod report;
 pub mod scenario;
 pub mod speed;
+pub mod start_estimates;
 pub mod suite;
 pub mod trace;
 #[cfg(feature = "train")]

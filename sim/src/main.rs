@@ -9,6 +9,7 @@ mod cli_compare;
 #[cfg(feature = "train")]
 mod cli_curves;
 mod cli_deploy;
+mod cli_estimates;
 mod cli_forecast;
 mod cli_import;
 mod cli_pack;
@@ -72,6 +73,9 @@ enum Cmd {
     #[cfg(not(feature = "train"))]
     #[command(hide = true)]
     DeployReplay(NeedsTrain),
+    /// How far the start estimates an agent shows (`GET /v1/tasks`) are from when tasks
+    /// started: each task's estimate at its arrival against its start, per scenario.
+    StartEstimates(cli_estimates::StartEstimatesArgs),
     /// Judge one observed workload as the coordinator's guard does: its twin under the learned
     /// policy and every deployable baseline, and the policy the cluster would run next.
     Guard(cli_deploy::GuardArgs),
@@ -160,6 +164,7 @@ fn run(cli: Cli) -> Result<()> {
         #[cfg(feature = "train")]
         Cmd::DeployReplay(args) => cli_deploy::deploy_replay(args)?,
         Cmd::Guard(args) => cli_deploy::guard(args)?,
+        Cmd::StartEstimates(args) => cli_estimates::start_estimates(args)?,
         #[cfg(feature = "train")]
         Cmd::Tune(args) => cli_train::tune(args)?,
         #[cfg(feature = "train")]

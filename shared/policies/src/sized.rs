@@ -136,7 +136,7 @@ fn fill_in_order(
     weight: impl Fn(&RunningView) -> f64,
 ) -> Vec<(TaskId, Resources)> {
     let mut tasks: Vec<&RunningView> = view.running().collect();
-    tasks.sort_by(|a, b| a.task.id.cmp(&b.task.id));
+    tasks.sort_by_key(|r| r.task.id);
     let mut allocs: Vec<Resources> = tasks.iter().map(|r| r.alloc.clone()).collect();
     let mut free = view.node().free.clone();
     let settled: Vec<bool> = tasks

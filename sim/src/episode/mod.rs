@@ -285,7 +285,15 @@ impl<'a> Episode<'a> {
                 return Err(self.did_not_finish());
             }
             self.forecast(slot);
+            let first = self.next_arrival;
             self.arrive(slot);
+            if observe.wants_estimates() {
+                let arrived: Vec<TaskId> = self.arrivals[first..self.next_arrival]
+                    .iter()
+                    .map(|t| t.id)
+                    .collect();
+                observe.expected(slot, &arrived, &self.ledger.expected(slot));
+            }
             let mut d = Decisions::default();
             loop {
                 let outcome = self.step(slot, d.steps, observe)?;

@@ -86,6 +86,20 @@ pub trait Observer {
     }
     /// The episode ended; `estimator` holds what the cluster's speed estimator learned.
     fn ended(&mut self, _slots: u64, _estimator: &tapfinger::estimate::Estimator) {}
+    /// Whether [`Observer::expected`] should be called (the estimates cost time).
+    fn wants_estimates(&self) -> bool {
+        false
+    }
+    /// After a slot's arrivals joined the queues: the tasks that arrived, and the ledger's
+    /// start and finish estimates of every task then ([`tapfinger::ledger::Ledger::expected`],
+    /// slots from `slot`), as an agent's API would show them.
+    fn expected(
+        &mut self,
+        _slot: u64,
+        _arrived: &[TaskId],
+        _expected: &std::collections::BTreeMap<TaskId, tapfinger::ledger::Expected>,
+    ) {
+    }
 }
 
 /// An observer that watches nothing.
