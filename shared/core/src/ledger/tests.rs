@@ -161,6 +161,16 @@ fn waiting_tasks_are_expected_to_start_in_queue_order_where_they_first_fit() {
     // A task no box can hold has no estimate.
     l.insert(task(14, 9, [9, 0], &[0]), TaskState::Pending, ());
     assert!(!l.expected(9).contains_key(&TaskId(14)));
+    // On an elastic box a running task holds its floor against a newcomer, not what the
+    // re-share gave it: a task that runs on the whole box leaves room for one of 2.
+    let mut e: Ledger<()> = Ledger::new(4, 1);
+    e.set_node(NodeId(0), Resources(vec![4, 0]));
+    e.set_elastic(NodeId(0), true);
+    e.insert(task(1, 0, [1, 0], &[0]), TaskState::Pending, ());
+    e.set_state(TaskId(1), running(0, [4, 0]));
+    e.insert(task(2, 1, [2, 0], &[0]), TaskState::Pending, ());
+    let x = e.expected(2);
+    assert_eq!(x[&TaskId(2)].start, 0.0, "the re-share makes room: {x:?}");
 }
 
 #[test]

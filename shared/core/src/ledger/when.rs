@@ -3,7 +3,9 @@
 //!
 //! A running task finishes after its expected remaining work
 //! ([`crate::view::expected_remaining`]: its declared work, its own progress, or the size
-//! book's distribution given the work done) at the estimator's speed for its allocation. The
+//! book's distribution given the work done) at the estimator's speed for its allocation, and
+//! holds its allocation until then (on an elastic box only its floor: a re-share makes room
+//! for a newcomer). The
 //! waiting tasks are then placed in queue order (priority class with aging, then arrival, then
 //! id), each at its minimum demand on the reachable live box where it can start first, for its
 //! expected work, starting no earlier than the task before it (no task overtakes another: a
@@ -128,6 +130,16 @@ impl<M> Ledger<M> {
                 work * speed.clamp(0.0, 1.0)
             };
             for (node, units) in held {
+                // On an elastic box a running task holds only its floor against a newcomer:
+                // the next re-share shrinks it to make room (`Ledger::claimable`).
+                let units = match (&e.state, self.nodes.get(&node)) {
+                    (TaskState::Running { .. }, Some(b)) if b.elastic => self
+                        .floors
+                        .get(&e.task.id)
+                        .cloned()
+                        .unwrap_or_else(|| e.task.min_demand.clone()),
+                    _ => units,
+                };
                 if let Some(t) = boxes.get_mut(&node) {
                     t.holds.push((left, units));
                 }
