@@ -410,6 +410,7 @@ fn split(sc: &Scenario, seed: u64, windows: usize) -> Result<Vec<(u64, Scenario)
         n.labels.push(format!("box={}", n.name));
     }
     let per = tasks.len().div_ceil(windows);
+    let row = |t: &tapfinger::Task| sc.trace.as_ref().and_then(|tr| tr.get(t.id.0 as usize));
     Ok(tasks
         .chunks(per)
         .map(|chunk| {
@@ -429,12 +430,11 @@ fn split(sc: &Scenario, seed: u64, windows: usize) -> Result<Vec<(u64, Scenario)
                     min: Some(t.min_demand.clone()),
                     max: t.max_demand.clone(),
                     priority: Some(t.priority),
-                    // A trace's own gang stays one (drawn gangs are drawn again per window).
-                    gang: sc
-                        .trace
-                        .as_ref()
-                        .and_then(|tr| tr.get(t.id.0 as usize))
-                        .and_then(|r| r.gang.clone()),
+                    // A trace's own gang stays one (drawn gangs are drawn again per window),
+                    // and its tasks keep who submitted them.
+                    gang: row(t).and_then(|r| r.gang.clone()),
+                    submitter: row(t).and_then(|r| r.submitter.clone()),
+                    job: row(t).and_then(|r| r.job.clone()),
                 })
                 .collect();
             let mut s = base.clone();

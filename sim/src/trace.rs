@@ -16,6 +16,10 @@
 //! type's). A task's own demands lie within its type's: the type's table covers them, and the
 //! type's minimum is what the simulator's lower bound starts from. A cluster's twin writes them
 //! where its tasks of one class asked for different amounts or ran at different priorities.
+//! Two more, `submitter` and `job`, name who submitted the task and the recurring job it is an
+//! instance of (empty: not said), as a spec's fields do: the key the cluster's size history
+//! learns under ([`tapfinger::sizes`]), what an importer keeps of a trace's user, job name and
+//! group columns. No comma in them (the importers write one as `_`).
 //!
 //! A row may be a gang (a multi-box job): `[[trace.gangs]]` entries name the row (`row`, 1 for
 //! the first row after the header), its `shape` (as a user submits it: workers, parameter
@@ -88,6 +92,20 @@ pub struct TraceTask {
     pub priority: Option<u8>,
     /// Its gang, if it is one.
     pub gang: Option<Box<TraceGang>>,
+    /// Who submitted it, where the trace says (the size history's key; never its size).
+    pub submitter: Option<String>,
+    /// The recurring job it is an instance of, where the trace says.
+    pub job: Option<String>,
+}
+
+impl TraceTask {
+    /// Its identity as an agent's spec would give it (`None`: the trace says nothing).
+    pub fn identity(&self) -> Option<tapfinger::sizes::Identity> {
+        (self.submitter.is_some() || self.job.is_some()).then(|| tapfinger::sizes::Identity {
+            submitter: self.submitter.clone(),
+            job: self.job.clone(),
+        })
+    }
 }
 
 impl TraceTask {
@@ -103,6 +121,8 @@ enum Extra {
     Min,
     Max,
     Priority,
+    Submitter,
+    Job,
 }
 
 const HEADER: &str = "arrival,type,size,require";
@@ -111,7 +131,7 @@ const HEADER: &str = "arrival,type,size,require";
 fn header(line: &str) -> Result<Vec<Extra>, String> {
     let bad = || {
         format!(
-            "line 1: the header must be `{HEADER}`, optionally followed by `min`, `max` and `priority`, got `{line}`"
+            "line 1: the header must be `{HEADER}`, optionally followed by `min`, `max`, `priority`, `submitter` and `job`, got `{line}`"
         )
     };
     let cols: Vec<&str> = line.split(',').map(str::trim).collect();
@@ -124,6 +144,8 @@ fn header(line: &str) -> Result<Vec<Extra>, String> {
             "min" => Extra::Min,
             "max" => Extra::Max,
             "priority" => Extra::Priority,
+            "submitter" => Extra::Submitter,
+            "job" => Extra::Job,
             _ => return Err(bad()),
         };
         if extra.contains(&e) {
@@ -214,11 +236,17 @@ pub fn parse(
             max: None,
             priority: None,
             gang: None,
+            submitter: None,
+            job: None,
         };
         for (e, field) in extra.iter().zip(&f[4..]) {
             match e {
                 Extra::Min => task.min = demand(field, kinds).map_err(|w| at("min", w))?,
                 Extra::Max => task.max = demand(field, kinds).map_err(|w| at("max", w))?,
+                Extra::Submitter => {
+                    task.submitter = Some(field.to_string()).filter(|f| !f.is_empty())
+                }
+                Extra::Job => task.job = Some(field.to_string()).filter(|f| !f.is_empty()),
                 Extra::Priority if field.is_empty() => {}
                 Extra::Priority => {
                     task.priority = Some(

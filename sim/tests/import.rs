@@ -201,6 +201,9 @@ fn philly_takes_the_last_attempt() {
     assert_eq!(tasks[1].min_demand.get(1), 4);
     // Submitted 281 s after the first (slots of 60 s).
     assert_eq!(tasks[1].arrival, 4);
+    // Who submitted each: the file's (hashed) user.
+    let who = sc.trace.as_ref().unwrap()[0].identity().unwrap();
+    assert_eq!(who.submitter.as_deref(), Some("ad7b3d"));
 }
 
 #[test]
@@ -209,6 +212,35 @@ fn helios_imports_and_replays() {
     // a4 ran for no time; a3's 8 GPUs fit the built-in cluster, sized to it.
     assert_eq!((r.entries, r.tasks), (5, 4));
     assert_eq!(skipped(&r, "not positive"), 1);
+}
+
+/// The identity columns the published files have come through to the replay: who submitted
+/// each task and the job it is, which the simulator's size history keys on as an agent's does.
+#[test]
+fn importers_keep_who_submitted_each_task() {
+    let (_, sc) = replay("helios", "cluster_log.csv");
+    let trace = sc.trace.as_ref().unwrap();
+    let first = trace[0].identity().unwrap();
+    assert_eq!(first.submitter.as_deref(), Some("u1"));
+    assert_eq!(first.job.as_deref(), Some("train"));
+    let text = "job_id,user,submit_time,duration,num_cpu,num_gpu,group\n\
+                1,u1,100,3600,6,1,g7\n2,u\"2,160,60,4,0,\n";
+    let r = import(text, &opts("alibaba-2020-sim")).unwrap();
+    let sc = Scenario::from_toml(&r.toml, "alibaba-2020-sim", None).unwrap();
+    let ids: Vec<_> = sc
+        .trace
+        .unwrap()
+        .iter()
+        .map(|t| t.identity().unwrap())
+        .collect();
+    assert_eq!(ids[0].submitter.as_deref(), Some("u1"));
+    assert_eq!(ids[0].job.as_deref(), Some("g7"));
+    // A quote in a name does not break the scenario's rows; an empty group says nothing.
+    assert_eq!(ids[1].submitter.as_deref(), Some("u_2"));
+    assert_eq!(ids[1].job, None);
+    // A format whose file names nobody writes no identity columns.
+    let r = import(&sample("openb_pod_list.csv"), &opts("alibaba-2023")).unwrap();
+    assert!(!r.toml.contains("submitter"), "{}", r.toml);
 }
 
 #[test]

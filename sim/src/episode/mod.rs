@@ -412,6 +412,16 @@ impl<'a> Episode<'a> {
             }
             self.ledger
                 .insert(t.clone(), TaskState::Pending, SimMeta::default());
+            // Who submitted it, where a trace says: as an agent's spec names it.
+            if let Some(who) = self
+                .sc
+                .trace
+                .as_ref()
+                .and_then(|tr| tr.get(t.id.0 as usize))
+                .and_then(crate::trace::TraceTask::identity)
+            {
+                self.ledger.set_identity(t.id, who);
+            }
             self.next_arrival += 1;
         }
     }

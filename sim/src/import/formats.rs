@@ -80,6 +80,20 @@ pub(super) fn number(v: &str, line: usize, column: &str) -> Result<f64, ImportEr
         .ok_or_else(|| bad(line, column, format!("{v:?} is not a number ≥ 0")))
 }
 
+/// A trace's user or job field as a trace row carries it (no comma, quote or line break).
+pub(super) fn identity_field(v: &str) -> String {
+    v.trim()
+        .chars()
+        .map(|c| {
+            if matches!(c, ',' | '"' | '\n' | '\r') {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
 /// A CSV (or TSV) table: the named columns' positions, from a header if the first line is one,
 /// else the given order.
 struct Table<'a> {
@@ -87,6 +101,8 @@ struct Table<'a> {
     rows: Vec<(usize, Vec<&'a str>)>,
     /// Column of each named field, in the order asked for.
     pos: Vec<usize>,
+    /// The header's fields (empty: the file has none).
+    header: Vec<&'a str>,
 }
 
 impl<'a> Table<'a> {
@@ -106,7 +122,8 @@ impl<'a> Table<'a> {
             .peek()
             .map(|(_, l)| l.split(sep).map(str::trim).collect())
             .unwrap_or_default();
-        let pos = if first.iter().any(|f| *f == columns[0]) || header_required {
+        let has_header = first.iter().any(|f| *f == columns[0]) || header_required;
+        let pos = if has_header {
             let pos = columns
                 .iter()
                 .map(|c| {
@@ -134,11 +151,20 @@ impl<'a> Table<'a> {
             }
             rows.push((n, f));
         }
-        Ok(Self { rows, pos })
+        let header = if has_header { first } else { Vec::new() };
+        Ok(Self { rows, pos, header })
     }
 
     fn get<'b>(&self, row: &'b [&'a str], col: usize) -> &'a str {
         row[self.pos[col]]
+    }
+
+    /// Column `name` of `row` where the header has it and the row's field is not empty.
+    fn optional(&self, row: &[&'a str], name: &str) -> Option<String> {
+        let at = self.header.iter().position(|f| *f == name)?;
+        row.get(at)
+            .map(|v| identity_field(v))
+            .filter(|v| !v.is_empty())
     }
 }
 
@@ -217,6 +243,10 @@ pub(super) fn alibaba_2020(text: &str) -> Result<Read, ImportError> {
             gpu_type,
             class: None,
             pace: Default::default(),
+            // The task table names no user, and its job_name is one run's id, not a job
+            // that recurs.
+            user: None,
+            job: None,
         };
         for _ in 0..inst.min(MAX_INSTANCES) {
             read.keep(job.clone());
@@ -251,7 +281,9 @@ fn positive_duration(
 /// pai_job_duration_estimate_100K.csv`, the layout its `utils.py` reads; header required): one
 /// job per row, arriving at `submit_time` (seconds) and running `duration` seconds with
 /// `num_cpu` cores and `num_gpu` GPUs (a fraction below one). The layout states no memory and no
-/// GPU model; its other columns (the user, duration estimates) are not read.
+/// GPU model; its `user` and `group` columns, where present, are the task's submitter and
+/// recurring job (the group tag of the trace's recurring jobs), its duration estimates are not
+/// read.
 pub(super) fn alibaba_2020_sim(text: &str) -> Result<Read, ImportError> {
     const C: &[&str] = &["submit_time", "duration", "num_cpu", "num_gpu"];
     let t = Table::read(text, ',', C, true)?;
@@ -278,6 +310,8 @@ pub(super) fn alibaba_2020_sim(text: &str) -> Result<Read, ImportError> {
             gpu_type: None,
             class: None,
             pace: Default::default(),
+            user: t.optional(r, "user"),
+            job: t.optional(r, "group"),
         });
     }
     Ok(read)
@@ -378,12 +412,15 @@ pub(super) fn alibaba_2023(text: &str) -> Result<Read, ImportError> {
                 .map(String::from),
             class: None,
             pace: Default::default(),
+            user: None,
+            job: None,
         });
     }
     Ok(read)
 }
 
-/// Helios (`cluster_log.csv`, header required): arrival at submission, the recorded duration.
+/// Helios (`cluster_log.csv`, header required): arrival at submission, the recorded duration;
+/// its `user` and `jobname` columns name the submitter and the job.
 pub(super) fn helios(text: &str) -> Result<Read, ImportError> {
     const C: &[&str] = &["submit_time", "gpu_num", "cpu_num", "node_num", "duration"];
     let t = Table::read(text, ',', C, true)?;
@@ -403,6 +440,8 @@ pub(super) fn helios(text: &str) -> Result<Read, ImportError> {
             gpu_type: None,
             class: None,
             pace: Default::default(),
+            user: t.optional(r, "user"),
+            job: t.optional(r, "jobname"),
         });
     }
     Ok(read)
@@ -412,6 +451,9 @@ pub(super) fn helios(text: &str) -> Result<Read, ImportError> {
 struct PhillyJob {
     /// When the job was submitted (Philly's format).
     submitted_time: String,
+    /// Who submitted it (hashed in the published file).
+    #[serde(default)]
+    user: Option<String>,
     /// Its runs; the first that started is replayed.
     #[serde(default)]
     attempts: Vec<PhillyAttempt>,
@@ -436,7 +478,7 @@ struct PhillyDetail {
 }
 
 /// Philly (`cluster_job_log`, a JSON list of jobs): arrival at submission, the last attempt's
-/// run time and GPUs (over all its machines).
+/// run time and GPUs (over all its machines), its `user` the submitter.
 pub(super) fn philly(text: &str) -> Result<Read, ImportError> {
     let list: Vec<PhillyJob> = serde_json::from_str(text).map_err(|e| ImportError::Row {
         line: e.line(),
@@ -477,6 +519,12 @@ pub(super) fn philly(text: &str) -> Result<Read, ImportError> {
             gpu_type: None,
             class: None,
             pace: Default::default(),
+            user: j
+                .user
+                .as_deref()
+                .map(identity_field)
+                .filter(|u| !u.is_empty()),
+            job: None,
         });
     }
     Ok(read)

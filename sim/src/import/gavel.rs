@@ -225,6 +225,9 @@ pub(super) fn read(text: &str, gpus: &[String], table: &Throughputs) -> Result<R
             gpu_type,
             class: Some(job_type.to_string()),
             pace,
+            // The job type is the class already; Gavel's traces name no user.
+            user: None,
+            job: None,
         });
     }
     Ok(read)

@@ -42,6 +42,11 @@ pub struct Job {
     /// Its speed on other GPU models relative to the one its run time was measured on (Gavel
     /// with several `--gpu-model`s), by model; empty: the same everywhere.
     pub pace: BTreeMap<String, f64>,
+    /// Who submitted it, where the trace says (its user column).
+    pub user: Option<String>,
+    /// The recurring job it is an instance of, where the trace says (a group tag, a job name
+    /// that recurs).
+    pub job: Option<String>,
 }
 
 /// Why a trace could not be imported.

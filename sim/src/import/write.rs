@@ -128,14 +128,29 @@ impl Written {
                 paces[*k]
             );
         }
-        let _ = writeln!(t, "\n[trace]\nrows = \"\"\"\narrival,type,size,require");
+        // Who submitted each task, where the trace says: the key the size history learns by.
+        let identity = jobs.iter().any(|j| j.user.is_some() || j.job.is_some());
+        let _ = writeln!(
+            t,
+            "\n[trace]\nrows = \"\"\"\narrival,type,size,require{}",
+            if identity { ",submitter,job" } else { "" }
+        );
         for j in jobs {
             let k = key(j);
             let require = j.gpu_type.as_deref().filter(|_| j.gpu > 0.0).unwrap_or("");
+            let who = if identity {
+                format!(
+                    ",{},{}",
+                    j.user.as_deref().unwrap_or(""),
+                    j.job.as_deref().unwrap_or("")
+                )
+            } else {
+                String::new()
+            };
             // Full precision: a task far shorter than its type's median keeps its own size.
             let _ = writeln!(
                 t,
-                "{},{},{},{}",
+                "{},{},{},{}{who}",
                 slot(j),
                 names[&k],
                 j.duration_s / median[&k],
