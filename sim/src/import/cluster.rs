@@ -244,6 +244,8 @@ mod tests {
             gpu_type: None,
             class: None,
             pace: Default::default(),
+            user: None,
+            job: None,
         }
     }
 
