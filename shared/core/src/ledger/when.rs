@@ -8,9 +8,11 @@
 //! for a newcomer). The
 //! waiting tasks are then placed in queue order (priority class with aging, then arrival, then
 //! id), each at its minimum demand on the reachable live box where it can start first, for its
-//! expected work, starting no earlier than the task before it (no task overtakes another: a
-//! plain, checkable rule, where the policy in force may start a short task sooner, and an
-//! elastic share may finish one sooner). What it misses is measured: `tapfinger-sim
+//! expected work: at once where it fits now beside everything running and placed (as a policy
+//! claims any task of its window that fits), else no earlier than the task placed before it
+//! (a waiting task does not overtake another to a later start: a plain, checkable rule, where
+//! the policy in force may start a short task sooner, and an elastic share may finish one
+//! sooner). What it misses is measured: `tapfinger-sim
 //! start-estimates` compares every task's estimate at its arrival with when it started.
 
 use super::{Ledger, TaskState};
@@ -168,19 +170,25 @@ impl<M> Ledger<M> {
             let Some(e) = self.tasks.get(&id) else {
                 continue;
             };
-            let best = task
-                .reachable
-                .iter()
-                .filter_map(|n| Some((*n, boxes.get(n)?.earliest(from, &task.min_demand)?)))
-                .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-            let Some((node, start)) = best else { continue };
+            let place = |from: f64| {
+                task.reachable
+                    .iter()
+                    .filter_map(|n| Some((*n, boxes.get(n)?.earliest(from, &task.min_demand)?)))
+                    .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
+            };
+            // A task that fits now beside everything running and placed starts now, as a policy
+            // claims any task of its window that fits; the others wait their turn.
+            let now = place(0.0).filter(|(_, t)| *t == 0.0);
+            let Some((node, start)) = now.or_else(|| place(from)) else {
+                continue;
+            };
             let est = TaskEstimate::of_on(&self.estimator, task, self.gpu_model(node), &largest);
             let size = self.predicted(task, &e.identity);
             let work = expected_remaining(&est, size.as_deref(), e.work, 0.0);
             if let Some(t) = boxes.get_mut(&node) {
                 t.holds.push((start + work, task.min_demand.clone()));
             }
-            from = start;
+            from = from.max(start);
             out.insert(
                 id,
                 Expected {
