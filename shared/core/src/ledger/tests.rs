@@ -12,6 +12,15 @@ fn two_nodes() -> Ledger<()> {
     l
 }
 
+/// Done on node 0 with exit code 0.
+fn succeeded() -> TaskState {
+    TaskState::Done {
+        node: NodeId(0),
+        code: Some(0),
+        epoch: 1,
+    }
+}
+
 fn running(node: u32, alloc: [u32; 2]) -> TaskState {
     TaskState::Running {
         node: NodeId(node),
@@ -95,14 +104,7 @@ fn work_is_learned_for_every_class_and_the_recurring_job_speaks_first() {
         }
         assert_eq!(l.get(TaskId(id)).unwrap().attained, 0.0, "no GPU held");
         assert_eq!(l.get(TaskId(id)).unwrap().work, f64::from(slots));
-        l.set_state(
-            TaskId(id),
-            TaskState::Done {
-                node: NodeId(0),
-                code: Some(0),
-                epoch: 1,
-            },
-        );
+        l.set_state(TaskId(id), succeeded());
     }
     l.insert(task(7, 1, [1, 0], &[0]), TaskState::Pending, ());
     let class = l.predict_size(TaskId(7)).unwrap();
@@ -133,14 +135,7 @@ fn waiting_tasks_are_expected_to_start_in_queue_order_where_they_first_fit() {
         for _ in 0..4 {
             l.accrue_service();
         }
-        l.set_state(
-            TaskId(id),
-            TaskState::Done {
-                node: NodeId(0),
-                code: Some(0),
-                epoch: 1,
-            },
-        );
+        l.set_state(TaskId(id), succeeded());
     }
     l.insert(task(10, 5, [2, 0], &[0]), TaskState::Pending, ());
     l.set_state(TaskId(10), running(0, [2, 0]));
