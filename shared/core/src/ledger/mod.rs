@@ -582,7 +582,7 @@ impl<M> Ledger<M> {
     }
 
     /// End of a slot: every running task attains the units of the service kind it holds, and
-    /// its work the slot's worth at its allocation ([`Ledger::accrue_work`]).
+    /// its work the slot's worth at its allocation (slots at its minimum demand: `ledger/sizes.rs`).
     pub fn accrue_service(&mut self) {
         self.clear_gains();
         self.accrue_work();
