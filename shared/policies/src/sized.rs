@@ -129,8 +129,8 @@ fn running_index(r: &RunningView) -> f64 {
 /// task's `weight` (the shortest remaining, or the highest index, weigh most), while some cut is
 /// at least [`MIN_GAIN`] (up to each task's maximum demand). A weighted form of the gain-greedy
 /// share: all of a node's spare units to the shortest task alone wastes them where its speed-up
-/// flattens (tried: on `synthetic3` its average JCT went from 4.4 to 7.5 slots, one workload
-/// to 19), where a unit's cut of its job time says what it is worth there.
+/// flattens (tried: on `synthetic3` its average JCT went from 4.4 to 7.5 slots, ± 5.1 over
+/// five workloads), where a unit's cut of its job time says what it is worth there.
 fn fill_in_order(
     view: &View<'_>,
     weight: impl Fn(&RunningView) -> f64,
