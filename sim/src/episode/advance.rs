@@ -138,8 +138,9 @@ impl Episode<'_> {
                 if let Some(a) = self.final_accuracy(task.ty.0) {
                     self.ledger.note_accuracy(id, a);
                 }
-                // Finished tasks leave the ledger: the record is all that is kept of them.
-                self.ledger.remove(id);
+                // Finished tasks leave the ledger: the record is all that is kept of them
+                // (and what the size book learns of them, as on the agents).
+                self.ledger.finished(id);
             } else {
                 self.ledger.set_progress(id, progress, (slot + 1) as f64);
             }

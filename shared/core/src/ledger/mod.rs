@@ -579,6 +579,7 @@ impl<M> Ledger<M> {
         if let Some(e) = self.tasks.get_mut(&id) {
             e.attained = attained;
         }
+        self.work_from_attained(id);
     }
 
     /// End of a slot: every running task attains the units of the service kind it holds, and

@@ -1,22 +1,27 @@
 //! Tasks' sizes on the ledger: the work each running task does, in one unit every class shares,
 //! and what the size book ([`crate::sizes`]) learns of it and predicts for every task.
 //!
-//! **Work** is counted in slots at the task's minimum demand: a slot run at allocation `a` is
-//! worth the speed-up the estimator gives `a` over the minimum (its estimated job time at the
-//! minimum over that at `a`), so a task that ran ten slots at four times its minimum's speed
-//! did forty slots of work. The unit is what every class has (a CPU-only class attains no GPU
-//! service, where least-attained-service counts units of one kind), and it reads the
-//! estimator's figures only: never a speed model or a true size. The book learns the work of
+//! **Work** is counted in slots at the task's minimum demand of the service kind (the kind
+//! least-attained-service counts, GPUs where the cluster has them): a slot at twice its minimum
+//! GPUs counts two, so ten slots at four GPUs of a one-GPU task are forty. It is the task's
+//! attained service over its minimum, counted on what every driver agrees on (the allocation
+//! the ledger holds, and a task's attained service as its runner counted it), so the simulator
+//! and the agents show the same figures. Two units were tried and dropped because agents and
+//! the simulator came to different figures for one task: the estimator's speed-up of each
+//! slot's allocation (each driver observes progress at another moment), and slots run for a
+//! class that holds none of the kind (an agent counts a peer's task only from when it heard it
+//! start, and no message carries the runner's count of slots). So a class that holds none of
+//! the service kind (CPU-only on a GPU cluster) does no work here and its sizes are not learned
+//! yet. Never a speed model or a true size. The book learns the work of
 //! each task that ran here and succeeded; a view shows each task's prediction from the book as
 //! it stands (each key's prediction is made once, when it learns).
 
 use super::{Entry, Ledger, TaskState};
 use crate::sizes::{Identity, Prediction, Query};
-use crate::task::{Task, TaskId};
+use crate::task::{NodeId, Task, TaskId};
 use std::sync::Arc;
 
-/// The most one slot's work may count (slots at the minimum demand): a bound on what an
-/// estimator that knows nothing yet can credit.
+/// The most one slot's work may count (slots at the minimum demand).
 const MAX_SPEEDUP: f64 = 64.0;
 
 impl<M> Ledger<M> {
@@ -76,31 +81,52 @@ impl<M> Ledger<M> {
         self.sizes.observe(&q, work);
     }
 
-    /// End of a slot's work: every running task does the slot's worth at its allocation
-    /// (module doc).
+    /// A running single task that succeeded leaves the ledger (a driver that keeps only a
+    /// record of finished tasks, the simulator): the book learns its work first, as it does
+    /// where a driver keeps the task as done ([`Ledger::set_state`]). Returns it.
+    pub fn finished(&mut self, id: TaskId) -> Option<Entry<M>> {
+        let old = self.tasks.get(&id)?.state.clone();
+        let done = TaskState::Done {
+            node: old.running_on().unwrap_or(NodeId(0)),
+            code: Some(0),
+            epoch: 0,
+        };
+        self.learn_size(id, &old, &done);
+        self.remove(id)
+    }
+
+    /// End of a slot's work: every running task does the slot's worth at its allocation, on
+    /// the allocation the ledger holds (the one attained service counts, which every driver
+    /// agrees on: module doc).
     pub(super) fn accrue_work(&mut self) {
-        let done: Vec<(TaskId, f64)> = self
-            .tasks
-            .values()
-            .filter_map(|e| match &e.state {
-                TaskState::Running { node, alloc, .. } => {
-                    let gpu = self.gpu_model(*node);
-                    let at = self.estimator.slots_on(&e.task, gpu, alloc);
-                    let min = self.estimator.slots_on(&e.task, gpu, &e.task.min_demand);
-                    let worth = if at > 0.0 && min.is_finite() {
-                        (min / at).clamp(0.0, MAX_SPEEDUP)
-                    } else {
-                        1.0
-                    };
-                    Some((e.task.id, worth))
-                }
-                _ => None,
-            })
-            .collect();
-        for (id, worth) in done {
-            if let Some(Entry { work, .. }) = self.tasks.get_mut(&id) {
-                *work += worth;
+        let k = self.service_kind;
+        for e in self.tasks.values_mut() {
+            if let TaskState::Running { alloc, .. } = &e.state {
+                e.work += worth(e.task.min_demand.get(k), alloc.get(k));
             }
         }
+    }
+
+    /// The runner's count of `id`'s attained service, as a driver learned it (a task handed
+    /// back): its work follows, where its class holds the service kind.
+    pub(super) fn work_from_attained(&mut self, id: TaskId) {
+        let k = self.service_kind;
+        if let Some(e) = self.tasks.get_mut(&id) {
+            let min = e.task.min_demand.get(k);
+            if min > 0 {
+                e.work = e.attained / f64::from(min);
+            }
+        }
+    }
+}
+
+/// A slot's work at `held` units of the service kind for a task whose minimum is `min` of
+/// them: `held / min` (a slot at twice its minimum GPUs counts two); none for a task that holds
+/// none of the kind (module doc).
+fn worth(min: u32, held: u32) -> f64 {
+    if min == 0 {
+        0.0
+    } else {
+        (f64::from(held) / f64::from(min)).min(MAX_SPEEDUP)
     }
 }

@@ -73,60 +73,65 @@ fn the_sizes_of_tasks_that_succeeded_here_are_learned() {
     );
 }
 
-/// Work is counted in slots at a task's minimum demand, so a class that holds no unit of the
-/// service kind (a CPU-only one, where least-attained-service counts GPUs) is learned too; a
-/// task's identity makes its recurring job's history the one that speaks for it; and what a
-/// view shows of a task (its prediction, the work it did) is the book's and the ledger's.
+/// Work is counted in slots at a task's minimum demand of the service kind (here GPUs): a task
+/// at twice its minimum does two a slot; a class that holds none of the kind does none (the
+/// limit `ledger/sizes.rs` states). A task's identity makes its recurring job's history the one
+/// that speaks for it.
 #[test]
-fn work_is_learned_for_every_class_and_the_recurring_job_speaks_first() {
+fn work_is_learned_in_service_units_and_the_recurring_job_speaks_first() {
     let mut l = two_nodes();
     let nightly = crate::sizes::Identity {
         submitter: Some("ada".into()),
         job: Some("nightly".into()),
     };
-    // Four CPU-only tasks of one class: three of ada's nightly job run 10 slots, one other
-    // runs 2.
-    for (id, slots, who) in [
-        (1, 10, Some(nightly.clone())),
-        (2, 10, Some(nightly.clone())),
-        (3, 10, Some(nightly.clone())),
-        (4, 2, None),
-        (5, 2, None),
-        (6, 2, None),
+    // Three of ada's nightly job run 10 slots at one GPU; three others 2 slots at two GPUs
+    // (their minimum is one: 4 of work each).
+    for (id, slots, gpus, who) in [
+        (1, 10, 1, Some(nightly.clone())),
+        (2, 10, 1, Some(nightly.clone())),
+        (3, 10, 1, Some(nightly.clone())),
+        (4, 2, 2, None),
+        (5, 2, 2, None),
+        (6, 2, 2, None),
     ] {
-        l.insert(task(id, 0, [1, 0], &[0]), TaskState::Pending, ());
+        l.insert(task(id, 0, [1, 1], &[0]), TaskState::Pending, ());
         if let Some(who) = who {
             l.set_identity(TaskId(id), who);
         }
-        l.set_state(TaskId(id), running(0, [1, 0]));
+        l.set_state(TaskId(id), running(0, [1, gpus]));
         for _ in 0..slots {
             l.accrue_service();
         }
-        assert_eq!(l.get(TaskId(id)).unwrap().attained, 0.0, "no GPU held");
-        assert_eq!(l.get(TaskId(id)).unwrap().work, f64::from(slots));
+        assert_eq!(l.get(TaskId(id)).unwrap().work, f64::from(slots * gpus));
         l.set_state(TaskId(id), succeeded());
     }
-    l.insert(task(7, 1, [1, 0], &[0]), TaskState::Pending, ());
+    l.insert(task(7, 1, [1, 1], &[0]), TaskState::Pending, ());
     let class = l.predict_size(TaskId(7)).unwrap();
     assert_eq!(class.level, crate::sizes::Level::Class);
-    assert_eq!(class.median(), 6.0);
+    assert_eq!(class.median(), 7.0);
     l.set_identity(TaskId(7), nightly);
     let job = l.predict_size(TaskId(7)).unwrap();
     assert_eq!((job.level, job.median()), (crate::sizes::Level::Job, 10.0));
-    // A view shows it, and a running task's work so far.
-    l.set_state(TaskId(7), running(0, [1, 0]));
+    // A CPU-only task does no work in GPU units, and teaches the book nothing.
+    l.insert(task(8, 1, [1, 0], &[0]), TaskState::Pending, ());
+    l.set_state(TaskId(8), running(0, [1, 0]));
     l.accrue_service();
-    let v = l.view(2, 0, 1, None);
-    assert_eq!(v.running[0].size.as_deref(), Some(&*job));
-    assert_eq!(v.running[0].done, 1.0);
-    assert_eq!(v.running[0].expected_remaining(), 9.0);
+    assert_eq!(l.get(TaskId(8)).unwrap().work, 0.0);
+    let learned = l.sizes().learned();
+    l.set_state(TaskId(8), succeeded());
+    assert_eq!(l.sizes().learned(), learned);
+    // A handed-back task's work follows its runner's count of attained service.
+    l.set_state(TaskId(7), running(0, [1, 1]));
+    l.set_attained(TaskId(7), 6.0);
+    assert_eq!(l.get(TaskId(7)).unwrap().work, 6.0);
 }
 
 /// Start and finish estimates: a running task ends after its expected remaining work; the
 /// waiting ones start in queue order where they first fit, none before the one ahead of it.
 #[test]
 fn waiting_tasks_are_expected_to_start_in_queue_order_where_they_first_fit() {
-    let mut l: Ledger<()> = Ledger::new(4, 1);
+    // Work in CPUs (the service kind here) at the minimum: what the book learns.
+    let mut l: Ledger<()> = Ledger::new(4, 0);
     l.set_node(NodeId(0), Resources(vec![4, 0]));
     // The book learns that tasks of class 0 take 4 slots of work.
     for id in 1..=3 {
@@ -158,7 +163,7 @@ fn waiting_tasks_are_expected_to_start_in_queue_order_where_they_first_fit() {
     assert!(!l.expected(9).contains_key(&TaskId(14)));
     // On an elastic box a running task holds its floor against a newcomer, not what the
     // re-share gave it: a task that runs on the whole box leaves room for one of 2.
-    let mut e: Ledger<()> = Ledger::new(4, 1);
+    let mut e: Ledger<()> = Ledger::new(4, 0);
     e.set_node(NodeId(0), Resources(vec![4, 0]));
     e.set_elastic(NodeId(0), true);
     e.insert(task(1, 0, [1, 0], &[0]), TaskState::Pending, ());

@@ -120,8 +120,11 @@ impl<M> Ledger<M> {
                     task: e.task.clone(),
                     est: self.estimate_on(&e.task, main, &largest),
                     class: self.priorities.class(&e.task, slot),
-                    size: self.predicted(&e.task, &e.identity),
-                    done: e.work,
+                    // Not yet in a policy's view: agents and the simulator do not count a
+                    // task's work alike (`ledger/sizes.rs`), and a view must be the same in
+                    // both drivers. The estimates and the API read the ledger.
+                    size: None,
+                    done: 0.0,
                 })
                 .collect(),
             running: running_ids
@@ -153,8 +156,8 @@ impl<M> Ledger<M> {
                             est: self.estimate_on(&e.task, gpu, &largest),
                             est_alloc: self.estimator.slots_on(&e.task, gpu, alloc),
                             converging: self.is_converging(e.task.id),
-                            size: self.predicted(&e.task, &e.identity),
-                            done: e.work,
+                            size: None,
+                            done: 0.0,
                         })
                     }
                     _ => None,
