@@ -1,7 +1,9 @@
 //! The size-aware baselines: policies an agent can run that order tasks by what the cluster
 //! knows of their size ([`tapfinger_core::view::expected_remaining`]: declared work, a running
-//! task's own progress, or the size book's distribution learned from the tasks that finished;
-//! never a speed model or a true size).
+//! task's own progress, the size book's distribution learned from the tasks that finished where
+//! a view carries it, else its class's mean; never a speed model or a true size). The ledger's
+//! views do not carry the learned distribution yet (`tapfinger_core::ledger`, sizes), so today
+//! they order by the others.
 //!
 //! - `shortest-predicted`: admits the window task of the least aged expected size
 //!   `expected² / (expected + waited)` (shortest predicted first, aged: a task that waited as
@@ -17,9 +19,9 @@
 //!   the next re-share). A running task keeps its minimum demand whatever its rank, so a wrong
 //!   estimate slows a task but never stops it.
 //! - `gittins`: admits by, and weights the re-share with, Gittins' index on the size book's
-//!   distribution given the work done ([`tapfinger_core::sizes::Prediction::gittins`]; where the book knows
-//!   nothing, or the task outlived its history, one over its expected remaining work), the
-//!   admission aged as above.
+//!   distribution given the work done ([`tapfinger_core::sizes::Prediction::gittins`]; where the
+//!   view carries none, or the task outlived its history, one over its expected remaining
+//!   work), the admission aged as above.
 //!
 //! Where a class pays for a re-allocation (a measured switch cost of at least
 //! [`COSTLY_SWITCH`]), a task of it that has run a slot keeps what it holds, as in the
