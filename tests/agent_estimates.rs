@@ -1,7 +1,9 @@
 //! Start and finish estimates from a real agent (simulated executor) on loopback: after three
 //! runs of a recurring job finished, three more are submitted to a box that holds one at a
 //! time; `GET /v1/tasks` shows the running one's expected finish, and each waiting one's
-//! expected start and finish, one after the other, each as long as the job's history says (the ledger's estimate: `tapfinger::ledger::Ledger::expected`).
+//! expected start and finish, one after the other, each as long as the other (the ledger's
+//! estimate: `tapfinger::ledger::Ledger::expected`). These tasks ask for no GPU, so their
+//! expected work is their class's mean, not a learned history (`docs/AGENT.md`, "Sizes").
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
@@ -79,7 +81,7 @@ async fn waiting_tasks_show_when_they_are_expected_to_start_and_finish() {
     assert!(run["expected_start_s"].is_null(), "started: {run}");
     let f = |t: &serde_json::Value, k: &str| t[k].as_f64().unwrap();
     // One after the other: the next starts when the running one is expected to end, the last
-    // when the next does; each waiting run as long as the other (one job, one history).
+    // when the next does; each waiting run as long as the other (one class, one estimate).
     assert!(
         (f(next, "expected_start_s") - f(run, "expected_finish_s")).abs() < 0.11,
         "{body}"

@@ -362,6 +362,19 @@ mod tests {
         crate::merge::tests::workload_of(tasks, 2.0)
     }
 
+    /// Task `i` heard announced by box 2 in slot `i`, started on box 1 in slot `i + 1` and
+    /// ended there in slot `i + 4`, slot `s` heard at `at(s)`.
+    fn heard_run(h: &mut Heard, i: u64, at: impl Fn(u64) -> f64) {
+        h.hear(NodeId(2), &announce(task(i, i)), at(i));
+        let started = Body::Started {
+            task: TaskId(i),
+            alloc: cpu(1),
+            epoch: 1,
+        };
+        h.hear(NodeId(1), &started, at(i + 1));
+        h.hear(NodeId(1), &finished(i), at(i + 4));
+    }
+
     /// Ten tasks the coordinator heard as they happened (slots of 2 s, slot 0 at 50 s on its
     /// clock): task `i` announced in slot `i`, started on box 1 in slot `i + 1`, ended in slot
     /// `i + 4`, each heard 0.3 s into its slot.
@@ -369,14 +382,7 @@ mod tests {
         let mut h = Heard::default();
         let at = |slot: u64| 50.0 + slot as f64 * 2.0 + 0.3;
         for i in 1..=10u64 {
-            h.hear(NodeId(2), &announce(task(i, i)), at(i));
-            let started = Body::Started {
-                task: TaskId(i),
-                alloc: cpu(1),
-                epoch: 1,
-            };
-            h.hear(NodeId(1), &started, at(i + 1));
-            h.hear(NodeId(1), &finished(i), at(i + 4));
+            heard_run(&mut h, i, at);
             // Repeated later by heartbeats and the anti-entropy: the first hearing counts.
             h.hear(NodeId(1), &finished(i), at(i + 20));
         }
@@ -518,14 +524,7 @@ mod tests {
             }
         }
         for i in 1..=40u64 {
-            h.hear(NodeId(2), &announce(task(i, i)), at(i));
-            let started = Body::Started {
-                task: TaskId(i),
-                alloc: cpu(1),
-                epoch: 1,
-            };
-            h.hear(NodeId(1), &started, at(i + 1));
-            h.hear(NodeId(1), &finished(i), at(i + 4));
+            heard_run(&mut h, i, at);
         }
         h
     }

@@ -130,3 +130,7 @@ fn worth(min: u32, held: u32) -> f64 {
         (f64::from(held) / f64::from(min)).min(MAX_SPEEDUP)
     }
 }
+
+#[cfg(test)]
+#[path = "sizes_tests.rs"]
+mod tests;

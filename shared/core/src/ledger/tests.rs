@@ -1,11 +1,11 @@
 use super::*;
 use proptest::prelude::*;
 
-fn task(id: u64, arrival: u64, min: [u32; 2], reachable: &[u32]) -> Arc<Task> {
+pub(super) fn task(id: u64, arrival: u64, min: [u32; 2], reachable: &[u32]) -> Arc<Task> {
     Arc::new(Task::new(id, min).arriving(arrival).on(reachable))
 }
 
-fn two_nodes() -> Ledger<()> {
+pub(super) fn two_nodes() -> Ledger<()> {
     let mut l = Ledger::new(2, 1);
     l.set_node(NodeId(0), Resources(vec![8, 2]));
     l.set_node(NodeId(1), Resources(vec![4, 1]));
@@ -13,7 +13,7 @@ fn two_nodes() -> Ledger<()> {
 }
 
 /// Done on node 0 with exit code 0.
-fn succeeded() -> TaskState {
+pub(super) fn succeeded() -> TaskState {
     TaskState::Done {
         node: NodeId(0),
         code: Some(0),
@@ -21,156 +21,13 @@ fn succeeded() -> TaskState {
     }
 }
 
-fn running(node: u32, alloc: [u32; 2]) -> TaskState {
+pub(super) fn running(node: u32, alloc: [u32; 2]) -> TaskState {
     TaskState::Running {
         node: NodeId(node),
         alloc: Resources(alloc.to_vec()),
         progress: 0.0,
         started: 0,
     }
-}
-
-/// What a task that succeeded here attained is a size the ledger's size book learns, on the
-/// simulator and on every agent alike; failures, cancellations and tasks first heard of as done
-/// teach it nothing.
-#[test]
-fn the_sizes_of_tasks_that_succeeded_here_are_learned() {
-    let mut l = two_nodes();
-    let done = |code: Option<i32>, epoch: u64| TaskState::Done {
-        node: NodeId(0),
-        code,
-        epoch,
-    };
-    // Tasks 1-3 run for 2, 3 and 4 slots at one unit of the service kind, then succeed; task
-    // 4 runs 9 slots and fails, task 5 runs 9 and is cancelled.
-    for (id, slots, end) in [
-        (1, 2, done(Some(0), 1)),
-        (2, 3, done(Some(0), 1)),
-        (3, 4, done(Some(0), 1)),
-        (4, 9, done(Some(1), 1)),
-        (5, 9, done(None, crate::wire::CANCELLED)),
-    ] {
-        l.insert(task(id, 0, [1, 1], &[0]), TaskState::Pending, ());
-        l.set_state(TaskId(id), running(0, [1, 1]));
-        for _ in 0..slots {
-            l.accrue_service();
-        }
-        l.set_state(TaskId(id), end);
-    }
-    // Heard of only once done: it attained nothing here.
-    l.insert(task(6, 0, [1, 1], &[0]), done(Some(0), 1), ());
-    l.insert(task(7, 1, [1, 1], &[0]), TaskState::Pending, ());
-    let p = l.predict_size(TaskId(7)).unwrap();
-    assert_eq!(p.samples, 3);
-    assert_eq!(p.median(), 3.0);
-    assert_eq!(p.sorted, vec![2.0, 3.0, 4.0]);
-    // Each success after the first was predicted before it was learned (from all tasks: the
-    // class had fewer than three sizes).
-    assert_eq!(l.sizes().error().predicted, 2);
-    assert_eq!(
-        l.sizes().error_by_level()[&crate::sizes::Level::All].predicted,
-        2
-    );
-}
-
-/// Work is counted in slots at a task's minimum demand of the service kind (here GPUs): a task
-/// at twice its minimum does two a slot; a class that holds none of the kind does none (the
-/// limit `ledger/sizes.rs` states). A task's identity makes its recurring job's history the one
-/// that speaks for it.
-#[test]
-fn work_is_learned_in_service_units_and_the_recurring_job_speaks_first() {
-    let mut l = two_nodes();
-    let nightly = crate::sizes::Identity {
-        submitter: Some("ada".into()),
-        job: Some("nightly".into()),
-    };
-    // Three of ada's nightly job run 10 slots at one GPU; three others 2 slots at two GPUs
-    // (their minimum is one: 4 of work each).
-    for (id, slots, gpus, who) in [
-        (1, 10, 1, Some(nightly.clone())),
-        (2, 10, 1, Some(nightly.clone())),
-        (3, 10, 1, Some(nightly.clone())),
-        (4, 2, 2, None),
-        (5, 2, 2, None),
-        (6, 2, 2, None),
-    ] {
-        l.insert(task(id, 0, [1, 1], &[0]), TaskState::Pending, ());
-        if let Some(who) = who {
-            l.set_identity(TaskId(id), who);
-        }
-        l.set_state(TaskId(id), running(0, [1, gpus]));
-        for _ in 0..slots {
-            l.accrue_service();
-        }
-        assert_eq!(l.get(TaskId(id)).unwrap().work, f64::from(slots * gpus));
-        l.set_state(TaskId(id), succeeded());
-    }
-    l.insert(task(7, 1, [1, 1], &[0]), TaskState::Pending, ());
-    let class = l.predict_size(TaskId(7)).unwrap();
-    assert_eq!(class.level, crate::sizes::Level::Class);
-    assert_eq!(class.median(), 7.0);
-    l.set_identity(TaskId(7), nightly);
-    let job = l.predict_size(TaskId(7)).unwrap();
-    assert_eq!((job.level, job.median()), (crate::sizes::Level::Job, 10.0));
-    // A CPU-only task does no work in GPU units, and teaches the book nothing.
-    l.insert(task(8, 1, [1, 0], &[0]), TaskState::Pending, ());
-    l.set_state(TaskId(8), running(0, [1, 0]));
-    l.accrue_service();
-    assert_eq!(l.get(TaskId(8)).unwrap().work, 0.0);
-    let learned = l.sizes().learned();
-    l.set_state(TaskId(8), succeeded());
-    assert_eq!(l.sizes().learned(), learned);
-    // A handed-back task's work follows its runner's count of attained service.
-    l.set_state(TaskId(7), running(0, [1, 1]));
-    l.set_attained(TaskId(7), 6.0);
-    assert_eq!(l.get(TaskId(7)).unwrap().work, 6.0);
-}
-
-/// Start and finish estimates: a running task ends after its expected remaining work; the
-/// waiting ones start in queue order where they first fit, none before the one ahead of it.
-#[test]
-fn waiting_tasks_are_expected_to_start_in_queue_order_where_they_first_fit() {
-    // Work in CPUs (the service kind here) at the minimum: what the book learns.
-    let mut l: Ledger<()> = Ledger::new(4, 0);
-    l.set_node(NodeId(0), Resources(vec![4, 0]));
-    // The book learns that tasks of class 0 take 4 slots of work.
-    for id in 1..=3 {
-        l.insert(task(id, 0, [1, 0], &[0]), TaskState::Pending, ());
-        l.set_state(TaskId(id), running(0, [1, 0]));
-        for _ in 0..4 {
-            l.accrue_service();
-        }
-        l.set_state(TaskId(id), succeeded());
-    }
-    l.insert(task(10, 5, [2, 0], &[0]), TaskState::Pending, ());
-    l.set_state(TaskId(10), running(0, [2, 0]));
-    l.accrue_service();
-    l.insert(task(11, 6, [2, 0], &[0]), TaskState::Pending, ());
-    l.insert(task(12, 7, [4, 0], &[0]), TaskState::Pending, ());
-    l.insert(task(13, 8, [1, 0], &[0]), TaskState::Pending, ());
-    let x = l.expected(9);
-    let at = |id: u64| {
-        let e = x[&TaskId(id)];
-        (e.start, e.finish)
-    };
-    assert_eq!(at(10), (0.0, 3.0), "4 of work, 1 done");
-    assert_eq!(at(11), (0.0, 4.0), "fits beside it now");
-    assert_eq!(at(12), (4.0, 8.0), "needs the whole box");
-    // It would fit at slot 3, before task 12 starts, but does not overtake it.
-    assert_eq!(at(13), (8.0, 12.0));
-    // A task no box can hold has no estimate.
-    l.insert(task(14, 9, [9, 0], &[0]), TaskState::Pending, ());
-    assert!(!l.expected(9).contains_key(&TaskId(14)));
-    // On an elastic box a running task holds its floor against a newcomer, not what the
-    // re-share gave it: a task that runs on the whole box leaves room for one of 2.
-    let mut e: Ledger<()> = Ledger::new(4, 0);
-    e.set_node(NodeId(0), Resources(vec![4, 0]));
-    e.set_elastic(NodeId(0), true);
-    e.insert(task(1, 0, [1, 0], &[0]), TaskState::Pending, ());
-    e.set_state(TaskId(1), running(0, [4, 0]));
-    e.insert(task(2, 1, [2, 0], &[0]), TaskState::Pending, ());
-    let x = e.expected(2);
-    assert_eq!(x[&TaskId(2)].start, 0.0, "the re-share makes room: {x:?}");
 }
 
 #[test]

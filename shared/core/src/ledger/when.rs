@@ -201,3 +201,7 @@ impl<M> Ledger<M> {
         out
     }
 }
+
+#[cfg(test)]
+#[path = "when_tests.rs"]
+mod tests;
