@@ -295,7 +295,7 @@ fn scenario_e() {
     }
     sleep_ms(1500);
     c.kill(4);
-    std::fs::remove_dir_all(c.data(4)).unwrap();
+    c.wipe(4);
     c.spawn(4);
     c.wait_peers();
     for _ in 0..5 {

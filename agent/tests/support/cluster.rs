@@ -127,6 +127,24 @@ impl Cluster {
         }
     }
 
+    /// Deletes box `i`'s data directory as an operator's `rm -rf` would, once its agent is
+    /// killed. The supervisors it left behind may still write their exit records into it while
+    /// it goes (they see their lease vanish), so a removal that meets a file created under it
+    /// tries again; a directory that cannot be removed in 10 s fails the test.
+    pub(crate) fn wipe(&self, i: usize) {
+        let dir = self.data(i);
+        let mut last = None;
+        for _ in 0..200 {
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => return,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("{} could not be removed: {last:?}", dir.display());
+    }
+
     pub(crate) fn http(
         &self,
         i: usize,
