@@ -341,6 +341,7 @@ fn rogue_messages(me: NodeId, legit: TaskId, ids: &[PeerId], rec: &Path) -> Vec<
             node: me,
             epoch: CANCELLED,
             exit_code: None,
+            work: None,
         }),
         Body::Failed {
             task: legit,

@@ -326,6 +326,7 @@ mod tests {
             node: NodeId(1),
             epoch: 1,
             exit_code: Some(0),
+            work: None,
         })
     }
 

@@ -193,6 +193,13 @@ pub struct Outcome {
     pub epoch: u64,
     /// Exit code, if the process exited normally.
     pub exit_code: Option<i32>,
+    /// The runner's count of the copy's work at its end, in slots at the task's minimum demand
+    /// of the service kind (`ledger/sizes.rs`), where the runner counted it: peers learn the
+    /// task's size from this, not from their own count, which starts and stops when they hear
+    /// of the start and the end. `None` in an outcome relayed by a node that did not run the
+    /// copy, and in a journal an older agent wrote.
+    #[serde(default)]
+    pub work: Option<f64>,
 }
 
 /// The epoch of a cancellation: above any copy's, so a cancel always wins a reconciliation.
@@ -658,6 +665,7 @@ mod tests {
                 node: NodeId(1),
                 epoch: 1,
                 exit_code: Some(0),
+                work: None,
             }],
             digest: Digest {
                 count: 7,
@@ -735,6 +743,7 @@ mod tests {
                 node: NodeId(1),
                 epoch: 2,
                 exit_code: Some(0),
+                work: None,
             }),
             Body::Outcomes(vec![FinishedTask {
                 task: Task {
@@ -747,6 +756,7 @@ mod tests {
                     node: NodeId(2),
                     epoch: CANCELLED,
                     exit_code: None,
+                    work: None,
                 },
             }]),
             Body::Failed {

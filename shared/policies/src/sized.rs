@@ -1,9 +1,9 @@
 //! The size-aware baselines: policies an agent can run that order tasks by what the cluster
 //! knows of their size ([`tapfinger_core::view::expected_remaining`]: declared work, a running
 //! task's own progress, the size book's distribution learned from the tasks that finished where
-//! a view carries it, else its class's mean; never a speed model or a true size). The ledger's
-//! views do not carry the learned distribution yet (`tapfinger_core::ledger`, sizes), so today
-//! they order by the others.
+//! a view carries it, else its class's mean; never a speed model or a true size). Every view
+//! the ledger builds carries the learned distribution and the work done, alike in the simulator
+//! and on agents (`tapfinger_core::ledger`, sizes).
 //!
 //! - `shortest-predicted`: admits the window task of the least aged expected size
 //!   `expected² / (expected + waited)` (shortest predicted first, aged: a task that waited as

@@ -139,6 +139,10 @@ pub struct Entry<M> {
     /// Its work done so far, in slots at its minimum demand ([`Ledger::accrue_service`]): the
     /// size every class's tasks share; kept across re-queues.
     pub work: f64,
+    /// The same in units × slots of the service kind (`work` is this over the minimum): whole
+    /// numbers summed exactly, so that a sum slot by slot and a runner's count divided once
+    /// come to the same bits in every driver.
+    pub(super) held: f64,
     /// Who submitted it and which recurring job it is ([`Ledger::set_identity`]).
     pub identity: Arc<crate::sizes::Identity>,
     /// The driver's data.
@@ -392,6 +396,7 @@ impl<M> Ledger<M> {
                 observed: None,
                 runs,
                 work: 0.0,
+                held: 0.0,
                 identity,
                 meta,
             },

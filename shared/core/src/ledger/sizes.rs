@@ -10,11 +10,12 @@
 //! the simulator came to different figures for one task: the estimator's speed-up of each
 //! slot's allocation (each driver observes progress at another moment), and slots run for a
 //! class that holds none of the kind (an agent counts a peer's task only from when it heard it
-//! start, and no message carries the runner's count of slots). So a class that holds none of
-//! the service kind (CPU-only on a GPU cluster) does no work here and its sizes are not learned
-//! yet. Never a speed model or a true size. The book learns the work of
-//! each task that ran here and succeeded; a view shows each task's prediction from the book as
-//! it stands (each key's prediction is made once, when it learns).
+//! start). So a class that holds none of the service kind (CPU-only on a GPU cluster) does no
+//! work here and its sizes are not learned yet. Never a speed model or a true size. The book
+//! learns the work of each task that ran and succeeded, as its runner counted it where the
+//! outcome carries that count ([`Ledger::set_work`]: a peer hears of the end later than the
+//! runner, and would count a slot more); a view shows each task's prediction from the book as
+//! it stands (each key's prediction is made once, when it learns) and its work done.
 
 use super::{Entry, Ledger, TaskState};
 use crate::sizes::{Identity, Prediction, Query};
@@ -22,7 +23,7 @@ use crate::task::{NodeId, Task, TaskId};
 use std::sync::Arc;
 
 /// The most one slot's work may count (slots at the minimum demand).
-const MAX_SPEEDUP: f64 = 64.0;
+const MAX_SPEEDUP: u32 = 64;
 
 impl<M> Ledger<M> {
     /// Say who submitted task `id` and which recurring job it is: the size book's most specific
@@ -102,8 +103,22 @@ impl<M> Ledger<M> {
         let k = self.service_kind;
         for e in self.tasks.values_mut() {
             if let TaskState::Running { alloc, .. } = &e.state {
-                e.work += worth(e.task.min_demand.get(k), alloc.get(k));
+                let min = e.task.min_demand.get(k);
+                e.held += held(min, alloc.get(k));
+                if min > 0 {
+                    e.work = e.held / f64::from(min);
+                }
             }
+        }
+    }
+
+    /// `id`'s work as its runner counted it at its end (a peer's count starts and stops when it
+    /// hears of the start and the end): what the book learns when it ends.
+    pub fn set_work(&mut self, id: TaskId, work: f64) {
+        let k = self.service_kind;
+        if let Some(e) = self.tasks.get_mut(&id) {
+            e.work = work;
+            e.held = work * f64::from(e.task.min_demand.get(k));
         }
     }
 
@@ -114,21 +129,19 @@ impl<M> Ledger<M> {
         if let Some(e) = self.tasks.get_mut(&id) {
             let min = e.task.min_demand.get(k);
             if min > 0 {
+                e.held = e.attained;
                 e.work = e.attained / f64::from(min);
             }
         }
     }
 }
 
-/// A slot's work at `held` units of the service kind for a task whose minimum is `min` of
-/// them: `held / min` (a slot at twice its minimum GPUs counts two); none for a task that holds
-/// none of the kind (module doc).
-fn worth(min: u32, held: u32) -> f64 {
-    if min == 0 {
-        0.0
-    } else {
-        (f64::from(held) / f64::from(min)).min(MAX_SPEEDUP)
-    }
+/// A slot's units of the service kind at `units` held for a task whose minimum is `min` of
+/// them (its work is these over `min`: a slot at twice its minimum GPUs counts two), at most
+/// [`MAX_SPEEDUP`] times the minimum; none for a task whose class holds none of the kind
+/// (module doc).
+fn held(min: u32, units: u32) -> f64 {
+    f64::from(units.min(min.saturating_mul(MAX_SPEEDUP)))
 }
 
 #[cfg(test)]

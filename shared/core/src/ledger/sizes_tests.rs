@@ -99,3 +99,29 @@ fn work_is_learned_in_service_units_and_the_recurring_job_speaks_first() {
     l.set_attained(TaskId(7), 6.0);
     assert_eq!(l.get(TaskId(7)).unwrap().work, 6.0);
 }
+
+/// A task of minimum three GPUs: its work counted slot by slot and its runner's count of
+/// attained service divided once are the same bits (both sum whole units first), and a peer
+/// that ends it with the runner's count (`Outcome::work`) learns that count, not its own.
+#[test]
+fn work_counted_slot_by_slot_and_from_the_runner_agree_to_the_bit_and_the_runner_s_is_learned() {
+    let mut l = two_nodes();
+    l.insert(task(1, 0, [0, 3], &[0]), TaskState::Pending, ());
+    l.set_state(TaskId(1), running(0, [0, 4]));
+    for _ in 0..5 {
+        l.accrue_service();
+    }
+    l.set_state(TaskId(1), running(0, [0, 3]));
+    l.accrue_service();
+    let slot_by_slot = l.get(TaskId(1)).unwrap().work;
+    assert_eq!(slot_by_slot, 23.0 / 3.0);
+    l.set_attained(TaskId(1), 23.0);
+    assert_eq!(l.get(TaskId(1)).unwrap().work.to_bits(), slot_by_slot.to_bits());
+    // The peer heard of the end a slot late and counted one more; the runner's count wins.
+    l.accrue_service();
+    l.set_work(TaskId(1), slot_by_slot);
+    l.set_state(TaskId(1), succeeded());
+    assert_eq!(l.sizes().learned(), 1);
+    l.insert(task(2, 0, [0, 3], &[0]), TaskState::Pending, ());
+    assert_eq!(l.predict_size(TaskId(2)).unwrap().sorted, vec![slot_by_slot]);
+}

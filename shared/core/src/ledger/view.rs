@@ -120,11 +120,8 @@ impl<M> Ledger<M> {
                     task: e.task.clone(),
                     est: self.estimate_on(&e.task, main, &largest),
                     class: self.priorities.class(&e.task, slot),
-                    // Not yet in a policy's view: agents and the simulator do not count a
-                    // task's work alike (`ledger/sizes.rs`), and a view must be the same in
-                    // both drivers. The estimates and the API read the ledger.
-                    size: None,
-                    done: 0.0,
+                    size: self.predicted(&e.task, &e.identity),
+                    done: e.work,
                 })
                 .collect(),
             running: running_ids
@@ -156,8 +153,8 @@ impl<M> Ledger<M> {
                             est: self.estimate_on(&e.task, gpu, &largest),
                             est_alloc: self.estimator.slots_on(&e.task, gpu, alloc),
                             converging: self.is_converging(e.task.id),
-                            size: None,
-                            done: 0.0,
+                            size: self.predicted(&e.task, &e.identity),
+                            done: e.work,
                         })
                     }
                     _ => None,

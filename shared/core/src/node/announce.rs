@@ -150,6 +150,7 @@ impl NodeCore {
                     node,
                     epoch,
                     exit_code: code,
+                    work: None,
                 }))]
             }
             _ => Vec::new(),
@@ -211,6 +212,7 @@ impl TaskEntry {
                 node: *node,
                 epoch: *epoch,
                 exit_code: *code,
+                work: None,
             },
         })
     }

@@ -105,6 +105,7 @@ mod tests {
             node: NodeId(1),
             epoch: 2,
             exit_code: Some(0),
+            work: None,
         };
         let out = n.apply_outcome(elsewhere);
         assert!(

@@ -256,6 +256,7 @@ impl NodeCore {
             node: me,
             epoch,
             exit_code: code,
+            work: None,
         };
         let mut out = self.end_gang(&o);
         self.copies.remember(o.clone());
@@ -537,6 +538,7 @@ mod tests {
             node: NodeId(1),
             epoch: 1,
             exit_code: Some(0),
+            work: None,
         };
         n.apply_outcome(done);
         assert!(n.draining().is_empty(), "{:?}", n.draining());

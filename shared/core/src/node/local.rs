@@ -174,6 +174,7 @@ impl NodeCore {
     /// A copy here of `task`, in `epoch`, ended by itself with `code`: its outcome, told to the
     /// peers.
     fn finished_here(&mut self, task: TaskId, code: Option<i32>, epoch: u64) -> Vec<Action> {
+        let work = self.tasks.get(task).map(|e| e.work);
         self.tasks.set_state(
             task,
             TaskState::Done {
@@ -188,6 +189,7 @@ impl NodeCore {
             node: self.cfg.me,
             epoch,
             exit_code: code,
+            work,
         };
         self.copies.remember(o.clone());
         vec![self.envelope(Body::Finished(o))]

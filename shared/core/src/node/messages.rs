@@ -160,6 +160,7 @@ impl NodeCore {
                         node: from,
                         epoch: CANCELLED,
                         exit_code: None,
+                        work: None,
                     })
                 }
             }
@@ -370,6 +371,7 @@ impl NodeCore {
                         node: ran,
                         epoch: e,
                         exit_code: code,
+                        work: None,
                     })));
                 }
                 return out;
@@ -462,6 +464,10 @@ impl NodeCore {
             m.epoch = m.epoch.max(if o.epoch == CANCELLED { 0 } else { o.epoch });
         }
         self.reconcile.forget_runs(o.task);
+        if let Some(work) = o.work.filter(|w| w.is_finite() && *w >= 0.0) {
+            // The runner's count: the size the book learns (`Outcome::work`).
+            self.tasks.set_work(o.task, work);
+        }
         self.tasks.set_state(
             o.task,
             TaskState::Done {
