@@ -21,6 +21,11 @@ pub struct Simulator {
     /// `[type][node]`: best isolated (slots, fractional slots, allocation) on that node, if the
     /// type can run there.
     best: Vec<Vec<Option<(u64, f64, Resources)>>>,
+    /// `[type][node]`: per resource kind, the least units × slots one unit of the type's work
+    /// holds on that node at any allocation ([`crate::bound`]), if the type can run there.
+    thrift: Vec<Vec<Option<Vec<f64>>>>,
+    /// The cluster's capacity per kind ([`crate::bound::pool`]).
+    pool: Vec<f64>,
     /// How gangs are placed, if not as the scenario says.
     gang_placer: Option<tapfinger::placement::gang::GangPlacer>,
     /// The forecast's history and model ([`Simulator::prefit`]), once made.
@@ -63,7 +68,10 @@ impl Simulator {
                     .collect()
             })
             .collect();
+        let thrift = thrift(&sc);
         Self {
+            pool: crate::bound::pool(&sc),
+            thrift,
             sc,
             best,
             replicas: false,
@@ -213,6 +221,29 @@ impl Simulator {
             .unwrap_or(u64::MAX)
     }
 
+    /// A task's least area per resource kind at `size` times its type's work: slots × its share
+    /// of the cluster's capacity, at its thriftiest allocation on any reachable node
+    /// ([`crate::bound`]).
+    pub fn area_sized(&self, task: &Task, size: f64) -> Vec<f64> {
+        let per_node = &self.thrift[usize::from(task.ty.0)];
+        self.pool
+            .iter()
+            .enumerate()
+            .map(|(k, &c)| {
+                let least = task
+                    .reachable
+                    .iter()
+                    .filter_map(|n| per_node[n.0 as usize].as_ref().map(|t| t[k]))
+                    .fold(f64::INFINITY, f64::min);
+                if c > 0.0 && least.is_finite() {
+                    size * least / c
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    }
+
     /// Run one episode with one policy instance per node (node i is agent i).
     pub fn run(
         &self,
@@ -290,7 +321,9 @@ impl Simulator {
         let prefit = every.map(|e| (e, self.prefit(e)));
         crate::episode::Episode::new(
             &self.sc,
-            Box::new(move |t: &Task, size: f64| self.lower_bound_sized(t, size)),
+            Box::new(move |t: &Task, size: f64| {
+                (self.lower_bound_sized(t, size), self.area_sized(t, size))
+            }),
             policies,
             crate::episode::Seeds {
                 workload: workload_seed,
@@ -313,4 +346,40 @@ impl Simulator {
             .or_insert_with(|| Arc::new(crate::episode::PreFit::fit(&self.sc, every)))
             .clone()
     }
+}
+
+/// [`Simulator`]'s `thrift` table: per type and node, per kind, the least `a_k / progress per
+/// slot` over the allocations its best runtime is chosen from, at the fastest progress any
+/// point of a run makes, so that a task whose allocation changes as it runs is bounded too.
+fn thrift(sc: &Scenario) -> Vec<Vec<Option<Vec<f64>>>> {
+    let kinds = sc.kind_names().len();
+    sc.types
+        .iter()
+        .map(|t| {
+            sc.nodes
+                .iter()
+                .map(|n| {
+                    if !t.min_demand.fits_in(&n.capacity) {
+                        return None;
+                    }
+                    let hi = t
+                        .max_demand
+                        .as_ref()
+                        .map_or(n.capacity.clone(), |m| m.min_each(&n.capacity));
+                    let lo = t.min_demand.max_each(&t.need).min_each(&hi);
+                    let pace = t.pace(n);
+                    let mut least = vec![f64::INFINITY; kinds];
+                    for a in allocations(&lo, &hi) {
+                        let d = t.speed.peak_delta(&a, sc.slot_seconds) * pace;
+                        if d > 0.0 {
+                            for (k, l) in least.iter_mut().enumerate() {
+                                *l = l.min(f64::from(a.get(k)) / d);
+                            }
+                        }
+                    }
+                    least.iter().all(|l| l.is_finite()).then_some(least)
+                })
+                .collect()
+        })
+        .collect()
 }

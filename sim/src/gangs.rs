@@ -149,6 +149,23 @@ impl GangTruth {
         let per_slot = f64::from(shape.workers.1) * local * slot_seconds;
         (self.iterations / per_slot).ceil().max(1.0) as u64
     }
+
+    /// Least area per resource kind ([`crate::bound`]): every worker iteration holds at least a
+    /// worker's demand for at least its compute time (links and parameter servers only add), as
+    /// a share of `pool`, the cluster's capacity per kind (a kind of none costs nothing).
+    pub fn area(&self, shape: &GangShape, slot_seconds: f64, pool: &[f64]) -> Vec<f64> {
+        let slots = self.iterations * self.compute_seconds / slot_seconds;
+        pool.iter()
+            .enumerate()
+            .map(|(k, &c)| {
+                if c > 0.0 {
+                    slots * f64::from(shape.worker_demand.get(k)) / c
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    }
 }
 
 impl Gangs {

@@ -5,6 +5,7 @@
 //! resolves, exactly as on real agents.
 
 pub mod arrivals;
+pub mod bound;
 pub mod catalog;
 pub mod clairvoyant;
 #[cfg(feature = "train")]

@@ -21,6 +21,9 @@ pub struct Summary {
     pub p99_jct: f64,
     /// Mean best isolated runtime of the same tasks.
     pub lower_bound_jct: f64,
+    /// The pooled bound ([`crate::bound`]): the cluster as one machine running preemptive
+    /// shortest-remaining-first on the tasks' true sizes (never below `lower_bound_jct`).
+    pub pooled_bound_jct: f64,
     /// Mean of per-task JCT / lower bound.
     pub jct_over_lower_bound: f64,
     /// Slot at whose end the last task finished.
@@ -155,6 +158,7 @@ pub fn summarize(r: &EpisodeResult, kinds: &[String]) -> Summary {
         p95_jct: percentile(&jct, 0.95),
         p99_jct: percentile(&jct, 0.99),
         lower_bound_jct: r.tasks.iter().map(|t| t.lower_bound as f64).sum::<f64>() / n,
+        pooled_bound_jct: crate::bound::pooled_bound_jct(&r.tasks),
         jct_over_lower_bound: r
             .tasks
             .iter()
@@ -275,6 +279,7 @@ pub fn mean_summary(s: &[Summary]) -> Summary {
         p95_jct: f(|x| x.p95_jct),
         p99_jct: f(|x| x.p99_jct),
         lower_bound_jct: f(|x| x.lower_bound_jct),
+        pooled_bound_jct: f(|x| x.pooled_bound_jct),
         jct_over_lower_bound: f(|x| x.jct_over_lower_bound),
         makespan: f(|x| x.makespan),
         utilization_while_waiting,

@@ -467,6 +467,12 @@ fn notes(s: &mut String, c: &Comparison, preempting: bool) {
             "lower bound (best isolated runtime, mean over tasks): {:.2} slots",
             r.mean.lower_bound_jct
         );
+        let _ = writeln!(
+            s,
+            "pooled bound (the cluster as one machine, shortest remaining first on true sizes): \
+             {:.2} slots",
+            r.mean.pooled_bound_jct
+        );
     }
     if let Some(r) = c
         .results
@@ -533,7 +539,7 @@ pub fn csv(c: &Comparison) -> String {
         .map(|r| r.mean.utilization.keys().cloned().collect())
         .unwrap_or_default();
     let mut s = String::from(
-        "scenario,policy,clairvoyant,seeds,avg_jct,avg_jct_std,published_avg_jct,median_jct,p95_jct,p99_jct,lower_bound_jct,jct_over_lower_bound,makespan,conflicts_per_slot,decisions_per_slot,steps_per_slot,failures",
+        "scenario,policy,clairvoyant,seeds,avg_jct,avg_jct_std,published_avg_jct,median_jct,p95_jct,p99_jct,lower_bound_jct,jct_over_lower_bound,makespan,conflicts_per_slot,decisions_per_slot,steps_per_slot,failures,pooled_bound_jct",
     );
     for k in &kinds {
         let _ = write!(s, ",util_{k}");
@@ -543,7 +549,7 @@ pub fn csv(c: &Comparison) -> String {
         let m = &r.mean;
         let _ = write!(
             s,
-            "{},{},{},{},{:.4},{:.4},{},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4}",
+            "{},{},{},{},{:.4},{:.4},{},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4}",
             c.scenario,
             r.policy,
             r.clairvoyant,
@@ -561,7 +567,8 @@ pub fn csv(c: &Comparison) -> String {
             m.conflicts_per_slot,
             m.decisions_per_slot,
             m.steps_per_slot,
-            m.failures
+            m.failures,
+            m.pooled_bound_jct
         );
         for k in &kinds {
             let _ = write!(s, ",{:.4}", m.utilization.get(k).copied().unwrap_or(0.0));

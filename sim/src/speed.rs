@@ -324,6 +324,13 @@ impl SpeedModel {
         }
     }
 
+    /// The most progress one slot with allocation `a` makes at any progress: both models are
+    /// fastest at the start (the synthetic one slows as a task progresses; a table is constant).
+    /// What [`crate::bound`]'s areas divide by, so that no schedule beats them.
+    pub fn peak_delta(&self, a: &Resources, slot_seconds: f64) -> f64 {
+        self.delta(a, 0.0, slot_seconds)
+    }
+
     /// Whole slots a task needs alone with allocation `a` (the same stepping as the simulator),
     /// and the fractional time a profiler would measure. `None` if it never finishes.
     pub fn isolated(&self, a: &Resources, slot_seconds: f64) -> Option<(u64, f64)> {

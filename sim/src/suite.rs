@@ -152,6 +152,11 @@ pub struct SuiteScenario {
     /// `lower_bound_jct` / the best baseline's avg JCT: the smallest ratio any policy could
     /// reach on this scenario (a loose floor: the bound ignores every other task).
     pub bound_ratio: f64,
+    /// Mean over the workload seeds of the pooled bound ([`crate::bound`]: the cluster as one
+    /// machine, preemptive shortest-remaining-first on true sizes; it counts the queue).
+    pub pooled_bound_jct: f64,
+    /// `pooled_bound_jct` / the best baseline's avg JCT: a tighter floor where tasks queue.
+    pub pooled_ratio: f64,
 }
 
 /// The summary over all scenarios.
@@ -176,6 +181,8 @@ pub struct SuiteSummary {
     /// Mean of the per-scenario `bound_ratio`s: the mean ratio a schedule reaching every task's
     /// lower bound would have, so a floor no policy can go below.
     pub mean_bound_ratio: f64,
+    /// Mean of the per-scenario `pooled_ratio`s: the same floor where the queue counts.
+    pub mean_pooled_ratio: f64,
     /// Workload seeds per scenario.
     pub seeds: Vec<u64>,
     /// The first slots' share of progress, where `--start-weight` set one.
@@ -240,7 +247,7 @@ fn one(cfg: &SuiteConfig, name: &str, seeds: &[u64]) -> Result<SuiteScenario, Su
         .chain(others(&cfg.candidate))
         .collect();
     let mut results = Vec::new();
-    let mut bound = 0.0;
+    let (mut bound, mut pooled) = (0.0, 0.0);
     for (i, p) in names.iter().enumerate() {
         let mut sum = 0.0;
         let mut by_seed = Vec::with_capacity(seeds.len());
@@ -266,6 +273,7 @@ fn one(cfg: &SuiteConfig, name: &str, seeds: &[u64]) -> Result<SuiteScenario, Su
             if i == 0 {
                 // Every policy runs the same workloads, so the candidate's bound is everyone's.
                 bound += m.lower_bound_jct / seeds.len() as f64;
+                pooled += m.pooled_bound_jct / seeds.len() as f64;
             }
         }
         results.push(SuiteResult {
@@ -282,11 +290,12 @@ fn one(cfg: &SuiteConfig, name: &str, seeds: &[u64]) -> Result<SuiteScenario, Su
         .filter(|r| !r.clairvoyant)
         .min_by(|a, b| a.avg_jct.total_cmp(&b.avg_jct))
         .cloned();
-    let (best_baseline, ratio, bound_ratio, ratio_by_seed) = match best {
+    let (best_baseline, ratio, bound_ratio, pooled_ratio, ratio_by_seed) = match best {
         Some(b) => (
             b.policy,
             results[0].avg_jct / b.avg_jct,
             bound / b.avg_jct,
+            pooled / b.avg_jct,
             results[0]
                 .by_seed
                 .iter()
@@ -294,7 +303,7 @@ fn one(cfg: &SuiteConfig, name: &str, seeds: &[u64]) -> Result<SuiteScenario, Su
                 .map(|(c, b)| c / b)
                 .collect(),
         ),
-        None => (String::new(), f64::NAN, f64::NAN, Vec::new()),
+        None => (String::new(), f64::NAN, f64::NAN, f64::NAN, Vec::new()),
     };
     let generated = match &cfg.scenarios {
         Scenarios::Generated { family, .. } => crate::generate::split_seed(name)
@@ -313,6 +322,8 @@ fn one(cfg: &SuiteConfig, name: &str, seeds: &[u64]) -> Result<SuiteScenario, Su
         ratio_by_seed,
         lower_bound_jct: bound,
         bound_ratio,
+        pooled_bound_jct: pooled,
+        pooled_ratio,
     })
 }
 
@@ -377,6 +388,8 @@ pub fn run(cfg: &SuiteConfig, tick: &(dyn Fn() + Sync)) -> Result<Suite, SuiteEr
         worst_ratio: ratios.iter().copied().fold(f64::NAN, f64::max),
         mean_bound_ratio: scenarios.iter().map(|s| s.bound_ratio).sum::<f64>()
             / scenarios.len().max(1) as f64,
+        mean_pooled_ratio: scenarios.iter().map(|s| s.pooled_ratio).sum::<f64>()
+            / scenarios.len().max(1) as f64,
         seeds,
         start_weight: cfg.start_weight,
     };
@@ -405,7 +418,7 @@ pub fn table(s: &Suite) -> String {
         .map_or("scenario", |f| f.prefix().trim_end_matches(':'));
     let _ = writeln!(
         t,
-        "{:>16} {:>5} {:>7} {:>5} {:>10} {:>14} {:>10} {:>6} {:>13} {:>6} {:>13}",
+        "{:>16} {:>5} {:>7} {:>5} {:>10} {:>14} {:>10} {:>6} {:>13} {:>6} {:>6} {:>13}",
         first,
         "nodes",
         "classes",
@@ -416,6 +429,7 @@ pub fn table(s: &Suite) -> String {
         "ratio",
         "per draw",
         "floor",
+        "pooled",
         "busy queued"
     );
     for sc in &s.scenarios {
@@ -440,7 +454,7 @@ pub fn table(s: &Suite) -> String {
         };
         let _ = writeln!(
             t,
-            "{:>16} {:>5} {:>7} {:>5} {:>10.2} {:>14} {:>10.2} {:>6.3} {:>13} {:>6.3} {:>13}",
+            "{:>16} {:>5} {:>7} {:>5} {:>10.2} {:>14} {:>10.2} {:>6.3} {:>13} {:>6.3} {:>6.3} {:>13}",
             name,
             sc.nodes,
             sc.classes,
@@ -451,6 +465,7 @@ pub fn table(s: &Suite) -> String {
             sc.ratio,
             format!("{lo:.3}-{hi:.3}"),
             sc.bound_ratio,
+            sc.pooled_ratio,
             format!(
                 "{} vs {}",
                 busy(&sc.results[0].policy),
@@ -462,7 +477,7 @@ pub fn table(s: &Suite) -> String {
     let (lo, hi) = range(&m.mean_ratio_by_seed);
     let _ = writeln!(
         t,
-        "{}: {} wins of {} scenarios (ratio <= 1 to the best baseline); mean ratio {:.3} ({:.3}-{:.3} over the {} workload draws), worst {:.3}; floor (every task at its lower bound) {:.3}; workload seeds {:?}",
+        "{}: {} wins of {} scenarios (ratio <= 1 to the best baseline); mean ratio {:.3} ({:.3}-{:.3} over the {} workload draws), worst {:.3}; floor (every task at its lower bound) {:.3}, pooled floor (the cluster as one machine, shortest remaining first) {:.3}; workload seeds {:?}",
         m.candidate,
         m.wins,
         m.scenarios,
@@ -472,6 +487,7 @@ pub fn table(s: &Suite) -> String {
         m.seeds.len(),
         m.worst_ratio,
         m.mean_bound_ratio,
+        m.mean_pooled_ratio,
         m.seeds
     );
     t

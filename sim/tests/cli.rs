@@ -356,16 +356,25 @@ fn suite_json_has_the_documented_shape_and_judges_against_the_best_baseline() {
         let bound = s["lower_bound_jct"].as_f64().unwrap();
         assert!(bound > 0.0);
         assert!((s["bound_ratio"].as_f64().unwrap() - bound / best).abs() < 1e-9);
+        // The pooled floor counts the queue too: never below the isolated one, and no policy
+        // beats it either.
+        let pooled = s["pooled_bound_jct"].as_f64().unwrap();
+        assert!(pooled >= bound - 1e-9, "{pooled} below {bound}");
+        assert!((s["pooled_ratio"].as_f64().unwrap() - pooled / best).abs() < 1e-9);
         for r in results {
             assert!(
-                r["avg_jct"].as_f64().unwrap() >= bound - 1e-9,
-                "{r} below {bound}"
+                r["avg_jct"].as_f64().unwrap() >= pooled - 1e-9,
+                "{r} below {pooled}"
             );
         }
     }
     let sum = &v["summary"];
     assert_eq!(sum["family"], "base");
     assert!(sum["mean_bound_ratio"].as_f64().unwrap() > 0.0);
+    assert!(
+        sum["mean_pooled_ratio"].as_f64().unwrap()
+            >= sum["mean_bound_ratio"].as_f64().unwrap() - 1e-9
+    );
     assert_eq!(sum["scenarios"], 3);
     assert!(sum["wins"].as_u64().unwrap() <= 3);
     assert!(sum["mean_ratio_to_best_baseline"].as_f64().unwrap() > 0.0);

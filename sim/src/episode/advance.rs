@@ -108,6 +108,7 @@ impl Episode<'_> {
             if finished {
                 let finish = slot + 1;
                 let meta = &self.ledger[&id].meta;
+                let (lower_bound, area) = (self.lower_bound)(&task, size);
                 self.records.push(TaskRecord {
                     id: id.0,
                     ty: task.ty.0,
@@ -116,7 +117,8 @@ impl Episode<'_> {
                     finish,
                     node: node.0,
                     jct: finish - task.arrival,
-                    lower_bound: (self.lower_bound)(&task, size),
+                    lower_bound,
+                    area,
                     failures: meta.failures,
                     members: 0,
                     priority: task.priority,

@@ -108,6 +108,7 @@ impl Episode<'_> {
                 let task = e.task.clone();
                 let finish = slot + 1;
                 let lower_bound = truth.lower_bound(&shape, g.links, self.sc.slot_seconds);
+                let area = truth.area(&shape, self.sc.slot_seconds, &crate::bound::pool(self.sc));
                 self.records.push(TaskRecord {
                     id: id.0,
                     ty: task.ty.0,
@@ -117,6 +118,7 @@ impl Episode<'_> {
                     node: members.first().map_or(0, |(n, _)| n.0),
                     jct: finish - task.arrival,
                     lower_bound,
+                    area,
                     failures: 0,
                     members: members.len() as u32,
                     priority: task.priority,

@@ -35,8 +35,9 @@ pub use records::{EpisodeResult, NoObserver, Observer, SimError, SlotRecord, Tas
 #[cfg(test)]
 type Audit = Box<dyn Fn(&Ledger<SimMeta>, bool)>;
 
-/// A task's best isolated completion time in slots, given its size (its record's bound).
-pub(crate) type LowerBound<'a> = Box<dyn Fn(&Task, f64) -> u64 + 'a>;
+/// A task's best isolated completion time in slots and its least area per resource kind, given
+/// its size (its record's bounds).
+pub(crate) type LowerBound<'a> = Box<dyn Fn(&Task, f64) -> (u64, Vec<f64>) + 'a>;
 
 /// What the simulator keeps per task beside the ledger's state.
 #[derive(Debug, Clone, Default)]

@@ -126,6 +126,10 @@ pub struct TaskRecord {
     pub jct: u64,
     /// Best isolated completion time in slots on any reachable node.
     pub lower_bound: u64,
+    /// Its least area per resource kind: slots × its share of the cluster's whole capacity of
+    /// that kind, at its thriftiest allocation on any reachable node ([`crate::bound`]).
+    #[serde(skip)]
+    pub area: Vec<f64>,
     /// Failed runs (below the true need in `fail` mode).
     pub failures: u32,
     /// Members of a gang (multi-node job); 0 for a single task.

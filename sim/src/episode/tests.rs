@@ -95,7 +95,7 @@ fn run(
     let capacity: Vec<Resources> = sc.nodes.iter().map(|n| n.capacity.clone()).collect();
     let mut e = Episode::new(
         sc,
-        Box::new(|_: &Task, _: f64| 1),
+        Box::new(|_: &Task, _: f64| (1, Vec::new())),
         policies,
         Seeds {
             workload: seed,
@@ -187,7 +187,7 @@ fn a_preemption_grace_lowers_the_box_until_its_victims_have_ended() {
     let capacity: Vec<Resources> = sc.nodes.iter().map(|n| n.capacity.clone()).collect();
     let mut e = Episode::new(
         &sc,
-        Box::new(|_: &Task, _: f64| 1),
+        Box::new(|_: &Task, _: f64| (1, Vec::new())),
         crate::policies::build(&sim, "first-fit-max").unwrap(),
         Seeds {
             workload: 100,
@@ -286,7 +286,7 @@ fn the_estimator_measures_the_start_weight() {
         let policies = crate::policies::build(&sim, "first-fit-max").unwrap();
         let mut e = Episode::new(
             &sc,
-            Box::new(|_: &Task, _: f64| 1),
+            Box::new(|_: &Task, _: f64| (1, Vec::new())),
             policies,
             Seeds {
                 workload: 3,
