@@ -97,8 +97,8 @@ pub(crate) struct SuiteArgs {
     /// A folder of scenario files (e.g. imported traces), each one a scenario of the suite.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["generator_seeds", "family"])]
     scenarios: Option<PathBuf>,
-    /// The generated family: base (`gen:N`), wide (`gen-wide:N`), long (`gen-long:N`) or gavel
-    /// (`gen-gavel:N`).
+    /// The generated family: base (`gen:N`), wide (`gen-wide:N`), long (`gen-long:N`), gavel
+    /// (`gen-gavel:N`), recur (`gen-recur:N`) or blind (`gen-blind:N`).
     #[arg(long, value_enum)]
     family: Option<tapfinger_sim::generate::Family>,
     /// Workload seeds per scenario.

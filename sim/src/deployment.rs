@@ -288,6 +288,9 @@ pub fn replay_observed(
     // What the agents' speed estimator learned in the windows so far: a deployment's agents
     // keep theirs, so every policy starts a window from it.
     let mut warm: Option<tapfinger::estimate::Estimator> = None;
+    // And what they learned of their tasks' sizes: every window starts from the history of
+    // the windows before it (the first from none), as the agents' size book lives on.
+    let mut book: Option<tapfinger::sizes::SizeBook> = None;
     // The twins judged since the policy in use was adopted: the guard judges on the latest
     // `guard::RECENT` of them, each on its own, as the coordinator judges the recent workload
     // its agents observed since the choice in force.
@@ -296,7 +299,10 @@ pub fn replay_observed(
     // learns from all of them (one window of 30-60 tasks moves a policy too little).
     let mut unlearned: Vec<(u64, tapfinger::twin::Workload)> = Vec::new();
     for (k, (began, part)) in parts.into_iter().enumerate() {
-        let sim = Simulator::new(part);
+        let sim = match book.take() {
+            Some(b) => Simulator::new(part).with_sizes(b),
+            None => Simulator::new(part),
+        };
         let tasks = sim.scenario().tasks as usize;
         let Ran {
             jcts,
@@ -319,8 +325,8 @@ pub fn replay_observed(
             }
             _ => report::instances_for_seed(&sim, &current, None, seed)?,
         };
-        let (_, w, learned_so_far) =
-            twin::observe_warm(&sim, ps, seed, warm.as_ref()).map_err(|source| {
+        let (_, w, learned_so_far, sizes_so_far) =
+            twin::observe_learned(&sim, ps, seed, warm.as_ref()).map_err(|source| {
                 ReplayError::Episode {
                     window: k,
                     policy: current.clone(),
@@ -328,6 +334,7 @@ pub fn replay_observed(
                 }
             })?;
         warm = Some(learned_so_far);
+        book = Some(sizes_so_far);
         if tune.is_some() {
             unlearned.push((began, w.clone()));
         }
@@ -399,6 +406,7 @@ pub fn replay_observed(
 fn split(sc: &Scenario, seed: u64, windows: usize) -> Result<Vec<(u64, Scenario)>, ReplayError> {
     let tasks = workload::generate(sc, seed);
     let sizes = workload::sizes(sc, seed, tasks.len());
+    let who = workload::identities(sc, seed, tasks.len());
     if windows == 0 || tasks.len() < windows {
         return Err(ReplayError::Windows {
             tasks: tasks.len(),
@@ -433,8 +441,12 @@ fn split(sc: &Scenario, seed: u64, windows: usize) -> Result<Vec<(u64, Scenario)
                     // A trace's own gang stays one (drawn gangs are drawn again per window),
                     // and its tasks keep who submitted them.
                     gang: row(t).and_then(|r| r.gang.clone()),
-                    submitter: row(t).and_then(|r| r.submitter.clone()),
-                    job: row(t).and_then(|r| r.job.clone()),
+                    submitter: row(t)
+                        .and_then(|r| r.submitter.clone())
+                        .or_else(|| who.get(t.id.0 as usize)?.as_ref()?.submitter.clone()),
+                    job: row(t)
+                        .and_then(|r| r.job.clone())
+                        .or_else(|| who.get(t.id.0 as usize)?.as_ref()?.job.clone()),
                 })
                 .collect();
             let mut s = base.clone();

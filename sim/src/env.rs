@@ -32,6 +32,8 @@ pub struct Simulator {
     prefit: std::sync::Mutex<std::collections::BTreeMap<u64, Arc<crate::episode::PreFit>>>,
     /// What every episode's speed estimator starts from ([`Simulator::warm`]; `None`: nothing).
     warm: Option<tapfinger::estimate::Estimator>,
+    /// What every episode's size book starts from ([`Simulator::with_sizes`]; `None`: nothing).
+    sizes: Option<tapfinger::sizes::SizeBook>,
 }
 
 use crate::grid::allocations;
@@ -78,7 +80,16 @@ impl Simulator {
             prefit: Default::default(),
             gang_placer: None,
             warm: None,
+            sizes: None,
         }
+    }
+
+    /// Start every episode's size book from `book` (what a cluster's agents had learned of its
+    /// tasks' sizes before: a later stretch of a deployment, whose agents keep their history),
+    /// not from nothing. Its classes must be this scenario's (the same ids).
+    pub fn with_sizes(mut self, book: tapfinger::sizes::SizeBook) -> Self {
+        self.sizes = Some(book);
+        self
     }
 
     /// Start every episode's speed estimator from `e` (what a cluster had learned: a twin's
@@ -335,6 +346,7 @@ impl Simulator {
         .map(|e| {
             e.with_prefit(prefit)
                 .with_estimator(warm.or(self.warm.as_ref()))
+                .with_sizes(self.sizes.as_ref())
         })
     }
 

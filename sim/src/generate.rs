@@ -223,6 +223,12 @@ pub fn draw_in(family: Family, seed: u64) -> Drawn {
     let heavy = rng
         .random_bool(0.5)
         .then(|| (rng.random_range(1.3..2.5), rng.random_range(10.0..30.0)));
+    // The recurring families: every scenario heavy-tailed, its tasks runs of recurring jobs
+    // (a stream of their own, so the boxes, classes and arrivals are `gen:N`'s).
+    let recurring = family
+        .recurring()
+        .map(|informative| Recurring::draw(seed, tasks, classes.len(), informative));
+    let heavy = recurring.as_ref().map_or(heavy, |r| Some(r.heavy));
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -243,6 +249,8 @@ pub fn draw_in(family: Family, seed: u64) -> Drawn {
             Family::Wide => " (wide)".into(),
             Family::Long => format!(" (long, tasks {scale:.1}x as many slots)"),
             Family::Gavel => String::new(),
+            Family::Recur => " (recurring jobs)".into(),
+            Family::Blind => " (recurring jobs, sizes without history)".into(),
         },
         boxes.len(),
         boxes.iter().filter(|b| b.capacity[1] > 0).count(),
@@ -254,7 +262,7 @@ pub fn draw_in(family: Family, seed: u64) -> Drawn {
         // A table's seconds read with shorter slots: each task takes `scale` times the slots.
         let _ = writeln!(t, "slot_seconds = {:.6}", 1.0 / scale);
     }
-    write_spread(&mut t, burst, heavy);
+    write_spread(&mut t, burst, heavy, recurring.as_ref());
     let _ = writeln!(t);
     for (name, unit, step) in [("cpu", "core", 1.0), ("gpu", "GPU", 1.0)] {
         let _ = writeln!(
@@ -319,7 +327,12 @@ pub fn draw_in(family: Family, seed: u64) -> Drawn {
 
 /// The `burst` and `task_size` lines of a generated scenario, where drawn: bursts (factor,
 /// mean burst and quiet lengths in slots) and heavy-tailed sizes (Pareto shape, cap).
-fn write_spread(t: &mut String, burst: Option<(f64, f64, f64)>, heavy: Option<(f64, f64)>) {
+fn write_spread(
+    t: &mut String,
+    burst: Option<(f64, f64, f64)>,
+    heavy: Option<(f64, f64)>,
+    recurring: Option<&Recurring>,
+) {
     if let Some((factor, on, off)) = burst {
         let _ = writeln!(
             t,
@@ -327,10 +340,45 @@ fn write_spread(t: &mut String, burst: Option<(f64, f64, f64)>, heavy: Option<(f
         );
     }
     if let Some((shape, max)) = heavy {
+        let jobs = recurring.map_or(String::new(), |r| {
+            format!(
+                ", recurring = {{ jobs = {}, users = {}, spread = [{:.2}, {:.2}], informative = {} }}",
+                r.jobs, r.users, r.spread[0], r.spread[1], r.informative
+            )
+        });
         let _ = writeln!(
             t,
-            "task_size = {{ pareto_shape = {shape:.2}, max = {max:.1} }}"
+            "task_size = {{ pareto_shape = {shape:.2}, max = {max:.1}{jobs} }}"
         );
+    }
+}
+
+/// The recurring jobs of a generated scenario of a recurring family ([`crate::recurring`]).
+struct Recurring {
+    /// Its heavy-tailed sizes (Pareto shape, cap): the jobs' means.
+    heavy: (f64, f64),
+    /// Recurring jobs per class: about eight runs each over the episode, 2–40.
+    jobs: u32,
+    /// Users who submit them.
+    users: u32,
+    /// The range of the jobs' spreads: 3Sigma's 8 % off by twice (0.40) to Helios' half
+    /// within ±50 % (0.80).
+    spread: [f64; 2],
+    /// Whether the history predicts (`gen-recur`) or not (`gen-blind`).
+    informative: bool,
+}
+
+impl Recurring {
+    fn draw(seed: u64, tasks: u32, classes: usize, informative: bool) -> Self {
+        let mut rng = tapfinger::seeded_rng(seed ^ 0x7265_6375_7272_696E);
+        let per_class = f64::from(tasks) / classes.max(1) as f64;
+        Self {
+            heavy: (rng.random_range(1.3..2.5), rng.random_range(10.0..30.0)),
+            jobs: ((per_class / 8.0).round() as u32).clamp(2, 40),
+            users: rng.random_range(2..=12),
+            spread: [0.40, 0.80],
+            informative,
+        }
     }
 }
 

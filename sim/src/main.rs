@@ -42,15 +42,17 @@ enum Cmd {
     /// List the built-in scenario presets.
     Scenarios,
     /// Print generated scenario N as TOML (the scenario `gen:N` wherever a scenario is named;
-    /// `gen-wide:N` with --family wide, `gen-long:N` with --family long). Seeds from 10000 up are held out for evaluation: never
-    /// train on them.
+    /// `gen-wide:N` with --family wide, `gen-long:N`, `gen-gavel:N`, `gen-recur:N`, `gen-blind:N`
+    /// likewise). Seeds from 10000 up are held out for evaluation: never train on them.
     Generate {
         /// Generator seed.
         #[arg(long)]
         seed: u64,
         /// The family: base (`gen:N`), wide (`gen-wide:N`: larger boxes, classes that use up to
-        /// 16 times their minimum demand) or long (`gen-long:N`: the base family's boxes, tasks
-        /// 3-10 times as many slots long).
+        /// 16 times their minimum demand), long (`gen-long:N`: the base family's boxes, tasks
+        /// 3-10 times as many slots long), gavel (`gen-gavel:N`), recur (`gen-recur:N`: `gen:N`
+        /// with every task a run of a recurring job whose history predicts its size) or blind
+        /// (`gen-blind:N`: the same jobs, sizes their history does not predict).
         #[arg(long, value_enum, default_value_t)]
         family: tapfinger_sim::generate::Family,
     },

@@ -35,15 +35,28 @@ pub fn sizes(sc: &Scenario, seed: u64, n: usize) -> Vec<f64> {
     let Some(ts) = sc.task_size else {
         return vec![1.0; n];
     };
+    if let Some(runs) = crate::recurring::draw(sc, seed, n) {
+        return runs.size;
+    }
     let mut rng = tapfinger::seeded_rng(seed ^ 0x0005_12E5_EED5);
+    (0..n).map(|_| pareto(&ts, &mut rng)).collect()
+}
+
+/// One Pareto draw of shape `ts.pareto_shape` scaled to mean 1, capped at `ts.max`.
+pub(crate) fn pareto(ts: &TaskSize, rng: &mut tapfinger::Rng) -> f64 {
     let a = ts.pareto_shape;
-    let scale = (a - 1.0) / a;
-    (0..n)
-        .map(|_| {
-            let u: f64 = 1.0 - rng.random::<f64>();
-            (scale / u.powf(1.0 / a)).min(ts.max)
-        })
-        .collect()
+    let u: f64 = 1.0 - rng.random::<f64>();
+    ((a - 1.0) / a / u.powf(1.0 / a)).min(ts.max)
+}
+
+/// Who submitted each of `n` tasks (by id) and which recurring job it runs, where the scenario
+/// has recurring jobs ([`crate::recurring`]) and no trace (a trace's rows say it themselves);
+/// else `None` for every task.
+pub fn identities(sc: &Scenario, seed: u64, n: usize) -> Vec<Option<tapfinger::sizes::Identity>> {
+    match (&sc.trace, crate::recurring::draw(sc, seed, n)) {
+        (None, Some(runs)) => runs.identities(),
+        _ => vec![None; n],
+    }
 }
 
 /// Task `id`'s size in `sizes` (from [`sizes`]); 1 where there is none.
@@ -252,6 +265,7 @@ mod tests {
         sc.task_size = Some(TaskSize {
             pareto_shape: 2.0,
             max: 20.0,
+            recurring: None,
         });
         assert_eq!(
             generate(&sc, 5),
@@ -268,7 +282,8 @@ mod tests {
         assert!(
             TaskSize {
                 pareto_shape: 1.0,
-                max: 5.0
+                max: 5.0,
+                recurring: None,
             }
             .invalid()
             .is_some()

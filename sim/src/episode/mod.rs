@@ -96,6 +96,9 @@ pub(crate) struct Episode<'a> {
     arrivals: Vec<Arc<Task>>,
     /// Each task's work over its type's, by id (the simulator's secret, like the speed model).
     sizes: Vec<f64>,
+    /// Who submitted each task and which recurring job it runs, by id, where the workload's
+    /// recurring jobs say ([`crate::recurring`]; a trace's rows say it themselves).
+    identities: Vec<Option<tapfinger::sizes::Identity>>,
     /// The seed of the tasks' accuracy reports (the workload's: the same whatever the policy).
     curve_seed: u64,
     /// Nodes that made room for a waiting task, which they propose until it starts ([`preempt`]).
@@ -226,6 +229,7 @@ impl<'a> Episode<'a> {
             ledger,
             arrivals: arrivals.into_iter().map(Arc::new).collect(),
             sizes: workload::sizes(sc, seeds.workload, sc.tasks as usize),
+            identities: workload::identities(sc, seeds.workload, sc.tasks as usize),
             curve_seed: seeds.workload,
             rooms: Default::default(),
             draining: Vec::new(),
@@ -263,6 +267,14 @@ impl<'a> Episode<'a> {
     /// Start from what the cluster learned before ([`tapfinger::estimate::Estimator::carried`])
     /// instead of an empty estimator (`None`: empty); the scenario's profile hints apply on
     /// top, as at a start.
+    /// Start from what the cluster's size book learned before ([`Simulator::with_sizes`]).
+    pub(crate) fn with_sizes(mut self, book: Option<&tapfinger::sizes::SizeBook>) -> Self {
+        if let Some(b) = book {
+            self.ledger.set_sizes(b.clone());
+        }
+        self
+    }
+
     pub(crate) fn with_estimator(mut self, warm: Option<&tapfinger::estimate::Estimator>) -> Self {
         if let Some(e) = warm {
             self.ledger.set_estimator(e.carried());
@@ -349,6 +361,7 @@ impl<'a> Episode<'a> {
             slot += 1;
         }
         observe.ended(slot, self.ledger.estimator());
+        observe.sizes(self.ledger.sizes());
         let estimates = self.ledger.estimator().summary();
         let mut tasks = self.records;
         tasks.sort_by_key(|r| r.id);
@@ -413,13 +426,15 @@ impl<'a> Episode<'a> {
             }
             self.ledger
                 .insert(t.clone(), TaskState::Pending, SimMeta::default());
-            // Who submitted it, where a trace says: as an agent's spec names it.
+            // Who submitted it, where a trace or the recurring jobs say: as an agent's spec
+            // names it.
             if let Some(who) = self
                 .sc
                 .trace
                 .as_ref()
                 .and_then(|tr| tr.get(t.id.0 as usize))
                 .and_then(crate::trace::TraceTask::identity)
+                .or_else(|| self.identities.get(t.id.0 as usize).cloned().flatten())
             {
                 self.ledger.set_identity(t.id, who);
             }

@@ -86,6 +86,9 @@ pub trait Observer {
     }
     /// The episode ended; `estimator` holds what the cluster's speed estimator learned.
     fn ended(&mut self, _slots: u64, _estimator: &tapfinger::estimate::Estimator) {}
+    /// The episode ended; `book` holds what the cluster's size book learned (after
+    /// [`Observer::ended`]).
+    fn sizes(&mut self, _book: &tapfinger::sizes::SizeBook) {}
     /// Whether [`Observer::expected`] should be called (the estimates cost time).
     fn wants_estimates(&self) -> bool {
         false

@@ -23,10 +23,24 @@ pub enum Family {
     /// fixed scale factors, their speeds per type from Gavel's measured throughputs
     /// (`generate/gavel.rs`; drawn apart from the other families).
     Gavel,
+    /// `gen-recur:N`: `gen:N`'s boxes, classes and arrivals, every task a run of a user's
+    /// recurring job whose history predicts its size ([`crate::recurring`]: heavy-tailed job
+    /// sizes, each run within the job's own spread, 3Sigma's and Helios' error bands).
+    Recur,
+    /// `gen-blind:N`: the same jobs and users, but each run's size drawn on its own: a job's
+    /// history says nothing its class's does not.
+    Blind,
 }
 
 /// The families, in the order their prefixes are tried.
-pub(super) const ALL: [Family; 4] = [Family::Base, Family::Wide, Family::Long, Family::Gavel];
+pub(super) const ALL: [Family; 6] = [
+    Family::Base,
+    Family::Wide,
+    Family::Long,
+    Family::Gavel,
+    Family::Recur,
+    Family::Blind,
+];
 
 impl Family {
     /// The prefix of its scenarios' names.
@@ -36,6 +50,8 @@ impl Family {
             Self::Wide => "gen-wide:",
             Self::Long => "gen-long:",
             Self::Gavel => "gen-gavel:",
+            Self::Recur => "gen-recur:",
+            Self::Blind => "gen-blind:",
         }
     }
 
@@ -51,13 +67,15 @@ impl Family {
             Self::Wide => " --family wide",
             Self::Long => " --family long",
             Self::Gavel => " --family gavel",
+            Self::Recur => " --family recur",
+            Self::Blind => " --family blind",
         }
     }
 
     /// How many times its minimum demand a class can use, per kind.
     pub(super) fn cap_factor(self) -> u32 {
         match self {
-            Self::Base | Self::Gavel => 4,
+            Self::Base | Self::Gavel | Self::Recur | Self::Blind => 4,
             Self::Wide | Self::Long => 16,
         }
     }
@@ -65,7 +83,7 @@ impl Family {
     /// The largest minimum demand (cores, GPUs, memory units) a generic class is drawn with.
     pub(super) fn most_minimum(self) -> [u32; 3] {
         match self {
-            Self::Base | Self::Wide | Self::Gavel => [4, 2, 4],
+            Self::Base | Self::Wide | Self::Gavel | Self::Recur | Self::Blind => [4, 2, 4],
             Self::Long => [2, 1, 1],
         }
     }
@@ -73,8 +91,18 @@ impl Family {
     /// How many tasks per node an episode has.
     pub(super) fn tasks_per_node(self) -> std::ops::RangeInclusive<u32> {
         match self {
-            Self::Base | Self::Wide | Self::Gavel => 8..=24,
+            Self::Base | Self::Wide | Self::Gavel | Self::Recur | Self::Blind => 8..=24,
             Self::Long => 16..=48,
+        }
+    }
+
+    /// Whether its tasks are runs of recurring jobs ([`crate::recurring`]), and whether their
+    /// history predicts their sizes.
+    pub(super) fn recurring(self) -> Option<bool> {
+        match self {
+            Self::Recur => Some(true),
+            Self::Blind => Some(false),
+            _ => None,
         }
     }
 
@@ -96,7 +124,7 @@ impl Family {
     /// their tasks were five times shorter or ten per node (2026-11-28).
     pub fn time_scale(self, seed: u64) -> f64 {
         match self {
-            Self::Base | Self::Wide | Self::Gavel => 1.0,
+            Self::Base | Self::Wide | Self::Gavel | Self::Recur | Self::Blind => 1.0,
             Self::Long => {
                 let mut rng = tapfinger::seeded_rng(seed ^ 0x6C6F_6E67_2D73_6C6F);
                 rng.random_range(3f64.ln()..10f64.ln()).exp()
@@ -108,7 +136,7 @@ impl Family {
     /// units) capacities are drawn from.
     pub(super) fn box_sizes(self) -> [&'static [u32]; 5] {
         match self {
-            Self::Base | Self::Long | Self::Gavel => [
+            Self::Base | Self::Long | Self::Gavel | Self::Recur | Self::Blind => [
                 &[8, 16, 32],
                 &[1, 2, 4, 8],
                 &[8, 16, 32],

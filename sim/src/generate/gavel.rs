@@ -208,7 +208,7 @@ fn write(
         t,
         "lambda = {lambda:.6}\ntasks = {tasks}\nwindow = 10\nslot_seconds = {SLOT_SECONDS}\nstart_weight = {start_weight:.3}\nmax_slots = 1000000"
     );
-    super::write_spread(&mut t, burst, heavy);
+    super::write_spread(&mut t, burst, heavy, None);
     let _ = writeln!(
         t,
         "resources = [\n  {{ name = \"cpu\", unit = \"core\" }},\n  {{ name = \"gpu\", unit = \"GPU\" }},\n  {{ name = \"mem\", unit = \"GiB\", step = 4.0 }},\n]\n"

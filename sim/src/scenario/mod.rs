@@ -510,11 +510,48 @@ pub struct TaskSize {
     pub pareto_shape: f64,
     /// Largest size (a multiple of the mean, ≥ 1).
     pub max: f64,
+    /// Tasks are runs of recurring jobs ([`crate::recurring`]): each job's mean size is the
+    /// Pareto draw, and each run of it varies around that by the job's own spread.
+    #[serde(default)]
+    pub recurring: Option<Recurring>,
+}
+
+/// Recurring jobs ([`crate::recurring`]): users who submit the same jobs again and again, each
+/// job of one class, its runs' sizes spread around the job's own mean.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recurring {
+    /// Recurring jobs per class (≥ 1).
+    pub jobs: u32,
+    /// Users who submit them (≥ 1; job `k` of class `c` is user `(c · jobs + k) mod users`'s).
+    pub users: u32,
+    /// The range each job's spread σ is drawn from: its runs' sizes are its mean times a
+    /// log-normal of mean 1 and log-spread σ (0.40: 8 % of runs off the job's median by twice
+    /// or more; 0.58: 23 %; 0.80: half within ±50 %).
+    pub spread: [f64; 2],
+    /// Whether a job's history says anything: `false` draws every run's size on its own (the
+    /// job's name is drawn as before, its sizes are not its own).
+    #[serde(default = "yes")]
+    pub informative: bool,
 }
 
 impl TaskSize {
     /// Why these settings are invalid, if they are.
     pub fn invalid(&self) -> Option<String> {
+        if let Some(r) = &self.recurring {
+            let [lo, hi] = r.spread;
+            if r.jobs == 0 || r.users == 0 {
+                return Some(format!(
+                    "recurring needs at least one job and one user, got {} and {}",
+                    r.jobs, r.users
+                ));
+            }
+            if !(lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi && hi <= 3.0) {
+                return Some(format!(
+                    "recurring spread must be [lo, hi] with 0 ≤ lo ≤ hi ≤ 3, got [{lo}, {hi}]"
+                ));
+            }
+        }
         (!(self.pareto_shape.is_finite()
             && self.pareto_shape > 1.0
             && self.max.is_finite()

@@ -36,6 +36,8 @@ struct Twin {
     workload: Option<Workload>,
     /// The estimator as the episode left it.
     estimator: Option<tapfinger::estimate::Estimator>,
+    /// The size book as the episode left it.
+    sizes: Option<tapfinger::sizes::SizeBook>,
     /// The link speeds gangs are placed with (the agents' configuration).
     links: Option<tapfinger::placement::gang::Links>,
 }
@@ -62,6 +64,7 @@ impl Twin {
             recorder: Recorder::new(),
             workload: None,
             estimator: None,
+            sizes: None,
             links: sc.gangs.as_ref().map(|g| g.links),
         }
     }
@@ -89,6 +92,10 @@ impl Observer for Twin {
         self.workload = Some(self.recorder.export(0, slots, &ctx));
         self.estimator = Some(estimator.clone());
     }
+
+    fn sizes(&mut self, book: &tapfinger::sizes::SizeBook) {
+        self.sizes = Some(book.clone());
+    }
 }
 
 /// One episode of `policies` on workload `seed`, and its twin: the whole episode's workload as
@@ -109,6 +116,25 @@ pub fn observe_warm(
     seed: u64,
     warm: Option<&tapfinger::estimate::Estimator>,
 ) -> Result<(EpisodeResult, Workload, tapfinger::estimate::Estimator), SimError> {
+    observe_learned(sim, policies, seed, warm).map(|(r, w, e, _)| (r, w, e))
+}
+
+/// [`observe_warm`], and the size book as the episode left it (what the agents learned of
+/// their tasks' sizes, to start the next stretch of a deployment from: [`Simulator::with_sizes`]).
+pub fn observe_learned(
+    sim: &Simulator,
+    policies: Vec<Box<dyn Policy>>,
+    seed: u64,
+    warm: Option<&tapfinger::estimate::Estimator>,
+) -> Result<
+    (
+        EpisodeResult,
+        Workload,
+        tapfinger::estimate::Estimator,
+        tapfinger::sizes::SizeBook,
+    ),
+    SimError,
+> {
     let mut twin = Twin::new(sim);
     let r = sim.run_warm(policies, seed, &mut twin, warm)?;
     // Every episode that returns Ok ended through `Observer::ended`; an empty workload here
@@ -124,7 +150,12 @@ pub fn observe_warm(
         tasks: Vec::new(),
         links: None,
     });
-    Ok((r, w, twin.estimator.unwrap_or_default()))
+    Ok((
+        r,
+        w,
+        twin.estimator.unwrap_or_default(),
+        twin.sizes.unwrap_or_default(),
+    ))
 }
 
 /// The speed estimator the cluster held when it exported `w`, as far as its figures say, for the
