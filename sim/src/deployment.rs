@@ -95,6 +95,9 @@ pub struct Window {
     pub tune: Option<Gate>,
     /// The best baseline's average JCT over the lower bound (room to win where well above 1).
     pub best_over_bound: f64,
+    /// The pooled bound's average JCT ([`crate::bound`]: the cluster as one machine, shortest
+    /// remaining first on true sizes), which counts the queue.
+    pub pooled_bound: f64,
     /// Every policy's average JCT on the true speeds (the learned policy and `suite`'s
     /// baselines; one whose episode failed is left out).
     pub true_jcts: Vec<(String, f64)>,
@@ -205,6 +208,8 @@ struct Ran {
     jcts: Vec<(String, f64)>,
     /// The lower bound's.
     bound: f64,
+    /// The pooled bound's.
+    pooled: f64,
     /// The shipped model's (the learned policy's, until a fine-tune passes).
     shipped: f64,
 }
@@ -219,7 +224,7 @@ fn run_all(
 ) -> Result<Ran, ReplayError> {
     let kinds = sim.scenario().kind_names();
     let mut out = Vec::new();
-    let mut bound = 0.0;
+    let (mut bound, mut pooled) = (0.0, 0.0);
     let run = |ps: Vec<Box<dyn tapfinger::Policy>>| {
         sim.run_warm(ps, seed, &mut crate::episode::NoObserver, warm)
             .ok()
@@ -230,6 +235,7 @@ fn run_all(
         let ps = report::instances_for_seed(sim, name, None, seed)?;
         if let Some(s) = run(ps) {
             bound = s.lower_bound_jct;
+            pooled = s.pooled_bound_jct;
             if name == policies::TAPFINGER {
                 shipped = s.avg_jct;
                 if let Version::Tuned(_, net, cfg) = version {
@@ -247,6 +253,7 @@ fn run_all(
     Ok(Ran {
         jcts: out,
         bound,
+        pooled,
         shipped,
     })
 }
@@ -307,6 +314,7 @@ pub fn replay_observed(
         let Ran {
             jcts,
             bound,
+            pooled,
             shipped,
         } = run_all(&sim, seed, warm.as_ref(), &version)?;
         let of = |n: &str| jcts.iter().find(|(m, _)| m == n).map(|(_, j)| *j);
@@ -382,6 +390,7 @@ pub fn replay_observed(
             version: in_use,
             tune: gate,
             best_over_bound: best.1 / bound.max(f64::MIN_POSITIVE),
+            pooled_bound: pooled,
             best_baseline: best,
             true_jcts: jcts.clone(),
             next: next.clone(),
