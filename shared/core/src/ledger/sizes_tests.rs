@@ -116,12 +116,18 @@ fn work_counted_slot_by_slot_and_from_the_runner_agree_to_the_bit_and_the_runner
     let slot_by_slot = l.get(TaskId(1)).unwrap().work;
     assert_eq!(slot_by_slot, 23.0 / 3.0);
     l.set_attained(TaskId(1), 23.0);
-    assert_eq!(l.get(TaskId(1)).unwrap().work.to_bits(), slot_by_slot.to_bits());
+    assert_eq!(
+        l.get(TaskId(1)).unwrap().work.to_bits(),
+        slot_by_slot.to_bits()
+    );
     // The peer heard of the end a slot late and counted one more; the runner's count wins.
     l.accrue_service();
     l.set_work(TaskId(1), slot_by_slot);
     l.set_state(TaskId(1), succeeded());
     assert_eq!(l.sizes().learned(), 1);
     l.insert(task(2, 0, [0, 3], &[0]), TaskState::Pending, ());
-    assert_eq!(l.predict_size(TaskId(2)).unwrap().sorted, vec![slot_by_slot]);
+    assert_eq!(
+        l.predict_size(TaskId(2)).unwrap().sorted,
+        vec![slot_by_slot]
+    );
 }
