@@ -2,7 +2,8 @@
 //! runs of a recurring job finished, three more are submitted to a box that holds one at a
 //! time; `GET /v1/tasks` shows the running one's expected finish, and each waiting one's
 //! expected start and finish, one after the other, each as long as the other (the ledger's
-//! estimate: `tapfinger::ledger::Ledger::expected`). These tasks ask for no GPU, so their
+//! estimate: `tapfinger::ledger::Ledger::expected`); once they ran, the box says how far its
+//! start estimates were from the starts (`GET /v1/node`). These tasks ask for no GPU, so their
 //! expected work is their class's mean, not a learned history (`docs/AGENT.md`, "Sizes").
 #![allow(clippy::unwrap_used)]
 
@@ -95,6 +96,24 @@ async fn waiting_tasks_show_when_they_are_expected_to_start_and_finish() {
         took(next) > 0.0 && (took(next) - took(last)).abs() < 0.11,
         "{body}"
     );
+    // Once the two that waited have started, the box says how far its start estimates were
+    // from their starts (`GET /v1/node`, as `tapfinger-agent node` and the dashboard show it).
+    wait(&[&a], Duration::from_secs(60), "the six runs", |s| {
+        s[0].finished_here.len() == 6
+    })
+    .await;
+    let (code, node) = tapfinger_agent::client::http(&api, "GET", "/v1/node", None, None)
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{node}");
+    let node: serde_json::Value = serde_json::from_str(&node).unwrap();
+    let e = &node["start_estimates"];
+    assert!(e["tasks"].as_u64().unwrap() >= 2, "{node}");
+    let median = e["median_abs_error_s"].as_f64().unwrap();
+    assert!(median.is_finite() && median >= 0.0, "{node}");
+    assert!(e["p90_abs_error_s"].as_f64().unwrap() >= median, "{node}");
+    let lines = tapfinger_agent::client::node_lines(&node).unwrap();
+    assert!(lines.contains("start_estimates"), "{lines}");
     // A submitter name longer than any field may be is refused, naming it.
     let long = format!(
         r#"{{"command": ["train"], "min_demand": {{"cpu": 1}}, "submitter": "{}"}}"#,

@@ -543,6 +543,15 @@ pub fn node_lines(body: &serde_json::Value) -> Option<String> {
         };
         text.push_str(&format!("\n{:<18} {state}", "storage"));
     }
+    if let Some(e) = &n.start_estimates {
+        text.push_str(&format!(
+            "\n{:<18} off by {} (median), {} (p90) over the latest {} task(s) started",
+            "start_estimates",
+            human_duration(e.median_abs_error_s),
+            human_duration(e.p90_abs_error_s),
+            e.tasks
+        ));
+    }
     Some(text)
 }
 

@@ -78,6 +78,9 @@ pub struct Status {
     /// Each running task's expected finish and each waiting task's expected start and finish,
     /// in slots from `slot` ([`tapfinger::ledger::Ledger::expected`]).
     pub expected: std::sync::Arc<BTreeMap<TaskId, tapfinger::ledger::Expected>>,
+    /// How far this box's start estimates were from the starts, in slots
+    /// ([`tapfinger::ledger::StartErrors`]; none until a task it estimated started).
+    pub start_error: Option<tapfinger::ledger::StartError>,
     /// Whether the journal takes writes (none: the agent keeps no journal).
     pub storage: Option<crate::store::Health>,
 }

@@ -66,6 +66,9 @@ pub struct Dashboard {
     /// page.
     #[serde(default)]
     pub storage: Option<crate::store::Health>,
+    /// How far this box's start estimates were from the starts (`GET /v1/node`'s).
+    #[serde(default)]
+    pub start_estimates: Option<crate::api::StartEstimates>,
 }
 
 /// A box: what `GET /v1/peers` shows of a peer, and whether it is the agent answering.
@@ -281,6 +284,9 @@ pub(super) async fn dashboard(State(s): State<ApiState>) -> Response {
             h.free_bytes = crate::store::free_bytes(&h.data_dir);
             h
         }),
+        start_estimates: st
+            .start_error
+            .map(|e| crate::api::StartEstimates::of(e, st.slot_ms)),
     })
     .into_response()
 }

@@ -22,7 +22,7 @@ pub mod types;
 pub use serve::{HEADER_TIMEOUT, MAX_BODY, REQUEST_TIMEOUT, serve, serve_with};
 pub use types::{
     CancelledTask, ClassInfo, Classes, Ended, ErrorBody, NodeInfo, PeerInfo, Peers, PolicyVersion,
-    SecurityInfo, Submitted, TaskInfo, TaskLogs, TaskPage, TaskStatus,
+    SecurityInfo, StartEstimates, Submitted, TaskInfo, TaskLogs, TaskPage, TaskStatus,
 };
 
 use crate::daemon::{Command, Status};
@@ -489,6 +489,7 @@ async fn node(State(s): State<ApiState>) -> Response {
             h
         }),
         policy: crate::online::policy_line(&st.deciding, st.policy.as_ref()),
+        start_estimates: st.start_error.map(|e| StartEstimates::of(e, st.slot_ms)),
     })
     .into_response()
 }

@@ -239,6 +239,34 @@ pub struct NodeInfo {
     /// the baseline the coordinator's guard has the cluster run, and why).
     #[serde(default)]
     pub policy: String,
+    /// How far this box's start estimates (`expected_start_s`) were from when the tasks
+    /// started; none until a task it estimated has started.
+    #[serde(default)]
+    pub start_estimates: Option<StartEstimates>,
+}
+
+/// How far a box's start estimates were from the starts: each task's first estimate against
+/// its start, over the latest 1,000 tasks this box saw wait and start.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StartEstimates {
+    /// Tasks measured.
+    pub tasks: usize,
+    /// Median absolute error (s).
+    pub median_abs_error_s: f64,
+    /// 90th percentile of the absolute error (s).
+    pub p90_abs_error_s: f64,
+}
+
+impl StartEstimates {
+    /// The ledger's errors in slots of `slot_ms`, in seconds.
+    pub fn of(e: tapfinger::ledger::StartError, slot_ms: u64) -> Self {
+        let s = slot_ms as f64 / 1000.0;
+        Self {
+            tasks: e.tasks,
+            median_abs_error_s: e.median * s,
+            p90_abs_error_s: e.p90 * s,
+        }
+    }
 }
 
 /// What protects a box, as its configuration and its kernel allow (docs/SECURITY.md).

@@ -499,6 +499,7 @@ impl Daemon {
             ),
             storage: self.p.store.as_ref().map(crate::store::Store::health),
             expected: self.outlets.expected(core),
+            start_error: self.outlets.start_error(),
         };
         let latencies = self.p.core.take_latencies();
         if self.outlets.publish(snapshot, &latencies, status) {

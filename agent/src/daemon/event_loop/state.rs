@@ -226,6 +226,8 @@ pub(super) struct Outlets {
     /// The start and finish estimates, and the slot and task states they were made for (made
     /// again once either changes, not at every publication).
     expected: Option<(u64, u64, Estimates)>,
+    /// How far the estimates published were from the starts ([`Outlets::start_error`]).
+    start_errors: tapfinger::ledger::StartErrors,
 }
 
 impl Outlets {
@@ -241,6 +243,7 @@ impl Outlets {
             history,
             sampled_slot: None,
             expected: None,
+            start_errors: Default::default(),
         }
     }
 
@@ -264,10 +267,16 @@ impl Outlets {
             Some((s, c, x)) if *s == slot && *c == changes => x.clone(),
             _ => {
                 let x = std::sync::Arc::new(core.tasks().expected(slot));
+                self.start_errors.note(slot, &x, core.tasks());
                 self.expected = Some((slot, changes, x.clone()));
                 x
             }
         }
+    }
+
+    /// How far the start estimates this box published were from when the tasks started.
+    pub(super) fn start_error(&self) -> Option<tapfinger::ledger::StartError> {
+        self.start_errors.summary()
     }
 
     /// The name of every box heard of, this one's (`me`) included: tasks a box ran are listed

@@ -54,6 +54,7 @@ mod requeue;
 mod reserve;
 mod shrink;
 mod sizes;
+mod start_errors;
 mod view;
 mod when;
 use elastic::{add_each, sub_each};
@@ -63,6 +64,7 @@ pub use outlook::RewardWeights;
 pub use packing::MAX_SHAPES;
 pub use preempt::Preemption;
 pub use requeue::Requeue;
+pub use start_errors::{StartError, StartErrors};
 pub use view::MayStart;
 pub use when::{Expected, MAX_ESTIMATED};
 
