@@ -13,8 +13,6 @@
 //! Nothing a policy sees reads this: it is computed from the finished tasks' records, after the
 //! run, on the simulator's true sizes.
 
-use crate::env::TaskRecord;
-
 /// The cluster's whole capacity per resource kind: the pool every task's area is a share of.
 pub fn pool(sc: &crate::scenario::Scenario) -> Vec<f64> {
     (0..sc.kind_names().len())
@@ -70,21 +68,25 @@ impl Ord for Key {
     }
 }
 
+/// A finished task as the bound sees it: its arrival slot, its isolated lower bound (slots)
+/// and its least area per resource kind ([`crate::env::TaskRecord`]'s).
+pub type Finished<'a> = (u64, u64, &'a [f64]);
+
 /// The pooled bound on these tasks' average JCT (slots): the largest over resource kinds of
 /// shortest-remaining-first's mean flow time on the pooled cluster, and the isolated bounds'
 /// mean. 0 for no tasks.
-pub fn pooled_bound_jct(tasks: &[TaskRecord]) -> f64 {
+pub fn pooled_bound_jct(tasks: &[Finished<'_>]) -> f64 {
     if tasks.is_empty() {
         return 0.0;
     }
     let n = tasks.len() as f64;
-    let isolated = tasks.iter().map(|t| t.lower_bound as f64).sum::<f64>() / n;
-    let kinds = tasks.iter().map(|t| t.area.len()).max().unwrap_or(0);
+    let isolated = tasks.iter().map(|t| t.1 as f64).sum::<f64>() / n;
+    let kinds = tasks.iter().map(|t| t.2.len()).max().unwrap_or(0);
     (0..kinds)
         .map(|k| {
             let jobs: Vec<(f64, f64)> = tasks
                 .iter()
-                .map(|t| (t.arrival as f64, t.area.get(k).copied().unwrap_or(0.0)))
+                .map(|t| (t.0 as f64, t.2.get(k).copied().unwrap_or(0.0)))
                 .collect();
             srpt_flow(&jobs) / n
         })

@@ -353,7 +353,7 @@ fn write_spread(
     }
 }
 
-/// The recurring jobs of a generated scenario of a recurring family ([`crate::recurring`]).
+/// The recurring jobs of a generated scenario of a recurring family ([`crate::workload::recurring`]).
 struct Recurring {
     /// Its heavy-tailed sizes (Pareto shape, cap): the jobs' means.
     heavy: (f64, f64),

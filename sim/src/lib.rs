@@ -25,7 +25,6 @@ pub mod plot;
 pub mod policies;
 mod presets;
 pub mod profile;
-pub mod recurring;
 pub mod report;
 pub mod scenario;
 pub mod speed;

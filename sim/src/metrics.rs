@@ -158,7 +158,12 @@ pub fn summarize(r: &EpisodeResult, kinds: &[String]) -> Summary {
         p95_jct: percentile(&jct, 0.95),
         p99_jct: percentile(&jct, 0.99),
         lower_bound_jct: r.tasks.iter().map(|t| t.lower_bound as f64).sum::<f64>() / n,
-        pooled_bound_jct: crate::bound::pooled_bound_jct(&r.tasks),
+        pooled_bound_jct: crate::bound::pooled_bound_jct(
+            &r.tasks
+                .iter()
+                .map(|t| (t.arrival, t.lower_bound, t.area.as_slice()))
+                .collect::<Vec<_>>(),
+        ),
         jct_over_lower_bound: r
             .tasks
             .iter()

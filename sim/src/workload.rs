@@ -9,6 +9,8 @@ use crate::scenario::{Reachability, Scenario, hosts, hosts_of};
 use rand::RngExt;
 use tapfinger::{Task, TaskId, TaskTypeId};
 
+pub mod recurring;
+
 /// Draw a Poisson(λ) variate (Knuth's method, in chunks of at most 30 so `e^{-λ}` never underflows).
 pub fn poisson(lambda: f64, rng: &mut tapfinger::Rng) -> u32 {
     let mut left = lambda;
@@ -35,7 +37,7 @@ pub fn sizes(sc: &Scenario, seed: u64, n: usize) -> Vec<f64> {
     let Some(ts) = sc.task_size else {
         return vec![1.0; n];
     };
-    if let Some(runs) = crate::recurring::draw(sc, seed, n) {
+    if let Some(runs) = recurring::draw(sc, seed, n) {
         return runs.size;
     }
     let mut rng = tapfinger::seeded_rng(seed ^ 0x0005_12E5_EED5);
@@ -50,10 +52,10 @@ pub(crate) fn pareto(ts: &TaskSize, rng: &mut tapfinger::Rng) -> f64 {
 }
 
 /// Who submitted each of `n` tasks (by id) and which recurring job it runs, where the scenario
-/// has recurring jobs ([`crate::recurring`]) and no trace (a trace's rows say it themselves);
+/// has recurring jobs ([`crate::workload::recurring`]) and no trace (a trace's rows say it themselves);
 /// else `None` for every task.
 pub fn identities(sc: &Scenario, seed: u64, n: usize) -> Vec<Option<tapfinger::sizes::Identity>> {
-    match (&sc.trace, crate::recurring::draw(sc, seed, n)) {
+    match (&sc.trace, recurring::draw(sc, seed, n)) {
         (None, Some(runs)) => runs.identities(),
         _ => vec![None; n],
     }

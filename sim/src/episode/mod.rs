@@ -97,7 +97,7 @@ pub(crate) struct Episode<'a> {
     /// Each task's work over its type's, by id (the simulator's secret, like the speed model).
     sizes: Vec<f64>,
     /// Who submitted each task and which recurring job it runs, by id, where the workload's
-    /// recurring jobs say ([`crate::recurring`]; a trace's rows say it themselves).
+    /// recurring jobs say ([`crate::workload::recurring`]; a trace's rows say it themselves).
     identities: Vec<Option<tapfinger::sizes::Identity>>,
     /// The seed of the tasks' accuracy reports (the workload's: the same whatever the policy).
     curve_seed: u64,

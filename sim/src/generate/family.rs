@@ -24,7 +24,7 @@ pub enum Family {
     /// (`generate/gavel.rs`; drawn apart from the other families).
     Gavel,
     /// `gen-recur:N`: `gen:N`'s boxes, classes and arrivals, every task a run of a user's
-    /// recurring job whose history predicts its size ([`crate::recurring`]: heavy-tailed job
+    /// recurring job whose history predicts its size ([`crate::workload::recurring`]: heavy-tailed job
     /// sizes, each run within the job's own spread, 3Sigma's and Helios' error bands).
     Recur,
     /// `gen-blind:N`: the same jobs and users, but each run's size drawn on its own: a job's
@@ -96,7 +96,7 @@ impl Family {
         }
     }
 
-    /// Whether its tasks are runs of recurring jobs ([`crate::recurring`]), and whether their
+    /// Whether its tasks are runs of recurring jobs ([`crate::workload::recurring`]), and whether their
     /// history predicts their sizes.
     pub(super) fn recurring(self) -> Option<bool> {
         match self {

@@ -510,13 +510,13 @@ pub struct TaskSize {
     pub pareto_shape: f64,
     /// Largest size (a multiple of the mean, ≥ 1).
     pub max: f64,
-    /// Tasks are runs of recurring jobs ([`crate::recurring`]): each job's mean size is the
+    /// Tasks are runs of recurring jobs ([`crate::workload::recurring`]): each job's mean size is the
     /// Pareto draw, and each run of it varies around that by the job's own spread.
     #[serde(default)]
     pub recurring: Option<Recurring>,
 }
 
-/// Recurring jobs ([`crate::recurring`]): users who submit the same jobs again and again, each
+/// Recurring jobs ([`crate::workload::recurring`]): users who submit the same jobs again and again, each
 /// job of one class, its runs' sizes spread around the job's own mean.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -48,7 +48,7 @@ impl Runs {
 pub fn draw(sc: &Scenario, seed: u64, n: usize) -> Option<Runs> {
     let ts = sc.task_size?;
     let r = ts.recurring?;
-    let tasks = crate::workload::generate(sc, seed);
+    let tasks = super::generate(sc, seed);
     let classes = sc.types.len();
     // Per class and job: its mean size and its spread, drawn in order from the jobs' stream.
     let mut jobs_rng = tapfinger::seeded_rng(seed ^ 0x5245_4355_5252_4A42);
@@ -56,7 +56,7 @@ pub fn draw(sc: &Scenario, seed: u64, n: usize) -> Option<Runs> {
         .map(|_| {
             (0..r.jobs)
                 .map(|_| {
-                    let mean = crate::workload::pareto(&ts, &mut jobs_rng);
+                    let mean = super::pareto(&ts, &mut jobs_rng);
                     let spread = jobs_rng.random_range(r.spread[0]..=r.spread[1]);
                     (mean, spread)
                 })
@@ -78,7 +78,7 @@ pub fn draw(sc: &Scenario, seed: u64, n: usize) -> Option<Runs> {
             let z: f64 = StandardNormal.sample(&mut runs_rng);
             mean * (spread * z - spread * spread / 2.0).exp()
         } else {
-            crate::workload::pareto(&ts, &mut runs_rng)
+            super::pareto(&ts, &mut runs_rng)
         };
         out.job.push((c, k, user(&r, c, k)));
         out.size.push(size.clamp(1e-3, ts.max));
