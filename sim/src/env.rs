@@ -41,35 +41,17 @@ use crate::grid::allocations;
 impl Simulator {
     /// Prepare a scenario.
     pub fn new(sc: Scenario) -> Self {
-        let best = sc
-            .types
-            .iter()
-            .map(|t| {
-                sc.nodes
-                    .iter()
-                    .map(|n| {
-                        if !t.min_demand.fits_in(&n.capacity) {
-                            return None;
-                        }
-                        let hi = t
-                            .max_demand
-                            .as_ref()
-                            .map_or(n.capacity.clone(), |m| m.min_each(&n.capacity));
-                        let lo = t.min_demand.max_each(&t.need).min_each(&hi);
-                        // On a box of a GPU model the type lists: as a task of 1/pace the work.
-                        let size = 1.0 / t.pace(n);
-                        allocations(&lo, &hi)
-                            .iter()
-                            .filter_map(|a| {
-                                t.speed
-                                    .isolated_sized(a, sc.slot_seconds, size)
-                                    .map(|x| (x.0, x.1, a.clone()))
-                            })
-                            .min_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)))
-                    })
-                    .collect()
-            })
-            .collect();
+        let best = per_type_and_node(&sc, |t, n, grid| {
+            // On a box of a GPU model the type lists: as a task of 1/pace the work.
+            let size = 1.0 / t.pace(n);
+            grid.iter()
+                .filter_map(|a| {
+                    t.speed
+                        .isolated_sized(a, sc.slot_seconds, size)
+                        .map(|x| (x.0, x.1, a.clone()))
+                })
+                .min_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)))
+        });
         let thrift = thrift(&sc);
         Self {
             pool: crate::bound::pool(&sc),
@@ -365,6 +347,27 @@ impl Simulator {
 /// point of a run makes, so that a task whose allocation changes as it runs is bounded too.
 fn thrift(sc: &Scenario) -> Vec<Vec<Option<Vec<f64>>>> {
     let kinds = sc.kind_names().len();
+    per_type_and_node(sc, |t, n, grid| {
+        let pace = t.pace(n);
+        let mut least = vec![f64::INFINITY; kinds];
+        for a in grid {
+            let d = t.speed.peak_delta(&a, sc.slot_seconds) * pace;
+            if d > 0.0 {
+                for (k, l) in least.iter_mut().enumerate() {
+                    *l = l.min(f64::from(a.get(k)) / d);
+                }
+            }
+        }
+        least.iter().all(|l| l.is_finite()).then_some(least)
+    })
+}
+
+/// `f` of every task type on every node where its minimum fits, given the grid of allocations
+/// it may run at there (from its minimum and need up to its cap or the node); `None` elsewhere.
+fn per_type_and_node<T>(
+    sc: &Scenario,
+    f: impl Fn(&crate::scenario::TaskType, &crate::scenario::NodeDef, Vec<Resources>) -> Option<T>,
+) -> Vec<Vec<Option<T>>> {
     sc.types
         .iter()
         .map(|t| {
@@ -379,17 +382,7 @@ fn thrift(sc: &Scenario) -> Vec<Vec<Option<Vec<f64>>>> {
                         .as_ref()
                         .map_or(n.capacity.clone(), |m| m.min_each(&n.capacity));
                     let lo = t.min_demand.max_each(&t.need).min_each(&hi);
-                    let pace = t.pace(n);
-                    let mut least = vec![f64::INFINITY; kinds];
-                    for a in allocations(&lo, &hi) {
-                        let d = t.speed.peak_delta(&a, sc.slot_seconds) * pace;
-                        if d > 0.0 {
-                            for (k, l) in least.iter_mut().enumerate() {
-                                *l = l.min(f64::from(a.get(k)) / d);
-                            }
-                        }
-                    }
-                    least.iter().all(|l| l.is_finite()).then_some(least)
+                    f(t, n, allocations(&lo, &hi))
                 })
                 .collect()
         })
