@@ -172,7 +172,7 @@ async fn a_restarted_agent_recovers_its_journaled_tasks() {
     let (_dir, journal) = fresh_journal("tf-journal");
     let key = identity::Keypair::generate_ed25519();
     // Alone, slow tasks: accept 6, let a few start, then die without a word.
-    let (a, _) = agent_with(
+    let (mut a, _) = agent_with(
         "a",
         vec![],
         Exec::Simulated(0.02),
@@ -192,7 +192,7 @@ async fn a_restarted_agent_recovers_its_journaled_tasks() {
         s[0].used.as_ref().is_some_and(|u| u.get(0) > 0)
     })
     .await;
-    a.kill();
+    a.killed().await;
     drop(a);
     // The same identity and journal: every accepted task comes back and finishes.
     let (a2, _) = agent_with("a", vec![], Exec::Simulated(0.2), key, Some(&journal)).await;

@@ -263,7 +263,7 @@ async fn the_guard_moves_every_agent_off_a_bad_learned_policy() {
     // A restarted agent runs the choice in force at once, from its data directory (the
     // coordinator is not in its bootstrap this time).
     let restarted = locals[0].clone().bootstrap(vec![addrs[2].clone()]);
-    agents[0].kill();
+    agents[0].killed().await;
     drop(agents.remove(0));
     let (again, _) = restarted.start().await;
     wait(

@@ -81,7 +81,7 @@ async fn an_urgent_task_preempts_batch_work_after_its_checkpoint_signal() {
         l.journal = Some(journal.clone());
         l
     };
-    let (a, _) = local("logs").start().await;
+    let (mut a, _) = local("logs").start().await;
     let batch = a.submit(recorder(&rec, "batch", 2, 40)).await.unwrap();
     // Let it run past its first checkpoint (step 10 of 40).
     wait(
@@ -149,7 +149,7 @@ async fn an_urgent_task_preempts_batch_work_after_its_checkpoint_signal() {
     );
     // The count and the work lost are journaled: the same agent, restarted, still shows them.
     let cost = *cost;
-    a.kill();
+    a.killed().await;
     drop(a);
     let (a2, _) = local("logs2").start().await;
     wait(

@@ -381,7 +381,7 @@ async fn learning_goes_on_around_a_paused_and_a_restarted_coordinator_process() 
     let first = learned_past(&api, 0, &agents, "at first").await;
     // Paused for 4 s; agent 0 restarts on its data meanwhile, agent 1 once it resumes.
     signal(coordinator.0.id(), "-STOP");
-    agents[0].kill();
+    agents[0].killed().await;
     let (a0, addr0) = learners
         .local(0, 2, vec![coord.clone(), addr1.clone()])
         .start()
@@ -390,7 +390,7 @@ async fn learning_goes_on_around_a_paused_and_a_restarted_coordinator_process() 
     submit_work(&agents).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     signal(coordinator.0.id(), "-CONT");
-    agents[1].kill();
+    agents[1].killed().await;
     agents[1] = learners
         .local(1, 2, vec![coord.clone(), addr0.clone()])
         .start()
@@ -399,7 +399,7 @@ async fn learning_goes_on_around_a_paused_and_a_restarted_coordinator_process() 
     let paused = learned_past(&api, first, &agents, "after the pause").await;
     // Killed and started again on its data (the same port): the agents find it again.
     drop(coordinator);
-    agents[0].kill();
+    agents[0].killed().await;
     agents[0] = learners
         .local(0, 3, vec![coord.clone(), addr1.clone()])
         .start()

@@ -104,6 +104,15 @@ impl Agent {
         self.task.abort();
     }
 
+    /// [`Agent::kill`], and return once its loop is gone, its journal with it. An agent started
+    /// again on the same journal in the same process must wait for this: an aborted loop runs
+    /// on to its next await (on another worker thread it may be writing a record), and the
+    /// data directory's lock, which keeps a second agent process off, is not taken in-process.
+    pub async fn killed(&mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
+
     /// Stop gracefully ([`Command::Shutdown`]): returns once the loop has ended.
     pub async fn shutdown(&self) {
         let (tx, rx) = oneshot::channel();
