@@ -19,7 +19,7 @@ fn no_policy_beats_the_pooled_bound_on_any_preset() {
         let preset = format!("{preset} at {load}× its arrival rate");
         let kinds = sc.kind_names();
         let sim = Simulator::new(sc);
-        let mut names = policies::all_policies();
+        let mut names = policies::every_policy();
         names.push(policies::TAPFINGER);
         let mut seen = None;
         for name in names {
