@@ -251,12 +251,16 @@ pub fn draw_in(family: Family, seed: u64) -> Drawn {
             Family::Gavel => String::new(),
             Family::Recur => " (recurring jobs)".into(),
             Family::Blind => " (recurring jobs, sizes without history)".into(),
+            Family::Declared => " (recurring jobs, work declared)".into(),
         },
         boxes.len(),
         boxes.iter().filter(|b| b.capacity[1] > 0).count(),
         classes.len()
     );
     let _ = writeln!(t, "lambda = {lambda:.4}\ntasks = {tasks}\nwindow = 10");
+    if family.declares_work() {
+        let _ = writeln!(t, "declare_work = true");
+    }
     costs.write(&mut t);
     if family.tables_only() {
         // A table's seconds read with shorter slots: each task takes `scale` times the slots.

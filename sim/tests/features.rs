@@ -135,8 +135,8 @@ fn one_set_of_general_weights_decides_on_every_preset_and_generated_scenario() {
     use tapfinger::model::TapfingerPolicy;
     use tapfinger::model::batch::Dims;
     use tapfinger::model::net::NetConfig;
-    // The general schema and RLPTO's.
-    for dims in [Dims::general(10), Dims::rlpto(10)] {
+    // The general schema, with sizes, and RLPTO's.
+    for dims in [Dims::general(10), Dims::sized(10), Dims::rlpto(10)] {
         let cfg = NetConfig::new(dims);
         let net = tapfinger::model::net::Net::new(&cfg, &burn::tensor::Device::flex());
         for name in [
@@ -163,6 +163,84 @@ fn one_set_of_general_weights_decides_on_every_preset_and_generated_scenario() {
             assert_eq!(r.tasks.len(), sim.scenario().tasks as usize, "{name}");
         }
     }
+}
+
+/// Swap the true sizes of a recurring workload (each job's runs drawn with another spread; the
+/// same arrivals, classes, jobs and users): what a policy sees is the same before any progress,
+/// and no view predicts a size before a task has finished: the size book (what the size
+/// features of schema 8 read) learns from finished tasks' measured work alone.
+#[test]
+fn swapping_the_true_sizes_changes_nothing_a_policy_sees_before_a_task_finishes() {
+    let a = Scenario::load("gen-recur:3").unwrap();
+    let mut b = a.clone();
+    let ts = b.task_size.as_mut().unwrap();
+    ts.recurring.as_mut().unwrap().spread = [0.05, 0.1];
+    let sizes = |sc: &Scenario| {
+        tapfinger_sim::workload::recurring::draw(sc, 3, sc.tasks as usize)
+            .unwrap()
+            .size
+    };
+    assert_ne!(sizes(&a), sizes(&b), "the swap changed no size");
+    let run = |sc: &Scenario| {
+        let sim = Simulator::new(sc.clone());
+        let mut v = Views::default();
+        let r = sim
+            .run_observed(policies::build(&sim, "tiresias-np").unwrap(), 3, &mut v)
+            .unwrap();
+        let first_end = r.tasks.iter().map(|t| t.finish).min().unwrap();
+        (v.0, first_end)
+    };
+    let ((va, end_a), (vb, end_b)) = (run(&a), run(&b));
+    let first: Vec<&ClusterView> = va.iter().take_while(|v| v.slot == 0).collect();
+    assert!(!first.is_empty(), "no decision in slot 0");
+    for (x, y) in first.iter().zip(&vb) {
+        assert_eq!(*x, y, "a view differs before any progress");
+    }
+    let predicted = |v: &ClusterView| {
+        v.pending.iter().filter(|p| p.size.is_some()).count()
+            + v.running.iter().filter(|r| r.size.is_some()).count()
+    };
+    for (vs, end) in [(&va, end_a), (&vb, end_b)] {
+        // `finish` is the end of the slot a task finished in: no view before it knows a size.
+        assert!(
+            vs.iter()
+                .filter(|v| v.slot + 1 < end)
+                .all(|v| predicted(v) == 0)
+        );
+        assert!(vs.iter().any(|v| predicted(v) > 0), "no size was learned");
+    }
+}
+
+/// The shipped general model widened to the size features (zero weights for them,
+/// `widen_to_sized`: the warm start of `train --from general --sizes`) schedules every task as
+/// the shipped model does, where sizes are learned and where they are declared.
+#[test]
+fn the_general_model_widened_to_the_size_features_decides_as_before() {
+    use tapfinger::model::checkpoint::{CONFIG_FILE, GENERAL, MODEL_FILE, widen_to_sized};
+    let (bytes, json) = widen_to_sized(GENERAL.model, GENERAL.config, "general").unwrap();
+    assert!(json.contains("\"schema\":8"), "{json}");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(MODEL_FILE), bytes).unwrap();
+    std::fs::write(dir.path().join(CONFIG_FILE), json).unwrap();
+    for name in ["gen-recur:3", "gen-declared:3"] {
+        let mut sc = Scenario::load(name).unwrap();
+        sc.tasks = sc.tasks.min(80);
+        let sim = Simulator::new(sc);
+        let shipped = sim
+            .run(policies::learned(&sim, None).unwrap(), 100)
+            .unwrap();
+        let widened = sim
+            .run(policies::learned(&sim, Some(dir.path())).unwrap(), 100)
+            .unwrap();
+        assert_eq!(shipped.tasks, widened.tasks, "{name}");
+    }
+    // Only a general model widens.
+    let preset = tapfinger::model::checkpoint::SHIPPED
+        .iter()
+        .find(|m| m.scenario == "hetero6")
+        .unwrap();
+    let err = widen_to_sized(preset.model, preset.config, "hetero6").unwrap_err();
+    assert!(err.to_string().contains("only a general model"), "{err}");
 }
 
 #[test]

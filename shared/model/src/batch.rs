@@ -28,8 +28,8 @@ pub const EDGE_KINDS: [(EdgeKind, usize, usize); 6] = [
 ];
 
 /// A model's feature schema: what its graph's nodes carry. One per kind of model that ships,
-/// written in a model's `train.json` by its number (1, 3 and 5, as models have always been; the
-/// numbers between were experiments, `docs/DECISIONS.md`).
+/// written in a model's `train.json` by its number (1, 3, 5 and 8; the numbers between were
+/// experiments, `docs/DECISIONS.md`).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
 )]
@@ -46,11 +46,21 @@ pub enum Schema {
     /// speed estimates, the same meaning on every cluster, and each pending task's fit to the
     /// boxes beside the tasks running there (the shipped general model's).
     General,
+    /// General with sizes (8, [`graph::build_general_sized`]): the general schema's features
+    /// and what the cluster knows of each task's size: its expected remaining work, the spread
+    /// of that estimate and how specific the knowledge is (declared, the recurring job's
+    /// history, the submitter's, the class's).
+    Sized,
 }
 
 impl Schema {
     /// Every schema this build reads.
-    pub const ALL: [Schema; 3] = [Schema::Preset, Schema::Rlpto, Schema::General];
+    pub const ALL: [Schema; 4] = [
+        Schema::Preset,
+        Schema::Rlpto,
+        Schema::General,
+        Schema::Sized,
+    ];
 
     /// Its number in a model's `train.json`.
     pub fn number(self) -> u32 {
@@ -58,6 +68,7 @@ impl Schema {
             Schema::Preset => 1,
             Schema::Rlpto => 3,
             Schema::General => 5,
+            Schema::Sized => 8,
         }
     }
 
@@ -67,6 +78,7 @@ impl Schema {
             Schema::Preset => "per preset",
             Schema::Rlpto => "RLPTO",
             Schema::General => "general",
+            Schema::Sized => "general with sizes",
         }
     }
 }
@@ -137,6 +149,14 @@ impl Dims {
         }
     }
 
+    /// The general schema with sizes ([`graph::build_general_sized`]).
+    pub fn sized(window: usize) -> Self {
+        Self {
+            schema: Schema::Sized,
+            ..Self::general(window)
+        }
+    }
+
     /// RLPTO's schema: the general one's kinds with priority classes, convergence and the
     /// arrival forecast ([`graph::build_rlpto`]).
     pub fn rlpto(window: usize) -> Self {
@@ -156,8 +176,8 @@ impl Dims {
         self.schema == Schema::Rlpto
     }
 
-    /// Feature width of each node type (as [`graph::build`], [`graph::build_rlpto`] or
-    /// [`graph::build_general_contended`] build them).
+    /// Feature width of each node type (as [`graph::build`], [`graph::build_rlpto`],
+    /// [`graph::build_general_contended`] or [`graph::build_general_sized`] build them).
     pub fn feature_width(&self, kind: usize) -> usize {
         match self.schema {
             Schema::Rlpto => graph::RLPTO_WIDTHS.get(kind).copied().unwrap_or(1),
@@ -165,6 +185,7 @@ impl Dims {
                 .get(kind)
                 .copied()
                 .unwrap_or(1),
+            Schema::Sized => graph::GENERAL_SIZED_WIDTHS.get(kind).copied().unwrap_or(1),
             Schema::Preset => match kind {
                 0 => self.kinds + 2,
                 1 => self.kinds + self.types,
@@ -209,6 +230,7 @@ pub fn batch(items: &[(&ClusterView, NodeId)], dims: &Dims) -> GraphBatch {
         let g = match dims.schema {
             Schema::Rlpto => graph::build_rlpto(view, *agent),
             Schema::General => graph::build_general_contended(view, *agent),
+            Schema::Sized => graph::build_general_sized(view, *agent),
             Schema::Preset => graph::build(view, *agent),
         };
         // Local index of every graph node within its type, offset by the batch so far.

@@ -183,7 +183,7 @@ pub fn load_net_path(path: &Path, dims: &Dims) -> Result<(Net, NetConfig, String
 }
 
 /// The weights (safetensors) and `train.json` of a checkpoint folder or of a weights file in one.
-fn read_path(path: &Path) -> Result<(Vec<u8>, String), LoadError> {
+pub fn read_path(path: &Path) -> Result<(Vec<u8>, String), LoadError> {
     if !path.exists() {
         return Err(LoadError {
             label: path.display().to_string(),
@@ -264,6 +264,70 @@ pub fn net_config(train_json: &str) -> Result<(NetConfig, String), LoadError> {
         reason: e.to_string(),
     })?;
     Ok((meta.config.net, meta.scenario))
+}
+
+/// The weights and `train.json` of a general model (feature schema 5) for the general schema
+/// with sizes (8): the input projections of pending and running tasks gain zero rows for the
+/// features schema 8 adds, every other tensor is kept, so the widened model decides exactly as
+/// the one it came from until training moves the new rows. A fine-tune's warm start
+/// (`tapfinger-sim train --from general --sizes`); `label` names the source in errors.
+pub fn widen_to_sized(
+    bytes: &[u8],
+    train_json: &str,
+    label: &str,
+) -> Result<(Vec<u8>, String), LoadError> {
+    use super::batch::Schema;
+    let err = |reason: String| LoadError {
+        label: label.to_string(),
+        reason,
+    };
+    let (cfg, _) = net_config(train_json).map_err(|e| err(e.reason))?;
+    if cfg.dims.schema != Schema::General {
+        return Err(err(format!(
+            "feature schema {}: only a general model (schema {}) widens to schema {}",
+            cfg.dims.schema,
+            Schema::General,
+            Schema::Sized
+        )));
+    }
+    let to = Dims {
+        schema: Schema::Sized,
+        ..cfg.dims.clone()
+    };
+    let tensors = safetensors::SafeTensors::deserialize(bytes).map_err(|e| err(e.to_string()))?;
+    let (_, meta) =
+        safetensors::SafeTensors::read_metadata(bytes).map_err(|e| err(e.to_string()))?;
+    let mut out: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (name, t) in tensors.tensors() {
+        let (mut shape, mut data) = (t.shape().to_vec(), t.data().to_vec());
+        let node = (0..4).find(|n| name == format!("input.{n}.weight"));
+        if let Some(n) = node.filter(|&n| to.feature_width(n) != cfg.dims.feature_width(n)) {
+            let (from_w, to_w) = (cfg.dims.feature_width(n), to.feature_width(n));
+            if t.dtype() != safetensors::Dtype::F32 || shape.len() != 2 || shape[0] != from_w {
+                return Err(err(format!(
+                    "tensor `{name}` has shape {shape:?}, not [{from_w}, width] of 32-bit floats"
+                )));
+            }
+            // `inp × out`, row-major: a new input is a new row, zero so it changes nothing.
+            data.resize(to_w * shape[1] * 4, 0);
+            shape[0] = to_w;
+        }
+        out.push((name, t.dtype(), shape, data));
+    }
+    let views = out
+        .iter()
+        .map(|(name, dtype, shape, data)| {
+            safetensors::tensor::TensorView::new(*dtype, shape.clone(), data)
+                .map(|v| (name.clone(), v))
+                .map_err(|e| err(e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let bytes =
+        safetensors::serialize(views, meta.metadata().clone()).map_err(|e| err(e.to_string()))?;
+    let mut json: serde_json::Value =
+        serde_json::from_str(train_json).map_err(|e| err(e.to_string()))?;
+    json["config"]["net"]["dims"]["schema"] = Schema::Sized.number().into();
+    Ok((bytes, json.to_string()))
 }
 
 /// A model compiled into the binary.

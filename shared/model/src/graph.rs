@@ -401,6 +401,69 @@ fn added_delay(
         .max(0.0)
 }
 
+/// Feature widths of the sized general schema (number 8, [`build_general_sized`]).
+pub const GENERAL_SIZED_WIDTHS: [usize; 3] = [
+    GENERAL_CONTENDED_WIDTHS[0],
+    GENERAL_CONTENDED_WIDTHS[1] + 3,
+    GENERAL_CONTENDED_WIDTHS[2] + 2,
+];
+
+/// Build the graph with schema 5's features ([`build_general_contended`]) and what the cluster
+/// knows of each task's size (schema 8), all from the view: the declared work, the size book's
+/// distribution of the task's recurring job, submitter or class (learned from tasks the cluster
+/// finished), and its own progress; never a true size or a speed model.
+///
+/// - pending: its expected remaining work in slots at its minimum demand
+///   ([`tapfinger_core::view::expected_remaining`], squashed), the spread of that estimate, and
+///   how specific the knowledge behind it is;
+/// - running: its expected remaining work (squashed) and the spread.
+///
+/// The spread is `ln(p90 / p10) / 4` of the book's distribution, capped at 1 (0 for declared
+/// work; 1 where nothing was learned, the estimator's class mean speaking). The knowledge is 1
+/// for declared work, then 0.75, 0.5 and 0.25 for a book level of the recurring job, the
+/// submitter and the class, 0 for the whole cluster's or none.
+///
+/// Why: schema 5 knows a task by its class's mean; two runs of one class a hundred times apart
+/// look alike to it, so it cannot serve the short one first (`docs/DECISIONS.md`, "Sizes").
+pub fn build_general_sized(view: &ClusterView, me: NodeId) -> HeteroGraph {
+    let mut f = contended_features(view, me);
+    for (x, p) in f.pending.iter_mut().zip(&view.pending) {
+        let (spread, known) = size_knowledge(&p.est, p.size.as_deref());
+        x.push(squash(p.expected_remaining()));
+        x.push(spread);
+        x.push(known);
+    }
+    for (x, r) in f.running.iter_mut().zip(&view.running) {
+        let (spread, _) = size_knowledge(&r.est, r.size.as_deref());
+        x.push(squash(r.expected_remaining()));
+        x.push(spread);
+    }
+    f.assemble(view)
+}
+
+/// The spread and how specific the size knowledge of a task is ([`build_general_sized`]).
+fn size_knowledge(
+    est: &tapfinger_core::view::TaskEstimate,
+    size: Option<&tapfinger_core::sizes::Prediction>,
+) -> (f32, f32) {
+    use tapfinger_core::sizes::Level;
+    if (est.size - 1.0).abs() > 1e-9 {
+        return (0.0, 1.0);
+    }
+    let Some(p) = size.filter(|p| p.samples > 0) else {
+        return (1.0, 0.0);
+    };
+    let [lo, _, hi] = p.quantiles;
+    let spread = ((hi.max(1e-3) / lo.max(1e-3)).ln() / 4.0).clamp(0.0, 1.0) as f32;
+    let known = match p.level {
+        Level::Job => 0.75,
+        Level::Submitter => 0.5,
+        Level::Class => 0.25,
+        Level::All => 0.0,
+    };
+    (spread, known)
+}
+
 /// Intervals ahead of the arrival forecast the RLPTO features carry.
 pub const FORECAST_AHEAD: usize = 3;
 
@@ -645,6 +708,116 @@ mod tests {
             g.node_weights().map(|n| n.features.clone()).collect()
         };
         assert_eq!(feats(&g), feats(&build_general(&view(0), NodeId(0))));
+    }
+
+    #[test]
+    fn sized_features_add_what_the_cluster_knows_of_each_size_to_schema_5() {
+        use tapfinger_core::sizes::{Level, Prediction};
+        use tapfinger_core::view::{RunningView, TaskEstimate};
+        let task = |id| {
+            std::sync::Arc::new(Task {
+                id: TaskId(id),
+                ty: TaskTypeId(0),
+                min_demand: Resources(vec![1, 2]),
+                max_demand: None,
+                priority: 0,
+                reachable: vec![NodeId(0)],
+                arrival: 0,
+                gang: None,
+            })
+        };
+        // A recurring job's history: 1, 2 and e² slots at the minimum.
+        let e2 = 2f64.exp();
+        let history = std::sync::Arc::new(Prediction {
+            level: Level::Job,
+            samples: 3,
+            quantiles: [1.0, 2.0, e2],
+            mean: (3.0 + e2) / 3.0,
+            sorted: vec![1.0, 2.0, e2],
+        });
+        let est = |at_min: f64, size: f64| TaskEstimate {
+            at_min,
+            size,
+            ..Default::default()
+        };
+        let pending = |id, est, size| PendingView {
+            on: Vec::new(),
+            class: 0,
+            task: task(id),
+            est,
+            size,
+            done: 0.0,
+        };
+        let view = ClusterView {
+            kinds: tapfinger_core::estimate::KindMap::from_names(&["cpu", "mem"]),
+            nodes: vec![NodeView {
+                gpu: Default::default(),
+                id: NodeId(0),
+                capacity: Resources(vec![8, 16]),
+                free: Resources(vec![4, 8]),
+                window: vec![0, 1, 2],
+                overflow: 0,
+                running: vec![0],
+            }],
+            pending: vec![
+                // Nothing learned; the history of its job; its work declared (twice its class's).
+                pending(1, est(6.0, 1.0), None),
+                pending(2, est(6.0, 1.0), Some(history.clone())),
+                pending(3, est(10.0, 2.0), Some(history.clone())),
+            ],
+            running: vec![RunningView {
+                task: task(4),
+                node: NodeId(0),
+                alloc: Resources(vec![4, 8]),
+                started: 0,
+                progress: 0.0,
+                attained: 0.0,
+                est: est(6.0, 1.0),
+                est_alloc: 4.0,
+                converging: false,
+                in_force: Default::default(),
+                size: Some(history.clone()),
+                done: 1.5,
+            }],
+            ..Default::default()
+        };
+        let contended = build_general_contended(&view, NodeId(0));
+        let sized = build_general_sized(&view, NodeId(0));
+        let rows = |g: &HeteroGraph, k: NodeKind| -> Vec<Vec<f32>> {
+            g.node_weights()
+                .filter(|n| n.kind == k)
+                .map(|n| n.features.clone())
+                .collect()
+        };
+        for (i, k) in [NodeKind::Server, NodeKind::Pending, NodeKind::Running]
+            .into_iter()
+            .enumerate()
+        {
+            for (a, b) in rows(&contended, k).iter().zip(&rows(&sized, k)) {
+                assert_eq!(b.len(), GENERAL_SIZED_WIDTHS[i], "{k:?}");
+                // Schema 5's features come first, unchanged.
+                assert_eq!(b[..a.len()], a[..], "{k:?}");
+            }
+        }
+        let tail = |r: &Vec<f32>, n: usize| r[r.len() - n..].to_vec();
+        let p = rows(&sized, NodeKind::Pending);
+        let mut p = p.iter().map(|r| tail(r, 3));
+        // Nothing learned: the class mean's time, the widest spread, no knowledge.
+        assert_eq!(p.next().unwrap(), vec![squash(6.0), 1.0, 0.0]);
+        // Its job's history: the mean of the sizes, ln(e² / 1) / 4 = 0.5, a job's level.
+        let h = p.next().unwrap();
+        assert!((h[0] - squash((3.0 + e2) / 3.0)).abs() < 1e-6, "{h:?}");
+        assert!((h[1] - 0.5).abs() < 1e-6, "{h:?}");
+        assert_eq!(h[2], 0.75);
+        // Declared: the estimator's time at its size, no spread, the surest knowledge.
+        assert_eq!(p.next().unwrap(), vec![squash(10.0), 0.0, 1.0]);
+        // Running, 1.5 slots done: the mean of the sizes above that (2 and e²), less 1.5.
+        let r = tail(&rows(&sized, NodeKind::Running)[0], 2);
+        assert!(
+            (r[0] - squash((2.0 + e2) / 2.0 - 1.5)).abs() < 1e-6,
+            "{r:?}"
+        );
+        assert!((r[1] - 0.5).abs() < 1e-6, "{r:?}");
     }
 
     #[test]

@@ -107,6 +107,14 @@ pub(crate) struct ModelArgs {
     /// only).
     #[arg(long, conflicts_with = "resume")]
     pub(crate) general: bool,
+    /// Train a general model with sizes (feature schema 8: schema 5's features and what the
+    /// cluster knows of each task's size: its expected remaining work from the declared work,
+    /// the size history of its recurring job, submitter or class, or its progress; the spread
+    /// of that estimate; how specific the knowledge is). A new run implies --general; with
+    /// --from a general model (schema 5), its weights are widened with zero weights for the new
+    /// features, so the run starts deciding exactly as that model does.
+    #[arg(long, conflicts_with_all = ["rlpto", "resume"])]
+    pub(crate) sizes: bool,
     /// Train an RLPTO model (new runs only): general features plus each task's priority
     /// class, whether it is converging, and the forecast arrivals of the next intervals
     /// (feature schema 3), trained on RLPTO's cluster reward (the scenario's `[reward]`

@@ -76,16 +76,31 @@ fn load_for(a: &TrainArgs, name: &str) -> Result<Simulator> {
 /// `--from MODEL`: a new run from a model's weights (its allocation heads started near the
 /// minimum demand when floors are new to it).
 fn fine_tune(a: &TrainArgs, sim: Simulator, model: &std::path::Path) -> Result<Trainer> {
-    let (net, mut net_cfg, trained_on) = if model.as_os_str() == "general" && !model.exists() {
-        let g = &tapfinger::model::checkpoint::GENERAL;
-        let (net, cfg) = g.load_net(&sim.dims())?;
+    use tapfinger::model::checkpoint as ck;
+    let shipped = model.as_os_str() == "general" && !model.exists();
+    let (net, mut net_cfg, trained_on) = if a.model.sizes {
+        // Widened to schema 8: zero weights for the size features (`widen_to_sized`).
+        let (label, (bytes, json)) = if shipped {
+            let g = &ck::GENERAL;
+            (
+                "shipped general model".to_string(),
+                (g.model.to_vec(), g.config.to_string()),
+            )
+        } else {
+            (model.display().to_string(), ck::read_path(model)?)
+        };
+        let (bytes, json) = ck::widen_to_sized(&bytes, &json, &label)?;
+        let (net, cfg, on) = ck::load_net_bytes(bytes, &json, &label, &sim.dims())?;
+        (net, cfg, format!("{on}, widened to the size features"))
+    } else if shipped {
+        let (net, cfg) = ck::GENERAL.load_net(&sim.dims())?;
         (
             net,
             cfg,
             "generated scenarios (the shipped general model)".to_string(),
         )
     } else {
-        tapfinger::model::checkpoint::load_net_path(model, &sim.dims())?
+        ck::load_net_path(model, &sim.dims())?
     };
     if let Some(k) = a.model.focus {
         net_cfg.focus = k;
@@ -130,6 +145,8 @@ fn new_config(a: &TrainArgs, sim: &Simulator) -> Result<tapfinger_sim::train::Tr
     let window = sim.scenario().window;
     let dims = if a.model.rlpto {
         Dims::rlpto(window)
+    } else if a.model.sizes {
+        Dims::sized(window)
     } else if a.model.general {
         Dims::general(window)
     } else {
@@ -142,7 +159,7 @@ fn new_config(a: &TrainArgs, sim: &Simulator) -> Result<tapfinger_sim::train::Tr
             VARIANTS.join(", ")
         )
     })?;
-    let general = a.model.general || a.model.rlpto;
+    let general = a.model.general || a.model.sizes || a.model.rlpto;
     // `auto`: elastic for a general model, fixed for a per-preset one.
     let auto = if general {
         Sharing::Elastic
@@ -151,7 +168,7 @@ fn new_config(a: &TrainArgs, sim: &Simulator) -> Result<tapfinger_sim::train::Tr
     };
     a.model.sharing.0.unwrap_or(auto).apply(&mut net);
     set_two_point(&mut net, a.model.two_point)?;
-    if a.model.general && !net.elastic {
+    if (a.model.general || a.model.sizes) && !net.elastic {
         bail!(
             "--general reads a node's free units as those beyond the running tasks' floors, which an elastic share splits: it needs an elastic --sharing, not {}",
             Sharing::of(&net).map_or("this one", Sharing::name)

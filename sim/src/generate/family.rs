@@ -30,16 +30,20 @@ pub enum Family {
     /// `gen-blind:N`: the same jobs and users, but each run's size drawn on its own: a job's
     /// history says nothing its class's does not.
     Blind,
+    /// `gen-declared:N`: `gen-recur:N`'s jobs, every task declaring its work (its size), as a
+    /// spec's `work` does: the speed estimator knows each task's own size from its submission.
+    Declared,
 }
 
 /// The families, in the order their prefixes are tried.
-pub(super) const ALL: [Family; 6] = [
+pub(super) const ALL: [Family; 7] = [
     Family::Base,
     Family::Wide,
     Family::Long,
     Family::Gavel,
     Family::Recur,
     Family::Blind,
+    Family::Declared,
 ];
 
 impl Family {
@@ -52,6 +56,7 @@ impl Family {
             Self::Gavel => "gen-gavel:",
             Self::Recur => "gen-recur:",
             Self::Blind => "gen-blind:",
+            Self::Declared => "gen-declared:",
         }
     }
 
@@ -69,13 +74,14 @@ impl Family {
             Self::Gavel => " --family gavel",
             Self::Recur => " --family recur",
             Self::Blind => " --family blind",
+            Self::Declared => " --family declared",
         }
     }
 
     /// How many times its minimum demand a class can use, per kind.
     pub(super) fn cap_factor(self) -> u32 {
         match self {
-            Self::Base | Self::Gavel | Self::Recur | Self::Blind => 4,
+            Self::Base | Self::Gavel | Self::Recur | Self::Blind | Self::Declared => 4,
             Self::Wide | Self::Long => 16,
         }
     }
@@ -83,7 +89,9 @@ impl Family {
     /// The largest minimum demand (cores, GPUs, memory units) a generic class is drawn with.
     pub(super) fn most_minimum(self) -> [u32; 3] {
         match self {
-            Self::Base | Self::Wide | Self::Gavel | Self::Recur | Self::Blind => [4, 2, 4],
+            Self::Base | Self::Wide | Self::Gavel | Self::Recur | Self::Blind | Self::Declared => {
+                [4, 2, 4]
+            }
             Self::Long => [2, 1, 1],
         }
     }
@@ -91,7 +99,9 @@ impl Family {
     /// How many tasks per node an episode has.
     pub(super) fn tasks_per_node(self) -> std::ops::RangeInclusive<u32> {
         match self {
-            Self::Base | Self::Wide | Self::Gavel | Self::Recur | Self::Blind => 8..=24,
+            Self::Base | Self::Wide | Self::Gavel | Self::Recur | Self::Blind | Self::Declared => {
+                8..=24
+            }
             Self::Long => 16..=48,
         }
     }
@@ -100,10 +110,15 @@ impl Family {
     /// history predicts their sizes.
     pub(super) fn recurring(self) -> Option<bool> {
         match self {
-            Self::Recur => Some(true),
+            Self::Recur | Self::Declared => Some(true),
             Self::Blind => Some(false),
             _ => None,
         }
+    }
+
+    /// Whether every task declares its work ([`crate::scenario::ScenarioFile::declare_work`]).
+    pub(super) fn declares_work(self) -> bool {
+        self == Self::Declared
     }
 
     /// Whether every class that is not a measured profile is a speed table. The synthetic
@@ -124,7 +139,9 @@ impl Family {
     /// their tasks were five times shorter or ten per node (2026-11-28).
     pub fn time_scale(self, seed: u64) -> f64 {
         match self {
-            Self::Base | Self::Wide | Self::Gavel | Self::Recur | Self::Blind => 1.0,
+            Self::Base | Self::Wide | Self::Gavel | Self::Recur | Self::Blind | Self::Declared => {
+                1.0
+            }
             Self::Long => {
                 let mut rng = tapfinger::seeded_rng(seed ^ 0x6C6F_6E67_2D73_6C6F);
                 rng.random_range(3f64.ln()..10f64.ln()).exp()
@@ -136,7 +153,7 @@ impl Family {
     /// units) capacities are drawn from.
     pub(super) fn box_sizes(self) -> [&'static [u32]; 5] {
         match self {
-            Self::Base | Self::Long | Self::Gavel | Self::Recur | Self::Blind => [
+            Self::Base | Self::Long | Self::Gavel | Self::Recur | Self::Blind | Self::Declared => [
                 &[8, 16, 32],
                 &[1, 2, 4, 8],
                 &[8, 16, 32],
