@@ -5,6 +5,7 @@
 //! for both classes, and `GET /v1/workload` serves the same tasks to a client with the token;
 //! `tapfinger-sim import --format tapfinger`'s scenario of it loads, and
 //! replaying it with the policy the agents ran gives an average JCT near the one they measured.
+//! Each task keeps its submitter and job, and the workload carries the agent's size history.
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
@@ -27,17 +28,19 @@ async fn the_twin_an_agent_exports_replays_what_the_cluster_ran() {
     )
     .await;
     let all: Vec<&_> = agents.iter().collect();
-    let spec = |class: &str, cpu: u32| {
+    // The big class holds each box's GPU: its work is counted in GPUs, the kind the size
+    // history learns in (a CPU-only class's is not counted on a GPU cluster).
+    let spec = |class: &str, cpu: u32, gpu: u32| {
         TaskSpec::from_toml(&format!(
-            "command = [\"train\"]\ntype = \"{class}\"\nmin_demand = {{ cpu = {cpu}, mem = 1 }}\nmax_demand = {{ cpu = 4, mem = 1 }}\n"
+            "command = [\"train\"]\ntype = \"{class}\"\nsubmitter = \"ml-team\"\njob = \"{class}-nightly\"\nmin_demand = {{ cpu = {cpu}, gpu = {gpu}, mem = 1 }}\nmax_demand = {{ cpu = 4, gpu = {gpu}, mem = 1 }}\n"
         ))
         .unwrap()
     };
     for i in 0..24 {
         let s = if i % 2 == 0 {
-            spec("small", 1)
+            spec("small", 1, 0)
         } else {
-            spec("big", 2)
+            spec("big", 2, 1)
         };
         all[i % 3].submit(s).await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -62,6 +65,19 @@ async fn the_twin_an_agent_exports_replays_what_the_cluster_ran() {
             .iter()
             .all(|t| t.finished.is_some() && !t.runs.is_empty())
     );
+    // Who submitted each task and its recurring job, and the size history the agent learned
+    // of the finished ones: the GPU job's twelve runs.
+    assert!(w.tasks.iter().all(|t| {
+        t.identity
+            .as_ref()
+            .is_some_and(|i| i.submitter.as_deref() == Some("ml-team"))
+    }));
+    let book = w
+        .sizes
+        .as_ref()
+        .expect("the workload carries the size book");
+    assert_eq!(book.keys(tapfinger::sizes::Level::Job), 1);
+    assert!(book.learned() >= 12, "{} sizes learned", book.learned());
     let names: Vec<&str> = w.classes.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names.len(), 2, "{names:?}");
     for c in &w.classes {

@@ -55,6 +55,7 @@ impl Observed {
         self.recorder.observe(
             core.slot(),
             tasks.values().map(|e| Seen {
+                identity: &e.identity,
                 task: &e.task,
                 state: &e.state,
                 class: &e.meta.spec.task_type,
@@ -77,6 +78,7 @@ impl Observed {
             })
             .collect();
         let ctx = Context {
+            sizes: Some(core.tasks().sizes()),
             slot_seconds: cfg.slot_ms as f64 / 1e3,
             kinds,
             nodes: self.boxes.values().cloned().collect(),

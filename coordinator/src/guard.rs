@@ -569,6 +569,7 @@ mod tests {
         assert_eq!(g.interval(), Duration::from_secs(10));
         // Workloads: only under the choice in force, and only with enough finished tasks.
         let w = Workload {
+            sizes: None,
             format: tapfinger::twin::FORMAT.into(),
             slot_seconds: 1.0,
             from_slot: 0,

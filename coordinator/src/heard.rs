@@ -334,6 +334,7 @@ mod tests {
     /// next slot, ended in slot `end - 1`.
     fn record(id: u64, arrival: u64, end: u64) -> TaskRecord {
         TaskRecord {
+            identity: None,
             id: TaskId(id),
             class: 0,
             arrival,

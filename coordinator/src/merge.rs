@@ -118,6 +118,7 @@ pub(crate) mod tests {
 
     fn task(id: u64, arrival: u64, finished: Option<u64>) -> TaskRecord {
         TaskRecord {
+            identity: None,
             id: TaskId(id),
             class: 0,
             arrival,
@@ -137,6 +138,7 @@ pub(crate) mod tests {
     /// guard's checks read of one).
     pub(crate) fn workload_of(tasks: Vec<TaskRecord>, slot_seconds: f64) -> Workload {
         Workload {
+            sizes: None,
             format: tapfinger::twin::FORMAT.into(),
             slot_seconds,
             from_slot: 0,

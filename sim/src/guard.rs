@@ -175,14 +175,18 @@ pub fn on_workload(
 
 /// The twin of workload `w` replayed under every candidate ([`candidates`], the learned policy
 /// as `learned`; a candidate whose episode fails is left out), its agents' speed estimator
-/// starting from what the cluster's had learned ([`twin::warm_estimator`]), as a deployment's
-/// next window starts; the agents' own average JCT of its finished tasks as what was measured.
+/// starting from what the cluster's had learned ([`twin::warm_estimator`]) and their size book
+/// from the one the cluster exported ([`twin::warm_sizes`]), as a deployment's next window
+/// starts; the agents' own average JCT of its finished tasks as what was measured.
 /// `seed` draws what the policies draw at random.
 pub fn table(w: &Workload, learned: Learned, seed: u64) -> Result<Judged, GuardError> {
     let toml = twin::scenario_toml(w, "twin").map_err(GuardError::Twin)?;
     let sc =
         Scenario::from_toml(&toml, "twin", None).map_err(|e| GuardError::Twin(e.to_string()))?;
-    let sim = Simulator::new(sc);
+    let mut sim = Simulator::new(sc);
+    if let Some(book) = twin::warm_sizes(w) {
+        sim = sim.with_sizes(book);
+    }
     let kinds = sim.scenario().kind_names();
     let seen = support(w);
     let warm = twin::warm_estimator(w, &sim);

@@ -145,14 +145,18 @@ pub fn split(w: &Workload, holdout: f64) -> Result<(Workload, Workload), TuneErr
     Ok((train, gate))
 }
 
-/// The twin of `w` as a simulator whose episodes' agents start from the speed figures the
-/// cluster had learned ([`crate::twin::warm_estimator`]), as the guard's do
+/// The twin of `w` as a simulator whose episodes' agents start from the speed figures and the
+/// size book the cluster had learned ([`crate::twin::warm_estimator`],
+/// [`crate::twin::warm_sizes`]), as the guard's do
 /// ([`guard::table`]): a candidate trained and gated on agents that know nothing would learn
 /// and be judged on views the cluster's agents never show it.
 pub fn twin(w: &Workload, name: &str) -> Result<Simulator, TuneError> {
     let toml = crate::twin::scenario_toml(w, name).map_err(TuneError::Twin)?;
     let sc = Scenario::from_toml(&toml, name, None).map_err(|e| TuneError::Twin(e.to_string()))?;
-    let sim = Simulator::new(sc);
+    let mut sim = Simulator::new(sc);
+    if let Some(book) = crate::twin::warm_sizes(w) {
+        sim = sim.with_sizes(book);
+    }
     let warm = crate::twin::warm_estimator(w, &sim);
     Ok(sim.warm(warm))
 }

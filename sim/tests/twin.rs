@@ -392,3 +392,69 @@ fn the_twin_replays_the_gangs_it_observed() {
         "gangs {go:?} vs {gt:?}"
     );
 }
+
+/// A twin of recurring jobs carries who submitted each task and its job (`submitter`, `job`
+/// in its trace) and starts its agents from the size book the cluster exported
+/// (`twin::warm_sizes`), so that a size-aware policy judged on it reads the job histories the
+/// cluster's agents had; without the book it starts from nothing. The size-aware baselines
+/// then schedule the twin otherwise.
+#[test]
+fn the_twin_carries_identities_and_the_size_history() {
+    use tapfinger::sizes::Level;
+    let sim = Simulator::new(Scenario::load("gen-recur:10001").unwrap());
+    let (_, w) =
+        twin::observe(&sim, policies::build(&sim, "tiresias-share").unwrap(), 100).unwrap();
+    let w: tapfinger::twin::Workload =
+        serde_json::from_str(&serde_json::to_string(&w).unwrap()).unwrap();
+    assert!(
+        w.tasks.iter().all(|t| t.identity.is_some()),
+        "a task lost its identity"
+    );
+    let book = w
+        .sizes
+        .as_ref()
+        .expect("the workload carries the size book");
+    assert!(book.keys(Level::Job) > 0);
+    let toml = twin::scenario_toml(&w, "twin").unwrap();
+    assert!(toml.contains(",submitter,job"), "{toml}");
+    let sc = Scenario::from_toml(&toml, "twin", None).unwrap();
+    let cold = Simulator::new(sc.clone());
+    let warm = Simulator::new(sc).with_sizes(twin::warm_sizes(&w).unwrap());
+    // The first decision views: the warm twin predicts from the jobs' histories, the cold one
+    // knows no size yet.
+    #[derive(Default)]
+    struct First(Vec<tapfinger::view::ClusterView>);
+    impl tapfinger_sim::env::Observer for First {
+        fn wants_views(&self) -> bool {
+            true
+        }
+        fn decision_view(&mut self, v: &tapfinger::view::ClusterView) {
+            if v.slot == 0 {
+                self.0.push(v.clone());
+            }
+        }
+    }
+    let levels = |s: &Simulator| {
+        let mut f = First::default();
+        s.run_observed(policies::build(s, "tiresias-share").unwrap(), 100, &mut f)
+            .unwrap();
+        assert!(!f.0.is_empty());
+        f.0.iter()
+            .flat_map(|v| &v.pending)
+            .map(|p| p.size.as_ref().map(|p| p.level))
+            .collect::<Vec<_>>()
+    };
+    assert!(levels(&cold).iter().all(Option::is_none));
+    let warm_levels = levels(&warm);
+    assert!(
+        warm_levels.iter().any(|l| *l == Some(Level::Job)),
+        "{warm_levels:?}"
+    );
+    let jct = |s: &Simulator| {
+        let r = s
+            .run(policies::build(s, "shortest-predicted").unwrap(), 100)
+            .unwrap();
+        summarize(&r, &s.scenario().kind_names()).avg_jct
+    };
+    assert_ne!(jct(&cold), jct(&warm), "the history changed no schedule");
+}

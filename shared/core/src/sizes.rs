@@ -48,6 +48,12 @@ pub struct Identity {
     pub job: Option<String>,
 }
 
+/// A task with no submitter and no job name (what a spec that names neither gets).
+pub static ANONYMOUS: Identity = Identity {
+    submitter: None,
+    job: None,
+};
+
 /// What a task is looked up by.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Query<'a> {
@@ -122,6 +128,14 @@ struct History {
     /// book read back from JSON makes it at each look-up until the key learns again).
     #[serde(skip)]
     cached: Option<Arc<Prediction>>,
+}
+
+/// Two histories are alike when their sizes and clocks are (the cached prediction follows
+/// from the sizes, and a book read back from JSON has none).
+impl PartialEq for History {
+    fn eq(&self, other: &Self) -> bool {
+        self.sizes == other.sizes && self.touched == other.touched
+    }
 }
 
 /// A prediction: quantiles of the size distribution of the key it came from.
@@ -223,7 +237,7 @@ impl SizeError {
 }
 
 /// The cluster's size knowledge (module doc).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SizeBook {
     /// Per level, its keys' histories (a list in JSON, whose map keys must be strings).
     #[serde(with = "as_list")]
@@ -322,6 +336,43 @@ impl SizeBook {
     pub fn keys(&self, level: Level) -> usize {
         self.levels.get(&level).map_or(0, BTreeMap::len)
     }
+
+    /// The same book for a cluster that numbers its classes and spells its names otherwise:
+    /// each class `c` as `map(c)` (what it learned of a class `map` drops, `None`, forgotten),
+    /// each submitter and job name `n` as `name(n)` (two names spelt alike then share the later
+    /// key's history). A twin numbers its classes by the order of its workload's, not by the
+    /// cluster's ids, and writes names as its scenario's CSV takes them.
+    pub fn renumbered(
+        &self,
+        map: impl Fn(u16) -> Option<u16>,
+        name: impl Fn(&str) -> String,
+    ) -> SizeBook {
+        let levels = self
+            .levels
+            .iter()
+            .map(|(level, keys)| {
+                let keys = keys
+                    .iter()
+                    .filter_map(|(k, h)| {
+                        let k = match k {
+                            Key::Job(who, job) => Key::Job(name(who), name(job)),
+                            Key::Submitter(who, c, min) => {
+                                Key::Submitter(name(who), map(*c)?, min.clone())
+                            }
+                            Key::Class(c) => Key::Class(map(*c)?),
+                            Key::All => Key::All,
+                        };
+                        Some((k, h.clone()))
+                    })
+                    .collect();
+                (*level, keys)
+            })
+            .collect();
+        SizeBook {
+            levels,
+            ..self.clone()
+        }
+    }
 }
 
 /// The prediction of `sizes` (not empty) at `level`.
@@ -410,6 +461,39 @@ mod tests {
             class: TaskTypeId(class),
             min_demand: min,
         }
+    }
+
+    /// A book renumbered for a twin predicts for the twin's class numbers and spellings what
+    /// it predicted for the cluster's, and forgets a class the twin does not have.
+    #[test]
+    fn a_renumbered_book_predicts_under_the_new_numbers_and_names() {
+        let mut b = SizeBook::new();
+        let one = Resources(vec![1, 0, 0]);
+        let alice = who("alice,b", "train");
+        for s in [10.0, 20.0, 30.0] {
+            b.observe(&query(&alice, 7, &one), s);
+        }
+        for s in [1.0, 2.0, 3.0] {
+            b.observe(&query(&Identity::default(), 9, &one), s);
+        }
+        let r = b.renumbered(|c| (c == 7).then_some(0), |n| n.replace(',', "_"));
+        let twin_alice = who("alice_b", "train");
+        let p = r.predict(&query(&twin_alice, 0, &one)).unwrap();
+        assert_eq!(
+            (p.level, p.median()),
+            (
+                Level::Job,
+                b.predict(&query(&alice, 7, &one)).unwrap().median()
+            )
+        );
+        // Only the job's name changed: its submitter's and class's keys moved with it.
+        let eve = who("eve", "other");
+        let p = r.predict(&query(&eve, 0, &one)).unwrap();
+        assert_eq!((p.level, p.median()), (Level::Class, 20.0));
+        // Class 9 is gone: a task of the twin's class 1 falls back to everything.
+        let p = r.predict(&query(&eve, 1, &one)).unwrap();
+        assert_eq!(p.level, Level::All);
+        assert_eq!(r.learned(), b.learned());
     }
 
     /// A recurring job is predicted from its own runs once it has three; before that, from

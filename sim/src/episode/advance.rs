@@ -23,6 +23,7 @@ impl Episode<'_> {
             r.observe(
                 slot,
                 self.ledger.values().map(|e| tapfinger::twin::Seen {
+                    identity: &e.identity,
                     task: &e.task,
                     state: &e.state,
                     class: &sc.types[usize::from(e.task.ty.0)].name,

@@ -360,8 +360,9 @@ impl<'a> Episode<'a> {
             });
             slot += 1;
         }
-        observe.ended(slot, self.ledger.estimator());
+        // The book first: a twin writes it into the workload it exports at the end.
         observe.sizes(self.ledger.sizes());
+        observe.ended(slot, self.ledger.estimator());
         let estimates = self.ledger.estimator().summary();
         let mut tasks = self.records;
         tasks.sort_by_key(|r| r.id);

@@ -83,6 +83,7 @@ impl Observer for Twin {
 
     fn ended(&mut self, slots: u64, estimator: &tapfinger::estimate::Estimator) {
         let ctx = Context {
+            sizes: self.sizes.as_ref(),
             slot_seconds: self.slot_seconds,
             kinds: self.kinds.clone(),
             nodes: self.nodes.clone(),
@@ -140,6 +141,7 @@ pub fn observe_learned(
     // Every episode that returns Ok ended through `Observer::ended`; an empty workload here
     // would say that one did not, rather than panic.
     let w = twin.workload.unwrap_or_else(|| Workload {
+        sizes: None,
         format: tapfinger::twin::FORMAT.into(),
         slot_seconds: twin.slot_seconds,
         from_slot: 0,
@@ -193,6 +195,22 @@ pub fn warm_estimator(w: &Workload, twin: &Simulator) -> tapfinger::estimate::Es
         }
     }
     e
+}
+
+/// The size book the cluster exported with `w` (`Workload::sizes`), for the simulator `twin`
+/// of `w` ([`scenario_toml`]: its task types are `w`'s classes in order, its names spelt as
+/// its CSV takes them): what the twin's agents start knowing of sizes, as
+/// [`warm_estimator`] is for speeds. `None` where the workload carries no book.
+pub fn warm_sizes(w: &Workload) -> Option<tapfinger::sizes::SizeBook> {
+    let index: BTreeMap<u16, u16> = w
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.id, u16::try_from(i).unwrap_or(u16::MAX)))
+        .collect();
+    w.sizes
+        .as_ref()
+        .map(|b| b.renumbered(|c| index.get(&c).copied(), sanitize))
 }
 
 fn quote(s: &str) -> String {
@@ -348,10 +366,14 @@ fn write_trace(
     let per_task = w.tasks.iter().any(own);
     let units =
         |r: &tapfinger::Resources| r.0.iter().map(u32::to_string).collect::<Vec<_>>().join(" ");
+    // Who submitted each task and its recurring job, where some task's spec said: what the
+    // size history keys on (names as the CSV takes them, [`sanitize`]).
+    let named = w.tasks.iter().any(|t| t.identity.is_some());
     let _ = writeln!(
         *t,
-        "\n[trace]\nrows = \"\"\"\narrival,type,size,require{}",
-        if per_task { ",min,max,priority" } else { "" }
+        "\n[trace]\nrows = \"\"\"\narrival,type,size,require{}{}",
+        if per_task { ",min,max,priority" } else { "" },
+        if named { ",submitter,job" } else { "" }
     );
     let everywhere = w.nodes.len();
     for (task, size) in w.tasks.iter().zip(sizes) {
@@ -376,9 +398,20 @@ fn write_trace(
         } else {
             String::new()
         };
+        let who = if named {
+            let id = task.identity.as_ref();
+            let name = |n: Option<&String>| n.map_or(String::new(), |n| sanitize(n));
+            format!(
+                ",{},{}",
+                name(id.and_then(|i| i.submitter.as_ref())),
+                name(id.and_then(|i| i.job.as_ref()))
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             *t,
-            "{},{},{},{}{extra}",
+            "{},{},{},{}{extra}{who}",
             task.arrival - t0,
             class_names[&task.class],
             size,

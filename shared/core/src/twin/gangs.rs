@@ -129,6 +129,7 @@ mod tests {
         // PS and a worker on box 0, a worker on box 1: 1/(0.5+0.2) + 1/(0.5+2) iterations/s.
         let rate = 1.0 / 0.7 + 1.0 / 2.5;
         let w = Workload {
+            sizes: None,
             format: FORMAT.into(),
             slot_seconds: 10.0,
             from_slot: 0,

@@ -51,6 +51,11 @@ pub struct Workload {
     /// The link speeds gangs were placed and ran with, where the workload holds a gang.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub links: Option<crate::placement::gang::Links>,
+    /// What the cluster had learned of its tasks' sizes when it wrote the window (its size
+    /// book, classes by [`ClassRecord::id`]), so that a twin's agents start from it as a later
+    /// window's would; `None` from a driver that does not keep one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sizes: Option<crate::sizes::SizeBook>,
 }
 
 /// A box as the cluster saw it.
@@ -137,6 +142,10 @@ pub struct TaskRecord {
     /// Its shape, if it is a gang (a multi-box job: its runs then list every member).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gang: Option<Box<crate::task::GangShape>>,
+    /// Who submitted it and which recurring job it is, where its spec said
+    /// ([`crate::sizes::Identity`]): what the size history keys on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<crate::sizes::Identity>,
 }
 
 /// A stretch of slots a task ran on one box at one allocation.
@@ -296,6 +305,7 @@ mod tests {
 
     fn window(speed: f64) -> Workload {
         let task = |id: u64, arrival: u64| TaskRecord {
+            identity: None,
             id: TaskId(id),
             class: 0,
             arrival,
@@ -320,6 +330,7 @@ mod tests {
             gang: None,
         };
         Workload {
+            sizes: None,
             format: FORMAT.into(),
             slot_seconds: 1.0,
             from_slot: 0,

@@ -29,6 +29,8 @@ pub struct Seen<'a> {
     pub class: &'a str,
     /// The work its submitter declared, if any (a spec's `work`).
     pub work: Option<f64>,
+    /// Who submitted it and which recurring job it is (the ledger's).
+    pub identity: &'a crate::sizes::Identity,
 }
 
 /// What the recorder keeps of a task.
@@ -75,6 +77,8 @@ impl Recorder {
                     code: None,
                     work: s.work,
                     gang: s.task.gang.clone(),
+                    identity: (s.identity.submitter.is_some() || s.identity.job.is_some())
+                        .then(|| s.identity.clone()),
                 },
                 class_name: s.class.to_string(),
                 open: false,
@@ -200,6 +204,7 @@ impl Recorder {
             classes,
             tasks,
             links,
+            sizes: ctx.sizes.cloned(),
         }
     }
 
@@ -298,6 +303,8 @@ pub struct Context<'a> {
     pub estimator: &'a Estimator,
     /// The link speeds gangs are placed with (written where the window holds a gang).
     pub links: Option<crate::placement::gang::Links>,
+    /// The size book, fed with the tasks the cluster finished (`None`: the driver keeps none).
+    pub sizes: Option<&'a crate::sizes::SizeBook>,
 }
 
 /// A task of class `r.class` and no declared size: what the estimator's figures for a task of
@@ -417,6 +424,7 @@ mod tests {
         let pending = TaskState::Pending;
         fn s<'a>(t: &'a Task, state: &'a TaskState) -> Vec<Seen<'a>> {
             vec![Seen {
+                identity: &crate::sizes::ANONYMOUS,
                 task: t,
                 state,
                 class: "c",
@@ -432,6 +440,7 @@ mod tests {
         r.finish(t.id, 10, Some(0));
         let est = Estimator::new(crate::estimate::KindMap::from_names(&["cpu", "gpu", "mem"]));
         let ctx = Context {
+            sizes: None,
             slot_seconds: 1.0,
             kinds: ["cpu", "gpu", "mem"]
                 .map(|n| crate::ResourceKind {
@@ -495,6 +504,7 @@ mod tests {
         ];
         for (slot, state) in (1..).zip(&states) {
             let seen = Seen {
+                identity: &crate::sizes::ANONYMOUS,
                 task: &t,
                 state,
                 class: "g",
@@ -506,6 +516,7 @@ mod tests {
         let est = Estimator::new(crate::estimate::KindMap::from_names(&["cpu", "gpu", "mem"]));
         let links = crate::placement::gang::Links::EDGE;
         let ctx = Context {
+            sizes: None,
             slot_seconds: 1.0,
             kinds: Vec::new(),
             nodes: vec![],

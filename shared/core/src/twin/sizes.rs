@@ -92,6 +92,7 @@ pub(super) mod tests {
     /// A task of class 0 with `runs` and the work it declared.
     pub(in crate::twin) fn task(id: u64, runs: Vec<RunRecord>, work: Option<f64>) -> TaskRecord {
         TaskRecord {
+            identity: None,
             id: TaskId(id),
             class: 0,
             arrival: 0,
@@ -131,6 +132,7 @@ pub(super) mod tests {
     #[test]
     fn a_task_that_barely_ran_is_sized_by_its_declared_work() {
         let w = Workload {
+            sizes: None,
             format: crate::twin::FORMAT.into(),
             slot_seconds: 60.0,
             from_slot: 0,
