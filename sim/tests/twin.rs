@@ -447,7 +447,7 @@ fn the_twin_carries_identities_and_the_size_history() {
     assert!(levels(&cold).iter().all(Option::is_none));
     let warm_levels = levels(&warm);
     assert!(
-        warm_levels.iter().any(|l| *l == Some(Level::Job)),
+        warm_levels.contains(&Some(Level::Job)),
         "{warm_levels:?}"
     );
     let jct = |s: &Simulator| {
