@@ -12,6 +12,7 @@
 #   scripts/sizes-replay.sh                               # builds the release binary first
 #   SIM=path/to/tapfinger-sim SCENARIOS="gen-recur:30000 x.toml" SEEDS=3 scripts/sizes-replay.sh
 #   JSON_DIR=DIR scripts/sizes-replay.sh                  # summarise replays already written
+#   MODEL=DIR scripts/sizes-replay.sh                     # the learned policy from a checkpoint
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${SIM:-}" ]; then
@@ -28,7 +29,7 @@ SCENARIOS=${SCENARIOS:-$default}
 out=${JSON_DIR:-$(mktemp -d)}
 if [ -z "${JSON_DIR:-}" ]; then
     for s in $SCENARIOS; do
-        "$SIM" deploy-replay --scenario "$s" --windows 6 --seeds "${SEEDS:-10}" --json \
+        "$SIM" deploy-replay --scenario "$s" --windows 6 --seeds "${SEEDS:-10}" ${MODEL:+--model "$MODEL"} --json \
             > "$out/$(basename "$s" .toml).json" 2>/dev/null
     done
 fi

@@ -27,6 +27,10 @@ pub(crate) struct DeployArgs {
     /// The policy of the first window (default: the learned one, as a deployment starts).
     #[arg(long, default_value = "tapfinger")]
     start: String,
+    /// The learned policy's model: a checkpoint folder or its model.safetensors (default: the
+    /// model shipped for the scenario, else the general model).
+    #[arg(long)]
+    model: Option<std::path::PathBuf>,
     /// Fine-tune the version of the learned policy in use after every so many windows, on the
     /// workload of the windows since the last fine-tune, as the coordinator does on what its
     /// agents observed (0: never).
@@ -83,29 +87,28 @@ pub(crate) fn deploy_replay(a: DeployArgs) -> Result<()> {
     let mut bar = crate::cli_progress::Progress::new(a.seeds.saturating_mul(a.windows as u64))
         .unit("windows");
     for seed in a.seed_base..a.seed_base.saturating_add(a.seeds) {
-        let r = tapfinger_sim::deployment::replay_observed(
-            &sc,
-            seed,
-            a.windows,
-            a.margin,
-            &a.start,
-            tune.as_ref(),
-            &mut |w| {
-                bar.tick();
-                let guesses = w.extrapolated();
-                if !guesses.is_empty() {
-                    let list: Vec<String> = guesses
-                        .iter()
-                        .map(|(n, s)| format!("{n} {:.0} %", s * 100.0))
-                        .collect();
-                    bar.note(&format!(
+        let settings = tapfinger_sim::deployment::Settings {
+            windows: a.windows,
+            margin: a.margin,
+            start: &a.start,
+            model: a.model.as_deref(),
+            tune: tune.as_ref(),
+        };
+        let r = tapfinger_sim::deployment::replay_observed(&sc, seed, &settings, &mut |w| {
+            bar.tick();
+            let guesses = w.extrapolated();
+            if !guesses.is_empty() {
+                let list: Vec<String> = guesses
+                    .iter()
+                    .map(|(n, s)| format!("{n} {:.0} %", s * 100.0))
+                    .collect();
+                bar.note(&format!(
                         "seed {seed}, window {}: the twin is mostly extrapolated for {} of their slots (speeds the window never measured): those figures are guesses",
                         w.window,
                         list.join(", ")
                     ));
-                }
-            },
-        )?;
+            }
+        })?;
         if !a.json {
             print!("{}", tapfinger_sim::deployment::table(&r));
         }

@@ -85,10 +85,11 @@ pub struct Window {
     /// The learned policy's own ratio there (the version in use: what it would have given
     /// without the guard).
     pub learned_ratio: f64,
-    /// The shipped model's ratio there (without the guard and without fine-tuning: what
-    /// fine-tuning added is the gap to `learned_ratio`).
+    /// The ratio there of the model the replay started with (the shipped one, or
+    /// [`Settings::model`]; without the guard and without fine-tuning: what fine-tuning added
+    /// is the gap to `learned_ratio`).
     pub shipped_ratio: f64,
-    /// The version of the learned policy in use in the window (0: the shipped model; each
+    /// The version of the learned policy in use in the window (0: the model it started with; each
     /// fine-tune that passed its gate numbers the next).
     pub version: usize,
     /// The fine-tune run after the window, if one was due: its gate.
@@ -129,27 +130,93 @@ pub struct TuneEvery {
     pub tuning: Tuning,
 }
 
+/// How a replay runs: its windows, the guard's margin, the first window's policy, the learned
+/// policy's model and fine-tuning.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings<'a> {
+    /// Windows of equal task counts.
+    pub windows: usize,
+    /// The guard's margin.
+    pub margin: f64,
+    /// The first window's policy (the learned policy, as a deployment starts; another name to
+    /// see the guard leave a policy that does badly).
+    pub start: &'a str,
+    /// The learned policy's model: a checkpoint folder (`None`: the model shipped for the
+    /// scenario, else the general model).
+    pub model: Option<&'a std::path::Path>,
+    /// Fine-tuning (`None`: never).
+    pub tune: Option<&'a TuneEvery>,
+}
+
+/// The model a replay's learned policy starts from: the files' bytes, and the folder they came
+/// from where they are not the shipped model's.
+struct FirstModel {
+    path: Option<std::path::PathBuf>,
+    model: Vec<u8>,
+    config: String,
+}
+
+impl FirstModel {
+    /// The checkpoint at `path`, else the model shipped for `sc` (else the general model).
+    fn of(sc: &Scenario, path: Option<&std::path::Path>) -> Result<Self, ReplayError> {
+        match path {
+            Some(p) => {
+                let (model, config) =
+                    tapfinger::model::checkpoint::read_path(p).map_err(|e| ReplayError::Twin {
+                        window: 0,
+                        reason: e.to_string(),
+                    })?;
+                Ok(Self {
+                    path: Some(p.to_path_buf()),
+                    model,
+                    config,
+                })
+            }
+            None => {
+                let c = tapfinger::model::checkpoint::shipped(&sc.name)
+                    .unwrap_or(&tapfinger::model::checkpoint::GENERAL);
+                Ok(Self {
+                    path: None,
+                    model: c.model.to_vec(),
+                    config: c.config.to_string(),
+                })
+            }
+        }
+    }
+
+    /// Instances of policy `name` for `sim`, the learned one from this model.
+    fn instances(
+        &self,
+        sim: &Simulator,
+        name: &str,
+        seed: u64,
+    ) -> Result<Vec<Box<dyn tapfinger::Policy>>, CompareError> {
+        let model = self.path.as_deref().filter(|_| name == policies::TAPFINGER);
+        report::instances_for_seed(sim, name, model, seed)
+    }
+}
+
 /// The version of the learned policy in use.
-enum Version {
-    /// The model shipped for the scenario (else the general model).
-    Shipped(&'static tapfinger::model::checkpoint::Shipped),
+enum Version<'a> {
+    /// The model the replay started with ([`Settings::model`]).
+    First(&'a FirstModel),
     /// A version fine-tuned here (its number, the network, its settings).
     Tuned(usize, Box<Net>, NetConfig),
 }
 
-impl Version {
+impl Version<'_> {
     fn number(&self) -> usize {
         match self {
-            Version::Shipped(_) => 0,
+            Version::First(_) => 0,
             Version::Tuned(n, _, _) => *n,
         }
     }
 
     fn learned(&self) -> guard::Learned<'_> {
         match self {
-            Version::Shipped(c) => guard::Learned::Checkpoint {
-                model: c.model,
-                train_json: c.config,
+            Version::First(m) => guard::Learned::Checkpoint {
+                model: &m.model,
+                train_json: &m.config,
             },
             Version::Tuned(_, net, cfg) => guard::Learned::Net { net, cfg },
         }
@@ -158,7 +225,14 @@ impl Version {
     /// Its network and settings for `sim`'s input sizes.
     fn net(&self, sim: &Simulator) -> Result<(Net, NetConfig), String> {
         match self {
-            Version::Shipped(c) => c.load_net(&sim.dims()).map_err(|e| e.to_string()),
+            Version::First(m) => tapfinger::model::checkpoint::load_net_bytes(
+                m.model.clone(),
+                &m.config,
+                "the replay's model",
+                &sim.dims(),
+            )
+            .map(|(net, cfg, _)| (net, cfg))
+            .map_err(|e| e.to_string()),
             Version::Tuned(_, net, cfg) => Ok(((**net).clone(), cfg.clone())),
         }
     }
@@ -220,7 +294,8 @@ fn run_all(
     sim: &Simulator,
     seed: u64,
     warm: Option<&tapfinger::estimate::Estimator>,
-    version: &Version,
+    first: &FirstModel,
+    version: &Version<'_>,
 ) -> Result<Ran, ReplayError> {
     let kinds = sim.scenario().kind_names();
     let mut out = Vec::new();
@@ -232,7 +307,7 @@ fn run_all(
     };
     let mut shipped = f64::INFINITY;
     for name in candidates() {
-        let ps = report::instances_for_seed(sim, name, None, seed)?;
+        let ps = first.instances(sim, name, seed)?;
         if let Some(s) = run(ps) {
             bound = s.lower_bound_jct;
             pooled = s.pooled_bound_jct;
@@ -269,27 +344,38 @@ pub fn replay(
     start: &str,
     tune: Option<&TuneEvery>,
 ) -> Result<Replay, ReplayError> {
-    replay_observed(sc, seed, windows, margin, start, tune, &mut |_| {})
+    let settings = Settings {
+        windows,
+        margin,
+        start,
+        model: None,
+        tune,
+    };
+    replay_observed(sc, seed, &settings, &mut |_| {})
 }
 
-/// [`replay`], telling `done` of each window as it is measured (a command line's progress).
+/// [`replay`] with every setting ([`Settings`]: a model of one's own too), telling `done` of
+/// each window as it is measured (a command line's progress).
 pub fn replay_observed(
     sc: &Scenario,
     seed: u64,
-    windows: usize,
-    margin: f64,
-    start: &str,
-    tune: Option<&TuneEvery>,
+    settings: &Settings<'_>,
     done: &mut dyn FnMut(&Window),
 ) -> Result<Replay, ReplayError> {
+    let Settings {
+        windows,
+        margin,
+        start,
+        model,
+        tune,
+    } = *settings;
     let parts = split(sc, seed, windows)?;
     let count = parts.len();
-    // The learned policy the windows run is the model shipped for the scenario (else the
-    // general model), until a fine-tune passes its gate; the guard judges the version in use.
-    let mut version = Version::Shipped(
-        tapfinger::model::checkpoint::shipped(&sc.name)
-            .unwrap_or(&tapfinger::model::checkpoint::GENERAL),
-    );
+    // The learned policy the windows run is the model given (else the one shipped for the
+    // scenario, else the general model), until a fine-tune passes its gate; the guard judges
+    // the version in use.
+    let first = FirstModel::of(sc, model)?;
+    let mut version = Version::First(&first);
     let mut current = start.to_string();
     let mut out = Vec::new();
     // What the agents' speed estimator learned in the windows so far: a deployment's agents
@@ -316,7 +402,7 @@ pub fn replay_observed(
             bound,
             pooled,
             shipped,
-        } = run_all(&sim, seed, warm.as_ref(), &version)?;
+        } = run_all(&sim, seed, warm.as_ref(), &first, &version)?;
         let of = |n: &str| jcts.iter().find(|(m, _)| m == n).map(|(_, j)| *j);
         let best = jcts
             .iter()
@@ -331,7 +417,7 @@ pub fn replay_observed(
             Version::Tuned(_, net, cfg) if current == policies::TAPFINGER => {
                 policies::from_net(&sim, net, cfg)
             }
-            _ => report::instances_for_seed(&sim, &current, None, seed)?,
+            _ => first.instances(&sim, &current, seed)?,
         };
         let (_, w, learned_so_far, sizes_so_far) =
             twin::observe_learned(&sim, ps, seed, warm.as_ref()).map_err(|source| {

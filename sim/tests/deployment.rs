@@ -12,15 +12,16 @@ fn the_guard_leaves_a_bad_policy_after_one_window_and_stays_off_it() {
     let sc = Scenario::load("hetero6").unwrap();
     // first-fit-max takes over ten times the best baseline's JCT on hetero6 (docs/RESULTS.md).
     let mut told = Vec::new();
-    let r = deployment::replay_observed(
-        &sc,
-        100,
-        3,
-        tapfinger_sim::guard::MARGIN,
-        "first-fit-max",
-        None,
-        &mut |w| told.push((w.window, w.policy.clone(), w.extrapolated())),
-    )
+    let settings = deployment::Settings {
+        windows: 3,
+        margin: tapfinger_sim::guard::MARGIN,
+        start: "first-fit-max",
+        model: None,
+        tune: None,
+    };
+    let r = deployment::replay_observed(&sc, 100, &settings, &mut |w| {
+        told.push((w.window, w.policy.clone(), w.extrapolated()))
+    })
     .unwrap();
     // Each window was told as it was measured, in order (the command line's progress and its
     // warnings of guessed figures).

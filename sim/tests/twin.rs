@@ -446,10 +446,7 @@ fn the_twin_carries_identities_and_the_size_history() {
     };
     assert!(levels(&cold).iter().all(Option::is_none));
     let warm_levels = levels(&warm);
-    assert!(
-        warm_levels.contains(&Some(Level::Job)),
-        "{warm_levels:?}"
-    );
+    assert!(warm_levels.contains(&Some(Level::Job)), "{warm_levels:?}");
     let jct = |s: &Simulator| {
         let r = s
             .run(policies::build(s, "shortest-predicted").unwrap(), 100)
