@@ -118,3 +118,44 @@ fn a_version_that_passes_its_gate_runs_the_next_windows() {
         }
     }
 }
+
+/// `deploy-replay --model DIR` runs the learned policy from that checkpoint in every window,
+/// on the twins and alone: the shipped general model's own files replay exactly as the default;
+/// the same weights with a bounded focus (another decision rule) replay otherwise.
+#[test]
+fn a_replay_runs_the_model_it_is_given() {
+    let sc = Scenario::load("gen-recur:3").unwrap();
+    let run = |model: Option<&std::path::Path>| {
+        let settings = deployment::Settings {
+            windows: 3,
+            margin: tapfinger_sim::guard::MARGIN,
+            start: "tapfinger",
+            model,
+            tune: None,
+        };
+        deployment::replay_observed(&sc, 100, &settings, &mut |_| {}).unwrap()
+    };
+    let learned = |r: &deployment::Replay| -> Vec<f64> {
+        r.windows
+            .iter()
+            .map(|w| {
+                w.true_jcts
+                    .iter()
+                    .find(|(p, _)| p == "tapfinger")
+                    .unwrap()
+                    .1
+            })
+            .collect()
+    };
+    let default = run(None);
+    let same = tempfile::tempdir().unwrap();
+    tapfinger::model::checkpoint::GENERAL
+        .write_to(same.path(), |_| {})
+        .unwrap();
+    assert_eq!(learned(&run(Some(same.path()))), learned(&default));
+    let other = tempfile::tempdir().unwrap();
+    tapfinger::model::checkpoint::GENERAL
+        .write_to(other.path(), |j| j["config"]["net"]["focus"] = 2.into())
+        .unwrap();
+    assert_ne!(learned(&run(Some(other.path()))), learned(&default));
+}
