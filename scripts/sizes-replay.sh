@@ -20,7 +20,7 @@ if [ -z "${SIM:-}" ]; then
     SIM=target/release/tapfinger-sim
 fi
 default=""
-for f in recur blind; do
+for f in recur blind declared; do
     for s in 30000 30001 30002 30003 30004 30005 30006 30007 30008 30009; do
         default="$default gen-$f:$s"
     done
