@@ -182,7 +182,7 @@ fn a_general_model_loads_on_every_cluster_and_an_unknown_schema_is_refused_namin
     // The same model file with a feature schema from the future, or one this build no longer
     // reads (schemas 2, 4, 6 and 7 were experiments): refused, naming those it reads.
     let json = std::fs::read_to_string(dir.join("train.json")).unwrap();
-    for schema in [8, 2, 4, 6, 7] {
+    for schema in [9, 2, 4, 6, 7] {
         let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
         v["config"]["net"]["dims"]["schema"] = serde_json::json!(schema);
         std::fs::write(dir.join("train.json"), v.to_string()).unwrap();
@@ -193,7 +193,8 @@ fn a_general_model_loads_on_every_cluster_and_an_unknown_schema_is_refused_namin
             e.contains(&format!("feature schema {schema};"))
                 && e.contains("1 (per preset)")
                 && e.contains("3 (RLPTO)")
-                && e.contains("5 (general)"),
+                && e.contains("5 (general)")
+                && e.contains("8 (general with sizes)"),
             "{e}"
         );
     }
