@@ -714,18 +714,7 @@ mod tests {
     fn sized_features_add_what_the_cluster_knows_of_each_size_to_schema_5() {
         use tapfinger_core::sizes::{Level, Prediction};
         use tapfinger_core::view::{RunningView, TaskEstimate};
-        let task = |id| {
-            std::sync::Arc::new(Task {
-                id: TaskId(id),
-                ty: TaskTypeId(0),
-                min_demand: Resources(vec![1, 2]),
-                max_demand: None,
-                priority: 0,
-                reachable: vec![NodeId(0)],
-                arrival: 0,
-                gang: None,
-            })
-        };
+        let task = |id| std::sync::Arc::new(Task::new(id, [1, 2]).on(&[0]));
         // A recurring job's history: 1, 2 and e² slots at the minimum.
         let e2 = 2f64.exp();
         let history = std::sync::Arc::new(Prediction {
