@@ -587,6 +587,19 @@ mod tests {
     use tapfinger_core::task::{Task, TaskTypeId};
     use tapfinger_core::view::{NodeView, PendingView};
 
+    /// Node 0 of 8 cores and 16 memory units, half of each free, running task 0, with `window`.
+    fn half_free_box(window: Vec<usize>) -> NodeView {
+        NodeView {
+            gpu: Default::default(),
+            id: NodeId(0),
+            capacity: Resources(vec![8, 16]),
+            free: Resources(vec![4, 8]),
+            window,
+            overflow: 0,
+            running: vec![0],
+        }
+    }
+
     /// The features of the first pending task in `g`.
     fn pending(g: &HeteroGraph) -> Vec<f32> {
         g.node_weights()
@@ -739,15 +752,7 @@ mod tests {
         };
         let view = ClusterView {
             kinds: tapfinger_core::estimate::KindMap::from_names(&["cpu", "mem"]),
-            nodes: vec![NodeView {
-                gpu: Default::default(),
-                id: NodeId(0),
-                capacity: Resources(vec![8, 16]),
-                free: Resources(vec![4, 8]),
-                window: vec![0, 1, 2],
-                overflow: 0,
-                running: vec![0],
-            }],
+            nodes: vec![half_free_box(vec![0, 1, 2])],
             pending: vec![
                 // Nothing learned; the history of its job; its work declared (twice its class's).
                 pending(1, est(6.0, 1.0), None),
@@ -826,15 +831,7 @@ mod tests {
         let view = ClusterView {
             classes: true,
             kinds: tapfinger_core::estimate::KindMap::from_names(&["cpu", "mem"]),
-            nodes: vec![NodeView {
-                gpu: Default::default(),
-                id: NodeId(0),
-                capacity: Resources(vec![8, 16]),
-                free: Resources(vec![4, 8]),
-                window: vec![0],
-                overflow: 0,
-                running: vec![0],
-            }],
+            nodes: vec![half_free_box(vec![0])],
             pending: vec![PendingView {
                 on: Vec::new(),
                 task: task(1, 9),
