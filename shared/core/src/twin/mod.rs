@@ -187,8 +187,9 @@ impl Workload {
     /// slot given with it (where a part's slots start again from 0, as a replayed window's do;
     /// 0 for windows of one recording), its tasks renumbered after the parts before where their
     /// ids would collide, and each class's figures the latest part's that saw it (the
-    /// estimator's latest). The parts must describe the same boxes and resource kinds: a window
-    /// of another cluster is not more of this one's work.
+    /// estimator's latest), and the latest part's size book that has one (a book only learns
+    /// more). The parts must describe the same boxes and resource kinds: a window of another
+    /// cluster is not more of this one's work.
     pub fn merge(parts: &[(u64, Workload)]) -> Result<Workload, String> {
         let Some(((first_at, first), rest)) = parts.split_first() else {
             return Err("no workloads to merge".into());
@@ -217,6 +218,7 @@ impl Workload {
             }
             out.tasks.extend(w.tasks);
             out.links = out.links.or(w.links);
+            out.sizes = w.sizes.or(out.sizes.take());
         }
         out.classes.sort_by_key(|c| c.id);
         out.tasks.sort_by_key(|t| (t.arrival, t.id));
@@ -398,6 +400,28 @@ mod tests {
             m.tasks.iter().map(|t| t.id.0).collect::<Vec<_>>(),
             vec![0, 10, 1, 11]
         );
+        // The latest part's size book that has one: a later window's agents know more.
+        let book = |n: u32| {
+            let mut b = crate::sizes::SizeBook::new();
+            let q = crate::sizes::Query {
+                identity: &crate::sizes::ANONYMOUS,
+                class: crate::TaskTypeId(0),
+                min_demand: &Resources(vec![1]),
+            };
+            for _ in 0..n {
+                b.observe(&q, 3.0);
+            }
+            b
+        };
+        let with = |n: Option<u32>| Workload {
+            sizes: n.map(book),
+            ..window(4.0)
+        };
+        let learned =
+            |parts: &[(u64, Workload)]| Workload::merge(parts).unwrap().sizes.map(|b| b.learned());
+        assert_eq!(learned(&[(0, with(Some(2))), (8, with(Some(5)))]), Some(5));
+        assert_eq!(learned(&[(0, with(Some(2))), (8, with(None))]), Some(2));
+        assert_eq!(learned(&[(0, with(None)), (8, with(None))]), None);
         // Another cluster's window is refused.
         let mut other = window(4.0);
         other.nodes[0].capacity = Resources(vec![8]);
