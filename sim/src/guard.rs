@@ -93,8 +93,9 @@ pub struct Decision {
     /// Each candidate's gain over the policy in use (the mean over the recent windows that
     /// judge it of 1 − its average JCT over the policy in use's, [`judge`]).
     pub gains: Vec<(String, f64)>,
-    /// What each candidate's gain had to clear: the margin, the twins' overstatement of the
-    /// policy in use, and the gain's standard error over the tasks judged ([`GAIN_Z`]).
+    /// What each candidate's gain had to clear: the margin, the twins' error on the policy in
+    /// use that the correction leaves ([`judge`]), and the gain's standard error over the tasks
+    /// judged ([`GAIN_Z`]).
     pub needed: Vec<(String, f64)>,
     /// The most windows any candidate was judged on (at most [`RECENT`], since the policy in
     /// use was adopted).
@@ -308,7 +309,7 @@ pub const RECENT: usize = 3;
 pub const MAX_BIAS: f64 = 0.25;
 
 /// Keep `current` unless a candidate's gain over it is above `margin` (a fraction) plus the
-/// twins' overstatement of `current` plus [`GAIN_Z`] standard errors of the gain; then the
+/// twins' uncorrected error on `current` plus [`GAIN_Z`] standard errors of the gain; then the
 /// candidate of the largest gain. `windows` are those since `current` was adopted, oldest
 /// first; the latest [`RECENT`] that judge a candidate judge it (the latest always does: its
 /// twin's tables credit no allocation beyond what ran ([`twin::scenario_toml`]), so its
@@ -321,8 +322,9 @@ pub const MAX_BIAS: f64 = 0.25;
 /// 1 − its average JCT on the twin over `current`'s, and the gain judged is the mean over the
 /// windows, so one backlogged window cannot outvote later ones. Where the twin put `current`
 /// below what the cluster measured of it (the twin flatters the policy that ran), the measured
-/// figure stands for `current`'s there, up to [`MAX_BIAS`]; where above, the overstatement
-/// (the windows' mean) is added to what the gain must clear. A candidate that won the latest
+/// figure stands for `current`'s there, up to [`MAX_BIAS`]; where above, the overstatement,
+/// and where further below, what the bound leaves (the windows' mean), is added to what the
+/// gain must clear. A candidate that won the latest
 /// window but lost the ones before by more does not replace `current` (a policy that did
 /// better on one window's work is a bet on the next window being like the last). Where the
 /// latest window does not judge `current` (its replay failed), the best candidate there.
@@ -360,7 +362,7 @@ pub fn judge(current: &str, windows: &[Judged], margin: f64) -> Decision {
         };
         judged = judged.max(recent.len());
         gains.push((name.clone(), g.gain));
-        let needed = margin + g.overstated + GAIN_Z * g.error;
+        let needed = margin + g.uncorrected + GAIN_Z * g.error;
         needs.push((name.clone(), needed));
         if g.gain > needed && best.as_ref().is_none_or(|b| g.gain > b.1) {
             best = Some((name.clone(), g.gain));
@@ -394,9 +396,10 @@ struct Gain {
     /// The mean over the windows of 1 − the candidate's JCT over the policy in use's (that
     /// one's corrected for the twin's flattery).
     gain: f64,
-    /// The mean over the windows of how far the twin put the policy in use above what was
-    /// measured (0 where at or below).
-    overstated: f64,
+    /// The mean over the windows of the twin's error on the policy in use that the correction
+    /// leaves: how far it put it above what was measured, or below by more than [`MAX_BIAS`]
+    /// corrects (0 where neither).
+    uncorrected: f64,
     /// The standard error of `gain` over the tasks judged.
     error: f64,
 }
@@ -416,8 +419,15 @@ fn gain(current: &str, name: &str, windows: &[&Judged]) -> Option<Gain> {
         } else {
             1.0
         };
-        over += (ratio - 1.0).max(0.0);
-        let a_fair = a / ratio.clamp(1.0 - MAX_BIAS, 1.0);
+        let corrected = ratio.clamp(1.0 - MAX_BIAS, 1.0);
+        // What the correction leaves of the twin's error on the policy in use, either way: an
+        // overstatement, or flattery past the bound. Both go on the bar: a twin that put the
+        // policy that ran at half what the cluster measured (a Gavel window, two thirds of every
+        // candidate's slots extrapolated) is no better a judge of the candidates than one that
+        // doubled it, and correcting the policy in use alone would credit every candidate with
+        // the twin's optimism.
+        over += (ratio - 1.0).max(0.0) + (1.0 - ratio / corrected).max(0.0);
+        let a_fair = a / corrected;
         gain += 1.0 - b / a_fair;
         if let (Some(x), Some(y)) = (w.per_task(current), w.per_task(name)) {
             let paired: Vec<f64> = x.iter().zip(y).map(|(x, y)| x - y).collect();
@@ -427,7 +437,7 @@ fn gain(current: &str, name: &str, windows: &[&Judged]) -> Option<Gain> {
     }
     (k > 0.0).then(|| Gain {
         gain: gain / k,
-        overstated: over / k,
+        uncorrected: over / k,
         error: var.sqrt() / k,
     })
 }
@@ -540,6 +550,28 @@ mod tests {
         let d = judge("tapfinger", &one(30.0, &twin), MARGIN);
         assert_eq!(d.policy, "tapfinger");
         assert!((d.gains[0].1 - (1.0 - 12.9 * 0.75 / 10.0)).abs() < 1e-9);
+        // What the quarter leaves uncorrected (the twin still at 10 / 30 / 0.75 of the
+        // measured figure) goes on the bar: were every candidate flattered as much, a gain
+        // below it would be the twin's optimism alone. A candidate at half the policy in use
+        // on that twin (a gain of 1 − 5 / 13.3 on the corrected figure) still clears it; one
+        // at 0.6 of it no longer does, though its gain is more than ten times the margin.
+        let left = 1.0 - (10.0 / 30.0) / 0.75;
+        assert!(
+            (d.needed[0].1 - MARGIN - left).abs() < 1e-9,
+            "{:?}",
+            d.needed
+        );
+        let far = |cand: f64| {
+            judge(
+                "tapfinger",
+                &one(30.0, &[("tapfinger", 10.0), ("tiresias", cand)]),
+                MARGIN,
+            )
+        };
+        assert_eq!(far(5.0).policy, "tiresias");
+        let d = far(6.0);
+        assert_eq!(d.policy, "tapfinger");
+        assert!(d.gains[0].1 > 10.0 * MARGIN, "{:?}", d.gains);
     }
 
     /// The shape of a Gavel replay the guard once never left: a first, backlogged window the
