@@ -38,7 +38,7 @@ echo "commit $(git rev-parse --short HEAD), $(date -u +%F)"
 python3 - "$out" $SCENARIOS <<'PY'
 import json, sys
 out, names = sys.argv[1], sys.argv[2:]
-SIZED = {"shortest-predicted", "srpt-predicted", "gittins"}
+SIZED = {"shortest-predicted", "srpt-predicted", "gittins", "lookahead-predicted"}
 LEARNED = "tapfinger"
 def mean(v):
     return sum(v) / len(v)

@@ -59,7 +59,7 @@ pub(crate) struct CompareArgs {
     scenario: String,
     /// Comma-separated policies (names as for `run`, LABEL=MODEL_PATH for extra trained
     /// models, NAME+PLACER for a gang placer); default: tapfinger (as for `run`), every
-    /// deployable baseline (the fifteen of `suite`) and the clairvoyant reference, and on a scenario with gangs each of them
+    /// deployable baseline (the sixteen of `suite`) and the clairvoyant reference, and on a scenario with gangs each of them
     /// again with gangs placed `+pack-first` and `+spread` (locality-oblivious).
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,

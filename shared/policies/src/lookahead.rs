@@ -318,14 +318,41 @@ pub fn rebalance(items: &[Item<'_>], free: &Resources) -> Vec<(TaskId, Resources
 /// knee needs the grid fine: doublings (1, 2, 4, …) scored a mean ratio of 1.045 to the best
 /// baseline on the development scenarios, 16 levels 1.019 and 64 levels 1.017
 /// (2026-11-26).
+///
+/// Sized (`lookahead-predicted`), each task's work left is what the cluster knows of its size
+/// instead ([`tapfinger_core::view::expected_remaining`]: declared work, its own progress, the
+/// size book's history, else its class's mean), over its class's time at its minimum demand: the
+/// same planner and placement, ordered shortest predicted remaining first, a waiting task's
+/// size aged as the size-aware baselines age theirs. Where every task
+/// declares its work the two plan alike (the tables already scale by it) but for a running
+/// task's work left, which the sized rule takes from its progress on its own size, not on its
+/// class's.
 #[derive(Debug, Clone, Default)]
-pub struct Lookahead;
+pub struct Lookahead {
+    /// Whether tasks' work left comes from the cluster's size knowledge (`lookahead-predicted`),
+    /// not from their class's size.
+    pub sized: bool,
+}
 
 /// Most levels per kind of [`Lookahead`]'s grid.
 pub const LEVELS: u32 = 16;
 
 /// Name of [`Lookahead`].
 pub const LOOKAHEAD: &str = "lookahead";
+
+/// Name of [`Lookahead`] sized.
+pub const LOOKAHEAD_PREDICTED: &str = "lookahead-predicted";
+
+/// A sized task's work left in units of its class's job at its minimum demand (`expected` slots
+/// at the minimum over the estimator's `at_min`), bounded so that one wild estimate cannot
+/// stall the plan's arithmetic.
+fn relative(expected: f64, at_min: f64) -> f64 {
+    if at_min > 0.0 && expected.is_finite() {
+        (expected / at_min).clamp(1e-3, 1e3)
+    } else {
+        1.0
+    }
+}
 
 impl Lookahead {
     /// The table of `t` (estimate `est`) on a node of `capacity`.
@@ -379,11 +406,16 @@ impl Lookahead {
     }
 
     /// The node's running tasks' tables and work left, then the feasible window tasks'.
-    fn tables<'a>(view: &View<'a>, window: bool) -> (Vec<(&'a Task, Rows, f64)>, usize) {
+    fn tables<'a>(&self, view: &View<'a>, window: bool) -> (Vec<(&'a Task, Rows, f64)>, usize) {
+        let sized = self.sized;
         let mut out: Vec<(&'a Task, Rows, f64)> = view
             .running()
             .map(|r| {
-                let left = (1.0 - r.progress).clamp(0.0, 1.0);
+                let left = if sized {
+                    relative(r.expected_remaining(), r.est.at_min)
+                } else {
+                    (1.0 - r.progress).clamp(0.0, 1.0)
+                };
                 (&*r.task, Self::rows(view, &r.task, &r.est), left)
             })
             .collect();
@@ -394,10 +426,23 @@ impl Lookahead {
             for &i in &view.node().window {
                 let p = &c.pending[i];
                 if p.task.min_demand.fits_in(free) {
+                    let left = if sized {
+                        // Aged as the size-aware baselines age their admission
+                        // (`crate::sized`): a task that waited as long as it is expected to
+                        // take counts half its size, so a long task, or one whose estimate is
+                        // wrong, is never passed over for good by a stream of short ones. The
+                        // plan's play-out takes it at that size too: it only chooses among
+                        // ways of sharing, and a waiting task's share of it is the least sure.
+                        let expected = p.expected_remaining();
+                        let waited = c.slot.saturating_sub(p.task.arrival) as f64;
+                        relative(expected * expected / (expected + waited), p.est.at_min)
+                    } else {
+                        1.0
+                    };
                     out.push((
                         &*p.task,
                         Self::rows(view, &p.task, p.est_on(view.node().gpu)),
-                        1.0,
+                        left,
                     ));
                 }
             }
@@ -419,17 +464,21 @@ fn items<'a>(tables: &'a [(&'a Task, Rows, f64)]) -> Vec<Item<'a>> {
 
 impl Policy for Lookahead {
     fn name(&self) -> &str {
-        LOOKAHEAD
+        if self.sized {
+            LOOKAHEAD_PREDICTED
+        } else {
+            LOOKAHEAD
+        }
     }
     fn elastic(&self) -> bool {
         true
     }
     fn decide(&mut self, view: &View<'_>, _rng: &mut Rng) -> Decision {
-        let (tables, running) = Self::tables(view, true);
+        let (tables, running) = self.tables(view, true);
         decide(&items(&tables), running, &view.node().free)
     }
     fn rebalance(&mut self, view: &View<'_>, _rng: &mut Rng) -> Vec<(TaskId, Resources)> {
-        let (tables, _) = Self::tables(view, false);
+        let (tables, _) = self.tables(view, false);
         rebalance(&items(&tables), &view.node().free)
     }
 }
@@ -558,12 +607,74 @@ mod tests {
         }
         // A GPU-bound task alone on an idle node starts, at its minimum demand.
         assert_eq!(
-            Lookahead.decide(&view, &mut tapfinger_core::seeded_rng(0)),
+            Lookahead::default().decide(&view, &mut tapfinger_core::seeded_rng(0)),
             Decision::Claim {
                 task: TaskId(1),
                 alloc: Resources(vec![1, 1, 4]),
                 prob: 1.0
             }
         );
+    }
+
+    /// Sized, the planner orders by what the cluster knows of each task's size: of two tasks of
+    /// one class that cannot run together, the one the history says is short starts first,
+    /// where the rule on classes' sizes takes the lower id; a long task that waited three
+    /// times its expected time counts a quarter of it and goes before a fresh one a third of
+    /// its size.
+    #[test]
+    fn sized_the_plan_starts_the_predicted_short_task_and_ages_a_long_one() {
+        let history = |s: f64| {
+            Some(Arc::new(tapfinger_core::sizes::Prediction {
+                level: tapfinger_core::sizes::Level::Job,
+                samples: 3,
+                quantiles: [s; 3],
+                mean: s,
+                sorted: vec![s; 3],
+            }))
+        };
+        let pending = |id: u64, arrival: u64, size: f64| PendingView {
+            on: Vec::new(),
+            task: Arc::new(Task::new(id, [1, 1, 4]).arriving(arrival)),
+            est: TaskEstimate {
+                at_min: 10.0,
+                at_max: 10.0,
+                samples: 3,
+                ..Default::default()
+            },
+            class: 0,
+            size: history(size),
+            done: 0.0,
+        };
+        let cluster = |slot: u64, pending: Vec<PendingView>| ClusterView {
+            slot,
+            kinds: tapfinger_core::estimate::KindMap([Some(0), Some(1), Some(2)]),
+            nodes: vec![NodeView {
+                gpu: Default::default(),
+                id: NodeId(0),
+                capacity: Resources(vec![4, 1, 8]),
+                free: Resources(vec![4, 1, 8]),
+                window: (0..pending.len()).collect(),
+                overflow: 0,
+                running: vec![],
+            }],
+            pending,
+            ..Default::default()
+        };
+        let claimed = |sized: bool, c: &ClusterView| {
+            let view = c.for_agent(NodeId(0)).unwrap();
+            match (Lookahead { sized }).decide(&view, &mut tapfinger_core::seeded_rng(0)) {
+                Decision::Claim { task, .. } => task.0,
+                d => panic!("{d:?}"),
+            }
+        };
+        let c = cluster(0, vec![pending(1, 0, 30.0), pending(2, 0, 3.0)]);
+        assert_eq!(claimed(false, &c), 1);
+        assert_eq!(claimed(true, &c), 2);
+        // Task 1 (30 slots expected) waited 90: it counts 30 · 30 / 120 = 7.5 against a fresh
+        // task of 10.
+        let c = cluster(90, vec![pending(1, 0, 30.0), pending(2, 90, 10.0)]);
+        assert_eq!(claimed(true, &c), 1);
+        let c = cluster(90, vec![pending(1, 80, 30.0), pending(2, 90, 10.0)]);
+        assert_eq!(claimed(true, &c), 2);
     }
 }

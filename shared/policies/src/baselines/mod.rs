@@ -58,11 +58,14 @@ pub enum Baseline {
     SrptPredicted,
     /// Gittins' index on the learned size distributions ([`crate::sized`]).
     Gittins,
+    /// The look-ahead rule with each task's work left from what the cluster knows of its size
+    /// ([`crate::lookahead::Lookahead::sized`]).
+    LookaheadPredicted,
 }
 
 impl Baseline {
     /// Every baseline: the ranked ones, then the others.
-    pub const ALL: [Baseline; 15] = [
+    pub const ALL: [Baseline; 16] = [
         Baseline::Optimus,
         Baseline::OptimusNp,
         Baseline::Tiresias,
@@ -78,6 +81,7 @@ impl Baseline {
         Baseline::ShortestPredicted,
         Baseline::SrptPredicted,
         Baseline::Gittins,
+        Baseline::LookaheadPredicted,
     ];
 
     /// The baselines reports rank, in the order they list them: the first eight of [`Self::ALL`].
@@ -106,6 +110,7 @@ impl Baseline {
             Baseline::ShortestPredicted => crate::sized::SHORTEST,
             Baseline::SrptPredicted => crate::sized::REMAINING,
             Baseline::Gittins => crate::sized::GITTINS,
+            Baseline::LookaheadPredicted => crate::lookahead::LOOKAHEAD_PREDICTED,
         }
     }
 
@@ -125,7 +130,8 @@ impl Baseline {
             Baseline::Min => Box::new(MinPolicy),
             Baseline::FirstFitMax => Box::new(FirstFitMax),
             Baseline::FirstFitElastic => Box::new(FirstFitElastic),
-            Baseline::Lookahead => Box::new(crate::lookahead::Lookahead),
+            Baseline::Lookahead => Box::new(crate::lookahead::Lookahead { sized: false }),
+            Baseline::LookaheadPredicted => Box::new(crate::lookahead::Lookahead { sized: true }),
             Baseline::Drf => Box::new(Drf),
             Baseline::Tiresias => Box::new(tiresias(true)),
             Baseline::TiresiasNp => Box::new(tiresias(false)),
