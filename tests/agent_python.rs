@@ -8,7 +8,8 @@
 //! - The Python client against the agent's API with a token: it submits (a dict and a TOML
 //!   file), follows a task's output to its end, lists, cancels, and reads the API's refusals.
 //! - The NumPy example (`examples/python/train_numpy.py`) on two agents, preempted by an urgent
-//!   task: it saves on SIGTERM and resumes at the step it saved; needs NumPy.
+//!   task: it saves on SIGTERM and resumes at the step it saved; and submitted twice with one
+//!   spec, once to each box: both succeed, each result fenced in its own folder. Need NumPy.
 //!
 //! All need Python 3 (CI installs it and NumPy) and fail, saying so, without it.
 #![allow(clippy::unwrap_used)]
@@ -321,17 +322,81 @@ async fn a_preempted_numpy_job_resumes_where_it_saved_and_its_result_is_fenced()
         text[..cut].contains(&saved),
         "no `{saved}` before the resume: {text}"
     );
-    // The result: all 400 steps, written by the second run, whose epoch is the higher.
-    let result: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(ckpt.join("results.json")).unwrap()).unwrap();
+    // The result, in the task's own folder: all 400 steps, written by the second run, whose
+    // epoch is the higher, and fenced as this task's.
+    let (result, owner, fenced) = fenced_result(&ckpt, train);
     assert_eq!(result["steps"], 400);
-    let fenced: u64 = std::fs::read_to_string(ckpt.join("results.json.epoch"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    assert_eq!(owner, train.0);
     assert_eq!(result["epoch"].as_u64(), Some(fenced));
     assert!(fenced >> 32 >= 2, "the second start's epoch: {fenced:#x}");
+    for x in agents {
+        x.shutdown().await;
+    }
+}
+
+/// What task `id` wrote through the fenced file in its own folder under `ckpt`: the result, and
+/// the task and epoch recorded beside it.
+fn fenced_result(ckpt: &Path, id: tapfinger::TaskId) -> (serde_json::Value, u64, u64) {
+    let dir = ckpt.join(format!("task-{}", id.0));
+    let read = |name: &str| -> serde_json::Value {
+        let text = std::fs::read_to_string(dir.join(name))
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()));
+        serde_json::from_str(&text).unwrap()
+    };
+    let (result, fence) = (read("results.json"), read("results.json.epoch"));
+    (
+        result,
+        fence["task"].as_u64().unwrap(),
+        fence["epoch"].as_u64().unwrap(),
+    )
+}
+
+/// The NumPy example submitted twice with one spec (so one `TAPFINGER_CHECKPOINT_DIR`), once to
+/// each of two boxes: both succeed, each with its result in its own folder, fenced as its own
+/// (a spec's checkpoint folder once held one result for every submission, and the later task's
+/// lower epoch was refused at its very end). Judged from the files the tasks wrote and their
+/// own output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_numpy_example_submitted_twice_on_two_boxes_succeeds_both_times() {
+    needs_python();
+    let numpy = std::process::Command::new("python3")
+        .args(["-c", "import numpy"])
+        .status();
+    assert!(
+        numpy.is_ok_and(|s| s.success()),
+        "this test needs NumPy for python3 (.ci/run installs it)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let (logs, ckpt) = (tmp.path().join("logs"), tmp.path().join("ckpt"));
+    let locals = ["a", "b"].map(|name| {
+        let mut l = Local::new(name, Exec::Processes(logs.clone()));
+        l.capacity = tapfinger::Resources(vec![4, 1, 8]);
+        l
+    });
+    let agents = tapfinger_tests::start_all(locals.into()).await;
+    let (a, b) = (&agents[0], &agents[1]);
+    let first = a.submit(numpy_example(&ckpt, 40)).await.unwrap();
+    let second = b.submit(numpy_example(&ckpt, 40)).await.unwrap();
+    wait(&[a, b], Duration::from_secs(120), "both tasks", |s| {
+        let f = finished(s);
+        f.contains(&first) && f.contains(&second)
+    })
+    .await;
+    for id in [first, second] {
+        let out =
+            std::fs::read_to_string(logs.join(format!("{}.stdout", id.0))).unwrap_or_default();
+        let err =
+            std::fs::read_to_string(logs.join(format!("{}.stderr", id.0))).unwrap_or_default();
+        assert!(
+            !err.contains("Error") && out.contains("\"steps\": 40"),
+            "task {}: {out}\n{err}",
+            id.0
+        );
+        let (result, owner, fenced) = fenced_result(&ckpt, id);
+        assert_eq!(result["steps"], 40);
+        assert_eq!(owner, id.0);
+        assert_eq!(result["epoch"].as_u64(), Some(fenced));
+    }
     for x in agents {
         x.shutdown().await;
     }

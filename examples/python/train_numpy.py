@@ -13,7 +13,7 @@ synthetic classification problem, its gradient computed in shards by a pool of w
 
 Environment: STEPS (default 300), ROWS (20000), COLS (100), HIDDEN (256), CKPT_EVERY (25),
 FOLLOW (1),
-RESULTS (results.json, beside the checkpoints by default). Run it outside an agent too:
+RESULTS (results.json in the task's own checkpoint folder by default). Run it outside an agent too:
 ``python3 train_numpy.py`` uses the machine's CPUs.
 """
 

@@ -15,15 +15,17 @@ Standard library only; PyTorch and threadpoolctl are used where they are importa
 agent's HTTP API from Python: :mod:`tapfinger_task.client`.
 """
 
-from .fence import FencedFile, StaleEpoch, epoch
+from .fence import FenceError, FencedFile, OtherTask, StaleEpoch, epoch
 from .gang import Gang, gang
 from .lifecycle import checkpoint_dir, on_preempt, resuming, task_id
 from .report import checkpointed, done, report
 from .share import Share, cpus, follow_threads, gpus, memory, share, threads, watch
 
 __all__ = [
+    "FenceError",
     "FencedFile",
     "Gang",
+    "OtherTask",
     "Share",
     "StaleEpoch",
     "checkpoint_dir",

@@ -1,19 +1,30 @@
-"""Fenced writes: storage that refuses a stale copy of the task.
+"""Fenced writes: storage that refuses a stale copy of the task, and every other task.
 
 Every start of a task carries an epoch (``TAPFINGER_EPOCH``) that no other start of it
-carries; a copy left over from a network partition has a lower one. The rule: keep, per task,
-the highest epoch that has written; accept a write whose epoch is greater than or equal to it
-(and raise it), refuse one whose epoch is lower. :class:`FencedFile` keeps it for a file, with
-the highest epoch beside it in ``<file>.epoch`` and an advisory lock (``fcntl.flock``) around
-the check and the write, so writers on one machine, or on a file system whose locks every box
-shares, never interleave.
+carries; a copy left over from a network partition has a lower one. Epochs order the starts of
+one task only: another task's epoch says nothing about this one's, so a fenced file also
+records the task it belongs to (``TAPFINGER_TASK_ID``). The rule: a write by another task is
+refused (:class:`OtherTask`); of this task's starts, keep the highest epoch that has written,
+accept a write whose epoch is greater than or equal to it (and raise it), refuse one whose
+epoch is lower (:class:`StaleEpoch`). :class:`FencedFile` keeps it for a file, with the owner
+and its highest epoch beside it in ``<file>.epoch`` (JSON: ``{"task": 17, "epoch": 8589934593}``;
+a bare number, as older kits wrote, is an epoch of an unknown task) and an advisory lock
+(``fcntl.flock``) around the check and the write, so writers on one machine, or on a file
+system whose locks every box shares, never interleave.
 """
 
 import fcntl
+import json
 import os
 
+from .lifecycle import task_id
 
-class StaleEpoch(Exception):
+
+class FenceError(Exception):
+    """A fenced write refused (:class:`StaleEpoch` or :class:`OtherTask`)."""
+
+
+class StaleEpoch(FenceError):
     """A write refused: a later start of the task has written already."""
 
     def __init__(self, mine, highest, path):
@@ -26,36 +37,65 @@ class StaleEpoch(Exception):
         self.path = path
 
 
+class OtherTask(FenceError):
+    """A write refused: the file belongs to another task."""
+
+    def __init__(self, mine, owner, path):
+        who = "this process (no task: not run by an agent)" if mine is None else f"task {mine}"
+        super().__init__(
+            f"{path} belongs to task {owner}, not to {who}: each task writes its own files "
+            "(tapfinger_task.checkpoint_dir() is a folder per task)"
+        )
+        self.mine = mine
+        self.owner = owner
+        self.path = path
+
+
 def epoch():
     """This start's epoch (an unsigned 64-bit number), or 0 outside an agent."""
     return int(os.environ.get("TAPFINGER_EPOCH", "0"))
 
 
 class FencedFile:
-    """A file only this task's latest start may write (see the module doc)."""
+    """A file only its task's latest start may write (see the module doc). ``my_task``: the
+    task writing (default: this start's, ``TAPFINGER_TASK_ID``; None outside an agent)."""
 
-    def __init__(self, path, my_epoch=None):
+    _UNSET = object()
+
+    def __init__(self, path, my_epoch=None, my_task=_UNSET):
         self.path = os.fspath(path)
         self.epoch = epoch() if my_epoch is None else int(my_epoch)
         if not 0 <= self.epoch < 2**64:
             raise ValueError(f"an epoch is an unsigned 64-bit number, got {self.epoch}")
+        self.task = task_id() if my_task is FencedFile._UNSET else my_task
 
-    def _highest(self):
+    def owner(self):
+        """(task, highest epoch) recorded beside the file: (None, 0) if never written; the task
+        is None where an older kit wrote a bare epoch."""
         try:
             with open(self.path + ".epoch", encoding="ascii") as f:
-                return int(f.read().strip() or 0)
+                text = f.read().strip()
         except FileNotFoundError:
-            return 0
+            return None, 0
+        if not text:
+            return None, 0
+        d = json.loads(text)
+        if isinstance(d, int):
+            return None, d
+        return d.get("task"), int(d.get("epoch", 0))
 
     def write(self, data):
-        """Write ``data`` (bytes or str) whole, unless a later epoch has written: then raise
-        :class:`StaleEpoch` and leave the file as it is."""
+        """Write ``data`` (bytes or str) whole, unless another task owns the file (raise
+        :class:`OtherTask`) or a later start of this one has written (raise
+        :class:`StaleEpoch`); a refused write leaves the file as it is."""
         if isinstance(data, str):
             data = data.encode()
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         with open(self.path + ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            highest = self._highest()
+            owner, highest = self.owner()
+            if owner is not None and owner != self.task:
+                raise OtherTask(self.task, owner, self.path)
             if self.epoch < highest:
                 raise StaleEpoch(self.epoch, highest, self.path)
             tmp = self.path + ".tmp"
@@ -64,9 +104,9 @@ class FencedFile:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
-            if self.epoch > highest:
+            if self.epoch > highest or owner != self.task:
                 with open(self.path + ".epoch.tmp", "w", encoding="ascii") as f:
-                    f.write(str(self.epoch))
+                    json.dump({"task": self.task, "epoch": self.epoch}, f)
                 os.replace(self.path + ".epoch.tmp", self.path + ".epoch")
 
     def read(self):

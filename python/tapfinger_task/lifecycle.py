@@ -24,13 +24,15 @@ def resuming():
 
 
 def checkpoint_dir(base=None):
-    """The task's checkpoint folder, created: ``TAPFINGER_CHECKPOINT_DIR`` if set (the spec's
-    ``env``; on storage every box reaches, for a task that may resume elsewhere), else
-    ``base`` (default: the working folder) ``/checkpoints/task-<id>``."""
-    d = os.environ.get("TAPFINGER_CHECKPOINT_DIR")
-    if not d:
-        tid = task_id()
-        d = os.path.join(base or os.getcwd(), "checkpoints", f"task-{tid if tid is not None else 'local'}")
+    """The task's own checkpoint folder, created: ``<base>/task-<id>``, where the base is
+    ``TAPFINGER_CHECKPOINT_DIR`` if set (the spec's ``env``: every submission of a spec shares
+    it, each task gets its folder in it), else ``checkpoints`` in ``base`` (default: the working
+    folder). Outside an agent (no task id) the folder is ``task-local``. A task keeps its id
+    when it is requeued, so a start that resumes finds what an earlier start of it saved here;
+    another task never does."""
+    root = os.environ.get("TAPFINGER_CHECKPOINT_DIR") or os.path.join(base or os.getcwd(), "checkpoints")
+    tid = task_id()
+    d = os.path.join(root, f"task-{tid if tid is not None else 'local'}")
     os.makedirs(d, exist_ok=True)
     return d
 

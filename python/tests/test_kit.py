@@ -132,6 +132,47 @@ class Fencing(unittest.TestCase):
         with self.assertRaises(tf.StaleEpoch):
             tf.FencedFile(q, my_epoch=9).write("9")
 
+    def test_another_task_s_file_is_refused_whatever_its_epoch(self):
+        d = tempfile.mkdtemp()
+        p = os.path.join(d, "results.json")
+        tf.FencedFile(p, my_epoch=(1 << 32) + 9, my_task=7).write("task 7")
+        # Task 8's first start has a lower epoch than task 7's: the rule for one task's starts
+        # would call it stale; it is another task, and says so, at any epoch.
+        for e in [(1 << 32) + 1, (5 << 32) + 1]:
+            with self.assertRaises(tf.OtherTask) as err:
+                tf.FencedFile(p, my_epoch=e, my_task=8).write("task 8")
+            self.assertEqual((err.exception.mine, err.exception.owner), (8, 7))
+            self.assertIn("belongs to task 7, not to task 8", str(err.exception))
+            self.assertIsInstance(err.exception, tf.FenceError)
+        self.assertEqual(tf.FencedFile(p, my_task=7).read(), b"task 7")
+        with open(p + ".epoch", encoding="ascii") as f:
+            self.assertEqual(json.load(f), {"task": 7, "epoch": (1 << 32) + 9})
+        # A process outside an agent is no task either.
+        with self.assertRaises(tf.OtherTask):
+            tf.FencedFile(p, my_epoch=1 << 40, my_task=None).write("local")
+        # The task's own next start writes.
+        tf.FencedFile(p, my_epoch=(2 << 32) + 1, my_task=7).write("task 7 again")
+        self.assertEqual(tf.FencedFile(p, my_task=7).read(), b"task 7 again")
+
+    def test_a_bare_epoch_from_an_older_kit_is_kept_and_its_file_adopted(self):
+        d = tempfile.mkdtemp()
+        p = os.path.join(d, "out")
+        with open(p + ".epoch", "w", encoding="ascii") as f:
+            f.write(str((3 << 32) + 1))
+        with self.assertRaises(tf.StaleEpoch):
+            tf.FencedFile(p, my_epoch=(2 << 32) + 1, my_task=5).write("stale")
+        tf.FencedFile(p, my_epoch=(3 << 32) + 1, my_task=5).write("same epoch")
+        self.assertEqual(tf.FencedFile(p, my_task=5).owner(), (5, (3 << 32) + 1))
+
+    def test_the_task_and_its_folder_come_from_the_agent(self):
+        root = tempfile.mkdtemp()
+        for tid in ["11", "12"]:
+            env = {"TAPFINGER_TASK_ID": tid, "TAPFINGER_CHECKPOINT_DIR": root}
+            with mock.patch.dict(os.environ, env):
+                self.assertEqual(tf.FencedFile("x").task, int(tid))
+                # Every submission of a spec shares its env: each task gets its own folder.
+                self.assertEqual(tf.checkpoint_dir(), os.path.join(root, "task-" + tid))
+
     def test_the_epoch_comes_from_the_agent(self):
         with mock.patch.dict(os.environ, {"TAPFINGER_EPOCH": str((3 << 32) + 1)}):
             self.assertEqual(tf.epoch(), (3 << 32) + 1)
