@@ -375,25 +375,32 @@ async fn the_numpy_example_submitted_twice_on_two_boxes_succeeds_both_times() {
     });
     let agents = tapfinger_tests::start_all(locals.into()).await;
     let (a, b) = (&agents[0], &agents[1]);
-    let first = a.submit(numpy_example(&ckpt, 40)).await.unwrap();
-    let second = b.submit(numpy_example(&ckpt, 40)).await.unwrap();
+    let first = a.submit(numpy_example(&ckpt, 100)).await.unwrap();
+    let second = b.submit(numpy_example(&ckpt, 100)).await.unwrap();
     wait(&[a, b], Duration::from_secs(120), "both tasks", |s| {
         let f = finished(s);
         f.contains(&first) && f.contains(&second)
     })
     .await;
+    // Each needs a whole box: submitted together, they ran side by side, one on each.
+    let s = tapfinger_tests::statuses(&[a, b]);
+    assert!(
+        s.iter().all(|st| st.finished_here.len() == 1),
+        "{:?}",
+        s.iter().map(|st| &st.finished_here).collect::<Vec<_>>()
+    );
     for id in [first, second] {
         let out =
             std::fs::read_to_string(logs.join(format!("{}.stdout", id.0))).unwrap_or_default();
         let err =
             std::fs::read_to_string(logs.join(format!("{}.stderr", id.0))).unwrap_or_default();
         assert!(
-            !err.contains("Error") && out.contains("\"steps\": 40"),
+            !err.contains("Error") && out.contains("\"steps\": 100"),
             "task {}: {out}\n{err}",
             id.0
         );
         let (result, owner, fenced) = fenced_result(&ckpt, id);
-        assert_eq!(result["steps"], 40);
+        assert_eq!(result["steps"], 100);
         assert_eq!(owner, id.0);
         assert_eq!(result["epoch"].as_u64(), Some(fenced));
     }
