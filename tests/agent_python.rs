@@ -1,7 +1,7 @@
 //! The Python task kit (`python/tapfinger_task`) under a real agent.
 //!
-//! - A Python task that follows its share with the kit, and how many threads it runs, judged
-//!   from what the task printed itself. The agent's default policy re-shares a box's CPUs among
+//! - A Python task that follows its share with the kit, and how many threads its computing
+//!   thread runs (OpenMP's count, read in that thread), judged from what the task printed itself. The agent's default policy re-shares a box's CPUs among
 //!   its running tasks every slot (as `agent_elastic` shows from the cgroups' quotas): alone,
 //!   the task holds the box's 4 cores; beside a second task, fewer; alone again, 4. Needs
 //!   writable cgroups (CI has them); without them it fails and says so.
@@ -27,18 +27,19 @@ fn kit() -> PathBuf {
         .join("python")
 }
 
-/// A Python task that keeps a worker count at its share's whole cores with the kit and prints
-/// it (`threads=N`) with a progress line every 50 ms for about `secs` seconds.
+/// A Python task that follows its share with the kit and prints, every 50 ms for about `secs`
+/// seconds, the thread count its computing thread runs (`threads=N`: OpenMP's count, a setting
+/// of each thread, read in the loop that reports, after the report that applies a re-share).
 fn follower(secs: u32) -> TaskSpec {
     let script = format!(
-        r#"import time
+        r#"import ctypes, time
 import tapfinger_task as tf
-n = [tf.threads()]
-tf.follow_threads(lambda k: n.__setitem__(0, k), interval=0.02)
+gomp = ctypes.CDLL("libgomp.so.1")  # an OpenMP runtime, as PyTorch or MKL load one
+tf.follow_threads(interval=0.02)
 steps = {steps}
 for i in range(steps):
-    print(f"threads={{n[0]}}", flush=True)
     tf.report((i + 1) / steps)
+    print(f"threads={{gomp.omp_get_max_threads()}}", flush=True)
     time.sleep(0.05)
 "#,
         steps = secs * 20

@@ -4,7 +4,8 @@ A few lines in an existing training script::
 
     import tapfinger_task as tf
 
-    tf.follow_threads()                      # thread pools follow the CPU share as it changes
+    tf.follow_threads()                      # thread pools follow the CPU share (from here,
+                                             # at each report: call it in the training thread)
     state = load(tf.checkpoint_dir()) if tf.resuming() else fresh()
     tf.on_preempt(lambda: save(state, tf.checkpoint_dir()))
     for step in range(steps):
@@ -19,7 +20,7 @@ from .fence import FenceError, FencedFile, OtherTask, StaleEpoch, epoch
 from .gang import Gang, gang
 from .lifecycle import checkpoint_dir, on_preempt, resuming, task_id
 from .report import checkpointed, done, report
-from .share import Share, cpus, follow_threads, gpus, memory, share, threads, watch
+from .share import Share, apply_share, cpus, follow_threads, gpus, memory, share, threads, watch
 
 __all__ = [
     "FenceError",
@@ -27,6 +28,7 @@ __all__ = [
     "Gang",
     "OtherTask",
     "Share",
+    "apply_share",
     "StaleEpoch",
     "checkpoint_dir",
     "checkpointed",

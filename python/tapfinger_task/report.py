@@ -21,7 +21,12 @@ def _number(name, value):
 
 
 def report(progress, **metrics):
-    """Tell the agent the task's progress (0 to 1) and any metrics (finite numbers)."""
+    """Tell the agent the task's progress (0 to 1) and any metrics (finite numbers). Where
+    :func:`~tapfinger_task.follow_threads` follows the share, a new thread count is applied
+    first, in the calling thread (:func:`~tapfinger_task.share.apply_share`)."""
+    from .share import apply_share  # noqa: PLC0415 (share imports nothing from here)
+
+    apply_share()
     p = min(max(_number("progress", progress), 0.0), 1.0)
     parts = [f"progress={p:g}"]
     for k, v in metrics.items():

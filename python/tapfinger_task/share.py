@@ -9,6 +9,7 @@ limit, the GPUs ``CUDA_VISIBLE_DEVICES`` names.
 import json
 import math
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -130,31 +131,96 @@ def watch(callback, interval=0.5):
     return Watcher(callback, interval).start()
 
 
-def _set_threads(n):
-    """Size the thread pools of the libraries loaded in this process to ``n``."""
-    try:
-        import torch  # noqa: PLC0415 (optional: only if installed)
+_apply_lock = threading.Lock()
+# What follow_threads() keeps the libraries at: the share's whole cores (None: not following),
+# the callbacks to tell when it changes, and per thread what was applied there last.
+_follow = {"want": None, "told": None, "callbacks": [], "applied": {}}
 
-        torch.set_num_threads(n)
-    except ImportError:
-        pass
+
+def _openmp_libraries():
+    """Paths of the OpenMP runtimes loaded in this process (GNU, LLVM, Intel), from the
+    process's own memory map: a library an extension module loaded privately is not in the
+    global symbol namespace, so it is found by its file."""
+    names = ("libgomp", "libomp", "libiomp5")
+    found = []
     try:
-        from threadpoolctl import threadpool_limits  # noqa: PLC0415
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                path = line.rsplit(None, 1)[-1] if "/" in line else ""
+                base = os.path.basename(path)
+                if base.startswith(names) and ".so" in base and path not in found:
+                    found.append(path)
+    except OSError:
+        pass
+    return found
+
+
+def _set_threads(n):
+    """Size, in the calling thread, the thread pools of the libraries loaded in this process to
+    ``n``: PyTorch's (where the job imported it), and through threadpoolctl (where installed:
+    ``pip install tapfinger-task[threads]``) OpenBLAS's, MKL's, BLIS's and OpenMP's; without
+    threadpoolctl, OpenMP's directly. OpenMP's count is a property of the thread that sets it
+    (and PyTorch's too, where it runs on OpenMP), so this must run in the thread that computes."""
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "set_num_threads"):
+        torch.set_num_threads(n)
+    try:
+        from threadpoolctl import threadpool_limits  # noqa: PLC0415 (optional)
 
         threadpool_limits(limits=n)
+        return
     except ImportError:
         pass
+    import ctypes  # noqa: PLC0415
+
+    for path in _openmp_libraries():
+        try:
+            ctypes.CDLL(path).omp_set_num_threads(ctypes.c_int(n))
+        except (OSError, AttributeError):
+            continue
+
+
+def apply_share():
+    """Apply the share's thread count in the calling thread now, if :func:`follow_threads`
+    follows it and it changed since this thread last applied it (or PyTorch was imported
+    since); :func:`~tapfinger_task.report` calls it, so a loop that reports follows the share
+    from its own thread. Returns the count in force here (None where nothing is followed)."""
+    with _apply_lock:
+        want = _follow["want"]
+        if want is None:
+            return None
+        me = threading.get_ident()
+        key = (want, "torch" in sys.modules)
+        if _follow["applied"].get(me) == key:
+            return want
+        _set_threads(want)
+        _follow["applied"][me] = key
+        tell = _follow["told"] != want
+        _follow["told"] = want
+        callbacks = list(_follow["callbacks"])
+    if tell:
+        for cb in callbacks:
+            cb(want)
+    return want
 
 
 def follow_threads(callback=None, interval=0.5):
-    """Keep PyTorch's and the BLAS libraries' thread counts (where importable) at the share's
-    whole cores, now and at every re-share; ``callback(threads)`` too, for pools of your own.
-    Returns the watcher."""
+    """Keep PyTorch's, the BLAS libraries' and OpenMP's thread counts at the share's whole
+    cores, now and at every re-share; ``callback(threads)`` too, for pools of your own. Call it
+    from the thread that computes (the training loop's): the count is applied there now and,
+    after a re-share, at that thread's next :func:`~tapfinger_task.report` (or
+    :func:`apply_share`), never from the watcher's thread, where OpenMP's and PyTorch's counts
+    would change for the watcher alone. Returns the watcher."""
 
-    def apply(s):
-        _set_threads(s.threads)
+    def changed(s):
+        with _apply_lock:
+            _follow["want"] = s.threads
+
+    with _apply_lock:
         if callback is not None:
-            callback(s.threads)
-
-    apply(share())
-    return watch(apply, interval)
+            _follow["callbacks"].append(callback)
+        _follow["want"] = share().threads
+        _follow["told"] = None
+        _follow["applied"].clear()
+    apply_share()
+    return watch(changed, interval)

@@ -94,24 +94,56 @@ class Shares(unittest.TestCase):
         finally:
             w.stop()
 
-    def test_follow_threads_applies_now_and_on_change(self):
-        write_share(self.path, 3.0, 1)
-        counts = []
-        changed = threading.Event()
+    def test_the_computing_thread_runs_the_new_count_after_a_re_share(self):
+        """Judged where the count takes effect: OpenMP's (a setting of each thread) and
+        OpenBLAS's, read in the thread that computes, as the share goes 4 -> 2 -> 4 cores. Needs
+        NumPy and threadpoolctl (.ci/run installs them) and GNU OpenMP (libgomp, with gcc)."""
+        import ctypes  # noqa: PLC0415
+        import time  # noqa: PLC0415
 
-        def cb(n):
-            counts.append(n)
-            if len(counts) == 2:
-                changed.set()
+        import numpy  # noqa: F401, PLC0415 (loads OpenBLAS)
+        from threadpoolctl import threadpool_info  # noqa: PLC0415
 
-        with mock.patch.dict(os.environ, {"TAPFINGER_SHARE_FILE": self.path}):
-            w = tf.follow_threads(cb, interval=0.01)
-        try:
-            write_share(self.path, 6.0, 2, padding="xx")
-            self.assertTrue(changed.wait(10), counts)
-            self.assertEqual(counts, [3, 6])
-        finally:
+        gomp = ctypes.CDLL("libgomp.so.1")  # an OpenMP runtime, loaded as a framework loads it
+        write_share(self.path, 4.0, 1)
+        seen, told = [], []
+        ready, stop = threading.Event(), threading.Event()
+
+        def computing():
+            w = tf.follow_threads(lambda n: told.append((n, threading.get_ident())), interval=0.01)
+            ready.set()
+            while not stop.is_set():
+                tf.report(0.5)
+                blas = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+                seen.append((gomp.omp_get_max_threads(), blas))
+                time.sleep(0.01)
             w.stop()
+
+        def until(omp, what):
+            for _ in range(1000):
+                if seen and seen[-1] == (omp, {omp}):
+                    return
+                time.sleep(0.01)
+            self.fail(f"the computing thread never ran {what}: {seen[-5:]}")
+
+        out = io.StringIO()
+        with mock.patch.dict(os.environ, {"TAPFINGER_SHARE_FILE": self.path}), redirect_stdout(out):
+            t = threading.Thread(target=computing)
+            t.start()
+            try:
+                self.assertTrue(ready.wait(10))
+                until(4, "4 threads at the start")
+                write_share(self.path, 2.0, 2, padding="x")
+                until(2, "2 threads after the re-share to 2 cores")
+                write_share(self.path, 4.0, 3, padding="xx")
+                until(4, "4 threads after the re-share back to 4 cores")
+            finally:
+                stop.set()
+                t.join(10)
+                sys.modules["tapfinger_task.share"]._follow["want"] = None
+        # The callback, for pools of the job's own, was told each count once, in that thread.
+        self.assertEqual([n for n, _ in told], [4, 2, 4])
+        self.assertEqual({who for _, who in told}, {t.ident})
 
 
 class Fencing(unittest.TestCase):
