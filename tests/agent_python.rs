@@ -33,12 +33,12 @@ fn kit() -> PathBuf {
 fn follower(secs: u32) -> TaskSpec {
     let script = format!(
         r#"import ctypes, time
-import tapfinger_task as tf
+import tapfinger_task as kit
 gomp = ctypes.CDLL("libgomp.so.1")  # an OpenMP runtime, as PyTorch or MKL load one
-tf.follow_threads(interval=0.02)
+kit.follow_threads(interval=0.02)
 steps = {steps}
 for i in range(steps):
-    tf.report((i + 1) / steps)
+    kit.report((i + 1) / steps)
     print(f"threads={{gomp.omp_get_max_threads()}}", flush=True)
     time.sleep(0.05)
 "#,

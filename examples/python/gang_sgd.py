@@ -1,6 +1,6 @@
 """Data-parallel training across a gang's members, written with the task kit.
 
-Each member (``tf.gang()``: rank, world size, the rendezvous the agent gives every member)
+Each member (``kit.gang()``: rank, world size, the rendezvous the agent gives every member)
 holds its own shard of a synthetic logistic-regression problem. Every step each computes its
 gradient, the members average them (an all-reduce through rank 0 over TCP at
 ``MASTER_ADDR:MASTER_PORT``) and all apply the same average, so every member ends with the same
@@ -22,13 +22,13 @@ import time
 
 import numpy as np
 
-import tapfinger_task as tf
+import tapfinger_task as kit
 
 STEPS = int(os.environ.get("STEPS", "200"))
 ROWS = int(os.environ.get("ROWS", "20000"))
 COLS = int(os.environ.get("COLS", "64"))
 
-g = tf.gang()
+g = kit.gang()
 if g is None:
     raise SystemExit("run me as a gang: the agent sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT")
 
@@ -96,12 +96,12 @@ for step in range(1, STEPS + 1):
     mean = all_reduce(link, np.append(grad, loss).astype(np.float32))
     w = w - 1.0 * mean[:COLS]
     if g.rank == 0:
-        tf.report(step / STEPS, loss=float(mean[COLS]))
+        kit.report(step / STEPS, loss=float(mean[COLS]))
 
 digest = hashlib.sha256(w.tobytes()).hexdigest()
 out = os.environ.get("OUT")
 if out:
-    name = f"{tf.task_id()}-{tf.epoch()}-{g.rank}.json"
+    name = f"{kit.task_id()}-{kit.epoch()}-{g.rank}.json"
     with open(os.path.join(out, "." + name + ".tmp"), "w") as f:
         json.dump({"rank": g.rank, "world": g.world_size, "role": g.role, "weights": digest,
                    "node": os.environ.get("TAPFINGER_NODE", "")}, f)

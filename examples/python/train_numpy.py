@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-import tapfinger_task as tf
+import tapfinger_task as kit
 
 STEPS = int(os.environ.get("STEPS", "300"))
 ROWS = int(os.environ.get("ROWS", "20000"))
@@ -38,14 +38,14 @@ X = rng.standard_normal((ROWS, COLS)).astype(np.float32)
 truth = rng.standard_normal(COLS).astype(np.float32)
 y = (X @ truth + 0.5 * rng.standard_normal(ROWS).astype(np.float32) > 0).astype(np.float32)
 
-ckpt = os.path.join(tf.checkpoint_dir(), "state.npz")
+ckpt = os.path.join(kit.checkpoint_dir(), "state.npz")
 # The weights: the hidden layer's, then the output's, as one vector.
 w = np.concatenate([
     (rng.standard_normal(COLS * HIDDEN) / np.sqrt(COLS)).astype(np.float32),
     np.zeros(HIDDEN, dtype=np.float32),
 ])
 step = 0
-if tf.resuming() and os.path.exists(ckpt):
+if kit.resuming() and os.path.exists(ckpt):
     saved = np.load(ckpt)
     w, step = saved["w"], int(saved["step"])
     print(f"resumed at step {step}", flush=True)
@@ -67,13 +67,13 @@ def save():
     return step_saved / STEPS
 
 
-tf.on_preempt(save)
+kit.on_preempt(save)
 
-workers = [tf.threads()]
+workers = [kit.threads()]
 if FOLLOW:
     # Our own pool is the parallelism (one BLAS thread per shard, the spec's env), so only its
-    # size follows the share; `tf.follow_threads()` would size BLAS's pools instead.
-    tf.watch(lambda s: workers.__setitem__(0, s.threads), interval=0.2)
+    # size follows the share; `kit.follow_threads()` would size BLAS's pools instead.
+    kit.watch(lambda s: workers.__setitem__(0, s.threads), interval=0.2)
 pool, pool_size = ThreadPoolExecutor(workers[0]), workers[0]
 print(f"workers={pool_size}", flush=True)
 
@@ -105,14 +105,14 @@ while step < STEPS:
     w, step = state
     if step % CKPT_EVERY == 0:
         save()
-        tf.checkpointed(step / STEPS, loss=loss)
+        kit.checkpointed(step / STEPS, loss=loss)
     else:
-        tf.report(step / STEPS, loss=loss)
+        kit.report(step / STEPS, loss=loss)
 
 w1, w2 = w[: COLS * HIDDEN].reshape(COLS, HIDDEN), w[COLS * HIDDEN :]
 accuracy = float(np.mean(((np.tanh(X @ w1) @ w2) > 0) == (y > 0.5)))
 result = {"steps": step, "loss": loss, "accuracy": accuracy, "seconds": time.time() - t0,
-          "epoch": tf.epoch()}
-path = os.environ.get("RESULTS") or os.path.join(tf.checkpoint_dir(), "results.json")
-tf.FencedFile(path).write(json.dumps(result))
+          "epoch": kit.epoch()}
+path = os.environ.get("RESULTS") or os.path.join(kit.checkpoint_dir(), "results.json")
+kit.FencedFile(path).write(json.dumps(result))
 print(json.dumps(result), flush=True)

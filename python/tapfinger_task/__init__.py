@@ -2,17 +2,18 @@
 
 A few lines in an existing training script::
 
-    import tapfinger_task as tf
+    import tapfinger_task as kit
 
-    tf.follow_threads()                      # thread pools follow the CPU share (from here,
-                                             # at each report: call it in the training thread)
-    state = load(tf.checkpoint_dir()) if tf.resuming() else fresh()
-    tf.on_preempt(lambda: save(state, tf.checkpoint_dir()))
+    kit.follow_threads()      # thread pools follow the CPU share: call it in the training
+                              # thread, which applies a re-share at its next report
+    state = load(kit.checkpoint_dir()) if kit.resuming() else fresh()
+    kit.on_preempt(lambda: save(state, kit.checkpoint_dir()))
     for step in range(steps):
         ...
-        tf.report(step / steps, loss=loss)
+        kit.report(step / steps, loss=loss)
 
-Standard library only; PyTorch and threadpoolctl are used where they are importable. The
+(``kit``, not ``tf``: that one is TensorFlow's.) Standard library only; PyTorch and
+threadpoolctl are used where they are importable. The
 agent's HTTP API from Python: :mod:`tapfinger_task.client`.
 """
 

@@ -19,6 +19,10 @@ import os
 import sys
 import time
 import urllib.parse
+from typing import IO, Any, Dict, List, Mapping, Optional, Union
+
+# A task's or the box's record as the API gives it (JSON).
+Record = Dict[str, Any]
 
 ENDED = ("succeeded", "failed", "cancelled")
 
@@ -27,7 +31,13 @@ class ApiError(Exception):
     """An answer other than success: the HTTP status, the API's message, the field it names
     (None where it names none) and the seconds to wait before trying again (``Retry-After``)."""
 
-    def __init__(self, status, message, field=None, retry_after=None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        field: Optional[str] = None,
+        retry_after: Optional[int] = None,
+    ) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
@@ -35,7 +45,7 @@ class ApiError(Exception):
         self.retry_after = retry_after
 
 
-def _read_token(path):
+def _read_token(path: Union[str, "os.PathLike[str]"]) -> str:
     try:
         with open(path, encoding="utf-8") as f:
             token = f.read().strip()
@@ -47,34 +57,42 @@ def _read_token(path):
     return token
 
 
-def _load_spec(path):
+def _load_spec(path: str) -> Record:
     with open(path, "rb") as f:
         raw = f.read()
     if str(path).endswith(".json"):
-        return json.loads(raw)
+        spec: Record = json.loads(raw)
+        return spec
     try:
-        import tomllib  # noqa: PLC0415 (Python 3.11+)
+        import tomllib  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415 (Python 3.11+)
     except ImportError:
         try:
-            import tomli as tomllib  # noqa: PLC0415
+            import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]  # noqa: PLC0415
         except ImportError as e:
             raise RuntimeError(
                 f"{path}: reading TOML needs Python 3.11 or the `tomli` package; "
                 "or give the spec as a dict or a .json file"
             ) from e
-    return tomllib.loads(raw.decode())
+    loaded: Record = tomllib.loads(raw.decode())
+    return loaded
 
 
 class Client:
     """One agent's API (``host:port``; the agent's ``api_listen``), with its bearer token if
     the API asks for one (``token``, or ``token_file`` as the CLI's ``--token-file``)."""
 
-    def __init__(self, api="127.0.0.1:7601", token=None, token_file=None, timeout=30.0):
+    def __init__(
+        self,
+        api: str = "127.0.0.1:7601",
+        token: Optional[str] = None,
+        token_file: Optional[Union[str, "os.PathLike[str]"]] = None,
+        timeout: float = 30.0,
+    ) -> None:
         self.api = api
         self.token = _read_token(token_file) if token_file else token
         self.timeout = timeout
 
-    def _call(self, method, path, body=None):
+    def _call(self, method: str, path: str, body: Optional[Mapping[str, Any]] = None) -> Any:
         host, _, port = self.api.rpartition(":")
         conn = http.client.HTTPConnection(host or self.api, int(port or 7601), timeout=self.timeout)
         headers = {"Content-Type": "application/json"}
@@ -102,25 +120,31 @@ class Client:
 
     # Tasks.
 
-    def submit(self, spec):
+    def submit(self, spec: Union[Mapping[str, Any], str, "os.PathLike[str]"]) -> int:
         """Submit a task: a spec dict, or a path to a TOML or JSON spec file. Returns its id.
         Where the spec names no ``submitter``, the login name is given (as ``tapfinger-agent
         submit`` does): the agent learns sizes per submitter and job."""
-        if not isinstance(spec, dict):
-            spec = _load_spec(os.fspath(spec))
-        if not str(spec.get("submitter", "")).strip():
+        body: Record = dict(spec) if isinstance(spec, Mapping) else _load_spec(os.fspath(spec))
+        if not str(body.get("submitter", "")).strip():
             try:
-                spec = dict(spec, submitter=getpass.getuser())
+                body = dict(body, submitter=getpass.getuser())
             except (KeyError, OSError):
                 pass
-        return self._call("POST", "/v1/tasks", spec)["id"]
+        return int(self._call("POST", "/v1/tasks", body)["id"])
 
-    def tasks(self, state=None, name=None, klass=None, box=None):
+    def tasks(
+        self,
+        state: Optional[str] = None,
+        name: Optional[str] = None,
+        klass: Optional[Union[str, int]] = None,
+        box: Optional[str] = None,
+    ) -> List[Record]:
         """Every task the agent knows, oldest first, as the API lists them (all pages), kept to
         those in ``state`` (pending, running, gang, succeeded, failed, cancelled), of ``name``,
         of class ``klass``, on the box ``box``."""
         q = {k: v for k, v in (("state", state), ("name", name), ("class", klass), ("box", box)) if v}
-        out, offset = [], 0
+        out: List[Record] = []
+        offset = 0
         while True:
             page = self._call("GET", "/v1/tasks?" + urllib.parse.urlencode(dict(q, offset=offset)))
             out.extend(page["tasks"])
@@ -128,7 +152,7 @@ class Client:
                 return out
             offset = page["next_offset"]
 
-    def resolve(self, task):
+    def resolve(self, task: Union[int, str]) -> int:
         """The id of ``task``: an id, or a name exactly one task has."""
         if isinstance(task, int):
             return task
@@ -142,46 +166,60 @@ class Client:
                     raise
         found = self.tasks(name=task)
         if len(found) == 1:
-            return found[0]["id"]
+            return int(found[0]["id"])
         if not found:
             raise LookupError(f"no task has the id or name {task!r}")
         ids = ", ".join(str(t["id"]) for t in found)
         raise LookupError(f"{len(found)} tasks are named {task!r}: {ids}; give an id")
 
-    def show(self, task):
+    def show(self, task: Union[int, str]) -> Record:
         """One task: its state, box, progress, metrics, and the agent's estimates of when it
         starts and finishes (``expected_start_s``, ``expected_finish_s``: seconds from now,
         absent where the agent cannot say)."""
-        return self._call("GET", f"/v1/tasks/{self.resolve(task)}")
+        info: Record = self._call("GET", f"/v1/tasks/{self.resolve(task)}")
+        return info
 
-    def cancel(self, task):
+    def cancel(self, task: Union[int, str]) -> Any:
         """Cancel an unfinished task (an ApiError with status 404 where there is none)."""
         return self._call("DELETE", f"/v1/tasks/{self.resolve(task)}")
 
-    def logs(self, task, stdout_from=None, stderr_from=None):
+    def logs(
+        self,
+        task: Union[int, str],
+        stdout_from: Optional[int] = None,
+        stderr_from: Optional[int] = None,
+    ) -> Record:
         """What the task wrote (the last MiB of each, or from the byte offsets given), with
         each file's size, on the box that ran it last (the agent asks that box)."""
         q = {k: v for k, v in (("stdout_from", stdout_from), ("stderr_from", stderr_from)) if v is not None}
         path = f"/v1/tasks/{self.resolve(task)}/logs"
-        return self._call("GET", path + ("?" + urllib.parse.urlencode(q) if q else ""))
+        logs: Record = self._call("GET", path + ("?" + urllib.parse.urlencode(q) if q else ""))
+        return logs
 
-    def follow(self, task, out=None, err=None, every=1.0):
+    def follow(
+        self,
+        task: Union[int, str],
+        out: Optional[IO[str]] = None,
+        err: Optional[IO[str]] = None,
+        every: float = 1.0,
+    ) -> Record:
         """Write what the task writes as it comes (stdout to ``out``, stderr to ``err``) until it
         has ended and all it wrote is written; returns the task as it ended (its ``state``:
         succeeded, failed or cancelled)."""
-        out = out or sys.stdout
-        err = err or sys.stderr
+        to_out = out or sys.stdout
+        to_err = err or sys.stderr
         tid = self.resolve(task)
-        at_out = at_err = None
+        at_out: Optional[int] = None
+        at_err: Optional[int] = None
         while True:
             info = self.show(tid)
             ended = info["state"] in ENDED
             try:
                 l = self.logs(tid, at_out, at_err)
-                out.write(l["stdout"])
-                err.write(l["stderr"])
-                out.flush()
-                err.flush()
+                to_out.write(l["stdout"])
+                to_err.write(l["stderr"])
+                to_out.flush()
+                to_err.flush()
                 at_out, at_err = l["stdout_size"], l["stderr_size"]
             except ApiError as e:
                 if e.status != 404:
@@ -197,10 +235,11 @@ class Client:
 
     # The box.
 
-    def node(self):
+    def node(self) -> Record:
         """This box: its capacity, use, peers, policy, ..."""
-        return self._call("GET", "/v1/node")
+        node: Record = self._call("GET", "/v1/node")
+        return node
 
-    def peers(self):
+    def peers(self) -> Any:
         """The peers this box hears."""
         return self._call("GET", "/v1/peers")

@@ -16,6 +16,7 @@ system whose locks every box shares, never interleave.
 import fcntl
 import json
 import os
+from typing import Any, Optional, Tuple, Union
 
 from .lifecycle import task_id
 
@@ -27,7 +28,7 @@ class FenceError(Exception):
 class StaleEpoch(FenceError):
     """A write refused: a later start of the task has written already."""
 
-    def __init__(self, mine, highest, path):
+    def __init__(self, mine: int, highest: int, path: str) -> None:
         super().__init__(
             f"epoch {mine} is older than epoch {highest}, which has written {path}: "
             "a later start of this task runs elsewhere"
@@ -40,7 +41,7 @@ class StaleEpoch(FenceError):
 class OtherTask(FenceError):
     """A write refused: the file belongs to another task."""
 
-    def __init__(self, mine, owner, path):
+    def __init__(self, mine: Optional[int], owner: int, path: str) -> None:
         who = "this process (no task: not run by an agent)" if mine is None else f"task {mine}"
         super().__init__(
             f"{path} belongs to task {owner}, not to {who}: each task writes its own files "
@@ -51,7 +52,7 @@ class OtherTask(FenceError):
         self.path = path
 
 
-def epoch():
+def epoch() -> int:
     """This start's epoch (an unsigned 64-bit number), or 0 outside an agent."""
     return int(os.environ.get("TAPFINGER_EPOCH", "0"))
 
@@ -62,14 +63,19 @@ class FencedFile:
 
     _UNSET = object()
 
-    def __init__(self, path, my_epoch=None, my_task=_UNSET):
+    def __init__(
+        self,
+        path: Union[str, "os.PathLike[str]"],
+        my_epoch: Optional[int] = None,
+        my_task: Any = _UNSET,
+    ) -> None:
         self.path = os.fspath(path)
         self.epoch = epoch() if my_epoch is None else int(my_epoch)
         if not 0 <= self.epoch < 2**64:
             raise ValueError(f"an epoch is an unsigned 64-bit number, got {self.epoch}")
-        self.task = task_id() if my_task is FencedFile._UNSET else my_task
+        self.task: Optional[int] = task_id() if my_task is FencedFile._UNSET else my_task
 
-    def owner(self):
+    def owner(self) -> Tuple[Optional[int], int]:
         """(task, highest epoch) recorded beside the file: (None, 0) if never written; the task
         is None where an older kit wrote a bare epoch."""
         try:
@@ -84,7 +90,7 @@ class FencedFile:
             return None, d
         return d.get("task"), int(d.get("epoch", 0))
 
-    def write(self, data):
+    def write(self, data: Union[bytes, str]) -> None:
         """Write ``data`` (bytes or str) whole, unless another task owns the file (raise
         :class:`OtherTask`) or a later start of this one has written (raise
         :class:`StaleEpoch`); a refused write leaves the file as it is."""
@@ -109,7 +115,7 @@ class FencedFile:
                     json.dump({"task": self.task, "epoch": self.epoch}, f)
                 os.replace(self.path + ".epoch.tmp", self.path + ".epoch")
 
-    def read(self):
+    def read(self) -> Optional[bytes]:
         """The file's bytes (None if never written)."""
         try:
             with open(self.path, "rb") as f:

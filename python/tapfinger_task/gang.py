@@ -23,7 +23,7 @@ class Gang:
     role: str
 
     @property
-    def init_method(self):
+    def init_method(self) -> str:
         """The rendezvous as a ``torch.distributed`` init method (``tcp://addr:port``)."""
         return f"tcp://{self.master_addr}:{self.master_port}"
 

@@ -13,13 +13,15 @@
 
 import os
 import signal
+from types import FrameType
+from typing import Any, Dict, Mapping, Optional
 
 from .lifecycle import checkpoint_dir
 from .report import checkpointed, report
 
 
-def _metrics(values):
-    out = {}
+def _metrics(values: Optional[Mapping[str, Any]]) -> Dict[str, float]:
+    out: Dict[str, float] = {}
     for k, v in (values or {}).items():
         try:
             f = float(v)
@@ -31,69 +33,73 @@ def _metrics(values):
     return out
 
 
-def lightning_callback(path=None):
+def lightning_callback(path: Optional[str] = None) -> Any:
     """A Lightning ``Callback`` (see the module doc); ``path``: where the preemption checkpoint
     goes (default ``checkpoint_dir()/preempted.ckpt``)."""
     try:
-        from lightning.pytorch.callbacks import Callback  # noqa: PLC0415
+        from lightning.pytorch.callbacks import Callback  # type: ignore[import-not-found,import-untyped,unused-ignore]  # noqa: PLC0415
     except ImportError:
-        from pytorch_lightning.callbacks import Callback  # noqa: PLC0415
+        from pytorch_lightning.callbacks import Callback  # type: ignore[import-not-found,import-untyped,unused-ignore]  # noqa: PLC0415
 
-    class Tapfinger(Callback):
-        def __init__(self):
+    class Tapfinger(Callback):  # type: ignore[misc,unused-ignore]
+        def __init__(self) -> None:
             super().__init__()
             self.path = path or os.path.join(checkpoint_dir(), "preempted.ckpt")
 
         @staticmethod
-        def _done(trainer):
+        def _done(trainer: Any) -> float:
             total = getattr(trainer, "estimated_stepping_batches", None) or trainer.max_steps
-            return min(trainer.global_step / total, 1.0) if total and total > 0 else 0.0
+            return float(min(trainer.global_step / total, 1.0)) if total and total > 0 else 0.0
 
-        def on_train_start(self, trainer, pl_module):
-            def save(signum, frame):
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            def save(signum: int, frame: Optional[FrameType]) -> None:
                 trainer.save_checkpoint(self.path)
                 checkpointed(self._done(trainer))
                 os._exit(143)
 
             signal.signal(signal.SIGTERM, save)
 
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        def on_train_batch_end(
+            self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+        ) -> None:
             report(self._done(trainer), **_metrics(getattr(trainer, "callback_metrics", {})))
 
     return Tapfinger()
 
 
-def hf_callback():
+def hf_callback() -> Any:
     """A ``transformers.TrainerCallback`` (see the module doc)."""
-    from transformers import TrainerCallback  # noqa: PLC0415
+    from transformers import TrainerCallback  # type: ignore[import-not-found,import-untyped,unused-ignore]  # noqa: PLC0415
 
-    class Tapfinger(TrainerCallback):
-        def __init__(self):
+    class Tapfinger(TrainerCallback):  # type: ignore[misc,unused-ignore]
+        def __init__(self) -> None:
             self.stopping = False
 
         @staticmethod
-        def _done(state):
-            return min(state.global_step / state.max_steps, 1.0) if state.max_steps else 0.0
+        def _done(state: Any) -> float:
+            return float(min(state.global_step / state.max_steps, 1.0)) if state.max_steps else 0.0
 
-        def on_train_begin(self, args, state, control, **kwargs):
-            def asked(signum, frame):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            def asked(signum: int, frame: Optional[FrameType]) -> None:
                 self.stopping = True
 
             signal.signal(signal.SIGTERM, asked)
 
-        def on_step_end(self, args, state, control, **kwargs):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             if self.stopping:
                 control.should_save = True
                 control.should_training_stop = True
             return control
 
-        def on_save(self, args, state, control, **kwargs):
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             if self.stopping:
                 checkpointed(self._done(state))
                 os._exit(143)
             return control
 
-        def on_log(self, args, state, control, logs=None, **kwargs):
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: Optional[Mapping[str, Any]] = None, **kwargs: Any
+        ) -> Any:
             report(self._done(state), **_metrics(logs))
             return control
 

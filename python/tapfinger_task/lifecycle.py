@@ -8,22 +8,24 @@ devices) has ``TAPFINGER_RESUME=1`` and should pick up from the last checkpoint 
 import os
 import signal
 import sys
+from types import FrameType
+from typing import Callable, Optional
 
 from .report import checkpointed
 
 
-def task_id():
+def task_id() -> Optional[int]:
     """The task's id (``TAPFINGER_TASK_ID``), or None outside an agent."""
     v = os.environ.get("TAPFINGER_TASK_ID")
     return int(v) if v else None
 
 
-def resuming():
+def resuming() -> bool:
     """Whether this start should resume from a checkpoint (``TAPFINGER_RESUME=1``)."""
     return os.environ.get("TAPFINGER_RESUME") == "1"
 
 
-def checkpoint_dir(base=None):
+def checkpoint_dir(base: Optional[str] = None) -> str:
     """The task's own checkpoint folder, created: ``<base>/task-<id>``, where the base is
     ``TAPFINGER_CHECKPOINT_DIR`` if set (the spec's ``env``: every submission of a spec shares
     it, each task gets its folder in it), else ``checkpoints`` in ``base`` (default: the working
@@ -37,14 +39,14 @@ def checkpoint_dir(base=None):
     return d
 
 
-def on_preempt(save, exit_code=143):
+def on_preempt(save: Callable[[], Optional[float]], exit_code: int = 143) -> None:
     """On SIGTERM (the agent's checkpoint signal): call ``save()``, report the checkpoint and
     exit. The checkpoint holds the progress ``save`` returns (the share of the work its saved
     state has done), or the last progress reported if it returns None. ``save`` runs in the
     main thread between two Python instructions, so keep it within the spec's
     ``grace_seconds``."""
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: Optional[FrameType]) -> None:
         checkpointed(save())
         sys.stdout.flush()
         os._exit(exit_code)

@@ -8,19 +8,20 @@ then loses only the work since.
 import math
 import sys
 import threading
+from typing import Optional
 
 _lock = threading.Lock()
 _last = [0.0]
 
 
-def _number(name, value):
+def _number(name: str, value: float) -> float:
     v = float(value)
     if not math.isfinite(v):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     return v
 
 
-def report(progress, **metrics):
+def report(progress: float, **metrics: float) -> None:
     """Tell the agent the task's progress (0 to 1) and any metrics (finite numbers). Where
     :func:`~tapfinger_task.follow_threads` follows the share, a new thread count is applied
     first, in the calling thread (:func:`~tapfinger_task.share.apply_share`)."""
@@ -39,7 +40,7 @@ def report(progress, **metrics):
         sys.stdout.flush()
 
 
-def checkpointed(progress=None, **metrics):
+def checkpointed(progress: Optional[float] = None, **metrics: float) -> None:
     """Tell the agent a checkpoint now holds the work up to ``progress`` (default: the last
     progress reported); the progress line keeps the larger of the two, as work done since the
     checkpoint is still done."""
@@ -47,7 +48,7 @@ def checkpointed(progress=None, **metrics):
     report(max(_last[0], c), checkpoint=c, **metrics)
 
 
-def done(**metrics):
+def done(**metrics: float) -> None:
     """Tell the agent the task's work is done (progress 1), before the results are written out
     and the process exits: from then on the task is no preemption victim, and a stop of its box
     lets it end by itself rather than give it the checkpoint signal (done is done: it will not
@@ -55,6 +56,6 @@ def done(**metrics):
     report(1.0, **metrics)
 
 
-def last_progress():
+def last_progress() -> float:
     """The last progress reported by this process (0 before any)."""
     return _last[0]

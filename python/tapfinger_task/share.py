@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 ENV = "TAPFINGER_SHARE_FILE"
 
@@ -32,20 +32,20 @@ class Share:
     generation: int = 0
 
     @property
-    def threads(self):
+    def threads(self) -> int:
         """Worker threads that use the CPU share without oversubscribing it: the whole cores,
         at least one."""
         return max(1, int(math.floor(self.cpus + 1e-9)))
 
 
-def _machine():
+def _machine() -> Share:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     gpus = [int(x) for x in visible.split(",") if x.strip().isdigit()]
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return Share(cpus=float(n or 1), gpus=gpus)
 
 
-def share(path=None):
+def share(path: Optional[str] = None) -> Share:
     """The share in force now (read from the share file each call)."""
     path = path or os.environ.get(ENV)
     if not path:
@@ -62,22 +62,22 @@ def share(path=None):
     )
 
 
-def cpus():
+def cpus() -> float:
     """CPU cores the task holds now."""
     return share().cpus
 
 
-def threads():
+def threads() -> int:
     """Worker threads for the CPU share held now (its whole cores, at least one)."""
     return share().threads
 
 
-def memory():
+def memory() -> Optional[int]:
     """The task's memory limit in bytes, or None."""
     return share().memory_bytes
 
 
-def gpus():
+def gpus() -> Tuple[List[int], Optional[float]]:
     """(devices, fraction): the GPU devices the task sees and the share of its one device it
     holds (None: whole devices)."""
     s = share()
@@ -88,22 +88,29 @@ class Watcher:
     """Calls back with the new share whenever the agent rewrites it (a daemon thread polling
     the file's modification; ``stop()`` ends it)."""
 
-    def __init__(self, callback, interval=0.5, path=None):
+    def __init__(
+        self,
+        callback: Callable[[Share], None],
+        interval: float = 0.5,
+        path: Optional[str] = None,
+    ) -> None:
         self._callback = callback
         self._interval = interval
         self._path = path or os.environ.get(ENV)
         self._stop = threading.Event()
-        self._seen = None
+        self._seen: Optional[Tuple[int, int, int]] = None
         self._thread = threading.Thread(target=self._run, name="tapfinger-share", daemon=True)
 
-    def _stamp(self):
+    def _stamp(self) -> Optional[Tuple[int, int, int]]:
+        if not self._path:
+            return None
         try:
             st = os.stat(self._path)
             return (st.st_mtime_ns, st.st_size, st.st_ino)
         except OSError:
             return None
 
-    def _run(self):
+    def _run(self) -> None:
         while not self._stop.wait(self._interval):
             stamp = self._stamp()
             if stamp is None or stamp == self._seen:
@@ -115,29 +122,39 @@ class Watcher:
                 continue
             self._callback(s)
 
-    def start(self):
+    def start(self) -> "Watcher":
         if self._path:
             self._seen = self._stamp()
             self._thread.start()
         return self
 
-    def stop(self):
+    def stop(self) -> None:
         self._stop.set()
 
 
-def watch(callback, interval=0.5):
+def watch(callback: Callable[[Share], None], interval: float = 0.5) -> Watcher:
     """Call ``callback(share)`` whenever the share changes; returns the running watcher. Outside
     an agent nothing changes and no thread starts."""
     return Watcher(callback, interval).start()
 
 
+class _Following:
+    """What :func:`follow_threads` keeps the libraries at: the share's whole cores (None: not
+    following), the count the callbacks were last told, the callbacks, and per thread what was
+    applied there last (the count, and whether PyTorch was imported then)."""
+
+    def __init__(self) -> None:
+        self.want: Optional[int] = None
+        self.told: Optional[int] = None
+        self.callbacks: List[Callable[[int], None]] = []
+        self.applied: Dict[int, Tuple[int, bool]] = {}
+
+
 _apply_lock = threading.Lock()
-# What follow_threads() keeps the libraries at: the share's whole cores (None: not following),
-# the callbacks to tell when it changes, and per thread what was applied there last.
-_follow = {"want": None, "told": None, "callbacks": [], "applied": {}}
+_follow = _Following()
 
 
-def _openmp_libraries():
+def _openmp_libraries() -> List[str]:
     """Paths of the OpenMP runtimes loaded in this process (GNU, LLVM, Intel), from the
     process's own memory map: a library an extension module loaded privately is not in the
     global symbol namespace, so it is found by its file."""
@@ -155,7 +172,7 @@ def _openmp_libraries():
     return found
 
 
-def _set_threads(n):
+def _set_threads(n: int) -> None:
     """Size, in the calling thread, the thread pools of the libraries loaded in this process to
     ``n``: PyTorch's (where the job imported it), and through threadpoolctl (where installed:
     ``pip install tapfinger-task[threads]``) OpenBLAS's, MKL's, BLIS's and OpenMP's; without
@@ -165,7 +182,7 @@ def _set_threads(n):
     if torch is not None and hasattr(torch, "set_num_threads"):
         torch.set_num_threads(n)
     try:
-        from threadpoolctl import threadpool_limits  # noqa: PLC0415 (optional)
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped,import-not-found,unused-ignore]  # noqa: PLC0415
 
         threadpool_limits(limits=n)
         return
@@ -180,31 +197,33 @@ def _set_threads(n):
             continue
 
 
-def apply_share():
+def apply_share() -> Optional[int]:
     """Apply the share's thread count in the calling thread now, if :func:`follow_threads`
     follows it and it changed since this thread last applied it (or PyTorch was imported
     since); :func:`~tapfinger_task.report` calls it, so a loop that reports follows the share
     from its own thread. Returns the count in force here (None where nothing is followed)."""
     with _apply_lock:
-        want = _follow["want"]
+        want = _follow.want
         if want is None:
             return None
         me = threading.get_ident()
         key = (want, "torch" in sys.modules)
-        if _follow["applied"].get(me) == key:
+        if _follow.applied.get(me) == key:
             return want
         _set_threads(want)
-        _follow["applied"][me] = key
-        tell = _follow["told"] != want
-        _follow["told"] = want
-        callbacks = list(_follow["callbacks"])
+        _follow.applied[me] = key
+        tell = _follow.told != want
+        _follow.told = want
+        callbacks = list(_follow.callbacks)
     if tell:
         for cb in callbacks:
             cb(want)
     return want
 
 
-def follow_threads(callback=None, interval=0.5):
+def follow_threads(
+    callback: Optional[Callable[[int], None]] = None, interval: float = 0.5
+) -> Watcher:
     """Keep PyTorch's, the BLAS libraries' and OpenMP's thread counts at the share's whole
     cores, now and at every re-share; ``callback(threads)`` too, for pools of your own. Call it
     from the thread that computes (the training loop's): the count is applied there now and,
@@ -212,15 +231,15 @@ def follow_threads(callback=None, interval=0.5):
     :func:`apply_share`), never from the watcher's thread, where OpenMP's and PyTorch's counts
     would change for the watcher alone. Returns the watcher."""
 
-    def changed(s):
+    def changed(s: Share) -> None:
         with _apply_lock:
-            _follow["want"] = s.threads
+            _follow.want = s.threads
 
     with _apply_lock:
         if callback is not None:
-            _follow["callbacks"].append(callback)
-        _follow["want"] = share().threads
-        _follow["told"] = None
-        _follow["applied"].clear()
+            _follow.callbacks.append(callback)
+        _follow.want = share().threads
+        _follow.told = None
+        _follow.applied.clear()
     apply_share()
     return watch(changed, interval)

@@ -15,7 +15,7 @@ from unittest import mock
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-import tapfinger_task as tf  # noqa: E402
+import tapfinger_task as kit  # noqa: E402
 
 
 def write_share(path, cpus, generation, **extra):
@@ -32,11 +32,11 @@ class Report(unittest.TestCase):
     def test_lines_the_agent_parses(self):
         out = io.StringIO()
         with redirect_stdout(out):
-            tf.report(0.25, loss=1.5)
-            tf.report(2, accuracy=0.9)  # progress is held to [0, 1]
-            tf.checkpointed()
-            tf.checkpointed(0.5)
-            tf.done(accuracy=0.95)
+            kit.report(0.25, loss=1.5)
+            kit.report(2, accuracy=0.9)  # progress is held to [0, 1]
+            kit.checkpointed()
+            kit.checkpointed(0.5)
+            kit.done(accuracy=0.95)
         self.assertEqual(
             out.getvalue().splitlines(),
             ["TAPFINGER progress=0.25 loss=1.5", "TAPFINGER progress=1 accuracy=0.9",
@@ -46,11 +46,11 @@ class Report(unittest.TestCase):
 
     def test_refuses_what_the_agent_would_drop(self):
         with self.assertRaises(ValueError):
-            tf.report(float("nan"))
+            kit.report(float("nan"))
         with self.assertRaises(ValueError):
-            tf.report(0.1, loss=float("inf"))
+            kit.report(0.1, loss=float("inf"))
         with self.assertRaises(ValueError):
-            tf.report(0.1, **{"a b": 1})
+            kit.report(0.1, **{"a b": 1})
 
 
 class Shares(unittest.TestCase):
@@ -61,20 +61,20 @@ class Shares(unittest.TestCase):
     def test_the_share_in_force_and_outside_an_agent(self):
         write_share(self.path, 2.5, 1, memory_bytes=1 << 30, gpus=[3], gpu_share=0.25)
         with mock.patch.dict(os.environ, {"TAPFINGER_SHARE_FILE": self.path}):
-            s = tf.share()
+            s = kit.share()
             self.assertEqual((s.cpus, s.threads, s.memory_bytes), (2.5, 2, 1 << 30))
-            self.assertEqual(tf.gpus(), ([3], 0.25))
-            self.assertEqual(tf.threads(), 2)
+            self.assertEqual(kit.gpus(), ([3], 0.25))
+            self.assertEqual(kit.threads(), 2)
         env = {k: v for k, v in os.environ.items() if k != "TAPFINGER_SHARE_FILE"}
         env["CUDA_VISIBLE_DEVICES"] = "0,2"
         with mock.patch.dict(os.environ, env, clear=True):
-            s = tf.share()
+            s = kit.share()
             self.assertGreaterEqual(s.cpus, 1)
             self.assertEqual((s.gpus, s.memory_bytes, s.generation), ([0, 2], None, 0))
 
     def test_a_fraction_of_a_core_is_still_one_thread(self):
         write_share(self.path, 0.5, 1)
-        self.assertEqual(tf.share(self.path).threads, 1)
+        self.assertEqual(kit.share(self.path).threads, 1)
 
     def test_the_watcher_calls_back_on_each_rewrite(self):
         write_share(self.path, 1.0, 1)
@@ -86,7 +86,7 @@ class Shares(unittest.TestCase):
             changed.set()
 
         with mock.patch.dict(os.environ, {"TAPFINGER_SHARE_FILE": self.path}):
-            w = tf.watch(cb, interval=0.01)
+            w = kit.watch(cb, interval=0.01)
         try:
             write_share(self.path, 4.0, 2, padding="x")  # another size: seen even within one mtime tick
             self.assertTrue(changed.wait(10), "no callback")
@@ -110,10 +110,10 @@ class Shares(unittest.TestCase):
         ready, stop = threading.Event(), threading.Event()
 
         def computing():
-            w = tf.follow_threads(lambda n: told.append((n, threading.get_ident())), interval=0.01)
+            w = kit.follow_threads(lambda n: told.append((n, threading.get_ident())), interval=0.01)
             ready.set()
             while not stop.is_set():
-                tf.report(0.5)
+                kit.report(0.5)
                 blas = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
                 seen.append((gomp.omp_get_max_threads(), blas))
                 time.sleep(0.01)
@@ -140,7 +140,7 @@ class Shares(unittest.TestCase):
             finally:
                 stop.set()
                 t.join(10)
-                sys.modules["tapfinger_task.share"]._follow["want"] = None
+                sys.modules["tapfinger_task.share"]._follow.want = None
         # The callback, for pools of the job's own, was told each count once, in that thread.
         self.assertEqual([n for n, _ in told], [4, 2, 4])
         self.assertEqual({who for _, who in told}, {t.ident})
@@ -150,65 +150,65 @@ class Fencing(unittest.TestCase):
     def test_a_lower_epoch_is_refused_from_the_higher_one_s_first_write_on(self):
         d = tempfile.mkdtemp()
         p = os.path.join(d, "results", "out.txt")
-        old, new = tf.FencedFile(p, my_epoch=(1 << 32) + 5), tf.FencedFile(p, my_epoch=(2 << 32) + 3)
+        old, new = kit.FencedFile(p, my_epoch=(1 << 32) + 5), kit.FencedFile(p, my_epoch=(2 << 32) + 3)
         old.write("old 1")
         old.write("old 2")  # the same epoch writes again
         new.write("new")
-        with self.assertRaises(tf.StaleEpoch) as e:
+        with self.assertRaises(kit.StaleEpoch) as e:
             old.write("old 3")
         self.assertEqual((e.exception.mine, e.exception.highest), ((1 << 32) + 5, (2 << 32) + 3))
         self.assertEqual(old.read(), b"new")
         # Numbers, not strings: 10 > 9.
         q = os.path.join(d, "n")
-        tf.FencedFile(q, my_epoch=10).write("10")
-        with self.assertRaises(tf.StaleEpoch):
-            tf.FencedFile(q, my_epoch=9).write("9")
+        kit.FencedFile(q, my_epoch=10).write("10")
+        with self.assertRaises(kit.StaleEpoch):
+            kit.FencedFile(q, my_epoch=9).write("9")
 
     def test_another_task_s_file_is_refused_whatever_its_epoch(self):
         d = tempfile.mkdtemp()
         p = os.path.join(d, "results.json")
-        tf.FencedFile(p, my_epoch=(1 << 32) + 9, my_task=7).write("task 7")
+        kit.FencedFile(p, my_epoch=(1 << 32) + 9, my_task=7).write("task 7")
         # Task 8's first start has a lower epoch than task 7's: the rule for one task's starts
         # would call it stale; it is another task, and says so, at any epoch.
         for e in [(1 << 32) + 1, (5 << 32) + 1]:
-            with self.assertRaises(tf.OtherTask) as err:
-                tf.FencedFile(p, my_epoch=e, my_task=8).write("task 8")
+            with self.assertRaises(kit.OtherTask) as err:
+                kit.FencedFile(p, my_epoch=e, my_task=8).write("task 8")
             self.assertEqual((err.exception.mine, err.exception.owner), (8, 7))
             self.assertIn("belongs to task 7, not to task 8", str(err.exception))
-            self.assertIsInstance(err.exception, tf.FenceError)
-        self.assertEqual(tf.FencedFile(p, my_task=7).read(), b"task 7")
+            self.assertIsInstance(err.exception, kit.FenceError)
+        self.assertEqual(kit.FencedFile(p, my_task=7).read(), b"task 7")
         with open(p + ".epoch", encoding="ascii") as f:
             self.assertEqual(json.load(f), {"task": 7, "epoch": (1 << 32) + 9})
         # A process outside an agent is no task either.
-        with self.assertRaises(tf.OtherTask):
-            tf.FencedFile(p, my_epoch=1 << 40, my_task=None).write("local")
+        with self.assertRaises(kit.OtherTask):
+            kit.FencedFile(p, my_epoch=1 << 40, my_task=None).write("local")
         # The task's own next start writes.
-        tf.FencedFile(p, my_epoch=(2 << 32) + 1, my_task=7).write("task 7 again")
-        self.assertEqual(tf.FencedFile(p, my_task=7).read(), b"task 7 again")
+        kit.FencedFile(p, my_epoch=(2 << 32) + 1, my_task=7).write("task 7 again")
+        self.assertEqual(kit.FencedFile(p, my_task=7).read(), b"task 7 again")
 
     def test_a_bare_epoch_from_an_older_kit_is_kept_and_its_file_adopted(self):
         d = tempfile.mkdtemp()
         p = os.path.join(d, "out")
         with open(p + ".epoch", "w", encoding="ascii") as f:
             f.write(str((3 << 32) + 1))
-        with self.assertRaises(tf.StaleEpoch):
-            tf.FencedFile(p, my_epoch=(2 << 32) + 1, my_task=5).write("stale")
-        tf.FencedFile(p, my_epoch=(3 << 32) + 1, my_task=5).write("same epoch")
-        self.assertEqual(tf.FencedFile(p, my_task=5).owner(), (5, (3 << 32) + 1))
+        with self.assertRaises(kit.StaleEpoch):
+            kit.FencedFile(p, my_epoch=(2 << 32) + 1, my_task=5).write("stale")
+        kit.FencedFile(p, my_epoch=(3 << 32) + 1, my_task=5).write("same epoch")
+        self.assertEqual(kit.FencedFile(p, my_task=5).owner(), (5, (3 << 32) + 1))
 
     def test_the_task_and_its_folder_come_from_the_agent(self):
         root = tempfile.mkdtemp()
         for tid in ["11", "12"]:
             env = {"TAPFINGER_TASK_ID": tid, "TAPFINGER_CHECKPOINT_DIR": root}
             with mock.patch.dict(os.environ, env):
-                self.assertEqual(tf.FencedFile("x").task, int(tid))
+                self.assertEqual(kit.FencedFile("x").task, int(tid))
                 # Every submission of a spec shares its env: each task gets its own folder.
-                self.assertEqual(tf.checkpoint_dir(), os.path.join(root, "task-" + tid))
+                self.assertEqual(kit.checkpoint_dir(), os.path.join(root, "task-" + tid))
 
     def test_the_epoch_comes_from_the_agent(self):
         with mock.patch.dict(os.environ, {"TAPFINGER_EPOCH": str((3 << 32) + 1)}):
-            self.assertEqual(tf.epoch(), (3 << 32) + 1)
-            self.assertEqual(tf.FencedFile("x").epoch, (3 << 32) + 1)
+            self.assertEqual(kit.epoch(), (3 << 32) + 1)
+            self.assertEqual(kit.FencedFile("x").epoch, (3 << 32) + 1)
 
 
 class Lifecycle(unittest.TestCase):
@@ -216,26 +216,26 @@ class Lifecycle(unittest.TestCase):
         d = tempfile.mkdtemp()
         env = {"TAPFINGER_RESUME": "1", "TAPFINGER_TASK_ID": "42"}
         with mock.patch.dict(os.environ, env):
-            self.assertTrue(tf.resuming())
-            self.assertEqual(tf.checkpoint_dir(d), os.path.join(d, "checkpoints", "task-42"))
-            self.assertTrue(os.path.isdir(tf.checkpoint_dir(d)))
-            self.assertIsNone(tf.gang())
+            self.assertTrue(kit.resuming())
+            self.assertEqual(kit.checkpoint_dir(d), os.path.join(d, "checkpoints", "task-42"))
+            self.assertTrue(os.path.isdir(kit.checkpoint_dir(d)))
+            self.assertIsNone(kit.gang())
         env = {"RANK": "1", "WORLD_SIZE": "3", "MASTER_ADDR": "10.0.0.2", "MASTER_PORT": "4000",
                "LOCAL_RANK": "0", "TAPFINGER_GANG_ROLE": "worker"}
         with mock.patch.dict(os.environ, env):
-            g = tf.gang()
+            g = kit.gang()
             self.assertEqual((g.rank, g.world_size, g.init_method), (1, 3, "tcp://10.0.0.2:4000"))
 
     def test_sigterm_saves_reports_the_checkpoint_and_exits(self):
         d = tempfile.mkdtemp()
         script = (
             "import sys, time; sys.path.insert(0, %r)\n"
-            "import tapfinger_task as tf\n"
-            "tf.report(0.4)\n"
+            "import tapfinger_task as kit\n"
+            "kit.report(0.4)\n"
             "def save():\n"
             "    open(%r, 'w').write('saved')\n"
             "    return 0.3\n"
-            "tf.on_preempt(save)\n"
+            "kit.on_preempt(save)\n"
             "print('ready', flush=True)\n"
             "time.sleep(30)\n" % (os.path.dirname(HERE), os.path.join(d, "ckpt"))
         )
