@@ -87,6 +87,33 @@ impl Client {
     }
 }
 
+/// `node --address`: the one address another box's `--bootstrap` takes, as the agent gives it
+/// (its first off loopback, else its first: a box elsewhere cannot reach a loopback address).
+pub(crate) fn join_address(client: &Client) -> anyhow::Result<()> {
+    let (rt, token) = client.session()?;
+    let (status, body) = rt.block_on(tapfinger_agent::client::http(
+        &client.api,
+        "GET",
+        "/v1/node",
+        None,
+        token.as_deref(),
+    ))?;
+    if !(200..300).contains(&status) {
+        anyhow::bail!("{}: HTTP {status}: {}", client.api, body.trim());
+    }
+    let node: tapfinger_agent::api::NodeInfo = serde_json::from_str(&body)?;
+    match tapfinger_agent::client::join_address(&node.addresses) {
+        Some(a) => {
+            println!("{a}");
+            Ok(())
+        }
+        None => anyhow::bail!(
+            "{}: the agent listens on no address yet (its network has not started)",
+            client.api
+        ),
+    }
+}
+
 /// `logs --follow`: the task's output as it comes; exits 4 when it failed or was cancelled.
 fn follow(client: &Client, id: u64) -> anyhow::Result<()> {
     let (rt, token) = client.session()?;
@@ -172,7 +199,10 @@ pub(crate) fn call(
         .unwrap_or(body);
     if (200..300).contains(&status) {
         let render: Option<fn(&serde_json::Value) -> Option<String>> = match path {
-            _ if method != "GET" || client.json => None,
+            _ if client.json => None,
+            // `submit`: the new task's id alone, for scripts (`--json` for the answer).
+            "/v1/tasks" if method == "POST" => Some(tapfinger_agent::client::submitted_id),
+            _ if method != "GET" => None,
             p if p.starts_with("/v1/tasks?") || p == "/v1/tasks" => {
                 Some(tapfinger_agent::client::tasks_table)
             }

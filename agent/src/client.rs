@@ -456,6 +456,22 @@ pub fn classes_table(body: &serde_json::Value) -> Option<String> {
     Some(out)
 }
 
+/// The id of a task the API accepted (`POST /v1/tasks`'s answer), as `submit` prints it.
+pub fn submitted_id(body: &serde_json::Value) -> Option<String> {
+    body["id"].as_u64().map(|id| id.to_string())
+}
+
+/// Of a node's addresses (`/ip4/…/p2p/<peer id>`), the one to join it by: the first off
+/// loopback (another box cannot reach a loopback address), else the first.
+pub fn join_address(addresses: &[String]) -> Option<&str> {
+    let loopback = |a: &str| a.starts_with("/ip4/127.") || a.starts_with("/ip6/::1/");
+    addresses
+        .iter()
+        .find(|a| !loopback(a))
+        .or_else(|| addresses.first())
+        .map(String::as_str)
+}
+
 /// `GET /v1/node` as aligned `key  value` lines (`tapfinger-agent node`); None if the body is not
 /// a [`crate::api::NodeInfo`].
 pub fn node_lines(body: &serde_json::Value) -> Option<String> {
@@ -480,6 +496,9 @@ pub fn node_lines(body: &serde_json::Value) -> Option<String> {
         "dropped_messages",
         n.dropped_messages
     );
+    for a in &n.addresses {
+        text.push_str(&format!("\n{:<18} {a}", "address"));
+    }
     if let Some(model) = n.labels.get(tapfinger::estimate::GPU_MODEL_LABEL) {
         text.push_str(&format!("\n{:<18} {model}", "gpu_model"));
     }

@@ -142,8 +142,12 @@ enum Cmd {
         #[command(flatten)]
         client: Client,
     },
-    /// Show the agent's node.
+    /// Show the agent's node, with the addresses other boxes join it by (`--bootstrap`).
     Node {
+        /// Print only the address another box's `--bootstrap` takes (its first address off
+        /// loopback, else its first), for scripts.
+        #[arg(long)]
+        address: bool,
         #[command(flatten)]
         client: Client,
     },
@@ -438,7 +442,14 @@ fn main() {
         cmd @ (Cmd::Tasks { .. } | Cmd::Show { .. } | Cmd::Cancel { .. } | Cmd::Logs { .. }) => {
             task_command(cmd)
         }
-        Cmd::Node { client } => call(&client, "GET", "/v1/node", None),
+        Cmd::Node {
+            address: false,
+            client,
+        } => call(&client, "GET", "/v1/node", None),
+        Cmd::Node {
+            address: true,
+            client,
+        } => cli_remote::join_address(&client),
         Cmd::Workload {
             action,
             since,

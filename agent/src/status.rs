@@ -83,6 +83,9 @@ pub struct Status {
     pub start_error: Option<tapfinger::ledger::StartError>,
     /// Whether the journal takes writes (none: the agent keeps no journal).
     pub storage: Option<crate::store::Health>,
+    /// The addresses this agent listens on, each with its peer id (`…/p2p/<peer id>`): what
+    /// another box's `--bootstrap` takes.
+    pub listening: Vec<String>,
 }
 
 /// The pending tasks of `tasks` in the order nodes take them at `slot` ([`Status::queue`]).

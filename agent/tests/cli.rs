@@ -2,7 +2,8 @@
 //! commands run as processes. Judged from their output and their exit codes (0 done, 1 an error,
 //! 2 a usage error, 4 a followed task that failed): a task found by name, an ambiguous or
 //! unknown name refused with the ids, `logs --follow` printing a task's output until it ends,
-//! filters, `--json`, and `tasks --watch` redrawing in place.
+//! filters, `--json`, `tasks --watch` redrawing in place, `submit` printing the id, and a second
+//! box joining by the address `node` prints.
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
@@ -56,6 +57,11 @@ fn the_cli_finds_follows_filters_and_says_so_in_its_exit_code() {
 
     let ok = cli(&api, &["submit", &spec(&dir, "good", 0)]);
     assert!(ok.status.success(), "{}", text(&ok.stderr));
+    // `submit` prints the new task's id alone (`--json` for the API's answer).
+    let id: u64 = text(&ok.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("submit printed {:?}: {e}", text(&ok.stdout)));
     // Followed by name: its lines in order, then exit 0.
     let f = cli(&api, &["logs", "good", "--follow"]);
     assert_eq!(f.status.code(), Some(0), "{}", text(&f.stderr));
@@ -65,6 +71,8 @@ fn the_cli_finds_follows_filters_and_says_so_in_its_exit_code() {
         .map(str::to_string)
         .collect();
     assert_eq!(lines, ["line 1", "line 2", "line 3", "line 4"]);
+    let s = cli(&api, &["show", &id.to_string()]);
+    assert!(text(&s.stdout).contains("good"), "{}", text(&s.stdout));
     // A task that fails: exit 4.
     assert!(
         cli(&api, &["submit", &spec(&dir, "bad", 3)])
@@ -127,5 +135,57 @@ fn the_cli_finds_follows_filters_and_says_so_in_its_exit_code() {
     let out = text(&w.wait_with_output().unwrap().stdout);
     assert!(out.matches("\x1b[H\x1b[2J").count() >= 2, "{out:?}");
     assert!(out.contains("good"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `node` prints the address other boxes join by, and a second box started with
+/// `--bootstrap` and that address as `node --address` printed it joins: each lists the other
+/// among its peers. No log is read.
+#[test]
+fn a_second_box_joins_by_the_address_node_prints() {
+    let dir = std::env::temp_dir().join(format!("tf-cli-join-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (first, second) = (dir.join("first"), dir.join("second"));
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    let (api1, p2p1) = (format!("127.0.0.1:{}", free_port()), free_port());
+    let _a = start_agent(
+        agent_command(BIN, "box-1", &first, p2p1, &api1, "first-fit-max"),
+        &api1,
+    );
+    // The address, once the network listens (the API may answer a moment before).
+    let mut address = String::new();
+    for _ in 0..100 {
+        let o = cli(&api1, &["node", "--address"]);
+        if o.status.success() {
+            address = text(&o.stdout).trim().to_string();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        address.starts_with(&format!("/ip4/127.0.0.1/tcp/{p2p1}/p2p/")),
+        "{address:?}"
+    );
+    let shown = text(&cli(&api1, &["node"]).stdout);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("address") && l.ends_with(&address)),
+        "{shown}"
+    );
+    let api2 = format!("127.0.0.1:{}", free_port());
+    let mut cmd = agent_command(BIN, "box-2", &second, free_port(), &api2, "first-fit-max");
+    cmd.args(["--bootstrap", &address]);
+    let _b = start_agent(cmd, &api2);
+    let joined = (0..100).any(|_| {
+        let seen = |api: &str, other: &str| text(&cli(api, &["peers"]).stdout).contains(other);
+        let both = seen(&api1, "box-2") && seen(&api2, "box-1");
+        if !both {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        both
+    });
+    assert!(joined, "{}", text(&cli(&api2, &["peers"]).stdout));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -490,6 +490,7 @@ async fn node(State(s): State<ApiState>) -> Response {
         }),
         policy: crate::online::policy_line(&st.deciding, st.policy.as_ref()),
         start_estimates: st.start_error.map(|e| StartEstimates::of(e, st.slot_ms)),
+        addresses: st.listening.clone(),
     })
     .into_response()
 }

@@ -243,6 +243,10 @@ pub struct NodeInfo {
     /// started; none until a task it estimated has started.
     #[serde(default)]
     pub start_estimates: Option<StartEstimates>,
+    /// The addresses it listens on, each with its peer id: what another box's `--bootstrap`
+    /// takes, as printed.
+    #[serde(default)]
+    pub addresses: Vec<String>,
 }
 
 /// How far a box's start estimates were from the starts: each task's first estimate against

@@ -65,6 +65,8 @@ struct Daemon {
     stop_timeout: Duration,
     /// Logs of tasks that ran on other boxes, asked of those boxes ([`peer_logs`]).
     peer_logs: peer_logs::PeerLogs,
+    /// The addresses the network listens on, with the peer id ([`Status::listening`]).
+    listening: Vec<String>,
 }
 
 /// How often the status snapshot, the metrics and the outcome journal are brought up to date
@@ -122,6 +124,7 @@ pub(super) async fn run(
         leaving: None,
         stop_timeout,
         peer_logs: Default::default(),
+        listening: Vec::new(),
     };
     d.gpu_use = crate::gpu_use::Sampler::new(d.p.gpus.probe.take());
     d.state_devices();
@@ -231,7 +234,11 @@ impl Daemon {
                 Vec::new()
             }
             NetEvent::Listening(addr) => {
-                tracing::info!(address = %format!("{addr}/p2p/{}", p.net.peer_id), "listening");
+                let full = format!("{addr}/p2p/{}", p.net.peer_id);
+                tracing::info!(address = %full, "listening");
+                if !self.listening.contains(&full) {
+                    self.listening.push(full);
+                }
                 Vec::new()
             }
             NetEvent::PeerUp(peer) | NetEvent::PeerDown(peer) => {
@@ -500,6 +507,7 @@ impl Daemon {
             storage: self.p.store.as_ref().map(crate::store::Store::health),
             expected: self.outlets.expected(core),
             start_error: self.outlets.start_error(),
+            listening: self.listening.clone(),
         };
         let latencies = self.p.core.take_latencies();
         if self.outlets.publish(snapshot, &latencies, status) {
