@@ -53,8 +53,13 @@ pub(crate) fn task_command(cmd: Cmd) -> anyhow::Result<()> {
                     }
                 })
         }
-        Cmd::Show { id, client } => task_arg(&client, &id)
-            .and_then(|id| call(&client, "GET", &format!("/v1/tasks/{id}"), None)),
+        Cmd::Show { id, client } => task_arg(&client, &id).and_then(|id| {
+            call(&client, "GET", &format!("/v1/tasks/{id}"), None)?;
+            if !client.json {
+                why_it_failed(&client, id)?;
+            }
+            Ok(())
+        }),
         Cmd::Cancel { id, client } => task_arg(&client, &id)
             .and_then(|id| call(&client, "DELETE", &format!("/v1/tasks/{id}"), None)),
         Cmd::Logs {
@@ -112,6 +117,42 @@ pub(crate) fn join_address(client: &Client) -> anyhow::Result<()> {
             client.api
         ),
     }
+}
+
+/// Under `show` of a failed task, why: the last lines it wrote (its standard error's, else its
+/// output's), where the start failed the agent's own line among them, so that the reason is
+/// where the user looks first, not only in `logs`.
+fn why_it_failed(client: &Client, id: u64) -> anyhow::Result<()> {
+    let (rt, token) = client.session()?;
+    let get = |path: String| {
+        rt.block_on(tapfinger_agent::client::http(
+            &client.api,
+            "GET",
+            &path,
+            None,
+            token.as_deref(),
+        ))
+    };
+    let (status, body) = get(format!("/v1/tasks/{id}"))?;
+    let failed = (200..300).contains(&status)
+        && serde_json::from_str::<tapfinger_agent::api::TaskInfo>(&body)
+            .is_ok_and(|t| matches!(t.status, tapfinger_agent::api::TaskStatus::Failed(_)));
+    if !failed {
+        return Ok(());
+    }
+    let (status, body) = get(format!("/v1/tasks/{id}/logs"))?;
+    let logs = serde_json::from_str::<tapfinger_agent::api::TaskLogs>(&body).ok();
+    let text = match logs {
+        Some(l) if (200..300).contains(&status) => tapfinger_agent::client::last_lines(&l, 5),
+        // The logs are on a box that does not answer: say so rather than nothing.
+        _ => format!("(its logs could not be read: HTTP {status})"),
+    };
+    println!(
+        "{:<12} {}",
+        "why",
+        text.replace('\n', &format!("\n{:<12} ", ""))
+    );
+    Ok(())
 }
 
 /// `logs --follow`: the task's output as it comes; exits 4 when it failed or was cancelled.

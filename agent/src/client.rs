@@ -456,6 +456,31 @@ pub fn classes_table(body: &serde_json::Value) -> Option<String> {
     Some(out)
 }
 
+/// The last `n` lines a task's last attempt wrote that say something (no progress lines): its
+/// standard error's, else its output's (`show` of a failed task); "(it wrote nothing)" where
+/// both are empty.
+pub fn last_lines(logs: &crate::api::TaskLogs, n: usize) -> String {
+    let said = |s: &str| -> Vec<String> {
+        let last = s.rfind(crate::logs::ATTEMPT_MARK).map_or(s, |i| &s[i..]);
+        last.lines()
+            .filter(|l| {
+                !l.trim().is_empty()
+                    && !l.starts_with("TAPFINGER ")
+                    && !l.starts_with(crate::logs::ATTEMPT_MARK)
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    let mut lines = said(&logs.stderr);
+    if lines.is_empty() {
+        lines = said(&logs.stdout);
+    }
+    if lines.is_empty() {
+        return "(it wrote nothing)".into();
+    }
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 /// The id of a task the API accepted (`POST /v1/tasks`'s answer), as `submit` prints it.
 pub fn submitted_id(body: &serde_json::Value) -> Option<String> {
     body["id"].as_u64().map(|id| id.to_string())

@@ -81,6 +81,32 @@ fn the_cli_finds_follows_filters_and_says_so_in_its_exit_code() {
     );
     let f = cli(&api, &["logs", "bad", "-f"]);
     assert_eq!(f.status.code(), Some(4), "{}", text(&f.stderr));
+    // `show` of a failed task says why: the last lines it wrote.
+    let why = |name: &str| {
+        let shown = text(&cli(&api, &["show", name]).stdout);
+        shown
+            .find("\nwhy ")
+            .map(|i| shown[i..].to_string())
+            .unwrap_or_else(|| panic!("no why: {shown}"))
+    };
+    let said = why("bad");
+    assert!(said.trim_end().ends_with("line 4"), "{said}");
+    // A command that is not there: the task fails, and `show` says which and why.
+    let missing = dir.join("missing.toml");
+    std::fs::write(
+        &missing,
+        "name = \"missing\"\ncommand = [\"no-such-interpreter-tf\", \"x.py\"]\nmin_demand = { cpu = 1 }\n",
+    )
+    .unwrap();
+    assert!(
+        cli(&api, &["submit", &missing.display().to_string()])
+            .status
+            .success()
+    );
+    let g = cli(&api, &["logs", "missing", "-f"]);
+    assert_eq!(g.status.code(), Some(4), "{}", text(&g.stderr));
+    let said = why("missing");
+    assert!(said.contains("no-such-interpreter-tf"), "{said}");
     assert!(
         text(&f.stderr).contains("\"exit_code\":3"),
         "{}",

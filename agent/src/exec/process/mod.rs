@@ -270,10 +270,24 @@ impl Executor for ProcessExecutor {
                 return Err(spawn_err(e.to_string()));
             }
         };
-        let mut child = cmd
-            .process_group(0)
-            .spawn()
-            .map_err(|e| spawn_err(format!("{}: {e}", argv[0])))?;
+        let mut child = match cmd.process_group(0).spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                cleanup(self);
+                let reason = format!("{}: {e}", argv[0]);
+                // Where the user looks for why (`logs`, `show`), not only the agent's log: a
+                // command that is not there (a missing interpreter) fails before it writes.
+                use std::io::Write as _;
+                if let Ok(mut f) = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log.with_extension("stderr"))
+                {
+                    let _ = writeln!(f, "tapfinger-agent: cannot start the task: {reason}");
+                }
+                return Err(spawn_err(reason));
+            }
+        };
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
@@ -527,6 +541,31 @@ mod tests {
         assert_eq!(seen["cpus"].as_f64(), Some(cpus), "{out}");
         assert_eq!(seen["generation"].as_u64(), Some(generation), "{out}");
         assert_eq!(seen["memory_bytes"].as_u64(), Some(1 << 30), "{out}");
+    }
+
+    /// A command that is not there fails, and says so where the user reads the task's output
+    /// (its standard error file), not only in the agent's log: the program that runs it (the
+    /// CPU pinning's, here) says it, or, with nothing in between, the agent itself.
+    #[tokio::test]
+    async fn a_missing_command_fails_with_its_reason_in_the_task_s_stderr() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut ex = ProcessExecutor::new(Cgroups::Unavailable("test".into()), dir.into(), tx);
+        let started = ex.start(
+            TaskId(7),
+            &spec(&["no-such-interpreter-tf", "x.py"]),
+            &Allocation {
+                cpus: 1.0,
+                ..Default::default()
+            },
+        );
+        match started {
+            Ok(_) => assert_ne!(until_exit(&mut rx).await.1, Some(0)),
+            Err(e) => assert!(matches!(e, ExecError::Spawn { .. }), "{e:?}"),
+        }
+        let err = std::fs::read_to_string(dir.join("7.stderr")).unwrap();
+        assert!(err.contains("no-such-interpreter-tf"), "{err}");
     }
 
     #[tokio::test]
