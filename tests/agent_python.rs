@@ -69,6 +69,17 @@ fn counts(logs: &Path, task: tapfinger::TaskId) -> Vec<u32> {
         .collect()
 }
 
+fn needs_numpy() {
+    needs_python();
+    let numpy = std::process::Command::new("python3")
+        .args(["-c", "import numpy"])
+        .status();
+    assert!(
+        numpy.is_ok_and(|s| s.success()),
+        "this test needs NumPy for python3 (.ci/run installs it)"
+    );
+}
+
 fn needs_python() {
     let python = std::process::Command::new("python3")
         .arg("--version")
@@ -253,14 +264,7 @@ fn numpy_example(ckpt: &Path, steps: u32) -> TaskSpec {
 /// log) and the result it wrote through the fenced file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_preempted_numpy_job_resumes_where_it_saved_and_its_result_is_fenced() {
-    needs_python();
-    let numpy = std::process::Command::new("python3")
-        .args(["-c", "import numpy"])
-        .status();
-    assert!(
-        numpy.is_ok_and(|s| s.success()),
-        "this test needs NumPy for python3 (.ci/run installs it)"
-    );
+    needs_numpy();
     let tmp = tempfile::tempdir().unwrap();
     let (logs, ckpt) = (tmp.path().join("logs"), tmp.path().join("ckpt"));
     // Two agents: box a of 4 cores, box b of 2; the job, submitted to b, can run on a only.
@@ -359,14 +363,7 @@ fn fenced_result(ckpt: &Path, id: tapfinger::TaskId) -> (serde_json::Value, u64,
 /// own output.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_numpy_example_submitted_twice_on_two_boxes_succeeds_both_times() {
-    needs_python();
-    let numpy = std::process::Command::new("python3")
-        .args(["-c", "import numpy"])
-        .status();
-    assert!(
-        numpy.is_ok_and(|s| s.success()),
-        "this test needs NumPy for python3 (.ci/run installs it)"
-    );
+    needs_numpy();
     let tmp = tempfile::tempdir().unwrap();
     let (logs, ckpt) = (tmp.path().join("logs"), tmp.path().join("ckpt"));
     let locals = ["a", "b"].map(|name| {

@@ -270,24 +270,10 @@ impl Executor for ProcessExecutor {
                 return Err(spawn_err(e.to_string()));
             }
         };
-        let mut child = match cmd.process_group(0).spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                cleanup(self);
-                let reason = format!("{}: {e}", argv[0]);
-                // Where the user looks for why (`logs`, `show`), not only the agent's log: a
-                // command that is not there (a missing interpreter) fails before it writes.
-                use std::io::Write as _;
-                if let Ok(mut f) = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(log.with_extension("stderr"))
-                {
-                    let _ = writeln!(f, "tapfinger-agent: cannot start the task: {reason}");
-                }
-                return Err(spawn_err(reason));
-            }
-        };
+        let mut child = cmd.process_group(0).spawn().map_err(|e| {
+            cleanup(self);
+            spawn_err(unstarted(&log, format!("{}: {e}", argv[0])))
+        })?;
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
@@ -498,6 +484,21 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(
         }
     }
     let _ = file.flush().await;
+}
+
+/// Note in the task's standard error file (`log` without its extension) why it could not
+/// start, and return the reason: the user looks there (`logs`, `show`), not in the agent's
+/// log, and a command that is not there (a missing interpreter) fails before it writes.
+fn unstarted(log: &std::path::Path, reason: String) -> String {
+    use std::io::Write as _;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log.with_extension("stderr"))
+    {
+        let _ = writeln!(f, "tapfinger-agent: cannot start the task: {reason}");
+    }
+    reason
 }
 
 #[cfg(test)]
