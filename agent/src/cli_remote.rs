@@ -92,21 +92,26 @@ impl Client {
     }
 }
 
-/// `node --address`: the one address another box's `--bootstrap` takes, as the agent gives it
-/// (its first off loopback, else its first: a box elsewhere cannot reach a loopback address).
-pub(crate) fn join_address(client: &Client) -> anyhow::Result<()> {
+/// The body of `GET path` from the agent, or an error naming the API and its answer.
+fn get_ok(client: &Client, path: &str) -> anyhow::Result<String> {
     let (rt, token) = client.session()?;
     let (status, body) = rt.block_on(tapfinger_agent::client::http(
         &client.api,
         "GET",
-        "/v1/node",
+        path,
         None,
         token.as_deref(),
     ))?;
     if !(200..300).contains(&status) {
         anyhow::bail!("{}: HTTP {status}: {}", client.api, body.trim());
     }
-    let node: tapfinger_agent::api::NodeInfo = serde_json::from_str(&body)?;
+    Ok(body)
+}
+
+/// `node --address`: the one address another box's `--bootstrap` takes, as the agent gives it
+/// (its first off loopback, else its first: a box elsewhere cannot reach a loopback address).
+pub(crate) fn join_address(client: &Client) -> anyhow::Result<()> {
+    let node: tapfinger_agent::api::NodeInfo = serde_json::from_str(&get_ok(client, "/v1/node")?)?;
     match tapfinger_agent::client::join_address(&node.addresses) {
         Some(a) => {
             println!("{a}");
@@ -194,17 +199,7 @@ pub(crate) fn workload(
     if action != "export" {
         anyhow::bail!("unknown action {action:?}: `workload export`");
     }
-    let (rt, token) = client.session()?;
-    let (status, body) = rt.block_on(tapfinger_agent::client::http(
-        &client.api,
-        "GET",
-        &format!("/v1/workload?since_s={since_s}"),
-        None,
-        token.as_deref(),
-    ))?;
-    if !(200..300).contains(&status) {
-        anyhow::bail!("{}: HTTP {status}: {}", client.api, body.trim());
-    }
+    let body = get_ok(client, &format!("/v1/workload?since_s={since_s}"))?;
     match out {
         Some(p) => {
             std::fs::write(p, &body)

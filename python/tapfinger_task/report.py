@@ -10,6 +10,8 @@ import sys
 import threading
 from typing import Optional
 
+from .share import apply_share
+
 _lock = threading.Lock()
 _last = [0.0]
 
@@ -25,8 +27,6 @@ def report(progress: float, **metrics: float) -> None:
     """Tell the agent the task's progress (0 to 1) and any metrics (finite numbers). Where
     :func:`~tapfinger_task.follow_threads` follows the share, a new thread count is applied
     first, in the calling thread (:func:`~tapfinger_task.share.apply_share`)."""
-    from .share import apply_share  # noqa: PLC0415 (share imports nothing from here)
-
     apply_share()
     p = min(max(_number("progress", progress), 0.0), 1.0)
     parts = [f"progress={p:g}"]
